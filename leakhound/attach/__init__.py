@@ -1,0 +1,122 @@
+"""Attach: get one request answered by the payload inside a live target.
+
+This is where attach ends: ``run_request`` returns the payload's JSON result and what the
+attach cost; everything after that (building snapshots, findings) is ``leakhound.analysis``.
+Methods are tried in ``AUTO_ORDER`` when ``method="auto"``: the agent when the target runs one
+(no ptrace, no stop at all), then remote-exec on 3.14+, then gdb.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from leakhound.attach import agent, gdb, remote_exec
+from leakhound.attach.base import AttachLog
+from leakhound.attach.channel import PrivateChannel, Progress
+from leakhound.attach.process import Target, resolve_target
+from leakhound.errors import MethodUnavailable, RemoteError, TargetBusy
+
+METHODS = ("auto", "agent", "gdb", "remote-exec")
+AUTO_ORDER = ("agent", "remote-exec", "gdb")
+# Seconds the main thread may take to reach a bytecode boundary after injection.
+SAFE_POINT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class RemoteResult:
+    target: Target
+    method: str
+    result: dict[str, Any]
+    attach_stop_ms: float
+    main_thread_ms: float
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def choose_method(target: Target, method: str) -> str:
+    if method != "auto":
+        return method
+    if agent.available(target.pid, target.uid):
+        return "agent"
+    if remote_exec.available(target):
+        return "remote-exec"
+    if gdb.gdb_path() is not None:
+        return "gdb"
+    raise MethodUnavailable(
+        f"no way to attach to process {target.pid}: no agent socket, Python < 3.14, gdb missing"
+    )
+
+
+def py_spy_dump(pid: int, *, timeout: float = 10.0) -> str:
+    """What the target's threads are doing, from py-spy (read-only, no injection)."""
+    try:
+        proc = subprocess.run(
+            ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(py-spy dump unavailable: {exc})"
+    return (proc.stdout or proc.stderr).strip()
+
+
+def run_request(
+    pid: int,
+    request: dict[str, Any],
+    *,
+    method: str = "auto",
+    timeout: float = 60.0,
+    progress: Progress | None = None,
+    log: AttachLog | None = None,
+    target: Target | None = None,
+) -> RemoteResult:
+    """Send one request to the payload in ``pid`` and return its result (``ok`` is True)."""
+    log = log or _quiet
+    target = target or resolve_target(pid)
+    chosen = choose_method(target, method)
+    log(f"method: {chosen}")
+    # The payload gives up a little before we do, so it can still report why.
+    request = {**request, "timeout": max(1.0, timeout - 2.0)}
+    if chosen == "agent":
+        result = agent.request(pid, target.uid, request, timeout=timeout, progress=progress, log=log)
+        return _checked(RemoteResult(target, chosen, result, 0.0, 0.0), log)
+    if chosen not in ("gdb", "remote-exec"):
+        raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
+    with PrivateChannel(uid=target.uid) as channel:
+        channel.write_request(request)
+        code = channel.bootstrap_code()
+        if chosen == "gdb":
+            injection = gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log)
+        else:
+            injection = remote_exec.inject(target, code, str(channel.dir), timeout=timeout, log=log)
+        started, result = channel.wait(
+            pid=pid,
+            start_timeout=min(SAFE_POINT_TIMEOUT, timeout),
+            timeout=timeout,
+            progress=progress,
+            blocked_hint=lambda: py_spy_dump(pid),
+        )
+    return _checked(
+        RemoteResult(
+            target,
+            chosen,
+            result,
+            injection.attach_stop_ms,
+            float(started.get("main_thread_ms", 0.0)),
+        ),
+        log,
+    )
+
+
+def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:
+    result = remote.result
+    if result.get("ok"):
+        return remote
+    if result.get("traceback"):
+        log(str(result["traceback"]))
+    if result.get("kind") == "Busy":
+        raise TargetBusy(f"process {remote.target.pid}: {result.get('error')}")
+    raise RemoteError(f"payload failed in process {remote.target.pid}: {result.get('error')}")

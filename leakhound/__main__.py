@@ -1,0 +1,3 @@
+from leakhound.cli import main
+
+main()

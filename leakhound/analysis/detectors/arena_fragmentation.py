@@ -1,0 +1,66 @@
+"""Arena fragmentation: RSS held by the allocators, not by live objects.
+
+Fires when glibc holds free pages ``malloc_trim(0)`` could return (then ``fix: trim``), and
+reports pymalloc's free space separately because trimming cannot return it.
+"""
+
+from __future__ import annotations
+
+from leakhound.analysis.detectors.base import MB, mb, skipped
+from leakhound.model import Finding, Snapshot
+
+KIND = "arena_fragmentation"
+# Trimmable memory worth acting on: at least this much, and this share of RSS.
+MIN_TRIMMABLE = 16 * MB
+MIN_SHARE = 0.10
+
+
+def detect(snapshot: Snapshot) -> list[Finding]:
+    arena = snapshot.arena
+    if not arena.available:
+        return [skipped(KIND, f"allocator statistics unavailable: {arena.reason}")]
+    rss = max(1, snapshot.process.rss_bytes)
+    trimmable = arena.trimmable_bytes
+    share = trimmable / rss
+    live = snapshot.heap.bytes
+    details = {
+        "trimmable_bytes": trimmable,
+        "malloc_free_bytes": arena.malloc_free_bytes,
+        "pymalloc_free_bytes": arena.pymalloc_free_bytes,
+        "rss_bytes": snapshot.process.rss_bytes,
+        "live_bytes": live,
+        "rss_to_live": round(rss / max(1, live), 2),
+    }
+    if trimmable >= MIN_TRIMMABLE and share >= MIN_SHARE:
+        return [
+            Finding(
+                kind=KIND,
+                severity="critical" if share >= 0.3 else "warning",
+                bytes=trimmable,
+                count=0,
+                owner="<glibc arenas>",
+                fix="trim",
+                summary=(
+                    f"glibc holds {mb(trimmable)} of free pages ({share:.0%} of RSS) that "
+                    f"malloc_trim(0) would return; RSS is {rss / max(1, live):.1f}x the live heap"
+                ),
+                details=details,
+            )
+        ]
+    if arena.pymalloc_free_bytes >= MIN_TRIMMABLE and arena.pymalloc_free_bytes / rss >= MIN_SHARE:
+        return [
+            Finding(
+                kind=KIND,
+                severity="info",
+                bytes=arena.pymalloc_free_bytes,
+                count=arena.pymalloc_arenas,
+                owner="<pymalloc arenas>",
+                fix="",
+                summary=(
+                    f"pymalloc keeps {mb(arena.pymalloc_free_bytes)} free inside partly used "
+                    "arenas; malloc_trim cannot return it (arenas are freed only when empty)"
+                ),
+                details=details,
+            )
+        ]
+    return []

@@ -1,0 +1,24 @@
+"""The one interface every detector implements."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from leakhound.model import Finding, Snapshot
+
+MB = 1024 * 1024
+
+
+class Detector(Protocol):
+    KIND: str
+
+    def detect(self, snapshot: Snapshot) -> list[Finding]: ...
+
+
+def skipped(kind: str, reason: str) -> Finding:
+    """"Could not check" is a result, not an exception."""
+    return Finding(kind=kind, severity="skipped", bytes=0, count=0, owner="", fix="", summary=reason)
+
+
+def mb(n: float) -> str:
+    return f"{n / MB:.1f} MB"

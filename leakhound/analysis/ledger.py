@@ -1,0 +1,40 @@
+"""The memory ledger: where a process's RSS goes, from one snapshot.
+
+Rows: live Python objects (the census), free space pymalloc keeps inside its arenas, free
+space glibc keeps (and the part of it ``malloc_trim`` can return), and the rest of RSS
+(interpreter, code, C extensions, thread stacks, allocator metadata). Pure arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from leakhound.model import Snapshot
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    name: str
+    bytes: int
+    share: float  # of RSS
+    note: str = ""
+
+
+def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
+    rss = max(1, snapshot.process.rss_bytes)
+    arena = snapshot.arena
+    live = snapshot.heap.bytes
+    pymalloc_free = arena.pymalloc_free_bytes
+    malloc_free = arena.malloc_free_bytes
+    trimmable = arena.trimmable_bytes
+    rest = rss - live - pymalloc_free - (malloc_free - 0)
+    rows = [
+        LedgerRow("live Python objects", live, live / rss),
+        LedgerRow("pymalloc free (held in arenas)", pymalloc_free, pymalloc_free / rss,
+                  "not returnable by malloc_trim"),
+        LedgerRow("glibc free", malloc_free, malloc_free / rss, f"{trimmable} trimmable"),
+        LedgerRow("  of which trimmable", trimmable, trimmable / rss, "malloc_trim(0) returns it"),
+        LedgerRow("other (interpreter, C, stacks)", rest, rest / rss,
+                  "negative: free glibc pages are already not resident" if rest < 0 else ""),
+    ]
+    return tuple(rows)

@@ -1,0 +1,115 @@
+"""The private side channel between the CLI and a payload started by a debugger.
+
+A 0700 directory (owned by the target's user) holds a copy of the payload package, the
+request, and the files the payload writes back: ``started.json`` when the main thread has run
+the bootstrap, ``progress.json`` while it works, ``result.json`` at the end. The directory is
+always removed, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import leakhound.payload
+from leakhound.attach.process import alive
+from leakhound.errors import AttachTimeout, TargetExited, TargetBlocked
+
+Progress = Callable[[str, int], None]
+PAYLOAD_SOURCE = Path(leakhound.payload.__file__).parent
+
+
+class PrivateChannel:
+    def __init__(self, *, uid: int) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="leakhound-"))
+        shutil.copytree(PAYLOAD_SOURCE, self.dir / "payload", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "agent.py"))
+        shutil.copy(PAYLOAD_SOURCE / "boot.py", self.dir / "boot.py")
+        if os.geteuid() == 0 and uid != 0:
+            # The target runs as another user: it must be able to read the payload, nobody else.
+            for root, dirs, files in os.walk(self.dir):
+                for name in dirs + files:
+                    os.chown(os.path.join(root, name), uid, -1)
+            os.chown(self.dir, uid, -1)
+        os.chmod(self.dir, 0o700)
+
+    def bootstrap_code(self) -> str:
+        """The one statement the debugger hands to PyRun_SimpleString.
+
+        It binds nothing in ``__main__`` and swallows every error, so a late or failed run
+        can never print into the target's stderr or change its globals.
+        """
+        inner = (
+            "try:\n"
+            " exec(compile(open(D+'/boot.py').read(),D+'/boot.py','exec'),"
+            "{'__name__':'__leakhound_boot__','LH_DIR':D})\n"
+            "except BaseException:\n"
+            " pass\n"
+        )
+        return f"exec({inner!r},{{'D':{str(self.dir)!r}}})"
+
+    def write_request(self, request: dict[str, Any]) -> None:
+        path = self.dir / "request.json"
+        path.write_text(json.dumps(request))
+        os.chmod(path, 0o600)
+        if os.geteuid() == 0:
+            st = os.stat(self.dir)
+            os.chown(path, st.st_uid, -1)
+
+    def _read(self, name: str) -> dict[str, Any] | None:
+        try:
+            doc = json.loads((self.dir / name).read_text())
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def wait(
+        self,
+        *,
+        pid: int,
+        start_timeout: float,
+        timeout: float,
+        progress: Progress | None = None,
+        blocked_hint: Callable[[], str] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Wait for ``started.json`` then ``result.json``; returns (started, result)."""
+        begin = time.monotonic()
+        started = None
+        last_phase = None
+        while True:
+            now = time.monotonic()
+            if started is None:
+                started = self._read("started.json")
+                if started is None and now - begin > start_timeout:
+                    where = blocked_hint() if blocked_hint else ""
+                    raise TargetBlocked(
+                        f"process {pid}'s main thread did not reach a safe point within "
+                        f"{start_timeout:.0f}s" + (f"; it is in:\n{where}" if where else "")
+                    )
+            result = self._read("result.json")
+            if result is not None:
+                return started or {}, result
+            if not alive(pid):
+                raise TargetExited(f"process {pid} exited while leakhound was inspecting it")
+            if now - begin > timeout:
+                raise AttachTimeout(f"no result from process {pid} within {timeout:.0f}s")
+            if progress is not None and started is not None:
+                doc = self._read("progress.json")
+                if doc is not None and doc != last_phase:
+                    last_phase = doc
+                    progress(str(doc.get("phase", "")), int(doc.get("done", 0) or 0))
+            time.sleep(0.01 if now - begin < 1 else 0.05)
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> PrivateChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,103 @@
+"""The gdb method: inject the payload into an unmodified target at a safe point.
+
+gdb attaches, checks no thread is inside the allocator, queues the bootstrap with
+``Py_AddPendingCall(PyRun_SimpleString, code)`` and detaches at once; the target's main thread
+runs the bootstrap at its next bytecode boundary. The target is stopped only while gdb is
+attached (measured and reported as ``attach_stop_ms``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from leakhound.attach.base import AttachLog, Injection
+from leakhound.errors import AttachFailed, AttachTimeout, MethodUnavailable, PermissionDenied, TargetNotFound
+
+SCRIPT = Path(__file__).with_name("gdb_inject.py")
+_RETRIES = 20
+
+
+def gdb_path() -> str | None:
+    return shutil.which("gdb")
+
+
+def command(pid: int, status_path: str) -> list[str]:
+    return [
+        gdb_path() or "gdb",
+        "-nx",
+        "-batch",
+        # Minimal ELF symbols only: reading libpython's DWARF would keep the target stopped
+        # several times longer, and exported names are all the injection needs.
+        "--readnever",
+        "-iex", "set debuginfod enabled off",
+        "-iex", "set auto-load off",
+        "-iex", "set confirm off",
+        "-iex", "set pagination off",
+        "-p", str(pid),
+        "-x", str(SCRIPT),
+    ]
+
+
+def _classify(pid: int, output: str) -> None:
+    text = output.lower()
+    if "operation not permitted" in text or "ptrace" in text and "denied" in text:
+        raise PermissionDenied(f"gdb could not attach to process {pid}: ptrace: operation not permitted")
+    if "no such process" in text:
+        raise TargetNotFound(f"process {pid} exited before gdb could attach")
+
+
+def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
+    """Queue ``code`` as a pending call in ``pid``. Retries while the target is in malloc."""
+    if gdb_path() is None:
+        raise MethodUnavailable("gdb is not installed")
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryDirectory(prefix="leakhound-gdb-") as tmp:
+        status_path = os.path.join(tmp, "status.json")
+        argv = command(pid, status_path)
+        env = {**os.environ, "LEAKHOUND_GDB_STATUS": status_path, "LEAKHOUND_GDB_CODE": code}
+        log(f"$ LEAKHOUND_GDB_CODE=... {shlex.join(argv)}")
+        for attempt in range(1, _RETRIES + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            began = time.monotonic()
+            try:
+                proc = subprocess.run(
+                    argv, env=env, capture_output=True, text=True, timeout=remaining,
+                    stdin=subprocess.DEVNULL,
+                )
+            except subprocess.TimeoutExpired:
+                raise AttachTimeout(f"gdb did not finish attaching to {pid} within {timeout:.0f}s") from None
+            took = (time.monotonic() - began) * 1000.0
+            output = (proc.stdout or "") + (proc.stderr or "")
+            log(output.strip())
+            try:
+                with open(status_path) as fh:
+                    status = json.load(fh)
+                os.unlink(status_path)
+            except (OSError, ValueError):
+                _classify(pid, output)
+                raise AttachFailed(
+                    f"gdb could not run its script in process {pid}: "
+                    + (output.strip().splitlines() or ["no output"])[-1]
+                ) from None
+            if status.get("ok"):
+                return Injection(method="gdb", attach_stop_ms=took, attempts=attempt)
+            if status.get("kind") == "symbols":
+                raise AttachFailed(
+                    f"process {pid}'s Python has no symbol gdb needs ({status.get('reason')})",
+                    hint="The target's libpython must export Py_AddPendingCall and "
+                    "PyRun_SimpleString (a stripped static build does not); use --method agent.",
+                )
+            if not status.get("retry"):
+                raise AttachFailed(f"injection into {pid} failed: {status.get('reason')}")
+            log(f"attempt {attempt}: not at a safe point ({status.get('reason')}); retrying")
+            time.sleep(0.02 * attempt)
+    raise AttachTimeout(f"process {pid} never reached a point where injection is safe")

@@ -1,0 +1,128 @@
+"""What the kernel says about the target, read from outside with psutil and /proc."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+
+import psutil
+
+from leakhound.errors import NotPython, PermissionDenied, TargetNotFound, UnsupportedPython
+from leakhound.model import ProcessStats
+
+_LIBPYTHON = re.compile(r"libpython(\d)\.(\d+)")
+_EXE = re.compile(r"python(\d)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class Target:
+    pid: int
+    uid: int
+    exe: str
+    version: tuple[int, int]
+    name: str
+    cmdline: str
+
+
+def _proc(pid: int) -> psutil.Process:
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            raise TargetNotFound(f"process {pid} is a zombie (it exited; its parent has not reaped it)")
+        return proc
+    except psutil.NoSuchProcess:
+        raise TargetNotFound(f"no process with pid {pid}") from None
+
+
+def python_version(pid: int, exe: str) -> tuple[int, int] | None:
+    """The CPython version of a live process, from its mapped libpython or its executable."""
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            for line in fh:
+                match = _LIBPYTHON.search(line)
+                if match:
+                    return int(match.group(1)), int(match.group(2))
+    except PermissionError:
+        raise PermissionDenied(f"cannot read /proc/{pid}/maps: permission denied") from None
+    except FileNotFoundError:
+        raise TargetNotFound(f"no process with pid {pid}") from None
+    match = _EXE.search(os.path.basename(exe))
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    if os.path.basename(exe).startswith("python"):
+        try:
+            out = subprocess.run(
+                [exe, "-c", "import sys; print('%d %d' % sys.version_info[:2])"],
+                capture_output=True, text=True, timeout=5, check=True,
+            ).stdout.split()
+            return int(out[0]), int(out[1])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return None
+    return None
+
+
+def resolve_target(pid: int) -> Target:
+    proc = _proc(pid)
+    try:
+        exe = proc.exe()
+        uid = proc.uids().real
+        cmdline = " ".join(proc.cmdline())
+        name = proc.name()
+    except psutil.AccessDenied:
+        raise PermissionDenied(f"cannot read process {pid}: permission denied") from None
+    except psutil.NoSuchProcess:
+        raise TargetNotFound(f"no process with pid {pid}") from None
+    version = python_version(pid, exe)
+    if version is None:
+        raise NotPython(f"process {pid} ({name}) is not a CPython process")
+    if version < (3, 8):
+        raise UnsupportedPython(f"process {pid} runs Python {version[0]}.{version[1]}")
+    return Target(pid=pid, uid=uid, exe=exe, version=version, name=name, cmdline=cmdline)
+
+
+def process_stats(pid: int) -> ProcessStats:
+    proc = _proc(pid)
+    try:
+        with proc.oneshot():
+            full = proc.memory_full_info()
+            return ProcessStats(
+                rss_bytes=int(full.rss),
+                uss_bytes=int(getattr(full, "uss", 0)),
+                pss_bytes=int(getattr(full, "pss", 0)),
+                swap_bytes=int(getattr(full, "swap", 0)),
+                num_threads=proc.num_threads(),
+                name=proc.name(),
+                cmdline=" ".join(proc.cmdline())[:500],
+            )
+    except psutil.AccessDenied:
+        raise PermissionDenied(f"cannot read memory of process {pid}: permission denied") from None
+    except psutil.NoSuchProcess:
+        raise TargetNotFound(f"process {pid} exited") from None
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.NoSuchProcess:
+        raise TargetNotFound(f"process {pid} exited") from None
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def namespace_pid(pid: int) -> int:
+    """The pid the target sees for itself (differs inside a container's pid namespace)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return pid

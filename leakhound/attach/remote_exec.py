@@ -1,0 +1,40 @@
+"""The remote-exec method: ``sys.remote_exec`` (PEP 768), for targets on Python 3.14+.
+
+CPython 3.14 runs the script at the target's next safe point by itself; we only need an
+interpreter of the same version to ask for it, which the target's own executable is.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from leakhound.attach.base import AttachLog, Injection
+from leakhound.attach.process import Target
+from leakhound.errors import AttachFailed, MethodUnavailable, PermissionDenied
+
+
+def available(target: Target) -> bool:
+    return target.version >= (3, 14) and os.path.exists(target.exe)
+
+
+def inject(target: Target, code: str, script_dir: str, *, timeout: float, log: AttachLog) -> Injection:
+    if not available(target):
+        raise MethodUnavailable(
+            f"remote-exec needs a Python 3.14+ target; process {target.pid} runs "
+            f"{target.version[0]}.{target.version[1]}"
+        )
+    script = os.path.join(script_dir, "remote_exec_boot.py")
+    with open(script, "w") as fh:
+        fh.write(code + "\n")
+    argv = [target.exe, "-c", f"import sys; sys.remote_exec({target.pid}, {script!r})"]
+    log(f"$ {' '.join(argv)}")
+    began = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    log((proc.stdout + proc.stderr).strip())
+    if proc.returncode != 0:
+        if "permission" in proc.stderr.lower():
+            raise PermissionDenied(f"sys.remote_exec into {target.pid}: permission denied")
+        raise AttachFailed(f"sys.remote_exec into {target.pid} failed: {proc.stderr.strip()[-300:]}")
+    return Injection(method="remote-exec", attach_stop_ms=(time.monotonic() - began) * 1000.0)

@@ -1,0 +1,93 @@
+"""Every error a user can hit, with a hint and a documented exit code (docs/errors.md).
+
+The CLI edge maps ``LeakhoundError`` to one line on stderr plus the hint, and exits with
+``EXIT_CODE``; nothing below the CLI prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class LeakhoundError(Exception):
+    EXIT_CODE = 1
+    HELP_TEXT = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint if hint is not None else self.HELP_TEXT
+
+
+class TargetNotFound(LeakhoundError):
+    EXIT_CODE = 3
+    HELP_TEXT = "Check the pid with `ps -p PID -o pid,user,cmd` (is it in another pid namespace?)."
+
+
+class NotPython(LeakhoundError):
+    EXIT_CODE = 4
+    HELP_TEXT = "leakhound inspects CPython processes; point it at the Python worker's pid."
+
+
+class UnsupportedPython(LeakhoundError):
+    EXIT_CODE = 4
+    HELP_TEXT = "Supported targets: CPython 3.8 or newer on Linux."
+
+
+class PermissionDenied(LeakhoundError):
+    EXIT_CODE = 5
+    HELP_TEXT = (
+        "Attaching needs ptrace rights over the target: run as the target's user or root, "
+        "with CAP_SYS_PTRACE (docker/k8s: `--cap-add SYS_PTRACE` / securityContext "
+        "capabilities add SYS_PTRACE) and /proc/sys/kernel/yama/ptrace_scope <= 1 "
+        "(`sysctl kernel.yama.ptrace_scope=0`). Where ptrace is not allowed at all, start the "
+        "worker with LEAKHOUND_AGENT=1 and use `--method agent`."
+    )
+
+
+class AttachTimeout(LeakhoundError):
+    EXIT_CODE = 6
+    HELP_TEXT = "Raise --timeout, or inspect when the worker is less busy."
+
+
+class TargetBlocked(AttachTimeout):
+    HELP_TEXT = (
+        "The payload runs when the main thread next executes Python code. If it is blocked in "
+        "a long system call, retry later, or start the worker with LEAKHOUND_AGENT=1 and use "
+        "`--method agent`, which does not need the main thread."
+    )
+
+
+class AttachFailed(LeakhoundError):
+    EXIT_CODE = 7
+    HELP_TEXT = "Run with -v to see the exact debugger command and its output."
+
+
+class MethodUnavailable(AttachFailed):
+    HELP_TEXT = (
+        "Methods: gdb (needs the gdb binary: `apt-get install gdb`, and ptrace rights), "
+        "agent (start the worker with LEAKHOUND_AGENT=1; leakhound must be installed in "
+        "its environment), remote-exec (target and a local interpreter on Python 3.14+)."
+    )
+
+
+class RemoteError(LeakhoundError):
+    EXIT_CODE = 8
+    HELP_TEXT = "The payload failed inside the target; the target itself was left running. Run with -v for its traceback."
+
+
+class TargetBusy(LeakhoundError):
+    EXIT_CODE = 9
+    HELP_TEXT = "Another leakhound command is working on this process; wait for it to finish."
+
+
+class PatchRefused(LeakhoundError):
+    EXIT_CODE = 10
+    HELP_TEXT = "The fix only applies to code it recognises; nothing in the target was changed."
+
+
+class SnapshotFileError(LeakhoundError):
+    EXIT_CODE = 11
+    HELP_TEXT = "Pass files written by `leakhound inspect --save` or `--json`."
+
+
+class TargetExited(LeakhoundError):
+    EXIT_CODE = 12
+    HELP_TEXT = "The process exited while leakhound was working on it."

@@ -1,0 +1,182 @@
+"""Allocator state of the target, read inside it: glibc malloc and CPython's pymalloc.
+
+Standard library only (ctypes). Nothing is printed to the target's stderr: both glibc's
+``malloc_info`` and CPython's ``_PyObject_DebugMallocStats`` write into an in-memory
+``open_memstream`` buffer that is freed afterwards.
+"""
+
+import ctypes
+import ctypes.util
+import re
+import sys
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+_PAGE = 4096
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+def _capture(libc, write):
+    """Run ``write(FILE*)`` against an open_memstream buffer and return what it wrote."""
+    buf = ctypes.c_char_p()
+    size = ctypes.c_size_t()
+    libc.open_memstream.restype = ctypes.c_void_p
+    libc.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)]
+    stream = libc.open_memstream(ctypes.byref(buf), ctypes.byref(size))
+    if not stream:
+        return ""
+    try:
+        write(ctypes.c_void_p(stream))
+    finally:
+        libc.fclose.argtypes = [ctypes.c_void_p]
+        libc.fclose(ctypes.c_void_p(stream))
+    try:
+        text = ctypes.string_at(buf, size.value).decode("utf-8", "replace")
+    finally:
+        libc.free.argtypes = [ctypes.c_void_p]
+        libc.free(buf)
+    return text
+
+
+_SIZE_RE = re.compile(r'<size from="(\d+)" to="(\d+)" total="(\d+)" count="(\d+)"/>')
+_TOP_RE = re.compile(r'<system type="current" size="(\d+)"/>')
+
+
+def trimmable_from_malloc_info(xml):
+    """Estimate what ``malloc_trim(0)`` can hand back to the kernel.
+
+    glibc releases whole pages inside free chunks (all arenas, not only the top chunk). A free
+    chunk of ``size`` bytes gives back about ``size - page`` bytes (its header and the partial
+    pages at both ends stay), so chunks under two pages give nothing. Fast-bin sizes
+    (``type="fast"`` entries have no ``<size>`` rows with from>=page) never qualify.
+    """
+    trimmable = 0
+    for match in _SIZE_RE.finditer(xml):
+        low, _high, total, count = (int(g) for g in match.groups())
+        if low < 2 * _PAGE or count == 0:
+            continue
+        trimmable += max(0, total - count * _PAGE)
+    return trimmable
+
+
+def glibc_stats():
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return None, "glibc mallinfo2 is not available in the target (not glibc >= 2.33?)"
+    libc.mallinfo2.restype = _Mallinfo2
+    info = libc.mallinfo2()
+    xml = ""
+    if hasattr(libc, "malloc_info"):
+        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        xml = _capture(libc, lambda fp: libc.malloc_info(0, fp))
+    trimmable = trimmable_from_malloc_info(xml) if xml else 0
+    # The main arena's top chunk beyond the default 128 KiB pad is trimmable too, but the
+    # malloc_info size rows already list the top chunk only in recent glibc; keepcost is it.
+    top = max(0, int(info.keepcost) - 128 * 1024)
+    trimmable += top
+    free = int(info.fordblks)
+    return {
+        "malloc_in_use_bytes": int(info.uordblks) + int(info.hblkhd),
+        "malloc_free_bytes": free,
+        "malloc_mmapped_bytes": int(info.hblkhd),
+        "trimmable_bytes": min(trimmable, free),
+    }, ""
+
+
+_PYMALLOC_RE = {
+    "available": re.compile(r"# bytes in available blocks\s*=\s*([\d,]+)"),
+    "free_pools": re.compile(r"(\d+) free \d+-sized pools|# bytes in free pools\s*=\s*([\d,]+)"),
+    "allocated": re.compile(r"# bytes in allocated blocks\s*=\s*([\d,]+)"),
+    "arenas": re.compile(r"# arenas allocated current\s*=\s*([\d,]+)"),
+    "pools_free": re.compile(r"(\d+) unused pools \* \d+ bytes\s*=\s*([\d,]+)"),
+}
+
+
+def _num(text):
+    return int(text.replace(",", ""))
+
+
+def pymalloc_stats():
+    """Parse ``_PyObject_DebugMallocStats``: free bytes inside pymalloc arenas.
+
+    Free blocks in partly used pools plus wholly unused pools: memory CPython holds for small
+    objects that ``malloc_trim`` cannot return (arenas are mmap'd and freed only when empty).
+    """
+    try:
+        fn = ctypes.pythonapi._PyObject_DebugMallocStats
+    except AttributeError:
+        return None, "this Python has no _PyObject_DebugMallocStats"
+    libc = _libc()
+    if libc is None:
+        return None, "no libc to capture pymalloc statistics"
+    fn.argtypes = [ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    text = _capture(libc, fn)
+    if "pymalloc" not in text and "arenas" not in text:
+        return None, "pymalloc is not in use (PYTHONMALLOC=malloc?)"
+    allocated = _PYMALLOC_RE["allocated"].search(text)
+    available = _PYMALLOC_RE["available"].search(text)
+    arenas = _PYMALLOC_RE["arenas"].search(text)
+    unused = _PYMALLOC_RE["pools_free"].search(text)
+    free = (_num(available.group(1)) if available else 0) + (_num(unused.group(2)) if unused else 0)
+    return {
+        "pymalloc_in_use_bytes": _num(allocated.group(1)) if allocated else 0,
+        "pymalloc_free_bytes": free,
+        "pymalloc_arenas": _num(arenas.group(1)) if arenas else 0,
+    }, ""
+
+
+def arena_stats():
+    """The ``arena`` section of a snapshot (see docs/snapshot-schema.md)."""
+    out = {
+        "malloc_in_use_bytes": 0,
+        "malloc_free_bytes": 0,
+        "trimmable_bytes": 0,
+        "pymalloc_free_bytes": 0,
+        "pymalloc_in_use_bytes": 0,
+        "pymalloc_arenas": 0,
+        "malloc_mmapped_bytes": 0,
+        "available": True,
+        "reason": "",
+    }
+    reasons = []
+    if not sys.platform.startswith("linux"):
+        out["available"] = False
+        out["reason"] = "allocator statistics are read on Linux/glibc only"
+        return out
+    glibc, why = glibc_stats()
+    if glibc is None:
+        out["available"] = False
+        reasons.append(why)
+    else:
+        out.update(glibc)
+    pym, why = pymalloc_stats()
+    if pym is None:
+        reasons.append(why)
+    else:
+        out.update(pym)
+    out["reason"] = "; ".join(reasons)
+    return out

@@ -1,0 +1,463 @@
+"""Owner-attributed heap census, run inside the target process.
+
+Standard library only; compatible with Python 3.8+. It never calls ``gc.collect()``, never
+calls ``repr``/``len``/``__getattr__`` of user classes (only built-in descriptors and
+``gc.get_referents``, which are C code and run no Python), and runs in its own short-lived
+thread so the target's event loop keeps ticking: every step is one C call, and the
+interpreter's switch interval hands the GIL back to the main thread between them.
+
+How memory is attributed: every object reachable from a named root is claimed by exactly one
+owner, the first to reach it, walking roots in a fixed priority order (``__main__``, other
+non-stdlib modules, stdlib modules, class attributes, thread stacks). Shared objects are
+therefore counted once. Tracked objects no named root reaches are split, with the same
+arithmetic the cyclic GC uses (refcount minus references from inside the set), into objects
+held from C / untracked places (owners named ``<held from C: Type>``) and cyclic garbage.
+"""
+
+import gc
+import sys
+import time
+
+# Builtin containers whose length is read with the C slot, never a user ``__len__``.
+_SIZED = (dict, list, set, frozenset, tuple, bytes, bytearray, str)
+_SCALARS = (str, bytes, int, float, bool, complex, type(None))
+_MAX_CHAIN = 8  # attribute-chain depth after which a path stops being extended
+
+_FUNCTION_TYPES = (type(lambda: None), type(len), classmethod, staticmethod, property)
+
+
+class CensusTimeout(Exception):
+    pass
+
+
+class _Clock:
+    """Tracks the longest single uninterruptible step (one C call holding the GIL)."""
+
+    def __init__(self, deadline):
+        self.deadline = deadline
+        self.max_step = 0.0
+
+    def step(self, started):
+        now = time.perf_counter()
+        took = now - started
+        if took > self.max_step:
+            self.max_step = took
+        return now
+
+    def check(self):
+        if time.monotonic() > self.deadline:
+            raise CensusTimeout("census did not finish within its time budget")
+
+
+def _type_name(tp):
+    try:
+        qual = type.__dict__["__qualname__"].__get__(tp, type)
+        mod = type.__dict__["__module__"].__get__(tp, type)
+    except Exception:
+        return "?"
+    if mod in ("builtins", None):
+        return qual
+    return "%s.%s" % (mod, qual)
+
+
+def _class_dict(klass):
+    return type.__dict__["__dict__"].__get__(klass, type)
+
+
+def _instance_dict(obj):
+    """The instance ``__dict__`` through the built-in descriptor only (no user code)."""
+    tp = type(obj)
+    for klass in type.__dict__["__mro__"].__get__(tp, type):
+        descr = _class_dict(klass).get("__dict__")
+        if descr is None:
+            continue
+        if type(descr).__name__ not in ("getset_descriptor", "member_descriptor"):
+            return None
+        try:
+            d = descr.__get__(obj, tp)
+        except Exception:
+            return None
+        return d if type(d) is dict else None
+    return None
+
+
+def _slot_values(obj):
+    """(name, value) for ``__slots__`` members, read through member descriptors only."""
+    out = []
+    tp = type(obj)
+    for klass in type.__dict__["__mro__"].__get__(tp, type):
+        if klass is object:
+            continue
+        for name, descr in list(_class_dict(klass).items()):
+            if type(descr).__name__ != "member_descriptor":
+                continue
+            try:
+                out.append((name, descr.__get__(obj, tp)))
+            except Exception:
+                continue
+    return out
+
+
+def _items(obj):
+    for tp in _SIZED:
+        if isinstance(obj, tp):
+            try:
+                return tp.__len__(obj)
+            except Exception:
+                return 0
+    return 1
+
+
+class _Owner(object):
+    __slots__ = ("path", "type", "items", "bytes", "objects")
+
+    def __init__(self, path, type_name, items):
+        self.path = path
+        self.type = type_name
+        self.items = items
+        self.bytes = 0
+        self.objects = 0
+
+
+class Census(object):
+    """One walk of the heap. Call :meth:`run`; read :meth:`result`."""
+
+    def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None):
+        self.clock = _Clock(time.monotonic() + timeout)
+        self.progress = progress or (lambda phase, done: None)
+        self.is_stdlib = is_stdlib or (lambda name: False)
+        self.claimed = set()
+        self.owners = {}
+        self.types = {}
+        self.total_bytes = 0
+        self.total_objects = 0
+        self.tracked = 0
+        self.garbage_objects = 0
+        self.garbage_bytes = 0
+        self.garbage_types = {}
+        self._exclude = exclude
+        self._getsizeof = sys.getsizeof
+        self._get_referents = gc.get_referents
+        self.seconds = 0.0
+
+    # -- accounting -------------------------------------------------------------------------
+
+    def _count(self, obj, owner):
+        size = self._getsizeof(obj, 0)
+        tp = type(obj)
+        entry = self.types.get(tp)
+        if entry is None:
+            self.types[tp] = [1, size]
+        else:
+            entry[0] += 1
+            entry[1] += size
+        owner.bytes += size
+        owner.objects += 1
+        self.total_bytes += size
+        self.total_objects += 1
+
+    def _owner(self, path, obj):
+        owner = self.owners.get(path)
+        if owner is None:
+            owner = _Owner(path, _type_name(type(obj)), _items(obj))
+            self.owners[path] = owner
+        return owner
+
+    def _claim_tree(self, owner, root, root_claimed=False):
+        """Claim ``root`` and everything reachable from it that nobody claimed yet."""
+        claimed = self.claimed
+        if not root_claimed:
+            if id(root) in claimed:
+                return
+            claimed.add(id(root))
+            self._count(root, owner)
+        stack = [root]
+        get_referents = self._get_referents
+        getsizeof = self._getsizeof
+        dict_keys = dict.keys
+        types = self.types
+        pop = stack.pop
+        push = stack.append
+        clock = self.clock
+        steps = 0
+        added_bytes = 0
+        added_objects = 0
+        while stack:
+            obj = pop()
+            t0 = time.perf_counter()
+            referents = get_referents(obj)
+            if isinstance(obj, dict):
+                # dict_traverse skips str keys (they cannot form cycles); we want their bytes.
+                referents.extend(dict_keys(obj))
+            if len(referents) > 4096:
+                clock.step(t0)
+            for ref in referents:
+                rid = id(ref)
+                if rid in claimed:
+                    continue
+                claimed.add(rid)
+                size = getsizeof(ref, 0)
+                added_bytes += size
+                added_objects += 1
+                entry = types.get(type(ref))
+                if entry is None:
+                    types[type(ref)] = [1, size]
+                else:
+                    entry[0] += 1
+                    entry[1] += size
+                push(ref)
+            steps += 1
+            if steps & 0x3FFF == 0:
+                clock.check()
+                self.progress("walk", self.total_objects + added_objects)
+        owner.bytes += added_bytes
+        owner.objects += added_objects
+        self.total_bytes += added_bytes
+        self.total_objects += added_objects
+
+    def _claim_named(self, path, obj, depth):
+        """Give ``obj`` its own owner ``path``; extend the path through instance attributes."""
+        if id(obj) in self.claimed:
+            return
+        attrs = None
+        if depth < _MAX_CHAIN and not isinstance(obj, _SCALARS + _SIZED + _FUNCTION_TYPES):
+            d = _instance_dict(obj)
+            slots = _slot_values(obj)
+            if d is not None or slots:
+                attrs = []
+                if d is not None:
+                    attrs.extend((k, v) for k, v in list(d.items()) if type(k) is str)
+                attrs.extend(slots)
+        if attrs is None:
+            self._claim_tree(self._owner(path, obj), obj)
+            return
+        owner = self._owner(path, obj)
+        self.claimed.add(id(obj))
+        self._count(obj, owner)
+        if d is not None and id(d) not in self.claimed:
+            self.claimed.add(id(d))
+            self._count(d, owner)
+        parent_type = type(obj)
+        for name, value in attrs:
+            if id(value) in self.claimed:
+                continue
+            if type(value) is parent_type or isinstance(value, _SCALARS) and self._getsizeof(value, 0) < 4096:
+                # Linked structures and small scalars stay with their parent.
+                self._claim_tree(owner, value)
+            else:
+                self._claim_named(path + "." + name, value, depth + 1)
+        # Anything the instance references besides its attributes (e.g. its dict's keys).
+        self._claim_tree(owner, obj)
+
+    # -- the walk ---------------------------------------------------------------------------
+
+    def run(self):
+        started = time.perf_counter()
+        clock = self.clock
+        t0 = time.perf_counter()
+        objects = gc.get_objects()
+        clock.step(t0)
+        self.tracked = len(objects)
+        claimed = self.claimed
+        claimed.add(id(objects))
+        # Our own bookkeeping is not part of the target's heap.
+        for own in (self, self.__dict__, self.claimed, self.owners, self.types, self.garbage_types):
+            claimed.add(id(own))
+        for obj in self._exclude:
+            claimed.add(id(obj))
+        # Code containers are walls between owners: modules, their dicts and classes are
+        # claimed up front so no data owner walks through them into someone else's globals.
+        # What hangs off the walls and no named root took (dunders, dict keys, method
+        # objects) is swept into the wall owner once the named roots are done.
+        modules = [m for m in list(sys.modules.values()) if type(m).__name__ == "module"]
+        wall = self._owner("<modules and classes>", sys)
+        walls = []
+
+        def add_wall(obj):
+            if id(obj) not in claimed:
+                claimed.add(id(obj))
+                self._count(obj, wall)
+                walls.append(obj)
+
+        module_dicts = []
+        for module in modules:
+            add_wall(module)
+            md = _instance_dict(module)
+            if md is not None:
+                add_wall(md)
+                module_dicts.append((module, md))
+        classes = []
+        for obj in objects:
+            if isinstance(obj, type) and id(obj) not in claimed:
+                add_wall(obj)
+                classes.append(obj)
+        class_dicts = []
+        for cls in classes:
+            for ref in gc.get_referents(cls):
+                # the class dict, __mro__ and __bases__ tuples
+                if type(ref) is dict:
+                    class_dicts.append((cls, ref))
+                if type(ref) in (dict, tuple):
+                    add_wall(ref)
+        self.progress("roots", 0)
+
+        # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
+        main = sys.modules.get("__main__")
+        names_of = {}
+        for name, module in list(sys.modules.items()):
+            names_of.setdefault(id(module), name)
+        module_dicts.sort(
+            key=lambda mmd: (
+                mmd[0] is not main,
+                self.is_stdlib(names_of.get(id(mmd[0]), "")),
+                names_of.get(id(mmd[0]), ""),
+            )
+        )
+        for module, md in module_dicts:
+            name = names_of.get(id(module), "?")
+            for key, value in list(md.items()):
+                if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+                    continue
+                self._claim_named(name + "." + key, value, 1)
+        # 4: class attributes.
+        for cls, cdict in class_dicts:
+            base = _type_name(cls)
+            for key, value in list(cdict.items()):
+                if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+                    continue
+                self._claim_named(base + "." + key, value, 1)
+        for obj in walls:
+            self._claim_tree(wall, obj, root_claimed=True)
+        # 5: thread stacks, each frame its own root.
+        import threading  # noqa: PLC0415 - imported lazily: the target may not use threads
+
+        names = {}
+        for thread in list(threading._active.values()):  # type: ignore[attr-defined]
+            names[thread.ident] = thread.name
+        me = threading.get_ident()
+        frames = []
+        for ident, frame in list(sys._current_frames().items()):
+            if ident == me:
+                continue
+            while frame is not None:
+                frames.append((names.get(ident, str(ident)), frame))
+                claimed.add(id(frame))
+                frame = frame.f_back
+        for tname, frame in frames:
+            code = frame.f_code
+            path = "thread:%s/%s (%s:%d)" % (
+                tname,
+                code.co_name,
+                code.co_filename.rsplit("/", 1)[-1],
+                frame.f_lineno or 0,
+            )
+            owner = self._owner(path, frame)
+            self._count(frame, owner)
+            for ref in gc.get_referents(frame):
+                if type(ref).__name__ == "frame":
+                    continue
+                self._claim_named(path + ".<" + _type_name(type(ref)) + ">", ref, 2)
+        self.progress("unreached", self.total_objects)
+        # 6: what no named root reached: held from C, or cyclic garbage.
+        self._split_unreached(objects)
+        self.seconds = time.perf_counter() - started
+        del objects
+
+    def _split_unreached(self, objects):
+        claimed = self.claimed
+        unreached = [o for o in objects if id(o) not in claimed]
+        index = {id(o): i for i, o in enumerate(unreached)}
+        internal = [0] * len(unreached)
+        for obj in unreached:
+            for ref in gc.get_referents(obj):
+                i = index.get(id(ref))
+                if i is not None:
+                    internal[i] += 1
+        # References our own bookkeeping holds: the ``objects`` list, the ``unreached`` list,
+        # the loop variable and getrefcount's argument.
+        bias = 4
+        roots = []
+        for i in range(len(unreached)):
+            obj = unreached[i]
+            if sys.getrefcount(obj) - bias > internal[i]:
+                roots.append(obj)
+        obj = None
+        for obj in roots:
+            if id(obj) in claimed:
+                continue
+            owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
+            owner.items = 0
+            self._claim_tree(owner, obj)
+        garbage = [o for o in unreached if id(o) not in claimed]
+        for obj in garbage:
+            size = self._getsizeof(obj, 0)
+            self.garbage_objects += 1
+            self.garbage_bytes += size
+            name = _type_name(type(obj))
+            entry = self.garbage_types.setdefault(name, [0, 0])
+            entry[0] += 1
+            entry[1] += size
+            # Garbage still occupies memory: it is part of the census totals, under no owner.
+            tp = type(obj)
+            tentry = self.types.setdefault(tp, [0, 0])
+            tentry[0] += 1
+            tentry[1] += size
+            self.total_bytes += size
+            self.total_objects += 1
+            claimed.add(id(obj))
+        # Untracked objects hanging off garbage (e.g. strings in a dead cycle's dicts).
+        stack = list(garbage)
+        while stack:
+            obj = stack.pop()
+            refs = gc.get_referents(obj)
+            if isinstance(obj, dict):
+                refs.extend(dict.keys(obj))
+            for ref in refs:
+                if id(ref) not in claimed and not gc.is_tracked(ref):
+                    claimed.add(id(ref))
+                    size = self._getsizeof(ref, 0)
+                    self.garbage_objects += 1
+                    self.garbage_bytes += size
+                    self.total_bytes += size
+                    self.total_objects += 1
+                    stack.append(ref)
+                    name = _type_name(type(ref))
+                    entry = self.garbage_types.setdefault(name, [0, 0])
+                    entry[0] += 1
+                    entry[1] += size
+        del unreached, garbage, roots
+
+    def result(self, *, top_types=50, top_owners=50):
+        types = sorted(
+            ({"type": _type_name(tp), "count": c, "bytes": b} for tp, (c, b) in self.types.items()),
+            key=lambda t: -t["bytes"],
+        )
+        owners = sorted(self.owners.values(), key=lambda o: -o.bytes)
+        return {
+            "objects": self.total_objects,
+            "bytes": self.total_bytes,
+            "gc_tracked": self.tracked,
+            "untracked": max(0, self.total_objects - self.tracked),
+            "census_seconds": self.seconds,
+            "max_step_ms": self.clock.max_step * 1000.0,
+            "types": types[:top_types],
+            "owners": [
+                {
+                    "path": o.path,
+                    "type": o.type,
+                    "items": o.items,
+                    "retained_bytes": o.bytes,
+                    "retained_objects": o.objects,
+                }
+                for o in owners[:top_owners]
+                if o.bytes > 0
+            ],
+            "cyclic_garbage": {
+                "objects": self.garbage_objects,
+                "bytes": self.garbage_bytes,
+                "types": sorted(
+                    ({"type": k, "count": c, "bytes": b} for k, (c, b) in self.garbage_types.items()),
+                    key=lambda t: -t["bytes"],
+                )[:20],
+            },
+        }

@@ -1,0 +1,162 @@
+"""Entry points of the in-target payload: one request in, one JSON result out.
+
+Runs inside the target with the standard library only. Two ways in:
+
+* ``start_from_dir(dir)``: the debugger path. The bootstrap (``boot.py``) calls it at a safe
+  point on the main thread; it reads ``request.json`` from the private directory, starts a
+  short-lived daemon thread and returns at once, so the main thread is held for
+  milliseconds. The thread writes ``progress.json`` while it works and ``result.json`` (by
+  atomic rename) when done, then exits.
+* ``handle(request, progress)``: the in-process agent path (``agent.py``), called on the
+  agent's own thread.
+
+Only the fixed operations in ``OPERATIONS`` are accepted; a request never carries code.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+from . import arena, census, patches, probes
+
+PAYLOAD_VERSION = "1"
+STATE_MODULE = "_leakhound_payload"  # the one place the payload keeps state in a target
+
+_busy = threading.Lock()
+
+
+def _is_stdlib(name):
+    top = name.split(".", 1)[0]
+    names = getattr(sys, "stdlib_module_names", None)
+    if names is None:
+        return top in sys.builtin_module_names
+    return top in names or top.startswith("_") and top[1:] in names
+
+
+def _int(value, default, low, high):
+    if type(value) is not int:
+        return default
+    return max(low, min(high, value))
+
+
+def _snapshot(request, progress):
+    timeout = request.get("timeout")
+    timeout = float(timeout) if type(timeout) in (int, float) and 0 < timeout <= 3600 else 60.0
+    top_types = _int(request.get("top_types"), 50, 1, 10000)
+    top_owners = _int(request.get("top_owners"), 50, 1, 10000)
+    walk = census.Census(
+        timeout=timeout,
+        progress=progress,
+        is_stdlib=_is_stdlib,
+        exclude=(request,),
+    )
+    walk.run()
+    heap = walk.result(top_types=top_types, top_owners=top_owners)
+    walk = None
+    progress("arena", 0)
+    allocators = arena.arena_stats()
+    progress("probes", 0)
+    found = probes.run_all()
+    return {
+        "heap": heap,
+        "arena": allocators,
+        "probes": found,
+        "python_version": "%d.%d.%d" % sys.version_info[:3],
+    }
+
+
+def _ping(request, progress):
+    return {"python_version": "%d.%d.%d" % sys.version_info[:3], "payload_version": PAYLOAD_VERSION}
+
+
+def _patch(request, progress):
+    return patches.handle(request)
+
+
+OPERATIONS = {"snapshot": _snapshot, "ping": _ping, "patch": _patch}
+
+
+def handle(request, progress=None):
+    """Run one request; always returns a JSON-able dict with ``ok``."""
+    progress = progress or (lambda phase, done: None)
+    if type(request) is not dict or request.get("op") not in OPERATIONS:
+        return {"ok": False, "error": "unknown request", "kind": "BadRequest"}
+    if not _busy.acquire(blocking=False):
+        return {"ok": False, "error": "another leakhound request is running in this process",
+                "kind": "Busy"}
+    started = time.perf_counter()
+    try:
+        out = OPERATIONS[request["op"]](request, progress)
+        out["ok"] = True
+        out["payload_seconds"] = time.perf_counter() - started
+        return out
+    except Exception as exc:  # remote errors travel back, they never print in the target
+        return {
+            "ok": False,
+            "error": "%s: %s" % (type(exc).__name__, exc),
+            "kind": type(exc).__name__,
+            "traceback": traceback.format_exc(limit=8),
+        }
+    finally:
+        _busy.release()
+
+
+def _write_json(path, doc):
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh)
+    os.rename(tmp, path)
+
+
+def _run_in_thread(directory, request, entered):
+    last = [0.0]
+
+    def progress(phase, done):
+        now = time.monotonic()
+        if now - last[0] < 0.2:
+            return
+        last[0] = now
+        try:
+            _write_json(os.path.join(directory, "progress.json"), {"phase": phase, "done": done})
+        except OSError:
+            pass
+
+    result = handle(request, progress)
+    result["main_thread_ms"] = entered
+    try:
+        _write_json(os.path.join(directory, "result.json"), result)
+    except OSError:
+        pass  # the CLI gave up and removed the directory; nothing to leave behind
+    finally:
+        if not request.get("keep_state"):
+            _forget()
+
+
+def _forget():
+    """Drop the payload modules unless something (an applied patch) still needs them."""
+    if __name__ != STATE_MODULE + ".runner" or patches.applied():
+        return
+    for name in [n for n in sys.modules if n == STATE_MODULE or n.startswith(STATE_MODULE + ".")]:
+        sys.modules.pop(name, None)
+
+
+def start_from_dir(directory, entered_at):
+    """Called by boot.py on the main thread at a safe point. Returns quickly."""
+    with open(os.path.join(directory, "request.json")) as fh:
+        request = json.load(fh)
+    worker = threading.Thread(
+        target=_run_in_thread,
+        args=(directory, request, 0.0),
+        name="leakhound-payload",
+        daemon=True,
+    )
+    worker.start()
+    entered = (time.perf_counter() - entered_at) * 1000.0
+    try:
+        _write_json(os.path.join(directory, "started.json"), {"main_thread_ms": entered})
+    except OSError:
+        pass

@@ -1,0 +1,75 @@
+"""The rich view of a snapshot: ledger, top owners, top types, findings."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TextIO
+
+from rich.table import Table
+
+from leakhound.analysis.ledger import ledger
+from leakhound.model import Finding, Snapshot
+from leakhound.render.console import console, human_bytes
+
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "skipped": "dim"}
+
+
+def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = None) -> None:
+    con = console(file)
+    when = datetime.fromtimestamp(snapshot.taken_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    p = snapshot.process
+    con.print(
+        f"[bold]pid {snapshot.pid}[/bold] {p.name}  Python {snapshot.python_version}  "
+        f"via {snapshot.method}  at {when}"
+    )
+    con.print(
+        f"RSS {human_bytes(p.rss_bytes)}  USS {human_bytes(p.uss_bytes)}  "
+        f"swap {human_bytes(p.swap_bytes)}  threads {p.num_threads}"
+    )
+    h = snapshot.heap
+    con.print(
+        f"census: {h.objects:,} objects in {h.census_seconds:.2f}s, "
+        f"longest pause {h.max_pause_ms:.0f} ms"
+    )
+    for warning in snapshot.warnings:
+        con.print(f"[yellow]warning:[/yellow] {warning}")
+
+    table = Table(title="memory ledger", title_justify="left", show_edge=False)
+    table.add_column("where RSS goes")
+    table.add_column("bytes", justify="right")
+    table.add_column("of RSS", justify="right")
+    table.add_column("note")
+    for row in ledger(snapshot):
+        table.add_row(row.name, human_bytes(row.bytes), f"{row.share:.0%}", row.note)
+    con.print(table)
+
+    owners = Table(title=f"top owners (of {len(snapshot.owners)})", title_justify="left", show_edge=False)
+    owners.add_column("#", justify="right")
+    owners.add_column("owner")
+    owners.add_column("type")
+    owners.add_column("items", justify="right")
+    owners.add_column("retained", justify="right")
+    for rank, owner in enumerate(snapshot.owners[:top], 1):
+        owners.add_row(str(rank), owner.path, owner.type, f"{owner.items:,}", human_bytes(owner.retained_bytes))
+    con.print(owners)
+
+    types = Table(title="top types", title_justify="left", show_edge=False)
+    types.add_column("type")
+    types.add_column("count", justify="right")
+    types.add_column("bytes", justify="right")
+    for stat in snapshot.types[:top]:
+        types.add_row(stat.type, f"{stat.count:,}", human_bytes(stat.bytes))
+    con.print(types)
+    render_findings(snapshot.findings, file=file)
+
+
+def render_findings(findings: tuple[Finding, ...], *, file: TextIO | None = None) -> None:
+    con = console(file)
+    if not findings:
+        con.print("findings: none")
+        return
+    con.print("[bold]findings[/bold]")
+    for f in findings:
+        style = _SEVERITY_STYLE.get(f.severity, "")
+        fix = f"  [bold]fix:[/bold] leakhound patch PID --fix {f.fix}" if f.fix else ""
+        con.print(f"  [{style}]{f.severity:8}[/{style}] {f.kind}: {f.summary}{fix}")

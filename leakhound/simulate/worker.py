@@ -1,0 +1,90 @@
+"""Entry point of the simulated env worker: ``python -m leakhound.simulate.worker``.
+
+A standard-library-only target process for leakhound: a verifiers-v1-shaped env worker whose
+memory behaves like the production workers that were OOM-killed (see ``--fixes``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import fixes
+from .env_worker import EnvWorker, WorkerConfig
+
+
+def parse_args(argv: Sequence[str] | None = None) -> WorkerConfig:
+    parser = argparse.ArgumentParser(
+        prog="python -m leakhound.simulate.worker",
+        description="Simulated verifiers env worker with the four known memory leaks.",
+    )
+    parser.add_argument("--concurrency", type=int, default=4, help="rollouts in flight")
+    parser.add_argument("--turns", type=int, default=45, help="model turns per rollout")
+    parser.add_argument(
+        "--rollouts", default="8", help="rollouts to run before going idle, or 'forever'"
+    )
+    parser.add_argument(
+        "--image-kb", type=int, default=96, help="base64 size of each screenshot, KiB"
+    )
+    parser.add_argument(
+        "--image-tokens", type=int, default=None, help="prompt tokens per screenshot"
+    )
+    parser.add_argument("--group-size", type=int, default=1, help="rollouts per group (>1: groups)")
+    parser.add_argument(
+        "--fixes",
+        default="none",
+        help="none | all | comma list of " + ",".join(fixes.KNOWN_FIXES),
+    )
+    parser.add_argument("--report-dir", type=Path, default=None, help="where <pid>.json goes")
+    parser.add_argument(
+        "--hold", type=float, default=60.0, help="seconds to stay idle after the last rollout"
+    )
+    parser.add_argument("--stats-interval", type=float, default=10.0, help="stats_loop period, s")
+    parser.add_argument("--model-latency-ms", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--worker-id", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        active = fixes.parse_fixes(args.fixes)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.rollouts.strip().lower() == "forever":
+        rollouts: int | None = None
+    else:
+        try:
+            rollouts = int(args.rollouts)
+        except ValueError:
+            parser.error("--rollouts must be an integer or 'forever'")
+    for name in ("concurrency", "turns", "image_kb", "group_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return WorkerConfig(
+        concurrency=args.concurrency,
+        turns=args.turns,
+        rollouts=rollouts,
+        image_kb=args.image_kb,
+        image_tokens=args.image_tokens,
+        group_size=args.group_size,
+        stats_interval=args.stats_interval,
+        hold=args.hold,
+        seed=args.seed,
+        report_dir=args.report_dir,
+        worker_id=args.worker_id,
+        model_latency_ms=args.model_latency_ms,
+        fixes=active,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_args(argv)
+    fixes.configure(config.fixes)
+    if config.report_dir is not None:
+        config.report_dir.mkdir(parents=True, exist_ok=True)
+    EnvWorker.run_worker(config, worker_id=config.worker_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
