@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ptrace_ok() -> None:
+    """Fail fast, with the reason, when this machine cannot ptrace (rather than N timeouts)."""
+    if shutil.which("gdb") is None:
+        pytest.fail("gdb is not installed (.ci/run installs it with apt)")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.2)
+        out = subprocess.run(
+            ["gdb", "-nx", "-batch", "--readnever", "-p", str(child.pid)],
+            capture_output=True, text=True, timeout=30,
+        )
+        if "Operation not permitted" in out.stdout + out.stderr:
+            pytest.fail("ptrace is blocked here (CAP_SYS_PTRACE / ptrace_scope); gdb tests cannot run")
+    finally:
+        child.kill()
+        child.wait()

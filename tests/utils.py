@@ -1,0 +1,88 @@
+"""Spawning real target programs for integration tests (always killed afterwards)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+@dataclass
+class Child:
+    proc: subprocess.Popen[bytes]
+    ready_file: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def report(self, *, refresh: bool = True, timeout: float = 10.0) -> dict[str, Any]:
+        """Ask the target for fresh ground truth (SIGUSR1) and read it."""
+        if refresh:
+            before = self.ready_file.stat().st_mtime_ns
+            os.kill(self.pid, signal.SIGUSR1)
+            deadline = time.monotonic() + timeout
+            while self.ready_file.stat().st_mtime_ns == before:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("target did not refresh its report")
+                time.sleep(0.02)
+        return json.loads(self.ready_file.read_text())
+
+    def signal_and_report(self, sig: int, timeout: float = 10.0) -> dict[str, Any]:
+        before = self.ready_file.stat().st_mtime_ns
+        os.kill(self.pid, sig)
+        deadline = time.monotonic() + timeout
+        while self.ready_file.stat().st_mtime_ns == before:
+            if time.monotonic() > deadline:
+                raise TimeoutError("target did not refresh its report")
+            time.sleep(0.02)
+        return json.loads(self.ready_file.read_text())
+
+
+@contextlib.contextmanager
+def spawn_target(
+    fixture: str,
+    tmp_path: Path,
+    *,
+    python: str | None = None,
+    env: dict[str, str] | None = None,
+    wait_for: Path | None = None,
+    timeout: float = 30.0,
+) -> Iterator[Child]:
+    ready = tmp_path / f"{fixture}.ready.json"
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("LEAKHOUND_READY_FILE", None)
+    proc = subprocess.Popen(
+        [python or sys.executable, str(FIXTURES / f"{fixture}.py"), str(ready)],
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready.exists() or (wait_for is not None and not wait_for.exists()):
+            if proc.poll() is not None:
+                raise RuntimeError(f"fixture {fixture} exited with {proc.returncode}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fixture {fixture} not ready after {timeout}s")
+            time.sleep(0.05)
+        yield Child(proc, ready)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def within(actual: float, expected: float, tolerance: float = 0.10) -> bool:
+    return abs(actual - expected) <= tolerance * abs(expected)
