@@ -39,8 +39,12 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print the exact debugger command and its output.")] = False,
-    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Print the exact debugger command and its output.")
+    ] = False,
+    version: Annotated[
+        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = None,
 ) -> None:
     _state["verbose"] = verbose
 

@@ -70,7 +70,10 @@ class MethodUnavailable(AttachFailed):
 
 class RemoteError(LeakhoundError):
     EXIT_CODE = 8
-    HELP_TEXT = "The payload failed inside the target; the target itself was left running. Run with -v for its traceback."
+    HELP_TEXT = (
+        "The payload failed inside the target; the target itself was left running. "
+        "Run with -v for its traceback."
+    )
 
 
 class TargetBusy(LeakhoundError):

@@ -63,7 +63,7 @@ def request(
                 raise AttachTimeout(f"no answer from the agent of process {pid} within {timeout:.0f}s")
             try:
                 chunk = sock.recv(1 << 16)
-            except socket.timeout:
+            except TimeoutError:
                 raise AttachTimeout(f"no answer from the agent of process {pid} within {timeout:.0f}s") from None
             if not chunk:
                 raise TargetExited(f"the agent of process {pid} closed the connection")

@@ -19,7 +19,7 @@ from typing import Any
 
 import leakhound.payload
 from leakhound.attach.process import alive
-from leakhound.errors import AttachTimeout, TargetExited, TargetBlocked
+from leakhound.errors import AttachTimeout, TargetBlocked, TargetExited
 
 Progress = Callable[[str, int], None]
 PAYLOAD_SOURCE = Path(leakhound.payload.__file__).parent
@@ -28,7 +28,11 @@ PAYLOAD_SOURCE = Path(leakhound.payload.__file__).parent
 class PrivateChannel:
     def __init__(self, *, uid: int) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="leakhound-"))
-        shutil.copytree(PAYLOAD_SOURCE, self.dir / "payload", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "agent.py"))
+        shutil.copytree(
+            PAYLOAD_SOURCE,
+            self.dir / "payload",
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "agent.py"),
+        )
         shutil.copy(PAYLOAD_SOURCE / "boot.py", self.dir / "boot.py")
         if os.geteuid() == 0 and uid != 0:
             # The target runs as another user: it must be able to read the payload, nobody else.

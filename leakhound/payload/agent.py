@@ -90,7 +90,7 @@ def _serve(server):
         _serve_one(conn)
 
 
-_started = []
+_started = []  # type: list
 
 
 def start():
@@ -119,7 +119,11 @@ def start():
     _started.append(path)
     import atexit  # noqa: PLC0415
 
-    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    def remove_socket():
+        if os.path.exists(path):
+            os.unlink(path)
+
+    atexit.register(remove_socket)
     return path
 
 

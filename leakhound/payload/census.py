@@ -18,6 +18,9 @@ import gc
 import sys
 import time
 
+if False:  # typing only; the payload imports nothing it does not need at run time
+    from typing import Any  # noqa: F401
+
 # Builtin containers whose length is read with the C slot, never a user ``__len__``.
 _SIZED = (dict, list, set, frozenset, tuple, bytes, bytearray, str)
 _SCALARS = (str, bytes, int, float, bool, complex, type(None))
@@ -102,7 +105,7 @@ def _items(obj):
     for tp in _SIZED:
         if isinstance(obj, tp):
             try:
-                return tp.__len__(obj)
+                return tp.__len__(obj)  # type: ignore[arg-type]
             except Exception:
                 return 0
     return 1
@@ -219,16 +222,14 @@ class Census(object):
         """Give ``obj`` its own owner ``path``; extend the path through instance attributes."""
         if id(obj) in self.claimed:
             return
-        attrs = None
+        attrs = []  # type: list
+        d = None
         if depth < _MAX_CHAIN and not isinstance(obj, _SCALARS + _SIZED + _FUNCTION_TYPES):
             d = _instance_dict(obj)
-            slots = _slot_values(obj)
-            if d is not None or slots:
-                attrs = []
-                if d is not None:
-                    attrs.extend((k, v) for k, v in list(d.items()) if type(k) is str)
-                attrs.extend(slots)
-        if attrs is None:
+            if d is not None:
+                attrs.extend((k, v) for k, v in list(d.items()) if type(k) is str)
+            attrs.extend(_slot_values(obj))
+        if d is None and not attrs:
             self._claim_tree(self._owner(path, obj), obj)
             return
         owner = self._owner(path, obj)
@@ -303,7 +304,7 @@ class Census(object):
 
         # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
         main = sys.modules.get("__main__")
-        names_of = {}
+        names_of = {}  # type: dict
         for name, module in list(sys.modules.items()):
             names_of.setdefault(id(module), name)
         module_dicts.sort(
@@ -336,9 +337,10 @@ class Census(object):
             names[thread.ident] = thread.name
         me = threading.get_ident()
         frames = []
-        for ident, frame in list(sys._current_frames().items()):
+        for ident, top in list(sys._current_frames().items()):
             if ident == me:
                 continue
+            frame = top  # type: Any
             while frame is not None:
                 frames.append((names.get(ident, str(ident)), frame))
                 claimed.add(id(frame))

@@ -55,7 +55,7 @@ def _snapshot(request, progress):
     )
     walk.run()
     heap = walk.result(top_types=top_types, top_owners=top_owners)
-    walk = None
+    del walk
     progress("arena", 0)
     allocators = arena.arena_stats()
     progress("probes", 0)

@@ -126,11 +126,12 @@ def test_cli_json_document(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["schema"] == "leakhound.snapshot/1"
-    for key in ("pid", "taken_at", "python_version", "method", "process", "heap", "arena", "types", "owners", "findings"):
-        assert key in doc
+    assert set(doc) >= {"pid", "taken_at", "python_version", "method", "process", "heap", "arena"}
+    assert set(doc) >= {"types", "owners", "findings"}
     assert set(doc["process"]) >= {"rss_bytes", "uss_bytes", "pss_bytes", "swap_bytes", "num_threads"}
     assert set(doc["heap"]) >= {"objects", "bytes", "census_seconds", "max_pause_ms"}
-    assert set(doc["arena"]) >= {"malloc_in_use_bytes", "malloc_free_bytes", "trimmable_bytes", "pymalloc_free_bytes"}
+    assert set(doc["arena"]) >= {"malloc_in_use_bytes", "malloc_free_bytes", "trimmable_bytes"}
+    assert "pymalloc_free_bytes" in doc["arena"]
     assert json.loads((tmp_path / "s.json").read_text())["pid"] == doc["pid"]
     bytes_ = [o["retained_bytes"] for o in doc["owners"]]
     assert bytes_ == sorted(bytes_, reverse=True)
