@@ -27,14 +27,17 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     pymalloc_free = arena.pymalloc_free_bytes
     malloc_free = arena.malloc_free_bytes
     trimmable = arena.trimmable_bytes
-    rest = rss - live - pymalloc_free - (malloc_free - 0)
+    rest = rss - live - pymalloc_free - malloc_free
     rows = [
         LedgerRow("live Python objects", live, live / rss),
-        LedgerRow("pymalloc free (held in arenas)", pymalloc_free, pymalloc_free / rss,
-                  "not returnable by malloc_trim"),
-        LedgerRow("glibc free", malloc_free, malloc_free / rss, f"{trimmable} trimmable"),
-        LedgerRow("  of which trimmable", trimmable, trimmable / rss, "malloc_trim(0) returns it"),
-        LedgerRow("other (interpreter, C, stacks)", rest, rest / rss,
-                  "negative: free glibc pages are already not resident" if rest < 0 else ""),
+        LedgerRow("pymalloc free", pymalloc_free, pymalloc_free / rss, "in arenas; trim cannot return it"),
+        LedgerRow("glibc free", malloc_free, malloc_free / rss, "freed, still held by malloc"),
+        LedgerRow("  of which trimmable", trimmable, trimmable / rss, "malloc_trim(0) would return it"),
+        LedgerRow(
+            "other",
+            rest,
+            rest / rss,
+            "free glibc pages already not resident" if rest < 0 else "interpreter, C, stacks",
+        ),
     ]
     return tuple(rows)

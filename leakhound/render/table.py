@@ -60,16 +60,24 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
     for stat in snapshot.types[:top]:
         types.add_row(stat.type, f"{stat.count:,}", human_bytes(stat.bytes))
     con.print(types)
-    render_findings(snapshot.findings, file=file)
+    render_findings(snapshot.findings, pid=snapshot.pid, file=file)
 
 
-def render_findings(findings: tuple[Finding, ...], *, file: TextIO | None = None) -> None:
+def render_findings(findings: tuple[Finding, ...], *, pid: int, file: TextIO | None = None) -> None:
     con = console(file)
     if not findings:
         con.print("findings: none")
         return
-    con.print("[bold]findings[/bold]")
+    grid = Table.grid(padding=(0, 1))
+    grid.title = "findings"
+    grid.title_justify = "left"
+    grid.add_column(no_wrap=True)
+    grid.add_column()
     for f in findings:
         style = _SEVERITY_STYLE.get(f.severity, "")
-        fix = f"  [bold]fix:[/bold] leakhound patch PID --fix {f.fix}" if f.fix else ""
-        con.print(f"  [{style}]{f.severity:8}[/{style}] {f.kind}: {f.summary}{fix}")
+        size = f"  {human_bytes(f.bytes)}" if f.bytes else ""
+        text = f"[bold]{f.kind}[/bold]{size}\n{f.summary}"
+        if f.fix:
+            text += f"\n[bold]fix:[/bold] leakhound patch {pid} --fix {f.fix}"
+        grid.add_row(f"[{style}]{f.severity.upper()}[/{style}]", text)
+    con.print(grid)

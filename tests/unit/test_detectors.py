@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from leakhound.analysis.detectors import arena_fragmentation, cyclic_garbage, run_detectors
+from leakhound.analysis.ledger import ledger
+from leakhound.model import ArenaStats, CyclicGarbage, TypeStat
+from tests.factories import MB, make_snapshot
+
+
+def test_trimmable_glibc_memory_is_critical_with_fix_trim() -> None:
+    (finding,) = arena_fragmentation.detect(make_snapshot())
+    assert finding.kind == "arena_fragmentation"
+    assert finding.severity == "critical"
+    assert finding.fix == "trim"
+    assert finding.bytes == 140 * MB
+    assert "140.0 MB" in finding.summary and "3.0x the live heap" in finding.summary
+
+
+def test_pymalloc_free_space_is_reported_without_a_trim_fix() -> None:
+    arena = ArenaStats(malloc_in_use_bytes=0, malloc_free_bytes=0, trimmable_bytes=0, pymalloc_free_bytes=90 * MB)
+    (finding,) = arena_fragmentation.detect(make_snapshot(arena=arena))
+    assert finding.severity == "info"
+    assert finding.fix == ""
+
+
+def test_no_fragmentation_finding_on_a_tight_heap() -> None:
+    arena = ArenaStats(malloc_in_use_bytes=0, malloc_free_bytes=MB, trimmable_bytes=MB, pymalloc_free_bytes=MB)
+    assert arena_fragmentation.detect(make_snapshot(arena=arena)) == []
+
+
+def test_missing_allocator_stats_is_a_skipped_finding() -> None:
+    arena = ArenaStats(0, 0, 0, 0, available=False, reason="no glibc")
+    (finding,) = arena_fragmentation.detect(make_snapshot(arena=arena))
+    assert finding.skipped
+    assert "no glibc" in finding.summary
+
+
+def test_cyclic_garbage_names_the_types() -> None:
+    garbage = CyclicGarbage(objects=6000, bytes=2 * MB, types=(TypeStat("app.Node", 4000, MB),))
+    (finding,) = cyclic_garbage.detect(make_snapshot(cyclic_garbage=garbage))
+    assert finding.severity == "warning"
+    assert finding.count == 6000
+    assert "app.Node x4000" in finding.summary
+
+
+def test_findings_are_ordered_by_severity_then_bytes() -> None:
+    garbage = CyclicGarbage(objects=10, bytes=100, types=())
+    kinds = [f.severity for f in run_detectors(make_snapshot(cyclic_garbage=garbage))]
+    assert kinds == sorted(kinds, key=["critical", "warning", "info", "skipped"].index)
+
+
+def test_ledger_rows_add_up_to_rss() -> None:
+    rows = {row.name: row.bytes for row in ledger(make_snapshot())}
+    total = sum(v for k, v in rows.items() if not k.startswith("  "))
+    assert total == 300 * MB
+    assert rows["live Python objects"] == 100 * MB

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from leakhound.analysis.detectors import run_detectors
+from leakhound.render import table
+from tests.factories import make_snapshot
+
+EXPECTED = """\
+pid 4242 python  Python 3.11.7  via gdb  at 2027-01-15 08:00:00 UTC
+RSS 300.0 MB  USS 290.0 MB  swap 0 B  threads 3
+census: 1,000,000 objects in 1.25s, longest pause 12 ms
+memory ledger
+ where RSS goes       ┃    bytes ┃ of RSS ┃ note
+━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━
+ live Python objects  │ 100.0 MB │    33% │
+ pymalloc free        │   5.0 MB │     2% │ in arenas; trim cannot return it
+ glibc free           │ 150.0 MB │    50% │ freed, still held by malloc
+   of which trimmable │ 140.0 MB │    47% │ malloc_trim(0) would return it
+ other                │  45.0 MB │    15% │ interpreter, C, stacks
+top owners (of 2)
+ # ┃ owner                                ┃ type ┃ items ┃ retained
+━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━╇━━━━━━━╇━━━━━━━━━━
+ 1 │ __main__.WORKER.runtime.trajectories │ dict │    48 │  60.0 MB
+ 2 │ __main__.CACHE                       │ dict │ 1,000 │  10.0 MB
+top types
+ type ┃   count ┃   bytes
+━━━━━━╇━━━━━━━━━╇━━━━━━━━━
+ str  │ 600,000 │ 70.0 MB
+ dict │  10,000 │ 20.0 MB
+findings
+CRITICAL arena_fragmentation  140.0 MB
+         glibc holds 140.0 MB of free pages (47% of RSS) that malloc_trim(0)
+         would return; RSS is 3.0x the live heap
+         fix: leakhound patch 4242 --fix trim
+"""
+
+
+def test_snapshot_view_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("NO_COLOR", "1")
+    snap = make_snapshot()
+    buf = io.StringIO()
+    table.render_snapshot(snap.with_findings(run_detectors(snap)), top=5, file=buf)
+    got = "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+    assert got == EXPECTED
+
+
+def test_no_color_means_no_escape_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    buf = io.StringIO()
+    table.render_snapshot(make_snapshot(), file=buf)
+    assert "\x1b[" not in buf.getvalue()
