@@ -78,7 +78,7 @@ class FakeModelClient:
         *,
         image_tokens: int,
         latency_s: float = 0.005,
-        reply_chars: tuple[int, int] = (1000, 2000),
+        reply_chars: tuple[int, int] = (400, 900),
         seed: int = 0,
     ) -> None:
         self.image_tokens = image_tokens

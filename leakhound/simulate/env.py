@@ -139,7 +139,7 @@ class Environment:
         try:
             states = list(
                 await asyncio.gather(
-                    *[self.harness.run(task, state) for task, state in zip(tasks, states)]
+                    *[self.harness.run(task, state) for task, state in zip(tasks, states, strict=True)]
                 )
             )
             try:

@@ -53,7 +53,7 @@ class WorkerConfig:
 
     @property
     def tokens_per_image(self) -> int:
-        return self.image_tokens if self.image_tokens is not None else self.image_kb * 4
+        return self.image_tokens if self.image_tokens is not None else self.image_kb
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)

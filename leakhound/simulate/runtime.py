@@ -258,7 +258,7 @@ class Runtime:
         await self.update_group(tasks, states)
         rewards = [float(state.get("reward") or 0.0) for state in states]
         mean = sum(rewards) / len(rewards) if rewards else 0.0
-        for state, reward in zip(states, rewards):
+        for state, reward in zip(states, rewards, strict=True):
             state["advantage"] = reward - mean
         return states
 

@@ -1,0 +1,244 @@
+"""Parent-side launcher for simulated env workers (standard library only).
+
+``start_fleet`` spawns ``python -m leakhound.simulate.worker`` subprocesses, each in its
+own process group, with a ``PYTHONPATH`` that makes ``leakhound.simulate`` importable
+without the rest of leakhound (a namespace-package shim holding only ``simulate``), so
+the target python needs nothing installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from . import fixes as fix_names
+from .report import read_report
+
+SIMULATE_DIR = Path(__file__).resolve().parent
+
+
+class FleetError(RuntimeError):
+    """A simulated worker died or did not become ready in time."""
+
+    HELP_TEXT = "See the worker logs (worker-<n>.log) in the report directory."
+
+
+class Fleet:
+    """Running simulated workers; use as a context manager so they are always killed."""
+
+    def __init__(
+        self,
+        processes: Sequence[subprocess.Popen[bytes]],
+        report_dir: Path,
+        ready_file: Path | None,
+        shim_dir: Path,
+        logs: Sequence[Path],
+    ) -> None:
+        self.processes = list(processes)
+        self.report_dir = report_dir
+        self.ready_file = ready_file
+        self.logs = list(logs)
+        self._shim_dir = shim_dir
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self.processes]
+
+    def report(self, pid: int) -> dict[str, Any] | None:
+        return read_report(self.report_dir / f"{pid}.json")
+
+    def reports(self) -> list[dict[str, Any]]:
+        """The latest report of every worker that has written one, in spawn order."""
+        found = (self.report(pid) for pid in self.pids)
+        return [report for report in found if report is not None]
+
+    def wait_ready(self, timeout: float = 120.0) -> list[dict[str, Any]]:
+        """Block until every worker has completed its first rollout; write the ready file."""
+        reports = self.wait_for(
+            lambda report: int(report.get("rollouts_completed", 0)) >= 1,
+            timeout=timeout,
+            what="complete a first rollout",
+        )
+        if self.ready_file is not None:
+            payload = {"pids": self.pids, "report_dir": str(self.report_dir)}
+            tmp = self.ready_file.with_name(self.ready_file.name + ".tmp")
+            tmp.write_text(json.dumps(payload), encoding="utf-8")
+            os.replace(tmp, self.ready_file)
+        return reports
+
+    def wait_idle(self, timeout: float = 300.0, stats_ticks: int = 0) -> list[dict[str, Any]]:
+        """Block until every worker is idle and has run ``stats_ticks`` stats ticks since."""
+        return self.wait_for(
+            lambda report: report.get("phase") in ("idle", "stopped")
+            and int(report.get("stats_ticks_since_idle", 0)) >= stats_ticks,
+            timeout=timeout,
+            what="go idle",
+        )
+
+    def wait_for(
+        self, predicate: Any, *, timeout: float, what: str, poll: float = 0.05
+    ) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            reports = {pid: self.report(pid) for pid in self.pids}
+            if all(r is not None and predicate(r) for r in reports.values()):
+                return [r for r in reports.values() if r is not None]
+            for process, log in zip(self.processes, self.logs, strict=True):
+                code = process.poll()
+                report = reports.get(process.pid)
+                if code is not None and not (report is not None and predicate(report)):
+                    raise FleetError(
+                        f"worker {process.pid} exited with code {code} before it could "
+                        f"{what}:\n{_tail(log)}"
+                    )
+            if time.monotonic() >= deadline:
+                raise FleetError(f"workers did not {what} within {timeout:.0f}s")
+            time.sleep(poll)
+
+    def stop(self, timeout: float = 10.0) -> list[int | None]:
+        """SIGTERM every worker, SIGKILL what is left after ``timeout``; always reaps."""
+        for process in self.processes:
+            _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            _reap(process, max(0.0, deadline - time.monotonic()))
+        self.kill()
+        return [process.returncode for process in self.processes]
+
+    def kill(self) -> None:
+        """SIGKILL every worker's process group and reap it."""
+        for process in self.processes:
+            if process.poll() is None:
+                _signal_group(process, signal.SIGKILL)
+        for process in self.processes:
+            _reap(process, 10.0)
+        shutil.rmtree(self._shim_dir, ignore_errors=True)
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.kill()
+
+
+def start_fleet(
+    *,
+    workers: int,
+    concurrency: int,
+    turns: int,
+    rollouts: int | None,
+    image_kb: int,
+    group_size: int,
+    fixes: str | Sequence[str],
+    hold: float,
+    report_dir: str | os.PathLike[str],
+    ready_file: str | os.PathLike[str] | None = None,
+    python: str = sys.executable,
+    stats_interval: float = 10.0,
+    seed: int = 0,
+    extra_args: Sequence[str] = (),
+) -> Fleet:
+    """Spawn ``workers`` simulated env workers; ``rollouts=None`` churns forever."""
+    directory = Path(report_dir).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    fix_spec = fixes if isinstance(fixes, str) else fix_names.format_fixes(fixes)
+    fix_names.parse_fixes(fix_spec)  # fail in the parent on a typo
+    shim_dir = make_import_shim()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        part for part in (str(shim_dir), env.get("PYTHONPATH", "")) if part
+    )
+    env["PYTHONUNBUFFERED"] = "1"
+    processes: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
+    try:
+        for index in range(workers):
+            argv = [
+                python,
+                "-m",
+                "leakhound.simulate.worker",
+                "--worker-id", str(index),
+                "--concurrency", str(concurrency),
+                "--turns", str(turns),
+                "--rollouts", "forever" if rollouts is None else str(rollouts),
+                "--image-kb", str(image_kb),
+                "--group-size", str(group_size),
+                "--fixes", fix_spec,
+                "--hold", str(hold),
+                "--stats-interval", str(stats_interval),
+                "--seed", str(seed + index),
+                "--report-dir", str(directory),
+                *extra_args,
+            ]  # fmt: skip
+            log = directory / f"worker-{index}.log"
+            with open(log, "wb") as log_handle:
+                processes.append(
+                    subprocess.Popen(
+                        argv,
+                        cwd=directory,  # keep a source checkout in the cwd off sys.path
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log_handle,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+            logs.append(log)
+    except BaseException:
+        Fleet(processes, directory, None, shim_dir, logs).kill()
+        raise
+    ready = Path(ready_file).resolve() if ready_file is not None else None
+    return Fleet(processes, directory, ready, shim_dir, logs)
+
+
+def make_import_shim() -> Path:
+    """A directory where ``leakhound`` is a namespace package holding only ``simulate``.
+
+    Importing ``leakhound.simulate`` through it never runs ``leakhound/__init__.py``, so the
+    worker starts in a python without leakhound's dependencies. If that python has
+    leakhound installed, the installed regular package takes precedence, which is fine.
+    """
+    shim = Path(tempfile.mkdtemp(prefix="leakhound-sim-path-"))
+    (shim / "leakhound").mkdir()
+    os.symlink(SIMULATE_DIR, shim / "leakhound" / "simulate", target_is_directory=True)
+    return shim
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        try:
+            process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+
+def _reap(process: subprocess.Popen[bytes], timeout: float) -> None:
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
