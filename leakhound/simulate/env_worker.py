@@ -136,7 +136,9 @@ class EnvWorker:
         self.lag_samples = 0
         self._report_dirty = False
         self._last_report_at = 0.0
+        self.peak_intercepts = 0
         self.peak_intercepts_delivered = 0
+        self._last_body_sample = 0.0
         self.peak_intercept_body_bytes = 0
 
     # -- requests ---------------------------------------------------------------------
@@ -250,6 +252,7 @@ class EnvWorker:
             if self.phase == "idle" and lag > self.idle_lag_max_s:
                 self.idle_lag_max_s = lag
                 self._report_dirty = True
+            self.sample_intercepts(full=loop.time() - self._last_body_sample >= 0.5)
             if self._report_dirty and time.monotonic() - self._last_report_at >= 0.2:
                 # Measured from the next tick on, so writing the report is not counted as lag.
                 self.write_report()
@@ -387,12 +390,31 @@ class EnvWorker:
         data["report_ms"] = round((time.perf_counter() - started) * 1000.0, 3)
         return data
 
+    def sample_intercepts(self, full: bool) -> None:
+        """Update the intercept high-water marks (unfixed, delivered entries only exist
+        while their rollout is in flight, so a report at rest would never show them).
+
+        Counting is cheap and runs every heartbeat; measuring body bytes runs when ``full``.
+        """
+        intercepts = self.env.harness.endpoint.server.intercepts
+        delivered = 0
+        for intercept in list(intercepts.values()):
+            future = intercept.get("response_future")
+            if future is not None and future.done():
+                delivered += 1
+        self.peak_intercepts = max(self.peak_intercepts, len(intercepts))
+        self.peak_intercepts_delivered = max(self.peak_intercepts_delivered, delivered)
+        if full:
+            self._last_body_sample = asyncio.get_running_loop().time()
+            body_bytes = report.intercept_stats(intercepts)["body_bytes"]
+            self.peak_intercept_body_bytes = max(self.peak_intercept_body_bytes, body_bytes)
+
     def intercept_report(self, intercepts: dict[str, dict[str, Any]]) -> dict[str, Any]:
         stats: dict[str, Any] = dict(report.intercept_stats(intercepts))
-        # High-water marks over every report written so far: unfixed, delivered entries
-        # only exist while their rollout is in flight.
+        self.peak_intercepts = max(self.peak_intercepts, stats["entries"])
         self.peak_intercepts_delivered = max(self.peak_intercepts_delivered, stats["delivered"])
         self.peak_intercept_body_bytes = max(self.peak_intercept_body_bytes, stats["body_bytes"])
+        stats["peak_entries"] = self.peak_intercepts
         stats["peak_delivered"] = self.peak_intercepts_delivered
         stats["peak_body_bytes"] = self.peak_intercept_body_bytes
         return stats

@@ -14,7 +14,8 @@ Report schema (``schema`` = 1)::
     trajectories{entries, finished_entries, inflight_entries, steps, bloated_steps,
                  redundant_bytes, sidecar_steps, sidecar_bytes, truncated_steps,
                  truncated_steps_with_raw_tokens, retained_bytes},
-    intercepts{entries, delivered, pending, body_bytes, base64_bytes},
+    intercepts{entries, delivered, pending, body_bytes, base64_bytes,
+               peak_entries, peak_delivered, peak_body_bytes},
     trim{count, last_at}, stats_ticks, stats_ticks_since_idle, idle_since,
     loop_lag{interval_ms, max_ms, idle_max_ms, samples}
 """
