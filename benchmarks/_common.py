@@ -1,0 +1,343 @@
+"""What the benchmark scripts share: spawning fixture targets, talking to their harness,
+reading the kernel's memory numbers, timing commands, and printing plain-text tables.
+
+Every child is started in its own session (process group) and killed as a group, in
+``finally`` blocks, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+VENV_BIN = ROOT / ".venv" / "bin"
+VENV_PYTHON = VENV_BIN / "python"
+LEAKHOUND = VENV_BIN / "leakhound"
+PY_SPY = VENV_BIN / "py-spy"
+# Peers live in their own venv, never in the project's dependencies.
+PEERS_VENV = Path(os.environ.get("LEAKHOUND_BENCH_PEERS_VENV",
+                                  Path.home() / ".cache" / "leakhound-bench" / "peers-venv"))
+PEER_PACKAGES = ("objgraph", "guppy3", "pympler", "memray")
+
+_children: list[subprocess.Popen[Any]] = []
+
+
+def kill_group(proc: subprocess.Popen[Any], grace: float = 3.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL whatever is left."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def kill_all_children() -> None:
+    while _children:
+        kill_group(_children.pop())
+
+
+def peers_site_packages() -> Path:
+    ver = "python%d.%d" % sys.version_info[:2]
+    return PEERS_VENV / "lib" / ver / "site-packages"
+
+
+def ensure_peers_venv() -> Path:
+    """The venv holding objgraph, guppy3, pympler and memray; created on first use."""
+    python = PEERS_VENV / "bin" / "python"
+    missing = [p for p in ("objgraph", "guppy", "pympler", "memray")
+               if not (peers_site_packages() / p).exists()]
+    if not python.exists() or missing:
+        print(f"# creating the peers venv at {PEERS_VENV} (pip install {' '.join(PEER_PACKAGES)})",
+              file=sys.stderr)
+        if not python.exists():
+            base = getattr(sys, "_base_executable", sys.executable)
+            subprocess.run([base, "-m", "venv", str(PEERS_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
+    return PEERS_VENV
+
+
+# -- /proc ---------------------------------------------------------------------------------
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM in bytes, from /proc/PID/status."""
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith(("VmHWM:", "VmRSS:")):
+                key, value = line.split(":", 1)
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def reset_peak(pid: int) -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0, clear_refs value 5)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class StopSampler:
+    """Samples the target main thread's scheduler state from outside, every ~0.5 ms, and
+    adds up the time it spends ptrace-stopped ('t') or stopped ('T')."""
+
+    def __init__(self, pid: int, period: float = 0.0005) -> None:
+        self.path = f"/proc/{pid}/task/{pid}/stat"
+        self.period = period
+        self.stopped_s = 0.0
+        self.longest_s = 0.0
+        self.samples = 0
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stop-sampler", daemon=True)
+
+    def _state(self) -> str:
+        try:
+            with open(self.path) as fh:
+                data = fh.read()
+        except OSError:
+            return "?"
+        return data[data.rindex(")") + 2]
+
+    def _run(self) -> None:
+        last = time.perf_counter()
+        stretch = 0.0
+        while not self._halt.is_set():
+            state = self._state()
+            now = time.perf_counter()
+            self.samples += 1
+            if state in "tT":
+                self.stopped_s += now - last
+                stretch += now - last
+                self.longest_s = max(self.longest_s, stretch)
+            else:
+                stretch = 0.0
+            last = now
+            time.sleep(self.period)
+
+    def __enter__(self) -> StopSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._halt.set()
+        self._thread.join()
+
+
+# -- fixture targets -------------------------------------------------------------------------
+
+
+class Target:
+    """A fixture process using fixtures/_target.py's harness (ready file + signals)."""
+
+    def __init__(self, fixture: str, *, env: dict[str, str] | None = None,
+                 python: Path = VENV_PYTHON, ready_timeout: float = 300.0) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="leakhound-bench-"))
+        self.ready = self.tmp / "ready.json"
+        full_env = {k: v for k, v in os.environ.items() if k != "LEAKHOUND_AGENT"}
+        full_env.update(env or {})
+        full_env["LEAKHOUND_READY_FILE"] = str(self.ready)
+        full_env["PYTHONUNBUFFERED"] = "1"
+        self.log = open(self.tmp / "target.log", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [str(python), str(FIXTURES / fixture)], env=full_env, stdin=subprocess.DEVNULL,
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        _children.append(self.proc)
+        self.pid = self.proc.pid
+        self.doc = self._wait_file(self.ready, ready_timeout)
+
+    def _wait_file(self, path: Path, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"target {self.pid} exited ({self.proc.returncode}): "
+                                   + (self.tmp / "target.log").read_text()[-2000:])
+            try:
+                return dict(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                time.sleep(0.01)
+        raise TimeoutError(f"no {path.name} from target {self.pid} within {timeout:.0f}s")
+
+    def report(self, sig: int = signal.SIGUSR1, timeout: float = 30.0) -> dict[str, Any]:
+        """Ask for a fresh report (SIGUSR1) and return it."""
+        self.ready.unlink(missing_ok=True)
+        os.kill(self.pid, sig)
+        self.doc = self._wait_file(self.ready, timeout)
+        return self.doc
+
+    def reset_lag(self) -> dict[str, Any]:
+        """bench_heap's SIGUSR2: worst loop lag back to 0, then a fresh report."""
+        return self.report(signal.SIGUSR2)
+
+    def lag_after(self, settle: float = 0.05) -> float:
+        """The worst loop lag since the last reset, read once the loop ticked again."""
+        time.sleep(settle)
+        return float(self.report()["max_lag_ms"])
+
+    def run_peer(self, timeout: float = 1800.0) -> dict[str, Any]:
+        """bench_heap's SIGHUP: run BENCH_PEER on the target's main thread."""
+        peer_file = Path(str(self.ready) + ".peer")
+        peer_file.unlink(missing_ok=True)
+        os.kill(self.pid, signal.SIGHUP)
+        return self._wait_file(peer_file, timeout)
+
+    def settle(self, seconds: float = 1.0) -> None:
+        """Let the allocator and the loop go quiet before a measurement starts."""
+        time.sleep(seconds)
+
+    def stop(self) -> None:
+        kill_group(self.proc)
+        if self.proc in _children:
+            _children.remove(self.proc)
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@contextmanager
+def target(fixture: str, **kwargs: Any) -> Iterator[Target]:
+    t = None
+    try:
+        t = Target(fixture, **kwargs)
+        yield t
+    finally:
+        if t is not None:
+            t.stop()
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def run_timed(argv: Sequence[str], *, timeout: float = 900.0,
+              env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Run a command in its own process group; returns (wall seconds, completed process)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("LEAKHOUND_AGENT", None)
+    started = time.perf_counter()
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, env=full_env,
+                            start_new_session=True)
+    _children.append(proc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        kill_group(proc, grace=1.0)
+        _children.remove(proc)
+    wall = time.perf_counter() - started
+    return wall, subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+
+
+def leakhound_inspect(pid: int, method: str, *, timeout: float = 900.0
+                      ) -> tuple[float, dict[str, Any] | None, str]:
+    """``leakhound inspect PID --method M --json``: (wall seconds, snapshot or None, error)."""
+    argv = [str(LEAKHOUND), "inspect", str(pid), "--method", method, "--json",
+            "--timeout", str(int(timeout))]
+    wall, proc = run_timed(argv, timeout=timeout + 30)
+    if proc.returncode != 0:
+        return wall, None, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    return wall, json.loads(proc.stdout), ""
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def mib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:,.1f} ms"
+
+
+def secs(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:,.2f} s"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:,.2f}x"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str = "") -> str:
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    out = [title] if title else []
+    out.append(line(cells[0]))
+    out.append("  ".join("-" * w for w in widths))
+    out.extend(line(r) for r in cells[1:])
+    return "\n".join(out)
+
+
+def machine() -> str:
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    mem = proc_meminfo_total()
+    return (f"{os.cpu_count()} cores ({cpu or 'unknown CPU'}), {mem / 2**30:.0f} GiB RAM, "
+            f"Python {sys.version.split()[0]}, Linux {os.uname().release}")
+
+
+def proc_meminfo_total() -> int:
+    with open("/proc/meminfo") as fh:
+        for ln in fh:
+            if ln.startswith("MemTotal:"):
+                return int(ln.split()[1]) * 1024
+    return 0
+
+
+def header(title: str, argv: Sequence[str]) -> None:
+    print(f"# {title}")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M %Z')} | {machine()}")
+    print(f"# command: .venv/bin/python {' '.join(argv)}")
+    print()
+
+
+def main_guard(main: Any) -> None:
+    """Run ``main()``; whatever happens, kill every child it started."""
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        kill_all_children()
+    sys.exit(code or 0)
