@@ -67,6 +67,13 @@ def _class_dict(klass):
     return type.__dict__["__dict__"].__get__(klass, type)
 
 
+def _short_type_name(tp):
+    try:
+        return type.__dict__["__qualname__"].__get__(tp, type)
+    except Exception:
+        return "?"
+
+
 def _instance_dict(obj):
     """The instance ``__dict__`` through the built-in descriptor only (no user code)."""
     tp = type(obj)
@@ -109,6 +116,64 @@ def _items(obj):
             except Exception:
                 return 0
     return 1
+
+
+def _natural(text):
+    head = text.rstrip("0123456789")
+    tail = text[len(head):]
+    return (head, int(tail) if tail else -1, text)
+
+
+def _task_coroutines():
+    """(label, task or None, coroutine) along every live asyncio task's await chain.
+
+    Reads the tasks' weak set through ``gc.get_referents`` (one C call, so the main thread
+    adding tasks meanwhile cannot break the iteration) and only C-level getters of tasks and
+    coroutines. The task itself goes with the outermost coroutine.
+    """
+    tasks_mod = sys.modules.get("asyncio.tasks")
+    if tasks_mod is None:
+        return []
+    registry = getattr(tasks_mod, "_scheduled_tasks", None) or getattr(tasks_mod, "_all_tasks", None)
+    data = getattr(registry, "data", None)
+    if data is None:
+        return []
+    tasks = []
+    for ref in gc.get_referents(data):
+        try:
+            task = ref()
+        except TypeError:
+            continue
+        if task is None:
+            continue
+        try:
+            name = task.get_name()
+            coro = task.get_coro()
+        except Exception:
+            continue
+        if type(name) is str:
+            tasks.append((_natural(name), name, task, coro))
+    # Task-1 (usually the main coroutine) first: ties between owners go to it, deterministically.
+    tasks.sort(key=lambda t: t[0])
+    out = []
+    for _key, name, task, coro in tasks:
+        depth = 0
+        owner_task = task
+        while coro is not None and depth < 32:
+            if type(coro).__name__ not in ("coroutine", "generator"):
+                break
+            code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            line = frame.f_lineno if frame is not None else 0
+            if code is not None:
+                label = "task:%s/%s (%s:%d)" % (
+                    name, code.co_name, code.co_filename.rsplit("/", 1)[-1], line or 0,
+                )
+                out.append((label, owner_task, coro))
+                owner_task = None
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            depth += 1
+    return out
 
 
 class _Owner(object):
@@ -287,11 +352,20 @@ class Census(object):
             if md is not None:
                 add_wall(md)
                 module_dicts.append((module, md))
+        # Classes come from the subclass tree, not gc.get_objects(): a worker that called
+        # gc.freeze() has its classes in the permanent generation, which get_objects skips.
         classes = []
-        for obj in objects:
-            if isinstance(obj, type) and id(obj) not in claimed:
-                add_wall(obj)
-                classes.append(obj)
+        pending = [object]
+        while pending:
+            cls = pending.pop()
+            if id(cls) in claimed:
+                continue
+            add_wall(cls)
+            classes.append(cls)
+            try:
+                pending.extend(type.__subclasses__(cls))
+            except TypeError:
+                continue
         class_dicts = []
         for cls in classes:
             for ref in gc.get_referents(cls):
@@ -329,7 +403,25 @@ class Census(object):
                 self._claim_named(base + "." + key, value, 1)
         for obj in walls:
             self._claim_tree(wall, obj, root_claimed=True)
-        # 5: thread stacks, each frame its own root.
+        # 5: asyncio tasks: what a suspended coroutine's frames hold (no thread stack shows it).
+        # A suspended coroutine's locals are visible through the coroutine object, not its
+        # frame (the frame object does not own its data).
+        task_coros = _task_coroutines()
+        for _label, task, coro in task_coros:
+            claimed.add(id(task))
+            claimed.add(id(coro))
+        for label, task, coro in task_coros:
+            owner = self._owner(label, coro)
+            if task is not None:
+                self._count(task, owner)
+            self._count(coro, owner)
+            for ref in gc.get_referents(coro):
+                if type(ref).__name__ in ("frame", "coroutine", "generator", "async_generator"):
+                    continue
+                self._claim_named(label + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+            if task is not None:
+                self._claim_tree(owner, task, root_claimed=True)
+        # 6: thread stacks, each frame its own root.
         import threading  # noqa: PLC0415 - imported lazily: the target may not use threads
 
         names = {}
@@ -358,9 +450,9 @@ class Census(object):
             for ref in gc.get_referents(frame):
                 if type(ref).__name__ == "frame":
                     continue
-                self._claim_named(path + ".<" + _type_name(type(ref)) + ">", ref, 2)
+                self._claim_named(path + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
         self.progress("unreached", self.total_objects)
-        # 6: what no named root reached: held from C, or cyclic garbage.
+        # 7: what no named root reached: held from C, or cyclic garbage.
         self._split_unreached(objects)
         self.seconds = time.perf_counter() - started
         del objects
