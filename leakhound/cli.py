@@ -95,6 +95,147 @@ def inspect(
         raise fail(exc) from None
 
 
+# -- watch, diff, stacks, export (issue 5) -------------------------------------------------------
+
+PidsArg = Annotated[
+    Optional[list[int]], typer.Argument(help="Process ids of Python workers.", min=1, show_default=False)
+]
+MatchOpt = Annotated[
+    Optional[str],
+    typer.Option("--match", help="Every Python process whose command line matches this regular expression."),
+]
+
+
+def _pids_or_match(pids: Optional[list[int]], match: Optional[str]) -> tuple[int, ...]:
+    if not pids and not match:
+        raise typer.BadParameter("give at least one PID or --match PATTERN", param_hint="PID")
+    if match is not None:
+        import re
+
+        try:
+            re.compile(match)
+        except re.error as exc:
+            raise typer.BadParameter(f"not a regular expression: {exc}", param_hint="--match") from None
+    return tuple(pids or ())
+
+
+def _method_ok(method: str) -> None:
+    from leakhound.attach import METHODS
+
+    if method not in METHODS:
+        raise typer.BadParameter(f"choose one of {', '.join(METHODS)}", param_hint="--method")
+
+
+@app.command()
+def watch(
+    pids: PidsArg = None,
+    match: MatchOpt = None,
+    interval: Annotated[float, typer.Option("--interval", "-i", min=0.1, help="Seconds between samples.")] = 10.0,
+    duration: Annotated[
+        Optional[float], typer.Option("--duration", "-d", min=0.0, help="Stop after this many seconds (or Ctrl-C).")
+    ] = None,
+    full_every: Annotated[
+        float,
+        typer.Option("--full-every", min=0.0, help="Seconds between full censuses (first and last are always full)."),
+    ] = 300.0,
+    attach_every: Annotated[
+        float,
+        typer.Option(
+            "--attach-every",
+            min=0.0,
+            help=(
+                "gdb/remote-exec: at most one in-target sample per this many seconds (each attach stops the "
+                "worker ~0.1-0.4 s; RSS is still read every interval). The agent is sampled every interval."
+            ),
+        ),
+    ] = 60.0,
+    method: MethodOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON line per sample, then a final report line (docs/watch.md).")
+    ] = False,
+    plot: Annotated[
+        Optional[Path], typer.Option("--plot", help="Also draw RSS vs live heap vs top owners over time (PNG).")
+    ] = None,
+) -> None:
+    """Watch workers over time: which owners keep growing (a leak), which grew and plateaued
+    (a bounded cache), which are big but static.
+
+    RSS is read from outside every interval; owner item counts and type counts are sampled in
+    the worker (cheaply with the agent, sparingly with gdb); a full census runs first, every
+    --full-every seconds, and last. Findings of kind `growth` name the owner and its rate.
+    """
+    from leakhound.commands import watch as command
+
+    _method_ok(method)
+    chosen = _pids_or_match(pids, match)
+    try:
+        command.run(pids=chosen, match=match, method=method, interval=interval, duration=duration,
+                    full_every=full_every, attach_every=attach_every, timeout=timeout,
+                    as_json=as_json, plot=plot, reporter=reporter(quiet=as_json and not _state["verbose"]))
+    except LeakhoundError as exc:
+        raise fail(exc) from None
+
+
+@app.command()
+def diff(
+    before: Annotated[Path, typer.Argument(help="The earlier snapshot (inspect --save or --json).")],
+    after: Annotated[Path, typer.Argument(help="The later snapshot.")],
+    top: Annotated[int, typer.Option("--top", "-n", min=1, max=1000, help="Rows per table.")] = 15,
+    as_json: JsonOpt = False,
+) -> None:
+    """What grew between two saved snapshots, and by how much, per owner and per type."""
+    from leakhound.commands import diff as command
+
+    try:
+        command.run(before=before, after=after, top=top, as_json=as_json)
+    except LeakhoundError as exc:
+        raise fail(exc) from None
+
+
+@app.command()
+def stacks(
+    pid: Annotated[int, typer.Argument(help="Process id of the Python worker.", min=1)],
+    timeout: TimeoutOpt = 20.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the worker's threads are doing right now (py-spy dump; nothing runs inside it)."""
+    from leakhound.commands import stacks as command
+
+    try:
+        command.run(pid=pid, timeout=timeout, as_json=as_json)
+    except LeakhoundError as exc:
+        raise fail(exc) from None
+
+
+@app.command()
+def export(
+    pids: PidsArg = None,
+    match: MatchOpt = None,
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve /metrics on.")] = "127.0.0.1:9464",
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow a non-loopback --listen address.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", "-i", min=1.0, help="Seconds between censuses of each worker.")
+    ] = 120.0,
+    method: MethodOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+) -> None:
+    """Serve Prometheus metrics for workers: RSS, live heap, trimmable bytes, top owners,
+    growth rates and finding sizes, labelled by pid and process name (docs/export.md).
+    """
+    from leakhound.commands import export as command
+
+    _method_ok(method)
+    chosen = _pids_or_match(pids, match)
+    try:
+        command.run(pids=chosen, match=match, method=method, listen=listen, allow_remote=allow_remote,
+                    interval=interval, timeout=timeout, reporter=reporter())
+    except LeakhoundError as exc:
+        raise fail(exc) from None
+
+
 def main() -> None:
     try:
         app()

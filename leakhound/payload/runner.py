@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 
-from . import arena, census, patches, probes
+from . import arena, census, patches, probes, sampling
 
 PAYLOAD_VERSION = "1"
 STATE_MODULE = "_leakhound_payload"  # the one place the payload keeps state in a target
@@ -76,7 +76,7 @@ def _patch(request, progress):
     return patches.handle(request)
 
 
-OPERATIONS = {"snapshot": _snapshot, "ping": _ping, "patch": _patch}
+OPERATIONS = {"snapshot": _snapshot, "ping": _ping, "patch": _patch, "sample": sampling.sample}
 
 
 def handle(request, progress=None):

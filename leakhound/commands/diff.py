@@ -1,0 +1,34 @@
+"""``leakhound diff``: what grew between two saved snapshots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from leakhound.analysis.diff import SnapshotDiff, diff_snapshots, diff_to_dict
+from leakhound.errors import SnapshotFileError
+from leakhound.model import SchemaError, Snapshot, snapshot_from_json
+from leakhound.render import json as json_render
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SnapshotFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SnapshotFileError(f"{path} is not a leakhound snapshot: not text") from None
+    try:
+        return snapshot_from_json(text)
+    except SchemaError as exc:
+        raise SnapshotFileError(f"{path} is not a leakhound snapshot: {exc}") from None
+
+
+def run(*, before: Path, after: Path, top: int, as_json: bool) -> SnapshotDiff:
+    diff = diff_snapshots(load_snapshot(before), load_snapshot(after))
+    if as_json:
+        json_render.render_document(diff_to_dict(diff))
+    else:
+        from leakhound.render.watch import render_diff
+
+        render_diff(diff, top=top)
+    return diff

@@ -1,0 +1,181 @@
+"""``leakhound export``: a Prometheus endpoint with each watched worker's memory numbers.
+
+A refresh loop takes a full snapshot of every process every ``interval`` seconds (the same
+never-harm census as ``inspect``); scrapes read the last snapshots plus RSS measured at scrape
+time, so a scrape never attaches to anything. ``--match`` re-discovers workers each round.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
+from leakhound.attach import choose_method
+from leakhound.attach.process import Target, resolve_target, rss_bytes
+from leakhound.capture import take_snapshot
+from leakhound.commands.common import Reporter
+from leakhound.commands.watch import match_processes
+from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
+from leakhound.model import Snapshot
+from leakhound.render.prometheus import ProcessView, SnapshotCollector
+
+GROWTH_WINDOW = 12  # censuses kept per process for the growth-rate metric
+
+
+class ListenError(LeakhoundError):
+    EXIT_CODE = 2
+    HELP_TEXT = "Pass --listen HOST:PORT with a free port (e.g. 127.0.0.1:9464)."
+
+
+@dataclass
+class _Exported:
+    target: Target
+    method: str
+    snapshot: Snapshot | None = None
+    history: deque[Sample] = field(default_factory=lambda: deque(maxlen=GROWTH_WINDOW))
+    errors: int = 0
+    up: bool = False
+    gone: bool = False
+
+
+def parse_listen(listen: str, *, allow_remote: bool) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ListenError(f"--listen {listen!r} is not HOST:PORT")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_remote:
+        raise ListenError(
+            f"refusing to listen on {host}: the metrics name processes and code paths",
+            hint="Listen on 127.0.0.1 (scrape through a sidecar), or pass --allow-remote.",
+        )
+    return host, int(port)
+
+
+class Exporter:
+    """The state behind the endpoint: processes, their last snapshots, a refresh loop."""
+
+    def __init__(self, *, pids: tuple[int, ...], match: str | None, method: str,
+                 interval: float, timeout: float, reporter: Reporter) -> None:
+        self.match = match
+        self.method = method
+        self.interval = interval
+        self.timeout = timeout
+        self.reporter = reporter
+        self.processes: dict[int, _Exported] = {}
+        self.lock = threading.Lock()
+        self.rounds = 0
+        for pid in pids:
+            target = resolve_target(pid)  # explicit pids must be valid: fail before serving
+            self.processes[pid] = _Exported(target, choose_method(target, method))
+        self._discover()
+        if not self.processes:
+            raise TargetNotFound(f"no Python process matches {match!r}" if match else "no process to export")
+
+    def _discover(self) -> None:
+        if self.match is None:
+            return
+        for pid in match_processes(self.match, exclude=frozenset(self.processes)):
+            try:
+                target = resolve_target(pid)
+                exported = _Exported(target, choose_method(target, self.method))
+            except LeakhoundError as exc:
+                self.reporter.log(f"skipping process {pid}: {exc}")
+                continue
+            with self.lock:
+                self.processes[pid] = exported
+
+    def refresh(self) -> None:
+        """One round: a census of every live process (sequential, so one stop at a time)."""
+        self._discover()
+        for exported in list(self.processes.values()):
+            if exported.gone:
+                continue
+            pid = exported.target.pid
+            try:
+                snap = take_snapshot(pid, method=exported.method, timeout=self.timeout, log=self.reporter.log)
+            except (TargetNotFound, TargetExited):
+                exported.gone = True
+                exported.up = False
+                continue
+            except LeakhoundError as exc:
+                exported.errors += 1
+                exported.up = False
+                self.reporter.note(f"leakhound: process {pid}: snapshot failed: {exc}")
+                continue
+            with self.lock:
+                exported.snapshot = snap
+                exported.history.append(sample_from_snapshot(snap))
+                exported.up = True
+        with self.lock:
+            # Forget processes that exited: their series end, as in any exporter.
+            for pid in [p for p, e in self.processes.items() if e.gone]:
+                del self.processes[pid]
+            self.rounds += 1
+
+    def views(self) -> list[ProcessView]:
+        with self.lock:
+            processes = list(self.processes.values())
+        views = []
+        for e in processes:
+            try:
+                rss: int | None = rss_bytes(e.target.pid)
+            except LeakhoundError:
+                rss = None
+            history = list(e.history)
+            views.append(
+                ProcessView(
+                    pid=e.target.pid, name=e.target.name, snapshot=e.snapshot,
+                    growth=analyse_growth(history) if len(history) >= 3 else None,
+                    rss_bytes=rss, up=e.up and rss is not None, errors=e.errors,
+                )
+            )
+        return views
+
+    def loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            self.refresh()
+            stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+
+def serve(exporter: Exporter, *, host: str, port: int, stop: threading.Event,
+          ready: threading.Event | None = None) -> int:
+    """Serve /metrics until ``stop`` is set; returns the bound port (useful with port 0)."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(exporter.views))
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    bound = int(server.server_address[1])
+    exporter.reporter.note(f"leakhound: serving metrics on http://{host}:{bound}/metrics")
+    if ready is not None:
+        ready.set()
+    try:
+        exporter.loop(stop)
+    finally:
+        server.shutdown()
+        server.server_close()
+    return bound
+
+
+def run(*, pids: tuple[int, ...], match: str | None, method: str, listen: str, allow_remote: bool,
+        interval: float, timeout: float, reporter: Reporter) -> None:
+    host, port = parse_listen(listen, allow_remote=allow_remote)
+    exporter = Exporter(pids=pids, match=match, method=method, interval=interval,
+                        timeout=timeout, reporter=reporter)
+    stop = threading.Event()
+    try:
+        serve(exporter, host=host, port=port, stop=stop)
+    except KeyboardInterrupt:
+        stop.set()

@@ -1,0 +1,305 @@
+"""``leakhound watch``: sample one or many workers over time and say which owners keep growing.
+
+Three kinds of sample, from cheapest to dearest:
+
+* RSS only, read with psutil from outside (the target never notices), every ``interval``;
+* a cheap in-target sample (item counts of the owners the last census named, gc-tracked type
+  counts): every ``interval`` with the agent, which needs no stop; at most every
+  ``attach_every`` seconds with gdb/remote-exec, because each debugger attach stops the
+  target for ~0.1-0.4 s;
+* a full census (``take_snapshot``): first, every ``full_every`` seconds, and last.
+
+``watch_processes`` is the loop; the analysis is ``leakhound.analysis.growth``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from leakhound.analysis.growth import (
+    GrowthReport,
+    Sample,
+    analyse_growth,
+    estimate_owners,
+    sample_from_snapshot,
+)
+from leakhound.attach import choose_method, run_request
+from leakhound.attach.base import AttachLog
+from leakhound.attach.process import Target, resolve_target, rss_bytes
+from leakhound.capture import take_snapshot
+from leakhound.commands.common import Reporter
+from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
+from leakhound.model import Snapshot, TypeStat
+
+# Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
+SAMPLED_OWNERS = 30
+SAMPLED_TYPES = 30
+_UNRESOLVABLE = ("<", "thread:")
+
+
+@dataclass
+class Watched:
+    """Per-process state of a watch (mutable; everything it hands out is frozen)."""
+
+    target: Target
+    method: str
+    samples: list[Sample] = field(default_factory=list)
+    last_full: Sample | None = None
+    last_snapshot: Snapshot | None = None
+    last_full_at: float = float("-inf")
+    last_attach_at: float = float("-inf")
+    gone: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    reports: tuple[GrowthReport, ...]
+    samples: tuple[Sample, ...]
+    snapshots: tuple[Snapshot, ...]  # the last full snapshot of each process
+    interrupted: bool = False
+
+
+def match_processes(pattern: str, *, exclude: frozenset[int] = frozenset()) -> list[int]:
+    """Pids of CPython processes whose command line matches ``pattern`` (a regular
+    expression), leaving out leakhound itself and its parents."""
+    regex = re.compile(pattern)
+    skip = set(exclude) | {os.getpid()}
+    try:
+        skip.update(p.pid for p in psutil.Process().parents())
+    except psutil.Error:
+        pass
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        pid = int(proc.info["pid"])
+        cmdline = " ".join(proc.info.get("cmdline") or ())
+        if pid in skip or not cmdline or not regex.search(cmdline):
+            continue
+        try:
+            resolve_target(pid)
+        except LeakhoundError:
+            continue  # not Python, gone, or not ours to read: not a worker we can watch
+        found.append(pid)
+    return sorted(found)
+
+
+def _full(w: Watched, *, top: int, timeout: float, log: AttachLog) -> Sample:
+    snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log)
+    w.last_snapshot = snapshot
+    sample = sample_from_snapshot(snapshot)
+    w.last_full = sample
+    return sample
+
+
+def _cheap(w: Watched, *, timeout: float, log: AttachLog) -> Sample:
+    assert w.last_full is not None
+    reference = w.last_full
+    paths = [o.path for o in reference.owners if not o.path.startswith(_UNRESOLVABLE)]
+    taken_at = time.time()
+    remote = run_request(
+        w.target.pid,
+        {"op": "sample", "paths": paths[:SAMPLED_OWNERS], "top_types": SAMPLED_TYPES},
+        method=w.method,
+        timeout=timeout,
+        log=log,
+        target=w.target,
+    )
+    rss = rss_bytes(w.target.pid)
+    result = remote.result
+    items = {str(k): int(v) for k, v in (result.get("items") or {}).items()}
+    types = result.get("types")
+    return Sample(
+        pid=w.target.pid,
+        taken_at=taken_at,
+        rss_bytes=rss,
+        owners=estimate_owners(reference, items),
+        types=tuple(TypeStat(**t) for t in types) if types else (),
+        name=w.target.name,
+        method=remote.method,
+        pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms,
+                           float(result.get("max_step_ms", 0.0))), 2),
+        types_scope="tracked" if types else "",
+    )
+
+
+def _rss_only(w: Watched) -> Sample:
+    return Sample(
+        pid=w.target.pid, taken_at=time.time(), rss_bytes=rss_bytes(w.target.pid),
+        name=w.target.name, method="rss",
+    )
+
+
+def _sample_one(
+    w: Watched, *, now: float, final: bool, full_every: float, attach_every: float,
+    top: int, timeout: float, log: AttachLog,
+) -> Sample:
+    stops_target = w.method != "agent"
+    if w.last_full is None or final or now - w.last_full_at >= full_every:
+        w.last_full_at = w.last_attach_at = now
+        return _full(w, top=top, timeout=timeout, log=log)
+    if not stops_target or now - w.last_attach_at >= attach_every:
+        w.last_attach_at = now
+        return _cheap(w, timeout=timeout, log=log)
+    return _rss_only(w)
+
+
+def _add(
+    pid: int, watched: dict[int, Watched], *, method: str, explicit: bool, reporter: Reporter
+) -> None:
+    try:
+        target = resolve_target(pid)
+        watched[pid] = Watched(target=target, method=choose_method(target, method))
+    except LeakhoundError as exc:
+        if explicit:
+            raise
+        reporter.log(f"skipping process {pid}: {exc}")
+
+
+def watch_processes(
+    *,
+    pids: tuple[int, ...] = (),
+    match: str | None = None,
+    method: str = "auto",
+    interval: float = 10.0,
+    duration: float | None = None,
+    full_every: float = 300.0,
+    attach_every: float = 60.0,
+    top: int = 50,
+    timeout: float = 60.0,
+    reporter: Reporter | None = None,
+    on_sample: Callable[[Sample], None] | None = None,
+    on_tick: Callable[[tuple[GrowthReport, ...]], None] | None = None,
+) -> WatchResult:
+    """Sample every process until ``duration`` has passed (or Ctrl-C) and analyse growth.
+
+    Errors on a process's first census propagate for pids given explicitly; later ones (a
+    busy target, a slow attach) become warnings of that process and the watch goes on.
+    """
+    reporter = reporter or Reporter(quiet=True)
+    watched: dict[int, Watched] = {}
+    for pid in pids:
+        _add(pid, watched, method=method, explicit=True, reporter=reporter)
+    explicit = set(pids)
+    if match is not None:
+        for pid in match_processes(match, exclude=frozenset(watched)):
+            _add(pid, watched, method=method, explicit=False, reporter=reporter)
+    if not watched:
+        raise TargetNotFound(f"no Python process matches {match!r}" if match else "no process to watch")
+    started = time.monotonic()
+    tick = 0
+    interrupted = False
+    try:
+        while True:
+            now = time.monotonic()
+            final = duration is not None and now - started >= duration - 1e-6
+            if match is not None and tick > 0:
+                for pid in match_processes(match, exclude=frozenset(watched)):
+                    _add(pid, watched, method=method, explicit=False, reporter=reporter)
+            for w in watched.values():
+                if w.gone:
+                    continue
+                pid = w.target.pid
+                try:
+                    sample = _sample_one(
+                        w, now=time.monotonic(), final=final, full_every=full_every,
+                        attach_every=attach_every, top=top, timeout=timeout, log=reporter.log,
+                    )
+                except (TargetNotFound, TargetExited) as exc:
+                    w.gone = True
+                    w.warnings.append(f"process {pid} exited during the watch: {exc}")
+                    continue
+                except LeakhoundError as exc:
+                    if not w.samples and pid in explicit:
+                        raise
+                    w.warnings.append(f"sample skipped: {exc}")
+                    reporter.log(f"process {pid}: sample skipped: {exc}")
+                    continue
+                w.samples.append(sample)
+                if on_sample is not None:
+                    on_sample(sample)
+            if on_tick is not None:
+                on_tick(_reports(watched))
+            if final or all(w.gone for w in watched.values()):
+                break
+            tick += 1
+            next_at = started + tick * interval
+            if duration is not None:
+                next_at = min(next_at, started + duration)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    except KeyboardInterrupt:
+        interrupted = True
+    return WatchResult(
+        reports=_reports(watched),
+        samples=tuple(s for w in watched.values() for s in w.samples),
+        snapshots=tuple(w.last_snapshot for w in watched.values() if w.last_snapshot is not None),
+        interrupted=interrupted,
+    )
+
+
+def _reports(watched: dict[int, Watched]) -> tuple[GrowthReport, ...]:
+    reports = []
+    for w in watched.values():
+        if not w.samples:
+            continue
+        report = analyse_growth(w.samples)
+        if w.warnings:
+            report = GrowthReport(**{**report.__dict__, "warnings": tuple(w.warnings)})
+        reports.append(report)
+    return tuple(reports)
+
+
+def run(
+    *,
+    pids: tuple[int, ...],
+    match: str | None,
+    method: str,
+    interval: float,
+    duration: float | None,
+    full_every: float,
+    attach_every: float,
+    timeout: float,
+    as_json: bool,
+    plot: Path | None,
+    reporter: Reporter,
+) -> WatchResult:
+    from leakhound.analysis.growth import sample_to_dict
+    from leakhound.render import json as json_render
+    from leakhound.render import watch as watch_render
+
+    view = None if as_json else watch_render.LiveView()
+
+    def on_sample(sample: Sample) -> None:
+        if as_json:
+            json_render.render_line({"event": "sample", **sample_to_dict(sample)})
+
+    def on_tick(reports: tuple[GrowthReport, ...]) -> None:
+        if view is not None:
+            view.update(reports)
+
+    try:
+        result = watch_processes(
+            pids=pids, match=match, method=method, interval=interval, duration=duration,
+            full_every=full_every, attach_every=attach_every, timeout=timeout,
+            reporter=reporter, on_sample=on_sample, on_tick=on_tick,
+        )
+    finally:
+        if view is not None:
+            view.close()
+    if plot is not None:
+        from leakhound.render.plot import plot_samples
+
+        plot_samples(result.samples, path=plot)
+        reporter.note(f"plot written to {plot}")
+    if as_json:
+        json_render.render_line(watch_render.report_document(result.reports, interrupted=result.interrupted))
+    else:
+        watch_render.render_reports(result.reports)
+    return result
+

@@ -1,0 +1,92 @@
+"""The cheap sample for ``leakhound watch``, run inside the target between full censuses.
+
+Standard library only. Given owner paths from the last full snapshot, it resolves each one
+(module global, class attribute or attribute chain) through built-in descriptors only and reads
+its item count with the C length slot, never user code. Optionally it counts gc-tracked objects
+by type: one ``gc.get_objects()`` call (a C list build) and a loop in this thread, which
+hands the GIL back to the main thread between bytecodes. No ``gc.collect()``, nothing kept.
+"""
+
+import gc
+import sys
+import time
+
+from . import census
+
+MAX_PATHS = 200
+MAX_TRACKED = 5000000  # above this the type count is skipped (it would allocate a big list)
+
+
+def _child(obj, name):
+    """``obj.name`` through the built-in ``__dict__`` descriptors only; raises KeyError."""
+    if isinstance(obj, type):
+        return census._class_dict(obj)[name]
+    d = census._instance_dict(obj)
+    if d is None:
+        for slot, value in census._slot_values(obj):
+            if slot == name:
+                return value
+        raise KeyError(name)
+    return d[name]
+
+
+def resolve(path, modules=None):
+    """The object an owner path names, or None. Module names may contain dots: the longest
+    prefix that is a loaded module wins."""
+    if type(path) is not str or path.startswith("<") or path.startswith("thread:"):
+        return None
+    modules = sys.modules if modules is None else modules
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        obj = module
+        try:
+            for name in parts[cut:]:
+                obj = _child(obj, name)
+        except (KeyError, TypeError):
+            return None
+        return obj
+    return None
+
+
+def _type_counts(top):
+    t0 = time.perf_counter()
+    objects = gc.get_objects()
+    took = time.perf_counter() - t0
+    if len(objects) > MAX_TRACKED:
+        return None, took
+    counts = {}  # type: dict[type, int]
+    get = counts.get
+    for obj in objects:
+        tp = type(obj)
+        counts[tp] = get(tp, 0) + 1
+    del objects
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+    return [{"type": census._type_name(tp), "count": n, "bytes": 0} for tp, n in ranked], took
+
+
+def sample(request, progress):
+    """``{"op": "sample", "paths": [...], "top_types": N}`` -> item counts and type counts."""
+    started = time.perf_counter()
+    paths = request.get("paths")
+    paths = [p for p in paths if type(p) is str][:MAX_PATHS] if type(paths) is list else []
+    items = {}
+    for path in paths:
+        obj = resolve(path)
+        if obj is not None:
+            items[path] = census._items(obj)
+        obj = None
+    top = request.get("top_types")
+    types, get_objects_ms = None, 0.0
+    if type(top) is int and top > 0:
+        progress("types", 0)
+        types, took = _type_counts(min(top, 1000))
+        get_objects_ms = took * 1000.0
+    return {
+        "items": items,
+        "types": types,
+        "max_step_ms": get_objects_ms,
+        "sample_seconds": time.perf_counter() - started,
+    }

@@ -1,0 +1,155 @@
+"""Views of a watch: the live table on stderr while it runs, the final report, its JSON."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from typing import Any, TextIO
+
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+
+from leakhound.analysis.diff import SnapshotDiff
+from leakhound.analysis.growth import GrowthReport, Trend, report_to_dict
+from leakhound.render.console import console, human_bytes
+from leakhound.render.table import render_findings
+
+WATCH_SCHEMA = "leakhound.watch/1"
+_VERDICT_STYLE = {"growing": "bold red", "plateaued": "yellow", "static": "green", "unknown": "dim"}
+
+
+def _rate(bytes_per_min: float) -> str:
+    return f"{'+' if bytes_per_min > 0 else ''}{human_bytes(bytes_per_min)}/min"
+
+
+def _verdict(verdict: str) -> str:
+    style = _VERDICT_STYLE.get(verdict, "")
+    return f"[{style}]{verdict}[/{style}]" if style else verdict
+
+
+def owners_table(report: GrowthReport, *, top: int = 8) -> Table:
+    heap = "" if report.heap is None else f"  heap {human_bytes(report.heap.last_bytes)}"
+    table = Table(
+        title=(
+            f"pid {report.pid} {report.name}: {_verdict(report.verdict)}  "
+            f"RSS {human_bytes(report.rss.last_bytes)} ({_rate(report.rss.bytes_per_min)})"
+            f"{heap}  {report.samples} samples over {report.seconds:.0f} s"
+        ),
+        title_justify="left",
+        show_edge=False,
+    )
+    table.add_column("owner")
+    table.add_column("type")
+    table.add_column("items", justify="right")
+    table.add_column("size", justify="right")
+    table.add_column("bytes/min", justify="right")
+    table.add_column("items/min", justify="right")
+    table.add_column("verdict")
+    rows: list[Trend] = [t for t in report.owners if t.name != "<modules and classes>"][:top]
+    for t in rows:
+        table.add_row(
+            t.name, t.type, f"{t.last_items:,}", human_bytes(t.last_bytes),
+            _rate(t.bytes_per_min), f"{t.items_per_min:+,.0f}", _verdict(t.verdict),
+        )
+    return table
+
+
+class LiveView:
+    """The table of every watched process, redrawn each tick on stderr when it is a
+    terminal; otherwise one plain line per process per tick (logs, CI)."""
+
+    def __init__(self, *, file: TextIO | None = None, top: int = 8) -> None:
+        self.file = file or sys.stderr
+        self.top = top
+        self._console = console(self.file)
+        self._live: Live | None = None
+        if self._console.is_terminal:
+            self._live = Live(console=self._console, refresh_per_second=4, transient=True)
+            self._live.start()
+
+    def update(self, reports: tuple[GrowthReport, ...]) -> None:
+        if self._live is not None:
+            self._live.update(Group(*(owners_table(r, top=self.top) for r in reports)))
+            return
+        for r in reports:
+            lead = next((t for t in r.owners if t.name != "<modules and classes>"), None)
+            owner = (
+                f" top owner {lead.name} {human_bytes(lead.last_bytes)} ({_rate(lead.bytes_per_min)}, {lead.verdict})"
+                if lead is not None
+                else ""
+            )
+            print(
+                f"leakhound: pid {r.pid} sample {r.samples}: RSS {human_bytes(r.rss.last_bytes)} "
+                f"({_rate(r.rss.bytes_per_min)}){owner}",
+                file=self.file,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+def render_reports(reports: tuple[GrowthReport, ...], *, top: int = 10, file: TextIO | None = None) -> None:
+    con = console(file)
+    if not reports:
+        con.print("no samples")
+        return
+    for report in reports:
+        con.print(owners_table(report, top=top))
+        growing_types = [t for t in report.types if t.verdict == "growing"][:5]
+        if growing_types:
+            con.print(
+                "  growing types: "
+                + ", ".join(f"{t.name} {t.items_per_min:+,.0f}/min" for t in growing_types)
+            )
+        for warning in report.warnings:
+            con.print(f"  [yellow]warning:[/yellow] {warning}")
+        render_findings(report.findings, pid=report.pid, file=file)
+
+
+def report_document(reports: tuple[GrowthReport, ...], *, interrupted: bool = False) -> dict[str, Any]:
+    """The final ``--json`` line of a watch (schema in docs/watch.md)."""
+    return {
+        "event": "report",
+        "schema": WATCH_SCHEMA,
+        "interrupted": interrupted,
+        "processes": [report_to_dict(r) for r in reports],
+        "findings": [asdict(f) for r in reports for f in r.findings],
+    }
+
+
+def render_diff(diff: SnapshotDiff, *, top: int = 15, file: TextIO | None = None) -> None:
+    """The rich view of ``leakhound diff`` (lives here with the other over-time views)."""
+    con = console(file)
+    con.print(
+        f"[bold]pid {diff.before_pid}"
+        + (f" -> {diff.after_pid}" if diff.after_pid != diff.before_pid else "")
+        + f"[/bold]  {diff.seconds:.0f} s apart"
+    )
+    for d in (diff.rss, diff.heap, diff.trimmable):
+        con.print(
+            f"{d.name:10} {human_bytes(d.before_bytes)} -> {human_bytes(d.after_bytes)}  "
+            f"({'+' if d.bytes >= 0 else ''}{human_bytes(d.bytes)}, {_rate(diff.per_minute(d.bytes))})"
+        )
+    for warning in diff.warnings:
+        con.print(f"[yellow]warning:[/yellow] {warning}")
+    for title, rows, count_label in (
+        ("owners that grew most", diff.owners, "items"),
+        ("types that grew most", diff.types, "objects"),
+    ):
+        table = Table(title=title, title_justify="left", show_edge=False)
+        table.add_column("owner" if count_label == "items" else "type")
+        table.add_column(f"Δ {count_label}", justify="right")
+        table.add_column("Δ bytes", justify="right")
+        table.add_column("now", justify="right")
+        table.add_column("per min", justify="right")
+        for d in [r for r in rows if r.bytes or r.count][:top]:
+            note = f" (only {d.only_in})" if d.only_in else ""
+            table.add_row(
+                f"{d.name}{note}", f"{d.count:+,}", f"{'+' if d.bytes >= 0 else ''}{human_bytes(d.bytes)}",
+                human_bytes(d.after_bytes), _rate(diff.per_minute(d.bytes)),
+            )
+        con.print(table)
