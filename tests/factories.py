@@ -30,6 +30,7 @@ def make_snapshot(**overrides: Any) -> Snapshot:
             Owner("__main__.CACHE", "dict", 1000, 10 * MB, 2001),
         ),
         "cyclic_garbage": CyclicGarbage(objects=0, bytes=0),
+        "probes": {"verifiers": {"skipped": "no verifiers v1 runtime in this process"}},
     }
     fields.update(overrides)
     return Snapshot(**fields)

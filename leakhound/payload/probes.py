@@ -1,9 +1,279 @@
-"""Known-shape probes: facts about recognised structures (e.g. the verifiers v1 runtime).
+"""Known-shape probes: facts about recognised structures, measured inside the target.
 
 Each probe returns a JSON-able dict, or ``{"skipped": reason}`` when the shape is absent.
-Detectors on the CLI side turn these facts into findings.
+Detectors on the CLI side (``leakhound/analysis/detectors``) turn the facts into findings.
+
+The ``verifiers`` probe recognises the v1 env-worker runtime of ``verifiers`` (0.1.14) and
+leakhound's own simulated worker, which mirrors its names:
+
+* runtimes: the module global ``_RUNTIME_REGISTRY`` (runtime_id -> Runtime, weak values) in
+  ``verifiers.v1.runtime`` / ``leakhound.simulate.runtime``. Workers call ``gc.freeze()``,
+  which hides these objects from ``gc.get_objects()``, so we never search for them there.
+* ``Runtime.trajectories``: trajectory_id -> the rollout's live trajectory list. An entry is
+  *in flight* when a live asyncio task's coroutine holds a rollout state (a dict with that
+  ``trajectory_id``, directly or in a list/tuple of states); every other entry belongs to a
+  rollout that has finished and is retained only by the registry.
+* ``InterceptionServer.intercepts`` (reached as ``runtime.harness.endpoint.server``):
+  request_id -> intercept dict holding the parsed request body. Delivered = its
+  ``response_future`` is done.
+* step bloat: a step's stored ``response`` still carrying ``message`` beyond the minimal
+  truncation sidecar (``{"is_truncated", "tokens": {"prompt_ids", "completion_ids"}}``).
+
+Only built-in descriptors, dict/list C methods and ``Future.done()`` are called; no user code.
 """
+
+import gc
+import sys
+
+RUNTIME_MODULES = ("verifiers.v1.runtime", "leakhound.simulate.runtime")
+BODY_FIELDS = ("messages", "prompt", "input", "system", "tools")
+SIDECAR_MESSAGE_KEYS = frozenset(("is_truncated", "tokens"))
+SIDECAR_TOKEN_KEYS = frozenset(("prompt_ids", "completion_ids"))
+_BASE64_MARK = ";base64,"
+
+
+def _attr(obj, name):
+    """Read an instance attribute from its ``__dict__`` only (no descriptors, no getattr)."""
+    tp = type(obj)
+    for klass in type.__dict__["__mro__"].__get__(tp, type):
+        descr = type.__dict__["__dict__"].__get__(klass, type).get("__dict__")
+        if descr is None:
+            continue
+        try:
+            d = descr.__get__(obj, tp)
+        except Exception:
+            return None
+        if type(d) is dict:
+            return dict.get(d, name)
+        return None
+    return None
+
+
+def _deep_size(root, seen, limit=5000000):
+    """sys.getsizeof over everything ``root`` reaches through containers, each id once.
+
+    ``seen`` is shared by the caller so that objects shared between measured parts count
+    once. Follows dict keys too (gc.get_referents skips str keys).
+    """
+    total = 0
+    stack = [root]
+    getsizeof = sys.getsizeof
+    steps = 0
+    while stack and steps < limit:
+        obj = stack.pop()
+        oid = id(obj)
+        if oid in seen:
+            continue
+        seen.add(oid)
+        total += getsizeof(obj, 0)
+        steps += 1
+        if isinstance(obj, dict):
+            stack.extend(dict.keys(obj))
+            stack.extend(dict.values(obj))
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+    return total
+
+
+def _base64_chars(root, limit=200000):
+    total = 0
+    stack = [root]
+    steps = 0
+    while stack and steps < limit:
+        obj = stack.pop()
+        steps += 1
+        if type(obj) is str:
+            at = obj.find(_BASE64_MARK)
+            if at >= 0:
+                total += len(obj) - at - len(_BASE64_MARK)
+        elif isinstance(obj, dict):
+            stack.extend(dict.values(obj))
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+    return total
+
+
+def _runtimes():
+    found = []
+    for modname in RUNTIME_MODULES:
+        module = sys.modules.get(modname)
+        if module is None:
+            continue
+        registry = _attr(module, "_RUNTIME_REGISTRY")
+        data = _attr(registry, "data") if registry is not None else None
+        if type(data) is not dict:
+            continue
+        for ref in gc.get_referents(data):
+            try:
+                runtime = ref()
+            except TypeError:
+                continue
+            if runtime is not None and type(_attr(runtime, "trajectories")) is dict:
+                found.append((modname, runtime))
+    return found
+
+
+def _live_trajectory_ids():
+    """trajectory_ids of rollout states that a live asyncio task's coroutines still hold."""
+    ids = set()  # type: set
+    tasks_mod = sys.modules.get("asyncio.tasks")
+    registry = getattr(tasks_mod, "_scheduled_tasks", None) or getattr(tasks_mod, "_all_tasks", None)
+    data = getattr(registry, "data", None)
+    if data is None:
+        return ids
+
+    def note_state(value):
+        if isinstance(value, dict) and dict.__contains__(value, "trajectory_id"):
+            tid = dict.get(value, "trajectory_id")
+            if tid is not None:
+                ids.add(str(tid))
+
+    for ref in gc.get_referents(data):
+        try:
+            task = ref()
+        except TypeError:
+            continue
+        if task is None:
+            continue
+        try:
+            coro = task.get_coro()
+        except Exception:
+            continue
+        depth = 0
+        while coro is not None and depth < 64 and type(coro).__name__ in ("coroutine", "generator"):
+            for local in gc.get_referents(coro):
+                note_state(local)
+                if isinstance(local, (list, tuple)) and len(local) < 10000:
+                    for item in local:
+                        note_state(item)
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            depth += 1
+    return ids
+
+
+def _step_bloat(step, seen):
+    """(is_bloated, redundant_bytes) for one trajectory step."""
+    if not isinstance(step, dict):
+        return False, 0
+    response = dict.get(step, "response")
+    if not isinstance(response, dict):
+        return False, 0
+    message = dict.get(response, "message")
+    if not isinstance(message, dict):
+        return False, 0
+    keys = set(dict.keys(message))
+    tokens = dict.get(message, "tokens")
+    token_keys = set(dict.keys(tokens)) if isinstance(tokens, dict) else set()
+    if keys <= SIDECAR_MESSAGE_KEYS and token_keys <= SIDECAR_TOKEN_KEYS:
+        return False, 0
+    return True, _deep_size(message, seen)
+
+
+def _has_message(step):
+    response = dict.get(step, "response") if isinstance(step, dict) else None
+    return isinstance(response, dict) and isinstance(dict.get(response, "message"), dict)
+
+
+def _servers(runtimes):
+    seen = set()
+    out = []
+    for _mod, runtime in runtimes:
+        harness = _attr(runtime, "harness")
+        endpoint = _attr(harness, "endpoint") if harness is not None else None
+        server = _attr(endpoint, "server") if endpoint is not None else None
+        if server is not None and id(server) not in seen and type(_attr(server, "intercepts")) is dict:
+            seen.add(id(server))
+            out.append(server)
+    return out
+
+
+def verifiers_probe():
+    runtimes = _runtimes()
+    if not runtimes:
+        return {"skipped": "no verifiers v1 runtime in this process (no live Runtime in _RUNTIME_REGISTRY)"}
+    live_ids = _live_trajectory_ids()
+    registry = {  # type: dict
+        "runtimes": len(runtimes),
+        "modules": sorted({m for m, _ in runtimes}),
+        "entries": 0,
+        "finished_entries": 0,
+        "inflight_entries": 0,
+        "retained_bytes": 0,
+        "finished_bytes": 0,
+        "finished_steps": 0,
+    }
+    steps = {"steps": 0, "bloated_steps": 0, "redundant_bytes": 0, "sidecar_steps": 0}
+    seen_lists = set()
+    size_seen = set()  # type: set
+    bloat_seen = set()  # type: set
+    for _mod, runtime in runtimes:
+        trajectories = _attr(runtime, "trajectories")
+        items = list(dict.items(trajectories))
+        registry["entries"] += len(items)
+        for tid, trajectory in items:
+            finished = str(tid) not in live_ids
+            if finished:
+                registry["finished_entries"] += 1
+            else:
+                registry["inflight_entries"] += 1
+            if id(trajectory) in seen_lists or not isinstance(trajectory, list):
+                continue  # judge states alias their parent's list
+            seen_lists.add(id(trajectory))
+            size = _deep_size(trajectory, size_seen)
+            registry["retained_bytes"] += size
+            step_list = list(trajectory)
+            if finished:
+                registry["finished_bytes"] += size
+                registry["finished_steps"] += len(step_list)
+            for step in step_list:
+                steps["steps"] += 1
+                bloated, redundant = _step_bloat(step, bloat_seen)
+                if bloated:
+                    steps["bloated_steps"] += 1
+                    steps["redundant_bytes"] += redundant
+                elif _has_message(step):
+                    steps["sidecar_steps"] += 1
+    intercepts = {"servers": 0, "entries": 0, "delivered": 0, "pending": 0, "body_bytes": 0,
+                  "delivered_body_bytes": 0, "base64_bytes": 0}
+    servers = _servers(runtimes)
+    intercepts["servers"] = len(servers)
+    body_seen = set()  # type: set
+    for server in servers:
+        entries = list(dict.values(_attr(server, "intercepts")))
+        for intercept in entries:
+            if not isinstance(intercept, dict):
+                continue
+            intercepts["entries"] += 1
+            future = dict.get(intercept, "response_future")
+            try:
+                delivered = bool(future is not None and future.done() and not future.cancelled())
+            except Exception:
+                delivered = False
+            body = 0
+            b64 = 0
+            for field in BODY_FIELDS:
+                value = dict.get(intercept, field)
+                if value is not None:
+                    body += _deep_size(value, body_seen)
+                    b64 += _base64_chars(value)
+            intercepts["body_bytes"] += body
+            intercepts["base64_bytes"] += b64
+            if delivered:
+                intercepts["delivered"] += 1
+                intercepts["delivered_body_bytes"] += body
+            else:
+                intercepts["pending"] += 1
+    return {"registry": registry, "steps": steps, "intercepts": intercepts}
+
+
+PROBES = {"verifiers": verifiers_probe}
 
 
 def run_all():
-    return {}
+    out = {}
+    for name, probe in PROBES.items():
+        try:
+            out[name] = probe()
+        except Exception as exc:  # a probe that cannot run is a result, not a failure
+            out[name] = {"skipped": "probe failed: %s: %s" % (type(exc).__name__, exc)}
+    return out

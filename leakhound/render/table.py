@@ -73,11 +73,20 @@ def render_findings(findings: tuple[Finding, ...], *, pid: int, file: TextIO | N
     grid.title_justify = "left"
     grid.add_column(no_wrap=True)
     grid.add_column()
+    not_checked: dict[str, list[str]] = {}
     for f in findings:
+        if f.skipped:
+            not_checked.setdefault(f.summary, []).append(f.kind)
+            continue
         style = _SEVERITY_STYLE.get(f.severity, "")
         size = f"  {human_bytes(f.bytes)}" if f.bytes else ""
         text = f"[bold]{f.kind}[/bold]{size}\n{f.summary}"
         if f.fix:
             text += f"\n[bold]fix:[/bold] leakhound patch {pid} --fix {f.fix}"
         grid.add_row(f"[{style}]{f.severity.upper()}[/{style}]", text)
-    con.print(grid)
+    if grid.row_count:
+        con.print(grid)
+    else:
+        con.print("findings: none")
+    for reason, kinds in not_checked.items():
+        con.print(f"[dim]not checked: {', '.join(kinds)} ({reason})[/dim]")

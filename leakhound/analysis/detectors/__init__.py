@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from leakhound.analysis.detectors import arena_fragmentation, cyclic_garbage
+from leakhound.analysis.detectors import (
+    arena_fragmentation,
+    cyclic_garbage,
+    intercept_bodies,
+    step_bloat,
+    trajectory_registry,
+)
 from leakhound.model import Finding, Snapshot
 
 DETECTORS: dict[str, Callable[[Snapshot], list[Finding]]] = {
     arena_fragmentation.KIND: arena_fragmentation.detect,
     cyclic_garbage.KIND: cyclic_garbage.detect,
+    trajectory_registry.KIND: trajectory_registry.detect,
+    intercept_bodies.KIND: intercept_bodies.detect,
+    step_bloat.KIND: step_bloat.detect,
 }
 
 _ORDER = {"critical": 0, "warning": 1, "info": 2, "skipped": 3}

@@ -1,0 +1,77 @@
+"""Snapshot diff on hand-built snapshots: exact deltas, ordering and the JSON document."""
+
+from __future__ import annotations
+
+from leakhound.analysis.diff import DIFF_SCHEMA, diff_snapshots, diff_to_dict
+from leakhound.model import (
+    ArenaStats,
+    CyclicGarbage,
+    HeapStats,
+    Owner,
+    ProcessStats,
+    Snapshot,
+    TypeStat,
+)
+
+
+def _snap(t: float, rss: int, owners: list[Owner], types: list[TypeStat], *, pid: int = 10) -> Snapshot:
+    return Snapshot(
+        pid=pid,
+        taken_at=t,
+        python_version="3.11.7",
+        method="gdb",
+        process=ProcessStats(rss_bytes=rss, uss_bytes=0, pss_bytes=0, swap_bytes=0, num_threads=1, name="w"),
+        heap=HeapStats(objects=sum(x.count for x in types), bytes=sum(x.bytes for x in types),
+                       census_seconds=0.1, max_pause_ms=1.0),
+        arena=ArenaStats(malloc_in_use_bytes=0, malloc_free_bytes=0, trimmable_bytes=100,
+                         pymalloc_free_bytes=0),
+        types=tuple(types),
+        owners=tuple(owners),
+        cyclic_garbage=CyclicGarbage(objects=0, bytes=0),
+    )
+
+
+BEFORE = _snap(
+    1000.0, 50_000_000,
+    [Owner("__main__.SESSIONS", "dict", 1000, 300_000), Owner("__main__.TABLE", "dict", 60_000, 17_000_000),
+     Owner("m.GONE", "list", 5, 4000)],
+    [TypeStat("str", 10_000, 1_000_000), TypeStat("dict", 100, 50_000)],
+)
+AFTER = _snap(
+    1120.0, 56_000_000,
+    [Owner("__main__.SESSIONS", "dict", 21_000, 6_300_000), Owner("__main__.TABLE", "dict", 60_000, 17_000_000),
+     Owner("m.NEW", "set", 3, 900)],
+    [TypeStat("str", 50_000, 5_000_000), TypeStat("dict", 100, 50_000), TypeStat("m.Node", 7, 700)],
+)
+
+
+def test_owners_sorted_by_growth_with_exact_deltas() -> None:
+    diff = diff_snapshots(BEFORE, AFTER)
+    assert diff.seconds == 120.0
+    assert [(d.name, d.bytes, d.count, d.only_in) for d in diff.owners] == [
+        ("__main__.SESSIONS", 6_000_000, 20_000, ""),
+        ("m.NEW", 900, 3, "after"),
+        ("__main__.TABLE", 0, 0, ""),
+        ("m.GONE", -4000, -5, "before"),
+    ]
+    assert diff.per_minute(diff.owners[0].bytes) == 3_000_000.0
+    assert (diff.rss.bytes, diff.heap.bytes, diff.trimmable.bytes) == (6_000_000, 4_000_700, 0)
+    assert [(d.name, d.count) for d in diff.types][:2] == [("str", 40_000), ("m.Node", 7)]
+    assert diff.warnings == ()
+
+
+def test_json_document() -> None:
+    doc = diff_to_dict(diff_snapshots(BEFORE, AFTER))
+    assert doc["schema"] == DIFF_SCHEMA
+    assert doc["owners"][0] == {
+        "name": "__main__.SESSIONS", "type": "dict", "before_bytes": 300_000, "after_bytes": 6_300_000,
+        "before_count": 1000, "after_count": 21_000, "only_in": "", "bytes": 6_000_000, "count": 20_000,
+        "bytes_per_min": 3_000_000.0,
+    }
+    assert doc["rss"]["bytes_per_min"] == 3_000_000.0
+
+
+def test_different_processes_and_reversed_order_warn() -> None:
+    other = _snap(900.0, 1, [], [], pid=11)
+    diff = diff_snapshots(BEFORE, other)
+    assert len(diff.warnings) == 2

@@ -1,0 +1,159 @@
+"""Growth analysis on hand-built series: exact rates, verdicts and findings."""
+
+from __future__ import annotations
+
+import pytest
+
+from leakhound.analysis.growth import (
+    GROWING,
+    PLATEAUED,
+    STATIC,
+    UNKNOWN,
+    OwnerSample,
+    Sample,
+    analyse_growth,
+    estimate_owners,
+    sample_from_dict,
+    sample_to_dict,
+    slope,
+    trend,
+)
+from leakhound.model import TypeStat
+
+T0 = 1_700_000_000.0
+
+
+def _sample(t: float, owners: dict[str, tuple[int, int]], *, rss: int = 50_000_000, full: bool = False) -> Sample:
+    return Sample(
+        pid=42,
+        taken_at=T0 + t,
+        rss_bytes=rss,
+        heap_bytes=sum(b for b, _ in owners.values()) if full else None,
+        owners=tuple(OwnerSample(path, "dict", items, size) for path, (size, items) in owners.items()),
+        full=full,
+        name="worker",
+    )
+
+
+def _series(fn, n: int = 12, step: float = 1.0) -> list[Sample]:  # noqa: ANN001
+    return [_sample(i * step, fn(i * step), full=i in (0, n - 1)) for i in range(n)]
+
+
+def test_slope_is_least_squares() -> None:
+    assert slope([(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]) == 2.0
+    assert slope([(0.0, 1.0), (1.0, 0.0), (2.0, 1.0)]) == 0.0
+    assert slope([(5.0, 1.0)]) == 0.0
+    assert slope([(5.0, 1.0), (5.0, 9.0)]) == 0.0
+
+
+def test_steady_leak_is_growing_with_its_exact_rate() -> None:
+    samples = _series(lambda t: {"__main__.SESSIONS": (int(300 * (1000 + 100 * t)), int(1000 + 100 * t)),
+                                 "__main__.TABLE": (20_000_000, 60_000)})
+    report = analyse_growth(samples)
+    leak = report.owners[0]
+    assert leak.name == "__main__.SESSIONS"
+    assert leak.verdict == GROWING
+    assert leak.items_per_min == pytest.approx(6000.0)
+    assert leak.bytes_per_min == pytest.approx(1_800_000.0)
+    assert leak.recent_items_per_min == pytest.approx(6000.0)
+    assert (leak.first_items, leak.last_items, leak.points, leak.seconds) == (1000, 2100, 12, 11.0)
+    assert {t.name: t.verdict for t in report.owners}["__main__.TABLE"] == STATIC
+    assert report.verdict == GROWING
+    assert report.full_samples == 2
+    (finding,) = report.findings
+    assert (finding.kind, finding.severity, finding.owner) == ("growth", "warning", "__main__.SESSIONS")
+    assert (finding.bytes, finding.count) == (630_000, 2100)
+    assert finding.details["bytes_per_min"] == 1_800_000.0
+    assert finding.details["items_per_min"] == 6000.0
+    assert finding.details["verdict"] == GROWING
+    assert finding.summary == (
+        "__main__.SESSIONS (dict) keeps growing: 1.72 MB/min, 6,000 items/min over 11 s "
+        "(now 0.60 MB, 2,100 items)"
+    )
+
+
+def test_bounded_cache_plateaus() -> None:
+    def cache(t: float) -> dict[str, tuple[int, int]]:
+        items = int(min(100 * t, 500))
+        return {"__main__.CACHE": (items * 400, items)}
+
+    report = analyse_growth(_series(cache, n=15))
+    (owner,) = report.owners
+    assert owner.verdict == PLATEAUED
+    assert owner.recent_items_per_min == 0.0
+    assert owner.last_items == 500
+    assert report.verdict == PLATEAUED
+    (finding,) = report.findings
+    assert (finding.severity, finding.owner) == ("info", "__main__.CACHE")
+    assert "plateaued" in finding.summary
+
+
+def test_large_static_table_and_churn_are_static() -> None:
+    def static(t: float) -> dict[str, tuple[int, int]]:
+        wobble = 200_000 if int(t) % 2 else 0  # request buffers come and go
+        return {"__main__.TABLE": (80_000_000, 500_000), "thread:requests/run (w.py:9)": (wobble, 1)}
+
+    report = analyse_growth(_series(static))
+    assert {t.verdict for t in report.owners} == {STATIC}
+    assert report.verdict == STATIC
+    assert report.findings == ()
+
+
+def test_small_growth_is_noise() -> None:
+    # +50 items and +50 KB over the window: under both floors.
+    report = analyse_growth(_series(lambda t: {"m.X": (1_000_000 + int(5000 * t), 1000 + int(5 * t))}, n=11))
+    assert report.owners[0].verdict == STATIC
+
+
+def test_too_few_samples_is_unknown() -> None:
+    report = analyse_growth([_sample(0, {"m.X": (1, 1)}), _sample(1, {"m.X": (10**9, 10**6)})])
+    assert report.owners[0].verdict == UNKNOWN
+    assert report.verdict == UNKNOWN
+    assert report.findings == ()
+
+
+def test_rss_growth_no_owner_explains_is_a_finding() -> None:
+    samples = [_sample(i, {"m.TABLE": (1_000_000, 100)}, rss=50_000_000 + i * 2_000_000) for i in range(10)]
+    report = analyse_growth(samples)
+    assert report.rss.verdict == GROWING
+    assert report.rss.bytes_per_min == pytest.approx(120_000_000.0)
+    (finding,) = report.findings
+    assert (finding.owner, finding.severity) == ("<rss>", "warning")
+    assert "no Python owner" in finding.summary
+
+
+def test_verdict_follows_items_when_bytes_are_flat() -> None:
+    points = [(float(t), 1_000_000, 100 + 50 * t) for t in range(10)]
+    assert trend("m.Q", "owner", points).verdict == GROWING
+
+
+def test_estimate_owners_scales_bytes_by_items() -> None:
+    full = _sample(0, {"m.A": (1000, 10), "m.B": (500, 0), "m.C": (7, 7)}, full=True)
+    estimated = estimate_owners(full, {"m.A": 25, "m.B": 3})
+    assert estimated == (
+        OwnerSample("m.A", "dict", 25, 2500, estimated=True),
+        OwnerSample("m.B", "dict", 3, 500, estimated=True),
+    )
+
+
+def test_type_trends_follow_one_scope() -> None:
+    samples = [
+        Sample(pid=1, taken_at=T0 + i, rss_bytes=1, types=(TypeStat("m.Node", 1000 + 500 * i, 0),),
+               types_scope="tracked")
+        for i in range(6)
+    ] + [Sample(pid=1, taken_at=T0 + 2.5, rss_bytes=1, types=(TypeStat("m.Node", 10, 10),), types_scope="all")]
+    report = analyse_growth(samples)
+    (node,) = report.types
+    assert node.points == 6
+    assert node.items_per_min == pytest.approx(30000.0)
+    assert node.verdict == GROWING
+
+
+def test_sample_round_trips_through_json_dict() -> None:
+    sample = _sample(3, {"m.A": (1000, 10)}, full=True)
+    assert sample_from_dict(sample_to_dict(sample)) == sample
+
+
+def test_samples_of_several_processes_are_refused() -> None:
+    with pytest.raises(ValueError, match="several processes"):
+        analyse_growth([_sample(0, {}), Sample(pid=7, taken_at=T0, rss_bytes=1)])
