@@ -139,6 +139,8 @@ class EnvWorker:
         self.peak_intercepts = 0
         self.peak_intercepts_delivered = 0
         self._last_body_sample = 0.0
+        #: Seconds the loop spent on this ground truth (reports, samples); not counted as lag.
+        self.bookkeeping_s = 0.0
         self.peak_intercept_body_bytes = 0
 
     # -- requests ---------------------------------------------------------------------
@@ -245,8 +247,11 @@ class EnvWorker:
         loop = asyncio.get_running_loop()
         while True:
             start = loop.time()
+            bookkeeping_at_start = self.bookkeeping_s
             await asyncio.sleep(interval)
-            lag = max(0.0, loop.time() - start - interval)
+            # Time spent computing this ground truth is not the target's lag.
+            own = self.bookkeeping_s - bookkeeping_at_start
+            lag = max(0.0, loop.time() - start - interval - own)
             self.lag_samples += 1
             self.lag_max_s = max(self.lag_max_s, lag)
             if self.phase == "idle" and lag > self.idle_lag_max_s:
@@ -254,7 +259,6 @@ class EnvWorker:
                 self._report_dirty = True
             self.sample_intercepts(full=loop.time() - self._last_body_sample >= 0.5)
             if self._report_dirty and time.monotonic() - self._last_report_at >= 0.2:
-                # Measured from the next tick on, so writing the report is not counted as lag.
                 self.write_report()
 
     async def serve(self, stop_event: asyncio.Event) -> None:
@@ -370,6 +374,7 @@ class EnvWorker:
             "last_error": self.last_error,
             "rss_bytes": report.rss_bytes(),
             "rss_peak_bytes": report.rss_peak_bytes(),
+            "python_allocated_blocks": sys.getallocatedblocks(),
             "trajectories": report.trajectory_stats(
                 runtime.trajectories, self.env.inflight_trajectory_ids
             ),
@@ -385,6 +390,7 @@ class EnvWorker:
                 "max_ms": round(self.lag_max_s * 1000.0, 3),
                 "idle_max_ms": round(self.idle_lag_max_s * 1000.0, 3),
                 "samples": self.lag_samples,
+                "bookkeeping_ms": round(self.bookkeeping_s * 1000.0, 3),
             },
         }
         data["report_ms"] = round((time.perf_counter() - started) * 1000.0, 3)
@@ -396,6 +402,7 @@ class EnvWorker:
 
         Counting is cheap and runs every heartbeat; measuring body bytes runs when ``full``.
         """
+        started = time.perf_counter()
         intercepts = self.env.harness.endpoint.server.intercepts
         delivered = 0
         for intercept in list(intercepts.values()):
@@ -408,6 +415,7 @@ class EnvWorker:
             self._last_body_sample = asyncio.get_running_loop().time()
             body_bytes = report.intercept_stats(intercepts)["body_bytes"]
             self.peak_intercept_body_bytes = max(self.peak_intercept_body_bytes, body_bytes)
+        self.bookkeeping_s += time.perf_counter() - started
 
     def intercept_report(self, intercepts: dict[str, dict[str, Any]]) -> dict[str, Any]:
         stats: dict[str, Any] = dict(report.intercept_stats(intercepts))
@@ -424,7 +432,9 @@ class EnvWorker:
         self._last_report_at = time.monotonic()
         if self.config.report_dir is None:
             return
+        started = time.perf_counter()
         report.write_report(self.config.report_dir, self.build_report())
+        self.bookkeeping_s += time.perf_counter() - started
 
 
 def rollout_output(state: State) -> dict[str, Any]:

@@ -10,14 +10,17 @@ Report schema (``schema`` = 1)::
     uptime_s, report_ms, config{...}, fixes[...], runtime_id, paths{...},
     rollouts_started, rollouts_completed, rollouts_failed, rollouts_inflight,
     requests_completed, groups_completed, group_stage_errors, last_error,
-    rss_bytes, rss_peak_bytes,
+    rss_bytes, rss_peak_bytes (VmHWM), python_allocated_blocks (sys.getallocatedblocks()),
     trajectories{entries, finished_entries, inflight_entries, steps, bloated_steps,
                  redundant_bytes, sidecar_steps, sidecar_bytes, truncated_steps,
                  truncated_steps_with_raw_tokens, retained_bytes},
     intercepts{entries, delivered, pending, body_bytes, base64_bytes,
                peak_entries, peak_delivered, peak_body_bytes},
     trim{count, last_at}, stats_ticks, stats_ticks_since_idle, idle_since,
-    loop_lag{interval_ms, max_ms, idle_max_ms, samples}
+    loop_lag{interval_ms, max_ms, idle_max_ms, samples, bookkeeping_ms}
+
+``loop_lag`` comes from a 20 ms heartbeat task: how late each tick woke, minus the time the
+worker spent computing these reports meanwhile; ``idle_max_ms`` covers the idle phase only.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ whatever happens. Small settings (few turns, small screenshots) keep each case t
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -156,6 +158,20 @@ def test_sigterm_stops_a_forever_worker_cleanly(tmp_path: Path) -> None:
     assert code == 0
     assert report["phase"] == "stopped"
     assert report["config"]["rollouts"] is None
+
+
+def test_idle_heartbeat_records_an_outside_pause(tmp_path: Path) -> None:
+    with small_fleet(tmp_path, fixes="none", stats_interval=30.0) as fleet:
+        [before] = fleet.wait_idle(timeout=60)
+        [pid] = fleet.pids
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.4)
+        os.kill(pid, signal.SIGCONT)
+        [after] = fleet.wait_for(
+            lambda report: report["loop_lag"]["idle_max_ms"] >= 300.0, timeout=10, what="see it"
+        )
+    assert before["loop_lag"]["idle_max_ms"] < 300.0
+    assert after["loop_lag"]["idle_max_ms"] < 5000.0
 
 
 def test_worker_imports_nothing_outside_the_simulation(tmp_path: Path) -> None:
