@@ -69,8 +69,8 @@ def peers_site_packages() -> Path:
 def ensure_peers_venv() -> Path:
     """The venv holding objgraph, guppy3, pympler and memray; created on first use."""
     python = PEERS_VENV / "bin" / "python"
-    missing = [p for p in ("objgraph", "guppy", "pympler", "memray")
-               if not (peers_site_packages() / p).exists()]
+    site = peers_site_packages()
+    missing = [p for p in ("objgraph.py", "guppy", "pympler", "memray") if not (site / p).exists()]
     if not python.exists() or missing:
         print(f"# creating the peers venv at {PEERS_VENV} (pip install {' '.join(PEER_PACKAGES)})",
               file=sys.stderr)
