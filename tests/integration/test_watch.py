@@ -1,0 +1,123 @@
+"""watch against real targets: a steady leak, a bounded cache that plateaus, a static table.
+
+Rates are checked against the growth the leaking target measures about itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from leakhound.cli import app
+from leakhound.commands.watch import watch_processes
+from leakhound.payload.agent import socket_path
+from tests.utils import Child, spawn_target, within
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
+
+
+def _wait_agent(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while not os.path.exists(socket_path(pid)):
+        assert time.monotonic() < deadline, "agent socket never appeared"
+        time.sleep(0.05)
+
+
+def _rate_per_min(a: dict, b: dict, key: str) -> float:  # type: ignore[type-arg]
+    return (b[key] - a[key]) * 60.0 / (b["at"] - a["at"])
+
+
+def test_watch_calls_only_the_leak_a_leak(tmp_path: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        children: dict[str, Child] = {
+            name: stack.enter_context(spawn_target(name, tmp_path, env={"LEAKHOUND_AGENT": "1"}))
+            for name in ("steady_leak", "bounded_cache", "static_table")
+        }
+        for child in children.values():
+            _wait_agent(child.pid)
+        before = children["steady_leak"].report()["truth"]
+        result = watch_processes(
+            pids=tuple(c.pid for c in children.values()), method="agent",
+            interval=0.4, duration=7.0, full_every=3.5,
+        )
+        after = children["steady_leak"].report()["truth"]
+        cache = children["bounded_cache"].report()["truth"]
+        table = children["static_table"].report()["truth"]
+    reports = {r.pid: r for r in result.reports}
+    leak = reports[children["steady_leak"].pid]
+    bounded = reports[children["bounded_cache"].pid]
+    static = reports[children["static_table"].pid]
+
+    assert [r.verdict for r in (leak, bounded, static)] == ["growing", "plateaued", "static"]
+    warnings = [f for r in result.reports for f in r.findings if f.severity == "warning"]
+    assert [(f.kind, f.owner) for f in warnings] == [("growth", "__main__.SESSIONS")]
+    assert warnings[0].details["pid"] == leak.pid
+
+    sessions = next(t for t in leak.owners if t.name == "__main__.SESSIONS")
+    assert sessions.verdict == "growing"
+    true_items = _rate_per_min(before, after, "sessions_items")
+    true_bytes = _rate_per_min(before, after, "sessions_bytes")
+    assert within(sessions.items_per_min, true_items, 0.10), (sessions.items_per_min, true_items)
+    assert within(sessions.bytes_per_min, true_bytes, 0.20), (sessions.bytes_per_min, true_bytes)
+
+    cached = next(t for t in bounded.owners if t.name == "__main__.CACHE")
+    assert cache["filled_at"] is not None
+    assert cached.verdict == "plateaued"
+    assert cached.last_items == cache["max_items"]
+    assert within(cached.last_bytes, cache["cache_bytes"], 0.10)
+
+    tabled = next(t for t in static.owners if t.name == "__main__.TABLE")
+    assert tabled.verdict == "static"
+    assert tabled.last_items == table["table_items"]
+    assert within(tabled.last_bytes, table["table_bytes"], 0.10)
+    assert static.findings == ()
+    # Cheap samples between the censuses: items are measured, not only guessed.
+    assert leak.samples >= 12 and leak.full_samples <= 4
+
+
+def test_cli_match_gdb_json_lines_and_plot(tmp_path: Path) -> None:
+    plot = tmp_path / "watch.png"
+    with spawn_target("steady_leak", tmp_path) as child:
+        # The ready-file path is in the target's command line and unique to this test.
+        result = CliRunner().invoke(
+            app,
+            ["watch", "--match", str(tmp_path), "--method", "gdb", "-i", "0.5", "-d", "4",
+             "--attach-every", "1", "--full-every", "100", "--json", "--plot", str(plot)],
+        )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    samples, report = lines[:-1], lines[-1]
+    assert {s["pid"] for s in samples} == {child.pid}
+    assert all(s["event"] == "sample" for s in samples)
+    assert len(samples) >= 8
+    # gdb stops the target: in-target samples are rationed, RSS is read every interval.
+    attached = [s for s in samples if s["method"] != "rss"]
+    assert 3 <= len(attached) <= 6, [s["method"] for s in samples]
+    assert samples[0]["full"] and samples[-1]["full"]
+    assert report["event"] == "report" and report["schema"] == "leakhound.watch/1"
+    (proc,) = report["processes"]
+    assert proc["verdict"] == "growing"
+    assert [(f["kind"], f["owner"]) for f in report["findings"]] == [("growth", "__main__.SESSIONS")]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    image = matplotlib.image.imread(str(plot))
+    assert image.shape[0] > 300 and image.shape[1] > 600
+
+
+def test_watch_without_targets_is_a_usage_error() -> None:
+    result = CliRunner().invoke(app, ["watch"])
+    assert result.exit_code == 2
+
+
+def test_match_nothing_is_a_clear_error() -> None:
+    result = CliRunner().invoke(app, ["watch", "--match", "no-such-worker-zzz", "-d", "1"])
+    assert result.exit_code == 3
+    assert "no Python process matches" in result.output
+    assert "Traceback" not in result.output
