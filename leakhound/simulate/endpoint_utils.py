@@ -13,7 +13,6 @@ import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
-from . import fixes
 from .interception_utils import InterceptionServer, deliver_response
 from .runtime import Runtime, State, Task
 from .types import Message, Messages
@@ -173,8 +172,6 @@ async def forward_request(
         raise
     finally:
         deliver_response(request, response, error)
-        if fixes.enabled(fixes.INTERCEPTS):
-            endpoint.server.discard_intercept(request_id)
 
 
 def normalize_endpoint_prompt(request: Mapping[str, object]) -> Messages:

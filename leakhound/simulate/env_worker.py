@@ -11,8 +11,6 @@ held by the ``run_worker`` frame; the long-lived Runtime is
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import gc
 import json
 import os
@@ -79,30 +77,6 @@ def load_environment() -> Environment:
     return Environment(Harness(program=browser_agent))
 
 
-def malloc_trim() -> bool:
-    """Return freed glibc arena pages to the OS (``malloc_trim(0)``); False without glibc."""
-    libc = _libc()
-    if libc is None:
-        return False
-    # ctypes releases the GIL for the call, so other threads keep running meanwhile.
-    libc.malloc_trim(0)
-    return True
-
-
-_LIBC: Any = None
-
-
-def _libc() -> Any:
-    global _LIBC
-    if _LIBC is None:
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            libc.malloc_trim.argtypes = [ctypes.c_size_t]
-            libc.malloc_trim.restype = ctypes.c_int
-            _LIBC = libc
-        except (OSError, AttributeError):
-            _LIBC = False
-    return _LIBC or None
 
 
 class EnvWorker:
@@ -129,8 +103,6 @@ class EnvWorker:
         self.last_error: str | None = None
         self.stats_ticks = 0
         self.stats_ticks_at_idle = 0
-        self.trim_count = 0
-        self.last_trim_at: float | None = None
         self.lag_max_s = 0.0
         self.idle_lag_max_s = 0.0
         self.lag_samples = 0
@@ -230,15 +202,9 @@ class EnvWorker:
     # -- loops ------------------------------------------------------------------------
 
     async def stats_loop(self, interval: float = 10.0) -> None:
-        """Periodic worker stats; with the trim fix, also hand freed pages back to the OS."""
+        """Periodic worker stats (upstream pushes them to the router)."""
         while True:
             await asyncio.sleep(interval)
-            if fixes.enabled(fixes.TRIM):
-                # Deliberately not gc.collect(): full collections on fat heaps are what
-                # stalled worker heartbeats in production.
-                if malloc_trim():
-                    self.trim_count += 1
-                    self.last_trim_at = time.time()
             self.stats_ticks += 1
             self.write_report()
 
@@ -328,6 +294,9 @@ class EnvWorker:
         stop_event = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop_event.set)
+        # The fixes are leakhound's own live patches, applied in-process once the loop runs,
+        # so a "fixed" worker measures exactly what `leakhound patch` does to a live one.
+        fixes.apply_live_fixes(trim_interval=self.config.stats_interval)
         try:
             await self.serve(stop_event=stop_event)
         finally:
@@ -379,7 +348,7 @@ class EnvWorker:
                 runtime.trajectories, self.env.inflight_trajectory_ids
             ),
             "intercepts": self.intercept_report(server.intercepts),
-            "trim": {"count": self.trim_count, "last_at": self.last_trim_at},
+            "trim": {"count": fixes.live_counters().get("trim", {}).get("trims", 0)},
             "stats_ticks": self.stats_ticks,
             "stats_ticks_since_idle": (
                 self.stats_ticks - self.stats_ticks_at_idle if self.idle_since else 0

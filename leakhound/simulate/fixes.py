@@ -1,8 +1,10 @@
-"""Which of the four env-worker memory fixes the simulated worker runs natively.
+"""Which of the four env-worker memory fixes the simulated worker runs with.
 
-The unfixed code paths mirror verifiers 0.1.14; each fix switches one of them to the
-behaviour of the fixed upstream code, so leakhound can compare "leaking" and "fixed" workers
-without patching anything.
+The code paths mirror verifiers 0.1.14 (leaks included). A fix is applied the way
+``leakhound patch`` applies it to a live worker: the same in-process patch from
+``leakhound.payload.patches``, applied once the worker's loop runs, so ``leakhound confirm``
+measures exactly what the live patches do. Only ``registry_eager`` (a bug reproducer) is
+native code.
 """
 
 from __future__ import annotations
@@ -67,3 +69,30 @@ def configure(fixes: Iterable[str]) -> None:
 
 def enabled(name: str) -> bool:
     return name in ACTIVE
+
+
+LIVE_FIXES: tuple[str, ...] = (STEPS, REGISTRY, INTERCEPTS, TRIM)
+
+
+def apply_live_fixes(*, trim_interval: float) -> None:
+    """Apply the active fixes with leakhound's own live patches; fail loudly if refused."""
+    wanted = [name for name in LIVE_FIXES if name in ACTIVE]
+    if not wanted:
+        return
+    from leakhound.payload import patches  # stdlib-only, like this package
+    from leakhound.payload.patches import trim
+
+    trim.INTERVAL = trim_interval
+    result = patches.handle({"action": "apply", "fixes": wanted})
+    refused = [r for r in result["results"] if r["status"] not in ("applied", "already-applied")]
+    if refused:
+        raise RuntimeError(f"live fix refused: {refused}")
+
+
+def live_counters() -> dict[str, dict[str, object]]:
+    """What each applied live fix has done so far (e.g. trims run), by fix name."""
+    import sys
+
+    state = sys.modules.get("_leakhound_state")
+    fixes = getattr(state, "fixes", {}) if state is not None else {}
+    return {name: dict(entry["counters"]) for name, entry in fixes.items()}

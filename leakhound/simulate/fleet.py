@@ -216,6 +216,8 @@ def make_import_shim() -> Path:
     shim = Path(tempfile.mkdtemp(prefix="leakhound-sim-path-"))
     (shim / "leakhound").mkdir()
     os.symlink(SIMULATE_DIR, shim / "leakhound" / "simulate", target_is_directory=True)
+    # The fixes are leakhound's live patches (standard library only too).
+    os.symlink(SIMULATE_DIR.parent / "payload", shim / "leakhound" / "payload", target_is_directory=True)
     return shim
 
 

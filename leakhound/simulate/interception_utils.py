@@ -103,13 +103,6 @@ class InterceptionServer:
         if rollout_id in self.active_rollouts:
             del self.active_rollouts[rollout_id]
 
-    def discard_intercept(self, request_id: str) -> None:
-        """The intercepts fix: drop a delivered request's body (idempotent).
-
-        The HTTP handler keeps its own reference to the entry until it has answered.
-        """
-        self.intercepts.pop(request_id, None)
-
     async def post(
         self, rollout_id: str, path: str, body: str, headers: Mapping[str, str] | None = None
     ) -> SimResponse:

@@ -195,8 +195,6 @@ class Runtime:
             tokens is not None and bool(tokens.get("is_truncated"))
         )
         response_meta = serializable(response)
-        if fixes.enabled(fixes.STEPS):
-            response_meta = slim_response_meta(response_meta, tokens)
         step = {
             "prompt": serializable(prompt),
             "completion": serializable(completion),
@@ -263,46 +261,19 @@ class Runtime:
         return states
 
     async def cleanup_rollout(self, task: Task, state: State) -> None:
-        grouped = "group_key" in state.get("runtime", {})
-        if fixes.enabled(fixes.REGISTRY_EAGER) or (fixes.enabled(fixes.REGISTRY) and not grouped):
-            # Borrowers' lifetimes are bounded by the owning rollout -- unless a group stage
-            # still has to run, which is why grouped rollouts wait for cleanup_group.
+        if fixes.enabled(fixes.REGISTRY_EAGER):
+            # The naive port of the registry fix (a bug reproducer): grouped rollouts still
+            # need the entry for their group stage, which then fails.
             self.trajectories.pop(str(state["trajectory_id"]), None)
         self.model_clients.pop(str(state.get("runtime", {}).get("client_key")), None)
 
     async def cleanup_group(self, tasks: list[Task], states: list[State]) -> None:
-        if fixes.enabled(fixes.REGISTRY):
-            for state in states:
-                self.trajectories.pop(str(state["trajectory_id"]), None)
+        """Group-scope releases (handlers, objects, sandboxes in upstream); nothing to do here."""
+        return None
 
     async def teardown(self) -> None:
         self.model_clients.clear()
         _RUNTIME_REGISTRY.pop(self.runtime_id, None)
-
-
-def slim_response_meta(response_meta: object, tokens: Mapping[str, Any] | None) -> object:
-    """The steps fix: keep the response's identity and usage only.
-
-    A step whose ``tokens.completion_ids`` were zeroed by the training budget keeps a small
-    sidecar, ``message = {"is_truncated": True, "tokens": {"prompt_ids", "completion_ids"}}``
-    with the raw ids, so the renderer client's ``_step_token_ids`` fallback can still bridge
-    to the next turn.
-    """
-    if not isinstance(response_meta, dict):
-        return response_meta
-    message = response_meta.pop("message", None)
-    raw_tokens = message.get("tokens") if isinstance(message, dict) else None
-    if isinstance(message, dict) and isinstance(raw_tokens, dict):
-        zeroed = tokens is not None and not tokens.get("completion_ids")
-        if zeroed or bool(message.get("is_truncated")):
-            response_meta["message"] = {
-                "is_truncated": True,
-                "tokens": {
-                    "prompt_ids": raw_tokens.get("prompt_ids"),
-                    "completion_ids": raw_tokens.get("completion_ids"),
-                },
-            }
-    return response_meta
 
 
 async def parse_response_message(response: Response) -> Messages:

@@ -185,7 +185,8 @@ def test_worker_imports_nothing_outside_the_simulation(tmp_path: Path) -> None:
     )
     try:
         out = subprocess.run(
-            [sys.executable, "-c", probe],
+            # -S: no site-packages, so an installed (or editable) leakhound cannot shadow the shim
+            [sys.executable, "-S", "-c", probe],
             capture_output=True,
             text=True,
             cwd=tmp_path,

@@ -1,0 +1,119 @@
+"""The built-in live fixes, applied inside the target. One module per fix.
+
+Each fix module defines ``FIX`` (its name), ``DESCRIPTION``, ``recognise()`` (returns
+``(plan, None)`` where the plan lists ``(owner, attribute, make_wrapper)`` replacements, or
+``(None, reason)`` when the code is missing or not what the fix was written for; the wrapper
+factory gets the original and a counters dict), and optionally ``start(entry)`` / ``stop(entry)`` for work
+that is not a function swap (the trim cadence). Requests choose among these by name only;
+nothing sent to the target is executed.
+"""
+
+from . import _state, intercepts, registry, steps, trim
+
+FIXES = {m.FIX: m for m in (steps, registry, intercepts, trim)}
+ACTIONS = ("apply", "revert", "status", "dry-run", "measure")
+
+
+def applied():
+    return sorted(_state.peek())
+
+
+def _describe(plan):
+    out = []
+    for owner, name, _make in plan:
+        if isinstance(owner, type):
+            out.append("%s.%s.%s" % (owner.__module__, owner.__qualname__, name))
+        else:
+            out.append("%s.%s" % (getattr(owner, "__name__", "?"), name))
+    return out
+
+
+def _apply(module, dry_run):
+    fixes = _state.peek()
+    if module.FIX in fixes:
+        return {"fix": module.FIX, "status": "already-applied", "targets": fixes[module.FIX]["targets"]}
+    plan, reason = module.recognise()
+    if plan is None:
+        return {"fix": module.FIX, "status": "refused", "reason": reason}
+    targets = _describe(plan)
+    if dry_run:
+        return {"fix": module.FIX, "status": "would-apply", "targets": targets,
+                "description": module.DESCRIPTION}
+    counters = {}  # type: dict
+    swaps = []
+    for owner, name, make in plan:
+        swap = _state.Swap(owner, name, None)
+        swap.new = make(swap.original, counters)
+        swap.new.__leakhound_fix__ = module.FIX
+        swaps.append(swap)
+    entry = {"swaps": swaps, "targets": targets, "counters": counters}
+    start = getattr(module, "start", None)
+    if start is not None:
+        start(entry)
+    for swap in swaps:
+        swap.apply()
+    _state.state()[module.FIX] = entry
+    return {"fix": module.FIX, "status": "applied", "targets": targets, "description": module.DESCRIPTION}
+
+
+def _revert(module):
+    fixes = _state.peek()
+    entry = fixes.get(module.FIX)
+    if entry is None:
+        return {"fix": module.FIX, "status": "not-applied"}
+    stop = getattr(module, "stop", None)
+    if stop is not None:
+        stop(entry)
+    clobbered = [s.name for s in entry["swaps"] if not s.revert()]
+    del fixes[module.FIX]
+    _state.drop_if_empty()
+    out = {"fix": module.FIX, "status": "reverted", "targets": entry["targets"],
+           "counters": dict(entry["counters"])}
+    if clobbered:
+        out["warning"] = "replaced by other code since; left as is: %s" % ", ".join(clobbered)
+    return out
+
+
+def _status(module):
+    entry = _state.peek().get(module.FIX)
+    if entry is None:
+        plan, reason = module.recognise()
+        return {"fix": module.FIX, "status": "not-applied",
+                "applicable": plan is not None, "reason": reason or ""}
+    return {"fix": module.FIX, "status": "applied", "targets": entry["targets"],
+            "counters": dict(entry["counters"])}
+
+
+def handle(request):
+    action = request.get("action")
+    names = request.get("fixes")
+    if action not in ACTIONS:
+        raise ValueError("unknown patch action")
+    if type(names) is not list or not names or any(n not in FIXES for n in names):
+        raise ValueError("fixes must be a non-empty list of: " + ", ".join(FIXES))
+    results = []
+    for name in names:
+        module = FIXES[name]
+        if action in ("apply", "dry-run"):
+            results.append(_apply(module, action == "dry-run"))
+        elif action == "revert":
+            results.append(_revert(module))
+        else:
+            results.append(_status(module))
+    out = {"results": results, "applied": applied()}
+    if action in ("measure", "apply", "revert"):
+        from .. import arena, probes  # noqa: PLC0415
+
+        out["measure"] = {
+            "verifiers": probes.verifiers_probe(),
+            "arena": arena.arena_stats(),
+            "rss_bytes": _rss(),
+        }
+    return out
+
+
+def _rss():
+    import os  # noqa: PLC0415
+
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

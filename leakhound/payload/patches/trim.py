@@ -1,0 +1,112 @@
+"""trim: hand freed glibc pages back to the kernel with ``malloc_trim(0)``, now and every 10 s.
+
+The cadence runs on the worker's own event loop (``loop.call_later``, like
+``EnvWorker.stats_loop``), or on a daemon timer thread when the process has no running
+asyncio loop. Never ``gc.collect()``: full collections on fat heaps stalled real workers past
+their heartbeat timeout.
+"""
+
+import ctypes
+import gc
+import sys
+import threading
+import time
+
+FIX = "trim"
+DESCRIPTION = "malloc_trim(0) once now and every 10 s on the worker's loop (never gc.collect())"
+INTERVAL = 10.0
+
+
+def _malloc_trim():
+    try:
+        libc = ctypes.CDLL(None)
+        return libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def recognise():
+    if not sys.platform.startswith("linux") or _malloc_trim() is None:
+        return None, "malloc_trim is not available (not glibc)"
+    return [], None
+
+
+def _worker_loop():
+    tasks_mod = sys.modules.get("asyncio.tasks")
+    registry = getattr(tasks_mod, "_scheduled_tasks", None) or getattr(tasks_mod, "_all_tasks", None)
+    data = getattr(registry, "data", None)
+    if data is None:
+        return None
+    for ref in gc.get_referents(data):
+        try:
+            task = ref()
+            loop = task.get_loop() if task is not None else None
+        except Exception:
+            continue
+        if loop is not None and loop.is_running() and not loop.is_closed():
+            return loop
+    return None
+
+
+def start(entry):
+    trim = _malloc_trim()
+    counters = entry["counters"]
+    control = {"stopped": False, "handle": None}  # type: dict
+    entry["control"] = control
+
+    def trim_once():
+        began = time.perf_counter()
+        trim(0)
+        counters["trims"] = counters.get("trims", 0) + 1
+        took = (time.perf_counter() - began) * 1000.0
+        counters["max_trim_ms"] = max(counters.get("max_trim_ms", 0.0), round(took, 2))
+
+    trim_once()
+    loop = _worker_loop()
+    if loop is not None:
+        control["where"] = "event loop"
+
+        def tick():
+            if control["stopped"]:
+                return
+            trim_once()
+            control["handle"] = loop.call_later(INTERVAL, tick)
+
+        def arm():
+            if not control["stopped"]:
+                control["handle"] = loop.call_later(INTERVAL, tick)
+
+        loop.call_soon_threadsafe(arm)
+        control["loop"] = loop
+    else:
+        control["where"] = "timer thread"
+        wake = threading.Event()
+        control["wake"] = wake
+
+        def run():
+            while not wake.wait(INTERVAL):
+                trim_once()
+
+        thread = threading.Thread(target=run, name="leakhound-trim", daemon=True)
+        control["thread"] = thread
+        thread.start()
+    counters["cadence"] = control["where"]
+
+
+def stop(entry):
+    control = entry.get("control") or {}
+    control["stopped"] = True
+    loop = control.get("loop")
+    if loop is not None:
+        def cancel():
+            handle = control.get("handle")
+            if handle is not None:
+                handle.cancel()
+
+        try:
+            loop.call_soon_threadsafe(cancel)
+        except RuntimeError:
+            pass  # loop closed
+    wake = control.get("wake")
+    if wake is not None:
+        wake.set()
