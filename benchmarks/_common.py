@@ -325,7 +325,26 @@ def header(title: str, argv: Sequence[str]) -> None:
     print(f"# {title}")
     print(f"# {time.strftime('%Y-%m-%d %H:%M %Z')} | {machine()}")
     print(f"# command: .venv/bin/python {' '.join(argv)}")
+    print(f"# leakhound commit: {git_head()}")
+    print(f"# load average at start: {load_average()} (other processes share these cores)")
     print()
+
+
+def git_head() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out[:72] or "unknown"
+
+
+def load_average() -> str:
+    try:
+        with open("/proc/loadavg") as fh:
+            return " ".join(fh.read().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def main_guard(main: Any) -> None:
@@ -336,6 +355,7 @@ def main_guard(main: Any) -> None:
     signal.signal(signal.SIGTERM, on_term)
     try:
         code = main()
+        print(f"# load average at end: {load_average()}")
     except KeyboardInterrupt:
         code = 130
     finally:
