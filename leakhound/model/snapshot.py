@@ -110,6 +110,26 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class PatchOutcome:
+    """What one fix did in one process: its status and the number it moved.
+
+    ``status``: applied, already-applied, would-apply (dry run), reverted, not-applied,
+    refused. ``before``/``after`` are the fix's declared ``metric`` measured in the target.
+    """
+
+    fix: str
+    pid: int
+    status: str
+    metric: str = ""
+    before: float | None = None
+    after: float | None = None
+    effect: str = ""
+    reason: str = ""
+    targets: tuple[str, ...] = ()
+    counters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     pid: int
     taken_at: float

@@ -191,6 +191,9 @@ def verifiers_probe():
     runtimes = _runtimes()
     if not runtimes:
         return {"skipped": "no verifiers v1 runtime in this process (no live Runtime in _RUNTIME_REGISTRY)"}
+    # Registry first, live rollouts second: an entry registered in between is not in our
+    # copy, and one still running when we look at the tasks is seen as live.
+    registries = [list(dict.items(_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
     live_ids = _live_trajectory_ids()
     registry = {  # type: dict
         "runtimes": len(runtimes),
@@ -206,9 +209,7 @@ def verifiers_probe():
     seen_lists = set()
     size_seen = set()  # type: set
     bloat_seen = set()  # type: set
-    for _mod, runtime in runtimes:
-        trajectories = _attr(runtime, "trajectories")
-        items = list(dict.items(trajectories))
+    for items in registries:
         registry["entries"] += len(items)
         for tid, trajectory in items:
             finished = str(tid) not in live_ids

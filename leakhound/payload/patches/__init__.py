@@ -91,6 +91,11 @@ def handle(request):
         raise ValueError("unknown patch action")
     if type(names) is not list or not names or any(n not in FIXES for n in names):
         raise ValueError("fixes must be a non-empty list of: " + ", ".join(FIXES))
+    out = {}
+    if action == "apply":
+        # Measured in the same request, right before: the worker keeps churning between
+        # requests, so a separate "before" would be stale by the time the fix lands.
+        out["measure_before"] = _measure()
     results = []
     for name in names:
         module = FIXES[name]
@@ -100,16 +105,17 @@ def handle(request):
             results.append(_revert(module))
         else:
             results.append(_status(module))
-    out = {"results": results, "applied": applied()}
+    out["results"] = results
+    out["applied"] = applied()
     if action in ("measure", "apply", "revert"):
-        from .. import arena, probes  # noqa: PLC0415
-
-        out["measure"] = {
-            "verifiers": probes.verifiers_probe(),
-            "arena": arena.arena_stats(),
-            "rss_bytes": _rss(),
-        }
+        out["measure"] = _measure()
     return out
+
+
+def _measure():
+    from .. import arena, probes  # noqa: PLC0415
+
+    return {"verifiers": probes.verifiers_probe(), "arena": arena.arena_stats(), "rss_bytes": _rss()}
 
 
 def _rss():

@@ -61,7 +61,14 @@ def start(entry):
         took = (time.perf_counter() - began) * 1000.0
         counters["max_trim_ms"] = max(counters.get("max_trim_ms", 0.0), round(took, 2))
 
+    # The first trim is measured right around the call: a busy worker's RSS moves by tens
+    # of MB per second, so numbers read by separate requests would drown its effect.
+    from .. import arena  # noqa: PLC0415
+
+    counters["first_trim_predicted_bytes"] = arena.arena_stats()["trimmable_bytes"]
+    counters["first_trim_rss_before"] = _rss()
     trim_once()
+    counters["first_trim_rss_after"] = _rss()
     loop = _worker_loop()
     if loop is not None:
         control["where"] = "event loop"
@@ -91,6 +98,13 @@ def start(entry):
         control["thread"] = thread
         thread.start()
     counters["cadence"] = control["where"]
+
+
+def _rss():
+    import os  # noqa: PLC0415
+
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def stop(entry):

@@ -1,0 +1,51 @@
+"""The interface each fix module implements."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What the payload's ``measure`` reports: the verifiers probe, allocator stats, RSS."""
+
+    rss_bytes: int
+    arena: dict[str, Any] = field(default_factory=dict)
+    verifiers: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_payload(cls, doc: dict[str, Any]) -> Measurement:
+        return cls(
+            rss_bytes=int(doc.get("rss_bytes", 0)),
+            arena=dict(doc.get("arena") or {}),
+            verifiers=dict(doc.get("verifiers") or {}),
+        )
+
+    def section(self, name: str) -> dict[str, Any]:
+        value = self.verifiers.get(name)
+        return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class Effect:
+    before: float | None
+    after: float | None
+    summary: str
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    name: str
+    summary: str
+    metric: str
+    # (before, after, counters) -> Effect
+    effect: Callable[[Measurement, Measurement, dict[str, Any]], Effect]
+    # True when the effect is read right after applying (trim acts at once; waiting would
+    # mix in the worker's own churn), False when it needs a window of new work.
+    immediate: bool = False
+
+
+def mb(n: float) -> str:
+    return f"{n / (1024 * 1024):+.1f} MB" if n < 0 else f"{n / (1024 * 1024):.1f} MB"

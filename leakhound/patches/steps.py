@@ -1,0 +1,31 @@
+"""steps: new trajectory steps keep identity/usage only (truncated ones a raw-token sidecar)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leakhound.patches.base import Effect, FixSpec, Measurement
+
+
+def effect(before: Measurement, after: Measurement, counters: dict[str, Any]) -> Effect:
+    slimmed = int(counters.get("steps_slimmed", 0))
+    if slimmed == 0:
+        return Effect(None, None, "no new step since the fix was applied; watch longer (--verify)")
+    per_before = counters.get("response_bytes_before", 0) / slimmed
+    per_after = counters.get("response_bytes_after", 0) / slimmed
+    cut = 1 - per_after / per_before if per_before else 0.0
+    sidecars = int(counters.get("sidecars", 0))
+    return Effect(
+        per_before,
+        per_after,
+        f"stored response per new step {per_before:,.0f} -> {per_after:,.0f} bytes (-{cut:.0%}) "
+        f"over {slimmed} steps; {sidecars} truncated steps kept their token sidecar",
+    )
+
+
+SPEC = FixSpec(
+    name="steps",
+    summary="trajectory steps keep identity/usage only (plus a raw-token sidecar on truncated steps)",
+    metric="bytes stored per new step's response",
+    effect=effect,
+)
