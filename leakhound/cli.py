@@ -236,6 +236,130 @@ def export(
         raise fail(exc) from None
 
 
+@app.command()
+def patch(
+    pids: PidsArg = None,
+    fix: Annotated[
+        str, typer.Option("--fix", "-f", help="steps, registry, intercepts, trim, or all (comma list).")
+    ] = "all",
+    match: MatchOpt = None,
+    revert: Annotated[bool, typer.Option("--revert", help="Restore the original code exactly.")] = False,
+    status: Annotated[
+        bool, typer.Option("--status", help="List which fixes are applied, with their counters.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check the target's code is recognised; change nothing.")
+    ] = False,
+    verify: Annotated[
+        float, typer.Option("--verify", min=0, help="After applying, watch this many seconds and report before/after.")
+    ] = 0.0,
+    method: MethodOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply a known fix to a live worker as a runtime monkeypatch, and prove with numbers
+    measured in the worker that it moves what it should. Without PID or --match, shows the fix
+    on a fresh simulated worker.
+
+    Fixes (verifiers v1 env workers): steps (trajectory steps keep identity/usage only),
+    registry (evict finished rollouts from Runtime.trajectories at cleanup_group), intercepts
+    (drop request bodies once delivered), trim (malloc_trim(0) every 10 s, never gc.collect()).
+    Code that is missing or not what the fix was written for is refused, and nothing changes.
+    """
+    from leakhound.commands import patch as command
+    from leakhound.patches import parse_fixes
+
+    _method_ok(method)
+    if sum((revert, status, dry_run)) > 1:
+        raise typer.BadParameter("choose at most one of --revert, --status, --dry-run")
+    try:
+        fixes = parse_fixes(fix)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fix") from None
+    action = "revert" if revert else "status" if status else "dry-run" if dry_run else "apply"
+    if action != "apply" and not pids and not match:
+        raise typer.BadParameter("give a PID or --match with --revert, --status or --dry-run", param_hint="PID")
+    try:
+        command.run(pids=tuple(pids or ()), match=match, fixes=fixes, action=action, verify=verify,
+                    method=method, timeout=timeout, as_json=as_json,
+                    reporter=reporter(quiet=as_json and not _state["verbose"]))
+    except LeakhoundError as exc:
+        raise fail(exc) from None
+
+
+@app.command()
+def simulate(
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Worker processes.")] = 1,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Rollouts in flight per worker.")] = 4,
+    turns: Annotated[int, typer.Option("--turns", min=1, help="Model turns per rollout.")] = 45,
+    rollouts: Annotated[str, typer.Option("--rollouts", help="Rollouts per worker, or 'forever'.")] = "8",
+    image_kb: Annotated[int, typer.Option("--image-kb", min=0, help="Base64 screenshot size per turn, KiB.")] = 96,
+    group_size: Annotated[int, typer.Option("--group-size", min=1, help="Rollouts per group (>1: group stage).")] = 1,
+    fixes: Annotated[
+        str, typer.Option("--fixes", help="none, all, or a comma list of steps,registry,intercepts,trim.")
+    ] = "none",
+    ready_file: Annotated[
+        Optional[Path], typer.Option("--ready-file", help="Write {pids, report_dir} here when ready.")
+    ] = None,
+    hold: Annotated[float, typer.Option("--hold", min=0, help="Seconds to stay idle after the last rollout.")] = 600.0,
+) -> None:
+    """Start simulated verifiers v1 env workers (real subprocesses, real RSS) that reproduce the
+    four production leaks: step bloat, the trajectory registry, intercept bodies, and glibc
+    fragmentation. Prints the worker pids once their first rollouts have finished."""
+    from leakhound.commands import simulate as command
+    from leakhound.simulate.fixes import parse_fixes as parse_sim_fixes
+
+    if rollouts != "forever" and not rollouts.isdigit():
+        raise typer.BadParameter("a number or 'forever'", param_hint="--rollouts")
+    try:
+        parse_sim_fixes(fixes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fixes") from None
+    try:
+        command.run(workers=workers, concurrency=concurrency, turns=turns,
+                    rollouts=None if rollouts == "forever" else int(rollouts), image_kb=image_kb,
+                    group_size=group_size, fixes=fixes, ready_file=ready_file, hold=hold, reporter=reporter())
+    except LeakhoundError as exc:
+        raise fail(exc) from None
+
+
+@app.command()
+def demo(
+    method: MethodOpt = "auto",
+    verify: Annotated[float, typer.Option("--verify", min=1, help="Seconds to watch the fixes work.")] = 6.0,
+) -> None:
+    """The whole story on a simulated worker in under a minute: start a leaking verifiers-shaped
+    worker, inspect it live, apply the four fixes live with before/after numbers, shut it down."""
+    from leakhound.commands import demo as command
+
+    _method_ok(method)
+    try:
+        command.run(method=method, verify=verify, reporter=reporter())
+    except LeakhoundError as exc:
+        raise fail(exc) from None
+
+
+@app.command()
+def confirm(
+    rollouts: Annotated[int, typer.Option("--rollouts", min=1, help="Rollouts per configuration.")] = 8,
+    turns: Annotated[int, typer.Option("--turns", min=1, help="Turns per rollout.")] = 45,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Rollouts in flight.")] = 4,
+    image_kb: Annotated[int, typer.Option("--image-kb", min=0, help="Screenshot size per turn, KiB.")] = 96,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the same churn workload once per configuration (no fixes, each fix alone, all fixes)
+    in fresh worker processes, and print peak RSS, resting RSS and what each leak retained,
+    against no fixes. Takes a minute or two."""
+    from leakhound.commands import confirm as command
+    from leakhound.confirming import Workload
+
+    try:
+        command.run(workload=Workload(rollouts=rollouts, turns=turns, concurrency=concurrency, image_kb=image_kb),
+                    as_json=as_json, reporter=reporter())
+    except LeakhoundError as exc:
+        raise fail(exc) from None
+
+
 def main() -> None:
     try:
         app()

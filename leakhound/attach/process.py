@@ -126,3 +126,26 @@ def namespace_pid(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return pid
+
+
+def match_processes(pattern: str, *, exclude: frozenset[int] = frozenset()) -> list[int]:
+    """Pids of CPython processes whose command line matches ``pattern`` (a regular
+    expression), leaving out leakhound itself and its parents."""
+    regex = re.compile(pattern)
+    skip = set(exclude) | {os.getpid()}
+    try:
+        skip.update(p.pid for p in psutil.Process().parents())
+    except psutil.Error:
+        pass
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        pid = int(proc.info["pid"])
+        cmdline = " ".join(proc.info.get("cmdline") or ())
+        if pid in skip or not cmdline or not regex.search(cmdline):
+            continue
+        try:
+            resolve_target(pid)
+        except (TargetNotFound, NotPython, UnsupportedPython, PermissionDenied):
+            continue  # not Python, gone, or not ours to read: not a worker we can watch
+        found.append(pid)
+    return sorted(found)

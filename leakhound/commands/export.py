@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 
 from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
 from leakhound.attach import choose_method
-from leakhound.attach.process import Target, resolve_target, rss_bytes
+from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
 from leakhound.capture import take_snapshot
 from leakhound.commands.common import Reporter
-from leakhound.commands.watch import match_processes
 from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
 from leakhound.model import Snapshot
 from leakhound.render.prometheus import ProcessView, SnapshotCollector

@@ -14,14 +14,10 @@ Three kinds of sample, from cheapest to dearest:
 
 from __future__ import annotations
 
-import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import psutil
 
 from leakhound.analysis.growth import (
     GrowthReport,
@@ -32,7 +28,7 @@ from leakhound.analysis.growth import (
 )
 from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
-from leakhound.attach.process import Target, resolve_target, rss_bytes
+from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
 from leakhound.capture import take_snapshot
 from leakhound.commands.common import Reporter
 from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
@@ -65,29 +61,6 @@ class WatchResult:
     samples: tuple[Sample, ...]
     snapshots: tuple[Snapshot, ...]  # the last full snapshot of each process
     interrupted: bool = False
-
-
-def match_processes(pattern: str, *, exclude: frozenset[int] = frozenset()) -> list[int]:
-    """Pids of CPython processes whose command line matches ``pattern`` (a regular
-    expression), leaving out leakhound itself and its parents."""
-    regex = re.compile(pattern)
-    skip = set(exclude) | {os.getpid()}
-    try:
-        skip.update(p.pid for p in psutil.Process().parents())
-    except psutil.Error:
-        pass
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        pid = int(proc.info["pid"])
-        cmdline = " ".join(proc.info.get("cmdline") or ())
-        if pid in skip or not cmdline or not regex.search(cmdline):
-            continue
-        try:
-            resolve_target(pid)
-        except LeakhoundError:
-            continue  # not Python, gone, or not ours to read: not a worker we can watch
-        found.append(pid)
-    return sorted(found)
 
 
 def _full(w: Watched, *, top: int, timeout: float, log: AttachLog) -> Sample:

@@ -24,6 +24,7 @@ Only built-in descriptors, dict/list C methods and ``Future.done()`` are called;
 
 import gc
 import sys
+import time
 
 RUNTIME_MODULES = ("verifiers.v1.runtime", "leakhound.simulate.runtime")
 BODY_FIELDS = ("messages", "prompt", "input", "system", "tools")
@@ -113,8 +114,22 @@ def _runtimes():
     return found
 
 
-def _live_trajectory_ids():
-    """trajectory_ids of rollout states that a live asyncio task's coroutines still hold."""
+def _live_trajectory_ids(samples=3, pause=0.002):
+    """trajectory_ids of rollout states that a live asyncio task's coroutines still hold.
+
+    The coroutine chain the main thread is executing at the instant we look shows no locals
+    (a running frame's stack is not traversable), so we look a few times, letting the loop
+    move on in between, and take the union.
+    """
+    ids = set()  # type: set
+    for i in range(samples):
+        if i:
+            time.sleep(pause)
+        ids |= _live_trajectory_ids_once()
+    return ids
+
+
+def _live_trajectory_ids_once():
     ids = set()  # type: set
     tasks_mod = sys.modules.get("asyncio.tasks")
     registry = getattr(tasks_mod, "_scheduled_tasks", None) or getattr(tasks_mod, "_all_tasks", None)
@@ -265,6 +280,16 @@ def verifiers_probe():
             else:
                 intercepts["pending"] += 1
     return {"registry": registry, "steps": steps, "intercepts": intercepts}
+
+
+def registry_counts():
+    """Entries and finished entries of the trajectory registries, without sizing anything:
+    cheap enough to read at the instant a fix is applied."""
+    runtimes = _runtimes()
+    registries = [list(dict.keys(_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
+    live_ids = _live_trajectory_ids()
+    keys = [str(k) for keys in registries for k in keys]
+    return {"entries": len(keys), "finished_entries": sum(1 for k in keys if k not in live_ids)}
 
 
 PROBES = {"verifiers": verifiers_probe}

@@ -152,6 +152,7 @@ def start_fleet(
     stats_interval: float = 10.0,
     seed: int = 0,
     extra_args: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
 ) -> Fleet:
     """Spawn ``workers`` simulated env workers; ``rollouts=None`` churns forever."""
     directory = Path(report_dir).resolve()
@@ -164,6 +165,7 @@ def start_fleet(
         part for part in (str(shim_dir), env.get("PYTHONPATH", "")) if part
     )
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra_env or {})
     processes: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
     try:

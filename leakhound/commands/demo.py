@@ -1,0 +1,42 @@
+"""``leakhound demo``: the whole story on a simulated worker, start to finish, in under a minute."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+
+from leakhound.attach.gdb import gdb_path
+from leakhound.capture import take_snapshot
+from leakhound.commands.common import Reporter
+from leakhound.patching import patch_process
+from leakhound.render import patch as patch_render
+from leakhound.render import table
+from leakhound.render.console import console
+from leakhound.simulate.fleet import start_fleet
+
+FIXES = ["steps", "registry", "intercepts", "trim"]
+
+
+def run(*, method: str, verify: float, reporter: Reporter) -> None:
+    con = console()
+    # Without gdb the worker runs the in-process agent, so the demo works without ptrace too.
+    env = {} if gdb_path() else {"LEAKHOUND_AGENT": "1"}
+    with tempfile.TemporaryDirectory(prefix="leakhound-demo-") as tmp:
+        con.print("[bold]1. A simulated verifiers env worker[/bold]: 4 concurrent rollouts of 24 turns, "
+                  "each turn adding a 64 KB base64 screenshot to the history (the four production leaks).")
+        with start_fleet(workers=1, concurrency=4, turns=24, rollouts=None, image_kb=64, group_size=1,
+                         fixes="none", hold=0, report_dir=tmp, stats_interval=2.0, extra_env=env) as fleet:
+            fleet.wait_ready(timeout=120)
+            time.sleep(2.0)
+            pid = fleet.pids[0]
+            con.print(f"\n[bold]2. leakhound inspect {pid}[/bold] (the worker keeps running)\n")
+            snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress, log=reporter.log)
+            reporter.done()
+            table.render_snapshot(snapshot, top=8)
+            con.print(f"\n[bold]3. leakhound patch {pid} --fix all --verify {verify:.0f}[/bold] "
+                      "(live monkeypatches, measured before/after in the worker)\n")
+            outcomes = patch_process(pid, fixes=FIXES, verify_seconds=verify, method=method, log=reporter.log)
+            patch_render.render_outcomes(outcomes)
+            fleet.stop()
+    con.print("\n[bold]Next[/bold]: `leakhound inspect PID` on a real worker; `leakhound confirm` for the "
+              "A/B table; `leakhound watch --match verifiers` to tell a leak from a plateau.")

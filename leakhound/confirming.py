@@ -1,0 +1,82 @@
+"""The A/B experiment behind ``leakhound confirm``: the same churn workload, once per fix
+configuration, each in fresh simulated worker processes; peak and resting RSS come from the
+kernel (/proc/PID/status VmHWM, VmRSS), what each leak retained from the worker's own report.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from leakhound.simulate.fleet import start_fleet
+
+CONFIGS: tuple[tuple[str, str], ...] = (
+    ("none", "none"),
+    ("steps", "steps"),
+    ("registry", "registry"),
+    ("intercepts", "intercepts"),
+    ("trim", "trim"),
+    ("all", "all"),
+)
+CONFIRM_SCHEMA = "leakhound.confirm/1"
+
+
+@dataclass(frozen=True)
+class Workload:
+    rollouts: int = 8
+    turns: int = 45
+    concurrency: int = 4
+    image_kb: int = 96
+    stats_interval: float = 2.0
+
+
+def _status_kb(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_one(label: str, fixes: str, workload: Workload) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="leakhound-confirm-") as tmp:
+        began = time.monotonic()
+        with start_fleet(
+            workers=1, concurrency=workload.concurrency, turns=workload.turns, rollouts=workload.rollouts,
+            image_kb=workload.image_kb, group_size=1, fixes=fixes, hold=600.0, report_dir=tmp,
+            stats_interval=workload.stats_interval,
+        ) as fleet:
+            # Idle, and one stats tick later (the trim cadence runs on it): resting state.
+            (report,) = fleet.wait_idle(timeout=600, stats_ticks=1)
+            pid = fleet.pids[0]
+            peak = _status_kb(pid, "VmHWM")
+            resting = _status_kb(pid, "VmRSS")
+            fleet.stop()
+    traj = report.get("trajectories", {})
+    held = report.get("intercepts", {})
+    return {
+        "fixes": label,
+        "peak_rss_bytes": peak,
+        "resting_rss_bytes": resting,
+        "registry_retained_bytes": int(traj.get("retained_bytes", 0)) if traj.get("finished_entries") else 0,
+        "registry_finished_entries": int(traj.get("finished_entries", 0)),
+        "intercept_peak_body_bytes": int(held.get("peak_body_bytes", 0)),
+        "intercept_peak_delivered": int(held.get("peak_delivered", 0)),
+        "step_redundant_bytes": int(traj.get("redundant_bytes", 0)),
+        "rollouts_completed": int(report.get("rollouts_completed", 0)),
+        "seconds": round(time.monotonic() - began, 1),
+    }
+
+
+def run_confirm(
+    *, workload: Workload, progress: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    rows = []
+    for i, (label, fixes) in enumerate(CONFIGS, 1):
+        if progress is not None:
+            progress(f"[{i}/{len(CONFIGS)}] fixes={label}: {workload.rollouts} rollouts x {workload.turns} turns")
+        rows.append(run_one(label, fixes, workload))
+    return rows
