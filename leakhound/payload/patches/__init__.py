@@ -31,7 +31,8 @@ def _describe(plan):
 def _apply(module, dry_run):
     fixes = _state.peek()
     if module.FIX in fixes:
-        return {"fix": module.FIX, "status": "already-applied", "targets": fixes[module.FIX]["targets"]}
+        return {"fix": module.FIX, "status": "already-applied", "targets": fixes[module.FIX]["targets"],
+                "counters": dict(fixes[module.FIX]["counters"])}
     plan, reason = module.recognise()
     if plan is None:
         return {"fix": module.FIX, "status": "refused", "reason": reason}
@@ -53,7 +54,8 @@ def _apply(module, dry_run):
     for swap in swaps:
         swap.apply()
     _state.state()[module.FIX] = entry
-    return {"fix": module.FIX, "status": "applied", "targets": targets, "description": module.DESCRIPTION}
+    return {"fix": module.FIX, "status": "applied", "targets": targets, "description": module.DESCRIPTION,
+            "counters": dict(counters)}
 
 
 def _revert(module):

@@ -1,0 +1,125 @@
+"""patch on the simulated worker: each fix moves its number, reverts exactly, refuses strangers.
+
+Ground truth comes from the worker's own report (leakhound/simulate/report.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from leakhound.cli import app
+from leakhound.errors import PatchRefused
+from leakhound.patching import patch_process
+from leakhound.simulate.fleet import Fleet, start_fleet
+from tests.utils import spawn_target
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
+
+
+@pytest.fixture
+def churning(tmp_path: Path) -> Iterator[Fleet]:
+    with start_fleet(workers=1, concurrency=4, turns=12, rollouts=None, image_kb=24, group_size=1,
+                     fixes="none", hold=0, report_dir=tmp_path, stats_interval=1.0) as fleet:
+        fleet.wait_ready(timeout=60)
+        yield fleet
+
+
+def _report(fleet: Fleet) -> dict:  # type: ignore[type-arg]
+    report = fleet.report(fleet.pids[0])
+    assert report is not None
+    return report
+
+
+def test_registry_fix_stops_finished_rollouts_accumulating(churning: Fleet) -> None:
+    pid = churning.pids[0]
+    (outcome,) = patch_process(pid, fixes=["registry"], method="gdb")
+    assert outcome.status == "applied"
+    at_apply = _report(churning)
+    time.sleep(3)
+    later = _report(churning)
+    assert later["rollouts_completed"] > at_apply["rollouts_completed"] + 2
+    # Entries leaked before the fix stay; none are added by rollouts finishing after it.
+    assert later["trajectories"]["finished_entries"] <= at_apply["trajectories"]["finished_entries"] + 1
+    (status,) = patch_process(pid, fixes=["registry"], action="status", method="gdb")
+    assert status.status == "applied" and status.counters["evicted"] >= 2
+
+
+def test_intercepts_fix_leaves_only_inflight_bodies(churning: Fleet) -> None:
+    pid = churning.pids[0]
+    (outcome,) = patch_process(pid, fixes=["intercepts"], method="gdb", verify_seconds=2)
+    assert outcome.status == "applied"
+    assert outcome.counters["bodies_discarded"] > 0
+    assert outcome.after is not None and outcome.before is not None
+    assert outcome.after <= 4  # delivered-but-held: at most the in-flight rollouts' current requests
+    report = _report(churning)
+    assert report["intercepts"]["delivered"] <= report["rollouts_inflight"]
+
+
+def test_steps_fix_slims_new_steps_and_keeps_truncation_sidecars(churning: Fleet) -> None:
+    pid = churning.pids[0]
+    (outcome,) = patch_process(pid, fixes=["steps"], method="gdb", verify_seconds=2)
+    assert outcome.status == "applied"
+    assert outcome.before is not None and outcome.after is not None
+    assert outcome.after < outcome.before / 5
+    assert outcome.counters["sidecars"] >= 1  # every other rollout truncates its last turn
+    report = _report(churning)
+    traj = report["trajectories"]
+    assert traj["sidecar_steps"] >= 1
+    assert traj["truncated_steps_with_raw_tokens"] == traj["truncated_steps"]
+
+
+def test_trim_returns_about_the_predicted_trimmable_bytes(churning: Fleet) -> None:
+    pid = churning.pids[0]
+    (outcome,) = patch_process(pid, fixes=["trim"], method="gdb")
+    assert outcome.status == "applied"
+    predicted = outcome.counters["first_trim_predicted_bytes"]
+    dropped = outcome.counters["first_trim_rss_before"] - outcome.counters["first_trim_rss_after"]
+    assert dropped > 0
+    # A churning worker allocates and frees meanwhile; the prediction is still the right size.
+    assert 0.5 * predicted <= dropped <= 2.0 * predicted + 4 * 1024 * 1024
+    assert outcome.counters["cadence"] == "event loop"  # every 10 s on the worker's own loop
+    assert _report(churning)["trim"]["count"] >= 1
+
+
+def test_revert_restores_every_original_and_status_lists_nothing(churning: Fleet) -> None:
+    pid = churning.pids[0]
+    fixes = ["steps", "registry", "intercepts", "trim"]
+    applied = patch_process(pid, fixes=fixes, method="gdb")
+    assert [o.status for o in applied] == ["applied"] * 4
+    again = patch_process(pid, fixes=fixes, method="gdb")
+    assert [o.status for o in again] == ["already-applied"] * 4
+    reverted = patch_process(pid, fixes=fixes, action="revert", method="gdb")
+    assert [o.status for o in reverted] == ["reverted"] * 4
+    assert all(not o.reason for o in reverted)  # nothing was clobbered
+    status = patch_process(pid, fixes=fixes, action="status", method="gdb")
+    assert [o.status for o in status] == ["not-applied"] * 4
+    # Leaking again: delivered bodies are held once more after the revert.
+    time.sleep(1.5)
+    assert _report(churning)["intercepts"]["peak_delivered"] > 0
+
+
+def test_dry_run_changes_nothing(churning: Fleet) -> None:
+    pid = churning.pids[0]
+    result = CliRunner().invoke(app, ["patch", str(pid), "--fix", "all", "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert {o["status"] for o in doc["outcomes"]} == {"would-apply"}
+    status = patch_process(pid, fixes=["steps", "registry"], action="status", method="gdb")
+    assert [o.status for o in status] == ["not-applied"] * 2
+
+
+def test_a_process_without_verifiers_is_refused_and_unchanged(tmp_path: Path) -> None:
+    with spawn_target("growing_cache", tmp_path) as child:
+        with pytest.raises(PatchRefused, match="no verifiers v1 Runtime"):
+            patch_process(child.pid, fixes=["registry", "steps", "intercepts"], method="gdb")
+        result = CliRunner().invoke(app, ["patch", str(child.pid), "--fix", "registry"])
+        report = child.report()
+    assert result.exit_code == 10
+    assert "hint:" in result.output and "Traceback" not in result.output
+    assert report["leakhound_modules"] == []  # no state module, no payload left behind
