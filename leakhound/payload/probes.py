@@ -166,27 +166,18 @@ def _live_trajectory_ids_once():
     return ids
 
 
-def _step_bloat(step, seen):
-    """(is_bloated, redundant_bytes) for one trajectory step."""
-    if not isinstance(step, dict):
-        return False, 0
-    response = dict.get(step, "response")
-    if not isinstance(response, dict):
-        return False, 0
-    message = dict.get(response, "message")
-    if not isinstance(message, dict):
-        return False, 0
-    keys = set(dict.keys(message))
+def _message(step):
+    """The ``response["message"]`` dict a trajectory step stores, or None."""
+    response = dict.get(step, "response") if isinstance(step, dict) else None
+    message = dict.get(response, "message") if isinstance(response, dict) else None
+    return message if isinstance(message, dict) else None
+
+
+def _is_bloated(message):
+    """More than the steps fix's truncation sidecar."""
     tokens = dict.get(message, "tokens")
     token_keys = set(dict.keys(tokens)) if isinstance(tokens, dict) else set()
-    if keys <= SIDECAR_MESSAGE_KEYS and token_keys <= SIDECAR_TOKEN_KEYS:
-        return False, 0
-    return True, _deep_size(message, seen)
-
-
-def _has_message(step):
-    response = dict.get(step, "response") if isinstance(step, dict) else None
-    return isinstance(response, dict) and isinstance(dict.get(response, "message"), dict)
+    return not (set(dict.keys(message)) <= SIDECAR_MESSAGE_KEYS and token_keys <= SIDECAR_TOKEN_KEYS)
 
 
 def _servers(runtimes):
@@ -220,35 +211,48 @@ def verifiers_probe():
         "finished_bytes": 0,
         "finished_steps": 0,
     }
-    steps = {"steps": 0, "bloated_steps": 0, "redundant_bytes": 0, "sidecar_steps": 0}
-    seen_lists = set()
-    size_seen = set()  # type: set
-    bloat_seen = set()  # type: set
+    steps = {"steps": 0, "bloated_steps": 0, "redundant_bytes": 0, "sidecar_steps": 0, "sidecar_bytes": 0}
+    # (trajectory list, finished?) once per list: judge states alias their parent's list.
+    unique = []
+    seen_lists = set()  # type: set
     for items in registries:
         registry["entries"] += len(items)
         for tid, trajectory in items:
             finished = str(tid) not in live_ids
-            if finished:
-                registry["finished_entries"] += 1
-            else:
-                registry["inflight_entries"] += 1
-            if id(trajectory) in seen_lists or not isinstance(trajectory, list):
-                continue  # judge states alias their parent's list
-            seen_lists.add(id(trajectory))
-            size = _deep_size(trajectory, size_seen)
-            registry["retained_bytes"] += size
-            step_list = list(trajectory)
-            if finished:
-                registry["finished_bytes"] += size
-                registry["finished_steps"] += len(step_list)
-            for step in step_list:
-                steps["steps"] += 1
-                bloated, redundant = _step_bloat(step, bloat_seen)
-                if bloated:
-                    steps["bloated_steps"] += 1
-                    steps["redundant_bytes"] += redundant
-                elif _has_message(step):
-                    steps["sidecar_steps"] += 1
+            registry["finished_entries" if finished else "inflight_entries"] += 1
+            if isinstance(trajectory, list) and id(trajectory) not in seen_lists:
+                seen_lists.add(id(trajectory))
+                unique.append((list(trajectory), finished))
+    # Bloated messages are what the steps fix drops. Their bytes are those reachable only
+    # through them: a first pass sizes everything else (the messages' ids pre-seeded, so
+    # the walk stops there), a second pass the messages with what is left unseen.
+    messages = []  # (message, finished, bloated)
+    for step_list, finished in unique:
+        for step in step_list:
+            steps["steps"] += 1
+            message = _message(step)
+            if message is not None:
+                messages.append((message, finished, _is_bloated(message)))
+    message_ids = {id(m) for m, _f, _b in messages}
+    seen = set(message_ids)
+    for step_list, finished in unique:
+        size = _deep_size(step_list, seen)
+        registry["retained_bytes"] += size
+        if finished:
+            registry["finished_bytes"] += size
+            registry["finished_steps"] += len(step_list)
+    seen -= message_ids
+    for message, finished, bloated in messages:
+        size = _deep_size(message, seen)
+        registry["retained_bytes"] += size
+        if finished:
+            registry["finished_bytes"] += size
+        if bloated:
+            steps["bloated_steps"] += 1
+            steps["redundant_bytes"] += size
+        else:
+            steps["sidecar_steps"] += 1
+            steps["sidecar_bytes"] += size
     intercepts = {"servers": 0, "entries": 0, "delivered": 0, "pending": 0, "body_bytes": 0,
                   "delivered_body_bytes": 0, "base64_bytes": 0}
     servers = _servers(runtimes)

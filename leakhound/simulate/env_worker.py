@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import fixes, report
+from . import fixes, program, report
 from .client import FakeModelClient
 from .env import Environment, Harness
 from .program import browser_agent
@@ -48,6 +48,8 @@ class WorkerConfig:
     image_tokens: int | None = None
     model_latency_ms: float = 5.0
     fixes: frozenset[str] = field(default_factory=frozenset)
+    #: The last ``park`` rollouts stall after their last turn and stay in flight.
+    park: int = 0
 
     @property
     def tokens_per_image(self) -> int:
@@ -197,6 +199,7 @@ class EnvWorker:
             "seed": self.config.seed * 1_000_003 + index,
             # Every other rollout runs out of training budget on its final turn.
             "truncate_last_turn": index % 2 == 1,
+            "park": self.config.rollouts is not None and index >= self.config.rollouts - self.config.park,
         }
 
     # -- loops ------------------------------------------------------------------------
@@ -245,11 +248,12 @@ class EnvWorker:
                         exhausted = True
                         break
                     self.start_request(request)
-                if not self.active_tasks:
+                if len(self.active_tasks) <= program.PARKED[0] and (exhausted or not self.active_tasks):
                     break
                 await asyncio.wait(
                     {stop_task, *self.active_tasks.values()},
                     return_when=asyncio.FIRST_COMPLETED,
+                    timeout=0.2,  # a rollout that parks completes nothing: look again
                 )
             if not stop_event.is_set():
                 self.go_idle()

@@ -8,6 +8,7 @@ interception server.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import random
@@ -92,7 +93,19 @@ async def browser_agent(task: Task, state: State, endpoint: Endpoint) -> Message
         if reply.status != 200:
             raise RuntimeError(f"model endpoint answered {reply.status}: {data.get('error')}")
         messages.append(data["choices"][0]["message"])
+    if task.get("park"):
+        # A rollout that stalls mid-flight (a hung tool, a slow sandbox): it keeps its
+        # registry entry and its delivered intercepts until it is cancelled.
+        PARKED[0] += 1
+        try:
+            await asyncio.Event().wait()
+        finally:
+            PARKED[0] -= 1
     return messages[-1:]
+
+
+#: Rollouts parked right now (``--park``): the worker goes idle with these still in flight.
+PARKED = [0]
 
 
 def _previous_prompt_tokens(state: State) -> int:

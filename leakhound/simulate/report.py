@@ -40,6 +40,10 @@ SIDECAR_KEYS = frozenset({"is_truncated", "tokens"})
 SIDECAR_TOKEN_KEYS = frozenset({"prompt_ids", "completion_ids"})
 
 
+#: Count the elements of numeric arrays too (``--exact-sizes``): what a heap census sees.
+COUNT_NUMERIC_ELEMENTS = False
+
+
 def deep_size(root: object, seen: set[int], base64_tally: list[int] | None = None) -> int:
     """Deep size of ``root`` in bytes, counting each object once per ``seen``.
 
@@ -69,7 +73,7 @@ def deep_size(root: object, seen: set[int], base64_tally: list[int] | None = Non
                 stack.append(item_key)
                 stack.append(value)
         elif isinstance(obj, (list, tuple)):
-            if obj and type(obj[0]) in (int, float):
+            if obj and type(obj[0]) in (int, float) and not COUNT_NUMERIC_ELEMENTS:
                 continue
             stack.extend(obj)
         elif isinstance(obj, (set, frozenset)):

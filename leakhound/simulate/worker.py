@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import fixes
+from . import fixes, report
 from .env_worker import EnvWorker, WorkerConfig
 
 
@@ -45,7 +45,16 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerConfig:
     parser.add_argument("--model-latency-ms", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker-id", type=int, default=0)
+    parser.add_argument(
+        "--park", type=int, default=0,
+        help="the last N rollouts stall after their last turn and stay in flight (holding their intercepts)",
+    )
+    parser.add_argument(
+        "--exact-sizes", action="store_true",
+        help="ground truth counts the elements of token arrays too (slower reports)",
+    )
     args = parser.parse_args(argv)
+    report.COUNT_NUMERIC_ELEMENTS = args.exact_sizes
     try:
         active = fixes.parse_fixes(args.fixes)
     except ValueError as e:
@@ -74,6 +83,7 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerConfig:
         worker_id=args.worker_id,
         model_latency_ms=args.model_latency_ms,
         fixes=active,
+        park=max(0, args.park),
     )
 
 
