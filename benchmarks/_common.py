@@ -62,7 +62,7 @@ def kill_all_children() -> None:
 
 
 def peers_site_packages() -> Path:
-    ver = "python%d.%d" % sys.version_info[:2]
+    ver = "python{}.{}".format(*sys.version_info[:2])
     return PEERS_VENV / "lib" / ver / "site-packages"
 
 
@@ -292,7 +292,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str =
 
     def line(r: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+                         for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
 
     out = [title] if title else []
     out.append(line(cells[0]))

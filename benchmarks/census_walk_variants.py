@@ -9,9 +9,14 @@ payload is not changed by this script.
 * solo+dict: the same, with ``claimed`` a dict {id: None}: a dict holding only ints and None
             is untracked by the cyclic GC, so collections the census's own allocations
             trigger never traverse it (a set is always tracked)
+* solo+dict+leaves: the same, and objects of types that have no referents (str, bytes, int,
+            float...) are counted but never pushed on the stack (no pop, no get_referents)
+* solo+bitmap+leaves: like solo+dict+leaves, with the ids as a bitmap over address space,
+            one bit per 16-byte granule, 8 KiB per MiB of address space touched
 
-Each variant walks the bench heap's three roots (classes are walls, as in the census) in its own thread while a 5 ms heartbeat
-thread records its worst lateness; totals must match the current walk exactly.
+Each variant walks the bench heap's three roots (classes are walls, as in the census) in its
+own thread while a 5 ms heartbeat thread records its worst lateness; totals must match the
+current walk exactly.
 
 Usage:
 
@@ -33,7 +38,15 @@ import _common as c
 sys.path.insert(0, str(c.FIXTURES))
 
 
-def walk(roots: list[Any], *, solo: bool, as_dict: bool) -> dict[str, Any]:
+# Types whose instances have no referents: pushing them only to pop them and get [] back from
+# gc.get_referents is wasted work (they are most of a typical heap).
+LEAVES = frozenset({str, bytes, int, float, complex, bool, type(None)})
+
+
+def walk(roots: list[Any], *, solo: bool, as_dict: bool, leaves: bool = False,
+         bitmap: bool = False) -> dict[str, Any]:
+    if bitmap:
+        return walk_bitmap(roots)
     claimed: Any = {} if as_dict else set()
     types: dict[type, list[int]] = {}
     get_referents = gc.get_referents
@@ -77,10 +90,69 @@ def walk(roots: list[Any], *, solo: bool, as_dict: bool) -> dict[str, Any]:
                 else:
                     entry[0] += 1
                     entry[1] += size
+                if leaves and type(ref) in LEAVES:
+                    continue
                 stack.append(ref)
     return {"objects": objects, "bytes": nbytes, "ids": len(claimed), "skipped": skipped,
             "id_bytes": sys.getsizeof(claimed) + 32 * len(claimed),
             "gc_tracked": gc.is_tracked(claimed)}
+
+
+def walk_bitmap(roots: list[Any]) -> dict[str, Any]:
+    """solo + leaves, with claimed ids as one bit per 16-byte granule of address space:
+    {address >> 20: bytearray(8192)}. Objects are 16-byte aligned and at least 16 bytes, so
+    two live objects never share a bit; bytearrays (and a dict of them) are not GC-tracked."""
+    pages: dict[int, bytearray] = {}
+    types: dict[type, list[int]] = {}
+    get_referents = gc.get_referents
+    getsizeof = sys.getsizeof
+    getrefcount = sys.getrefcount
+    is_tracked = gc.is_tracked
+    dict_keys = dict.keys
+    objects = 0
+    nbytes = 0
+    skipped = 0
+    marked = 0
+    for root in roots:
+        rid = id(root)
+        pages.setdefault(rid >> 20, bytearray(8192))[(rid >> 7) & 0x1FFF] |= 1 << ((rid >> 4) & 7)
+        stack = [root]
+        while stack:
+            obj = stack.pop()
+            referents = get_referents(obj)
+            if isinstance(obj, dict):
+                referents.extend(dict_keys(obj))
+            for ref in referents:
+                if type(ref) is type:
+                    continue
+                if getrefcount(ref) == 4 and not is_tracked(ref):
+                    skipped += 1
+                else:
+                    rid = id(ref)
+                    bits = pages.get(rid >> 20)
+                    if bits is None:
+                        bits = pages[rid >> 20] = bytearray(8192)
+                    byte = (rid >> 7) & 0x1FFF
+                    mask = 1 << ((rid >> 4) & 7)
+                    if bits[byte] & mask:
+                        continue
+                    bits[byte] |= mask
+                    marked += 1
+                size = getsizeof(ref, 0)
+                nbytes += size
+                objects += 1
+                entry = types.get(type(ref))
+                if entry is None:
+                    types[type(ref)] = [1, size]
+                else:
+                    entry[0] += 1
+                    entry[1] += size
+                if type(ref) in LEAVES:
+                    continue
+                stack.append(ref)
+    return {"objects": objects, "bytes": nbytes, "ids": marked, "skipped": skipped,
+            "id_bytes": sys.getsizeof(pages) + len(pages) * sys.getsizeof(bytearray(8192)),
+            "gc_tracked": gc.is_tracked(pages)}
 
 
 def measure(roots: list[Any], **variant: bool) -> dict[str, Any]:
@@ -127,9 +199,11 @@ def main() -> int:
     import bench_heap
 
     roots = [bench_heap.CACHE, bench_heap.SESSIONS, bench_heap.INDEX]
-    variants = {"current": dict(solo=False, as_dict=False),
-                "solo": dict(solo=True, as_dict=False),
-                "solo+dict": dict(solo=True, as_dict=True)}
+    variants = {"current": {"solo": False, "as_dict": False},
+                "solo": {"solo": True, "as_dict": False},
+                "solo+dict": {"solo": True, "as_dict": True},
+                "solo+dict+leaves": {"solo": True, "as_dict": True, "leaves": True},
+                "solo+bitmap+leaves": {"solo": True, "as_dict": False, "bitmap": True}}
     results = {name: measure(roots, **v) for name, v in variants.items()}
     base = results["current"]
     rows = []

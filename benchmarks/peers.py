@@ -120,16 +120,17 @@ def main() -> int:
 
     ours = [r for r in rows_in if r["name"].startswith("leakhound") and r["objects"]]
     peers = [r for r in rows_in if not r["name"].startswith("leakhound")]
-    rows = []
-    for lh in ours:
-        for p in peers:
-            rows.append([
-                f"{lh['name']} vs {p['name']}",
-                c.ratio(p["wall"], lh["wall"]),
-                c.ratio(p["wall"], lh["census"]),
-                c.ratio(lh["extra_peak"], p["extra_peak"]),
-                f"{lh['lag_ms']:,.0f} / {p['lag_ms']:,.0f} ms",
-            ])
+    rows = [
+        [
+            f"{lh['name']} vs {p['name']}",
+            c.ratio(p["wall"], lh["wall"]),
+            c.ratio(p["wall"], lh["census"]),
+            c.ratio(lh["extra_peak"], p["extra_peak"]),
+            f"{lh['lag_ms']:,.0f} / {p['lag_ms']:,.0f} ms",
+        ]
+        for lh in ours
+        for p in peers
+    ]
     print(c.table(
         ["pair", "speed-up (wall)", "speed-up (census)", "extra memory (ours/theirs)",
          "worst lag (ours / theirs)"],
