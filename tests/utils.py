@@ -59,12 +59,15 @@ def spawn_target(
     env: dict[str, str] | None = None,
     wait_for: Path | None = None,
     timeout: float = 30.0,
+    prefix: list[str] | None = None,
 ) -> Iterator[Child]:
+    """Start ``fixtures/FIXTURE.py`` (optionally under ``prefix``, e.g. setpriv to run it as
+    another user) and wait for its ready file."""
     ready = tmp_path / f"{fixture}.ready.json"
     full_env = {**os.environ, **(env or {})}
     full_env.pop("LEAKHOUND_READY_FILE", None)
     proc = subprocess.Popen(
-        [python or sys.executable, str(FIXTURES / f"{fixture}.py"), str(ready)],
+        [*(prefix or []), python or sys.executable, str(FIXTURES / f"{fixture}.py"), str(ready)],
         env=full_env,
         stdin=subprocess.DEVNULL,
         start_new_session=True,

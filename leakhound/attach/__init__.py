@@ -8,7 +8,6 @@ Methods are tried in ``AUTO_ORDER`` when ``method="auto"``: the agent when the t
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from leakhound.attach import agent, gdb, remote_exec
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import PrivateChannel, Progress
 from leakhound.attach.process import Target, resolve_target
+from leakhound.attach.pyspy import py_spy_dump
 from leakhound.errors import MethodUnavailable, RemoteError, TargetBusy
 
 METHODS = ("auto", "agent", "gdb", "remote-exec")
@@ -50,17 +50,6 @@ def choose_method(target: Target, method: str) -> str:
     raise MethodUnavailable(
         f"no way to attach to process {target.pid}: no agent socket, Python < 3.14, gdb missing"
     )
-
-
-def py_spy_dump(pid: int, *, timeout: float = 10.0) -> str:
-    """What the target's threads are doing, from py-spy (read-only, no injection)."""
-    try:
-        proc = subprocess.run(
-            ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"(py-spy dump unavailable: {exc})"
-    return (proc.stdout or proc.stderr).strip()
 
 
 def run_request(

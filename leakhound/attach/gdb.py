@@ -18,7 +18,14 @@ import time
 from pathlib import Path
 
 from leakhound.attach.base import AttachLog, Injection
-from leakhound.errors import AttachFailed, AttachTimeout, MethodUnavailable, PermissionDenied, TargetNotFound
+from leakhound.errors import (
+    AttachFailed,
+    AttachTimeout,
+    MethodUnavailable,
+    PermissionDenied,
+    TargetBusy,
+    TargetNotFound,
+)
 
 SCRIPT = Path(__file__).with_name("gdb_inject.py")
 _RETRIES = 20
@@ -43,6 +50,18 @@ def command(pid: int, status_path: str) -> list[str]:
         "-p", str(pid),
         "-x", str(SCRIPT),
     ]
+
+
+def tracer_pid(pid: int) -> int:
+    """The pid ptrace-attached to ``pid`` right now (another gdb, py-spy, strace), or 0."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _classify(pid: int, output: str) -> None:
@@ -90,6 +109,15 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
                 ) from None
             if status.get("ok"):
                 return Injection(method="gdb", attach_stop_ms=took, attempts=attempt)
+            tracer = tracer_pid(pid)
+            if status.get("kind") == "attach" and tracer:
+                # Someone else (another leakhound, py-spy) is attached for a moment: wait.
+                log(f"attempt {attempt}: process {pid} is traced by pid {tracer}; retrying")
+                if time.monotonic() + 0.1 > deadline:
+                    raise TargetBusy(f"process {pid} is being traced by pid {tracer}")
+                time.sleep(0.05 * attempt)
+                continue
+            _classify(pid, output)  # gdb could not attach at all: say why (ptrace, gone)
             if status.get("kind") == "symbols":
                 raise AttachFailed(
                     f"process {pid}'s Python has no symbol gdb needs ({status.get('reason')})",

@@ -45,6 +45,9 @@ def unsafe_frames():
 
 def main():
     t0 = time.monotonic()
+    if gdb.selected_inferior().pid == 0:
+        report(ok=False, retry=False, kind="attach", reason="gdb did not attach to the process")
+        return
     gdb.execute("set scheduler-locking off", to_string=True)
     busy = unsafe_frames()
     if busy:
