@@ -190,12 +190,10 @@ def memory() -> None:
     after, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     claimed = census.claimed
-    id_ints = len(claimed) * 32  # ids of 64-bit addresses are 2-digit ints: 32 bytes each
     rows = [
         ["tracemalloc peak during run() (over start)", c.mib(peak - before)],
-        ["held at the end of run() (claimed set etc.)", c.mib(after - before)],
-        ["claimed set: table", c.mib(sys.getsizeof(claimed))],
-        ["claimed set: id ints (len x 32 B)", f"{c.mib(id_ints)} ({len(claimed):,} ids)"],
+        ["held at the end of run() (claimed marks etc.)", c.mib(after - before)],
+        ["claimed marks: address bitmap", f"{c.mib(claimed.nbytes())} ({len(claimed.regions):,} regions)"],
         ["gc.get_objects() list (tracked x 8 B)", c.mib(census.tracked * 8)],
         ["owners", f"{len(census.owners):,}"],
     ]

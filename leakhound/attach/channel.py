@@ -31,7 +31,9 @@ class PrivateChannel:
         shutil.copytree(
             PAYLOAD_SOURCE,
             self.dir / "payload",
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "agent.py"),
+            # Compiled .pyc files come along (their source mtimes are preserved), so a target
+            # on the same Python version does not compile the payload.
+            ignore=shutil.ignore_patterns("agent.py", "agent.*.pyc"),
         )
         shutil.copy(PAYLOAD_SOURCE / "boot.py", self.dir / "boot.py")
         if os.geteuid() == 0 and uid != 0:

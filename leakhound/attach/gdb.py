@@ -44,6 +44,9 @@ def command(pid: int, status_path: str) -> list[str]:
         # several times longer, and exported names are all the injection needs.
         "--readnever",
         "-iex", "set debuginfod enabled off",
+        # Symbols of libc and libpython only (loaded by the script): every other shared
+        # library's symbol table would be read while the target is stopped.
+        "-iex", "set auto-solib-add off",
         "-iex", "set auto-load off",
         "-iex", "set confirm off",
         "-iex", "set pagination off",

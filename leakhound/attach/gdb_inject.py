@@ -48,7 +48,8 @@ def main():
     if gdb.selected_inferior().pid == 0:
         report(ok=False, retry=False, kind="attach", reason="gdb did not attach to the process")
         return
-    gdb.execute("set scheduler-locking off", to_string=True)
+    for library in ("libpython", "libc.so"):
+        gdb.execute("sharedlibrary " + library, to_string=True)
     busy = unsafe_frames()
     if busy:
         report(ok=False, retry=True, reason="; ".join(busy), check_ms=(time.monotonic() - t0) * 1e3)

@@ -1,31 +1,64 @@
 # Bootstrap run by the debugger's pending call on the target's main thread.
 # Globals given by the caller: LH_DIR (the private directory). Standard library only.
-# It checks the directory is private to this process's user before loading anything from it,
-# loads the payload package under a private name (or reuses the one already loaded, which
-# holds the state of applied patches), and hands over to runner.start_from_dir.
+# The main thread only checks the directory is private to this process's user and starts a
+# thread; loading the payload (compiling it, if no usable .pyc came along) and all the work
+# happen on that thread, so the event loop is held for about a millisecond.
 import os
 import sys
+import threading
 import time
 
 _entered = time.perf_counter()
 _st = os.stat(LH_DIR)  # noqa: F821 - provided by the caller
 if _st.st_uid not in (0, os.getuid()) or _st.st_mode & 0o077:
     raise PermissionError("leakhound: refusing a payload directory that is not private")
-_name = "_leakhound_payload"
-if _name not in sys.modules:
+
+
+def _write(directory, name, text):
+    path = os.path.join(directory, name)
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.rename(path + ".tmp", path)
+
+
+def _load(directory):
+    # The package that survives between requests (it holds applied patches' code) is
+    # reused; otherwise it is loaded from the private directory under a private name.
+    name = "_leakhound_payload"
+    if name + ".runner" in sys.modules:
+        return sys.modules[name + ".runner"]
     import importlib.util
 
-    _spec = importlib.util.spec_from_file_location(
-        _name,
-        LH_DIR + "/payload/__init__.py",  # noqa: F821
-        submodule_search_locations=[LH_DIR + "/payload"],  # noqa: F821
+    spec = importlib.util.spec_from_file_location(
+        name, directory + "/payload/__init__.py", submodule_search_locations=[directory + "/payload"]
     )
-    _pkg = importlib.util.module_from_spec(_spec)
-    sys.modules[_name] = _pkg
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
     try:
-        _spec.loader.exec_module(_pkg)
-        __import__(_name + ".runner")
+        spec.loader.exec_module(package)
+        __import__(name + ".runner")
     except BaseException:
-        sys.modules.pop(_name, None)
+        for loaded in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
+            sys.modules.pop(loaded, None)
         raise
-sys.modules[_name + ".runner"].start_from_dir(LH_DIR, _entered)  # noqa: F821
+    return sys.modules[name + ".runner"]
+
+
+def _work(directory=LH_DIR):  # noqa: F821
+    try:
+        runner = _load(directory)
+    except BaseException as exc:
+        try:
+            _write(directory, "result.json",
+                   '{"ok": false, "kind": "LoadError", "error": %s}' % repr(repr(exc)).replace("'", '"'))
+        except OSError:
+            pass
+        return
+    runner.run_from_dir(directory)
+
+
+threading.Thread(target=_work, name="leakhound-payload", daemon=True).start()
+_write(LH_DIR, "started.json", '{"main_thread_ms": %.3f}' % ((time.perf_counter() - _entered) * 1000.0))  # noqa: F821

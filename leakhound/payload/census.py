@@ -33,6 +33,49 @@ class CensusTimeout(Exception):
     pass
 
 
+# Leaves: objects with no referents. They are never pushed on the walk stack, and one whose
+# only reference is the container we found it in cannot be met again, so it is not marked.
+_LEAF_TYPES = frozenset((str, bytes, int, float, bool, complex, type(None)))
+# getrefcount of a referent inside the walk loop: its container, the referents list, the
+# loop variable and getrefcount's own argument.
+_ONLY_ONE_REFERENCE = 4
+_REGION_SHIFT = 20  # 1 MiB of address space per bitmap region
+_REGION_BYTES = 1 << (_REGION_SHIFT - 4 - 3)  # one bit per 16-byte granule: 8 KiB
+
+
+class _Marks(object):
+    """The set of objects already claimed, as one bit per 16-byte address granule.
+
+    Every CPython object is 16-byte aligned and at least 16 bytes long, so an address
+    names one granule. A bitmap of ``bytearray`` regions is not a GC-tracked container
+    and costs 1 bit per 16 bytes of heap instead of ~60 bytes per object for a set of
+    ids; the hot loop in ``Census._claim_tree`` inlines the same arithmetic.
+    """
+
+    __slots__ = ("regions",)
+
+    def __init__(self):
+        self.regions = {}
+
+    def add(self, address):
+        region = self.regions.get(address >> _REGION_SHIFT)
+        if region is None:
+            region = self.regions[address >> _REGION_SHIFT] = bytearray(_REGION_BYTES)
+        region[(address & 0xFFFFF) >> 7] |= 1 << ((address >> 4) & 7)
+
+    def __contains__(self, address):
+        region = self.regions.get(address >> _REGION_SHIFT)
+        return region is not None and bool(region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)))
+
+    def discard(self, address):
+        region = self.regions.get(address >> _REGION_SHIFT)
+        if region is not None:
+            region[(address & 0xFFFFF) >> 7] &= ~(1 << ((address >> 4) & 7)) & 0xFF
+
+    def nbytes(self):
+        return len(self.regions) * _REGION_BYTES
+
+
 class _Clock:
     """Tracks the longest single uninterruptible step (one C call holding the GIL)."""
 
@@ -194,7 +237,7 @@ class Census(object):
         self.clock = _Clock(time.monotonic() + timeout)
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
-        self.claimed = set()
+        self.claimed = _Marks()
         self.owners = {}
         self.types = {}
         self.total_bytes = 0
@@ -242,38 +285,54 @@ class Census(object):
         stack = [root]
         get_referents = self._get_referents
         getsizeof = self._getsizeof
+        getrefcount = sys.getrefcount
         dict_keys = dict.keys
         types = self.types
+        regions = claimed.regions
+        leaf_types = _LEAF_TYPES
+        only_one = _ONLY_ONE_REFERENCE
         pop = stack.pop
         push = stack.append
         clock = self.clock
+        perf_counter = time.perf_counter
         steps = 0
         added_bytes = 0
         added_objects = 0
         while stack:
             obj = pop()
-            t0 = time.perf_counter()
             referents = get_referents(obj)
             if isinstance(obj, dict):
                 # dict_traverse skips str keys (they cannot form cycles); we want their bytes.
                 referents.extend(dict_keys(obj))
             if len(referents) > 4096:
+                # A big container: time one more get_referents-sized step for max_pause.
+                t0 = perf_counter()
+                len(get_referents(obj))
                 clock.step(t0)
             for ref in referents:
-                rid = id(ref)
-                if rid in claimed:
-                    continue
-                claimed.add(rid)
+                tp = type(ref)
+                leaf = tp in leaf_types
+                if not (leaf and getrefcount(ref) <= only_one):
+                    address = id(ref)
+                    region = regions.get(address >> 20)
+                    if region is None:
+                        region = regions[address >> 20] = bytearray(8192)
+                    index = (address & 0xFFFFF) >> 7
+                    bit = 1 << ((address >> 4) & 7)
+                    if region[index] & bit:
+                        continue
+                    region[index] |= bit
                 size = getsizeof(ref, 0)
                 added_bytes += size
                 added_objects += 1
-                entry = types.get(type(ref))
+                entry = types.get(tp)
                 if entry is None:
-                    types[type(ref)] = [1, size]
+                    types[tp] = [1, size]
                 else:
                     entry[0] += 1
                     entry[1] += size
-                push(ref)
+                if not leaf:
+                    push(ref)
             steps += 1
             if steps & 0x3FFF == 0:
                 clock.check()
@@ -327,7 +386,8 @@ class Census(object):
         claimed = self.claimed
         claimed.add(id(objects))
         # Our own bookkeeping is not part of the target's heap.
-        for own in (self, self.__dict__, self.claimed, self.owners, self.types, self.garbage_types):
+        for own in (self, self.__dict__, self.claimed, self.claimed.regions, self.owners, self.types,
+                    self.garbage_types):
             claimed.add(id(own))
         for obj in self._exclude:
             claimed.add(id(obj))
@@ -459,7 +519,14 @@ class Census(object):
 
     def _split_unreached(self, objects):
         claimed = self.claimed
-        unreached = [o for o in objects if id(o) not in claimed]
+        regions = claimed.regions
+        unreached = []
+        for obj in objects:
+            address = id(obj)
+            region = regions.get(address >> 20)
+            if region is None or not region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
+                unreached.append(obj)
+        obj = None
         index = {id(o): i for i, o in enumerate(unreached)}
         internal = [0] * len(unreached)
         for obj in unreached:

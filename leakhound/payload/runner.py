@@ -2,11 +2,10 @@
 
 Runs inside the target with the standard library only. Two ways in:
 
-* ``start_from_dir(dir)``: the debugger path. The bootstrap (``boot.py``) calls it at a safe
-  point on the main thread; it reads ``request.json`` from the private directory, starts a
-  short-lived daemon thread and returns at once, so the main thread is held for
-  milliseconds. The thread writes ``progress.json`` while it works and ``result.json`` (by
-  atomic rename) when done, then exits.
+* ``run_from_dir(dir)``: the debugger path. The bootstrap (``boot.py``) runs at a safe point
+  on the main thread and only starts a short-lived daemon thread, which loads this package
+  and calls this: it reads ``request.json`` from the private directory, writes
+  ``progress.json`` while it works and ``result.json`` (by atomic rename) when done.
 * ``handle(request, progress)``: the in-process agent path (``agent.py``), called on the
   agent's own thread.
 
@@ -112,7 +111,8 @@ def _write_json(path, doc):
     os.rename(tmp, path)
 
 
-def _run_in_thread(directory, request, entered):
+def run_from_dir(directory):
+    """The debugger path, on the payload's own thread: request.json in, result.json out."""
     last = [0.0]
 
     def progress(phase, done):
@@ -125,15 +125,18 @@ def _run_in_thread(directory, request, entered):
         except OSError:
             pass
 
-    result = handle(request, progress)
-    result["main_thread_ms"] = entered
+    try:
+        with open(os.path.join(directory, "request.json")) as fh:
+            request = json.load(fh)
+        result = handle(request, progress)
+    except (OSError, ValueError) as exc:
+        result = {"ok": False, "error": "cannot read the request: %s" % exc, "kind": "BadRequest"}
     try:
         _write_json(os.path.join(directory, "result.json"), result)
     except OSError:
         pass  # the CLI gave up and removed the directory; nothing to leave behind
     finally:
-        if not request.get("keep_state"):
-            _forget()
+        _forget()
 
 
 def _forget():
@@ -142,21 +145,3 @@ def _forget():
         return
     for name in [n for n in sys.modules if n == STATE_MODULE or n.startswith(STATE_MODULE + ".")]:
         sys.modules.pop(name, None)
-
-
-def start_from_dir(directory, entered_at):
-    """Called by boot.py on the main thread at a safe point. Returns quickly."""
-    with open(os.path.join(directory, "request.json")) as fh:
-        request = json.load(fh)
-    worker = threading.Thread(
-        target=_run_in_thread,
-        args=(directory, request, 0.0),
-        name="leakhound-payload",
-        daemon=True,
-    )
-    worker.start()
-    entered = (time.perf_counter() - entered_at) * 1000.0
-    try:
-        _write_json(os.path.join(directory, "started.json"), {"main_thread_ms": entered})
-    except OSError:
-        pass
