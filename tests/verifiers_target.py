@@ -133,6 +133,8 @@ class VerifiersWorker:
     ready: dict[str, Any]
     log_path: Path
     process: subprocess.Popen[bytes] = field(repr=False)
+    command_dir: Path | None = None
+    _batches: int = 0
 
     @property
     def worker_pid(self) -> int:
@@ -155,6 +157,41 @@ class VerifiersWorker:
             if time.monotonic() > deadline:
                 raise VerifiersFixtureError(f"no report newer than seq {newer_than}")
             time.sleep(0.1)
+
+    def run_batch(
+        self,
+        *,
+        rollouts: int,
+        turns: int | None = None,
+        park: int = 0,
+        task: dict[str, Any] | None = None,
+        timeout: float = 120.0,
+    ) -> dict[str, Any]:
+        """Have the driver run more rollouts (groups, in grouped mode) and wait until the
+        worker's own report shows them finished/parked. Returns the driver's result:
+        errors, example_ids, parked_example_ids, report_seq."""
+        if self.command_dir is None:
+            raise VerifiersFixtureError("this worker was spawned without a command dir")
+        self._batches += 1
+        name = f"batch-{self._batches:03d}"
+        command = {"rollouts": rollouts, "park": park, "task": task or {}}
+        if turns is not None:
+            command["turns"] = turns
+        tmp = self.command_dir / f".{name}.tmp"
+        tmp.write_text(json.dumps(command))
+        os.replace(tmp, self.command_dir / f"{name}.json")
+        done = self.command_dir / f"{name}.done.json"
+        deadline = time.monotonic() + timeout
+        while not done.exists():
+            if self.process.poll() is not None:
+                raise VerifiersFixtureError(f"driver exited during {name}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise VerifiersFixtureError(f"{name} did not finish in {timeout}s:\n{self.log_tail()}")
+            time.sleep(0.05)
+        result = dict(json.loads(done.read_text()))
+        if "error" in result:
+            raise VerifiersFixtureError(f"{name} failed in the driver:\n{result['error']}")
+        return result
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
@@ -188,12 +225,15 @@ def spawn_verifiers_worker(
 
     ``park`` extra rollouts stop after their turns with every intercept
     delivered and one more request pending, so the worker holds live
-    intercept bodies. The process group is SIGKILLed on exit, always.
+    intercept bodies. ``VerifiersWorker.run_batch`` runs more rollouts later
+    (e.g. after a live patch). The process group is SIGKILLed on exit, always.
     """
     venv = ensure_verifiers_venv()
     run_dir = Path(tmp_path) / "verifiers-worker"
     run_dir.mkdir(parents=True, exist_ok=True)
     ready_file = run_dir / "ready.json"
+    command_dir = run_dir / "commands"
+    command_dir.mkdir(exist_ok=True)
     report_dir = run_dir / "reports"
     log_path = run_dir / "driver.log"
     command = [
@@ -213,6 +253,8 @@ def spawn_verifiers_worker(
         str(screenshot_kb),
         "--timeout",
         str(ready_timeout),
+        "--command-dir",
+        str(command_dir),
     ]
     if grouped:
         command += ["--grouped", "--group-size", str(group_size)]
@@ -238,6 +280,7 @@ def spawn_verifiers_worker(
             ready=ready,
             log_path=log_path,
             process=process,
+            command_dir=command_dir,
         )
     finally:
         _kill_group(process)
