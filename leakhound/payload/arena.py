@@ -32,11 +32,19 @@ class _Mallinfo2(ctypes.Structure):
 _PAGE = 4096
 
 
+_LIBC = []
+
+
 def _libc():
-    try:
-        return ctypes.CDLL(None)
-    except OSError:
-        return None
+    # One CDLL for the life of the process: every CDLL caches its function pointers, which
+    # point back at it, so a fresh one per call would leave a reference cycle (garbage the
+    # target's GC must collect) behind every inspection.
+    if not _LIBC:
+        try:
+            _LIBC.append(ctypes.CDLL(None))
+        except OSError:
+            _LIBC.append(None)
+    return _LIBC[0]
 
 
 def _capture(libc, write):

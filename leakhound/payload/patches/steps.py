@@ -65,8 +65,11 @@ def slim_step(step, counters):
     before = _size(response, set())
     del response["message"]
     tokens = step.get("tokens")
+    # The sidecar exists for renderer_client._step_token_ids, which falls back to it only
+    # when the step's own tokens lack completion ids, and can only return ids the raw
+    # message has: keep it exactly then (not on every finish_reason="length" step).
     truncated = isinstance(tokens, dict) and not tokens.get("completion_ids")
-    if (truncated or message.get("is_truncated")) and isinstance(raw, dict):
+    if truncated and isinstance(raw, dict) and raw.get("prompt_ids") and raw.get("completion_ids"):
         response["message"] = {
             "is_truncated": True,
             "tokens": {"prompt_ids": raw.get("prompt_ids"), "completion_ids": raw.get("completion_ids")},

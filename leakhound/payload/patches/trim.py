@@ -6,7 +6,6 @@ asyncio loop. Never ``gc.collect()``: full collections on fat heaps stalled real
 their heartbeat timeout.
 """
 
-import ctypes
 import gc
 import sys
 import threading
@@ -18,11 +17,10 @@ INTERVAL = 10.0
 
 
 def _malloc_trim():
-    try:
-        libc = ctypes.CDLL(None)
-        return libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
+    from ..arena import _libc  # noqa: PLC0415 - one CDLL per process (see there)
+
+    libc = _libc()
+    return getattr(libc, "malloc_trim", None) if libc is not None else None
 
 
 def recognise():

@@ -1,0 +1,125 @@
+"""Never harm the target: soak, busy C threads, and the agent's fixed, private protocol."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from leakhound.capture import take_snapshot
+from leakhound.payload.agent import socket_path
+from tests.utils import spawn_target, within
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
+
+
+def _agent_target_socket(pid: int) -> str:
+    path = socket_path(pid)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, "agent socket never appeared"
+        time.sleep(0.05)
+    return path
+
+
+def _ask(path: str, payload: bytes, timeout: float = 10.0) -> dict:  # type: ignore[type-arg]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(payload)
+        sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    lines = [json.loads(line) for line in data.splitlines() if line.strip()]
+    return lines[-1]["result"]
+
+
+def _status(pid: int) -> dict[str, int]:
+    out = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "Threads"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+def test_soak_200_inspections_keep_the_worker_alive_and_flat(tmp_path: Path) -> None:
+    with spawn_target("busy_worker", tmp_path, env={"LEAKHOUND_AGENT": "1"}) as child:
+        _agent_target_socket(child.pid)
+        # The target's own report allocates too (it sizes its cache): read it outside the window.
+        served_before = child.report()["truth"]["requests"]
+        for _ in range(10):  # warm-up: the first census grows the allocators once
+            take_snapshot(child.pid, method="agent", timeout=60)
+        start = _status(child.pid)
+        for _ in range(190):
+            take_snapshot(child.pid, method="agent", timeout=60)
+        end = _status(child.pid)
+        after = child.report()
+        assert child.proc.poll() is None
+    grown_kb = end["VmRSS"] - start["VmRSS"]
+    assert grown_kb <= 1024, f"RSS grew by {grown_kb} KiB over 190 inspections"
+    assert end["Threads"] == start["Threads"]
+    assert after["truth"]["requests"] > served_before + 100  # it kept serving meanwhile
+
+
+def test_busy_c_threads_do_not_stop_an_inspection(tmp_path: Path) -> None:
+    with spawn_target("busy_worker", tmp_path, env={"FIXTURE_C_THREADS": "6"}) as child:
+        snap = take_snapshot(child.pid, method="gdb", timeout=60)
+        truth = child.report()["truth"]
+    cache = next(o for o in snap.owners if o.path == "__main__.CACHE")
+    assert within(cache.retained_bytes, truth["cache_bytes"])
+    assert snap.process.num_threads >= 7
+
+
+def test_agent_socket_is_private_and_answers_only_fixed_requests(tmp_path: Path) -> None:
+    with spawn_target("growing_cache", tmp_path, env={"LEAKHOUND_AGENT": "1"}) as child:
+        path = _agent_target_socket(child.pid)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+        hostile = [
+            b"not json at all\n",
+            b"[1, 2, 3]\n",
+            b'{"op": "exec", "code": "import os; os._exit(3)"}\n',
+            b'{"op": "snapshot", "code": "__import__(\'os\')._exit(3)", "top_types": "many"}\n',
+            b'{"op": "patch", "action": "apply", "fixes": ["../../evil"]}\n',
+            b'{"op": "patch", "action": "eval", "fixes": ["trim"]}\n',
+            b"{" + b'"x": "' + b"A" * 200_000 + b'"}\n',  # oversized
+            b"",  # nothing at all
+        ]
+        answers = []
+        for payload in hostile:
+            try:
+                answers.append(_ask(path, payload))
+            except (IndexError, ConnectionError):
+                answers.append(None)
+        ping = _ask(path, b'{"op": "ping"}\n')
+        report = child.report()
+        assert child.proc.poll() is None
+    by_payload = dict(zip(hostile, answers))
+    assert by_payload[hostile[0]]["kind"] == "BadRequest"
+    assert by_payload[hostile[1]]["kind"] == "BadRequest"
+    assert by_payload[hostile[2]]["kind"] == "BadRequest"  # unknown op: nothing executed
+    assert by_payload[hostile[3]]["ok"] is True  # the code field is ignored; bad ints defaulted
+    assert by_payload[hostile[4]]["ok"] is False and "fixes must be" in by_payload[hostile[4]]["error"]
+    assert by_payload[hostile[5]]["ok"] is False and "unknown patch action" in by_payload[hostile[5]]["error"]
+    assert by_payload[hostile[6]] is None or by_payload[hostile[6]]["kind"] == "BadRequest"
+    assert ping["ok"] is True
+    assert report["leakhound_modules"] == ["leakhound", "leakhound.payload", "leakhound.payload.agent",
+                                           "leakhound.payload.arena", "leakhound.payload.census",
+                                           "leakhound.payload.patches", "leakhound.payload.patches._code",
+                                           "leakhound.payload.patches._state",
+                                           "leakhound.payload.patches.intercepts",
+                                           "leakhound.payload.patches.registry",
+                                           "leakhound.payload.patches.steps", "leakhound.payload.patches.trim",
+                                           "leakhound.payload.probes", "leakhound.payload.runner",
+                                           "leakhound.payload.sampling"]
