@@ -32,7 +32,7 @@ class _Mallinfo2(ctypes.Structure):
 _PAGE = 4096
 
 
-_LIBC = []
+_LIBC = []  # type: list
 
 
 def _libc():

@@ -43,6 +43,14 @@ def _ask(path: str, payload: bytes, timeout: float = 10.0) -> dict:  # type: ign
     return lines[-1]["result"]
 
 
+def _ask_or_none(path: str, payload: bytes) -> dict | None:  # type: ignore[type-arg]
+    """The agent's answer, or None when it closed the connection without one."""
+    try:
+        return _ask(path, payload)
+    except (IndexError, ConnectionError):
+        return None
+
+
 def _status(pid: int) -> dict[str, int]:
     out = {}
     with open(f"/proc/{pid}/status") as fh:
@@ -96,16 +104,11 @@ def test_agent_socket_is_private_and_answers_only_fixed_requests(tmp_path: Path)
             b"{" + b'"x": "' + b"A" * 200_000 + b'"}\n',  # oversized
             b"",  # nothing at all
         ]
-        answers = []
-        for payload in hostile:
-            try:
-                answers.append(_ask(path, payload))
-            except (IndexError, ConnectionError):
-                answers.append(None)
+        answers = [_ask_or_none(path, payload) for payload in hostile]
         ping = _ask(path, b'{"op": "ping"}\n')
         report = child.report()
         assert child.proc.poll() is None
-    by_payload = dict(zip(hostile, answers))
+    by_payload = dict(zip(hostile, answers, strict=True))
     assert by_payload[hostile[0]]["kind"] == "BadRequest"
     assert by_payload[hostile[1]]["kind"] == "BadRequest"
     assert by_payload[hostile[2]]["kind"] == "BadRequest"  # unknown op: nothing executed
