@@ -8,7 +8,7 @@ from typing import Any, TextIO
 from rich.table import Table
 
 from leakhound.model import PatchOutcome
-from leakhound.render.console import console, human_bytes
+from leakhound.render.console import console
 
 _STATUS_STYLE = {"applied": "green", "already-applied": "green", "would-apply": "cyan", "reverted": "cyan",
                  "refused": "red", "not-applied": "dim"}
@@ -43,14 +43,18 @@ def outcome_doc(o: PatchOutcome) -> dict[str, Any]:
     }
 
 
+def _mb(n: float) -> str:
+    return f"{n / (1024 * 1024):,.0f} MB"
+
+
 def render_confirm(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None) -> None:
     con = console(file)
     table = Table(title="confirm: each fix measured in fresh worker processes", title_justify="left",
-                  show_edge=False)
-    for name, justify in (("fixes", "left"), ("peak RSS", "right"), ("vs none", "right"),
-                          ("resting RSS", "right"), ("vs none", "right"), ("registry held", "right"),
-                          ("intercept bodies (peak)", "right"), ("redundant step bytes", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+                  show_edge=False, padding=(0, 1))
+    for name, justify in (("fixes", "left"), ("peak", "right"), ("Δ", "right"),
+                          ("resting", "right"), ("Δ", "right"), ("registry", "right"),
+                          ("intercepts", "right"), ("steps", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     base = rows[0] if rows else None
     for row in rows:
         def delta(key: str, row: dict[str, Any] = row) -> str:
@@ -59,9 +63,12 @@ def render_confirm(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None
             return f"{(row[key] - base[key]) / base[key]:+.0%}"
 
         table.add_row(
-            row["fixes"], human_bytes(row["peak_rss_bytes"]), delta("peak_rss_bytes"),
-            human_bytes(row["resting_rss_bytes"]), delta("resting_rss_bytes"),
-            human_bytes(row["registry_retained_bytes"]), human_bytes(row["intercept_peak_body_bytes"]),
-            human_bytes(row["step_redundant_bytes"]),
+            row["fixes"], _mb(row["peak_rss_bytes"]), delta("peak_rss_bytes"),
+            _mb(row["resting_rss_bytes"]), delta("resting_rss_bytes"),
+            _mb(row["registry_retained_bytes"]), _mb(row["intercept_peak_body_bytes"]),
+            _mb(row["step_redundant_bytes"]),
         )
     con.print(table)
+    con.print("[dim]peak: VmHWM; resting: VmRSS when idle after a stats tick; Δ: against no fixes; "
+              "registry: finished rollouts' trajectories held; intercepts: peak request-body bytes "
+              "held; steps: bytes only bloated step messages hold (workers' own reports)[/dim]")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,3 +148,23 @@ def test_not_a_python_process_is_a_clear_error() -> None:
     assert result.exit_code == 4
     assert "not a CPython process" in result.output
     assert "Traceback" not in result.output
+
+
+def _python314() -> str | None:
+    for name in ("python3.14", "python3.15"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.mark.skipif(_python314() is None, reason="no Python 3.14+ interpreter installed here")
+def test_remote_exec_method_on_python_314(tmp_path: Path) -> None:
+    python = _python314()
+    assert python is not None
+    with spawn_target("growing_cache", tmp_path, python=python) as child:
+        snap = take_snapshot(child.pid, method="remote-exec", timeout=60)
+        truth = child.report()["truth"]
+    assert snap.method == "remote-exec"
+    assert snap.owners[0].path == "__main__.CACHE"
+    assert within(snap.owners[0].retained_bytes, truth["cache_bytes"])
