@@ -9,14 +9,12 @@ commands can call for that.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from leakhound.attach.process import resolve_target
+from leakhound.attach.pyspy import py_spy_path
 from leakhound.errors import AttachFailed, AttachTimeout, MethodUnavailable, PermissionDenied
 
 STACKS_SCHEMA = "leakhound.stacks/1"
@@ -37,15 +35,6 @@ class ThreadStack:
     active: bool
     owns_gil: bool
     frames: tuple[Frame, ...]
-
-
-def py_spy_path() -> str | None:
-    """py-spy on PATH, else next to this interpreter (a venv's bin/ is often not on PATH)."""
-    found = shutil.which("py-spy")
-    if found:
-        return found
-    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    return beside if os.access(beside, os.X_OK) else None
 
 
 def _parse(doc: Any) -> tuple[ThreadStack, ...]:
