@@ -225,12 +225,17 @@ def _verdict(
     """(verdict, recent slope) of one series."""
     if len(points) < th.min_points or points[-1][0] <= points[0][0]:
         return UNKNOWN, 0.0
-    recent_slope = slope(_recent(points, th.recent_fraction, th.min_points))
+    recent = _recent(points, th.recent_fraction, th.min_points)
+    recent_slope = slope(recent)
     if not _grew(points, per_second, floor, th):
         return STATIC, recent_slope
     if len(points) <= th.min_points:
         return GROWING, recent_slope
     if recent_slope < th.plateau_ratio * per_second:
+        return PLATEAUED, recent_slope
+    # Still rising, but by less than noise over the recent part: it has levelled off (an
+    # allocator settling after a cache filled up is not a leak).
+    if not _grew(recent, recent_slope, floor, th):
         return PLATEAUED, recent_slope
     return GROWING, recent_slope
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tempfile
-import time
 
 from leakhound.attach.gdb import gdb_path
 from leakhound.capture import take_snapshot
@@ -27,7 +26,12 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
         with start_fleet(workers=1, concurrency=4, turns=24, rollouts=None, image_kb=64, group_size=1,
                          fixes="none", hold=0, report_dir=tmp, stats_interval=2.0, extra_env=env) as fleet:
             fleet.wait_ready(timeout=120)
-            time.sleep(2.0)
+            # Mid-rollout, so every leak has something to show: finished rollouts in the
+            # registry and delivered request bodies still held (the worker's own report).
+            fleet.wait_for(
+                lambda r: r["trajectories"]["finished_entries"] >= 8 and r["intercepts"]["delivered"] >= 16,
+                timeout=120, what="leak enough to show",
+            )
             pid = fleet.pids[0]
             con.print(f"\n[bold]2. leakhound inspect {pid}[/bold] (the worker keeps running)\n")
             snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress, log=reporter.log)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Sequence
 
 from leakhound.attach.process import match_processes
@@ -65,7 +64,8 @@ def _on_simulated_worker(
         with start_fleet(workers=1, concurrency=4, turns=24, rollouts=None, image_kb=64, group_size=1,
                          fixes="none", hold=0, report_dir=tmp, stats_interval=2.0) as fleet:
             fleet.wait_ready(timeout=120)
-            time.sleep(1.0)  # a few rollouts in flight, so every leak has something to show
+            # A few rollouts in flight, so every leak has something to show.
+            fleet.wait_for(lambda r: r["intercepts"]["delivered"] >= 8, timeout=120, what="leak")
             pid = fleet.pids[0]
             reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)} live, then watching {verify:.0f}s")
             outcomes = patch_process(pid, fixes=fixes, action="apply", verify_seconds=verify, method=method,

@@ -14,6 +14,7 @@ Three kinds of sample, from cheapest to dearest:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,9 +65,12 @@ class WatchResult:
 
 
 def _full(w: Watched, *, top: int, timeout: float, log: AttachLog) -> Sample:
+    # RSS is read before the census: the series is the worker's, not the worker's plus what
+    # the census itself briefly allocates in it.
+    rss = rss_bytes(w.target.pid)
     snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log)
     w.last_snapshot = snapshot
-    sample = sample_from_snapshot(snapshot)
+    sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     w.last_full = sample
     return sample
 
@@ -76,6 +80,7 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog) -> Sample:
     reference = w.last_full
     paths = [o.path for o in reference.owners if not o.path.startswith(_UNRESOLVABLE)]
     taken_at = time.time()
+    rss = rss_bytes(w.target.pid)  # before the request (see _full)
     remote = run_request(
         w.target.pid,
         {"op": "sample", "paths": paths[:SAMPLED_OWNERS], "top_types": SAMPLED_TYPES},
@@ -84,7 +89,6 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog) -> Sample:
         log=log,
         target=w.target,
     )
-    rss = rss_bytes(w.target.pid)
     result = remote.result
     items = {str(k): int(v) for k, v in (result.get("items") or {}).items()}
     types = result.get("types")

@@ -7,6 +7,7 @@ Standard library only (ctypes). Nothing is printed to the target's stderr: both 
 
 import ctypes
 import ctypes.util
+import os
 import re
 import sys
 
@@ -188,3 +189,9 @@ def arena_stats():
         out.update(pym)
     out["reason"] = "; ".join(reasons)
     return out
+
+
+def rss_bytes():
+    """This process's resident set, from /proc/self/statm."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -18,6 +18,8 @@ import gc
 import sys
 import time
 
+from .tasks import await_chain, live_tasks
+
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
 
@@ -168,54 +170,30 @@ def _natural(text):
 
 
 def _task_coroutines():
-    """(label, task or None, coroutine) along every live asyncio task's await chain.
-
-    Reads the tasks' weak set through ``gc.get_referents`` (one C call, so the main thread
-    adding tasks meanwhile cannot break the iteration) and only C-level getters of tasks and
-    coroutines. The task itself goes with the outermost coroutine.
-    """
-    tasks_mod = sys.modules.get("asyncio.tasks")
-    if tasks_mod is None:
-        return []
-    registry = getattr(tasks_mod, "_scheduled_tasks", None) or getattr(tasks_mod, "_all_tasks", None)
-    data = getattr(registry, "data", None)
-    if data is None:
-        return []
-    tasks = []
-    for ref in gc.get_referents(data):
-        try:
-            task = ref()
-        except TypeError:
-            continue
-        if task is None:
-            continue
+    """(label, task or None, coroutine) along every live asyncio task's await chain; the
+    task itself goes with the outermost coroutine. Task-1 (usually the main coroutine)
+    first, so ties between owners go to it, deterministically."""
+    named = []
+    for task in live_tasks():
         try:
             name = task.get_name()
-            coro = task.get_coro()
         except Exception:
             continue
         if type(name) is str:
-            tasks.append((_natural(name), name, task, coro))
-    # Task-1 (usually the main coroutine) first: ties between owners go to it, deterministically.
-    tasks.sort(key=lambda t: t[0])
+            named.append((_natural(name), name, task))
+    named.sort(key=lambda t: t[0])
     out = []
-    for _key, name, task, coro in tasks:
-        depth = 0
+    for _key, name, task in named:
         owner_task = task
-        while coro is not None and depth < 32:
-            if type(coro).__name__ not in ("coroutine", "generator"):
-                break
+        for coro in await_chain(task, limit=32):
             code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
             frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
             line = frame.f_lineno if frame is not None else 0
-            if code is not None:
-                label = "task:%s/%s (%s:%d)" % (
-                    name, code.co_name, code.co_filename.rsplit("/", 1)[-1], line or 0,
-                )
-                out.append((label, owner_task, coro))
-                owner_task = None
-            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-            depth += 1
+            if code is None:
+                continue
+            label = "task:%s/%s (%s:%d)" % (name, code.co_name, code.co_filename.rsplit("/", 1)[-1], line or 0)
+            out.append((label, owner_task, coro))
+            owner_task = None
     return out
 
 

@@ -26,6 +26,10 @@ import gc
 import sys
 import time
 
+from .census import _instance_dict
+from .sizes import deep_size as _deep_size
+from .tasks import await_chain, live_tasks
+
 RUNTIME_MODULES = ("verifiers.v1.runtime", "leakhound.simulate.runtime")
 BODY_FIELDS = ("messages", "prompt", "input", "system", "tools")
 SIDECAR_MESSAGE_KEYS = frozenset(("is_truncated", "tokens"))
@@ -34,46 +38,9 @@ _BASE64_MARK = ";base64,"
 
 
 def _attr(obj, name):
-    """Read an instance attribute from its ``__dict__`` only (no descriptors, no getattr)."""
-    tp = type(obj)
-    for klass in type.__dict__["__mro__"].__get__(tp, type):
-        descr = type.__dict__["__dict__"].__get__(klass, type).get("__dict__")
-        if descr is None:
-            continue
-        try:
-            d = descr.__get__(obj, tp)
-        except Exception:
-            return None
-        if type(d) is dict:
-            return dict.get(d, name)
-        return None
-    return None
-
-
-def _deep_size(root, seen, limit=5000000):
-    """sys.getsizeof over everything ``root`` reaches through containers, each id once.
-
-    ``seen`` is shared by the caller so that objects shared between measured parts count
-    once. Follows dict keys too (gc.get_referents skips str keys).
-    """
-    total = 0
-    stack = [root]
-    getsizeof = sys.getsizeof
-    steps = 0
-    while stack and steps < limit:
-        obj = stack.pop()
-        oid = id(obj)
-        if oid in seen:
-            continue
-        seen.add(oid)
-        total += getsizeof(obj, 0)
-        steps += 1
-        if isinstance(obj, dict):
-            stack.extend(dict.keys(obj))
-            stack.extend(dict.values(obj))
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            stack.extend(obj)
-    return total
+    """An instance attribute from its ``__dict__`` only (no descriptors, no getattr)."""
+    d = _instance_dict(obj)
+    return dict.get(d, name) if d is not None else None
 
 
 def _base64_chars(root, limit=200000):
@@ -131,11 +98,6 @@ def _live_trajectory_ids(samples=3, pause=0.002):
 
 def _live_trajectory_ids_once():
     ids = set()  # type: set
-    tasks_mod = sys.modules.get("asyncio.tasks")
-    registry = getattr(tasks_mod, "_scheduled_tasks", None) or getattr(tasks_mod, "_all_tasks", None)
-    data = getattr(registry, "data", None)
-    if data is None:
-        return ids
 
     def note_state(value):
         if isinstance(value, dict) and dict.__contains__(value, "trajectory_id"):
@@ -143,26 +105,13 @@ def _live_trajectory_ids_once():
             if tid is not None:
                 ids.add(str(tid))
 
-    for ref in gc.get_referents(data):
-        try:
-            task = ref()
-        except TypeError:
-            continue
-        if task is None:
-            continue
-        try:
-            coro = task.get_coro()
-        except Exception:
-            continue
-        depth = 0
-        while coro is not None and depth < 64 and type(coro).__name__ in ("coroutine", "generator"):
+    for task in live_tasks():
+        for coro in await_chain(task):
             for local in gc.get_referents(coro):
                 note_state(local)
                 if isinstance(local, (list, tuple)) and len(local) < 10000:
                     for item in local:
                         note_state(item)
-            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-            depth += 1
     return ids
 
 

@@ -136,7 +136,10 @@ def run_from_dir(directory):
     except OSError:
         pass  # the CLI gave up and removed the directory; nothing to leave behind
     finally:
-        _forget()
+        if result.get("kind") != "Busy":
+            # A request turned away as busy shares the package with the one still
+            # running: only the request that ran may unload it.
+            _forget()
 
 
 def _forget():

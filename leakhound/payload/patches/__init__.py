@@ -8,6 +8,8 @@ that is not a function swap (the trim cadence). Requests choose among these by n
 nothing sent to the target is executed.
 """
 
+
+from .. import arena, probes
 from . import _state, intercepts, registry, steps, trim
 
 FIXES = {m.FIX: m for m in (steps, registry, intercepts, trim)}
@@ -102,8 +104,6 @@ def handle(request):
         if isinstance(registry, dict):
             # Sizing the registry takes a while on a fat heap; the counts the registry fix is
             # judged by are re-read at the instant before it lands.
-            from .. import probes  # noqa: PLC0415
-
             registry.update(probes.registry_counts())
     results = []
     for name in names:
@@ -122,13 +122,4 @@ def handle(request):
 
 
 def _measure():
-    from .. import arena, probes  # noqa: PLC0415
-
-    return {"verifiers": probes.verifiers_probe(), "arena": arena.arena_stats(), "rss_bytes": _rss()}
-
-
-def _rss():
-    import os  # noqa: PLC0415
-
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return {"verifiers": probes.verifiers_probe(), "arena": arena.arena_stats(), "rss_bytes": arena.rss_bytes()}

@@ -9,6 +9,7 @@ and ``unregister_rollout`` still sweeps whatever is left (pending requests) at r
 import functools
 import sys
 
+from ..sizes import deep_size
 from . import _code
 
 FIX = "intercepts"
@@ -38,21 +39,8 @@ def recognise():
 
 
 def _body_bytes(intercept):
-    total = 0
-    seen = set()
-    stack = [intercept.get(f) for f in BODY_FIELDS]
-    while stack:
-        item = stack.pop()
-        if item is None or id(item) in seen:
-            continue
-        seen.add(id(item))
-        total += sys.getsizeof(item, 0)
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return total
+    seen = set()  # type: set
+    return sum(deep_size(intercept.get(field), seen) for field in BODY_FIELDS if intercept.get(field) is not None)
 
 
 def _wrapper(original, counters):

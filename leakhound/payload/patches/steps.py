@@ -8,8 +8,8 @@ budget) keeps a small sidecar, ``message = {"is_truncated": True, "tokens": {"pr
 """
 
 import functools
-import sys
 
+from ..sizes import deep_size
 from . import _code
 
 FIX = "steps"
@@ -33,23 +33,6 @@ def recognise():
     return [(runtime, "submit_model_request", _wrapper)], None
 
 
-def _size(obj, seen):
-    total = 0
-    stack = [obj]
-    while stack:
-        item = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        total += sys.getsizeof(item, 0)
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return total
-
-
 def slim_step(step, counters):
     response = step.get("response") if isinstance(step, dict) else None
     if not isinstance(response, dict):
@@ -62,7 +45,7 @@ def slim_step(step, counters):
         not isinstance(raw, dict) or set(raw) <= {"prompt_ids", "completion_ids"}
     ):
         return  # already slim (a sidecar)
-    before = _size(response, set())
+    before = deep_size(response)
     del response["message"]
     tokens = step.get("tokens")
     # The sidecar exists for renderer_client._step_token_ids, which falls back to it only
@@ -75,7 +58,7 @@ def slim_step(step, counters):
             "tokens": {"prompt_ids": raw.get("prompt_ids"), "completion_ids": raw.get("completion_ids")},
         }
         counters["sidecars"] = counters.get("sidecars", 0) + 1
-    after = _size(response, set())
+    after = deep_size(response)
     counters["steps_slimmed"] = counters.get("steps_slimmed", 0) + 1
     counters["response_bytes_before"] = counters.get("response_bytes_before", 0) + before
     counters["response_bytes_after"] = counters.get("response_bytes_after", 0) + after

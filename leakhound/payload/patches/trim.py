@@ -6,10 +6,13 @@ asyncio loop. Never ``gc.collect()``: full collections on fat heaps stalled real
 their heartbeat timeout.
 """
 
-import gc
 import sys
 import threading
 import time
+
+from .. import arena
+from ..arena import _libc
+from ..tasks import live_tasks
 
 FIX = "trim"
 DESCRIPTION = "malloc_trim(0) once now and every 10 s on the worker's loop (never gc.collect())"
@@ -17,9 +20,7 @@ INTERVAL = 10.0
 
 
 def _malloc_trim():
-    from ..arena import _libc  # noqa: PLC0415 - one CDLL per process (see there)
-
-    libc = _libc()
+    libc = _libc()  # one CDLL per process (see arena._libc)
     return getattr(libc, "malloc_trim", None) if libc is not None else None
 
 
@@ -30,15 +31,9 @@ def recognise():
 
 
 def _worker_loop():
-    tasks_mod = sys.modules.get("asyncio.tasks")
-    registry = getattr(tasks_mod, "_scheduled_tasks", None) or getattr(tasks_mod, "_all_tasks", None)
-    data = getattr(registry, "data", None)
-    if data is None:
-        return None
-    for ref in gc.get_referents(data):
+    for task in live_tasks():
         try:
-            task = ref()
-            loop = task.get_loop() if task is not None else None
+            loop = task.get_loop()
         except Exception:
             continue
         if loop is not None and loop.is_running() and not loop.is_closed():
@@ -61,12 +56,10 @@ def start(entry):
 
     # The first trim is measured right around the call: a busy worker's RSS moves by tens
     # of MB per second, so numbers read by separate requests would drown its effect.
-    from .. import arena  # noqa: PLC0415
-
     counters["first_trim_predicted_bytes"] = arena.arena_stats()["trimmable_bytes"]
-    counters["first_trim_rss_before"] = _rss()
+    counters["first_trim_rss_before"] = arena.rss_bytes()
     trim_once()
-    counters["first_trim_rss_after"] = _rss()
+    counters["first_trim_rss_after"] = arena.rss_bytes()
     loop = _worker_loop()
     if loop is not None:
         control["where"] = "event loop"
@@ -96,13 +89,6 @@ def start(entry):
         control["thread"] = thread
         thread.start()
     counters["cadence"] = control["where"]
-
-
-def _rss():
-    import os  # noqa: PLC0415
-
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def stop(entry):
