@@ -51,6 +51,7 @@ def snapshot_from_result(
             max_pause_ms=round(max(pause_ms, float(heap.get("max_step_ms", 0.0))), 2),
             gc_tracked=int(heap.get("gc_tracked", 0)),
             untracked=int(heap.get("untracked", 0)),
+            payload_peak_bytes=int(heap.get("payload_peak_bytes", 0)),
         ),
         arena=arena,
         types=tuple(TypeStat(**t) for t in heap["types"]),

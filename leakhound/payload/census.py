@@ -228,6 +228,7 @@ class Census(object):
         self._getsizeof = sys.getsizeof
         self._get_referents = gc.get_referents
         self.seconds = 0.0
+        self.bookkeeping_bytes = 0
 
     # -- accounting -------------------------------------------------------------------------
 
@@ -490,6 +491,16 @@ class Census(object):
                     continue
                 self._claim_named(path + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
         self.progress("unreached", self.total_objects)
+        # What the walk itself holds at its largest, the extra memory it costs the target:
+        # the marks, the list from gc.get_objects(), the owner and type tables.
+        self.bookkeeping_bytes = (
+            claimed.nbytes()
+            + sys.getsizeof(objects)
+            + sys.getsizeof(self.owners)
+            + len(self.owners) * (sys.getsizeof(wall) + 64)
+            + sys.getsizeof(self.types)
+            + len(self.types) * 120
+        )
         # 7: what no named root reached: held from C, or cyclic garbage.
         self._split_unreached(objects)
         self.seconds = time.perf_counter() - started
@@ -579,6 +590,7 @@ class Census(object):
             "untracked": max(0, self.total_objects - self.tracked),
             "census_seconds": self.seconds,
             "max_step_ms": self.clock.max_step * 1000.0,
+            "payload_peak_bytes": self.bookkeeping_bytes,
             "types": types[:top_types],
             "owners": [
                 {

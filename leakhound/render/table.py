@@ -29,7 +29,7 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
     h = snapshot.heap
     con.print(
         f"census: {h.objects:,} objects in {h.census_seconds:.2f}s, "
-        f"longest pause {h.max_pause_ms:.0f} ms"
+        f"longest pause {h.max_pause_ms:.0f} ms, extra memory {human_bytes(h.payload_peak_bytes)}"
     )
     for warning in snapshot.warnings:
         con.print(f"[yellow]warning:[/yellow] {warning}")

@@ -121,3 +121,18 @@ def test_two_inspections_of_one_process_at_once(tmp_path: Path) -> None:
     assert len(outcomes) - len(errors) >= 1
     assert all(isinstance(e, TargetBusy) for e in errors), errors
     assert after["leakhound_modules"] == []
+
+
+def test_target_exiting_mid_patch(tmp_path: Path) -> None:
+    from leakhound.patching import patch_process
+    from leakhound.simulate.fleet import start_fleet
+
+    with start_fleet(workers=1, concurrency=2, turns=6, rollouts=None, image_kb=8, group_size=1, fixes="none",
+                     hold=0, report_dir=tmp_path, stats_interval=1.0) as fleet:
+        fleet.wait_ready(timeout=60)
+        pid = fleet.pids[0]
+        killer = threading.Timer(1.0, fleet.kill)
+        killer.start()
+        with pytest.raises((TargetExited, TargetNotFound)):
+            patch_process(pid, fixes=["registry"], method="gdb", verify_seconds=3)
+        killer.join()
