@@ -539,6 +539,7 @@ class Census(object):
             owner.items = 0
             self._claim_tree(owner, obj)
         garbage = [o for o in unreached if id(o) not in claimed]
+        garbage = self._confirm_garbage(garbage)
         for obj in garbage:
             size = self._getsizeof(obj, 0)
             self.garbage_objects += 1
@@ -576,6 +577,50 @@ class Census(object):
                     entry[0] += 1
                     entry[1] += size
         del unreached, garbage, roots
+
+    def _confirm_garbage(self, candidates, pause=0.01):
+        """Look again, a moment later, at what seemed to be garbage.
+
+        The main thread ran meanwhile; garbage cannot change (nothing references it), but
+        an object it just handed from its C stack to a container we had already walked
+        would look unreferenced. Candidates that now show a reference from outside the set,
+        and what they reach inside it, are alive: they go to ``<held from C: Type>``.
+        """
+        if not candidates:
+            return candidates
+        time.sleep(pause)
+        index = {id(o): i for i, o in enumerate(candidates)}
+        internal = [0] * len(candidates)
+        for obj in candidates:
+            for ref in gc.get_referents(obj):
+                i = index.get(id(ref))
+                if i is not None:
+                    internal[i] += 1
+        obj = None
+        # Held by: gc.get_objects()'s list, ``unreached``, ``candidates``, the loop
+        # variable and getrefcount's argument.
+        bias = 5
+        alive = []
+        for i in range(len(candidates)):
+            obj = candidates[i]
+            if sys.getrefcount(obj) - bias > internal[i]:
+                alive.append(obj)
+        obj = None
+        if not alive:
+            return candidates
+        marked = {id(o) for o in alive}
+        stack = list(alive)
+        while stack:
+            for ref in gc.get_referents(stack.pop()):
+                if id(ref) in index and id(ref) not in marked:
+                    marked.add(id(ref))
+                    stack.append(ref)
+        for obj in alive:
+            if id(obj) not in self.claimed:
+                owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
+                owner.items = 0
+                self._claim_tree(owner, obj)
+        return [o for o in candidates if id(o) not in marked]
 
     def result(self, *, top_types=50, top_owners=50):
         types = sorted(
