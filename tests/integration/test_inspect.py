@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,8 +87,10 @@ def test_trimmable_prediction_matches_what_trim_releases(tmp_path: Path, method:
     assert snap.heap.bytes < snap.process.rss_bytes - released * 0.8
 
 
-def test_gdb_leaves_nothing_behind(tmp_path: Path) -> None:
-    before_dirs = set(glob.glob("/tmp/leakhound-*"))
+def test_gdb_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))  # where the channel is made
     with spawn_target("growing_cache", tmp_path) as child:
         before = child.report()
         take_snapshot(child.pid, method="gdb", timeout=60)
@@ -98,7 +100,7 @@ def test_gdb_leaves_nothing_behind(tmp_path: Path) -> None:
     assert after["main_globals"] == before["main_globals"]
     assert after["leakhound_modules"] == []
     assert after["threads"] == before["threads"]
-    assert set(glob.glob("/tmp/leakhound-*")) - before_dirs == set()
+    assert list(private_tmp.iterdir()) == []
 
 
 @pytest.fixture(scope="session")
