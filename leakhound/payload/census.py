@@ -197,6 +197,32 @@ def _task_coroutines():
     return out
 
 
+def _referenced_from_outside(members, held):
+    """Members with more references than the other members and our own ``held`` lists
+    (``members`` itself among them) account for: referenced from C, a thread's stack, or
+    anything else outside ``members``.
+
+    The cyclic GC's own arithmetic (refcount minus internal references), without running
+    a collection.
+    """
+    index = {id(o): i for i, o in enumerate(members)}
+    internal = [0] * len(members)
+    for obj in members:
+        for ref in gc.get_referents(obj):
+            i = index.get(id(ref))
+            if i is not None:
+                internal[i] += 1
+    obj = None
+    # Besides the ``held`` lists: the loop variable and getrefcount's argument.
+    bias = held + 2
+    outside = []
+    for i in range(len(members)):
+        obj = members[i]
+        if sys.getrefcount(obj) - bias > internal[i]:
+            outside.append(obj)
+    return outside
+
+
 class _Owner(object):
     __slots__ = ("path", "type", "items", "bytes", "objects")
 
@@ -516,22 +542,8 @@ class Census(object):
             if region is None or not region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
                 unreached.append(obj)
         obj = None
-        index = {id(o): i for i, o in enumerate(unreached)}
-        internal = [0] * len(unreached)
-        for obj in unreached:
-            for ref in gc.get_referents(obj):
-                i = index.get(id(ref))
-                if i is not None:
-                    internal[i] += 1
-        # References our own bookkeeping holds: the ``objects`` list, the ``unreached`` list,
-        # the loop variable and getrefcount's argument.
-        bias = 4
-        roots = []
-        for i in range(len(unreached)):
-            obj = unreached[i]
-            if sys.getrefcount(obj) - bias > internal[i]:
-                roots.append(obj)
-        obj = None
+        # Our own lists holding each: gc.get_objects()'s and ``unreached``.
+        roots = _referenced_from_outside(unreached, held=2)
         for obj in roots:
             if id(obj) in claimed:
                 continue
@@ -589,25 +601,11 @@ class Census(object):
         if not candidates:
             return candidates
         time.sleep(pause)
-        index = {id(o): i for i, o in enumerate(candidates)}
-        internal = [0] * len(candidates)
-        for obj in candidates:
-            for ref in gc.get_referents(obj):
-                i = index.get(id(ref))
-                if i is not None:
-                    internal[i] += 1
-        obj = None
-        # Held by: gc.get_objects()'s list, ``unreached``, ``candidates``, the loop
-        # variable and getrefcount's argument.
-        bias = 5
-        alive = []
-        for i in range(len(candidates)):
-            obj = candidates[i]
-            if sys.getrefcount(obj) - bias > internal[i]:
-                alive.append(obj)
-        obj = None
+        # Held by gc.get_objects()'s list, ``unreached`` and ``candidates``.
+        alive = _referenced_from_outside(candidates, held=3)
         if not alive:
             return candidates
+        index = {id(o) for o in candidates}
         marked = {id(o) for o in alive}
         stack = list(alive)
         while stack:
