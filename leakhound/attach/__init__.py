@@ -12,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from leakhound.attach import agent, gdb, remote_exec
+from leakhound.attach import agent, gdb, ptrace, remote_exec
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import PrivateChannel, Progress
 from leakhound.attach.process import Target, resolve_target
 from leakhound.attach.pyspy import py_spy_dump
 from leakhound.errors import MethodUnavailable, RemoteError, TargetBusy
 
-METHODS = ("auto", "agent", "gdb", "remote-exec")
+METHODS = ("auto", "agent", "ptrace", "gdb", "remote-exec")
 AUTO_ORDER = ("agent", "remote-exec", "gdb")
 # Seconds the main thread may take to reach a bytecode boundary after injection.
 SAFE_POINT_TIMEOUT = 10.0
@@ -72,12 +72,16 @@ def run_request(
     if chosen == "agent":
         result = agent.request(pid, target.uid, request, timeout=timeout, progress=progress, log=log)
         return _checked(RemoteResult(target, chosen, result, 0.0, 0.0), log)
-    if chosen not in ("gdb", "remote-exec"):
+    if chosen not in ("ptrace", "gdb", "remote-exec"):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
     with PrivateChannel(uid=target.uid) as channel:
         channel.write_request(request)
         code = channel.bootstrap_code()
-        if chosen == "gdb":
+        if chosen == "ptrace":
+            injection = ptrace.inject(
+                pid, code, timeout=min(timeout, 30.0), log=log, page_note=str(channel.dir / "page")
+            )
+        elif chosen == "gdb":
             injection = gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log)
         else:
             injection = remote_exec.inject(target, code, str(channel.dir), timeout=timeout, log=log)

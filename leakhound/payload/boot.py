@@ -47,7 +47,37 @@ def _load(directory):
     return sys.modules[name + ".runner"]
 
 
+def _release_page(directory):
+    # The ptrace method handed the bootstrap over in a page it mapped here (no malloc while
+    # the target was stopped); nothing reads the page once the bootstrap runs. Unmapped only
+    # if it is still mapped and still holds the token written after the code.
+    try:
+        with open(os.path.join(directory, "page")) as fh:
+            fields = fh.read().split()
+        if len(fields) != 4:
+            return
+        addr, size, offset, token = int(fields[0], 16), int(fields[1]), int(fields[2]), fields[3]
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                span, perms = line.split()[:2]
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if lo <= addr and addr + size <= hi and perms.startswith("rw"):
+                    break
+            else:
+                return
+        import ctypes
+
+        if ctypes.string_at(addr + offset, len(token)) != token.encode():
+            return
+        munmap = ctypes.CDLL(None).munmap
+        munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+        munmap(addr, size)
+    except Exception:
+        pass
+
+
 def _work(directory=LH_DIR):  # noqa: F821
+    _release_page(directory)
     try:
         runner = _load(directory)
     except BaseException as exc:
