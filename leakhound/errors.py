@@ -62,7 +62,8 @@ class AttachFailed(LeakhoundError):
 
 class MethodUnavailable(AttachFailed):
     HELP_TEXT = (
-        "Methods: gdb (needs the gdb binary: `apt-get install gdb`, and ptrace rights), "
+        "Methods: ptrace (x86-64 Linux, ptrace rights), gdb (needs the gdb binary: "
+        "`apt-get install gdb`, and ptrace rights), "
         "agent (start the worker with LEAKHOUND_AGENT=1; leakhound must be installed in "
         "its environment), remote-exec (target and a local interpreter on Python 3.14+)."
     )

@@ -89,3 +89,9 @@ def spawn_target(
 
 def within(actual: float, expected: float, tolerance: float = 0.10) -> bool:
     return abs(actual - expected) <= tolerance * abs(expected)
+
+
+def assert_only_the_payload_stays(modules: list[str]) -> None:
+    """What an inspection may leave in a target's sys.modules: the payload package, loaded
+    once under one private name and reused (no patch state, nothing of leakhound's CLI)."""
+    assert all(m == "_leakhound_payload" or m.startswith("_leakhound_payload.") for m in modules), modules

@@ -3,7 +3,10 @@
 This is where attach ends: ``run_request`` returns the payload's JSON result and what the
 attach cost; everything after that (building snapshots, findings) is ``leakhound.analysis``.
 Methods are tried in ``AUTO_ORDER`` when ``method="auto"``: the agent when the target runs one
-(no ptrace, no stop at all), then remote-exec on 3.14+, then gdb.
+(no ptrace, no stop at all), then remote-exec on 3.14+, then the lean ptrace injector (the
+target stopped for well under a millisecond), then gdb. ptrace falls back to gdb only when it
+declined before stopping anything (``MethodUnavailable``: not x86-64, symbols it cannot
+place); any failure after the stop is reported, never retried with another debugger.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from leakhound.attach.pyspy import py_spy_dump
 from leakhound.errors import MethodUnavailable, RemoteError, TargetBusy
 
 METHODS = ("auto", "agent", "ptrace", "gdb", "remote-exec")
-AUTO_ORDER = ("agent", "remote-exec", "gdb")
+AUTO_ORDER = ("agent", "remote-exec", "ptrace", "gdb")
 # Seconds the main thread may take to reach a bytecode boundary after injection.
 SAFE_POINT_TIMEOUT = 10.0
 
@@ -45,10 +48,12 @@ def choose_method(target: Target, method: str) -> str:
         return "agent"
     if remote_exec.available(target):
         return "remote-exec"
+    if ptrace.available():
+        return "ptrace"
     if gdb.gdb_path() is not None:
         return "gdb"
     raise MethodUnavailable(
-        f"no way to attach to process {target.pid}: no agent socket, Python < 3.14, gdb missing"
+        f"no way to attach to process {target.pid}: no agent socket, Python < 3.14, not x86-64, gdb missing"
     )
 
 
@@ -78,9 +83,16 @@ def run_request(
         channel.write_request(request)
         code = channel.bootstrap_code()
         if chosen == "ptrace":
-            injection = ptrace.inject(
-                pid, code, timeout=min(timeout, 30.0), log=log, page_note=str(channel.dir / "page")
-            )
+            try:
+                injection = ptrace.inject(
+                    pid, code, timeout=min(timeout, 30.0), log=log, page_note=str(channel.dir / "page")
+                )
+            except MethodUnavailable as exc:
+                if method != "auto" or gdb.gdb_path() is None:
+                    raise
+                log(f"ptrace declined before stopping the target ({exc}); using gdb")
+                chosen = "gdb"
+                injection = gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log)
         elif chosen == "gdb":
             injection = gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log)
         else:

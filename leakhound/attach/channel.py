@@ -8,6 +8,7 @@ always removed, whatever happens.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +26,20 @@ Progress = Callable[[str, int], None]
 PAYLOAD_SOURCE = Path(leakhound.payload.__file__).parent
 
 
+_VERSION: list[str] = []
+
+
+def payload_version() -> str:
+    """A digest of the payload's sources: a target that has this payload loaded reuses it."""
+    if not _VERSION:
+        digest = hashlib.sha256()
+        for path in sorted(PAYLOAD_SOURCE.rglob("*.py")):
+            digest.update(path.relative_to(PAYLOAD_SOURCE).as_posix().encode())
+            digest.update(path.read_bytes())
+        _VERSION.append(digest.hexdigest()[:16])
+    return _VERSION[0]
+
+
 class PrivateChannel:
     def __init__(self, *, uid: int) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="leakhound-"))
@@ -36,6 +51,7 @@ class PrivateChannel:
             ignore=shutil.ignore_patterns("agent.py", "agent.*.pyc"),
         )
         shutil.copy(PAYLOAD_SOURCE / "boot.py", self.dir / "boot.py")
+        (self.dir / "payload" / "VERSION").write_text(payload_version())
         if os.geteuid() == 0 and uid != 0:
             # The target runs as another user: it must be able to read the payload, nobody else.
             for root, dirs, files in os.walk(self.dir):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 
+from leakhound.attach import ptrace
 from leakhound.attach.gdb import gdb_path
 from leakhound.capture import take_snapshot
 from leakhound.commands.common import Reporter
@@ -18,8 +19,9 @@ FIXES = ["steps", "registry", "intercepts", "trim"]
 
 def run(*, method: str, verify: float, reporter: Reporter) -> None:
     con = console()
-    # Without gdb the worker runs the in-process agent, so the demo works without ptrace too.
-    env = {} if gdb_path() else {"LEAKHOUND_AGENT": "1"}
+    # Where no debugger-style attach is possible the worker runs the in-process agent, so the
+    # demo works without ptrace too.
+    env = {} if ptrace.available() or gdb_path() else {"LEAKHOUND_AGENT": "1"}
     with tempfile.TemporaryDirectory(prefix="leakhound-demo-") as tmp:
         con.print("[bold]1. A simulated verifiers env worker[/bold]: 4 concurrent rollouts of 24 turns, "
                   "each turn adding a 64 KB base64 screenshot to the history (the four production leaks).")

@@ -25,17 +25,27 @@ def _write(directory, name, text):
 
 
 def _load(directory):
-    # The package that survives between requests (it holds applied patches' code) is
-    # reused; otherwise it is loaded from the private directory under a private name.
+    # The payload stays loaded under one private name after its first request: loading
+    # and dropping a package on every inspection would leave its module/class reference
+    # cycles behind for the target's GC each time. The same version is reused; another
+    # version replaces it, unless applied patches still run its code.
     name = "_leakhound_payload"
-    if name + ".runner" in sys.modules:
-        return sys.modules[name + ".runner"]
+    with open(directory + "/payload/VERSION") as fh:
+        version = fh.read().strip()
+    loaded = sys.modules.get(name)
+    if loaded is not None and name + ".runner" in sys.modules:
+        state = sys.modules.get("_leakhound_state")
+        if getattr(loaded, "__payload_version__", None) == version or getattr(state, "fixes", None):
+            return sys.modules[name + ".runner"]
+        for old in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
+            sys.modules.pop(old, None)
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
         name, directory + "/payload/__init__.py", submodule_search_locations=[directory + "/payload"]
     )
     package = importlib.util.module_from_spec(spec)
+    package.__payload_version__ = version
     sys.modules[name] = package
     try:
         spec.loader.exec_module(package)
@@ -69,7 +79,8 @@ def _release_page(directory):
 
         if ctypes.string_at(addr + offset, len(token)) != token.encode():
             return
-        munmap = ctypes.CDLL(None).munmap
+        # The payload's one CDLL (a fresh CDLL per call would leave a reference cycle).
+        munmap = sys.modules["_leakhound_payload.arena"]._libc().munmap
         munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
         munmap(addr, size)
     except Exception:
@@ -77,7 +88,6 @@ def _release_page(directory):
 
 
 def _work(directory=LH_DIR):  # noqa: F821
-    _release_page(directory)
     try:
         runner = _load(directory)
     except BaseException as exc:
@@ -87,8 +97,19 @@ def _work(directory=LH_DIR):  # noqa: F821
         except OSError:
             pass
         return
-    runner.run_from_dir(directory)
+    _release_page(directory)
+    try:
+        runner.run_from_dir(directory)
+    finally:
+        # This bootstrap's functions and its globals dict reference each other: clear the
+        # dict once the main thread is done with it, so nothing is left for the target's GC.
+        _main_done.wait(5.0)
+        globals().clear()
 
 
+_main_done = threading.Event()
 threading.Thread(target=_work, name="leakhound-payload", daemon=True).start()
-_write(LH_DIR, "started.json", '{"main_thread_ms": %.3f}' % ((time.perf_counter() - _entered) * 1000.0))  # noqa: F821
+try:
+    _write(LH_DIR, "started.json", '{"main_thread_ms": %.3f}' % ((time.perf_counter() - _entered) * 1000.0))  # noqa: F821
+finally:
+    _main_done.set()

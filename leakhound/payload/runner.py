@@ -107,7 +107,9 @@ def _write_json(path, doc):
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh)
+        # json.dumps, not json.dump: the streaming encoder builds nested closures that
+        # reference each other, a reference cycle left for the target's GC on every call.
+        fh.write(json.dumps(doc))
     os.rename(tmp, path)
 
 
@@ -135,16 +137,3 @@ def run_from_dir(directory):
         _write_json(os.path.join(directory, "result.json"), result)
     except OSError:
         pass  # the CLI gave up and removed the directory; nothing to leave behind
-    finally:
-        if result.get("kind") != "Busy":
-            # A request turned away as busy shares the package with the one still
-            # running: only the request that ran may unload it.
-            _forget()
-
-
-def _forget():
-    """Drop the payload modules unless something (an applied patch) still needs them."""
-    if __name__ != STATE_MODULE + ".runner" or patches.applied():
-        return
-    for name in [n for n in sys.modules if n == STATE_MODULE or n.startswith(STATE_MODULE + ".")]:
-        sys.modules.pop(name, None)

@@ -61,16 +61,18 @@ def _status(pid: int) -> dict[str, int]:
     return out
 
 
-def test_soak_200_inspections_keep_the_worker_alive_and_flat(tmp_path: Path) -> None:
-    with spawn_target("busy_worker", tmp_path, env={"LEAKHOUND_AGENT": "1"}) as child:
-        _agent_target_socket(child.pid)
+@pytest.mark.parametrize("method", ["agent", "ptrace"])
+def test_soak_200_inspections_keep_the_worker_alive_and_flat(tmp_path: Path, method: str) -> None:
+    with spawn_target("busy_worker", tmp_path, env={"LEAKHOUND_AGENT": "1" if method == "agent" else ""}) as child:
+        if method == "agent":
+            _agent_target_socket(child.pid)
         # The target's own report allocates too (it sizes its cache): read it outside the window.
         served_before = child.report()["truth"]["requests"]
         for _ in range(10):  # warm-up: the first census grows the allocators once
-            take_snapshot(child.pid, method="agent", timeout=60)
+            take_snapshot(child.pid, method=method, timeout=60)
         start = _status(child.pid)
         for _ in range(190):
-            take_snapshot(child.pid, method="agent", timeout=60)
+            take_snapshot(child.pid, method=method, timeout=60)
         end = _status(child.pid)
         after = child.report()
         assert child.proc.poll() is None
