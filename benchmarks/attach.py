@@ -144,6 +144,7 @@ def main() -> int:
     gdb = shutil.which("gdb")
     rows: list[dict[str, Any]] = []
     skipped: list[tuple[str, str]] = []
+    rows.append(one_row("leakhound inspect --method ptrace", objects, leakhound_cli("ptrace")))
     if gdb:
         rows.append(one_row("leakhound inspect --method gdb", objects, leakhound_cli("gdb")))
         rows.append(one_row("leakhound run_request (gdb, API)", objects, leakhound_api))
