@@ -195,7 +195,7 @@ def memory() -> None:
         ["held at the end of run() (claimed marks etc.)", c.mib(after - before)],
         ["claimed marks: address bitmap", f"{c.mib(claimed.nbytes())} ({len(claimed.regions):,} regions)"],
         ["gc.get_objects() list (tracked x 8 B)", c.mib(census.tracked * 8)],
-        ["owners", f"{len(census.owners):,}"],
+        ["owners", f"{len(census.owners.keys):,}"],
     ]
     print(c.table(["memory", ""], rows, title="3. Memory (tracemalloc, separate run)"))
     print()

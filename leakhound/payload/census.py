@@ -14,6 +14,7 @@ arithmetic the cyclic GC uses (refcount minus references from inside the set), i
 held from C / untracked places (owners named ``<held from C: Type>``) and cyclic garbage.
 """
 
+import array
 import gc
 import sys
 import time
@@ -223,15 +224,38 @@ def _referenced_from_outside(members, held):
     return outside
 
 
-class _Owner(object):
-    __slots__ = ("path", "type", "items", "bytes", "objects")
+class _Tally(object):
+    """Counts and bytes per key, in ``array`` storage: no GC-tracked object per entry.
 
-    def __init__(self, path, type_name, items):
-        self.path = path
-        self.type = type_name
-        self.items = items
-        self.bytes = 0
-        self.objects = 0
+    A census that created one tracked object per owner or type would itself trigger
+    young-generation collections in the target, each walking the census's own big lists.
+    """
+
+    __slots__ = ("index", "keys", "counts", "bytes")
+
+    def __init__(self):
+        self.index = {}
+        self.keys = []
+        self.counts = array.array("q")
+        self.bytes = array.array("q")
+
+    def slot(self, key):
+        i = self.index.get(key)
+        if i is None:
+            i = self.index[key] = len(self.keys)
+            self.keys.append(key)
+            self.counts.append(0)
+            self.bytes.append(0)
+        return i
+
+    def add(self, key, size):
+        i = self.slot(key)
+        self.counts[i] += 1
+        self.bytes[i] += size
+
+    def nbytes(self):
+        return (sys.getsizeof(self.index) + sys.getsizeof(self.keys)
+                + self.counts.buffer_info()[1] * 8 + self.bytes.buffer_info()[1] * 8)
 
 
 class Census(object):
@@ -242,14 +266,18 @@ class Census(object):
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self.claimed = _Marks()
-        self.owners = {}
-        self.types = {}
+        # Owners: path -> slot; per slot its type name and item count (lists of atomics and
+        # arrays), objects and bytes in the tally.
+        self.owners = _Tally()
+        self.owner_types = []
+        self.owner_items = array.array("q")
+        self.types = _Tally()
         self.total_bytes = 0
         self.total_objects = 0
         self.tracked = 0
         self.garbage_objects = 0
         self.garbage_bytes = 0
-        self.garbage_types = {}
+        self.garbage_types = _Tally()
         self._exclude = exclude
         self._getsizeof = sys.getsizeof
         self._get_referents = gc.get_referents
@@ -260,24 +288,21 @@ class Census(object):
 
     def _count(self, obj, owner):
         size = self._getsizeof(obj, 0)
-        tp = type(obj)
-        entry = self.types.get(tp)
-        if entry is None:
-            self.types[tp] = [1, size]
-        else:
-            entry[0] += 1
-            entry[1] += size
-        owner.bytes += size
-        owner.objects += 1
+        self.types.add(type(obj), size)
+        self.owners.counts[owner] += 1
+        self.owners.bytes[owner] += size
         self.total_bytes += size
         self.total_objects += 1
 
     def _owner(self, path, obj):
-        owner = self.owners.get(path)
-        if owner is None:
-            owner = _Owner(path, _type_name(type(obj)), _items(obj))
-            self.owners[path] = owner
-        return owner
+        """The owner slot for ``path`` (created with ``obj``'s type and length)."""
+        owners = self.owners
+        slot = owners.index.get(path)
+        if slot is None:
+            slot = owners.slot(path)
+            self.owner_types.append(_type_name(type(obj)))
+            self.owner_items.append(_items(obj))
+        return slot
 
     def _claim_tree(self, owner, root, root_claimed=False):
         """Claim ``root`` and everything reachable from it that nobody claimed yet."""
@@ -292,7 +317,10 @@ class Census(object):
         getsizeof = self._getsizeof
         getrefcount = sys.getrefcount
         dict_keys = dict.keys
-        types = self.types
+        type_slot = self.types.index.get
+        new_type_slot = self.types.slot
+        type_counts = self.types.counts
+        type_bytes = self.types.bytes
         regions = claimed.regions
         leaf_types = _LEAF_TYPES
         only_one = _ONLY_ONE_REFERENCE
@@ -330,20 +358,19 @@ class Census(object):
                 size = getsizeof(ref, 0)
                 added_bytes += size
                 added_objects += 1
-                entry = types.get(tp)
-                if entry is None:
-                    types[tp] = [1, size]
-                else:
-                    entry[0] += 1
-                    entry[1] += size
+                slot = type_slot(tp)
+                if slot is None:
+                    slot = new_type_slot(tp)
+                type_counts[slot] += 1
+                type_bytes[slot] += size
                 if not leaf:
                     push(ref)
             steps += 1
             if steps & 0x3FFF == 0:
                 clock.check()
                 self.progress("walk", self.total_objects + added_objects)
-        owner.bytes += added_bytes
-        owner.objects += added_objects
+        self.owners.bytes[owner] += added_bytes
+        self.owners.counts[owner] += added_objects
         self.total_bytes += added_bytes
         self.total_objects += added_objects
 
@@ -391,8 +418,10 @@ class Census(object):
         claimed = self.claimed
         claimed.add(id(objects))
         # Our own bookkeeping is not part of the target's heap.
-        for own in (self, self.__dict__, self.claimed, self.claimed.regions, self.owners, self.types,
-                    self.garbage_types):
+        for own in (self, self.__dict__, self.claimed, self.claimed.regions, self.owners,
+                    self.owners.index, self.owners.keys, self.owner_types, self.types,
+                    self.types.index, self.types.keys, self.garbage_types,
+                    self.garbage_types.index, self.garbage_types.keys):
             claimed.add(id(own))
         for obj in self._exclude:
             claimed.add(id(obj))
@@ -522,10 +551,10 @@ class Census(object):
         self.bookkeeping_bytes = (
             claimed.nbytes()
             + sys.getsizeof(objects)
-            + sys.getsizeof(self.owners)
-            + len(self.owners) * (sys.getsizeof(wall) + 64)
-            + sys.getsizeof(self.types)
-            + len(self.types) * 120
+            + self.owners.nbytes()
+            + sys.getsizeof(self.owner_types)
+            + self.owner_items.buffer_info()[1] * 8
+            + self.types.nbytes()
         )
         # 7: what no named root reached: held from C, or cyclic garbage.
         self._split_unreached(objects)
@@ -548,7 +577,7 @@ class Census(object):
             if id(obj) in claimed:
                 continue
             owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
-            owner.items = 0
+            self.owner_items[owner] = 0
             self._claim_tree(owner, obj)
         garbage = [o for o in unreached if id(o) not in claimed]
         garbage = self._confirm_garbage(garbage)
@@ -556,15 +585,9 @@ class Census(object):
             size = self._getsizeof(obj, 0)
             self.garbage_objects += 1
             self.garbage_bytes += size
-            name = _type_name(type(obj))
-            entry = self.garbage_types.setdefault(name, [0, 0])
-            entry[0] += 1
-            entry[1] += size
+            self.garbage_types.add(type(obj), size)
             # Garbage still occupies memory: it is part of the census totals, under no owner.
-            tp = type(obj)
-            tentry = self.types.setdefault(tp, [0, 0])
-            tentry[0] += 1
-            tentry[1] += size
+            self.types.add(type(obj), size)
             self.total_bytes += size
             self.total_objects += 1
             claimed.add(id(obj))
@@ -584,10 +607,7 @@ class Census(object):
                     self.total_bytes += size
                     self.total_objects += 1
                     stack.append(ref)
-                    name = _type_name(type(ref))
-                    entry = self.garbage_types.setdefault(name, [0, 0])
-                    entry[0] += 1
-                    entry[1] += size
+                    self.garbage_types.add(type(ref), size)
         del unreached, garbage, roots
 
     def _confirm_garbage(self, candidates, pause=0.01):
@@ -616,16 +636,17 @@ class Census(object):
         for obj in alive:
             if id(obj) not in self.claimed:
                 owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
-                owner.items = 0
+                self.owner_items[owner] = 0
                 self._claim_tree(owner, obj)
         return [o for o in candidates if id(o) not in marked]
 
     def result(self, *, top_types=50, top_owners=50):
-        types = sorted(
-            ({"type": _type_name(tp), "count": c, "bytes": b} for tp, (c, b) in self.types.items()),
-            key=lambda t: -t["bytes"],
-        )
-        owners = sorted(self.owners.values(), key=lambda o: -o.bytes)
+        types = self.types
+        type_order = sorted(range(len(types.keys)), key=lambda i: -types.bytes[i])[:top_types]
+        owners = self.owners
+        owner_order = sorted(range(len(owners.keys)), key=lambda i: -owners.bytes[i])[:top_owners]
+        garbage = self.garbage_types
+        garbage_order = sorted(range(len(garbage.keys)), key=lambda i: -garbage.bytes[i])[:20]
         return {
             "objects": self.total_objects,
             "bytes": self.total_bytes,
@@ -634,24 +655,27 @@ class Census(object):
             "census_seconds": self.seconds,
             "max_step_ms": self.clock.max_step * 1000.0,
             "payload_peak_bytes": self.bookkeeping_bytes,
-            "types": types[:top_types],
+            "types": [
+                {"type": _type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}
+                for i in type_order
+            ],
             "owners": [
                 {
-                    "path": o.path,
-                    "type": o.type,
-                    "items": o.items,
-                    "retained_bytes": o.bytes,
-                    "retained_objects": o.objects,
+                    "path": owners.keys[i],
+                    "type": self.owner_types[i],
+                    "items": self.owner_items[i],
+                    "retained_bytes": owners.bytes[i],
+                    "retained_objects": owners.counts[i],
                 }
-                for o in owners[:top_owners]
-                if o.bytes > 0
+                for i in owner_order
+                if owners.bytes[i] > 0
             ],
             "cyclic_garbage": {
                 "objects": self.garbage_objects,
                 "bytes": self.garbage_bytes,
-                "types": sorted(
-                    ({"type": k, "count": c, "bytes": b} for k, (c, b) in self.garbage_types.items()),
-                    key=lambda t: -t["bytes"],
-                )[:20],
+                "types": [
+                    {"type": _type_name(garbage.keys[i]), "count": garbage.counts[i], "bytes": garbage.bytes[i]}
+                    for i in garbage_order
+                ],
             },
         }
