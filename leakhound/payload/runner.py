@@ -22,7 +22,6 @@ import traceback
 from . import arena, census, patches, probes, sampling
 
 PAYLOAD_VERSION = "1"
-STATE_MODULE = "_leakhound_payload"  # the one place the payload keeps state in a target
 
 _busy = threading.Lock()
 
