@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from leakhound.attach.base import AttachLog, Injection
+from leakhound.attach.process import tracer_pid
 from leakhound.errors import (
     AttachFailed,
     AttachTimeout,
@@ -53,18 +54,6 @@ def command(pid: int, status_path: str) -> list[str]:
         "-p", str(pid),
         "-x", str(SCRIPT),
     ]
-
-
-def tracer_pid(pid: int) -> int:
-    """The pid ptrace-attached to ``pid`` right now (another gdb, py-spy, strace), or 0."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 def _classify(pid: int, output: str) -> None:

@@ -149,3 +149,15 @@ def match_processes(pattern: str, *, exclude: frozenset[int] = frozenset()) -> l
             continue  # not Python, gone, or not ours to read: not a worker we can watch
         found.append(pid)
     return sorted(found)
+
+
+def tracer_pid(pid: int) -> int:
+    """The pid ptrace-attached to ``pid`` right now (another gdb, py-spy, strace), or 0."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0

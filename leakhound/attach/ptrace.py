@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 from leakhound.attach.base import AttachLog, Injection
 from leakhound.attach.elf import EM_X86_64, ElfError, ElfFile, Symbol
+from leakhound.attach.process import tracer_pid
 from leakhound.errors import (
     AttachFailed,
     AttachTimeout,
@@ -617,16 +618,6 @@ def _attempt(plan_: Plan, code: bytes, note_fd: int | None, log: AttachLog) -> _
     return outcome
 
 
-def _tracer_pid(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
-
 
 def _main_thread_state(pid: int) -> str:
     try:
@@ -659,10 +650,10 @@ def inject(
             if state in ("Z", "X"):
                 raise TargetExited(f"process {pid}'s main thread has exited")
             if state in ("T", "t"):
-                tracer = _tracer_pid(pid)
+                tracer = tracer_pid(pid)
                 if not tracer:
                     raise AttachFailed(f"process {pid} is stopped (SIGSTOP); it would not run the bootstrap")
-            tracer = _tracer_pid(pid)
+            tracer = tracer_pid(pid)
             if tracer:
                 log(f"attempt {attempt}: process {pid} is traced by pid {tracer}; retrying")
                 if time.monotonic() + 0.1 > deadline:
@@ -673,7 +664,7 @@ def inject(
                 outcome = _attempt(plan_, code.encode(), note_fd, log)
             except OSError as exc:
                 if exc.errno == 1:
-                    if _tracer_pid(pid):
+                    if tracer_pid(pid):
                         continue
                     raise PermissionDenied(f"cannot ptrace process {pid}: operation not permitted") from None
                 if exc.errno == 3:
