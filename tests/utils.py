@@ -30,16 +30,11 @@ class Child:
     def report(self, *, refresh: bool = True, timeout: float = 10.0) -> dict[str, Any]:
         """Ask the target for fresh ground truth (SIGUSR1) and read it."""
         if refresh:
-            before = self.ready_file.stat().st_mtime_ns
-            os.kill(self.pid, signal.SIGUSR1)
-            deadline = time.monotonic() + timeout
-            while self.ready_file.stat().st_mtime_ns == before:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("target did not refresh its report")
-                time.sleep(0.02)
+            return self.signal_and_report(signal.SIGUSR1, timeout)
         return json.loads(self.ready_file.read_text())
 
     def signal_and_report(self, sig: int, timeout: float = 10.0) -> dict[str, Any]:
+        """Send ``sig`` (the target rewrites its report in answer) and read the new report."""
         before = self.ready_file.stat().st_mtime_ns
         os.kill(self.pid, sig)
         deadline = time.monotonic() + timeout
