@@ -62,7 +62,7 @@ def fail(exc: LeakhoundError) -> typer.Exit:
 
 MethodOpt = Annotated[
     str,
-    typer.Option("--method", "-m", help="How to get into the target: auto, agent, gdb or remote-exec."),
+    typer.Option("--method", "-m", help="How to get into the target: auto, agent, ptrace, gdb or remote-exec."),
 ]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", "-t", min=1.0, help="Give up after this many seconds.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema in docs/) instead of tables.")]
@@ -80,8 +80,9 @@ def inspect(
     """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
     live objects at all (allocator fragmentation).
 
-    Attaches without stopping the worker for more than an instant: the census runs at a safe
-    point, in a short-lived thread, never calls gc.collect(), and leaves nothing behind.
+    Attaches without stopping the worker for more than an instant (about 0.3 ms with the
+    default ptrace injector): the census runs at a safe point, in a short-lived thread, never
+    calls gc.collect(), and leaves nothing behind but its payload module, reused next time.
     """
     from leakhound.attach import METHODS
     from leakhound.commands import inspect as command
