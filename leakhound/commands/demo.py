@@ -4,36 +4,26 @@ from __future__ import annotations
 
 import tempfile
 
-from leakhound.attach import ptrace
-from leakhound.attach.gdb import gdb_path
 from leakhound.capture import take_snapshot
-from leakhound.commands.common import Reporter
+from leakhound.commands.common import Reporter, leaking_simulated_worker
 from leakhound.patching import patch_process
 from leakhound.render import patch as patch_render
 from leakhound.render import table
 from leakhound.render.console import console
-from leakhound.simulate.fleet import start_fleet
 
 FIXES = ["steps", "registry", "intercepts", "trim"]
 
 
 def run(*, method: str, verify: float, reporter: Reporter) -> None:
     con = console()
-    # Where no debugger-style attach is possible the worker runs the in-process agent, so the
-    # demo works without ptrace too.
-    env = {} if ptrace.available() or gdb_path() else {"LEAKHOUND_AGENT": "1"}
     with tempfile.TemporaryDirectory(prefix="leakhound-demo-") as tmp:
         con.print("[bold]1. A simulated verifiers env worker[/bold]: 4 concurrent rollouts of 24 turns, "
                   "each turn adding a 64 KB base64 screenshot to the history (the four production leaks).")
-        with start_fleet(workers=1, concurrency=4, turns=24, rollouts=None, image_kb=64, group_size=1,
-                         fixes="none", hold=0, report_dir=tmp, stats_interval=2.0, extra_env=env) as fleet:
-            fleet.wait_ready(timeout=120)
-            # Mid-rollout, so every leak has something to show: finished rollouts in the
-            # registry and delivered request bodies still held (the worker's own report).
-            fleet.wait_for(
-                lambda r: r["trajectories"]["finished_entries"] >= 8 and r["intercepts"]["delivered"] >= 16,
-                timeout=120, what="leak enough to show",
-            )
+        # Mid-rollout, so every leak has something to show: finished rollouts in the registry
+        # and delivered request bodies still held (the worker's own report).
+        with leaking_simulated_worker(
+            tmp, until=lambda r: r["trajectories"]["finished_entries"] >= 8 and r["intercepts"]["delivered"] >= 16
+        ) as fleet:
             pid = fleet.pids[0]
             con.print(f"\n[bold]2. leakhound inspect {pid}[/bold] (the worker keeps running)\n")
             snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress, log=reporter.log)
@@ -43,6 +33,5 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
                       "(live monkeypatches, measured before/after in the worker)\n")
             outcomes = patch_process(pid, fixes=FIXES, verify_seconds=verify, method=method, log=reporter.log)
             patch_render.render_outcomes(outcomes)
-            fleet.stop()
     con.print("\n[bold]Next[/bold]: `leakhound inspect PID` on a real worker; `leakhound confirm` for the "
               "A/B table; `leakhound watch --match verifiers` to tell a leak from a plateau.")

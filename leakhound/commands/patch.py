@@ -6,13 +6,12 @@ import tempfile
 from collections.abc import Sequence
 
 from leakhound.attach.process import match_processes
-from leakhound.commands.common import Reporter
+from leakhound.commands.common import Reporter, leaking_simulated_worker
 from leakhound.errors import TargetNotFound
 from leakhound.model import PatchOutcome
 from leakhound.patching import patch_process
 from leakhound.render import json as json_render
 from leakhound.render import patch as patch_render
-from leakhound.simulate.fleet import start_fleet
 
 
 def run(
@@ -61,15 +60,11 @@ def _on_simulated_worker(
     """No target given: show what the fix does on a fresh simulated worker, then stop it."""
     with tempfile.TemporaryDirectory(prefix="leakhound-patch-demo-") as tmp:
         reporter.note("leakhound: no PID given; starting a simulated (leaking) verifiers worker")
-        with start_fleet(workers=1, concurrency=4, turns=24, rollouts=None, image_kb=64, group_size=1,
-                         fixes="none", hold=0, report_dir=tmp, stats_interval=2.0) as fleet:
-            fleet.wait_ready(timeout=120)
-            # A few rollouts in flight, so every leak has something to show.
-            fleet.wait_for(lambda r: r["intercepts"]["delivered"] >= 8, timeout=120, what="leak")
+        # A few rollouts in flight, so every leak has something to show.
+        with leaking_simulated_worker(tmp, until=lambda r: r["intercepts"]["delivered"] >= 8) as fleet:
             pid = fleet.pids[0]
             reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)} live, then watching {verify:.0f}s")
             outcomes = patch_process(pid, fixes=fixes, action="apply", verify_seconds=verify, method=method,
                                      timeout=timeout, log=reporter.log)
-            fleet.stop()
     _render(outcomes, as_json=as_json)
     return outcomes
