@@ -42,6 +42,7 @@ _LEAF_TYPES = frozenset((str, bytes, int, float, bool, complex, type(None)))
 # getrefcount of a referent inside the walk loop: its container, the referents list, the
 # loop variable and getrefcount's own argument.
 _ONLY_ONE_REFERENCE = 4
+_TIMED = frozenset((dict, list, tuple, set, frozenset))
 _REGION_SHIFT = 20  # 1 MiB of address space per bitmap region
 _REGION_BYTES = 1 << (_REGION_SHIFT - 4 - 3)  # one bit per 16-byte granule: 8 KiB
 
@@ -333,14 +334,16 @@ class Census(object):
         added_objects = 0
         while stack:
             obj = pop()
+            # Only a big built-in container makes get_referents a long step: time just those
+            # (for max_pause) rather than every object, and never walk one twice.
+            big = type(obj) in _TIMED and len(obj) > 4096
+            if big:
+                t0 = perf_counter()
             referents = get_referents(obj)
             if isinstance(obj, dict):
                 # dict_traverse skips str keys (they cannot form cycles); we want their bytes.
                 referents.extend(dict_keys(obj))
-            if len(referents) > 4096:
-                # A big container: time one more get_referents-sized step for max_pause.
-                t0 = perf_counter()
-                len(get_referents(obj))
+            if big:
                 clock.step(t0)
             for ref in referents:
                 tp = type(ref)
