@@ -69,6 +69,15 @@ class MethodUnavailable(AttachFailed):
     )
 
 
+class MissingSymbols(MethodUnavailable):
+    HELP_TEXT = (
+        "The ptrace and gdb methods start the payload by calling these CPython functions in "
+        "the target, so they cannot work on a build that hides, strips or renames them. "
+        "Start the worker with LEAKHOUND_AGENT=1 (leakhound installed in its environment) "
+        "and use `--method agent`."
+    )
+
+
 class RemoteError(LeakhoundError):
     EXIT_CODE = 8
     HELP_TEXT = (

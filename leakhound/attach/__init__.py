@@ -6,7 +6,8 @@ Methods are tried in ``AUTO_ORDER`` when ``method="auto"``: the agent when the t
 (no ptrace, no stop at all), then remote-exec on 3.14+, then the lean ptrace injector (the
 target stopped for well under a millisecond), then gdb. ptrace falls back to gdb only when it
 declined before stopping anything (``MethodUnavailable``: not x86-64, symbols it cannot
-place); any failure after the stop is reported, never retried with another debugger.
+place or find: gdb also reads separate debug files); any failure after the stop is reported,
+never retried with another debugger.
 """
 
 from __future__ import annotations

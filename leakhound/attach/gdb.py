@@ -23,6 +23,7 @@ from leakhound.errors import (
     AttachFailed,
     AttachTimeout,
     MethodUnavailable,
+    MissingSymbols,
     PermissionDenied,
     TargetBusy,
     TargetNotFound,
@@ -111,10 +112,12 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
                 continue
             _classify(pid, output)  # gdb could not attach at all: say why (ptrace, gone)
             if status.get("kind") == "symbols":
-                raise AttachFailed(
-                    f"process {pid}'s Python has no symbol gdb needs ({status.get('reason')})",
-                    hint="The target's libpython must export Py_AddPendingCall and "
-                    "PyRun_SimpleString (a stripped static build does not); use --method agent.",
+                log(f"gdb: {status.get('reason')}")
+                missing = ", ".join(status.get("missing") or ()) or "Py_AddPendingCall, PyRun_SimpleString"
+                where = status.get("object") or "its executable or libpython"
+                raise MissingSymbols(
+                    f"process {pid}'s Python lacks the symbols leakhound calls: {missing} "
+                    f"(not among the symbols gdb read from {where})"
                 )
             if not status.get("retry"):
                 raise AttachFailed(f"injection into {pid} failed: {status.get('reason')}")

@@ -17,6 +17,23 @@ UNSAFE = (
     "malloc", "free", "calloc", "realloc", "memalign", "_int_", "tcache", "arena_get",
     "sysmalloc", "systrim", "PendingCall", "pending_call", "fork",
 )
+CALLED = ("Py_AddPendingCall", "PyRun_SimpleString")
+
+
+def python_object():
+    """The file gdb looked in for CPython's symbols: libpython, else the executable."""
+    names = [objfile.filename for objfile in gdb.objfiles() if objfile.filename]
+    shared = [name for name in names if "libpython" in os.path.basename(name)]
+    return shared[0] if shared else gdb.current_progspace().filename or "the executable"
+
+
+def lookup_error(name):
+    """gdb's error when it cannot resolve ``name`` in the target, else ""."""
+    try:
+        gdb.parse_and_eval("(void*)" + name)
+    except gdb.error as exc:
+        return str(exc)
+    return ""
 
 
 def report(**doc):
@@ -50,6 +67,13 @@ def main():
         return
     for library in ("libpython", "libc.so"):
         gdb.execute("sharedlibrary " + library, to_string=True)
+    errors = {name: lookup_error(name) for name in CALLED}
+    missing = [name for name, error in errors.items() if error]
+    if missing:
+        # Checked first: nothing to retry, and nothing was written into the target.
+        report(ok=False, retry=False, kind="symbols", missing=missing, object=python_object(),
+               reason="; ".join(error for error in errors.values() if error))
+        return
     busy = unsafe_frames()
     if busy:
         report(ok=False, retry=True, reason="; ".join(busy), check_ms=(time.monotonic() - t0) * 1e3)
@@ -58,12 +82,6 @@ def main():
     for thread in inferior.threads():
         if thread.ptid[1] == inferior.pid:
             thread.switch()
-    try:
-        gdb.parse_and_eval("(void*)Py_AddPendingCall")
-        gdb.parse_and_eval("(void*)PyRun_SimpleString")
-    except gdb.error as exc:
-        report(ok=False, retry=False, kind="symbols", reason=str(exc))
-        return
     addr = int(gdb.parse_and_eval("(unsigned long)malloc(%d)" % (len(CODE) + 1)))
     if not addr:
         report(ok=False, retry=False, reason="malloc in the target returned NULL")

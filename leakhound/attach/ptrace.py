@@ -67,6 +67,7 @@ from leakhound.errors import (
     AttachFailed,
     AttachTimeout,
     MethodUnavailable,
+    MissingSymbols,
     PermissionDenied,
     TargetBusy,
     TargetExited,
@@ -110,6 +111,8 @@ _NO_SYSCALL = (1 << 64) - 1  # orig_rax = -1
 _JOB_CONTROL = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 _FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
 
+# What the injection calls in the target: Py_AddPendingCall(PyRun_SimpleString, code).
+CALLED_FUNCTIONS = ("Py_AddPendingCall", "PyRun_SimpleString")
 # Functions inside which a thread may hold the pending-calls lock (3.8 - 3.13 names).
 PENDING_FUNCTIONS = (
     "Py_AddPendingCall", "_PyEval_AddPendingCall", "Py_MakePendingCalls",
@@ -294,14 +297,14 @@ def plan(pid: int) -> Plan:
         raise MethodUnavailable(f"process {pid}: cannot find its libpython/executable and libc mappings")
     python, python_bias = _open_object(pid, maps, python_path)
     libc, libc_bias = _open_object(pid, maps, libc_path)
-    need = {"Py_AddPendingCall", "PyRun_SimpleString"}
-    missing = sorted(need - set(python.functions))
-    if missing or "syscall" not in libc.functions:
-        raise MethodUnavailable(
-            f"process {pid}: {python_path} or {libc_path} lacks {', '.join(missing) or 'syscall'}",
-            hint="The target's Python must export Py_AddPendingCall and PyRun_SimpleString; "
-            "use --method agent for builds without them.",
+    missing = [name for name in CALLED_FUNCTIONS if name not in python.functions]
+    if missing:
+        raise MissingSymbols(
+            f"process {pid}'s Python lacks the symbols leakhound calls: {', '.join(missing)} "
+            f"(not in the symbol tables of {python_path})"
         )
+    if "syscall" not in libc.functions:
+        raise MethodUnavailable(f"process {pid}: {libc_path} has no syscall() function")
     add_pending = _checked_address(pid, python, python_bias, python.functions["Py_AddPendingCall"])
     run_simple = _checked_address(pid, python, python_bias, python.functions["PyRun_SimpleString"])
     syscall_fn = libc.functions["syscall"]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -15,7 +17,7 @@ import pytest
 
 from leakhound.capture import take_snapshot
 from leakhound.errors import LeakhoundError, TargetBusy, TargetExited, TargetNotFound
-from tests.utils import assert_only_the_payload_stays, spawn_target, within
+from tests.utils import ROOT, assert_only_the_payload_stays, spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -88,6 +90,135 @@ def test_another_users_target_on_another_python_build() -> None:
     assert denied.returncode == 5, denied.stderr
     _clean(denied)
     assert "CAP_SYS_PTRACE" in denied.stderr
+
+
+# What the ptrace and gdb methods call in the target: Py_AddPendingCall(PyRun_SimpleString, code).
+CALLED = ("Py_AddPendingCall", "PyRun_SimpleString")
+
+
+def _rename_symbols(path: Path, names: tuple[str, ...]) -> set[str]:
+    """Rename ``names`` in place in every symbol table of the ELF file (``Py_X`` -> ``Xy_X``,
+    same length, so nothing moves). Returns the names it found."""
+    data = bytearray(path.read_bytes())
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)  # ELF64 header: e_shoff, e_shentsize, e_shnum
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    wanted = {name.encode() for name in names}
+    found = set()
+    for _, sh_type, _, _, offset, size, link, _, _, entsize in sections:
+        if sh_type not in (2, 11) or entsize != 24:  # SHT_SYMTAB, SHT_DYNSYM
+            continue
+        strings = sections[link][4]
+        for entry in range(offset, offset + size, entsize):
+            start = strings + struct.unpack_from("<I", data, entry)[0]
+            name = bytes(data[start:data.index(b"\0", start)]).split(b"@")[0]
+            if name in wanted:
+                data[start] = ord("X")
+                found.add(name.decode())
+    path.write_bytes(data)
+    return found
+
+
+def _python_without_the_called_symbols(build: str, tmp_path: Path) -> tuple[str, dict[str, str], str]:
+    """A working interpreter whose symbol tables lack ``CALLED``: this venv's interpreter on a
+    patched copy of its libpython ("libpython"), or a patched copy of Debian's statically
+    linked executable ("executable"). Returns the interpreter, its environment and the file
+    that was patched. Internal calls in both builds are direct, so the renamed exports are
+    not needed to run Python code (checked below)."""
+    if build == "libpython":
+        with open("/proc/self/maps") as fh:
+            libs = {line.split()[-1] for line in fh if "/libpython" in line}
+        if len(libs) != 1:
+            pytest.skip("this interpreter is not linked against one shared libpython")
+        original = Path(libs.pop())
+        patched = tmp_path / "lib" / original.name
+        patched.parent.mkdir()
+        shutil.copy(original, patched)
+        # The executable's RUNPATH yields to LD_LIBRARY_PATH (an RPATH would not: the probe
+        # below checks the copy is the one loaded).
+        python, env = os.path.realpath(sys.executable), {"LD_LIBRARY_PATH": str(patched.parent)}
+    else:
+        if not os.path.exists(SYSTEM_PYTHON):
+            pytest.skip("needs the system python")
+        real = Path(os.path.realpath(SYSTEM_PYTHON))
+        patched = tmp_path / real.name
+        shutil.copy(real, patched)
+        python, env = str(patched), {}
+    if _rename_symbols(patched, CALLED) != set(CALLED):
+        pytest.skip(f"{patched.name} does not have both symbols to remove")
+    # Ground truth from the dynamic linker: the interpreter runs, maps the patched file, and
+    # neither name resolves in it any more.
+    probe = subprocess.run(
+        [python, "-c", "import ctypes, sys; maps = open('/proc/self/maps').read(); "
+         f"print(sys.argv[1] in maps, [hasattr(ctypes.pythonapi, n) for n in {CALLED!r}])", str(patched)],
+        capture_output=True, text=True, timeout=30, env={**os.environ, **env},
+    )
+    assert probe.stdout.split(None, 1) == ["True", "[False, False]\n"], probe.stdout + probe.stderr
+    return python, env, str(patched)
+
+
+def _stopped_or_traced(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as fh:
+        fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    state, tracer = fields["State"].split()[0], int(fields["TracerPid"])
+    return f"state {state}, traced by {tracer}" if state in ("t", "T") or tracer else ""
+
+
+@pytest.mark.parametrize("build", ["libpython", "executable"])
+def test_python_without_the_symbols_leakhound_calls(build: str, tmp_path: Path) -> None:
+    python, env, patched = _python_without_the_called_symbols(build, tmp_path)
+    with spawn_target("growing_cache", tmp_path, python=python, env=env) as child:
+        before = child.report()
+        results = {m: _cli("inspect", str(child.pid), "--method", m, "--timeout", "30")
+                   for m in ("ptrace", "gdb", "auto")}
+        after = child.report()  # it still answers signals: running, not stopped
+        assert child.proc.poll() is None
+        assert _stopped_or_traced(child.pid) == ""
+    for method, result in results.items():
+        assert result.returncode == 7, (method, result.stderr)
+        _clean(result)
+        assert ("lacks the symbols leakhound calls: Py_AddPendingCall, PyRun_SimpleString"
+                in result.stderr), (method, result.stderr)
+        assert patched in result.stderr, (method, result.stderr)
+        assert "LEAKHOUND_AGENT=1" in result.stderr and "--method agent" in result.stderr
+    # Nothing was queued or loaded in the target.
+    assert after["leakhound_modules"] == []
+    assert after["main_globals"] == before["main_globals"]
+    assert after["threads"] == before["threads"]
+
+
+def _cli_as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as uid 65534. The venv's interpreter may live under root's 0700 home, so it
+    runs on the system interpreter (same minor version) with this checkout and the venv's
+    packages on its path; skips where nobody cannot import it that way."""
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    if version != str(tuple(sys.version_info[:2])):
+        pytest.skip(f"the system python is {version}, the venv {sys.version_info[:2]}")
+    paths = sysconfig.get_paths()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), paths["purelib"], paths["platlib"]])}
+    argv = [*AS_NOBODY, SYSTEM_PYTHON, "-m", "leakhound"]
+    probe = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60, env=env, cwd="/")
+    if probe.returncode != 0:
+        pytest.skip(f"nobody cannot run leakhound from this checkout: {probe.stderr.strip()[-200:]}")
+    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=60, env=env, cwd="/")
+
+
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON) or shutil.which("setpriv") is None,
+                    reason="needs the system python and setpriv")
+@pytest.mark.parametrize("method", ["auto", "gdb"])
+def test_root_target_from_a_non_root_user(method: str, tmp_path: Path) -> None:
+    with spawn_target("growing_cache", tmp_path) as child:
+        assert os.stat(f"/proc/{child.pid}").st_uid == 0
+        denied = _cli_as_nobody("inspect", str(child.pid), "--method", method)
+        after = child.report()
+        assert child.proc.poll() is None
+        assert _stopped_or_traced(child.pid) == ""
+    assert denied.returncode == 5, denied.stderr
+    _clean(denied)
+    assert str(child.pid) in denied.stderr.splitlines()[0]
+    assert "CAP_SYS_PTRACE" in denied.stderr and "LEAKHOUND_AGENT=1" in denied.stderr
+    assert after["leakhound_modules"] == []
 
 
 def test_target_exiting_mid_inspect(tmp_path: Path) -> None:
