@@ -254,12 +254,12 @@ def run_timed(argv: Sequence[str], *, timeout: float = 900.0,
     return wall, subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
 
 
-def leakhound_inspect(pid: int, method: str, *, timeout: float = 900.0
-                      ) -> tuple[float, dict[str, Any] | None, str]:
+def leakhound_inspect(pid: int, method: str, *, timeout: float = 900.0, extra: Sequence[str] = (),
+                      env: dict[str, str] | None = None) -> tuple[float, dict[str, Any] | None, str]:
     """``leakhound inspect PID --method M --json``: (wall seconds, snapshot or None, error)."""
     argv = [str(LEAKHOUND), "inspect", str(pid), "--method", method, "--json",
-            "--timeout", str(int(timeout))]
-    wall, proc = run_timed(argv, timeout=timeout + 30)
+            "--timeout", str(int(timeout)), *extra]
+    wall, proc = run_timed(argv, timeout=timeout + 30, env=env)
     if proc.returncode != 0:
         return wall, None, (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
     return wall, json.loads(proc.stdout), ""

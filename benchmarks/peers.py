@@ -10,7 +10,9 @@ a user calls them from a debug endpoint:
 * guppy3:    str(hpy().heap())   (heap() builds the set; the kind table is computed on print)
 * pympler:   summary.summarize(muppy.get_objects())
 
-leakhound rows run `leakhound inspect PID --method gdb|agent --json` from outside. Per row: wall
+leakhound rows run `leakhound inspect PID --method ptrace|agent --json` from outside: the
+default census (compiled walk), with `--max-pause 50`, and with the pure-Python loop (what a
+target on another Python version than leakhound's gets). Per row: wall
 time, extra peak memory (VmHWM after minus VmRSS before; the peak is reset through
 /proc/PID/clear_refs first) and the target's worst loop lag (its 5 ms heartbeat). The peer's
 module is imported before the heap is built, so its import is not measured.
@@ -38,7 +40,18 @@ def base_env(objects: int) -> dict[str, str]:
     return {"BENCH_OBJECTS": str(objects), "PYTHONPATH": str(c.peers_site_packages())}
 
 
-def measure_leakhound(method: str, objects: int) -> dict[str, Any]:
+def measure_leakhound(spec: str, objects: int) -> dict[str, Any]:
+    """``spec``: a method, optionally with a variant: ``ptrace:python`` (the pure-Python census
+    loop instead of the compiled one), ``ptrace:max-pause=50`` (inspect --max-pause 50)."""
+    method, _, variant = spec.partition(":")
+    extra: list[str] = []
+    cli_env: dict[str, str] = {}
+    if variant == "python":
+        cli_env["LEAKHOUND_WALKER"] = "python"
+    elif variant.startswith("max-pause="):
+        extra = ["--max-pause", variant.split("=", 1)[1]]
+    elif variant:
+        raise SystemExit(f"unknown variant {variant!r} in {spec!r}")
     env = base_env(objects)
     if method == "agent":
         env["LEAKHOUND_AGENT"] = "1"
@@ -47,12 +60,12 @@ def measure_leakhound(method: str, objects: int) -> dict[str, Any]:
         reset = c.reset_peak(t.pid)
         before = c.proc_status(t.pid)
         t.reset_lag()
-        wall, snap, error = c.leakhound_inspect(t.pid, method, timeout=1800)
+        wall, snap, error = c.leakhound_inspect(t.pid, method, timeout=1800, extra=extra, env=cli_env)
         lag = t.lag_after()
         after = c.proc_status(t.pid)
     heap = (snap or {}).get("heap", {})
     return {
-        "name": f"leakhound ({method})",
+        "name": f"leakhound ({spec})",
         "wall": wall,
         "census": heap.get("census_seconds"),
         "objects": heap.get("objects"),
@@ -91,7 +104,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small heap (200k objects), fast smoke run")
     parser.add_argument("--objects", type=int, default=None, help="heap size (default 4,800,000)")
     parser.add_argument("--peers", default="objgraph,guppy3,pympler")
-    parser.add_argument("--methods", default="gdb,agent", help="leakhound attach methods to run")
+    parser.add_argument("--methods", default="ptrace,ptrace:max-pause=50,ptrace:python,agent",
+                        help="leakhound attach methods to run, each optionally with a variant: "
+                             "METHOD:python (pure-Python census loop), METHOD:max-pause=MS")
     args = parser.parse_args()
     objects = args.objects or (200_000 if args.quick else 4_800_000)
     c.ensure_peers_venv()

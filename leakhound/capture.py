@@ -5,6 +5,7 @@ The one place that turns a payload result into a ``Snapshot`` (and runs the dete
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -34,6 +35,7 @@ def snapshot_from_result(
 ) -> Snapshot:
     heap = result["heap"]
     garbage = heap.get("cyclic_garbage", {})
+    unreached = heap.get("unreached") or {}
     warnings = []
     arena = ArenaStats(**result["arena"])
     if not arena.available:
@@ -52,6 +54,9 @@ def snapshot_from_result(
             gc_tracked=int(heap.get("gc_tracked", 0)),
             untracked=int(heap.get("untracked", 0)),
             payload_peak_bytes=int(heap.get("payload_peak_bytes", 0)),
+            walker=str(heap.get("walker", "")),
+            unreached_examined=bool(unreached.get("examined", True)),
+            unreached_note=str(unreached.get("reason", "")),
         ),
         arena=arena,
         types=tuple(TypeStat(**t) for t in heap["types"]),
@@ -75,12 +80,22 @@ def take_snapshot(
     timeout: float = 60.0,
     progress: Progress | None = None,
     log: AttachLog | None = None,
+    max_pause_ms: float | None = None,
 ) -> Snapshot:
+    """One census of ``pid``. ``max_pause_ms``: skip the one step of the census that cannot be
+    split (listing every gc-tracked object, needed to find objects no named root reaches)
+    when it would hold the target longer than this."""
     target = resolve_target(pid)
     taken_at = time.time()
+    request: dict[str, object] = {"op": "snapshot", "top_types": max(top, 50), "top_owners": max(top, 50)}
+    if max_pause_ms is not None:
+        request["max_pause_ms"] = max_pause_ms
+    if os.environ.get("LEAKHOUND_WALKER") == "python":
+        # The pure-Python census loop even where the compiled one loads (benchmarks, tests).
+        request["walker"] = "python"
     remote = run_request(
         pid,
-        {"op": "snapshot", "top_types": max(top, 50), "top_owners": max(top, 50)},
+        request,
         method=method,
         timeout=timeout,
         progress=progress,

@@ -76,6 +76,12 @@ def inspect(
     timeout: TimeoutOpt = 60.0,
     as_json: JsonOpt = False,
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the snapshot JSON to this file.")] = None,
+    max_pause: Annotated[Optional[float], typer.Option(
+        "--max-pause", min=1.0, metavar="MS",
+        help="Pause budget for very large heaps: skip the one census step that cannot be split "
+             "(listing every gc-tracked object, ~60 ns each) if it would hold the worker longer; "
+             "owners are still attributed, but objects no named root reaches (held from C, "
+             "cyclic garbage) are not looked for.")] = None,
 ) -> None:
     """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
     live objects at all (allocator fragmentation).
@@ -91,7 +97,7 @@ def inspect(
         raise typer.BadParameter(f"choose one of {', '.join(METHODS)}", param_hint="--method")
     try:
         command.run(pid=pid, method=method, top=top, timeout=timeout, as_json=as_json, save=save,
-                    reporter=reporter(quiet=as_json and not _state["verbose"]))
+                    max_pause_ms=max_pause, reporter=reporter(quiet=as_json and not _state["verbose"]))
     except LeakhoundError as exc:
         raise fail(exc) from None
 

@@ -33,7 +33,9 @@ def payload_version() -> str:
     """A digest of the payload's sources: a target that has this payload loaded reuses it."""
     if not _VERSION:
         digest = hashlib.sha256()
-        for path in sorted(PAYLOAD_SOURCE.rglob("*.py")):
+        # Sources and the compiled walk: a target that loaded another build reloads.
+        files = [p for p in PAYLOAD_SOURCE.rglob("*") if p.suffix in (".py", ".c", ".so")]
+        for path in sorted(files):
             digest.update(path.relative_to(PAYLOAD_SOURCE).as_posix().encode())
             digest.update(path.read_bytes())
         _VERSION.append(digest.hexdigest()[:16])

@@ -20,12 +20,14 @@ def run(
     as_json: bool,
     save: Path | None,
     reporter: Reporter,
+    max_pause_ms: float | None = None,
 ) -> Snapshot:
     snapshot = take_snapshot(
         pid,
         method=method,
         top=top,
         timeout=timeout,
+        max_pause_ms=max_pause_ms,
         progress=reporter.progress,
         log=reporter.log,
     )

@@ -42,6 +42,12 @@ class HeapStats:
     gc_tracked: int = 0
     untracked: int = 0
     payload_peak_bytes: int = 0
+    # "compiled" (the C walk, payload/_walk.c) or "python" (its pure-Python twin)
+    walker: str = ""
+    # False when a pause budget ruled out listing every gc-tracked object: then objects no
+    # named root reaches (held from C, cyclic garbage) were not looked for; the note says why.
+    unreached_examined: bool = True
+    unreached_note: str = ""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,11 @@ import time
 
 from .tasks import await_chain, live_tasks
 
+try:  # the compiled inner walk (_walk.c), built for the interpreter leakhound was installed on
+    from . import _walk  # type: ignore[attr-defined]
+except ImportError:  # another Python version or no compiler at install: the Python loop
+    _walk = None
+
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
 
@@ -43,6 +48,12 @@ _LEAF_TYPES = frozenset((str, bytes, int, float, bool, complex, type(None)))
 # loop variable and getrefcount's own argument.
 _ONLY_ONE_REFERENCE = 4
 _TIMED = frozenset((dict, list, tuple, set, frozenset))
+# Units of work (containers popped + referents seen) per call into the compiled walk: a
+# few milliseconds of holding the GIL.
+_WORK_PER_CALL = 20000
+# What gc.get_objects() costs per gc-tracked object (a linked-list walk, one cache miss each),
+# rounded up from docs/performance.md; used to keep it within a pause budget.
+_GET_OBJECTS_NS = 60
 _REGION_SHIFT = 20  # 1 MiB of address space per bitmap region
 _REGION_BYTES = 1 << (_REGION_SHIFT - 4 - 3)  # one bit per 16-byte granule: 8 KiB
 
@@ -262,10 +273,25 @@ class _Tally(object):
 class Census(object):
     """One walk of the heap. Call :meth:`run`; read :meth:`result`."""
 
-    def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None):
+    def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
+                 max_pause_ms=None):
         self.clock = _Clock(time.monotonic() + timeout)
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
+        self._exclude = exclude
+        self._getsizeof = sys.getsizeof
+        self._get_referents = gc.get_referents
+        self.seconds = 0.0
+        # The same walk in C when it is importable here (and not turned off): see _walk.c.
+        self._compiled = _walk.claim if compiled and _walk is not None else None  # type: Any
+        self.walker = "compiled" if self._compiled is not None else "python"
+        # With a pause budget, the one step that cannot be split (gc.get_objects(), which the
+        # split of unreached objects needs) is skipped when it would exceed the budget.
+        self.max_pause_ms = max_pause_ms
+        self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}
+        self._reset()
+
+    def _reset(self):
         self.claimed = _Marks()
         # Owners: path -> slot; per slot its type name and item count (lists of atomics and
         # arrays), objects and bytes in the tally.
@@ -279,10 +305,6 @@ class Census(object):
         self.garbage_objects = 0
         self.garbage_bytes = 0
         self.garbage_types = _Tally()
-        self._exclude = exclude
-        self._getsizeof = sys.getsizeof
-        self._get_referents = gc.get_referents
-        self.seconds = 0.0
         self.bookkeeping_bytes = 0
 
     # -- accounting -------------------------------------------------------------------------
@@ -314,6 +336,9 @@ class Census(object):
             claimed.add(id(root))
             self._count(root, owner)
         stack = [root]
+        if self._compiled is not None:
+            self._claim_compiled(owner, stack)
+            return
         get_referents = self._get_referents
         getsizeof = self._getsizeof
         getrefcount = sys.getrefcount
@@ -372,10 +397,34 @@ class Census(object):
             if steps & 0x3FFF == 0:
                 clock.check()
                 self.progress("walk", self.total_objects + added_objects)
-        self.owners.bytes[owner] += added_bytes
-        self.owners.counts[owner] += added_objects
-        self.total_bytes += added_bytes
-        self.total_objects += added_objects
+        self._credit(owner, added_objects, added_bytes)
+
+    def _claim_compiled(self, owner, stack):
+        """``_claim_tree``'s loop in C, in short calls: between two, the interpreter can hand
+        the GIL to the target's threads. Each call is one uninterruptible step."""
+        claim = self._compiled
+        regions = self.claimed.regions
+        types = self.types
+        clock = self.clock
+        perf_counter = time.perf_counter
+        added_objects = added_bytes = 0
+        pending = []  # type: list
+        while stack or pending:
+            t0 = perf_counter()
+            objects, nbytes = claim(stack, pending, regions, types.index, types.slot, types.counts,
+                                    types.bytes, _WORK_PER_CALL)
+            clock.step(t0)
+            added_objects += objects
+            added_bytes += nbytes
+            clock.check()
+            self.progress("walk", self.total_objects + added_objects)
+        self._credit(owner, added_objects, added_bytes)
+
+    def _credit(self, owner, objects, nbytes):
+        self.owners.bytes[owner] += nbytes
+        self.owners.counts[owner] += objects
+        self.total_bytes += nbytes
+        self.total_objects += objects
 
     def _claim_named(self, path, obj, depth):
         """Give ``obj`` its own owner ``path``; extend the path through instance attributes."""
@@ -413,13 +462,51 @@ class Census(object):
 
     def run(self):
         started = time.perf_counter()
-        clock = self.clock
+        if self.max_pause_ms is not None:
+            # Walk the named roots first, without the list of every tracked object, to learn
+            # the heap's size; the full census runs only if that list fits the budget.
+            self._walk_roots(None)
+            estimate = self._universe_pause_ms()
+            self.unreached["estimated_pause_ms"] = round(estimate, 1)
+            if estimate > self.max_pause_ms:
+                self.unreached["examined"] = False
+                self.unreached["reason"] = (
+                    "listing the ~%d gc-tracked objects (gc.get_objects(), one call that cannot "
+                    "be split) would hold the target for ~%.0f ms, over the %.0f ms pause budget"
+                    % (self._tracked_estimate(), estimate, self.max_pause_ms)
+                )
+                # No list to count: the walk's own count of containers stands in for it.
+                self.tracked = self._tracked_estimate()
+                self.seconds = time.perf_counter() - started
+                return
+            self._reset()
         t0 = time.perf_counter()
         objects = gc.get_objects()
-        clock.step(t0)
+        self.clock.step(t0)
         self.tracked = len(objects)
+        self._walk_roots(objects)
+        # 7: what no named root reached: held from C, or cyclic garbage.
+        self._split_unreached(objects)
+        self.seconds = time.perf_counter() - started
+        del objects
+
+    def _tracked_estimate(self):
+        """Objects of container types the walk claimed: about what gc.get_objects() lists."""
+        types = self.types
+        return sum(types.counts[i] for i, tp in enumerate(types.keys) if tp not in _LEAF_TYPES)
+
+    def _universe_pause_ms(self):
+        # gc.get_objects() follows the collector's linked lists: one cache miss per object,
+        # ~55-60 ns on the machines measured (docs/performance.md); objects the named roots
+        # did not reach add to it, so this is a floor.
+        return self._tracked_estimate() * _GET_OBJECTS_NS / 1e6
+
+    def _walk_roots(self, objects):
+        """Claim everything the named roots reach; ``objects`` is gc.get_objects()'s list, or
+        None when the census runs without it."""
         claimed = self.claimed
-        claimed.add(id(objects))
+        if objects is not None:
+            claimed.add(id(objects))
         # Our own bookkeeping is not part of the target's heap.
         for own in (self, self.__dict__, self.claimed, self.claimed.regions, self.owners,
                     self.owners.index, self.owners.keys, self.owner_types, self.types,
@@ -553,16 +640,12 @@ class Census(object):
         # the marks, the list from gc.get_objects(), the owner and type tables.
         self.bookkeeping_bytes = (
             claimed.nbytes()
-            + sys.getsizeof(objects)
+            + (sys.getsizeof(objects) if objects is not None else 0)
             + self.owners.nbytes()
             + sys.getsizeof(self.owner_types)
             + self.owner_items.buffer_info()[1] * 8
             + self.types.nbytes()
         )
-        # 7: what no named root reached: held from C, or cyclic garbage.
-        self._split_unreached(objects)
-        self.seconds = time.perf_counter() - started
-        del objects
 
     def _split_unreached(self, objects):
         claimed = self.claimed
@@ -656,6 +739,8 @@ class Census(object):
             "gc_tracked": self.tracked,
             "untracked": max(0, self.total_objects - self.tracked),
             "census_seconds": self.seconds,
+            "walker": self.walker,
+            "unreached": dict(self.unreached),
             "max_step_ms": self.clock.max_step * 1000.0,
             "payload_peak_bytes": self.bookkeeping_bytes,
             "types": [

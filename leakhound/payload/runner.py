@@ -45,11 +45,15 @@ def _snapshot(request, progress):
     timeout = float(timeout) if type(timeout) in (int, float) and 0 < timeout <= 3600 else 60.0
     top_types = _int(request.get("top_types"), 50, 1, 10000)
     top_owners = _int(request.get("top_owners"), 50, 1, 10000)
+    max_pause = request.get("max_pause_ms")
+    max_pause = float(max_pause) if type(max_pause) in (int, float) and 0 < max_pause <= 60000 else None
     walk = census.Census(
         timeout=timeout,
         progress=progress,
         is_stdlib=_is_stdlib,
         exclude=(request,),
+        compiled=request.get("walker") != "python",
+        max_pause_ms=max_pause,
     )
     walk.run()
     heap = walk.result(top_types=top_types, top_owners=top_owners)

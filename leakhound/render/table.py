@@ -31,6 +31,8 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
         f"census: {h.objects:,} objects in {h.census_seconds:.2f}s, "
         f"longest pause {h.max_pause_ms:.0f} ms, extra memory {human_bytes(h.payload_peak_bytes)}"
     )
+    if not h.unreached_examined:
+        con.print(f"[yellow]not examined:[/yellow] objects no named root reaches: {h.unreached_note}")
     for warning in snapshot.warnings:
         con.print(f"[yellow]warning:[/yellow] {warning}")
 

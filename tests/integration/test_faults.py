@@ -221,8 +221,11 @@ def test_root_target_from_a_non_root_user(method: str, tmp_path: Path) -> None:
     assert after["leakhound_modules"] == []
 
 
-def test_target_exiting_mid_inspect(tmp_path: Path) -> None:
-    env = {"FIXTURE_ENTRIES": "1500000"}  # a census of a few seconds
+def test_target_exiting_mid_inspect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"FIXTURE_ENTRIES": "1500000"}
+    # The pure-Python census loop: a census of a few seconds (the compiled one may finish
+    # before the kill).
+    monkeypatch.setenv("LEAKHOUND_WALKER", "python")
     with spawn_target("growing_cache", tmp_path, env=env, timeout=120) as child:
         killer = threading.Timer(0.8, child.proc.kill)
         killer.start()

@@ -6,7 +6,7 @@ decides whether the amount matters.
 
 from __future__ import annotations
 
-from leakhound.analysis.detectors.base import MB, mb
+from leakhound.analysis.detectors.base import MB, mb, skipped
 from leakhound.model import Finding, Snapshot
 
 KIND = "cyclic_garbage"
@@ -14,6 +14,8 @@ MIN_BYTES = 1 * MB
 
 
 def detect(snapshot: Snapshot) -> list[Finding]:
+    if not snapshot.heap.unreached_examined:
+        return [skipped(KIND, f"unreachable objects were not looked for: {snapshot.heap.unreached_note}")]
     garbage = snapshot.cyclic_garbage
     if garbage.objects == 0:
         return []
