@@ -11,8 +11,9 @@ a user calls them from a debug endpoint:
 * pympler:   summary.summarize(muppy.get_objects())
 
 leakhound rows run `leakhound inspect PID --method ptrace|agent --json` from outside: the
-default census (compiled walk), with `--max-pause 50`, and with the pure-Python loop (what a
-target on another Python version than leakhound's gets). Per row: wall
+default census (compiled walk, 50 ms pause budget), with `--max-pause 0` (no budget: the full
+census, whatever it costs), and with the pure-Python loop (what a target on another Python
+version than leakhound's gets). Per row: wall
 time, extra peak memory (VmHWM after minus VmRSS before; the peak is reset through
 /proc/PID/clear_refs first) and the target's worst loop lag (its 5 ms heartbeat). The peer's
 module is imported before the heap is built, so its import is not measured.
@@ -42,7 +43,8 @@ def base_env(objects: int) -> dict[str, str]:
 
 def measure_leakhound(spec: str, objects: int) -> dict[str, Any]:
     """``spec``: a method, optionally with a variant: ``ptrace:python`` (the pure-Python census
-    loop instead of the compiled one), ``ptrace:max-pause=50`` (inspect --max-pause 50)."""
+    loop instead of the compiled one), ``ptrace:max-pause=0`` (inspect --max-pause 0: no pause
+    budget, always the full census)."""
     method, _, variant = spec.partition(":")
     extra: list[str] = []
     cli_env: dict[str, str] = {}
@@ -104,7 +106,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small heap (200k objects), fast smoke run")
     parser.add_argument("--objects", type=int, default=None, help="heap size (default 4,800,000)")
     parser.add_argument("--peers", default="objgraph,guppy3,pympler")
-    parser.add_argument("--methods", default="ptrace,ptrace:max-pause=50,ptrace:python,agent",
+    parser.add_argument("--methods", default="ptrace,ptrace:max-pause=0,ptrace:python,agent",
                         help="leakhound attach methods to run, each optionally with a variant: "
                              "METHOD:python (pure-Python census loop), METHOD:max-pause=MS")
     args = parser.parse_args()

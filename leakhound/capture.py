@@ -72,6 +72,11 @@ def snapshot_from_result(
     return snap.with_findings(run_detectors(snap))
 
 
+# The pause budget every command's census keeps by default: the worst event-loop lag an
+# inspection may add (the hardening goal; docs/inspect.md).
+DEFAULT_MAX_PAUSE_MS = 50.0
+
+
 def take_snapshot(
     pid: int,
     *,
@@ -80,15 +85,15 @@ def take_snapshot(
     timeout: float = 60.0,
     progress: Progress | None = None,
     log: AttachLog | None = None,
-    max_pause_ms: float | None = None,
+    max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
 ) -> Snapshot:
     """One census of ``pid``. ``max_pause_ms``: skip the one step of the census that cannot be
     split (listing every gc-tracked object, needed to find objects no named root reaches)
-    when it would hold the target longer than this."""
+    when it would hold the target longer than this; None or 0: never skip it."""
     target = resolve_target(pid)
     taken_at = time.time()
     request: dict[str, object] = {"op": "snapshot", "top_types": max(top, 50), "top_owners": max(top, 50)}
-    if max_pause_ms is not None:
+    if max_pause_ms:
         request["max_pause_ms"] = max_pause_ms
     if os.environ.get("LEAKHOUND_WALKER") == "python":
         # The pure-Python census loop even where the compiled one loads (benchmarks, tests).

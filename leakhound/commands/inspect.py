@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leakhound.capture import take_snapshot
+from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.commands.common import Reporter
 from leakhound.model import Snapshot, snapshot_to_json
 from leakhound.render import json as json_render
@@ -20,7 +20,7 @@ def run(
     as_json: bool,
     save: Path | None,
     reporter: Reporter,
-    max_pause_ms: float | None = None,
+    max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
 ) -> Snapshot:
     snapshot = take_snapshot(
         pid,

@@ -68,13 +68,13 @@ def _serve_one(conn):
             _send(conn, {"result": {"ok": False, "kind": "BadRequest", "error": "malformed request"}})
             return
 
-        def progress(phase, done):
+        def send_progress(phase, done):
             try:
                 _send(conn, {"progress": {"phase": phase, "done": done}})
             except OSError:
                 pass
 
-        _send(conn, {"result": runner.handle(request, progress)})
+        _send(conn, {"result": runner.handle(request, runner.throttled(send_progress))})
     except OSError:
         pass
     finally:
