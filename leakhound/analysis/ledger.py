@@ -29,7 +29,13 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     trimmable = arena.trimmable_bytes
     rest = rss - live - pymalloc_free - malloc_free
     rows = [
-        LedgerRow("live Python objects", live, live / rss),
+        LedgerRow(
+            "live Python objects",
+            live,
+            live / rss,
+            "" if snapshot.heap.unreached_examined
+            else "reached from named roots only (pause budget); the rest is in 'other'",
+        ),
         LedgerRow("pymalloc free", pymalloc_free, pymalloc_free / rss, "in arenas; trim cannot return it"),
         LedgerRow("glibc free", malloc_free, malloc_free / rss, "freed, still held by malloc"),
         LedgerRow("  of which trimmable", trimmable, trimmable / rss, "malloc_trim(0) would return it"),

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from leakhound.analysis.detectors import arena_fragmentation, cyclic_garbage, run_detectors
 from leakhound.analysis.ledger import ledger
-from leakhound.model import ArenaStats, CyclicGarbage, TypeStat
+from leakhound.model import ArenaStats, CyclicGarbage, HeapStats, TypeStat
 from tests.factories import MB, make_snapshot
 
 
@@ -53,3 +53,13 @@ def test_ledger_rows_add_up_to_rss() -> None:
     total = sum(v for k, v in rows.items() if not k.startswith("  "))
     assert total == 300 * MB
     assert rows["live Python objects"] == 100 * MB
+
+
+def test_a_census_under_pause_budget_says_what_it_did_not_look_at() -> None:
+    heap = HeapStats(objects=1_000_000, bytes=100 * MB, census_seconds=0.5, max_pause_ms=12.0,
+                     unreached_examined=False, unreached_note="over the 50 ms pause budget")
+    snap = make_snapshot(heap=heap, cyclic_garbage=CyclicGarbage(objects=0, bytes=0))
+    (finding,) = cyclic_garbage.detect(snap)
+    assert finding.severity == "skipped" and "50 ms pause budget" in finding.summary
+    live = next(row for row in ledger(snap) if row.name == "live Python objects")
+    assert "named roots only" in live.note
