@@ -152,8 +152,9 @@ def watch(
             "--attach-every",
             min=0.0,
             help=(
-                "gdb/remote-exec: at most one in-target sample per this many seconds (each attach stops the "
-                "worker ~0.1-0.4 s; RSS is still read every interval). The agent is sampled every interval."
+                "gdb: at most one in-target sample per this many seconds (each gdb attach stops the "
+                "worker ~40 ms; RSS is still read every interval). The agent, ptrace and remote-exec "
+                "methods are sampled every interval."
             ),
         ),
     ] = 60.0,
