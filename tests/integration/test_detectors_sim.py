@@ -43,7 +43,7 @@ def test_each_detector_matches_the_leaking_workers_own_numbers(tmp_path: Path) -
     assert registry.details["entries"] == traj["entries"]
     assert registry.details["inflight_entries"] == traj["inflight_entries"]
     assert within(registry.details["retained_bytes"], traj["retained_bytes"])
-    assert registry.owner.endswith("runtime.trajectories")
+    assert registry.owner.endswith("runtime.trajectories"), [o.path for o in snap.owners][:60]
 
     intercepts = _finding(snap, "intercept_bodies")
     assert intercepts.fix == "intercepts"

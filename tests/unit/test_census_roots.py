@@ -1,0 +1,39 @@
+"""Which named root owns what, for roots whose order matters (in-process census)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from leakhound.payload import census
+
+
+class _Holder:
+    def __init__(self) -> None:
+        self.rows = [bytes(100) + str(i).encode() for i in range(2000)]
+
+
+async def _stepping_task(result: dict[str, Any]) -> None:
+    holder = _Holder()
+
+    def take() -> None:
+        walk = census.Census(timeout=60)
+        walk.run()
+        result["owners"] = walk.result(top_owners=10000)["owners"]
+
+    # The census runs while this task is mid-step: asyncio's _current_tasks names it.
+    thread = threading.Thread(target=take)
+    thread.start()
+    thread.join()
+    result["holder"] = holder
+
+
+def test_a_task_caught_mid_step_belongs_to_its_task_root_not_to_current_tasks() -> None:
+    result: dict[str, Any] = {}
+    asyncio.run(_stepping_task(result))
+    paths = [o["path"] for o in result["owners"]]
+    assert not any(p.startswith(("_asyncio._current_tasks", "asyncio.tasks._current_tasks")) for p in paths)
+    rows = [o for o in result["owners"] if o["path"].endswith("<_Holder>.rows")]
+    assert rows and rows[0]["path"].startswith("task:"), paths[:20]
+    assert rows[0]["retained_objects"] == 2001
