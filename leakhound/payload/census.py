@@ -579,6 +579,13 @@ class Census(object):
                     add_wall(ref)
         self.progress("roots", 0)
 
+        # Tasks and their coroutines are claimed up front, like the walls: a path from a module
+        # global to a task (an event loop's ready queue and timers, a handle kept in a global,
+        # asyncio's _current_tasks) stops there, and each task's state goes to its own root (5).
+        task_coros = _task_coroutines()
+        for _label, task, coro in task_coros:
+            claimed.add(id(task))
+            claimed.add(id(coro))
         # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
         main = sys.modules.get("__main__")
         names_of = {}  # type: dict
@@ -609,10 +616,6 @@ class Census(object):
         # 5: asyncio tasks: what a suspended coroutine's frames hold (no thread stack shows it).
         # A suspended coroutine's locals are visible through the coroutine object, not its
         # frame (the frame object does not own its data).
-        task_coros = _task_coroutines()
-        for _label, task, coro in task_coros:
-            claimed.add(id(task))
-            claimed.add(id(coro))
         for label, task, coro in task_coros:
             owner = self._owner(label, coro)
             if task is not None:

@@ -37,3 +37,37 @@ def test_a_task_caught_mid_step_belongs_to_its_task_root_not_to_current_tasks() 
     rows = [o for o in result["owners"] if o["path"].endswith("<_Holder>.rows")]
     assert rows and rows[0]["path"].startswith("task:"), paths[:20]
     assert rows[0]["retained_objects"] == 2001
+
+
+async def _sleeper(holder: _Holder, started: asyncio.Event) -> None:
+    started.set()
+    await asyncio.sleep(3600)
+    holder.rows.clear()
+
+
+LOOP_REFERENCE: list[Any] = []
+
+
+async def _loop_in_a_global(result: dict[str, Any]) -> None:
+    # A module global holds the loop: its timers reach the sleeping task through a future.
+    LOOP_REFERENCE.append(asyncio.get_running_loop())
+    started = asyncio.Event()
+    task = asyncio.create_task(_sleeper(_Holder(), started), name="sleeper")
+    await started.wait()
+
+    def take() -> None:
+        walk = census.Census(timeout=60)
+        walk.run()
+        result["owners"] = walk.result(top_owners=10000)["owners"]
+
+    await asyncio.to_thread(take)
+    task.cancel()
+    LOOP_REFERENCE.clear()
+
+
+def test_a_sleeping_task_reached_from_a_global_loop_belongs_to_its_task_root() -> None:
+    result: dict[str, Any] = {}
+    asyncio.run(_loop_in_a_global(result))
+    rows = [o for o in result["owners"] if o["path"].endswith("<_Holder>.rows")]
+    assert rows and rows[0]["path"].startswith("task:sleeper/_sleeper"), [o["path"] for o in result["owners"][:20]]
+    assert rows[0]["retained_objects"] == 2001
