@@ -483,9 +483,10 @@ class Census(object):
             if estimate > self.max_pause_ms:
                 self.unreached["examined"] = False
                 self.unreached["reason"] = (
-                    "listing the ~%d gc-tracked objects (gc.get_objects(), one call that cannot "
-                    "be split) would hold the target for ~%.0f ms, over the %.0f ms pause budget"
-                    % (self._tracked_estimate(), estimate, self.max_pause_ms)
+                    "listing the ~%s gc-tracked objects (gc.get_objects(), one call that cannot "
+                    "be split) would hold the target for ~%.0f ms, over the %.0f ms pause budget "
+                    "(--max-pause 0 lifts it)"
+                    % (format(self._tracked_estimate(), ","), estimate, self.max_pause_ms)
                 )
                 # No list to count: the walk's own count of containers stands in for it.
                 self.tracked = self._tracked_estimate()
