@@ -262,6 +262,10 @@ def patch(
     verify: Annotated[
         float, typer.Option("--verify", min=0, help="After applying, watch this many seconds and report before/after.")
     ] = 0.0,
+    trim_every: Annotated[
+        float, typer.Option("--trim-every", min=1.0, max=3600.0, metavar="S",
+                            help="The trim fix's cadence: malloc_trim(0) every S seconds.")
+    ] = 10.0,
     method: MethodOpt = "auto",
     timeout: TimeoutOpt = 60.0,
     as_json: JsonOpt = False,
@@ -272,7 +276,8 @@ def patch(
 
     Fixes (verifiers v1 env workers): steps (trajectory steps keep identity/usage only),
     registry (evict finished rollouts from Runtime.trajectories at cleanup_group), intercepts
-    (drop request bodies once delivered), trim (malloc_trim(0) every 10 s, never gc.collect()).
+    (drop request bodies once delivered), trim (malloc_trim(0) every 10 s or --trim-every, never
+    gc.collect()).
     Code that is missing or not what the fix was written for is refused, and nothing changes.
     """
     from leakhound.commands import patch as command
@@ -290,7 +295,7 @@ def patch(
         raise typer.BadParameter("give a PID or --match with --revert, --status or --dry-run", param_hint="PID")
     try:
         command.run(pids=tuple(pids or ()), match=match, fixes=fixes, action=action, verify=verify,
-                    method=method, timeout=timeout, as_json=as_json,
+                    method=method, timeout=timeout, as_json=as_json, trim_every=trim_every,
                     reporter=reporter(quiet=as_json and not _state["verbose"]))
     except LeakhoundError as exc:
         raise fail(exc) from None

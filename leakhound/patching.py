@@ -21,10 +21,13 @@ ACTIONS = ("apply", "revert", "status", "dry-run")
 
 
 def _request(pid: int, action: str, fixes: list[str], *, method: str, timeout: float,
-             log: AttachLog | None) -> dict[str, Any]:
+             log: AttachLog | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    request: dict[str, Any] = {"op": "patch", "action": action, "fixes": fixes}
+    if options:
+        request["options"] = options
     remote = run_request(
         pid,
-        {"op": "patch", "action": action, "fixes": fixes},
+        request,
         method=method,
         timeout=timeout,
         log=log,
@@ -43,10 +46,12 @@ def patch_process(
     timeout: float = 60.0,
     log: AttachLog | None = None,
     wait: Callable[[float], None] = time.sleep,
+    trim_every: float | None = None,
 ) -> tuple[PatchOutcome, ...]:
     """Run ``action`` for ``fixes`` in ``pid``; with ``apply``, measure the declared numbers
     before and after (after ``verify_seconds`` when given). Raises PatchRefused when every
-    requested fix was refused (nothing changed)."""
+    requested fix was refused (nothing changed). ``trim_every``: the trim fix's cadence in
+    seconds (1 to 3600; default 10)."""
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}")
     if action != "apply":
@@ -54,7 +59,10 @@ def patch_process(
         listed = tuple(_outcome(pid, r) for r in doc["results"])
         _raise_if_all_refused(pid, listed)
         return listed
-    applied = _request(pid, "apply", fixes, method=method, timeout=timeout, log=log)
+    if trim_every is not None and not 1 <= trim_every <= 3600:
+        raise ValueError("trim_every must be between 1 and 3600 seconds")
+    options = {"trim_every": trim_every} if trim_every is not None else None
+    applied = _request(pid, "apply", fixes, method=method, timeout=timeout, log=log, options=options)
     _raise_if_all_refused(pid, tuple(_outcome(pid, r) for r in applied["results"]))
     after_doc = applied
     if verify_seconds > 0:

@@ -25,6 +25,7 @@ def run(
     timeout: float,
     as_json: bool,
     reporter: Reporter,
+    trim_every: float | None = None,
 ) -> tuple[PatchOutcome, ...]:
     targets = list(pids)
     if match is not None:
@@ -33,14 +34,14 @@ def run(
             raise TargetNotFound(f"no Python process matches {match!r}")
     if not targets:
         return _on_simulated_worker(fixes=fixes, verify=verify or 5.0, method=method, timeout=timeout,
-                                    as_json=as_json, reporter=reporter)
+                                    as_json=as_json, reporter=reporter, trim_every=trim_every)
     outcomes: list[PatchOutcome] = []
     for pid in targets:
         if verify and action == "apply":
             reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)}, then watching {verify:.0f}s")
         outcomes.extend(
             patch_process(pid, fixes=fixes, action=action, verify_seconds=verify if action == "apply" else 0.0,
-                          method=method, timeout=timeout, log=reporter.log)
+                          method=method, timeout=timeout, log=reporter.log, trim_every=trim_every)
         )
     _render(outcomes, as_json=as_json)
     return tuple(outcomes)
@@ -55,7 +56,8 @@ def _render(outcomes: Sequence[PatchOutcome], *, as_json: bool) -> None:
 
 
 def _on_simulated_worker(
-    *, fixes: list[str], verify: float, method: str, timeout: float, as_json: bool, reporter: Reporter
+    *, fixes: list[str], verify: float, method: str, timeout: float, as_json: bool, reporter: Reporter,
+    trim_every: float | None = None,
 ) -> tuple[PatchOutcome, ...]:
     """No target given: show what the fix does on a fresh simulated worker, then stop it."""
     with tempfile.TemporaryDirectory(prefix="leakhound-patch-demo-") as tmp:
@@ -65,6 +67,6 @@ def _on_simulated_worker(
             pid = fleet.pids[0]
             reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)} live, then watching {verify:.0f}s")
             outcomes = patch_process(pid, fixes=fixes, action="apply", verify_seconds=verify, method=method,
-                                     timeout=timeout, log=reporter.log)
+                                     timeout=timeout, log=reporter.log, trim_every=trim_every)
     _render(outcomes, as_json=as_json)
     return outcomes

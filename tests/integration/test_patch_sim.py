@@ -126,3 +126,18 @@ def test_a_process_without_verifiers_is_refused_and_unchanged(tmp_path: Path) ->
     assert result.exit_code == 10
     assert "hint:" in result.output and "Traceback" not in result.output
     assert_only_the_payload_stays(report["leakhound_modules"])
+
+
+def test_trim_cadence_is_configurable_and_runs_on_the_workers_loop(tmp_path: Path) -> None:
+    with spawn_target("fragmentation", tmp_path) as child:
+        (applied,) = patch_process(child.pid, fixes=["trim"], trim_every=1.0)
+        time.sleep(3.6)
+        (status,) = patch_process(child.pid, fixes=["trim"], action="status")
+        patch_process(child.pid, fixes=["trim"], action="revert")
+        assert child.proc.poll() is None
+    assert applied.status == "applied" and applied.counters["interval_s"] == 1.0
+    assert applied.counters["cadence"] == "event loop"
+    # The first trim at once, then one a second on the loop.
+    assert status.counters["trims"] >= 3, status.counters
+    with pytest.raises(ValueError):
+        patch_process(1, fixes=["trim"], trim_every=0.5)

@@ -30,7 +30,19 @@ def _describe(plan):
     return out
 
 
-def _apply(module, dry_run):
+def _options(request):
+    """Fix options from the request, each checked against its allowed range (never code)."""
+    out = {}  # type: dict
+    options = request.get("options")
+    if type(options) is not dict:
+        return out
+    every = options.get("trim_every")
+    if isinstance(every, (int, float)) and not isinstance(every, bool) and 1 <= every <= 3600:
+        out["trim_every"] = float(every)
+    return out
+
+
+def _apply(module, dry_run, options=None):
     fixes = _state.peek()
     if module.FIX in fixes:
         return {"fix": module.FIX, "status": "already-applied", "targets": fixes[module.FIX]["targets"],
@@ -49,7 +61,7 @@ def _apply(module, dry_run):
         swap.new = make(swap.original, counters)
         swap.new.__leakhound_fix__ = module.FIX
         swaps.append(swap)
-    entry = {"swaps": swaps, "targets": targets, "counters": counters}
+    entry = {"swaps": swaps, "targets": targets, "counters": counters, "options": options or {}}
     start = getattr(module, "start", None)
     if start is not None:
         start(entry)
@@ -109,7 +121,7 @@ def handle(request):
     for name in names:
         module = FIXES[name]
         if action in ("apply", "dry-run"):
-            results.append(_apply(module, action == "dry-run"))
+            results.append(_apply(module, action == "dry-run", _options(request)))
         elif action == "revert":
             results.append(_revert(module))
         else:

@@ -1,4 +1,5 @@
-"""trim: hand freed glibc pages back to the kernel with ``malloc_trim(0)``, now and every 10 s.
+"""trim: hand freed glibc pages back to the kernel with ``malloc_trim(0)``, now and every 10 s
+(or every ``trim_every`` seconds, from the request's options: 1 to 3600).
 
 The cadence runs on the worker's own event loop (``loop.call_later``, like
 ``EnvWorker.stats_loop``), or on a daemon timer thread when the process has no running
@@ -15,8 +16,8 @@ from ..arena import _libc
 from ..tasks import live_tasks
 
 FIX = "trim"
-DESCRIPTION = "malloc_trim(0) once now and every 10 s on the worker's loop (never gc.collect())"
-INTERVAL = 10.0
+DESCRIPTION = "malloc_trim(0) once now and every 10 s (--trim-every) on the worker's loop (never gc.collect())"
+INTERVAL = 10.0  # seconds; the story's production cadence
 
 
 def _malloc_trim():
@@ -44,6 +45,8 @@ def _worker_loop():
 def start(entry):
     trim = _malloc_trim()
     counters = entry["counters"]
+    interval = (entry.get("options") or {}).get("trim_every", INTERVAL)
+    counters["interval_s"] = interval
     control = {"stopped": False, "handle": None}  # type: dict
     entry["control"] = control
 
@@ -68,11 +71,11 @@ def start(entry):
             if control["stopped"]:
                 return
             trim_once()
-            control["handle"] = loop.call_later(INTERVAL, tick)
+            control["handle"] = loop.call_later(interval, tick)
 
         def arm():
             if not control["stopped"]:
-                control["handle"] = loop.call_later(INTERVAL, tick)
+                control["handle"] = loop.call_later(interval, tick)
 
         loop.call_soon_threadsafe(arm)
         control["loop"] = loop
@@ -82,7 +85,7 @@ def start(entry):
         control["wake"] = wake
 
         def run():
-            while not wake.wait(INTERVAL):
+            while not wake.wait(interval):
                 trim_once()
 
         thread = threading.Thread(target=run, name="leakhound-trim", daemon=True)
