@@ -14,32 +14,46 @@
  *     bitmap: {address >> 20: bytearray(8192)}, one bit per 16-byte granule);
  *   - a leaf (str, bytes, int, float, bool, complex, None: no referents) held only by this
  *     container cannot be met again, so it is counted without being marked;
- *   - every other referent is marked; its size (sys.getsizeof) is added to the totals and to
- *     its type's slot in ``counts``/``sizes`` (array('q'), slot from ``type_index``, a new
- *     slot from calling ``new_slot(type)``); a non-leaf is pushed on ``stack``.
+ *   - every other referent is marked; its size (census._getsizeof: sys.getsizeof when the
+ *     type's __sizeof__ is C code, else object.__sizeof__; 0 when that fails or returns more
+ *     than any object can be) is added to the totals and to its type's slot in
+ *     ``counts``/``sizes`` (array('q'), slot from ``type_index``, a new slot from calling
+ *     ``new_slot(type)``); a non-leaf is pushed on ``stack``.
  *
  * It stops after about ``limit`` units of work (one per container popped and per referent
- * seen; a big container's referents are split across calls through ``pending``) and returns, so the caller's Python loop runs between calls and the interpreter can
- * hand the GIL to the target's main thread: no call holds the GIL for long. It never runs a
- * collection, calls no user code except a type's own __sizeof__ (as sys.getsizeof does), and
- * keeps no state between calls.
+ * seen) and returns, so the caller's Python loop runs between calls and the interpreter can
+ * hand the GIL to the target's main thread: no call holds the GIL for long. The rest of a big
+ * container's referents goes back to the caller in ``pending``, as one capsule that owns
+ * them (each call then costs its budget, not the container's length). It never runs a
+ * collection and runs no code written in Python but a metaclass's __hash__/__eq__ in the
+ * type_index lookup (and Python code of the census's own new_slot). That code can run other
+ * threads and do anything, so nothing the walk holds across it can go stale: referents are
+ * strong references in a buffer only this call sees, the bitmap regions and the tally arrays
+ * are held as exported buffers (freed or resized by nobody while held), and every slot is
+ * bounds-checked where it is used.
  *
  * Built for the interpreter leakhound is installed with (hatch_build.py); a target on another
  * Python version cannot import it and the census uses the Python loop.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <string.h>
 
 #define REGION_SHIFT 20
 #define REGION_BYTES 8192
 #define REGION_CACHE 64
 #define TYPE_CACHE 64
+/* A __sizeof__ larger than this (256 TiB, more than any machine's address space) is not a
+ * size: it reads as 0, like a failing one (census.py: _MAX_OBJECT_BYTES). */
+#define MAX_OBJECT_BYTES ((size_t)1 << 48)
+#define PENDING_NAME "leakhound._walk.pending"
 
 typedef struct {
     PyObject *regions;               /* dict: address >> 20 -> bytearray(8192) */
     uintptr_t region_keys[REGION_CACHE];
     unsigned char *region_bufs[REGION_CACHE];
+    Py_buffer region_views[REGION_CACHE];  /* held while cached: region_bufs stay valid */
     PyObject *type_index;            /* dict: type -> slot */
     PyObject *new_slot;              /* callable(type) -> slot, may grow the arrays */
     PyObject *counts_obj, *sizes_obj;
@@ -47,6 +61,8 @@ typedef struct {
     int have_buffers;
     PyTypeObject *type_keys[TYPE_CACHE];
     Py_ssize_t type_slots[TYPE_CACHE];
+    PyObject *sizeof_name;           /* "__sizeof__" */
+    PyObject *object_sizeof;         /* object.__sizeof__, borrowed */
 } Walk;
 
 static int
@@ -78,14 +94,29 @@ release_buffers(Walk *w)
     }
 }
 
+static void
+release_regions(Walk *w)
+{
+    for (int h = 0; h < REGION_CACHE; h++) {
+        if (w->region_bufs[h] != NULL) {
+            w->region_bufs[h] = NULL;
+            PyBuffer_Release(&w->region_views[h]);
+        }
+    }
+}
+
 /* The bitmap byte for ``address``, creating its region if needed; NULL on error. */
 static unsigned char *
 region_for(Walk *w, uintptr_t address)
 {
     uintptr_t key = address >> REGION_SHIFT;
     size_t h = (size_t)(key % REGION_CACHE);
-    if (w->region_bufs[h] != NULL && w->region_keys[h] == key)
-        return w->region_bufs[h];
+    if (w->region_bufs[h] != NULL) {
+        if (w->region_keys[h] == key)
+            return w->region_bufs[h];
+        w->region_bufs[h] = NULL;
+        PyBuffer_Release(&w->region_views[h]);
+    }
     PyObject *pykey = PyLong_FromSize_t((size_t)key);
     if (pykey == NULL)
         return NULL;
@@ -113,13 +144,16 @@ region_for(Walk *w, uintptr_t address)
         PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
         return NULL;
     }
-    /* Stable while the dict holds the bytearray: regions are never resized or removed. */
+    /* An exported buffer holds the bytearray and forbids resizing it: the pointer stays
+     * valid whatever code runs before this call returns. */
+    if (PyObject_GetBuffer(region, &w->region_views[h], PyBUF_WRITABLE) < 0)
+        return NULL;
     w->region_keys[h] = key;
-    w->region_bufs[h] = (unsigned char *)PyByteArray_AS_STRING(region);
+    w->region_bufs[h] = (unsigned char *)w->region_views[h].buf;
     return w->region_bufs[h];
 }
 
-/* The tally slot of ``tp``; -1 on error. */
+/* The tally slot of ``tp`` (the caller checks it against the arrays); -1 on error. */
 static Py_ssize_t
 slot_for(Walk *w, PyTypeObject *tp)
 {
@@ -142,12 +176,14 @@ slot_for(Walk *w, PyTypeObject *tp)
             return -1;
         value = PyLong_AsSsize_t(slot);
         Py_DECREF(slot);
+        if (value == -1 && PyErr_Occurred())
+            return -1;
         if (get_buffers(w) < 0)
             return -1;
     }
     if (value == -1 && PyErr_Occurred())
         return -1;
-    if (value < 0 || value >= w->counts.len / 8 || value >= w->sizes.len / 8) {
+    if (value < 0) {
         PyErr_SetString(PyExc_IndexError, "type slot out of range");
         return -1;
     }
@@ -158,17 +194,24 @@ slot_for(Walk *w, PyTypeObject *tp)
 
 /* A container's referents, held (INCREF'd) in a plain buffer: no list object is allocated
  * per container, so the walk itself never counts towards (and never triggers) a collection
- * of the target's young generation, which would traverse the caller's big lists. */
+ * of the target's young generation, which would traverse the caller's big lists.
+ * items[next:len] are still to be claimed; all of items[0:len] are owned until the
+ * container is done. */
 typedef struct {
     PyObject **items;
     Py_ssize_t len;
     Py_ssize_t cap;
+    Py_ssize_t next;
 } Refs;
 
 static int
 refs_push(Refs *r, PyObject *op)
 {
     if (r->len == r->cap) {
+        if (r->cap > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(PyObject *)) {
+            PyErr_NoMemory();
+            return -1;
+        }
         Py_ssize_t cap = r->cap ? r->cap * 2 : 256;
         PyObject **items = PyMem_Realloc(r->items, (size_t)cap * sizeof(PyObject *));
         if (items == NULL) {
@@ -188,14 +231,36 @@ refs_clear(Refs *r)
 {
     /* Releasing a reference can run a destructor; nothing below reads r meanwhile. */
     Py_ssize_t len = r->len;
-    r->len = 0;
+    r->len = r->next = 0;
     for (Py_ssize_t i = 0; i < len; i++)
         Py_DECREF(r->items[i]);
+}
+
+static void
+refs_free(Refs *r)
+{
+    refs_clear(r);
+    PyMem_Free(r->items);
+    r->items = NULL;
+    r->cap = 0;
+}
+
+/* The destructor of a pending capsule: the caller dropped the rest of a container. */
+static void
+pending_free(PyObject *capsule)
+{
+    Refs *held = (Refs *)PyCapsule_GetPointer(capsule, PENDING_NAME);
+    if (held == NULL)
+        return;
+    refs_free(held);
+    PyMem_Free(held);
 }
 
 static int
 visit_referent(PyObject *op, void *arg)
 {
+    if (op == NULL)  /* a careless tp_traverse; Py_VISIT never passes NULL */
+        return 0;
     return refs_push((Refs *)arg, op);
 }
 
@@ -229,30 +294,58 @@ is_leaf(PyObject *op)
         || op == Py_None;
 }
 
-/* sys.getsizeof(op, 0) */
-static long long
-size_of(PyObject *op)
+/* Is tp's __sizeof__ C code (a method_descriptor: built-in and extension types, and
+ * object.__sizeof__ for classes that do not define one)? _PyType_Lookup runs no code. */
+static inline int
+sizeof_is_builtin(Walk *w, PyTypeObject *tp)
 {
-    size_t size = _PySys_GetSizeOf(op);
-    if (size == (size_t)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    return (long long)size;
+    PyObject *descr = _PyType_Lookup(tp, w->sizeof_name);  /* borrowed */
+    return descr != NULL && Py_IS_TYPE(descr, &PyMethodDescr_Type);
 }
 
-/* A referent held by the container and the referents list only. */
+/* census._getsizeof(op): sys.getsizeof(op, 0) when tp's __sizeof__ is C code, else
+ * object.__sizeof__(op) (a __sizeof__ written in Python is never run: a mock's creates new
+ * mocks for the walk to meet, without end); any Exception reads as 0 (not only TypeError),
+ * and so does a size no object can have. An error that is not an Exception (SystemExit,
+ * KeyboardInterrupt) is returned: -1. */
+static int
+size_of(Walk *w, PyObject *op, PyTypeObject *tp, long long *size)
+{
+    long long bytes;
+    if (sizeof_is_builtin(w, tp)) {
+        size_t got = _PySys_GetSizeOf(op);
+        bytes = got == (size_t)-1 && PyErr_Occurred() ? -1
+              : got > MAX_OBJECT_BYTES ? 0 : (long long)got;
+    }
+    else {
+        PyObject *got = PyObject_CallOneArg(w->object_sizeof, op);
+        bytes = got == NULL ? -1 : PyLong_AsLongLong(got);
+        Py_XDECREF(got);
+    }
+    if (bytes == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear();
+        bytes = 0;
+    }
+    *size = bytes < 0 || bytes > (long long)MAX_OBJECT_BYTES ? 0 : bytes;
+    return 0;
+}
+
+/* A referent held by the container and the referents buffer only. */
 #define ONLY_ONE_REFERENCE 2
 
-/* Claim r->items until the budget runs out; returns the index where it stopped
- * (r->len when done), -1 on error. */
+/* Claim r->items[r->next:] until the budget runs out; returns how many it went through
+ * (r->next is then where it stopped), -1 on error. */
 static Py_ssize_t
 claim_referents(Walk *w, PyObject *stack, Refs *r, int resumed, Py_ssize_t budget,
                 long long *objects, long long *nbytes)
 {
-    Py_ssize_t stop = r->len > budget ? budget : r->len;
-    for (Py_ssize_t i = 0; i < stop; i++) {
-        PyObject *ref = r->items[i];
+    Py_ssize_t start = r->next;
+    Py_ssize_t stop = r->len - start > budget ? start + budget : r->len;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *ref = r->items[i];  /* owned by r: alive whatever __sizeof__ does */
+        PyTypeObject *tp = Py_TYPE(ref);
         int leaf = is_leaf(ref);
         /* A leaf held once by its container cannot be met again: it is counted without a
          * mark. Not in the rest of a split container: a leaf listed twice (a dict's non-str
@@ -268,56 +361,88 @@ claim_referents(Walk *w, PyObject *stack, Refs *r, int resumed, Py_ssize_t budge
                 continue;
             region[index] |= bit;
         }
-        /* __sizeof__ of a user type can run Python code; ``ref`` stays alive in r. */
-        long long size = size_of(ref);
-        Py_ssize_t slot = slot_for(w, Py_TYPE(ref));
+        /* The type as it was before __sizeof__ ran (as the Python loop's ``tp``): an
+         * extension's C __sizeof__ could assign ref.__class__ and free the old class. */
+        Py_INCREF(tp);
+        long long size;
+        if (size_of(w, ref, tp, &size) < 0) {
+            Py_DECREF(tp);
+            return -1;
+        }
+        Py_ssize_t slot = slot_for(w, tp);
+        Py_DECREF(tp);
         if (slot < 0)
             return -1;
-        ((long long *)w->counts.buf)[slot] += 1;
-        ((long long *)w->sizes.buf)[slot] += size;
+        /* Checked at every use: Python code ran since the slot was cached. */
+        if (slot >= w->counts.len / 8 || slot >= w->sizes.len / 8) {
+            PyErr_SetString(PyExc_IndexError, "type slot out of range");
+            return -1;
+        }
+        long long *counts = (long long *)w->counts.buf, *sizes = (long long *)w->sizes.buf;
+        /* 0 <= size <= 2**48: only a sum can overflow; the Python loop's array('q') raises
+         * OverflowError there too. */
+        if (sizes[slot] > LLONG_MAX - size || *nbytes > LLONG_MAX - size) {
+            PyErr_SetString(PyExc_OverflowError, "census byte total out of range");
+            return -1;
+        }
+        counts[slot] += 1;
+        sizes[slot] += size;
         *objects += 1;
         *nbytes += size;
         if (!leaf && PyList_Append(stack, ref) < 0)
             return -1;
     }
-    return stop;
+    r->next = stop;
+    return stop - start;
 }
 
 PyDoc_STRVAR(claim_doc,
 "claim(stack, pending, regions, type_index, new_slot, counts, sizes, limit) -> (objects, bytes)\n\n"
 "Walk from the containers on stack, claiming what is not yet marked in regions; stop\n"
-"after about limit units of work. The rest of the walk stays on stack, and the rest of\n"
-"a big container's referents in pending ([referents], else empty).");
+"after about limit units of work (at least one). The rest of the walk stays on stack, and\n"
+"the rest of a big container's referents in pending ([capsule], else empty).");
 
 static PyObject *
 claim(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *stack, *pending;
+    PyObject *stack, *pending, *container = NULL;
     Py_ssize_t limit;
     Walk w;
-    Refs r = {NULL, 0, 0};
+    Refs r = {NULL, 0, 0, 0};
     memset(&w, 0, sizeof(w));
     if (!PyArg_ParseTuple(args, "O!O!O!O!OOOn:claim", &PyList_Type, &stack, &PyList_Type,
                           &pending, &PyDict_Type, &w.regions, &PyDict_Type, &w.type_index,
                           &w.new_slot, &w.counts_obj, &w.sizes_obj, &limit))
         return NULL;
+    if (limit < 1)
+        limit = 1;  /* every call makes progress, and never drops what pending held */
+    w.sizeof_name = PyUnicode_InternFromString("__sizeof__");
+    if (w.sizeof_name == NULL)
+        goto error;
+    w.object_sizeof = _PyType_Lookup(&PyBaseObject_Type, w.sizeof_name);
+    if (w.object_sizeof == NULL) {
+        PyErr_SetString(PyExc_SystemError, "object.__sizeof__ not found");
+        goto error;
+    }
     if (get_buffers(&w) < 0)
         goto error;
     long long objects = 0, nbytes = 0;
     Py_ssize_t work = 0;
     int have_refs = 0, resumed = 0;
-    if (PyList_GET_SIZE(pending) == 1 && PyList_CheckExact(PyList_GET_ITEM(pending, 0))) {
-        PyObject *rest = PyList_GET_ITEM(pending, 0);
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rest); i++) {
-            if (refs_push(&r, PyList_GET_ITEM(rest, i)) < 0)
-                goto error;
-        }
+    if (PyList_GET_SIZE(pending) == 1
+        && PyCapsule_IsValid(PyList_GET_ITEM(pending, 0), PENDING_NAME)) {
+        Refs *held = (Refs *)PyCapsule_GetPointer(PyList_GET_ITEM(pending, 0), PENDING_NAME);
+        if (held == NULL)
+            goto error;
+        /* Ours now; the capsule, emptied, frees nothing of it. */
+        r = *held;
+        memset(held, 0, sizeof(*held));
         if (PyList_SetSlice(pending, 0, 1, NULL) < 0)
             goto error;
         have_refs = resumed = 1;
     }
     else if (PyList_GET_SIZE(pending) != 0) {
-        PyErr_SetString(PyExc_TypeError, "pending must be [list] or []");
+        PyErr_SetString(PyExc_TypeError, "pending must be what claim() left in it, or []");
         goto error;
     }
     while (work < limit) {
@@ -325,52 +450,64 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
             Py_ssize_t n = PyList_GET_SIZE(stack);
             if (n == 0)
                 break;
-            PyObject *obj = PyList_GET_ITEM(stack, n - 1);
-            Py_INCREF(obj);
-            if (PyList_SetSlice(stack, n - 1, n, NULL) < 0) {
-                Py_DECREF(obj);
+            /* Held until its referents are claimed, as the Python loop's ``obj``: were the
+             * stack its last holder, its leaves would otherwise look held once. */
+            container = PyList_GET_ITEM(stack, n - 1);
+            Py_INCREF(container);
+            if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
                 goto error;
-            }
-            int failed = referents_of(obj, &r);
-            Py_DECREF(obj);
-            if (failed)
+            if (referents_of(container, &r) < 0)
                 goto error;
             have_refs = 1;
             work += 1;
         }
-        Py_ssize_t stop = claim_referents(&w, stack, &r, resumed, limit - work, &objects, &nbytes);
-        if (stop < 0)
+        Py_ssize_t done = claim_referents(&w, stack, &r, resumed, limit - work, &objects, &nbytes);
+        if (done < 0)
             goto error;
-        work += stop;
-        if (stop < r.len) {
+        work += done;
+        if (r.next < r.len) {
             /* Out of budget inside a big container: the caller passes the rest back. */
-            PyObject *rest = PyList_New(r.len - stop);
-            if (rest == NULL)
+            Refs *held = PyMem_Malloc(sizeof(Refs));
+            if (held == NULL) {
+                PyErr_NoMemory();
                 goto error;
-            for (Py_ssize_t i = stop; i < r.len; i++) {
-                Py_INCREF(r.items[i]);
-                PyList_SET_ITEM(rest, i - stop, r.items[i]);
             }
-            int failed = PyList_Append(pending, rest) < 0;
-            Py_DECREF(rest);
+            *held = r;
+            PyObject *capsule = PyCapsule_New(held, PENDING_NAME, pending_free);
+            if (capsule == NULL) {
+                PyMem_Free(held);  /* r still owns the references */
+                goto error;
+            }
+            memset(&r, 0, sizeof(r));  /* the capsule owns them now */
+            int failed = PyList_Append(pending, capsule) < 0;
+            Py_DECREF(capsule);
             if (failed)
                 goto error;
-            refs_clear(&r);
             break;
         }
         refs_clear(&r);
+        Py_CLEAR(container);
         have_refs = resumed = 0;
     }
-    refs_clear(&r);
-    PyMem_Free(r.items);
+    refs_free(&r);
+    Py_CLEAR(container);
     release_buffers(&w);
+    release_regions(&w);
+    Py_XDECREF(w.sizeof_name);
     return Py_BuildValue("LL", objects, nbytes);
 
-error:
-    refs_clear(&r);
-    PyMem_Free(r.items);
+error: {
+    /* Dropping references can run destructors: keep the error aside meanwhile. */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    refs_free(&r);
+    Py_CLEAR(container);
     release_buffers(&w);
+    release_regions(&w);
+    Py_XDECREF(w.sizeof_name);
+    PyErr_Restore(type, value, traceback);
     return NULL;
+}
 }
 
 static PyMethodDef walk_methods[] = {

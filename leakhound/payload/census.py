@@ -56,6 +56,37 @@ _WORK_PER_CALL = 20000
 _GET_OBJECTS_NS = 60
 _REGION_SHIFT = 20  # 1 MiB of address space per bitmap region
 _REGION_BYTES = 1 << (_REGION_SHIFT - 4 - 3)  # one bit per 16-byte granule: 8 KiB
+# A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
+# 0, like one that raises (_walk.c: MAX_OBJECT_BYTES). Sums then stay far from int64 limits.
+_MAX_OBJECT_BYTES = 1 << 48
+
+
+_METHOD_DESCRIPTOR = type(object.__sizeof__)
+_object_sizeof = object.__sizeof__
+_MISSING = object()
+
+
+def _sizeof_is_builtin(tp):
+    """Is ``tp``'s ``__sizeof__`` C code (a method_descriptor: built-in and extension types,
+    and ``object.__sizeof__`` for classes that do not define one)? Reads the MRO's dicts only."""
+    for klass in type.__dict__["__mro__"].__get__(tp, type):
+        descr = _class_dict(klass).get("__sizeof__", _MISSING)
+        if descr is not _MISSING:
+            return type(descr) is _METHOD_DESCRIPTOR
+    return False
+
+
+def _getsizeof(obj, default=0):
+    """sys.getsizeof(obj, 0) when its type's ``__sizeof__`` is C code, else
+    ``object.__sizeof__(obj)``: a ``__sizeof__`` written in Python is never run (a mock's
+    creates new mocks for the walk to meet, without end: gigabytes in seconds). Anything it
+    raises (not only TypeError) and any size no object can have count as 0: one odd object
+    must not end the census. ``Census._claim_tree``'s hot loop and _walk.c do the same."""
+    try:
+        size = sys.getsizeof(obj, default) if _sizeof_is_builtin(type(obj)) else _object_sizeof(obj)
+    except Exception:
+        return 0
+    return size if 0 <= size <= _MAX_OBJECT_BYTES else 0
 
 
 class _Marks(object):
@@ -168,9 +199,9 @@ def _slot_values(obj):
 
 def _items(obj):
     for tp in _SIZED:
-        if isinstance(obj, tp):
+        if issubclass(type(obj), tp):
             try:
-                return tp.__len__(obj)  # type: ignore[arg-type]
+                return tp.__len__(obj)
             except Exception:
                 return 0
     return 1
@@ -291,7 +322,7 @@ class Census(object):
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self._exclude = exclude
-        self._getsizeof = sys.getsizeof
+        self._getsizeof = _getsizeof
         self._get_referents = gc.get_referents
         self.seconds = 0.0
         # The same walk in C when it is importable here (and not turned off): see _walk.c.
@@ -352,7 +383,10 @@ class Census(object):
             self._claim_compiled(owner, stack)
             return
         get_referents = self._get_referents
-        getsizeof = self._getsizeof
+        getsizeof = sys.getsizeof
+        object_sizeof = _object_sizeof
+        builtin_sizeof = {}  # type: dict
+        max_size = _MAX_OBJECT_BYTES
         getrefcount = sys.getrefcount
         dict_keys = dict.keys
         type_slot = self.types.index.get
@@ -371,13 +405,16 @@ class Census(object):
         added_objects = 0
         while stack:
             obj = pop()
+            obj_type = type(obj)
             # Only a big built-in container makes get_referents a long step: time just those
             # (for max_pause) rather than every object, and never walk one twice.
-            big = type(obj) in _TIMED and len(obj) > 4096
+            big = obj_type in _TIMED and len(obj) > 4096
             if big:
                 t0 = perf_counter()
             referents = get_referents(obj)
-            if isinstance(obj, dict):
+            # Not isinstance(): it reads obj.__class__, which a class (a mock, a proxy) can
+            # make a property that runs code, raises, or claims to be dict.
+            if issubclass(obj_type, dict):
                 # dict_traverse skips str keys (they cannot form cycles); we want their bytes.
                 referents.extend(dict_keys(obj))
             if big:
@@ -395,7 +432,19 @@ class Census(object):
                     if region[index] & bit:
                         continue
                     region[index] |= bit
-                size = getsizeof(ref, 0)
+                # _getsizeof(ref), inlined; leaves are built-in types
+                try:
+                    if leaf:
+                        size = getsizeof(ref, 0)
+                    else:
+                        c_code = builtin_sizeof.get(tp)
+                        if c_code is None:
+                            c_code = builtin_sizeof[tp] = _sizeof_is_builtin(tp)
+                        size = getsizeof(ref, 0) if c_code else object_sizeof(ref)
+                except Exception:
+                    size = 0
+                if not 0 <= size <= max_size:
+                    size = 0
                 added_bytes += size
                 added_objects += 1
                 slot = type_slot(tp)
@@ -444,7 +493,8 @@ class Census(object):
             return
         attrs = []  # type: list
         d = None
-        if depth < _MAX_CHAIN and not isinstance(obj, _SCALARS + _SIZED + _FUNCTION_TYPES):
+        # issubclass(type(...)), never isinstance(): no user __class__ property runs.
+        if depth < _MAX_CHAIN and not issubclass(type(obj), _SCALARS + _SIZED + _FUNCTION_TYPES):
             d = _instance_dict(obj)
             if d is not None:
                 attrs.extend((k, v) for k, v in list(d.items()) if type(k) is str)
@@ -462,7 +512,7 @@ class Census(object):
         for name, value in attrs:
             if id(value) in self.claimed:
                 continue
-            if type(value) is parent_type or isinstance(value, _SCALARS) and self._getsizeof(value, 0) < 4096:
+            if type(value) is parent_type or issubclass(type(value), _SCALARS) and self._getsizeof(value, 0) < 4096:
                 # Linked structures and small scalars stay with their parent.
                 self._claim_tree(owner, value)
             else:
@@ -705,7 +755,7 @@ class Census(object):
         while stack:
             obj = stack.pop()
             refs = gc.get_referents(obj)
-            if isinstance(obj, dict):
+            if issubclass(type(obj), dict):
                 refs.extend(dict.keys(obj))
             for ref in refs:
                 if id(ref) not in claimed and not gc.is_tracked(ref):

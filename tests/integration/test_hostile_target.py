@@ -1,0 +1,39 @@
+"""A live target full of objects built to break the census walk (fixtures/hostile_heap.py),
+with a thread mutating big containers throughout, inspected again and again the default way:
+every inspection succeeds, the target stays alive and keeps working, no ``__sizeof__``
+written in Python runs, and the target does not grow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.utils import spawn_target
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
+
+LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
+
+
+def test_a_hostile_heap_is_inspected_repeatedly_without_harm(tmp_path: Path) -> None:
+    with spawn_target("hostile_heap", tmp_path) as child:
+        before = child.report()
+        for _ in range(4):
+            run = subprocess.run([LEAKHOUND, "inspect", str(child.pid), "--json"],
+                                 capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0, run.stderr
+            doc = json.loads(run.stdout)
+            assert child.proc.poll() is None
+            owners = {o["path"] for o in doc["owners"]}
+            assert "__main__.ROWS" in owners and "__main__.MOCKS" in owners
+        after = child.report()
+    assert doc["heap"]["walker"] == "compiled"
+    assert after["truth"]["sizeof_calls"] == 0
+    assert after["truth"]["churns"] > before["truth"]["churns"]  # the churn thread kept going
+    assert after["ticks"] > before["ticks"]  # and so did the event loop
+    # A mock's __sizeof__, were it run, grows its process by gigabytes in seconds.
+    assert after["rss_bytes"] - before["rss_bytes"] < 100 * 2**20

@@ -1,0 +1,339 @@
+"""A hostile workload for the census walk: ``python -m tests.walk_hostile [--so PATH]``.
+
+Runs ``Census._claim_tree`` with the compiled walk and with the pure-Python loop over
+structures built to break it, each at several per-call budgets (1, 2, 7 and the default, so
+big containers are split and resumed through ``pending``), and compares the two loops'
+numbers where the structure cannot change under the walk. Exits 1 on any difference or
+unexpected error. Hostile means: ``__sizeof__`` that raises, lies about its size or mutates
+containers (the census must not run it), ``__class__`` properties that lie or raise, dict
+subclasses whose methods raise, str/bytes subclasses, shared leaves, cycles, deep nesting,
+containers bigger than one call's budget, dicts with non-str keys split mid-way, ``limit``
+<= 0, and Python code that does run mid-walk (a metaclass ``__hash__``, called by the
+type-slot lookup) mutating containers, switching threads, or tearing down the census's own
+bitmap while a background thread churns shared containers.
+
+``--so`` loads another build of ``_walk.c`` (tests/unit/test_census_walk.py runs this under
+AddressSanitizer with an ASan build: LD_PRELOAD=libasan.so, PYTHONMALLOC=malloc so every
+object is a malloc block ASan watches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from leakhound.payload import census
+
+PER_CALLS = (1, 2, 7, census._WORK_PER_CALL)
+SIZEOF_CALLS = [0]  # a __sizeof__ written in Python must never run
+failures: list[str] = []
+ONLY = [""]
+
+
+def _wall_off_code(walk: census.Census) -> None:
+    """Claim modules, their dicts and every class up front (as Census._walk_roots does), so
+    a walk stays inside the structure it was given."""
+    for module in list(sys.modules.values()):
+        walk.claimed.add(id(module))
+        walk.claimed.add(id(vars(module)))
+    todo: list[Any] = [object]
+    while todo:
+        cls = todo.pop()
+        if id(cls) in walk.claimed:
+            continue
+        walk.claimed.add(id(cls))
+        walk.claimed.add(id(type.__dict__["__dict__"].__get__(cls, type)))
+        try:
+            todo.extend(type.__subclasses__(cls))
+        except TypeError:
+            continue
+
+
+def walk(root: Any, compiled: bool, per_call: int) -> tuple[int, int, dict[str, tuple[int, int]]]:
+    census._WORK_PER_CALL = per_call
+    w = census.Census(timeout=60, compiled=compiled)
+    assert w.walker == ("compiled" if compiled else "python")
+    _wall_off_code(w)
+    w._claim_tree(w._owner("root", root), root)
+    t = w.types
+    return w.total_objects, w.total_bytes, {census._type_name(tp): (t.counts[i], t.bytes[i])
+                                           for i, tp in enumerate(t.keys)}
+
+
+def case(name: str, make: Callable[[], Any], *, compare: bool = True,
+         per_calls: tuple[int, ...] = PER_CALLS) -> None:
+    if ONLY[0] not in name:
+        return
+    started = time.perf_counter()
+    default = census._WORK_PER_CALL
+    try:
+        for per_call in per_calls:
+            results = {}
+            for compiled in (False, True):
+                root = make()
+                try:
+                    results[compiled] = ("ok", walk(root, compiled, per_call))
+                except Exception as exc:  # noqa: PERF203 - a failure is what we look for
+                    results[compiled] = ("raised", repr(exc)[:200])
+                del root
+            for compiled, (status, detail) in results.items():
+                if status != "ok":
+                    failures.append(f"{name} per_call={per_call} compiled={compiled}: {detail}")
+            if compare and results[False] != results[True]:
+                failures.append(f"{name} per_call={per_call}: python {str(results[False])[:300]}"
+                                f" != compiled {str(results[True])[:300]}")
+    finally:
+        census._WORK_PER_CALL = default
+        print(f"{name}: {time.perf_counter() - started:.1f}s", file=sys.stderr)
+
+
+# -- __sizeof__ oddities: never run; the object counts object.__sizeof__(obj) ----------------
+class Raises:
+    def __init__(self, exc: type[BaseException]) -> None:
+        self.exc = exc
+
+    def __sizeof__(self) -> int:
+        SIZEOF_CALLS[0] += 1
+        raise self.exc()
+
+
+class Returns:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __sizeof__(self) -> Any:
+        SIZEOF_CALLS[0] += 1
+        return self.value
+
+
+class Mutates:
+    def __init__(self, target: list[Any]) -> None:
+        self.target = target
+
+    def __sizeof__(self) -> int:
+        SIZEOF_CALLS[0] += 1
+        self.target.clear()
+        return 64
+
+
+class LiesDict:
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # noqa: F811 - the point: isinstance(x, dict) is True
+        return dict
+
+
+class ClassRaises:
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # noqa: F811
+        raise RuntimeError("no class")
+
+
+class BrokenDict(dict):  # type: ignore[type-arg]
+    def keys(self) -> Any:
+        raise RuntimeError("keys")
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("iter")
+
+    def items(self) -> Any:
+        raise RuntimeError("items")
+
+
+class Text(str):
+    pass
+
+
+class Blob(bytes):
+    pass
+
+
+def odd_sizes() -> Any:
+    values = [2**62, 2**63 - 1, 2**64, -1, 1.5, "x", None, True]
+    parent: list[Any] = [[i, str(i)] for i in range(30)]
+    parent.append(Mutates(parent))
+    return [Raises(ValueError), Raises(MemoryError), Raises(TypeError),
+            *[Returns(v) for v in values], parent]
+
+
+def class_lies() -> Any:
+    return [LiesDict(), {"in": LiesDict()}, ClassRaises(), [ClassRaises()]]
+
+
+def subclasses() -> Any:
+    text = Text("hello " * 10)
+    text.extra = ["x" * 100, {"k": 1.5}]  # type: ignore[attr-defined]
+    blob = Blob(b"\0" * 100)
+    blob.extra = [b"y" * 200]  # type: ignore[attr-defined]
+    broken = [BrokenDict({i: [i], f"s{i}": (i,)}) for i in range(40)]
+    return [text, blob, text, blob, [text], broken]
+
+
+def shapes() -> Any:
+    shared = "shared-" * 20
+    cycle: list[Any] = []
+    for i in range(100):
+        a: dict[Any, Any] = {"i": i}
+        b = [a]
+        a["b"] = b
+        a[i] = (b, a)
+        cycle.append(a)
+    cycle.append(cycle)
+    deep: list[Any] = []
+    for i in range(20000):
+        deep = [deep, i]
+    return {
+        "leaves": [[None, True, False, 0, 1, 255, -5, "a", "", shared] * 50, (None,) * 10],
+        "cycle": cycle,
+        "deep": deep,
+        "big": [(f"item-{i}", i * 1000003, float(i)) for i in range(5000)],
+        "keys": [{(i, i): i * 1000003 for i in range(500)}, {i * 1000003: "v" for i in range(500)}],
+        "wide": [tuple(range(3000)), frozenset(range(-2000, 2000)), {i: str(i) for i in range(3000)}],
+    }
+
+
+def mock_objects() -> Any:
+    from unittest import mock
+
+    # A mock's __sizeof__ records the call and makes child mocks: run, it grows without end.
+    return [mock.MagicMock(), mock.MagicMock(spec=dict), mock.NonCallableMagicMock()]
+
+
+# -- Python code that does run mid-walk: a metaclass __hash__ (the type-slot lookup) ----------
+SHARED: dict[Any, Any] = {"rows": [[i] for i in range(500)]}
+
+
+class Meddles(type):
+    action: Callable[[], None] = staticmethod(lambda: None)
+
+    def __hash__(cls) -> int:
+        Meddles.action()
+        return id(cls) >> 4
+
+    def __eq__(cls, other: object) -> bool:
+        return cls is other
+
+
+class Meddler(metaclass=Meddles):
+    pass
+
+
+def _churn(stop: threading.Event) -> None:
+    while not stop.is_set():
+        rows = SHARED["rows"]
+        rows.append([len(rows), "z" * 20])
+        if len(rows) > 3000:
+            del rows[:1500]
+        SHARED[len(rows) % 97] = [1, 2, (3, "q")]
+        SHARED.pop((len(rows) + 7) % 97, None)
+
+
+SABOTAGES = [0]
+
+
+def _sabotage() -> None:
+    # Reaches into the running walk's frame and tears its bitmap down (a few times: without
+    # marks the walk starts over): the compiled walk holds the regions it caches, so nothing
+    # it points at goes away.
+    frame = sys._getframe(2)
+    if frame.f_code.co_name != "_claim_compiled":
+        return
+    SABOTAGES[0] += 1
+    if SABOTAGES[0] % 3 != 1:
+        return
+    regions = frame.f_locals.get("regions")
+    if type(regions) is dict:
+        for region in regions.values():
+            with contextlib.suppress(BufferError):  # held by the compiled walk: cannot shrink
+                region.clear()
+        regions.clear()
+
+
+def meddling(action: Callable[[], None]) -> Callable[[], Any]:
+    def make() -> Any:
+        Meddles.action = staticmethod(action)
+        return [SHARED, [Meddler() for _ in range(30)], {"big": [[i, str(i)] for i in range(20000)]},
+                SHARED["rows"]]
+    return make
+
+
+def mutate_shared() -> None:
+    SHARED["rows"][:100] = [[j, "m" * j] for j in range(50)]
+    SHARED.update({("n", j): [j] for j in range(20)})
+
+
+def switch_threads() -> None:
+    time.sleep(0.0002)
+    helper = threading.Thread(target=lambda: [SHARED.setdefault(i, [i]) for i in range(50)])
+    helper.start()
+    helper.join()
+
+
+def limits(claim: Any) -> None:
+    """limit <= 0 still makes progress and never drops what pending holds."""
+    for limit in (0, -1):
+        w = census.Census(timeout=60)
+        stack: list[Any] = [[list(range(10)), [1, 2]]]
+        pending: list[Any] = []
+        done = 0
+        for _ in range(1000):
+            if not stack and not pending:
+                break
+            done += claim(stack, pending, w.claimed.regions, w.types.index, w.types.slot,
+                          w.types.counts, w.types.bytes, limit)[0]
+        if stack or pending or done != 12:  # 2 lists, 10 ints (1 and 2 are in both)
+            failures.append(f"limit={limit}: {done} objects, stack {stack}, pending {pending}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--so", help="another build of _walk.c to load instead of the package's")
+    parser.add_argument("--only", help="run only the cases whose name contains this")
+    args = parser.parse_args(argv)
+    ONLY[0] = args.only or ""
+    if args.so:
+        loader = importlib.machinery.ExtensionFileLoader("_walk", args.so)
+        spec = importlib.util.spec_from_file_location("_walk", args.so, loader=loader)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        census._walk = module
+    if census._walk is None:
+        print("the C walk is not built here", file=sys.stderr)
+        return 2
+    case("odd __sizeof__", odd_sizes)
+    case("lying __class__", class_lies)
+    case("subclasses", subclasses)
+    case("shapes", shapes, per_calls=(2, 7, census._WORK_PER_CALL))
+    case("mocks", mock_objects, compare=False, per_calls=(census._WORK_PER_CALL,))
+    if SIZEOF_CALLS[0]:
+        failures.append(f"a __sizeof__ written in Python ran {SIZEOF_CALLS[0]} times")
+    limits(census._walk.claim)
+    stop = threading.Event()
+    churn = threading.Thread(target=_churn, args=(stop,), daemon=True)
+    churn.start()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for name, action in (("mutate", mutate_shared), ("threads", switch_threads),
+                             ("sabotage", _sabotage)):
+            case(f"metaclass __hash__: {name}", meddling(action), compare=False, per_calls=(7, 20000))
+    finally:
+        sys.setswitchinterval(interval)
+        Meddles.action = staticmethod(lambda: None)
+        stop.set()
+        churn.join()
+    for failure in failures:
+        print("FAIL", failure)
+    print("ok" if not failures else f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
