@@ -1,9 +1,9 @@
 /*
  * The census's inner walk in C: an optional accelerator for census.Census._claim_tree.
  *
- * It does exactly what the pure-Python loop in census.py does, step for step, on the same
- * data structures (the Python loop stays as the fallback and as the reference the tests
- * compare this against):
+ * It does what the pure-Python loop in census.py does, step for step, on the same data
+ * structures, and computes the same numbers (the Python loop stays as the fallback and as
+ * the reference the tests compare this against):
  *
  *   - pop a container from ``stack`` (a list holding strong references);
  *   - its referents are what gc.get_referents() returns (the type's tp_traverse), plus the
@@ -19,6 +19,12 @@
  *     than any object can be) is added to the totals and to its type's slot in
  *     ``counts``/``sizes`` (array('q'), slot from ``type_index``, a new slot from calling
  *     ``new_slot(type)``); a non-leaf is pushed on ``stack``.
+ *
+ * One difference, for the target's sake: a big exact list, tuple, dict or set (more than
+ * BIG_CONTAINER entries) is not read whole, as gc.get_referents() would (one step as long
+ * as the container, and a reference to each of its entries held at once), but a slice per
+ * call (read_slice). Its entries are then always marked, so one the target moves between
+ * slices is not counted twice.
  *
  * It stops after about ``limit`` units of work (one per container popped and per referent
  * seen) and returns, so the caller's Python loop runs between calls and the interpreter can
@@ -202,6 +208,10 @@ typedef struct {
     Py_ssize_t len;
     Py_ssize_t cap;
     Py_ssize_t next;
+    /* A big exact list, tuple, dict or set is read a slice at a time instead (see
+     * read_slice): ``cursor`` holds it, ``pos`` is where the next slice starts. */
+    PyObject *cursor;
+    Py_ssize_t pos;
 } Refs;
 
 static int
@@ -243,6 +253,74 @@ refs_free(Refs *r)
     PyMem_Free(r->items);
     r->items = NULL;
     r->cap = 0;
+    Py_CLEAR(r->cursor);
+}
+
+/* Containers with more entries than this are read in slices: reading one whole (its
+ * tp_traverse, a reference to each referent) would be one step as long as the container
+ * is big, and a buffer as big. */
+#define BIG_CONTAINER 4096
+
+static int
+is_big(PyObject *op)
+{
+    if (PyList_CheckExact(op))
+        return PyList_GET_SIZE(op) > BIG_CONTAINER;
+    if (PyTuple_CheckExact(op))
+        return PyTuple_GET_SIZE(op) > BIG_CONTAINER;
+    if (PyDict_CheckExact(op))
+        return PyDict_GET_SIZE(op) > BIG_CONTAINER / 2;
+    if (PyAnySet_CheckExact(op))
+        return PySet_GET_SIZE(op) > BIG_CONTAINER;
+    return 0;
+}
+
+/* The next slice of r->cursor's referents (at most about ``want``) into r: a list's or
+ * tuple's items, a dict's keys and values, a set's keys (what tp_traverse visits, plus a
+ * dict's str keys, as referents_of). 0 when the container is done, -1 on error.
+ *
+ * Bounds are read again at every step: code run while the previous slice was claimed may
+ * have changed the container (PyDict_Next and _PySet_NextEntry check their position
+ * against the table as it is now). Such a change can make a slice skip or repeat an entry;
+ * entries read this way are always marked, so a repeat is not counted twice. */
+static Py_ssize_t
+read_slice(Refs *r, Py_ssize_t want)
+{
+    PyObject *c = r->cursor;
+    Py_ssize_t got = 0;
+    if (PyList_CheckExact(c) || PyTuple_CheckExact(c)) {
+        int list = PyList_CheckExact(c);
+        while (got < want) {
+            if (r->pos >= (list ? PyList_GET_SIZE(c) : PyTuple_GET_SIZE(c)))
+                break;
+            PyObject *item = list ? PyList_GET_ITEM(c, r->pos) : PyTuple_GET_ITEM(c, r->pos);
+            r->pos++;
+            if (item == NULL)
+                continue;
+            if (refs_push(r, item) < 0)
+                return -1;
+            got++;
+        }
+    }
+    else if (PyDict_CheckExact(c)) {
+        PyObject *key, *value;
+        while (got < want && PyDict_Next(c, &r->pos, &key, &value)) {
+            /* Borrowed from the dict: pushed (a strong reference) before anything runs. */
+            if (refs_push(r, key) < 0 || refs_push(r, value) < 0)
+                return -1;
+            got += 2;
+        }
+    }
+    else if (PyAnySet_CheckExact(c)) {
+        PyObject *key;
+        Py_hash_t hash;
+        while (got < want && _PySet_NextEntry(c, &r->pos, &key, &hash)) {
+            if (refs_push(r, key) < 0)
+                return -1;
+            got++;
+        }
+    }
+    return got;
 }
 
 /* The destructor of a pending capsule: the caller dropped the rest of a container. */
@@ -408,7 +486,7 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
     PyObject *stack, *pending, *container = NULL;
     Py_ssize_t limit;
     Walk w;
-    Refs r = {NULL, 0, 0, 0};
+    Refs r = {NULL, 0, 0, 0, NULL, 0};
     memset(&w, 0, sizeof(w));
     if (!PyArg_ParseTuple(args, "O!O!O!O!OOOn:claim", &PyList_Type, &stack, &PyList_Type,
                           &pending, &PyDict_Type, &w.regions, &PyDict_Type, &w.type_index,
@@ -456,16 +534,38 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
             Py_INCREF(container);
             if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
                 goto error;
-            if (referents_of(container, &r) < 0)
+            if (is_big(container)) {
+                /* Read in slices; every entry is marked (see read_slice). */
+                Py_INCREF(container);
+                r.cursor = container;
+                r.pos = 0;
+                resumed = 1;
+            }
+            else if (referents_of(container, &r) < 0)
                 goto error;
             have_refs = 1;
             work += 1;
+        }
+        if (r.cursor != NULL && r.next == r.len) {
+            refs_clear(&r);
+            /* At least one entry: 0 would read as "done" (popping it may have used the budget). */
+            Py_ssize_t got = read_slice(&r, limit - work > 1 ? limit - work : 1);
+            if (got < 0)
+                goto error;
+            if (got == 0) {  /* the big container is done */
+                Py_CLEAR(r.cursor);
+                Py_CLEAR(container);
+                have_refs = resumed = 0;
+                continue;
+            }
         }
         Py_ssize_t done = claim_referents(&w, stack, &r, resumed, limit - work, &objects, &nbytes);
         if (done < 0)
             goto error;
         work += done;
-        if (r.next < r.len) {
+        if (r.cursor != NULL && r.next == r.len && work < limit)
+            continue;  /* the next slice */
+        if (r.next < r.len || r.cursor != NULL) {
             /* Out of budget inside a big container: the caller passes the rest back. */
             Refs *held = PyMem_Malloc(sizeof(Refs));
             if (held == NULL) {

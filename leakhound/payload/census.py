@@ -1,14 +1,16 @@
 """Owner-attributed heap census, run inside the target process.
 
-Standard library only; compatible with Python 3.8+. It never calls ``gc.collect()``, never
-calls ``repr``/``len``/``__getattr__`` of user classes (only built-in descriptors and
-``gc.get_referents``, which are C code and run no Python), and runs in its own short-lived
-thread so the target's event loop keeps ticking: every step is one C call, and the
-interpreter's switch interval hands the GIL back to the main thread between them.
+Standard library only; compatible with Python 3.8+ (its inner loop has a compiled twin,
+``_walk.c``, used where it loads). It never calls ``gc.collect()``, never calls
+``repr``/``len``/``__getattr__``/``__sizeof__`` written in Python by the target (only built-in
+descriptors, ``gc.get_referents`` and C ``__sizeof__`` methods; a class whose ``__sizeof__`` is
+Python code counts ``object.__sizeof__``), and runs in its own short-lived thread so the
+target's event loop keeps ticking: every step is one C call, and the interpreter's switch
+interval hands the GIL back to the main thread between them.
 
 How memory is attributed: every object reachable from a named root is claimed by exactly one
 owner, the first to reach it, walking roots in a fixed priority order (``__main__``, other
-non-stdlib modules, stdlib modules, class attributes, thread stacks). Shared objects are
+non-stdlib modules, stdlib modules, class attributes, asyncio tasks, thread stacks). Shared objects are
 therefore counted once. Tracked objects no named root reaches are split, with the same
 arithmetic the cyclic GC uses (refcount minus references from inside the set), into objects
 held from C / untracked places (owners named ``<held from C: Type>``) and cyclic garbage.
