@@ -42,7 +42,13 @@ def test_compiled_and_python_walks_agree_in_a_live_target(tmp_path: Path) -> Non
     assert data_owners(runs["compiled"]) == data_owners(runs["python"])
     listeners = data_owners(runs["compiled"])["__main__.APP.bus._listeners"]
     assert within(listeners[1], truth["listeners_bytes"])
-    assert runs["compiled"]["cyclic_garbage"] == runs["python"]["cyclic_garbage"]
+    # The fixture's own garbage, identical; the total can differ between the two runs by what
+    # the live target (and the first run's loading of the payload) left in cycles meanwhile.
+    def nodes(heap: dict) -> dict:
+        return next(t for t in heap["cyclic_garbage"]["types"] if t["type"] == "__main__.Node")
+
+    assert nodes(runs["compiled"]) == nodes(runs["python"])
+    assert nodes(runs["compiled"])["count"] == truth["garbage_objects"] * 2 // 3
 
 
 def _inspect_json(pid: int, *extra: str) -> dict:
