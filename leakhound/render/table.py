@@ -47,7 +47,7 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
 
     owners = Table(title=f"top owners (of {len(snapshot.owners)})", title_justify="left", show_edge=False)
     owners.add_column("#", justify="right")
-    owners.add_column("owner")
+    owners.add_column("owner", overflow="fold")  # the whole path: its tail names the leak
     owners.add_column("type")
     owners.add_column("items", justify="right")
     owners.add_column("retained", justify="right")

@@ -39,7 +39,7 @@ def owners_table(report: GrowthReport, *, top: int = 8) -> Table:
         title_justify="left",
         show_edge=False,
     )
-    table.add_column("owner")
+    table.add_column("owner", overflow="fold")
     table.add_column("type")
     table.add_column("items", justify="right")
     table.add_column("size", justify="right")
@@ -141,7 +141,7 @@ def render_diff(diff: SnapshotDiff, *, top: int = 15, file: TextIO | None = None
         ("types that grew most", diff.types, "objects"),
     ):
         table = Table(title=title, title_justify="left", show_edge=False)
-        table.add_column("owner" if count_label == "items" else "type")
+        table.add_column("owner" if count_label == "items" else "type", overflow="fold")
         table.add_column(f"Δ {count_label}", justify="right")
         table.add_column("Δ bytes", justify="right")
         table.add_column("now", justify="right")

@@ -55,3 +55,18 @@ def test_no_color_means_no_escape_codes(monkeypatch: pytest.MonkeyPatch) -> None
     buf = io.StringIO()
     table.render_snapshot(make_snapshot(), file=buf)
     assert "\x1b[" not in buf.getvalue()
+
+
+def test_a_long_owner_path_folds_rather_than_losing_its_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakhound.model import Owner
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("NO_COLOR", "1")
+    path = "task:Task-1/run (env_worker.py:305).<EnvWorker>.env.harness.runtime.trajectories"
+    buf = io.StringIO()
+    table.render_snapshot(make_snapshot(owners=(Owner(path, "dict", 12, 64 << 20, 3000),)), file=buf)
+    lines = buf.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(" 1 │"))
+    cells = "".join(line.split("│")[1].strip() for line in lines[start:start + 4] if line.count("│") >= 4)
+    assert path.replace(" ", "") in cells.replace(" ", "")
+    assert "…" not in buf.getvalue()
