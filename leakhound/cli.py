@@ -78,10 +78,10 @@ def inspect(
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the snapshot JSON to this file.")] = None,
     max_pause: Annotated[float, typer.Option(
         "--max-pause", min=0.0, metavar="MS",
-        help="Pause budget: the census holds the worker at most this long at a time. Its one step "
-             "that cannot be split (listing every gc-tracked object, ~60 ns each: ~70 ms for 1.2M) "
-             "is skipped if it would take longer; owners are still attributed, but objects no "
-             "named root reaches (held from C, cyclic garbage) are then not looked for. "
+        help="Pause budget. The census works in steps of a few ms, except one that cannot be "
+             "split: listing every gc-tracked object (~60 ns each: ~70 ms for 1.2M). It is skipped "
+             "when it would hold the worker longer than MS; owners are still attributed, but "
+             "objects no named root reaches (held from C, cyclic garbage) are then not looked for. "
              "0: no budget, always the full census.")] = 50.0,
 ) -> None:
     """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
