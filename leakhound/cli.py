@@ -66,6 +66,13 @@ MethodOpt = Annotated[
 ]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", "-t", min=1.0, help="Give up after this many seconds.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema in docs/) instead of tables.")]
+MaxPauseOpt = Annotated[float, typer.Option(
+    "--max-pause", min=0.0, metavar="MS",
+    help="Pause budget. The census works in steps of a few ms, except one that cannot be "
+         "split: listing every gc-tracked object (~60 ns each: ~70 ms for 1.2M). It is skipped "
+         "when it would hold the worker longer than MS; owners are still attributed, but "
+         "objects no named root reaches (held from C, cyclic garbage) are then not looked for. "
+         "0: no budget, always the full census.")]
 
 
 @app.command()
@@ -76,13 +83,7 @@ def inspect(
     timeout: TimeoutOpt = 60.0,
     as_json: JsonOpt = False,
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the snapshot JSON to this file.")] = None,
-    max_pause: Annotated[float, typer.Option(
-        "--max-pause", min=0.0, metavar="MS",
-        help="Pause budget. The census works in steps of a few ms, except one that cannot be "
-             "split: listing every gc-tracked object (~60 ns each: ~70 ms for 1.2M). It is skipped "
-             "when it would hold the worker longer than MS; owners are still attributed, but "
-             "objects no named root reaches (held from C, cyclic garbage) are then not looked for. "
-             "0: no budget, always the full census.")] = 50.0,
+    max_pause: MaxPauseOpt = 50.0,
 ) -> None:
     """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
     live objects at all (allocator fragmentation).
@@ -160,6 +161,7 @@ def watch(
     ] = 60.0,
     method: MethodOpt = "auto",
     timeout: TimeoutOpt = 60.0,
+    max_pause: MaxPauseOpt = 50.0,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON line per sample, then a final report line (docs/watch.md).")
     ] = False,
@@ -181,7 +183,8 @@ def watch(
     try:
         command.run(pids=chosen, match=match, method=method, interval=interval, duration=duration,
                     full_every=full_every, attach_every=attach_every, timeout=timeout,
-                    as_json=as_json, plot=plot, reporter=reporter(quiet=as_json and not _state["verbose"]))
+                    max_pause_ms=max_pause, as_json=as_json, plot=plot,
+                    reporter=reporter(quiet=as_json and not _state["verbose"]))
     except LeakhoundError as exc:
         raise fail(exc) from None
 
@@ -230,6 +233,7 @@ def export(
     ] = 120.0,
     method: MethodOpt = "auto",
     timeout: TimeoutOpt = 60.0,
+    max_pause: MaxPauseOpt = 50.0,
 ) -> None:
     """Serve Prometheus metrics for workers: RSS, live heap, trimmable bytes, top owners,
     growth rates and finding sizes, labelled by pid and process name (docs/export.md).
@@ -240,7 +244,7 @@ def export(
     chosen = _pids_or_match(pids, match)
     try:
         command.run(pids=chosen, match=match, method=method, listen=listen, allow_remote=allow_remote,
-                    interval=interval, timeout=timeout, reporter=reporter())
+                    interval=interval, timeout=timeout, max_pause_ms=max_pause, reporter=reporter())
     except LeakhoundError as exc:
         raise fail(exc) from None
 

@@ -30,7 +30,7 @@ from leakhound.analysis.growth import (
 from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
-from leakhound.capture import take_snapshot
+from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
 from leakhound.model import Snapshot, TypeStat
 
@@ -63,11 +63,12 @@ class WatchResult:
     interrupted: bool = False
 
 
-def _full(w: Watched, *, top: int, timeout: float, log: AttachLog) -> Sample:
+def _full(w: Watched, *, top: int, timeout: float, log: AttachLog, max_pause_ms: float) -> Sample:
     # RSS is read before the census: the series is the worker's, not the worker's plus what
     # the census itself briefly allocates in it.
     rss = rss_bytes(w.target.pid)
-    snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log)
+    snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
+                             max_pause_ms=max_pause_ms)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     w.last_full = sample
@@ -114,12 +115,12 @@ def _rss_only(w: Watched) -> Sample:
 
 def _sample_one(
     w: Watched, *, now: float, final: bool, full_every: float, attach_every: float,
-    top: int, timeout: float, log: AttachLog,
+    top: int, timeout: float, log: AttachLog, max_pause_ms: float,
 ) -> Sample:
     stops_target = w.method == "gdb"
     if w.last_full is None or final or now - w.last_full_at >= full_every:
         w.last_full_at = w.last_attach_at = now
-        return _full(w, top=top, timeout=timeout, log=log)
+        return _full(w, top=top, timeout=timeout, log=log, max_pause_ms=max_pause_ms)
     if not stops_target or now - w.last_attach_at >= attach_every:
         w.last_attach_at = now
         return _cheap(w, timeout=timeout, log=log)
@@ -147,6 +148,7 @@ def watch_processes(
     attach_every: float = 60.0,
     top: int = 50,
     timeout: float = 60.0,
+    max_pause_ms: float = DEFAULT_MAX_PAUSE_MS,
     log: AttachLog | None = None,
     on_sample: Callable[[Sample], None] | None = None,
     on_tick: Callable[[tuple[GrowthReport, ...]], None] | None = None,
@@ -184,6 +186,7 @@ def watch_processes(
                     sample = _sample_one(
                         w, now=time.monotonic(), final=final, full_every=full_every,
                         attach_every=attach_every, top=top, timeout=timeout, log=log,
+                        max_pause_ms=max_pause_ms,
                     )
                 except (TargetNotFound, TargetExited) as exc:
                     w.gone = True

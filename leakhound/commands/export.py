@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
 from leakhound.attach import choose_method
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
-from leakhound.capture import take_snapshot
+from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.commands.common import Reporter
 from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
 from leakhound.model import Snapshot
@@ -62,8 +62,10 @@ class Exporter:
     """The state behind the endpoint: processes, their last snapshots, a refresh loop."""
 
     def __init__(self, *, pids: tuple[int, ...], match: str | None, method: str,
-                 interval: float, timeout: float, reporter: Reporter) -> None:
+                 interval: float, timeout: float, reporter: Reporter,
+                 max_pause_ms: float = DEFAULT_MAX_PAUSE_MS) -> None:
         self.match = match
+        self.max_pause_ms = max_pause_ms
         self.method = method
         self.interval = interval
         self.timeout = timeout
@@ -99,7 +101,8 @@ class Exporter:
                 continue
             pid = exported.target.pid
             try:
-                snap = take_snapshot(pid, method=exported.method, timeout=self.timeout, log=self.reporter.log)
+                snap = take_snapshot(pid, method=exported.method, timeout=self.timeout, log=self.reporter.log,
+                                     max_pause_ms=self.max_pause_ms)
             except (TargetNotFound, TargetExited):
                 exported.gone = True
                 exported.up = False
@@ -169,10 +172,11 @@ def serve(exporter: Exporter, *, host: str, port: int, stop: threading.Event,
 
 
 def run(*, pids: tuple[int, ...], match: str | None, method: str, listen: str, allow_remote: bool,
-        interval: float, timeout: float, reporter: Reporter) -> None:
+        interval: float, timeout: float, reporter: Reporter,
+        max_pause_ms: float = DEFAULT_MAX_PAUSE_MS) -> None:
     host, port = parse_listen(listen, allow_remote=allow_remote)
     exporter = Exporter(pids=pids, match=match, method=method, interval=interval,
-                        timeout=timeout, reporter=reporter)
+                        timeout=timeout, reporter=reporter, max_pause_ms=max_pause_ms)
     stop = threading.Event()
     try:
         serve(exporter, host=host, port=port, stop=stop)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from leakhound.analysis.growth import GrowthReport, Sample
+from leakhound.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.commands.common import Reporter
 from leakhound.watching import WatchResult, watch_processes
 
@@ -22,6 +23,7 @@ def run(
     as_json: bool,
     plot: Path | None,
     reporter: Reporter,
+    max_pause_ms: float = DEFAULT_MAX_PAUSE_MS,
 ) -> WatchResult:
     from leakhound.analysis.growth import sample_to_dict
     from leakhound.render import json as json_render
@@ -41,7 +43,7 @@ def run(
         result = watch_processes(
             pids=pids, match=match, method=method, interval=interval, duration=duration,
             full_every=full_every, attach_every=attach_every, timeout=timeout,
-            log=reporter.log, on_sample=on_sample, on_tick=on_tick,
+            max_pause_ms=max_pause_ms, log=reporter.log, on_sample=on_sample, on_tick=on_tick,
         )
     finally:
         if view is not None:
