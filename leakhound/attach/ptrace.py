@@ -8,7 +8,8 @@ calls: tens to hundreds of microseconds instead of gdb's ~50 ms.
 One stop, on the main thread only:
 
 1. ``PTRACE_SEIZE`` + ``PTRACE_INTERRUPT`` the main thread (tid == pid); save its general
-   registers and its whole FPU/SSE/AVX state (``NT_X86_XSTATE``).
+   registers, its whole FPU/SSE/AVX state (``NT_X86_XSTATE``) and its signal mask, and block
+   its signals (``PTRACE_SETSIGMASK``) but for the ones our steps raise.
 2. Refuse (detach, wait a few ms, retry; bounded) when it may hold CPython's pending-calls
    lock: it is running in user mode and its pc, or a return address in the top 512 bytes of
    its stack, lies in the pending-call machinery (``Py_AddPendingCall``,
@@ -26,9 +27,9 @@ One stop, on the main thread only:
    return address 0 (the return faults at pc 0, which is our "call done" trap; nothing is
    written into the target's code), ``orig_rax = -1`` so the kernel does not treat our call
    as the restart of the system call the thread was in.
-5. Always (``finally``): restore every register and the FPU state exactly as saved, which
-   brings back ``orig_rax`` and the ``-ERESTART*`` value so an interrupted restartable system
-   call restarts as if nothing happened, then ``PTRACE_DETACH``.
+5. Always (``finally``): restore every register, the FPU state and the signal mask exactly
+   as saved, which brings back ``orig_rax`` and the ``-ERESTART*`` value so an interrupted
+   restartable system call restarts as if nothing happened, then ``PTRACE_DETACH``.
 
 Why the other threads keep running: ``Py_AddPendingCall`` does not need the GIL; it takes
 one lock, the pending-calls lock, which any *running* thread releases after a few
@@ -40,9 +41,19 @@ glibc's semaphore waiter count one too high (its ``sem_post`` then always makes 
 futex wake-up). The mmap system call takes only kernel locks. Stopping every thread would
 make the stop longer and stall the worker's C threads for nothing.
 
-Signals: a signal that arrives for the main thread while it is stopped for us is held back
-and delivered when we detach (the first one with its original ``siginfo``, any others with
-``tgkill``); a fault inside the injected code is never forwarded (it would kill the worker
+Signals: one that arrives for the main thread while it is stopped for us stays pending in
+the kernel (blocked by the stop's mask) and is taken, with its ``siginfo``, when the mask is
+restored, so a storm of queued real-time signals neither stops each step nor is reordered.
+The few that cannot wait there (one already being delivered when we stopped, SIGSTOP, and
+any signal while the thread is in ppoll/pselect6/epoll_pwait/sigsuspend with a mask of its
+own, whose mask we must not touch) are held back and delivered when we detach (the first
+with its original ``siginfo``, any others with ``tgkill``). Our traps (the return to pc 0,
+the single step) are signals the kernel forces: a forced signal that is blocked is unblocked
+and its handler reset to SIG_DFL, process-wide, so the stop's mask leaves them unblocked,
+and a process that ignores SIGSEGV or SIGTRAP is declined before any stop. A system call
+that the stop interrupts and the kernel does not restart (epoll_wait, sigtimedwait) returns
+EINTR, as it does under any ptrace attach; Python retries it (PEP 475). A fault inside the
+injected code is never forwarded (it would kill the worker
 for our mistake): the registers are restored and the injection fails. The tracer blocks its
 own signals during the stop so Ctrl-C cannot leave the target stopped mid-call. Only a
 SIGKILL of leakhound inside the stop window (about a tenth of a millisecond) could leave
@@ -95,6 +106,8 @@ _PTRACE_GETREGSET = 0x4204
 _PTRACE_SETREGSET = 0x4205
 _PTRACE_SEIZE = 0x4206
 _PTRACE_INTERRUPT = 0x4207
+_PTRACE_GETSIGMASK = 0x420A
+_PTRACE_SETSIGMASK = 0x420B
 _PTRACE_EVENT_STOP = 128
 _NT_X86_XSTATE = 0x202
 _WALL = 0x40000000
@@ -103,6 +116,12 @@ _SYS_MMAP = 9
 _SYS_MUNMAP = 11
 _SYS_FUTEX = 202
 _SYS_TGKILL = 234
+_SYS_RT_SIGSUSPEND = 130
+_SYS_PSELECT6 = 270
+_SYS_PPOLL = 271
+_SYS_EPOLL_PWAIT = 281
+_SYS_IO_PGETEVENTS = 333
+_SYS_EPOLL_PWAIT2 = 441
 _PROT_RW = 0x1 | 0x2
 _MAP_PRIVATE_ANON = 0x02 | 0x20
 _PAGE = 0x1000
@@ -110,6 +129,13 @@ _NO_SYSCALL = (1 << 64) - 1  # orig_rax = -1
 
 _JOB_CONTROL = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 _FAULTS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
+# The mask the thread runs our steps under: every signal blocked but the ones the kernel
+# forces (our own traps: a forced signal that is blocked gets unblocked *and* its handler
+# reset to SIG_DFL, process-wide), SIGKILL and SIGSTOP (cannot be blocked).
+_TRAPS = (1 << (signal.SIGSEGV - 1)) | (1 << (signal.SIGTRAP - 1))  # what our steps raise
+_STOP_MASK = ((1 << 64) - 1) & ~sum(
+    1 << (sig - 1) for sig in (*_FAULTS, signal.SIGTRAP, signal.SIGKILL, signal.SIGSTOP)
+)
 
 # What the injection calls in the target: Py_AddPendingCall(PyRun_SimpleString, code).
 CALLED_FUNCTIONS = ("Py_AddPendingCall", "PyRun_SimpleString")
@@ -198,6 +224,14 @@ def read_maps(pid: int) -> list[Mapping]:
         path = fields[5] if len(fields) > 5 else ""
         maps.append(Mapping(start, end, fields[1], int(fields[2], 16), int(fields[4]), path))
     return maps
+
+
+def _ignored_signals(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next((int(line.split()[1], 16) for line in fh if line.startswith("SigIgn:")), 0)
+    except OSError:
+        return 0
 
 
 def _open_object(pid: int, maps: list[Mapping], path: str) -> tuple[ElfFile, int]:
@@ -295,6 +329,11 @@ def plan(pid: int) -> Plan:
     libc_path = next((p for p in sorted(paths) if _LIBC.search(p)), None)
     if python_path is None or libc_path is None:
         raise MethodUnavailable(f"process {pid}: cannot find its libpython/executable and libc mappings")
+    if _ignored_signals(pid) & _TRAPS:
+        # Our traps are forced signals: the kernel would reset an ignored one to SIG_DFL.
+        raise MethodUnavailable(
+            f"process {pid} ignores SIGSEGV or SIGTRAP, which the ptrace method's steps raise"
+        )
     python, python_bias = _open_object(pid, maps, python_path)
     libc, libc_bias = _open_object(pid, maps, libc_path)
     missing = [name for name in CALLED_FUNCTIONS if name not in python.functions]
@@ -350,6 +389,7 @@ class _Tracee:
         self.deferred: list[tuple[int, bytes]] = []  # signals held back, with their siginfo
         self.saved_regs: _Regs | None = None
         self.saved_fpu: tuple[int, ctypes.Array[ctypes.c_char]] | None = None
+        self.saved_mask: int | None = None  # the thread's signal mask, when we replaced it
 
     def call(self, request: int, addr: int = 0, data: int = 0) -> int:
         ctypes.set_errno(0)
@@ -409,7 +449,30 @@ class _Tracee:
             fx = ctypes.create_string_buffer(512)
             self.call(_PTRACE_GETFPREGS, 0, ctypes.addressof(fx))
             self.saved_fpu = (0, fx)
+        self.hold_signals(regs)
         return regs
+
+    def hold_signals(self, regs: _Regs) -> None:
+        """Block the thread's signals for the rest of the stop: one that arrives now stays
+        pending in the kernel, with its siginfo, and is delivered when the mask is restored
+        after the last step, instead of stopping us once per signal (a storm of queued
+        real-time signals would otherwise stop every single step). Skipped while the thread
+        is in a system call that swaps in a temporary mask (ppoll, pselect6, epoll_pwait,
+        sigsuspend ...): PTRACE_SETSIGMASK drops the saved real mask the kernel would put
+        back, which would leave the temporary one in place for good."""
+        mask = ctypes.c_uint64()
+        try:
+            self.call(_PTRACE_GETSIGMASK, 8, ctypes.addressof(mask))
+        except OSError as exc:
+            if exc.errno == 3:
+                raise
+            return  # kernels before 3.11: signals are held back one stop at a time
+        if _temporary_mask(self.pid, regs):
+            if mask.value & _TRAPS:
+                raise _Retry("the main thread blocks SIGSEGV/SIGTRAP for a system call")
+            return
+        self.call(_PTRACE_SETSIGMASK, 8, ctypes.addressof(ctypes.c_uint64(_STOP_MASK)))
+        self.saved_mask = mask.value
 
     def restore(self) -> None:
         if self.saved_regs is not None:
@@ -421,6 +484,9 @@ class _Tracee:
                 self.call(_PTRACE_SETREGSET, _NT_X86_XSTATE, ctypes.addressof(iov))
             else:
                 self.call(_PTRACE_SETFPREGS, 0, ctypes.addressof(buf))
+        if self.saved_mask is not None:
+            # Signals that arrived meanwhile are pending: the thread takes them as it resumes.
+            self.call(_PTRACE_SETSIGMASK, 8, ctypes.addressof(ctypes.c_uint64(self.saved_mask)))
 
     def detach(self) -> None:
         if not self.attached:
@@ -531,6 +597,26 @@ class _Tracee:
             self.call(_PTRACE_CONT, 0, 0)
             time.sleep(0.01)
             self.call(_PTRACE_INTERRUPT)
+
+
+def _temporary_mask(pid: int, regs: _Regs) -> bool:
+    """Whether the thread is in a system call running under a mask it was passed (the kernel
+    keeps the real one aside, to be put back on the way out). Calls given no mask are not."""
+    number = regs.orig_rax
+    if number in (_SYS_RT_SIGSUSPEND, _SYS_IO_PGETEVENTS):
+        return True
+    if number == _SYS_PPOLL:
+        return bool(regs.r10)
+    if number in (_SYS_EPOLL_PWAIT, _SYS_EPOLL_PWAIT2):
+        return bool(regs.r8)
+    if number == _SYS_PSELECT6:  # its sixth argument points to {sigset pointer, size}
+        if regs.r9 == 0:
+            return False
+        try:
+            return _read_memory(pid, regs.r9, 8) != bytes(8)
+        except OSError:
+            return True
+    return False
 
 
 def _may_hold_pending_lock(tracee: _Tracee, regs: _Regs, plan_: Plan) -> str:
