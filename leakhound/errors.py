@@ -60,6 +60,18 @@ class AttachFailed(LeakhoundError):
     HELP_TEXT = "Run with -v to see the exact debugger command and its output."
 
 
+class TracerStuck(AttachFailed):
+    """The ptrace method could not let the target's main thread go: it never stopped (it sits
+    in uninterruptible sleep). The kernel releases it when this leakhound process exits."""
+
+    HELP_TEXT = (
+        "The main thread was in uninterruptible sleep (state D: disk or network file system "
+        "I/O) and never stopped. It stays attached to leakhound until it stops or leakhound "
+        "exits, and leakhound exits now so that it is released; inspect again once the "
+        "thread runs (`cat /proc/PID/task/PID/stat`), or use `--method agent`."
+    )
+
+
 class MethodUnavailable(AttachFailed):
     HELP_TEXT = (
         "Methods: ptrace (x86-64 Linux, ptrace rights), gdb (needs the gdb binary: "

@@ -31,7 +31,7 @@ from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
 from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
-from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
+from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot, TypeStat
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
@@ -192,6 +192,8 @@ def watch_processes(
                     w.gone = True
                     w.warnings.append(f"process {pid} exited during the watch: {exc}")
                     continue
+                except TracerStuck:
+                    raise  # only our exit lets that worker's main thread go: end the watch
                 except LeakhoundError as exc:
                     if not w.samples and pid in explicit:
                         raise

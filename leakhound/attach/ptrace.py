@@ -83,11 +83,17 @@ from leakhound.errors import (
     TargetBusy,
     TargetExited,
     TargetNotFound,
+    TracerStuck,
 )
 
 # Seconds Py_AddPendingCall may take before we conclude it waits on the pending-calls lock.
 CALL_TIMEOUT = 0.2
 _STOP_TIMEOUT = 1.0  # for each ptrace stop to be reported
+# After an abort with the thread running but still ours (its stop never came: in
+# uninterruptible sleep, say), how long to wait for that stop: a seized thread that stops
+# later stays stopped until its tracer detaches or exits, so giving up on it early would
+# leave the worker frozen for as long as a long-lived watch/export runs.
+_LATE_STOP_TIMEOUT = 30.0
 _RETRIES = 30
 _STACK_SCAN = 512
 _RED_ZONE = 128
@@ -390,6 +396,7 @@ class _Tracee:
         self.saved_regs: _Regs | None = None
         self.saved_fpu: tuple[int, ctypes.Array[ctypes.c_char]] | None = None
         self.saved_mask: int | None = None  # the thread's signal mask, when we replaced it
+        self.stopped = False  # in a ptrace stop right now (PTRACE_DETACH needs one)
 
     def call(self, request: int, addr: int = 0, data: int = 0) -> int:
         ctypes.set_errno(0)
@@ -398,6 +405,8 @@ class _Tracee:
             err = ctypes.get_errno()
             if err:
                 raise OSError(err, os.strerror(err))
+        if request in (_PTRACE_CONT, _PTRACE_SINGLESTEP, _PTRACE_DETACH):
+            self.stopped = False
         return result
 
     def wait(self, timeout: float) -> int | None:
@@ -415,6 +424,7 @@ class _Tracee:
                     self.attached = False
                     raise TargetExited(f"process {self.pid} exited during injection")
                 self.in_signal_stop = (status >> 16) == 0
+                self.stopped = True
                 return status
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -487,6 +497,27 @@ class _Tracee:
         if self.saved_mask is not None:
             # Signals that arrived meanwhile are pending: the thread takes them as it resumes.
             self.call(_PTRACE_SETSIGMASK, 8, ctypes.addressof(ctypes.c_uint64(self.saved_mask)))
+
+    def await_late_stop(self, timeout: float) -> None:
+        """The thread is ours but running (the stop we asked for, or the end of a step, never
+        came): wait for it to stop, so that it can be restored and detached. A signal it
+        stops for is held back and forwarded on detach; our own trap is not."""
+        if self.stopped:
+            return
+        try:
+            self.call(_PTRACE_INTERRUPT)
+        except OSError:
+            pass
+        status = self.wait(timeout)
+        if status is None:
+            raise TracerStuck(
+                f"process {self.pid}'s main thread never stopped for leakhound to let it go "
+                f"(state {_thread_state(self.pid)}); it stays attached to this leakhound process "
+                "until it stops or leakhound exits"
+            )
+        sig = os.WSTOPSIG(status)
+        if status >> 16 == 0 and sig not in (signal.SIGTRAP, signal.SIGSEGV):
+            self.defer_signal(sig)
 
     def detach(self) -> None:
         if not self.attached:
@@ -693,6 +724,9 @@ def _attempt(plan_: Plan, code: bytes, note_fd: int | None, log: AttachLog) -> _
         outcome.reason = f"ptrace: {exc}"
     finally:
         try:
+            if tracee.attached and not tracee.stopped:
+                log(f"ptrace: {outcome.reason or 'aborted'}; waiting for the main thread's stop to let it go")
+                tracee.await_late_stop(_LATE_STOP_TIMEOUT)
             if tracee.attached:
                 tracee.restore()
             tracee.detach()
@@ -706,6 +740,13 @@ def _attempt(plan_: Plan, code: bytes, note_fd: int | None, log: AttachLog) -> _
         log(f"forwarded signals held during the stop: {[sig for sig, _ in tracee.deferred]}")
     return outcome
 
+
+
+def _thread_state(pid: int) -> str:
+    try:
+        return _main_thread_state(pid)
+    except TargetNotFound:
+        return "gone"
 
 
 def _main_thread_state(pid: int) -> str:
@@ -738,6 +779,13 @@ def inject(
             state = _main_thread_state(pid)
             if state in ("Z", "X"):
                 raise TargetExited(f"process {pid}'s main thread has exited")
+            if state == "D":
+                # In uninterruptible sleep it would not stop for us: wait for it to run.
+                log(f"attempt {attempt}: the main thread is in uninterruptible sleep (D); retrying")
+                if time.monotonic() + 0.1 > deadline:
+                    break
+                time.sleep(0.05 * attempt)
+                continue
             if state in ("T", "t"):
                 tracer = tracer_pid(pid)
                 if not tracer:

@@ -18,7 +18,7 @@ from leakhound.attach import choose_method
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
 from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.commands.common import Reporter
-from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
+from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
 from leakhound.render.prometheus import ProcessView, SnapshotCollector
 
@@ -107,6 +107,8 @@ class Exporter:
                 exported.gone = True
                 exported.up = False
                 continue
+            except TracerStuck:
+                raise  # only our exit lets that worker's main thread go: stop serving
             except LeakhoundError as exc:
                 exported.errors += 1
                 exported.up = False

@@ -186,3 +186,23 @@ def test_permission_denied_is_classified(tmp_path: Path) -> None:
         assert child.proc.poll() is None
     assert result.returncode == 5, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_stop_that_comes_late_is_still_let_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if the main thread sat in uninterruptible sleep past the stop timeout: the injection
+    # gives up, but the thread is still seized with a stop requested. Left like that it would
+    # stop later and stay stopped for as long as this (long-lived) process runs.
+    from leakhound.errors import AttachFailed
+
+    monkeypatch.setattr(ptrace, "_STOP_TIMEOUT", 0.0)
+    lines: list[str] = []
+    with spawn_target("growing_cache", tmp_path) as child:
+        with pytest.raises(AttachFailed, match="did not stop"):
+            ptrace.inject(child.pid, "pass", timeout=5, log=lines.append)
+        time.sleep(0.3)
+        with open(f"/proc/{child.pid}/status") as fh:
+            status = fh.read()
+        assert "TracerPid:\t0" in status, status
+        assert re.search(r"State:\s+[RS]", status), status
+        assert child.report()["pid"] == child.pid  # its loop still answers
+    assert any("waiting for the main thread's stop" in line for line in lines), lines
