@@ -151,6 +151,15 @@ def match_processes(pattern: str, *, exclude: frozenset[int] = frozenset()) -> l
     return sorted(found)
 
 
+def ignored_signals(pid: int) -> int:
+    """The signals ``pid`` ignores (SIG_IGN), as the bit mask of /proc/PID/status SigIgn."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next((int(line.split()[1], 16) for line in fh if line.startswith("SigIgn:")), 0)
+    except (OSError, ValueError):
+        return 0
+
+
 def tracer_pid(pid: int) -> int:
     """The pid ptrace-attached to ``pid`` right now (another gdb, py-spy, strace), or 0."""
     try:

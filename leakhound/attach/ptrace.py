@@ -73,7 +73,7 @@ from dataclasses import dataclass
 
 from leakhound.attach.base import AttachLog, Injection
 from leakhound.attach.elf import EM_X86_64, ElfError, ElfFile, Symbol
-from leakhound.attach.process import tracer_pid
+from leakhound.attach.process import ignored_signals, tracer_pid
 from leakhound.errors import (
     AttachFailed,
     AttachTimeout,
@@ -232,14 +232,6 @@ def read_maps(pid: int) -> list[Mapping]:
     return maps
 
 
-def _ignored_signals(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            return next((int(line.split()[1], 16) for line in fh if line.startswith("SigIgn:")), 0)
-    except OSError:
-        return 0
-
-
 def _open_object(pid: int, maps: list[Mapping], path: str) -> tuple[ElfFile, int]:
     """The ELF file behind ``path``'s mappings, and its load bias in the target."""
     mine = [m for m in maps if m.path == path]
@@ -335,7 +327,7 @@ def plan(pid: int) -> Plan:
     libc_path = next((p for p in sorted(paths) if _LIBC.search(p)), None)
     if python_path is None or libc_path is None:
         raise MethodUnavailable(f"process {pid}: cannot find its libpython/executable and libc mappings")
-    if _ignored_signals(pid) & _TRAPS:
+    if ignored_signals(pid) & _TRAPS:
         # Our traps are forced signals: the kernel would reset an ignored one to SIG_DFL.
         raise MethodUnavailable(
             f"process {pid} ignores SIGSEGV or SIGTRAP, which the ptrace method's steps raise"

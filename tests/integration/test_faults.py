@@ -270,3 +270,23 @@ def test_target_exiting_mid_patch(tmp_path: Path) -> None:
         with pytest.raises((TargetExited, TargetNotFound)):
             patch_process(pid, fixes=["registry"], method="gdb", verify_seconds=3)
         killer.join()
+
+
+def test_a_target_ignoring_sigtrap_keeps_ignoring_it(tmp_path: Path) -> None:
+    # ptrace's single step raises SIGTRAP as a forced signal: the kernel would reset the
+    # ignored SIGTRAP to its default (dump core) for the whole process, so ptrace declines
+    # before stopping anything; gdb's inferior calls leave the disposition alone (checked
+    # here), so auto falls back to it.
+    with spawn_target("ignores_sigtrap", tmp_path) as child:
+        results = {m: _cli("inspect", str(child.pid), "--method", m) for m in ("ptrace", "gdb", "auto")}
+        with open(f"/proc/{child.pid}/status") as fh:
+            ignored = next(int(line.split()[1], 16) for line in fh if line.startswith("SigIgn:"))
+        report = child.report()
+    assert ignored & (1 << (5 - 1)), "SIGTRAP must still be ignored"
+    assert report["truth"]["sigtrap_ignored"] is True
+    assert results["ptrace"].returncode == 7, results["ptrace"].stderr
+    _clean(results["ptrace"])
+    assert "ignores SIGSEGV or SIGTRAP" in results["ptrace"].stderr
+    for method in ("gdb", "auto"):
+        assert results[method].returncode == 0, (method, results[method].stderr)
+        assert "__main__.CACHE" in results[method].stdout
