@@ -56,6 +56,10 @@ _WORK_PER_CALL = 20000
 # What gc.get_objects() costs per gc-tracked object (a linked-list walk, one cache miss each),
 # rounded up from docs/performance.md; used to keep it within a pause budget.
 _GET_OBJECTS_NS = 60
+# What it cost in this process the last time a census made that call: the payload stays
+# loaded between inspections, so later budgets use this machine's own rate (kept within
+# sane bounds: one slow, descheduled call must not rule the call out for good).
+_measured = {"ns_per_object": None}  # type: dict
 _REGION_SHIFT = 20  # 1 MiB of address space per bitmap region
 _REGION_BYTES = 1 << (_REGION_SHIFT - 4 - 3)  # one bit per 16-byte granule: 8 KiB
 # A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
@@ -532,13 +536,17 @@ class Census(object):
             self._walk_roots(None)
             estimate = self._universe_pause_ms()
             self.unreached["estimated_pause_ms"] = round(estimate, 1)
+            self.unreached["ns_per_object"] = round(self._ns_per_object(), 1)
+            self.unreached["rate"] = "measured" if _measured["ns_per_object"] else "default"
             if estimate > self.max_pause_ms:
                 self.unreached["examined"] = False
                 self.unreached["reason"] = (
                     "listing the ~%s gc-tracked objects (gc.get_objects(), one call that cannot "
-                    "be split) would hold the target for ~%.0f ms, over the %.0f ms pause budget "
-                    "(--max-pause 0 lifts it)"
-                    % (format(self._tracked_estimate(), ","), estimate, self.max_pause_ms)
+                    "be split) would hold the target for ~%.0f ms (%.0f ns each, %s), over the "
+                    "%.0f ms pause budget (--max-pause 0 lifts it)"
+                    % (format(self._tracked_estimate(), ","), estimate, self._ns_per_object(),
+                       "as measured in this process" if _measured["ns_per_object"] else "a default rate",
+                       self.max_pause_ms)
                 )
                 # No list to count: the walk's own count of containers stands in for it.
                 self.tracked = self._tracked_estimate()
@@ -549,6 +557,9 @@ class Census(object):
         objects = gc.get_objects()
         self.clock.step(t0)
         self.tracked = len(objects)
+        if len(objects) >= 10000:  # a rate from a list this size is mostly cache misses
+            took_ns = (time.perf_counter() - t0) * 1e9
+            _measured["ns_per_object"] = min(500.0, max(20.0, took_ns / len(objects)))
         self._walk_roots(objects)
         # 7: what no named root reached: held from C, or cyclic garbage.
         self._split_unreached(objects)
@@ -560,11 +571,14 @@ class Census(object):
         types = self.types
         return sum(types.counts[i] for i, tp in enumerate(types.keys) if tp not in _LEAF_TYPES)
 
+    def _ns_per_object(self):
+        return _measured["ns_per_object"] or _GET_OBJECTS_NS
+
     def _universe_pause_ms(self):
         # gc.get_objects() follows the collector's linked lists: one cache miss per object,
-        # ~55-60 ns on the machines measured (docs/performance.md); objects the named roots
-        # did not reach add to it, so this is a floor.
-        return self._tracked_estimate() * _GET_OBJECTS_NS / 1e6
+        # ~55-60 ns on the machines measured (docs/performance.md), or what it cost here last
+        # time; objects the named roots did not reach add to it, so this is a floor.
+        return self._tracked_estimate() * self._ns_per_object() / 1e6
 
     def _walk_roots(self, objects):
         """Claim everything the named roots reach; ``objects`` is gc.get_objects()'s list, or

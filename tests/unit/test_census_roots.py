@@ -71,3 +71,17 @@ def test_a_sleeping_task_reached_from_a_global_loop_belongs_to_its_task_root() -
     rows = [o for o in result["owners"] if o["path"].endswith("<_Holder>.rows")]
     assert rows and rows[0]["path"].startswith("task:sleeper/_sleeper"), [o["path"] for o in result["owners"][:20]]
     assert rows[0]["retained_objects"] == 2001
+
+
+def test_the_pause_budget_learns_this_machines_rate_from_the_last_full_census() -> None:
+    census._measured["ns_per_object"] = None
+    first = census.Census(timeout=60, max_pause_ms=1e6)
+    first.run()
+    assert first.unreached["examined"] and first.unreached["rate"] == "default"
+    assert first.unreached["ns_per_object"] == census._GET_OBJECTS_NS
+    rate = census._measured["ns_per_object"]
+    assert rate is not None and 20.0 <= rate <= 500.0  # measured on this process's own call
+    second = census.Census(timeout=60, max_pause_ms=1e6)
+    second.run()
+    assert second.unreached["rate"] == "measured"
+    assert second.unreached["ns_per_object"] == round(rate, 1)
