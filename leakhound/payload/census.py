@@ -60,6 +60,9 @@ _GET_OBJECTS_NS = 60
 # loaded between inspections, so later budgets use this machine's own rate (kept within
 # sane bounds: one slow, descheduled call must not rule the call out for good).
 _measured = {"ns_per_object": None}  # type: dict
+# Only a list bigger than the caches gives a rate that holds for big heaps (a small, cache-hot
+# one reads several times faster).
+_RATE_MIN_OBJECTS = 200000
 _REGION_SHIFT = 20  # 1 MiB of address space per bitmap region
 _REGION_BYTES = 1 << (_REGION_SHIFT - 4 - 3)  # one bit per 16-byte granule: 8 KiB
 # A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
@@ -557,9 +560,9 @@ class Census(object):
         objects = gc.get_objects()
         self.clock.step(t0)
         self.tracked = len(objects)
-        if len(objects) >= 10000:  # a rate from a list this size is mostly cache misses
+        if len(objects) >= _RATE_MIN_OBJECTS:
             took_ns = (time.perf_counter() - t0) * 1e9
-            _measured["ns_per_object"] = min(500.0, max(20.0, took_ns / len(objects)))
+            _measured["ns_per_object"] = min(500.0, max(30.0, took_ns / len(objects)))
         self._walk_roots(objects)
         # 7: what no named root reached: held from C, or cyclic garbage.
         self._split_unreached(objects)
