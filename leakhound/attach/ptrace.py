@@ -490,10 +490,14 @@ class _Tracee:
             # Signals that arrived meanwhile are pending: the thread takes them as it resumes.
             self.call(_PTRACE_SETSIGMASK, 8, ctypes.addressof(ctypes.c_uint64(self.saved_mask)))
 
-    def await_late_stop(self, timeout: float) -> None:
+    def await_late_stop(self, timeout: float, log: AttachLog) -> None:
         """The thread is ours but running (the stop we asked for, or the end of a step, never
         came): wait for it to stop, so that it can be restored and detached. A signal it
-        stops for is held back and forwarded on detach; our own trap is not."""
+        stops for is held back and forwarded on detach; our own trap is not.
+
+        Once its registers or signal mask were changed, it is waited for however long it
+        takes: let go (our exit detaches it) it would resume in the middle of our step, with
+        most signals blocked. Before that, ``timeout`` bounds the wait (TracerStuck)."""
         if self.stopped:
             return
         try:
@@ -501,6 +505,10 @@ class _Tracee:
         except OSError:
             pass
         status = self.wait(timeout)
+        while status is None and (self.saved_regs is not None or self.saved_mask is not None):
+            log(f"ptrace: process {self.pid}'s main thread is in the middle of an injection step and "
+                f"has not stopped yet (state {_thread_state(self.pid)}); waiting, to put it back as it was")
+            status = self.wait(timeout)
         if status is None:
             raise TracerStuck(
                 f"process {self.pid}'s main thread never stopped for leakhound to let it go "
@@ -718,7 +726,7 @@ def _attempt(plan_: Plan, code: bytes, note_fd: int | None, log: AttachLog) -> _
         try:
             if tracee.attached and not tracee.stopped:
                 log(f"ptrace: {outcome.reason or 'aborted'}; waiting for the main thread's stop to let it go")
-                tracee.await_late_stop(_LATE_STOP_TIMEOUT)
+                tracee.await_late_stop(_LATE_STOP_TIMEOUT, log)
             if tracee.attached:
                 tracee.restore()
             tracee.detach()

@@ -194,7 +194,17 @@ def test_a_stop_that_comes_late_is_still_let_go(tmp_path: Path, monkeypatch: pyt
     # stop later and stay stopped for as long as this (long-lived) process runs.
     from leakhound.errors import AttachFailed
 
-    monkeypatch.setattr(ptrace, "_STOP_TIMEOUT", 0.0)
+    real_wait = ptrace._Tracee.wait
+    calls = {"n": 0}
+
+    def first_stop_is_late(self: ptrace._Tracee, timeout: float) -> int | None:
+        calls["n"] += 1
+        if calls["n"] == 1:  # the stop PTRACE_INTERRUPT asked for "does not come" in time
+            time.sleep(timeout if timeout < 0.05 else 0.05)
+            return None
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(ptrace._Tracee, "wait", first_stop_is_late)
     lines: list[str] = []
     with spawn_target("growing_cache", tmp_path) as child:
         with pytest.raises(AttachFailed, match="did not stop"):
@@ -206,3 +216,35 @@ def test_a_stop_that_comes_late_is_still_let_go(tmp_path: Path, monkeypatch: pyt
         assert re.search(r"State:\s+[RS]", status), status
         assert child.report()["pid"] == child.pid  # its loop still answers
     assert any("waiting for the main thread's stop" in line for line in lines), lines
+
+
+def test_a_thread_late_in_the_middle_of_a_step_is_waited_for_and_put_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once its registers and signal mask are ours, the thread is never let go unrestored:
+    # leakhound waits past the late-stop timeout (here, three times over) until it stops.
+    from leakhound.errors import AttachFailed
+
+    real_wait = ptrace._Tracee.wait
+    calls = {"n": 0}
+
+    def late_mid_step(self: ptrace._Tracee, timeout: float) -> int | None:
+        calls["n"] += 1
+        if 2 <= calls["n"] <= 4:  # the first step's stop, then two late waits, "do not come"
+            time.sleep(min(timeout, 0.05))
+            return None
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(ptrace._Tracee, "wait", late_mid_step)
+    monkeypatch.setattr(ptrace, "_LATE_STOP_TIMEOUT", 0.05)
+    lines: list[str] = []
+    with spawn_target("growing_cache", tmp_path) as child:
+        with pytest.raises(AttachFailed):
+            ptrace.inject(child.pid, "pass", timeout=5, log=lines.append)
+        time.sleep(0.3)
+        with open(f"/proc/{child.pid}/status") as fh:
+            status = fh.read()
+        assert "TracerPid:\t0" in status, status
+        assert re.search(r"State:\s+[RS]", status), status
+        assert "SigBlk:\t0000000000000000" in status, status  # its mask is back
+        assert child.report()["pid"] == child.pid
+    assert sum("in the middle of an injection step" in line for line in lines) >= 1, lines
