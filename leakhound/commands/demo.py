@@ -6,6 +6,7 @@ import tempfile
 
 from leakhound.capture import take_snapshot
 from leakhound.commands.common import Reporter, leaking_simulated_worker
+from leakhound.model import Snapshot
 from leakhound.patching import patch_process
 from leakhound.render import patch as patch_render
 from leakhound.render import table
@@ -27,6 +28,16 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
             pid = fleet.pids[0]
             con.print(f"\n[bold]2. leakhound inspect {pid}[/bold] (the worker keeps running)\n")
             snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress, log=reporter.log)
+            for _ in range(3):
+                if _delivered_bodies(snapshot) > 0:
+                    break
+                # The worker's four rollouts run in step: if they had all just ended, their
+                # request bodies were dropped with them. Inspect again mid-rollout.
+                ticks = fleet.reports()[0]["stats_ticks"]
+                fleet.wait_for(lambda r, t=ticks: r["stats_ticks"] > t and r["intercepts"]["delivered"] >= 16,
+                               timeout=60, what="deliver request bodies again")
+                snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress,
+                                         log=reporter.log)
             reporter.done()
             table.render_snapshot(snapshot, top=8)
             con.print(f"\n[bold]3. leakhound patch {pid} --fix all --verify {verify:.0f}[/bold] "
@@ -35,3 +46,8 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
             patch_render.render_outcomes(outcomes)
     con.print("\n[bold]Next[/bold]: `leakhound inspect PID` on a real worker; `leakhound confirm` for the "
               "A/B table; `leakhound watch --match verifiers` to tell a leak from a plateau.")
+
+
+def _delivered_bodies(snapshot: Snapshot) -> int:
+    verifiers = snapshot.probes.get("verifiers") or {}
+    return int((verifiers.get("intercepts") or {}).get("delivered", 0))
