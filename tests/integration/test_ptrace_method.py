@@ -188,32 +188,44 @@ def test_permission_denied_is_classified(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def _waits_that_do_not_come(monkeypatch: pytest.MonkeyPatch, late: range) -> None:
+    """The injector's waits numbered in ``late`` (from 1) report no stop, as if the thread sat
+    in uninterruptible sleep past them; the stop is not consumed and comes on a later wait."""
+    real_wait = ptrace._Tracee.wait
+    calls = {"n": 0}
+
+    def wait(self: ptrace._Tracee, timeout: float) -> int | None:
+        calls["n"] += 1
+        if calls["n"] in late:
+            time.sleep(min(timeout, 0.05))
+            return None
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(ptrace._Tracee, "wait", wait)
+
+
+def _let_go(pid: int) -> str:
+    """/proc/PID/status once leakhound is done: not traced, not stopped."""
+    time.sleep(0.3)
+    with open(f"/proc/{pid}/status") as fh:
+        status = fh.read()
+    assert "TracerPid:\t0" in status, status
+    assert re.search(r"State:\s+[RS]", status), status
+    return status
+
+
 def test_a_stop_that_comes_late_is_still_let_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # As if the main thread sat in uninterruptible sleep past the stop timeout: the injection
     # gives up, but the thread is still seized with a stop requested. Left like that it would
     # stop later and stay stopped for as long as this (long-lived) process runs.
     from leakhound.errors import AttachFailed
 
-    real_wait = ptrace._Tracee.wait
-    calls = {"n": 0}
-
-    def first_stop_is_late(self: ptrace._Tracee, timeout: float) -> int | None:
-        calls["n"] += 1
-        if calls["n"] == 1:  # the stop PTRACE_INTERRUPT asked for "does not come" in time
-            time.sleep(timeout if timeout < 0.05 else 0.05)
-            return None
-        return real_wait(self, timeout)
-
-    monkeypatch.setattr(ptrace._Tracee, "wait", first_stop_is_late)
+    _waits_that_do_not_come(monkeypatch, range(1, 2))  # the stop PTRACE_INTERRUPT asked for
     lines: list[str] = []
     with spawn_target("growing_cache", tmp_path) as child:
         with pytest.raises(AttachFailed, match="did not stop"):
             ptrace.inject(child.pid, "pass", timeout=5, log=lines.append)
-        time.sleep(0.3)
-        with open(f"/proc/{child.pid}/status") as fh:
-            status = fh.read()
-        assert "TracerPid:\t0" in status, status
-        assert re.search(r"State:\s+[RS]", status), status
+        _let_go(child.pid)
         assert child.report()["pid"] == child.pid  # its loop still answers
     assert any("waiting for the main thread's stop" in line for line in lines), lines
 
@@ -224,27 +236,13 @@ def test_a_thread_late_in_the_middle_of_a_step_is_waited_for_and_put_back(
     # leakhound waits past the late-stop timeout (here, three times over) until it stops.
     from leakhound.errors import AttachFailed
 
-    real_wait = ptrace._Tracee.wait
-    calls = {"n": 0}
-
-    def late_mid_step(self: ptrace._Tracee, timeout: float) -> int | None:
-        calls["n"] += 1
-        if 2 <= calls["n"] <= 4:  # the first step's stop, then two late waits, "do not come"
-            time.sleep(min(timeout, 0.05))
-            return None
-        return real_wait(self, timeout)
-
-    monkeypatch.setattr(ptrace._Tracee, "wait", late_mid_step)
+    _waits_that_do_not_come(monkeypatch, range(2, 5))  # the first step's stop, then two late waits
     monkeypatch.setattr(ptrace, "_LATE_STOP_TIMEOUT", 0.05)
     lines: list[str] = []
     with spawn_target("growing_cache", tmp_path) as child:
         with pytest.raises(AttachFailed):
             ptrace.inject(child.pid, "pass", timeout=5, log=lines.append)
-        time.sleep(0.3)
-        with open(f"/proc/{child.pid}/status") as fh:
-            status = fh.read()
-        assert "TracerPid:\t0" in status, status
-        assert re.search(r"State:\s+[RS]", status), status
+        status = _let_go(child.pid)
         assert "SigBlk:\t0000000000000000" in status, status  # its mask is back
         assert child.report()["pid"] == child.pid
     assert sum("in the middle of an injection step" in line for line in lines) >= 1, lines
