@@ -7,7 +7,12 @@ here and nowhere else; the schema is documented in ``docs/snapshot-schema.md``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -171,8 +176,81 @@ def snapshot_to_json(snapshot: Snapshot, *, indent: int | None = 2) -> str:
     return json.dumps(snapshot_to_dict(snapshot), indent=indent)
 
 
-def _types(items: Any) -> tuple[TypeStat, ...]:
-    return tuple(TypeStat(**t) for t in items)
+# Numbers in a snapshot are counts, bytes and times: anything beyond 2**63 or not finite is
+# not something leakhound wrote, and would overflow the arithmetic done on it (float(), rates).
+_INT_LIMIT = 2**63
+
+
+def _check(value: Any, hint: Any, where: str) -> Any:
+    """``value`` (decoded JSON) as the annotated type ``hint``, or SchemaError naming ``where``.
+
+    Dataclasses check nothing themselves, so every field is checked here against its
+    annotation: a file with a string where bytes belong must fail on load, not deep inside
+    a diff's arithmetic or a renderer.
+    """
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        (inner,) = [o for o in options if o is not type(None)]
+        return _check(value, inner, where)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return _build(hint, value, where)
+    if hint is bool:
+        if type(value) is not bool:
+            raise SchemaError(f"{where} is not true or false")
+        return value
+    if hint is int:
+        if type(value) is float and math.isfinite(value) and value.is_integer():
+            value = int(value)  # 3.0: a count some writer kept as a float
+        if type(value) is not int or not -_INT_LIMIT < value < _INT_LIMIT:
+            raise SchemaError(f"{where} is not an integer")
+        return value
+    if hint is float:
+        if type(value) not in (int, float) or not math.isfinite(value) or abs(value) >= _INT_LIMIT:
+            raise SchemaError(f"{where} is not a finite number")
+        return float(value)
+    if hint is str:
+        if type(value) is not str:
+            raise SchemaError(f"{where} is not a string")
+        return value
+    if origin in (tuple, list):
+        if type(value) is not list:
+            raise SchemaError(f"{where} is not a list")
+        (item,) = typing.get_args(hint)[:1]
+        items = [_check(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if type(value) is not dict:
+            raise SchemaError(f"{where} is not an object")
+        _key, item = typing.get_args(hint)
+        return {k: _check(v, item, f"{where}.{k}") for k, v in value.items()}
+    return value  # an annotation this loader has no rule for: taken as it is
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _build(cls: type, doc: Any, where: str) -> Any:
+    if type(doc) is not dict:
+        raise SchemaError(f"{where} is not an object")
+    hints = _hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(doc) - set(known))
+    if unknown:
+        raise SchemaError(f"{where or 'the snapshot'} has an unexpected field {_short(unknown[0])}")
+    kwargs = {}
+    for name, spec in known.items():
+        if name in doc:
+            kwargs[name] = _check(doc[name], hints[name], f"{where}.{name}" if where else name)
+        elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+            raise SchemaError(f"{where}.{name} is missing" if where else f"{name} is missing")
+    return cls(**kwargs)
 
 
 def snapshot_from_dict(doc: Any) -> Snapshot:
@@ -180,31 +258,21 @@ def snapshot_from_dict(doc: Any) -> Snapshot:
         raise SchemaError("not a JSON object")
     schema = doc.get("schema")
     if schema != SNAPSHOT_SCHEMA:
-        raise SchemaError(f"schema is {schema!r}, expected {SNAPSHOT_SCHEMA!r}")
+        raise SchemaError(f"schema is {_short(schema)}, expected {SNAPSHOT_SCHEMA!r}")
+    if doc.get("cyclic_garbage") is None:  # older files may leave it out
+        doc = {**doc, "cyclic_garbage": {"objects": 0, "bytes": 0}}
     try:
-        garbage = doc.get("cyclic_garbage") or {"objects": 0, "bytes": 0}
-        return Snapshot(
-            schema=schema,
-            pid=int(doc["pid"]),
-            taken_at=float(doc["taken_at"]),
-            python_version=str(doc["python_version"]),
-            method=str(doc["method"]),
-            process=ProcessStats(**doc["process"]),
-            heap=HeapStats(**doc["heap"]),
-            arena=ArenaStats(**doc["arena"]),
-            types=_types(doc["types"]),
-            owners=tuple(Owner(**o) for o in doc["owners"]),
-            cyclic_garbage=CyclicGarbage(
-                objects=int(garbage["objects"]),
-                bytes=int(garbage["bytes"]),
-                types=_types(garbage.get("types", ())),
-            ),
-            findings=tuple(Finding(**f) for f in doc.get("findings", ())),
-            probes=dict(doc.get("probes") or {}),
-            warnings=tuple(doc.get("warnings", ())),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
+        snapshot: Snapshot = _build(Snapshot, doc, "")
+    except SchemaError as exc:
         raise SchemaError(f"malformed snapshot: {exc}") from None
+    return snapshot
+
+
+def _short(value: Any) -> str:
+    if not isinstance(value, str):
+        return "missing" if value is None else f"a JSON {type(value).__name__}, not a string"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def snapshot_from_json(text: str) -> Snapshot:
@@ -212,4 +280,8 @@ def snapshot_from_json(text: str) -> Snapshot:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise SchemaError("nested too deeply") from None
+    except ValueError:  # json.loads' only other error: an integer of more than 4300 digits
+        raise SchemaError("a number has more digits than Python reads") from None
     return snapshot_from_dict(doc)

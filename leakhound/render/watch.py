@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from leakhound.analysis.diff import SnapshotDiff
@@ -149,7 +150,7 @@ def render_diff(diff: SnapshotDiff, *, top: int = 15, file: TextIO | None = None
         for d in [r for r in rows if r.bytes or r.count][:top]:
             note = f" (only {d.only_in})" if d.only_in else ""
             table.add_row(
-                f"{d.name}{note}", f"{d.count:+,}", f"{'+' if d.bytes >= 0 else ''}{human_bytes(d.bytes)}",
+                escape(f"{d.name}{note}"), f"{d.count:+,}", f"{'+' if d.bytes >= 0 else ''}{human_bytes(d.bytes)}",
                 human_bytes(d.after_bytes), _rate(diff.per_minute(d.bytes)),
             )
         con.print(table)
