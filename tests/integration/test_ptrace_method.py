@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import subprocess
@@ -188,20 +189,11 @@ def test_permission_denied_is_classified(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def _waits_that_do_not_come(monkeypatch: pytest.MonkeyPatch, late: range) -> None:
-    """The injector's waits numbered in ``late`` (from 1) report no stop, as if the thread sat
-    in uninterruptible sleep past them; the stop is not consumed and comes on a later wait."""
-    real_wait = ptrace._Tracee.wait
-    calls = {"n": 0}
-
-    def wait(self: ptrace._Tracee, timeout: float) -> int | None:
-        calls["n"] += 1
-        if calls["n"] in late:
-            time.sleep(min(timeout, 0.05))
-            return None
-        return real_wait(self, timeout)
-
-    monkeypatch.setattr(ptrace._Tracee, "wait", wait)
+def _waits_that_do_not_come(monkeypatch: pytest.MonkeyPatch, late: range, **more: float) -> None:
+    """The tracer helper's waits numbered in ``late`` (from 1) report no stop, as if the
+    thread sat in uninterruptible sleep past them; the stop is not consumed and comes on a
+    later wait (the helper's test hook, LEAKHOUND_PTRACE_TEST)."""
+    monkeypatch.setenv("LEAKHOUND_PTRACE_TEST", json.dumps({"late_waits": list(late), **more}))
 
 
 def _let_go(pid: int) -> str:
@@ -236,8 +228,8 @@ def test_a_thread_late_in_the_middle_of_a_step_is_waited_for_and_put_back(
     # leakhound waits past the late-stop timeout (here, three times over) until it stops.
     from leakhound.errors import AttachFailed
 
-    _waits_that_do_not_come(monkeypatch, range(2, 5))  # the first step's stop, then two late waits
-    monkeypatch.setattr(ptrace, "_LATE_STOP_TIMEOUT", 0.05)
+    # The first step's stop, then two late waits, with a 0.05 s late-stop timeout.
+    _waits_that_do_not_come(monkeypatch, range(2, 5), late_stop_timeout=0.05)
     lines: list[str] = []
     with spawn_target("growing_cache", tmp_path) as child:
         with pytest.raises(AttachFailed):

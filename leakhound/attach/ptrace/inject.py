@@ -1,0 +1,140 @@
+"""The injection, CLI side: plan, then hand the stop to the tracer helper and read its outcome.
+
+The helper (``stop.py``) is a separate, short-lived process in its own session, so whatever
+happens to this process (SIGKILL at any instant, SIGTERM, Ctrl-C) the stop is finished, the
+thread restored and detached, and the private directory removed. This side only waits for
+the outcome and turns it into a leakhound error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from leakhound.attach.base import AttachLog, Injection
+from leakhound.attach.ptrace.plan import plan
+from leakhound.attach.ptrace.stop import LATE_STOP_TIMEOUT
+from leakhound.errors import (
+    AttachFailed,
+    AttachTimeout,
+    LeakhoundError,
+    PermissionDenied,
+    TargetBusy,
+    TargetExited,
+    TargetNotFound,
+    TracerStuck,
+)
+
+_ERRORS: dict[str, type[LeakhoundError]] = {
+    "AttachFailed": AttachFailed,
+    "AttachTimeout": AttachTimeout,
+    "PermissionDenied": PermissionDenied,
+    "TargetBusy": TargetBusy,
+    "TargetExited": TargetExited,
+    "TargetNotFound": TargetNotFound,
+    "TracerStuck": TracerStuck,
+}
+_HERE = Path(__file__).resolve().parent
+# The helper is run by this text (from the environment, so the command line shows only
+# "python -I -S -c ..."): it imports the ptrace package's stdlib-only modules without running
+# leakhound's package __init__ files (no third-party imports, a fast start).
+_BOOT = """
+import os, sys, types
+root = os.environ['LH_PTRACE_ROOT']
+for name in ('leakhound', 'leakhound.attach', 'leakhound.attach.ptrace'):
+    module = types.ModuleType(name)
+    module.__path__ = [os.path.join(root, *name.split('.'))]
+    sys.modules[name] = module
+from leakhound.attach.ptrace import stop
+stop.main()
+"""
+# Helpers still alive (janitors of a private directory), reaped on the next injection.
+_HELPERS: list[subprocess.Popen[bytes]] = []
+
+
+def _spawn() -> subprocess.Popen[bytes]:
+    env = {"LH_PTRACE_ROOT": str(_HERE.parents[2]), "LH_PTRACE_BOOT": _BOOT}
+    if "LEAKHOUND_PTRACE_TEST" in os.environ:
+        env["LEAKHOUND_PTRACE_TEST"] = os.environ["LEAKHOUND_PTRACE_TEST"]
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", "import os; exec(os.environ['LH_PTRACE_BOOT'])"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # not in our process group: Ctrl-C and kill -- -PGID miss it
+    )
+
+
+def _outcome(helper: subprocess.Popen[bytes], wait: float, log: AttachLog) -> dict[str, Any]:
+    assert helper.stdout is not None
+    deadline = time.monotonic() + wait
+    buffer = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(helper.stdout, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TracerStuck(
+                    f"the ptrace helper (pid {helper.pid}) has not finished within {wait:.0f}s; it "
+                    "waits for the main thread to stop, to put it back, and exits by itself"
+                )
+            if not selector.select(remaining):
+                continue
+            chunk = os.read(helper.stdout.fileno(), 65536)
+            if not chunk:
+                code = helper.wait()
+                raise AttachFailed(f"the ptrace helper exited ({code}) without an outcome")
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                doc = json.loads(line)
+                if "log" in doc:
+                    log(str(doc["log"]))
+                elif "outcome" in doc:
+                    return dict(doc["outcome"])
+
+
+def inject(
+    pid: int, code: str, *, timeout: float, log: AttachLog, page_note: str | None = None
+) -> Injection:
+    """Queue ``code`` as a pending call in ``pid``. ``page_note`` is a file in the request's
+    private directory: the helper removes that directory if this process dies first."""
+    for done in [h for h in _HELPERS if h.poll() is not None]:
+        _HELPERS.remove(done)
+    plan_ = plan(pid)
+    log(
+        f"ptrace: {plan_.python_object}: Py_AddPendingCall={plan_.add_pending_call:#x} "
+        f"PyRun_SimpleString={plan_.run_simple_string:#x} syscall={plan_.syscall_insn:#x}, "
+        f"{len(plan_.pending_ranges)} pending-call ranges"
+    )
+    private_dir = os.path.dirname(page_note) if page_note else None
+    request = {"plan": plan_.to_json(), "code": code, "timeout": timeout, "private_dir": private_dir}
+    helper = _spawn()
+    assert helper.stdin is not None and helper.stdout is not None
+    log(f"ptrace: tracer helper pid {helper.pid}")
+    try:
+        helper.stdin.write(json.dumps(request).encode() + b"\n")
+        helper.stdin.flush()
+        # Enough for every attempt, plus a late stop's wait.
+        outcome = _outcome(helper, timeout + LATE_STOP_TIMEOUT + 5.0, log)
+    except BrokenPipeError:
+        raise AttachFailed(f"the ptrace helper exited ({helper.wait()}) before it read the request") from None
+    finally:
+        helper.stdout.close()
+        if private_dir is None:
+            helper.stdin.close()  # it exits once its outcome is out
+        # Otherwise stdin stays open while this process lives: its end tells the helper
+        # (the private directory's janitor) that the CLI is gone.
+        _HELPERS.append(helper)
+    if outcome.get("ok"):
+        return Injection(method="ptrace", attach_stop_ms=float(outcome["stop_ms"]),
+                         attempts=int(outcome["attempts"]))
+    error = _ERRORS.get(str(outcome.get("kind")), AttachFailed)
+    raise error(str(outcome.get("message")))

@@ -1,0 +1,218 @@
+"""The plan: every address the stop needs, resolved from the target's ELF files while it runs.
+
+Nothing here stops or changes the target: it reads ``/proc/PID/maps``, the mapped libpython
+(or the executable) and libc, and checks with ``process_vm_readv`` that the code at each
+address is the file's. The plan is plain data, handed to the tracer helper as JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from leakhound.attach.elf import EM_X86_64, ElfError, ElfFile, Symbol
+from leakhound.attach.process import ignored_signals
+from leakhound.attach.ptrace.tracee import TRAPS, read_memory
+from leakhound.errors import MethodUnavailable, MissingSymbols, PermissionDenied, TargetNotFound
+
+# What the injection calls in the target: Py_AddPendingCall(PyRun_SimpleString, code).
+CALLED_FUNCTIONS = ("Py_AddPendingCall", "PyRun_SimpleString")
+# Functions inside which a thread may hold the pending-calls lock (3.8 - 3.13 names).
+PENDING_FUNCTIONS = (
+    "Py_AddPendingCall", "_PyEval_AddPendingCall", "Py_MakePendingCalls",
+    "_PyEval_MakePendingCalls", "make_pending_calls", "_Py_HandlePending",
+    "_push_pending_call", "_pop_pending_call",
+)
+LIBPYTHON = re.compile(r"/libpython\d\.\d+[^/]*\.so[^/]*$")
+LIBC = re.compile(r"/(libc\.so(\.\d+)*|libc-[\d.]+\.so|ld-musl-[^/]*\.so[^/]*)$")
+# glibc's syscall(): "syscall; cmp $-4095,%rax"; musl and others: the first syscall opcode.
+_GLIBC_SYSCALL = b"\x0f\x05\x48\x3d\x01\xf0\xff\xff"
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    inode: int
+    path: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every address the stop needs, resolved while the target runs."""
+
+    pid: int
+    python_object: str
+    add_pending_call: int
+    run_simple_string: int
+    syscall_insn: int
+    pending_ranges: tuple[tuple[int, int], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def available() -> bool:
+    return platform.system() == "Linux" and platform.machine() == "x86_64"
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    maps = []
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) < 5:
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        path = fields[5] if len(fields) > 5 else ""
+        maps.append(Mapping(start, end, fields[1], int(fields[2], 16), int(fields[4]), path))
+    return maps
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            return parse_maps(fh.read())
+    except PermissionError:
+        raise PermissionDenied(f"cannot read /proc/{pid}/maps: permission denied") from None
+    except (FileNotFoundError, ProcessLookupError):
+        raise TargetNotFound(f"no process with pid {pid}") from None
+
+
+def choose_objects(maps: list[Mapping], exe: str | None) -> tuple[str | None, str | None]:
+    """The object holding CPython's API (libpython, else the executable when it is mapped)
+    and libc, from the mapped paths."""
+    paths = {m.path for m in maps if m.path.startswith("/")}
+    python_path = next((p for p in sorted(paths) if LIBPYTHON.search(p)), None)
+    if python_path is None and exe in paths:
+        python_path = exe
+    libc_path = next((p for p in sorted(paths) if LIBC.search(p)), None)
+    return python_path, libc_path
+
+
+def syscall_offset(body: bytes) -> int:
+    """Offset of the syscall instruction in the bytes of libc's syscall(), or -1."""
+    at = body.find(_GLIBC_SYSCALL)
+    return at if at >= 0 else body.find(b"\x0f\x05")
+
+
+def _open_object(pid: int, maps: list[Mapping], path: str) -> tuple[ElfFile, int]:
+    """The ELF file behind ``path``'s mappings, and its load bias in the target."""
+    mine = [m for m in maps if m.path == path]
+    first = min(mine, key=lambda m: m.start)
+    # map_files names exactly the mapped file (even if replaced on disk since); the target's
+    # root is the fallback (containers), then the plain path.
+    candidates = (
+        f"/proc/{pid}/map_files/{first.start:x}-{first.end:x}",
+        f"/proc/{pid}/root{path.removesuffix(' (deleted)')}",
+        path,
+    )
+    for candidate in candidates:
+        try:
+            if os.stat(candidate).st_ino != first.inode:
+                continue
+            elf = ElfFile(candidate)
+        except (OSError, ElfError):
+            continue
+        if elf.machine != EM_X86_64:
+            raise MethodUnavailable(f"{path} in process {pid} is not an x86-64 object")
+        try:
+            return elf, elf.load_bias(first.start, first.offset)
+        except ElfError as exc:
+            raise MethodUnavailable(f"cannot place {path} in process {pid}: {exc}") from None
+    raise MethodUnavailable(f"cannot read {path}, mapped in process {pid}")
+
+
+def _checked_address(pid: int, elf: ElfFile, bias: int, symbol: Symbol) -> int:
+    """The symbol's address in the target, after checking the code there is the file's."""
+    address = bias + symbol.value
+    length = max(1, min(16, symbol.size or 16))
+    try:
+        same = read_memory(pid, address, length) == elf.read(symbol.value, length)
+    except OSError as exc:
+        if exc.errno == 1:
+            raise PermissionDenied(f"cannot read process {pid}'s memory: operation not permitted") from None
+        raise MethodUnavailable(f"cannot read {symbol.name} in process {pid}: {exc}") from None
+    if not same:
+        raise MethodUnavailable(f"{symbol.name} in process {pid} does not match {elf.path}")
+    return address
+
+
+def unnamed_callees(elf: ElfFile, symbol: Symbol) -> list[tuple[int, int]]:
+    """Link-time ranges of unnamed functions ``symbol`` calls or jumps to (rel32), bounded by
+    the next named function: where a stripped build keeps static helpers such as
+    make_pending_calls. Over-approximate on purpose; a false hit only costs a retry."""
+    named = [(s.value, elf.end_of(s)) for s in elf.functions.values() if s.size]
+    body = elf.read(symbol.value, symbol.size)
+    found = []
+    for i in range(len(body) - 4):
+        if body[i] not in (0xE8, 0xE9):
+            continue
+        target = symbol.value + i + 5 + int.from_bytes(body[i + 1:i + 5], "little", signed=True)
+        if elf.file_offset(target) is None or any(lo <= target < hi for lo, hi in named):
+            continue
+        found.append((target, elf.next_start(target)))
+    return found
+
+
+def pending_ranges(elf: ElfFile, bias: int) -> tuple[tuple[int, int], ...]:
+    """Where in the target a thread may hold the pending-calls lock."""
+    ranges = [
+        (bias + s.value, bias + elf.end_of(s))
+        for name in PENDING_FUNCTIONS
+        if (s := elf.functions.get(name)) is not None
+    ]
+    if "make_pending_calls" not in elf.functions and "Py_MakePendingCalls" in elf.functions:
+        ranges += [(bias + lo, bias + hi) for lo, hi in unnamed_callees(elf, elf.functions["Py_MakePendingCalls"])]
+    return tuple(sorted(set(ranges)))
+
+
+def plan(pid: int) -> Plan:
+    if not available():
+        raise MethodUnavailable(f"the ptrace method supports x86-64 Linux only, not {platform.machine()}")
+    maps = read_maps(pid)
+    try:
+        exe: str | None = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = None
+    python_path, libc_path = choose_objects(maps, exe)
+    if python_path is None and exe is None:
+        raise PermissionDenied(f"cannot read process {pid}'s executable: permission denied")
+    if python_path is None or libc_path is None:
+        raise MethodUnavailable(f"process {pid}: cannot find its libpython/executable and libc mappings")
+    if ignored_signals(pid) & TRAPS:
+        # Our traps are forced signals: the kernel would reset an ignored one to SIG_DFL.
+        raise MethodUnavailable(
+            f"process {pid} ignores SIGSEGV or SIGTRAP, which the ptrace method's steps raise"
+        )
+    python, python_bias = _open_object(pid, maps, python_path)
+    libc, libc_bias = _open_object(pid, maps, libc_path)
+    missing = [name for name in CALLED_FUNCTIONS if name not in python.functions]
+    if missing:
+        raise MissingSymbols(
+            f"process {pid}'s Python lacks the symbols leakhound calls: {', '.join(missing)} "
+            f"(not in the symbol tables of {python_path})"
+        )
+    if "syscall" not in libc.functions:
+        raise MethodUnavailable(f"process {pid}: {libc_path} has no syscall() function")
+    add_pending = _checked_address(pid, python, python_bias, python.functions["Py_AddPendingCall"])
+    run_simple = _checked_address(pid, python, python_bias, python.functions["PyRun_SimpleString"])
+    syscall_fn = libc.functions["syscall"]
+    at = syscall_offset(libc.read(syscall_fn.value, max(syscall_fn.size, 16)))
+    if at < 0:
+        raise MethodUnavailable(f"no syscall instruction in {libc_path}'s syscall()")
+    syscall_insn = _checked_address(
+        pid, libc, libc_bias, Symbol("syscall instruction", syscall_fn.value + at, 2)
+    )
+    return Plan(
+        pid=pid,
+        python_object=python_path,
+        add_pending_call=add_pending,
+        run_simple_string=run_simple,
+        syscall_insn=syscall_insn,
+        pending_ranges=pending_ranges(python, python_bias),
+    )

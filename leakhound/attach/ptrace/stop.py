@@ -1,0 +1,354 @@
+"""The tracer helper: the one process that ever stops the target (standard library only).
+
+``inject.py`` starts it as ``python -I -S`` in a session of its own, hands it the plan and
+the code on stdin and reads JSON lines back: ``{"log": ...}`` and one ``{"outcome": ...}``.
+It does the whole stop (seize, save, mmap, write, ``Py_AddPendingCall``, restore, detach)
+and finishes it whatever happens to the CLI:
+
+- it is not in the CLI's process group or session, so Ctrl-C, Ctrl-\\, a hang-up and
+  ``kill -- -PGID`` do not reach it, and it ignores SIGINT, SIGTERM, SIGHUP, SIGQUIT and
+  SIGPIPE anyway; a SIGKILL of the CLI kills only the CLI;
+- it blocks every signal during the stop and restores the thread on any error (``finally``);
+- it is small (no leakhound imports), its runtime is bounded (the stop's timeouts), and it
+  asks the OOM killer to pass it over (``oom_score_adj`` -1000, when allowed);
+- it never sets ``PTRACE_O_EXITKILL``: if it dies anyway, the kernel detaches the thread.
+
+After the stop it stays as the janitor of the request's private directory: when the CLI
+exits without removing it (killed), it waits for the payload to finish (``result.json``,
+the target gone, or the request's timeout) and removes it. The bootstrap string sits in a
+page mapped in the target; the string itself starts by unmapping that page (it is compiled
+before it runs), so a bootstrap that runs late, after a timeout, leaves nothing either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from leakhound.attach.ptrace import tracee as _t
+
+_RETRIES = 30
+_STACK_SCAN = 512
+# After an abort with the thread running but still ours (its stop never came: in
+# uninterruptible sleep, say), how long to wait for that stop before exiting, which lets it
+# go (a seized thread with a stop requested is released when its tracer exits).
+LATE_STOP_TIMEOUT = 30.0
+_PROT_RW = 0x1 | 0x2
+_MAP_PRIVATE_ANON = 0x02 | 0x20
+_PAGE = 0x1000
+_IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE,
+            signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1, signal.SIGUSR2)
+STEPS = ("start", "seized", "saved", "mapped", "written", "called", "restored", "detached", "reported")
+
+Hook = Callable[[str], None]
+
+
+def _no_hook(_: str) -> None:
+    pass
+
+
+def bootstrap_text(code: str, page: int, size: int) -> bytes:
+    """What the page holds: a statement unmapping the page itself, then ``code``. Both are
+    compiled before either runs, so the page is free to go; it binds no name in __main__."""
+    unmap = (
+        "try:\n"
+        f" __import__('ctypes').pythonapi.munmap(__import__('ctypes').c_void_p({page:#018x}),"
+        f"__import__('ctypes').c_size_t({size}))\n"
+        "except BaseException:\n"
+        " pass\n"
+    )
+    return (unmap + code).encode() + b"\0"
+
+
+def page_size_for(code: str) -> int:
+    length = len(bootstrap_text(code, 0, 1 << 40))  # fixed-width address, widest size
+    return (length + _PAGE - 1) & ~(_PAGE - 1)
+
+
+def may_hold_pending_lock(pid: int, regs: _t.Regs, ranges: list[tuple[int, int]]) -> str:
+    def pending(address: int) -> bool:
+        return any(lo <= address < hi for lo, hi in ranges)
+
+    if pending(regs.rip):
+        return f"main thread at {regs.rip:#x}, in the pending-call code"
+    if regs.orig_rax != _t.NO_SYSCALL:
+        return ""  # blocked in a system call: it holds no pending-calls lock (see __init__)
+    try:
+        stack = _t.read_memory(pid, regs.rsp, _STACK_SCAN)
+    except OSError:
+        stack = _t.read_memory(pid, regs.rsp, 64)
+    for i in range(0, len(stack) - 7, 8):
+        word = int.from_bytes(stack[i:i + 8], "little")
+        if pending(word):
+            return f"main thread called from the pending-call code ({word:#x} on its stack)"
+    return ""
+
+
+def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
+            tracee_class: type[_t.Tracee] = _t.Tracee) -> dict[str, Any]:
+    """One stop. Returns {queued, stop_ms, reason, retry, page}; raises OSError only when
+    the thread was never attached (nothing changed)."""
+    pid = plan["pid"]
+    tracee = tracee_class(pid)
+    insn = plan["syscall_insn"]
+    size = page_size_for(code)
+    outcome: dict[str, Any] = {"queued": False, "stop_ms": 0.0, "reason": "", "retry": False, "page": 0}
+    began = time.perf_counter()
+    try:
+        tracee.seize_and_stop()
+        hook("seized")
+        regs = tracee.save()
+        hook("saved")
+        busy = may_hold_pending_lock(pid, regs, [tuple(r) for r in plan["pending_ranges"]])
+        if busy:
+            raise _t.Retry(busy)
+        page = tracee.syscall(regs, insn, _t.SYS_MMAP, 0, size, _PROT_RW, _MAP_PRIVATE_ANON, -1, 0)
+        if page >= (1 << 64) - 4096:
+            raise _t.Abort(f"mmap in the target failed (errno {(1 << 64) - page})")
+        try:
+            hook("mapped")
+            _t.write_memory(pid, page, bootstrap_text(code, page, size))
+            hook("written")
+        except BaseException:
+            tracee.syscall(regs, insn, _t.SYS_MUNMAP, page, size)
+            raise
+        # If the call faults the page stays mapped: it may already be queued (it unmaps itself).
+        rc = tracee.call_function(regs, plan["add_pending_call"], plan["run_simple_string"], page)
+        if rc is None or rc & 0xFFFFFFFF:
+            # Not queued: the page is ours to take back now.
+            tracee.syscall(regs, insn, _t.SYS_MUNMAP, page, size)
+            if rc is None:
+                raise _t.Abort("Py_AddPendingCall did not return (pending-calls lock held); call abandoned")
+            raise _t.Retry("the pending-call queue is full")
+        outcome["queued"], outcome["page"] = True, page
+        hook("called")
+    except _t.Retry as exc:
+        outcome["reason"], outcome["retry"] = str(exc), True
+    except _t.Abort as exc:
+        outcome["reason"] = str(exc)
+    except OSError as exc:
+        if not tracee.attached:
+            raise
+        outcome["reason"] = f"ptrace: {exc}"
+    finally:
+        try:
+            if tracee.attached and not tracee.stopped:
+                log(f"ptrace: {outcome['reason'] or 'aborted'}; waiting for the main thread's stop to let it go")
+                tracee.await_late_stop(LATE_STOP_TIMEOUT, log)
+            if tracee.attached:
+                tracee.restore()
+                hook("restored")
+            tracee.detach()
+            hook("detached")
+        except OSError as exc:
+            if exc.errno != 3:  # ESRCH: it exited meanwhile, nothing left to restore
+                raise
+        finally:
+            outcome["stop_ms"] = (time.perf_counter() - began) * 1000.0
+    if tracee.deferred:
+        log(f"forwarded signals held during the stop: {[sig for sig, _ in tracee.deferred]}")
+    return outcome
+
+
+class Failure(Exception):
+    """Ends the injection; ``kind`` names the leakhound error the CLI raises."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def run(request: dict[str, Any], log: _t.Log, hook: Hook,
+        tracee_class: type[_t.Tracee] = _t.Tracee) -> dict[str, Any]:
+    """The attempts, each one stop, until the bootstrap is queued or the deadline."""
+    plan, code = request["plan"], request["code"]
+    pid = plan["pid"]
+    deadline = time.monotonic() + float(request["timeout"])
+    for number in range(1, _RETRIES + 1):
+        state = _t.thread_state(pid)
+        if state in ("Z", "X", "gone"):
+            raise Failure("TargetExited", f"process {pid}'s main thread has exited")
+        if state == "D":
+            # In uninterruptible sleep it would not stop for us: wait for it to run.
+            log(f"attempt {number}: the main thread is in uninterruptible sleep (D); retrying")
+            if time.monotonic() + 0.1 > deadline:
+                break
+            time.sleep(0.05 * number)
+            continue
+        tracer = _t.tracer_pid(pid)
+        if state in ("T", "t") and not tracer:
+            raise Failure("AttachFailed", f"process {pid} is stopped (SIGSTOP); it would not run the bootstrap")
+        if tracer:
+            log(f"attempt {number}: process {pid} is traced by pid {tracer}; retrying")
+            if time.monotonic() + 0.1 > deadline:
+                raise Failure("TargetBusy", f"process {pid} is being traced by pid {tracer}")
+            time.sleep(0.05 * number)
+            continue
+        try:
+            outcome = attempt(plan, code, log, hook, tracee_class)
+        except OSError as exc:
+            if exc.errno == 1:
+                if _t.tracer_pid(pid):
+                    continue
+                raise Failure("PermissionDenied", f"cannot ptrace process {pid}: operation not permitted") from None
+            if exc.errno == 3:
+                raise Failure("TargetNotFound", f"process {pid} exited before it could be attached") from None
+            raise Failure("AttachFailed", f"ptrace on process {pid} failed: {exc}") from None
+        log(f"attempt {number}: stopped {outcome['stop_ms']:.3f} ms"
+            + (f", bootstrap at {outcome['page']:#x}" if outcome["queued"] else "")
+            + (f" ({outcome['reason']})" if outcome["reason"] else ""))
+        if outcome["queued"]:
+            return {"ok": True, "stop_ms": outcome["stop_ms"], "attempts": number, "page": outcome["page"]}
+        if not outcome["retry"]:
+            raise Failure("AttachFailed", f"ptrace injection into {pid} failed: {outcome['reason']}")
+        if time.monotonic() + 0.005 * number > deadline:
+            break
+        time.sleep(0.002 * number)
+    raise Failure("AttachTimeout", f"process {pid} never reached a point where injection is safe")
+
+
+# ------------------------------------------------------------------------ the helper process
+
+
+def _cli_gone(timeout: float) -> bool:
+    """Whether the CLI has closed our stdin (it exited, or was killed), waiting up to ``timeout``."""
+    try:
+        ready, _, _ = select.select([0], [], [], timeout)
+        return bool(ready) and os.read(0, 4096) == b""
+    except OSError:
+        return True
+
+
+def _payload_timeout(private_dir: str) -> float:
+    try:
+        with open(os.path.join(private_dir, "request.json")) as fh:
+            return float(json.load(fh).get("timeout", 60.0)) + 5.0
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 65.0
+
+
+def janitor(private_dir: str, pid: int) -> None:
+    """Remove the private directory if the CLI exits without doing so: once the payload has
+    written its result, or the target is gone, or the payload's own timeout has passed."""
+    while os.path.isdir(private_dir):
+        if _cli_gone(0.1):
+            break
+    else:
+        return
+    deadline = time.monotonic() + _payload_timeout(private_dir)
+    while os.path.isdir(private_dir) and time.monotonic() < deadline:
+        if os.path.exists(os.path.join(private_dir, "result.json")) or _t.thread_state(pid) in ("Z", "X", "gone"):
+            break
+        time.sleep(0.05)
+    shutil.rmtree(private_dir, ignore_errors=True)
+
+
+class _Test:
+    """LEAKHOUND_PTRACE_TEST (JSON), for the tests only: kill the CLI right after a step,
+    copy the log to a file, let given waits report no stop, shorten the late-stop timeout."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.kill_after = spec.get("kill_cli_after")
+        self.kill_signal = int(spec.get("kill_signal", signal.SIGKILL))
+        self.log_file = spec.get("log_file")
+        self.late_waits = set(spec.get("late_waits", ()))
+        if "late_stop_timeout" in spec:
+            global LATE_STOP_TIMEOUT
+            LATE_STOP_TIMEOUT = float(spec["late_stop_timeout"])
+
+    def hook(self, step: str) -> None:
+        if step != self.kill_after:
+            return
+        self.kill_after = None
+        self.log(f"test: killing the CLI with signal {self.kill_signal} after step {step}")
+        try:
+            os.kill(os.getppid(), self.kill_signal)
+        except OSError:
+            return
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and not _cli_gone(0.05):
+            pass
+
+    def log(self, line: str) -> None:
+        if self.log_file:
+            with open(self.log_file, "a") as fh:
+                fh.write(line + "\n")
+
+    def tracee_class(self) -> type[_t.Tracee]:
+        late, calls = self.late_waits, [0]
+
+        class Late(_t.Tracee):
+            def wait(self, timeout: float) -> int | None:
+                calls[0] += 1
+                if calls[0] in late:
+                    time.sleep(min(timeout, 0.05))
+                    return None
+                return super().wait(timeout)
+
+        return Late if late else _t.Tracee
+
+
+def main() -> None:
+    for sig in _IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("-1000")
+    except OSError:
+        pass
+    spec = os.environ.get("LEAKHOUND_PTRACE_TEST")
+    test = _Test(json.loads(spec)) if spec else None
+    out_ok = [True]
+
+    def emit(doc: dict[str, Any]) -> None:
+        if test is not None and "log" in doc:
+            test.log(doc["log"])
+        if not out_ok[0]:
+            return
+        try:
+            os.write(1, (json.dumps(doc) + "\n").encode())
+        except OSError:  # the CLI is gone; carry on
+            out_ok[0] = False
+
+    def log(line: str) -> None:
+        emit({"log": line})
+
+    hook = test.hook if test is not None else _no_hook
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            return  # the CLI died before it sent the request: nothing was done
+        line += chunk
+    request = json.loads(line)
+    hook("start")
+    # The whole stop runs with every signal blocked (SIGCHLD is waited for in sigtimedwait).
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        outcome = run(request, log, hook, test.tracee_class() if test is not None else _t.Tracee)
+    except Failure as exc:
+        outcome = {"ok": False, "kind": exc.kind, "message": str(exc)}
+    except _t.Stuck as exc:
+        outcome = {"ok": False, "kind": "TracerStuck", "message": str(exc)}
+    except _t.TraceeGone as exc:
+        outcome = {"ok": False, "kind": "TargetExited", "message": str(exc)}
+    except Exception as exc:  # reported, never a traceback into the CLI's stderr
+        outcome = {"ok": False, "kind": "AttachFailed", "message": f"ptrace helper: {exc!r}"}
+    emit({"outcome": outcome})
+    hook("reported")
+    if request.get("private_dir"):
+        janitor(request["private_dir"], int(request["plan"]["pid"]))
+    if test is not None:
+        test.log("helper: done")
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
