@@ -81,6 +81,16 @@ class MethodUnavailable(AttachFailed):
     )
 
 
+class TargetFilesystemUnreachable(AttachFailed):
+    HELP_TEXT = (
+        "The ptrace, gdb and remote-exec methods hand the payload over in a private directory "
+        "the target must open; a target in a container sees its own file system, reached "
+        "through /proc/PID/root. Give the container a writable /tmp or /dev/shm (an emptyDir "
+        "volume), run leakhound inside the container (`kubectl exec`, `docker exec`), or start "
+        "the worker with LEAKHOUND_AGENT=1 and use `--method agent`."
+    )
+
+
 class MissingSymbols(MethodUnavailable):
     HELP_TEXT = (
         "The ptrace and gdb methods start the payload by calling these CPython functions in "

@@ -80,7 +80,7 @@ def run_request(
         return _checked(RemoteResult(target, chosen, result, 0.0, 0.0), log)
     if chosen not in ("ptrace", "gdb", "remote-exec"):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
-    with PrivateChannel(uid=target.uid) as channel:
+    with PrivateChannel(uid=target.uid, pid=pid) as channel:
         channel.write_request(request)
         code = channel.bootstrap_code()
         if chosen == "ptrace":
@@ -97,7 +97,9 @@ def run_request(
         elif chosen == "gdb":
             injection = gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log)
         else:
-            injection = remote_exec.inject(target, code, str(channel.dir), timeout=timeout, log=log)
+            injection = remote_exec.inject(
+                target, code, str(channel.dir), channel.target_dir, timeout=timeout, log=log
+            )
         started, result = channel.wait(
             pid=pid,
             start_timeout=min(SAFE_POINT_TIMEOUT, timeout),

@@ -4,6 +4,14 @@ A 0700 directory (owned by the target's user) holds a copy of the payload packag
 request, and the files the payload writes back: ``started.json`` when the main thread has run
 the bootstrap, ``progress.json`` while it works, ``result.json`` at the end. The directory is
 always removed, whatever happens.
+
+The directory is made where the target can open it. A target in another mount namespace (a
+container, a sidecar's view, anything with its own /tmp) does not see leakhound's /tmp, so
+there it is made inside the target's own filesystem, reached through ``/proc/PID/root``: in
+the target's ``$TMPDIR``, ``/tmp``, ``/dev/shm`` or ``/var/tmp``, whichever is writable. The
+CLI then writes and reads it by one path and the target opens it by another
+(``target_dir``); it is removed through a descriptor of its parent, which keeps working if
+the target (and with it /proc/PID/root) is gone.
 """
 
 from __future__ import annotations
@@ -19,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import leakhound.payload
-from leakhound.attach.process import alive
-from leakhound.errors import AttachTimeout, TargetBlocked, TargetExited
+from leakhound.attach.process import alive, environ_of, same_filesystem_view
+from leakhound.errors import AttachTimeout, TargetBlocked, TargetExited, TargetFilesystemUnreachable
 
 Progress = Callable[[str, int], None]
 PAYLOAD_SOURCE = Path(leakhound.payload.__file__).parent
@@ -42,9 +50,49 @@ def payload_version() -> str:
     return _VERSION[0]
 
 
+# Where the directory may go inside a target that has its own filesystem view, in this order
+# (after its $TMPDIR): /dev/shm serves read-only root file systems whose /tmp is not a volume.
+TARGET_TMP_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
+
+
+def _make_dir_in_target(pid: int) -> tuple[str, str]:
+    """Make the private directory inside ``pid``'s filesystem; returns (path from here, path
+    the target opens)."""
+    root = f"/proc/{pid}/root"
+    tmpdir = environ_of(pid).get("TMPDIR", "")
+    candidates = ([tmpdir] if tmpdir.startswith("/") else []) + [d for d in TARGET_TMP_DIRS if d != tmpdir]
+    tried = []
+    for inside in candidates:
+        try:
+            here = tempfile.mkdtemp(prefix="leakhound-", dir=root + inside.rstrip("/"))
+        except OSError as exc:
+            tried.append(f"{inside}: {exc.strerror or exc}")
+            continue
+        return here, os.path.join(inside, os.path.basename(here))
+    raise TargetFilesystemUnreachable(
+        f"process {pid} runs in another mount namespace and leakhound could not make its private "
+        f"directory there through {root} ({'; '.join(tried)})"
+    )
+
+
 class PrivateChannel:
-    def __init__(self, *, uid: int) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="leakhound-"))
+    def __init__(self, *, uid: int, pid: int | None = None) -> None:
+        if pid is None or same_filesystem_view(pid):
+            here = tempfile.mkdtemp(prefix="leakhound-")
+            inside = here
+        else:
+            here, inside = _make_dir_in_target(pid)
+        self.dir = Path(here)  # as leakhound reaches it
+        self.target_dir = inside  # as the target opens it
+        # Removal goes through the parent's descriptor: /proc/PID/root disappears with the target.
+        self._parent_fd = os.open(self.dir.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self._fill(uid)
+        except BaseException:
+            self.close()
+            raise
+
+    def _fill(self, uid: int) -> None:
         shutil.copytree(
             PAYLOAD_SOURCE,
             self.dir / "payload",
@@ -75,7 +123,7 @@ class PrivateChannel:
             "except BaseException:\n"
             " pass\n"
         )
-        return f"exec({inner!r},{{'D':{str(self.dir)!r}}})"
+        return f"exec({inner!r},{{'D':{self.target_dir!r}}})"
 
     def write_request(self, request: dict[str, Any]) -> None:
         path = self.dir / "request.json"
@@ -130,7 +178,14 @@ class PrivateChannel:
             time.sleep(0.01 if now - begin < 1 else 0.05)
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._parent_fd < 0:
+            return
+        try:
+            # (shutil.rmtree's dir_fd needs Python 3.11; the descriptor's /proc link does not.)
+            shutil.rmtree(f"/proc/self/fd/{self._parent_fd}/{self.dir.name}", ignore_errors=True)
+        finally:
+            os.close(self._parent_fd)
+            self._parent_fd = -1
 
     def __enter__(self) -> PrivateChannel:
         return self

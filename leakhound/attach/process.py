@@ -117,15 +117,44 @@ def alive(pid: int) -> bool:
 
 
 def namespace_pid(pid: int) -> int:
-    """The pid the target sees for itself (differs inside a container's pid namespace)."""
+    """The pid the target sees for itself: the last field of NStgid (its innermost pid
+    namespace, e.g. a container's), which is also what it names its agent socket after."""
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
-                if line.startswith("NSpid:"):
+                if line.startswith("NStgid:"):
                     return int(line.split()[-1])
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         pass
     return pid
+
+
+def same_filesystem_view(pid: int) -> bool:
+    """Whether a path means the same file here and in ``pid``: same mount namespace and same
+    root (no container, no chroot). False when it cannot be told (the caller then goes through
+    /proc/PID/root, which is right in both cases)."""
+    try:
+        if os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
+            return False
+        ours, theirs = os.stat("/"), os.stat(f"/proc/{pid}/root")
+    except OSError:
+        return False
+    return (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    """The environment ``pid`` was started with (/proc/PID/environ; empty when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
 
 
 def match_processes(pattern: str, *, exclude: frozenset[int] = frozenset()) -> list[int]:

@@ -19,7 +19,12 @@ def available(target: Target) -> bool:
     return target.version >= (3, 14) and os.path.exists(target.exe)
 
 
-def inject(target: Target, code: str, script_dir: str, *, timeout: float, log: AttachLog) -> Injection:
+def inject(
+    target: Target, code: str, script_dir: str, target_dir: str, *, timeout: float, log: AttachLog
+) -> Injection:
+    """Write the bootstrap into ``script_dir`` (the private directory as leakhound reaches it)
+    and have the target run it from ``target_dir`` (the same directory as the target opens
+    it: they differ when the target has its own mount namespace)."""
     if not available(target):
         raise MethodUnavailable(
             f"remote-exec needs a Python 3.14+ target; process {target.pid} runs "
@@ -28,7 +33,8 @@ def inject(target: Target, code: str, script_dir: str, *, timeout: float, log: A
     script = os.path.join(script_dir, "remote_exec_boot.py")
     with open(script, "w") as fh:
         fh.write(code + "\n")
-    argv = [target.exe, "-c", f"import sys; sys.remote_exec({target.pid}, {script!r})"]
+    inside = os.path.join(target_dir, "remote_exec_boot.py")
+    argv = [target.exe, "-c", f"import sys; sys.remote_exec({target.pid}, {inside!r})"]
     log(f"$ {' '.join(argv)}")
     began = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
