@@ -101,6 +101,12 @@ def _outcome(helper: subprocess.Popen[bytes], wait: float, log: AttachLog) -> di
                     return dict(doc["outcome"])
 
 
+def _send(helper: subprocess.Popen[bytes], doc: dict[str, Any]) -> None:
+    assert helper.stdin is not None
+    helper.stdin.write(json.dumps(doc).encode() + b"\n")
+    helper.stdin.flush()
+
+
 def inject(
     pid: int, code: str, *, timeout: float, log: AttachLog, page_note: str | None = None
 ) -> Injection:
@@ -108,20 +114,25 @@ def inject(
     private directory: the helper removes that directory if this process dies first."""
     for done in [h for h in _HELPERS if h.poll() is not None]:
         _HELPERS.remove(done)
-    plan_ = plan(pid)
-    log(
-        f"ptrace: {plan_.python_object}: Py_AddPendingCall={plan_.add_pending_call:#x} "
-        f"PyRun_SimpleString={plan_.run_simple_string:#x} syscall={plan_.syscall_insn:#x}, "
-        f"{len(plan_.pending_ranges)} pending-call ranges"
-    )
     private_dir = os.path.dirname(page_note) if page_note else None
-    request = {"plan": plan_.to_json(), "code": code, "timeout": timeout, "private_dir": private_dir}
+    # The helper first (it starts while the plan is made), told the directory at once: if we
+    # die from here on, it is removed.
     helper = _spawn()
     assert helper.stdin is not None and helper.stdout is not None
-    log(f"ptrace: tracer helper pid {helper.pid}")
+    _HELPERS.append(helper)
     try:
-        helper.stdin.write(json.dumps(request).encode() + b"\n")
-        helper.stdin.flush()
+        _send(helper, {"private_dir": private_dir})
+        try:
+            plan_ = plan(pid)
+        except BaseException:
+            _send(helper, {"abandon": True})  # we carry on (gdb, say): the directory stays ours
+            raise
+        log(
+            f"ptrace: {plan_.python_object}: Py_AddPendingCall={plan_.add_pending_call:#x} "
+            f"PyRun_SimpleString={plan_.run_simple_string:#x} syscall={plan_.syscall_insn:#x}, "
+            f"{len(plan_.pending_ranges)} pending-call ranges; tracer helper pid {helper.pid}"
+        )
+        _send(helper, {"plan": plan_.to_json(), "code": code, "timeout": timeout})
         # Enough for every attempt, plus a late stop's wait.
         outcome = _outcome(helper, timeout + LATE_STOP_TIMEOUT + 5.0, log)
     except BrokenPipeError:
@@ -132,7 +143,6 @@ def inject(
             helper.stdin.close()  # it exits once its outcome is out
         # Otherwise stdin stays open while this process lives: its end tells the helper
         # (the private directory's janitor) that the CLI is gone.
-        _HELPERS.append(helper)
     if outcome.get("ok"):
         return Injection(method="ptrace", attach_stop_ms=float(outcome["stop_ms"]),
                          attempts=int(outcome["attempts"]))

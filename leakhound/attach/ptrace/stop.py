@@ -29,7 +29,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from leakhound.attach.ptrace import tracee as _t
@@ -172,6 +172,9 @@ def run(request: dict[str, Any], log: _t.Log, hook: Hook,
     pid = plan["pid"]
     deadline = time.monotonic() + float(request["timeout"])
     for number in range(1, _RETRIES + 1):
+        if _cli_gone(0):
+            # Nobody would read the result: the target is not stopped at all.
+            raise Failure("AttachFailed", "leakhound exited before the target was stopped")
         state = _t.thread_state(pid)
         if state in ("Z", "X", "gone"):
             raise Failure("TargetExited", f"process {pid}'s main thread has exited")
@@ -234,20 +237,37 @@ def _payload_timeout(private_dir: str) -> float:
         return 65.0
 
 
-def janitor(private_dir: str, pid: int) -> None:
-    """Remove the private directory if the CLI exits without doing so: once the payload has
-    written its result, or the target is gone, or the payload's own timeout has passed."""
+def janitor(private_dir: str, pid: int, queued: bool) -> None:
+    """Remove the private directory if the CLI exits without doing so: at once when no
+    bootstrap was queued, else once the payload has written its result, or the target is
+    gone, or the payload's own timeout has passed."""
     while os.path.isdir(private_dir):
         if _cli_gone(0.1):
             break
     else:
         return
-    deadline = time.monotonic() + _payload_timeout(private_dir)
+    deadline = time.monotonic() + (_payload_timeout(private_dir) if queued else 0.0)
     while os.path.isdir(private_dir) and time.monotonic() < deadline:
         if os.path.exists(os.path.join(private_dir, "result.json")) or _t.thread_state(pid) in ("Z", "X", "gone"):
             break
         time.sleep(0.05)
     shutil.rmtree(private_dir, ignore_errors=True)
+
+
+def _lines() -> Iterator[dict[str, Any]]:
+    """The CLI's JSON lines on stdin, until it closes it."""
+    buffer = b""
+    while True:
+        while b"\n" not in buffer:
+            try:
+                chunk = os.read(0, 1 << 20)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return
+            buffer += chunk
+        line, buffer = buffer.split(b"\n", 1)
+        yield dict(json.loads(line))
 
 
 class _Test:
@@ -272,7 +292,9 @@ class _Test:
             os.kill(os.getppid(), self.kill_signal)
         except OSError:
             return
-        deadline = time.monotonic() + 5.0
+        # A SIGKILL is waited for (the CLI is gone before the next step); the others may be
+        # held by the CLI until its injection call returns, so the stop goes on meanwhile.
+        deadline = time.monotonic() + (5.0 if self.kill_signal == signal.SIGKILL else 0.0)
         while time.monotonic() < deadline and not _cli_gone(0.05):
             pass
 
@@ -321,13 +343,17 @@ def main() -> None:
         emit({"log": line})
 
     hook = test.hook if test is not None else _no_hook
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = os.read(0, 1 << 20)
-        if not chunk:
-            return  # the CLI died before it sent the request: nothing was done
-        line += chunk
-    request = json.loads(line)
+    lines = _lines()
+    private_dir = (next(lines, None) or {}).get("private_dir")
+    request = next(lines, None)
+    if request is None or request.get("abandon"):
+        # The CLI died before it asked for the stop (nothing was done to the target), or it
+        # declined and carries on with the directory itself.
+        if request is None and private_dir:
+            shutil.rmtree(private_dir, ignore_errors=True)
+        return
+    if test is not None:
+        test.log(f"helper: private dir {private_dir}")
     hook("start")
     # The whole stop runs with every signal blocked (SIGCHLD is waited for in sigtimedwait).
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
@@ -343,8 +369,8 @@ def main() -> None:
         outcome = {"ok": False, "kind": "AttachFailed", "message": f"ptrace helper: {exc!r}"}
     emit({"outcome": outcome})
     hook("reported")
-    if request.get("private_dir"):
-        janitor(request["private_dir"], int(request["plan"]["pid"]))
+    if private_dir:
+        janitor(private_dir, int(request["plan"]["pid"]), bool(outcome.get("ok")))
     if test is not None:
         test.log("helper: done")
     sys.exit(0)
