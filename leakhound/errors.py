@@ -123,6 +123,18 @@ class SnapshotFileError(LeakhoundError):
     HELP_TEXT = "Pass files written by `leakhound inspect --save` or `--json`."
 
 
+class FleetError(LeakhoundError):
+    """A simulated worker (simulate, demo, confirm, patch without a PID) died or was not ready
+    in time; the message ends with the last lines of its log."""
+
+    EXIT_CODE = 15
+    HELP_TEXT = (
+        "Each simulated worker needs a few hundred MB and runs `python -m "
+        "leakhound.simulate.worker` with this leakhound's python; `leakhound simulate` keeps "
+        "the full logs as worker-<n>.log in its report directory."
+    )
+
+
 class TargetExited(LeakhoundError):
     EXIT_CODE = 12
     HELP_TEXT = "The process exited while leakhound was working on it."

@@ -7,7 +7,25 @@ import time
 from pathlib import Path
 
 from leakhound.commands.common import Reporter
+from leakhound.errors import LeakhoundError
 from leakhound.simulate.fleet import start_fleet
+
+
+class ReadyFileError(LeakhoundError):
+    EXIT_CODE = 2
+    HELP_TEXT = "Pass --ready-file a path in a directory you can write."
+
+
+def check_ready_file(ready_file: Path) -> None:
+    """Fail before any worker starts if the ready file cannot be written where it goes."""
+    probe = ready_file.with_name(ready_file.name + ".tmp")
+    try:
+        if ready_file.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as exc:
+        raise ReadyFileError(f"cannot write --ready-file {ready_file}: {exc.strerror or exc}") from None
 
 
 def run(
@@ -23,6 +41,8 @@ def run(
     hold: float,
     reporter: Reporter,
 ) -> None:
+    if ready_file is not None:
+        check_ready_file(ready_file)
     report_dir = Path(tempfile.mkdtemp(prefix="leakhound-simulate-"))
     with start_fleet(workers=workers, concurrency=concurrency, turns=turns, rollouts=rollouts,
                      image_kb=image_kb, group_size=group_size, fixes=fixes, hold=hold,

@@ -1,9 +1,15 @@
-"""Parent-side launcher for simulated env workers (standard library only).
+"""Parent-side launcher for simulated env workers (standard library only; its error is a
+``LeakhoundError`` when the rest of leakhound is there).
 
 ``start_fleet`` spawns ``python -m leakhound.simulate.worker`` subprocesses, each in its
 own process group, with a ``PYTHONPATH`` that makes ``leakhound.simulate`` importable
 without the rest of leakhound (a namespace-package shim holding only ``simulate``), so
 the target python needs nothing installed.
+
+No worker outlives the parent: each dies with it (``worker.die_with_parent``: the kernel's
+parent-death signal, so even a SIGKILLed parent leaves none), and while a ``Fleet`` is
+entered, SIGTERM and SIGHUP end the parent through the ``with`` block, which kills every
+worker's process group (SIGKILL after ``stop``'s grace period).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,14 +30,24 @@ from typing import Any
 
 from . import fixes as fix_names
 from .report import read_report
+from .worker import PARENT_ENV
+
+try:
+    from leakhound.errors import FleetError
+except ImportError:  # leakhound.simulate alone (through the import shim): no CLI to map it
+
+    class FleetError(RuntimeError):  # type: ignore[no-redef]
+        HELP_TEXT = ""
+
+        def __init__(self, message: str, *, hint: str | None = None) -> None:
+            super().__init__(message)
+            self.hint = hint or ""
 
 SIMULATE_DIR = Path(__file__).resolve().parent
+__all__ = ["Fleet", "FleetError", "make_import_shim", "start_fleet"]
 
-
-class FleetError(RuntimeError):
-    """A simulated worker died or did not become ready in time."""
-
-    HELP_TEXT = "See the worker logs (worker-<n>.log) in the report directory."
+#: Signals whose default action ends the parent without running its ``finally`` blocks.
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class Fleet:
@@ -49,6 +66,7 @@ class Fleet:
         self.ready_file = ready_file
         self.logs = list(logs)
         self._shim_dir = shim_dir
+        self._handlers: dict[int, Any] = {}
 
     @property
     def pids(self) -> list[int]:
@@ -72,8 +90,14 @@ class Fleet:
         if self.ready_file is not None:
             payload = {"pids": self.pids, "report_dir": str(self.report_dir)}
             tmp = self.ready_file.with_name(self.ready_file.name + ".tmp")
-            tmp.write_text(json.dumps(payload), encoding="utf-8")
-            os.replace(tmp, self.ready_file)
+            try:
+                tmp.write_text(json.dumps(payload), encoding="utf-8")
+                os.replace(tmp, self.ready_file)
+            except OSError as exc:
+                raise FleetError(
+                    f"cannot write the ready file {self.ready_file}: {exc.strerror or exc}",
+                    hint="Pass --ready-file a path in a directory you can write.",
+                ) from None
         return reports
 
     def wait_idle(self, timeout: float = 300.0, stats_ticks: int = 0) -> list[dict[str, Any]]:
@@ -125,6 +149,14 @@ class Fleet:
         shutil.rmtree(self._shim_dir, ignore_errors=True)
 
     def __enter__(self) -> Fleet:
+        # SIGTERM/SIGHUP would end the parent at once, leaving the workers to the kernel's
+        # parent-death signal and the report directory behind: make them an exception
+        # (exit status 128 + signal) so that the with blocks stop the workers and clean up.
+        # Only where nobody handles them already, and only the main thread can.
+        if threading.current_thread() is threading.main_thread():
+            for signum in _ENDING_SIGNALS:
+                if signal.getsignal(signum) is signal.SIG_DFL:
+                    self._handlers[signum] = signal.signal(signum, _exit_on_signal)
         return self
 
     def __exit__(
@@ -133,7 +165,17 @@ class Fleet:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.kill()
+        try:
+            self.kill()
+        finally:
+            for signum, previous in self._handlers.items():
+                if signal.getsignal(signum) is _exit_on_signal:
+                    signal.signal(signum, previous)
+            self._handlers.clear()
+
+
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def start_fleet(
@@ -166,6 +208,7 @@ def start_fleet(
     )
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra_env or {})
+    env[PARENT_ENV] = str(os.getpid())  # the workers die with this process
     processes: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
     try:

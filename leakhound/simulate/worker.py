@@ -7,6 +7,9 @@ memory behaves like the production workers that were OOM-killed (see ``--fixes``
 from __future__ import annotations
 
 import argparse
+import ctypes
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,7 +90,38 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerConfig:
     )
 
 
+#: Set by ``start_fleet`` to its own pid: the worker dies with that process.
+PARENT_ENV = "LEAKHOUND_SIMULATE_PARENT"
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """SIGKILL this worker when the fleet's parent dies, however it dies (even SIGKILL), so
+    that no simulated worker, a GB or more, is ever left running reparented to init.
+
+    The kernel sends the signal when the thread that spawned us exits; a parent gone before
+    this call is caught by looking for the pid the fleet passed down (``python`` may be a
+    wrapper that forks, so our parent need not be that pid).
+    """
+    expected = os.environ.pop(PARENT_ENV, "")
+    if not expected.isdigit():
+        return  # started by hand: lives as long as its shell keeps it
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the fleet's own signal handling still stops us
+    if os.getppid() != int(expected):
+        try:
+            os.kill(int(expected), 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except OSError:
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent()
     config = parse_args(argv)
     fixes.configure(config.fixes)
     if config.report_dir is not None:
