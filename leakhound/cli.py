@@ -234,9 +234,12 @@ def export(
     method: MethodOpt = "auto",
     timeout: TimeoutOpt = 60.0,
     max_pause: MaxPauseOpt = 50.0,
+    top: Annotated[
+        int, typer.Option("--top", "-n", min=1, max=100, help="Owners exported per worker (one series each).")
+    ] = 10,
 ) -> None:
     """Serve Prometheus metrics for workers: RSS, live heap, trimmable bytes, top owners,
-    growth rates and finding sizes, labelled by pid and process name (docs/export.md).
+    growth rates and finding sizes, labelled by pid and worker (its script or module; docs/export.md).
     """
     from leakhound.commands import export as command
 
@@ -244,7 +247,7 @@ def export(
     chosen = _pids_or_match(pids, match)
     try:
         command.run(pids=chosen, match=match, method=method, listen=listen, allow_remote=allow_remote,
-                    interval=interval, timeout=timeout, max_pause_ms=max_pause, reporter=reporter())
+                    interval=interval, timeout=timeout, max_pause_ms=max_pause, top=top, reporter=reporter())
     except LeakhoundError as exc:
         raise fail(exc) from None
 

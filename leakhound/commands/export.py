@@ -20,7 +20,13 @@ from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.commands.common import Reporter
 from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
-from leakhound.render.prometheus import ProcessView, SnapshotCollector
+from leakhound.render.prometheus import (
+    DEFAULT_TOP_OWNERS,
+    ProcessView,
+    SnapshotCollector,
+    labelled_sample,
+    worker_label,
+)
 
 GROWTH_WINDOW = 12  # censuses kept per process for the growth-rate metric
 
@@ -37,8 +43,12 @@ class _Exported:
     snapshot: Snapshot | None = None
     history: deque[Sample] = field(default_factory=lambda: deque(maxlen=GROWTH_WINDOW))
     errors: int = 0
-    up: bool = False
+    up: bool = True  # until a census fails: a process not yet censused is not down
     gone: bool = False
+
+    @property
+    def worker(self) -> str:
+        return worker_label(self.target.cmdline.split(), self.target.name)
 
 
 def parse_listen(listen: str, *, allow_remote: bool) -> tuple[str, int]:
@@ -63,8 +73,9 @@ class Exporter:
 
     def __init__(self, *, pids: tuple[int, ...], match: str | None, method: str,
                  interval: float, timeout: float, reporter: Reporter,
-                 max_pause_ms: float = DEFAULT_MAX_PAUSE_MS) -> None:
+                 max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS) -> None:
         self.match = match
+        self.top = top
         self.max_pause_ms = max_pause_ms
         self.method = method
         self.interval = interval
@@ -101,8 +112,8 @@ class Exporter:
                 continue
             pid = exported.target.pid
             try:
-                snap = take_snapshot(pid, method=exported.method, timeout=self.timeout, log=self.reporter.log,
-                                     max_pause_ms=self.max_pause_ms)
+                snap = take_snapshot(pid, method=exported.method, top=max(self.top, 20), timeout=self.timeout,
+                                     log=self.reporter.log, max_pause_ms=self.max_pause_ms)
             except (TargetNotFound, TargetExited):
                 exported.gone = True
                 exported.up = False
@@ -116,7 +127,7 @@ class Exporter:
                 continue
             with self.lock:
                 exported.snapshot = snap
-                exported.history.append(sample_from_snapshot(snap))
+                exported.history.append(labelled_sample(sample_from_snapshot(snap)))
                 exported.up = True
         with self.lock:
             # Forget processes that exited: their series end, as in any exporter.
@@ -136,7 +147,7 @@ class Exporter:
             history = list(e.history)
             views.append(
                 ProcessView(
-                    pid=e.target.pid, name=e.target.name, snapshot=e.snapshot,
+                    pid=e.target.pid, worker=e.worker, snapshot=e.snapshot,
                     growth=analyse_growth(history) if len(history) >= 3 else None,
                     rss_bytes=rss, up=e.up and rss is not None, errors=e.errors,
                 )
@@ -156,7 +167,7 @@ def serve(exporter: Exporter, *, host: str, port: int, stop: threading.Event,
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(exporter.views))
+    registry.register(SnapshotCollector(exporter.views, top_owners=exporter.top))
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
@@ -175,10 +186,10 @@ def serve(exporter: Exporter, *, host: str, port: int, stop: threading.Event,
 
 def run(*, pids: tuple[int, ...], match: str | None, method: str, listen: str, allow_remote: bool,
         interval: float, timeout: float, reporter: Reporter,
-        max_pause_ms: float = DEFAULT_MAX_PAUSE_MS) -> None:
+        max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS) -> None:
     host, port = parse_listen(listen, allow_remote=allow_remote)
     exporter = Exporter(pids=pids, match=match, method=method, interval=interval,
-                        timeout=timeout, reporter=reporter, max_pause_ms=max_pause_ms)
+                        timeout=timeout, reporter=reporter, max_pause_ms=max_pause_ms, top=top)
     stop = threading.Event()
     try:
         serve(exporter, host=host, port=port, stop=stop)

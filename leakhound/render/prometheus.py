@@ -1,29 +1,97 @@
 """Prometheus metrics from snapshots: a collector the ``export`` endpoint serves.
 
 Every number comes from the last full snapshot of each process (and RSS read at scrape time,
-which is free), labelled by ``pid`` and process ``name``. Metric names and labels are
-documented in docs/export.md; they are a stable interface for dashboards and alerts.
+which is free). Names follow the Prometheus conventions (base units, ``_total`` only on
+counters, one HELP per metric; ``promtool check metrics`` passes, see tests) and labels are
+bounded and stable: ``pid`` and ``worker`` (the script or module the process runs) on every
+series; ``owner`` without the line numbers and task/thread numbers that change while the
+worker runs; no label whose value flips with a verdict or a severity. Documented in
+docs/export.md, a stable interface for dashboards and alerts.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from leakhound.analysis.growth import GrowthReport
+from leakhound.analysis.growth import UNKNOWN, GrowthReport, OwnerSample, Sample
 from leakhound.model import Snapshot
 
 PREFIX = "leakhound"
-# Finding kinds whose count/bytes become metrics of their own (the verifiers detectors).
+DEFAULT_TOP_OWNERS = 10
+# Finding kinds whose count and bytes become metrics of their own (the verifiers detectors):
+# kind -> ((count metric, its HELP), (bytes metric, its HELP)).
 NAMED_FINDINGS = {
-    "trajectory_registry": ("trajectory_registry_entries", "trajectory_registry_bytes",
-                            "Entries and bytes in the trajectory registry (verifiers detector)."),
-    "intercept_bodies": ("intercept_bodies", "intercept_bodies_bytes",
-                         "Retained intercepted request/response bodies (verifiers detector)."),
+    "trajectory_registry": (
+        ("trajectory_registry_entries", "Entries in the verifiers trajectory registry (Runtime.trajectories)."),
+        ("trajectory_registry_bytes", "Bytes retained by the verifiers trajectory registry's entries."),
+    ),
+    "intercept_bodies": (
+        ("intercept_bodies", "Intercepted request bodies verifiers still holds after delivering them."),
+        ("intercept_bodies_bytes", "Bytes of the intercepted request bodies verifiers still holds."),
+    ),
 }
+# Census owners that are not a place in the program (the code itself).
+_NOT_OWNERS = frozenset({"<modules and classes>"})
+
+# "(worker.py:123)" in task and thread owners: the line a coroutine or frame is at right now.
+_LINE = re.compile(r"\(([^()]*?):\d+\)")
+# asyncio's and threading's automatic names: a new number for every task or thread started.
+_AUTO_NAME = re.compile(r"\b(Task|Thread|ThreadPoolExecutor)-\d+(?:_\d+)?\b")
+_PYTHON = re.compile(r"^(python|pypy)[\d.]*m?$")
+# Interpreter options that take a value in the next argument.
+_OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+
+
+def owner_label(path: str) -> str:
+    """An owner path as a label value that stays the same while the worker runs:
+    ``task:Task-7/run (worker.py:123).x`` -> ``task:Task-*/run (worker.py).x``."""
+    return _AUTO_NAME.sub(r"\1-*", _LINE.sub(r"(\1)", path))
+
+
+def worker_label(argv: Sequence[str], name: str) -> str:
+    """What a process runs, from its command line: the module of ``python -m MODULE``, the
+    script's file name, ``-c``, or the executable's name when it is not a Python launcher."""
+    if not argv:
+        return name
+    executable = os.path.basename(argv[0])
+    if not _PYTHON.match(executable):
+        return executable or name
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[i + 1] if i + 1 < len(argv) else executable
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return arg[2:]
+        if arg == "-c":
+            return "-c"
+        if arg in _OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return os.path.basename(arg) or executable
+    return executable
+
+
+def labelled_sample(sample: Sample) -> Sample:
+    """``sample`` with its owners merged under their labels, so that the growth rate of a task's
+    owner is measured across censuses that saw its coroutine at different lines."""
+    merged: dict[str, OwnerSample] = {}
+    for o in sample.owners:
+        label = owner_label(o.path)
+        seen = merged.get(label)
+        merged[label] = OwnerSample(label, o.type, o.items, o.bytes, o.estimated) if seen is None else OwnerSample(
+            label, seen.type, seen.items + o.items, seen.bytes + o.bytes, seen.estimated or o.estimated)
+    return dataclasses.replace(sample, owners=tuple(merged.values()))
 
 
 @dataclass(frozen=True)
@@ -31,18 +99,18 @@ class ProcessView:
     """What the collector knows about one process at scrape time."""
 
     pid: int
-    name: str
+    worker: str
     snapshot: Snapshot | None
     growth: GrowthReport | None = None
     rss_bytes: int | None = None  # read at scrape time; None when the process is gone
-    up: bool = True
+    up: bool = True  # False once a census failed, until one succeeds again
     errors: int = 0
 
 
 class SnapshotCollector(Collector):
     """Turns ``views()`` into metric families on every scrape (no state of its own)."""
 
-    def __init__(self, views: Callable[[], Sequence[ProcessView]], *, top_owners: int = 10) -> None:
+    def __init__(self, views: Callable[[], Sequence[ProcessView]], *, top_owners: int = DEFAULT_TOP_OWNERS) -> None:
         self.views = views
         self.top_owners = top_owners
 
@@ -50,38 +118,52 @@ class SnapshotCollector(Collector):
         return iter(collect_metrics(self.views(), top_owners=self.top_owners))
 
 
-def _g(name: str, doc: str, labels: Sequence[str], unit: str = "") -> GaugeMetricFamily:
-    return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels), unit=unit)
+def _g(name: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
 
 
-def collect_metrics(views: Sequence[ProcessView], *, top_owners: int = 10) -> list[Metric]:
-    base = ("pid", "name")
-    up = _g("up", "1 when the last snapshot of the process succeeded.", base)
-    errors = CounterMetricFamily(f"{PREFIX}_snapshot_errors", "Snapshots that failed.", labels=list(base))
-    rss = _g("rss_bytes", "Resident set size, read at scrape time.", base)
-    heap = _g("live_heap_bytes", "Bytes of live Python objects (last census).", base)
-    objects = _g("live_heap_objects", "Live Python objects (last census).", base)
-    trimmable = _g("trimmable_bytes", "Free glibc memory malloc_trim(0) would return.", base)
-    malloc_free = _g("malloc_free_bytes", "Free memory glibc holds.", base)
-    pymalloc_free = _g("pymalloc_free_bytes", "Free memory inside pymalloc arenas.", base)
-    garbage = _g("cyclic_garbage_bytes", "Unreachable objects kept alive by reference cycles.", base)
-    taken = _g("snapshot_timestamp_seconds", "When the last census was taken (unix time).", base)
-    pause = _g("snapshot_pause_ms", "Longest pause of the target during the last census.", base)
+def _summed(rows: Sequence[tuple[tuple[str, ...], float]]) -> dict[tuple[str, ...], float]:
+    """Rows whose labels became equal (owners differing only by a line number) add up: every
+    object belongs to one owner, so the sum is what the label's owners retain together."""
+    out: dict[tuple[str, ...], float] = {}
+    for labels, value in rows:
+        out[labels] = out.get(labels, 0.0) + value
+    return out
+
+
+def collect_metrics(views: Sequence[ProcessView], *, top_owners: int = DEFAULT_TOP_OWNERS) -> list[Metric]:
+    base = ("pid", "worker")
+    up = _g("up", "1 while the process is exported and its last census, if any, succeeded; 0 after a failed one.",
+            base)
+    errors = CounterMetricFamily(f"{PREFIX}_snapshot_errors", "Censuses of the process that failed (busy, timeout, "
+                                 "refused) since the exporter started.", labels=list(base))
+    rss = _g("rss_bytes", "Resident set size of the process, read from /proc at scrape time.", base)
+    heap = _g("live_heap_bytes", "Bytes held by live Python objects (last census).", base)
+    objects = _g("live_heap_objects", "Number of live Python objects (last census).", base)
+    trimmable = _g("trimmable_bytes", "Free glibc heap memory malloc_trim(0) would return to the system (last census).",
+                   base)
+    malloc_free = _g("malloc_free_bytes", "Free memory glibc's allocator keeps in the process (last census).", base)
+    pymalloc_free = _g("pymalloc_free_bytes", "Free memory inside pymalloc's arenas (last census).", base)
+    garbage = _g("cyclic_garbage_bytes", "Bytes of unreachable objects kept alive by reference cycles (last census).",
+                 base)
+    taken = _g("snapshot_timestamp_seconds", "Unix time the last census of the process was taken.", base)
+    pause = _g("snapshot_pause_seconds", "Longest time the last census held the process's main thread.", base)
     owner_labels = (*base, "owner", "type")
-    owner_bytes = _g("owner_retained_bytes", "Bytes retained by the top owners (last census).", owner_labels)
-    owner_items = _g("owner_items", "Items in the top owners' containers (last census).", owner_labels)
-    growth = _g("owner_growth_bytes_per_minute", "Growth rate of an owner over the recent censuses.",
-                (*base, "owner", "verdict"))
-    finding_labels = (*base, "kind", "severity")
-    finding_bytes = _g("finding_bytes", "Bytes a finding is about.", finding_labels)
-    finding_count = _g("finding_count", "Objects/entries a finding is about.", finding_labels)
+    owner_bytes = _g("owner_retained_bytes", "Bytes a named owner retains: what freeing it would give back "
+                     "(top owners, last census).", owner_labels)
+    owner_items = _g("owner_items", "Items in a named owner's container (top owners, last census).", owner_labels)
+    growth = _g("owner_growth_bytes_per_second", "Growth rate of an owner's retained bytes, least squares over "
+                "the exporter's last censuses of the process.", (*base, "owner"))
+    finding_bytes = _g("finding_bytes", "Bytes the findings of a kind are about (last census).", (*base, "kind"))
+    finding_items = _g("finding_items", "Objects or entries the findings of a kind are about (last census).",
+                       (*base, "kind"))
     named = {
-        kind: (_g(count_name, doc, (*base, "owner")), _g(bytes_name, doc, (*base, "owner")))
-        for kind, (count_name, bytes_name, doc) in NAMED_FINDINGS.items()
+        kind: (_g(count_name, count_doc, (*base, "owner")), _g(bytes_name, bytes_doc, (*base, "owner")))
+        for kind, ((count_name, count_doc), (bytes_name, bytes_doc)) in NAMED_FINDINGS.items()
     }
     for view in views:
-        labels = [str(view.pid), view.name]
-        up.add_metric(labels, 1.0 if view.up and view.snapshot is not None else 0.0)
+        labels = (str(view.pid), view.worker)
+        up.add_metric(labels, 1.0 if view.up else 0.0)
         errors.add_metric(labels, float(view.errors))
         if view.rss_bytes is not None:
             rss.add_metric(labels, float(view.rss_bytes))
@@ -96,36 +178,37 @@ def collect_metrics(views: Sequence[ProcessView], *, top_owners: int = 10) -> li
             pymalloc_free.add_metric(labels, float(snap.arena.pymalloc_free_bytes))
         garbage.add_metric(labels, float(snap.cyclic_garbage.bytes))
         taken.add_metric(labels, snap.taken_at)
-        pause.add_metric(labels, snap.heap.max_pause_ms)
-        for top in [o for o in snap.owners if o.path != "<modules and classes>"][:top_owners]:
-            owner_bytes.add_metric([*labels, top.path, top.type], float(top.retained_bytes))
-            owner_items.add_metric([*labels, top.path, top.type], float(top.items))
+        pause.add_metric(labels, snap.heap.max_pause_ms / 1000.0)
+        top = [o for o in snap.owners if o.path not in _NOT_OWNERS][:top_owners]
+        for key, value in _summed([((*labels, owner_label(o.path), o.type), float(o.retained_bytes))
+                                   for o in top]).items():
+            owner_bytes.add_metric(key, value)
+        for key, value in _summed([((*labels, owner_label(o.path), o.type), float(o.items)) for o in top]).items():
+            owner_items.add_metric(key, value)
         if view.growth is not None:
-            for t in view.growth.owners[:top_owners]:
-                if t.verdict != "unknown":
-                    growth.add_metric([*labels, t.name, t.verdict], t.bytes_per_min)
-        # Several findings may share labels: one sample per label set, summed.
-        per_kind: dict[tuple[str, str], list[float]] = {}
-        per_named: dict[tuple[str, str], list[float]] = {}
-        for f in snap.findings:
-            if f.skipped:
-                continue
-            totals = per_kind.setdefault((f.kind, f.severity), [0.0, 0.0])
-            totals[0] += f.count
-            totals[1] += f.bytes
-            if f.kind in named:
-                totals = per_named.setdefault((f.kind, f.owner), [0.0, 0.0])
-                totals[0] += f.count
-                totals[1] += f.bytes
-        for (kind, severity), (count, size) in per_kind.items():
-            finding_count.add_metric([*labels, kind, severity], count)
-            finding_bytes.add_metric([*labels, kind, severity], size)
-        for (kind, owner), (count, size) in per_named.items():
-            named[kind][0].add_metric([*labels, owner], count)
-            named[kind][1].add_metric([*labels, owner], size)
+            trends = [t for t in view.growth.owners if t.verdict != UNKNOWN and t.name not in _NOT_OWNERS]
+            for key, value in _summed([((*labels, owner_label(t.name)), t.bytes_per_min / 60.0)
+                                       for t in trends[:top_owners]]).items():
+                growth.add_metric(key, value)
+        findings = [f for f in snap.findings if not f.skipped]
+        for key, value in _summed([((*labels, f.kind), float(f.bytes)) for f in findings]).items():
+            finding_bytes.add_metric(key, value)
+        for key, value in _summed([((*labels, f.kind), float(f.count)) for f in findings]).items():
+            finding_items.add_metric(key, value)
+        for kind, (count_family, bytes_family) in named.items():
+            of_kind = [f for f in findings if f.kind == kind]
+            for key, value in _summed([((*labels, owner_label(f.owner)), float(f.count)) for f in of_kind]).items():
+                count_family.add_metric(key, value)
+            for key, value in _summed([((*labels, owner_label(f.owner)), float(f.bytes)) for f in of_kind]).items():
+                bytes_family.add_metric(key, value)
     families: list[Metric] = [up, errors, rss, heap, objects, trimmable, malloc_free, pymalloc_free,
                               garbage, taken, pause, owner_bytes, owner_items, growth,
-                              finding_bytes, finding_count]
+                              finding_bytes, finding_items]
     for count_family, bytes_family in named.values():
         families.extend((count_family, bytes_family))
     return families
+
+
+def metric_names() -> list[str]:
+    """Every sample name the exporter can emit (counters with ``_total``), for docs and tests."""
+    return [family.name + ("_total" if family.type == "counter" else "") for family in collect_metrics([])]

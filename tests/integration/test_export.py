@@ -4,6 +4,7 @@ text parser; numbers checked against what the target reports about itself."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -61,14 +62,20 @@ def test_scrape_real_endpoint(tmp_path: Path) -> None:
                 time.sleep(0.2)
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-                        metrics = _samples(resp.read().decode())
+                        text = resp.read().decode()
+                        metrics = _samples(text)
                 except OSError:
                     continue
             truth = child.report()
         finally:
             exporter.terminate()
             exporter.wait(timeout=10)
-    labels = {"pid": str(child.pid), "name": "python"}
+    # The worker label names the fixture's script, not the interpreter.
+    labels = {"pid": str(child.pid), "worker": "static_table.py"}
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "promtool is not installed (.ci/run installs it with apt: prometheus)"
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
     (up,) = metrics["leakhound_up"]
     assert up == (labels, 1.0)
     (rss,) = metrics["leakhound_rss_bytes"]
@@ -101,12 +108,12 @@ def test_verifier_findings_become_named_metrics() -> None:
 
     class _Fixed(Collector):
         def collect(self):  # type: ignore[no-untyped-def]  # noqa: ANN202
-            return iter(collect_metrics([ProcessView(pid=7, name="env", snapshot=snap, rss_bytes=123)]))
+            return iter(collect_metrics([ProcessView(pid=7, worker="env", snapshot=snap, rss_bytes=123)]))
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Fixed())
     metrics = _samples(generate_latest(registry).decode())
-    base = {"pid": "7", "name": "env"}
+    base = {"pid": "7", "worker": "env"}
     assert metrics["leakhound_trajectory_registry_entries"] == [({**base, "owner": "env.REGISTRY"}, 12.0)]
     assert metrics["leakhound_trajectory_registry_bytes"] == [({**base, "owner": "env.REGISTRY"}, 4000.0)]
     assert metrics["leakhound_intercept_bodies"] == [({**base, "owner": "env.INTERCEPTS"}, 4.0)]
@@ -133,3 +140,20 @@ def test_cli_refuses_remote_listen_without_flag() -> None:
     )
     assert out.returncode == 2
     assert "refusing to listen" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_up_before_the_first_census(tmp_path: Path) -> None:
+    # Before: leakhound_up was 0 from the start until the first census had finished, the same
+    # value a failing worker gets: an alert on up == 0 fired for every new worker.
+    from leakhound.commands.common import Reporter
+    from leakhound.commands.export import Exporter
+
+    with spawn_target("static_table", tmp_path) as child:
+        exporter = Exporter(pids=(child.pid,), match=None, method="gdb", interval=60.0, timeout=30.0,
+                            reporter=Reporter(quiet=True))
+        (view,) = exporter.views()
+        families = {f.name: f for f in collect_metrics([view])}
+    assert [s.value for s in families["leakhound_up"].samples] == [1.0]
+    assert view.snapshot is None and [s.labels["worker"] for s in families["leakhound_up"].samples] == [
+        "static_table.py"
+    ]
