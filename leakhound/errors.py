@@ -47,6 +47,16 @@ class AttachTimeout(LeakhoundError):
     HELP_TEXT = "Raise --timeout, or inspect when the worker is less busy."
 
 
+class RequestCancelled(AttachTimeout):
+    """The request ran out of time and the payload confirmed it stopped (its lock released)."""
+
+    HELP_TEXT = (
+        "The request was stopped inside the target at its next step and left nothing running "
+        "(a patch that is cancelled changes nothing). Raise --timeout, or retry when the "
+        "worker is less busy."
+    )
+
+
 class TargetBlocked(AttachTimeout):
     HELP_TEXT = (
         "The payload runs when the main thread next executes Python code. If it is blocked in "
@@ -138,3 +148,51 @@ class FleetError(LeakhoundError):
 class TargetExited(LeakhoundError):
     EXIT_CODE = 12
     HELP_TEXT = "The process exited while leakhound was working on it."
+
+
+class TargetDied(TargetExited):
+    """The target ended during a request: how (signal, core) and whether leakhound was in it."""
+
+    HELP_TEXT = (
+        "If leakhound was inside the process when it died, please report it with this message "
+        "(and the core file, if one was written); otherwise look at what else acts on the "
+        "worker (the OOM killer, its supervisor, a deploy)."
+    )
+    signal: int | None = None
+    exit_status: int | None = None
+    core_dumped: bool | None = None
+    leakhound_inside: bool = False
+
+
+class PatchIncomplete(LeakhoundError):
+    """A patch request ran out of time, but fixes are applied in the target (read back)."""
+
+    EXIT_CODE = 13
+    HELP_TEXT = (
+        "The fixes named as applied are live in the worker: keep them, or take them out with "
+        "`leakhound patch PID --revert`. Raise --timeout to get their measurement."
+    )
+
+
+class OutcomeUnknown(LeakhoundError):
+    """A request ran out of time and neither its cancellation nor its outcome could be read."""
+
+    EXIT_CODE = 14
+    HELP_TEXT = (
+        "The request was told to stop and stops at its next step inside the target once it "
+        "gets to run again; until then new requests get exit code 9. For a patch, check what "
+        "is applied with `leakhound patch PID --status` (a patch that is cancelled lands nothing)."
+    )
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP to leakhound: it cancels its request in the target, removes
+    what it made, and exits with 128 + the signal number (130, 143, 129)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

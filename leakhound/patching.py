@@ -2,6 +2,11 @@
 
 Side effects at the edge (attach); the arithmetic of each fix's effect is in
 ``leakhound/patches``. Every action names fixes from the built-in set only.
+
+A change that times out is never left unreported: the payload lands a patch's fixes all at
+once after its last cancellation point, and when an apply or revert does not answer in time
+what is applied is read back from the target (``status``) and the error says it, with an
+exit code per outcome: nothing changed (6), fixes applied (13), could not be read (14).
 """
 
 from __future__ import annotations
@@ -13,7 +18,15 @@ from typing import Any
 from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.process import resolve_target
-from leakhound.errors import PatchRefused
+from leakhound.errors import (
+    AttachTimeout,
+    OutcomeUnknown,
+    PatchIncomplete,
+    PatchRefused,
+    RequestCancelled,
+    TargetBlocked,
+    TargetBusy,
+)
 from leakhound.model import PatchOutcome
 from leakhound.patches import FIXES, Measurement
 
@@ -54,6 +67,10 @@ def patch_process(
     seconds (1 to 3600; default 10)."""
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}")
+    if action == "revert":
+        doc = _changing(pid, action, fixes, method=method, timeout=timeout, log=log)
+        listed = tuple(_outcome(pid, r) for r in doc["results"])
+        return listed
     if action != "apply":
         doc = _request(pid, action, fixes, method=method, timeout=timeout, log=log)
         listed = tuple(_outcome(pid, r) for r in doc["results"])
@@ -62,12 +79,24 @@ def patch_process(
     if trim_every is not None and not 1 <= trim_every <= 3600:
         raise ValueError("trim_every must be between 1 and 3600 seconds")
     options = {"trim_every": trim_every} if trim_every is not None else None
-    applied = _request(pid, "apply", fixes, method=method, timeout=timeout, log=log, options=options)
+    applied = _changing(pid, "apply", fixes, method=method, timeout=timeout, log=log, options=options)
     _raise_if_all_refused(pid, tuple(_outcome(pid, r) for r in applied["results"]))
+    live = [r["fix"] for r in applied["results"] if r["status"] in ("applied", "already-applied")]
+    if "measure" not in applied:
+        raise PatchIncomplete(
+            f"process {pid}: applied: {', '.join(live) or 'none'}; the request ran out of time right "
+            f"after they landed, before measuring them ({applied.get('measure_skipped', '')})"
+        )
     after_doc = applied
     if verify_seconds > 0:
         wait(verify_seconds)
-        after_doc = _request(pid, "measure", fixes, method=method, timeout=timeout, log=log)
+        try:
+            after_doc = _request(pid, "measure", fixes, method=method, timeout=timeout, log=log)
+        except (AttachTimeout, OutcomeUnknown) as exc:
+            raise PatchIncomplete(
+                f"process {pid}: applied: {', '.join(live) or 'none'}; the measurement "
+                f"{verify_seconds:.0f}s later did not come back: {exc}"
+            ) from None
     before = Measurement.from_payload(applied["measure_before"])
     right_after = Measurement.from_payload(applied["measure"])
     after = Measurement.from_payload(after_doc["measure"])
@@ -84,6 +113,73 @@ def patch_process(
             )
         outcomes.append(outcome)
     return tuple(outcomes)
+
+
+# How long a read-back after a timeout keeps asking while the timed-out request still holds
+# the target's lock (it stops at its next step once it runs).
+READ_BACK_SECONDS = 30.0
+
+
+def _changing(pid: int, action: str, fixes: list[str], *, method: str, timeout: float,
+              log: AttachLog | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An apply or revert whose outcome is known whatever happens to the request: on a
+    timeout, what is applied is read back from the target and reported."""
+    try:
+        return _request(pid, action, fixes, method=method, timeout=timeout, log=log, options=options)
+    except TargetBlocked as exc:
+        raise TargetBlocked(f"{exc}; nothing was changed: the payload never started, and it never will "
+                            f"(its directory is gone)") from None
+    except (AttachTimeout, OutcomeUnknown) as exc:
+        cause = exc
+    applied = _read_back(pid, method=method, timeout=timeout, log=log)
+    asked = ", ".join(fixes)
+    if applied is None:
+        raise OutcomeUnknown(
+            f"{cause}; what is applied could not be read back from process {pid} within "
+            f"{READ_BACK_SECONDS:.0f}s"
+        )
+    now = ", ".join(applied) or "none"
+    cancelled = isinstance(cause, RequestCancelled)
+    if action == "apply":
+        landed = [f for f in fixes if f in applied]
+        if not landed:
+            raise RequestCancelled(
+                f"process {pid}: the patch ({asked}) did not finish in time and "
+                + ("was stopped in the target before any fix landed" if cancelled else "did not land")
+                + f"; nothing was changed (read back: applied now: {now})"
+            )
+        raise PatchIncomplete(
+            f"process {pid}: the patch did not answer in time, but fixes are applied (read back: "
+            f"applied now: {now}); not measured"
+        )
+    still = [f for f in fixes if f in applied]
+    if still:
+        raise PatchIncomplete(
+            f"process {pid}: the revert ({asked}) did not finish in time; still applied (read back): "
+            f"{', '.join(still)}; applied now: {now}"
+        )
+    raise RequestCancelled(
+        f"process {pid}: the revert did not answer in time, but none of {asked} is applied "
+        f"(read back: applied now: {now})"
+    )
+
+
+def _read_back(pid: int, *, method: str, timeout: float, log: AttachLog | None) -> list[str] | None:
+    """Which fixes are applied in ``pid``, asked until the timed-out request has let go of the
+    target's lock; None when it could not be read."""
+    deadline = time.monotonic() + READ_BACK_SECONDS
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            doc = _request(pid, "status", list(FIXES), method=method, timeout=max(5.0, min(timeout, remaining)),
+                           log=log)
+            return sorted(str(name) for name in doc.get("applied", ()))
+        except (AttachTimeout, OutcomeUnknown, TargetBusy) as exc:
+            if log is not None:
+                log(f"reading back what is applied: {exc}")
+            if time.monotonic() + 1.0 > deadline:
+                return None
+            time.sleep(1.0)
 
 
 def _outcome(pid: int, result: dict[str, Any]) -> PatchOutcome:

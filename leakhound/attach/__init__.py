@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from leakhound.attach import agent, gdb, ptrace, remote_exec
+from leakhound.attach import agent, death, finish, gdb, ptrace, remote_exec
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import PrivateChannel, Progress
 from leakhound.attach.process import Target, resolve_target
 from leakhound.attach.pyspy import py_spy_dump
-from leakhound.errors import MethodUnavailable, RemoteError, TargetBusy
+from leakhound.errors import MethodUnavailable, RemoteError, RequestCancelled, TargetBusy
 
 METHODS = ("auto", "agent", "ptrace", "gdb", "remote-exec")
 AUTO_ORDER = ("agent", "remote-exec", "ptrace", "gdb")
@@ -75,8 +75,10 @@ def run_request(
     log(f"method: {chosen}")
     # The payload gives up a little before we do, so it can still report why.
     request = {**request, "timeout": max(1.0, timeout - 2.0)}
+    facts = death.read_facts(pid)  # what is gone with the target, should it die
     if chosen == "agent":
-        result = agent.request(pid, target.uid, request, timeout=timeout, progress=progress, log=log)
+        result = finish.wait_agent(pid, facts, lambda: agent.request(
+            pid, target.uid, request, timeout=timeout, progress=progress, log=log))
         return _checked(RemoteResult(target, chosen, result, 0.0, 0.0), log)
     if chosen not in ("ptrace", "gdb", "remote-exec"):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
@@ -85,28 +87,28 @@ def run_request(
         code = channel.bootstrap_code()
         if chosen == "ptrace":
             try:
-                injection = ptrace.inject(
+                injection = finish.held(lambda: ptrace.inject(
                     pid, code, timeout=min(timeout, 30.0), log=log, page_note=str(channel.dir / "page")
-                )
+                ))
             except MethodUnavailable as exc:
                 if method != "auto" or gdb.gdb_path() is None:
                     raise
                 log(f"ptrace declined before stopping the target ({exc}); using gdb")
                 chosen = "gdb"
-                injection = gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log)
+                injection = finish.held(lambda: gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log))
         elif chosen == "gdb":
-            injection = gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log)
+            injection = finish.held(lambda: gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log))
         else:
             injection = remote_exec.inject(
                 target, code, str(channel.dir), channel.target_dir, timeout=timeout, log=log
             )
-        started, result = channel.wait(
+        started, result = finish.wait_debugger(channel.dir, pid, facts, lambda: channel.wait(
             pid=pid,
             start_timeout=min(SAFE_POINT_TIMEOUT, timeout),
             timeout=timeout,
             progress=progress,
             blocked_hint=lambda: py_spy_dump(pid),
-        )
+        ))
     return _checked(
         RemoteResult(
             target,
@@ -127,4 +129,10 @@ def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:
         log(str(result["traceback"]))
     if result.get("kind") == "Busy":
         raise TargetBusy(f"process {remote.target.pid}: {result.get('error')}")
+    if result.get("kind") == "Cancelled":
+        raise RequestCancelled(
+            f"process {remote.target.pid}: the request did not finish in time and was stopped inside "
+            f"the target during {result.get('phase', '?')} ({result.get('reason', '?')}); nothing of it "
+            f"is left running"
+        )
     raise RemoteError(f"payload failed in process {remote.target.pid}: {result.get('error')}")

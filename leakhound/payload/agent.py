@@ -74,7 +74,9 @@ def _serve_one(conn):
             except OSError:
                 pass
 
-        _send(conn, {"result": runner.handle(request, runner.throttled(send_progress))})
+        # A "cancel" line or the client closing the connection stops the request.
+        _send(conn, {"result": runner.handle(request, runner.throttled(send_progress),
+                                             runner.socket_cancelled(conn))})
     except OSError:
         pass
     finally:

@@ -6,14 +6,24 @@ Runs inside the target with the standard library only. Two ways in:
   on the main thread and only starts a short-lived daemon thread, which loads this package
   and calls this: it reads ``request.json`` from the private directory, writes
   ``progress.json`` while it works and ``result.json`` (by atomic rename) when done.
-* ``handle(request, progress)``: the in-process agent path (``agent.py``), called on the
-  agent's own thread.
+* ``handle(request, progress, cancelled)``: the in-process agent path (``agent.py``), called
+  on the agent's own thread.
 
 Only the fixed operations in ``OPERATIONS`` are accepted; a request never carries code.
+
+Every request ends by itself: it carries ``timeout`` (the CLI's, minus a margin), and the work
+checks that deadline and the CLI's explicit cancel (a ``cancel`` file in the private
+directory, the directory gone, or a ``cancel`` line / a closed connection on the agent socket)
+at every step of the census and between phases. A cancelled request answers
+``{"ok": false, "kind": "Cancelled", "reason": "deadline" | "cancel", "phase": ...}`` and
+releases the lock (``_busy``), so nothing keeps running unobserved. A patch lands all its
+fixes in one step after its last cancellation point: cancelled means nothing landed.
 """
 
 import json
 import os
+import select
+import socket
 import sys
 import threading
 import time
@@ -34,34 +44,105 @@ def _is_stdlib(name):
     return top in names or top.startswith("_") and top[1:] in names
 
 
+class Cancelled(Exception):
+    """The request's deadline passed or the CLI cancelled it; raised between steps only."""
+
+    def __init__(self, reason, phase):
+        Exception.__init__(self, "request cancelled (%s) during %s" % (reason, phase))
+        self.reason = reason
+        self.phase = phase
+
+
+class _Stop(object):
+    """The request's cancellation point: its own deadline plus the CLI's explicit cancel.
+
+    ``check(phase)`` raises ``Cancelled``; calling the object answers True once cancelled
+    (what the census takes as ``cancelled=``). The explicit channel is polled at most every
+    ``every`` seconds: a poll is a system call, which hands the GIL to the main thread.
+    """
+
+    def __init__(self, timeout, explicit=None, every=0.1):
+        self.deadline = time.monotonic() + timeout
+        self.explicit = explicit
+        self.every = every
+        self.polled = 0.0
+        self.reason = None
+        self.phase = "start"
+
+    def __call__(self):
+        if self.reason is not None:
+            return True
+        now = time.monotonic()
+        if now > self.deadline:
+            self.reason = "deadline"
+        elif self.explicit is not None and now - self.polled >= self.every:
+            self.polled = now
+            try:
+                if self.explicit():
+                    self.reason = "cancel"
+            except Exception:
+                pass
+        return self.reason is not None
+
+    def check(self, phase):
+        self.phase = phase
+        if self():
+            raise Cancelled(self.reason, phase)
+
+
+def _request_timeout(request):
+    timeout = request.get("timeout")
+    return float(timeout) if type(timeout) in (int, float) and 0 < timeout <= 3600 else 60.0
+
+
 def _int(value, default, low, high):
     if type(value) is not int:
         return default
     return max(low, min(high, value))
 
 
-def _snapshot(request, progress):
-    timeout = request.get("timeout")
-    timeout = float(timeout) if type(timeout) in (int, float) and 0 < timeout <= 3600 else 60.0
+def _census(**kwargs):
+    """A Census that stops when ``cancelled()`` says so (census.CensusCancelled), where the
+    census takes that hook; otherwise its own deadline and the checks between phases."""
+    try:
+        return census.Census(**kwargs)
+    except TypeError:
+        if "cancelled" not in kwargs:
+            raise
+        kwargs.pop("cancelled")
+        return census.Census(**kwargs)
+
+
+def _snapshot(request, progress, stop):
+    timeout = _request_timeout(request)
     top_types = _int(request.get("top_types"), 50, 1, 10000)
     top_owners = _int(request.get("top_owners"), 50, 1, 10000)
     max_pause = request.get("max_pause_ms")
     max_pause = float(max_pause) if type(max_pause) in (int, float) and 0 < max_pause <= 60000 else None
-    walk = census.Census(
+    stop.check("census")
+    walk = _census(
         timeout=timeout,
         progress=progress,
         is_stdlib=_is_stdlib,
         exclude=(request,),
         compiled=request.get("walker") != "python",
         max_pause_ms=max_pause,
+        cancelled=stop,
     )
-    walk.run()
+    try:
+        walk.run()
+    except _CENSUS_STOPPED:
+        stop.reason = stop.reason or "deadline"
+        raise Cancelled(stop.reason, "census") from None
     heap = walk.result(top_types=top_types, top_owners=top_owners)
     del walk
+    stop.check("arena")
     progress("arena", 0)
     allocators = arena.arena_stats()
+    stop.check("probes")
     progress("probes", 0)
     found = probes.run_all()
+    stop.check("result")
     return {
         "heap": heap,
         "arena": allocators,
@@ -70,19 +151,30 @@ def _snapshot(request, progress):
     }
 
 
-def _ping(request, progress):
+# What the census raises when it stops early: its own deadline, and the cancel hook.
+_CENSUS_STOPPED = tuple(
+    c for c in (getattr(census, "CensusTimeout", None), getattr(census, "CensusCancelled", None)) if c is not None
+)
+
+
+def _ping(request, progress, stop):
     return {"python_version": "%d.%d.%d" % sys.version_info[:3], "payload_version": PAYLOAD_VERSION}
 
 
-def _patch(request, progress):
-    return patches.handle(request)
+def _patch(request, progress, stop):
+    return patches.handle(request, stop.check)
 
 
-OPERATIONS = {"snapshot": _snapshot, "ping": _ping, "patch": _patch, "sample": sampling.sample}
+def _sample(request, progress, stop):
+    return sampling.sample(request, progress)
 
 
-def handle(request, progress=None):
-    """Run one request; always returns a JSON-able dict with ``ok``."""
+OPERATIONS = {"snapshot": _snapshot, "ping": _ping, "patch": _patch, "sample": _sample}
+
+
+def handle(request, progress=None, cancelled=None):
+    """Run one request; always returns a JSON-able dict with ``ok``. ``cancelled``: the CLI's
+    explicit cancel, a callable polled between steps (the request's deadline is checked too)."""
     progress = progress or (lambda phase, done: None)
     if type(request) is not dict or request.get("op") not in OPERATIONS:
         return {"ok": False, "error": "unknown request", "kind": "BadRequest"}
@@ -90,11 +182,15 @@ def handle(request, progress=None):
         return {"ok": False, "error": "another leakhound request is running in this process",
                 "kind": "Busy"}
     started = time.perf_counter()
+    stop = _Stop(_request_timeout(request), cancelled)
     try:
-        out = OPERATIONS[request["op"]](request, progress)
+        out = OPERATIONS[request["op"]](request, progress, stop)
         out["ok"] = True
         out["payload_seconds"] = time.perf_counter() - started
         return out
+    except Cancelled as exc:
+        return {"ok": False, "kind": "Cancelled", "reason": exc.reason, "phase": exc.phase,
+                "error": str(exc), "payload_seconds": time.perf_counter() - started}
     except Exception as exc:  # remote errors travel back, they never print in the target
         return {
             "ok": False,
@@ -136,10 +232,41 @@ def throttled(report, every=0.2):
     return progress
 
 
+def directory_cancelled(directory):
+    """The debugger path's cancel: the CLI wrote ``cancel`` or removed the directory."""
+
+    def cancelled():
+        return os.path.exists(os.path.join(directory, "cancel")) or not os.path.isdir(directory)
+
+    return cancelled
+
+
+def socket_cancelled(conn):
+    """The agent path's cancel: a ``cancel`` line from the client, or the connection closed
+    (the CLI gave up, or was killed). Never blocks: looks only when the socket is readable."""
+
+    def cancelled():
+        try:
+            readable = select.select([conn], [], [], 0)[0]
+            if not readable:
+                return False
+            data = conn.recv(4096, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except (OSError, ValueError):
+            return True
+        return not data or b"cancel" in data
+
+    return cancelled
+
+
 def run_from_dir(directory):
     """The debugger path, on the payload's own thread: request.json in, result.json out."""
+    cancelled = directory_cancelled(directory)
 
     def write_progress(phase, done):
+        if cancelled():
+            return  # nothing new in a directory the CLI is removing
         try:
             _write_json(os.path.join(directory, "progress.json"), {"phase": phase, "done": done})
         except OSError:
@@ -150,10 +277,12 @@ def run_from_dir(directory):
     try:
         with open(os.path.join(directory, "request.json")) as fh:
             request = json.load(fh)
-        result = handle(request, progress)
+        result = handle(request, progress, cancelled)
     except (OSError, ValueError) as exc:
         result = {"ok": False, "error": "cannot read the request: %s" % exc, "kind": "BadRequest"}
+    if not os.path.isdir(directory):
+        return  # the CLI gave up and removed the directory; nothing to leave behind
     try:
         _write_json(os.path.join(directory, "result.json"), result)
     except OSError:
-        pass  # the CLI gave up and removed the directory; nothing to leave behind
+        pass

@@ -42,18 +42,24 @@ def _options(request):
     return out
 
 
-def _apply(module, dry_run, options=None):
+def _plan(module, dry_run):
+    """What applying ``module`` would do, changing nothing: (result, plan or None)."""
     fixes = _state.peek()
     if module.FIX in fixes:
-        return {"fix": module.FIX, "status": "already-applied", "targets": fixes[module.FIX]["targets"],
-                "counters": dict(fixes[module.FIX]["counters"])}
+        return ({"fix": module.FIX, "status": "already-applied", "targets": fixes[module.FIX]["targets"],
+                 "counters": dict(fixes[module.FIX]["counters"])}, None)
     plan, reason = module.recognise()
     if plan is None:
-        return {"fix": module.FIX, "status": "refused", "reason": reason}
+        return {"fix": module.FIX, "status": "refused", "reason": reason}, None
     targets = _describe(plan)
     if dry_run:
-        return {"fix": module.FIX, "status": "would-apply", "targets": targets,
-                "description": module.DESCRIPTION}
+        return ({"fix": module.FIX, "status": "would-apply", "targets": targets,
+                 "description": module.DESCRIPTION}, None)
+    return {"fix": module.FIX, "status": "applied", "targets": targets, "description": module.DESCRIPTION}, plan
+
+
+def _land(module, plan, result, options):
+    """Apply one recognised plan. Reverts its own swaps if any step fails."""
     counters = {}  # type: dict
     swaps = []
     for owner, name, make in plan:
@@ -61,15 +67,41 @@ def _apply(module, dry_run, options=None):
         swap.new = make(swap.original, counters)
         swap.new.__leakhound_fix__ = module.FIX
         swaps.append(swap)
-    entry = {"swaps": swaps, "targets": targets, "counters": counters, "options": options or {}}
+    entry = {"swaps": swaps, "targets": result["targets"], "counters": counters, "options": options or {}}
     start = getattr(module, "start", None)
     if start is not None:
         start(entry)
-    for swap in swaps:
-        swap.apply()
+    try:
+        for swap in swaps:
+            swap.apply()
+    except BaseException:
+        for swap in swaps:
+            swap.revert()
+        stop = getattr(module, "stop", None)
+        if stop is not None:
+            stop(entry)
+        raise
     _state.state()[module.FIX] = entry
-    return {"fix": module.FIX, "status": "applied", "targets": targets, "description": module.DESCRIPTION,
-            "counters": dict(counters)}
+    result["counters"] = dict(counters)
+
+
+def _apply_all(modules, dry_run, options, check):
+    """Recognise every fix first, then land them all at once, after the last cancellation
+    point: a request that fails or is cancelled before that changed nothing, and one that
+    fails while landing takes back what it landed (never some fixes and an error)."""
+    planned = [(module,) + _plan(module, dry_run) for module in modules]
+    check("commit")
+    landed = []
+    try:
+        for module, result, plan in planned:
+            if plan is not None:
+                _land(module, plan, result, options)
+                landed.append(module)
+    except BaseException:
+        for module in reversed(landed):
+            _revert(module)
+        raise
+    return [result for _module, result, _plan in planned]
 
 
 def _revert(module):
@@ -100,7 +132,13 @@ def _status(module):
             "counters": dict(entry["counters"])}
 
 
-def handle(request):
+def _never(phase):
+    pass
+
+
+def handle(request, check=_never):
+    """Run one patch request. ``check(phase)`` raises when the request is cancelled; it is
+    called before anything changes and never once a fix has landed."""
     action = request.get("action")
     names = request.get("fixes")
     if action not in ACTIONS:
@@ -117,18 +155,25 @@ def handle(request):
             # Sizing the registry takes a while on a fat heap; the counts the registry fix is
             # judged by are re-read at the instant before it lands.
             registry.update(probes.registry_counts())
-    results = []
-    for name in names:
-        module = FIXES[name]
-        if action in ("apply", "dry-run"):
-            results.append(_apply(module, action == "dry-run", _options(request)))
-        elif action == "revert":
-            results.append(_revert(module))
-        else:
-            results.append(_status(module))
+    modules = [FIXES[name] for name in names]
+    if action in ("apply", "dry-run"):
+        results = _apply_all(modules, action == "dry-run", _options(request), check)
+    elif action == "revert":
+        check("commit")
+        results = [_revert(module) for module in modules]
+    else:
+        results = [_status(module) for module in modules]
     out["results"] = results
     out["applied"] = applied()
     if action in ("measure", "apply", "revert"):
+        try:
+            check("measure")
+        except Exception:
+            # Past the commit the answer must reach the CLI: what landed, unmeasured.
+            if action == "measure":
+                raise
+            out["measure_skipped"] = "the request ran out of time after the change landed"
+            return out
         out["measure"] = _measure()
     return out
 

@@ -1,0 +1,153 @@
+"""Timeouts are definitive, and signals to leakhound leave nothing behind (issues 12 and 13).
+
+The target (fixtures/payload_trap.py) stalls leakhound's payload thread at a chosen function,
+deterministically: a payload starved of the GIL or stuck in one long step, without relying on
+a slow machine. What is left running and what is applied is read from the target itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.utils import Child, spawn_target
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
+
+LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
+METHOD = "gdb"
+
+
+def _cli(*args: str, tmp: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LEAKHOUND, *args, "--method", METHOD], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TMPDIR": str(tmp)})
+
+
+def _private_tmp(tmp_path: Path) -> Path:
+    """Where the CLI makes its private directories in these tests (TMPDIR), to count them."""
+    tmp = tmp_path / "cli-tmp"
+    tmp.mkdir()
+    return tmp
+
+
+def _left_behind(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("leakhound-"))
+
+
+def _wait_for(child: Child, key: str, value: Any, timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        truth = child.report()["truth"]
+        if truth[key] == value:
+            return truth
+        assert time.monotonic() < deadline, (key, value, truth)
+        time.sleep(0.2)
+
+
+def _trap(at: str, seconds: float) -> dict[str, str]:
+    return {"TRAP_AT": at, "TRAP": "stall", "TRAP_SECONDS": str(seconds)}
+
+
+def _nothing_left_running(child: Child) -> None:
+    """The stalled request ended on its own (no payload thread), and the target takes the
+    next request at once: no lock was left behind."""
+    _wait_for(child, "stall_over", True)
+    _wait_for(child, "payload_threads", 0, timeout=10)
+
+
+def test_a_census_past_its_deadline_is_cancelled_in_the_target_and_says_so(tmp_path: Path) -> None:
+    tmp = _private_tmp(tmp_path)
+    # Stalled 5 s at its first progress report; the payload's deadline is --timeout - 2 = 4 s.
+    with spawn_target("payload_trap", tmp_path, env=_trap("progress", 5)) as child:
+        result = _cli("inspect", str(child.pid), "--timeout", "6", tmp=tmp)
+        assert result.returncode == 6, result.stderr
+        assert "stopped inside the target during census (deadline)" in result.stderr
+        assert "nothing of it is left running" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert child.report()["truth"]["payload_threads"] == 0
+        again = _cli("inspect", str(child.pid), "--timeout", "60", "--json", tmp=tmp)
+        assert again.returncode == 0, again.stderr  # not 9: the lock was released
+        assert child.proc.poll() is None
+    assert _left_behind(tmp) == []
+
+
+def test_a_request_that_cannot_confirm_its_cancel_says_so_and_stops_once_it_runs(tmp_path: Path) -> None:
+    tmp = _private_tmp(tmp_path)
+    # Stalled longer than the CLI waits (3 s + the 5 s grace for the cancel).
+    with spawn_target("payload_trap", tmp_path, env=_trap("progress", 10)) as child:
+        result = _cli("inspect", str(child.pid), "--timeout", "3", tmp=tmp)
+        assert result.returncode == 14, result.stderr
+        assert "told the request to stop" in result.stderr
+        assert _left_behind(tmp) == []
+        _nothing_left_running(child)
+        again = _cli("inspect", str(child.pid), "--timeout", "60", "--json", tmp=tmp)
+        assert again.returncode == 0, again.stderr
+
+
+def test_a_patch_that_times_out_before_landing_never_lands_and_is_read_back(tmp_path: Path) -> None:
+    """The issue's case: the patch timed out (exit 6) and landed ~30 s later."""
+    tmp = _private_tmp(tmp_path)
+    # Stalled 10 s in the measurement taken before the fix lands.
+    with spawn_target("payload_trap", tmp_path, env=_trap("_measure", 10)) as child:
+        result = _cli("patch", str(child.pid), "--fix", "trim", "--timeout", "3", tmp=tmp)
+        assert result.returncode == 6, result.stderr
+        assert "nothing was changed (read back: applied now: none)" in result.stderr
+        _nothing_left_running(child)
+        time.sleep(1.0)
+        assert child.report()["truth"]["applied"] == []  # and it never lands later
+        status = _cli("patch", str(child.pid), "--status", "--fix", "trim", "--json", tmp=tmp)
+        assert status.returncode == 0, status.stderr
+        assert '"status": "not-applied"' in status.stdout
+    assert _left_behind(tmp) == []
+
+
+def test_a_patch_that_lands_and_runs_out_of_time_reports_what_is_applied(tmp_path: Path) -> None:
+    tmp = _private_tmp(tmp_path)
+    # Stalled 5 s right after the fix landed (listing what is applied); deadline 4 s.
+    with spawn_target("payload_trap", tmp_path, env=_trap("applied", 5)) as child:
+        result = _cli("patch", str(child.pid), "--fix", "trim", "--timeout", "6", tmp=tmp)
+        assert result.returncode == 13, result.stderr
+        assert "applied: trim" in result.stderr
+        assert child.report()["truth"]["applied"] == ["trim"]
+        reverted = _cli("patch", str(child.pid), "--revert", "--fix", "trim", tmp=tmp)
+        assert reverted.returncode == 0, reverted.stderr
+        assert child.report()["truth"]["applied"] == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_leakhound_mid_census_cancels_it_and_leaves_nothing(tmp_path: Path, sig: int) -> None:
+    tmp = _private_tmp(tmp_path)
+    with spawn_target("payload_trap", tmp_path, env=_trap("progress", 6)) as child:
+        cli = subprocess.Popen([LEAKHOUND, "inspect", str(child.pid), "--method", METHOD, "--timeout", "60"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(tmp)})
+        try:
+            # Signals to the target (its report) only once the injection is over.
+            deadline = time.monotonic() + 60
+            while not list(tmp.glob("leakhound-*/started.json")):
+                assert time.monotonic() < deadline and cli.poll() is None
+                time.sleep(0.05)
+            _wait_for(child, "trapped", True)
+            assert len(_left_behind(tmp)) == 1
+            cli.send_signal(sig)
+            _out, err = cli.communicate(timeout=30)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+        assert cli.returncode == 128 + sig, err
+        assert f"interrupted by {signal.Signals(sig).name}" in err
+        assert "Traceback" not in err
+        assert _left_behind(tmp) == []
+        # The request stops at its next step once its thread runs: it never finishes unobserved.
+        _nothing_left_running(child)
+        again = _cli("inspect", str(child.pid), "--timeout", "60", "--json", tmp=tmp)
+        assert again.returncode == 0, again.stderr
+        assert child.proc.poll() is None

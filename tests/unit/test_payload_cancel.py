@@ -1,0 +1,85 @@
+"""The payload's cancellation point and the atomic landing of patches, in-process."""
+
+from __future__ import annotations
+
+import socket
+import types
+from typing import Any
+
+import pytest
+
+from leakhound.payload import runner
+from leakhound.payload.patches import _apply_all, _state
+
+
+class Owner:
+    def first(self) -> str:
+        return "first"
+
+    def second(self) -> str:
+        return "second"
+
+
+def _fix(name: str, attribute: str, *, broken: bool = False) -> Any:
+    def make(original: Any, counters: dict[str, int]) -> Any:
+        if broken:
+            raise RuntimeError("cannot wrap")
+        return lambda self: "fixed"
+
+    return types.SimpleNamespace(FIX=name, DESCRIPTION=name, recognise=lambda: ([(Owner, attribute, make)], None))
+
+
+def test_a_patch_that_fails_while_landing_takes_back_what_it_landed() -> None:
+    original = Owner.__dict__["first"]
+    with pytest.raises(RuntimeError):
+        _apply_all([_fix("a", "first"), _fix("b", "second", broken=True)], False, {}, lambda phase: None)
+    assert Owner.__dict__["first"] is original
+    assert _state.peek() == {}
+
+
+def test_a_patch_cancelled_at_its_commit_point_changes_nothing() -> None:
+    def cancelled(phase: str) -> None:
+        raise runner.Cancelled("deadline", phase)
+
+    with pytest.raises(runner.Cancelled):
+        _apply_all([_fix("a", "first")], False, {}, cancelled)
+    assert Owner().first() == "first"
+    assert _state.peek() == {}
+
+
+def test_the_agent_cancel_is_a_cancel_line_or_the_connection_closing() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        cancelled = runner.socket_cancelled(ours)
+        assert cancelled() is False
+        theirs.sendall(b'{"cancel": true}\n')
+        assert cancelled() is True
+    finally:
+        ours.close()
+        theirs.close()
+    ours, theirs = socket.socketpair()
+    try:
+        ours.settimeout(5.0)  # as the agent's connection: never blocks on it anyway
+        cancelled = runner.socket_cancelled(ours)
+        theirs.close()
+        assert cancelled() is True
+    finally:
+        ours.close()
+
+
+def test_a_request_past_its_deadline_answers_cancelled_and_releases_the_lock(tmp_path: Any) -> None:
+    stop = runner._Stop(0.0)
+    with pytest.raises(runner.Cancelled) as caught:
+        stop.check("census")
+    assert (caught.value.reason, caught.value.phase) == ("deadline", "census")
+    (tmp_path / "cancel").write_text("")
+    assert runner.directory_cancelled(str(tmp_path))() is True
+    assert runner.directory_cancelled(str(tmp_path / "gone"))() is True
+    result = runner.handle({"op": "patch", "action": "apply", "fixes": ["trim"], "timeout": 1e-9})
+    applied = result.get("applied")
+    if applied:  # never leave the fix running in the test process
+        runner.handle({"op": "patch", "action": "revert", "fixes": ["trim"]})
+    assert result.get("kind") == "Cancelled", {k: v for k, v in result.items() if "measure" not in k}
+    assert result["phase"] == "commit"
+    assert runner._busy.acquire(blocking=False)
+    runner._busy.release()
