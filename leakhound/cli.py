@@ -382,11 +382,29 @@ def confirm(
 
 
 def main() -> None:
+    from leakhound import interrupts
+
+    # SIGINT, SIGTERM, SIGHUP unwind like Ctrl-C: the request in the target is cancelled and
+    # the private directory removed on the way out; then exit 128 + the signal number.
+    interrupts.install()
     try:
         app()
     except KeyboardInterrupt:
-        print("leakhound: interrupted", file=sys.stderr)
-        sys.exit(130)
+        _interrupted(interrupts.received())
+    except SystemExit as exc:
+        # typer turns an interrupt that ended a command into exit 130, whichever the signal.
+        if exc.code == 130 and interrupts.received() is not None:
+            _interrupted(interrupts.received())
+        raise
+
+
+def _interrupted(signum: int | None) -> None:
+    import signal
+
+    signum = signum or signal.SIGINT
+    print(f"leakhound: interrupted by {signal.Signals(signum).name}; its request in the target was cancelled "
+          "and its files removed", file=sys.stderr)
+    sys.exit(128 + signum)
 
 
 if __name__ == "__main__":
