@@ -1,8 +1,15 @@
 """Build hook: compile the census's optional C walk (leakhound/payload/_walk.c).
 
-The extension is built for the interpreter that builds the wheel, with the C compiler that
-interpreter was built with. Without a compiler (or its headers) the build goes on without it:
-the census then uses its pure-Python loop, which computes the same numbers, slower.
+One extension for every target CPython from 3.10 on: _walk.c is written against the stable
+ABI (Py_LIMITED_API 3.10), so the build needs only the installing interpreter's headers and
+its C compiler, and the result, ``_walk.abi3.so``, loads in a target on 3.10, 3.11, 3.12,
+3.13... whatever Python leakhound itself runs on. The wheel is tagged ``cp310-abi3``.
+
+A wheel gets the extension from a private build directory (nothing is written into the
+source tree); an editable install needs it importable from the source tree, so it is built
+there (next to _walk.c, replacing builds of other names that would shadow it). Without a
+compiler (or headers) the build goes on without it: the census then uses its pure-Python
+loop, which computes the same numbers, slower. LEAKHOUND_NO_COMPILE=1 skips it.
 """
 
 from __future__ import annotations
@@ -11,19 +18,19 @@ import os
 import shlex
 import subprocess
 import sysconfig
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 SOURCE = Path("leakhound") / "payload" / "_walk.c"
+EXTENSION = "_walk.abi3.so"  # the name every CPython 3.x imports (importlib's EXTENSION_SUFFIXES)
+ABI_TAG = "cp310-abi3"  # _walk.c: Py_LIMITED_API 0x030A0000
 
 
-def compile_walk(root: Path) -> Path:
-    """Compile _walk.c next to its source; returns the extension's path."""
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    target = root / SOURCE.with_name("_walk" + suffix)
-    source = root / SOURCE
+def compile_walk(source: Path, target: Path) -> Path:
+    """Compile ``source`` (_walk.c) into ``target``; returns ``target``."""
     if target.exists() and target.stat().st_mtime >= source.stat().st_mtime:
         return target
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
@@ -35,6 +42,12 @@ def compile_walk(root: Path) -> Path:
     return target
 
 
+def _platform_tag() -> str:
+    from packaging.tags import sys_tags  # hatchling's own dependency
+
+    return next(iter(sys_tags())).platform
+
+
 class WalkBuildHook(BuildHookInterface):  # type: ignore[misc]
     PLUGIN_NAME = "custom"
 
@@ -42,16 +55,31 @@ class WalkBuildHook(BuildHookInterface):  # type: ignore[misc]
         if self.target_name != "wheel" or os.environ.get("LEAKHOUND_NO_COMPILE"):
             return
         root = Path(self.root)
+        source = root / SOURCE
+        if version == "editable":
+            target = source.with_name(EXTENSION)
+        else:
+            self._build_dir = tempfile.TemporaryDirectory(prefix="leakhound-walk-")
+            target = Path(self._build_dir.name) / EXTENSION
         try:
-            built = compile_walk(root)
+            built = compile_walk(source, target)
         except (OSError, subprocess.SubprocessError) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
+            detail = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()[-1:]
             self.app.display_warning(
-                "leakhound: the optional C census walk was not built (%s); the census uses "
-                "its pure-Python loop." % detail.strip().splitlines()[-1:]
+                f"leakhound: the optional C census walk was not built ({detail}); the census uses "
+                "its pure-Python loop."
             )
             return
         build_data["pure_python"] = False
-        build_data["infer_tag"] = True
-        if version != "editable":
-            build_data["force_include"][str(built)] = built.relative_to(root).as_posix()
+        build_data["tag"] = f"{ABI_TAG}-{_platform_tag()}"
+        if version == "editable":
+            # A build for one version (the old per-interpreter name) would shadow the abi3 one.
+            for stale in source.parent.glob("_walk.cpython-*.so"):
+                stale.unlink()
+        else:
+            build_data["force_include"][str(built)] = (SOURCE.parent / EXTENSION).as_posix()
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        build_dir = getattr(self, "_build_dir", None)
+        if build_dir is not None:
+            build_dir.cleanup()

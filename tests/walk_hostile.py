@@ -12,7 +12,9 @@ containers bigger than one call's budget, dicts with non-str keys split mid-way,
 type-slot lookup) mutating containers, switching threads, or tearing down the census's own
 bitmap while a background thread churns shared containers.
 
-``--so`` loads another build of ``_walk.c`` (tests/unit/test_census_walk.py runs this under
+``--stable`` makes the compiled walk use the stable ABI only, as it does on an interpreter
+that does not export the private helpers it prefers. ``--so`` loads another build of
+``_walk.c`` (tests/unit/test_census_walk.py runs this under
 AddressSanitizer with an ASan build: LD_PRELOAD=libasan.so, PYTHONMALLOC=malloc so every
 object is a malloc block ASan watches).
 """
@@ -295,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--so", help="another build of _walk.c to load instead of the package's")
     parser.add_argument("--only", help="run only the cases whose name contains this")
+    parser.add_argument("--stable", action="store_true",
+                        help="the compiled walk on the stable ABI only (not the interpreter's private helpers)")
     args = parser.parse_args(argv)
     ONLY[0] = args.only or ""
     if args.so:
@@ -307,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     if census._walk is None:
         print("the C walk is not built here", file=sys.stderr)
         return 2
+    if args.stable:
+        census._walk.use_private(False)
+    print(f"Python {sys.version.split()[0]}, walk {census._walk.__file__} ({census._walk.mode})", file=sys.stderr)
     case("odd __sizeof__", odd_sizes)
     case("lying __class__", class_lies)
     case("subclasses", subclasses)

@@ -31,178 +31,61 @@
  * hand the GIL to the target's main thread: no call holds the GIL for long. The rest of a big
  * container's referents goes back to the caller in ``pending``, as one capsule that owns
  * them (each call then costs its budget, not the container's length). It never runs a
- * collection and runs no code written in Python but a metaclass's __hash__/__eq__ in the
- * type_index lookup (and Python code of the census's own new_slot). That code can run other
- * threads and do anything, so nothing the walk holds across it can go stale: referents are
- * strong references in a buffer only this call sees, the bitmap regions and the tally arrays
- * are held as exported buffers (freed or resized by nobody while held), and every slot is
- * bounds-checked where it is used.
+ * collection and runs no code written in Python but the census's own new_slot (types are
+ * looked up by id, never hashed) and destructors of what it lets go. Such code can run other
+ * threads and do anything, so nothing the walk holds across it can go stale: referents, the
+ * types it caches and the bitmap regions it caches are strong references only this call
+ * sees, a region's bytes are looked up again (and its size checked) at every use, and the
+ * per-type tallies are added up in this call's own memory and written to ``counts`` and
+ * ``sizes`` (bounds-checked) when it returns.
  *
- * Built for the interpreter leakhound is installed with (hatch_build.py); a target on another
- * Python version cannot import it and the census uses the Python loop.
+ * One build for every CPython from 3.10 on: the stable ABI (abi3, Py_LIMITED_API 3.10;
+ * hatch_build.py builds _walk.abi3.so with whichever Python installs leakhound). Three
+ * helpers outside the stable ABI make it faster where the running interpreter exports them
+ * with the signature they have had since 3.8 (_PySys_GetSizeOf, _PyType_Lookup,
+ * _PySet_NextEntry: all of 3.10-3.13 do); they are looked up when the module loads, and
+ * where one is missing the walk uses its stable-ABI equivalent (``mode`` says which).
  */
+#define Py_LIMITED_API 0x030A0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlfcn.h>
 #include <limits.h>
 #include <string.h>
 
 #define REGION_SHIFT 20
 #define REGION_BYTES 8192
 #define REGION_CACHE 64
-#define TYPE_CACHE 64
+#define TYPE_CACHE 256
 /* A __sizeof__ larger than this (256 TiB, more than any machine's address space) is not a
  * size: it reads as 0, like a failing one (census.py: _MAX_OBJECT_BYTES). */
 #define MAX_OBJECT_BYTES ((size_t)1 << 48)
 #define PENDING_NAME "leakhound._walk.pending"
 
-typedef struct {
-    PyObject *regions;               /* dict: address >> 20 -> bytearray(8192) */
-    uintptr_t region_keys[REGION_CACHE];
-    unsigned char *region_bufs[REGION_CACHE];
-    Py_buffer region_views[REGION_CACHE];  /* held while cached: region_bufs stay valid */
-    PyObject *type_index;            /* dict: type -> slot */
-    PyObject *new_slot;              /* callable(type) -> slot, may grow the arrays */
-    PyObject *counts_obj, *sizes_obj;
-    Py_buffer counts, sizes;
-    int have_buffers;
-    PyTypeObject *type_keys[TYPE_CACHE];
-    Py_ssize_t type_slots[TYPE_CACHE];
-    PyObject *sizeof_name;           /* "__sizeof__" */
-    PyObject *object_sizeof;         /* object.__sizeof__, borrowed */
-} Walk;
+/* -- what the running interpreter offers ----------------------------------------------- */
 
-static int
-get_buffers(Walk *w)
-{
-    if (PyObject_GetBuffer(w->counts_obj, &w->counts, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
-        return -1;
-    if (PyObject_GetBuffer(w->sizes_obj, &w->sizes, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
-        PyBuffer_Release(&w->counts);
-        return -1;
-    }
-    w->have_buffers = 1;
-    if (w->counts.itemsize != 8 || w->sizes.itemsize != 8 || w->counts.format == NULL
-        || w->sizes.format == NULL || strcmp(w->counts.format, "q") != 0
-        || strcmp(w->sizes.format, "q") != 0) {
-        PyErr_SetString(PyExc_TypeError, "counts and sizes must be array('q')");
-        return -1;
-    }
-    return 0;
-}
+typedef size_t (*getsizeof_fn)(PyObject *);
+typedef PyObject *(*type_lookup_fn)(PyTypeObject *, PyObject *);
+typedef int (*set_next_fn)(PyObject *, Py_ssize_t *, PyObject **, Py_hash_t *);
 
-static void
-release_buffers(Walk *w)
-{
-    if (w->have_buffers) {
-        PyBuffer_Release(&w->counts);
-        PyBuffer_Release(&w->sizes);
-        w->have_buffers = 0;
-    }
-}
+static getsizeof_fn found_getsizeof, use_getsizeof;
+static type_lookup_fn found_type_lookup, use_type_lookup;
+static set_next_fn found_set_next, use_set_next;
 
-static void
-release_regions(Walk *w)
-{
-    for (int h = 0; h < REGION_CACHE; h++) {
-        if (w->region_bufs[h] != NULL) {
-            w->region_bufs[h] = NULL;
-            PyBuffer_Release(&w->region_views[h]);
-        }
-    }
-}
+static PyObject *sizeof_name;        /* "__sizeof__" */
+static PyObject *object_sizeof;      /* object.__sizeof__ */
+static PyObject *sys_getsizeof;      /* the built-in sys.getsizeof */
+static PyObject *mro_descr;          /* type.__dict__["__mro__"] */
+static PyObject *dict_descr;         /* type.__dict__["__dict__"] */
+static PyObject *array_type;         /* array.array */
 
-/* The bitmap byte for ``address``, creating its region if needed; NULL on error. */
-static unsigned char *
-region_for(Walk *w, uintptr_t address)
-{
-    uintptr_t key = address >> REGION_SHIFT;
-    size_t h = (size_t)(key % REGION_CACHE);
-    if (w->region_bufs[h] != NULL) {
-        if (w->region_keys[h] == key)
-            return w->region_bufs[h];
-        w->region_bufs[h] = NULL;
-        PyBuffer_Release(&w->region_views[h]);
-    }
-    PyObject *pykey = PyLong_FromSize_t((size_t)key);
-    if (pykey == NULL)
-        return NULL;
-    PyObject *region = PyDict_GetItemWithError(w->regions, pykey);  /* borrowed */
-    if (region == NULL) {
-        if (PyErr_Occurred()) {
-            Py_DECREF(pykey);
-            return NULL;
-        }
-        region = PyByteArray_FromStringAndSize(NULL, REGION_BYTES);
-        if (region == NULL) {
-            Py_DECREF(pykey);
-            return NULL;
-        }
-        memset(PyByteArray_AS_STRING(region), 0, REGION_BYTES);
-        int failed = PyDict_SetItem(w->regions, pykey, region);
-        Py_DECREF(region);  /* the dict holds it */
-        if (failed) {
-            Py_DECREF(pykey);
-            return NULL;
-        }
-    }
-    Py_DECREF(pykey);
-    if (!PyByteArray_CheckExact(region) || PyByteArray_GET_SIZE(region) != REGION_BYTES) {
-        PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
-        return NULL;
-    }
-    /* An exported buffer holds the bytearray and forbids resizing it: the pointer stays
-     * valid whatever code runs before this call returns. */
-    if (PyObject_GetBuffer(region, &w->region_views[h], PyBUF_WRITABLE) < 0)
-        return NULL;
-    w->region_keys[h] = key;
-    w->region_bufs[h] = (unsigned char *)w->region_views[h].buf;
-    return w->region_bufs[h];
-}
+/* -- one call's state ------------------------------------------------------------------ */
 
-/* The tally slot of ``tp`` (the caller checks it against the arrays); -1 on error. */
-static Py_ssize_t
-slot_for(Walk *w, PyTypeObject *tp)
-{
-    size_t h = (size_t)(((uintptr_t)tp >> 4) % TYPE_CACHE);
-    if (w->type_keys[h] == tp)
-        return w->type_slots[h];
-    PyObject *slot = PyDict_GetItemWithError(w->type_index, (PyObject *)tp);  /* borrowed */
-    Py_ssize_t value;
-    if (slot != NULL) {
-        value = PyLong_AsSsize_t(slot);
-    }
-    else {
-        if (PyErr_Occurred())
-            return -1;
-        /* A new type: the callback appends to the arrays, which cannot grow while we hold
-         * their buffers. */
-        release_buffers(w);
-        slot = PyObject_CallOneArg(w->new_slot, (PyObject *)tp);
-        if (slot == NULL)
-            return -1;
-        value = PyLong_AsSsize_t(slot);
-        Py_DECREF(slot);
-        if (value == -1 && PyErr_Occurred())
-            return -1;
-        if (get_buffers(w) < 0)
-            return -1;
-    }
-    if (value == -1 && PyErr_Occurred())
-        return -1;
-    if (value < 0) {
-        PyErr_SetString(PyExc_IndexError, "type slot out of range");
-        return -1;
-    }
-    w->type_keys[h] = tp;
-    w->type_slots[h] = value;
-    return value;
-}
-
-/* A container's referents, held (INCREF'd) in a plain buffer: no list object is allocated
- * per container, so the walk itself never counts towards (and never triggers) a collection
- * of the target's young generation, which would traverse the caller's big lists.
- * items[next:len] are still to be claimed; all of items[0:len] are owned until the
- * container is done. */
+/* A container's referents (or, in ``dead``, types this call stopped caching), held
+ * (INCREF'd) in a plain buffer: no list object is allocated per container, so the walk
+ * itself never counts towards (and never triggers) a collection of the target's young
+ * generation, which would traverse the caller's big lists. items[next:len] are still to be
+ * claimed; all of items[0:len] are owned until the container is done. */
 typedef struct {
     PyObject **items;
     Py_ssize_t len;
@@ -213,6 +96,29 @@ typedef struct {
     PyObject *cursor;
     Py_ssize_t pos;
 } Refs;
+
+/* What this call knows about a type; ``tp`` is a strong reference. */
+typedef struct {
+    PyTypeObject *tp;
+    unsigned long flags;
+    traverseproc traverse;
+    inquiry is_gc;
+    Py_ssize_t slot;        /* -1: not looked up yet */
+    int sizeof_builtin;     /* -1: not looked up yet */
+} TypeInfo;
+
+typedef struct {
+    PyObject *regions;               /* dict: address >> 20 -> bytearray(8192) */
+    uintptr_t region_keys[REGION_CACHE];
+    PyObject *region_objs[REGION_CACHE];  /* strong references */
+    PyObject *type_index;            /* dict: id(type) -> slot */
+    PyObject *new_slot;              /* callable(type) -> slot, may grow the arrays */
+    PyObject *counts_obj, *sizes_obj;
+    TypeInfo types[TYPE_CACHE];
+    Refs dead;                       /* types pushed out of ``types``, released at the end */
+    long long *add_counts, *add_sizes;  /* per slot, this call's share; written at the end */
+    Py_ssize_t add_len;
+} Walk;
 
 static int
 refs_push(Refs *r, PyObject *op)
@@ -256,6 +162,359 @@ refs_free(Refs *r)
     Py_CLEAR(r->cursor);
 }
 
+/* Drops everything the call holds but the referents; the error, if any, is kept. */
+static void
+walk_release(Walk *w)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    for (int h = 0; h < REGION_CACHE; h++)
+        Py_CLEAR(w->region_objs[h]);
+    for (int h = 0; h < TYPE_CACHE; h++)
+        Py_CLEAR(w->types[h].tp);
+    refs_free(&w->dead);
+    PyMem_Free(w->add_counts);
+    PyMem_Free(w->add_sizes);
+    w->add_counts = w->add_sizes = NULL;
+    w->add_len = 0;
+    PyErr_Restore(type, value, traceback);
+}
+
+/* -- the bitmap ----------------------------------------------------------------------- */
+
+/* The bitmap region for ``address``, creating it if needed; NULL on error. The region's
+ * bytes are fetched at every use: code that ran since (a destructor, new_slot)
+ * may have resized the bytearray (this call holds it, but cannot pin its size without a
+ * buffer export, which the stable ABI of 3.10 lacks). */
+static unsigned char *
+region_for(Walk *w, uintptr_t address)
+{
+    uintptr_t key = address >> REGION_SHIFT;
+    size_t h = (size_t)(key % REGION_CACHE);
+    PyObject *region = w->region_objs[h];
+    if (region != NULL && w->region_keys[h] == key && PyByteArray_Size(region) == REGION_BYTES)
+        return (unsigned char *)PyByteArray_AsString(region);
+    /* Not cached, or resized by code that ran meanwhile: what the dict holds now. */
+    {
+        PyObject *pykey = PyLong_FromSize_t((size_t)key);
+        if (pykey == NULL)
+            return NULL;
+        region = PyDict_GetItemWithError(w->regions, pykey);  /* borrowed */
+        if (region == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(pykey);
+                return NULL;
+            }
+            region = PyByteArray_FromStringAndSize(NULL, REGION_BYTES);
+            if (region == NULL) {
+                Py_DECREF(pykey);
+                return NULL;
+            }
+            memset(PyByteArray_AsString(region), 0, REGION_BYTES);
+            int failed = PyDict_SetItem(w->regions, pykey, region);
+            Py_DECREF(region);  /* the dict holds it */
+            if (failed) {
+                Py_DECREF(pykey);
+                return NULL;
+            }
+        }
+        Py_DECREF(pykey);
+        if (Py_TYPE(region) != &PyByteArray_Type) {
+            PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
+            return NULL;
+        }
+        /* A bytearray runs no code when released: replacing the cached one is safe here. */
+        Py_INCREF(region);
+        Py_XDECREF(w->region_objs[h]);
+        w->region_objs[h] = region;
+        w->region_keys[h] = key;
+    }
+    if (PyByteArray_Size(region) != REGION_BYTES) {
+        PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
+        return NULL;
+    }
+    return (unsigned char *)PyByteArray_AsString(region);
+}
+
+/* -- types ----------------------------------------------------------------------------- */
+
+static TypeInfo *
+type_info(Walk *w, PyTypeObject *tp)
+{
+    size_t h = (size_t)(((uintptr_t)tp >> 4) % TYPE_CACHE);
+    TypeInfo *info = &w->types[h];
+    if (info->tp == tp)
+        return info;
+    if (info->tp != NULL) {
+        /* Released at the end of the call: a type's destructor can run code. */
+        if (refs_push(&w->dead, (PyObject *)info->tp) < 0)
+            return NULL;
+        Py_CLEAR(info->tp);
+    }
+    info->flags = PyType_GetFlags(tp);
+    info->traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+    info->is_gc = (inquiry)PyType_GetSlot(tp, Py_tp_is_gc);
+    if (PyErr_Occurred())
+        return NULL;
+    info->slot = -1;
+    info->sizeof_builtin = -1;
+    Py_INCREF(tp);
+    info->tp = tp;
+    return info;
+}
+
+/* The tally slot of ``tp`` (the caller checks it against the arrays); -1 on error. */
+static Py_ssize_t
+slot_for(Walk *w, TypeInfo *info)
+{
+    if (info->slot >= 0)
+        return info->slot;
+    PyObject *tp = (PyObject *)info->tp;
+    Py_INCREF(tp);  /* the lookups below can run code that evicts this entry */
+    /* Keyed by id(type), never the type itself: hashing a class runs its metaclass's
+     * __hash__, which may be Python code (census._TypeTally). */
+    PyObject *key = PyLong_FromVoidPtr((void *)tp);
+    if (key == NULL) {
+        Py_DECREF(tp);
+        return -1;
+    }
+    PyObject *slot = PyDict_GetItemWithError(w->type_index, key);  /* borrowed */
+    Py_DECREF(key);
+    Py_ssize_t value;
+    if (slot != NULL) {
+        value = PyLong_AsSsize_t(slot);
+    }
+    else if (PyErr_Occurred()) {
+        Py_DECREF(tp);
+        return -1;
+    }
+    else {
+        slot = PyObject_CallFunctionObjArgs(w->new_slot, tp, NULL);
+        if (slot == NULL) {
+            Py_DECREF(tp);
+            return -1;
+        }
+        value = PyLong_AsSsize_t(slot);
+        Py_DECREF(slot);
+    }
+    if (value == -1 && PyErr_Occurred()) {
+        Py_DECREF(tp);
+        return -1;
+    }
+    if (value < 0) {
+        Py_DECREF(tp);
+        PyErr_SetString(PyExc_IndexError, "type slot out of range");
+        return -1;
+    }
+    if (info->tp == (PyTypeObject *)tp)
+        info->slot = value;
+    Py_DECREF(tp);
+    return value;
+}
+
+/* Is tp's __sizeof__ C code (a method_descriptor: built-in and extension types, and
+ * object.__sizeof__ for classes that do not define one)? As census._sizeof_is_builtin: the
+ * first class in the MRO whose dict has __sizeof__ decides. Runs no code written in Python
+ * (but a str key's comparison with a class dict's odd keys); 1, 0, or -1 on error. */
+static int
+lookup_sizeof_builtin(PyTypeObject *tp)
+{
+    if (use_type_lookup != NULL) {
+        PyObject *descr = use_type_lookup(tp, sizeof_name);  /* borrowed */
+        if (descr == NULL && PyErr_Occurred())
+            return -1;
+        return descr != NULL && Py_TYPE(descr) == &PyMethodDescr_Type;
+    }
+    descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(mro_descr), Py_tp_descr_get);
+    descrgetfunc get_dict = (descrgetfunc)PyType_GetSlot(Py_TYPE(dict_descr), Py_tp_descr_get);
+    if (get == NULL || get_dict == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "type's __mro__ or __dict__ cannot be read");
+        return -1;
+    }
+    PyObject *mro = get(mro_descr, (PyObject *)tp, (PyObject *)&PyType_Type);
+    if (mro == NULL)
+        return -1;
+    int result = 0;
+    if (PyTuple_Check(mro)) {
+        for (Py_ssize_t i = 0; i < PyTuple_Size(mro); i++) {
+            PyObject *klass = PyTuple_GetItem(mro, i);  /* borrowed: the tuple holds it */
+            if (klass == NULL || !PyType_Check(klass))
+                continue;
+            PyObject *proxy = get_dict(dict_descr, klass, (PyObject *)&PyType_Type);
+            if (proxy == NULL) {
+                result = -1;
+                break;
+            }
+            PyObject *descr = PyObject_GetItem(proxy, sizeof_name);
+            Py_DECREF(proxy);
+            if (descr == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+                    result = -1;
+                    break;
+                }
+                PyErr_Clear();
+                continue;
+            }
+            result = Py_TYPE(descr) == &PyMethodDescr_Type;
+            Py_DECREF(descr);
+            break;
+        }
+    }
+    Py_DECREF(mro);
+    return result;
+}
+
+/* census._getsizeof(op), given whether op's type has a C __sizeof__: sys.getsizeof(op, 0)
+ * if it has, else object.__sizeof__(op) (a __sizeof__ written in Python is never run: a
+ * mock's creates new mocks for the walk to meet, without end); any Exception reads as 0
+ * (not only TypeError), and so does a size no object can have. An error that is not an
+ * Exception (SystemExit, KeyboardInterrupt) is returned: -1. */
+static int
+size_of_known(PyObject *op, int builtin, long long *size)
+{
+    long long bytes;
+    if (builtin && use_getsizeof != NULL) {
+        size_t got = use_getsizeof(op);
+        bytes = got == (size_t)-1 && PyErr_Occurred() ? -1
+              : got > MAX_OBJECT_BYTES ? 0 : (long long)got;
+    }
+    else {
+        PyObject *got = PyObject_CallFunctionObjArgs(builtin ? sys_getsizeof : object_sizeof,
+                                                     op, NULL);
+        bytes = got == NULL ? -1 : PyLong_AsLongLong(got);
+        Py_XDECREF(got);
+    }
+    if (bytes == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear();
+        bytes = 0;
+    }
+    *size = bytes < 0 || bytes > (long long)MAX_OBJECT_BYTES ? 0 : bytes;
+    return 0;
+}
+
+static int
+size_of(PyObject *op, TypeInfo *info, long long *size)
+{
+    if (info->sizeof_builtin < 0) {
+        PyTypeObject *tp = info->tp;
+        Py_INCREF(tp);  /* the lookup can run code that evicts this entry */
+        int builtin = lookup_sizeof_builtin(tp);
+        if (builtin >= 0 && info->tp == tp)
+            info->sizeof_builtin = builtin;
+        Py_DECREF(tp);
+        if (builtin < 0)
+            return -1;
+        return size_of_known(op, builtin, size);
+    }
+    return size_of_known(op, info->sizeof_builtin, size);
+}
+
+/* -- the tallies ----------------------------------------------------------------------- */
+
+/* Adds one object of ``size`` bytes to ``slot``'s share of this call. */
+static int
+tally(Walk *w, Py_ssize_t slot, long long size)
+{
+    if (slot >= w->add_len) {
+        Py_ssize_t len = w->add_len ? w->add_len : 64;
+        while (len <= slot) {
+            if (len > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(long long)) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            len *= 2;
+        }
+        long long *counts = PyMem_Realloc(w->add_counts, (size_t)len * sizeof(long long));
+        if (counts == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->add_counts = counts;
+        long long *sizes = PyMem_Realloc(w->add_sizes, (size_t)len * sizeof(long long));
+        if (sizes == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->add_sizes = sizes;
+        memset(counts + w->add_len, 0, (size_t)(len - w->add_len) * sizeof(long long));
+        memset(sizes + w->add_len, 0, (size_t)(len - w->add_len) * sizeof(long long));
+        w->add_len = len;
+    }
+    /* 0 <= size <= 2**48: only a sum can overflow; the Python loop's array('q') raises
+     * OverflowError there too. */
+    if (w->add_sizes[slot] > LLONG_MAX - size) {
+        PyErr_SetString(PyExc_OverflowError, "census byte total out of range");
+        return -1;
+    }
+    w->add_counts[slot] += 1;
+    w->add_sizes[slot] += size;
+    return 0;
+}
+
+/* array[slot] += add, as the Python loop does it (OverflowError past int64). */
+static int
+array_add(PyObject *array, Py_ssize_t slot, long long add)
+{
+    PyObject *old = PySequence_GetItem(array, slot);
+    if (old == NULL)
+        return -1;
+    long long value = PyLong_AsLongLong(old);
+    Py_DECREF(old);
+    if (value == -1 && PyErr_Occurred())
+        return -1;
+    if ((add > 0 && value > LLONG_MAX - add) || (add < 0 && value < LLONG_MIN - add)) {
+        PyErr_SetString(PyExc_OverflowError, "census total out of range");
+        return -1;
+    }
+    PyObject *sum = PyLong_FromLongLong(value + add);
+    if (sum == NULL)
+        return -1;
+    int failed = PySequence_SetItem(array, slot, sum);
+    Py_DECREF(sum);
+    return failed;
+}
+
+/* Writes this call's share into counts and sizes. */
+static int
+flush_tallies(Walk *w)
+{
+    for (Py_ssize_t slot = 0; slot < w->add_len; slot++) {
+        if (w->add_counts[slot] == 0)
+            continue;
+        if (slot >= PyObject_Length(w->counts_obj) || slot >= PyObject_Length(w->sizes_obj)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_IndexError, "type slot out of range");
+            return -1;
+        }
+        if (array_add(w->counts_obj, slot, w->add_counts[slot]) < 0
+            || array_add(w->sizes_obj, slot, w->add_sizes[slot]) < 0)
+            return -1;
+        w->add_counts[slot] = w->add_sizes[slot] = 0;
+    }
+    return 0;
+}
+
+static int
+check_array(PyObject *op)
+{
+    if (Py_TYPE(op) == (PyTypeObject *)array_type) {
+        PyObject *code = PyObject_GetAttrString(op, "typecode");
+        if (code == NULL)
+            return -1;
+        int q = PyUnicode_Check(code) && PyUnicode_CompareWithASCIIString(code, "q") == 0;
+        Py_DECREF(code);
+        if (q)
+            return 0;
+    }
+    PyErr_SetString(PyExc_TypeError, "counts and sizes must be array('q')");
+    return -1;
+}
+
+/* -- referents ------------------------------------------------------------------------- */
+
 /* Containers with more entries than this are read in slices: reading one whole (its
  * tp_traverse, a reference to each referent) would be one step as long as the container
  * is big, and a buffer as big. */
@@ -264,14 +523,42 @@ refs_free(Refs *r)
 static int
 is_big(PyObject *op)
 {
-    if (PyList_CheckExact(op))
-        return PyList_GET_SIZE(op) > BIG_CONTAINER;
-    if (PyTuple_CheckExact(op))
-        return PyTuple_GET_SIZE(op) > BIG_CONTAINER;
-    if (PyDict_CheckExact(op))
-        return PyDict_GET_SIZE(op) > BIG_CONTAINER / 2;
-    if (PyAnySet_CheckExact(op))
-        return PySet_GET_SIZE(op) > BIG_CONTAINER;
+    PyTypeObject *tp = Py_TYPE(op);
+    if (tp == &PyList_Type)
+        return PyList_Size(op) > BIG_CONTAINER;
+    if (tp == &PyTuple_Type)
+        return PyTuple_Size(op) > BIG_CONTAINER;
+    if (tp == &PyDict_Type)
+        return PyDict_Size(op) > BIG_CONTAINER / 2;
+    if (tp == &PySet_Type || tp == &PyFrozenSet_Type)
+        return PySet_Size(op) > BIG_CONTAINER;
+    return 0;
+}
+
+/* Without _PySet_NextEntry: a set's tp_traverse, skipping the entries before ``pos`` and
+ * stopping after ``want`` (each slice then costs the entries before it too). */
+typedef struct {
+    Refs *r;
+    Py_ssize_t skip;
+    Py_ssize_t want;
+    Py_ssize_t got;
+} SetSlice;
+
+static int
+visit_set_slice(PyObject *op, void *arg)
+{
+    SetSlice *s = (SetSlice *)arg;
+    if (op == NULL)
+        return 0;
+    if (s->skip > 0) {
+        s->skip--;
+        return 0;
+    }
+    if (s->got >= s->want)
+        return 1;  /* stops the traversal */
+    if (refs_push(s->r, op) < 0)
+        return -1;
+    s->got++;
     return 0;
 }
 
@@ -287,22 +574,25 @@ static Py_ssize_t
 read_slice(Refs *r, Py_ssize_t want)
 {
     PyObject *c = r->cursor;
+    PyTypeObject *tp = Py_TYPE(c);
     Py_ssize_t got = 0;
-    if (PyList_CheckExact(c) || PyTuple_CheckExact(c)) {
-        int list = PyList_CheckExact(c);
+    if (tp == &PyList_Type || tp == &PyTuple_Type) {
+        int list = tp == &PyList_Type;
         while (got < want) {
-            if (r->pos >= (list ? PyList_GET_SIZE(c) : PyTuple_GET_SIZE(c)))
+            if (r->pos >= (list ? PyList_Size(c) : PyTuple_Size(c)))
                 break;
-            PyObject *item = list ? PyList_GET_ITEM(c, r->pos) : PyTuple_GET_ITEM(c, r->pos);
+            PyObject *item = list ? PyList_GetItem(c, r->pos) : PyTuple_GetItem(c, r->pos);
             r->pos++;
-            if (item == NULL)
+            if (item == NULL) {
+                PyErr_Clear();
                 continue;
+            }
             if (refs_push(r, item) < 0)
                 return -1;
             got++;
         }
     }
-    else if (PyDict_CheckExact(c)) {
+    else if (tp == &PyDict_Type) {
         PyObject *key, *value;
         while (got < want && PyDict_Next(c, &r->pos, &key, &value)) {
             /* Borrowed from the dict: pushed (a strong reference) before anything runs. */
@@ -311,14 +601,25 @@ read_slice(Refs *r, Py_ssize_t want)
             got += 2;
         }
     }
-    else if (PyAnySet_CheckExact(c)) {
+    else if (use_set_next != NULL) {
         PyObject *key;
         Py_hash_t hash;
-        while (got < want && _PySet_NextEntry(c, &r->pos, &key, &hash)) {
+        while (got < want && use_set_next(c, &r->pos, &key, &hash)) {
             if (refs_push(r, key) < 0)
                 return -1;
             got++;
         }
+    }
+    else {
+        traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+        if (traverse == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        SetSlice s = {r, r->pos, want, 0};
+        int stopped = traverse(c, visit_set_slice, &s);
+        if (stopped < 0 || PyErr_Occurred())
+            return -1;
+        r->pos += s.got;
+        got = s.got;
     }
     return got;
 }
@@ -344,14 +645,28 @@ visit_referent(PyObject *op, void *arg)
 
 /* gc.get_referents(obj), plus a dict's keys, into r. -1 on error. */
 static int
-referents_of(PyObject *obj, Refs *r)
+referents_of(Walk *w, PyObject *obj, Refs *r)
 {
-    if (PyObject_IS_GC(obj)) {
-        traverseproc traverse = Py_TYPE(obj)->tp_traverse;
-        if (traverse != NULL && traverse(obj, visit_referent, r))
+    if (PyModule_Check(obj)) {
+        /* A module's dict only, never its tp_traverse: an extension's m_traverse may visit
+         * freed memory (3.12's _asyncio visits its FutureIter free list, CPython gh-122695),
+         * and a reference to a freed object would free it twice (census._referents). */
+        PyObject *dict = PyModule_GetDict(obj);  /* borrowed */
+        return dict == NULL ? 0 : refs_push(r, dict);
+    }
+    TypeInfo *info = type_info(w, Py_TYPE(obj));
+    if (info == NULL)
+        return -1;
+    /* gc.get_referents: objects the collector tracks (PyObject_IS_GC), by their type's
+     * tp_traverse. Read before anything runs: info may be evicted below. */
+    unsigned long flags = info->flags;
+    traverseproc traverse = info->traverse;
+    if ((flags & Py_TPFLAGS_HAVE_GC) && traverse != NULL
+        && (info->is_gc == NULL || info->is_gc(obj))) {
+        if (traverse(obj, visit_referent, r))
             return -1;
     }
-    if (PyDict_Check(obj)) {
+    if (flags & Py_TPFLAGS_DICT_SUBCLASS) {
         /* dict.keys(obj): the built-in view, never a subclass's keys() */
         Py_ssize_t pos = 0;
         PyObject *key, *value;
@@ -372,44 +687,6 @@ is_leaf(PyObject *op)
         || op == Py_None;
 }
 
-/* Is tp's __sizeof__ C code (a method_descriptor: built-in and extension types, and
- * object.__sizeof__ for classes that do not define one)? _PyType_Lookup runs no code. */
-static inline int
-sizeof_is_builtin(Walk *w, PyTypeObject *tp)
-{
-    PyObject *descr = _PyType_Lookup(tp, w->sizeof_name);  /* borrowed */
-    return descr != NULL && Py_IS_TYPE(descr, &PyMethodDescr_Type);
-}
-
-/* census._getsizeof(op): sys.getsizeof(op, 0) when tp's __sizeof__ is C code, else
- * object.__sizeof__(op) (a __sizeof__ written in Python is never run: a mock's creates new
- * mocks for the walk to meet, without end); any Exception reads as 0 (not only TypeError),
- * and so does a size no object can have. An error that is not an Exception (SystemExit,
- * KeyboardInterrupt) is returned: -1. */
-static int
-size_of(Walk *w, PyObject *op, PyTypeObject *tp, long long *size)
-{
-    long long bytes;
-    if (sizeof_is_builtin(w, tp)) {
-        size_t got = _PySys_GetSizeOf(op);
-        bytes = got == (size_t)-1 && PyErr_Occurred() ? -1
-              : got > MAX_OBJECT_BYTES ? 0 : (long long)got;
-    }
-    else {
-        PyObject *got = PyObject_CallOneArg(w->object_sizeof, op);
-        bytes = got == NULL ? -1 : PyLong_AsLongLong(got);
-        Py_XDECREF(got);
-    }
-    if (bytes == -1 && PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
-            return -1;
-        PyErr_Clear();
-        bytes = 0;
-    }
-    *size = bytes < 0 || bytes > (long long)MAX_OBJECT_BYTES ? 0 : bytes;
-    return 0;
-}
-
 /* A referent held by the container and the referents buffer only. */
 #define ONLY_ONE_REFERENCE 2
 
@@ -423,7 +700,6 @@ claim_referents(Walk *w, PyObject *stack, Refs *r, int resumed, Py_ssize_t budge
     Py_ssize_t stop = r->len - start > budget ? start + budget : r->len;
     for (Py_ssize_t i = start; i < stop; i++) {
         PyObject *ref = r->items[i];  /* owned by r: alive whatever __sizeof__ does */
-        PyTypeObject *tp = Py_TYPE(ref);
         int leaf = is_leaf(ref);
         /* A leaf held once by its container cannot be met again: it is counted without a
          * mark. Not in the rest of a split container: a leaf listed twice (a dict's non-str
@@ -440,31 +716,26 @@ claim_referents(Walk *w, PyObject *stack, Refs *r, int resumed, Py_ssize_t budge
             region[index] |= bit;
         }
         /* The type as it was before __sizeof__ ran (as the Python loop's ``tp``): an
-         * extension's C __sizeof__ could assign ref.__class__ and free the old class. */
+         * extension's C __sizeof__ could assign ref.__class__ and free the old class. The
+         * cache entry holds it; a local reference keeps it if the entry is evicted. */
+        TypeInfo *info = type_info(w, Py_TYPE(ref));
+        if (info == NULL)
+            return -1;
+        PyTypeObject *tp = info->tp;
         Py_INCREF(tp);
         long long size;
-        if (size_of(w, ref, tp, &size) < 0) {
-            Py_DECREF(tp);
-            return -1;
+        Py_ssize_t slot = -1;
+        if (size_of(ref, info, &size) == 0) {
+            info = type_info(w, tp);
+            slot = info == NULL ? -1 : slot_for(w, info);
         }
-        Py_ssize_t slot = slot_for(w, tp);
         Py_DECREF(tp);
-        if (slot < 0)
+        if (slot < 0 || tally(w, slot, size) < 0)
             return -1;
-        /* Checked at every use: Python code ran since the slot was cached. */
-        if (slot >= w->counts.len / 8 || slot >= w->sizes.len / 8) {
-            PyErr_SetString(PyExc_IndexError, "type slot out of range");
-            return -1;
-        }
-        long long *counts = (long long *)w->counts.buf, *sizes = (long long *)w->sizes.buf;
-        /* 0 <= size <= 2**48: only a sum can overflow; the Python loop's array('q') raises
-         * OverflowError there too. */
-        if (sizes[slot] > LLONG_MAX - size || *nbytes > LLONG_MAX - size) {
+        if (*nbytes > LLONG_MAX - size) {
             PyErr_SetString(PyExc_OverflowError, "census byte total out of range");
             return -1;
         }
-        counts[slot] += 1;
-        sizes[slot] += size;
         *objects += 1;
         *nbytes += size;
         if (!leaf && PyList_Append(stack, ref) < 0)
@@ -494,22 +765,14 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     if (limit < 1)
         limit = 1;  /* every call makes progress, and never drops what pending held */
-    w.sizeof_name = PyUnicode_InternFromString("__sizeof__");
-    if (w.sizeof_name == NULL)
-        goto error;
-    w.object_sizeof = _PyType_Lookup(&PyBaseObject_Type, w.sizeof_name);
-    if (w.object_sizeof == NULL) {
-        PyErr_SetString(PyExc_SystemError, "object.__sizeof__ not found");
-        goto error;
-    }
-    if (get_buffers(&w) < 0)
-        goto error;
+    if (check_array(w.counts_obj) < 0 || check_array(w.sizes_obj) < 0)
+        return NULL;
     long long objects = 0, nbytes = 0;
     Py_ssize_t work = 0;
     int have_refs = 0, resumed = 0;
-    if (PyList_GET_SIZE(pending) == 1
-        && PyCapsule_IsValid(PyList_GET_ITEM(pending, 0), PENDING_NAME)) {
-        Refs *held = (Refs *)PyCapsule_GetPointer(PyList_GET_ITEM(pending, 0), PENDING_NAME);
+    if (PyList_Size(pending) == 1
+        && PyCapsule_IsValid(PyList_GetItem(pending, 0), PENDING_NAME)) {
+        Refs *held = (Refs *)PyCapsule_GetPointer(PyList_GetItem(pending, 0), PENDING_NAME);
         if (held == NULL)
             goto error;
         /* Ours now; the capsule, emptied, frees nothing of it. */
@@ -519,18 +782,20 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
             goto error;
         have_refs = resumed = 1;
     }
-    else if (PyList_GET_SIZE(pending) != 0) {
+    else if (PyList_Size(pending) != 0) {
         PyErr_SetString(PyExc_TypeError, "pending must be what claim() left in it, or []");
         goto error;
     }
     while (work < limit) {
         if (!have_refs) {
-            Py_ssize_t n = PyList_GET_SIZE(stack);
+            Py_ssize_t n = PyList_Size(stack);
             if (n == 0)
                 break;
             /* Held until its referents are claimed, as the Python loop's ``obj``: were the
              * stack its last holder, its leaves would otherwise look held once. */
-            container = PyList_GET_ITEM(stack, n - 1);
+            container = PyList_GetItem(stack, n - 1);
+            if (container == NULL)
+                goto error;
             Py_INCREF(container);
             if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
                 goto error;
@@ -541,7 +806,7 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
                 r.pos = 0;
                 resumed = 1;
             }
-            else if (referents_of(container, &r) < 0)
+            else if (referents_of(&w, container, &r) < 0)
                 goto error;
             have_refs = 1;
             work += 1;
@@ -591,9 +856,9 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
     }
     refs_free(&r);
     Py_CLEAR(container);
-    release_buffers(&w);
-    release_regions(&w);
-    Py_XDECREF(w.sizeof_name);
+    if (flush_tallies(&w) < 0)
+        goto error;
+    walk_release(&w);
     return Py_BuildValue("LL", objects, nbytes);
 
 error: {
@@ -602,16 +867,40 @@ error: {
     PyErr_Fetch(&type, &value, &traceback);
     refs_free(&r);
     Py_CLEAR(container);
-    release_buffers(&w);
-    release_regions(&w);
-    Py_XDECREF(w.sizeof_name);
+    walk_release(&w);
     PyErr_Restore(type, value, traceback);
     return NULL;
 }
 }
 
+PyDoc_STRVAR(use_private_doc,
+"use_private(on) -> bool\n\n"
+"Use the interpreter's faster private helpers where it exports them (the default), or the\n"
+"stable ABI only (for tests). Returns whether all three are in use now.");
+
+static PyObject *
+use_private(PyObject *module, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    use_getsizeof = on ? found_getsizeof : NULL;
+    use_type_lookup = on ? found_type_lookup : NULL;
+    use_set_next = on ? found_set_next : NULL;
+    int all = use_getsizeof != NULL && use_type_lookup != NULL && use_set_next != NULL;
+    PyObject *mode = PyUnicode_FromString(all ? "abi3+private" : "abi3");
+    if (mode == NULL)
+        return NULL;
+    int failed = PyObject_SetAttrString(module, "mode", mode);
+    Py_DECREF(mode);
+    if (failed)
+        return NULL;
+    return PyBool_FromLong(all);
+}
+
 static PyMethodDef walk_methods[] = {
     {"claim", claim, METH_VARARGS, claim_doc},
+    {"use_private", use_private, METH_O, use_private_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -621,8 +910,77 @@ static struct PyModuleDef walk_module = {
     -1, walk_methods, NULL, NULL, NULL, NULL,
 };
 
+/* type.__dict__[name]: a C descriptor of type's own. */
+static PyObject *
+type_descr(const char *name)
+{
+    PyObject *proxy = PyObject_GetAttrString((PyObject *)&PyType_Type, "__dict__");
+    if (proxy == NULL)
+        return NULL;
+    PyObject *descr = PyMapping_GetItemString(proxy, name);
+    Py_DECREF(proxy);
+    return descr;
+}
+
+static PyObject *
+import_attr(const char *module_name, const char *name)
+{
+    PyObject *module = PyImport_ImportModule(module_name);
+    if (module == NULL)
+        return NULL;
+    PyObject *attr = PyObject_GetAttrString(module, name);
+    Py_DECREF(module);
+    return attr;
+}
+
 PyMODINIT_FUNC
 PyInit__walk(void)
 {
-    return PyModule_Create(&walk_module);
+    /* Built against the stable ABI of 3.10: PyType_GetSlot() reads static types from 3.10
+     * on only; an older interpreter uses the census's Python loop. */
+    PyObject *info = PySys_GetObject("version_info");  /* borrowed */
+    PyObject *minor = info == NULL ? NULL : PySequence_GetItem(info, 1);
+    PyObject *major = info == NULL ? NULL : PySequence_GetItem(info, 0);
+    long ma = major == NULL ? -1 : PyLong_AsLong(major), mi = minor == NULL ? -1 : PyLong_AsLong(minor);
+    Py_XDECREF(major);
+    Py_XDECREF(minor);
+    if (PyErr_Occurred())
+        return NULL;
+    if (ma != 3 || mi < 10) {
+        PyErr_SetString(PyExc_ImportError, "leakhound's compiled walk needs CPython 3.10 or later");
+        return NULL;
+    }
+    if (sizeof_name == NULL) {
+        sizeof_name = PyUnicode_InternFromString("__sizeof__");
+        if (sizeof_name == NULL)
+            return NULL;
+        object_sizeof = (PyObject *)&PyBaseObject_Type;
+        object_sizeof = PyObject_GetAttrString(object_sizeof, "__sizeof__");
+        sys_getsizeof = import_attr("sys", "getsizeof");
+        mro_descr = type_descr("__mro__");
+        dict_descr = type_descr("__dict__");
+        array_type = import_attr("array", "array");
+        if (object_sizeof == NULL || sys_getsizeof == NULL || mro_descr == NULL
+            || dict_descr == NULL || array_type == NULL)
+            return NULL;
+        if (!PyCFunction_Check(sys_getsizeof)) {
+            PyErr_SetString(PyExc_ImportError, "sys.getsizeof is not the built-in one");
+            return NULL;
+        }
+        /* Looked up in the process: present in the interpreter's own symbols (python or
+         * libpython), with the signatures declared above, in 3.8 to 3.13. */
+        found_getsizeof = (getsizeof_fn)dlsym(RTLD_DEFAULT, "_PySys_GetSizeOf");
+        found_type_lookup = (type_lookup_fn)dlsym(RTLD_DEFAULT, "_PyType_Lookup");
+        found_set_next = (set_next_fn)dlsym(RTLD_DEFAULT, "_PySet_NextEntry");
+    }
+    PyObject *module = PyModule_Create(&walk_module);
+    if (module == NULL)
+        return NULL;
+    PyObject *on = use_private(module, Py_True);
+    if (on == NULL) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_DECREF(on);
+    return module;
 }
