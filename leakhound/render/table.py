@@ -27,8 +27,9 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
         f"swap {human_bytes(p.swap_bytes)}  threads {p.num_threads}"
     )
     h = snapshot.heap
+    walk = f" ({h.walker} walk)" if h.walker else ""  # compiled (_walk.c) or its Python twin
     con.print(
-        f"census: {h.objects:,} objects in {h.census_seconds:.2f}s, "
+        f"census{walk}: {h.objects:,} objects in {h.census_seconds:.2f}s, "
         f"longest pause {h.max_pause_ms:.0f} ms, extra memory {human_bytes(h.payload_peak_bytes)}"
     )
     if not h.unreached_examined:

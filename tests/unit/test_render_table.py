@@ -70,3 +70,17 @@ def test_a_long_owner_path_folds_rather_than_losing_its_tail(monkeypatch: pytest
     cells = "".join(line.split("│")[1].strip() for line in lines[start:start + 4] if line.count("│") >= 4)
     assert path.replace(" ", "") in cells.replace(" ", "")
     assert "…" not in buf.getvalue()
+
+
+@pytest.mark.parametrize("walker", ["compiled", "python"])
+def test_the_header_says_which_walk_ran_on_which_python(monkeypatch: pytest.MonkeyPatch, walker: str) -> None:
+    from leakhound.model import HeapStats
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("NO_COLOR", "1")
+    heap = HeapStats(objects=1_000_000, bytes=100 << 20, census_seconds=1.25, max_pause_ms=12.0, walker=walker)
+    buf = io.StringIO()
+    table.render_snapshot(make_snapshot(heap=heap, python_version="3.12.1"), file=buf)
+    lines = buf.getvalue().splitlines()
+    assert "Python 3.12.1" in lines[0]
+    assert lines[2].startswith(f"census ({walker} walk): 1,000,000 objects in 1.25s")
