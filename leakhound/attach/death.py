@@ -136,9 +136,15 @@ def _kernel_log(facts: ProcessFacts, since_monotonic: float) -> list[str] | None
             parts = prefix.split(",")
             if len(parts) < 3 or not parts[2].isdigit() or int(parts[2]) / 1e6 < since_monotonic - 2.0:
                 continue
-            message = message.split("\n", 1)[0]
+            message = message.split("\n", 1)[0].strip()
             if f"[{facts.pid}]" in message or re.search(rf"\b[Kk]illed process {facts.pid}\b", message):
-                lines.append(message.strip())
+                lines.append(message)
+                continue
+            # A fault is logged under the faulting thread's id (e.g. the payload's thread):
+            # same name, an id that is no live process now, within the request's time.
+            thread = re.match(rf"(?:traps: )?{re.escape(facts.comm)}\[(\d+)\]", message)
+            if thread and not os.path.exists(f"/proc/{thread.group(1)}"):
+                lines.append(message + " (a thread of the same name; most likely this process's)")
     except OSError:
         return None
     finally:
