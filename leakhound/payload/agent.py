@@ -1,11 +1,27 @@
 """The opt-in in-process agent, for containers where ptrace is not allowed.
 
-Started at interpreter start-up by ``leakhound_agent.pth`` when the worker's environment has
-``LEAKHOUND_AGENT=1`` (no code change in the worker). It listens on a Unix socket in a 0700
-directory, ``$TMPDIR/leakhound-agent-<uid>/agent-<pid>.sock`` (mode 0600), accepts connections
-only from its own user or root (SO_PEERCRED), reads one JSON request line of bounded size,
-and answers with JSON lines: ``{"progress": ...}`` while working, then ``{"result": ...}``.
-Requests name one of the payload's fixed operations; nothing sent is ever executed.
+Started at interpreter start-up by ``leakhound_agent.pth`` (no code change in the worker),
+only in the process it is meant for, as ``LEAKHOUND_AGENT`` says:
+
+- ``1`` (or ``true``, ``yes``, ``on``): the first Python process that starts with it, and no
+  other: that process sets ``LEAKHOUND_AGENT=started:<pid>`` in its own environment, so the
+  processes it starts (a launcher's workers, subprocesses, ``multiprocessing`` spawns) do not
+  run one too;
+- ``argv:REGEX``: every process whose command line (its arguments joined by spaces, from
+  /proc/self/cmdline) matches the regular expression, e.g. ``argv:verifiers.*env_worker``
+  for each worker of a pool; the environment is left as it is;
+- anything else (``0``, empty, ``started:<pid>``): none.
+
+leakhound's own CLI never runs one. A forked child does not inherit it (the thread does not
+survive ``fork``, and the child leaves the parent's socket alone when it exits).
+
+It listens on a Unix socket in a 0700 directory,
+``$TMPDIR/leakhound-agent-<uid>/agent-<pid>.sock`` (mode 0600; the pid is the one the process
+sees for itself), accepts connections only from its own user or root (SO_PEERCRED), reads one
+JSON request line of bounded size, and answers with JSON lines: ``{"progress": ...}`` while
+working, then ``{"result": ...}``. Requests name one of the payload's fixed operations;
+nothing sent is ever executed. On start it removes the sockets in its directory that nobody
+listens on any more (left by workers killed before their ``atexit`` ran).
 """
 
 import json
@@ -93,6 +109,63 @@ def _serve(server):
 
 
 _started = []  # type: list
+STALE_SWEEP_LIMIT = 256
+
+
+def _listening_paths():
+    """Paths of the Unix sockets listening in this network namespace (/proc/net/unix)."""
+    paths = set()
+    try:
+        with open("/proc/net/unix") as fh:
+            next(fh, None)
+            for line in fh:
+                fields = line.split()
+                # Flags 0x10000 (__SO_ACCEPTCON): a listening socket.
+                if len(fields) >= 8 and int(fields[3], 16) & 0x10000:
+                    paths.add(fields[7])
+    except (OSError, ValueError):
+        pass
+    return paths
+
+
+def _is_stale(path, listening):
+    """A socket file nobody accepts on: its process is gone (killed before atexit ran)."""
+    if path in listening:
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return False
+
+
+def remove_stale_sockets(directory, keep=None):
+    """Remove the agent sockets in ``directory`` that nobody listens on; returns their names."""
+    removed = []  # type: list
+    try:
+        names = sorted(os.listdir(directory))[:STALE_SWEEP_LIMIT]
+    except OSError:
+        return removed
+    listening = None
+    for name in names:
+        path = os.path.join(directory, name)
+        if not (name.startswith("agent-") and name.endswith(".sock")) or path == keep:
+            continue
+        if listening is None:
+            listening = _listening_paths()
+        try:
+            if _is_stale(path, listening):
+                os.unlink(path)
+                removed.append(name)
+        except OSError:
+            pass
+    return removed
 
 
 def start():
@@ -119,21 +192,79 @@ def start():
     thread = threading.Thread(target=_serve, args=(server,), name="leakhound-agent", daemon=True)
     thread.start()
     _started.append(path)
+    owner = os.getpid()
     import atexit  # noqa: PLC0415
 
     def remove_socket():
-        if os.path.exists(path):
+        # A child forked from this process exits through here too: the socket is not its own.
+        if os.getpid() == owner and os.path.exists(path):
             os.unlink(path)
 
     atexit.register(remove_socket)
+    # Sockets of earlier workers killed before their atexit ran (SIGTERM, SIGKILL, OOM).
+    remove_stale_sockets(directory, keep=path)
     return path
+
+
+TRUE_VALUES = ("1", "true", "yes", "on")
+
+
+def _cmdline():
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            return [arg.decode("utf-8", "replace") for arg in fh.read().split(b"\0")[:-1]]
+    except OSError:
+        return list(sys.argv)
+
+
+# Interpreter options followed by a separate argument.
+_OPTIONS_WITH_ARGUMENT = ("-X", "-W", "--check-hash-based-pycs")
+
+
+def is_leakhound_cli(argv):
+    """Whether the command line ``argv`` (the interpreter's own, as in /proc/self/cmdline) runs
+    leakhound's command line tool (``leakhound ...`` or ``python -m leakhound``): it never
+    runs an agent."""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, "") in ("leakhound", "leakhound.cli", "leakhound.__main__")
+        if arg == "-c" or arg == "-":
+            return False
+        if arg in _OPTIONS_WITH_ARGUMENT:
+            next(args, None)
+        elif not arg.startswith("-"):
+            return os.path.basename(arg) == "leakhound"
+    return False
+
+
+def wanted(value, argv):
+    """Whether the agent should start in a process with ``LEAKHOUND_AGENT=value`` and
+    command line ``argv``."""
+    value = value.strip()
+    if is_leakhound_cli(argv):
+        return False
+    if value.lower() in TRUE_VALUES:
+        return True
+    if value.startswith("argv:"):
+        import re  # noqa: PLC0415 - only where a pattern is given
+
+        try:
+            return re.search(value[len("argv:"):], " ".join(argv)) is not None
+        except re.error as exc:
+            raise ValueError("LEAKHOUND_AGENT=%s is not a valid regular expression: %s" % (value, exc)) from None
+    return False
 
 
 def maybe_start():
     """Called from the .pth hook; never raises into the worker's start-up."""
-    if os.environ.get(ENV_VAR, "") not in ("1", "true", "yes", "on"):
-        return
+    value = os.environ.get(ENV_VAR, "")
     try:
+        if not wanted(value, _cmdline()):
+            return
+        if value.strip().lower() in TRUE_VALUES:
+            # Claimed by this process: its children inherit "started", not "1".
+            os.environ[ENV_VAR] = "started:%d" % os.getpid()
         start()
     except Exception as exc:
         sys.stderr.write("leakhound agent not started: %s\n" % exc)
