@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from leakhound.attach.process import match_processes
 from leakhound.commands.common import Reporter, leaking_simulated_worker
-from leakhound.errors import TargetNotFound
+from leakhound.errors import LeakhoundError, TargetNotFound
 from leakhound.model import PatchOutcome
 from leakhound.patching import patch_process
 from leakhound.render import json as json_render
@@ -39,10 +39,16 @@ def run(
     for pid in targets:
         if verify and action == "apply":
             reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)}, then watching {verify:.0f}s")
-        outcomes.extend(
-            patch_process(pid, fixes=fixes, action=action, verify_seconds=verify if action == "apply" else 0.0,
-                          method=method, timeout=timeout, log=reporter.log, trim_every=trim_every)
-        )
+        try:
+            outcomes.extend(
+                patch_process(pid, fixes=fixes, action=action, verify_seconds=verify if action == "apply" else 0.0,
+                              method=method, timeout=timeout, log=reporter.log, trim_every=trim_every)
+            )
+        except LeakhoundError:
+            # What already changed in the workers before this one is shown, never left unsaid.
+            if outcomes:
+                _render(outcomes, as_json=as_json)
+            raise
     _render(outcomes, as_json=as_json)
     return tuple(outcomes)
 

@@ -151,3 +151,14 @@ def test_a_signal_to_leakhound_mid_census_cancels_it_and_leaves_nothing(tmp_path
         again = _cli("inspect", str(child.pid), "--timeout", "60", "--json", tmp=tmp)
         assert again.returncode == 0, again.stderr
         assert child.proc.poll() is None
+
+
+def test_a_failure_on_a_later_worker_still_reports_what_landed_on_the_earlier_ones(tmp_path: Path) -> None:
+    tmp = _private_tmp(tmp_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that runs nothing now
+    with spawn_target("payload_trap", tmp_path) as child:
+        result = _cli("patch", str(child.pid), str(gone.pid), "--fix", "trim", "--json", tmp=tmp)
+        assert result.returncode == 3, result.stderr
+        assert child.report()["truth"]["applied"] == ["trim"]
+    assert '"fix": "trim"' in result.stdout and '"status": "applied"' in result.stdout
