@@ -1,0 +1,166 @@
+"""The census on every target CPython installed here: the compiled walk (one stable-ABI
+build, _walk.abi3.so) vs its 3.11 time, vs the pure-Python loop, vs guppy3 in the same target.
+
+For each interpreter (pyenv's 3.10, 3.11, 3.12, 3.13 by default) a fresh target
+(fixtures/bench_heap.py, ~4.8M objects by default) runs on that interpreter, and
+`leakhound inspect PID --method ptrace --json` runs from leakhound's own venv (3.11), as an
+on-call engineer would: the default census (compiled walk, 50 ms pause budget). With
+``--python-loop``, a second target per version gets the pure-Python loop
+(LEAKHOUND_WALKER=python): what these targets got before the abi3 build. guppy3
+(``str(hpy().heap())``, in-process on the target's main thread, bench_heap's SIGHUP) runs in
+a third target per version, from a per-version venv under ~/.cache/leakhound-bench
+(``pip install guppy3`` on first use; a version it does not install on gets no guppy3 row).
+
+Printed per version: census seconds (snapshot heap.census_seconds), which walk ran
+(heap.walker) and with which helpers, attach->report wall time, the target's worst loop lag,
+owner #1 and whether it is the heap's true biggest owner (bench_heap's CACHE or SESSIONS),
+and the ratios: census / the 3.11 census, and guppy3 / census. Numbers come from ONE run
+each; nothing here asserts on time. Usage:
+
+    .venv/bin/python benchmarks/census_versions.py [--quick] [--objects N] [--versions 3.10,3.12]
+                                                  [--python-loop] [--no-guppy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as c
+
+RATIO_GOAL = 1.5  # census on 3.10/3.12/3.13 at most 1.5x its 3.11 time
+PYENV = Path(os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))) / "versions"
+CACHE = Path.home() / ".cache" / "leakhound-bench"
+# bench_heap's two big owners; the census must name one of them first.
+TRUE_OWNERS = ("__main__.CACHE", "__main__.SESSIONS")
+
+
+def pythons(wanted: list[str]) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for python in sorted(PYENV.glob("3.*/bin/python")):
+        minor = ".".join(python.parent.parent.name.split(".")[:2])
+        if minor in wanted:
+            found.setdefault(minor, python)
+    return {v: found[v] for v in wanted if v in found}
+
+
+def guppy_site(version: str, python: Path) -> Path | None:
+    """site-packages of a venv for ``version`` with guppy3 in it; None if it will not install."""
+    venv = CACHE / f"guppy3-venv-{version}"
+    site = venv / "lib" / f"python{version}" / "site-packages"
+    if (site / "guppy").exists():
+        return site
+    print(f"# creating {venv} (pip install guppy3)", file=sys.stderr)
+    try:
+        subprocess.run([str(python), "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "guppy3"],
+                       check=True, timeout=900)
+    except (OSError, subprocess.SubprocessError) as exc:
+        print(f"# guppy3 does not install on {version}: {exc}", file=sys.stderr)
+        return None
+    return site if (site / "guppy").exists() else None
+
+
+def measure_leakhound(python: Path, objects: int, walker: str) -> dict[str, Any]:
+    env = {"BENCH_OBJECTS": str(objects)}
+    cli_env = {"LEAKHOUND_WALKER": "python"} if walker == "python" else {}
+    with c.target("bench_heap.py", env=env, python=python) as t:
+        t.settle(1.0)
+        t.reset_lag()
+        wall, snap, error = c.leakhound_inspect(t.pid, "ptrace", timeout=1800, env=cli_env)
+        lag = t.lag_after()
+    heap = (snap or {}).get("heap", {})
+    owners = (snap or {}).get("owners", [])
+    return {
+        "wall": wall,
+        "census": heap.get("census_seconds"),
+        "walker": heap.get("walker"),
+        "objects": heap.get("objects"),
+        "python": (snap or {}).get("python_version"),
+        "owner": owners[0]["path"] if owners else None,
+        "lag_ms": lag,
+        "error": error,
+    }
+
+
+def walk_mode(python: Path) -> str:
+    """Which helpers the compiled walk uses on ``python`` (_walk.mode), or why it is absent."""
+    code = (f"import sys; sys.path.insert(0, {str(c.ROOT)!r}); from leakhound.payload import census; "
+            "print(getattr(census._walk, 'mode', 'not loadable'))")
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+
+
+def measure_guppy(python: Path, site: Path, objects: int) -> dict[str, Any]:
+    env = {"BENCH_OBJECTS": str(objects), "BENCH_PEER": "guppy3", "PYTHONPATH": str(site)}
+    with c.target("bench_heap.py", env=env, python=python) as t:
+        t.settle(1.0)
+        result = t.run_peer()
+    return {"wall": result["wall_seconds"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small heap (200k objects), fast smoke run")
+    parser.add_argument("--objects", type=int, default=None, help="heap size (default 4,800,000)")
+    parser.add_argument("--versions", default="3.10,3.11,3.12,3.13")
+    parser.add_argument("--python-loop", action="store_true", help="also time the pure-Python loop")
+    parser.add_argument("--no-guppy", action="store_true", help="skip guppy3")
+    args = parser.parse_args()
+    objects = args.objects or (200_000 if args.quick else 4_800_000)
+    found = pythons(args.versions.split(","))
+    c.header(f"the census on each target CPython, ~{objects:,}-object heap (leakhound runs on "
+             f"{sys.version.split()[0]})", ["benchmarks/census_versions.py", *sys.argv[1:]])
+
+    results: dict[str, dict[str, Any]] = {}
+    for version, python in found.items():
+        started = time.perf_counter()
+        row: dict[str, Any] = {"mode": walk_mode(python),
+                               "compiled": measure_leakhound(python, objects, "compiled")}
+        if args.python_loop:
+            row["python"] = measure_leakhound(python, objects, "python")
+        if not args.no_guppy:
+            site = guppy_site(version, python)
+            row["guppy"] = measure_guppy(python, site, objects) if site is not None else None
+        results[version] = row
+        print(f"# measured {version} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+    base = results.get("3.11", {}).get("compiled", {}).get("census")
+    rows = []
+    for version, row in results.items():
+        lh = row["compiled"]
+        py = row.get("python") or {}
+        guppy = row.get("guppy") or {}
+        rows.append([
+            f"{lh['python'] or version}", f"{lh['walker'] or lh['error']} ({row['mode']})",
+            c.secs(lh["census"]), c.ratio(lh["census"], base), c.secs(py.get("census")),
+            c.ratio(py.get("census"), lh["census"]), c.secs(guppy.get("wall")),
+            c.ratio(guppy.get("wall"), lh["census"]), c.secs(lh["wall"]), f"{lh['lag_ms']:,.1f} ms",
+            f"{lh['objects']:,}" if lh["objects"] else "-",
+            "yes" if lh["owner"] in TRUE_OWNERS else f"NO ({lh['owner']})",
+        ])
+    print(c.table(
+        ["target Python", "walker", "census", "vs 3.11", "python loop", "loop/compiled", "guppy3",
+         "guppy3/census", "attach->report", "worst lag", "objects", "owner #1 right"],
+        rows, title="One run per cell, fresh target each (census = heap.census_seconds; guppy3 = "
+                    "str(hpy().heap()) in the same target's main thread)"))
+    print()
+    for version, row in results.items():
+        census = row["compiled"]["census"]
+        if version != "3.11" and base and census:
+            print(f"goal census <= {RATIO_GOAL}x its 3.11 time ({version}): "
+                  f"{'met' if census <= RATIO_GOAL * base else 'NOT met'} ({census / base:.2f}x)")
+        if row["compiled"]["error"]:
+            print(f"note ({version}): failed: {row['compiled']['error']}")
+        if not args.no_guppy and row.get("guppy") is None:
+            print(f"note ({version}): guppy3 does not install on this version")
+    return 0
+
+
+if __name__ == "__main__":
+    c.main_guard(main)
