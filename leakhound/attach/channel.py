@@ -28,7 +28,13 @@ from typing import Any
 
 import leakhound.payload
 from leakhound.attach.process import alive, environ_of, same_filesystem_view
-from leakhound.errors import AttachTimeout, TargetBlocked, TargetExited, TargetFilesystemUnreachable
+from leakhound.errors import (
+    AttachTimeout,
+    PermissionDenied,
+    TargetBlocked,
+    TargetExited,
+    TargetFilesystemUnreachable,
+)
 
 Progress = Callable[[str, int], None]
 PAYLOAD_SOURCE = Path(leakhound.payload.__file__).parent
@@ -59,6 +65,12 @@ def _make_dir_in_target(pid: int) -> tuple[str, str]:
     """Make the private directory inside ``pid``'s filesystem; returns (path from here, path
     the target opens)."""
     root = f"/proc/{pid}/root"
+    try:
+        os.stat(root)
+    except PermissionError:
+        raise PermissionDenied(
+            f"process {pid} runs in another mount namespace and {root} is not open to leakhound"
+        ) from None
     tmpdir = environ_of(pid).get("TMPDIR", "")
     candidates = ([tmpdir] if tmpdir.startswith("/") else []) + [d for d in TARGET_TMP_DIRS if d != tmpdir]
     tried = []

@@ -131,14 +131,14 @@ def namespace_pid(pid: int) -> int:
 
 def same_filesystem_view(pid: int) -> bool:
     """Whether a path means the same file here and in ``pid``: same mount namespace and same
-    root (no container, no chroot). False when it cannot be told (the caller then goes through
-    /proc/PID/root, which is right in both cases)."""
+    root (no container, no chroot). True when it cannot be told: reading either needs the
+    rights over ``pid`` that attaching needs too, and attaching then says what is missing."""
     try:
         if os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
             return False
         ours, theirs = os.stat("/"), os.stat(f"/proc/{pid}/root")
     except OSError:
-        return False
+        return True
     return (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 

@@ -49,6 +49,28 @@ def test_inspect_a_target_with_its_own_tmp_and_pids(method: str, as_init: bool) 
     assert_only_the_payload_stays(after["leakhound_modules"])
 
 
+OTHER_PYTHONS = {
+    version: str(path)
+    for version in ("3.10", "3.12", "3.13")
+    for path in sorted(Path("/root/.pyenv/versions").glob(f"{version}.*/bin/python"))[-1:]
+}
+
+
+@pytest.mark.parametrize("version", sorted(OTHER_PYTHONS))
+def test_inspect_across_namespaces_on_other_pythons(version: str) -> None:
+    """Targets run on the CPython the worker uses, not leakhound's: the payload copied into
+    the target's own /tmp loads there."""
+    with shared_dir() as ready_dir, spawn_in_namespaces(
+        "growing_cache", ready_dir, python=OTHER_PYTHONS[version]
+    ) as child:
+        snap = take_snapshot(child.pid, method="ptrace", timeout=60)
+        after = child.report()
+        assert _leakhound_entries(child.inside("/tmp")) == []
+    assert snap.python_version.startswith(version + ".")
+    assert snap.owners[0].path == "__main__.CACHE"
+    assert within(snap.owners[0].retained_bytes, after["truth"]["cache_bytes"])
+
+
 def test_private_directory_is_the_targets_user_only_and_removed() -> None:
     """The directory made inside the target's /tmp is owned by the target's user (here not
     leakhound's), mode 0700, holds the payload, and is gone afterwards."""
