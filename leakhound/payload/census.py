@@ -23,9 +23,9 @@ import time
 
 from .tasks import await_chain, live_tasks
 
-try:  # the compiled inner walk (_walk.c), built for the interpreter leakhound was installed on
+try:  # the compiled inner walk (_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
     from . import _walk  # type: ignore[attr-defined]
-except ImportError:  # another Python version or no compiler at install: the Python loop
+except ImportError:  # CPython < 3.10, another implementation, or no compiler at install: the Python loop
     _walk = None
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -43,13 +43,22 @@ class CensusTimeout(Exception):
     pass
 
 
+class CensusCancelled(Exception):
+    """The caller asked the census to stop (``Census(cancelled=...)`` returned True)."""
+
+
 # Leaves: objects with no referents. They are never pushed on the walk stack, and one whose
 # only reference is the container we found it in cannot be met again, so it is not marked.
 _LEAF_TYPES = frozenset((str, bytes, int, float, bool, complex, type(None)))
+# Types are looked up by id(), never hashed: hashing a class runs its metaclass's __hash__,
+# which may be Python code (or raise). The type tally keeps every type it saw alive, so an
+# id cannot be reused by another type during a census.
+_LEAF_TYPE_IDS = frozenset(id(tp) for tp in _LEAF_TYPES)
+_ModuleType = type(sys)
 # getrefcount of a referent inside the walk loop: its container, the referents list, the
 # loop variable and getrefcount's own argument.
 _ONLY_ONE_REFERENCE = 4
-_TIMED = frozenset((dict, list, tuple, set, frozenset))
+_TIMED_IDS = frozenset(id(tp) for tp in (dict, list, tuple, set, frozenset))
 # Units of work (containers popped + referents seen) per call into the compiled walk: a
 # few milliseconds of holding the GIL.
 _WORK_PER_CALL = 20000
@@ -132,10 +141,12 @@ class _Marks(object):
 
 
 class _Clock:
-    """Tracks the longest single uninterruptible step (one C call holding the GIL)."""
+    """Tracks the longest single uninterruptible step (one C call holding the GIL), the
+    census's deadline and the caller's request to stop."""
 
-    def __init__(self, deadline):
+    def __init__(self, deadline, cancelled=None):
         self.deadline = deadline
+        self.cancelled = cancelled
         self.max_step = 0.0
 
     def step(self, started):
@@ -148,6 +159,25 @@ class _Clock:
     def check(self):
         if time.monotonic() > self.deadline:
             raise CensusTimeout("census did not finish within its time budget")
+        if self.cancelled is not None and self.cancelled():
+            raise CensusCancelled("the census was cancelled")
+
+
+def _referents(obj):
+    """gc.get_referents(obj), except for modules: their dict only.
+
+    A module's tp_traverse also runs its extension's ``m_traverse``, and some visit memory
+    that holds no live object: CPython 3.12 and 3.13.0's ``_asyncio`` visits its free list of
+    ``FutureIter`` objects (refcount 0). gc.get_referents then hands back freed objects; the
+    reference the census holds brings them back to life, and dropping it frees them a second
+    time, corrupting the free list: the target's next ``await`` fails or it segfaults
+    (CPython gh-122695). What an extension module keeps in its state is found otherwise
+    (classes from the subclass tree, the rest as held from C).
+    """
+    if issubclass(type(obj), _ModuleType):
+        d = _instance_dict(obj)
+        return [d] if d is not None else []
+    return gc.get_referents(obj)
 
 
 def _type_name(tp):
@@ -273,7 +303,7 @@ def _referenced_from_outside(members, held):
     index = {id(o): i for i, o in enumerate(members)}
     internal = [0] * len(members)
     for obj in members:
-        for ref in gc.get_referents(obj):
+        for ref in _referents(obj):
             i = index.get(id(ref))
             if i is not None:
                 internal[i] += 1
@@ -286,6 +316,40 @@ def _referenced_from_outside(members, held):
         if sys.getrefcount(obj) - bias > internal[i]:
             outside.append(obj)
     return outside
+
+
+def _cyclic_only(candidates):
+    """The candidates that reference counting cannot free: cycles and what hangs off them.
+
+    A candidate no other candidate references is alive only through our own lists: it died
+    while the census ran (a thread replaced it in a dict we had walked), and refcounting frees
+    it, and then what only it held, the moment we let go. That is not cyclic garbage. Peel
+    such objects off, as refcounting would; what is left is in or under a cycle.
+    """
+    if not candidates:
+        return candidates
+    index = {id(o): i for i, o in enumerate(candidates)}
+    internal = [0] * len(candidates)
+    for obj in candidates:
+        for ref in _referents(obj):
+            i = index.get(id(ref))
+            if i is not None:
+                internal[i] += 1
+    obj = None
+    freed = [False] * len(candidates)
+    queue = [i for i in range(len(candidates)) if internal[i] == 0]
+    while queue:
+        i = queue.pop()
+        if freed[i]:
+            continue
+        freed[i] = True
+        for ref in _referents(candidates[i]):
+            j = index.get(id(ref))
+            if j is not None and not freed[j]:
+                internal[j] -= 1
+                if internal[j] == 0:
+                    queue.append(j)
+    return [candidates[i] for i in range(len(candidates)) if not freed[i]]
 
 
 class _Tally(object):
@@ -322,12 +386,28 @@ class _Tally(object):
                 + self.counts.buffer_info()[1] * 8 + self.bytes.buffer_info()[1] * 8)
 
 
+class _TypeTally(_Tally):
+    """A tally keyed by type, indexed by ``id(type)``: a class is never hashed (its
+    metaclass's ``__hash__`` would run). ``keys`` holds the types, keeping their ids unique."""
+
+    __slots__ = ()
+
+    def slot(self, tp):
+        i = self.index.get(id(tp))
+        if i is None:
+            i = self.index[id(tp)] = len(self.keys)
+            self.keys.append(tp)
+            self.counts.append(0)
+            self.bytes.append(0)
+        return i
+
+
 class Census(object):
     """One walk of the heap. Call :meth:`run`; read :meth:`result`."""
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
-                 max_pause_ms=None):
-        self.clock = _Clock(time.monotonic() + timeout)
+                 max_pause_ms=None, cancelled=None):
+        self.clock = _Clock(time.monotonic() + timeout, cancelled)
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self._exclude = exclude
@@ -350,13 +430,13 @@ class Census(object):
         self.owners = _Tally()
         self.owner_types = []
         self.owner_items = array.array("q")
-        self.types = _Tally()
+        self.types = _TypeTally()
         self.total_bytes = 0
         self.total_objects = 0
         self.tracked = 0
         self.garbage_objects = 0
         self.garbage_bytes = 0
-        self.garbage_types = _Tally()
+        self.garbage_types = _TypeTally()
         self.bookkeeping_bytes = 0
 
     # -- accounting -------------------------------------------------------------------------
@@ -394,16 +474,21 @@ class Census(object):
         get_referents = self._get_referents
         getsizeof = sys.getsizeof
         object_sizeof = _object_sizeof
+        # Per type id (the type tally keeps the types alive): is its __sizeof__ C code; is it
+        # a module type (walked through its dict only).
         builtin_sizeof = {}  # type: dict
+        module_ids = set()  # type: set
         max_size = _MAX_OBJECT_BYTES
         getrefcount = sys.getrefcount
         dict_keys = dict.keys
-        type_slot = self.types.index.get
+        type_slot = self.types.index.get  # keyed by id(type)
         new_type_slot = self.types.slot
         type_counts = self.types.counts
         type_bytes = self.types.bytes
         regions = claimed.regions
-        leaf_types = _LEAF_TYPES
+        leaf_ids = _LEAF_TYPE_IDS
+        timed_ids = _TIMED_IDS
+        module_type = _ModuleType
         only_one = _ONLY_ONE_REFERENCE
         pop = stack.pop
         push = stack.append
@@ -417,10 +502,13 @@ class Census(object):
             obj_type = type(obj)
             # Only a big built-in container makes get_referents a long step: time just those
             # (for max_pause) rather than every object, and never walk one twice.
-            big = obj_type in _TIMED and len(obj) > 4096
+            big = id(obj_type) in timed_ids and len(obj) > 4096
             if big:
                 t0 = perf_counter()
-            referents = get_referents(obj)
+            if obj_type is module_type or id(obj_type) in module_ids:
+                referents = _referents(obj)  # never a module's own traverse (see _referents)
+            else:
+                referents = get_referents(obj)
             # Not isinstance(): it reads obj.__class__, which a class (a mock, a proxy) can
             # make a property that runs code, raises, or claims to be dict.
             if issubclass(obj_type, dict):
@@ -430,7 +518,8 @@ class Census(object):
                 clock.step(t0)
             for ref in referents:
                 tp = type(ref)
-                leaf = tp in leaf_types
+                tid = id(tp)
+                leaf = tid in leaf_ids
                 if not (leaf and getrefcount(ref) <= only_one):
                     address = id(ref)
                     region = regions.get(address >> 20)
@@ -446,9 +535,11 @@ class Census(object):
                     if leaf:
                         size = getsizeof(ref, 0)
                     else:
-                        c_code = builtin_sizeof.get(tp)
+                        c_code = builtin_sizeof.get(tid)
                         if c_code is None:
-                            c_code = builtin_sizeof[tp] = _sizeof_is_builtin(tp)
+                            c_code = builtin_sizeof[tid] = _sizeof_is_builtin(tp)
+                            if issubclass(tp, module_type):
+                                module_ids.add(tid)
                         size = getsizeof(ref, 0) if c_code else object_sizeof(ref)
                 except Exception:
                     size = 0
@@ -456,7 +547,7 @@ class Census(object):
                     size = 0
                 added_bytes += size
                 added_objects += 1
-                slot = type_slot(tp)
+                slot = type_slot(tid)
                 if slot is None:
                     slot = new_type_slot(tp)
                 type_counts[slot] += 1
@@ -572,7 +663,7 @@ class Census(object):
     def _tracked_estimate(self):
         """Objects of container types the walk claimed: about what gc.get_objects() lists."""
         types = self.types
-        return sum(types.counts[i] for i, tp in enumerate(types.keys) if tp not in _LEAF_TYPES)
+        return sum(types.counts[i] for i, tp in enumerate(types.keys) if id(tp) not in _LEAF_TYPE_IDS)
 
     def _ns_per_object(self):
         return _measured["ns_per_object"] or _GET_OBJECTS_NS
@@ -703,12 +794,15 @@ class Census(object):
         names = {}
         for thread in list(threading._active.values()):  # type: ignore[attr-defined]
             names[thread.ident] = thread.name
-        me = threading.get_ident()
+        # Our own frame is dropped before anything binds it: a local naming this frame
+        # would be a cycle (frame -> locals -> frame) holding everything the census holds,
+        # gc.get_objects()'s list included, until the target's next full collection.
+        current = sys._current_frames()
+        current.pop(threading.get_ident(), None)
         frames = []
-        for ident, top in list(sys._current_frames().items()):
-            if ident == me:
-                continue
-            frame = top  # type: Any
+        top = frame = None  # type: Any
+        for ident, top in list(current.items()):
+            frame = top
             while frame is not None:
                 frames.append((names.get(ident, str(ident)), frame))
                 claimed.add(id(frame))
@@ -727,6 +821,8 @@ class Census(object):
                 if type(ref).__name__ == "frame":
                     continue
                 self._claim_named(path + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+        del current, frames
+        top = frame = None
         self.progress("unreached", self.total_objects)
         # What the walk itself holds at its largest, the extra memory it costs the target:
         # the marks, the list from gc.get_objects(), the owner and type tables.
@@ -759,6 +855,7 @@ class Census(object):
             self._claim_tree(owner, obj)
         garbage = [o for o in unreached if id(o) not in claimed]
         garbage = self._confirm_garbage(garbage)
+        garbage = _cyclic_only(garbage)
         for obj in garbage:
             size = self._getsizeof(obj, 0)
             self.garbage_objects += 1
@@ -773,7 +870,7 @@ class Census(object):
         stack = list(garbage)
         while stack:
             obj = stack.pop()
-            refs = gc.get_referents(obj)
+            refs = _referents(obj)
             if issubclass(type(obj), dict):
                 refs.extend(dict.keys(obj))
             for ref in refs:
@@ -807,7 +904,7 @@ class Census(object):
         marked = {id(o) for o in alive}
         stack = list(alive)
         while stack:
-            for ref in gc.get_referents(stack.pop()):
+            for ref in _referents(stack.pop()):
                 if id(ref) in index and id(ref) not in marked:
                     marked.add(id(ref))
                     stack.append(ref)

@@ -1,0 +1,196 @@
+"""The census must not harm the process it runs in, whatever the CPython or the classes.
+
+Each case runs the payload's census in a fresh interpreter of every installed CPython a
+worker might use (the payload is standard library only), the way it runs in a target: from
+its own thread while the main thread keeps working.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from leakhound.payload import census
+
+REPO = Path(__file__).resolve().parents[2]
+PYENV = Path("/root/.pyenv/versions")
+
+
+def _target_pythons() -> list[str]:
+    found = [sys.executable]
+    for version in ("3.10", "3.12", "3.13"):
+        candidates = sorted(PYENV.glob(f"{version}.*/bin/python")) if PYENV.is_dir() else []
+        if candidates:
+            found.append(str(candidates[-1]))
+    return found
+
+
+def _run(python: str, code: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-X", "faulthandler", "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
+    )
+
+
+# CPython 3.12 and 3.13.0's _asyncio module visits its free list of FutureIter objects
+# (refcount 0) in its traverse (gh-122695). A census that walked the module with
+# gc.get_referents held freed iterators and freed them again: the target's next awaits failed
+# ("await wasn't used with future", "Result is not set") or it segfaulted.
+FREELIST = """
+    import asyncio, sys, threading
+    sys.path.insert(0, ".")
+    from leakhound.payload import census
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        for _ in range(5):
+            # Fill the free list: each awaited future's iterator is freed into it.
+            for _ in range(50):
+                await asyncio.sleep(0)
+            futs = [loop.create_future() for _ in range(20)]
+            its = [iter(f) for f in futs]
+            del its
+            for compiled in (False, True):
+                walk = census.Census(max_pause_ms=50, compiled=compiled)
+                thread = threading.Thread(target=walk.run)
+                thread.start()
+                while thread.is_alive():
+                    await asyncio.sleep(0)
+                thread.join()
+            # Reuse the free list, as the worker's next awaits do.
+            for _ in range(200):
+                await asyncio.sleep(0)
+                f = loop.create_future()
+                loop.call_soon(f.set_result, 1)
+                assert await f == 1
+        print("alive")
+
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("python", _target_pythons())
+def test_walking_asyncio_never_revives_its_freed_future_iterators(python: str) -> None:
+    out = _run(python, FREELIST)
+    assert out.returncode == 0 and "alive" in out.stdout, out.stderr[-2000:]
+
+
+def test_modules_are_walked_through_their_dict_only() -> None:
+    import _asyncio
+
+    assert census._referents(_asyncio) == [_asyncio.__dict__]
+
+
+METACLASS_HASH = """
+    import sys
+    sys.path.insert(0, ".")
+    from leakhound.payload import census
+
+    CALLS = [0]
+
+    class Meta(type):
+        def __hash__(cls):
+            CALLS[0] += 1
+            raise RuntimeError("a metaclass __hash__ ran")
+
+    class Odd(metaclass=Meta):
+        pass
+
+    ODDS = [Odd() for _ in range(100)]
+    for compiled in (False, True):
+        walk = census.Census(max_pause_ms=None, compiled=compiled)
+        walk.run()
+        types = {t["type"]: t["count"] for t in walk.result(top_types=10000)["types"]}
+        assert types.get("__main__.Odd", 0) >= 100, types
+    assert CALLS[0] == 0, CALLS[0]
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("python", _target_pythons())
+def test_a_metaclass_hash_never_runs_and_never_fails_the_census(python: str) -> None:
+    out = _run(python, METACLASS_HASH)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+CHURN = """
+    import sys, threading
+    sys.path.insert(0, ".")
+    from leakhound.payload import census
+
+    CHURNED = {i: [(i, str(i))] for i in range(2000)}
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            CHURNED[i % 2000] = [(i, str(i)) for _ in range(4)]
+            i += 1
+
+    thread = threading.Thread(target=churn, daemon=True)
+    sys.setswitchinterval(1e-5)
+    thread.start()
+    found = []
+    for _ in range(3):
+        walk = census.Census(max_pause_ms=None)
+        walk.run()
+        found.append(walk.result()["cyclic_garbage"]["objects"])
+        del walk
+    stop.set()
+    print(found)
+"""
+
+
+@pytest.mark.parametrize("python", _target_pythons())
+def test_objects_a_thread_drops_during_the_census_are_not_cyclic_garbage(python: str) -> None:
+    # No cycles anywhere: what the thread replaces dies at once, except that the census's own
+    # list of tracked objects still holds it. That is not garbage the GC would find.
+    out = _run(python, CHURN)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[0, 0, 0]"
+
+
+def test_a_dead_acyclic_structure_is_peeled_and_a_cycle_stays() -> None:
+    chain = [[1], (2,)]
+    head = [chain]
+    cycle: list[object] = []
+    cycle.append(cycle)
+    hanger = [cycle, {"x": 1}]
+    cycle.append(hanger)
+    left = census._cyclic_only([head, chain, chain[0], chain[1], cycle, hanger, hanger[1]])
+    assert [id(o) for o in left] == [id(cycle), id(hanger), id(hanger[1])]
+
+
+NO_GARBAGE = """
+    import gc, sys, threading
+    sys.path.insert(0, ".")
+    from leakhound.payload import census
+
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, daemon=True)  # a second thread stack to walk
+    worker.start()
+    walk = census.Census(max_pause_ms=None); walk.run(); walk.result(); del walk
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    left = []
+    for pause in (None, 50, None):
+        walk = census.Census(max_pause_ms=pause); walk.run(); walk.result(); del walk
+        gc.collect()
+        left.append(sorted(type(o).__name__ for o in gc.garbage))
+        gc.garbage.clear()
+    stop.set()
+    print(left)
+"""
+
+
+@pytest.mark.parametrize("python", _target_pythons())
+def test_the_census_leaves_no_cyclic_garbage_behind(python: str) -> None:
+    # It used to: its own frame, named by a local while it walked the thread stacks, held
+    # everything it held (gc.get_objects()'s list too) until the target's next full collection.
+    out = _run(python, NO_GARBAGE)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[[], [], []]"
