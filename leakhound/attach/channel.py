@@ -76,7 +76,7 @@ def _make_dir_in_target(pid: int) -> tuple[str, str]:
     tried = []
     for inside in candidates:
         try:
-            here = tempfile.mkdtemp(prefix="leakhound-", dir=root + inside.rstrip("/"))
+            here = tempfile.mkdtemp(prefix=f"leakhound-{os.getpid()}-", dir=root + inside.rstrip("/"))
         except OSError as exc:
             tried.append(f"{inside}: {exc.strerror or exc}")
             continue
@@ -90,7 +90,7 @@ def _make_dir_in_target(pid: int) -> tuple[str, str]:
 class PrivateChannel:
     def __init__(self, *, uid: int, pid: int | None = None) -> None:
         if pid is None or same_filesystem_view(pid):
-            here = tempfile.mkdtemp(prefix="leakhound-")
+            here = tempfile.mkdtemp(prefix=f"leakhound-{os.getpid()}-")
             inside = here
         else:
             here, inside = _make_dir_in_target(pid)

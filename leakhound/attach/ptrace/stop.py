@@ -270,6 +270,45 @@ def _lines() -> Iterator[dict[str, Any]]:
         yield dict(json.loads(line))
 
 
+HELPER_FILE = "ptrace-helper.pid"  # in the private directory: which helper looks after it
+
+
+def _pid_alive(pid_file: str) -> bool:
+    try:
+        with open(pid_file) as fh:
+            os.kill(int(fh.read()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def sweep(parent: str) -> list[str]:
+    """Remove the private directories in ``parent`` whose leakhound died before any helper
+    looked after them (killed while it was still copying the payload there): named
+    ``leakhound-<pid>-*`` by channel.py, removed only when that pid is gone."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        fields = name.split("-")
+        if len(fields) != 3 or fields[0] != "leakhound" or not fields[1].isdigit():
+            continue
+        try:
+            os.kill(int(fields[1]), 0)
+            continue  # alive (or another process with that pid now: left alone)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        if _pid_alive(os.path.join(parent, name, HELPER_FILE)):
+            continue  # its helper looks after it
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
 class _Test:
     """LEAKHOUND_PTRACE_TEST (JSON), for the tests only: kill the CLI right after a step,
     copy the log to a file, let given waits report no stop, shorten the late-stop timeout."""
@@ -352,6 +391,15 @@ def main() -> None:
         if request is None and private_dir:
             shutil.rmtree(private_dir, ignore_errors=True)
         return
+    if private_dir:
+        try:
+            with open(os.path.join(private_dir, HELPER_FILE), "w") as fh:
+                fh.write(str(os.getpid()))
+        except OSError:
+            pass
+        swept = sweep(os.path.dirname(private_dir))
+        if swept:
+            log(f"removed private directories of leakhound processes that died: {swept}")
     if test is not None:
         test.log(f"helper: private dir {private_dir}")
     hook("start")
