@@ -175,6 +175,19 @@ def _connect(sock: socket.socket, path: str) -> None:
         os.close(parent)
 
 
+# Seconds a timed-out request gets to confirm its cancel (as on the debugger path).
+CANCEL_GRACE = 5.0
+
+
+def _send_cancel(sock: socket.socket) -> bool:
+    try:
+        sock.settimeout(CANCEL_GRACE)
+        sock.sendall(b'{"cancel": true}\n')
+    except OSError:
+        pass
+    return True
+
+
 def request(
     pid: int,
     uid: int,
@@ -213,13 +226,20 @@ def request(
             raise TargetExited(f"the agent of process {pid} is not listening") from None
         sock.sendall(json.dumps(doc).encode() + b"\n")
         buf = b""
+        cancel_sent = False
         while True:
-            if time.monotonic() > deadline:
-                raise AttachTimeout(f"no answer from the agent of process {pid} within {timeout:.0f}s")
             try:
-                chunk = sock.recv(1 << 16)
+                chunk = sock.recv(1 << 16) if time.monotonic() <= deadline else None
             except TimeoutError:
-                raise AttachTimeout(f"no answer from the agent of process {pid} within {timeout:.0f}s") from None
+                chunk = None
+            if chunk is None:
+                if cancel_sent:
+                    raise AttachTimeout(f"no answer from the agent of process {pid} within {timeout:.0f}s")
+                # Out of time: tell the request to stop, and wait a little for its answer
+                # (Cancelled, or its result if it finished meanwhile).
+                cancel_sent = _send_cancel(sock)
+                deadline = time.monotonic() + CANCEL_GRACE
+                continue
             if not chunk:
                 raise TargetExited(f"the agent of process {pid} closed the connection")
             buf += chunk

@@ -162,3 +162,39 @@ def test_a_failure_on_a_later_worker_still_reports_what_landed_on_the_earlier_on
         assert result.returncode == 3, result.stderr
         assert child.report()["truth"]["applied"] == ["trim"]
     assert '"fix": "trim"' in result.stdout and '"status": "applied"' in result.stdout
+
+
+def _agent_trap(at: str, seconds: float) -> dict[str, str]:
+    return {**_trap(at, seconds), "TRAP_AGENT": "1", "LEAKHOUND_AGENT": "0"}
+
+
+def test_the_agent_confirms_a_cancel_sent_on_its_socket(tmp_path: Path) -> None:
+    # Stalled 5 s; the CLI gives up at 4 s, sends "cancel" and reads the agent's answer.
+    with spawn_target("payload_trap", tmp_path, env=_agent_trap("progress", 5)) as child:
+        result = subprocess.run([LEAKHOUND, "inspect", str(child.pid), "--method", "agent", "--timeout", "4"],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 6, result.stderr
+        assert "stopped inside the target during census" in result.stderr
+        assert child.report()["truth"]["busy"] is False
+
+
+def test_a_signal_to_leakhound_cancels_its_agent_request(tmp_path: Path) -> None:
+    with spawn_target("payload_trap", tmp_path, env=_agent_trap("progress", 5)) as child:
+        cli = subprocess.Popen([LEAKHOUND, "inspect", str(child.pid), "--method", "agent", "--timeout", "60"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_for(child, "trapped", True)
+            cli.send_signal(signal.SIGTERM)
+            _out, err = cli.communicate(timeout=30)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+        assert cli.returncode == 143, err
+        # The closed connection stops the request at its next step: the lock is free again
+        # as soon as the stall is over, not after a whole census.
+        _wait_for(child, "stall_over", True)
+        _wait_for(child, "busy", False, timeout=5)
+        again = subprocess.run([LEAKHOUND, "inspect", str(child.pid), "--method", "agent", "--json"],
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
