@@ -1,7 +1,7 @@
 """How a request ends when it does not simply answer: timeouts, a dying target, an interrupt.
 
 Timeouts are definitive. When the CLI's wait runs out it tells the payload to stop (a
-``cancel`` file in the private directory; on the agent socket, a closed connection) and waits
+``cancel`` file in the private directory; on the agent socket, a ``cancel`` line) and waits
 ``CANCEL_GRACE`` seconds for its word: a ``Cancelled`` answer (it stopped at its next step and
 released its lock), or its real result if it finished meanwhile. Only when neither comes is
 the outcome unknown, and the error says so (``OutcomeUnknown``). A target that dies is
@@ -117,8 +117,8 @@ def wait_agent(
             raise death.explain(facts, inside="its agent was working on a request inside the process",
                                 doing="waiting for its agent's answer") from None
         raise OutcomeUnknown(
-            f"{exc}; leakhound closed the connection, which tells the agent to stop the request at "
-            f"its next step, but did not see it stop"
+            f"{exc}; leakhound told the agent to stop the request (and closed the connection, which "
+            f"does too), but did not see it stop: it stops at its next step once its thread runs"
         ) from None
     except TargetExited as exc:
         if alive(pid):
