@@ -52,7 +52,14 @@ def _lane(child: Child, tmp: Path, logs: Path, seed: int, quota: int, out: dict[
         env["LEAKHOUND_PTRACE_TEST"] = json.dumps({"log_file": str(log_file)})
         cli = subprocess.Popen([LEAKHOUND, *args], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, start_new_session=True)
-        time.sleep(rng.uniform(0.0, 1.8))
+        if rng.random() < 0.6:
+            # Most kills near the stop and during the census: from the helper's start.
+            deadline = time.monotonic() + 20
+            while not log_file.exists() and cli.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.002)
+            time.sleep(rng.uniform(0.0, 0.4))
+        else:  # the others anywhere: startup, planning, copying the payload, waiting
+            time.sleep(rng.uniform(0.0, 2.0))
         if cli.poll() is None:
             os.killpg(cli.pid, sig)  # the CLI's whole process group, as Ctrl-C / kill -- -PGID
             kills += 1
