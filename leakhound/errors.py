@@ -72,12 +72,12 @@ class AttachFailed(LeakhoundError):
 
 class TracerStuck(AttachFailed):
     """The ptrace method could not let the target's main thread go: it never stopped (it sits
-    in uninterruptible sleep). The kernel releases it when this leakhound process exits."""
+    in uninterruptible sleep). The kernel releases it when the tracer helper exits."""
 
     HELP_TEXT = (
         "The main thread was in uninterruptible sleep (state D: disk or network file system "
-        "I/O) and never stopped. It stays attached to leakhound until it stops or leakhound "
-        "exits, and leakhound exits now so that it is released; inspect again once the "
+        "I/O) and never stopped. leakhound's tracer helper exits, which releases it untouched "
+        "(or, if it was mid-step, waits for it to stop and puts it back); inspect again once the "
         "thread runs (`cat /proc/PID/task/PID/stat`), or use `--method agent`."
     )
 
