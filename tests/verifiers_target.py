@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 VERIFIERS_VERSION = "0.1.14"
-BASE_PYTHON = "/root/.pyenv/versions/3.11.7/bin/python"
+# The interpreter the worker runs on: $LEAKHOUND_VERIFIERS_BASE_PYTHON, else this one (a
+# worker on another CPython is asked for with ``python=``, e.g. from tests.pythons).
+BASE_PYTHON = os.environ.get("LEAKHOUND_VERIFIERS_BASE_PYTHON") or sys.executable
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DRIVER = REPO_ROOT / "fixtures" / "verifiers_env" / "driver.py"
 WORKER_TITLE = "Verifiers::EnvWorker"
@@ -37,12 +39,21 @@ class VerifiersFixtureError(RuntimeError):
     """The verifiers venv could not be built or the driver did not get ready."""
 
 
-def verifiers_venv_dir() -> Path:
+def _minor(python: str) -> str:
+    out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+def verifiers_venv_dir(python: str | None = None) -> Path:
+    """One venv per base interpreter's minor version (the default one keeps its old name)."""
     override = os.environ.get("LEAKHOUND_VERIFIERS_VENV")
-    if override:
+    if override and python is None:
         return Path(override)
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "leakhound" / f"verifiers-{VERIFIERS_VERSION}-venv"
+    if python is None or python == BASE_PYTHON:
+        return cache / "leakhound" / f"verifiers-{VERIFIERS_VERSION}-venv"
+    return cache / "leakhound" / f"verifiers-{VERIFIERS_VERSION}-py{_minor(python)}-venv"
 
 
 def _venv_python(venv: Path) -> Path:
@@ -58,14 +69,14 @@ def _is_complete(venv: Path) -> bool:
     )
 
 
-def ensure_verifiers_venv(*, timeout: float = 1800.0) -> Path:
+def ensure_verifiers_venv(*, python: str | None = None, timeout: float = 1800.0) -> Path:
     """Return the venv directory, building it first if needed.
 
     A flock on a sibling lock file serialises concurrent builders; the
     completion marker is written last, so an interrupted build is detected
     and redone from scratch.
     """
-    venv = verifiers_venv_dir()
+    venv = verifiers_venv_dir(python)
     if _is_complete(venv):
         return venv
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +86,7 @@ def ensure_verifiers_venv(*, timeout: float = 1800.0) -> Path:
         if _is_complete(venv):
             return venv
         shutil.rmtree(venv, ignore_errors=True)
-        python = os.environ.get("LEAKHOUND_VERIFIERS_BASE_PYTHON", BASE_PYTHON)
+        python = python or BASE_PYTHON
         env = _clean_env()
         steps = [
             [python, "-m", "venv", str(venv)],
@@ -220,6 +231,7 @@ def spawn_verifiers_worker(
     screenshot_kb: int = 24,
     ready_timeout: float = 120.0,
     extra_env: dict[str, str] | None = None,
+    python: str | None = None,
 ) -> Iterator[VerifiersWorker]:
     """Start the driver in the verifiers venv and yield once rollouts are done.
 
@@ -228,7 +240,7 @@ def spawn_verifiers_worker(
     intercept bodies. ``VerifiersWorker.run_batch`` runs more rollouts later
     (e.g. after a live patch). The process group is SIGKILLed on exit, always.
     """
-    venv = ensure_verifiers_venv()
+    venv = ensure_verifiers_venv(python=python)
     run_dir = Path(tmp_path) / "verifiers-worker"
     run_dir.mkdir(parents=True, exist_ok=True)
     ready_file = run_dir / "ready.json"

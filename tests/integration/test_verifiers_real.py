@@ -10,8 +10,10 @@ The fixture venv does not have leakhound installed: gdb loads the payload.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from leakhound.capture import take_snapshot
 from leakhound.errors import PatchRefused
 from leakhound.model import Finding, Snapshot
 from leakhound.patching import patch_process
+from tests.pythons import installed_pythons
 from tests.utils import spawn_target
 from tests.verifiers_target import (
     VerifiersWorker,
@@ -314,3 +317,39 @@ def test_process_without_verifiers_is_refused(tmp_path: Path) -> None:
         assert "no verifiers v1 Runtime" in str(refused.value)
         result = cli("patch", str(target.pid), "--fix", "registry", "--method", "gdb", "--json")
         assert result.returncode == REFUSED_EXIT_CODE, result.stdout + result.stderr
+
+
+PY312 = installed_pythons().get("3.12")
+
+
+@pytest.mark.skipif(PY312 is None, reason="no CPython 3.12 installed here")
+def test_the_real_worker_on_312_survives_inspections_while_it_runs_rollouts(tmp_path: Path) -> None:
+    """Production's Python: the first inspection used to kill this worker (the census revived
+    _asyncio's freed FutureIter free list, CPython gh-122695)."""
+    assert PY312 is not None
+    with spawn_verifiers_worker(tmp_path, rollouts=2, turns=3, park=1, python=PY312) as worker:
+        outcome: dict[str, Any] = {}
+
+        def rollouts() -> None:
+            try:
+                outcome["batch"] = worker.run_batch(rollouts=6, turns=4, timeout=300)
+            except Exception as exc:  # reported below, with the worker's log
+                outcome["error"] = exc
+
+        busy = threading.Thread(target=rollouts)
+        busy.start()
+        # The default method and pause budget, as an on-call engineer runs it, mid-rollouts.
+        during = [take_snapshot(worker.worker_pid, timeout=120) for _ in range(3)]
+        busy.join(timeout=320)
+        assert "error" not in outcome, f"{outcome.get('error')}\n{worker.log_tail()}"
+        assert outcome["batch"]["errors"] == []
+        before = fresh_report(worker)
+        idle = take_snapshot(worker.worker_pid, timeout=120)
+        report = fresh_report(worker)
+        assert os.path.exists(f"/proc/{worker.worker_pid}")
+    assert all(s.python_version.startswith("3.12.") for s in [*during, idle])
+    assert report["trajectory_registry"]["entries"] == before["trajectory_registry"]["entries"]
+    registry = idle.probes["verifiers"]["registry"]
+    assert registry["entries"] == report["trajectory_registry"]["entries"]
+    assert registry["finished_entries"] == report["trajectory_registry"]["finished_entries"]
+    assert findings(idle)["trajectory_registry"].count == report["trajectory_registry"]["finished_entries"]
