@@ -27,6 +27,10 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 SOURCE = Path("leakhound") / "payload" / "_walk.c"
 EXTENSION = "_walk.abi3.so"  # the name every CPython 3.x imports (importlib's EXTENSION_SUFFIXES)
 ABI_TAG = "cp310-abi3"  # _walk.c: Py_LIMITED_API 0x030A0000
+# The dominator pass (leakhound's own process, never a target): same ABI, same build, optional
+# too (dominators.py has a pure-Python twin).
+DOMINATORS_SOURCE = Path("leakhound") / "analysis" / "_dominators.c"
+DOMINATORS_EXTENSION = "_dominators.abi3.so"
 
 
 def compile_walk(source: Path, target: Path) -> Path:
@@ -55,6 +59,7 @@ class WalkBuildHook(BuildHookInterface):  # type: ignore[misc]
         if self.target_name != "wheel" or os.environ.get("LEAKHOUND_NO_COMPILE"):
             return
         root = Path(self.root)
+        self._build_dominators(root, version, build_data)
         source = root / SOURCE
         if version == "editable":
             target = source.with_name(EXTENSION)
@@ -79,7 +84,28 @@ class WalkBuildHook(BuildHookInterface):  # type: ignore[misc]
         else:
             build_data["force_include"][str(built)] = (SOURCE.parent / EXTENSION).as_posix()
 
+    def _build_dominators(self, root: Path, version: str, build_data: dict[str, Any]) -> None:
+        source = root / DOMINATORS_SOURCE
+        if version == "editable":
+            target = source.with_name(DOMINATORS_EXTENSION)
+        else:
+            self._dominators_dir = tempfile.TemporaryDirectory(prefix="leakhound-dominators-")
+            target = Path(self._dominators_dir.name) / DOMINATORS_EXTENSION
+        try:
+            built = compile_walk(source, target)
+        except (OSError, subprocess.SubprocessError):
+            self.app.display_warning("leakhound: the optional C dominator pass was not built; the "
+                                     "pure-Python one is used.")
+            return
+        build_data["pure_python"] = False
+        build_data["tag"] = f"{ABI_TAG}-{_platform_tag()}"
+        if version != "editable":
+            build_data["force_include"][str(built)] = (DOMINATORS_SOURCE.parent / DOMINATORS_EXTENSION).as_posix()
+
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        dominators_dir = getattr(self, "_dominators_dir", None)
+        if dominators_dir is not None:
+            dominators_dir.cleanup()
         build_dir = getattr(self, "_build_dir", None)
         if build_dir is not None:
             build_dir.cleanup()

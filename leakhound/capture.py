@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
+from leakhound.analysis import dominators
 from leakhound.analysis.detectors import run_detectors
 from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
@@ -77,6 +79,23 @@ def snapshot_from_result(
 DEFAULT_MAX_PAUSE_MS = 50.0
 
 
+# The biggest object graph the target builds for the dominator owners (nodes; the census's
+# object count decides before the walk): about 100 bytes a node in the target while it is
+# built, and its transfer. Over it, the first-reacher census's owners stand (docs/inspect.md).
+DEFAULT_MAX_GRAPH_NODES = 3_000_000
+
+
+@dataclass
+class Capture:
+    """A snapshot and, with the dominator owner model, the graph and tree it came from."""
+
+    snapshot: Snapshot
+    graph: dominators.ObjectGraph | None = None
+    tree: dominators.DominatorTree | None = None
+    # ``why=``: the owners (or objects of a type) asked about, with their retainer paths
+    why: tuple[Owner, ...] = ()
+
+
 def take_snapshot(
     pid: int,
     *,
@@ -86,13 +105,38 @@ def take_snapshot(
     progress: Progress | None = None,
     log: AttachLog | None = None,
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
+    owner_model: str = "census",
 ) -> Snapshot:
     """One census of ``pid``. ``max_pause_ms``: skip the one step of the census that cannot be
     split (listing every gc-tracked object, needed to find objects no named root reaches)
-    when it would hold the target longer than this; None or 0: never skip it."""
+    when it would hold the target longer than this; None or 0: never skip it.
+    ``owner_model``: "census" (first reacher), "auto" (dominator owners when the graph fits
+    its budget, else the census's) or "dominator"."""
+    return capture(pid, method=method, top=top, timeout=timeout, progress=progress, log=log,
+                   max_pause_ms=max_pause_ms, owner_model=owner_model).snapshot
+
+
+def capture(
+    pid: int,
+    *,
+    method: str = "auto",
+    top: int = 20,
+    timeout: float = 60.0,
+    progress: Progress | None = None,
+    log: AttachLog | None = None,
+    max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
+    owner_model: str = "auto",
+    max_graph_nodes: int = DEFAULT_MAX_GRAPH_NODES,
+    retainers: int = 3,
+    why: str | None = None,
+) -> Capture:
+    """``take_snapshot``, keeping the object graph and its dominator tree when they were used."""
     target = resolve_target(pid)
     taken_at = time.time()
     request: dict[str, object] = {"op": "snapshot", "top_types": max(top, 50), "top_owners": max(top, 50)}
+    if owner_model != "census":
+        request["graph"] = True
+        request["max_graph_nodes"] = max_graph_nodes
     if max_pause_ms:
         request["max_pause_ms"] = max_pause_ms
     if os.environ.get("LEAKHOUND_WALKER") == "python":
@@ -109,7 +153,7 @@ def take_snapshot(
     )
     # RSS is read right after the census so the ledger compares like with like.
     process = process_stats(pid)
-    return snapshot_from_result(
+    snap = snapshot_from_result(
         pid=pid,
         method=remote.method,
         result=remote.result,
@@ -117,3 +161,52 @@ def take_snapshot(
         taken_at=taken_at,
         pause_ms=max(remote.attach_stop_ms, remote.main_thread_ms),
     )
+    if owner_model == "census":
+        return Capture(snap)
+    doc = remote.result.get("graph")
+    if not isinstance(doc, dict) or doc.get("skipped"):
+        note = str(doc.get("skipped")) if isinstance(doc, dict) else "the target sent no object graph"
+        heap = replace(snap.heap, owner_model="first-reacher", owner_model_note=note)
+        return Capture(replace(snap, heap=heap))
+    graph = dominators.decode_graph(doc)
+    deadline = time.monotonic() + timeout
+
+    def ask_names(paths: list[list[int]]) -> list[Any]:
+        # The owners' paths walked again in the target, to name instance attributes there.
+        left = max(5.0, deadline - time.monotonic())
+        answer = run_request(pid, {"op": "names", "paths": paths}, method=remote.method, timeout=left,
+                             log=log, target=target)
+        labels = answer.result.get("labels")
+        return labels if isinstance(labels, list) else []
+
+    found = dominators.find_owners(graph, top=max(top, 20), retainers=retainers, ask_names=ask_names, why=why)
+    asked = tuple(_owner(o) for o in found.why)
+    return Capture(with_dominator_owners(snap, graph, found), graph, found.tree, asked)
+
+
+def _owner(o: dominators.DominatorOwner) -> Owner:
+    return Owner(path=o.path, type=o.type, items=o.items, retained_bytes=o.retained_bytes,
+                 retained_objects=o.retained_objects, retainers=o.retainers)
+
+
+def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph,
+                          found: dominators.DominatorOwners) -> Snapshot:
+    """``snap`` with the dominator owners in place of the census's."""
+    unreached = graph.info.get("unreached") or {}
+    note = "" if found.named else "owner paths named from the graph only (the target did not answer names)"
+    if not unreached.get("examined", True):
+        note = (note + "; " if note else "") + str(unreached.get("reason", ""))
+    heap = replace(
+        snap.heap,
+        owner_model="dominator",
+        owner_model_note=note,
+        graph_nodes=graph.nodes,
+        graph_edges=graph.edges,
+        graph_seconds=round(float(graph.info.get("graph_seconds") or 0.0), 4),
+        dominator_seconds=round(found.analysis_seconds, 4),
+        max_pause_ms=round(max(snap.heap.max_pause_ms, float(graph.info.get("max_step_ms") or 0.0)), 2),
+        payload_peak_bytes=max(snap.heap.payload_peak_bytes, int(graph.info.get("payload_peak_bytes") or 0)),
+    )
+    owners = tuple(_owner(o) for o in found.owners)
+    out = replace(snap, heap=heap, owners=owners)
+    return out.with_findings(run_detectors(out))

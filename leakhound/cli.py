@@ -84,6 +84,14 @@ def inspect(
     as_json: JsonOpt = False,
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the snapshot JSON to this file.")] = None,
     max_pause: MaxPauseOpt = 50.0,
+    owners: Annotated[str, typer.Option(
+        "--owners", help="How owners are found: auto (the dominator tree when the object graph fits its budget, "
+        "else the first-reacher census), dominator, census.")] = "auto",
+    why: Annotated[Optional[str], typer.Option(
+        "--why", help="What keeps OWNER (a path from the owners table) or the biggest objects of TYPE alive: "
+        "a few distinct paths from roots.", metavar="OWNER_OR_TYPE")] = None,
+    heapsnapshot: Annotated[Optional[Path], typer.Option(
+        "--heapsnapshot", help="Also write the object graph as a Chrome DevTools .heapsnapshot file.")] = None,
 ) -> None:
     """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
     live objects at all (allocator fragmentation).
@@ -97,9 +105,12 @@ def inspect(
 
     if method not in METHODS:
         raise typer.BadParameter(f"choose one of {', '.join(METHODS)}", param_hint="--method")
+    if owners not in command.OWNER_MODELS:
+        raise typer.BadParameter(f"choose one of {', '.join(command.OWNER_MODELS)}", param_hint="--owners")
     try:
         command.run(pid=pid, method=method, top=top, timeout=timeout, as_json=as_json, save=save,
-                    max_pause_ms=max_pause, reporter=reporter(quiet=as_json and not _state["verbose"]))
+                    max_pause_ms=max_pause, reporter=reporter(quiet=as_json and not _state["verbose"]),
+                    owner_model=owners, why=why, heapsnapshot_path=heapsnapshot)
     except LeakhoundError as exc:
         raise fail(exc) from None
 

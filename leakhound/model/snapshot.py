@@ -16,7 +16,9 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-SNAPSHOT_SCHEMA = "leakhound.snapshot/1"
+SNAPSHOT_SCHEMA = "leakhound.snapshot/2"
+# Schemas this version reads: /1 (owners by first reacher only) and /2 (docs/snapshot-schema.md).
+READABLE_SCHEMAS = ("leakhound.snapshot/1", SNAPSHOT_SCHEMA)
 
 
 class SchemaError(ValueError):
@@ -53,6 +55,15 @@ class HeapStats:
     # named root reaches (held from C, cyclic garbage) were not looked for; the note says why.
     unreached_examined: bool = True
     unreached_note: str = ""
+    # How owners were found: "dominator" (retained = what freeing the owner returns, from the
+    # object graph's dominator tree) or "first-reacher" (the census: each object to the first
+    # named root that reaches it; every /1 snapshot). The note says why the graph was not used.
+    owner_model: str = "first-reacher"
+    owner_model_note: str = ""
+    graph_nodes: int = 0
+    graph_edges: int = 0
+    graph_seconds: float = 0.0  # the graph's walk in the target
+    dominator_seconds: float = 0.0  # the dominator pass and owners, in leakhound's process
 
 
 @dataclass(frozen=True)
@@ -82,14 +93,18 @@ class TypeStat:
 
 @dataclass(frozen=True)
 class Owner:
-    """A named root (module global, class attribute, attribute chain, thread frame) and what
-    it retains. Every object is attributed to exactly one owner, so owners never double count."""
+    """Who holds memory and how much. With the dominator model (``HeapStats.owner_model``) an
+    owner is an accumulation point of the dominator tree, named by a path from a root, and
+    ``retained_bytes`` is what freeing it would return; ``retainers`` are a few distinct
+    paths from roots that keep it alive. With the first-reacher census it is a named root
+    and what it reached first. Owners never double count."""
 
     path: str
     type: str
     items: int
     retained_bytes: int
     retained_objects: int = 0
+    retainers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -257,8 +272,15 @@ def snapshot_from_dict(doc: Any) -> Snapshot:
     if not isinstance(doc, dict):
         raise SchemaError("not a JSON object")
     schema = doc.get("schema")
-    if schema != SNAPSHOT_SCHEMA:
+    if schema not in READABLE_SCHEMAS:
         raise SchemaError(f"schema is {_short(schema)}, expected {SNAPSHOT_SCHEMA!r}")
+    if schema != SNAPSHOT_SCHEMA:
+        # /1 had no owner model (always the first reacher) and no retainers: the defaults.
+        for name in ("owner_model", "owner_model_note", "graph_nodes", "graph_edges", "graph_seconds",
+                     "dominator_seconds"):
+            if isinstance(doc.get("heap"), dict) and name in doc["heap"]:
+                raise SchemaError(f"malformed snapshot: heap.{name} is not in {schema}")
+        doc = {**doc, "schema": SNAPSHOT_SCHEMA}
     if doc.get("cyclic_garbage") is None:  # older files may leave it out
         doc = {**doc, "cyclic_garbage": {"objects": 0, "bytes": 0}}
     try:

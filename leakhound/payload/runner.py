@@ -136,6 +136,7 @@ def _snapshot(request, progress, stop):
         raise Cancelled(stop.reason, "census") from None
     heap = walk.result(top_types=top_types, top_owners=top_owners)
     del walk
+    out_graph = _graph(request, progress, stop, heap) if request.get("graph") else None
     stop.check("arena")
     progress("arena", 0)
     allocators = arena.arena_stats()
@@ -143,12 +144,40 @@ def _snapshot(request, progress, stop):
     progress("probes", 0)
     found = probes.run_all()
     stop.check("result")
-    return {
+    out = {
         "heap": heap,
         "arena": allocators,
         "probes": found,
         "python_version": "%d.%d.%d" % sys.version_info[:3],
     }
+    if out_graph is not None:
+        out["graph"] = out_graph
+    return out
+
+
+def _graph(request, progress, stop, heap=None):
+    """The object graph for the dominator tree (graph.py), when it fits ``max_graph_nodes``
+    (the census just counted the heap); else ``{"skipped": reason}``."""
+    from . import graph  # noqa: PLC0415 - only requests that ask for it load it
+
+    max_nodes = _int(request.get("max_graph_nodes"), 3000000, 1, 100000000)
+    if heap is not None and heap.get("objects", 0) > 2 * max_nodes:
+        return {"format": graph.GRAPH_FORMAT, "skipped": "the census counted %s objects: over the "
+                "graph budget of %s nodes" % (format(heap["objects"], ","), format(max_nodes, ","))}
+    max_pause = request.get("max_pause_ms")
+    max_pause = float(max_pause) if type(max_pause) in (int, float) and 0 < max_pause <= 60000 else None
+    stop.check("graph")
+    try:
+        return graph.build(timeout=max(1.0, stop.deadline - time.monotonic()), progress=progress,
+                           is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
+                           max_pause_ms=max_pause, cancelled=stop)
+    except (graph.GraphTimeout, graph.GraphCancelled):
+        stop.reason = stop.reason or "deadline"
+        raise Cancelled(stop.reason, "graph") from None
+
+
+def _graph_op(request, progress, stop):
+    return {"graph": _graph(request, progress, stop), "python_version": "%d.%d.%d" % sys.version_info[:3]}
 
 
 # What the census raises when it stops early: its own deadline, and the cancel hook.
@@ -169,7 +198,14 @@ def _sample(request, progress, stop):
     return sampling.sample(request, progress)
 
 
-OPERATIONS = {"snapshot": _snapshot, "ping": _ping, "patch": _patch, "sample": _sample}
+def _names(request, progress, stop):
+    from . import graph  # noqa: PLC0415
+
+    return graph.name_paths(request)
+
+
+OPERATIONS = {"snapshot": _snapshot, "ping": _ping, "patch": _patch, "sample": _sample, "graph": _graph_op,
+              "names": _names}
 
 
 def handle(request, progress=None, cancelled=None):

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from leakhound.model import Snapshot, snapshot_to_json
+from leakhound.model import Owner, Snapshot, snapshot_to_json
 
 
 def render_snapshot(snapshot: Snapshot, *, file: TextIO | None = None) -> None:
@@ -21,3 +21,16 @@ def render_line(doc: Any, *, file: TextIO | None = None) -> None:
     out = file or sys.stdout
     print(json.dumps(doc, separators=(",", ":")), file=out)
     out.flush()
+
+
+def render_why(query: str, found: tuple[Owner, ...], snapshot: Snapshot, *, file: TextIO | None = None) -> None:
+    """``inspect --why QUERY --json``: the matches with their retainer paths (docs/inspect.md)."""
+    render_document({
+        "query": query,
+        "owner_model": snapshot.heap.owner_model,
+        "matches": [
+            {"path": o.path, "type": o.type, "retained_bytes": o.retained_bytes,
+             "retainers": list(o.retainers or (o.path,))}
+            for o in found
+        ],
+    }, file=file)

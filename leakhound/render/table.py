@@ -8,7 +8,7 @@ from typing import TextIO
 from rich.table import Table
 
 from leakhound.analysis.ledger import ledger
-from leakhound.model import Finding, Snapshot
+from leakhound.model import Finding, Owner, Snapshot
 from leakhound.render.console import console, human_bytes
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "skipped": "dim"}
@@ -34,6 +34,7 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
     )
     if not h.unreached_examined:
         con.print(f"[yellow]not examined:[/yellow] objects no named root reaches: {h.unreached_note}")
+    con.print(_owner_model_line(snapshot))
     for warning in snapshot.warnings:
         con.print(f"[yellow]warning:[/yellow] {warning}")
 
@@ -55,6 +56,7 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
     for rank, owner in enumerate(snapshot.owners[:top], 1):
         owners.add_row(str(rank), owner.path, owner.type, f"{owner.items:,}", human_bytes(owner.retained_bytes))
     con.print(owners)
+    _render_retainers(con, snapshot.owners[:3])
 
     types = Table(title="top types", title_justify="left", show_edge=False)
     types.add_column("type")
@@ -64,6 +66,44 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
         types.add_row(stat.type, f"{stat.count:,}", human_bytes(stat.bytes))
     con.print(types)
     render_findings(snapshot.findings, pid=snapshot.pid, file=file)
+
+
+def _owner_model_line(snapshot: Snapshot) -> str:
+    h = snapshot.heap
+    if h.owner_model == "dominator":
+        line = (f"owners: dominator tree (retained = what freeing it returns), graph of {h.graph_nodes:,} nodes "
+                f"/ {h.graph_edges:,} edges walked in {h.graph_seconds:.2f}s, analysed in {h.dominator_seconds:.2f}s")
+    else:
+        line = "owners: first reacher (each object to the first named root that reaches it)"
+    if h.owner_model_note:
+        line += f" [dim]({h.owner_model_note})[/dim]"
+    return line
+
+
+def _render_retainers(con: object, owners: tuple[Owner, ...]) -> None:
+    from rich.console import Console
+
+    assert isinstance(con, Console)
+    for rank, owner in enumerate(owners, 1):
+        if len(owner.retainers) > 1:
+            con.print(f"kept alive (#{rank}):")
+            for path in owner.retainers:
+                con.print(f"  {path}", soft_wrap=True)
+
+
+def render_why(query: str, found: tuple[Owner, ...], snapshot: Snapshot, *, file: TextIO | None = None) -> None:
+    """``--why QUERY``: what keeps the owner (or the biggest objects of a type) alive."""
+    con = console(file)
+    if snapshot.heap.owner_model != "dominator":
+        con.print(f"why {query}: no object graph ({snapshot.heap.owner_model_note or 'first-reacher owners'})")
+        return
+    if not found:
+        con.print(f"why {query}: no owner path or type of that name")
+        return
+    for owner in found:
+        con.print(f"[bold]{owner.path}[/bold]  {owner.type}  retains {human_bytes(owner.retained_bytes)}")
+        for path in owner.retainers or (owner.path,):
+            con.print(f"  kept alive by {path}", soft_wrap=True)
 
 
 def render_findings(findings: tuple[Finding, ...], *, pid: int, file: TextIO | None = None) -> None:

@@ -128,7 +128,7 @@ def test_cli_json_document(tmp_path: Path) -> None:
         result = CliRunner().invoke(app, ["inspect", str(child.pid), "--json", "--save", str(tmp_path / "s.json")])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["schema"] == "leakhound.snapshot/1"
+    assert doc["schema"] == "leakhound.snapshot/2"
     assert set(doc) >= {"pid", "taken_at", "python_version", "method", "process", "heap", "arena"}
     assert set(doc) >= {"types", "owners", "findings"}
     assert set(doc["process"]) >= {"rss_bytes", "uss_bytes", "pss_bytes", "swap_bytes", "num_threads"}

@@ -27,7 +27,7 @@ def test_schema_comes_first_in_the_document() -> None:
     [
         ("{not json", "not JSON"),
         ("[]", "not a JSON object"),
-        ('{"schema": "leakhound.snapshot/999"}', "expected 'leakhound.snapshot/1'"),
+        ('{"schema": "leakhound.snapshot/999"}', "expected 'leakhound.snapshot/2'"),
         ('{"schema": "leakhound.snapshot/1", "pid": 1}', "malformed snapshot"),
     ],
 )

@@ -12,6 +12,7 @@ EXPECTED = """\
 pid 4242 python  Python 3.11.7  via gdb  at 2027-01-15 08:00:00 UTC
 RSS 300.0 MB  USS 290.0 MB  swap 0 B  threads 3
 census: 1,000,000 objects in 1.25s, longest pause 12 ms, extra memory 0 B
+owners: first reacher (each object to the first named root that reaches it)
 memory ledger
  where RSS goes       ┃    bytes ┃ of RSS ┃ note
 ━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━

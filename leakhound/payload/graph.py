@@ -1,0 +1,684 @@
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
+"""The object graph behind retained sizes (the dominator tree), walked inside the target.
+
+Standard library only. The walk starts from the census's named roots (modules and their
+globals, classes and their attributes, asyncio tasks, thread frames) plus, when the pause
+budget allows listing every gc-tracked object, the objects held from C; it streams back a
+compact graph: dense int node ids, sizes, type ids and edges as int arrays. The dominator
+pass runs in leakhound's own process (``leakhound.analysis.dominators``), never here.
+
+What it never does: call ``gc.collect()``, run Python code of the target (only C calls:
+``gc.get_referents``, built-in descriptors, C ``__sizeof__``; see ``sizes.object_size``), or
+hold the GIL for long: it is a Python loop on the payload's own thread, each step one short
+C call, with its deadline and the cancel hook checked every few thousand objects.
+
+Shape of the graph:
+
+* node 0 is the super-root; every root is one of its edges, and ``roots`` names them
+  (``module``, ``class``, ``task``, ``thread``, ``held``);
+* modules, module dicts, classes and class dicts are walls: children of the super-root only
+  (an edge from a function to its globals or from an instance to its class is not streamed:
+  it cannot change anyone's dominator, since the super-root reaches the wall directly);
+* a leaf (str, int, bytes, float...) whose only reference is the container it is found in
+  is folded into that container's size: it has one referrer, so it is dominated by it;
+* an edge carries a label (an index in ``labels``) when it has a name: ``a<name>`` an
+  attribute or slot, ``k<key>`` a dict's str key, ``d`` an instance's ``__dict__`` (the
+  path goes through it silently), ``t<Type>`` a coroutine's or frame's local of that type.
+"""
+
+import array
+import base64
+import gc
+import sys
+import time
+import types
+
+from .tasks import await_chain, live_tasks
+
+try:
+    from .sizes import object_size
+except ImportError:  # before the census split: the census's own
+    from .census import _getsizeof as object_size  # type: ignore[no-redef]
+try:
+    from .objects import _class_dict, _instance_dict, _referents, _short_type_name, _type_name
+except ImportError:
+    from .census import (  # type: ignore[no-redef]
+        _class_dict,
+        _instance_dict,
+        _referents,
+        _short_type_name,
+        _type_name,
+    )
+try:
+    from .census_unreached import _referenced_from_outside
+except Exception:
+    from .census import _referenced_from_outside  # type: ignore[no-redef]
+
+GRAPH_FORMAT = "leakhound.graph/1"
+
+_LEAF_TYPE_IDS = frozenset(id(tp) for tp in (str, bytes, int, float, bool, complex, type(None)))
+# getrefcount of a referent in the walk loop: its container, our list of referents (or the
+# items pair), the loop variable and getrefcount's argument.
+_ONLY_ONE_REFERENCE = 4
+_ModuleType = type(sys)
+_FRAME_LIKE_IDS = frozenset(id(tp) for tp in (types.FrameType, types.CoroutineType, types.GeneratorType,
+                                                types.AsyncGeneratorType))
+# Containers with neither an instance dict nor slots: no attribute names to look up.
+_PLAIN_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, bytearray, types.FunctionType,
+                                         types.MethodType, types.CodeType, types.CellType))
+_SIZED_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, dict))
+_SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
+# A leaf referenced from more places than this (small ints, interned names) is shared by
+# everyone: no owner retains it, and edges to it would be most of the graph.
+_SHARED_LEAF = 64
+_MAX_LABELS = 200000
+_MAX_LABEL_CHARS = 80
+_CHUNK_ITEMS = 1 << 20  # array items per base64 chunk (4-8 MiB): each encode is one short step
+_CHECK_EVERY = 0x7FF
+_MISSING = object()
+_GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
+
+
+# Root tiers: a path from a root of a lower tier names an owner before any other (the app's own
+# globals and tasks before a library's registry that also reaches them).
+TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
+
+
+class GraphTimeout(Exception):
+    pass
+
+
+class GraphCancelled(Exception):
+    pass
+
+
+class GraphTooBig(Exception):
+    """More nodes than the request's ``max_nodes``: the caller falls back to the census."""
+
+
+def _natural(text):
+    head = text.rstrip("0123456789")
+    tail = text[len(head):]
+    return (head, int(tail) if tail else -1, text)
+
+
+class Graph(object):
+    """One walk of the object graph. Call :meth:`run`, then :meth:`result`."""
+
+    def __init__(self, *, timeout=60.0, progress=None, is_stdlib=None, exclude=(),
+                 max_nodes=5000000, max_pause_ms=None, cancelled=None):
+        self.deadline = time.monotonic() + timeout
+        self.progress = progress or (lambda phase, done: None)
+        self.is_stdlib = is_stdlib or (lambda name: False)
+        self.cancelled = cancelled
+        self.max_nodes = max_nodes
+        self.max_pause_ms = max_pause_ms
+        self.max_step = 0.0
+        self.seconds = 0.0
+        self.index = {}  # id(obj) -> node, or -1 for leakhound's own objects
+        self.nodes = [None]  # the objects (keeps ids unique while we run); 0: the super-root
+        self.sizes = array.array("q", [0])
+        self.types = array.array("i", [0])
+        self.ids = array.array("q", [0])  # id() of each node: names a path later (name_paths)
+        self.lengths = array.array("i", [0])  # entries of a container (folded leaves included)
+        self.type_index = {}  # id(type) -> type id
+        self.type_keys = [None]  # the types (keeps their ids unique)
+        self.type_names = ["<root>"]
+        self.src = array.array("i")
+        self.dst = array.array("i")
+        self.lab = array.array("i")
+        self.label_index = {}
+        self.labels = []
+        self.roots = []  # [node, label, kind]
+        self.walls = set()  # nodes no edge but the super-root's leads to
+        self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
+        self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
+        self.unreached = {"examined": False, "estimated_pause_ms": None, "reason": "", "held": 0,
+                          "garbage_objects": 0}
+        for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
+                    self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
+                    self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
+                    self.unreached):
+            self.index[id(own)] = -1
+        for obj in exclude:
+            self.index[id(obj)] = -1
+
+    # -- building blocks -------------------------------------------------------------------
+
+    def _check(self):
+        if time.monotonic() > self.deadline:
+            raise GraphTimeout("the object graph did not finish within its time budget")
+        if self.cancelled is not None and self.cancelled():
+            raise GraphCancelled("the object graph was cancelled")
+
+    def _label(self, text):
+        i = self.label_index.get(text)
+        if i is None:
+            if len(self.labels) >= _MAX_LABELS:
+                return -1
+            i = self.label_index[text] = len(self.labels)
+            self.labels.append(text)
+        return i
+
+    def _type_id(self, tp):
+        t = self.type_index.get(id(tp))
+        if t is None:
+            t = self.type_index[id(tp)] = len(self.type_keys)
+            self.type_keys.append(tp)
+            self.type_names.append(_type_name(tp))
+        return t
+
+    def _node(self, obj):
+        """The node of ``obj``, added (not yet walked) if new; -1 for our own objects."""
+        i = self.index.get(id(obj))
+        if i is not None:
+            return i
+        i = self.index[id(obj)] = len(self.nodes)
+        if i > self.max_nodes:
+            raise GraphTooBig("more than %d nodes" % self.max_nodes)
+        self.nodes.append(obj)
+        self.sizes.append(object_size(obj))
+        self.types.append(self._type_id(type(obj)))
+        self.ids.append(id(obj))
+        self.lengths.append(0)
+        return i
+
+    def _root(self, obj, label, kind, tier, wall=False):
+        i = self._node(obj)
+        if i <= 0:
+            return i
+        self.roots.append([i, label, kind, tier])
+        self.src.append(0)
+        self.dst.append(i)
+        self.lab.append(-1)
+        if wall:
+            self.walls.add(i)
+        return i
+
+    def _dict_of(self, obj, tp):
+        """The instance ``__dict__`` through the built-in descriptor (cached per type)."""
+        descr = self.dict_descrs.get(id(tp), _MISSING)
+        if descr is _MISSING:
+            descr = None
+            try:
+                for klass in type.__dict__["__mro__"].__get__(tp, type):
+                    found = _class_dict(klass).get("__dict__")
+                    if found is not None:
+                        if type(found).__name__ in ("getset_descriptor", "member_descriptor"):
+                            descr = found
+                        break
+            except Exception:
+                descr = None
+            self.dict_descrs[id(tp)] = descr
+        if descr is None:
+            return None
+        try:
+            d = descr.__get__(obj, tp)
+        except Exception:
+            return None
+        return d if type(d) is dict else None
+
+    def _slots_of(self, tp):
+        names = self.slot_names.get(id(tp))
+        if names is None:
+            found = []
+            try:
+                for klass in type.__dict__["__mro__"].__get__(tp, type):
+                    if klass is object:
+                        continue
+                    for name, descr in list(_class_dict(klass).items()):
+                        if type(descr).__name__ == "member_descriptor" and type(name) is str:
+                            found.append((name, descr))
+            except Exception:
+                found = []
+            names = self.slot_names[id(tp)] = tuple(found)
+        return names
+
+    # -- the walk --------------------------------------------------------------------------
+
+    def run(self):
+        started = time.perf_counter()
+        stack = []
+        self._add_roots(stack)
+        self._walk(stack)
+        self._held_from_c(stack)
+        self.seconds = time.perf_counter() - started
+
+    def _add_roots(self, stack):
+        # Modules (and their dicts), __main__ first, then the app's, then the stdlib's.
+        names_of = {}
+        for name, module in list(sys.modules.items()):
+            if type(module) is _ModuleType and type(name) is str:
+                names_of.setdefault(id(module), (name, module))
+        main = sys.modules.get("__main__")
+        tiers = {}
+        for name, module in names_of.values():
+            d = _instance_dict(module)
+            path = d.get("__file__") if d is not None else None
+            if module is main:
+                tier = TIER_MAIN
+            elif name == "leakhound" or name.startswith("leakhound."):
+                tier = TIER_OURS
+            elif self.is_stdlib(name):
+                tier = TIER_STDLIB
+            elif type(path) is str and ("site-packages" in path or "dist-packages" in path):
+                tier = TIER_LIBRARY
+            else:
+                tier = TIER_APP
+            tiers[name] = tier
+        ordered = sorted(names_of.values(), key=lambda nm: (tiers[nm[0]], nm[0]))
+        for name, module in ordered:
+            m = self._root(module, name, "module", tiers[name], wall=True)
+            d = _instance_dict(module)
+            if d is not None and m > 0:
+                dn = self._node(d)
+                if dn > 0:
+                    self.walls.add(dn)
+                    self._edge(m, dn, self._label("d"))
+                    stack.append(dn)
+        # Classes, from the subclass tree (gc.freeze()'s permanent generation hides them from
+        # gc.get_objects()); each with its dict.
+        pending = [object]
+        seen = set()
+        while pending:
+            cls = pending.pop()
+            if id(cls) in seen:
+                continue
+            seen.add(id(cls))
+            try:
+                owner_module = type.__dict__["__module__"].__get__(cls, type)
+            except Exception:
+                owner_module = None
+            tier = tiers.get(owner_module, TIER_STDLIB) if type(owner_module) is str else TIER_STDLIB
+            c = self._root(cls, _type_name(cls), "class", tier, wall=True)
+            if c > 0:
+                # The class's own dict (``__dict__`` would be a new mappingproxy).
+                d = None
+                for ref in gc.get_referents(cls):
+                    if type(ref) is dict:
+                        d = ref
+                        break
+                ref = None
+                if d is not None:
+                    dn = self._node(d)
+                    if dn > 0:
+                        self.walls.add(dn)
+                        self._edge(c, dn, self._label("d"))
+                        stack.append(dn)
+                stack.append(c)
+            try:
+                pending.extend(type.__subclasses__(cls))
+            except TypeError:
+                continue
+        # Tasks: Task-1 (usually the main coroutine) first. No line numbers in the name: a
+        # paused coroutine's line changes between snapshots, its owner must not.
+        named = []
+        for task in live_tasks():
+            try:
+                name = task.get_name()
+            except Exception:
+                continue
+            if type(name) is str:
+                named.append((_natural(name), name, task))
+        named.sort(key=lambda t: t[0])
+        for _key, name, task in named:
+            chain = await_chain(task, limit=32)
+            code = getattr(chain[0], "cr_code", None) or getattr(chain[0], "gi_code", None) if chain else None
+            label = "task:%s/%s" % (name, code.co_name if code is not None else "?")
+            t = self._root(task, label, "task", TIER_APP)
+            if t > 0:
+                stack.append(t)
+        # Thread stacks (not ours), each frame its own root.
+        import threading  # noqa: PLC0415 - lazily: the target may not use threads
+
+        names = {}
+        for thread in list(threading._active.values()):  # type: ignore[attr-defined]
+            names[thread.ident] = thread.name
+        current = sys._current_frames()
+        current.pop(threading.get_ident(), None)
+        frame = None
+        for ident, top in list(current.items()):
+            frame = top
+            while frame is not None:
+                label = "thread:%s/%s" % (names.get(ident, str(ident)), frame.f_code.co_name)
+                f = self._root(frame, label, "thread", TIER_THREAD)
+                if f > 0:
+                    stack.append(f)
+                frame = frame.f_back
+        del current
+        top = frame = None
+        self.progress("graph", len(self.nodes))
+
+    def _edge(self, i, j, label):
+        self.src.append(i)
+        self.dst.append(j)
+        self.lab.append(label)
+
+    def _walk(self, stack):
+        nodes = self.nodes
+        index = self.index
+        sizes = self.sizes
+        types = self.types
+        ids_append = self.ids.append
+        lengths = self.lengths
+        lengths_append = lengths.append
+        sized = _SIZED_IDS
+        walls = self.walls
+        src_append = self.src.append
+        dst_append = self.dst.append
+        lab_append = self.lab.append
+        leaf_ids = _LEAF_TYPE_IDS
+        only_one = _ONLY_ONE_REFERENCE
+        getrefcount = sys.getrefcount
+        get_referents = gc.get_referents
+        module_type = _ModuleType
+        dict_items = dict.items
+        type_id = self._type_id
+        label_of = self._label
+        size_of = object_size
+        max_nodes = self.max_nodes
+        perf_counter = time.perf_counter
+        d_label = self._label("d")
+        type_labels = {}  # id(type) -> label of "t<Type>"
+        frame_like = _FRAME_LIKE_IDS
+        plain = _PLAIN_IDS
+        singleton_ids = _SINGLETON_IDS
+        steps = 0
+        while stack:
+            i = stack.pop()
+            obj = nodes[i]
+            tp = type(obj)
+            t0 = perf_counter()
+            names = None
+            if issubclass(tp, dict):
+                pairs = list(dict_items(obj))
+                refs = []
+                names = {}
+                for pair in pairs:
+                    refs.extend(pair)
+                    key = pair[0]
+                    if type(key) is str:
+                        names.setdefault(id(pair[1]), label_of("k" + key[:_MAX_LABEL_CHARS]))
+                key = pair = pairs = None
+                if tp is not dict:
+                    refs.extend(get_referents(obj))
+            elif issubclass(tp, module_type):
+                refs = _referents(obj)
+            else:
+                refs = get_referents(obj)
+            took = perf_counter() - t0
+            if took > self.max_step:
+                self.max_step = took
+            if id(tp) in sized:
+                lengths[i] = min(len(refs) // 2 if names is not None else len(refs), 0x7FFFFFFF)
+            tag = id(tp) in frame_like
+            if names is None and not tag and id(tp) not in plain:
+                slots = self._slots_of(tp)
+                # Attribute names only from slots here: asking an instance for its __dict__
+                # makes one where 3.11+ keep attributes inline (a dict more in the target for
+                # every instance). The owners' paths are named afterwards (``name_paths``).
+                d = None
+                if d is not None or slots:
+                    names = {}
+                    if d is not None:
+                        names[id(d)] = d_label
+                    for name, descr in slots:
+                        try:
+                            value = descr.__get__(obj, tp)
+                        except Exception:
+                            continue
+                        names.setdefault(id(value), label_of("a" + name))
+                    value = None
+                d = None
+            folded = 0
+            for ref in refs:
+                rtp = type(ref)
+                rid = id(rtp)
+                if rid in leaf_ids:
+                    count = getrefcount(ref)
+                    if count <= only_one:
+                        folded += size_of(ref)
+                        continue
+                    if count > _SHARED_LEAF or rid in singleton_ids:
+                        continue  # None, True, small ints, interned names: shared by everyone
+                j = index.get(id(ref))
+                if j is None:
+                    if issubclass(rtp, type) or rtp is module_type:
+                        continue  # classes and modules are roots of their own
+                    j = index[id(ref)] = len(nodes)
+                    if j > max_nodes:
+                        raise GraphTooBig("more than %d nodes" % max_nodes)
+                    nodes.append(ref)
+                    sizes.append(size_of(ref))
+                    types.append(type_id(rtp))
+                    ids_append(id(ref))
+                    lengths_append(0)
+                    if rid not in leaf_ids:
+                        stack.append(j)
+                elif j < 0 or j in walls:
+                    continue
+                if names is not None:
+                    label = names.get(id(ref), -1)
+                elif tag:
+                    label = type_labels.get(rid)
+                    if label is None:
+                        label = type_labels[rid] = label_of("t" + _short_type_name(rtp))
+                else:
+                    label = -1
+                src_append(i)
+                dst_append(j)
+                lab_append(label)
+            if folded:
+                sizes[i] += folded
+            ref = refs = names = obj = None
+            steps += 1
+            if steps & _CHECK_EVERY == 0:
+                self._check()
+                self.progress("graph", len(nodes))
+
+    def _held_from_c(self, stack):
+        """Tracked objects no root reached but something outside the heap references (C
+        state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
+        every tracked object, one call that cannot be split: skipped over the pause budget."""
+        leaf_types = {t for t, tp in enumerate(self.type_keys) if id(tp) in _LEAF_TYPE_IDS}
+        tracked = sum(1 for t in self.types if t not in leaf_types)
+        estimate = tracked * _GET_OBJECTS_NS / 1e6
+        self.unreached["estimated_pause_ms"] = round(estimate, 1)
+        if self.max_pause_ms is not None and estimate > self.max_pause_ms:
+            self.unreached["reason"] = (
+                "listing the ~%s gc-tracked objects (gc.get_objects(), one call) would hold the "
+                "target for ~%.0f ms, over the %.0f ms pause budget: objects held from C only "
+                "were not looked for" % (format(tracked, ","), estimate, self.max_pause_ms))
+            return
+        self._check()
+        t0 = time.perf_counter()
+        objects = gc.get_objects()
+        took = time.perf_counter() - t0
+        if took > self.max_step:
+            self.max_step = took
+        self.index[id(objects)] = -1
+        index = self.index
+        unreached = [o for o in objects if id(o) not in index]
+        del objects
+        held = _referenced_from_outside(unreached, held=1)
+        for obj in held:
+            if id(obj) in index:
+                continue
+            i = self._root(obj, "<held from C: %s>" % _type_name(type(obj)), "held", TIER_HELD)
+            if i > 0:
+                stack.append(i)
+                self._walk(stack)
+        self.unreached["examined"] = True
+        self.unreached["held"] = len(held)
+        self.unreached["garbage_objects"] = sum(1 for o in unreached if id(o) not in index)
+        del unreached, held
+        obj = None
+
+    # -- the result ------------------------------------------------------------------------
+
+    def result(self):
+        def chunks(arr):
+            return [base64.b64encode(arr[start:start + _CHUNK_ITEMS].tobytes()).decode("ascii")
+                    for start in range(0, len(arr), _CHUNK_ITEMS)]
+
+        n = len(self.nodes)
+        payload_bytes = (
+            sys.getsizeof(self.index) + sys.getsizeof(self.nodes)
+            + (self.sizes.buffer_info()[1] * 16) + (self.types.buffer_info()[1] * 4)
+            + 3 * (self.src.buffer_info()[1] * 4) + sys.getsizeof(self.label_index)
+            + len(self.index) * 60  # the int keys and values of the index
+        )
+        # The objects are let go before encoding: nothing of the target stays referenced.
+        self.nodes = None
+        self.index = None
+        self.type_keys = None
+        out = {
+            "format": GRAPH_FORMAT,
+            "byteorder": sys.byteorder,
+            "nodes": n,
+            "edges": len(self.src),
+            "type_names": self.type_names,
+            "labels": self.labels,
+            "roots": self.roots,
+            "sizes": chunks(self.sizes),
+            "types": chunks(self.types),
+            "ids": chunks(self.ids),
+            "lengths": chunks(self.lengths),
+            "edge_src": chunks(self.src),
+            "edge_dst": chunks(self.dst),
+            "edge_label": chunks(self.lab),
+            "graph_seconds": self.seconds,
+            "max_step_ms": self.max_step * 1000.0,
+            "payload_peak_bytes": payload_bytes,
+            "unreached": dict(self.unreached),
+        }
+        self.sizes = self.types = self.ids = self.lengths = self.src = self.dst = self.lab = None
+        return out
+
+
+def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled):
+    """Walk the graph and return its result dict, or ``{"skipped": reason}`` when it is
+    bigger than ``max_nodes`` (the caller keeps the census's owners)."""
+    graph = Graph(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude,
+                  max_nodes=max_nodes, max_pause_ms=max_pause_ms, cancelled=cancelled)
+    try:
+        graph.run()
+    except GraphTooBig as exc:
+        graph = None
+        return {"format": GRAPH_FORMAT, "skipped": "the object graph has %s: over the graph budget" % exc}
+    return graph.result()
+
+
+# -- naming the owners' paths -------------------------------------------------------------------
+
+_MAX_PATHS = 64
+_MAX_PATH_STEPS = 256
+
+
+def _root_objects():
+    """id -> object for every root the graph starts from (modules, classes, tasks, frames)."""
+    import threading  # noqa: PLC0415
+
+    found = {}
+    for module in list(sys.modules.values()):
+        if type(module) is _ModuleType:
+            found[id(module)] = module
+    pending = [object]
+    while pending:
+        cls = pending.pop()
+        if id(cls) in found:
+            continue
+        found[id(cls)] = cls
+        try:
+            pending.extend(type.__subclasses__(cls))
+        except TypeError:
+            continue
+    for task in live_tasks():
+        found[id(task)] = task
+    current = sys._current_frames()
+    current.pop(threading.get_ident(), None)
+    for top in list(current.values()):
+        frame = top
+        while frame is not None:
+            found[id(frame)] = frame
+            frame = frame.f_back
+    del current
+    top = frame = None
+    return found
+
+
+def _step_label(obj, address):
+    """(label, next object) for the referent of ``obj`` whose id is ``address``; the label as
+    the graph's (``a`` attribute, ``k`` dict key, ``d`` instance dict, ``t`` local's type,
+    ``''`` none); (None, None) when ``obj`` no longer references it."""
+    tp = type(obj)
+    if issubclass(tp, dict):
+        for key, value in list(dict.items(obj)):
+            if id(value) == address:
+                return ("k" + key[:_MAX_LABEL_CHARS] if type(key) is str else ""), value
+    refs = _referents(obj)
+    nxt = None
+    for ref in refs:
+        if id(ref) == address:
+            nxt = ref
+            break
+    refs = None
+    if nxt is None:
+        return None, None
+    if id(tp) in _FRAME_LIKE_IDS:
+        return "t" + _short_type_name(type(nxt)), nxt
+    if issubclass(tp, (list, tuple, set, frozenset)):
+        return "", nxt
+    if issubclass(tp, type):
+        return ("d" if type(nxt) is dict else ""), nxt
+    if issubclass(tp, _ModuleType):
+        return "d", nxt
+    for klass in type.__dict__["__mro__"].__get__(tp, type):
+        if klass is object:
+            continue
+        for name, descr in list(_class_dict(klass).items()):
+            if type(descr).__name__ == "member_descriptor" and type(name) is str and name not in (
+                    "__dict__", "__weakref__"):
+                try:
+                    if descr.__get__(obj, tp) is nxt:
+                        return "a" + name, nxt
+                except Exception:
+                    continue
+    # One instance dict per step of a named path: what the census does along its chains.
+    d = _instance_dict(obj)
+    if d is not None:
+        if d is nxt:
+            return "d", nxt
+        for key, value in list(dict.items(d)):
+            if value is nxt and type(key) is str:
+                return "a" + key[:_MAX_LABEL_CHARS], nxt
+    return "", nxt
+
+
+def name_paths(request):
+    """The labels along a few paths the CLI chose (``paths``: lists of ids, a root's first),
+    walked again from the live roots by identity: an id is only compared with the ids of
+    objects found as referents, never turned into an object."""
+    paths = request.get("paths")
+    if type(paths) is not list:
+        return {"labels": []}
+    roots = _root_objects()
+    out = []
+    for path in paths[:_MAX_PATHS]:
+        if type(path) is not list or not path or any(type(a) is not int for a in path):
+            out.append(None)
+            continue
+        obj = roots.get(path[0])
+        labels = []
+        for address in path[1:_MAX_PATH_STEPS]:
+            if obj is None:
+                break
+            label, obj = _step_label(obj, address)
+            if label is None:
+                break
+            labels.append(label)
+        obj = None
+        out.append(labels)
+    roots = None
+    return {"labels": out}
