@@ -279,19 +279,25 @@ def directory_cancelled(directory):
 
 def socket_cancelled(conn):
     """The agent path's cancel: a ``cancel`` line from the client, or the connection closed
-    (the CLI gave up, or was killed). Never blocks: looks only when the socket is readable."""
+    (the CLI gave up, or was killed). A client that only shut down its sending side (it sent
+    the request and waits for the answer) has not cancelled: a closed connection is told from
+    it by POLLHUP, set only once both directions are shut. Never blocks."""
 
     def cancelled():
         try:
-            readable = select.select([conn], [], [], 0)[0]
-            if not readable:
+            poller = select.poll()
+            poller.register(conn, select.POLLIN | select.POLLHUP)
+            events = poller.poll(0)
+            if not events:
                 return False
+            if events[0][1] & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                return True
             data = conn.recv(4096, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return False
         except (OSError, ValueError):
             return True
-        return not data or b"cancel" in data
+        return b"cancel" in data
 
     return cancelled
 
