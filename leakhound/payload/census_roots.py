@@ -1,0 +1,256 @@
+"""The named roots of the heap, and the census's walk from them.
+
+The roots, in the priority order the census claims them in (first to reach an object owns it):
+
+- :func:`module_roots`: every module's globals, ``__main__`` first, then non-stdlib, then stdlib;
+- :func:`class_roots`: every class (from the subclass tree: ``gc.get_objects()`` misses classes a
+  worker ``gc.freeze()``-d), its dict and its ``__mro__``/``__bases__`` tuples;
+- :func:`task_roots`: every live asyncio task and the coroutines along its await chain;
+- :func:`thread_frames`: every frame on every thread's stack but the caller's.
+
+Each is a plain function that reads the target without running its code; any payload operation
+walking the heap can use them. ``_Roots._walk_roots`` is the census's use. Part of
+:class:`census.Census`.
+"""
+
+import gc
+import sys
+
+from .census_walk import _Walk
+from .objects import _instance_dict, _short_type_name, _type_name
+from .tasks import await_chain, live_tasks
+
+if False:  # typing only; the payload imports nothing it does not need at run time
+    from typing import Any  # noqa: F401
+
+
+def _natural(text):
+    head = text.rstrip("0123456789")
+    tail = text[len(head):]
+    return (head, int(tail) if tail else -1, text)
+
+
+def task_roots():
+    """(label, task or None, coroutine) along every live asyncio task's await chain; the
+    task itself goes with the outermost coroutine. Task-1 (usually the main coroutine)
+    first, so ties between owners go to it, deterministically."""
+    named = []
+    for task in live_tasks():
+        try:
+            name = task.get_name()
+        except Exception:
+            continue
+        if type(name) is str:
+            named.append((_natural(name), name, task))
+    named.sort(key=lambda t: t[0])
+    out = []
+    for _key, name, task in named:
+        owner_task = task
+        for coro in await_chain(task, limit=32):
+            code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            line = frame.f_lineno if frame is not None else 0
+            if code is None:
+                continue
+            label = "task:%s/%s (%s:%d)" % (name, code.co_name, code.co_filename.rsplit("/", 1)[-1], line or 0)
+            out.append((label, owner_task, coro))
+            owner_task = None
+    return out
+
+
+def _running_task_registries():
+    """asyncio's ``{loop: task being stepped}`` dicts (the C one and the pure-Python one)."""
+    out = []
+    for name in ("_asyncio", "asyncio.tasks"):
+        module = sys.modules.get(name)
+        d = _instance_dict(module) if module is not None else None
+        registry = d.get("_current_tasks") if d is not None else None
+        if type(registry) is dict:
+            out.append(registry)
+    return out
+
+
+def module_roots(is_stdlib):
+    """(name, module, module dict or None) for every module in ``sys.modules``, in the census's
+    priority order: ``__main__``, then non-stdlib (``is_stdlib(name)`` false), then stdlib,
+    each by name. A module listed under two names is listed once, under its first."""
+    main = sys.modules.get("__main__")
+    names_of = {}  # type: dict
+    for name, module in list(sys.modules.items()):
+        names_of.setdefault(id(module), name)
+    out = []
+    seen = set()
+    for module in [m for m in list(sys.modules.values()) if type(m).__name__ == "module"]:
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        out.append((names_of.get(id(module), "?"), module, _instance_dict(module)))
+    out.sort(key=lambda nmd: (nmd[1] is not main, is_stdlib(nmd[0]), nmd[0]))
+    return out
+
+
+def class_roots():
+    """(class, [its dict and __mro__/__bases__ tuples]) for every class reachable from
+    ``object``'s subclass tree, each once."""
+    out = []
+    seen = set()
+    pending = [object]
+    while pending:
+        cls = pending.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        out.append(cls)
+        try:
+            pending.extend(type.__subclasses__(cls))
+        except TypeError:
+            continue
+    return [(cls, [ref for ref in gc.get_referents(cls) if type(ref) in (dict, tuple)]) for cls in out]
+
+
+def thread_frames():
+    """(thread name, frame) for every frame of every thread's stack, innermost first, except
+    the calling thread's. The caller must drop the list when done (frames hold a thread's
+    locals alive); nothing here binds the caller's own frame (that would be a cycle)."""
+    import threading  # noqa: PLC0415 - imported lazily: the target may not use threads
+
+    names = {}
+    for thread in list(threading._active.values()):  # type: ignore[attr-defined]
+        names[thread.ident] = thread.name
+    current = sys._current_frames()
+    current.pop(threading.get_ident(), None)
+    frames = []
+    top = frame = None  # type: Any
+    for ident, top in list(current.items()):
+        frame = top
+        while frame is not None:
+            frames.append((names.get(ident, str(ident)), frame))
+            frame = frame.f_back
+    return frames
+
+
+class _Roots(_Walk):
+    """The census's walk from the named roots."""
+
+    def _walk_roots(self, objects):
+        """Claim everything the named roots reach; ``objects`` is gc.get_objects()'s list, or
+        None when the census runs without it."""
+        claimed = self.claimed
+        if objects is not None:
+            claimed.add(id(objects))
+        # Our own bookkeeping is not part of the target's heap.
+        for own in (self, self.__dict__, self.claimed, self.claimed.regions, self.owners,
+                    self.owners.index, self.owners.keys, self.owner_types, self.types,
+                    self.types.index, self.types.keys, self.garbage_types,
+                    self.garbage_types.index, self.garbage_types.keys):
+            claimed.add(id(own))
+        for obj in self._exclude:
+            claimed.add(id(obj))
+        # Code containers are walls between owners: modules, their dicts and classes are
+        # claimed up front so no data owner walks through them into someone else's globals.
+        # What hangs off the walls and no named root took (dunders, dict keys, method
+        # objects) is swept into the wall owner once the named roots are done.
+        wall = self._owner("<modules and classes>", sys)
+        walls = []
+
+        def add_wall(obj):
+            if id(obj) not in claimed:
+                claimed.add(id(obj))
+                self._count(obj, wall)
+                walls.append(obj)
+
+        module_dicts = []
+        for name, module, md in module_roots(self.is_stdlib):
+            add_wall(module)
+            if md is not None:
+                add_wall(md)
+                module_dicts.append((name, md))
+        # asyncio's registry of the task each loop is stepping right now is not an owner: a
+        # task caught mid-step belongs to its own task root (5 below), like every other task.
+        # The dict is counted with the walls but not swept.
+        for registry in _running_task_registries():
+            if id(registry) not in claimed:
+                claimed.add(id(registry))
+                self._count(registry, wall)
+        classes = class_roots()
+        for cls, _refs in classes:
+            add_wall(cls)
+        class_dicts = []
+        for cls, refs in classes:
+            for ref in refs:
+                if type(ref) is dict:
+                    class_dicts.append((cls, ref))
+                add_wall(ref)
+        del classes
+        self.progress("roots", 0)
+
+        # Tasks and their coroutines are claimed up front, like the walls: a path from a module
+        # global to a task (an event loop's ready queue and timers, a handle kept in a global,
+        # asyncio's _current_tasks) stops there, and each task's state goes to its own root (5).
+        task_coros = task_roots()
+        for _label, task, coro in task_coros:
+            claimed.add(id(task))
+            claimed.add(id(coro))
+        # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
+        for name, md in module_dicts:
+            for key, value in list(md.items()):
+                if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+                    continue
+                self._claim_named(name + "." + key, value, 1)
+        # 4: class attributes.
+        for cls, cdict in class_dicts:
+            base = _type_name(cls)
+            for key, value in list(cdict.items()):
+                if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+                    continue
+                self._claim_named(base + "." + key, value, 1)
+        for obj in walls:
+            self._claim_tree(wall, obj, root_claimed=True)
+        # 5: asyncio tasks: what a suspended coroutine's frames hold (no thread stack shows it).
+        # A suspended coroutine's locals are visible through the coroutine object, not its
+        # frame (the frame object does not own its data).
+        for label, task, coro in task_coros:
+            owner = self._owner(label, coro)
+            if task is not None:
+                self._count(task, owner)
+            self._count(coro, owner)
+            for ref in gc.get_referents(coro):
+                if type(ref).__name__ in ("frame", "coroutine", "generator", "async_generator"):
+                    continue
+                self._claim_named(label + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+            if task is not None:
+                self._claim_tree(owner, task, root_claimed=True)
+        # 6: thread stacks, each frame its own root. The census's own thread is left out:
+        # a local naming its frame would be a cycle (frame -> locals -> frame) holding
+        # everything the census holds, gc.get_objects()'s list included, until the target's
+        # next full collection.
+        frames = thread_frames()
+        for _tname, frame in frames:
+            claimed.add(id(frame))
+        for tname, frame in frames:
+            code = frame.f_code
+            path = "thread:%s/%s (%s:%d)" % (
+                tname,
+                code.co_name,
+                code.co_filename.rsplit("/", 1)[-1],
+                frame.f_lineno or 0,
+            )
+            owner = self._owner(path, frame)
+            self._count(frame, owner)
+            for ref in gc.get_referents(frame):
+                if type(ref).__name__ == "frame":
+                    continue
+                self._claim_named(path + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+        del frames
+        frame = None
+        self.progress("unreached", self.total_objects)
+        # What the walk itself holds at its largest, the extra memory it costs the target:
+        # the marks, the list from gc.get_objects(), the owner and type tables.
+        self.bookkeeping_bytes = (
+            claimed.nbytes()
+            + (sys.getsizeof(objects) if objects is not None else 0)
+            + self.owners.nbytes()
+            + sys.getsizeof(self.owner_types)
+            + self.owner_items.buffer_info()[1] * 8
+            + self.types.nbytes()
+        )

@@ -1,0 +1,157 @@
+"""What no named root reached: held from C (or a thread's stack), or cyclic garbage.
+
+Tracked objects no named root reaches are split with the same arithmetic the cyclic GC uses
+(refcount minus references from inside the set) into objects held from C / untracked places
+(owners named ``<held from C: Type>``) and cyclic garbage. Part of :class:`census.Census`.
+"""
+
+import gc
+import sys
+import time
+
+from .census_walk import _Walk
+from .objects import _referents, _type_name
+
+
+def _referenced_from_outside(members, held):
+    """Members with more references than the other members and our own ``held`` lists
+    (``members`` itself among them) account for: referenced from C, a thread's stack, or
+    anything else outside ``members``.
+
+    The cyclic GC's own arithmetic (refcount minus internal references), without running
+    a collection.
+    """
+    index = {id(o): i for i, o in enumerate(members)}
+    internal = [0] * len(members)
+    for obj in members:
+        for ref in _referents(obj):
+            i = index.get(id(ref))
+            if i is not None:
+                internal[i] += 1
+    obj = None
+    # Besides the ``held`` lists: the loop variable and getrefcount's argument.
+    bias = held + 2
+    outside = []
+    for i in range(len(members)):
+        obj = members[i]
+        if sys.getrefcount(obj) - bias > internal[i]:
+            outside.append(obj)
+    return outside
+
+
+def _cyclic_only(candidates):
+    """The candidates that reference counting cannot free: cycles and what hangs off them.
+
+    A candidate no other candidate references is alive only through our own lists: it died
+    while the census ran (a thread replaced it in a dict we had walked), and refcounting frees
+    it, and then what only it held, the moment we let go. That is not cyclic garbage. Peel
+    such objects off, as refcounting would; what is left is in or under a cycle.
+    """
+    if not candidates:
+        return candidates
+    index = {id(o): i for i, o in enumerate(candidates)}
+    internal = [0] * len(candidates)
+    for obj in candidates:
+        for ref in _referents(obj):
+            i = index.get(id(ref))
+            if i is not None:
+                internal[i] += 1
+    obj = None
+    freed = [False] * len(candidates)
+    queue = [i for i in range(len(candidates)) if internal[i] == 0]
+    while queue:
+        i = queue.pop()
+        if freed[i]:
+            continue
+        freed[i] = True
+        for ref in _referents(candidates[i]):
+            j = index.get(id(ref))
+            if j is not None and not freed[j]:
+                internal[j] -= 1
+                if internal[j] == 0:
+                    queue.append(j)
+    return [candidates[i] for i in range(len(candidates)) if not freed[i]]
+
+
+class _Unreached(_Walk):
+    """The census's last phase: splitting what the named roots did not reach."""
+
+    def _split_unreached(self, objects):
+        claimed = self.claimed
+        regions = claimed.regions
+        unreached = []
+        for obj in objects:
+            address = id(obj)
+            region = regions.get(address >> 20)
+            if region is None or not region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
+                unreached.append(obj)
+        obj = None
+        # Our own lists holding each: gc.get_objects()'s and ``unreached``.
+        roots = _referenced_from_outside(unreached, held=2)
+        for obj in roots:
+            if id(obj) in claimed:
+                continue
+            owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
+            self.owner_items[owner] = 0
+            self._claim_tree(owner, obj)
+        garbage = [o for o in unreached if id(o) not in claimed]
+        garbage = self._confirm_garbage(garbage)
+        garbage = _cyclic_only(garbage)
+        for obj in garbage:
+            size = self._getsizeof(obj, 0)
+            self.garbage_objects += 1
+            self.garbage_bytes += size
+            self.garbage_types.add(type(obj), size)
+            # Garbage still occupies memory: it is part of the census totals, under no owner.
+            self.types.add(type(obj), size)
+            self.total_bytes += size
+            self.total_objects += 1
+            claimed.add(id(obj))
+        # Untracked objects hanging off garbage (e.g. strings in a dead cycle's dicts).
+        stack = list(garbage)
+        while stack:
+            obj = stack.pop()
+            refs = _referents(obj)
+            if issubclass(type(obj), dict):
+                refs.extend(dict.keys(obj))
+            for ref in refs:
+                if id(ref) not in claimed and not gc.is_tracked(ref):
+                    claimed.add(id(ref))
+                    size = self._getsizeof(ref, 0)
+                    self.garbage_objects += 1
+                    self.garbage_bytes += size
+                    self.total_bytes += size
+                    self.total_objects += 1
+                    stack.append(ref)
+                    self.garbage_types.add(type(ref), size)
+        del unreached, garbage, roots
+
+    def _confirm_garbage(self, candidates, pause=0.01):
+        """Look again, a moment later, at what seemed to be garbage.
+
+        The main thread ran meanwhile; garbage cannot change (nothing references it), but
+        an object it just handed from its C stack to a container we had already walked
+        would look unreferenced. Candidates that now show a reference from outside the set,
+        and what they reach inside it, are alive: they go to ``<held from C: Type>``.
+        """
+        if not candidates:
+            return candidates
+        time.sleep(pause)
+        # Held by gc.get_objects()'s list, ``unreached`` and ``candidates``.
+        alive = _referenced_from_outside(candidates, held=3)
+        if not alive:
+            return candidates
+        index = {id(o) for o in candidates}
+        marked = {id(o) for o in alive}
+        stack = list(alive)
+        while stack:
+            for ref in _referents(stack.pop()):
+                if id(ref) in index and id(ref) not in marked:
+                    marked.add(id(ref))
+                    stack.append(ref)
+        for obj in alive:
+            if id(obj) not in self.claimed:
+                owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
+                self.owner_items[owner] = 0
+                self._claim_tree(owner, obj)
+        return [o for o in candidates if id(o) not in marked]

@@ -1,0 +1,249 @@
+"""The census's walk: claiming an object and everything it reaches for one owner.
+
+``_Walk._claim_tree`` is the hot loop (its compiled twin is ``_walk.c``, called in short
+steps by ``_claim_compiled``; the two must stay exactly equal); ``_claim_named`` extends an
+owner's path through instance attributes. The per-object size is :func:`sizes.object_size`.
+Part of :class:`census.Census`.
+"""
+
+import array
+import sys
+import time
+
+from .census_tallies import _Marks, _Tally, _TypeTally
+from .objects import _SIZED, _instance_dict, _items, _ModuleType, _referents, _slot_values, _type_name
+from .sizes import _MAX_OBJECT_BYTES, _object_sizeof, _sizeof_is_builtin
+
+if False:  # typing only; the payload imports nothing it does not need at run time
+    from typing import Any, Callable  # noqa: F401
+
+_SCALARS = (str, bytes, int, float, bool, complex, type(None))
+_MAX_CHAIN = 8  # attribute-chain depth after which a path stops being extended
+
+_FUNCTION_TYPES = (type(lambda: None), type(len), classmethod, staticmethod, property)
+
+# Leaves: objects with no referents. They are never pushed on the walk stack, and one whose
+# only reference is the container we found it in cannot be met again, so it is not marked.
+_LEAF_TYPES = frozenset((str, bytes, int, float, bool, complex, type(None)))
+# Types are looked up by id(), never hashed: hashing a class runs its metaclass's __hash__,
+# which may be Python code (or raise). The type tally keeps every type it saw alive, so an
+# id cannot be reused by another type during a census.
+_LEAF_TYPE_IDS = frozenset(id(tp) for tp in _LEAF_TYPES)
+# getrefcount of a referent inside the walk loop: its container, the referents list, the
+# loop variable and getrefcount's own argument.
+_ONLY_ONE_REFERENCE = 4
+_TIMED_IDS = frozenset(id(tp) for tp in (dict, list, tuple, set, frozenset))
+
+
+class _Walk(object):
+    """The census's state and its walk (the attributes below are set by ``Census.__init__``)."""
+
+    clock = None  # type: Any
+    progress = None  # type: Any
+    is_stdlib = None  # type: Any
+    _exclude = ()  # type: Any
+    _getsizeof = None  # type: Any
+    _get_referents = None  # type: Any
+    _compiled = None  # type: Any
+
+    def _work_per_call(self):
+        """Units of work per call into the compiled walk (``census._WORK_PER_CALL``)."""
+        raise NotImplementedError
+
+    def _reset(self):
+        self.claimed = _Marks()
+        # Owners: path -> slot; per slot its type name and item count (lists of atomics and
+        # arrays), objects and bytes in the tally.
+        self.owners = _Tally()
+        self.owner_types = []
+        self.owner_items = array.array("q")
+        self.types = _TypeTally()
+        self.total_bytes = 0
+        self.total_objects = 0
+        self.tracked = 0
+        self.garbage_objects = 0
+        self.garbage_bytes = 0
+        self.garbage_types = _TypeTally()
+        self.bookkeeping_bytes = 0
+
+    # -- accounting -------------------------------------------------------------------------
+
+    def _count(self, obj, owner):
+        size = self._getsizeof(obj, 0)
+        self.types.add(type(obj), size)
+        self.owners.counts[owner] += 1
+        self.owners.bytes[owner] += size
+        self.total_bytes += size
+        self.total_objects += 1
+
+    def _owner(self, path, obj):
+        """The owner slot for ``path`` (created with ``obj``'s type and length)."""
+        owners = self.owners
+        slot = owners.index.get(path)
+        if slot is None:
+            slot = owners.slot(path)
+            self.owner_types.append(_type_name(type(obj)))
+            self.owner_items.append(_items(obj))
+        return slot
+
+    def _claim_tree(self, owner, root, root_claimed=False):
+        """Claim ``root`` and everything reachable from it that nobody claimed yet."""
+        claimed = self.claimed
+        if not root_claimed:
+            if id(root) in claimed:
+                return
+            claimed.add(id(root))
+            self._count(root, owner)
+        stack = [root]
+        if self._compiled is not None:
+            self._claim_compiled(owner, stack)
+            return
+        get_referents = self._get_referents
+        getsizeof = sys.getsizeof
+        object_sizeof = _object_sizeof
+        # Per type id (the type tally keeps the types alive): is its __sizeof__ C code; is it
+        # a module type (walked through its dict only).
+        builtin_sizeof = {}  # type: dict
+        module_ids = set()  # type: set
+        max_size = _MAX_OBJECT_BYTES
+        getrefcount = sys.getrefcount
+        dict_keys = dict.keys
+        type_slot = self.types.index.get  # keyed by id(type)
+        new_type_slot = self.types.slot
+        type_counts = self.types.counts
+        type_bytes = self.types.bytes
+        regions = claimed.regions
+        leaf_ids = _LEAF_TYPE_IDS
+        timed_ids = _TIMED_IDS
+        module_type = _ModuleType
+        only_one = _ONLY_ONE_REFERENCE
+        pop = stack.pop
+        push = stack.append
+        clock = self.clock
+        perf_counter = time.perf_counter
+        steps = 0
+        added_bytes = 0
+        added_objects = 0
+        while stack:
+            obj = pop()
+            obj_type = type(obj)
+            # Only a big built-in container makes get_referents a long step: time just those
+            # (for max_pause) rather than every object, and never walk one twice.
+            big = id(obj_type) in timed_ids and len(obj) > 4096
+            if big:
+                t0 = perf_counter()
+            if obj_type is module_type or id(obj_type) in module_ids:
+                referents = _referents(obj)  # never a module's own traverse (see _referents)
+            else:
+                referents = get_referents(obj)
+            # Not isinstance(): it reads obj.__class__, which a class (a mock, a proxy) can
+            # make a property that runs code, raises, or claims to be dict.
+            if issubclass(obj_type, dict):
+                # dict_traverse skips str keys (they cannot form cycles); we want their bytes.
+                referents.extend(dict_keys(obj))
+            if big:
+                clock.step(t0)
+            for ref in referents:
+                tp = type(ref)
+                tid = id(tp)
+                leaf = tid in leaf_ids
+                if not (leaf and getrefcount(ref) <= only_one):
+                    address = id(ref)
+                    region = regions.get(address >> 20)
+                    if region is None:
+                        region = regions[address >> 20] = bytearray(8192)
+                    index = (address & 0xFFFFF) >> 7
+                    bit = 1 << ((address >> 4) & 7)
+                    if region[index] & bit:
+                        continue
+                    region[index] |= bit
+                # _getsizeof(ref), inlined; leaves are built-in types
+                try:
+                    if leaf:
+                        size = getsizeof(ref, 0)
+                    else:
+                        c_code = builtin_sizeof.get(tid)
+                        if c_code is None:
+                            c_code = builtin_sizeof[tid] = _sizeof_is_builtin(tp)
+                            if issubclass(tp, module_type):
+                                module_ids.add(tid)
+                        size = getsizeof(ref, 0) if c_code else object_sizeof(ref)
+                except Exception:
+                    size = 0
+                if not 0 <= size <= max_size:
+                    size = 0
+                added_bytes += size
+                added_objects += 1
+                slot = type_slot(tid)
+                if slot is None:
+                    slot = new_type_slot(tp)
+                type_counts[slot] += 1
+                type_bytes[slot] += size
+                if not leaf:
+                    push(ref)
+            steps += 1
+            if steps & 0x3FFF == 0:
+                clock.check()
+                self.progress("walk", self.total_objects + added_objects)
+        self._credit(owner, added_objects, added_bytes)
+
+    def _claim_compiled(self, owner, stack):
+        """``_claim_tree``'s loop in C, in short calls: between two, the interpreter can hand
+        the GIL to the target's threads. Each call is one uninterruptible step."""
+        claim = self._compiled
+        regions = self.claimed.regions
+        types = self.types
+        clock = self.clock
+        perf_counter = time.perf_counter
+        added_objects = added_bytes = 0
+        pending = []  # type: list
+        per_call = self._work_per_call()
+        while stack or pending:
+            t0 = perf_counter()
+            objects, nbytes = claim(stack, pending, regions, types.index, types.slot, types.counts,
+                                    types.bytes, per_call)
+            clock.step(t0)
+            added_objects += objects
+            added_bytes += nbytes
+            clock.check()
+            self.progress("walk", self.total_objects + added_objects)
+        self._credit(owner, added_objects, added_bytes)
+
+    def _credit(self, owner, objects, nbytes):
+        self.owners.bytes[owner] += nbytes
+        self.owners.counts[owner] += objects
+        self.total_bytes += nbytes
+        self.total_objects += objects
+
+    def _claim_named(self, path, obj, depth):
+        """Give ``obj`` its own owner ``path``; extend the path through instance attributes."""
+        if id(obj) in self.claimed:
+            return
+        attrs = []  # type: list
+        d = None
+        # issubclass(type(...)), never isinstance(): no user __class__ property runs.
+        if depth < _MAX_CHAIN and not issubclass(type(obj), _SCALARS + _SIZED + _FUNCTION_TYPES):
+            d = _instance_dict(obj)
+            if d is not None:
+                attrs.extend((k, v) for k, v in list(d.items()) if type(k) is str)
+            attrs.extend(_slot_values(obj))
+        if d is None and not attrs:
+            self._claim_tree(self._owner(path, obj), obj)
+            return
+        owner = self._owner(path, obj)
+        self.claimed.add(id(obj))
+        self._count(obj, owner)
+        if d is not None and id(d) not in self.claimed:
+            self.claimed.add(id(d))
+            self._count(d, owner)
+        parent_type = type(obj)
+        for name, value in attrs:
+            if id(value) in self.claimed:
+                continue
+            if type(value) is parent_type or issubclass(type(value), _SCALARS) and self._getsizeof(value, 0) < 4096:
+                # Linked structures and small scalars stay with their parent.
+                self._claim_tree(owner, value)
+            else:
+                self._claim_named(path + "." + name, value, depth + 1)
+        # Anything the instance references besides its attributes (e.g. its dict's keys).
+        self._claim_tree(owner, obj)

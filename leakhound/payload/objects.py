@@ -1,0 +1,96 @@
+"""Reading an object without running its code: its referents, type name, instance dict and
+``__slots__`` values, only through built-in descriptors and C calls. Standard library only.
+
+Used by the census (``census*.py``) and by any payload operation that walks the heap.
+"""
+
+import gc
+import sys
+
+# Builtin containers whose length is read with the C slot, never a user ``__len__``.
+_SIZED = (dict, list, set, frozenset, tuple, bytes, bytearray, str)
+_ModuleType = type(sys)
+
+
+def _referents(obj):
+    """gc.get_referents(obj), except for modules: their dict only.
+
+    A module's tp_traverse also runs its extension's ``m_traverse``, and some visit memory
+    that holds no live object: CPython 3.12 and 3.13.0's ``_asyncio`` visits its free list of
+    ``FutureIter`` objects (refcount 0). gc.get_referents then hands back freed objects; the
+    reference the census holds brings them back to life, and dropping it frees them a second
+    time, corrupting the free list: the target's next ``await`` fails or it segfaults
+    (CPython gh-122695). What an extension module keeps in its state is found otherwise
+    (classes from the subclass tree, the rest as held from C).
+    """
+    if issubclass(type(obj), _ModuleType):
+        d = _instance_dict(obj)
+        return [d] if d is not None else []
+    return gc.get_referents(obj)
+
+
+def _type_name(tp):
+    try:
+        qual = type.__dict__["__qualname__"].__get__(tp, type)
+        mod = type.__dict__["__module__"].__get__(tp, type)
+    except Exception:
+        return "?"
+    if mod in ("builtins", None):
+        return qual
+    return "%s.%s" % (mod, qual)
+
+
+def _class_dict(klass):
+    return type.__dict__["__dict__"].__get__(klass, type)
+
+
+def _short_type_name(tp):
+    try:
+        return type.__dict__["__qualname__"].__get__(tp, type)
+    except Exception:
+        return "?"
+
+
+def _instance_dict(obj):
+    """The instance ``__dict__`` through the built-in descriptor only (no user code)."""
+    tp = type(obj)
+    for klass in type.__dict__["__mro__"].__get__(tp, type):
+        descr = _class_dict(klass).get("__dict__")
+        if descr is None:
+            continue
+        if type(descr).__name__ not in ("getset_descriptor", "member_descriptor"):
+            return None
+        try:
+            d = descr.__get__(obj, tp)
+        except Exception:
+            return None
+        return d if type(d) is dict else None
+    return None
+
+
+def _slot_values(obj):
+    """(name, value) for ``__slots__`` members, read through member descriptors only."""
+    out = []
+    tp = type(obj)
+    for klass in type.__dict__["__mro__"].__get__(tp, type):
+        if klass is object:
+            continue
+        for name, descr in list(_class_dict(klass).items()):
+            if type(descr).__name__ != "member_descriptor":
+                continue
+            try:
+                out.append((name, descr.__get__(obj, tp)))
+            except Exception:
+                continue
+    return out
+
+
+def _items(obj):
+    for tp in _SIZED:
+        if issubclass(type(obj), tp):
+            try:
+                return tp.__len__(obj)
+            except Exception:
+                return 0
+    return 1
+
