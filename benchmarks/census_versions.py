@@ -168,8 +168,9 @@ def main() -> int:
         if version != "3.11" and base and census:
             print(f"goal census <= {RATIO_GOAL}x its 3.11 time ({version}): "
                   f"{'met' if census <= RATIO_GOAL * base else 'NOT met'} ({census / base:.2f}x)")
-        if row["compiled"]["error"]:
-            print(f"note ({version}): failed: {row['compiled']['error']}")
+        for walker in ("compiled", "python"):
+            if (row.get(walker) or {}).get("error"):
+                print(f"note ({version}, {walker} walk): failed: {row[walker]['error']}")
         if not args.no_guppy and row.get("guppy") is None:
             print(f"note ({version}): guppy3 does not install on this version")
     return 0
