@@ -52,6 +52,15 @@ def command(pid: int, status_path: str) -> list[str]:
         "-iex", "set auto-load off",
         "-iex", "set confirm off",
         "-iex", "set pagination off",
+        # A signal that reaches the target while gdb runs malloc or Py_AddPendingCall in it
+        # must not stop that call half way: gdb would detach with the thread still inside
+        # its dummy frame, and the target dies of SIGSEGV on return (seen with a SIGUSR1
+        # storm at the first injection). Asynchronous signals go straight to the target's
+        # handlers (CPython's only set a flag); a fault inside the call unwinds it.
+        "-iex", "handle all nostop noprint pass",
+        "-iex", "handle SIGSEGV SIGBUS SIGILL SIGFPE SIGABRT stop print",
+        "-iex", "set unwindonsignal on",
+        "-iex", "set unwind-on-terminating-exception on",
         "-p", str(pid),
         "-x", str(SCRIPT),
     ]
