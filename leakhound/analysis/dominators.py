@@ -273,9 +273,13 @@ def preferred_paths(graph: ObjectGraph) -> Paths:
             root_of[node] = r
             heapq.heappush(heap, (dist, r, node, -1))
     done = bytearray(n)
+    # A root is named as itself: a path from a global through the event loop's queues to a
+    # task is not the task's name (the census claims tasks up front for the same reason).
+    for node, _label, _kind, _tier in graph.roots:
+        done[node] = 2
     while heap:
         dist, r, v, _e = heapq.heappop(heap)
-        if done[v] or dist > best[v]:
+        if done[v] == 1 or dist > best[v]:
             continue
         done[v] = 1
         back = back_types[types[v]]
@@ -283,7 +287,7 @@ def preferred_paths(graph: ObjectGraph) -> Paths:
             e = edge_ids[k]
             w = dst[e]
             if done[w]:
-                continue
+                continue  # settled, or a root
             cost = BACK_REFERENCE_COST if back or (lab[e] >= 0 and back_labels[lab[e]]) else 1
             nd = dist + cost
             if best[w] < 0 or nd < best[w]:
@@ -446,7 +450,7 @@ class OwnerFinder:
         if name == "dict":
             # an instance's attribute dict (dominated by the instance), not a collection
             p = self.tree.idom[v]
-            return p > 0 and self.graph.type_of(p) not in _CONTAINERS and p not in self.root_kind
+            return p > 0 and (p in self.root_kind or self.graph.type_of(p) not in _CONTAINERS)
         return name not in _CONTAINERS and name not in _LEAVES
 
     def find(self, *, top: int = 20, min_bytes: int | None = None) -> list[int]:
