@@ -13,6 +13,7 @@ import pytest
 
 from leakhound.capture import take_snapshot
 from leakhound.payload.agent import socket_path
+from tests.pythons import installed_pythons
 from tests.utils import spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
@@ -61,9 +62,19 @@ def _status(pid: int) -> dict[str, int]:
     return out
 
 
-@pytest.mark.parametrize("method", ["agent", "ptrace"])
-def test_soak_200_inspections_keep_the_worker_alive_and_flat(tmp_path: Path, method: str) -> None:
-    with spawn_target("busy_worker", tmp_path, env={"LEAKHOUND_AGENT": "1" if method == "agent" else ""}) as child:
+PY312 = installed_pythons().get("3.12")
+
+
+@pytest.mark.parametrize(
+    ("method", "python"),
+    [("agent", None), ("ptrace", None),
+     pytest.param("ptrace", PY312, id="ptrace-3.12",
+                  marks=pytest.mark.skipif(PY312 is None, reason="no CPython 3.12 here"))],
+)
+def test_soak_200_inspections_keep_the_worker_alive_and_flat(tmp_path: Path, method: str, python: str | None) -> None:
+    # 3.12 is production's Python (and where the census once corrupted asyncio's free list).
+    env = {"LEAKHOUND_AGENT": "1" if method == "agent" else ""}
+    with spawn_target("busy_worker", tmp_path, env=env, python=python) as child:
         if method == "agent":
             _agent_target_socket(child.pid)
         # The target's own report allocates too (it sizes its cache): read it outside the window.
