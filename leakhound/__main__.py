@@ -1,3 +1,3 @@
-from leakhound.cli import main
+from leakhound._entry import main
 
 main()
