@@ -4,10 +4,10 @@ This is where attach ends: ``run_request`` returns the payload's JSON result and
 attach cost; everything after that (building snapshots, findings) is ``leakhound.analysis``.
 Methods are tried in ``AUTO_ORDER`` when ``method="auto"``: the agent when the target runs one
 (no ptrace, no stop at all), then remote-exec on 3.14+, then the lean ptrace injector (the
-target stopped for about a millisecond, by a helper that outlives the CLI), then gdb. ptrace
-falls back to gdb only when it declined before stopping anything (``MethodUnavailable``: not x86-64, symbols it cannot
-place or find: gdb also reads separate debug files); any failure after the stop is reported,
-never retried with another debugger.
+target stopped for about a millisecond, by a helper that outlives the CLI), then gdb.
+ptrace falls back to gdb only when it declined before stopping anything
+(``MethodUnavailable``: not x86-64, symbols it cannot place or find: gdb also reads separate
+debug files); any failure after the stop is reported, never retried with another debugger.
 """
 
 from __future__ import annotations
