@@ -383,7 +383,7 @@ def confirm(
     in fresh worker processes, and print peak RSS, resting RSS and what each leak retained,
     against no fixes. Takes a minute or two."""
     from leakhound.commands import confirm as command
-    from leakhound.confirming import Workload
+    from leakhound.core.confirm import Workload
 
     try:
         command.run(workload=Workload(rollouts=rollouts, turns=turns, concurrency=concurrency, image_kb=image_kb),

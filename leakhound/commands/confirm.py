@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from leakhound.commands.common import Reporter
-from leakhound.confirming import CONFIRM_SCHEMA, Workload, run_confirm
+from leakhound.core.confirm import CONFIRM_SCHEMA, Workload, run_confirm
 from leakhound.render import json as json_render
 from leakhound.render import patch as patch_render
 

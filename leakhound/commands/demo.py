@@ -6,8 +6,8 @@ import tempfile
 
 from leakhound.capture import take_snapshot
 from leakhound.commands.common import Reporter, leaking_simulated_worker
+from leakhound.core.patch import patch_process
 from leakhound.model import Snapshot
-from leakhound.patching import patch_process
 from leakhound.render import patch as patch_render
 from leakhound.render import table
 from leakhound.render.console import console

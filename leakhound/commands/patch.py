@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from leakhound.attach.process import match_processes
 from leakhound.commands.common import Reporter, leaking_simulated_worker
+from leakhound.core.patch import patch_process
 from leakhound.errors import LeakhoundError, TargetNotFound
 from leakhound.model import PatchOutcome
-from leakhound.patching import patch_process
 from leakhound.render import json as json_render
 from leakhound.render import patch as patch_render
 

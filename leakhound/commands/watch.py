@@ -1,4 +1,4 @@
-"""``leakhound watch``: the live view, JSON lines and plot around ``leakhound.watching``."""
+"""``leakhound watch``: the live view, JSON lines and plot around ``leakhound.core.watch``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from leakhound.analysis.growth import GrowthReport, Sample
 from leakhound.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.commands.common import Reporter
-from leakhound.watching import WatchResult, watch_processes
+from leakhound.core.watch import WatchResult, watch_processes
 
 
 def run(

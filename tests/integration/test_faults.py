@@ -258,7 +258,7 @@ def test_two_inspections_of_one_process_at_once(tmp_path: Path) -> None:
 
 
 def test_target_exiting_mid_patch(tmp_path: Path) -> None:
-    from leakhound.patching import patch_process
+    from leakhound.core.patch import patch_process
     from leakhound.simulate.fleet import start_fleet
 
     with start_fleet(workers=1, concurrency=2, turns=6, rollouts=None, image_kb=8, group_size=1, fixes="none",

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from leakhound.cli import app
+from leakhound.core.patch import patch_process
 from leakhound.errors import PatchRefused
-from leakhound.patching import patch_process
 from leakhound.simulate.fleet import Fleet, start_fleet
 from tests.utils import assert_only_the_payload_stays, spawn_target
 

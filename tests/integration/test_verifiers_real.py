@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from leakhound.capture import take_snapshot
+from leakhound.core.patch import patch_process
 from leakhound.errors import PatchRefused
 from leakhound.model import Finding, Snapshot
-from leakhound.patching import patch_process
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target
 from tests.verifiers_target import (

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from leakhound.cli import app
+from leakhound.core.watch import watch_processes
 from leakhound.payload.agent import socket_path
-from leakhound.watching import watch_processes
 from tests.utils import Child, spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
