@@ -233,9 +233,12 @@ def _verdict(
         return GROWING, recent_slope
     if recent_slope < th.plateau_ratio * per_second:
         return PLATEAUED, recent_slope
-    # Still rising, but by less than noise over the recent part: it has levelled off (an
-    # allocator settling after a cache filled up is not a leak).
-    if not _grew(recent, recent_slope, floor, th):
+    # Still rising, but at a rate that would not count as growth over the whole window: it has
+    # levelled off (an allocator settling after a cache filled up is not a leak). The recent
+    # rate is judged over the window's span and from the window's start, as the overall rate
+    # was: judging it over the recent third alone called any steady leak that grew by 2-6% of
+    # its size in the window "plateaued".
+    if not _grew([points[0], points[-1]], recent_slope, floor, th):
         return PLATEAUED, recent_slope
     return GROWING, recent_slope
 

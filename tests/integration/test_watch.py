@@ -121,3 +121,24 @@ def test_match_nothing_is_a_clear_error() -> None:
     assert result.exit_code == 3
     assert "no Python process matches" in result.output
     assert "Traceback" not in result.output
+
+
+def test_steady_leak_on_a_long_running_worker_is_growing(tmp_path: Path) -> None:
+    # A map of 100,000 sessions growing by 1,000 a second, watched for ~4 s: it grows by ~4% of
+    # its size in the window, ~1.3% in the window's last third. The classifier used to judge
+    # that last third alone against the 2% noise floor and called the leak "plateaued".
+    env = {"LEAKHOUND_AGENT": "1", "FIXTURE_PREFILL": "100000", "FIXTURE_RATE": "1000"}
+    with spawn_target("steady_leak", tmp_path, env=env) as child:
+        _wait_agent(child.pid)
+        before = child.report()["truth"]
+        result = watch_processes(pids=(child.pid,), method="agent", interval=0.4, duration=4.0, full_every=100)
+        after = child.report()["truth"]
+    (report,) = result.reports
+    sessions = next(t for t in report.owners if t.name == "__main__.SESSIONS")
+    true_items = _rate_per_min(before, after, "sessions_items")
+    assert within(sessions.items_per_min, true_items, 0.10), (sessions.items_per_min, true_items)
+    grown = (sessions.last_items - sessions.first_items) / sessions.first_items
+    assert 0.02 < grown < 0.06 * 1.5, grown  # the range the old classifier got wrong
+    assert sessions.recent_items_per_min > 0.5 * sessions.items_per_min
+    assert sessions.verdict == "growing", sessions
+    assert report.verdict == "growing"

@@ -157,3 +157,30 @@ def test_sample_round_trips_through_json_dict() -> None:
 def test_samples_of_several_processes_are_refused() -> None:
     with pytest.raises(ValueError, match="several processes"):
         analyse_growth([_sample(0, {}), Sample(pid=7, taken_at=T0, rss_bytes=1)])
+
+
+def test_steady_leak_on_a_big_owner_is_growing_not_plateaued() -> None:
+    # The case: 3,098 items/min on an owner of 100,000 items, watched for a minute. It
+    # grew by 3% in the window (over the 2% noise floor) and its recent rate equals its overall
+    # rate; its recent third alone grew by 1%, which was judged as noise ("plateaued").
+    def leak(t: float) -> dict[str, tuple[int, int]]:
+        items = 100_000 + round(3098 * t / 60)
+        return {"__main__.SESSIONS": (items * 300, items)}
+
+    report = analyse_growth(_series(leak, n=13, step=5.0))
+    (owner,) = report.owners
+    assert owner.recent_items_per_min == pytest.approx(3098, rel=0.01)
+    assert owner.items_per_min == pytest.approx(3098, rel=0.01)
+    assert owner.verdict == GROWING
+    assert report.verdict == GROWING
+    assert [f.severity for f in report.findings] == ["warning"]
+
+
+def test_a_cache_still_creeping_after_filling_up_plateaus() -> None:
+    # Filled at 10,000 items/min for 40 s, then +20 items/min: recent rate under noise.
+    def cache(t: float) -> dict[str, tuple[int, int]]:
+        items = round(10_000 * min(t, 40) / 60 + 20 * max(0.0, t - 40) / 60)
+        return {"__main__.CACHE": (items * 300, items)}
+
+    report = analyse_growth(_series(cache, n=13, step=5.0))
+    assert report.owners[0].verdict == PLATEAUED
