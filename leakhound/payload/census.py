@@ -31,6 +31,7 @@ from .census_roots import (
     _Roots,
     _running_task_registries,
     class_roots,
+    frame_locals_unreadable,
     module_roots,
     task_roots,
     thread_frames,
@@ -120,6 +121,7 @@ class Census(_Roots, _Unreached):
         # The same walk in C when it is importable here (and not turned off): see _walk.c.
         self._compiled = _walk.claim if compiled and _walk is not None else None  # type: Any
         self.walker = "compiled" if self._compiled is not None else "python"
+        self._walk_module = _walk  # running frames' locals are read through it (census_roots)
         # With a pause budget, the one step that cannot be split (gc.get_objects(), which the
         # split of unreached objects needs) is skipped when it would exceed the budget.
         self.max_pause_ms = max_pause_ms
@@ -182,6 +184,16 @@ class Census(_Roots, _Unreached):
         return self._tracked_estimate() * self._ns_per_object() / 1e6
 
 
+    def _notes(self):
+        """What the census could not look at, said in the report."""
+        notes = []
+        if self.unread_frames:
+            notes.append(
+                "the locals of %d running frame(s) were not read (%s): what only they hold is "
+                "counted under <held from C: ...>" % (self.unread_frames, frame_locals_unreadable(_walk))
+            )
+        return notes
+
     def result(self, *, top_types=50, top_owners=50):
         types = self.types
         type_order = sorted(range(len(types.keys)), key=lambda i: -types.bytes[i])[:top_types]
@@ -199,6 +211,7 @@ class Census(_Roots, _Unreached):
             "unreached": dict(self.unreached),
             "max_step_ms": self.clock.max_step * 1000.0,
             "payload_peak_bytes": self.bookkeeping_bytes,
+            "notes": self._notes(),
             "types": [
                 {"type": _type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}
                 for i in type_order

@@ -129,6 +129,50 @@ def thread_frames():
     return frames
 
 
+# Where a 3.11-3.13 frame keeps its fast locals (64-bit builds): PyFrameObject.f_frame, then
+# in the _PyInterpreterFrame it points to: f_code (3.11) / f_code or f_executable (3.12,
+# 3.13), frame_obj and localsplus (Include/internal/pycore_frame.h of each version). _walk.c
+# checks that the interpreter frame points back at the frame and its code before reading.
+_FRAME_LAYOUTS = {(3, 11): (24, 32, 40, 72), (3, 12): (24, 0, 48, 72), (3, 13): (24, 0, 48, 72)}
+_FrameType = type(sys._getframe())
+
+
+def frame_locals(frame, walk_module):
+    """[(name, value)] for a frame's bound fast locals, read without changing the frame, or
+    None when they cannot be read safely here (the reason is ``frame_locals_unreadable()``).
+
+    On 3.11+ a running frame's locals live in the interpreter's frame, not the frame object:
+    gc.get_referents(frame) does not show them, and ``f_locals`` on a running 3.11/3.12 frame
+    writes them into a dict in the frame (PyFrame_FastToLocals). They are read in one C call
+    of ``walk_module`` (_walk.c: frame_locals), which holds the GIL throughout. On 3.10 the
+    frame object owns its locals and gc.get_referents(frame) lists them: [] here."""
+    if sys.version_info < (3, 11):
+        return []
+    if frame_locals_unreadable(walk_module) or type(frame) is not _FrameType:
+        return None
+    code = frame.f_code
+    names = code.co_varnames
+    layout = _FRAME_LAYOUTS[sys.version_info[:2]]
+    try:
+        values = walk_module.frame_locals(frame, _FrameType, code, code.co_nlocals, *layout)
+    except Exception:
+        return None
+    if values is None or len(values) > len(names):
+        return None
+    return [(names[i], v) for i, v in enumerate(values) if v is not None]
+
+
+def frame_locals_unreadable(walk_module):
+    """Why running frames' locals cannot be read in this process, or "" when they can."""
+    if sys.version_info < (3, 11):
+        return ""
+    if sys.version_info[:2] not in _FRAME_LAYOUTS or sys.maxsize < 2**32:
+        return "the frame layout of Python %d.%d on this build is not known" % sys.version_info[:2]
+    if walk_module is None or not hasattr(walk_module, "frame_locals"):
+        return "the compiled census walk (_walk.c) is not loaded"
+    return ""
+
+
 class _Roots(_Walk):
     """The census's walk from the named roots."""
 
@@ -142,7 +186,11 @@ class _Roots(_Walk):
         for own in (self, self.__dict__, self.claimed, self.claimed.regions, self.owners,
                     self.owners.index, self.owners.keys, self.owner_types, self.types,
                     self.types.index, self.types.keys, self.garbage_types,
-                    self.garbage_types.index, self.garbage_types.keys):
+                    self.garbage_types.index, self.garbage_types.keys,
+                    # array.array is gc-tracked since 3.11 (heap type): without these its
+                    # tallies were "<held from C: array.array>" in the census's own report
+                    self.owners.counts, self.owners.bytes, self.owner_items, self.types.counts,
+                    self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes):
             claimed.add(id(own))
         for obj in self._exclude:
             claimed.add(id(obj))
@@ -237,6 +285,13 @@ class _Roots(_Walk):
             )
             owner = self._owner(path, frame)
             self._count(frame, owner)
+            local_values = frame_locals(frame, self._walk_module)
+            if local_values is None:
+                self.unread_frames += 1
+            else:
+                for name, value in local_values:
+                    self._claim_named(path + "." + name, value, 2)
+            del local_values
             for ref in gc.get_referents(frame):
                 if type(ref).__name__ == "frame":
                     continue

@@ -45,6 +45,7 @@ class _Walk(object):
     _getsizeof = None  # type: Any
     _get_referents = None  # type: Any
     _compiled = None  # type: Any
+    _walk_module = None  # type: Any
 
     def _work_per_call(self):
         """Units of work per call into the compiled walk (``census._WORK_PER_CALL``)."""
@@ -65,6 +66,7 @@ class _Walk(object):
         self.garbage_bytes = 0
         self.garbage_types = _TypeTally()
         self.bookkeeping_bytes = 0
+        self.unread_frames = 0  # running frames whose locals could not be read safely
 
     # -- accounting -------------------------------------------------------------------------
 
@@ -245,5 +247,7 @@ class _Walk(object):
                 self._claim_tree(owner, value)
             else:
                 self._claim_named(path + "." + name, value, depth + 1)
-        # Anything the instance references besides its attributes (e.g. its dict's keys).
-        self._claim_tree(owner, obj)
+        # Anything the instance references besides its attributes: its dict's keys, and what
+        # it holds in C fields (an lru_cache's cache, a deque's items, a generator's frame).
+        # ``obj`` is claimed already: walk from it, do not start at it (which would stop).
+        self._claim_tree(owner, obj, root_claimed=True)
