@@ -38,6 +38,8 @@ GRAPH_FORMAT = "leakhound.graph/1"
 DESCEND_SHARE = 0.8
 # An edge out of a back-reference costs this much more than a plain one when naming owners.
 BACK_REFERENCE_COST = 16
+# Each later task's root costs this much more: any path from an earlier task wins.
+TASK_RANK_COST = 1 << 24
 _BACK_REFERENCE_TYPES = frozenset({
     "method", "builtin_function_or_method", "functools.partial", "weakref.WeakKeyDictionary",
     "weakref.WeakValueDictionary", "weakref.WeakSet", "weakref.WeakMethod", "weakref.finalize",
@@ -266,8 +268,14 @@ def preferred_paths(graph: ObjectGraph) -> Paths:
     via = [-1] * n
     root_of = [-1] * n
     heap: list[tuple[int, int, int, int]] = []
-    for r, (node, _label, _kind, tier) in enumerate(graph.roots):
+    tasks = 0
+    for r, (node, _label, kind, tier) in enumerate(graph.roots):
         dist = tier * tier_span
+        if kind == "task":
+            # Task-1 (the worker's main coroutine) before the tasks of one request: a name that
+            # holds from one snapshot to the next (the target sends tasks in natural order).
+            dist += tasks * TASK_RANK_COST
+            tasks += 1
         if best[node] < 0 or dist < best[node]:
             best[node] = dist
             root_of[node] = r
@@ -437,6 +445,7 @@ class OwnerFinder:
         self.root_kind = {node: kind for node, _label, kind, _tier in graph.roots}
         self._counts: list[int] | None = None
         self._pred: tuple[list[int], list[int]] | None = None
+        self._out: list[int] | None = None
 
     def children(self, v: int) -> list[int]:
         return self.kids[self.offsets[v]:self.offsets[v + 1]]
@@ -448,10 +457,19 @@ class OwnerFinder:
             return True
         name = self.graph.type_of(v)
         if name == "dict":
-            # an instance's attribute dict (dominated by the instance), not a collection
+            # A module's or class's dict, or an instance's attribute dict (the instance's only
+            # reference: 3.11+ keep attributes inline, and then a dict under an instance is an
+            # attribute's value, a collection).
             p = self.tree.idom[v]
-            return p > 0 and (p in self.root_kind or self.graph.type_of(p) not in _CONTAINERS)
+            if p > 0 and p in self.root_kind:
+                return True
+            return p > 0 and self.graph.type_of(p) not in _CONTAINERS and self._out_degree(p) == 1
         return name not in _CONTAINERS and name not in _LEAVES
+
+    def _out_degree(self, v: int) -> int:
+        if self._out is None:
+            self._out = _csr_edges(self.graph.nodes, self.graph.src)[0]
+        return self._out[v + 1] - self._out[v]
 
     def find(self, *, top: int = 20, min_bytes: int | None = None) -> list[int]:
         """The accumulation points, biggest first: from each big subtree, descend while one

@@ -625,6 +625,15 @@ def _step_label(obj, address):
             break
     refs = None
     if nxt is None:
+        # 3.11+ keep attributes inline until someone asks for __dict__: a path named before
+        # this one may have made the dict, and then the values are in it, not referents.
+        d = None
+        if not issubclass(tp, (list, tuple, set, frozenset, type, _ModuleType)):
+            d = _instance_dict(obj)
+        if d is not None:
+            for key, value in list(dict.items(d)):
+                if id(value) == address:
+                    return ("a" + key[:_MAX_LABEL_CHARS] if type(key) is str else ""), value
         return None, None
     if id(tp) in _FRAME_LIKE_IDS:
         return "t" + _short_type_name(type(nxt)), nxt

@@ -1,0 +1,61 @@
+"""Dominator owners on the real verifiers==0.1.14 env worker, with the real anyio in its loop,
+while it runs rollouts: owner #1 is the runtime's ``trajectories`` (not anyio's weak-keyed
+``_task_states``, which reaches the worker first), and it retains at least 80% of what the
+registry probe measures in the same snapshot (the probe walks the registry's entries itself).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leakhound.capture import capture
+from tests.verifiers_target import ensure_verifiers_venv, spawn_verifiers_worker
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.verifiers,
+    pytest.mark.timeout(900),
+    pytest.mark.usefixtures("ptrace_ok"),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def verifiers_venv() -> Path:
+    return ensure_verifiers_venv()
+
+
+def test_owner_one_is_the_trajectories_under_rollouts(tmp_path: Path) -> None:
+    with spawn_verifiers_worker(tmp_path, rollouts=12, turns=3, park=1, screenshot_kb=64) as worker:
+        outcome: dict[str, Any] = {}
+
+        def rollouts() -> None:
+            try:
+                outcome["batch"] = worker.run_batch(rollouts=8, turns=4, timeout=300)
+            except Exception as exc:  # reported below, with the worker's log
+                outcome["error"] = exc
+
+        busy = threading.Thread(target=rollouts)
+        busy.start()
+        try:
+            during = capture(worker.worker_pid, timeout=180, top=10)
+        finally:
+            busy.join(timeout=320)
+        assert "error" not in outcome, f"{outcome.get('error')}\n{worker.log_tail()}"
+    snap = during.snapshot
+    assert snap.heap.owner_model == "dominator", snap.heap.owner_model_note
+    registry = snap.probes["verifiers"]["registry"]
+    first = snap.owners[0]
+    print(f"\nowner #1 {first.path} {first.retained_bytes:,} B; registry probe {registry['retained_bytes']:,} B; "
+          f"graph {snap.heap.graph_nodes:,} nodes {snap.heap.graph_edges:,} edges, walked in "
+          f"{snap.heap.graph_seconds:.2f}s, analysed in {snap.heap.dominator_seconds:.2f}s; "
+          f"longest pause {snap.heap.max_pause_ms:.0f} ms")
+    for owner in snap.owners[:5]:
+        print(f"  {owner.retained_bytes:>12,}  {owner.path}")
+    for path in first.retainers:
+        print(f"  kept alive by {path}")
+    assert "trajectories" in first.path.rsplit(".", 1)[-1], first.path
+    assert first.retained_bytes >= 0.8 * registry["retained_bytes"], (first, registry)
