@@ -20,6 +20,7 @@ from leakhound.errors import Interrupted
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _state: dict[str, int | None] = {"depth": 0, "pending": None, "received": None}
+_depth_lock = threading.Lock()
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
@@ -49,12 +50,17 @@ def received() -> int | None:
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM/SIGHUP until the block is over, then act on the first one."""
-    _state["depth"] = (_state["depth"] or 0) + 1
+    with _depth_lock:  # watch injects from several threads at once
+        _state["depth"] = (_state["depth"] or 0) + 1
     try:
         yield
     finally:
-        _state["depth"] = (_state["depth"] or 1) - 1
-        pending = _state["pending"]
-        if not _state["depth"] and pending is not None:
-            _state["pending"] = None
+        with _depth_lock:
+            _state["depth"] = (_state["depth"] or 1) - 1
+            pending = _state["pending"]
+            if not _state["depth"] and pending is not None:
+                _state["pending"] = None
+            else:
+                pending = None
+        if pending is not None:
             raise Interrupted(pending)

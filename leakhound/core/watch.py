@@ -16,8 +16,12 @@ kinds of sample, from cheapest to dearest:
 from __future__ import annotations
 
 import dataclasses
+import functools
+import queue
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from leakhound.analysis.growth import (
@@ -29,14 +33,18 @@ from leakhound.analysis.growth import (
 )
 from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
+from leakhound.attach.channel import Progress
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
 from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
-from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound, TracerStuck
+from leakhound.errors import Interrupted, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot, TypeStat
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
 SAMPLED_OWNERS = 30
 SAMPLED_TYPES = 30
+# Processes sampled at once: each sample is mostly waiting (on the target, a debugger or the
+# helper), so a few threads keep a fleet on schedule without loading leakhound's machine.
+MAX_SAMPLERS = 8
 _UNRESOLVABLE = ("<", "thread:")
 
 
@@ -52,6 +60,7 @@ class Watched:
     last_full_at: float = float("-inf")
     last_attach_at: float = float("-inf")
     gone: bool = False
+    skipped_ticks: int = 0
     warnings: list[str] = field(default_factory=list)
 
 
@@ -63,19 +72,21 @@ class WatchResult:
     interrupted: bool = False
 
 
-def _full(w: Watched, *, top: int, timeout: float, log: AttachLog, max_pause_ms: float) -> Sample:
+def _full(
+    w: Watched, *, top: int, timeout: float, log: AttachLog, max_pause_ms: float, progress: Progress | None = None,
+) -> Sample:
     # RSS is read before the census: the series is the worker's, not the worker's plus what
     # the census itself briefly allocates in it.
     rss = rss_bytes(w.target.pid)
     snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
-                             max_pause_ms=max_pause_ms)
+                             max_pause_ms=max_pause_ms, progress=progress)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     w.last_full = sample
     return sample
 
 
-def _cheap(w: Watched, *, timeout: float, log: AttachLog) -> Sample:
+def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None = None) -> Sample:
     assert w.last_full is not None
     reference = w.last_full
     paths = [o.path for o in reference.owners if not o.path.startswith(_UNRESOLVABLE)]
@@ -88,6 +99,7 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog) -> Sample:
         timeout=timeout,
         log=log,
         target=w.target,
+        progress=progress,
     )
     result = remote.result
     items = {str(k): int(v) for k, v in (result.get("items") or {}).items()}
@@ -115,15 +127,15 @@ def _rss_only(w: Watched) -> Sample:
 
 def _sample_one(
     w: Watched, *, now: float, final: bool, full_every: float, attach_every: float,
-    top: int, timeout: float, log: AttachLog, max_pause_ms: float,
+    top: int, timeout: float, log: AttachLog, max_pause_ms: float, progress: Progress | None = None,
 ) -> Sample:
     stops_target = w.method == "gdb"
     if w.last_full is None or final or now - w.last_full_at >= full_every:
         w.last_full_at = w.last_attach_at = now
-        return _full(w, top=top, timeout=timeout, log=log, max_pause_ms=max_pause_ms)
+        return _full(w, top=top, timeout=timeout, log=log, max_pause_ms=max_pause_ms, progress=progress)
     if not stops_target or now - w.last_attach_at >= attach_every:
         w.last_attach_at = now
-        return _cheap(w, timeout=timeout, log=log)
+        return _cheap(w, timeout=timeout, log=log, progress=progress)
     return _rss_only(w)
 
 
@@ -152,11 +164,15 @@ def watch_processes(
     log: AttachLog | None = None,
     on_sample: Callable[[Sample], None] | None = None,
     on_tick: Callable[[tuple[GrowthReport, ...]], None] | None = None,
+    max_samplers: int = MAX_SAMPLERS,
 ) -> WatchResult:
     """Sample every process until ``duration`` has passed (or Ctrl-C) and analyse growth.
 
     Errors on a process's first census propagate for pids given explicitly; later ones (a
     busy target, a slow attach) become warnings of that process and the watch goes on.
+    Processes are sampled concurrently (at most ``max_samplers`` at once, one request per
+    process, each bounded by ``timeout``): a slow or stalled worker misses ticks, the others
+    do not.
     """
     log = log or (lambda line: None)
     watched: dict[int, Watched] = {}
@@ -168,6 +184,16 @@ def watch_processes(
             _add(pid, watched, method=method, explicit=False, log=log)
     if not watched:
         raise TargetNotFound(f"no Python process matches {match!r}" if match else "no process to watch")
+    samplers = _Samplers(max(1, min(max_samplers, len(watched))))
+    owed: set[int] = set()  # processes whose tick came while their last sample was being taken
+
+    def submit(w: Watched, final: bool) -> None:
+        samplers.submit(w.target.pid, functools.partial(
+            _sample_one, w, now=time.monotonic(), final=final, full_every=full_every,
+            attach_every=attach_every, top=top, timeout=timeout, log=log,
+            max_pause_ms=max_pause_ms, progress=samplers.check,
+        ))
+
     started = time.monotonic()
     tick = 0
     interrupted = False
@@ -178,48 +204,134 @@ def watch_processes(
             if match is not None and tick > 0:
                 for pid in match_processes(match, exclude=frozenset(watched)):
                     _add(pid, watched, method=method, explicit=False, log=log)
+                samplers.grow(min(max_samplers, len(watched)))
             for w in watched.values():
                 if w.gone:
                     continue
-                pid = w.target.pid
-                try:
-                    sample = _sample_one(
-                        w, now=time.monotonic(), final=final, full_every=full_every,
-                        attach_every=attach_every, top=top, timeout=timeout, log=log,
-                        max_pause_ms=max_pause_ms,
-                    )
-                except (TargetNotFound, TargetExited) as exc:
+                if w.target.pid in samplers.busy:
+                    # Its last sample is still being taken (a slow or stalled worker): the
+                    # others are not held up by it, and it is not asked twice at once. It is
+                    # sampled as soon as that one is done; a second tick meanwhile is missed.
+                    if w.target.pid in owed:
+                        w.skipped_ticks += 1
+                    owed.add(w.target.pid)
+                    continue
+                submit(w, final)
+            next_at = started + (tick + 1) * interval
+            if duration is not None:
+                next_at = min(next_at, started + duration)
+            # Final tick: every sample in flight is waited for (each ends within its timeout).
+            until = None if final else next_at
+            for pid, outcome in samplers.collect(until):
+                w = watched[pid]
+                if isinstance(outcome, Sample):
+                    w.samples.append(outcome)
+                    if on_sample is not None:
+                        on_sample(outcome)
+                elif isinstance(outcome, (TargetNotFound, TargetExited)):
                     w.gone = True
-                    w.warnings.append(f"process {pid} exited during the watch: {exc}")
-                    continue
-                except TracerStuck:
-                    raise  # only our exit lets that worker's main thread go: end the watch
-                except LeakhoundError as exc:
+                    w.warnings.append(f"process {pid} exited during the watch: {outcome}")
+                elif isinstance(outcome, TracerStuck):
+                    raise outcome  # only our exit lets that worker's main thread go: end the watch
+                elif isinstance(outcome, LeakhoundError):
                     if not w.samples and pid in explicit:
-                        raise
-                    w.warnings.append(f"sample skipped: {exc}")
-                    log(f"process {pid}: sample skipped: {exc}")
-                    continue
-                w.samples.append(sample)
-                if on_sample is not None:
-                    on_sample(sample)
+                        raise outcome
+                    w.warnings.append(f"sample skipped: {outcome}")
+                    log(f"process {pid}: sample skipped: {outcome}")
+                else:
+                    raise outcome
+                if pid in owed:
+                    owed.discard(pid)
+                    if not w.gone:
+                        submit(w, final)  # on the last tick: its final census
             if on_tick is not None:
                 on_tick(_reports(watched))
             if final or all(w.gone for w in watched.values()):
                 break
             tick += 1
-            next_at = started + tick * interval
-            if duration is not None:
-                next_at = min(next_at, started + duration)
             time.sleep(max(0.0, next_at - time.monotonic()))
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        samplers.close()
+    for w in watched.values():
+        if w.skipped_ticks:
+            w.warnings.append(
+                f"{w.skipped_ticks} tick(s) without a sample: the previous one was still being taken"
+            )
     return WatchResult(
         reports=_reports(watched),
         samples=tuple(s for w in watched.values() for s in w.samples),
         snapshots=tuple(w.last_snapshot for w in watched.values() if w.last_snapshot is not None),
         interrupted=interrupted,
     )
+
+
+class _Samplers:
+    """At most ``size`` samples taken at once, one per process, each on its own thread.
+
+    Each sample is bounded by the request's own timeout (which cancels it in the target). On
+    Ctrl-C or an error the samples in flight are told to stop at their next progress report
+    (the request is cancelled in the target as on Ctrl-C) and given ``CLOSE_GRACE`` seconds;
+    a request still waiting on a stalled worker after that is left to its daemon thread, which
+    dies with leakhound (as a killed leakhound does: the target is not harmed).
+    """
+
+    CLOSE_GRACE = 3.0
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.busy: set[int] = set()
+        self._slots = threading.Semaphore(size)
+        self._done: queue.Queue[tuple[int, Sample | BaseException]] = queue.Queue()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def grow(self, size: int) -> None:
+        for _ in range(size - self.size):
+            self._slots.release()
+        self.size = max(self.size, size)
+
+    def check(self, phase: str, done: int) -> None:
+        """The requests' progress callback: where a request in flight learns to stop."""
+        del phase, done
+        if self._stop.is_set():
+            raise Interrupted(signal.SIGINT)
+
+    def submit(self, pid: int, sample: Callable[[], Sample]) -> None:
+        self.busy.add(pid)
+
+        def run() -> None:
+            with self._slots:
+                try:
+                    outcome: Sample | BaseException = sample()
+                except BaseException as exc:  # handed to the watch loop, which decides
+                    outcome = exc
+            self._done.put((pid, outcome))
+
+        thread = threading.Thread(target=run, name=f"leakhound-sample-{pid}", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()]
+        self._threads.append(thread)
+        thread.start()
+
+    def collect(self, until: float | None) -> Iterator[tuple[int, Sample | BaseException]]:
+        """Samples as they are done, until ``until`` (monotonic) or, if None, until none is in flight."""
+        while self.busy:
+            wait = None if until is None else until - time.monotonic()
+            if wait is not None and wait <= 0:
+                return
+            try:
+                pid, outcome = self._done.get(timeout=wait)
+            except queue.Empty:
+                return
+            self.busy.discard(pid)
+            yield pid, outcome
+
+    def close(self) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + self.CLOSE_GRACE
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _reports(watched: dict[int, Watched]) -> tuple[GrowthReport, ...]:

@@ -142,3 +142,39 @@ def test_steady_leak_on_a_long_running_worker_is_growing(tmp_path: Path) -> None
     assert sessions.recent_items_per_min > 0.5 * sessions.items_per_min
     assert sessions.verdict == "growing", sessions
     assert report.verdict == "growing"
+
+
+def test_a_stalled_worker_does_not_hold_up_the_others(tmp_path: Path) -> None:
+    # Two workers; after its first census one is stopped (SIGSTOP: its agent never answers,
+    # each request runs to its timeout and the cancel grace). Sampled one after another, the
+    # healthy worker got a sample only when the stalled one's request gave up; sampled
+    # concurrently it gets one every interval, and the stalled one misses ticks.
+    import signal
+
+    with contextlib.ExitStack() as stack:
+        fast = stack.enter_context(spawn_target("steady_leak", tmp_path, env={"LEAKHOUND_AGENT": "1"}))
+        slow = stack.enter_context(spawn_target("static_table", tmp_path, env={"LEAKHOUND_AGENT": "1"}))
+        for child in (fast, slow):
+            _wait_agent(child.pid)
+        stopped: list[int] = []
+
+        def on_sample(sample) -> None:  # type: ignore[no-untyped-def]
+            if sample.pid == slow.pid and not stopped:
+                os.kill(slow.pid, signal.SIGSTOP)
+                stopped.append(slow.pid)
+
+        stack.callback(lambda: stopped and os.kill(slow.pid, signal.SIGCONT))
+        result = watch_processes(
+            pids=(fast.pid, slow.pid), method="agent", interval=0.3, duration=5.0, full_every=100,
+            timeout=3.0, on_sample=on_sample,
+        )
+    assert stopped == [slow.pid]
+    reports = {r.pid: r for r in result.reports}
+    healthy, stalled = reports[fast.pid], reports[slow.pid]
+    # ~17 ticks in 5 s; one after another it was 2-3 samples (one per stalled request, 8 s).
+    assert healthy.samples >= 8, healthy.samples
+    assert healthy.verdict == "growing"
+    assert stalled.samples == 1
+    assert any("sample skipped" in w for w in stalled.warnings), stalled.warnings
+    assert any("without a sample" in w for w in stalled.warnings), stalled.warnings
+    assert not any("sample skipped" in w for w in healthy.warnings), healthy.warnings
