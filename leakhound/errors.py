@@ -128,6 +128,16 @@ class PatchRefused(LeakhoundError):
     HELP_TEXT = "The fix only applies to code it recognises; nothing in the target was changed."
 
 
+class PatchPartlyRefused(LeakhoundError):
+    """Some of the fixes asked for were applied, others refused (the outcomes are shown first)."""
+
+    EXIT_CODE = 16
+    HELP_TEXT = (
+        "The fixes shown as applied are live in the worker; the refused ones changed nothing. "
+        "Keep them, or take them out with `leakhound patch PID --revert --fix NAME`."
+    )
+
+
 class SnapshotFileError(LeakhoundError):
     EXIT_CODE = 11
     HELP_TEXT = "Pass files written by `leakhound inspect --save` or `--json`."

@@ -1,82 +1,81 @@
-"""What every command shares: progress and -v logging on stderr, a simulated worker to show."""
+"""What every command shares: the global options' values, and progress and -v logging on stderr."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import time
-from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from leakhound.simulate.fleet import Fleet
+    from rich.progress import Progress, TaskID
+
+#: Set by the app's global options (``-v``) before a command runs.
+SETTINGS: dict[str, Any] = {"verbose": False}
+
+
+def new_reporter(*, quiet: bool = False) -> Reporter:
+    return Reporter(verbose=bool(SETTINGS["verbose"]), quiet=quiet)
 
 
 class Reporter:
-    """Progress and verbose log lines go to stderr, so stdout stays clean for --json."""
+    """Progress and verbose log lines go to stderr, so stdout stays clean for --json.
+
+    On a terminal progress is one live bar (the phase, objects so far, time); elsewhere (a
+    log, a pipe) one line per phase, each said once.
+    """
 
     def __init__(self, *, verbose: bool = False, quiet: bool = False, file: TextIO | None = None) -> None:
         self.verbose = verbose
         self.quiet = quiet
         self.file = file or sys.stderr
-        self._last = 0.0
-        self._shown = False
         self._tty = hasattr(self.file, "isatty") and self.file.isatty()
+        self._phase: str | None = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
 
     def log(self, line: str) -> None:
         if self.verbose and line:
-            self._clear()
-            print(line, file=self.file)
+            self._say(line)
 
     def note(self, line: str) -> None:
         if not self.quiet:
-            self._clear()
-            print(line, file=self.file)
+            self._say(line)
 
     def progress(self, phase: str, done: int) -> None:
         if self.quiet:
             return
-        now = time.monotonic()
-        if now - self._last < 0.25:
+        if not self._tty:
+            if phase != self._phase:
+                print(f"leakhound: {phase}", file=self.file, flush=True)
+            self._phase = phase
             return
-        self._last = now
-        text = f"leakhound: {phase} {done:,} objects" if done else f"leakhound: {phase}"
-        if self._tty:
-            print(f"\r\033[K{text}", end="", file=self.file, flush=True)
-            self._shown = True
-        else:
-            print(text, file=self.file, flush=True)
-
-    def _clear(self) -> None:
-        if self._shown:
-            print("\r\033[K", end="", file=self.file, flush=True)
-            self._shown = False
+        if self._bar is None:
+            self._start_bar()
+        assert self._bar is not None and self._task is not None
+        self._phase = phase
+        counted = f" {done:,} objects" if done else ""
+        self._bar.update(self._task, description=f"leakhound: {phase}{counted}")
 
     def done(self) -> None:
-        self._clear()
+        """The work that showed progress is over: the bar goes, the next phase line is said anew."""
+        if self._bar is not None:
+            self._bar.stop()
+        self._bar = self._task = None
+        self._phase = None
 
+    def _start_bar(self) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-@contextlib.contextmanager
-def leaking_simulated_worker(
-    report_dir: str, *, until: Callable[[dict[str, Any]], bool]
-) -> Iterator[Fleet]:
-    """A fresh simulated verifiers worker (4 rollouts x 24 turns x 64 KB screenshots, churning,
-    no fixes), yielded once its own report satisfies ``until``; always stopped afterwards.
+        from leakhound.render.console import console
 
-    Where no debugger-style attach is possible it runs the in-process agent, so commands
-    that show it work without ptrace too.
-    """
-    # Imported here: every command imports this module, few start a simulated worker.
-    from leakhound.attach import ptrace
-    from leakhound.attach.gdb import gdb_path
-    from leakhound.simulate.fleet import start_fleet
+        self._bar = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+            console=console(self.file), transient=True,
+        )
+        self._task = self._bar.add_task("leakhound", total=None)
+        self._bar.start()
 
-    env = {} if ptrace.available() or gdb_path() else {"LEAKHOUND_AGENT": "1"}
-    with start_fleet(workers=1, concurrency=4, turns=24, rollouts=None, image_kb=64, group_size=1,
-                     fixes="none", hold=0, report_dir=report_dir, stats_interval=2.0, extra_env=env) as fleet:
-        fleet.wait_ready(timeout=120)
-        fleet.wait_for(until, timeout=120, what="leak enough to show")
-        try:
-            yield fleet
-        finally:
-            fleet.stop()
+    def _say(self, line: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False)
+        else:
+            print(line, file=self.file)

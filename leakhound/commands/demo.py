@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import tempfile
+from typing import Annotated
+
+import typer
 
 from leakhound.capture import take_snapshot
-from leakhound.commands.common import Reporter, leaking_simulated_worker
+from leakhound.commands.common import Reporter, new_reporter
+from leakhound.commands.options import MethodOpt
 from leakhound.core.patch import patch_process
+from leakhound.core.simulated import leaking_simulated_worker
 from leakhound.model import Snapshot
+from leakhound.model.names import FIX_NAMES
 from leakhound.render import patch as patch_render
 from leakhound.render import table
 from leakhound.render.console import console
 
-FIXES = ["steps", "registry", "intercepts", "trim"]
+
+def command(
+    method: MethodOpt = "auto",
+    verify: Annotated[float, typer.Option(
+        "--verify", min=1, metavar="SECONDS", help="Seconds to watch the fixes work.")] = 6.0,
+) -> None:
+    """The whole story on a simulated worker in under a minute: start a leaking verifiers-shaped
+    worker, inspect it live, apply the four fixes live with before/after numbers, shut it down."""
+    run(method=method, verify=verify, reporter=new_reporter())
 
 
 def run(*, method: str, verify: float, reporter: Reporter) -> None:
@@ -42,7 +56,7 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
             table.render_snapshot(snapshot, top=8)
             con.print(f"\n[bold]3. leakhound patch {pid} --fix all --verify {verify:.0f}[/bold] "
                       "(live monkeypatches, measured before/after in the worker)\n")
-            outcomes = patch_process(pid, fixes=FIXES, verify_seconds=verify, method=method, log=reporter.log)
+            outcomes = patch_process(pid, fixes=list(FIX_NAMES), verify_seconds=verify, method=method, log=reporter.log)
             patch_render.render_outcomes(outcomes)
     con.print("\n[bold]Next[/bold]: `leakhound inspect PID` on a real worker; `leakhound confirm` for the "
               "A/B table; `leakhound watch --match verifiers` to tell a leak from a plateau.")

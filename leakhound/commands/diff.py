@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from leakhound.analysis.diff import SnapshotDiff, diff_snapshots, diff_to_dict
+from leakhound.commands.options import JsonOpt, TopOpt
 from leakhound.errors import SnapshotFileError
 from leakhound.model import SchemaError, Snapshot, snapshot_from_json
 from leakhound.render import json as json_render
@@ -32,3 +36,13 @@ def run(*, before: Path, after: Path, top: int, as_json: bool) -> SnapshotDiff:
 
         render_diff(diff, top=top)
     return diff
+
+
+def command(
+    before: Annotated[Path, typer.Argument(metavar="BEFORE", help="The earlier snapshot (inspect --save or --json).")],
+    after: Annotated[Path, typer.Argument(metavar="AFTER", help="The later snapshot.")],
+    top: TopOpt = 15,
+    as_json: JsonOpt = False,
+) -> None:
+    """What grew between two saved snapshots, and by how much, per owner and per type."""
+    run(before=before, after=after, top=top, as_json=as_json)

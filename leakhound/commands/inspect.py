@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from leakhound.capture import DEFAULT_MAX_PAUSE_MS, capture
-from leakhound.commands.common import Reporter
+from leakhound.commands.common import SETTINGS, Reporter, new_reporter
+from leakhound.commands.options import JsonOpt, MaxPauseOpt, MethodOpt, OutputOpt, PidArg, TimeoutOpt, TopOpt
 from leakhound.model import Snapshot, snapshot_to_json
 from leakhound.render import heapsnapshot, table
 from leakhound.render import json as json_render
@@ -60,3 +64,36 @@ def run(
         if why is not None:
             table.render_why(why, taken.why, snapshot)
     return snapshot
+
+
+def command(
+    pid: PidArg,
+    method: MethodOpt = "auto",
+    top: TopOpt = 15,
+    timeout: TimeoutOpt = 60.0,
+    as_json: JsonOpt = False,
+    save: OutputOpt = None,
+    max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
+    owners: Annotated[str, typer.Option(
+        "--owners", metavar="MODEL",
+        help="How owners are found: auto (the dominator tree when the object graph fits its budget, "
+        "else the first-reacher census), dominator, census.")] = "auto",
+    why: Annotated[str | None, typer.Option(
+        "--why", help="What keeps OWNER (a path from the owners table) or the biggest objects of TYPE alive: "
+        "a few distinct paths from roots.", metavar="OWNER_OR_TYPE")] = None,
+    heapsnapshot_path: Annotated[Path | None, typer.Option(
+        "--heapsnapshot", metavar="FILE",
+        help="Also write the object graph as a Chrome DevTools .heapsnapshot file.")] = None,
+) -> None:
+    """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
+    live objects at all (allocator fragmentation).
+
+    Attaches without stopping the worker for more than an instant (about 0.3 ms with the
+    default ptrace injector): the census runs at a safe point, in a short-lived thread, never
+    calls gc.collect(), and leaves nothing behind but its payload module, reused next time.
+    """
+    if owners not in OWNER_MODELS:
+        raise typer.BadParameter(f"choose one of {', '.join(OWNER_MODELS)}", param_hint="--owners")
+    run(pid=pid, method=method, top=top, timeout=timeout, as_json=as_json, save=save,
+        max_pause_ms=max_pause, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]),
+        owner_model=owners, why=why, heapsnapshot_path=heapsnapshot_path)

@@ -2,23 +2,89 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Sequence
+from typing import Annotated
 
-from leakhound.attach.process import match_processes
-from leakhound.commands.common import Reporter, leaking_simulated_worker
+import typer
+
+from leakhound.commands.common import SETTINGS, Reporter, new_reporter
+from leakhound.commands.options import (
+    FIX_HELP,
+    JsonOpt,
+    MatchOpt,
+    MethodOpt,
+    PidsArg,
+    TimeoutOpt,
+    fixes_from,
+)
 from leakhound.core.patch import patch_process
-from leakhound.errors import LeakhoundError, TargetNotFound
+from leakhound.core.simulated import leaking_simulated_worker
+from leakhound.core.targets import chosen_pids
+from leakhound.errors import LeakhoundError, PatchPartlyRefused
 from leakhound.model import PatchOutcome
+from leakhound.model.names import FIX_NAMES, PatchAction
 from leakhound.render import json as json_render
 from leakhound.render import patch as patch_render
+
+PATCH_SCHEMA = "leakhound.patch/1"
+
+
+def command(
+    pids: PidsArg = None,
+    fix: Annotated[str | None, typer.Option(
+        "--fix", "-f", metavar="FIX[,FIX]",
+        help=f"The fixes: {FIX_HELP} Needed to apply to a live worker; --status, --revert and "
+             "--dry-run take all when it is left out.")] = None,
+    match: MatchOpt = None,
+    revert: Annotated[bool, typer.Option("--revert", help="Restore the original code exactly.")] = False,
+    status: Annotated[bool, typer.Option(
+        "--status", help="List which fixes are applied, with their counters.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Check the target's code is recognised; change nothing.")] = False,
+    verify: Annotated[float, typer.Option(
+        "--verify", min=0, metavar="SECONDS",
+        help="After applying, watch this many seconds and report before/after.")] = 0.0,
+    trim_every: Annotated[float, typer.Option(
+        "--trim-every", min=1.0, max=3600.0, metavar="SECONDS",
+        help="The trim fix's cadence: malloc_trim(0) every SECONDS.")] = 10.0,
+    method: MethodOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Apply a known fix to a live worker as a runtime monkeypatch, and prove with numbers
+    measured in the worker that it moves what it should. Without PID or --match, shows the fix
+    on a fresh simulated worker.
+
+    Fixes (verifiers v1 env workers): steps (trajectory steps keep identity/usage only),
+    registry (evict finished rollouts from Runtime.trajectories at cleanup_group), intercepts
+    (drop request bodies once delivered), trim (malloc_trim(0) every 10 s or --trim-every,
+    never gc.collect()). Code that is missing or not what the fix was written for is refused,
+    and nothing changes; when some fixes apply and others are refused, the exit code is 16.
+    """
+    if sum((revert, status, dry_run)) > 1:
+        raise typer.BadParameter("choose at most one of --revert, --status, --dry-run")
+    action = (PatchAction.REVERT if revert else PatchAction.STATUS if status
+              else PatchAction.DRY_RUN if dry_run else PatchAction.APPLY)
+    live = bool(pids or match)
+    if action != PatchAction.APPLY and not live:
+        raise typer.BadParameter("give a PID or --match with --revert, --status or --dry-run", param_hint="PID")
+    if fix is None and action == PatchAction.APPLY and live:
+        raise typer.BadParameter(
+            f"name the fixes to apply to a live worker: --fix {','.join(FIX_NAMES)} (or a part of it), "
+            "or --fix all", param_hint="--fix")
+    fixes = fixes_from(fix if fix is not None else "all")
+    run(pids=tuple(pids or ()), match=match, fixes=fixes, action=action, verify=verify, method=method,
+        timeout=timeout, as_json=as_json, trim_every=trim_every,
+        reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]))
 
 
 def run(
     *,
     pids: Sequence[int],
     match: str | None,
-    fixes: list[str],
+    fixes: Sequence[str],
     action: str,
     verify: float,
     method: str,
@@ -27,52 +93,64 @@ def run(
     reporter: Reporter,
     trim_every: float | None = None,
 ) -> tuple[PatchOutcome, ...]:
-    targets = list(pids)
-    if match is not None:
-        targets.extend(p for p in match_processes(match) if p not in targets)
-        if not targets:
-            raise TargetNotFound(f"no Python process matches {match!r}")
+    targets = chosen_pids(pids, match)
     if not targets:
-        return _on_simulated_worker(fixes=fixes, verify=verify or 5.0, method=method, timeout=timeout,
-                                    as_json=as_json, reporter=reporter, trim_every=trim_every)
-    outcomes: list[PatchOutcome] = []
-    for pid in targets:
-        if verify and action == "apply":
-            reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)}, then watching {verify:.0f}s")
-        try:
-            outcomes.extend(
-                patch_process(pid, fixes=fixes, action=action, verify_seconds=verify if action == "apply" else 0.0,
-                              method=method, timeout=timeout, log=reporter.log, trim_every=trim_every)
-            )
-        except LeakhoundError:
-            # What already changed in the workers before this one is shown, never left unsaid.
-            if outcomes:
-                _render(outcomes, as_json=as_json)
-            raise
+        outcomes = _on_simulated_worker(fixes=fixes, verify=verify or 5.0, method=method, timeout=timeout,
+                                        reporter=reporter, trim_every=trim_every)
+    else:
+        done: list[PatchOutcome] = []
+        for pid in targets:
+            if verify and action == PatchAction.APPLY:
+                reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)}, then watching {verify:.0f}s")
+            try:
+                done.extend(patch_process(
+                    pid, fixes=list(fixes), action=str(action),
+                    verify_seconds=verify if action == PatchAction.APPLY else 0.0,
+                    method=method, timeout=timeout, log=reporter.log, trim_every=trim_every))
+            except LeakhoundError:
+                # What already changed in the workers before this one is shown, never left unsaid.
+                if done:
+                    _render(done, as_json=as_json)
+                raise
+        outcomes = tuple(done)
     _render(outcomes, as_json=as_json)
-    return tuple(outcomes)
+    _raise_if_partly_refused(outcomes)
+    return outcomes
+
+
+def _raise_if_partly_refused(outcomes: Sequence[PatchOutcome]) -> None:
+    """Exit 16 when a worker applied some of the fixes asked for and refused others."""
+    for pid in dict.fromkeys(o.pid for o in outcomes):
+        mine = [o for o in outcomes if o.pid == pid]
+        refused = [o.fix for o in mine if o.status == "refused"]
+        landed = [o.fix for o in mine if o.status in ("applied", "already-applied", "would-apply")]
+        if refused and landed:
+            raise PatchPartlyRefused(
+                f"process {pid}: refused: {', '.join(refused)} (shown above); "
+                f"{'would apply' if any(o.status == 'would-apply' for o in mine) else 'applied'}: "
+                f"{', '.join(landed)}")
 
 
 def _render(outcomes: Sequence[PatchOutcome], *, as_json: bool) -> None:
     if as_json:
-        json_render.render_document({"schema": "leakhound.patch/1",
+        json_render.render_document({"schema": PATCH_SCHEMA,
                                      "outcomes": [patch_render.outcome_doc(o) for o in outcomes]})
     else:
         patch_render.render_outcomes(outcomes)
 
 
 def _on_simulated_worker(
-    *, fixes: list[str], verify: float, method: str, timeout: float, as_json: bool, reporter: Reporter,
+    *, fixes: Sequence[str], verify: float, method: str, timeout: float, reporter: Reporter,
     trim_every: float | None = None,
 ) -> tuple[PatchOutcome, ...]:
     """No target given: show what the fix does on a fresh simulated worker, then stop it."""
+    # Said first and always (even with --json): no worker of the user's is touched.
+    print("leakhound: no PID given: starting a simulated (leaking) verifiers worker to show the fix on",
+          file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="leakhound-patch-demo-") as tmp:
-        reporter.note("leakhound: no PID given; starting a simulated (leaking) verifiers worker")
         # A few rollouts in flight, so every leak has something to show.
         with leaking_simulated_worker(tmp, until=lambda r: r["intercepts"]["delivered"] >= 8) as fleet:
             pid = fleet.pids[0]
             reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)} live, then watching {verify:.0f}s")
-            outcomes = patch_process(pid, fixes=fixes, action="apply", verify_seconds=verify, method=method,
-                                     timeout=timeout, log=reporter.log, trim_every=trim_every)
-    _render(outcomes, as_json=as_json)
-    return outcomes
+            return patch_process(pid, fixes=list(fixes), action=str(PatchAction.APPLY), verify_seconds=verify,
+                                 method=method, timeout=timeout, log=reporter.log, trim_every=trim_every)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
 
-from leakhound.commands.common import Reporter
+import typer
+
+from leakhound.commands.common import Reporter, new_reporter
+from leakhound.commands.options import FIX_HELP, fixes_from
 from leakhound.errors import LeakhoundError
 from leakhound.simulate.fleet import start_fleet
 
@@ -26,6 +30,36 @@ def check_ready_file(ready_file: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise ReadyFileError(f"cannot write --ready-file {ready_file}: {exc.strerror or exc}") from None
+
+
+def command(
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, metavar="N", help="Worker processes.")] = 1,
+    concurrency: Annotated[int, typer.Option(
+        "--concurrency", min=1, metavar="N", help="Rollouts in flight per worker.")] = 4,
+    turns: Annotated[int, typer.Option("--turns", min=1, metavar="N", help="Model turns per rollout.")] = 45,
+    rollouts: Annotated[str, typer.Option(
+        "--rollouts", metavar="N|forever", help="Rollouts per worker, or 'forever'.")] = "8",
+    image_kb: Annotated[int, typer.Option(
+        "--image-kb", min=0, metavar="KIB", help="Base64 screenshot size per turn, KiB.")] = 96,
+    group_size: Annotated[int, typer.Option(
+        "--group-size", min=1, metavar="N", help="Rollouts per group (>1: group stage).")] = 1,
+    fix: Annotated[str, typer.Option(
+        "--fix", "-f", metavar="FIX[,FIX]", help=f"The fixes the workers run with: none, {FIX_HELP}")] = "none",
+    ready_file: Annotated[Path | None, typer.Option(
+        "--ready-file", metavar="FILE", help="Write {pids, report_dir} here when ready.")] = None,
+    hold: Annotated[float, typer.Option(
+        "--hold", min=0, metavar="SECONDS", help="Seconds to stay idle after the last rollout.")] = 600.0,
+) -> None:
+    """Start simulated verifiers v1 env workers (real subprocesses, real RSS) that reproduce the
+    four production leaks: step bloat, the trajectory registry, intercept bodies, and glibc
+    fragmentation. Prints the worker pids once their first rollouts have finished."""
+    if rollouts != "forever" and not rollouts.isdigit():
+        raise typer.BadParameter("a number or 'forever'", param_hint="--rollouts")
+    fixes = fixes_from(fix, allow_none=True)
+    run(workers=workers, concurrency=concurrency, turns=turns,
+        rollouts=None if rollouts == "forever" else int(rollouts), image_kb=image_kb,
+        group_size=group_size, fixes=",".join(fixes) or "none", ready_file=ready_file, hold=hold,
+        reporter=new_reporter())
 
 
 def run(

@@ -3,11 +3,50 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from leakhound.analysis.growth import GrowthReport, Sample
 from leakhound.capture import DEFAULT_MAX_PAUSE_MS
-from leakhound.commands.common import Reporter
+from leakhound.commands.common import SETTINGS, Reporter, new_reporter
+from leakhound.commands.options import MatchOpt, MaxPauseOpt, MethodOpt, PidsArg, TimeoutOpt, pids_or_match
 from leakhound.core.watch import WatchResult, watch_processes
+
+
+def command(
+    pids: PidsArg = None,
+    match: MatchOpt = None,
+    interval: Annotated[float, typer.Option(
+        "--interval", "-i", min=0.1, metavar="SECONDS", help="Seconds between samples.")] = 10.0,
+    duration: Annotated[float | None, typer.Option(
+        "--duration", "-d", min=0.0, metavar="SECONDS", help="Stop after this many seconds (or Ctrl-C).")] = None,
+    full_every: Annotated[float, typer.Option(
+        "--full-every", min=0.0, metavar="SECONDS",
+        help="Seconds between full censuses (first and last are always full).")] = 300.0,
+    attach_every: Annotated[float, typer.Option(
+        "--attach-every", min=0.0, metavar="SECONDS",
+        help="gdb: at most one in-target sample per this many seconds (each gdb attach stops the "
+             "worker ~40 ms; RSS is still read every interval). The agent, ptrace and remote-exec "
+             "methods are sampled every interval.")] = 60.0,
+    method: MethodOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="One JSON line per sample, then a final report line (docs/watch.md).")] = False,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", metavar="FILE", help="Also draw RSS vs live heap vs top owners over time (PNG).")] = None,
+) -> None:
+    """Watch workers over time: which owners keep growing (a leak), which grew and plateaued
+    (a bounded cache), which are big but static.
+
+    RSS is read from outside every interval; owner item counts and type counts are sampled in
+    the worker (cheaply with the agent, sparingly with gdb); a full census runs first, every
+    --full-every seconds, and last. Findings of kind `growth` name the owner and its rate.
+    """
+    run(pids=pids_or_match(pids, match), match=match, method=method, interval=interval, duration=duration,
+        full_every=full_every, attach_every=attach_every, timeout=timeout, max_pause_ms=max_pause,
+        as_json=as_json, plot=plot, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]))
 
 
 def run(
@@ -29,6 +68,10 @@ def run(
     from leakhound.render import json as json_render
     from leakhound.render import watch as watch_render
 
+    if plot is not None:
+        from leakhound.render.plot import require_plotting
+
+        require_plotting()  # before the watch, not after it
     view = None if as_json else watch_render.LiveView()
 
     def on_sample(sample: Sample) -> None:
@@ -51,7 +94,7 @@ def run(
     if plot is not None:
         from leakhound.render.plot import plot_samples
 
-        plot_samples(result.samples, path=plot)
+        plot_samples(result.samples, path=plot, snapshots=result.snapshots)
         reporter.note(f"plot written to {plot}")
     if as_json:
         json_render.render_line(watch_render.report_document(result.reports, interrupted=result.interrupted))

@@ -1,4 +1,4 @@
-"""``leakhound export``: a Prometheus endpoint with each watched worker's memory numbers.
+"""Exporting: a Prometheus endpoint with each watched worker's memory numbers.
 
 A refresh loop takes a full snapshot of every process every ``interval`` seconds (the same
 never-harm census as ``inspect``); scrapes read the last snapshots plus RSS measured at scrape
@@ -11,13 +11,13 @@ import ipaddress
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
 from leakhound.attach import choose_method
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
 from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
-from leakhound.commands.common import Reporter
 from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
 from leakhound.render.prometheus import (
@@ -68,11 +68,16 @@ def parse_listen(listen: str, *, allow_remote: bool) -> tuple[str, int]:
     return host, int(port)
 
 
+def _quiet(_: str) -> None:
+    pass
+
+
 class Exporter:
     """The state behind the endpoint: processes, their last snapshots, a refresh loop."""
 
     def __init__(self, *, pids: tuple[int, ...], match: str | None, method: str,
-                 interval: float, timeout: float, reporter: Reporter,
+                 interval: float, timeout: float, log: Callable[[str], None] = _quiet,
+                 note: Callable[[str], None] = _quiet,
                  max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS) -> None:
         self.match = match
         self.top = top
@@ -80,7 +85,8 @@ class Exporter:
         self.method = method
         self.interval = interval
         self.timeout = timeout
-        self.reporter = reporter
+        self.log = log
+        self.note = note
         self.processes: dict[int, _Exported] = {}
         self.lock = threading.Lock()
         self.rounds = 0
@@ -99,7 +105,7 @@ class Exporter:
                 target = resolve_target(pid)
                 exported = _Exported(target, choose_method(target, self.method))
             except LeakhoundError as exc:
-                self.reporter.log(f"skipping process {pid}: {exc}")
+                self.log(f"skipping process {pid}: {exc}")
                 continue
             with self.lock:
                 self.processes[pid] = exported
@@ -113,7 +119,7 @@ class Exporter:
             pid = exported.target.pid
             try:
                 snap = take_snapshot(pid, method=exported.method, top=max(self.top, 20), timeout=self.timeout,
-                                     log=self.reporter.log, max_pause_ms=self.max_pause_ms)
+                                     log=self.log, max_pause_ms=self.max_pause_ms)
             except (TargetNotFound, TargetExited):
                 exported.gone = True
                 exported.up = False
@@ -123,7 +129,7 @@ class Exporter:
             except LeakhoundError as exc:
                 exported.errors += 1
                 exported.up = False
-                self.reporter.note(f"leakhound: process {pid}: snapshot failed: {exc}")
+                self.note(f"leakhound: process {pid}: snapshot failed: {exc}")
                 continue
             with self.lock:
                 exported.snapshot = snap
@@ -173,7 +179,7 @@ def serve(exporter: Exporter, *, host: str, port: int, stop: threading.Event,
     except OSError as exc:
         raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound = int(server.server_address[1])
-    exporter.reporter.note(f"leakhound: serving metrics on http://{host}:{bound}/metrics")
+    exporter.note(f"leakhound: serving metrics on http://{host}:{bound}/metrics")
     if ready is not None:
         ready.set()
     try:
@@ -184,12 +190,14 @@ def serve(exporter: Exporter, *, host: str, port: int, stop: threading.Event,
     return bound
 
 
-def run(*, pids: tuple[int, ...], match: str | None, method: str, listen: str, allow_remote: bool,
-        interval: float, timeout: float, reporter: Reporter,
-        max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS) -> None:
+def export_processes(*, pids: tuple[int, ...], match: str | None, method: str, listen: str,
+                     allow_remote: bool, interval: float, timeout: float,
+                     log: Callable[[str], None] = _quiet, note: Callable[[str], None] = _quiet,
+                     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS) -> None:
+    """Serve /metrics for ``pids`` and the ``match``ing processes until Ctrl-C."""
     host, port = parse_listen(listen, allow_remote=allow_remote)
     exporter = Exporter(pids=pids, match=match, method=method, interval=interval,
-                        timeout=timeout, reporter=reporter, max_pause_ms=max_pause_ms, top=top)
+                        timeout=timeout, log=log, note=note, max_pause_ms=max_pause_ms, top=top)
     stop = threading.Event()
     try:
         serve(exporter, host=host, port=port, stop=stop)

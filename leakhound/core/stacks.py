@@ -1,4 +1,4 @@
-"""``leakhound stacks``: what the worker's threads are doing, from py-spy (read-only).
+"""Stacks: what the worker's threads are doing, from py-spy (read-only).
 
 py-spy reads the target's memory from outside (it pauses it for the instant of the read, no
 code runs inside it), so it also works when the payload cannot run: a main thread stuck in a
@@ -10,31 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 from leakhound.attach.process import resolve_target
 from leakhound.attach.pyspy import py_spy_path
 from leakhound.errors import AttachFailed, AttachTimeout, MethodUnavailable, PermissionDenied
-
-STACKS_SCHEMA = "leakhound.stacks/1"
-
-
-@dataclass(frozen=True)
-class Frame:
-    function: str
-    filename: str
-    line: int
-
-
-@dataclass(frozen=True)
-class ThreadStack:
-    thread_id: int
-    name: str
-    os_thread_id: int
-    active: bool
-    owns_gil: bool
-    frames: tuple[Frame, ...]
+from leakhound.model.stacks import Frame, Local, ThreadStack
 
 
 def _parse(doc: Any) -> tuple[ThreadStack, ...]:
@@ -45,6 +26,11 @@ def _parse(doc: Any) -> tuple[ThreadStack, ...]:
                 function=str(f.get("name", "?")),
                 filename=str(f.get("filename", "?")),
                 line=int(f.get("line", 0) or 0),
+                short_filename=str(f.get("short_filename") or f.get("filename", "?")),
+                locals=tuple(
+                    Local(name=str(v.get("name", "?")), repr=str(v.get("repr") or "?"), arg=bool(v.get("arg")))
+                    for v in f.get("locals") or ()
+                ),
             )
             for f in t.get("frames", ())
         )
@@ -61,8 +47,10 @@ def _parse(doc: Any) -> tuple[ThreadStack, ...]:
     return tuple(threads)
 
 
-def dump_stacks(pid: int, *, timeout: float = 20.0) -> tuple[ThreadStack, ...]:
-    """Every Python thread's stack (innermost frame first)."""
+def dump_stacks(pid: int, *, timeout: float = 20.0, with_locals: bool = False,
+                native: bool = False) -> tuple[ThreadStack, ...]:
+    """Every Python thread's stack (innermost frame first); ``with_locals``: each frame's local
+    variables as py-spy reads them; ``native``: C, C++ and Cython frames too."""
     resolve_target(pid)
     exe = py_spy_path()
     if exe is None:
@@ -71,7 +59,8 @@ def dump_stacks(pid: int, *, timeout: float = 20.0) -> tuple[ThreadStack, ...]:
         )
     try:
         proc = subprocess.run(
-            [exe, "dump", "--json", "--pid", str(pid)],
+            [exe, "dump", "--json", "--pid", str(pid), *(["--locals"] if with_locals else []),
+             *(["--native"] if native else [])],
             capture_output=True, text=True, timeout=timeout,
         )
     except subprocess.TimeoutExpired:
@@ -88,32 +77,3 @@ def dump_stacks(pid: int, *, timeout: float = 20.0) -> tuple[ThreadStack, ...]:
         return _parse(json.loads(proc.stdout))
     except (ValueError, TypeError, AttributeError) as exc:
         raise AttachFailed(f"py-spy printed something unexpected: {exc}") from None
-
-
-def stacks_document(pid: int, threads: tuple[ThreadStack, ...]) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return {"schema": STACKS_SCHEMA, "pid": pid, "threads": [asdict(t) for t in threads]}
-
-
-def render_stacks(pid: int, threads: tuple[ThreadStack, ...], *, file: TextIO | None = None) -> None:
-    from leakhound.render.console import console
-
-    con = console(file)
-    con.print(f"[bold]pid {pid}[/bold]: {len(threads)} Python threads")
-    for t in threads:
-        flags = ", ".join(f for f, on in (("active", t.active), ("holds the GIL", t.owns_gil)) if on)
-        con.print(f"\n[bold]thread {t.name or t.thread_id}[/bold] (tid {t.os_thread_id}){' ' + flags if flags else ''}")
-        for f in t.frames:
-            con.print(f"  {f.function} ({f.filename}:{f.line})", markup=False)
-
-
-def run(*, pid: int, timeout: float, as_json: bool) -> tuple[ThreadStack, ...]:
-    threads = dump_stacks(pid, timeout=timeout)
-    if as_json:
-        from leakhound.render import json as json_render
-
-        json_render.render_document(stacks_document(pid, threads))
-    else:
-        render_stacks(pid, threads)
-    return threads

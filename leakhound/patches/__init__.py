@@ -8,21 +8,12 @@ counters into before/after numbers and a one-line effect (``outcome``). Pure fun
 
 from __future__ import annotations
 
+from leakhound.model.names import FIX_NAMES
 from leakhound.patches import intercepts, registry, steps, trim
 from leakhound.patches.base import FixSpec, Measurement
 
-FIXES: dict[str, FixSpec] = {m.SPEC.name: m.SPEC for m in (steps, registry, intercepts, trim)}
-ORDER = ("steps", "registry", "intercepts", "trim")
+_SPECS = {m.SPEC.name: m.SPEC for m in (steps, registry, intercepts, trim)}
+#: One spec per fix, in ``FIX_NAMES`` order (a fix without its module fails here, at import).
+FIXES: dict[str, FixSpec] = {name: _SPECS[name] for name in FIX_NAMES}
 
-__all__ = ["FIXES", "ORDER", "FixSpec", "Measurement", "parse_fixes"]
-
-
-def parse_fixes(text: str) -> list[str]:
-    """``all`` or a comma list of fix names, in canonical order. Raises ValueError."""
-    names = {part.strip() for part in text.split(",") if part.strip()}
-    if "all" in names:
-        names = set(ORDER) | (names - {"all"})
-    unknown = sorted(names - set(ORDER))
-    if unknown or not names:
-        raise ValueError(f"unknown fix {', '.join(unknown) or '(none)'}; choose from all, {', '.join(ORDER)}")
-    return [name for name in ORDER if name in names]
+__all__ = ["FIXES", "FixSpec", "Measurement"]

@@ -18,6 +18,8 @@ Paths to the leaking containers in a running worker::
     leakhound.simulate.runtime._RUNTIME_REGISTRY[<runtime_id>].trajectories
     leakhound.simulate.runtime._RUNTIME_REGISTRY[<runtime_id>].harness.endpoint.server.intercepts
 
-Nothing in this package imports the rest of leakhound or anything outside the standard
-library, and nothing here calls ``gc.collect()``.
+Nothing in this package imports anything outside the standard library, nor any of leakhound
+but its two standard-library-only parts: the live patches (``leakhound.payload.patches``,
+applied as ``leakhound patch`` applies them, so ``confirm`` measures the real thing) and the
+fix names (``leakhound.model.names``). Nothing here calls ``gc.collect()``.
 """

@@ -11,22 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from leakhound.model.names import FIX_NAMES, Fix
+from leakhound.model.names import parse_fixes as _parse
+
 #: Keep identity/usage only in each trajectory step's stored ``response`` (plus a small
 #: raw-token / is-truncated sidecar on truncated steps).
-STEPS = "steps"
+STEPS = Fix.STEPS.value
 #: Evict ``Runtime.trajectories`` entries at the safe point (``cleanup_rollout`` when
 #: ungrouped, ``cleanup_group`` when grouped).
-REGISTRY = "registry"
+REGISTRY = Fix.REGISTRY.value
 #: Discard ``InterceptionServer.intercepts`` entries once their response is delivered.
-INTERCEPTS = "intercepts"
+INTERCEPTS = Fix.INTERCEPTS.value
 #: ``malloc_trim(0)`` from ``EnvWorker.stats_loop`` every stats interval.
-TRIM = "trim"
+TRIM = Fix.TRIM.value
 #: The naive port of the registry fix: evict in ``cleanup_rollout`` even for grouped
 #: rollouts. A bug reproducer (the group stage then fails with "No live trajectory
 #: registered"); never part of ``all``.
 REGISTRY_EAGER = "registry_eager"
 
-ALL_FIXES: tuple[str, ...] = (STEPS, REGISTRY, INTERCEPTS, TRIM)
+ALL_FIXES: tuple[str, ...] = FIX_NAMES
 KNOWN_FIXES: tuple[str, ...] = (*ALL_FIXES, REGISTRY_EAGER)
 
 #: The fixes active in this process; set once by the worker entry point.
@@ -34,23 +37,9 @@ ACTIVE: frozenset[str] = frozenset()
 
 
 def parse_fixes(spec: str) -> frozenset[str]:
-    """Parse ``none``, ``all`` or a comma-separated list such as ``steps,trim``."""
-    text = spec.strip().lower()
-    if text in ("", "none"):
-        return frozenset()
-    if text == "all":
-        return frozenset(ALL_FIXES)
-    names = {part.strip().replace("-", "_") for part in text.split(",") if part.strip()}
-    if "all" in names:
-        names.discard("all")
-        names.update(ALL_FIXES)
-    unknown = sorted(names - set(KNOWN_FIXES))
-    if unknown:
-        raise ValueError(
-            f"unknown fix(es) {', '.join(unknown)}; choose from none, all, "
-            + ", ".join(KNOWN_FIXES)
-        )
-    return frozenset(names)
+    """``none``, ``all`` or a comma list such as ``steps,trim`` (the one grammar of ``--fix``),
+    plus the ``registry_eager`` bug reproducer."""
+    return frozenset(_parse(spec, allow_none=True, extra=(REGISTRY_EAGER,)))
 
 
 def format_fixes(fixes: Iterable[str]) -> str:
@@ -71,7 +60,7 @@ def enabled(name: str) -> bool:
     return name in ACTIVE
 
 
-LIVE_FIXES: tuple[str, ...] = (STEPS, REGISTRY, INTERCEPTS, TRIM)
+LIVE_FIXES: tuple[str, ...] = FIX_NAMES
 
 
 def apply_live_fixes(*, trim_interval: float) -> None:

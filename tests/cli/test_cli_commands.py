@@ -35,7 +35,7 @@ def test_top_level_help_lists_every_command() -> None:
         (["patch", "1", "--revert", "--status"], "at most one of"),
         (["patch", "1", "--method", "telepathy"], "choose one of"),
         (["simulate", "--rollouts", "some"], "a number or 'forever'"),
-        (["simulate", "--fixes", "everything"], "unknown fix"),
+        (["simulate", "--fix", "everything"], "unknown fix"),
         (["watch"], "give at least one PID or --match"),
         (["watch", "--match", "("], "not a regular expression"),
     ],

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from leakhound.commands.export import ListenError, parse_listen
+from leakhound.core.export import ListenError, parse_listen
 from leakhound.model import (
     ArenaStats,
     CyclicGarbage,
@@ -145,12 +145,10 @@ def test_cli_refuses_remote_listen_without_flag() -> None:
 def test_up_before_the_first_census(tmp_path: Path) -> None:
     # Before: leakhound_up was 0 from the start until the first census had finished, the same
     # value a failing worker gets: an alert on up == 0 fired for every new worker.
-    from leakhound.commands.common import Reporter
-    from leakhound.commands.export import Exporter
+    from leakhound.core.export import Exporter
 
     with spawn_target("static_table", tmp_path) as child:
-        exporter = Exporter(pids=(child.pid,), match=None, method="gdb", interval=60.0, timeout=30.0,
-                            reporter=Reporter(quiet=True))
+        exporter = Exporter(pids=(child.pid,), match=None, method="gdb", interval=60.0, timeout=30.0)
         (view,) = exporter.views()
         families = {f.name: f for f in collect_metrics([view])}
     assert [s.value for s in families["leakhound_up"].samples] == [1.0]

@@ -1,0 +1,38 @@
+"""``leakhound export``: serve Prometheus metrics for workers (docs/export.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from leakhound.capture import DEFAULT_MAX_PAUSE_MS
+from leakhound.commands.common import new_reporter
+from leakhound.commands.options import MatchOpt, MaxPauseOpt, MethodOpt, PidsArg, TimeoutOpt, pids_or_match
+from leakhound.core.export import export_processes
+from leakhound.render.prometheus import DEFAULT_TOP_OWNERS
+
+
+def command(
+    pids: PidsArg = None,
+    match: MatchOpt = None,
+    listen: Annotated[str, typer.Option(
+        "--listen", metavar="HOST:PORT", help="Where to serve /metrics.")] = "127.0.0.1:9464",
+    allow_remote: Annotated[bool, typer.Option(
+        "--allow-remote", help="Allow a non-loopback --listen address.")] = False,
+    interval: Annotated[float, typer.Option(
+        "--interval", "-i", min=1.0, metavar="SECONDS", help="Seconds between censuses of each worker.")] = 120.0,
+    method: MethodOpt = "auto",
+    timeout: TimeoutOpt = 60.0,
+    max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
+    top: Annotated[int, typer.Option(
+        "--top", "-n", min=1, max=100, metavar="N",
+        help="Owners exported per worker (one series each).")] = DEFAULT_TOP_OWNERS,
+) -> None:
+    """Serve Prometheus metrics for workers: RSS, live heap, trimmable bytes, top owners,
+    growth rates and finding sizes, labelled by pid and worker (its script or module;
+    docs/export.md)."""
+    reporter = new_reporter()
+    export_processes(pids=pids_or_match(pids, match), match=match, method=method, listen=listen,
+                     allow_remote=allow_remote, interval=interval, timeout=timeout,
+                     log=reporter.log, note=reporter.note, max_pause_ms=max_pause, top=top)

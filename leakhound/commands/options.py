@@ -1,0 +1,65 @@
+"""Options several commands share, and their checks: one spelling, one help text each."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from leakhound.model.names import FIX_NAMES, METHOD_NAMES, parse_fixes
+
+
+def _method(value: str) -> str:
+    if value not in METHOD_NAMES:
+        raise typer.BadParameter(f"choose one of {', '.join(METHOD_NAMES)}", param_hint="--method")
+    return value
+
+
+def _match(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise typer.BadParameter(f"not a regular expression: {exc}", param_hint="--match") from None
+    return value
+
+
+def fixes_from(text: str, *, allow_none: bool = False) -> tuple[str, ...]:
+    """``--fix`` as the core takes it, or the usage error (exit 2) that names the choices."""
+    try:
+        return parse_fixes(text, allow_none=allow_none)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--fix") from None
+
+
+def pids_or_match(pids: list[int] | None, match: str | None) -> tuple[int, ...]:
+    if not pids and not match:
+        raise typer.BadParameter("give at least one PID or --match PATTERN", param_hint="PID")
+    return tuple(pids or ())
+
+
+PidArg = Annotated[int, typer.Argument(metavar="PID", help="Process id of the Python worker.", min=1,
+                                        show_default=False)]
+PidsArg = Annotated[list[int] | None, typer.Argument(
+    metavar="PID", help="Process ids of Python workers.", min=1, show_default=False)]
+MatchOpt = Annotated[str | None, typer.Option(
+    "--match", metavar="REGEX", callback=_match,
+    help="Every Python process whose command line matches this regular expression.")]
+MethodOpt = Annotated[str, typer.Option(
+    "--method", "-m", metavar="METHOD", callback=_method,
+    help=f"How to get into the target: {', '.join(METHOD_NAMES)}.")]
+TimeoutOpt = Annotated[float, typer.Option(
+    "--timeout", "-t", min=1.0, metavar="SECONDS", help="Give up after this many seconds.")]
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document (schema in docs/) instead of tables.")]
+TopOpt = Annotated[int, typer.Option("--top", "-n", min=1, max=1000, metavar="N", help="Rows per table.")]
+MaxPauseOpt = Annotated[float, typer.Option(
+    "--max-pause", min=0.0, metavar="MS",
+    help="Longest the census may hold the worker in one piece, in ms (0: no limit; "
+         "docs/inspect.md, 'Never harming the target').")]
+OutputOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", "--save", metavar="FILE", help="Also write the snapshot JSON to FILE.")]
+#: The fixes, one option name wherever they are named.
+FIX_HELP = f"all, or a comma list of {', '.join(FIX_NAMES)}."

@@ -1,0 +1,78 @@
+"""The closed sets leakhound names things by, one spelling each, from the CLI flag to the JSON.
+
+Standard library only and importable by every layer (the simulated worker included): the
+fixes, how to get into a target, what a patch request does, and the special owners. The
+payload keeps its own copy of the special owner's name (it imports nothing of leakhound);
+tests hold the two equal.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+
+class Fix(str, enum.Enum):
+    """A built-in live fix, named as ``--fix`` takes it, its detector names it and its metric label."""
+
+    STEPS = "steps"
+    REGISTRY = "registry"
+    INTERCEPTS = "intercepts"
+    TRIM = "trim"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Every fix, in the order they are applied and shown.
+FIX_NAMES: tuple[str, ...] = tuple(f.value for f in Fix)
+
+
+def parse_fixes(text: str, *, allow_none: bool = False, extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """``all``, a comma list of fix names (``steps,trim``), or with ``allow_none`` ``none``;
+    canonical order, no repeats. ``extra`` names are accepted beside the fixes (never part of
+    ``all``). Raises ValueError naming what is unknown and what may be chosen."""
+    known = (*FIX_NAMES, *extra)
+    names = {part.strip().lower().replace("-", "_") for part in text.split(",") if part.strip()}
+    if allow_none and names <= {"none"}:
+        return ()
+    if "all" in names:
+        names = (names - {"all"}) | set(FIX_NAMES)
+    unknown = sorted(names - set(known))
+    if unknown or not names:
+        choices = ", ".join(("none", "all", *known) if allow_none else ("all", *known))
+        raise ValueError(f"unknown fix {', '.join(unknown) or '(none)'}; choose from {choices}")
+    return tuple(name for name in known if name in names)
+
+
+class Method(str, enum.Enum):
+    """How to get into the target (``--method``); ``auto`` tries them in attach's order."""
+
+    AUTO = "auto"
+    AGENT = "agent"
+    PTRACE = "ptrace"
+    GDB = "gdb"
+    REMOTE_EXEC = "remote-exec"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+METHOD_NAMES: tuple[str, ...] = tuple(m.value for m in Method)
+
+
+class PatchAction(str, enum.Enum):
+    """What a patch request does to the named fixes."""
+
+    APPLY = "apply"
+    REVERT = "revert"
+    STATUS = "status"
+    DRY_RUN = "dry-run"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The owner the census books module objects, their dicts, classes and code under: the
+#: program's code, not a leak. The payload spells it in ``payload/census_roots.py``.
+CODE_OWNER = "<modules and classes>"
