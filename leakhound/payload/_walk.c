@@ -109,6 +109,7 @@ typedef struct {
     /* What sys.getsizeof adds to __sizeof__ for this type (the GC header, 3.11+'s managed
      * dict pre-header): -1 not learnt yet, -2 not to be learnt (see size_of). */
     long long preheader;
+    int native;             /* -1: not looked up yet; else whether id(tp) is in ``native`` */
 } TypeInfo;
 
 typedef struct {
@@ -118,6 +119,8 @@ typedef struct {
     PyObject *type_index;            /* dict: id(type) -> slot */
     PyObject *new_slot;              /* callable(type) -> slot, may grow the arrays */
     PyObject *counts_obj, *sizes_obj;
+    PyObject *native;                /* dict: id(type) -> kind, sized natively (or NULL) */
+    PyObject *found;                 /* list: the objects of those types this call claimed */
     TypeInfo types[TYPE_CACHE];
     Refs dead;                       /* types pushed out of ``types``, released at the end */
     long long *add_counts, *add_sizes;  /* per slot, this call's share; written at the end */
@@ -271,6 +274,7 @@ type_info(Walk *w, PyTypeObject *tp)
     info->sizeof_builtin = -1;
     info->sizeof_descr = NULL;
     info->preheader = -1;
+    info->native = -1;
     Py_INCREF(tp);
     info->tp = tp;
     return info;
@@ -756,6 +760,30 @@ is_leaf(PyObject *op)
         || op == Py_None;
 }
 
+/* Is ``tp`` sized natively (its id in w->native: sizes.native_types)? -1 on error. The
+ * lookup hashes an int, never the type: no code runs. */
+static int
+native_for(Walk *w, PyTypeObject *tp)
+{
+    TypeInfo *info = type_info(w, tp);
+    if (info == NULL)
+        return -1;
+    if (info->native < 0) {
+        PyObject *key = PyLong_FromVoidPtr((void *)tp);
+        if (key == NULL)
+            return -1;
+        int in = PyDict_Contains(w->native, key);
+        Py_DECREF(key);
+        if (in < 0)
+            return -1;
+        info = type_info(w, tp);  /* evicted meanwhile? looked up again */
+        if (info == NULL)
+            return -1;
+        info->native = in;
+    }
+    return info->native;
+}
+
 /* A referent held by the container and the referents buffer only. */
 #define ONLY_ONE_REFERENCE 2
 
@@ -794,9 +822,14 @@ claim_referents(Walk *w, PyObject *stack, Refs *r, int resumed, Py_ssize_t budge
         Py_INCREF(tp);
         long long size;
         Py_ssize_t slot = -1;
+        int native = 0;
         if (size_of(ref, info, &size) == 0) {
             info = type_info(w, tp);
             slot = info == NULL ? -1 : slot_for(w, info);
+            /* Objects of natively sized types go back to the caller too (``found``), which
+             * adds their buffers and the references gc does not show (census_walk.py). */
+            if (slot >= 0 && !leaf && w->native != NULL && (native = native_for(w, tp)) < 0)
+                slot = -1;
         }
         Py_DECREF(tp);
         if (slot < 0 || tally(w, slot, size) < 0)
@@ -809,29 +842,41 @@ claim_referents(Walk *w, PyObject *stack, Refs *r, int resumed, Py_ssize_t budge
         *nbytes += size;
         if (!leaf && PyList_Append(stack, ref) < 0)
             return -1;
+        if (native && PyList_Append(w->found, ref) < 0)
+            return -1;
     }
     r->next = stop;
     return stop - start;
 }
 
 PyDoc_STRVAR(claim_doc,
-"claim(stack, pending, regions, type_index, new_slot, counts, sizes, limit) -> (objects, bytes)\n\n"
+"claim(stack, pending, regions, type_index, new_slot, counts, sizes, limit[, native, found])\n"
+"    -> (objects, bytes)\n\n"
 "Walk from the containers on stack, claiming what is not yet marked in regions; stop\n"
 "after about limit units of work (at least one). The rest of the walk stays on stack, and\n"
-"the rest of a big container's referents in pending ([capsule], else empty).");
+"the rest of a big container's referents in pending ([capsule], else empty). Claimed\n"
+"objects whose type's id is a key of the dict native are appended to the list found.");
 
 static PyObject *
 claim(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *stack, *pending, *container = NULL;
+    PyObject *stack, *pending, *container = NULL, *native = Py_None, *found = Py_None;
     Py_ssize_t limit;
     Walk w;
     Refs r = {NULL, 0, 0, 0, NULL, 0};
     memset(&w, 0, sizeof(w));
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOn:claim", &PyList_Type, &stack, &PyList_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOn|OO:claim", &PyList_Type, &stack, &PyList_Type,
                           &pending, &PyDict_Type, &w.regions, &PyDict_Type, &w.type_index,
-                          &w.new_slot, &w.counts_obj, &w.sizes_obj, &limit))
+                          &w.new_slot, &w.counts_obj, &w.sizes_obj, &limit, &native, &found))
         return NULL;
+    if (native != Py_None) {
+        if (!PyDict_CheckExact(native) || !PyList_CheckExact(found)) {
+            PyErr_SetString(PyExc_TypeError, "native must be a dict and found a list");
+            return NULL;
+        }
+        w.native = native;
+        w.found = found;
+    }
     if (limit < 1)
         limit = 1;  /* every call makes progress, and never drops what pending held */
     if (check_array(w.counts_obj) < 0 || check_array(w.sizes_obj) < 0)

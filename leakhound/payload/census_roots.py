@@ -190,7 +190,8 @@ class _Roots(_Walk):
                     # array.array is gc-tracked since 3.11 (heap type): without these its
                     # tallies were "<held from C: array.array>" in the census's own report
                     self.owners.counts, self.owners.bytes, self.owner_items, self.types.counts,
-                    self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes):
+                    self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes,
+                    self._native, self._native_bases, self._native_seen):
             claimed.add(id(own))
         for obj in self._exclude:
             claimed.add(id(obj))

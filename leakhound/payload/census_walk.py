@@ -12,7 +12,7 @@ import time
 
 from .census_tallies import _Marks, _Tally, _TypeTally
 from .objects import _SIZED, _instance_dict, _items, _ModuleType, _referents, _slot_values, _type_name
-from .sizes import _MAX_OBJECT_BYTES, _object_sizeof, _sizeof_is_builtin
+from .sizes import _MAX_OBJECT_BYTES, _object_sizeof, _sizeof_is_builtin, native_extra, native_types
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any, Callable  # noqa: F401
@@ -67,6 +67,9 @@ class _Walk(object):
         self.garbage_types = _TypeTally()
         self.bookkeeping_bytes = 0
         self.unread_frames = 0  # running frames whose locals could not be read safely
+        # id(type) -> kind of natively sized types; kind -> the allowlisted C class
+        self._native, self._native_bases = native_types()
+        self._native_seen = set()  # buffer addresses counted (a storage shared by views: once)
 
     # -- accounting -------------------------------------------------------------------------
 
@@ -97,8 +100,12 @@ class _Walk(object):
             claimed.add(id(root))
             self._count(root, owner)
         stack = [root]
+        native = self._native
+        # Objects of natively sized types met on the way (sizes.native_types): their buffers
+        # and the references gc does not show are added once the stack runs dry.
+        found = [root] if native and id(type(root)) in native else []
         if self._compiled is not None:
-            self._claim_compiled(owner, stack)
+            self._claim_compiled(owner, stack, found)
             return
         get_referents = self._get_referents
         getsizeof = sys.getsizeof
@@ -126,7 +133,12 @@ class _Walk(object):
         steps = 0
         added_bytes = 0
         added_objects = 0
-        while stack:
+        while stack or found:
+            if not stack:
+                objects, nbytes = self._claim_native(found, stack)
+                added_objects += objects
+                added_bytes += nbytes
+                continue
             obj = pop()
             obj_type = type(obj)
             # Only a big built-in container makes get_referents a long step: time just those
@@ -183,13 +195,48 @@ class _Walk(object):
                 type_bytes[slot] += size
                 if not leaf:
                     push(ref)
+                    if native and tid in native:
+                        found.append(ref)
             steps += 1
             if steps & 0x3FFF == 0:
                 clock.check()
                 self.progress("walk", self.total_objects + added_objects)
         self._credit(owner, added_objects, added_bytes)
 
-    def _claim_compiled(self, owner, stack):
+    def _claim_native(self, found, stack):
+        """Add the native buffers of the objects in ``found`` (sizes.native_extra) to their
+        types, and claim what they hold that gc does not show (a numpy view's base, an object
+        array's elements) as the walk would: marked, sized, pushed on ``stack``. Returns the
+        (objects, bytes) added."""
+        claimed = self.claimed
+        native = self._native
+        types = self.types
+        added_objects = added_bytes = 0
+        while found:
+            obj = found.pop()
+            extra, refs = native_extra(obj, native, self._native_bases, self._native_seen)
+            if extra:
+                types.bytes[types.slot(type(obj))] += extra
+                added_bytes += extra
+            for i, ref in enumerate(refs):
+                if id(ref) in claimed:
+                    continue
+                claimed.add(id(ref))
+                size = self._getsizeof(ref, 0)
+                types.add(type(ref), size)
+                added_objects += 1
+                added_bytes += size
+                if id(type(ref)) not in _LEAF_TYPE_IDS:
+                    stack.append(ref)
+                    if id(type(ref)) in native:
+                        found.append(ref)
+                if i & 0xFFFF == 0xFFFF:
+                    self.clock.check()
+            del refs
+        obj = None
+        return added_objects, added_bytes
+
+    def _claim_compiled(self, owner, stack, found):
         """``_claim_tree``'s loop in C, in short calls: between two, the interpreter can hand
         the GIL to the target's threads. Each call is one uninterruptible step."""
         claim = self._compiled
@@ -200,10 +247,16 @@ class _Walk(object):
         added_objects = added_bytes = 0
         pending = []  # type: list
         per_call = self._work_per_call()
-        while stack or pending:
+        native = self._native or None
+        while stack or pending or found:
+            if not stack and not pending:
+                objects, nbytes = self._claim_native(found, stack)
+                added_objects += objects
+                added_bytes += nbytes
+                continue
             t0 = perf_counter()
             objects, nbytes = claim(stack, pending, regions, types.index, types.slot, types.counts,
-                                    types.bytes, per_call)
+                                    types.bytes, per_call, native, found)
             clock.step(t0)
             added_objects += objects
             added_bytes += nbytes

@@ -1,12 +1,28 @@
 """Sizes in the target: the size of one object (:func:`object_size`, the census's and any heap
-walk's per-object size) and deep sizes of plain data (:func:`deep_size`). Standard library only.
+walk's per-object size), native buffers of well-known types (:func:`native_types`,
+:func:`native_extra`) and deep sizes of plain data (:func:`deep_size`). Standard library only.
 
 ``object_size`` never runs a ``__sizeof__`` written in Python (see its docstring).
+
+Native sizers: memory an object holds outside the Python heap, or references the garbage
+collector does not show, for an allowlist of types (and their subclasses) only:
+
+- ``numpy.ndarray``: its ``base`` (a view keeps the array or buffer it views alive; an owning
+  array's ``__sizeof__`` already counts its data) and an object array's elements;
+- ``torch`` tensors (``torch._C.TensorBase``): the bytes of their CPU storage, once per storage
+  however many tensors view it;
+- ``mmap.mmap``: the length of the mapping;
+- Pillow's ``ImagingCore`` (an ``Image``'s ``_im``/``im``): its pixel memory;
+- pandas: through its arrays (a DataFrame's blocks hold ndarrays and extension arrays).
+
+Each is read only through C: getsets and methods from the allowlisted C class's own dict,
+called on the object (never looked up on the object's class, which a subclass could override
+with Python code), slot wrappers, module dicts. No Python code of the target runs.
 """
 
 import sys
 
-from .objects import _class_dict
+from .objects import _class_dict, _instance_dict
 
 # A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
 # 0, like one that raises (_walk.c: MAX_OBJECT_BYTES). Sums then stay far from int64 limits.
@@ -41,6 +57,148 @@ def object_size(obj, default=0):
 
 
 _getsizeof = object_size  # the census's name for it
+
+
+def _class_from(module_name, name):
+    """``module.name`` read from the module's dict (no module __getattr__ runs), if a class."""
+    module = sys.modules.get(module_name)
+    d = _instance_dict(module) if module is not None else None
+    cls = d.get(name) if d is not None else None
+    return cls if isinstance(cls, type) else None
+
+
+def _imaging_core():
+    """Pillow's ImagingCore (a C type named ``ImagingCore``, not exported by name): found in the
+    subclass tree of ``object`` with its ``mode``/``size`` getsets, once ``PIL._imaging`` is
+    loaded."""
+    if "PIL._imaging" not in sys.modules:
+        return None
+    for cls in type.__subclasses__(object):
+        if type.__dict__["__qualname__"].__get__(cls, type) != "ImagingCore":
+            continue
+        d = _class_dict(cls)
+        if type(d.get("mode")).__name__ == "getset_descriptor" and type(d.get("size")).__name__ == "getset_descriptor":
+            return cls
+    return None
+
+
+def _native_bases():
+    """(kind, allowlisted C class) for each one loaded in this process."""
+    out = []
+    for kind, cls in (
+        ("ndarray", _class_from("numpy", "ndarray")),
+        ("tensor", _class_from("torch._C", "TensorBase") or _class_from("torch._C", "_TensorBase")),
+        ("mmap", _class_from("mmap", "mmap")),
+        ("imaging", _imaging_core()),
+    ):
+        if cls is not None:
+            out.append((kind, cls))
+    return out
+
+
+def native_types():
+    """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
+    the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
+    of numpy, torch, mmap or Pillow is loaded. (Flat dicts of ints, strs and classes: nothing
+    in them is a gc-tracked object of the census's own.)"""
+    out = {}
+    bases = {}
+    for kind, base in _native_bases():
+        bases[kind] = base
+        pending = [base]
+        while pending:
+            cls = pending.pop()
+            if id(cls) in out:
+                continue
+            out[id(cls)] = kind
+            try:
+                pending.extend(type.__subclasses__(cls))
+            except TypeError:
+                continue
+    return out, bases
+
+
+# Bytes per pixel of Pillow's storage (libImaging/Storage.c: ImagingNewPrologueSubtype):
+# 8-bit modes 1 byte, 16-bit 2, the rest 4 (RGB is stored as RGBX).
+_PIXEL_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2,
+                "BGR;15": 2, "BGR;16": 2, "BGR;24": 3}
+# An object array's elements are listed only up to this many (a bounded step).
+_MAX_OBJECT_ELEMENTS = 20000000
+_NPY_OBJECT = 17  # dtype.num of object arrays
+
+
+def _call(cls, name, obj):
+    """``cls.__dict__[name]`` (a C getset or method of the allowlisted class) applied to obj."""
+    descr = _class_dict(cls)[name]
+    kind = type(descr).__name__
+    if kind in ("getset_descriptor", "member_descriptor"):
+        return descr.__get__(obj, cls)
+    if kind in ("method_descriptor", "wrapper_descriptor"):
+        return descr(obj)
+    raise TypeError("%s.%s is not a C descriptor" % (cls.__name__, name))
+
+
+def native_extra(obj, native, bases, seen_buffers):
+    """(bytes outside ``object_size(obj)``, [objects obj holds that gc.get_referents(obj) does
+    not list]) for an object whose type is in ``native`` (``native, bases = native_types()``);
+    ``seen_buffers`` (a set of buffer addresses) makes a buffer shared by several objects
+    count once. (0, []) when the object cannot be read (closed, freed, an unexpected layout)."""
+    kind = native.get(id(type(obj)))
+    cls = bases.get(kind) if kind is not None else None
+    if cls is None:
+        return 0, []
+    try:
+        if kind == "ndarray":
+            # ndarray.__sizeof__ counts the data of an array that owns it; a view's data
+            # belongs to its base (an array, bytes, an mmap...), which only the view may hold.
+            refs = []
+            base = _call(cls, "base", obj)
+            if base is not None:
+                refs.append(base)
+            dtype = _call(cls, "dtype", obj)
+            dtype_class = _class_from("numpy", "dtype")
+            if (type(obj) is cls and dtype_class is not None and _call(dtype_class, "num", dtype) == _NPY_OBJECT
+                    and _call(cls, "size", obj) <= _MAX_OBJECT_ELEMENTS):
+                # An object array's elements (numpy arrays have no tp_traverse): ravel (a
+                # view, or a copy holding the same references) and tolist, both C methods.
+                # Exact ndarrays only: ravel() on a subclass runs its __array_finalize__.
+                flat = _call(cls, "tolist", _call(cls, "ravel", obj))
+                if type(flat) is list:
+                    refs.extend(flat)
+                else:
+                    refs.append(flat)
+            return 0, refs
+        if kind == "tensor":
+            # untyped_storage(), nbytes(), data_ptr() are C methods (TensorBase and
+            # StorageBase); untyped_storage() returns the storage's one Python object.
+            if not _call(cls, "is_cpu", obj):
+                return 0, []
+            storage = _call(cls, "untyped_storage", obj)
+            storage_base = None
+            for klass in type.__dict__["__mro__"].__get__(type(storage), type):
+                if type.__dict__["__qualname__"].__get__(klass, type) == "StorageBase":
+                    storage_base = klass
+            if storage_base is None:
+                return 0, []
+            address = _call(storage_base, "data_ptr", storage)
+            if not address or address in seen_buffers:
+                return 0, []
+            seen_buffers.add(address)
+            nbytes = _call(storage_base, "nbytes", storage)
+            return (nbytes if 0 <= nbytes <= _MAX_OBJECT_BYTES else 0), []
+        if kind == "mmap":
+            length = _call(cls, "__len__", obj)  # the slot wrapper: mmap's C length
+            return (length if 0 <= length <= _MAX_OBJECT_BYTES else 0), []
+        if kind == "imaging":
+            width, height = _call(cls, "size", obj)
+            mode = _call(cls, "mode", obj)
+            per_pixel = _PIXEL_BYTES.get(mode, 4) if type(mode) is str else 4
+            # the pixel rows and the table of row pointers (libImaging/Storage.c)
+            total = width * height * per_pixel + height * 8
+            return (total if 0 <= total <= _MAX_OBJECT_BYTES else 0), []
+    except Exception:
+        return 0, []
+    return 0, []
 
 
 def deep_size(root, seen=None, limit=5000000):
