@@ -8,6 +8,14 @@ import time
 import pytest
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Two tiers: the fast one is ``-m "not integration"`` (under a minute); a ``slow`` test
+    runs in the other tier, with the integration tests."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session")
 def ptrace_ok() -> None:
     """Fail fast, with the reason, when this machine cannot ptrace (rather than N timeouts)."""

@@ -130,6 +130,7 @@ def test_limit_below_one_still_makes_progress_and_keeps_pending() -> None:
 
 
 @built
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["list", "tuple", "dict", "set"])
 def test_a_big_container_is_read_a_slice_per_call(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     # Each call claims about its budget of a big container and reads only that much of it
@@ -168,6 +169,7 @@ def test_a_big_container_is_read_a_slice_per_call(monkeypatch: pytest.MonkeyPatc
 
 
 @built
+@pytest.mark.slow
 def test_the_hostile_workload() -> None:
     from tests import walk_hostile
 
@@ -182,6 +184,7 @@ def _asan_runtime() -> str | None:
 
 
 @built
+@pytest.mark.slow
 @pytest.mark.skipif(_asan_runtime() is None, reason="no gcc with libasan here")
 def test_the_hostile_workload_under_address_sanitizer(tmp_path: Path) -> None:
     import sysconfig
