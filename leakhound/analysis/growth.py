@@ -220,7 +220,7 @@ def _grew(points: Sequence[tuple[float, float]], per_second: float, floor: int, 
 
 
 def _verdict(
-    points: Sequence[tuple[float, float]], per_second: float, floor: int, th: Thresholds
+    points: Sequence[tuple[float, float]], per_second: float, floor: int, th: Thresholds, *, exact: bool = False
 ) -> tuple[str, float]:
     """(verdict, recent slope) of one series."""
     if len(points) < th.min_points or points[-1][0] <= points[0][0]:
@@ -233,12 +233,17 @@ def _verdict(
         return GROWING, recent_slope
     if recent_slope < th.plateau_ratio * per_second:
         return PLATEAUED, recent_slope
-    # Still rising, but at a rate that would not count as growth over the whole window: it has
-    # levelled off (an allocator settling after a cache filled up is not a leak). The recent
-    # rate is judged over the window's span and from the window's start, as the overall rate
-    # was: judging it over the recent third alone called any steady leak that grew by 2-6% of
-    # its size in the window "plateaued".
-    if not _grew([points[0], points[-1]], recent_slope, floor, th):
+    if exact:
+        # Item counts are exact: still rising at a rate that would be growth over the whole
+        # window is a leak. (Judged over the recent third alone, against the window's 2% noise
+        # floor, any steady leak that grew by 2-6% of its size in the window was "plateaued".)
+        if not _grew([points[0], points[-1]], recent_slope, floor, th):
+            return PLATEAUED, recent_slope
+        return GROWING, recent_slope
+    # Bytes and RSS move in allocator steps (a census's own working memory is one): a series
+    # slowing down whose recent part rose by less than noise has levelled off (an allocator
+    # settling after a cache filled up is not a leak); one not slowing down has not.
+    if recent_slope < per_second and not _grew(recent, recent_slope, floor, th):
         return PLATEAUED, recent_slope
     return GROWING, recent_slope
 
@@ -265,7 +270,7 @@ def trend(
     items_rate = slope(by_items) if use_items else 0.0
     verdict_b, recent_b = _verdict(by_bytes, bytes_rate, th.min_bytes, th)
     if use_items:
-        verdict_i, recent_i = _verdict(by_items, items_rate, th.min_items, th)
+        verdict_i, recent_i = _verdict(by_items, items_rate, th.min_items, th, exact=True)
     else:
         verdict_i, recent_i = STATIC, 0.0
     if verdict_i in (GROWING, PLATEAUED):

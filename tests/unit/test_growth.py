@@ -184,3 +184,14 @@ def test_a_cache_still_creeping_after_filling_up_plateaus() -> None:
 
     report = analyse_growth(_series(cache, n=13, step=5.0))
     assert report.owners[0].verdict == PLATEAUED
+
+
+def test_rss_steps_of_the_censuses_are_not_a_leak() -> None:
+    # A static worker's RSS over a 12 s watch (KiB, measured): a step at the first census and a
+    # small one at the second. Its recent part rises, but by less than noise, and slower than
+    # over the whole window: not growing.
+    kib = [42788, 46308, 46308, 46308, 46308, 46308, 46308, 46308, 46308, 46308, 46628, 46628, 46628]
+    samples = [_sample(i, {"m.TABLE": (17_000_000, 100_000)}, rss=k * 1024) for i, k in enumerate(kib)]
+    report = analyse_growth(samples)
+    assert report.rss.verdict != GROWING
+    assert report.verdict == STATIC
