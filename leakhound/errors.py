@@ -195,6 +195,16 @@ class OutcomeUnknown(LeakhoundError):
     )
 
 
+class PlottingUnavailable(LeakhoundError):
+    """``--plot`` without matplotlib (the ``leakhound[plot]`` extra); said before any work."""
+
+    EXIT_CODE = 17
+    HELP_TEXT = (
+        "Install the plotting extra: `pip install 'leakhound[plot]'` (matplotlib), or drop --plot "
+        "(`--json` keeps every sample to plot elsewhere)."
+    )
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGINT, SIGTERM or SIGHUP to leakhound: it cancels its request in the target, removes
     what it made, and exits with 128 + the signal number (130, 143, 129)."""
