@@ -42,6 +42,7 @@ def snapshot_from_result(
     arena = ArenaStats(**result["arena"])
     if not arena.available:
         warnings.append(f"allocator statistics unavailable: {arena.reason}")
+    warnings.extend(str(note) for note in heap.get("notes") or ())  # what the census could not read
     snap = Snapshot(
         pid=pid,
         taken_at=taken_at,

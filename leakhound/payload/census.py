@@ -190,7 +190,7 @@ class Census(_Roots, _Unreached):
         if self.unread_frames:
             notes.append(
                 "the locals of %d running frame(s) were not read (%s): what only they hold is "
-                "counted under <held from C: ...>" % (self.unread_frames, frame_locals_unreadable(_walk))
+                "counted under <held from C: ...>" % (self.unread_frames, frame_locals_unreadable(self._walk_module))
             )
         return notes
 
