@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from leakhound.model import Finding, Snapshot, TypeStat
+from leakhound.model.names import CODE_OWNER
 
 KIND = "growth"
 GROWING = "growing"
@@ -298,10 +299,6 @@ def trend(
     )
 
 
-# Grows whenever the worker imports something; not a leak anyone can fix.
-_CODE_OWNER = "<modules and classes>"
-
-
 def _owner_series(samples: Sequence[Sample]) -> dict[str, tuple[str, list[tuple[float, int, int]]]]:
     series: dict[str, tuple[str, list[tuple[float, int, int]]]] = {}
     for sample in samples:
@@ -393,7 +390,8 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
     explains is a warning of its own (fragmentation or memory outside Python objects)."""
     findings = []
     for t in report.owners:
-        if t.verdict not in (GROWING, PLATEAUED) or t.name == _CODE_OWNER:
+        # The code owner grows with every import: no leak anyone can fix.
+        if t.verdict not in (GROWING, PLATEAUED) or t.name == CODE_OWNER:
             continue
         details = {
             "pid": report.pid,

@@ -22,8 +22,9 @@ from leakhound.attach.channel import PrivateChannel, Progress
 from leakhound.attach.process import Target, resolve_target
 from leakhound.attach.pyspy import py_spy_dump
 from leakhound.errors import MethodUnavailable, RemoteError, RequestCancelled, TargetBusy
+from leakhound.model.names import METHOD_NAMES
 
-METHODS = ("auto", "agent", "ptrace", "gdb", "remote-exec")
+METHODS = METHOD_NAMES
 AUTO_ORDER = ("agent", "remote-exec", "ptrace", "gdb")
 # Seconds the main thread may take to reach a bytecode boundary after injection.
 SAFE_POINT_TIMEOUT = 10.0

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from leakhound.analysis.growth import UNKNOWN, GrowthReport, OwnerSample, Sample
 from leakhound.model import Snapshot
+from leakhound.model.names import CODE_OWNER
 
 PREFIX = "leakhound"
 DEFAULT_TOP_OWNERS = 10
@@ -38,7 +39,7 @@ NAMED_FINDINGS = {
     ),
 }
 # Census owners that are not a place in the program (the code itself).
-_NOT_OWNERS = frozenset({"<modules and classes>"})
+_NOT_OWNERS = frozenset({CODE_OWNER})
 
 # "(worker.py:123)" in task and thread owners: the line a coroutine or frame is at right now.
 _LINE = re.compile(r"\(([^()]*?):\d+\)")

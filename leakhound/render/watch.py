@@ -13,6 +13,7 @@ from rich.table import Table
 
 from leakhound.analysis.diff import SnapshotDiff
 from leakhound.analysis.growth import GrowthReport, Trend, report_to_dict
+from leakhound.model.names import CODE_OWNER
 from leakhound.render.console import console, human_bytes
 from leakhound.render.table import render_findings
 
@@ -47,7 +48,7 @@ def owners_table(report: GrowthReport, *, top: int = 8) -> Table:
     table.add_column("bytes/min", justify="right")
     table.add_column("items/min", justify="right")
     table.add_column("verdict")
-    rows: list[Trend] = [t for t in report.owners if t.name != "<modules and classes>"][:top]
+    rows: list[Trend] = [t for t in report.owners if t.name != CODE_OWNER][:top]
     for t in rows:
         table.add_row(
             t.name, t.type, f"{t.last_items:,}", human_bytes(t.last_bytes),
@@ -74,7 +75,7 @@ class LiveView:
             self._live.update(Group(*(owners_table(r, top=self.top) for r in reports)))
             return
         for r in reports:
-            lead = next((t for t in r.owners if t.name != "<modules and classes>"), None)
+            lead = next((t for t in r.owners if t.name != CODE_OWNER), None)
             owner = (
                 f" top owner {lead.name} {human_bytes(lead.last_bytes)} ({_rate(lead.bytes_per_min)}, {lead.verdict})"
                 if lead is not None
