@@ -15,53 +15,37 @@ Owners that grow become ``Finding(kind="growth")`` naming the owner path and its
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from leakhound.model import Finding, Snapshot, TypeStat
+from leakhound.model import Finding
+from leakhound.model.growth import (
+    GROWING,
+    PLATEAUED,
+    STATIC,
+    UNKNOWN,
+    GrowthReport,
+    OwnerSample,
+    Sample,
+    Trend,
+    Verdict,
+    report_to_dict,
+    sample_from_dict,
+    sample_from_snapshot,
+    sample_to_dict,
+    trend_to_dict,
+)
 from leakhound.model.names import CODE_OWNER
 
+# The model's names stay importable from here, where they were computed first.
+__all__ = [
+    "GROWING", "PLATEAUED", "STATIC", "UNKNOWN", "GrowthReport", "OwnerSample", "Sample", "Thresholds",
+    "Trend", "Verdict", "analyse_growth", "estimate_owners", "growth_findings", "report_to_dict",
+    "sample_from_dict", "sample_from_snapshot", "sample_to_dict", "slope", "trend", "trend_to_dict",
+]
+
 KIND = "growth"
-GROWING = "growing"
-PLATEAUED = "plateaued"
-STATIC = "static"
-UNKNOWN = "unknown"
 MB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class OwnerSample:
-    """One owner at one moment. ``estimated`` is True when ``bytes`` was scaled from the item
-    count measured now and the bytes per item of the last full snapshot."""
-
-    path: str
-    type: str
-    items: int
-    bytes: int
-    estimated: bool = False
-
-
-@dataclass(frozen=True)
-class Sample:
-    """What one watch tick saw in one process.
-
-    ``full`` samples come from a complete census (``sample_from_snapshot``); cheap samples carry
-    only the kernel's RSS, or RSS plus the item counts of known owners and gc-tracked type
-    counts (``heap_bytes`` is then None).
-    """
-
-    pid: int
-    taken_at: float
-    rss_bytes: int
-    heap_bytes: int | None = None
-    owners: tuple[OwnerSample, ...] = ()
-    types: tuple[TypeStat, ...] = ()
-    full: bool = False
-    name: str = ""
-    method: str = ""
-    pause_ms: float = 0.0
-    # "all" (census: every object), "tracked" (gc-tracked objects only) or "" (none).
-    types_scope: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,75 +63,7 @@ class Thresholds:
 DEFAULT_THRESHOLDS = Thresholds()
 
 
-@dataclass(frozen=True)
-class Trend:
-    """How one series (an owner, RSS, live heap or a type) moved over the window."""
-
-    name: str
-    kind: str  # owner | rss | heap | type
-    verdict: str
-    bytes_per_min: float
-    items_per_min: float
-    recent_bytes_per_min: float
-    recent_items_per_min: float
-    first_bytes: int
-    last_bytes: int
-    first_items: int
-    last_items: int
-    points: int
-    seconds: float
-    type: str = ""
-
-
-@dataclass(frozen=True)
-class GrowthReport:
-    pid: int
-    name: str
-    samples: int
-    full_samples: int
-    seconds: float
-    rss: Trend
-    heap: Trend | None
-    owners: tuple[Trend, ...]
-    types: tuple[Trend, ...]
-    findings: tuple[Finding, ...] = ()
-    warnings: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def verdict(self) -> str:
-        """The process as a whole, from its owners; RSS decides only when it keeps growing and
-        no owner does (a leak outside Python objects). A one-off RSS step (e.g. the census's
-        own working memory, which glibc keeps) does not make a static process plateaued."""
-        verdicts = {t.verdict for t in self.owners}
-        if GROWING in verdicts or self.rss.verdict == GROWING:
-            return GROWING
-        if PLATEAUED in verdicts:
-            return PLATEAUED
-        if self.rss.verdict == UNKNOWN:
-            return UNKNOWN
-        return STATIC
-
-
 # -- building samples --------------------------------------------------------------------------
-
-
-def sample_from_snapshot(snapshot: Snapshot) -> Sample:
-    return Sample(
-        pid=snapshot.pid,
-        taken_at=snapshot.taken_at,
-        rss_bytes=snapshot.process.rss_bytes,
-        heap_bytes=snapshot.heap.bytes,
-        owners=tuple(
-            OwnerSample(path=o.path, type=o.type, items=o.items, bytes=o.retained_bytes)
-            for o in snapshot.owners
-        ),
-        types=snapshot.types,
-        full=True,
-        name=snapshot.process.name,
-        method=snapshot.method,
-        pause_ms=snapshot.heap.max_pause_ms,
-        types_scope="all",
-    )
 
 
 def estimate_owners(
@@ -166,26 +82,6 @@ def estimate_owners(
             size = owner.bytes
         out.append(OwnerSample(owner.path, owner.type, items, size, estimated=True))
     return tuple(out)
-
-
-def sample_to_dict(sample: Sample) -> dict[str, Any]:
-    return asdict(sample)
-
-
-def sample_from_dict(doc: dict[str, Any]) -> Sample:
-    return Sample(
-        pid=int(doc["pid"]),
-        taken_at=float(doc["taken_at"]),
-        rss_bytes=int(doc["rss_bytes"]),
-        heap_bytes=None if doc.get("heap_bytes") is None else int(doc["heap_bytes"]),
-        owners=tuple(OwnerSample(**o) for o in doc.get("owners", ())),
-        types=tuple(TypeStat(**t) for t in doc.get("types", ())),
-        full=bool(doc.get("full", False)),
-        name=str(doc.get("name", "")),
-        method=str(doc.get("method", "")),
-        pause_ms=float(doc.get("pause_ms", 0.0)),
-        types_scope=str(doc.get("types_scope", "")),
-    )
 
 
 # -- the arithmetic ----------------------------------------------------------------------------
@@ -322,7 +218,7 @@ def _type_series(samples: Sequence[Sample]) -> dict[str, list[tuple[float, int, 
     return series
 
 
-_ORDER = {GROWING: 0, PLATEAUED: 1, STATIC: 2, UNKNOWN: 3}
+_ORDER: dict[str, int] = {GROWING: 0, PLATEAUED: 1, STATIC: 2, UNKNOWN: 3}
 
 
 def analyse_growth(
@@ -444,27 +340,3 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
     order = {"warning": 0, "info": 1}
     findings.sort(key=lambda f: (order.get(f.severity, 9), -float(f.details.get("bytes_per_min", 0))))
     return tuple(findings)
-
-
-def trend_to_dict(t: Trend) -> dict[str, Any]:
-    out = asdict(t)
-    for key in ("bytes_per_min", "items_per_min", "recent_bytes_per_min", "recent_items_per_min", "seconds"):
-        out[key] = round(out[key], 3)
-    return out
-
-
-def report_to_dict(report: GrowthReport) -> dict[str, Any]:
-    return {
-        "pid": report.pid,
-        "name": report.name,
-        "verdict": report.verdict,
-        "samples": report.samples,
-        "full_samples": report.full_samples,
-        "seconds": round(report.seconds, 3),
-        "rss": trend_to_dict(report.rss),
-        "heap": None if report.heap is None else trend_to_dict(report.heap),
-        "owners": [trend_to_dict(t) for t in report.owners],
-        "types": [trend_to_dict(t) for t in report.types],
-        "findings": [asdict(f) for f in report.findings],
-        "warnings": list(report.warnings),
-    }

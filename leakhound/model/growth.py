@@ -1,0 +1,177 @@
+"""What watching a process over time yields: samples, trends and the growth report, with their JSON.
+
+Frozen, like the snapshot model; ``leakhound.analysis.growth`` computes them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from leakhound.model.snapshot import Finding, Snapshot, TypeStat
+
+
+class Verdict(str, enum.Enum):
+    """How a series moved over the window (docs/watch.md)."""
+
+    GROWING = "growing"  # grew by more than noise and still grows at the end (a leak)
+    PLATEAUED = "plateaued"  # grew, then stopped (a bounded cache that filled up)
+    STATIC = "static"  # did not grow by more than noise
+    UNKNOWN = "unknown"  # too few samples to tell
+
+    def __str__(self) -> str:
+        return self.value
+
+
+GROWING = Verdict.GROWING
+PLATEAUED = Verdict.PLATEAUED
+STATIC = Verdict.STATIC
+UNKNOWN = Verdict.UNKNOWN
+
+
+@dataclass(frozen=True)
+class OwnerSample:
+    """One owner at one moment. ``estimated`` is True when ``bytes`` was scaled from the item
+    count measured now and the bytes per item of the last full snapshot."""
+
+    path: str
+    type: str
+    items: int
+    bytes: int
+    estimated: bool = False
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one watch tick saw in one process.
+
+    ``full`` samples come from a complete census (``sample_from_snapshot``); cheap samples carry
+    only the kernel's RSS, or RSS plus the item counts of known owners and gc-tracked type
+    counts (``heap_bytes`` is then None).
+    """
+
+    pid: int
+    taken_at: float
+    rss_bytes: int
+    heap_bytes: int | None = None
+    owners: tuple[OwnerSample, ...] = ()
+    types: tuple[TypeStat, ...] = ()
+    full: bool = False
+    name: str = ""
+    method: str = ""
+    pause_ms: float = 0.0
+    # "all" (census: every object), "tracked" (gc-tracked objects only) or "" (none).
+    types_scope: str = ""
+
+
+@dataclass(frozen=True)
+class Trend:
+    """How one series (an owner, RSS, live heap or a type) moved over the window."""
+
+    name: str
+    kind: str  # owner | rss | heap | type
+    verdict: str
+    bytes_per_min: float
+    items_per_min: float
+    recent_bytes_per_min: float
+    recent_items_per_min: float
+    first_bytes: int
+    last_bytes: int
+    first_items: int
+    last_items: int
+    points: int
+    seconds: float
+    type: str = ""
+
+
+@dataclass(frozen=True)
+class GrowthReport:
+    pid: int
+    name: str
+    samples: int
+    full_samples: int
+    seconds: float
+    rss: Trend
+    heap: Trend | None
+    owners: tuple[Trend, ...]
+    types: tuple[Trend, ...]
+    findings: tuple[Finding, ...] = ()
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def verdict(self) -> str:
+        """The process as a whole, from its owners; RSS decides only when it keeps growing and
+        no owner does (a leak outside Python objects). A one-off RSS step (e.g. the census's
+        own working memory, which glibc keeps) does not make a static process plateaued."""
+        verdicts = {t.verdict for t in self.owners}
+        if GROWING in verdicts or self.rss.verdict == GROWING:
+            return GROWING
+        if PLATEAUED in verdicts:
+            return PLATEAUED
+        if self.rss.verdict == UNKNOWN:
+            return UNKNOWN
+        return STATIC
+
+
+def sample_from_snapshot(snapshot: Snapshot) -> Sample:
+    return Sample(
+        pid=snapshot.pid,
+        taken_at=snapshot.taken_at,
+        rss_bytes=snapshot.process.rss_bytes,
+        heap_bytes=snapshot.heap.bytes,
+        owners=tuple(
+            OwnerSample(path=o.path, type=o.type, items=o.items, bytes=o.retained_bytes)
+            for o in snapshot.owners
+        ),
+        types=snapshot.types,
+        full=True,
+        name=snapshot.process.name,
+        method=snapshot.method,
+        pause_ms=snapshot.heap.max_pause_ms,
+        types_scope="all",
+    )
+
+
+def sample_to_dict(sample: Sample) -> dict[str, Any]:
+    return asdict(sample)
+
+
+def sample_from_dict(doc: dict[str, Any]) -> Sample:
+    return Sample(
+        pid=int(doc["pid"]),
+        taken_at=float(doc["taken_at"]),
+        rss_bytes=int(doc["rss_bytes"]),
+        heap_bytes=None if doc.get("heap_bytes") is None else int(doc["heap_bytes"]),
+        owners=tuple(OwnerSample(**o) for o in doc.get("owners", ())),
+        types=tuple(TypeStat(**t) for t in doc.get("types", ())),
+        full=bool(doc.get("full", False)),
+        name=str(doc.get("name", "")),
+        method=str(doc.get("method", "")),
+        pause_ms=float(doc.get("pause_ms", 0.0)),
+        types_scope=str(doc.get("types_scope", "")),
+    )
+
+
+def trend_to_dict(t: Trend) -> dict[str, Any]:
+    out = asdict(t)
+    for key in ("bytes_per_min", "items_per_min", "recent_bytes_per_min", "recent_items_per_min", "seconds"):
+        out[key] = round(out[key], 3)
+    return out
+
+
+def report_to_dict(report: GrowthReport) -> dict[str, Any]:
+    return {
+        "pid": report.pid,
+        "name": report.name,
+        "verdict": report.verdict,
+        "samples": report.samples,
+        "full_samples": report.full_samples,
+        "seconds": round(report.seconds, 3),
+        "rss": trend_to_dict(report.rss),
+        "heap": None if report.heap is None else trend_to_dict(report.heap),
+        "owners": [trend_to_dict(t) for t in report.owners],
+        "types": [trend_to_dict(t) for t in report.types],
+        "findings": [asdict(f) for f in report.findings],
+        "warnings": list(report.warnings),
+    }
