@@ -187,7 +187,276 @@ done:
     return Py_BuildValue("(NN)", idom_out, ret_out);
 }
 
+
+/* ---- naming: cheapest paths from the roots ------------------------------------------------
+ *
+ * paths(n, m, src, dst, types, lab, type_back, label_back, roots, root_dist, blocked, back_cost)
+ *   types int32 per node, lab int32 per edge (-1: none), type_back / label_back one byte per
+ *   type / label (1: a back-reference), roots int32 per root (node), root_dist
+ *   int64 per root, blocked one byte per node (1: never entered by an edge: a root)
+ * returns (via int32 per node: the edge it is best reached by, -1 for roots and unreached;
+ *          root_of int32 per node: the index of its root, -1 unreached)
+ * Dijkstra with a binary heap of (distance, node); an edge costs back_cost when it leaves a
+ * back-reference type or carries a back-reference label, else 1.
+ */
+typedef struct { int64_t dist; i32 node; i32 root; } entry;
+
+static void heap_push(entry *h, Py_ssize_t *len, entry x) {
+    Py_ssize_t i = (*len)++;
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) / 2;
+        if (h[p].dist < x.dist || (h[p].dist == x.dist && h[p].root <= x.root))
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+}
+
+static entry heap_pop(entry *h, Py_ssize_t *len) {
+    entry top = h[0], x = h[--(*len)];
+    Py_ssize_t i = 0, n = *len;
+    for (;;) {
+        Py_ssize_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && (h[c + 1].dist < h[c].dist || (h[c + 1].dist == h[c].dist && h[c + 1].root < h[c].root)))
+            c++;
+        if (x.dist < h[c].dist || (x.dist == h[c].dist && x.root <= h[c].root))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+    return top;
+}
+
+static PyObject *paths(PyObject *self, PyObject *args) {
+    Py_ssize_t n, m, ntypes, nlabels, nroots;
+    long long back_cost;
+    PyObject *src_o, *dst_o, *types_o, *lab_o, *tc_o, *lc_o, *roots_o, *rd_o, *blocked_o;
+    if (!PyArg_ParseTuple(args, "nnOOOOOOOOOL", &n, &m, &src_o, &dst_o, &types_o, &lab_o, &tc_o, &lc_o, &roots_o,
+                          &rd_o, &blocked_o, &back_cost))
+        return NULL;
+    if (n < 1 || n >= INT32_MAX || m < 0 || !PyBytes_Check(tc_o) || !PyBytes_Check(lc_o) || !PyBytes_Check(roots_o)) {
+        PyErr_SetString(PyExc_ValueError, "bad arguments");
+        return NULL;
+    }
+    ntypes = PyBytes_Size(tc_o);
+    nlabels = PyBytes_Size(lc_o);
+    nroots = PyBytes_Size(roots_o) / 4;
+    const i32 *src = (const i32 *)get_bytes(src_o, 4, m, "src");
+    const i32 *dst = src ? (const i32 *)get_bytes(dst_o, 4, m, "dst") : NULL;
+    const i32 *types = dst ? (const i32 *)get_bytes(types_o, 4, n, "types") : NULL;
+    const i32 *lab = types ? (const i32 *)get_bytes(lab_o, 4, m, "lab") : NULL;
+    const i32 *roots = lab ? (const i32 *)get_bytes(roots_o, 4, nroots, "roots") : NULL;
+    const int64_t *root_dist = roots ? (const int64_t *)get_bytes(rd_o, 8, nroots, "root_dist") : NULL;
+    const unsigned char *blocked = root_dist ? (const unsigned char *)get_bytes(blocked_o, 1, n, "blocked") : NULL;
+    if (!blocked)
+        return NULL;
+    const unsigned char *tc = (const unsigned char *)PyBytes_AsString(tc_o);
+    const unsigned char *lc = (const unsigned char *)PyBytes_AsString(lc_o);
+    Py_ssize_t i;
+    for (i = 0; i < m; i++)
+        if (src[i] < 0 || src[i] >= n || dst[i] < 0 || dst[i] >= n || lab[i] >= nlabels) {
+            PyErr_SetString(PyExc_ValueError, "edge out of range");
+            return NULL;
+        }
+    for (i = 0; i < n; i++)
+        if (types[i] < 0 || types[i] >= ntypes) {
+            PyErr_SetString(PyExc_ValueError, "type out of range");
+            return NULL;
+        }
+    for (i = 0; i < nroots; i++)
+        if (roots[i] < 0 || roots[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "root out of range");
+            return NULL;
+        }
+    PyObject *via_out = PyBytes_FromStringAndSize(NULL, n * 4);
+    PyObject *root_out = PyBytes_FromStringAndSize(NULL, n * 4);
+    i32 *off = calloc(n + 1, 4), *ids = malloc((m ? m : 1) * 4), *pos = malloc(n * 4);
+    int64_t *best = malloc(n * 8);
+    unsigned char *done = calloc(n, 1);
+    entry *heap = malloc((m + nroots + 1) * sizeof(entry));
+    if (!via_out || !root_out || !off || !ids || !pos || !best || !done || !heap) {
+        free(off); free(ids); free(pos); free(best); free(done); free(heap);
+        Py_XDECREF(via_out);
+        Py_XDECREF(root_out);
+        return PyErr_NoMemory();
+    }
+    i32 *via = (i32 *)PyBytes_AsString(via_out), *root_of = (i32 *)PyBytes_AsString(root_out);
+    Py_BEGIN_ALLOW_THREADS
+    for (i = 0; i < m; i++)
+        off[src[i] + 1]++;
+    for (i = 0; i < n; i++)
+        off[i + 1] += off[i];
+    memcpy(pos, off, n * 4);
+    for (i = 0; i < m; i++)
+        ids[pos[src[i]]++] = (i32)i;
+    for (i = 0; i < n; i++) {
+        best[i] = -1;
+        via[i] = -1;
+        root_of[i] = -1;
+    }
+    Py_ssize_t len = 0;
+    for (i = 0; i < nroots; i++) {
+        i32 v = roots[i];
+        if (best[v] < 0 || root_dist[i] < best[v]) {
+            best[v] = root_dist[i];
+            root_of[v] = (i32)i;
+            entry x = {root_dist[i], v, (i32)i};
+            heap_push(heap, &len, x);
+        }
+    }
+    while (len) {
+        entry x = heap_pop(heap, &len);
+        i32 v = x.node;
+        if (done[v] || x.dist > best[v])
+            continue;
+        done[v] = 1;
+        int out = tc[types[v]];
+        for (i32 k = off[v]; k < off[v + 1]; k++) {
+            i32 e = ids[k], w = dst[e];
+            if (done[w] || blocked[w])
+                continue;
+            int64_t d = x.dist + ((out || (lab[e] >= 0 && lc[lab[e]])) ? back_cost : 1);
+            if (best[w] < 0 || d < best[w]) {
+                best[w] = d;
+                via[w] = e;
+                root_of[w] = root_of[v];
+                entry y = {d, w, root_of[v]};
+                heap_push(heap, &len, y);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(off); free(ids); free(pos); free(best); free(done); free(heap);
+    return Py_BuildValue("(NN)", via_out, root_out);
+}
+
+/* tree(n, idom, retained) -> (offsets int32 n + 1, children int32, dominated int64 per node)
+ * The dominator tree as CSR, each node's children by retained size (biggest first), and the
+ * number of nodes each dominates (itself included). */
+static const int64_t *sort_key;
+static int by_retained(const void *a, const void *b) {
+    int64_t x = sort_key[*(const i32 *)a], y = sort_key[*(const i32 *)b];
+    return x > y ? -1 : x < y ? 1 : (*(const i32 *)a - *(const i32 *)b);
+}
+
+static PyObject *tree(PyObject *self, PyObject *args) {
+    Py_ssize_t n;
+    PyObject *idom_o, *ret_o;
+    if (!PyArg_ParseTuple(args, "nOO", &n, &idom_o, &ret_o))
+        return NULL;
+    if (n < 1 || n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "bad node count");
+        return NULL;
+    }
+    const i32 *idom = (const i32 *)get_bytes(idom_o, 4, n, "idom");
+    const int64_t *ret = idom ? (const int64_t *)get_bytes(ret_o, 8, n, "retained") : NULL;
+    if (!ret)
+        return NULL;
+    Py_ssize_t i;
+    for (i = 0; i < n; i++)
+        if (idom[i] < -1 || idom[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "idom out of range");
+            return NULL;
+        }
+    PyObject *off_o = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *kids_o = PyBytes_FromStringAndSize(NULL, n * 4);
+    PyObject *count_o = PyBytes_FromStringAndSize(NULL, n * 8);
+    i32 *pos = malloc(n * 4), *order = malloc(n * 4);
+    if (!off_o || !kids_o || !count_o || !pos || !order) {
+        free(pos); free(order);
+        Py_XDECREF(off_o); Py_XDECREF(kids_o); Py_XDECREF(count_o);
+        return PyErr_NoMemory();
+    }
+    i32 *off = (i32 *)PyBytes_AsString(off_o), *kids = (i32 *)PyBytes_AsString(kids_o);
+    int64_t *count = (int64_t *)PyBytes_AsString(count_o);
+    memset(off, 0, (n + 1) * 4);
+    memset(kids, 0xff, n * 4);
+    for (i = 1; i < n; i++)
+        if (idom[i] >= 0)
+            off[idom[i] + 1]++;
+    for (i = 0; i < n; i++)
+        off[i + 1] += off[i];
+    memcpy(pos, off, n * 4);
+    for (i = 1; i < n; i++)
+        if (idom[i] >= 0)
+            kids[pos[idom[i]]++] = (i32)i;
+    sort_key = ret; /* under the GIL: qsort's comparator needs it */
+    for (i = 0; i < n; i++)
+        if (off[i + 1] - off[i] > 1)
+            qsort(kids + off[i], off[i + 1] - off[i], 4, by_retained);
+    /* preorder from node 0, then counts children before parents */
+    i32 top = 0, count_order = 0;
+    pos[top++] = 0;
+    while (top) {
+        i32 v = pos[--top];
+        order[count_order++] = v;
+        for (i32 k = off[v]; k < off[v + 1]; k++)
+            pos[top++] = kids[k];
+    }
+    for (i = 0; i < n; i++)
+        count[i] = 1;
+    for (i32 k = count_order - 1; k > 0; k--)
+        count[idom[order[k]]] += count[order[k]];
+    free(pos); free(order);
+    return Py_BuildValue("(NNN)", off_o, kids_o, count_o);
+}
+
+/* csr(n, m, keys) -> (offsets int32 n + 1, edge ids int32 m): the edges grouped by key
+ * (src: out-edges, dst: in-edges), each group in edge order. */
+static PyObject *csr(PyObject *self, PyObject *args) {
+    Py_ssize_t n, m, i;
+    PyObject *keys_o;
+    if (!PyArg_ParseTuple(args, "nnO", &n, &m, &keys_o))
+        return NULL;
+    if (n < 1 || n >= INT32_MAX || m < 0 || m >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "bad counts");
+        return NULL;
+    }
+    const i32 *keys = (const i32 *)get_bytes(keys_o, 4, m, "keys");
+    if (!keys)
+        return NULL;
+    for (i = 0; i < m; i++)
+        if (keys[i] < 0 || keys[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "key out of range");
+            return NULL;
+        }
+    PyObject *off_o = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *ids_o = PyBytes_FromStringAndSize(NULL, (m ? m : 1) * 4);
+    i32 *pos = malloc(n * 4);
+    if (!off_o || !ids_o || !pos) {
+        free(pos);
+        Py_XDECREF(off_o); Py_XDECREF(ids_o);
+        return PyErr_NoMemory();
+    }
+    i32 *off = (i32 *)PyBytes_AsString(off_o), *ids = (i32 *)PyBytes_AsString(ids_o);
+    memset(off, 0, (n + 1) * 4);
+    for (i = 0; i < m; i++)
+        off[keys[i] + 1]++;
+    for (i = 0; i < n; i++)
+        off[i + 1] += off[i];
+    memcpy(pos, off, n * 4);
+    for (i = 0; i < m; i++)
+        ids[pos[keys[i]]++] = (i32)i;
+    free(pos);
+    if (!m) { /* one spare int for malloc's sake: hand back no ids */
+        Py_DECREF(ids_o);
+        ids_o = PyBytes_FromStringAndSize(NULL, 0);
+        if (!ids_o) {
+            Py_DECREF(off_o);
+            return NULL;
+        }
+    }
+    return Py_BuildValue("(NN)", off_o, ids_o);
+}
+
 static PyMethodDef methods[] = {
+    {"csr", csr, METH_VARARGS, "csr(n, m, keys) -> (offsets, edge ids): edges grouped by key"},
+    {"paths", paths, METH_VARARGS, "paths(...) -> (via int32 bytes, root_of int32 bytes): cheapest paths from roots"},
+    {"tree", tree, METH_VARARGS, "tree(n, idom, retained) -> (offsets, children, dominated counts)"},
     {"dominators", dominators, METH_VARARGS,
      "dominators(n, m, src, dst, sizes) -> (idom int32 bytes, retained int64 bytes)"},
     {NULL, NULL, 0, NULL},

@@ -36,10 +36,11 @@ GRAPH_FORMAT = "leakhound.graph/1"
 # Where one child holds this share of its parent's retained bytes, the parent is only a way
 # to it: the owner is further down (MAT's "accumulation point").
 DESCEND_SHARE = 0.8
-# An edge out of a back-reference costs this much more than a plain one when naming owners.
-BACK_REFERENCE_COST = 16
-# Each later task's root costs this much more: any path from an earlier task wins.
-TASK_RANK_COST = 1 << 24
+# Naming an owner, paths compare as (root tier, back-references, task rank, length): an edge
+# out of a back-reference costs more than any task rank and path length; each later task's
+# root costs more than any path length (Task-1's name before a request task's, a stable one).
+BACK_REFERENCE_COST = 1 << 24
+TASK_RANK_COST = 1 << 12
 _BACK_REFERENCE_TYPES = frozenset({
     "method", "builtin_function_or_method", "functools.partial", "weakref.WeakKeyDictionary",
     "weakref.WeakValueDictionary", "weakref.WeakSet", "weakref.WeakMethod", "weakref.finalize",
@@ -251,31 +252,58 @@ def _dominators_python(
 class Paths:
     """For every node, the edge it is best reached by (-1: a root or unreached) and its root."""
 
-    via: list[int]
-    root_of: list[int]  # index in graph.roots
+    via: array.array[int]
+    root_of: array.array[int]  # index in graph.roots
 
 
-def preferred_paths(graph: ObjectGraph) -> Paths:
-    """Cheapest paths from the roots: tier first (the app's globals and tasks before a
-    library's), then edge cost (plain 1, out of a back-reference ``BACK_REFERENCE_COST``)."""
-    n = graph.nodes
-    succ_off, edge_ids = _csr_edges(n, graph.src)
-    back_types = [name in _BACK_REFERENCE_TYPES for name in graph.type_names]
-    back_labels = [len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels]
-    types, dst, lab = graph.types, graph.dst, graph.lab
+def _root_distances(graph: ObjectGraph) -> list[int]:
     tier_span = 1 << 40
-    best = [-1] * n
-    via = [-1] * n
-    root_of = [-1] * n
-    heap: list[tuple[int, int, int, int]] = []
     tasks = 0
-    for r, (node, _label, kind, tier) in enumerate(graph.roots):
+    out = []
+    for _node, _label, kind, tier in graph.roots:
         dist = tier * tier_span
         if kind == "task":
             # Task-1 (the worker's main coroutine) before the tasks of one request: a name that
             # holds from one snapshot to the next (the target sends tasks in natural order).
             dist += tasks * TASK_RANK_COST
             tasks += 1
+        out.append(dist)
+    return out
+
+
+def preferred_paths(graph: ObjectGraph, *, compiled: bool = True) -> Paths:
+    """Cheapest paths from the roots: tier first (the app's globals and tasks before a
+    library's), then edge cost (plain 1, out of a back-reference ``BACK_REFERENCE_COST``)."""
+    if compiled and _dominators is not None:
+        type_back = bytes(name in _BACK_REFERENCE_TYPES for name in graph.type_names)
+        label_back = bytes(len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels)
+        blocked = bytearray(graph.nodes)
+        for node, _label, _kind, _tier in graph.roots:
+            blocked[node] = 1
+        via_b, root_b = _dominators.paths(
+            graph.nodes, graph.edges, graph.src.tobytes(), graph.dst.tobytes(), graph.types.tobytes(),
+            graph.lab.tobytes(), type_back, label_back or b"\x00",
+            array.array("i", [r[0] for r in graph.roots]).tobytes(),
+            array.array("q", _root_distances(graph)).tobytes(), bytes(blocked), BACK_REFERENCE_COST)
+        via: array.array[int] = array.array("i")
+        via.frombytes(via_b)
+        root_of: array.array[int] = array.array("i")
+        root_of.frombytes(root_b)
+        return Paths(via=via, root_of=root_of)
+    return _preferred_paths_python(graph)
+
+
+def _preferred_paths_python(graph: ObjectGraph) -> Paths:
+    n = graph.nodes
+    succ_off, edge_ids = _csr_edges(n, graph.src)
+    back_types = [name in _BACK_REFERENCE_TYPES for name in graph.type_names]
+    back_labels = [len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels]
+    types, dst, lab = graph.types, graph.dst, graph.lab
+    best = [-1] * n
+    via = [-1] * n
+    root_of = [-1] * n
+    heap: list[tuple[int, int, int, int]] = []
+    for r, ((node, _label, _kind, _tier), dist) in enumerate(zip(graph.roots, _root_distances(graph), strict=True)):
         if best[node] < 0 or dist < best[node]:
             best[node] = dist
             root_of[node] = r
@@ -303,10 +331,18 @@ def preferred_paths(graph: ObjectGraph) -> Paths:
                 via[w] = e
                 root_of[w] = r
                 heapq.heappush(heap, (nd, r, w, e))
-    return Paths(via=via, root_of=root_of)
+    return Paths(via=array.array("i", via), root_of=array.array("i", root_of))
 
 
 def _csr_edges(n: int, src: array.array[int]) -> tuple[list[int], list[int]]:
+    """Edge ids grouped by ``src`` (or any per-edge key): (offsets, ids)."""
+    if _dominators is not None:
+        off_b, ids_b = _dominators.csr(n, len(src), src.tobytes())
+        c_off: array.array[int] = array.array("i")
+        c_off.frombytes(off_b)
+        c_ids: array.array[int] = array.array("i")
+        c_ids.frombytes(ids_b)
+        return c_off.tolist(), c_ids.tolist()
     offsets = [0] * (n + 1)
     for s in src:
         offsets[s + 1] += 1
@@ -410,6 +446,13 @@ class DominatorOwner:
 
 def children_of(graph: ObjectGraph, tree: DominatorTree) -> tuple[list[int], list[int]]:
     """The dominator tree as CSR: (offsets, children), children by retained size, biggest first."""
+    if _dominators is not None:
+        off_b, kids_b, _counts = _dominators.tree(graph.nodes, tree.idom.tobytes(), tree.retained.tobytes())
+        c_offsets: array.array[int] = array.array("i")
+        c_offsets.frombytes(off_b)
+        c_kids: array.array[int] = array.array("i")
+        c_kids.frombytes(kids_b)
+        return c_offsets.tolist(), c_kids.tolist()
     n = graph.nodes
     counts = [0] * (n + 1)
     idom = tree.idom
@@ -496,6 +539,11 @@ class OwnerFinder:
         return found[:top]
 
     def dominated_objects(self, v: int) -> int:
+        if self._counts is None and _dominators is not None:
+            c_counts: array.array[int] = array.array("q")
+            c_counts.frombytes(_dominators.tree(self.graph.nodes, self.tree.idom.tobytes(),
+                                                self.tree.retained.tobytes())[2])
+            self._counts = c_counts.tolist()
         if self._counts is None:
             counts = [1] * self.graph.nodes
             order: list[int] = []

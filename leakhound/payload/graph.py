@@ -30,6 +30,7 @@ Shape of the graph:
 import array
 import base64
 import gc
+import json
 import sys
 import time
 import types
@@ -74,7 +75,7 @@ _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 _SHARED_LEAF = 64
 _MAX_LABELS = 200000
 _MAX_LABEL_CHARS = 80
-_CHUNK_ITEMS = 1 << 20  # array items per base64 chunk (4-8 MiB): each encode is one short step
+_CHUNK_ITEMS = 1 << 16  # array items per base64 chunk (256-512 KiB): each encode is one short step (~3 ms)
 _CHECK_EVERY = 0x7FF
 _MISSING = object()
 _GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
@@ -95,6 +96,24 @@ class GraphCancelled(Exception):
 
 class GraphTooBig(Exception):
     """More nodes than the request's ``max_nodes``: the caller falls back to the census."""
+
+
+def _list_keys(d):
+    return list(dict.keys(d))
+
+
+def _list_values(d):
+    return list(dict.values(d))
+
+
+def _ns_per_object():
+    """What gc.get_objects() costs per object here: the census's measurement when it has one."""
+    for name in ("census", "census_walk", "census_unreached", "census_tallies"):
+        module = sys.modules.get(__name__.rsplit(".", 1)[0] + "." + name)
+        measured = getattr(module, "_measured", None) if module is not None else None
+        if type(measured) is dict and measured.get("ns_per_object"):
+            return measured["ns_per_object"]
+    return _GET_OBJECTS_NS
 
 
 def _natural(text):
@@ -374,6 +393,8 @@ class Graph(object):
         get_referents = gc.get_referents
         module_type = _ModuleType
         dict_items = dict.items
+        dict_keys = _list_keys
+        dict_values = _list_values
         type_id = self._type_id
         label_of = self._label
         size_of = object_size
@@ -392,24 +413,35 @@ class Graph(object):
             t0 = perf_counter()
             names = None
             if issubclass(tp, dict):
-                pairs = list(dict_items(obj))
-                refs = []
+                # Two lists, not dict.items(): a pair per entry would be thousands of tracked
+                # objects at once, which outlive young collections and count towards the
+                # target's next full collection (measured: a 300-500 ms gen-2 pause).
+                keys = dict_keys(obj)
+                refs = dict_values(obj)
+                if len(keys) != len(refs):  # changed in between (another thread): again, as pairs
+                    pairs = list(dict_items(obj))
+                    keys = [pair[0] for pair in pairs]
+                    refs = [pair[1] for pair in pairs]
+                    pairs = None
                 names = {}
-                for pair in pairs:
-                    refs.extend(pair)
-                    key = pair[0]
+                for k in range(len(keys)):
+                    key = keys[k]
                     if type(key) is str:
-                        names.setdefault(id(pair[1]), label_of("k" + key[:_MAX_LABEL_CHARS]))
-                key = pair = pairs = None
+                        names.setdefault(id(refs[k]), label_of("k" + key[:_MAX_LABEL_CHARS]))
+                refs.extend(keys)
+                key = keys = None
                 if tp is not dict:
                     refs.extend(get_referents(obj))
             elif issubclass(tp, module_type):
                 refs = _referents(obj)
             else:
                 refs = get_referents(obj)
-            took = perf_counter() - t0
-            if took > self.max_step:
-                self.max_step = took
+            if len(refs) > 4096:
+                # Only a big container makes one long step (timing every object would count
+                # the times this thread was descheduled between two clock reads).
+                took = perf_counter() - t0
+                if took > self.max_step:
+                    self.max_step = took
             if id(tp) in sized:
                 lengths[i] = min(len(refs) // 2 if names is not None else len(refs), 0x7FFFFFFF)
             tag = id(tp) in frame_like
@@ -483,9 +515,11 @@ class Graph(object):
         every tracked object, one call that cannot be split: skipped over the pause budget."""
         leaf_types = {t for t, tp in enumerate(self.type_keys) if id(tp) in _LEAF_TYPE_IDS}
         tracked = sum(1 for t in self.types if t not in leaf_types)
-        estimate = tracked * _GET_OBJECTS_NS / 1e6
+        estimate = tracked * _ns_per_object() / 1e6
         self.unreached["estimated_pause_ms"] = round(estimate, 1)
-        if self.max_pause_ms is not None and estimate > self.max_pause_ms:
+        # Half the budget: the census made the same call in this request already, and on a
+        # loaded machine the call took twice its estimate (benchmarks/, docs/performance.md).
+        if self.max_pause_ms is not None and 2 * estimate > self.max_pause_ms:
             self.unreached["reason"] = (
                 "listing the ~%s gc-tracked objects (gc.get_objects(), one call) would hold the "
                 "target for ~%.0f ms, over the %.0f ms pause budget: objects held from C only "
@@ -691,3 +725,44 @@ def name_paths(request):
         out.append(labels)
     roots = None
     return {"labels": out}
+
+
+# -- writing the result --------------------------------------------------------------------------
+
+_ARRAY_KEYS = ("sizes", "types", "ids", "lengths", "edge_src", "edge_dst", "edge_label")
+
+
+def json_pieces(doc):
+    """``json.dumps(doc)`` in pieces, for a document that may hold a graph (at ``graph`` or
+    ``result.graph``): its base64 chunks (JSON-safe as they are) are written one by one. One
+    json.dumps of tens of MB holds the GIL for hundreds of ms (measured: 200 ms for 33 MB)."""
+    if type(doc) is not dict:
+        yield json.dumps(doc)
+        return
+    graph = doc.get("graph")
+    if type(graph) is dict and all(type(graph.get(k)) is list for k in _ARRAY_KEYS):
+        rest = dict(doc)
+        del rest["graph"]
+        meta = dict(graph)
+        for key in _ARRAY_KEYS:
+            del meta[key]
+        head = json.dumps(rest)[:-1]
+        yield head + (", " if head != "{" else "") + '"graph": ' + json.dumps(meta)[:-1]
+        for key in _ARRAY_KEYS:
+            yield ', "%s": [' % key
+            for i, chunk in enumerate(graph[key]):
+                yield ('"' if i == 0 else ', "') + chunk + '"'
+            yield "]"
+        yield "}}"
+        return
+    result = doc.get("result")
+    if type(result) is dict and type(result.get("graph")) is dict:
+        rest = dict(doc)
+        del rest["result"]
+        head = json.dumps(rest)[:-1]
+        yield head + (", " if head != "{" else "") + '"result": '
+        for piece in json_pieces(result):
+            yield piece
+        yield "}"
+        return
+    yield json.dumps(doc)

@@ -244,7 +244,14 @@ def _write_json(path, doc):
     with os.fdopen(fd, "w") as fh:
         # json.dumps, not json.dump: the streaming encoder builds nested closures that
         # reference each other, a reference cycle left for the target's GC on every call.
-        fh.write(json.dumps(doc))
+        # A graph's arrays go piece by piece (graph.json_pieces): short steps.
+        if "graph" in doc:
+            from .graph import json_pieces  # noqa: PLC0415
+
+            for piece in json_pieces(doc):
+                fh.write(piece)
+        else:
+            fh.write(json.dumps(doc))
     os.rename(tmp, path)
 
 

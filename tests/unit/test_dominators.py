@@ -184,3 +184,35 @@ def test_heapsnapshot_reads_back_with_the_same_retained_sizes() -> None:
     edges = [(s, d) for s, out in enumerate(read["succ"]) for d in out]  # type: ignore[arg-type]
     _idom, retained = brute_force(read["n"], edges, read["sizes"])  # type: ignore[arg-type]
     assert retained == list(dom.dominators(graph).retained)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_compiled_paths_and_tree_match_python(seed: int) -> None:
+    if dom._dominators is None:
+        pytest.skip("the C passes are not built here")
+    rng = random.Random(seed)
+    n = rng.randint(3, 60)
+    edges = [(0, r) for r in rng.sample(range(1, n), min(3, n - 1))]
+    edges += [(rng.randrange(1, n), rng.randrange(1, n)) for _ in range(3 * n)]
+    types = [rng.randrange(3) for _ in range(n)]
+    graph = make_graph(n, edges, type_names=["object", "method", "dict"], types=types,
+                       labels=["aparent", "kx"], lab=[rng.choice([-1, 0, 1]) for _ in edges],
+                       roots=[(d, f"r{i}", "task" if i else "module", 1) for i, (_, d) in enumerate(edges[:3])])
+
+    def cost(paths: dom.Paths, v: int) -> tuple[int, int]:
+        path = dom.path_edges(graph, paths, v)
+        back = sum(1 for e in path if graph.type_of(graph.src[e]) == "method" or graph.lab[e] == 0)
+        return back, len(path)
+
+    compiled, python = dom.preferred_paths(graph), dom._preferred_paths_python(graph)
+    assert list(compiled.root_of) == list(python.root_of)
+    assert [cost(compiled, v) for v in range(n)] == [cost(python, v) for v in range(n)]
+
+
+def test_graph_json_pieces_are_the_same_document() -> None:
+    from leakhound.payload.graph import _ARRAY_KEYS, json_pieces
+
+    graph = {"format": "leakhound.graph/1", "nodes": 2, **{k: ["QUJD", "REVG"] for k in _ARRAY_KEYS}}
+    for doc in ({"ok": True, "graph": graph}, {"graph": graph}, {"result": {"ok": True, "graph": graph}},
+                {"result": {"graph": {"skipped": "over"}}}):
+        assert json.loads("".join(json_pieces(doc))) == doc
