@@ -98,6 +98,12 @@ class EnvWorker:
         self.phase = "running"
         self.idle_since: float | None = None
         self.rollouts_started = 0
+        self.turns_at_start = program.TURNS_DONE[0]
+        # Heartbeats while rollouts churn (the first wave all started, more to come), and how
+        # many of them saw no delivered intercept in flight: ground truth for the stagger.
+        self.churning = False
+        self.churn_ticks = 0
+        self.churn_ticks_without_delivered = 0
         self.rollouts_completed = 0
         self.rollouts_failed = 0
         self.requests_completed = 0
@@ -240,21 +246,29 @@ class EnvWorker:
         max_inflight = max(1, self.config.concurrency // max(1, self.config.group_size))
         requests = self.request_stream()
         exhausted = False
+        first_wave = 0
         try:
             while not stop_event.is_set():
                 while not exhausted and len(self.active_tasks) < max_inflight:
+                    if first_wave < max_inflight and not self.stagger_due(first_wave, max_inflight):
+                        break
+                    first_wave += 1
                     request = next(requests, None)
                     if request is None:
                         exhausted = True
                         break
                     self.start_request(request)
+                self.churning = first_wave >= max_inflight and not exhausted
                 if len(self.active_tasks) <= program.PARKED[0] and (exhausted or not self.active_tasks):
                     break
                 await asyncio.wait(
                     {stop_task, *self.active_tasks.values()},
                     return_when=asyncio.FIRST_COMPLETED,
-                    timeout=0.2,  # a rollout that parks completes nothing: look again
+                    # A rollout that parks completes nothing: look again (soon while the
+                    # first wave is being staggered).
+                    timeout=0.2 if first_wave >= max_inflight else 0.02,
                 )
+            self.churning = False
             if not stop_event.is_set():
                 self.go_idle()
                 await asyncio.wait({stop_task}, timeout=self.config.hold)
@@ -262,6 +276,24 @@ class EnvWorker:
             for task in (heartbeat_task, stats_task, stop_task):
                 task.cancel()
             await asyncio.gather(heartbeat_task, stats_task, stop_task, return_exceptions=True)
+
+    def stagger_due(self, k: int, in_flight: int) -> bool:
+        """Whether the ``k``-th rollout of the first wave may start.
+
+        A production worker's rollouts are at different turns at any moment (they started at
+        different times). Started together and all of the same length, they would run in
+        lockstep: every rollout ends at once, so the in-flight state (the intercept bodies)
+        empties every few seconds and an inspection can land in the gap. Rollout ``k`` of the
+        first wave starts once rollout 0 is ``k / in_flight`` of its way through: by then the
+        running rollouts, started ``turns / in_flight`` apart, have done
+        ``turns / in_flight * k (k + 1) / 2`` turns between them. Later rollouts start as
+        earlier ones end, and so keep the spacing.
+        """
+        if k == 0:
+            return True
+        per_request = self.config.turns * max(1, self.config.group_size)
+        needed = per_request / in_flight * k * (k + 1) / 2
+        return program.TURNS_DONE[0] - self.turns_at_start >= needed
 
     def start_request(self, request: RunRolloutRequest | RunGroupRequest) -> None:
         size = 1 if isinstance(request, RunRolloutRequest) else len(request.group_inputs)
@@ -352,6 +384,10 @@ class EnvWorker:
                 runtime.trajectories, self.env.inflight_trajectory_ids
             ),
             "intercepts": self.intercept_report(server.intercepts),
+            "churn": {
+                "ticks": self.churn_ticks,
+                "ticks_without_delivered_intercepts": self.churn_ticks_without_delivered,
+            },
             "trim": {"count": fixes.live_counters().get("trim", {}).get("trims", 0)},
             "stats_ticks": self.stats_ticks,
             "stats_ticks_since_idle": (
@@ -384,6 +420,9 @@ class EnvWorker:
                 delivered += 1
         self.peak_intercepts = max(self.peak_intercepts, len(intercepts))
         self.peak_intercepts_delivered = max(self.peak_intercepts_delivered, delivered)
+        if self.churning:
+            self.churn_ticks += 1
+            self.churn_ticks_without_delivered += delivered == 0
         if full:
             self._last_body_sample = asyncio.get_running_loop().time()
             body_bytes = report.intercept_stats(intercepts)["body_bytes"]

@@ -93,6 +93,7 @@ async def browser_agent(task: Task, state: State, endpoint: Endpoint) -> Message
         if reply.status != 200:
             raise RuntimeError(f"model endpoint answered {reply.status}: {data.get('error')}")
         messages.append(data["choices"][0]["message"])
+        TURNS_DONE[0] += 1
     if task.get("park"):
         # A rollout that stalls mid-flight (a hung tool, a slow sandbox): it keeps its
         # registry entry and its delivered intercepts until it is cancelled.
@@ -106,6 +107,8 @@ async def browser_agent(task: Task, state: State, endpoint: Endpoint) -> Message
 
 #: Rollouts parked right now (``--park``): the worker goes idle with these still in flight.
 PARKED = [0]
+#: Turns completed by every rollout in this process (the worker staggers its first rollouts by it).
+TURNS_DONE = [0]
 
 
 def _previous_prompt_tokens(state: State) -> int:
