@@ -82,6 +82,19 @@ def spawn_target(
         proc.wait(timeout=10)
 
 
+def wait_for_agent_socket(pid: int, timeout: float = 10.0) -> str:
+    """The path of the in-process agent's socket in ``pid`` (started with LEAKHOUND_AGENT=1),
+    once it exists."""
+    from leakhound.payload.agent import socket_path
+
+    path = socket_path(pid)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, "agent socket never appeared"
+        time.sleep(0.05)
+    return path
+
+
 def within(actual: float, expected: float, tolerance: float = 0.10) -> bool:
     return abs(actual - expected) <= tolerance * abs(expected)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -11,8 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from leakhound.cli import app
-from leakhound.payload.agent import socket_path
-from tests.utils import spawn_target, within
+from tests.utils import spawn_target, wait_for_agent_socket, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -21,10 +19,7 @@ def test_diff_of_two_real_snapshots(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     runner = CliRunner()
     with spawn_target("steady_leak", tmp_path, env={"LEAKHOUND_AGENT": "1"}) as child:
-        deadline = time.monotonic() + 10
-        while not os.path.exists(socket_path(child.pid)):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for_agent_socket(child.pid)
         first = runner.invoke(app, ["inspect", str(child.pid), "--json", "--save", str(a)])
         time.sleep(2.0)
         second = runner.invoke(app, ["inspect", str(child.pid), "--json", "--save", str(b)])

@@ -235,25 +235,35 @@ def test_target_exiting_mid_inspect(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_two_inspections_of_one_process_at_once(tmp_path: Path) -> None:
-    env = {"FIXTURE_ENTRIES": "600000"}
+    # The first inspection is held inside the target (its payload thread stalls 8 s at its
+    # first progress report, the target's own trap), so the second one surely comes while the
+    # first holds the target: it must be told "busy", and the first must still finish.
+    env = {"TRAP_AT": "progress", "TRAP": "stall", "TRAP_SECONDS": "8"}
     outcomes: list[object] = []
 
     def inspect(pid: int) -> None:
         try:
-            outcomes.append(take_snapshot(pid, method="gdb", timeout=60))
+            outcomes.append(take_snapshot(pid, timeout=60))
         except LeakhoundError as exc:
             outcomes.append(exc)
 
-    with spawn_target("growing_cache", tmp_path, env=env, timeout=120) as child:
-        threads = [threading.Thread(target=inspect, args=(child.pid,)) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        after = child.report()
+    with spawn_target("payload_trap", tmp_path, env=env) as child:
+        first = threading.Thread(target=inspect, args=(child.pid,))
+        first.start()
+        deadline = time.monotonic() + 30
+        while not child.report()["truth"]["trapped"]:
+            assert time.monotonic() < deadline, "the first inspection never reached the trap"
+            time.sleep(0.1)
+        inspect(child.pid)  # the second, while the first is held in the target
+        first.join()
+        while (after := child.report())["truth"]["payload_threads"]:  # it exits right after its answer
+            assert time.monotonic() < deadline + 60, after
+            time.sleep(0.1)
     errors = [o for o in outcomes if isinstance(o, LeakhoundError)]
     assert len(outcomes) - len(errors) >= 1
     assert all(isinstance(e, TargetBusy) for e in errors), errors
+    assert len(errors) == 1 and outcomes[0] is errors[0], outcomes  # the second was refused, first
+    assert after["truth"]["stall_over"]
     assert_only_the_payload_stays(after["leakhound_modules"])
 
 

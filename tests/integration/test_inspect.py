@@ -17,8 +17,7 @@ from typer.testing import CliRunner
 
 from leakhound.capture import take_snapshot
 from leakhound.cli import app
-from leakhound.payload.agent import socket_path
-from tests.utils import assert_only_the_payload_stays, spawn_target, within
+from tests.utils import assert_only_the_payload_stays, spawn_target, wait_for_agent_socket, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -32,11 +31,7 @@ def _env(method: str) -> dict[str, str]:
 def _wait_agent(pid: int, method: str) -> None:
     if method != "agent":
         return
-    path = socket_path(pid)
-    deadline = time.monotonic() + 10
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline, "agent socket never appeared"
-        time.sleep(0.05)
+    wait_for_agent_socket(pid)
 
 
 def _user_owners(snapshot):  # noqa: ANN001, ANN202

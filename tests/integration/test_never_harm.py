@@ -6,26 +6,19 @@ import json
 import os
 import socket
 import stat
-import time
 from pathlib import Path
 
 import pytest
 
 from leakhound.capture import take_snapshot
-from leakhound.payload.agent import socket_path
 from tests.pythons import installed_pythons
-from tests.utils import spawn_target, within
+from tests.utils import spawn_target, wait_for_agent_socket, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 
 def _agent_target_socket(pid: int) -> str:
-    path = socket_path(pid)
-    deadline = time.monotonic() + 10
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline, "agent socket never appeared"
-        time.sleep(0.05)
-    return path
+    return wait_for_agent_socket(pid)
 
 
 def _ask(path: str, payload: bytes, timeout: float = 10.0) -> dict:  # type: ignore[type-arg]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -16,17 +15,13 @@ from typer.testing import CliRunner
 
 from leakhound.cli import app
 from leakhound.core.watch import watch_processes
-from leakhound.payload.agent import socket_path
-from tests.utils import Child, spawn_target, within
+from tests.utils import Child, spawn_target, wait_for_agent_socket, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 
 def _wait_agent(pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while not os.path.exists(socket_path(pid)):
-        assert time.monotonic() < deadline, "agent socket never appeared"
-        time.sleep(0.05)
+    wait_for_agent_socket(pid)
 
 
 def _rate_per_min(a: dict, b: dict, key: str) -> float:  # type: ignore[type-arg]

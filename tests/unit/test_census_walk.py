@@ -29,6 +29,16 @@ built = pytest.mark.skipif(census._walk is None, reason="the C walk was not buil
 def test_the_walk_is_built_where_a_compiler_is() -> None:
     # hatch_build.py only warns when the build fails; here it must not have failed silently.
     assert census._walk is not None
+    # The one built for this package (the abi3 build beside the payload), and the census uses it.
+    assert Path(census._walk.__file__).parent == Path(census.__file__).parent
+    assert Path(census._walk.__file__).name.startswith("_walk.")
+    walk = census.Census(timeout=60)
+    assert walk.walker == "compiled"
+    text = "y" * 100
+    root = [text, (text,)]
+    walk._claim_tree(walk._owner("root", root), root)
+    assert walk.total_objects == 3  # the list, the tuple, the str once
+    assert walk.total_bytes == sys.getsizeof(root) + sys.getsizeof(root[1]) + sys.getsizeof(text)
 
 
 def _structure() -> Any:
