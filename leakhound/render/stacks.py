@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from leakhound.model.stacks import STACKS_SCHEMA, ThreadStack
+from leakhound.model.units import count
 from leakhound.render.console import console
 
 
@@ -16,7 +17,7 @@ def stacks_document(pid: int, threads: tuple[ThreadStack, ...]) -> dict[str, Any
 def render_stacks(pid: int, threads: tuple[ThreadStack, ...], *, full_paths: bool = False,
                   file: TextIO | None = None) -> None:
     con = console(file)
-    con.print(f"[bold]pid {pid}[/bold]: {len(threads)} Python thread{'' if len(threads) == 1 else 's'}")
+    con.print(f"[bold]pid {pid}[/bold]: {count(len(threads), 'Python thread')}")
     for t in threads:
         flags = ", ".join(f for f, on in (("active", t.active), ("holds the GIL", t.owns_gil)) if on)
         con.print(f"\n[bold]thread {t.name or t.thread_id}[/bold] (tid {t.os_thread_id}){' ' + flags if flags else ''}")
