@@ -50,7 +50,7 @@ def test_scrape_real_endpoint(tmp_path: Path) -> None:
     with spawn_target("static_table", tmp_path) as child:
         exporter = subprocess.Popen(
             [sys.executable, "-m", "leakhound", "export", "--listen", f"127.0.0.1:{port}",
-             "--match", str(tmp_path), "--interval", "30", "--method", "gdb"],
+             "--match", str(tmp_path), "--interval", "30"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         )
         try:
@@ -148,7 +148,7 @@ def test_up_before_the_first_census(tmp_path: Path) -> None:
     from leakhound.core.export import Exporter
 
     with spawn_target("static_table", tmp_path) as child:
-        exporter = Exporter(pids=(child.pid,), match=None, method="gdb", interval=60.0, timeout=30.0)
+        exporter = Exporter(pids=(child.pid,), match=None, method="auto", interval=60.0, timeout=30.0)
         (view,) = exporter.views()
         families = {f.name: f for f in collect_metrics([view])}
     assert [s.value for s in families["leakhound_up"].samples] == [1.0]

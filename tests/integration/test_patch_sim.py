@@ -38,7 +38,7 @@ def _report(fleet: Fleet) -> dict:  # type: ignore[type-arg]
 
 def test_registry_fix_stops_finished_rollouts_accumulating(churning: Fleet) -> None:
     pid = churning.pids[0]
-    (outcome,) = patch_process(pid, fixes=["registry"], method="gdb")
+    (outcome,) = patch_process(pid, fixes=["registry"])
     assert outcome.status == "applied"
     at_apply = _report(churning)
     time.sleep(3)
@@ -46,13 +46,13 @@ def test_registry_fix_stops_finished_rollouts_accumulating(churning: Fleet) -> N
     assert later["rollouts_completed"] > at_apply["rollouts_completed"] + 2
     # Entries leaked before the fix stay; none are added by rollouts finishing after it.
     assert later["trajectories"]["finished_entries"] <= at_apply["trajectories"]["finished_entries"] + 1
-    (status,) = patch_process(pid, fixes=["registry"], action="status", method="gdb")
+    (status,) = patch_process(pid, fixes=["registry"], action="status")
     assert status.status == "applied" and status.counters["evicted"] >= 2
 
 
 def test_intercepts_fix_leaves_only_inflight_bodies(churning: Fleet) -> None:
     pid = churning.pids[0]
-    (outcome,) = patch_process(pid, fixes=["intercepts"], method="gdb", verify_seconds=2)
+    (outcome,) = patch_process(pid, fixes=["intercepts"], verify_seconds=2)
     assert outcome.status == "applied"
     assert outcome.counters["bodies_discarded"] > 0
     assert outcome.after is not None and outcome.before is not None
@@ -63,7 +63,7 @@ def test_intercepts_fix_leaves_only_inflight_bodies(churning: Fleet) -> None:
 
 def test_steps_fix_slims_new_steps_and_keeps_truncation_sidecars(churning: Fleet) -> None:
     pid = churning.pids[0]
-    (outcome,) = patch_process(pid, fixes=["steps"], method="gdb", verify_seconds=2)
+    (outcome,) = patch_process(pid, fixes=["steps"], verify_seconds=2)
     assert outcome.status == "applied"
     assert outcome.before is not None and outcome.after is not None
     assert outcome.after < outcome.before / 5
@@ -79,7 +79,7 @@ def test_trim_returns_about_the_predicted_trimmable_bytes(tmp_path: Path) -> Non
     with start_fleet(workers=1, concurrency=4, turns=16, rollouts=8, image_kb=48, group_size=1,
                      fixes="none", hold=120, report_dir=tmp_path, stats_interval=1.0) as fleet:
         fleet.wait_idle(timeout=120, stats_ticks=1)
-        (outcome,) = patch_process(fleet.pids[0], fixes=["trim"], method="gdb")
+        (outcome,) = patch_process(fleet.pids[0], fixes=["trim"])
         # The worker's own report (next stats tick) sees the trim counter of the live patch.
         fleet.wait_for(lambda r: r["trim"]["count"] >= 1, timeout=10, what="see the trim")
     assert outcome.status == "applied"
@@ -93,14 +93,14 @@ def test_trim_returns_about_the_predicted_trimmable_bytes(tmp_path: Path) -> Non
 def test_revert_restores_every_original_and_status_lists_nothing(churning: Fleet) -> None:
     pid = churning.pids[0]
     fixes = ["steps", "registry", "intercepts", "trim"]
-    applied = patch_process(pid, fixes=fixes, method="gdb")
+    applied = patch_process(pid, fixes=fixes)
     assert [o.status for o in applied] == ["applied"] * 4
-    again = patch_process(pid, fixes=fixes, method="gdb")
+    again = patch_process(pid, fixes=fixes)
     assert [o.status for o in again] == ["already-applied"] * 4
-    reverted = patch_process(pid, fixes=fixes, action="revert", method="gdb")
+    reverted = patch_process(pid, fixes=fixes, action="revert")
     assert [o.status for o in reverted] == ["reverted"] * 4
     assert all(not o.reason for o in reverted)  # nothing was clobbered
-    status = patch_process(pid, fixes=fixes, action="status", method="gdb")
+    status = patch_process(pid, fixes=fixes, action="status")
     assert [o.status for o in status] == ["not-applied"] * 4
     # Leaking again: delivered bodies are held once more after the revert.
     time.sleep(1.5)
@@ -113,14 +113,14 @@ def test_dry_run_changes_nothing(churning: Fleet) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert {o["status"] for o in doc["outcomes"]} == {"would-apply"}
-    status = patch_process(pid, fixes=["steps", "registry"], action="status", method="gdb")
+    status = patch_process(pid, fixes=["steps", "registry"], action="status")
     assert [o.status for o in status] == ["not-applied"] * 2
 
 
 def test_a_process_without_verifiers_is_refused_and_unchanged(tmp_path: Path) -> None:
     with spawn_target("growing_cache", tmp_path) as child:
         with pytest.raises(PatchRefused, match="no verifiers v1 Runtime"):
-            patch_process(child.pid, fixes=["registry", "steps", "intercepts"], method="gdb")
+            patch_process(child.pid, fixes=["registry", "steps", "intercepts"])
         result = CliRunner().invoke(app, ["patch", str(child.pid), "--fix", "registry"])
         report = child.report()
     assert result.exit_code == 10
