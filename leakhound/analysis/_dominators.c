@@ -190,14 +190,16 @@ done:
 
 /* ---- naming: cheapest paths from the roots ------------------------------------------------
  *
- * paths(n, m, src, dst, types, lab, type_back, label_back, roots, root_dist, blocked, back_cost)
+ * paths(n, m, src, dst, types, lab, type_back, label_back, roots, root_dist, blocked, back_cost, targets)
  *   types int32 per node, lab int32 per edge (-1: none), type_back / label_back one byte per
  *   type / label (1: a back-reference), roots int32 per root (node), root_dist
  *   int64 per root, blocked one byte per node (1: never entered by an edge: a root)
  * returns (via int32 per node: the edge it is best reached by, -1 for roots and unreached;
  *          root_of int32 per node: the index of its root, -1 unreached)
  * Dijkstra with a binary heap of (distance, node); an edge costs back_cost when it leaves a
- * back-reference type or carries a back-reference label, else 1.
+ * back-reference type or carries a back-reference label, else 1. ``targets``: one byte per
+ * node (1: its path is wanted), or empty for all: the search stops once every target is
+ * settled (a path's nodes settle before its end, so their ``via`` is final too).
  */
 typedef struct { int64_t dist; i32 node; i32 root; } entry;
 
@@ -234,9 +236,9 @@ static entry heap_pop(entry *h, Py_ssize_t *len) {
 static PyObject *paths(PyObject *self, PyObject *args) {
     Py_ssize_t n, m, ntypes, nlabels, nroots;
     long long back_cost;
-    PyObject *src_o, *dst_o, *types_o, *lab_o, *tc_o, *lc_o, *roots_o, *rd_o, *blocked_o;
-    if (!PyArg_ParseTuple(args, "nnOOOOOOOOOL", &n, &m, &src_o, &dst_o, &types_o, &lab_o, &tc_o, &lc_o, &roots_o,
-                          &rd_o, &blocked_o, &back_cost))
+    PyObject *src_o, *dst_o, *types_o, *lab_o, *tc_o, *lc_o, *roots_o, *rd_o, *blocked_o, *targets_o;
+    if (!PyArg_ParseTuple(args, "nnOOOOOOOOOLO", &n, &m, &src_o, &dst_o, &types_o, &lab_o, &tc_o, &lc_o, &roots_o,
+                          &rd_o, &blocked_o, &back_cost, &targets_o))
         return NULL;
     if (n < 1 || n >= INT32_MAX || m < 0 || !PyBytes_Check(tc_o) || !PyBytes_Check(lc_o) || !PyBytes_Check(roots_o)) {
         PyErr_SetString(PyExc_ValueError, "bad arguments");
@@ -254,6 +256,17 @@ static PyObject *paths(PyObject *self, PyObject *args) {
     const unsigned char *blocked = root_dist ? (const unsigned char *)get_bytes(blocked_o, 1, n, "blocked") : NULL;
     if (!blocked)
         return NULL;
+    const unsigned char *targets = NULL;
+    if (!PyBytes_Check(targets_o) || (PyBytes_Size(targets_o) && PyBytes_Size(targets_o) != n)) {
+        PyErr_SetString(PyExc_ValueError, "targets: bytes, one per node or none");
+        return NULL;
+    }
+    Py_ssize_t wanted = 0;
+    if (PyBytes_Size(targets_o)) {
+        targets = (const unsigned char *)PyBytes_AsString(targets_o);
+        for (Py_ssize_t t = 0; t < n; t++)
+            wanted += targets[t] != 0;
+    }
     const unsigned char *tc = (const unsigned char *)PyBytes_AsString(tc_o);
     const unsigned char *lc = (const unsigned char *)PyBytes_AsString(lc_o);
     Py_ssize_t i;
@@ -314,6 +327,8 @@ static PyObject *paths(PyObject *self, PyObject *args) {
         if (done[v] || x.dist > best[v])
             continue;
         done[v] = 1;
+        if (targets && targets[v] && --wanted == 0)
+            break;
         int out = tc[types[v]];
         for (i32 k = off[v]; k < off[v + 1]; k++) {
             i32 e = ids[k], w = dst[e];

@@ -23,7 +23,7 @@ import array
 import base64
 import heapq
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -271,9 +271,17 @@ def _root_distances(graph: ObjectGraph) -> list[int]:
     return out
 
 
-def preferred_paths(graph: ObjectGraph, *, compiled: bool = True) -> Paths:
+def preferred_paths(graph: ObjectGraph, *, compiled: bool = True, targets: Iterable[int] | None = None) -> Paths:
     """Cheapest paths from the roots: tier first (the app's globals and tasks before a
-    library's), then edge cost (plain 1, out of a back-reference ``BACK_REFERENCE_COST``)."""
+    library's), then edge cost (plain 1, out of a back-reference ``BACK_REFERENCE_COST``).
+    ``targets``: the nodes whose paths are wanted (the search stops once they are settled);
+    None: every node's."""
+    wanted = b""
+    if targets is not None:
+        marks = bytearray(graph.nodes)
+        for v in targets:
+            marks[v] = 1
+        wanted = bytes(marks) if any(marks) else b""
     if compiled and _dominators is not None:
         type_back = bytes(name in _BACK_REFERENCE_TYPES for name in graph.type_names)
         label_back = bytes(len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels)
@@ -284,7 +292,7 @@ def preferred_paths(graph: ObjectGraph, *, compiled: bool = True) -> Paths:
             graph.nodes, graph.edges, graph.src.tobytes(), graph.dst.tobytes(), graph.types.tobytes(),
             graph.lab.tobytes(), type_back, label_back or b"\x00",
             array.array("i", [r[0] for r in graph.roots]).tobytes(),
-            array.array("q", _root_distances(graph)).tobytes(), bytes(blocked), BACK_REFERENCE_COST)
+            array.array("q", _root_distances(graph)).tobytes(), bytes(blocked), BACK_REFERENCE_COST, wanted)
         via: array.array[int] = array.array("i")
         via.frombytes(via_b)
         root_of: array.array[int] = array.array("i")
@@ -334,7 +342,7 @@ def _preferred_paths_python(graph: ObjectGraph) -> Paths:
     return Paths(via=array.array("i", via), root_of=array.array("i", root_of))
 
 
-def _csr_edges(n: int, src: array.array[int]) -> tuple[list[int], list[int]]:
+def _csr_edges(n: int, src: array.array[int]) -> tuple[Sequence[int], Sequence[int]]:
     """Edge ids grouped by ``src`` (or any per-edge key): (offsets, ids)."""
     if _dominators is not None:
         off_b, ids_b = _dominators.csr(n, len(src), src.tobytes())
@@ -342,7 +350,7 @@ def _csr_edges(n: int, src: array.array[int]) -> tuple[list[int], list[int]]:
         c_off.frombytes(off_b)
         c_ids: array.array[int] = array.array("i")
         c_ids.frombytes(ids_b)
-        return c_off.tolist(), c_ids.tolist()
+        return c_off, c_ids
     offsets = [0] * (n + 1)
     for s in src:
         offsets[s + 1] += 1
@@ -444,7 +452,7 @@ class DominatorOwner:
     retainers: tuple[str, ...] = ()
 
 
-def children_of(graph: ObjectGraph, tree: DominatorTree) -> tuple[list[int], list[int]]:
+def children_of(graph: ObjectGraph, tree: DominatorTree) -> tuple[Sequence[int], Sequence[int]]:
     """The dominator tree as CSR: (offsets, children), children by retained size, biggest first."""
     if _dominators is not None:
         off_b, kids_b, _counts = _dominators.tree(graph.nodes, tree.idom.tobytes(), tree.retained.tobytes())
@@ -452,7 +460,7 @@ def children_of(graph: ObjectGraph, tree: DominatorTree) -> tuple[list[int], lis
         c_offsets.frombytes(off_b)
         c_kids: array.array[int] = array.array("i")
         c_kids.frombytes(kids_b)
-        return c_offsets.tolist(), c_kids.tolist()
+        return c_offsets, c_kids
     n = graph.nodes
     counts = [0] * (n + 1)
     idom = tree.idom
@@ -484,13 +492,28 @@ class OwnerFinder:
         self.graph = graph
         self.tree = tree
         self.offsets, self.kids = children_of(graph, tree)
-        self.paths = preferred_paths(graph)
+        self._paths: Paths | None = None
         self.root_kind = {node: kind for node, _label, kind, _tier in graph.roots}
-        self._counts: list[int] | None = None
-        self._pred: tuple[list[int], list[int]] | None = None
-        self._out: list[int] | None = None
+        self._counts: Sequence[int] | None = None
+        self._pred: tuple[Sequence[int], Sequence[int]] | None = None
+        self._out: Sequence[int] | None = None
 
-    def children(self, v: int) -> list[int]:
+    @property
+    def paths(self) -> Paths:
+        """Every node's preferred path (``settle`` first computes only the ones wanted)."""
+        if self._paths is None:
+            self._paths = preferred_paths(self.graph)
+        return self._paths
+
+    def settle(self, targets: Iterable[int]) -> None:
+        """Compute the preferred paths of ``targets`` only (and what lies on them)."""
+        self._paths = preferred_paths(self.graph, targets=targets)
+
+    def referrers(self, v: int) -> list[int]:
+        offsets, edge_ids = self._preds()
+        return [self.graph.src[edge_ids[k]] for k in range(offsets[v], offsets[v + 1])]
+
+    def children(self, v: int) -> Sequence[int]:
         return self.kids[self.offsets[v]:self.offsets[v + 1]]
 
     def _namespace(self, v: int) -> bool:
@@ -543,7 +566,7 @@ class OwnerFinder:
             c_counts: array.array[int] = array.array("q")
             c_counts.frombytes(_dominators.tree(self.graph.nodes, self.tree.idom.tobytes(),
                                                 self.tree.retained.tobytes())[2])
-            self._counts = c_counts.tolist()
+            self._counts = c_counts
         if self._counts is None:
             counts = [1] * self.graph.nodes
             order: list[int] = []
@@ -562,7 +585,7 @@ class OwnerFinder:
     def preferred(self, v: int) -> RetainerPath:
         return RetainerPath(self.paths.root_of[v], tuple(path_edges(self.graph, self.paths, v)))
 
-    def _preds(self) -> tuple[list[int], list[int]]:
+    def _preds(self) -> tuple[Sequence[int], Sequence[int]]:
         if self._pred is None:
             self._pred = _csr_edges(self.graph.nodes, self.graph.dst)
         return self._pred
@@ -664,15 +687,21 @@ class DominatorOwners:
     why: list[DominatorOwner] = field(default_factory=list)
 
 
-def why_nodes(finder: OwnerFinder, owners: list[int], paths: list[str], query: str, *, limit: int = 3) -> list[int]:
+def why_nodes(finder: OwnerFinder, owners: list[int], paths: list[str], query: str,
+              of_type: list[int]) -> list[int]:
     """What ``--why QUERY`` asks about: the owner whose path is (or ends with) QUERY, else the
-    objects of the type QUERY (full or short name) that retain the most."""
+    objects of the type QUERY (``of_type``)."""
     for v, text in zip(owners, paths, strict=True):
         if text == query:
             return [v]
     for v, text in zip(owners, paths, strict=True):
         if text.endswith(query) or query in text:
             return [v]
+    return of_type
+
+
+def why_of_type(finder: OwnerFinder, query: str, *, limit: int = 3) -> list[int]:
+    """The objects of the type ``query`` (full or short name) that retain the most."""
     graph = finder.graph
     wanted = {t for t, name in enumerate(graph.type_names) if name == query or _short(name) == query}
     if not wanted:
@@ -696,9 +725,16 @@ def find_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, ask_na
     finder = OwnerFinder(graph, tree)
     nodes = finder.find(top=top)
     asked = list(nodes)
+    of_type = why_of_type(finder, why) if why else []
+    # Paths only for what will be named: the owners, the objects asked about, and the
+    # referrers their retainer paths go through.
+    targets = set(nodes) | set(of_type)
+    for v in [*nodes[:5], *of_type]:
+        targets.update(finder.referrers(v))
+    finder.settle(targets)
     if why:
         unnamed = [render_edges(graph, finder.preferred(v)) for v in nodes]
-        asked += why_nodes(finder, nodes, unnamed, why)
+        asked += why_nodes(finder, nodes, unnamed, why, of_type)
     plans = [finder.retainer_paths(v, limit=retainers) if i < 5 and retainers > 1 else [finder.preferred(v)]
              for i, v in enumerate(nodes)]
     plans += [finder.retainer_paths(v, limit=max(retainers, 5)) for v in asked[len(nodes):]]

@@ -1,0 +1,144 @@
+"""Dominator owners: what they cost, in the target and in leakhound's own process.
+
+Two parts, one run (ratios, not tests; numbers in docs/performance.md):
+
+1. **The pass alone**, in leakhound's process, on a synthetic heap-shaped graph (default
+   4.8M nodes / 5.8M edges: a random tree with local parents, extra cross references, and a
+   1M-long linked list): the compiled pass (``_dominators.c``: semi-NCA, then naming and the
+   owners) and, on a tenth of it, the pure-Python twin. Time and peak RSS of a fresh process.
+2. **End to end** on ``fixtures/bench_heap.py``: ``leakhound inspect`` with the dominator
+   owners (the default), with ``--owners census``, and guppy3's ``heap()`` (run in-process
+   by the target, as a user would), in the same run: wall time, worst loop lag, the target's
+   extra peak memory.
+
+    .venv/bin/python benchmarks/dominators.py [--nodes 4800000] [--objects 1000000] [--skip-e2e]
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import _common as c  # noqa: E402
+
+
+def synthetic_graph(nodes: int, extra_edges: int, chain: int, seed: int = 1) -> dict[str, Any]:
+    rng = random.Random(seed)
+    src = array.array("i")
+    dst = array.array("i")
+    roots = 2000
+    for r in range(1, roots + 1):
+        src.append(0)
+        dst.append(r)
+    tree_end = nodes - chain
+    for v in range(roots + 1, tree_end):
+        src.append(max(1, v - rng.randint(1, 1000)))
+        dst.append(v)
+    for v in range(tree_end, nodes):  # a linked list hanging off root 1
+        src.append(v - 1 if v > tree_end else 1)
+        dst.append(v)
+    for _ in range(max(0, extra_edges - (nodes - 1))):  # cross references
+        src.append(rng.randrange(1, nodes))
+        dst.append(rng.randrange(1, nodes))
+    sizes = array.array("q", [0] + [rng.choice((56, 64, 72, 104, 232, 1200)) for _ in range(nodes - 1)])
+    return {"nodes": nodes, "src": src, "dst": dst, "sizes": sizes, "roots": roots}
+
+
+def pass_alone(nodes: int, compiled: bool) -> dict[str, Any]:
+    """In a fresh process (its peak RSS is the pass's): build the graph, run the pass."""
+    code = f"""
+import array, json, resource, sys, time
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from benchmarks.dominators import synthetic_graph
+from leakhound.analysis import dominators as d
+g = synthetic_graph({nodes}, int({nodes} * 1.2), min(1000000, {nodes} // 5))
+graph = d.ObjectGraph(nodes=g["nodes"], sizes=g["sizes"], types=array.array("i", [0]) * g["nodes"],
+    ids=array.array("q", range(g["nodes"])), lengths=array.array("i", [0]) * g["nodes"], src=g["src"], dst=g["dst"],
+    lab=array.array("i", [-1]) * len(g["src"]), type_names=["object"], labels=[],
+    roots=[(r, "root%d" % r, "module", 1) for r in range(1, g["roots"] + 1)])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+tree = d.dominators(graph, compiled={compiled})
+t1 = time.perf_counter()
+found = d.find_owners(graph, top=20, tree=tree, compiled={compiled})
+t2 = time.perf_counter()
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({{"nodes": graph.nodes, "edges": graph.edges, "dominators_s": t1 - t0, "owners_s": t2 - t1,
+                  "engine": tree.engine, "graph_rss": before * 1024, "extra_peak": (after - before) * 1024,
+                  "owners": len(found.owners)}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr[-2000:])
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def end_to_end(objects: int) -> list[dict[str, Any]]:
+    rows = []
+    env = {"BENCH_OBJECTS": str(objects), "PYTHONPATH": str(c.peers_site_packages())}
+    for name, extra in (("leakhound (dominator owners)", []), ("leakhound (--owners census)", ["--owners", "census"])):
+        with c.target("bench_heap.py", env=env) as t:
+            t.settle(1.0)
+            c.reset_peak(t.pid)
+            before = c.proc_status(t.pid)
+            t.reset_lag()
+            wall, snap, error = c.leakhound_inspect(t.pid, "ptrace", timeout=1800, extra=extra)
+            lag = t.lag_after()
+            after = c.proc_status(t.pid)
+        heap = (snap or {}).get("heap", {})
+        rows.append({"name": name, "wall": wall, "lag_ms": lag, "error": error,
+                     "extra_peak": after["VmHWM"] - before["VmRSS"], "model": heap.get("owner_model"),
+                     "graph_nodes": heap.get("graph_nodes"), "graph_s": heap.get("graph_seconds"),
+                     "analysis_s": heap.get("dominator_seconds"), "census_s": heap.get("census_seconds")})
+    with c.target("bench_heap.py", env={**env, "BENCH_PEER": "guppy3"}) as t:
+        t.settle(1.0)
+        t.reset_lag()
+        result = t.run_peer()
+        lag = t.lag_after()
+    rows.append({"name": "guppy3 heap()", "wall": result["wall_seconds"], "lag_ms": lag, "error": "",
+                 "extra_peak": result["hwm_after"] - result["rss_before"]})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=4_800_000)
+    parser.add_argument("--objects", type=int, default=1_000_000)
+    parser.add_argument("--skip-e2e", action="store_true")
+    args = parser.parse_args()
+    started = time.time()
+    print(f"dominator pass alone, leakhound's process ({time.strftime('%Y-%m-%d %H:%M')}, "
+          f"load {open('/proc/loadavg').read().split()[0]})")
+    for nodes, compiled in ((args.nodes, True), (max(10_000, args.nodes // 10), False)):
+        r = pass_alone(nodes, compiled)
+        print(f"  {r['engine']:>8}: {r['nodes']:>10,} nodes {r['edges']:>10,} edges  dominators "
+              f"{c.secs(r['dominators_s'])}  owners+names {c.secs(r['owners_s'])}  extra peak "
+              f"{c.mib(r['extra_peak'])} (the graph itself {c.mib(r['graph_rss'])})")
+    if not args.skip_e2e:
+        c.ensure_peers_venv()
+        print(f"end to end, bench_heap {args.objects:,} objects")
+        rows = end_to_end(args.objects)
+        guppy = rows[-1]
+        for r in rows:
+            extra = (f"  graph {r['graph_nodes']:,} nodes walked {c.secs(r['graph_s'])}, analysed "
+                     f"{c.secs(r['analysis_s'])}" if r.get("graph_nodes") else "")
+            print(f"  {r['name']:<30} wall {c.secs(r['wall'])} ({c.ratio(guppy['wall'], r['wall'])} vs guppy3)  "
+                  f"worst loop lag {r['lag_ms']:.0f} ms  target extra peak {c.mib(r['extra_peak'])} "
+                  f"({c.ratio(r['extra_peak'], guppy['extra_peak'])} of guppy3's){extra} {r['error']}")
+    print(f"({time.time() - started:.0f} s; max RSS of this process "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
