@@ -7,8 +7,9 @@ from typing import Annotated, Any
 import typer
 
 from leakhound.commands.common import Reporter, new_reporter
-from leakhound.commands.options import JsonOpt
+from leakhound.commands.options import JsonOpt, MethodOpt
 from leakhound.core.confirm import CONFIRM_SCHEMA, Workload, run_confirm
+from leakhound.core.confirm_workload import WORKER_CONFIRM_SCHEMA, WorkerCommand, run_workload_confirm
 from leakhound.render import json as json_render
 from leakhound.render import patch as patch_render
 
@@ -22,10 +23,24 @@ def command(
     image_kb: Annotated[int, typer.Option(
         "--image-kb", min=0, metavar="KIB", help="Screenshot size per turn, KiB.")] = 96,
     as_json: JsonOpt = False,
+    worker_cmd: Annotated[str | None, typer.Option(
+        "--worker-cmd", metavar="COMMAND",
+        help="Measure your own workload instead of the simulator: this command is started once per "
+             "configuration and the fixes applied live to its worker. It may name {dir}, {ready}, {go} "
+             "and {done} (docs/confirm.md).")] = None,
+    worker_match: Annotated[str | None, typer.Option(
+        "--worker-match", metavar="REGEX",
+        help="With --worker-cmd: the worker to patch and measure, by command line, among the command's "
+             "processes (default: the command's own process).")] = None,
+    method: MethodOpt = "auto",
 ) -> None:
     """Run the same churn workload once per configuration (no fixes, each fix alone, all fixes)
     in fresh worker processes, and print peak RSS, resting RSS and what each leak retained,
     against no fixes. Takes a minute or two."""
+    if worker_cmd is not None:
+        run_worker(worker=WorkerCommand(command=worker_cmd, match=worker_match, method=method),
+                   as_json=as_json, reporter=new_reporter())
+        return
     run(workload=Workload(rollouts=rollouts, turns=turns, concurrency=concurrency, image_kb=image_kb),
         as_json=as_json, reporter=new_reporter())
 
@@ -36,4 +51,14 @@ def run(*, workload: Workload, as_json: bool, reporter: Reporter) -> list[dict[s
         json_render.render_document({"schema": CONFIRM_SCHEMA, "workload": workload.__dict__, "rows": rows})
     else:
         patch_render.render_confirm(rows)
+    return rows
+
+
+def run_worker(*, worker: WorkerCommand, as_json: bool, reporter: Reporter) -> list[dict[str, Any]]:
+    rows = run_workload_confirm(worker=worker, progress=reporter.note)
+    if as_json:
+        json_render.render_document({"schema": WORKER_CONFIRM_SCHEMA, "worker_cmd": worker.command,
+                                     "worker_match": worker.match, "rows": rows})
+    else:
+        patch_render.render_confirm_workload(rows)
     return rows

@@ -72,3 +72,27 @@ def render_confirm(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None
     con.print("[dim]peak: VmHWM; resting: VmRSS when idle after a stats tick; Δ: against no fixes; "
               "registry: finished rollouts' trajectories held; intercepts: peak request-body bytes "
               "held; steps: bytes only bloated step messages hold (workers' own reports)[/dim]")
+
+
+def render_confirm_workload(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None) -> None:
+    """``confirm --worker-cmd``: peak and resting RSS of the user's worker per configuration."""
+    con = console(file)
+    table = Table(title="confirm: each fix measured on your workload, started afresh for each",
+                  title_justify="left", show_edge=False, padding=(0, 1))
+    for name, justify in (("fixes", "left"), ("peak", "right"), ("Δ", "right"), ("resting", "right"),
+                          ("Δ", "right"), ("applied", "left"), ("refused", "left")):
+        table.add_column(name, justify=justify, no_wrap=name not in ("refused",))  # type: ignore[arg-type]
+    base = rows[0] if rows else None
+    for row in rows:
+        def delta(key: str, row: dict[str, Any] = row) -> str:
+            if base is None or row is base or not base[key]:
+                return ""
+            return f"{(row[key] - base[key]) / base[key]:+.0%}"
+
+        table.add_row(row["fixes"], _mb(row["peak_rss_bytes"]), delta("peak_rss_bytes"),
+                      _mb(row["resting_rss_bytes"]), delta("resting_rss_bytes"),
+                      ", ".join(row["applied"]) or "-", ", ".join(row["refused"]) or "-")
+    con.print(table)
+    con.print("[dim]peak: the worker's VmHWM; resting: its VmRSS once the workload is done (and a few "
+              "seconds later); Δ: against no fixes; the fixes were applied live, as `leakhound patch` "
+              "does[/dim]")
