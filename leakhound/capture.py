@@ -42,6 +42,8 @@ def snapshot_from_result(
     arena = ArenaStats(**result["arena"])
     if not arena.available:
         warnings.append(f"allocator statistics unavailable: {arena.reason}")
+    elif "tracemalloc" in arena.reason:
+        warnings.append(f"allocator statistics incomplete: {arena.reason}")
     warnings.extend(str(note) for note in heap.get("notes") or ())  # what the census could not read
     snap = Snapshot(
         pid=pid,
@@ -81,9 +83,10 @@ DEFAULT_MAX_PAUSE_MS = 50.0
 
 
 # The biggest object graph the target builds for the dominator owners (nodes; the census's
-# object count decides before the walk): about 100 bytes a node in the target while it is
-# built, and its transfer. Over it, the first-reacher census's owners stand (docs/inspect.md).
-DEFAULT_MAX_GRAPH_NODES = 3_000_000
+# object count, over twice this, rules it out before the walk): 100-200 bytes a node in the
+# target while it is built and sent (the walk is a Python loop, ~10 us a node). Over it, the
+# first-reacher census's owners stand (docs/inspect.md).
+DEFAULT_MAX_GRAPH_NODES = 1_000_000
 
 
 @dataclass

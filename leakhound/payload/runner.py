@@ -160,7 +160,7 @@ def _graph(request, progress, stop, heap=None):
     (the census just counted the heap); else ``{"skipped": reason}``."""
     from . import graph  # noqa: PLC0415 - only requests that ask for it load it
 
-    max_nodes = _int(request.get("max_graph_nodes"), 3000000, 1, 100000000)
+    max_nodes = _int(request.get("max_graph_nodes"), 1000000, 1, 100000000)
     if heap is not None and heap.get("objects", 0) > 2 * max_nodes:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the census counted %s objects: over the "
                 "graph budget of %s nodes" % (format(heap["objects"], ","), format(max_nodes, ","))}

@@ -216,3 +216,12 @@ def test_graph_json_pieces_are_the_same_document() -> None:
     for doc in ({"ok": True, "graph": graph}, {"graph": graph}, {"result": {"ok": True, "graph": graph}},
                 {"result": {"graph": {"skipped": "over"}}}):
         assert json.loads("".join(json_pieces(doc))) == doc
+
+
+def test_graph_over_its_budget_is_skipped_not_cut() -> None:
+    """A graph bigger than max_nodes is not sent half-walked: the caller keeps the census."""
+    from leakhound.payload import graph
+
+    out = graph.build(timeout=30, progress=None, is_stdlib=None, exclude=(), max_nodes=100, max_pause_ms=None,
+                      cancelled=None)
+    assert set(out) == {"format", "skipped"} and "over the graph budget" in out["skipped"]
