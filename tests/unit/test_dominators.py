@@ -225,3 +225,31 @@ def test_graph_over_its_budget_is_skipped_not_cut() -> None:
     out = graph.build(timeout=30, progress=None, is_stdlib=None, exclude=(), max_nodes=100, max_pause_ms=None,
                       cancelled=None)
     assert set(out) == {"format", "skipped"} and "over the graph budget" in out["skipped"]
+
+
+def test_schema_1_is_read_as_first_reacher_and_diffs_against_2() -> None:
+    from dataclasses import replace
+
+    from leakhound.analysis.diff import diff_snapshots
+    from leakhound.model import SchemaError, snapshot_from_json, snapshot_to_json
+    from tests.factories import make_snapshot
+
+    new = make_snapshot()
+    new = replace(new, heap=replace(new.heap, owner_model="dominator", graph_nodes=10),
+                  owners=tuple(replace(o, retainers=(o.path, "elsewhere")) for o in new.owners))
+    doc = json.loads(snapshot_to_json(new))
+    assert doc["schema"] == "leakhound.snapshot/2"
+    assert snapshot_from_json(json.dumps(doc)) == new
+    old_doc = json.loads(json.dumps(doc))
+    old_doc["schema"] = "leakhound.snapshot/1"
+    for key in ("owner_model", "owner_model_note", "graph_nodes", "graph_edges", "graph_seconds",
+                "dominator_seconds"):
+        del old_doc["heap"][key]
+    for owner in old_doc["owners"]:
+        del owner["retainers"]
+    old = snapshot_from_json(json.dumps(old_doc))
+    assert old.heap.owner_model == "first-reacher" and all(o.retainers == () for o in old.owners)
+    assert diff_snapshots(old, new) is not None
+    old_doc["heap"]["owner_model"] = "dominator"  # a /1 document never had it
+    with pytest.raises(SchemaError, match="not in leakhound.snapshot/1"):
+        snapshot_from_json(json.dumps(old_doc))
