@@ -8,9 +8,11 @@ unexpected error. Hostile means: ``__sizeof__`` that raises, lies about its size
 containers (the census must not run it), ``__class__`` properties that lie or raise, dict
 subclasses whose methods raise, str/bytes subclasses, shared leaves, cycles, deep nesting,
 containers bigger than one call's budget, dicts with non-str keys split mid-way, ``limit``
-<= 0, and Python code that does run mid-walk (a metaclass ``__hash__``, called by the
-type-slot lookup) mutating containers, switching threads, or tearing down the census's own
-bitmap while a background thread churns shared containers.
+<= 0, and Python code that does run mid-walk mutating containers, switching threads, or
+tearing down the census's own bitmap while a background thread churns shared containers:
+destructors the compiled walk runs itself, inside claim(), when it drops the last reference
+to what a big list held (the list is emptied between two calls), and a metaclass ``__hash__``
+(run wherever a type is hashed; the type tallies look types up by id).
 
 ``--stable`` makes the compiled walk use the stable ABI only, as it does on an interpreter
 that does not export the private helpers it prefers. ``--so`` loads another build of
@@ -60,7 +62,7 @@ def _wall_off_code(walk: census.Census) -> None:
 
 def walk(root: Any, compiled: bool, per_call: int) -> tuple[int, int, dict[str, tuple[int, int]]]:
     census._WORK_PER_CALL = per_call
-    w = census.Census(timeout=60, compiled=compiled)
+    w = census.Census(timeout=60, compiled=compiled, progress=_between_calls)
     assert w.walker == ("compiled" if compiled else "python")
     _wall_off_code(w)
     w._claim_tree(w._owner("root", root), root)
@@ -207,8 +209,12 @@ def mock_objects() -> Any:
     return [mock.MagicMock(), mock.MagicMock(spec=dict), mock.NonCallableMagicMock()]
 
 
-# -- Python code that does run mid-walk: a metaclass __hash__ (the type-slot lookup) ----------
+# -- Python code that does run mid-walk: a metaclass __hash__ (where a type lookup hashes the
+# type), and a destructor run when the walk lets go of the last reference to an object -----
 SHARED: dict[Any, Any] = {"rows": [[i] for i in range(500)]}
+TRIGGERS: list[list[Any]] = []
+IN_WALK = [0]  # destructors the compiled walk itself ran, inside a claim() call
+TRIGGERS_MADE = [0]
 
 
 class Meddles(type):
@@ -224,6 +230,26 @@ class Meddles(type):
 
 class Meddler(metaclass=Meddles):
     pass
+
+
+class Trigger:
+    """Runs the action when freed. Held in a list bigger than one call's slice, which is
+    emptied between two calls (_between_calls): the entries of the slice the walk holds
+    meanwhile (``pending``) then have their last reference in the walk, which frees them,
+    and runs this, inside claim()."""
+
+    def __del__(self) -> None:
+        if sys._getframe(1).f_code.co_name == "_claim_compiled":
+            IN_WALK[0] += 1
+        Meddles.action()
+
+
+def _between_calls(phase: str, done: int) -> None:
+    # The census's progress callback: it runs between two claim() calls. Once the walk
+    # holds the list's first slice (a reference to its first entry besides the list's own).
+    for triggers in TRIGGERS:
+        if triggers and sys.getrefcount(triggers[0]) > 2:
+            triggers.clear()
 
 
 def _churn(stop: threading.Event) -> None:
@@ -247,7 +273,8 @@ def _sabotage() -> None:
     if frame.f_code.co_name != "_claim_compiled":
         return
     SABOTAGES[0] += 1
-    if SABOTAGES[0] % 3 != 1:
+    # A few times only: each teardown unmarks everything and the walk starts over.
+    if SABOTAGES[0] % 3 != 1 or SABOTAGES[0] > 60:
         return
     regions = frame.f_locals.get("regions")
     if type(regions) is dict:
@@ -260,8 +287,12 @@ def _sabotage() -> None:
 def meddling(action: Callable[[], None]) -> Callable[[], Any]:
     def make() -> Any:
         Meddles.action = staticmethod(action)
+        SABOTAGES[0] = 0
+        triggers = [Trigger() for _ in range(6000)]  # > _walk.c's BIG_CONTAINER: read in slices
+        TRIGGERS[:] = [triggers]
+        TRIGGERS_MADE[0] += 1
         return [SHARED, [Meddler() for _ in range(30)], {"big": [[i, str(i)] for i in range(20000)]},
-                SHARED["rows"]]
+                SHARED["rows"], triggers]
     return make
 
 
@@ -336,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         Meddles.action = staticmethod(lambda: None)
         stop.set()
         churn.join()
+        TRIGGERS.clear()
+    print(f"destructors run inside the compiled walk: {IN_WALK[0]}", file=sys.stderr)
+    if IN_WALK[0] == 0 and TRIGGERS_MADE[0]:
+        failures.append("no destructor ran inside the compiled walk: the mid-walk cases tested nothing")
     for failure in failures:
         print("FAIL", failure)
     print("ok" if not failures else f"{len(failures)} failures")
