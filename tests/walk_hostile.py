@@ -202,6 +202,43 @@ def shapes() -> Any:
     }
 
 
+class Plain:
+    def __init__(self, i: int) -> None:
+        self.i = i
+        self.name = f"plain-{i}"
+
+
+class Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self, i: int) -> None:
+        self.a = i
+        self.b = [i]
+
+
+class WithWeak(Slotted):
+    __slots__ = ("__weakref__",)
+
+
+def sizes() -> Any:
+    # The compiled walk learns each type's pre-header (what sys.getsizeof adds to __sizeof__:
+    # the GC header, 3.11+'s managed-dict pre-header) from one object and reuses it: every
+    # kind of object here must still get exactly sys.getsizeof's size. Instances whose dict
+    # was materialised (3.12+: values inline until __dict__ is read) beside ones whose was not.
+    plain = [Plain(i) for i in range(50)]
+    for p in plain[::2]:
+        p.__dict__["extra"] = p.i  # materialises the dict
+    def f() -> None: ...
+    return {
+        "plain": plain, "slotted": [Slotted(i) for i in range(50)], "weak": [WithWeak(i) for i in range(20)],
+        "ints": [10**i for i in range(0, 400, 7)], "floats": [i / 7 for i in range(50)],
+        "texts": ["é" * i for i in range(30)] + ["\U0001f600" * i for i in range(30)],
+        "containers": [bytearray(i) for i in range(30)] + [set(range(i)) for i in range(30)],
+        "callables": [f, plain[0].__init__, len, [].append, staticmethod(f), property(f)],
+        "ranges": [range(i) for i in range(10)] + [slice(i) for i in range(10)] + [memoryview(b"x" * 9)],
+    }
+
+
 def mock_objects() -> Any:
     from unittest import mock
 
@@ -349,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     case("lying __class__", class_lies)
     case("subclasses", subclasses)
     case("shapes", shapes, per_calls=(2, 7, census._WORK_PER_CALL))
+    case("sizes", sizes)
     case("mocks", mock_objects, compare=False, per_calls=(census._WORK_PER_CALL,))
     if SIZEOF_CALLS[0]:
         failures.append(f"a __sizeof__ written in Python ran {SIZEOF_CALLS[0]} times")
