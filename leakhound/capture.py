@@ -172,7 +172,7 @@ def capture(
         note = str(doc.get("skipped")) if isinstance(doc, dict) else "the target sent no object graph"
         heap = replace(snap.heap, owner_model="first-reacher", owner_model_note=note)
         return Capture(replace(snap, heap=heap))
-    graph = dominators.decode_graph(doc)
+    graph = dominators.soften(dominators.decode_graph(doc))
     deadline = time.monotonic() + timeout
 
     def ask_names(paths: list[list[int]]) -> list[Any]:

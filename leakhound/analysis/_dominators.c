@@ -468,7 +468,92 @@ static PyObject *csr(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NN)", off_o, ids_o);
 }
 
+/* soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab): the edges without those from
+ * what only soft roots (threads' frames) reach into what the other roots reach. A frame then
+ * dominates only what nothing else holds: a function iterating over a registry (a list of its
+ * entries in a local) does not take the registry's entries from it. */
+static PyObject *soft(PyObject *self, PyObject *args) {
+    Py_ssize_t n, m, nsoft, i;
+    PyObject *src_o, *dst_o, *lab_o, *soft_o;
+    if (!PyArg_ParseTuple(args, "nnOOOO", &n, &m, &src_o, &dst_o, &lab_o, &soft_o))
+        return NULL;
+    if (n < 1 || n >= INT32_MAX || m < 0 || !PyBytes_Check(soft_o)) {
+        PyErr_SetString(PyExc_ValueError, "bad arguments");
+        return NULL;
+    }
+    nsoft = PyBytes_Size(soft_o) / 4;
+    const i32 *src = (const i32 *)get_bytes(src_o, 4, m, "src");
+    const i32 *dst = src ? (const i32 *)get_bytes(dst_o, 4, m, "dst") : NULL;
+    const i32 *lab = dst ? (const i32 *)get_bytes(lab_o, 4, m, "lab") : NULL;
+    const i32 *softs = lab ? (const i32 *)get_bytes(soft_o, 4, nsoft, "soft_roots") : NULL;
+    if (!softs)
+        return NULL;
+    for (i = 0; i < m; i++)
+        if (src[i] < 0 || src[i] >= n || dst[i] < 0 || dst[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "edge out of range");
+            return NULL;
+        }
+    for (i = 0; i < nsoft; i++)
+        if (softs[i] < 0 || softs[i] >= n) {
+            PyErr_SetString(PyExc_ValueError, "root out of range");
+            return NULL;
+        }
+    unsigned char *is_soft = calloc(n, 1), *hard = calloc(n, 1);
+    i32 *off = calloc(n + 1, 4), *ids = malloc((m ? m : 1) * 4), *pos = malloc(n * 4), *stack = malloc(n * 4);
+    if (!is_soft || !hard || !off || !ids || !pos || !stack) {
+        free(is_soft); free(hard); free(off); free(ids); free(pos); free(stack);
+        return PyErr_NoMemory();
+    }
+    for (i = 0; i < nsoft; i++)
+        is_soft[softs[i]] = 1;
+    for (i = 0; i < m; i++)
+        off[src[i] + 1]++;
+    for (i = 0; i < n; i++)
+        off[i + 1] += off[i];
+    memcpy(pos, off, n * 4);
+    for (i = 0; i < m; i++)
+        ids[pos[src[i]]++] = (i32)i;
+    /* what the hard roots reach: from node 0, not through its edges to soft roots */
+    i32 top = 0;
+    hard[0] = 1;
+    stack[top++] = 0;
+    while (top) {
+        i32 v = stack[--top];
+        for (i32 k = off[v]; k < off[v + 1]; k++) {
+            i32 w = dst[ids[k]];
+            if (hard[w] || (v == 0 && is_soft[w]))
+                continue;
+            hard[w] = 1;
+            stack[top++] = w;
+        }
+    }
+    Py_ssize_t kept = 0;
+    for (i = 0; i < m; i++)
+        if (hard[src[i]] || !hard[dst[i]])
+            kept++;
+    PyObject *s2 = PyBytes_FromStringAndSize(NULL, kept * 4), *d2 = PyBytes_FromStringAndSize(NULL, kept * 4);
+    PyObject *l2 = PyBytes_FromStringAndSize(NULL, kept * 4);
+    if (s2 && d2 && l2) {
+        i32 *a = (i32 *)PyBytes_AsString(s2), *b = (i32 *)PyBytes_AsString(d2), *c = (i32 *)PyBytes_AsString(l2);
+        Py_ssize_t k = 0;
+        for (i = 0; i < m; i++)
+            if (hard[src[i]] || !hard[dst[i]]) {
+                a[k] = src[i];
+                b[k] = dst[i];
+                c[k] = lab[i];
+                k++;
+            }
+    }
+    free(is_soft); free(hard); free(off); free(ids); free(pos); free(stack);
+    if (!s2 || !d2 || !l2) {
+        Py_XDECREF(s2); Py_XDECREF(d2); Py_XDECREF(l2);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", s2, d2, l2);
+}
+
 static PyMethodDef methods[] = {
+    {"soft", soft, METH_VARARGS, "soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab) without soft roots' edges into the rest"},
     {"csr", csr, METH_VARARGS, "csr(n, m, keys) -> (offsets, edge ids): edges grouped by key"},
     {"paths", paths, METH_VARARGS, "paths(...) -> (via int32 bytes, root_of int32 bytes): cheapest paths from roots"},
     {"tree", tree, METH_VARARGS, "tree(n, idom, retained) -> (offsets, children, dominated counts)"},

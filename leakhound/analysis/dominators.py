@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import array
 import base64
+import dataclasses
 import heapq
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -131,6 +132,46 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
     if any(len(a) != n for a in per_node) or not len(graph.dst) == len(graph.lab) == m:
         raise GraphError("graph arrays of different lengths")
     return graph
+
+
+def soften(graph: ObjectGraph) -> ObjectGraph:
+    """``graph`` without the edges from what only threads' frames reach into what the other
+    roots reach: a frame dominates only what nothing else holds. A function in the middle of
+    iterating over a registry (a list of its entries in a local) would otherwise take every
+    entry from the registry for as long as it runs (measured on the verifiers worker: its
+    report thread split ``trajectories`` into per-entry owners)."""
+    soft_roots = [node for node, _label, kind, _tier in graph.roots if kind == "thread"]
+    if not soft_roots:
+        return graph
+    src: array.array[int] = array.array("i")
+    dst: array.array[int] = array.array("i")
+    lab: array.array[int] = array.array("i")
+    if _dominators is not None:
+        s_b, d_b, l_b = _dominators.soft(graph.nodes, graph.edges, graph.src.tobytes(), graph.dst.tobytes(),
+                                         graph.lab.tobytes(), array.array("i", soft_roots).tobytes())
+        src.frombytes(s_b)
+        dst.frombytes(d_b)
+        lab.frombytes(l_b)
+    else:
+        soft = set(soft_roots)
+        succ_off, edge_ids = _csr_edges(graph.nodes, graph.src)
+        hard = bytearray(graph.nodes)
+        hard[0] = 1
+        stack = [0]
+        while stack:
+            v = stack.pop()
+            for k in range(succ_off[v], succ_off[v + 1]):
+                w = graph.dst[edge_ids[k]]
+                if not hard[w] and not (v == 0 and w in soft):
+                    hard[w] = 1
+                    stack.append(w)
+        for s, d, lb in zip(graph.src, graph.dst, graph.lab, strict=True):
+            if hard[s] or not hard[d]:
+                src.append(s)
+                dst.append(d)
+                lab.append(lb)
+    info = {**graph.info, "soft_edges_dropped": graph.edges - len(src)}
+    return dataclasses.replace(graph, src=src, dst=dst, lab=lab, info=info)
 
 
 # -- the dominator pass ------------------------------------------------------------------------

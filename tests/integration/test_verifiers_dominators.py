@@ -41,7 +41,7 @@ def test_owner_one_is_the_trajectories_under_rollouts(tmp_path: Path) -> None:
         busy = threading.Thread(target=rollouts)
         busy.start()
         try:
-            during = capture(worker.worker_pid, timeout=180, top=10)
+            during = capture(worker.worker_pid, timeout=180, top=10, why="verifiers.v1.runtime.Runtime")
         finally:
             busy.join(timeout=320)
         assert "error" not in outcome, f"{outcome.get('error')}\n{worker.log_tail()}"
@@ -57,5 +57,9 @@ def test_owner_one_is_the_trajectories_under_rollouts(tmp_path: Path) -> None:
         print(f"  {owner.retained_bytes:>12,}  {owner.path}")
     for path in first.retainers:
         print(f"  kept alive by {path}")
+    for runtime in during.why:
+        print(f"why {runtime.path} ({runtime.retained_bytes:,} B):")
+        for path in runtime.retainers:
+            print(f"  kept alive by {path}")
     assert "trajectories" in first.path.rsplit(".", 1)[-1], first.path
     assert first.retained_bytes >= 0.8 * registry["retained_bytes"], (first, registry)

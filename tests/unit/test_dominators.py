@@ -253,3 +253,24 @@ def test_schema_1_is_read_as_first_reacher_and_diffs_against_2() -> None:
     old_doc["heap"]["owner_model"] = "dominator"  # a /1 document never had it
     with pytest.raises(SchemaError, match="not in leakhound.snapshot/1"):
         snapshot_from_json(json.dumps(old_doc))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_frame_iterating_over_a_registry_does_not_take_its_entries(compiled: bool, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    if not compiled:
+        monkeypatch.setattr(dom, "_dominators", None)
+    elif dom._dominators is None:
+        pytest.skip("the C passes are not built here")
+    # 1 module dict -> 2 registry -> 4..13 entries; 3 a thread's frame -> 14 a list of the
+    # entries (a local) -> 4..13, and -> 15, what only the frame holds
+    entries = list(range(4, 14))
+    edges = [(0, 1), (0, 3), (1, 2), *((2, e) for e in entries), (3, 14), *((14, e) for e in entries), (3, 15)]
+    sizes = [0, 100, 200, 50, *([1000] * 10), 80, 500]
+    graph = make_graph(16, edges, sizes, roots=[(1, "app", "module", 1), (3, "thread:Main/f", "thread", 2)])
+    assert dom.dominators(graph).retained[2] == 200  # the frame's list shares every entry
+    soft = dom.soften(graph)
+    tree = dom.dominators(soft)
+    assert tree.retained[2] == 200 + 10 * 1000
+    assert tree.retained[3] == 50 + 80 + 500
+    assert soft.info["soft_edges_dropped"] == 10
