@@ -15,6 +15,7 @@ def make_snapshot(**overrides: Any) -> Snapshot:
         "taken_at": 1_800_000_000.0,
         "python_version": "3.11.7",
         "method": "gdb",
+        "leakhound_version": "0.1.0",  # pinned: exact-output tests must not change with a release
         "process": ProcessStats(
             rss_bytes=300 * MB, uss_bytes=290 * MB, pss_bytes=295 * MB, swap_bytes=0, num_threads=3,
             name="python", cmdline="python worker.py",

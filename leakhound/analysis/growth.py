@@ -36,6 +36,7 @@ from leakhound.model.growth import (
     trend_to_dict,
 )
 from leakhound.model.names import CODE_OWNER
+from leakhound.model.units import MiB, fmt_bytes
 
 # The model's names stay importable from here, where they were computed first.
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 KIND = "growth"
-MB = 1024 * 1024
+MB = MiB  # the old name, kept importable
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,7 @@ def _fields(report: GrowthReport) -> dict[str, Any]:
 
 
 def _mb(n: float) -> str:
-    return f"{n / MB:.2f} MB"
+    return fmt_bytes(n, "MiB", decimals=2)
 
 
 def _minutes(seconds: float) -> str:

@@ -16,6 +16,8 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from leakhound import __version__
+
 SNAPSHOT_SCHEMA = "leakhound.snapshot/2"
 # Schemas this version reads: /1 (owners by first reacher only) and /2 (docs/snapshot-schema.md).
 READABLE_SCHEMAS = ("leakhound.snapshot/1", SNAPSHOT_SCHEMA)
@@ -172,6 +174,8 @@ class Snapshot:
     # detectors read them. Keyed by probe name; each value is a plain JSON object.
     probes: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    # The leakhound that took it ("" in files written before it was recorded).
+    leakhound_version: str = __version__
     schema: str = SNAPSHOT_SCHEMA
 
     def with_findings(self, findings: tuple[Finding, ...]) -> Snapshot:
@@ -281,6 +285,8 @@ def snapshot_from_dict(doc: Any) -> Snapshot:
             if isinstance(doc.get("heap"), dict) and name in doc["heap"]:
                 raise SchemaError(f"malformed snapshot: heap.{name} is not in {schema}")
         doc = {**doc, "schema": SNAPSHOT_SCHEMA}
+    if "leakhound_version" not in doc:  # written before the version was recorded: not this one's
+        doc = {**doc, "leakhound_version": ""}
     if doc.get("cyclic_garbage") is None:  # older files may leave it out
         doc = {**doc, "cyclic_garbage": {"objects": 0, "bytes": 0}}
     try:

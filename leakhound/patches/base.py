@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from leakhound.model.units import fmt_bytes
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -48,4 +50,4 @@ class FixSpec:
 
 
 def mb(n: float) -> str:
-    return f"{n / (1024 * 1024):+.1f} MB" if n < 0 else f"{n / (1024 * 1024):.1f} MB"
+    return fmt_bytes(n, "MiB")

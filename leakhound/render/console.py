@@ -42,11 +42,3 @@ def console(file: TextIO | None = None) -> Console:
     )
 
 
-def human_bytes(n: float) -> str:
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
-        n /= 1024
-    return f"{sign}{n:.1f} GB"

@@ -8,6 +8,7 @@ from typing import Any, TextIO
 from rich.table import Table
 
 from leakhound.model import PatchOutcome
+from leakhound.model.units import fmt_bytes
 from leakhound.render.console import console
 
 _STATUS_STYLE = {"applied": "green", "already-applied": "green", "would-apply": "cyan", "reverted": "cyan",
@@ -44,7 +45,7 @@ def outcome_doc(o: PatchOutcome) -> dict[str, Any]:
 
 
 def _mb(n: float) -> str:
-    return f"{n / (1024 * 1024):,.0f} MB"
+    return fmt_bytes(n, "MiB", decimals=0)
 
 
 def render_confirm(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None) -> None:

@@ -20,8 +20,8 @@ from typing import Any
 from leakhound.analysis.growth import Sample, analyse_growth
 from leakhound.errors import PlottingUnavailable
 from leakhound.model import Snapshot
+from leakhound.model.units import MiB
 
-MB = 1024 * 1024
 MIN_OWNER_POINTS = 2
 MIN_OWNER_SHARE = 0.02  # of the panel's peak RSS, for an owner that neither grows nor plateaued
 _CODE_OWNER = "<modules and classes>"
@@ -82,11 +82,11 @@ def build_figure(
     for ax, pid in zip((a[0] for a in axes), pids, strict=False):
         series = sorted(by_pid[pid], key=lambda s: s.taken_at)
         report = analyse_growth(series)
-        ax.plot([_when(s.taken_at) for s in series], [s.rss_bytes / MB for s in series],
+        ax.plot([_when(s.taken_at) for s in series], [s.rss_bytes / MiB for s in series],
                 color="black", linewidth=2.2, label="RSS")
         heap = [s for s in series if s.heap_bytes is not None]
         if heap:
-            ax.plot([_when(s.taken_at) for s in heap], [(s.heap_bytes or 0) / MB for s in heap],
+            ax.plot([_when(s.taken_at) for s in heap], [(s.heap_bytes or 0) / MiB for s in heap],
                     color="#2e86c1", linewidth=2, linestyle="--", marker="o", label="live heap (census)")
         # Owners that moved, or big enough to see next to RSS: flat slivers at the bottom of the
         # panel are clutter, not information.
@@ -99,13 +99,13 @@ def build_figure(
         owners.sort(key=lambda t: -t.last_bytes)
         for i, trend in enumerate(owners[:top_owners]):
             points = [
-                (_when(s.taken_at), o.bytes / MB) for s in series for o in s.owners if o.path == trend.name
+                (_when(s.taken_at), o.bytes / MiB) for s in series for o in s.owners if o.path == trend.name
             ]
             # The label starts with the verdict: matplotlib hides labels starting with "_".
             ax.plot([p[0] for p in points], [p[1] for p in points], marker=".",
                     color=_VERDICT_COLOR.get(trend.verdict), linestyle=_STYLES[i % len(_STYLES)], alpha=0.9,
-                    label=f"{trend.verdict}: {trend.name}\n  {trend.bytes_per_min / MB:+.2f} MB/min, "
-                          f"now {trend.last_bytes / MB:.1f} MB")
+                    label=f"{trend.verdict}: {trend.name}\n  {trend.bytes_per_min / MiB:+.2f} MiB/min, "
+                          f"now {trend.last_bytes / MiB:.1f} MiB")
         worker = workers.get(pid) or report.name or "python"
         ax.set_title(
             f"{worker}  (pid {pid}): {_VERDICT_TEXT.get(report.verdict, report.verdict)}, "
@@ -117,7 +117,7 @@ def build_figure(
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=_when(series[0].taken_at).tzinfo))
         ax.set_xlabel(f"wall-clock time ({zone})")
-        ax.set_ylabel("MB")
+        ax.set_ylabel("MiB")
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         # Beside the panel, never over the data.

@@ -9,28 +9,30 @@ from rich.table import Table
 
 from leakhound.analysis.ledger import ledger
 from leakhound.model import Finding, Owner, Snapshot
-from leakhound.render.console import console, human_bytes
+from leakhound.model.units import fmt_bytes
+from leakhound.render.console import console
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "skipped": "dim"}
 
 
 def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = None) -> None:
     con = console(file)
-    when = datetime.fromtimestamp(snapshot.taken_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = datetime.fromtimestamp(snapshot.taken_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     p = snapshot.process
+    version = snapshot.leakhound_version or "?"  # "?": a file written before versions were recorded
     con.print(
         f"[bold]pid {snapshot.pid}[/bold] {p.name}  Python {snapshot.python_version}  "
-        f"via {snapshot.method}  at {when}"
+        f"leakhound {version} via {snapshot.method} at {when}"
     )
     con.print(
-        f"RSS {human_bytes(p.rss_bytes)}  USS {human_bytes(p.uss_bytes)}  "
-        f"swap {human_bytes(p.swap_bytes)}  threads {p.num_threads}"
+        f"RSS {fmt_bytes(p.rss_bytes)}  USS {fmt_bytes(p.uss_bytes)}  "
+        f"swap {fmt_bytes(p.swap_bytes)}  threads {p.num_threads}"
     )
     h = snapshot.heap
     walk = f" ({h.walker} walk)" if h.walker else ""  # compiled (_walk.c) or its Python twin
     con.print(
         f"census{walk}: {h.objects:,} objects in {h.census_seconds:.2f}s, "
-        f"longest pause {h.max_pause_ms:.0f} ms, extra memory {human_bytes(h.payload_peak_bytes)}"
+        f"longest pause {h.max_pause_ms:.0f} ms, extra memory {fmt_bytes(h.payload_peak_bytes)}"
     )
     if not h.unreached_examined:
         con.print(f"[yellow]not examined:[/yellow] objects no named root reaches: {h.unreached_note}")
@@ -44,7 +46,7 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
     table.add_column("of RSS", justify="right")
     table.add_column("note")
     for row in ledger(snapshot):
-        table.add_row(row.name, human_bytes(row.bytes), f"{row.share:.0%}", row.note)
+        table.add_row(row.name, fmt_bytes(row.bytes), f"{row.share:.0%}", row.note)
     con.print(table)
 
     owners = Table(title=f"top owners (of {len(snapshot.owners)})", title_justify="left", show_edge=False)
@@ -54,7 +56,7 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
     owners.add_column("items", justify="right")
     owners.add_column("retained", justify="right")
     for rank, owner in enumerate(snapshot.owners[:top], 1):
-        owners.add_row(str(rank), owner.path, owner.type, f"{owner.items:,}", human_bytes(owner.retained_bytes))
+        owners.add_row(str(rank), owner.path, owner.type, f"{owner.items:,}", fmt_bytes(owner.retained_bytes))
     con.print(owners)
     _render_retainers(con, snapshot.owners[:3])
 
@@ -63,7 +65,7 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
     types.add_column("count", justify="right")
     types.add_column("bytes", justify="right")
     for stat in snapshot.types[:top]:
-        types.add_row(stat.type, f"{stat.count:,}", human_bytes(stat.bytes))
+        types.add_row(stat.type, f"{stat.count:,}", fmt_bytes(stat.bytes))
     con.print(types)
     render_findings(snapshot.findings, pid=snapshot.pid, file=file)
 
@@ -101,7 +103,7 @@ def render_why(query: str, found: tuple[Owner, ...], snapshot: Snapshot, *, file
         con.print(f"why {query}: no owner path or type of that name")
         return
     for owner in found:
-        con.print(f"[bold]{owner.path}[/bold]  {owner.type}  retains {human_bytes(owner.retained_bytes)}")
+        con.print(f"[bold]{owner.path}[/bold]  {owner.type}  retains {fmt_bytes(owner.retained_bytes)}")
         for path in owner.retainers or (owner.path,):
             con.print(f"  kept alive by {path}", soft_wrap=True)
 
@@ -122,7 +124,7 @@ def render_findings(findings: tuple[Finding, ...], *, pid: int, file: TextIO | N
             not_checked.setdefault(f.summary, []).append(f.kind)
             continue
         style = _SEVERITY_STYLE.get(f.severity, "")
-        size = f"  {human_bytes(f.bytes)}" if f.bytes else ""
+        size = f"  {fmt_bytes(f.bytes)}" if f.bytes else ""
         text = f"[bold]{f.kind}[/bold]{size}\n{f.summary}"
         if f.fix:
             text += f"\n[bold]fix:[/bold] leakhound patch {pid} --fix {f.fix}"

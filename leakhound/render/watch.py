@@ -14,7 +14,8 @@ from rich.table import Table
 from leakhound.analysis.diff import SnapshotDiff
 from leakhound.analysis.growth import GrowthReport, Trend, report_to_dict
 from leakhound.model.names import CODE_OWNER
-from leakhound.render.console import console, human_bytes
+from leakhound.model.units import fmt_bytes
+from leakhound.render.console import console
 from leakhound.render.table import render_findings
 
 WATCH_SCHEMA = "leakhound.watch/1"
@@ -22,7 +23,7 @@ _VERDICT_STYLE = {"growing": "bold red", "plateaued": "yellow", "static": "green
 
 
 def _rate(bytes_per_min: float) -> str:
-    return f"{'+' if bytes_per_min > 0 else ''}{human_bytes(bytes_per_min)}/min"
+    return f"{'+' if bytes_per_min > 0 else ''}{fmt_bytes(bytes_per_min)}/min"
 
 
 def _verdict(verdict: str) -> str:
@@ -31,11 +32,11 @@ def _verdict(verdict: str) -> str:
 
 
 def owners_table(report: GrowthReport, *, top: int = 8) -> Table:
-    heap = "" if report.heap is None else f"  heap {human_bytes(report.heap.last_bytes)}"
+    heap = "" if report.heap is None else f"  heap {fmt_bytes(report.heap.last_bytes)}"
     table = Table(
         title=(
             f"pid {report.pid} {report.name}: {_verdict(report.verdict)}  "
-            f"RSS {human_bytes(report.rss.last_bytes)} ({_rate(report.rss.bytes_per_min)})"
+            f"RSS {fmt_bytes(report.rss.last_bytes)} ({_rate(report.rss.bytes_per_min)})"
             f"{heap}  {report.samples} samples over {report.seconds:.0f} s"
         ),
         title_justify="left",
@@ -51,7 +52,7 @@ def owners_table(report: GrowthReport, *, top: int = 8) -> Table:
     rows: list[Trend] = [t for t in report.owners if t.name != CODE_OWNER][:top]
     for t in rows:
         table.add_row(
-            t.name, t.type, f"{t.last_items:,}", human_bytes(t.last_bytes),
+            t.name, t.type, f"{t.last_items:,}", fmt_bytes(t.last_bytes),
             _rate(t.bytes_per_min), f"{t.items_per_min:+,.0f}", _verdict(t.verdict),
         )
     return table
@@ -77,12 +78,12 @@ class LiveView:
         for r in reports:
             lead = next((t for t in r.owners if t.name != CODE_OWNER), None)
             owner = (
-                f" top owner {lead.name} {human_bytes(lead.last_bytes)} ({_rate(lead.bytes_per_min)}, {lead.verdict})"
+                f" top owner {lead.name} {fmt_bytes(lead.last_bytes)} ({_rate(lead.bytes_per_min)}, {lead.verdict})"
                 if lead is not None
                 else ""
             )
             print(
-                f"leakhound: pid {r.pid} sample {r.samples}: RSS {human_bytes(r.rss.last_bytes)} "
+                f"leakhound: pid {r.pid} sample {r.samples}: RSS {fmt_bytes(r.rss.last_bytes)} "
                 f"({_rate(r.rss.bytes_per_min)}){owner}",
                 file=self.file,
                 flush=True,
@@ -133,8 +134,8 @@ def render_diff(diff: SnapshotDiff, *, top: int = 15, file: TextIO | None = None
     )
     for d in (diff.rss, diff.heap, diff.trimmable):
         con.print(
-            f"{d.name:10} {human_bytes(d.before_bytes)} -> {human_bytes(d.after_bytes)}  "
-            f"({'+' if d.bytes >= 0 else ''}{human_bytes(d.bytes)}, {_rate(diff.per_minute(d.bytes))})"
+            f"{d.name:10} {fmt_bytes(d.before_bytes)} -> {fmt_bytes(d.after_bytes)}  "
+            f"({'+' if d.bytes >= 0 else ''}{fmt_bytes(d.bytes)}, {_rate(diff.per_minute(d.bytes))})"
         )
     for warning in diff.warnings:
         con.print(f"[yellow]warning:[/yellow] {warning}")
@@ -151,7 +152,7 @@ def render_diff(diff: SnapshotDiff, *, top: int = 15, file: TextIO | None = None
         for d in [r for r in rows if r.bytes or r.count][:top]:
             note = f" (only {d.only_in})" if d.only_in else ""
             table.add_row(
-                escape(f"{d.name}{note}"), f"{d.count:+,}", f"{'+' if d.bytes >= 0 else ''}{human_bytes(d.bytes)}",
-                human_bytes(d.after_bytes), _rate(diff.per_minute(d.bytes)),
+                escape(f"{d.name}{note}"), f"{d.count:+,}", f"{'+' if d.bytes >= 0 else ''}{fmt_bytes(d.bytes)}",
+                fmt_bytes(d.after_bytes), _rate(diff.per_minute(d.bytes)),
             )
         con.print(table)

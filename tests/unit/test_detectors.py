@@ -12,7 +12,7 @@ def test_trimmable_glibc_memory_is_critical_with_fix_trim() -> None:
     assert finding.severity == "critical"
     assert finding.fix == "trim"
     assert finding.bytes == 140 * MB
-    assert "140.0 MB" in finding.summary and "3.0x the live heap" in finding.summary
+    assert "140.0 MiB" in finding.summary and "3.0x the live heap" in finding.summary
 
 
 def test_pymalloc_free_space_is_reported_without_a_trim_fix() -> None:

@@ -9,31 +9,31 @@ from leakhound.render import table
 from tests.factories import make_snapshot
 
 EXPECTED = """\
-pid 4242 python  Python 3.11.7  via gdb  at 2027-01-15 08:00:00 UTC
-RSS 300.0 MB  USS 290.0 MB  swap 0 B  threads 3
+pid 4242 python  Python 3.11.7  leakhound 0.1.0 via gdb at 2027-01-15 08:00 UTC
+RSS 300.0 MiB  USS 290.0 MiB  swap 0 B  threads 3
 census: 1,000,000 objects in 1.25s, longest pause 12 ms, extra memory 0 B
 owners: first reacher (each object to the first named root that reaches it)
 memory ledger
- where RSS goes       ┃    bytes ┃ of RSS ┃ note
-━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━
- live Python objects  │ 100.0 MB │    33% │
- pymalloc free        │   5.0 MB │     2% │ in arenas; trim cannot return it
- glibc free           │ 150.0 MB │    50% │ freed, still held by malloc
-   of which trimmable │ 140.0 MB │    47% │ malloc_trim(0) would return it
- other                │  45.0 MB │    15% │ interpreter, C, stacks
+ where RSS goes       ┃     bytes ┃ of RSS ┃ note
+━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━
+ live Python objects  │ 100.0 MiB │    33% │
+ pymalloc free        │   5.0 MiB │     2% │ in arenas; trim cannot return it
+ glibc free           │ 150.0 MiB │    50% │ freed, still held by malloc
+   of which trimmable │ 140.0 MiB │    47% │ malloc_trim(0) would return it
+ other                │  45.0 MiB │    15% │ interpreter, C, stacks
 top owners (of 2)
  # ┃ owner                                ┃ type ┃ items ┃ retained
 ━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━╇━━━━━━━╇━━━━━━━━━━
- 1 │ __main__.WORKER.runtime.trajectories │ dict │    48 │  60.0 MB
- 2 │ __main__.CACHE                       │ dict │ 1,000 │  10.0 MB
+ 1 │ __main__.WORKER.runtime.trajectories │ dict │    48 │ 60.0 MiB
+ 2 │ __main__.CACHE                       │ dict │ 1,000 │ 10.0 MiB
 top types
- type ┃   count ┃   bytes
-━━━━━━╇━━━━━━━━━╇━━━━━━━━━
- str  │ 600,000 │ 70.0 MB
- dict │  10,000 │ 20.0 MB
+ type ┃   count ┃    bytes
+━━━━━━╇━━━━━━━━━╇━━━━━━━━━━
+ str  │ 600,000 │ 70.0 MiB
+ dict │  10,000 │ 20.0 MiB
 findings
-CRITICAL arena_fragmentation  140.0 MB
-         glibc holds 140.0 MB of free pages (47% of RSS) that malloc_trim(0)
+CRITICAL arena_fragmentation  140.0 MiB
+         glibc holds 140.0 MiB of free pages (47% of RSS) that malloc_trim(0)
          would return; RSS is 3.0x the live heap
          fix: leakhound patch 4242 --fix trim
 not checked: trajectory_registry, intercept_bodies, step_bloat (no verifiers v1

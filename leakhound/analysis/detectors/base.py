@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from leakhound.model import Finding, Snapshot
+from leakhound.model.units import MiB, fmt_bytes
 
-MB = 1024 * 1024
+MB = MiB  # the old name, kept importable
 
 
 class Detector(Protocol):
@@ -21,4 +22,4 @@ def skipped(kind: str, reason: str) -> Finding:
 
 
 def mb(n: float) -> str:
-    return f"{n / MB:.1f} MB"
+    return fmt_bytes(n, "MiB")
