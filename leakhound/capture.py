@@ -60,6 +60,7 @@ def snapshot_from_result(
             untracked=int(heap.get("untracked", 0)),
             payload_peak_bytes=int(heap.get("payload_peak_bytes", 0)),
             walker=str(heap.get("walker", "")),
+            native_bytes=int(heap.get("native_bytes", 0)),
             unreached_examined=bool(unreached.get("examined", True)),
             unreached_note=str(unreached.get("reason", "")),
         ),
@@ -82,11 +83,14 @@ def snapshot_from_result(
 DEFAULT_MAX_PAUSE_MS = 50.0
 
 
-# The biggest object graph the target builds for the dominator owners (nodes; the census's
-# object count, over twice this, rules it out before the walk): 100-200 bytes a node in the
-# target while it is built and sent (the walk is a Python loop, ~10 us a node). Over it, the
-# first-reacher census's owners stand (docs/inspect.md).
-DEFAULT_MAX_GRAPH_NODES = 1_000_000
+# The biggest object graph the target builds for the dominator owners, in nodes (a folded
+# leaf is no node; the census's object count, over twice this, rules it out before the walk).
+# Building it costs the target ~220 bytes and ~10 us a node (a Python loop; docs/performance.md):
+# by default ("auto") at most ~30 MiB and a few seconds, never more, whatever the heap;
+# over it the first-reacher census's owners stand, and the header says so. Asked for
+# explicitly (--owners dominator), the budget is the big one.
+DEFAULT_MAX_GRAPH_NODES = 150_000
+DOMINATOR_MAX_GRAPH_NODES = 5_000_000
 
 
 @dataclass
@@ -130,7 +134,7 @@ def capture(
     log: AttachLog | None = None,
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
     owner_model: str = "auto",
-    max_graph_nodes: int = DEFAULT_MAX_GRAPH_NODES,
+    max_graph_nodes: int | None = None,
     retainers: int = 3,
     why: str | None = None,
 ) -> Capture:
@@ -140,6 +144,8 @@ def capture(
     request: dict[str, object] = {"op": "snapshot", "top_types": max(top, 50), "top_owners": max(top, 50)}
     if owner_model != "census":
         request["graph"] = True
+        if max_graph_nodes is None:
+            max_graph_nodes = DOMINATOR_MAX_GRAPH_NODES if owner_model == "dominator" else DEFAULT_MAX_GRAPH_NODES
         request["max_graph_nodes"] = max_graph_nodes
     if max_pause_ms:
         request["max_pause_ms"] = max_pause_ms

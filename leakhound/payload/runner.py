@@ -155,6 +155,10 @@ def _snapshot(request, progress, stop):
     return out
 
 
+# The share of the request's remaining time the object graph may take.
+GRAPH_SHARE = 0.6
+
+
 def _graph(request, progress, stop, heap=None):
     """The object graph for the dominator tree (graph.py), when it fits ``max_graph_nodes``
     (the census just counted the heap); else ``{"skipped": reason}``."""
@@ -167,11 +171,18 @@ def _graph(request, progress, stop, heap=None):
     max_pause = request.get("max_pause_ms")
     max_pause = float(max_pause) if type(max_pause) in (int, float) and 0 < max_pause <= 60000 else None
     stop.check("graph")
+    # The graph is extra: the census's owners already stand. It gets part of what is left of
+    # the request's time, and running out of it falls back to them (the arena, probes and
+    # answer still need the rest); only the CLI's cancel or the request's deadline cancel.
+    budget = max(1.0, GRAPH_SHARE * (stop.deadline - time.monotonic()))
     try:
-        return graph.build(timeout=max(1.0, stop.deadline - time.monotonic()), progress=progress,
+        return graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=stop)
-    except (graph.GraphTimeout, graph.GraphCancelled):
+    except graph.GraphTimeout:
+        return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
+                "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget}
+    except graph.GraphCancelled:
         stop.reason = stop.reason or "deadline"
         raise Cancelled(stop.reason, "graph") from None
 

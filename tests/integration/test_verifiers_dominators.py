@@ -41,7 +41,8 @@ def test_owner_one_is_the_trajectories_under_rollouts(tmp_path: Path) -> None:
         busy = threading.Thread(target=rollouts)
         busy.start()
         try:
-            during = capture(worker.worker_pid, timeout=180, top=10, why="verifiers.v1.runtime.Runtime")
+            during = capture(worker.worker_pid, timeout=180, top=10, owner_model="dominator",
+                             why="verifiers.v1.runtime.Runtime")
         finally:
             busy.join(timeout=320)
         assert "error" not in outcome, f"{outcome.get('error')}\n{worker.log_tail()}"

@@ -83,3 +83,33 @@ def test_a_request_past_its_deadline_answers_cancelled_and_releases_the_lock(tmp
     assert result["phase"] == "commit"
     assert runner._busy.acquire(blocking=False)
     runner._busy.release()
+
+
+def test_a_graph_out_of_time_falls_back_to_the_census_owners(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It used to cancel the whole request: the census's owners were lost and the next
+    # commands were refused while the walk ran on (seen at the simulator's default size).
+    from leakhound.payload import graph
+
+    seen: dict[str, float] = {}
+
+    def too_slow(**kwargs: Any) -> Any:
+        seen["timeout"] = kwargs["timeout"]
+        raise graph.GraphTimeout("the object graph did not finish within its time budget")
+
+    monkeypatch.setattr(graph, "build", too_slow)
+    stop = runner._Stop(100.0)
+    out = runner._graph({"graph": True}, lambda phase, done: None, stop, heap={"objects": 10})
+    assert "did not finish" in out["skipped"]
+    assert seen["timeout"] <= 0.6 * 100.0 + 0.01  # its share of the time left, not all of it
+    assert stop.reason is None  # the request goes on: arena, probes, the census's owners
+
+
+def test_a_cancel_during_the_graph_still_cancels(monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakhound.payload import graph
+
+    def cancelled(**kwargs: Any) -> Any:
+        raise graph.GraphCancelled("the object graph was cancelled")
+
+    monkeypatch.setattr(graph, "build", cancelled)
+    with pytest.raises(runner.Cancelled):
+        runner._graph({"graph": True}, lambda phase, done: None, runner._Stop(100.0), heap={"objects": 10})
