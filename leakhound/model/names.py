@@ -27,6 +27,14 @@ class Fix(str, enum.Enum):
 #: Every fix, in the order they are applied and shown.
 FIX_NAMES: tuple[str, ...] = tuple(f.value for f in Fix)
 
+#: Finding kinds of snapshots written before a detector was named as the fix it recommends;
+#: the snapshot loader reads them as today's names, so old and new files diff.
+OLD_FINDING_KINDS: dict[str, str] = {
+    "trajectory_registry": Fix.REGISTRY.value,
+    "intercept_bodies": Fix.INTERCEPTS.value,
+    "step_bloat": Fix.STEPS.value,
+}
+
 
 def parse_fixes(text: str, *, allow_none: bool = False, extra: Iterable[str] = ()) -> tuple[str, ...]:
     """``all``, a comma list of fix names (``steps,trim``), or with ``allow_none`` ``none``;

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from leakhound import __version__
+from leakhound.model.names import OLD_FINDING_KINDS
 
 SNAPSHOT_SCHEMA = "leakhound.snapshot/2"
 # Schemas this version reads: /1 (owners by first reacher only) and /2 (docs/snapshot-schema.md).
@@ -285,6 +286,10 @@ def snapshot_from_dict(doc: Any) -> Snapshot:
             if isinstance(doc.get("heap"), dict) and name in doc["heap"]:
                 raise SchemaError(f"malformed snapshot: heap.{name} is not in {schema}")
         doc = {**doc, "schema": SNAPSHOT_SCHEMA}
+    if isinstance(doc.get("findings"), list):  # kinds renamed since: read as today's names
+        doc = {**doc, "findings": [
+            {**f, "kind": OLD_FINDING_KINDS.get(f["kind"], f["kind"])}
+            if isinstance(f, dict) and isinstance(f.get("kind"), str) else f for f in doc["findings"]]}
     if "leakhound_version" not in doc:  # written before the version was recorded: not this one's
         doc = {**doc, "leakhound_version": ""}
     if doc.get("cyclic_garbage") is None:  # older files may leave it out

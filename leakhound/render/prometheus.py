@@ -22,18 +22,19 @@ from prometheus_client.registry import Collector
 
 from leakhound.analysis.growth import UNKNOWN, GrowthReport, OwnerSample, Sample
 from leakhound.model import Snapshot
-from leakhound.model.names import CODE_OWNER
+from leakhound.model.names import CODE_OWNER, Fix
 
 PREFIX = "leakhound"
 DEFAULT_TOP_OWNERS = 10
-# Finding kinds whose count and bytes become metrics of their own (the verifiers detectors):
+# Finding kinds whose count and bytes become metrics of their own (the verifiers detectors,
+# named as their fix; the metric names say what is counted):
 # kind -> ((count metric, its HELP), (bytes metric, its HELP)).
 NAMED_FINDINGS = {
-    "trajectory_registry": (
+    Fix.REGISTRY.value: (
         ("trajectory_registry_entries", "Entries in the verifiers trajectory registry (Runtime.trajectories)."),
         ("trajectory_registry_bytes", "Bytes retained by the verifiers trajectory registry's entries."),
     ),
-    "intercept_bodies": (
+    Fix.INTERCEPTS.value: (
         ("intercept_bodies", "Intercepted request bodies verifiers still holds after delivering them."),
         ("intercept_bodies_bytes", "Bytes of the intercepted request bodies verifiers still holds."),
     ),

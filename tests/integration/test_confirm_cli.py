@@ -70,7 +70,7 @@ def test_demo_tells_the_whole_story(tmp_path: Path) -> None:
                             env={**os.environ, "NO_COLOR": "1", "COLUMNS": "100"})
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for kind in ("trajectory_registry", "intercept_bodies", "step_bloat"):
+    for kind in ("registry", "intercepts", "steps"):
         assert kind in out
     assert out.count(" applied ") >= 4 or out.count("applied") >= 4
     assert "\x1b[" not in out

@@ -37,7 +37,7 @@ def test_each_detector_matches_the_leaking_workers_own_numbers(tmp_path: Path) -
     traj, held = report["trajectories"], report["intercepts"]
     assert traj["finished_entries"] == 4 and traj["inflight_entries"] == 2
 
-    registry = _finding(snap, "trajectory_registry")
+    registry = _finding(snap, "registry")
     assert registry.fix == "registry"
     assert registry.count == traj["finished_entries"]
     assert registry.details["entries"] == traj["entries"]
@@ -45,7 +45,7 @@ def test_each_detector_matches_the_leaking_workers_own_numbers(tmp_path: Path) -
     assert within(registry.details["retained_bytes"], traj["retained_bytes"])
     assert registry.owner.endswith("runtime.trajectories"), [o.path for o in snap.owners][:60]
 
-    intercepts = _finding(snap, "intercept_bodies")
+    intercepts = _finding(snap, "intercepts")
     assert intercepts.fix == "intercepts"
     assert intercepts.count == held["delivered"] == 2 * 6
     assert intercepts.details["pending"] == held["pending"]
@@ -53,7 +53,7 @@ def test_each_detector_matches_the_leaking_workers_own_numbers(tmp_path: Path) -
     assert within(intercepts.details["body_bytes"], held["body_bytes"])
     assert intercepts.details["base64_bytes"] > 0.8 * intercepts.details["body_bytes"]
 
-    steps = _finding(snap, "step_bloat")
+    steps = _finding(snap, "steps")
     assert steps.fix == "steps"
     assert steps.count == traj["bloated_steps"] == traj["steps"]
     assert within(steps.bytes, traj["redundant_bytes"])
@@ -62,7 +62,7 @@ def test_each_detector_matches_the_leaking_workers_own_numbers(tmp_path: Path) -
 def test_no_leak_detector_fires_on_a_fixed_worker(tmp_path: Path) -> None:
     snap, report = _idle_worker(tmp_path, "all")
     kinds = {f.kind for f in snap.findings if not f.skipped}
-    assert not kinds & {"trajectory_registry", "intercept_bodies", "step_bloat"}
+    assert not kinds & {"registry", "intercepts", "steps"}
     assert not [f for f in snap.findings if f.fix], [f.summary for f in snap.findings]
     # The probe still saw the fixed structures: only in-flight entries, only sidecar steps.
     probe = snap.probes["verifiers"]

@@ -97,9 +97,9 @@ def test_verifier_findings_become_named_metrics() -> None:
         types=(), owners=(Owner("env.REGISTRY", "dict", 12, 4000),),
         cyclic_garbage=CyclicGarbage(objects=0, bytes=0),
         findings=(
-            Finding("trajectory_registry", "critical", 4000, 12, "env.REGISTRY", "", "s"),
-            Finding("intercept_bodies", "warning", 900, 3, "env.INTERCEPTS", "", "s"),
-            Finding("intercept_bodies", "warning", 100, 1, "env.INTERCEPTS", "", "s"),
+            Finding("registry", "critical", 4000, 12, "env.REGISTRY", "", "s"),
+            Finding("intercepts", "warning", 900, 3, "env.INTERCEPTS", "", "s"),
+            Finding("intercepts", "warning", 100, 1, "env.INTERCEPTS", "", "s"),
             Finding("arena_fragmentation", "skipped", 0, 0, "", "", "no glibc"),
         ),
     )
@@ -119,7 +119,7 @@ def test_verifier_findings_become_named_metrics() -> None:
     assert metrics["leakhound_intercept_bodies"] == [({**base, "owner": "env.INTERCEPTS"}, 4.0)]
     assert metrics["leakhound_intercept_bodies_bytes"] == [({**base, "owner": "env.INTERCEPTS"}, 1000.0)]
     kinds = {lab["kind"] for lab, _ in metrics["leakhound_finding_bytes"]}
-    assert kinds == {"trajectory_registry", "intercept_bodies"}
+    assert kinds == {"registry", "intercepts"}
     assert metrics["leakhound_rss_bytes"] == [(base, 123.0)]
 
 

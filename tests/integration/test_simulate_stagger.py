@@ -32,7 +32,7 @@ def test_rollouts_are_staggered_and_inspect_always_sees_the_intercept_leak(tmp_p
         for _ in range(4):
             time.sleep(0.7)
             snapshot = take_snapshot(pid, timeout=60)
-            finding = next((f for f in snapshot.findings if f.kind == "intercept_bodies"), None)
+            finding = next((f for f in snapshot.findings if f.kind == "intercepts"), None)
             found.append(0 if finding is None else finding.count)
         time.sleep(1.5)
         report = fleet.report(pid)

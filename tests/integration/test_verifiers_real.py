@@ -122,9 +122,9 @@ def test_detectors_match_the_workers_own_registry_intercepts_and_steps(tmp_path:
     assert 0.95 * held["body_base64_chars"] <= intercepts["base64_bytes"] <= held["body_base64_chars"]
 
     found = findings(snapshot)
-    assert found["trajectory_registry"].count == truth["finished_entries"]
-    assert found["intercept_bodies"].count == held["delivered"]
-    assert found["step_bloat"].count == truth["steps"]
+    assert found["registry"].count == truth["finished_entries"]
+    assert found["intercepts"].count == held["delivered"]
+    assert found["steps"].count == truth["steps"]
 
 
 def test_patches_apply_live_move_their_numbers_and_revert_exactly(tmp_path: Path) -> None:
@@ -195,7 +195,7 @@ def test_patches_apply_live_move_their_numbers_and_revert_exactly(tmp_path: Path
         steps = snapshot.probes["verifiers"]["steps"]
         assert steps["bloated_steps"] == r_snap["trajectory_registry"]["heavy_steps"]
         assert steps["sidecar_steps"] == r_snap["trajectory_registry"]["sidecar_steps"]
-        assert findings(snapshot)["step_bloat"].count == r_snap["trajectory_registry"]["heavy_steps"]
+        assert findings(snapshot)["steps"].count == r_snap["trajectory_registry"]["heavy_steps"]
 
         status = cli("patch", str(pid), "--fix", "all", "--status", "--method", "gdb", "--json")
         assert status.returncode == 0, status.stderr
@@ -352,4 +352,4 @@ def test_the_real_worker_on_312_survives_inspections_while_it_runs_rollouts(tmp_
     registry = idle.probes["verifiers"]["registry"]
     assert registry["entries"] == report["trajectory_registry"]["entries"]
     assert registry["finished_entries"] == report["trajectory_registry"]["finished_entries"]
-    assert findings(idle)["trajectory_registry"].count == report["trajectory_registry"]["finished_entries"]
+    assert findings(idle)["registry"].count == report["trajectory_registry"]["finished_entries"]

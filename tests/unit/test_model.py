@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,31 @@ def test_the_table_header_names_leakhound_and_its_version(monkeypatch: pytest.Mo
         buf = io.StringIO()
         table.render_snapshot(make_snapshot(leakhound_version=version), file=buf)
         assert said in buf.getvalue().splitlines()[0]
+
+
+def test_a_file_with_the_old_finding_kinds_reads_as_the_fix_names_and_diffs(tmp_path: Path) -> None:
+    """Detectors were renamed after the fix each recommends (step_bloat -> steps); older files
+    still load, with today's names, and diff against a new one."""
+    from typer.testing import CliRunner
+
+    from leakhound.analysis.detectors import run_detectors
+    from leakhound.cli import app
+    from leakhound.model.names import FIX_NAMES
+    from tests.unit.test_verifiers_detectors import OWNERS, _probe
+
+    new = make_snapshot(probes={"verifiers": _probe()}, owners=OWNERS)
+    new = new.with_findings(run_detectors(new))
+    kinds = {f.kind for f in new.findings}
+    assert {"registry", "intercepts", "steps"} <= kinds <= {*FIX_NAMES, "arena_fragmentation", "cyclic_garbage"}
+    doc = json.loads(snapshot_to_json(new))
+    renamed = {"registry": "trajectory_registry", "intercepts": "intercept_bodies", "steps": "step_bloat"}
+    for finding in doc["findings"]:
+        finding["kind"] = renamed.get(finding["kind"], finding["kind"])
+    del doc["leakhound_version"]
+    old = snapshot_from_json(json.dumps(doc))
+    assert [f.kind for f in old.findings] == [f.kind for f in new.findings]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    (tmp_path / "new.json").write_text(snapshot_to_json(new))
+    result = CliRunner().invoke(app, ["diff", str(tmp_path / "old.json"), str(tmp_path / "new.json")],
+                                env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output

@@ -50,9 +50,9 @@ def _snapshot(t: float, grown: int, line: int) -> object:
             Owner("<modules and classes>", "module", 0, 5_000_000),
         ),
         findings=(
-            Finding("trajectory_registry", "critical", 4000, 12, "m.Runtime.trajectories", "registry", "s"),
-            Finding("intercept_bodies", "warning", 900, 3, "m.Server.intercepts", "intercepts", "s"),
-            Finding("intercept_bodies", "info", 100, 1, "m.Server.intercepts", "intercepts", "s"),
+            Finding("registry", "critical", 4000, 12, "m.Runtime.trajectories", "registry", "s"),
+            Finding("intercepts", "warning", 900, 3, "m.Server.intercepts", "intercepts", "s"),
+            Finding("intercepts", "info", 100, 1, "m.Server.intercepts", "intercepts", "s"),
             Finding("arena_fragmentation", "skipped", 0, 0, "", "", "no glibc"),
         ),
     )
@@ -108,9 +108,9 @@ def test_labels_are_bounded_and_identify_the_worker() -> None:
             assert set(labels) <= LABELS, (name, labels)  # no verdict, severity or process name
             assert {"pid", "worker"} <= set(labels), (name, labels)
     kinds = {lab["kind"] for lab, _ in series["leakhound_finding_bytes"]}
-    assert kinds == {"trajectory_registry", "intercept_bodies"}
+    assert kinds == {"registry", "intercepts"}
     # The two intercept findings (warning and info before) are one series, summed.
-    assert [v for lab, v in series["leakhound_finding_bytes"] if lab["kind"] == "intercept_bodies"] == [1000.0]
+    assert [v for lab, v in series["leakhound_finding_bytes"] if lab["kind"] == "intercepts"] == [1000.0]
     assert series["leakhound_intercept_bodies"] == [
         ({"pid": "41", "worker": "worker.py", "owner": "m.Server.intercepts"}, 4.0)
     ]

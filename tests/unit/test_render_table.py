@@ -36,8 +36,8 @@ CRITICAL arena_fragmentation  140.0 MiB
          glibc holds 140.0 MiB of free pages (47% of RSS) that malloc_trim(0)
          would return; RSS is 3.0x the live heap
          fix: leakhound patch 4242 --fix trim
-not checked: trajectory_registry, intercept_bodies, step_bloat (no verifiers v1
-runtime in this process)
+not checked: registry, intercepts, steps (no verifiers v1 runtime in this
+process)
 """
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakhound.analysis.detectors import intercept_bodies, step_bloat, trajectory_registry
+from leakhound.analysis.detectors import intercepts, registry, steps
 from leakhound.model import Owner
 from tests.factories import MB, make_snapshot
 
@@ -26,7 +26,7 @@ OWNERS = (Owner("task:Task-1/run (w.py:1).<EnvWorker>.env.harness.runtime.trajec
 
 def test_registry_counts_finished_entries_and_names_the_owner() -> None:
     snap = make_snapshot(probes={"verifiers": _probe()}, owners=OWNERS)
-    (f,) = trajectory_registry.detect(snap)
+    (f,) = registry.detect(snap)
     assert (f.count, f.bytes, f.fix, f.severity) == (8, 64 * MB, "registry", "critical")
     assert f.owner.endswith("runtime.trajectories")
     assert "10 trajectories, 8 of them from rollouts that have finished" in f.summary
@@ -34,22 +34,22 @@ def test_registry_counts_finished_entries_and_names_the_owner() -> None:
 
 def test_no_registry_finding_when_only_inflight_entries() -> None:
     snap = make_snapshot(probes={"verifiers": _probe(registry={"finished_entries": 0})})
-    assert trajectory_registry.detect(snap) == []
+    assert registry.detect(snap) == []
 
 
 def test_intercepts_delivered_vs_pending_and_base64_share() -> None:
-    (f,) = intercept_bodies.detect(make_snapshot(probes={"verifiers": _probe()}))
+    (f,) = intercepts.detect(make_snapshot(probes={"verifiers": _probe()}))
     assert (f.count, f.bytes, f.fix) == (88, 190 * MB, "intercepts")
     assert "88 already delivered" in f.summary and "2 pending" in f.summary and "90% of body bytes" in f.summary
 
 
 def test_step_bloat_reports_redundant_bytes() -> None:
-    (f,) = step_bloat.detect(make_snapshot(probes={"verifiers": _probe()}))
+    (f,) = steps.detect(make_snapshot(probes={"verifiers": _probe()}))
     assert (f.count, f.bytes, f.fix) == (450, 30 * MB, "steps")
 
 
 def test_no_verifiers_in_target_is_skipped_with_reason() -> None:
     snap = make_snapshot(probes={"verifiers": {"skipped": "no verifiers v1 runtime in this process"}})
-    for detector in (trajectory_registry, intercept_bodies, step_bloat):
+    for detector in (registry, intercepts, steps):
         (f,) = detector.detect(snap)
         assert f.skipped and "no verifiers" in f.summary

@@ -1,4 +1,7 @@
-"""Detectors: pure functions ``detect(snapshot) -> list[Finding]``, one module each."""
+"""Detectors: pure functions ``detect(snapshot) -> list[Finding]``, one module each.
+
+A detector that recommends a fix is named as the fix (``--fix registry``, finding kind
+``registry``, the payload probe's ``registry`` section); the others by the shape they see."""
 
 from __future__ import annotations
 
@@ -7,18 +10,18 @@ from collections.abc import Callable
 from leakhound.analysis.detectors import (
     arena_fragmentation,
     cyclic_garbage,
-    intercept_bodies,
-    step_bloat,
-    trajectory_registry,
+    intercepts,
+    registry,
+    steps,
 )
 from leakhound.model import Finding, Snapshot
 
 DETECTORS: dict[str, Callable[[Snapshot], list[Finding]]] = {
     arena_fragmentation.KIND: arena_fragmentation.detect,
     cyclic_garbage.KIND: cyclic_garbage.detect,
-    trajectory_registry.KIND: trajectory_registry.detect,
-    intercept_bodies.KIND: intercept_bodies.detect,
-    step_bloat.KIND: step_bloat.detect,
+    registry.KIND: registry.detect,
+    intercepts.KIND: intercepts.detect,
+    steps.KIND: steps.detect,
 }
 
 _ORDER = {"critical": 0, "warning": 1, "info": 2, "skipped": 3}

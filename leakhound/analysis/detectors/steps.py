@@ -6,8 +6,9 @@ from __future__ import annotations
 from leakhound.analysis.detectors._verifiers import owner_path, probe
 from leakhound.analysis.detectors.base import mb, skipped
 from leakhound.model import Finding, Snapshot
+from leakhound.model.names import Fix
 
-KIND = "step_bloat"
+KIND = Fix.STEPS.value  # named as the fix it recommends and the payload probe that measures it
 
 
 def detect(snapshot: Snapshot) -> list[Finding]:
@@ -26,7 +27,7 @@ def detect(snapshot: Snapshot) -> list[Finding]:
             bytes=int(steps["redundant_bytes"]),
             count=bloated,
             owner=owner_path(snapshot, ".trajectories", "Runtime.trajectories"),
-            fix="steps",
+            fix=KIND,
             summary=(
                 f"{bloated} of {steps['steps']} trajectory steps store the whole serialised "
                 f"response; its message restates the completion and prompt tokens "

@@ -7,8 +7,9 @@ from __future__ import annotations
 from leakhound.analysis.detectors._verifiers import owner_path, probe
 from leakhound.analysis.detectors.base import mb, skipped
 from leakhound.model import Finding, Snapshot
+from leakhound.model.names import Fix
 
-KIND = "intercept_bodies"
+KIND = Fix.INTERCEPTS.value  # named as the fix it recommends and the payload probe that measures it
 
 
 def detect(snapshot: Snapshot) -> list[Finding]:
@@ -30,7 +31,7 @@ def detect(snapshot: Snapshot) -> list[Finding]:
             bytes=int(held["delivered_body_bytes"]),
             count=delivered,
             owner=owner_path(snapshot, ".intercepts", "InterceptionServer.intercepts"),
-            fix="intercepts",
+            fix=KIND,
             summary=(
                 f"InterceptionServer.intercepts holds {held['entries']} request bodies: "
                 f"{delivered} already delivered ({mb(held['delivered_body_bytes'])}), "

@@ -10,8 +10,9 @@ from __future__ import annotations
 from leakhound.analysis.detectors._verifiers import owner_path, probe
 from leakhound.analysis.detectors.base import mb, skipped
 from leakhound.model import Finding, Snapshot
+from leakhound.model.names import Fix
 
-KIND = "trajectory_registry"
+KIND = Fix.REGISTRY.value  # named as the fix it recommends and the payload probe that measures it
 
 
 def detect(snapshot: Snapshot) -> list[Finding]:
@@ -30,7 +31,7 @@ def detect(snapshot: Snapshot) -> list[Finding]:
             bytes=int(reg["finished_bytes"]),
             count=finished,
             owner=owner_path(snapshot, ".trajectories", "Runtime.trajectories"),
-            fix="registry",
+            fix=KIND,
             summary=(
                 f"Runtime.trajectories holds {reg['entries']} trajectories, {finished} of them "
                 f"from rollouts that have finished ({reg['finished_steps']} steps, "
