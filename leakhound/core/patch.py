@@ -190,7 +190,8 @@ def _outcome(pid: int, result: dict[str, Any]) -> PatchOutcome:
         status=result["status"],
         metric=spec.metric if spec else "",
         reason=str(result.get("reason") or result.get("warning") or ""),
-        targets=tuple(result.get("targets") or ()),
+        # "targets": what a payload of an older leakhound called them
+        functions=tuple(result.get("functions") or result.get("targets") or ()),
         counters=dict(result.get("counters") or {}),
     )
 

@@ -154,7 +154,8 @@ class PatchOutcome:
     after: float | None = None
     effect: str = ""
     reason: str = ""
-    targets: tuple[str, ...] = ()
+    # The functions the fix replaced (``module.Class.name``), not the processes it ran in.
+    functions: tuple[str, ...] = ()
     counters: dict[str, Any] = field(default_factory=dict)
 
 

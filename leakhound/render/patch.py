@@ -28,8 +28,8 @@ def render_outcomes(outcomes: Sequence[PatchOutcome], *, file: TextIO | None = N
             lines.append(o.effect)
         elif o.reason:
             lines.append(o.reason)
-        if o.targets and o.status in ("applied", "would-apply", "reverted"):
-            lines.append("[dim]" + ", ".join(o.targets) + "[/dim]")
+        if o.functions and o.status in ("applied", "would-apply", "reverted"):
+            lines.append("[dim]" + ", ".join(o.functions) + "[/dim]")
         if o.counters and not o.effect and o.status in ("applied", "reverted"):
             lines.append("[dim]" + ", ".join(f"{k}={v}" for k, v in sorted(o.counters.items())) + "[/dim]")
         grid.add_row(f"pid {o.pid}", f"[bold]{o.fix}[/bold] [{style}]{o.status}[/{style}]", "\n".join(lines))
@@ -39,7 +39,7 @@ def render_outcomes(outcomes: Sequence[PatchOutcome], *, file: TextIO | None = N
 def outcome_doc(o: PatchOutcome) -> dict[str, Any]:
     return {
         "fix": o.fix, "pid": o.pid, "status": o.status, "metric": o.metric, "before": o.before,
-        "after": o.after, "effect": o.effect, "reason": o.reason, "targets": list(o.targets),
+        "after": o.after, "effect": o.effect, "reason": o.reason, "functions": list(o.functions),
         "counters": o.counters,
     }
 

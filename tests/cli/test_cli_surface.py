@@ -230,7 +230,7 @@ def test_piped_output_is_not_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     target = "leakhound.simulate.runtime.Runtime." + "very_long_function_name_" * 6 + "end"
     out = io.StringIO()
-    render_outcomes([PatchOutcome(fix="steps", pid=7, status="applied", metric="", targets=(target,))], file=out)
+    render_outcomes([PatchOutcome(fix="steps", pid=7, status="applied", metric="", functions=(target,))], file=out)
     assert target in out.getvalue() and "…" not in out.getvalue()
 
 

@@ -30,6 +30,12 @@ def _describe(plan):
     return out
 
 
+def _functions(entry):
+    """The patched functions a fix's state entry lists; entries left by an older leakhound
+    in a target that still runs its fixes call them ``targets``."""
+    return entry.get("functions", entry.get("targets", []))
+
+
 def _options(request):
     """Fix options from the request, each checked against its allowed range (never code)."""
     out = {}  # type: dict
@@ -46,16 +52,16 @@ def _plan(module, dry_run):
     """What applying ``module`` would do, changing nothing: (result, plan or None)."""
     fixes = _state.peek()
     if module.FIX in fixes:
-        return ({"fix": module.FIX, "status": "already-applied", "targets": fixes[module.FIX]["targets"],
+        return ({"fix": module.FIX, "status": "already-applied", "functions": _functions(fixes[module.FIX]),
                  "counters": dict(fixes[module.FIX]["counters"])}, None)
     plan, reason = module.recognise()
     if plan is None:
         return {"fix": module.FIX, "status": "refused", "reason": reason}, None
-    targets = _describe(plan)
+    functions = _describe(plan)
     if dry_run:
-        return ({"fix": module.FIX, "status": "would-apply", "targets": targets,
+        return ({"fix": module.FIX, "status": "would-apply", "functions": functions,
                  "description": module.DESCRIPTION}, None)
-    return {"fix": module.FIX, "status": "applied", "targets": targets, "description": module.DESCRIPTION}, plan
+    return {"fix": module.FIX, "status": "applied", "functions": functions, "description": module.DESCRIPTION}, plan
 
 
 def _land(module, plan, result, options):
@@ -67,7 +73,7 @@ def _land(module, plan, result, options):
         swap.new = make(swap.original, counters)
         swap.new.__leakhound_fix__ = module.FIX
         swaps.append(swap)
-    entry = {"swaps": swaps, "targets": result["targets"], "counters": counters, "options": options or {}}
+    entry = {"swaps": swaps, "functions": result["functions"], "counters": counters, "options": options or {}}
     start = getattr(module, "start", None)
     if start is not None:
         start(entry)
@@ -115,7 +121,7 @@ def _revert(module):
     clobbered = [s.name for s in entry["swaps"] if not s.revert()]
     del fixes[module.FIX]
     _state.drop_if_empty()
-    out = {"fix": module.FIX, "status": "reverted", "targets": entry["targets"],
+    out = {"fix": module.FIX, "status": "reverted", "functions": _functions(entry),
            "counters": dict(entry["counters"])}
     if clobbered:
         out["warning"] = "replaced by other code since; left as is: %s" % ", ".join(clobbered)
@@ -128,7 +134,7 @@ def _status(module):
         plan, reason = module.recognise()
         return {"fix": module.FIX, "status": "not-applied",
                 "applicable": plan is not None, "reason": reason or ""}
-    return {"fix": module.FIX, "status": "applied", "targets": entry["targets"],
+    return {"fix": module.FIX, "status": "applied", "functions": _functions(entry),
             "counters": dict(entry["counters"])}
 
 
