@@ -10,7 +10,7 @@ from leakhound.commands.common import Reporter, new_reporter
 from leakhound.commands.options import JsonOpt, MethodOpt
 from leakhound.core.confirm import CONFIRM_SCHEMA, Workload, run_confirm
 from leakhound.core.confirm_workload import WORKER_CONFIRM_SCHEMA, WorkerCommand, run_workload_confirm
-from leakhound.render import json as json_render
+from leakhound.render import json_doc as json_render
 from leakhound.render import patch as patch_render
 
 

@@ -11,7 +11,7 @@ from leakhound.analysis.diff import SnapshotDiff, diff_snapshots, diff_to_dict
 from leakhound.commands.options import JsonOpt, TopOpt
 from leakhound.errors import SnapshotFileError
 from leakhound.model import SchemaError, Snapshot, snapshot_from_json
-from leakhound.render import json as json_render
+from leakhound.render import json_doc as json_render
 
 
 def load_snapshot(path: Path) -> Snapshot:

@@ -12,7 +12,7 @@ from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import JsonOpt, MaxPauseOpt, MethodOpt, OutputOpt, PidArg, TimeoutOpt, TopOpt
 from leakhound.model import Snapshot, snapshot_to_json
 from leakhound.render import heapsnapshot, table
-from leakhound.render import json as json_render
+from leakhound.render import json_doc as json_render
 
 # --owners: how owners are found (docs/inspect.md)
 OWNER_MODELS = ("auto", "dominator", "census")

@@ -25,7 +25,7 @@ from leakhound.core.targets import chosen_pids
 from leakhound.errors import LeakhoundError, PatchPartlyRefused
 from leakhound.model import PatchOutcome
 from leakhound.model.names import FIX_NAMES, PatchAction
-from leakhound.render import json as json_render
+from leakhound.render import json_doc as json_render
 from leakhound.render import patch as patch_render
 
 PATCH_SCHEMA = "leakhound.patch/1"

@@ -9,7 +9,7 @@ import typer
 from leakhound.commands.options import JsonOpt, PidArg, TimeoutOpt
 from leakhound.core.stacks import dump_stacks
 from leakhound.model.stacks import ThreadStack
-from leakhound.render import json as json_render
+from leakhound.render import json_doc as json_render
 from leakhound.render.stacks import render_stacks, stacks_document
 
 

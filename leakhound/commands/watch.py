@@ -65,7 +65,7 @@ def run(
     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS,
 ) -> WatchResult:
     from leakhound.analysis.growth import sample_to_dict
-    from leakhound.render import json as json_render
+    from leakhound.render import json_doc as json_render
     from leakhound.render import watch as watch_render
 
     if plot is not None:
