@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from leakhound.analysis.ledger import ledger
 from leakhound.capture import take_snapshot
 from leakhound.commands.common import Reporter, new_reporter
 from leakhound.commands.options import MethodOpt
@@ -53,7 +54,7 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
                 snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress,
                                          log=reporter.log)
             reporter.done()
-            table.render_snapshot(snapshot, top=8)
+            table.render_snapshot(snapshot, ledger(snapshot), top=8)
             con.print(f"\n[bold]3. leakhound patch {pid} --fix all --verify {verify:.0f}[/bold] "
                       "(live monkeypatches, measured before/after in the worker)\n")
             outcomes = patch_process(pid, fixes=list(FIX_NAMES), verify_seconds=verify, method=method, log=reporter.log)

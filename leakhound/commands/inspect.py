@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from leakhound.analysis.ledger import ledger
 from leakhound.capture import DEFAULT_MAX_PAUSE_MS, capture
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import JsonOpt, MaxPauseOpt, MethodOpt, OutputOpt, PidArg, TimeoutOpt, TopOpt
@@ -60,7 +61,7 @@ def run(
         else:
             json_render.render_snapshot(snapshot)
     else:
-        table.render_snapshot(snapshot, top=top)
+        table.render_snapshot(snapshot, ledger(snapshot), top=top)
         if why is not None:
             table.render_why(why, taken.why, snapshot)
     return snapshot

@@ -94,7 +94,7 @@ def run(
     if plot is not None:
         from leakhound.render.plot import plot_samples
 
-        plot_samples(result.samples, path=plot, snapshots=result.snapshots)
+        plot_samples(result.samples, result.reports, path=plot, snapshots=result.snapshots)
         reporter.note(f"plot written to {plot}")
     if as_json:
         json_render.render_line(watch_render.report_document(result.reports, interrupted=result.interrupted))

@@ -211,6 +211,7 @@ class Census(_Roots, _Unreached):
             "unreached": dict(self.unreached),
             "max_step_ms": self.clock.max_step * 1000.0,
             "payload_peak_bytes": self.bookkeeping_bytes,
+            "native_bytes": self.native_bytes,
             "notes": self._notes(),
             "types": [
                 {"type": _type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from leakhound.analysis.growth import Sample, analyse_growth
+from leakhound.analysis.growth import GrowthReport, Sample
 from leakhound.errors import PlottingUnavailable
 from leakhound.model import Snapshot
 from leakhound.model.units import MiB
@@ -60,9 +60,11 @@ def _when(t: float) -> datetime.datetime:
 
 
 def build_figure(
-    samples: Sequence[Sample], *, workers: dict[int, str] | None = None, top_owners: int = 4
+    samples: Sequence[Sample], reports: Sequence[GrowthReport], *, workers: dict[int, str] | None = None,
+    top_owners: int = 4,
 ) -> Any:
-    """The figure (a matplotlib ``Figure``, not yet saved)."""
+    """The figure (a matplotlib ``Figure``, not yet saved): one panel per process with samples,
+    drawn from its growth report as ``watch`` computed it (a plot computes nothing)."""
     require_plotting()
     import matplotlib
 
@@ -75,13 +77,14 @@ def build_figure(
     by_pid: dict[int, list[Sample]] = defaultdict(list)
     for sample in samples:
         by_pid[sample.pid].append(sample)
-    pids = sorted(by_pid)
+    by_report = {r.pid: r for r in reports}
+    pids = sorted(pid for pid in by_pid if pid in by_report)
     rows = max(1, len(pids))
     fig, axes = plt.subplots(rows, 1, figsize=(13, 3.8 * rows + 0.8), squeeze=False)
     zone = _when(min((s.taken_at for s in samples), default=0.0)).strftime("%Z, %Y-%m-%d")
     for ax, pid in zip((a[0] for a in axes), pids, strict=False):
         series = sorted(by_pid[pid], key=lambda s: s.taken_at)
-        report = analyse_growth(series)
+        report = by_report[pid]
         ax.plot([_when(s.taken_at) for s in series], [s.rss_bytes / MiB for s in series],
                 color="black", linewidth=2.2, label="RSS")
         heap = [s for s in series if s.heap_bytes is not None]
@@ -128,9 +131,10 @@ def build_figure(
 
 
 def plot_samples(
-    samples: Sequence[Sample], *, path: Path, snapshots: Sequence[Snapshot] = (), top_owners: int = 4
+    samples: Sequence[Sample], reports: Sequence[GrowthReport], *, path: Path, snapshots: Sequence[Snapshot] = (),
+    top_owners: int = 4,
 ) -> Path:
-    fig = build_figure(samples, workers=worker_names(snapshots), top_owners=top_owners)
+    fig = build_figure(samples, reports, workers=worker_names(snapshots), top_owners=top_owners)
     import matplotlib.pyplot as plt
 
     try:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TextIO
 
 from rich.table import Table
 
-from leakhound.analysis.ledger import ledger
+from leakhound.analysis.ledger import LedgerRow
 from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.units import fmt_bytes
 from leakhound.render.console import console
@@ -15,7 +16,11 @@ from leakhound.render.console import console
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "skipped": "dim"}
 
 
-def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = None) -> None:
+def render_snapshot(
+    snapshot: Snapshot, ledger: Sequence[LedgerRow], *, top: int = 10, file: TextIO | None = None
+) -> None:
+    """Prints the snapshot and its ``ledger`` (``analysis.ledger.ledger(snapshot)``, computed
+    by the caller: a renderer computes nothing)."""
     con = console(file)
     when = datetime.fromtimestamp(snapshot.taken_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     p = snapshot.process
@@ -45,7 +50,7 @@ def render_snapshot(snapshot: Snapshot, *, top: int = 10, file: TextIO | None = 
     table.add_column("bytes", justify="right")
     table.add_column("of RSS", justify="right")
     table.add_column("note")
-    for row in ledger(snapshot):
+    for row in ledger:
         table.add_row(row.name, fmt_bytes(row.bytes), f"{row.share:.0%}", row.note)
     con.print(table)
 

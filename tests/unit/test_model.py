@@ -51,13 +51,15 @@ def test_the_snapshot_records_which_leakhound_took_it() -> None:
 def test_the_table_header_names_leakhound_and_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
+    from leakhound.analysis.ledger import ledger
     from leakhound.render import table
 
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setenv("NO_COLOR", "1")
     for version, said in (("9.8.7", "leakhound 9.8.7 via gdb"), ("", "leakhound ? via gdb")):
         buf = io.StringIO()
-        table.render_snapshot(make_snapshot(leakhound_version=version), file=buf)
+        snap = make_snapshot(leakhound_version=version)
+        table.render_snapshot(snap, ledger(snap), file=buf)
         assert said in buf.getvalue().splitlines()[0]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from leakhound.analysis.growth import OwnerSample, Sample
+from leakhound.analysis.growth import GrowthReport, OwnerSample, Sample, analyse_growth
 from leakhound.errors import PlottingUnavailable
 from leakhound.render.plot import build_figure, plot_samples, require_plotting, worker_names
 from tests.factories import MB, make_snapshot
@@ -37,6 +37,24 @@ def _samples() -> list[Sample]:
     return out
 
 
+def _reports() -> list[GrowthReport]:
+    """What ``watch`` computed from the samples: the plot draws it, it does not recompute it."""
+    return [analyse_growth(_samples())]
+
+
+def test_the_plot_draws_the_report_it_is_given() -> None:
+    import dataclasses
+
+    (report,) = _reports()
+    fig = build_figure(_samples(), [dataclasses.replace(report, name="as-watch-reported")])
+    try:
+        assert fig.axes[0].get_title(loc="left").startswith("as-watch-reported  (pid 4242)")
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
 def _worker_snapshot():  # type: ignore[no-untyped-def]
     snapshot = make_snapshot(pid=PID)
     process = snapshot.process.__class__(**{**snapshot.process.__dict__,
@@ -47,7 +65,7 @@ def _worker_snapshot():  # type: ignore[no-untyped-def]
 def test_the_figure_a_person_can_read() -> None:
     import matplotlib.dates as mdates
 
-    fig = build_figure(_samples(), workers=worker_names([_worker_snapshot()]))
+    fig = build_figure(_samples(), _reports(), workers=worker_names([_worker_snapshot()]))
     try:
         (ax,) = fig.axes
         # Titled by the worker it runs, with the verdict in words.
@@ -82,7 +100,7 @@ def test_the_figure_a_person_can_read() -> None:
 
 
 def test_unnamed_worker_falls_back_to_its_process_name() -> None:
-    fig = build_figure(_samples())
+    fig = build_figure(_samples(), _reports())
     try:
         assert fig.axes[0].get_title(loc="left").startswith("python3  (pid 4242)")
     finally:
@@ -94,7 +112,7 @@ def test_unnamed_worker_falls_back_to_its_process_name() -> None:
 def test_the_png_file(tmp_path: Path) -> None:
     import matplotlib.image
 
-    path = plot_samples(_samples(), path=tmp_path / "w.png", snapshots=[_worker_snapshot()])
+    path = plot_samples(_samples(), _reports(), path=tmp_path / "w.png", snapshots=[_worker_snapshot()])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     height, width = matplotlib.image.imread(str(path)).shape[:2]
     assert (width, height) == (1300, 460)  # 13 x 4.6 inches at 100 dpi, one panel

@@ -5,6 +5,7 @@ import io
 import pytest
 
 from leakhound.analysis.detectors import run_detectors
+from leakhound.analysis.ledger import ledger
 from leakhound.render import table
 from tests.factories import make_snapshot
 
@@ -46,7 +47,8 @@ def test_snapshot_view_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     snap = make_snapshot()
     buf = io.StringIO()
-    table.render_snapshot(snap.with_findings(run_detectors(snap)), top=5, file=buf)
+    found = snap.with_findings(run_detectors(snap))
+    table.render_snapshot(found, ledger(found), top=5, file=buf)
     got = "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
     assert got == EXPECTED
 
@@ -54,7 +56,8 @@ def test_snapshot_view_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_no_color_means_no_escape_codes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     buf = io.StringIO()
-    table.render_snapshot(make_snapshot(), file=buf)
+    snap = make_snapshot()
+    table.render_snapshot(snap, ledger(snap), file=buf)
     assert "\x1b[" not in buf.getvalue()
 
 
@@ -65,7 +68,8 @@ def test_a_long_owner_path_folds_rather_than_losing_its_tail(monkeypatch: pytest
     monkeypatch.setenv("NO_COLOR", "1")
     path = "task:Task-1/run (env_worker.py:305).<EnvWorker>.env.harness.runtime.trajectories"
     buf = io.StringIO()
-    table.render_snapshot(make_snapshot(owners=(Owner(path, "dict", 12, 64 << 20, 3000),)), file=buf)
+    snap = make_snapshot(owners=(Owner(path, "dict", 12, 64 << 20, 3000),))
+    table.render_snapshot(snap, ledger(snap), file=buf)
     lines = buf.getvalue().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(" 1 │"))
     cells = "".join(line.split("│")[1].strip() for line in lines[start:start + 4] if line.count("│") >= 4)
@@ -81,7 +85,21 @@ def test_the_header_says_which_walk_ran_on_which_python(monkeypatch: pytest.Monk
     monkeypatch.setenv("NO_COLOR", "1")
     heap = HeapStats(objects=1_000_000, bytes=100 << 20, census_seconds=1.25, max_pause_ms=12.0, walker=walker)
     buf = io.StringIO()
-    table.render_snapshot(make_snapshot(heap=heap, python_version="3.12.1"), file=buf)
+    snap = make_snapshot(heap=heap, python_version="3.12.1")
+    table.render_snapshot(snap, ledger(snap), file=buf)
     lines = buf.getvalue().splitlines()
     assert "Python 3.12.1" in lines[0]
     assert lines[2].startswith(f"census ({walker} walk): 1,000,000 objects in 1.25s")
+
+
+def test_the_table_prints_the_ledger_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger is computed in analysis (analysis.ledger), the renderer only prints it."""
+    from leakhound.analysis.ledger import LedgerRow
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("NO_COLOR", "1")
+    buf = io.StringIO()
+    table.render_snapshot(make_snapshot(), (LedgerRow("as computed", 3 << 20, 0.01, "given"),), file=buf)
+    rows = [line for line in buf.getvalue().splitlines() if "│" in line and "MiB" in line]
+    assert rows[0].split("│")[0].strip() == "as computed" and "3.0 MiB" in rows[0]
+    assert "live Python objects" not in buf.getvalue()
