@@ -1,8 +1,10 @@
 """The memory ledger: where a process's RSS goes, from one snapshot.
 
-Rows: live Python objects (the census), free space pymalloc keeps inside its arenas, free
-space glibc keeps (and the part of it ``malloc_trim`` can return), and the rest of RSS
-(interpreter, code, C extensions, thread stacks, allocator metadata). Pure arithmetic.
+Rows: live Python objects (the census), the native buffers it attributed to owners (torch
+storages, mmaps, Pillow pixels), free space pymalloc keeps inside its arenas, free space glibc
+keeps (and the part of it ``malloc_trim`` can return), thread stacks and file-backed mappings
+(from /proc/PID/smaps), and the rest of RSS (interpreter and C extension state, allocator
+metadata). A row the snapshot has no number for (older snapshots) is left out. Pure arithmetic.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ class LedgerRow:
 def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     rss = max(1, snapshot.process.rss_bytes)
     arena = snapshot.arena
-    live = snapshot.heap.bytes
+    native = snapshot.heap.native_bytes
+    live = snapshot.heap.bytes - native
     pymalloc_free = arena.pymalloc_free_bytes
     malloc_free = arena.malloc_free_bytes
     trimmable = arena.trimmable_bytes
-    rest = rss - live - pymalloc_free - malloc_free
+    stacks = snapshot.process.stack_bytes
+    files = snapshot.process.file_mapped_bytes
+    rest = rss - live - native - pymalloc_free - malloc_free - stacks - files
     rows = [
         LedgerRow(
             "live Python objects",
@@ -36,14 +41,25 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
             "" if snapshot.heap.unreached_examined
             else "reached from named roots only (pause budget); the rest is in 'other'",
         ),
+    ]
+    if native:
+        rows.append(LedgerRow("native buffers", native, native / rss, "torch, mmap, Pillow: under their owners"))
+    rows += [
         LedgerRow("pymalloc free", pymalloc_free, pymalloc_free / rss, "in arenas; trim cannot return it"),
         LedgerRow("glibc free", malloc_free, malloc_free / rss, "freed, still held by malloc"),
         LedgerRow("  of which trimmable", trimmable, trimmable / rss, "malloc_trim(0) would return it"),
+    ]
+    if stacks:
+        rows.append(LedgerRow("thread stacks", stacks, stacks / rss, "resident, from /proc/PID/smaps"))
+    if files:
+        rows.append(LedgerRow("mapped files", files, files / rss, "executable, libraries, mmapped files"))
+    rows.append(
         LedgerRow(
             "other",
             rest,
             rest / rss,
-            "free glibc pages already not resident" if rest < 0 else "interpreter, C, stacks",
-        ),
-    ]
+            "free glibc pages already not resident" if rest < 0
+            else "interpreter, C" if stacks or files else "interpreter, C, stacks",
+        )
+    )
     return tuple(rows)

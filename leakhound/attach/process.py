@@ -82,11 +82,60 @@ def resolve_target(pid: int) -> Target:
     return Target(pid=pid, uid=uid, exe=exe, version=version, name=name, cmdline=cmdline)
 
 
+def _stack_pointers(pid: int) -> list[int]:
+    """Each blocked thread's stack pointer (/proc/PID/task/TID/syscall: "nr args... sp pc";
+    "running" for a thread on a CPU right now)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/syscall") as fh:
+                fields = fh.read().split()
+        except OSError:
+            continue
+        if len(fields) >= 3 and fields[0] != "running":
+            try:
+                out.append(int(fields[-2], 16))
+            except ValueError:
+                continue
+    return out
+
+
+def mapped_bytes(pid: int) -> tuple[int, int]:
+    """(resident bytes of thread stacks, of file-backed mappings) from /proc/PID/smaps. A
+    stack is the main thread's ``[stack]`` or the mapping a thread's stack pointer is in."""
+    pointers = _stack_pointers(pid)
+    stacks = files = 0
+    low = high = 0
+    path = ""
+    try:
+        with open(f"/proc/{pid}/smaps") as fh:
+            for line in fh:
+                head = line.split(None, 5)
+                if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                    start, _, end = head[0].partition("-")
+                    low, high = int(start, 16), int(end, 16)
+                    path = head[5].strip() if len(head) > 5 else ""
+                elif head and head[0] == "Rss:":
+                    rss = int(head[1]) * 1024
+                    if path == "[stack]" or any(low <= sp < high for sp in pointers):
+                        stacks += rss
+                    elif path.startswith("/"):
+                        files += rss
+    except (OSError, ValueError):
+        return 0, 0
+    return stacks, files
+
+
 def process_stats(pid: int) -> ProcessStats:
     proc = _proc(pid)
     try:
         with proc.oneshot():
             full = proc.memory_full_info()
+            stacks, files = mapped_bytes(pid)
             return ProcessStats(
                 rss_bytes=int(full.rss),
                 uss_bytes=int(getattr(full, "uss", 0)),
@@ -95,6 +144,8 @@ def process_stats(pid: int) -> ProcessStats:
                 num_threads=proc.num_threads(),
                 name=proc.name(),
                 cmdline=" ".join(proc.cmdline())[:500],
+                stack_bytes=stacks,
+                file_mapped_bytes=files,
             )
     except psutil.AccessDenied:
         raise PermissionDenied(f"cannot read memory of process {pid}: permission denied") from None

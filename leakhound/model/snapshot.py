@@ -39,6 +39,10 @@ class ProcessStats:
     num_threads: int
     name: str = ""
     cmdline: str = ""
+    # Resident bytes of the threads' stacks and of file-backed mappings (the executable,
+    # libraries, mmapped files), from /proc/PID/smaps; 0 when it could not be read.
+    stack_bytes: int = 0
+    file_mapped_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class HeapStats:
     payload_peak_bytes: int = 0
     # "compiled" (the C walk, payload/_walk.c) or "python" (its pure-Python twin)
     walker: str = ""
+    # Of ``bytes``: memory outside the Python heap sized natively (torch storages, mmaps,
+    # Pillow pixels; payload/sizes.py), attributed to owners like any object.
+    native_bytes: int = 0
     # False when a pause budget ruled out listing every gc-tracked object: then objects no
     # named root reaches (held from C, cyclic garbage) were not looked for; the note says why.
     unreached_examined: bool = True

@@ -109,7 +109,7 @@ typedef struct {
     /* What sys.getsizeof adds to __sizeof__ for this type (the GC header, 3.11+'s managed
      * dict pre-header): -1 not learnt yet, -2 not to be learnt (see size_of). */
     long long preheader;
-    int native;             /* -1: not looked up yet; else whether id(tp) is in ``native`` */
+    long native;            /* -1: not looked up yet; else its code in ``native``, 0 if none */
 } TypeInfo;
 
 typedef struct {
@@ -760,9 +760,10 @@ is_leaf(PyObject *op)
         || op == Py_None;
 }
 
-/* Is ``tp`` sized natively (its id in w->native: sizes.native_types)? -1 on error. The
- * lookup hashes an int, never the type: no code runs. */
-static int
+/* How ``tp`` is sized natively: its code in w->native (census_walk.py: 1 buffers and hidden
+ * references, handed back in ``found``; 2 or 3 a 3.11/3.12 or 3.13 instance's attribute
+ * values), 0 if none, -1 on error. The lookup hashes an int, never the type: no code runs. */
+static long
 native_for(Walk *w, PyTypeObject *tp)
 {
     TypeInfo *info = type_info(w, tp);
@@ -772,16 +773,54 @@ native_for(Walk *w, PyTypeObject *tp)
         PyObject *key = PyLong_FromVoidPtr((void *)tp);
         if (key == NULL)
             return -1;
-        int in = PyDict_Contains(w->native, key);
+        PyObject *value = PyDict_GetItemWithError(w->native, key);  /* borrowed */
         Py_DECREF(key);
-        if (in < 0)
+        long code = 0;
+        if (value != NULL) {
+            code = PyLong_Check(value) ? PyLong_AsLong(value) : 0;
+            if (code < 0 || code > 3)
+                code = 0;
+        }
+        if (PyErr_Occurred())
             return -1;
         info = type_info(w, tp);  /* evicted meanwhile? looked up again */
         if (info == NULL)
             return -1;
-        info->native = in;
+        info->native = code;
     }
     return info->native;
+}
+
+typedef struct {
+    Py_ssize_t n;
+    PyObject *last;
+} AttrCount;
+
+static int
+visit_attr(PyObject *op, void *arg)
+{
+    AttrCount *c = (AttrCount *)arg;
+    if (op != NULL && !PyType_Check(op)) {
+        c->n++;
+        c->last = op;
+    }
+    return 0;
+}
+
+/* The bytes of a 3.11+ instance's attribute values (sizes.instance_values_bytes, the same
+ * estimate): its referents but types, plus 2; none when its dict was made (3.11/3.12). */
+static long long
+instance_values_bytes(PyObject *obj, traverseproc traverse, long code)
+{
+    AttrCount c = {0, NULL};
+    if (traverse == NULL || traverse(obj, visit_attr, &c) != 0)
+        return 0;
+    if (code == 2 && c.n == 1 && PyDict_CheckExact(c.last))
+        return 0;
+    long long size = (long long)c.n + 2;
+    if (code == 3)
+        return ((size + 7) & ~7LL) + 8 + 8 * size;
+    return ((size + 2 + 7) & ~7LL) + 8 * size;
 }
 
 /* A referent held by the container and the referents buffer only. */
@@ -822,14 +861,24 @@ claim_referents(Walk *w, PyObject *stack, Refs *r, int resumed, Py_ssize_t budge
         Py_INCREF(tp);
         long long size;
         Py_ssize_t slot = -1;
-        int native = 0;
+        long native = 0;
         if (size_of(ref, info, &size) == 0) {
             info = type_info(w, tp);
             slot = info == NULL ? -1 : slot_for(w, info);
             /* Objects of natively sized types go back to the caller too (``found``), which
-             * adds their buffers and the references gc does not show (census_walk.py). */
+             * adds their buffers and the references gc does not show (census_walk.py); an
+             * instance's attribute values are added here. */
             if (slot >= 0 && !leaf && w->native != NULL && (native = native_for(w, tp)) < 0)
                 slot = -1;
+            if (native >= 2) {
+                /* The type's traverse (subtype_traverse: it runs no Python code). */
+                info = type_info(w, tp);
+                if (info == NULL)
+                    slot = -1;
+                else
+                    size += instance_values_bytes(ref, info->traverse, native);
+                native = 0;
+            }
         }
         Py_DECREF(tp);
         if (slot < 0 || tally(w, slot, size) < 0)
@@ -842,7 +891,7 @@ claim_referents(Walk *w, PyObject *stack, Refs *r, int resumed, Py_ssize_t budge
         *nbytes += size;
         if (!leaf && PyList_Append(stack, ref) < 0)
             return -1;
-        if (native && PyList_Append(w->found, ref) < 0)
+        if (native == 1 && PyList_Append(w->found, ref) < 0)
             return -1;
     }
     r->next = stop;

@@ -145,6 +145,11 @@ def pymalloc_stats():
     fn.restype = ctypes.c_int
     text = _capture(libc, fn)
     if "pymalloc" not in text and "arenas" not in text:
+        if _tracemalloc_tracing():
+            # tracemalloc wraps the allocator, and CPython then prints no pymalloc statistics
+            # (_PyMem_PymallocEnabled() is false); unwrapping it would stop the trace.
+            return None, ("pymalloc statistics cannot be read while tracemalloc traces this "
+                          "process (PYTHONTRACEMALLOC): pymalloc free is unknown, not 0")
         return None, "pymalloc is not in use (PYTHONMALLOC=malloc?)"
     allocated = _PYMALLOC_RE["allocated"].search(text)
     available = _PYMALLOC_RE["available"].search(text)
@@ -156,6 +161,15 @@ def pymalloc_stats():
         "pymalloc_free_bytes": free,
         "pymalloc_arenas": _num(arenas.group(1)) if arenas else 0,
     }, ""
+
+
+def _tracemalloc_tracing():
+    try:
+        import _tracemalloc  # noqa: PLC0415 - built in; PYTHONTRACEMALLOC starts it without an import
+
+        return bool(_tracemalloc.is_tracing())
+    except Exception:
+        return False
 
 
 def arena_stats():

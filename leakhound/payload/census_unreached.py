@@ -98,7 +98,7 @@ class _Unreached(_Walk):
         garbage = self._confirm_garbage(garbage)
         garbage = _cyclic_only(garbage)
         for obj in garbage:
-            size = self._getsizeof(obj, 0)
+            size = self._size(obj)
             self.garbage_objects += 1
             self.garbage_bytes += size
             self.garbage_types.add(type(obj), size)
@@ -117,7 +117,7 @@ class _Unreached(_Walk):
             for ref in refs:
                 if id(ref) not in claimed and not gc.is_tracked(ref):
                     claimed.add(id(ref))
-                    size = self._getsizeof(ref, 0)
+                    size = self._size(ref)
                     self.garbage_objects += 1
                     self.garbage_bytes += size
                     self.total_bytes += size

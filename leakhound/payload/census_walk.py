@@ -12,7 +12,16 @@ import time
 
 from .census_tallies import _Marks, _Tally, _TypeTally
 from .objects import _SIZED, _instance_dict, _items, _ModuleType, _referents, _slot_values, _type_name
-from .sizes import _MAX_OBJECT_BYTES, _object_sizeof, _sizeof_is_builtin, native_extra, native_types
+from .sizes import (
+    _MAX_OBJECT_BYTES,
+    NATIVE_BUFFERS,
+    _object_sizeof,
+    _sizeof_is_builtin,
+    instance_values_bytes,
+    native_codes,
+    native_extra,
+    native_types,
+)
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any, Callable  # noqa: F401
@@ -68,13 +77,24 @@ class _Walk(object):
         self.bookkeeping_bytes = 0
         self.unread_frames = 0  # running frames whose locals could not be read safely
         # id(type) -> kind of natively sized types; kind -> the allowlisted C class
-        self._native, self._native_bases = native_types()
+        self._native_kinds, self._native_bases = native_types()
+        # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
+        # instances: their attribute values added to their size), as _walk.c reads it
+        self._native = native_codes(self._native_kinds)
         self._native_seen = set()  # buffer addresses counted (a storage shared by views: once)
+        self.native_bytes = 0  # of total_bytes: native buffers (sizes.native_extra)
 
     # -- accounting -------------------------------------------------------------------------
 
-    def _count(self, obj, owner):
+    def _size(self, obj):
+        """``_getsizeof(obj)``, with a 3.11+ instance's attribute values (as the walk)."""
         size = self._getsizeof(obj, 0)
+        if self._native.get(id(type(obj)), 0) > NATIVE_BUFFERS:
+            size += instance_values_bytes(obj)
+        return size
+
+    def _count(self, obj, owner):
+        size = self._size(obj)
         self.types.add(type(obj), size)
         self.owners.counts[owner] += 1
         self.owners.bytes[owner] += size
@@ -103,7 +123,8 @@ class _Walk(object):
         native = self._native
         # Objects of natively sized types met on the way (sizes.native_types): their buffers
         # and the references gc does not show are added once the stack runs dry.
-        found = [root] if native and id(type(root)) in native else []
+        found = [root] if native.get(id(type(root))) == NATIVE_BUFFERS else []
+        native_get = native.get
         if self._compiled is not None:
             self._claim_compiled(owner, stack, found)
             return
@@ -186,6 +207,9 @@ class _Walk(object):
                     size = 0
                 if not 0 <= size <= max_size:
                     size = 0
+                code = native_get(tid, 0) if native and not leaf else 0
+                if code > NATIVE_BUFFERS:
+                    size += instance_values_bytes(ref)
                 added_bytes += size
                 added_objects += 1
                 slot = type_slot(tid)
@@ -195,7 +219,7 @@ class _Walk(object):
                 type_bytes[slot] += size
                 if not leaf:
                     push(ref)
-                    if native and tid in native:
+                    if code == NATIVE_BUFFERS:
                         found.append(ref)
             steps += 1
             if steps & 0x3FFF == 0:
@@ -214,21 +238,22 @@ class _Walk(object):
         added_objects = added_bytes = 0
         while found:
             obj = found.pop()
-            extra, refs = native_extra(obj, native, self._native_bases, self._native_seen)
+            extra, refs = native_extra(obj, self._native_kinds, self._native_bases, self._native_seen)
             if extra:
                 types.bytes[types.slot(type(obj))] += extra
                 added_bytes += extra
+                self.native_bytes += extra
             for i, ref in enumerate(refs):
                 if id(ref) in claimed:
                     continue
                 claimed.add(id(ref))
-                size = self._getsizeof(ref, 0)
+                size = self._size(ref)
                 types.add(type(ref), size)
                 added_objects += 1
                 added_bytes += size
                 if id(type(ref)) not in _LEAF_TYPE_IDS:
                     stack.append(ref)
-                    if id(type(ref)) in native:
+                    if native.get(id(type(ref))) == NATIVE_BUFFERS:
                         found.append(ref)
                 if i & 0xFFFF == 0xFFFF:
                     self.clock.check()

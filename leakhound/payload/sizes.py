@@ -13,13 +13,16 @@ collector does not show, for an allowlist of types (and their subclasses) only:
   however many tensors view it;
 - ``mmap.mmap``: the length of the mapping;
 - Pillow's ``ImagingCore`` (an ``Image``'s ``_im``/``im``): its pixel memory;
-- pandas: through its arrays (a DataFrame's blocks hold ndarrays and extension arrays).
+- pandas: through its arrays (a DataFrame's blocks hold ndarrays and extension arrays);
+- 3.11+ instances of plain classes: their attribute values array, which ``sys.getsizeof``
+  leaves out (:func:`instance_values_bytes`; the walks add it as they size the object).
 
 Each is read only through C: getsets and methods from the allowlisted C class's own dict,
 called on the object (never looked up on the object's class, which a subclass could override
 with Python code), slot wrappers, module dicts. No Python code of the target runs.
 """
 
+import gc
 import sys
 
 from .objects import _class_dict, _instance_dict
@@ -115,7 +118,82 @@ def native_types():
                 pending.extend(type.__subclasses__(cls))
             except TypeError:
                 continue
+    if sys.version_info >= (3, 11):
+        bases["instance"] = object
+        for cls in _plain_instance_classes():
+            out.setdefault(id(cls), "instance")
     return out, bases
+
+
+# How the walks (census_walk.py, _walk.c) treat a native type: its buffers and hidden
+# references handed back to Python, or a 3.11/3.12 (separate) or 3.13 (inline) instance's
+# attribute values added to its size on the spot.
+NATIVE_BUFFERS = 1
+NATIVE_VALUES = 3 if sys.version_info >= (3, 13) else 2
+
+
+def native_codes(native):
+    """{id(type): NATIVE_BUFFERS or NATIVE_VALUES} for ``native`` (from native_types())."""
+    return {tid: NATIVE_VALUES if kind == "instance" else NATIVE_BUFFERS for tid, kind in native.items()}
+
+
+_MANAGED_DICT = 1 << 4  # Py_TPFLAGS_MANAGED_DICT (3.11+)
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+
+
+def _flags(cls):
+    return type.__dict__["__flags__"].__get__(cls, type)
+
+
+def _plain_instance_classes():
+    """Classes whose instances keep their attributes as 3.11+ values (no ``__dict__`` object
+    until one is asked for), which ``sys.getsizeof`` leaves out: managed-dict classes built
+    on ``object`` alone (every class in the MRO but object a Python class, no slots, no
+    items). A subclass of dict, list, an exception... is left alone: its referents are not
+    only its attributes."""
+    object_size = type.__dict__["__basicsize__"].__get__(object, type)
+    out = []
+    pending = list(type.__subclasses__(object))
+    seen = set()
+    while pending:
+        cls = pending.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        try:
+            pending.extend(type.__subclasses__(cls))
+        except TypeError:
+            continue
+        flags = _flags(cls)
+        if not flags & _MANAGED_DICT or not flags & _HEAPTYPE:
+            continue
+        if type.__dict__["__itemsize__"].__get__(cls, type) != 0:
+            continue
+        if type.__dict__["__basicsize__"].__get__(cls, type) > object_size + 8:  # 3.11: a weakref slot
+            continue
+        mro = type.__dict__["__mro__"].__get__(cls, type)
+        # A class with a __sizeof__ written in Python counts object.__sizeof__ alone (its
+        # basic size, docs/inspect.md), as before.
+        if all(k is object or _flags(k) & _HEAPTYPE for k in mro) and _sizeof_is_builtin(cls):
+            out.append(cls)
+    return out
+
+
+def instance_values_bytes(obj):
+    """The bytes of a 3.11+ instance's attribute values array (3.11/3.12: a separate
+    allocation, until a ``__dict__`` is made from it; 3.13: inline, after the object).
+
+    Its capacity is the class's shared keys' entries plus what is left to add, which Python
+    does not expose: estimated as the attributes present plus 2 (what CPython leaves after
+    the first instances shrink it), checked against tracemalloc in the tests."""
+    refs = gc.get_referents(obj)
+    values = [r for r in refs if not issubclass(type(r), type)]
+    if sys.version_info < (3, 13) and len(values) == 1 and type(values[0]) is dict:
+        return 0  # the dict was made: its own size counts the values
+    size = len(values) + 2
+    if sys.version_info >= (3, 13):
+        return ((size + 7) & ~7) + 8 + 8 * size  # prefix, PyDictValues header, values
+    return ((size + 2 + 7) & ~7) + 8 * size  # prefix (with its two bytes), values
 
 
 # Bytes per pixel of Pillow's storage (libImaging/Storage.c: ImagingNewPrologueSubtype):
@@ -186,6 +264,8 @@ def native_extra(obj, native, bases, seen_buffers):
             seen_buffers.add(address)
             nbytes = _call(storage_base, "nbytes", storage)
             return (nbytes if 0 <= nbytes <= _MAX_OBJECT_BYTES else 0), []
+        if kind == "instance":
+            return instance_values_bytes(obj), []
         if kind == "mmap":
             length = _call(cls, "__len__", obj)  # the slot wrapper: mmap's C length
             return (length if 0 <= length <= _MAX_OBJECT_BYTES else 0), []

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from leakhound.analysis.ledger import ledger
 from leakhound.capture import take_snapshot
+from leakhound.model import Snapshot
 from tests.native_target import native_python
 from tests.pythons import installed_pythons
 from tests.utils import ROOT, spawn_target, within
@@ -36,13 +38,19 @@ CASES = [(shape, version) for version in ("3.11", "3.12") for shape in OWNERS if
 MMAP_VERSIONS = sorted(v for v in installed_pythons() if v in ("3.10", "3.11", "3.12", "3.13"))
 
 
-def _check(tmp_path: Path, shape: str, python: str) -> None:
+def _check(tmp_path: Path, shape: str, python: str) -> Snapshot:
     with spawn_target("native_buffers", tmp_path, python=python, env={"SHAPE": shape}, timeout=120) as child:
         snap = take_snapshot(child.pid, timeout=120, max_pause_ms=None, top=10)
         truth = child.report()["truth"]
     top = snap.owners[0]
     assert top.path == OWNERS[shape], [(o.path, o.retained_bytes) for o in snap.owners[:5]]
     assert within(top.retained_bytes, truth["bytes"]), (top.retained_bytes, truth)
+    if shape in ("torch", "mmap", "pillow"):
+        # the ledger's own row, no longer in "other"
+        rows = {row.name: row.bytes for row in ledger(snap)}
+        assert within(rows["native buffers"], truth["bytes"]), (rows, truth)
+        assert rows["mapped files"] > 0 and rows["thread stacks"] > 0, rows
+    return snap
 
 
 @pytest.mark.parametrize(("shape", "version"), CASES)

@@ -1,7 +1,9 @@
 """Arena fragmentation: RSS held by the allocators, not by live objects.
 
-Fires when glibc holds free pages ``malloc_trim(0)`` could return (then ``fix: trim``), and
-reports pymalloc's free space separately because trimming cannot return it.
+Fires when glibc holds free pages ``malloc_trim(0)`` could return (then ``fix: trim``); when
+glibc holds free memory it cannot return (free chunks smaller than two pages, between live
+allocations: fragmentation no trim undoes); and reports pymalloc's free space separately
+because trimming cannot return it.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ def detect(snapshot: Snapshot) -> list[Finding]:
         "live_bytes": live,
         "rss_to_live": round(rss / max(1, live), 2),
     }
+    findings = []
     if trimmable >= MIN_TRIMMABLE and share >= MIN_SHARE:
-        return [
+        findings.append(
             Finding(
                 kind=KIND,
                 severity="critical" if share >= 0.3 else "warning",
@@ -46,7 +49,29 @@ def detect(snapshot: Snapshot) -> list[Finding]:
                 ),
                 details=details,
             )
-        ]
+        )
+    untrimmable = max(0, arena.malloc_free_bytes - trimmable)
+    if untrimmable >= MIN_TRIMMABLE and untrimmable / rss >= MIN_SHARE:
+        findings.append(
+            Finding(
+                kind=KIND,
+                severity="warning",
+                bytes=untrimmable,
+                count=0,
+                owner="<glibc arenas: untrimmable>",
+                fix="",
+                summary=(
+                    f"glibc holds {mb(untrimmable)} free ({untrimmable / rss:.0%} of RSS) that "
+                    "malloc_trim cannot return: free chunks too small to hold a whole page, "
+                    "between live allocations. It is reused for new allocations of those sizes; "
+                    "it shrinks only when its neighbours are freed (fewer malloc arenas, "
+                    "MALLOC_ARENA_MAX=2, or another allocator such as jemalloc, fragment less)"
+                ),
+                details=dict(details, untrimmable_bytes=untrimmable),
+            )
+        )
+    if findings:
+        return findings
     if arena.pymalloc_free_bytes >= MIN_TRIMMABLE and arena.pymalloc_free_bytes / rss >= MIN_SHARE:
         return [
             Finding(
