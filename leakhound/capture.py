@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from leakhound.analysis import dominators
-from leakhound.analysis.detectors import run_detectors
+from leakhound.analysis.detectors import analyse
 from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
@@ -75,7 +75,7 @@ def snapshot_from_result(
         probes=dict(result.get("probes") or {}),
         warnings=tuple(warnings),
     )
-    return snap.with_findings(run_detectors(snap))
+    return snap
 
 
 # The pause budget every command's census keeps by default: the worst event-loop lag an
@@ -172,12 +172,12 @@ def capture(
         pause_ms=max(remote.attach_stop_ms, remote.main_thread_ms),
     )
     if owner_model == "census":
-        return Capture(snap)
+        return _analysed(Capture(snap))
     doc = remote.result.get("graph")
     if not isinstance(doc, dict) or doc.get("skipped"):
         note = str(doc.get("skipped")) if isinstance(doc, dict) else "the target sent no object graph"
         heap = replace(snap.heap, owner_model="first-reacher", owner_model_note=note)
-        return Capture(replace(snap, heap=heap))
+        return _analysed(Capture(replace(snap, heap=heap)))
     graph = dominators.soften(dominators.decode_graph(doc))
     deadline = time.monotonic() + timeout
 
@@ -191,7 +191,14 @@ def capture(
 
     found = dominators.find_owners(graph, top=max(top, 20), retainers=retainers, ask_names=ask_names, why=why)
     asked = tuple(_owner(o) for o in found.why)
-    return Capture(with_dominator_owners(snap, graph, found), graph, found.tree, asked)
+    return _analysed(Capture(with_dominator_owners(snap, graph, found), graph, found.tree, asked))
+
+
+def _analysed(taken: Capture) -> Capture:
+    """The detectors run on the finished snapshot (its owners final, from the census or the
+    dominator tree), after the target was left: pure functions of it, as for a saved file."""
+    taken.snapshot = analyse(taken.snapshot)
+    return taken
 
 
 def _owner(o: dominators.DominatorOwner) -> Owner:
@@ -218,5 +225,4 @@ def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph,
         payload_peak_bytes=max(snap.heap.payload_peak_bytes, int(graph.info.get("payload_peak_bytes") or 0)),
     )
     owners = tuple(_owner(o) for o in found.owners)
-    out = replace(snap, heap=heap, owners=owners)
-    return out.with_findings(run_detectors(out))
+    return replace(snap, heap=heap, owners=owners)

@@ -63,3 +63,24 @@ def test_a_census_under_pause_budget_says_what_it_did_not_look_at() -> None:
     assert finding.severity == "skipped" and "50 ms pause budget" in finding.summary
     live = next(row for row in ledger(snap) if row.name == "live Python objects")
     assert "named roots only" in live.note
+
+
+def test_a_saved_snapshot_is_re_analysed_from_its_facts() -> None:
+    """Findings are a pure function of the snapshot (capture runs them once it is complete), so
+    a file saved without findings, or by an older leakhound, gets today's findings on load."""
+    import json
+
+    from leakhound.analysis.detectors import analyse
+    from leakhound.model import snapshot_from_json, snapshot_to_json
+    from tests.unit.test_verifiers_detectors import OWNERS, _probe
+
+    snap = make_snapshot(probes={"verifiers": _probe()}, owners=OWNERS)
+    expected = run_detectors(snap)
+    assert {f.kind for f in expected} >= {"arena_fragmentation", "registry", "intercepts", "steps"}
+    doc = json.loads(snapshot_to_json(snap))
+    assert doc["findings"] == []
+    assert analyse(snapshot_from_json(json.dumps(doc))).findings == expected
+    # Stale findings in a file are replaced, not kept beside the new ones.
+    doc["findings"] = [{"kind": "step_bloat", "severity": "critical", "bytes": 1, "count": 1, "owner": "",
+                        "fix": "steps", "summary": "old"}]
+    assert analyse(snapshot_from_json(json.dumps(doc))).findings == expected

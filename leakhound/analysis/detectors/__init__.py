@@ -27,6 +27,12 @@ DETECTORS: dict[str, Callable[[Snapshot], list[Finding]]] = {
 _ORDER = {"critical": 0, "warning": 1, "info": 2, "skipped": 3}
 
 
+def analyse(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with its findings computed afresh from its facts (owners, arena, probes):
+    what capture does once a snapshot is complete, and what re-analyses a saved one."""
+    return snapshot.with_findings(run_detectors(snapshot))
+
+
 def run_detectors(snapshot: Snapshot) -> tuple[Finding, ...]:
     findings: list[Finding] = []
     for detect in DETECTORS.values():
