@@ -8,20 +8,24 @@ import typer
 
 from leakhound.commands.common import Reporter, new_reporter
 from leakhound.commands.options import JsonOpt, MethodOpt
-from leakhound.core.confirm import CONFIRM_SCHEMA, Workload, run_confirm
+from leakhound.core.confirm import CONFIRM_SCHEMA, STATS_INTERVAL, run_confirm
 from leakhound.core.confirm_workload import WORKER_CONFIRM_SCHEMA, WorkerCommand, run_workload_confirm
 from leakhound.render import json_doc as json_render
 from leakhound.render import patch as patch_render
+from leakhound.simulate.workload import Workload
+
+_DEFAULT = Workload()
+_ROLLOUTS: int = _DEFAULT.rollouts if _DEFAULT.rollouts is not None else 1  # confirm's runs end
 
 
 def command(
     rollouts: Annotated[int, typer.Option(
-        "--rollouts", min=1, metavar="N", help="Rollouts per configuration.")] = 8,
-    turns: Annotated[int, typer.Option("--turns", min=1, metavar="N", help="Turns per rollout.")] = 45,
+        "--rollouts", min=1, metavar="N", help="Rollouts per configuration.")] = _ROLLOUTS,
+    turns: Annotated[int, typer.Option("--turns", min=1, metavar="N", help="Turns per rollout.")] = _DEFAULT.turns,
     concurrency: Annotated[int, typer.Option(
-        "--concurrency", min=1, metavar="N", help="Rollouts in flight.")] = 4,
+        "--concurrency", min=1, metavar="N", help="Rollouts in flight.")] = _DEFAULT.concurrency,
     image_kb: Annotated[int, typer.Option(
-        "--image-kb", min=0, metavar="KIB", help="Screenshot size per turn, KiB.")] = 96,
+        "--image-kb", min=0, metavar="KIB", help="Screenshot size per turn, KiB.")] = _DEFAULT.image_kb,
     as_json: JsonOpt = False,
     worker_cmd: Annotated[str | None, typer.Option(
         "--worker-cmd", metavar="COMMAND",
@@ -41,7 +45,8 @@ def command(
         run_worker(worker=WorkerCommand(command=worker_cmd, match=worker_match, method=method),
                    as_json=as_json, reporter=new_reporter())
         return
-    run(workload=Workload(rollouts=rollouts, turns=turns, concurrency=concurrency, image_kb=image_kb),
+    run(workload=Workload(rollouts=rollouts, turns=turns, concurrency=concurrency, image_kb=image_kb,
+                          stats_interval=STATS_INTERVAL),
         as_json=as_json, reporter=new_reporter())
 
 

@@ -13,6 +13,9 @@ from leakhound.commands.common import Reporter, new_reporter
 from leakhound.commands.options import FIX_HELP, fixes_from
 from leakhound.errors import LeakhoundError
 from leakhound.simulate.fleet import start_fleet
+from leakhound.simulate.workload import Workload
+
+_DEFAULT = Workload()
 
 
 class ReadyFileError(LeakhoundError):
@@ -35,14 +38,15 @@ def check_ready_file(ready_file: Path) -> None:
 def command(
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, metavar="N", help="Worker processes.")] = 1,
     concurrency: Annotated[int, typer.Option(
-        "--concurrency", min=1, metavar="N", help="Rollouts in flight per worker.")] = 4,
-    turns: Annotated[int, typer.Option("--turns", min=1, metavar="N", help="Model turns per rollout.")] = 45,
+        "--concurrency", min=1, metavar="N", help="Rollouts in flight per worker.")] = _DEFAULT.concurrency,
+    turns: Annotated[int, typer.Option(
+        "--turns", min=1, metavar="N", help="Model turns per rollout.")] = _DEFAULT.turns,
     rollouts: Annotated[str, typer.Option(
-        "--rollouts", metavar="N|forever", help="Rollouts per worker, or 'forever'.")] = "8",
+        "--rollouts", metavar="N|forever", help="Rollouts per worker, or 'forever'.")] = str(_DEFAULT.rollouts),
     image_kb: Annotated[int, typer.Option(
-        "--image-kb", min=0, metavar="KIB", help="Base64 screenshot size per turn, KiB.")] = 96,
+        "--image-kb", min=0, metavar="KIB", help="Base64 screenshot size per turn, KiB.")] = _DEFAULT.image_kb,
     group_size: Annotated[int, typer.Option(
-        "--group-size", min=1, metavar="N", help="Rollouts per group (>1: group stage).")] = 1,
+        "--group-size", min=1, metavar="N", help="Rollouts per group (>1: group stage).")] = _DEFAULT.group_size,
     fix: Annotated[str, typer.Option(
         "--fix", "-f", metavar="FIX[,FIX]", help=f"The fixes the workers run with: none, {FIX_HELP}")] = "none",
     ready_file: Annotated[Path | None, typer.Option(
@@ -78,9 +82,10 @@ def run(
     if ready_file is not None:
         check_ready_file(ready_file)
     report_dir = Path(tempfile.mkdtemp(prefix="leakhound-simulate-"))
-    with start_fleet(workers=workers, concurrency=concurrency, turns=turns, rollouts=rollouts,
-                     image_kb=image_kb, group_size=group_size, fixes=fixes, hold=hold,
-                     report_dir=report_dir, ready_file=ready_file) as fleet:
+    workload = Workload(concurrency=concurrency, turns=turns, rollouts=rollouts, image_kb=image_kb,
+                        group_size=group_size, hold=hold)
+    with start_fleet(workers=workers, workload=workload, fixes=fixes, report_dir=report_dir,
+                     ready_file=ready_file) as fleet:
         fleet.wait_ready(timeout=300)
         reporter.note(f"leakhound: simulated workers ready: pids {' '.join(map(str, fleet.pids))}")
         reporter.note(f"leakhound: their own reports: {report_dir}/<pid>.json; Ctrl-C stops them")

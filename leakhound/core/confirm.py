@@ -8,10 +8,13 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from leakhound.simulate.fleet import start_fleet
+from leakhound.simulate.workload import Workload
+
+__all__ = ["CONFIGS", "CONFIRM_SCHEMA", "STATS_INTERVAL", "Workload", "run_confirm", "run_one"]
 
 CONFIGS: tuple[tuple[str, str], ...] = (
     ("none", "none"),
@@ -24,13 +27,9 @@ CONFIGS: tuple[tuple[str, str], ...] = (
 CONFIRM_SCHEMA = "leakhound.confirm/1"
 
 
-@dataclass(frozen=True)
-class Workload:
-    rollouts: int = 8
-    turns: int = 45
-    concurrency: int = 4
-    image_kb: int = 96
-    stats_interval: float = 2.0
+# confirm's stats tick: resting RSS is read one tick after the worker goes idle (and trim
+# runs on it), so a short one keeps each run short.
+STATS_INTERVAL = 2.0
 
 
 def _status_kb(pid: int, key: str) -> int:
@@ -44,11 +43,8 @@ def _status_kb(pid: int, key: str) -> int:
 def run_one(label: str, fixes: str, workload: Workload) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="leakhound-confirm-") as tmp:
         began = time.monotonic()
-        with start_fleet(
-            workers=1, concurrency=workload.concurrency, turns=workload.turns, rollouts=workload.rollouts,
-            image_kb=workload.image_kb, group_size=1, fixes=fixes, hold=600.0, report_dir=tmp,
-            stats_interval=workload.stats_interval,
-        ) as fleet:
+        # One worker, held idle (up to 600 s) while its resting RSS is read.
+        with start_fleet(workers=1, workload=replace(workload, hold=600.0), fixes=fixes, report_dir=tmp) as fleet:
             # Idle, and one stats tick later (the trim cadence runs on it): resting state.
             (report,) = fleet.wait_idle(timeout=600, stats_ticks=1)
             pid = fleet.pids[0]

@@ -27,29 +27,19 @@ from .client import FakeModelClient
 from .env import Environment, Harness
 from .program import browser_agent
 from .runtime import State
+from .workload import Workload
 
 MODEL = "sim-vlm-7b"
 HEARTBEAT_INTERVAL_S = 0.02
 
 
 @dataclass(frozen=True)
-class WorkerConfig:
-    concurrency: int = 4
-    turns: int = 45
-    rollouts: int | None = 8  # None: forever
-    image_kb: int = 96
-    group_size: int = 1
-    stats_interval: float = 10.0
-    hold: float = 60.0
-    seed: int = 0
+class WorkerConfig(Workload):
+    """The workload (its defaults are ``Workload``'s) and what is this worker's own."""
+
     report_dir: Path | None = None
     worker_id: int = 0
-    #: Prompt tokens one screenshot renders to.
-    image_tokens: int | None = None
-    model_latency_ms: float = 5.0
     fixes: frozenset[str] = field(default_factory=frozenset)
-    #: The last ``park`` rollouts stall after their last turn and stay in flight.
-    park: int = 0
 
     @property
     def tokens_per_image(self) -> int:

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from . import fixes as fix_names
 from .report import read_report
 from .worker import PARENT_ENV
+from .workload import Workload
 
 try:
     from leakhound.errors import FleetError
@@ -181,22 +183,19 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
 def start_fleet(
     *,
     workers: int,
-    concurrency: int,
-    turns: int,
-    rollouts: int | None,
-    image_kb: int,
-    group_size: int,
     fixes: str | Sequence[str],
-    hold: float,
     report_dir: str | os.PathLike[str],
+    workload: Workload | None = None,
     ready_file: str | os.PathLike[str] | None = None,
     python: str = sys.executable,
-    stats_interval: float = 10.0,
-    seed: int = 0,
     extra_args: Sequence[str] = (),
     extra_env: dict[str, str] | None = None,
+    **fields: Any,
 ) -> Fleet:
-    """Spawn ``workers`` simulated env workers; ``rollouts=None`` churns forever."""
+    """Spawn ``workers`` simulated env workers running ``workload`` (``Workload()``'s defaults),
+    with any of its ``fields`` given by name (``turns=6``); ``rollouts=None`` churns forever.
+    Worker ``i`` runs with seed ``workload.seed + i``."""
+    workload = replace(workload or Workload(), **fields)
     directory = Path(report_dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     fix_spec = fixes if isinstance(fixes, str) else fix_names.format_fixes(fixes)
@@ -217,16 +216,9 @@ def start_fleet(
                 python,
                 "-m",
                 "leakhound.simulate.worker",
+                *replace(workload, seed=workload.seed + index).worker_args(),
                 "--worker-id", str(index),
-                "--concurrency", str(concurrency),
-                "--turns", str(turns),
-                "--rollouts", "forever" if rollouts is None else str(rollouts),
-                "--image-kb", str(image_kb),
-                "--group-size", str(group_size),
-                "--fixes", fix_spec,
-                "--hold", str(hold),
-                "--stats-interval", str(stats_interval),
-                "--seed", str(seed + index),
+                "--fix", fix_spec,
                 "--report-dir", str(directory),
                 *extra_args,
             ]  # fmt: skip
@@ -263,6 +255,10 @@ def make_import_shim() -> Path:
     os.symlink(SIMULATE_DIR, shim / "leakhound" / "simulate", target_is_directory=True)
     # The fixes are leakhound's live patches (standard library only too).
     os.symlink(SIMULATE_DIR.parent / "payload", shim / "leakhound" / "payload", target_is_directory=True)
+    # The fix names, alone: ``leakhound.model`` as a namespace holding only names.py (its
+    # __init__ and the rest of the model need leakhound's top level).
+    (shim / "leakhound" / "model").mkdir()
+    os.symlink(SIMULATE_DIR.parent / "model" / "names.py", shim / "leakhound" / "model" / "names.py")
     return shim
 
 

@@ -1,7 +1,7 @@
 """Entry point of the simulated env worker: ``python -m leakhound.simulate.worker``.
 
 A standard-library-only target process for leakhound: a verifiers-v1-shaped env worker whose
-memory behaves like the production workers that were OOM-killed (see ``--fixes``).
+memory behaves like the production workers that were OOM-killed (see ``--fix``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import fixes, report
 from .env_worker import EnvWorker, WorkerConfig
+from .workload import Workload
 
 
 def parse_args(argv: Sequence[str] | None = None) -> WorkerConfig:
@@ -23,33 +24,34 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerConfig:
         prog="python -m leakhound.simulate.worker",
         description="Simulated verifiers env worker with the four known memory leaks.",
     )
-    parser.add_argument("--concurrency", type=int, default=4, help="rollouts in flight")
-    parser.add_argument("--turns", type=int, default=45, help="model turns per rollout")
+    d = Workload()  # the one set of defaults
+    parser.add_argument("--concurrency", type=int, default=d.concurrency, help="rollouts in flight")
+    parser.add_argument("--turns", type=int, default=d.turns, help="model turns per rollout")
     parser.add_argument(
-        "--rollouts", default="8", help="rollouts to run before going idle, or 'forever'"
+        "--rollouts", default=str(d.rollouts), help="rollouts to run before going idle, or 'forever'"
     )
     parser.add_argument(
-        "--image-kb", type=int, default=96, help="base64 size of each screenshot, KiB"
+        "--image-kb", type=int, default=d.image_kb, help="base64 size of each screenshot, KiB"
     )
     parser.add_argument(
-        "--image-tokens", type=int, default=None, help="prompt tokens per screenshot"
+        "--image-tokens", type=int, default=d.image_tokens, help="prompt tokens per screenshot"
     )
-    parser.add_argument("--group-size", type=int, default=1, help="rollouts per group (>1: groups)")
+    parser.add_argument("--group-size", type=int, default=d.group_size, help="rollouts per group (>1: groups)")
     parser.add_argument(
-        "--fixes",
+        "--fix", "--fixes", dest="fix",  # --fixes: the old spelling, still read
         default="none",
         help="none | all | comma list of " + ",".join(fixes.KNOWN_FIXES),
     )
     parser.add_argument("--report-dir", type=Path, default=None, help="where <pid>.json goes")
     parser.add_argument(
-        "--hold", type=float, default=60.0, help="seconds to stay idle after the last rollout"
+        "--hold", type=float, default=d.hold, help="seconds to stay idle after the last rollout"
     )
-    parser.add_argument("--stats-interval", type=float, default=10.0, help="stats_loop period, s")
-    parser.add_argument("--model-latency-ms", type=float, default=5.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stats-interval", type=float, default=d.stats_interval, help="stats_loop period, s")
+    parser.add_argument("--model-latency-ms", type=float, default=d.model_latency_ms)
+    parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--worker-id", type=int, default=0)
     parser.add_argument(
-        "--park", type=int, default=0,
+        "--park", type=int, default=d.park,
         help="the last N rollouts stall after their last turn and stay in flight (holding their intercepts)",
     )
     parser.add_argument(
@@ -59,7 +61,7 @@ def parse_args(argv: Sequence[str] | None = None) -> WorkerConfig:
     args = parser.parse_args(argv)
     report.COUNT_NUMERIC_ELEMENTS = args.exact_sizes
     try:
-        active = fixes.parse_fixes(args.fixes)
+        active = fixes.parse_fixes(args.fix)
     except ValueError as e:
         parser.error(str(e))
     if args.rollouts.strip().lower() == "forever":
