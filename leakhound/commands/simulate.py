@@ -82,10 +82,10 @@ def run(
     if ready_file is not None:
         check_ready_file(ready_file)
     report_dir = Path(tempfile.mkdtemp(prefix="leakhound-simulate-"))
-    workload = Workload(concurrency=concurrency, turns=turns, rollouts=rollouts, image_kb=image_kb,
-                        group_size=group_size, hold=hold)
-    with start_fleet(workers=workers, workload=workload, fixes=fixes, report_dir=report_dir,
-                     ready_file=ready_file) as fleet:
+    # The workload's fields by name, over Workload()'s defaults.
+    with start_fleet(workers=workers, concurrency=concurrency, turns=turns, rollouts=rollouts,
+                     image_kb=image_kb, group_size=group_size, fixes=fixes, hold=hold,
+                     report_dir=report_dir, ready_file=ready_file) as fleet:
         fleet.wait_ready(timeout=300)
         reporter.note(f"leakhound: simulated workers ready: pids {' '.join(map(str, fleet.pids))}")
         reporter.note(f"leakhound: their own reports: {report_dir}/<pid>.json; Ctrl-C stops them")
