@@ -161,6 +161,14 @@ def capture(
         log=log,
         target=target,
     )
+    if log is not None:  # where the payload's time went (-v): phase wall s / CPU s in the target
+        for key, spent in (("payload", remote.result.get("phases")),
+                           ("census", (remote.result.get("heap") or {}).get("phases"))):
+            if isinstance(spent, dict) and spent:
+                log(f"{key} phases: " + ", ".join(f"{k} {v[0]:.3f}/{v[1]:.3f} s" for k, v in spent.items()))
+        held = (remote.result.get("heap") or {}).get("max_hold_ms")
+        if held is not None:
+            log(f"census held the GIL at most {held} ms between yields ({remote.result['heap'].get('yields')} yields)")
     # RSS is read right after the census so the ledger compares like with like.
     process = process_stats(pid)
     snap = snapshot_from_result(

@@ -111,7 +111,11 @@ class Census(_Roots, _Unreached):
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
                  max_pause_ms=None, cancelled=None):
-        self.clock = _Clock(time.monotonic() + timeout, cancelled)
+        # The pause budget's duty cycle: at most half the budget of running between two
+        # yields of the GIL (census_tallies._Clock), the rest left for one step and the
+        # switch to the waiting thread.
+        self.clock = _Clock(time.monotonic() + timeout, cancelled,
+                            max_hold=max_pause_ms / 2000.0 if max_pause_ms else None)
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self._exclude = exclude
@@ -156,9 +160,11 @@ class Census(_Roots, _Unreached):
                 self.seconds = time.perf_counter() - started
                 return
             self._reset()
+        self.clock.phase("sizing walk")
         t0 = time.perf_counter()
         objects = gc.get_objects()
         self.clock.step(t0)
+        self.clock.phase("gc.get_objects")
         self.tracked = len(objects)
         if len(objects) >= _RATE_MIN_OBJECTS:
             took_ns = (time.perf_counter() - t0) * 1e9
@@ -166,6 +172,7 @@ class Census(_Roots, _Unreached):
         self._walk_roots(objects)
         # 7: what no named root reached: held from C, or cyclic garbage.
         self._split_unreached(objects)
+        self.clock.phase("unreached")
         self.seconds = time.perf_counter() - started
         del objects
 
@@ -210,6 +217,12 @@ class Census(_Roots, _Unreached):
             "walker": self.walker,
             "unreached": dict(self.unreached),
             "max_step_ms": self.clock.max_step * 1000.0,
+            # the longest the census ran between two yields of the GIL (its CPU time: an upper
+            # bound on one hold), and how many times the duty cycle yielded
+            "max_hold_ms": round(self.clock.max_held * 1000.0, 2),
+            "yields": self.clock.yields,
+            # phase -> [wall s, CPU s of the census's thread]: wall minus CPU is waiting
+            "phases": {k: [round(v[0], 4), round(v[1], 4)] for k, v in self.clock.phases.items()},
             "payload_peak_bytes": self.bookkeeping_bytes,
             "native_bytes": self.native_bytes,
             "notes": self._notes(),

@@ -232,6 +232,7 @@ class _Roots(_Walk):
                 add_wall(ref)
         del classes
         self.progress("roots", 0)
+        self.clock.phase("roots")
 
         # Tasks and their coroutines are claimed up front, like the walls: a path from a module
         # global to a task (an event loop's ready queue and timers, a handle kept in a global,
@@ -246,6 +247,7 @@ class _Roots(_Walk):
                 if type(key) is not str or (key.startswith("__") and key.endswith("__")):
                     continue
                 self._claim_named(name + "." + key, value, 1)
+        self.clock.phase("module globals")
         # 4: class attributes.
         for cls, cdict in class_dicts:
             base = _type_name(cls)
@@ -253,8 +255,10 @@ class _Roots(_Walk):
                 if type(key) is not str or (key.startswith("__") and key.endswith("__")):
                     continue
                 self._claim_named(base + "." + key, value, 1)
+        self.clock.phase("class attributes")
         for obj in walls:
             self._claim_tree(wall, obj, root_claimed=True)
+        self.clock.phase("walls")
         # 5: asyncio tasks: what a suspended coroutine's frames hold (no thread stack shows it).
         # A suspended coroutine's locals are visible through the coroutine object, not its
         # frame (the frame object does not own its data).
@@ -273,6 +277,7 @@ class _Roots(_Walk):
         # a local naming its frame would be a cycle (frame -> locals -> frame) holding
         # everything the census holds, gc.get_objects()'s list included, until the target's
         # next full collection.
+        self.clock.phase("tasks")
         frames = thread_frames()
         for _tname, frame in frames:
             claimed.add(id(frame))
@@ -299,6 +304,7 @@ class _Roots(_Walk):
                 self._claim_named(path + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
         del frames
         frame = None
+        self.clock.phase("frames")
         self.progress("unreached", self.total_objects)
         # What the walk itself holds at its largest, the extra memory it costs the target:
         # the marks, the list from gc.get_objects(), the owner and type tables.

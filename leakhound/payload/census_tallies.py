@@ -52,14 +52,52 @@ class _Marks(object):
         return len(self.regions) * _REGION_BYTES
 
 
+# How long the census sleeps when it yields: a sleep releases the GIL at once (no 5 ms
+# switch-interval wait for whoever wants it) and long enough for every thread waiting on the
+# GIL to wake and take it.
+YIELD_SECONDS = 0.001
+# How often ``_Clock.check`` looks at the deadline, the cancel hook and the duty cycle.
+CHECK_EVERY = 0.0005
+
+
 class _Clock:
     """Tracks the longest single uninterruptible step (one C call holding the GIL), the
-    census's deadline and the caller's request to stop."""
+    census's deadline and the caller's request to stop, and keeps the pause budget's duty
+    cycle: with ``max_hold`` (seconds), once the census has run that long since it last
+    yielded, it sleeps (``YIELD_SECONDS``) so every thread waiting for the GIL gets it.
 
-    def __init__(self, deadline, cancelled=None):
+    A stretch is measured in the census thread's CPU time (``time.thread_time``): a thread
+    waiting for the GIL uses none, so time the interpreter gave to other threads inside a
+    stretch does not count, while all the census ran does (a stretch over which it was handed
+    the GIL back and forth counts whole: an upper bound on any one hold). ``max_held`` is the
+    longest stretch between two yields; ``yields`` counts the sleeps.
+    The duty cycle runs at every ``step`` and ``check``: the census calls one of them after
+    every C call into the walk and often in its Python loops."""
+
+    def __init__(self, deadline, cancelled=None, max_hold=None):
         self.deadline = deadline
         self.cancelled = cancelled
         self.max_step = 0.0
+        self.max_hold = max_hold
+        self.held_since = time.thread_time()
+        self.max_held = 0.0
+        self.yields = 0
+        self.next_check = 0.0
+        # Where the time went: phase -> [wall seconds, this thread's CPU seconds]; wall minus
+        # CPU is time the census waited (for the GIL, mostly, on a busy target).
+        self.phases = {}
+        self._mark = (time.perf_counter(), time.thread_time())
+
+    def phase(self, name):
+        """Charge the time since the previous mark to ``name``."""
+        now, cpu = time.perf_counter(), time.thread_time()
+        wall0, cpu0 = self._mark
+        spent = self.phases.get(name)
+        if spent is None:
+            spent = self.phases[name] = [0.0, 0.0]
+        spent[0] += now - wall0
+        spent[1] += cpu - cpu0
+        self._mark = (now, cpu)
 
     def step(self, started):
         now = time.perf_counter()
@@ -68,7 +106,28 @@ class _Clock:
             self.max_step = took
         return now
 
+    def hold(self):
+        """The duty cycle: yield the GIL once the census has held it ``max_hold``."""
+        held = time.thread_time() - self.held_since
+        if held > self.max_held:
+            self.max_held = held
+        if self.max_hold is not None and held >= self.max_hold:
+            time.sleep(YIELD_SECONDS)
+            self.yields += 1
+            self.held_since = time.thread_time()
+
+    def yielded(self):
+        """The census released the GIL some other way (a sleep of its own): a new stretch."""
+        self.held_since = time.thread_time()
+
     def check(self):
+        # At most every CHECK_EVERY seconds: the checks cost system calls (thread_time, the
+        # cancel poll), and the walk calls this after every short step.
+        now = time.perf_counter()
+        if now < self.next_check:
+            return
+        self.next_check = now + CHECK_EVERY
+        self.hold()
         if time.monotonic() > self.deadline:
             raise CensusTimeout("census did not finish within its time budget")
         if self.cancelled is not None and self.cancelled():

@@ -120,6 +120,15 @@ def _snapshot(request, progress, stop):
     max_pause = request.get("max_pause_ms")
     max_pause = float(max_pause) if type(max_pause) in (int, float) and 0 < max_pause <= 60000 else None
     stop.check("census")
+    phases = {}
+    mark = [time.perf_counter(), time.thread_time()]
+
+    def phase(name):
+        # [wall s, CPU s of the payload's thread] since the previous mark
+        now, cpu = time.perf_counter(), time.thread_time()
+        phases[name] = [round(now - mark[0], 4), round(cpu - mark[1], 4)]
+        mark[:] = [now, cpu]
+
     walk = _census(
         timeout=timeout,
         progress=progress,
@@ -136,19 +145,25 @@ def _snapshot(request, progress, stop):
         raise Cancelled(stop.reason, "census") from None
     heap = walk.result(top_types=top_types, top_owners=top_owners)
     del walk
+    phase("census")
     out_graph = _graph(request, progress, stop, heap) if request.get("graph") else None
+    phase("graph")
     stop.check("arena")
     progress("arena", 0)
     allocators = arena.arena_stats()
+    phase("arena")
     stop.check("probes")
     progress("probes", 0)
     found = probes.run_all()
+    phase("probes")
     stop.check("result")
     out = {
         "heap": heap,
         "arena": allocators,
         "probes": found,
         "python_version": "%d.%d.%d" % sys.version_info[:3],
+        # where the request's time went (docs/performance.md): phase -> [wall s, CPU s]
+        "phases": phases,
     }
     if out_graph is not None:
         out["graph"] = out_graph

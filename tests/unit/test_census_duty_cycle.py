@@ -1,0 +1,72 @@
+"""The pause budget's duty cycle (census_tallies._Clock): the census yields the GIL once it has
+run half the budget since it last did, and says how long it ran at most between two yields.
+
+Structural, not timed: counts of yields and the bound the clock reports, never wall-clock limits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from leakhound.payload import census
+from leakhound.payload.census_tallies import _Clock
+
+
+def _spin(clock: _Clock, cpu_seconds: float) -> None:
+    """Run ``cpu_seconds`` of this thread's CPU, checking the clock as the walk does."""
+    end = time.thread_time() + cpu_seconds
+    while time.thread_time() < end:
+        sum(range(200))
+        clock.check()
+
+
+def test_the_clock_yields_once_it_has_held_the_budget() -> None:
+    clock = _Clock(time.monotonic() + 60, max_hold=0.005)
+    _spin(clock, 0.1)
+    # 100 ms of running with a 5 ms stretch: a yield per stretch, and no stretch much longer
+    # than the stretch plus one check interval (CPU time, so a loaded machine does not stretch it).
+    assert clock.yields >= 10
+    assert clock.max_held < 0.005 + 0.005
+
+
+def test_without_a_budget_the_clock_never_yields() -> None:
+    clock = _Clock(time.monotonic() + 60)
+    _spin(clock, 0.05)
+    assert clock.yields == 0
+    assert clock.max_held >= 0.04  # one stretch, reported whole
+
+
+def test_a_yield_lets_a_waiting_thread_run() -> None:
+    # A thread that wants the GIL runs between two stretches: the yield is a sleep, which
+    # releases the GIL, not a wait for the switch interval.
+    clock = _Clock(time.monotonic() + 60, max_hold=0.002)
+    ran = []
+    stop = threading.Event()
+
+    def other() -> None:
+        while not stop.is_set():
+            ran.append(clock.yields)
+            time.sleep(0)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        _spin(clock, 0.05)
+    finally:
+        stop.set()
+        thread.join()
+    assert clock.yields >= 5
+    assert len(set(ran)) >= 2  # the other thread ran in more than one of the census's gaps
+
+
+def test_the_census_reports_its_longest_stretch_and_yields() -> None:
+    walk = census.Census(max_pause_ms=2.0)
+    walk.run()
+    heap = walk.result()
+    assert heap["yields"] >= 1  # this process's heap takes longer than 1 ms of walking
+    assert heap["max_hold_ms"] > 0
+    assert {"module globals", "class attributes", "walls"} <= set(heap["phases"])
+    unbudgeted = census.Census()
+    unbudgeted.run()
+    assert unbudgeted.result()["yields"] == 0
