@@ -100,7 +100,12 @@ _GET_OBJECTS_NS = 60
 # What it cost in this process the last time a census made that call: the payload stays
 # loaded between inspections, so later budgets use this machine's own rate (kept within
 # sane bounds: one slow, descheduled call must not rule the call out for good).
-_measured = {"ns_per_object": None}  # type: dict
+# "tracked": how many objects the last census listed (or estimated), which lets the next one
+# skip its sizing walk.
+_measured = {"ns_per_object": None, "tracked": None}  # type: dict
+# How much the tracked objects may have grown since the last census for its count to stand
+# in for a sizing walk: the budget must fit this many times the count.
+_TRACKED_HEADROOM = 2.0
 # Only a list bigger than the caches gives a rate that holds for big heaps (a small, cache-hot
 # one reads several times faster).
 _RATE_MIN_OBJECTS = 200000
@@ -137,7 +142,17 @@ class Census(_Roots, _Unreached):
 
     def run(self):
         started = time.perf_counter()
-        if self.max_pause_ms is not None:
+        known = _measured["tracked"]
+        if self.max_pause_ms is not None and known is not None and (
+                known * self._ns_per_object() / 1e6 * _TRACKED_HEADROOM <= self.max_pause_ms):
+            # An earlier census in this process listed few enough tracked objects that even
+            # _TRACKED_HEADROOM times as many fit the budget: no sizing walk (it doubled the
+            # census's cost).
+            self.unreached["estimated_pause_ms"] = round(known * self._ns_per_object() / 1e6, 1)
+            self.unreached["ns_per_object"] = round(self._ns_per_object(), 1)
+            self.unreached["rate"] = "measured" if _measured["ns_per_object"] else "default"
+            self.unreached["sized_by"] = "the previous census"
+        elif self.max_pause_ms is not None:
             # Walk the named roots first, without the list of every tracked object, to learn
             # the heap's size; the full census runs only if that list fits the budget.
             self._walk_roots(None)
@@ -157,6 +172,7 @@ class Census(_Roots, _Unreached):
                 )
                 # No list to count: the walk's own count of containers stands in for it.
                 self.tracked = self._tracked_estimate()
+                _measured["tracked"] = self.tracked
                 self.seconds = time.perf_counter() - started
                 return
             self._reset()
@@ -166,6 +182,7 @@ class Census(_Roots, _Unreached):
         self.clock.step(t0)
         self.clock.phase("gc.get_objects")
         self.tracked = len(objects)
+        _measured["tracked"] = len(objects)
         if len(objects) >= _RATE_MIN_OBJECTS:
             took_ns = (time.perf_counter() - t0) * 1e9
             _measured["ns_per_object"] = min(500.0, max(30.0, took_ns / len(objects)))

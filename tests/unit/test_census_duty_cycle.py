@@ -70,3 +70,30 @@ def test_the_census_reports_its_longest_stretch_and_yields() -> None:
     unbudgeted = census.Census()
     unbudgeted.run()
     assert unbudgeted.result()["yields"] == 0
+
+
+def test_a_census_after_a_small_one_skips_the_sizing_walk(monkeypatch) -> None:
+    # With a pause budget, the census first walked the roots without gc.get_objects() only to
+    # learn the heap's size, then walked them all again: twice the cost on every inspection.
+    # Once a census in this process has counted the tracked objects, the next one needs no
+    # sizing walk while twice that count fits the budget; over it, it sizes the heap again.
+    walks = []
+    original = census.Census._walk_roots
+
+    def counting(self, objects):
+        walks.append(objects is None)
+        return original(self, objects)
+
+    monkeypatch.setattr(census.Census, "_walk_roots", counting)
+    monkeypatch.setitem(census._measured, "tracked", None)
+    census.Census(max_pause_ms=1e6).run()
+    assert walks == [True, False]  # sizing walk, then the census
+    del walks[:]
+    again = census.Census(max_pause_ms=1e6)
+    again.run()
+    assert walks == [False] and again.unreached["sized_by"] == "the previous census"
+    assert again.unreached["examined"]
+    del walks[:]
+    monkeypatch.setitem(census._measured, "tracked", 10**12)  # a heap grown past the budget
+    census.Census(max_pause_ms=1e6).run()
+    assert walks[0] is True
