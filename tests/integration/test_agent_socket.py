@@ -19,7 +19,7 @@ from leakhound.attach.agent import find_socket
 from leakhound.capture import take_snapshot
 from leakhound.payload.agent import is_leakhound_cli, wanted
 from tests.namespaces import shared_dir, spawn_in_namespaces
-from tests.utils import spawn_target, within
+from tests.utils import FIXTURES, spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -104,32 +104,11 @@ def test_stale_socket_under_a_reused_pid_is_removed_and_fallen_back_from(tmp_pat
     assert doc["owners"][0]["items"] == truth["cache_items"]
 
 
-WORKER = """
-import json, os, sys, threading, time
-ready, role = sys.argv[1], sys.argv[2]
-if role == "launcher":
-    import subprocess
-    subprocess.run([sys.executable, __file__, ready + ".worker", "worker"], check=True)
-agent = any(t.name == "leakhound-agent" for t in threading.enumerate())
-if role == "forks":
-    pid = os.fork()
-    if pid == 0:
-        sys.exit(0)  # a normal exit: the child runs the atexit handlers it inherited
-    os.waitpid(pid, 0)
-sock = "%s/leakhound-agent-%d/agent-%d.sock" % (os.environ["TMPDIR"], os.getuid(), os.getpid())
-doc = {"pid": os.getpid(), "agent": agent, "socket_exists": os.path.exists(sock),
-       "env": os.environ.get("LEAKHOUND_AGENT")}
-with open(ready + ".tmp", "w") as fh:
-    json.dump(doc, fh)
-os.rename(ready + ".tmp", ready)
-if role == "sleeps":
-    time.sleep(60)
-"""
+WORKER = FIXTURES / "agent" / "worker.py"  # named worker.py: the argv test matches that name
 
 
 def _run_worker(tmp_path: Path, role: str, agent: str) -> dict[str, object]:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script = WORKER
     ready = tmp_path / f"{role}.json"
     env = {**os.environ, "LEAKHOUND_AGENT": agent, "TMPDIR": str(tmp_path)}
     subprocess.run([sys.executable, str(script), str(ready), role], env=env, check=True, timeout=60)
@@ -156,8 +135,7 @@ def test_forked_child_leaves_the_parents_socket(tmp_path: Path) -> None:
 
 
 def test_socket_of_a_worker_killed_by_sigterm_is_removed_by_the_next_agent(tmp_path: Path) -> None:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script = WORKER
     env = {**os.environ, "LEAKHOUND_AGENT": "1", "TMPDIR": str(tmp_path)}
     first = subprocess.Popen([sys.executable, str(script), str(tmp_path / "first.json"), "sleeps"], env=env)
     try:

@@ -15,7 +15,7 @@ import pytest
 
 from leakhound.attach import ptrace, run_request
 from leakhound.capture import take_snapshot
-from tests.utils import assert_only_the_payload_stays, spawn_target, within
+from tests.utils import FIXTURES, assert_only_the_payload_stays, spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -118,21 +118,7 @@ def test_fifty_injections_into_a_busy_worker(tmp_path: Path) -> None:
           f"target's worst loop lag over the run (census included): {report['max_lag_ms']:.1f} ms")
 
 
-RESTART_TARGET = """
-import ctypes, os, sys
-# libc directly (not os.read / time.sleep, which retry EINTR themselves): a system call the
-# injection broke instead of restarting would show up here as -1 / EINTR.
-libc = ctypes.CDLL(None, use_errno=True)
-class timespec(ctypes.Structure):
-    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
-r, w = os.pipe()
-os.write(1, b"%d %d\\n" % (r, w))
-buf = ctypes.create_string_buffer(5)
-got = libc.read(r, buf, 5)           # -ERESTARTSYS when interrupted
-os.write(1, b"read %d %d %s\\n" % (got, ctypes.get_errno(), buf.raw))
-rc = libc.nanosleep(ctypes.byref(timespec(0, 400000000)), None)  # -ERESTART_RESTARTBLOCK
-os.write(1, b"slept %d %d\\n" % (rc, ctypes.get_errno()))
-"""
+RESTART_TARGET = FIXTURES / "restarting_syscalls.py"
 
 
 def _syscall_of(pid: int, wanted: str, timeout: float = 2.0) -> str:
@@ -147,7 +133,7 @@ def _syscall_of(pid: int, wanted: str, timeout: float = 2.0) -> str:
 
 
 def test_interrupted_system_calls_restart_unharmed() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", RESTART_TARGET], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, str(RESTART_TARGET)], stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None
         _, w = (int(x) for x in proc.stdout.readline().split())

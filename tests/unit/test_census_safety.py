@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -29,9 +28,10 @@ def _target_pythons() -> list[str]:
     return found
 
 
-def _run(python: str, code: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+def _run(python: str, fixture: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """``fixtures/FIXTURE.py`` in a fresh ``python``, from the repository (it imports the payload)."""
     return subprocess.run(
-        [python, "-X", "faulthandler", "-c", textwrap.dedent(code)],
+        [python, "-X", "faulthandler", str(REPO / "fixtures" / f"{fixture}.py")],
         capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
     )
 
@@ -40,37 +40,7 @@ def _run(python: str, code: str, timeout: float = 90) -> subprocess.CompletedPro
 # (refcount 0) in its traverse (gh-122695). A census that walked the module with
 # gc.get_referents held freed iterators and freed them again: the target's next awaits failed
 # ("await wasn't used with future", "Result is not set") or it segfaulted.
-FREELIST = """
-    import asyncio, sys, threading
-    sys.path.insert(0, ".")
-    from leakhound.payload import census
-
-    async def main():
-        loop = asyncio.get_running_loop()
-        for _ in range(5):
-            # Fill the free list: each awaited future's iterator is freed into it.
-            for _ in range(50):
-                await asyncio.sleep(0)
-            futs = [loop.create_future() for _ in range(20)]
-            its = [iter(f) for f in futs]
-            del its
-            for compiled in (False, True):
-                walk = census.Census(max_pause_ms=50, compiled=compiled)
-                thread = threading.Thread(target=walk.run)
-                thread.start()
-                while thread.is_alive():
-                    await asyncio.sleep(0)
-                thread.join()
-            # Reuse the free list, as the worker's next awaits do.
-            for _ in range(200):
-                await asyncio.sleep(0)
-                f = loop.create_future()
-                loop.call_soon(f.set_result, 1)
-                assert await f == 1
-        print("alive")
-
-    asyncio.run(main())
-"""
+FREELIST = "census_asyncio_freelist"  # fixtures/census_asyncio_freelist.py
 
 
 @pytest.mark.parametrize("python", _target_pythons())
@@ -85,30 +55,7 @@ def test_modules_are_walked_through_their_dict_only() -> None:
     assert census._referents(_asyncio) == [_asyncio.__dict__]
 
 
-METACLASS_HASH = """
-    import sys
-    sys.path.insert(0, ".")
-    from leakhound.payload import census
-
-    CALLS = [0]
-
-    class Meta(type):
-        def __hash__(cls):
-            CALLS[0] += 1
-            raise RuntimeError("a metaclass __hash__ ran")
-
-    class Odd(metaclass=Meta):
-        pass
-
-    ODDS = [Odd() for _ in range(100)]
-    for compiled in (False, True):
-        walk = census.Census(max_pause_ms=None, compiled=compiled)
-        walk.run()
-        types = {t["type"]: t["count"] for t in walk.result(top_types=10000)["types"]}
-        assert types.get("__main__.Odd", 0) >= 100, types
-    assert CALLS[0] == 0, CALLS[0]
-    print("ok")
-"""
+METACLASS_HASH = "census_metaclass_hash"  # fixtures/census_metaclass_hash.py
 
 
 @pytest.mark.parametrize("python", _target_pythons())
@@ -117,32 +64,7 @@ def test_a_metaclass_hash_never_runs_and_never_fails_the_census(python: str) -> 
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
 
 
-CHURN = """
-    import sys, threading
-    sys.path.insert(0, ".")
-    from leakhound.payload import census
-
-    CHURNED = {i: [(i, str(i))] for i in range(2000)}
-    stop = threading.Event()
-
-    def churn():
-        i = 0
-        while not stop.is_set():
-            CHURNED[i % 2000] = [(i, str(i)) for _ in range(4)]
-            i += 1
-
-    thread = threading.Thread(target=churn, daemon=True)
-    sys.setswitchinterval(1e-5)
-    thread.start()
-    found = []
-    for _ in range(3):
-        walk = census.Census(max_pause_ms=None)
-        walk.run()
-        found.append(walk.result()["cyclic_garbage"]["objects"])
-        del walk
-    stop.set()
-    print(found)
-"""
+CHURN = "census_thread_churn"  # fixtures/census_thread_churn.py
 
 
 @pytest.mark.parametrize("python", _target_pythons())
@@ -165,26 +87,7 @@ def test_a_dead_acyclic_structure_is_peeled_and_a_cycle_stays() -> None:
     assert [id(o) for o in left] == [id(cycle), id(hanger), id(hanger[1])]
 
 
-NO_GARBAGE = """
-    import gc, sys, threading
-    sys.path.insert(0, ".")
-    from leakhound.payload import census
-
-    stop = threading.Event()
-    worker = threading.Thread(target=stop.wait, daemon=True)  # a second thread stack to walk
-    worker.start()
-    walk = census.Census(max_pause_ms=None); walk.run(); walk.result(); del walk
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    left = []
-    for pause in (None, 50, None):
-        walk = census.Census(max_pause_ms=pause); walk.run(); walk.result(); del walk
-        gc.collect()
-        left.append(sorted(type(o).__name__ for o in gc.garbage))
-        gc.garbage.clear()
-    stop.set()
-    print(left)
-"""
+NO_GARBAGE = "census_no_garbage"  # fixtures/census_no_garbage.py
 
 
 @pytest.mark.parametrize("python", _target_pythons())
