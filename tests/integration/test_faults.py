@@ -78,7 +78,7 @@ def test_another_users_target_on_another_python_build() -> None:
     shared = Path(tempfile.mkdtemp(prefix="leakhound-test-"))  # pytest's tmp is private to root
     os.chmod(shared, 0o777)
     with spawn_target("growing_cache", shared, python=SYSTEM_PYTHON, prefix=AS_NOBODY) as child:
-        snap = take_snapshot(child.pid, method="gdb", timeout=60)
+        snap = take_snapshot(child.pid, timeout=60)
         truth = child.report()["truth"]
         # Without CAP_SYS_PTRACE, root may not trace another user's process.
         denied = _cli("inspect", str(child.pid), prefix=["setpriv", "--bounding-set=-sys_ptrace",
@@ -230,7 +230,7 @@ def test_target_exiting_mid_inspect(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         killer = threading.Timer(0.8, child.proc.kill)
         killer.start()
         with pytest.raises((TargetExited, TargetNotFound)):
-            take_snapshot(child.pid, method="gdb", timeout=60)
+            take_snapshot(child.pid, timeout=60)
         killer.join()
 
 
@@ -278,7 +278,7 @@ def test_target_exiting_mid_patch(tmp_path: Path) -> None:
         killer = threading.Timer(1.0, fleet.kill)
         killer.start()
         with pytest.raises((TargetExited, TargetNotFound)):
-            patch_process(pid, fixes=["registry"], method="gdb", verify_seconds=3)
+            patch_process(pid, fixes=["registry"], verify_seconds=3)
         killer.join()
 
 

@@ -88,7 +88,7 @@ def test_soak_200_inspections_keep_the_worker_alive_and_flat(tmp_path: Path, met
 
 def test_busy_c_threads_do_not_stop_an_inspection(tmp_path: Path) -> None:
     with spawn_target("busy_worker", tmp_path, env={"FIXTURE_C_THREADS": "6"}) as child:
-        snap = take_snapshot(child.pid, method="gdb", timeout=60)
+        snap = take_snapshot(child.pid, timeout=60)
         truth = child.report()["truth"]
     cache = next(o for o in snap.owners if o.path == "__main__.CACHE")
     assert within(cache.retained_bytes, truth["cache_bytes"])
