@@ -202,7 +202,10 @@ class _Roots(_Walk):
         wall = self._owner("<modules and classes>", sys)
         walls = []
 
+        check = self.clock.check  # the duty cycle (and deadline) in these long Python loops
+
         def add_wall(obj):
+            check()
             if id(obj) not in claimed:
                 claimed.add(id(obj))
                 self._count(obj, wall)
