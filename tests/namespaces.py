@@ -48,6 +48,29 @@ def shared_dir() -> Iterator[Path]:
         subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
+def _keep_checkout(setup: str, ready_dir: Path, needed: list[Path]) -> str:
+    """``setup``, keeping the checkout visible where a fresh /tmp would hide it.
+
+    A checkout under /tmp (a CI clone, say) holds the fixtures, the venv and leakhound
+    itself (the agent's .pth imports it): a tmpfs mounted on /tmp would hide them all. The old
+    /tmp is held aside first and the checkout bound back at its own path afterwards (the new
+    /tmp made writable for the mountpoint a moment if it was mounted read-only)."""
+    root = FIXTURES.parent.resolve()
+    if not root.is_relative_to("/tmp") or not any(p.resolve().is_relative_to(root) for p in needed):
+        return setup
+    hold = ready_dir / ".old-tmp"
+    hold.mkdir(exist_ok=True)
+    q = shlex.quote
+    rel = root.relative_to("/tmp")
+    return (
+        f"mount --rbind /tmp {q(str(hold))} && {setup} && "
+        f"ro=$(awk '$2==\"/tmp\" {{print $4}}' /proc/self/mounts | tail -n1 | grep -c '^ro') ; "
+        f"{{ [ \"$ro\" = 0 ] || mount -o remount,rw /tmp; }} && mkdir -p {q(str(root))} && "
+        f"mount --rbind {q(str(hold / rel))} {q(str(root))} && "
+        f"{{ [ \"$ro\" = 0 ] || mount -o remount,ro /tmp; }} && umount -l {q(str(hold))}"
+    )
+
+
 @contextlib.contextmanager
 def spawn_in_namespaces(
     fixture: str,
@@ -66,6 +89,7 @@ def spawn_in_namespaces(
     of its namespace, as in many containers; otherwise a shell is, and the target a child."""
     ready = ready_dir / f"{fixture}.ready.json"
     argv = [*(prefix or []), python or sys.executable, str(fixtures / f"{fixture}.py"), str(ready)]
+    setup = _keep_checkout(setup, ready_dir, [fixtures, Path(python or sys.executable)])
     script = f"{setup} && {'exec ' if as_init else ''}{shlex.join(argv)}"
     full_env = {**os.environ, **(env or {})}
     full_env.pop("LEAKHOUND_READY_FILE", None)

@@ -34,15 +34,27 @@ import threading
 
 MAX_REQUEST = 64 * 1024
 ENV_VAR = "LEAKHOUND_AGENT"
+# sun_path holds 108 bytes with its NUL. A longer existing socket's path is reached through a
+# descriptor of its directory, /proc/self/fd/N/NAME, which any length of directory fits.
+_SUN_PATH_MAX = 107
 
 
-def socket_dir(uid=None):
+def socket_dir(uid=None, pid=None):
+    """The worker's TMPDIR's agent directory, or /tmp's when a socket there would not fit
+    in sun_path (a deep TMPDIR): the client finds it in the kernel's list of listening
+    sockets either way, which records the path the socket was bound to."""
     uid = os.getuid() if uid is None else uid
-    return os.path.join(tempfile.gettempdir(), "leakhound-agent-%d" % uid)
+    name = "leakhound-agent-%d" % uid
+    preferred = os.path.join(tempfile.gettempdir(), name)
+    longest = os.path.join(preferred, "agent-%d.sock" % (pid or 4194304))
+    if len(os.fsencode(longest)) <= _SUN_PATH_MAX:
+        return preferred
+    return os.path.join("/tmp", name)
 
 
 def socket_path(pid=None, uid=None):
-    return os.path.join(socket_dir(uid), "agent-%d.sock" % (pid or os.getpid()))
+    pid = pid or os.getpid()
+    return os.path.join(socket_dir(uid, pid), "agent-%d.sock" % pid)
 
 
 def _peer_allowed(conn):
@@ -136,6 +148,17 @@ def _listening_paths():
     return paths
 
 
+def _by_directory(action, sock, path):
+    """``action(sock, address)`` for ``path``, through its directory's descriptor if long."""
+    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+        return action(sock, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        return action(sock, "/proc/self/fd/%d/%s" % (fd, os.path.basename(path)))
+    finally:
+        os.close(fd)
+
+
 def _is_stale(path, listening):
     """A socket file nobody accepts on: its process is gone (killed before atexit ran)."""
     if path in listening:
@@ -143,7 +166,7 @@ def _is_stale(path, listening):
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
-        probe.connect(path)
+        _by_directory(socket.socket.connect, probe, path)
     except ConnectionRefusedError:
         return True
     except OSError:
@@ -180,12 +203,12 @@ def start():
     """Start the agent once per process; returns the socket path."""
     if _started:
         return _started[0]
-    directory = socket_dir()
+    path = socket_path()
+    directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     st = os.stat(directory)
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise PermissionError("leakhound agent: %s is not private to this user" % directory)
-    path = socket_path()
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 LEAKHOUND = [sys.executable, "-m", "leakhound"]
 UID = os.getuid()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A worker TMPDIR short enough for its socket's path to fit in sun_path (108 bytes);
+    pytest's own tmp_path can be longer (see the deep-TMPDIR test)."""
+    path = Path(tempfile.mkdtemp(prefix="lh-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _agent_socket(tmpdir: Path | str, nspid: int) -> Path:
@@ -46,8 +60,8 @@ def _leave_stale_socket(path: Path) -> None:
     sock.close()
 
 
-def test_socket_under_the_workers_tmpdir_is_found(tmp_path: Path) -> None:
-    worker_tmp = tmp_path / "worker-tmp"
+def test_socket_under_the_workers_tmpdir_is_found(tmp_path: Path, short_tmp: Path) -> None:
+    worker_tmp = short_tmp / "worker-tmp"
     worker_tmp.mkdir()
     env = {"LEAKHOUND_AGENT": "1", "TMPDIR": str(worker_tmp)}
     with spawn_target("growing_cache", tmp_path, env=env) as child:
@@ -78,10 +92,10 @@ def test_agent_in_its_own_mount_and_pid_namespaces(as_init: bool) -> None:
     assert within(snap.owners[0].retained_bytes, truth["cache_bytes"])
 
 
-def test_stale_socket_under_a_reused_pid_is_removed_and_fallen_back_from(tmp_path: Path) -> None:
+def test_stale_socket_under_a_reused_pid_is_removed_and_fallen_back_from(tmp_path: Path, short_tmp: Path) -> None:
     """A socket named after the target's pid, left by an earlier worker with that pid: the
     target runs no agent. Explicit agent: exit 7 saying so; auto: the next method."""
-    worker_tmp = tmp_path / "worker-tmp"
+    worker_tmp = short_tmp / "worker-tmp"
     worker_tmp.mkdir()
     env = {"LEAKHOUND_AGENT": "", "TMPDIR": str(worker_tmp)}
     with spawn_target("growing_cache", tmp_path, env=env) as child:
@@ -107,10 +121,10 @@ def test_stale_socket_under_a_reused_pid_is_removed_and_fallen_back_from(tmp_pat
 WORKER = FIXTURES / "agent" / "worker.py"  # named worker.py: the argv test matches that name
 
 
-def _run_worker(tmp_path: Path, role: str, agent: str) -> dict[str, object]:
+def _run_worker(tmp_path: Path, role: str, agent: str, tmpdir: Path | None = None) -> dict[str, object]:
     script = WORKER
     ready = tmp_path / f"{role}.json"
-    env = {**os.environ, "LEAKHOUND_AGENT": agent, "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "LEAKHOUND_AGENT": agent, "TMPDIR": str(tmpdir or tmp_path)}
     subprocess.run([sys.executable, str(script), str(ready), role], env=env, check=True, timeout=60)
     return dict(json.loads(ready.read_text()))
 
@@ -134,13 +148,13 @@ def test_forked_child_leaves_the_parents_socket(tmp_path: Path) -> None:
     assert doc["socket_exists"] is True
 
 
-def test_socket_of_a_worker_killed_by_sigterm_is_removed_by_the_next_agent(tmp_path: Path) -> None:
+def test_socket_of_a_worker_killed_by_sigterm_is_removed_by_the_next_agent(tmp_path: Path, short_tmp: Path) -> None:
     script = WORKER
-    env = {**os.environ, "LEAKHOUND_AGENT": "1", "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "LEAKHOUND_AGENT": "1", "TMPDIR": str(short_tmp)}
     first = subprocess.Popen([sys.executable, str(script), str(tmp_path / "first.json"), "sleeps"], env=env)
     try:
         _wait_for(tmp_path / "first.json")
-        left = _agent_socket(tmp_path, first.pid)
+        left = _agent_socket(short_tmp, first.pid)
         assert left.exists()
         first.send_signal(signal.SIGTERM)  # default action: no atexit
         assert first.wait(timeout=10) == -signal.SIGTERM
@@ -148,7 +162,7 @@ def test_socket_of_a_worker_killed_by_sigterm_is_removed_by_the_next_agent(tmp_p
         first.kill()
         first.wait()
     assert left.exists()  # what the killed worker left
-    second = _run_worker(tmp_path, "plain", "1")
+    second = _run_worker(tmp_path, "plain", "1", tmpdir=short_tmp)
     assert second["agent"] is True
     assert not left.exists()
 
@@ -192,3 +206,15 @@ def test_leakhound_itself_never_runs_an_agent(tmp_path: Path) -> None:
 def test_which_command_lines_are_leakhound_itself(argv: list[str], expected: bool) -> None:
     assert is_leakhound_cli(argv) is expected
     assert wanted("1", argv) is not expected
+
+
+def test_a_tmpdir_too_deep_for_a_socket_path_puts_it_under_tmp(tmp_path: Path) -> None:
+    # A socket path longer than sun_path cannot be bound: the agent did not start at all
+    # ("AF_UNIX path too long") under a deep TMPDIR, and auto silently used ptrace.
+    deep = tmp_path / ("d" * 60) / "worker-tmp"
+    deep.mkdir(parents=True)
+    assert len(str(_agent_socket(deep, 4194304))) > 107
+    with spawn_target("growing_cache", tmp_path, env={"LEAKHOUND_AGENT": "1", "TMPDIR": str(deep)}) as child:
+        _wait_for(_agent_socket("/tmp", child.pid))
+        snap = take_snapshot(child.pid, method="auto", timeout=60)
+    assert snap.method == "agent"
