@@ -60,7 +60,7 @@ def test_the_real_verifiers_worker_measured_per_configuration() -> None:
     worker = WorkerCommand(
         command=f"{python} {workload} --dir {{dir}} --ready {{ready}} --go {{go}} --done {{done}} "
                 "--rollouts 6 --turns 6 --screenshot-kb 24",
-        match="Verifiers::EnvWorker", method="gdb", rest=3.0,
+        match="Verifiers::EnvWorker", rest=3.0,
     )
     rows = run_workload_confirm(worker=worker, configs=(("none", "none"), ("all", "all")))
     none, fixed = rows
