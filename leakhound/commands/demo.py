@@ -34,7 +34,7 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
     con = console()
     with tempfile.TemporaryDirectory(prefix="leakhound-demo-") as tmp:
         con.print("[bold]1. A simulated verifiers env worker[/bold]: 4 concurrent rollouts of 24 turns, "
-                  "each turn adding a 64 KB base64 screenshot to the history (the four production leaks).")
+                  "each turn adding a 64 KiB base64 screenshot to the history (the four production leaks).")
         # Mid-rollout, so every leak has something to show: finished rollouts in the registry
         # and delivered request bodies still held (the worker's own report).
         with leaking_simulated_worker(
