@@ -17,7 +17,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from leakhound import __version__
-from leakhound.commands import confirm, demo, diff, export, inspect, patch, simulate, stacks, watch
+from leakhound.commands import confirm, demo, diff, export, inspect, patch, show, simulate, stacks, watch
 from leakhound.commands.common import SETTINGS
 from leakhound.errors import LeakhoundError
 from leakhound.render import console as render_console
@@ -115,7 +115,7 @@ def _mapped(command: Callable[..., None]) -> Callable[..., None]:
     return mapped
 
 
-for _module in (inspect, watch, diff, stacks, export, patch, simulate, demo, confirm):
+for _module in (inspect, watch, diff, show, stacks, export, patch, simulate, demo, confirm):
     app.command(_module.__name__.rpartition(".")[2], cls=_Command)(_mapped(_module.command))
 
 

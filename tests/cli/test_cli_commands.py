@@ -11,7 +11,7 @@ from leakhound.cli import app
 
 runner = CliRunner()
 
-COMMANDS = ["inspect", "patch", "confirm", "watch", "diff", "stacks", "export", "simulate", "demo"]
+COMMANDS = ["inspect", "patch", "confirm", "watch", "diff", "show", "stacks", "export", "simulate", "demo"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -23,7 +23,7 @@ from leakhound.render import console as render_console
 from leakhound.render.patch import render_outcomes
 from tests.factories import make_snapshot
 
-COMMANDS = ["inspect", "watch", "diff", "stacks", "export", "patch", "simulate", "demo", "confirm"]
+COMMANDS = ["inspect", "watch", "diff", "show", "stacks", "export", "patch", "simulate", "demo", "confirm"]
 
 
 def _invoke(args: list[str], **env: str) -> Any:
