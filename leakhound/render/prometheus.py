@@ -31,12 +31,12 @@ DEFAULT_TOP_OWNERS = 10
 # kind -> ((count metric, its HELP), (bytes metric, its HELP)).
 NAMED_FINDINGS = {
     Fix.REGISTRY.value: (
-        ("trajectory_registry_entries", "Entries in the verifiers trajectory registry (Runtime.trajectories)."),
-        ("trajectory_registry_bytes", "Bytes retained by the verifiers trajectory registry's entries."),
+        ("registry_entries", "Entries in the verifiers trajectory registry (Runtime.trajectories)."),
+        ("registry_bytes", "Bytes retained by the verifiers trajectory registry's entries."),
     ),
     Fix.INTERCEPTS.value: (
-        ("intercept_bodies", "Intercepted request bodies verifiers still holds after delivering them."),
-        ("intercept_bodies_bytes", "Bytes of the intercepted request bodies verifiers still holds."),
+        ("intercepts_bodies", "Intercepted request bodies verifiers still holds after delivering them."),
+        ("intercepts_bytes", "Bytes of the intercepted request bodies verifiers still holds."),
     ),
 }
 # Census owners that are not a place in the program (the code itself).

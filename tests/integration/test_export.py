@@ -114,10 +114,10 @@ def test_verifier_findings_become_named_metrics() -> None:
     registry.register(_Fixed())
     metrics = _samples(generate_latest(registry).decode())
     base = {"pid": "7", "worker": "env"}
-    assert metrics["leakhound_trajectory_registry_entries"] == [({**base, "owner": "env.REGISTRY"}, 12.0)]
-    assert metrics["leakhound_trajectory_registry_bytes"] == [({**base, "owner": "env.REGISTRY"}, 4000.0)]
-    assert metrics["leakhound_intercept_bodies"] == [({**base, "owner": "env.INTERCEPTS"}, 4.0)]
-    assert metrics["leakhound_intercept_bodies_bytes"] == [({**base, "owner": "env.INTERCEPTS"}, 1000.0)]
+    assert metrics["leakhound_registry_entries"] == [({**base, "owner": "env.REGISTRY"}, 12.0)]
+    assert metrics["leakhound_registry_bytes"] == [({**base, "owner": "env.REGISTRY"}, 4000.0)]
+    assert metrics["leakhound_intercepts_bodies"] == [({**base, "owner": "env.INTERCEPTS"}, 4.0)]
+    assert metrics["leakhound_intercepts_bytes"] == [({**base, "owner": "env.INTERCEPTS"}, 1000.0)]
     kinds = {lab["kind"] for lab, _ in metrics["leakhound_finding_bytes"]}
     assert kinds == {"registry", "intercepts"}
     assert metrics["leakhound_rss_bytes"] == [(base, 123.0)]

@@ -111,7 +111,7 @@ def test_labels_are_bounded_and_identify_the_worker() -> None:
     assert kinds == {"registry", "intercepts"}
     # The two intercept findings (warning and info before) are one series, summed.
     assert [v for lab, v in series["leakhound_finding_bytes"] if lab["kind"] == "intercepts"] == [1000.0]
-    assert series["leakhound_intercept_bodies"] == [
+    assert series["leakhound_intercepts_bodies"] == [
         ({"pid": "41", "worker": "worker.py", "owner": "m.Server.intercepts"}, 4.0)
     ]
 
@@ -205,7 +205,7 @@ def test_grafana_dashboard_queries_only_emitted_metrics_and_labels() -> None:
     # Every metric a panel could need is charted somewhere.
     assert used >= set(metric_names()) - {"leakhound_live_heap_objects", "leakhound_malloc_free_bytes",
                                           "leakhound_pymalloc_free_bytes", "leakhound_finding_items",
-                                          "leakhound_intercept_bodies"}
+                                          "leakhound_intercepts_bodies"}
     grouped = set().union(*(re.findall(r"\b(?:by|without) \(([^)]*)\)", e) for e in exprs))
     labels = {part.strip() for group in grouped for part in group.split(",")}
     legend = set().union(*(set(re.findall(r"\{\{(\w+)\}\}", p.get("legendFormat", "")))
