@@ -13,21 +13,23 @@ from .census_walk import _Walk
 from .objects import _referents, _type_name
 
 
-def _referenced_from_outside(members, held):
+def _referenced_from_outside(members, held, tick=None):
     """Members with more references than the other members and our own ``held`` lists
     (``members`` itself among them) account for: referenced from C, a thread's stack, or
     anything else outside ``members``.
 
     The cyclic GC's own arithmetic (refcount minus internal references), without running
-    a collection.
+    a collection. ``tick``: called now and then (the census's duty cycle and deadline).
     """
     index = {id(o): i for i, o in enumerate(members)}
     internal = [0] * len(members)
-    for obj in members:
+    for n, obj in enumerate(members):
         for ref in _referents(obj):
             i = index.get(id(ref))
             if i is not None:
                 internal[i] += 1
+        if tick is not None and n & 1023 == 1023:
+            tick()
     obj = None
     # Besides the ``held`` lists: the loop variable and getrefcount's argument.
     bias = held + 2
@@ -39,7 +41,7 @@ def _referenced_from_outside(members, held):
     return outside
 
 
-def _cyclic_only(candidates):
+def _cyclic_only(candidates, tick=None):
     """The candidates that reference counting cannot free: cycles and what hangs off them.
 
     A candidate no other candidate references is alive only through our own lists: it died
@@ -51,11 +53,13 @@ def _cyclic_only(candidates):
         return candidates
     index = {id(o): i for i, o in enumerate(candidates)}
     internal = [0] * len(candidates)
-    for obj in candidates:
+    for n, obj in enumerate(candidates):
         for ref in _referents(obj):
             i = index.get(id(ref))
             if i is not None:
                 internal[i] += 1
+        if tick is not None and n & 1023 == 1023:
+            tick()
     obj = None
     freed = [False] * len(candidates)
     queue = [i for i in range(len(candidates)) if internal[i] == 0]
@@ -80,14 +84,17 @@ class _Unreached(_Walk):
         claimed = self.claimed
         regions = claimed.regions
         unreached = []
-        for obj in objects:
+        tick = self.clock.check
+        for n, obj in enumerate(objects):
+            if n & 4095 == 4095:
+                tick()
             address = id(obj)
             region = regions.get(address >> 20)
             if region is None or not region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
                 unreached.append(obj)
         obj = None
         # Our own lists holding each: gc.get_objects()'s and ``unreached``.
-        roots = _referenced_from_outside(unreached, held=2)
+        roots = _referenced_from_outside(unreached, held=2, tick=tick)
         for obj in roots:
             if id(obj) in claimed:
                 continue
@@ -96,7 +103,7 @@ class _Unreached(_Walk):
             self._claim_tree(owner, obj)
         garbage = [o for o in unreached if id(o) not in claimed]
         garbage = self._confirm_garbage(garbage)
-        garbage = _cyclic_only(garbage)
+        garbage = _cyclic_only(garbage, tick=tick)
         for obj in garbage:
             size = self._size(obj)
             self.garbage_objects += 1
@@ -137,8 +144,9 @@ class _Unreached(_Walk):
         if not candidates:
             return candidates
         time.sleep(pause)
+        self.clock.yielded()
         # Held by gc.get_objects()'s list, ``unreached`` and ``candidates``.
-        alive = _referenced_from_outside(candidates, held=3)
+        alive = _referenced_from_outside(candidates, held=3, tick=self.clock.check)
         if not alive:
             return candidates
         index = {id(o) for o in candidates}
