@@ -29,7 +29,11 @@ import threading
 import time
 import traceback
 
-from . import arena, census, patches, probes, sampling
+# Every module a request may need is imported here, at load: on the debugger path the package
+# is loaded from the request's private directory, which is removed once it is answered, and
+# the next request reuses the loaded package (same version): a module first imported then
+# would not be found ("cannot import name 'graph'").
+from . import arena, census, graph, patches, probes, sampling
 
 PAYLOAD_VERSION = "1"
 
@@ -177,8 +181,6 @@ GRAPH_SHARE = 0.6
 def _graph(request, progress, stop, heap=None):
     """The object graph for the dominator tree (graph.py), when it fits ``max_graph_nodes``
     (the census just counted the heap); else ``{"skipped": reason}``."""
-    from . import graph  # noqa: PLC0415 - only requests that ask for it load it
-
     max_nodes = _int(request.get("max_graph_nodes"), 1000000, 1, 100000000)
     if heap is not None and heap.get("objects", 0) > 2 * max_nodes:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the census counted %s objects: over the "
@@ -225,7 +227,6 @@ def _sample(request, progress, stop):
 
 
 def _names(request, progress, stop):
-    from . import graph  # noqa: PLC0415
 
     return graph.name_paths(request)
 
@@ -272,7 +273,7 @@ def _write_json(path, doc):
         # reference each other, a reference cycle left for the target's GC on every call.
         # A graph's arrays go piece by piece (graph.json_pieces): short steps.
         if "graph" in doc:
-            from .graph import json_pieces  # noqa: PLC0415
+            json_pieces = graph.json_pieces
 
             for piece in json_pieces(doc):
                 fh.write(piece)
