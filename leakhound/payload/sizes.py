@@ -205,6 +205,26 @@ _MAX_OBJECT_ELEMENTS = 20000000
 _NPY_OBJECT = 17  # dtype.num of object arrays
 
 
+def _overrides_torch_function(tp):
+    """Does a tensor class define ``__torch_function__`` in Python below torch.Tensor? Then
+    TensorBase's C methods hand the call to it (Python code of the target): not sized. The
+    default (torch.Tensor's own, or _disabled_torch_function_impl as nn.Parameter sets it)
+    runs no such code for untyped_storage()."""
+    torch_c = sys.modules.get("torch._C")
+    d = _instance_dict(torch_c) if torch_c is not None else None
+    disabled = d.get("_disabled_torch_function_impl") if d is not None else None
+    for klass in type.__dict__["__mro__"].__get__(tp, type):
+        if type.__dict__["__qualname__"].__get__(klass, type) == "Tensor" and \
+                type.__dict__["__module__"].__get__(klass, type) == "torch":
+            return False
+        impl = _class_dict(klass).get("__torch_function__")
+        if impl is not None:
+            inner = getattr(impl, "__func__", impl) if type(impl) is classmethod else impl
+            if inner is not disabled:
+                return True
+    return False
+
+
 def _call(cls, name, obj):
     """``cls.__dict__[name]`` (a C getset or method of the allowlisted class) applied to obj."""
     descr = _class_dict(cls)[name]
@@ -249,7 +269,7 @@ def native_extra(obj, native, bases, seen_buffers):
         if kind == "tensor":
             # untyped_storage(), nbytes(), data_ptr() are C methods (TensorBase and
             # StorageBase); untyped_storage() returns the storage's one Python object.
-            if not _call(cls, "is_cpu", obj):
+            if _overrides_torch_function(type(obj)) or not _call(cls, "is_cpu", obj):
                 return 0, []
             storage = _call(cls, "untyped_storage", obj)
             storage_base = None

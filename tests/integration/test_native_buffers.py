@@ -114,3 +114,36 @@ def test_the_compiled_walk_and_the_python_loop_agree_on_native_objects(version: 
     done = subprocess.run([python, "-c", WALKS_AGREE, str(ROOT)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) > 800 * 1000  # the numpy base, the tensor storage
+
+
+NO_TARGET_CODE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+import numpy as np
+from leakhound.payload import sizes
+calls = []
+class Logged(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        calls.append(func)
+        return super().__torch_function__(func, types, args, kwargs or {})
+class Finalized(np.ndarray):
+    def __array_finalize__(self, obj):
+        calls.append("finalize")
+logged = torch.ones(3000).as_subclass(Logged)
+finalized = np.array(["a", 1], dtype=object).view(Finalized)
+kinds, bases = sizes.native_types()
+calls.clear()
+print(sizes.native_extra(logged, kinds, bases, set()), sizes.native_extra(finalized, kinds, bases, set()))
+print(len(calls))
+"""
+
+
+def test_native_sizers_run_no_python_code_of_the_target() -> None:
+    # A tensor subclass's __torch_function__ ran when its is_cpu getset was read; ravel() on an
+    # ndarray subclass would run its __array_finalize__: such objects are not sized natively.
+    python = native_python("3.11", torch=True)
+    done = subprocess.run([python, "-c", NO_TARGET_CODE, str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "0", done.stdout
