@@ -200,8 +200,9 @@ def instance_values_bytes(obj):
 # 8-bit modes 1 byte, 16-bit 2, the rest 4 (RGB is stored as RGBX).
 _PIXEL_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16L": 2, "I;16B": 2, "I;16N": 2,
                 "BGR;15": 2, "BGR;16": 2, "BGR;24": 3}
-# An object array's elements are listed only up to this many (a bounded step).
-_MAX_OBJECT_ELEMENTS = 20000000
+# An object array's elements are listed only up to this many: the list of them is a
+# temporary allocation in the target (8 bytes each, 32 MB at most) and one C call.
+_MAX_OBJECT_ELEMENTS = 4000000
 _NPY_OBJECT = 17  # dtype.num of object arrays
 
 
