@@ -89,13 +89,16 @@ def module_roots(is_stdlib):
     return out
 
 
-def class_roots():
+def class_roots(tick=None):
     """(class, [its dict and __mro__/__bases__ tuples]) for every class reachable from
-    ``object``'s subclass tree, each once."""
+    ``object``'s subclass tree, each once. ``tick``: called now and then (the census's duty
+    cycle: a big program has tens of thousands of classes)."""
     out = []
     seen = set()
     pending = [object]
     while pending:
+        if tick is not None and len(out) & 255 == 255:
+            tick()
         cls = pending.pop()
         if id(cls) in seen:
             continue
@@ -105,7 +108,12 @@ def class_roots():
             pending.extend(type.__subclasses__(cls))
         except TypeError:
             continue
-    return [(cls, [ref for ref in gc.get_referents(cls) if type(ref) in (dict, tuple)]) for cls in out]
+    roots = []
+    for i, cls in enumerate(out):
+        if tick is not None and i & 255 == 255:
+            tick()
+        roots.append((cls, [ref for ref in gc.get_referents(cls) if type(ref) in (dict, tuple)]))
+    return roots
 
 
 def thread_frames():
@@ -224,7 +232,7 @@ class _Roots(_Walk):
             if id(registry) not in claimed:
                 claimed.add(id(registry))
                 self._count(registry, wall)
-        classes = class_roots()
+        classes = class_roots(self.clock.check)
         for cls, _refs in classes:
             add_wall(cls)
         class_dicts = []
