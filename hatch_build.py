@@ -28,7 +28,7 @@ SOURCE = Path("leakhound") / "payload" / "_walk.c"
 EXTENSION = "_walk.abi3.so"  # the name every CPython 3.x imports (importlib's EXTENSION_SUFFIXES)
 ABI_TAG = "cp310-abi3"  # _walk.c: Py_LIMITED_API 0x030A0000
 # The dominator pass (leakhound's own process, never a target): same ABI, same build, optional
-# too (dominators.py has a pure-Python twin).
+# too (dominators/passes.py has a pure-Python twin).
 DOMINATORS_SOURCE = Path("leakhound") / "analysis" / "_dominators.c"
 DOMINATORS_EXTENSION = "_dominators.abi3.so"
 

@@ -259,7 +259,7 @@ def test_schema_1_is_read_as_first_reacher_and_diffs_against_2() -> None:
 def test_a_frame_iterating_over_a_registry_does_not_take_its_entries(compiled: bool, monkeypatch: pytest.MonkeyPatch
                                                                    ) -> None:
     if not compiled:
-        monkeypatch.setattr(dom, "_dominators", None)
+        monkeypatch.setattr(dom.passes, "_dominators", None)
     elif dom._dominators is None:
         pytest.skip("the C passes are not built here")
     # 1 module dict -> 2 registry -> 4..13 entries; 3 a thread's frame -> 14 a list of the

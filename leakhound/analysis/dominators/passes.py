@@ -1,0 +1,367 @@
+"""The passes over the graph, each in C (``_dominators.c``) where it is built and in pure
+Python otherwise (the same algorithm and arrays: correct, slower): the dominator tree and
+retained sizes (semi-NCA), softening the threads' frames, the preferred paths from the roots
+(Dijkstra), CSR grouping, the tree's children and dominated counts.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import heapq
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from leakhound.analysis.dominators.graph import ObjectGraph
+
+try:
+    from leakhound.analysis import _dominators  # type: ignore[attr-defined]
+except ImportError:  # no compiler at install: the pure-Python pass below
+    _dominators = None
+
+# Naming an owner, paths compare as (root tier, back-references, task rank, length): an edge
+# out of a back-reference costs more than any task rank and path length; each later task's
+# root costs more than any path length (Task-1's name before a request task's, a stable one).
+BACK_REFERENCE_COST = 1 << 24
+TASK_RANK_COST = 1 << 12
+_BACK_REFERENCE_TYPES = frozenset({
+    "method", "builtin_function_or_method", "functools.partial", "weakref.WeakKeyDictionary",
+    "weakref.WeakValueDictionary", "weakref.WeakSet", "weakref.WeakMethod", "weakref.finalize",
+    "logging.Logger", "logging.RootLogger",
+})
+_BACK_REFERENCE_NAMES = frozenset({
+    "__self__", "parent", "_parent", "owner", "_owner", "__wrapped__", "_loop", "loop", "manager",
+    "_manager", "root", "_root", "app", "_app",
+})
+
+
+@dataclass
+class DominatorTree:
+    idom: array.array[int]  # per node; -1 for the root and unreachable nodes
+    retained: array.array[int]  # per node
+    seconds: float = 0.0
+    peak_bytes: int = 0
+    engine: str = ""
+
+
+def soften(graph: ObjectGraph) -> ObjectGraph:
+    """``graph`` without the edges from what only threads' frames reach into what the other
+    roots reach: a frame dominates only what nothing else holds. A function in the middle of
+    iterating over a registry (a list of its entries in a local) would otherwise take every
+    entry from the registry for as long as it runs (measured on the verifiers worker: its
+    report thread split ``trajectories`` into per-entry owners)."""
+    soft_roots = [node for node, _label, kind, _tier in graph.roots if kind == "thread"]
+    if not soft_roots:
+        return graph
+    src: array.array[int] = array.array("i")
+    dst: array.array[int] = array.array("i")
+    lab: array.array[int] = array.array("i")
+    if _dominators is not None:
+        s_b, d_b, l_b = _dominators.soft(graph.nodes, graph.edges, graph.src.tobytes(), graph.dst.tobytes(),
+                                         graph.lab.tobytes(), array.array("i", soft_roots).tobytes())
+        src.frombytes(s_b)
+        dst.frombytes(d_b)
+        lab.frombytes(l_b)
+    else:
+        soft = set(soft_roots)
+        succ_off, edge_ids = _csr_edges(graph.nodes, graph.src)
+        hard = bytearray(graph.nodes)
+        hard[0] = 1
+        stack = [0]
+        while stack:
+            v = stack.pop()
+            for k in range(succ_off[v], succ_off[v + 1]):
+                w = graph.dst[edge_ids[k]]
+                if not hard[w] and not (v == 0 and w in soft):
+                    hard[w] = 1
+                    stack.append(w)
+        for s, d, lb in zip(graph.src, graph.dst, graph.lab, strict=True):
+            if hard[s] or not hard[d]:
+                src.append(s)
+                dst.append(d)
+                lab.append(lb)
+    info = {**graph.info, "soft_edges_dropped": graph.edges - len(src)}
+    return dataclasses.replace(graph, src=src, dst=dst, lab=lab, info=info)
+
+
+# -- the dominator pass ------------------------------------------------------------------------
+
+
+def dominators(graph: ObjectGraph, *, compiled: bool = True) -> DominatorTree:
+    """Immediate dominators and retained sizes from node 0."""
+    import time  # noqa: PLC0415
+
+    started = time.perf_counter()
+    n, m = graph.nodes, graph.edges
+    if compiled and _dominators is not None:
+        idom_b, ret_b = _dominators.dominators(n, m, graph.src.tobytes(), graph.dst.tobytes(),
+                                               graph.sizes.tobytes())
+        idom: array.array[int] = array.array("i")
+        idom.frombytes(idom_b)
+        retained: array.array[int] = array.array("q")
+        retained.frombytes(ret_b)
+        # the copies passed in, CSR (2 x (n + m) int32), DFS arrays (9 x n int32), results
+        peak = (8 * m + 8 * n) + 4 * (2 * (n + 1) + 2 * m) + 4 * 9 * n + 8 * 3 * n
+        engine = "compiled"
+    else:
+        idom, retained = _dominators_python(n, graph.src, graph.dst, graph.sizes)
+        peak = 0
+        engine = "python"
+    return DominatorTree(idom=idom, retained=retained, seconds=time.perf_counter() - started,
+                         peak_bytes=peak, engine=engine)
+
+
+def _csr(n: int, src: array.array[int], dst: array.array[int]) -> tuple[list[int], list[int]]:
+    offsets, ids = _csr_python(n, src)
+    return offsets, [dst[e] for e in ids]
+
+
+def _dominators_python(
+    n: int, src: array.array[int], dst: array.array[int], sizes: array.array[int]
+) -> tuple[array.array[int], array.array[int]]:
+    """Semi-NCA, as _dominators.c, in Python (the same arrays, slower)."""
+    succ_off, succ = _csr(n, src, dst)
+    pred_off, pred = _csr(n, dst, src)
+    pre = [-1] * n
+    order: list[int] = [0]
+    parent: list[int] = [-1]
+    pre[0] = 0
+    stack = [0]
+    pos = succ_off[:-1]
+    while stack:
+        v = stack[-1]
+        if pos[v] < succ_off[v + 1]:
+            w = succ[pos[v]]
+            pos[v] += 1
+            if pre[w] < 0:
+                pre[w] = len(order)
+                parent.append(pre[v])
+                order.append(w)
+                stack.append(w)
+        else:
+            stack.pop()
+    count = len(order)
+    semi = list(range(count))
+    label = list(range(count))
+    anc = [-1] * count
+    path: list[int] = []
+    for w in range(count - 1, 0, -1):
+        node = order[w]
+        s = semi[w]
+        for e in range(pred_off[node], pred_off[node + 1]):
+            v = pre[pred[e]]
+            if v < 0:
+                continue
+            u = v
+            if anc[v] >= 0:
+                x = v
+                while anc[anc[x]] >= 0:
+                    path.append(x)
+                    x = anc[x]
+                while path:
+                    x = path.pop()
+                    a = anc[x]
+                    if semi[label[a]] < semi[label[x]]:
+                        label[x] = label[a]
+                    anc[x] = anc[a]
+                u = label[v]
+            if semi[u] < s:
+                s = semi[u]
+        semi[w] = s
+        anc[w] = parent[w]
+    idom = [0] * count
+    for w in range(1, count):
+        d = parent[w]
+        while d > semi[w]:
+            d = idom[d]
+        idom[w] = d
+    ret = [sizes[order[w]] for w in range(count)]
+    for w in range(count - 1, 0, -1):
+        ret[idom[w]] += ret[w]
+    idom_node = array.array("i", [-1]) * n
+    ret_node = array.array("q", [0]) * n
+    for w in range(1, count):
+        idom_node[order[w]] = order[idom[w]]
+    for w in range(count):
+        ret_node[order[w]] = ret[w]
+    return idom_node, ret_node
+
+
+# -- naming: preferred paths from the roots ----------------------------------------------------
+
+
+@dataclass
+class Paths:
+    """For every node, the edge it is best reached by (-1: a root or unreached) and its root."""
+
+    via: array.array[int]
+    root_of: array.array[int]  # index in graph.roots
+
+
+def _root_distances(graph: ObjectGraph) -> list[int]:
+    tier_span = 1 << 40
+    tasks = 0
+    out = []
+    for _node, _label, kind, tier in graph.roots:
+        dist = tier * tier_span
+        if kind == "task":
+            # Task-1 (the worker's main coroutine) before the tasks of one request: a name that
+            # holds from one snapshot to the next (the target sends tasks in natural order).
+            dist += tasks * TASK_RANK_COST
+            tasks += 1
+        out.append(dist)
+    return out
+
+
+def preferred_paths(graph: ObjectGraph, *, compiled: bool = True, targets: Iterable[int] | None = None) -> Paths:
+    """Cheapest paths from the roots: tier first (the app's globals and tasks before a
+    library's), then edge cost (plain 1, out of a back-reference ``BACK_REFERENCE_COST``).
+    ``targets``: the nodes whose paths are wanted (the search stops once they are settled);
+    None: every node's."""
+    wanted = b""
+    if targets is not None:
+        marks = bytearray(graph.nodes)
+        for v in targets:
+            marks[v] = 1
+        wanted = bytes(marks) if any(marks) else b""
+    if compiled and _dominators is not None:
+        type_back = bytes(name in _BACK_REFERENCE_TYPES for name in graph.type_names)
+        label_back = bytes(len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels)
+        blocked = bytearray(graph.nodes)
+        for node, _label, _kind, _tier in graph.roots:
+            blocked[node] = 1
+        via_b, root_b = _dominators.paths(
+            graph.nodes, graph.edges, graph.src.tobytes(), graph.dst.tobytes(), graph.types.tobytes(),
+            graph.lab.tobytes(), type_back, label_back or b"\x00",
+            array.array("i", [r[0] for r in graph.roots]).tobytes(),
+            array.array("q", _root_distances(graph)).tobytes(), bytes(blocked), BACK_REFERENCE_COST, wanted)
+        via: array.array[int] = array.array("i")
+        via.frombytes(via_b)
+        root_of: array.array[int] = array.array("i")
+        root_of.frombytes(root_b)
+        return Paths(via=via, root_of=root_of)
+    return _preferred_paths_python(graph)
+
+
+def _preferred_paths_python(graph: ObjectGraph) -> Paths:
+    n = graph.nodes
+    succ_off, edge_ids = _csr_edges(n, graph.src)
+    back_types = [name in _BACK_REFERENCE_TYPES for name in graph.type_names]
+    back_labels = [len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels]
+    types, dst, lab = graph.types, graph.dst, graph.lab
+    best = [-1] * n
+    via = [-1] * n
+    root_of = [-1] * n
+    heap: list[tuple[int, int, int, int]] = []
+    for r, ((node, _label, _kind, _tier), dist) in enumerate(zip(graph.roots, _root_distances(graph), strict=True)):
+        if best[node] < 0 or dist < best[node]:
+            best[node] = dist
+            root_of[node] = r
+            heapq.heappush(heap, (dist, r, node, -1))
+    done = bytearray(n)
+    # A root is named as itself: a path from a global through the event loop's queues to a
+    # task is not the task's name (the census claims tasks up front for the same reason).
+    for node, _label, _kind, _tier in graph.roots:
+        done[node] = 2
+    while heap:
+        dist, r, v, _e = heapq.heappop(heap)
+        if done[v] == 1 or dist > best[v]:
+            continue
+        done[v] = 1
+        back = back_types[types[v]]
+        for k in range(succ_off[v], succ_off[v + 1]):
+            e = edge_ids[k]
+            w = dst[e]
+            if done[w]:
+                continue  # settled, or a root
+            cost = BACK_REFERENCE_COST if back or (lab[e] >= 0 and back_labels[lab[e]]) else 1
+            nd = dist + cost
+            if best[w] < 0 or nd < best[w]:
+                best[w] = nd
+                via[w] = e
+                root_of[w] = r
+                heapq.heappush(heap, (nd, r, w, e))
+    return Paths(via=array.array("i", via), root_of=array.array("i", root_of))
+
+
+def _csr_edges(n: int, src: array.array[int]) -> tuple[Sequence[int], Sequence[int]]:
+    """Edge ids grouped by ``src`` (or any per-edge key): (offsets, ids)."""
+    if _dominators is not None:
+        off_b, ids_b = _dominators.csr(n, len(src), src.tobytes())
+        c_off: array.array[int] = array.array("i")
+        c_off.frombytes(off_b)
+        c_ids: array.array[int] = array.array("i")
+        c_ids.frombytes(ids_b)
+        return c_off, c_ids
+    return _csr_python(n, src)
+
+
+def _csr_python(n: int, src: array.array[int]) -> tuple[list[int], list[int]]:
+    offsets = [0] * (n + 1)
+    for s in src:
+        offsets[s + 1] += 1
+    for i in range(n):
+        offsets[i + 1] += offsets[i]
+    pos = offsets[:-1]
+    ids = [0] * len(src)
+    for e, s in enumerate(src):
+        ids[pos[s]] = e
+        pos[s] += 1
+    return offsets, ids
+
+
+# -- the dominator tree ------------------------------------------------------------------------
+
+
+def children_of(graph: ObjectGraph, tree: DominatorTree) -> tuple[Sequence[int], Sequence[int]]:
+    """The dominator tree as CSR: (offsets, children), children by retained size, biggest first."""
+    if _dominators is not None:
+        off_b, kids_b, _counts = _dominators.tree(graph.nodes, tree.idom.tobytes(), tree.retained.tobytes())
+        c_offsets: array.array[int] = array.array("i")
+        c_offsets.frombytes(off_b)
+        c_kids: array.array[int] = array.array("i")
+        c_kids.frombytes(kids_b)
+        return c_offsets, c_kids
+    n = graph.nodes
+    counts = [0] * (n + 1)
+    idom = tree.idom
+    for v in range(1, n):
+        p = idom[v]
+        if p >= 0:
+            counts[p + 1] += 1
+    for i in range(n):
+        counts[i + 1] += counts[i]
+    pos = counts[:-1]
+    kids = [0] * counts[n]
+    for v in range(1, n):
+        p = idom[v]
+        if p >= 0:
+            kids[pos[p]] = v
+            pos[p] += 1
+    retained = tree.retained
+    for p in range(n):
+        a, b = counts[p], counts[p + 1]
+        if b - a > 1:
+            kids[a:b] = sorted(kids[a:b], key=lambda v: -retained[v])
+    return counts, kids
+
+
+def subtree_counts(graph: ObjectGraph, tree: DominatorTree,
+                   children: Callable[[int], Sequence[int]]) -> Sequence[int]:
+    """How many objects each node dominates, itself included (``children``: the tree's)."""
+    if _dominators is not None:
+        c_counts: array.array[int] = array.array("q")
+        c_counts.frombytes(_dominators.tree(graph.nodes, tree.idom.tobytes(), tree.retained.tobytes())[2])
+        return c_counts
+    counts = [1] * graph.nodes
+    order: list[int] = []
+    stack = [0]
+    while stack:
+        x = stack.pop()
+        order.append(x)
+        stack.extend(children(x))
+    idom = tree.idom
+    for x in reversed(order):
+        if idom[x] >= 0:
+            counts[idom[x]] += counts[x]
+    return counts
