@@ -30,41 +30,37 @@ Shape of the graph:
 import array
 import base64
 import gc
-import json
 import sys
 import time
 import types
-
-from .tasks import await_chain, live_tasks
 
 try:
     from .sizes import object_size
 except ImportError:  # before the census split: the census's own
     from .census import _getsizeof as object_size  # type: ignore[no-redef]
 try:
-    from .objects import _class_dict, _instance_dict, _referents, _short_type_name, _type_name
+    from .objects import _class_dict, _referents, _short_type_name, _type_name
 except ImportError:
     from .census import (  # type: ignore[no-redef]
         _class_dict,
-        _instance_dict,
         _referents,
         _short_type_name,
         _type_name,
     )
-try:
-    from .census_unreached import _referenced_from_outside
-except Exception:
-    from .census import _referenced_from_outside  # type: ignore[no-redef]
+# Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
+# the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
+from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
+from .graph_wire import _ARRAY_KEYS, _FRAME_LIKE_IDS, _MAX_LABEL_CHARS, json_pieces, name_paths
+
+__all__ = ["GRAPH_FORMAT", "_ARRAY_KEYS", "Graph", "GraphCancelled", "GraphTimeout", "GraphTooBig", "build",
+           "json_pieces", "name_paths"]
 
 GRAPH_FORMAT = "leakhound.graph/1"
 
-_LEAF_TYPE_IDS = frozenset(id(tp) for tp in (str, bytes, int, float, bool, complex, type(None)))
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
 # items pair), the loop variable and getrefcount's argument.
 _ONLY_ONE_REFERENCE = 4
 _ModuleType = type(sys)
-_FRAME_LIKE_IDS = frozenset(id(tp) for tp in (types.FrameType, types.CoroutineType, types.GeneratorType,
-                                                types.AsyncGeneratorType))
 # Containers with neither an instance dict nor slots: no attribute names to look up.
 _PLAIN_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, bytearray, types.FunctionType,
                                          types.MethodType, types.CodeType, types.CellType))
@@ -74,16 +70,9 @@ _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 # everyone: no owner retains it, and edges to it would be most of the graph.
 _SHARED_LEAF = 64
 _MAX_LABELS = 200000
-_MAX_LABEL_CHARS = 80
 _CHUNK_ITEMS = 1 << 16  # array items per base64 chunk (256-512 KiB): each encode is one short step (~3 ms)
 _CHECK_EVERY = 0x7FF
 _MISSING = object()
-_GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
-
-
-# Root tiers: a path from a root of a lower tier names an owner before any other (the app's own
-# globals and tasks before a library's registry that also reaches them).
-TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
 
 
 class GraphTimeout(Exception):
@@ -104,22 +93,6 @@ def _list_keys(d):
 
 def _list_values(d):
     return list(dict.values(d))
-
-
-def _ns_per_object():
-    """What gc.get_objects() costs per object here: the census's measurement when it has one."""
-    for name in ("census", "census_walk", "census_unreached", "census_tallies"):
-        module = sys.modules.get(__name__.rsplit(".", 1)[0] + "." + name)
-        measured = getattr(module, "_measured", None) if module is not None else None
-        if type(measured) is dict and measured.get("ns_per_object"):
-            return measured["ns_per_object"]
-    return _GET_OBJECTS_NS
-
-
-def _natural(text):
-    head = text.rstrip("0123456789")
-    tail = text[len(head):]
-    return (head, int(tail) if tail else -1, text)
 
 
 class Graph(object):
@@ -259,115 +232,10 @@ class Graph(object):
     def run(self):
         started = time.perf_counter()
         stack = []
-        self._add_roots(stack)
+        add_roots(self, stack)
         self._walk(stack)
-        self._held_from_c(stack)
+        held_from_c(self, stack)
         self.seconds = time.perf_counter() - started
-
-    def _add_roots(self, stack):
-        # Modules (and their dicts), __main__ first, then the app's, then the stdlib's.
-        names_of = {}
-        for name, module in list(sys.modules.items()):
-            if type(module) is _ModuleType and type(name) is str:
-                names_of.setdefault(id(module), (name, module))
-        main = sys.modules.get("__main__")
-        tiers = {}
-        for name, module in names_of.values():
-            d = _instance_dict(module)
-            path = d.get("__file__") if d is not None else None
-            if module is main:
-                tier = TIER_MAIN
-            elif name == "leakhound" or name.startswith("leakhound."):
-                tier = TIER_OURS
-            elif self.is_stdlib(name):
-                tier = TIER_STDLIB
-            elif type(path) is str and ("site-packages" in path or "dist-packages" in path):
-                tier = TIER_LIBRARY
-            else:
-                tier = TIER_APP
-            tiers[name] = tier
-        ordered = sorted(names_of.values(), key=lambda nm: (tiers[nm[0]], nm[0]))
-        for name, module in ordered:
-            m = self._root(module, name, "module", tiers[name], wall=True)
-            d = _instance_dict(module)
-            if d is not None and m > 0:
-                dn = self._node(d)
-                if dn > 0:
-                    self.walls.add(dn)
-                    self._edge(m, dn, self._label("d"))
-                    stack.append(dn)
-        # Classes, from the subclass tree (gc.freeze()'s permanent generation hides them from
-        # gc.get_objects()); each with its dict.
-        pending = [object]
-        seen = set()
-        while pending:
-            cls = pending.pop()
-            if id(cls) in seen:
-                continue
-            seen.add(id(cls))
-            try:
-                owner_module = type.__dict__["__module__"].__get__(cls, type)
-            except Exception:
-                owner_module = None
-            tier = tiers.get(owner_module, TIER_STDLIB) if type(owner_module) is str else TIER_STDLIB
-            c = self._root(cls, _type_name(cls), "class", tier, wall=True)
-            if c > 0:
-                # The class's own dict (``__dict__`` would be a new mappingproxy).
-                d = None
-                for ref in gc.get_referents(cls):
-                    if type(ref) is dict:
-                        d = ref
-                        break
-                ref = None
-                if d is not None:
-                    dn = self._node(d)
-                    if dn > 0:
-                        self.walls.add(dn)
-                        self._edge(c, dn, self._label("d"))
-                        stack.append(dn)
-                stack.append(c)
-            try:
-                pending.extend(type.__subclasses__(cls))
-            except TypeError:
-                continue
-        # Tasks: Task-1 (usually the main coroutine) first. No line numbers in the name: a
-        # paused coroutine's line changes between snapshots, its owner must not.
-        named = []
-        for task in live_tasks():
-            try:
-                name = task.get_name()
-            except Exception:
-                continue
-            if type(name) is str:
-                named.append((_natural(name), name, task))
-        named.sort(key=lambda t: t[0])
-        for _key, name, task in named:
-            chain = await_chain(task, limit=32)
-            code = getattr(chain[0], "cr_code", None) or getattr(chain[0], "gi_code", None) if chain else None
-            label = "task:%s/%s" % (name, code.co_name if code is not None else "?")
-            t = self._root(task, label, "task", TIER_APP)
-            if t > 0:
-                stack.append(t)
-        # Thread stacks (not ours), each frame its own root.
-        import threading  # noqa: PLC0415 - lazily: the target may not use threads
-
-        names = {}
-        for thread in list(threading._active.values()):  # type: ignore[attr-defined]
-            names[thread.ident] = thread.name
-        current = sys._current_frames()
-        current.pop(threading.get_ident(), None)
-        frame = None
-        for ident, top in list(current.items()):
-            frame = top
-            while frame is not None:
-                label = "thread:%s/%s" % (names.get(ident, str(ident)), frame.f_code.co_name)
-                f = self._root(frame, label, "thread", TIER_THREAD)
-                if f > 0:
-                    stack.append(f)
-                frame = frame.f_back
-        del current
-        top = frame = None
-        self.progress("graph", len(self.nodes))
 
     def _edge(self, i, j, label):
         self.src.append(i)
@@ -509,48 +377,6 @@ class Graph(object):
                 self._check()
                 self.progress("graph", len(nodes))
 
-    def _held_from_c(self, stack):
-        """Tracked objects no root reached but something outside the heap references (C
-        state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
-        every tracked object, one call that cannot be split: skipped over the pause budget."""
-        leaf_types = {t for t, tp in enumerate(self.type_keys) if id(tp) in _LEAF_TYPE_IDS}
-        tracked = sum(1 for t in self.types if t not in leaf_types)
-        estimate = tracked * _ns_per_object() / 1e6
-        self.unreached["estimated_pause_ms"] = round(estimate, 1)
-        # Half the budget: the census made the same call in this request already, and on a
-        # loaded machine the call took twice its estimate (benchmarks/, docs/performance.md).
-        if self.max_pause_ms is not None and 2 * estimate > self.max_pause_ms:
-            self.unreached["reason"] = (
-                "listing the ~%s gc-tracked objects (gc.get_objects(), one call) would hold the "
-                "target for ~%.0f ms, over the %.0f ms pause budget: objects held from C only "
-                "were not looked for" % (format(tracked, ","), estimate, self.max_pause_ms))
-            return
-        self._check()
-        t0 = time.perf_counter()
-        objects = gc.get_objects()
-        took = time.perf_counter() - t0
-        if took > self.max_step:
-            self.max_step = took
-        self.index[id(objects)] = -1
-        index = self.index
-        unreached = [o for o in objects if id(o) not in index]
-        del objects
-        held = _referenced_from_outside(unreached, held=1)
-        for obj in held:
-            if id(obj) in index:
-                continue
-            i = self._root(obj, "<held from C: %s>" % _type_name(type(obj)), "held", TIER_HELD)
-            if i > 0:
-                stack.append(i)
-                self._walk(stack)
-        self.unreached["examined"] = True
-        self.unreached["held"] = len(held)
-        self.unreached["garbage_objects"] = sum(1 for o in unreached if id(o) not in index)
-        del unreached, held
-        obj = None
-
-    # -- the result ------------------------------------------------------------------------
-
     def result(self):
         def chunks(arr):
             return [base64.b64encode(arr[start:start + _CHUNK_ITEMS].tobytes()).decode("ascii")
@@ -603,166 +429,3 @@ def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, can
         return {"format": GRAPH_FORMAT, "skipped": "the object graph has %s: over the graph budget" % exc}
     return graph.result()
 
-
-# -- naming the owners' paths -------------------------------------------------------------------
-
-_MAX_PATHS = 64
-_MAX_PATH_STEPS = 256
-
-
-def _root_objects():
-    """id -> object for every root the graph starts from (modules, classes, tasks, frames)."""
-    import threading  # noqa: PLC0415
-
-    found = {}
-    for module in list(sys.modules.values()):
-        if type(module) is _ModuleType:
-            found[id(module)] = module
-    pending = [object]
-    while pending:
-        cls = pending.pop()
-        if id(cls) in found:
-            continue
-        found[id(cls)] = cls
-        try:
-            pending.extend(type.__subclasses__(cls))
-        except TypeError:
-            continue
-    for task in live_tasks():
-        found[id(task)] = task
-    current = sys._current_frames()
-    current.pop(threading.get_ident(), None)
-    for top in list(current.values()):
-        frame = top
-        while frame is not None:
-            found[id(frame)] = frame
-            frame = frame.f_back
-    del current
-    top = frame = None
-    return found
-
-
-def _step_label(obj, address):
-    """(label, next object) for the referent of ``obj`` whose id is ``address``; the label as
-    the graph's (``a`` attribute, ``k`` dict key, ``d`` instance dict, ``t`` local's type,
-    ``''`` none); (None, None) when ``obj`` no longer references it."""
-    tp = type(obj)
-    if issubclass(tp, dict):
-        for key, value in list(dict.items(obj)):
-            if id(value) == address:
-                return ("k" + key[:_MAX_LABEL_CHARS] if type(key) is str else ""), value
-    refs = _referents(obj)
-    nxt = None
-    for ref in refs:
-        if id(ref) == address:
-            nxt = ref
-            break
-    refs = None
-    if nxt is None:
-        # 3.11+ keep attributes inline until someone asks for __dict__: a path named before
-        # this one may have made the dict, and then the values are in it, not referents.
-        d = None
-        if not issubclass(tp, (list, tuple, set, frozenset, type, _ModuleType)):
-            d = _instance_dict(obj)
-        if d is not None:
-            for key, value in list(dict.items(d)):
-                if id(value) == address:
-                    return ("a" + key[:_MAX_LABEL_CHARS] if type(key) is str else ""), value
-        return None, None
-    if id(tp) in _FRAME_LIKE_IDS:
-        return "t" + _short_type_name(type(nxt)), nxt
-    if issubclass(tp, (list, tuple, set, frozenset)):
-        return "", nxt
-    if issubclass(tp, type):
-        return ("d" if type(nxt) is dict else ""), nxt
-    if issubclass(tp, _ModuleType):
-        return "d", nxt
-    for klass in type.__dict__["__mro__"].__get__(tp, type):
-        if klass is object:
-            continue
-        for name, descr in list(_class_dict(klass).items()):
-            if type(descr).__name__ == "member_descriptor" and type(name) is str and name not in (
-                    "__dict__", "__weakref__"):
-                try:
-                    if descr.__get__(obj, tp) is nxt:
-                        return "a" + name, nxt
-                except Exception:
-                    continue
-    # One instance dict per step of a named path: what the census does along its chains.
-    d = _instance_dict(obj)
-    if d is not None:
-        if d is nxt:
-            return "d", nxt
-        for key, value in list(dict.items(d)):
-            if value is nxt and type(key) is str:
-                return "a" + key[:_MAX_LABEL_CHARS], nxt
-    return "", nxt
-
-
-def name_paths(request):
-    """The labels along a few paths the CLI chose (``paths``: lists of ids, a root's first),
-    walked again from the live roots by identity: an id is only compared with the ids of
-    objects found as referents, never turned into an object."""
-    paths = request.get("paths")
-    if type(paths) is not list:
-        return {"labels": []}
-    roots = _root_objects()
-    out = []
-    for path in paths[:_MAX_PATHS]:
-        if type(path) is not list or not path or any(type(a) is not int for a in path):
-            out.append(None)
-            continue
-        obj = roots.get(path[0])
-        labels = []
-        for address in path[1:_MAX_PATH_STEPS]:
-            if obj is None:
-                break
-            label, obj = _step_label(obj, address)
-            if label is None:
-                break
-            labels.append(label)
-        obj = None
-        out.append(labels)
-    roots = None
-    return {"labels": out}
-
-
-# -- writing the result --------------------------------------------------------------------------
-
-_ARRAY_KEYS = ("sizes", "types", "ids", "lengths", "edge_src", "edge_dst", "edge_label")
-
-
-def json_pieces(doc):
-    """``json.dumps(doc)`` in pieces, for a document that may hold a graph (at ``graph`` or
-    ``result.graph``): its base64 chunks (JSON-safe as they are) are written one by one. One
-    json.dumps of tens of MB holds the GIL for hundreds of ms (measured: 200 ms for 33 MB)."""
-    if type(doc) is not dict:
-        yield json.dumps(doc)
-        return
-    graph = doc.get("graph")
-    if type(graph) is dict and all(type(graph.get(k)) is list for k in _ARRAY_KEYS):
-        rest = dict(doc)
-        del rest["graph"]
-        meta = dict(graph)
-        for key in _ARRAY_KEYS:
-            del meta[key]
-        head = json.dumps(rest)[:-1]
-        yield head + (", " if head != "{" else "") + '"graph": ' + json.dumps(meta)[:-1]
-        for key in _ARRAY_KEYS:
-            yield ', "%s": [' % key
-            for i, chunk in enumerate(graph[key]):
-                yield ('"' if i == 0 else ', "') + chunk + '"'
-            yield "]"
-        yield "}}"
-        return
-    result = doc.get("result")
-    if type(result) is dict and type(result.get("graph")) is dict:
-        rest = dict(doc)
-        del rest["result"]
-        head = json.dumps(rest)[:-1]
-        yield head + (", " if head != "{" else "") + '"result": '
-        for piece in json_pieces(result):
-            yield piece
-        yield "}"
-        return
-    yield json.dumps(doc)

@@ -1,0 +1,195 @@
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
+"""The object graph's roots, walked inside the target: modules, classes, asyncio tasks and
+thread frames, each with its tier, and the objects held from C that no root reached.
+
+Standard library only, as ``graph.py`` (whose ``Graph.run`` calls these, and which
+imports this module, so that it is loaded with the payload).
+"""
+
+import gc
+import sys
+import time
+
+from .objects import _instance_dict, _type_name
+from .tasks import await_chain, live_tasks
+
+try:
+    from .census_unreached import _referenced_from_outside
+except Exception:
+    from .census import _referenced_from_outside  # type: ignore[no-redef]
+
+_LEAF_TYPE_IDS = frozenset(id(tp) for tp in (str, bytes, int, float, bool, complex, type(None)))
+_ModuleType = type(sys)
+_GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
+
+
+# Root tiers: a path from a root of a lower tier names an owner before any other (the app's own
+# globals and tasks before a library's registry that also reaches them).
+TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
+
+def _ns_per_object():
+    """What gc.get_objects() costs per object here: the census's measurement when it has one."""
+    for name in ("census", "census_walk", "census_unreached", "census_tallies"):
+        module = sys.modules.get(__name__.rsplit(".", 1)[0] + "." + name)
+        measured = getattr(module, "_measured", None) if module is not None else None
+        if type(measured) is dict and measured.get("ns_per_object"):
+            return measured["ns_per_object"]
+    return _GET_OBJECTS_NS
+
+
+def _natural(text):
+    head = text.rstrip("0123456789")
+    tail = text[len(head):]
+    return (head, int(tail) if tail else -1, text)
+
+
+def add_roots(graph, stack):
+    """Every named root of ``graph`` (a ``Graph``) onto ``stack``, each an edge of the super-root."""
+    # Modules (and their dicts), __main__ first, then the app's, then the stdlib's.
+    names_of = {}
+    for name, module in list(sys.modules.items()):
+        if type(module) is _ModuleType and type(name) is str:
+            names_of.setdefault(id(module), (name, module))
+    main = sys.modules.get("__main__")
+    tiers = {}
+    for name, module in names_of.values():
+        d = _instance_dict(module)
+        path = d.get("__file__") if d is not None else None
+        if module is main:
+            tier = TIER_MAIN
+        elif name == "leakhound" or name.startswith("leakhound."):
+            tier = TIER_OURS
+        elif graph.is_stdlib(name):
+            tier = TIER_STDLIB
+        elif type(path) is str and ("site-packages" in path or "dist-packages" in path):
+            tier = TIER_LIBRARY
+        else:
+            tier = TIER_APP
+        tiers[name] = tier
+    ordered = sorted(names_of.values(), key=lambda nm: (tiers[nm[0]], nm[0]))
+    for name, module in ordered:
+        m = graph._root(module, name, "module", tiers[name], wall=True)
+        d = _instance_dict(module)
+        if d is not None and m > 0:
+            dn = graph._node(d)
+            if dn > 0:
+                graph.walls.add(dn)
+                graph._edge(m, dn, graph._label("d"))
+                stack.append(dn)
+    # Classes, from the subclass tree (gc.freeze()'s permanent generation hides them from
+    # gc.get_objects()); each with its dict.
+    pending = [object]
+    seen = set()
+    while pending:
+        cls = pending.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        try:
+            owner_module = type.__dict__["__module__"].__get__(cls, type)
+        except Exception:
+            owner_module = None
+        tier = tiers.get(owner_module, TIER_STDLIB) if type(owner_module) is str else TIER_STDLIB
+        c = graph._root(cls, _type_name(cls), "class", tier, wall=True)
+        if c > 0:
+            # The class's own dict (``__dict__`` would be a new mappingproxy).
+            d = None
+            for ref in gc.get_referents(cls):
+                if type(ref) is dict:
+                    d = ref
+                    break
+            ref = None
+            if d is not None:
+                dn = graph._node(d)
+                if dn > 0:
+                    graph.walls.add(dn)
+                    graph._edge(c, dn, graph._label("d"))
+                    stack.append(dn)
+            stack.append(c)
+        try:
+            pending.extend(type.__subclasses__(cls))
+        except TypeError:
+            continue
+    # Tasks: Task-1 (usually the main coroutine) first. No line numbers in the name: a
+    # paused coroutine's line changes between snapshots, its owner must not.
+    named = []
+    for task in live_tasks():
+        try:
+            name = task.get_name()
+        except Exception:
+            continue
+        if type(name) is str:
+            named.append((_natural(name), name, task))
+    named.sort(key=lambda t: t[0])
+    for _key, name, task in named:
+        chain = await_chain(task, limit=32)
+        code = getattr(chain[0], "cr_code", None) or getattr(chain[0], "gi_code", None) if chain else None
+        label = "task:%s/%s" % (name, code.co_name if code is not None else "?")
+        t = graph._root(task, label, "task", TIER_APP)
+        if t > 0:
+            stack.append(t)
+    # Thread stacks (not ours), each frame its own root.
+    import threading  # noqa: PLC0415 - lazily: the target may not use threads
+
+    names = {}
+    for thread in list(threading._active.values()):  # type: ignore[attr-defined]
+        names[thread.ident] = thread.name
+    current = sys._current_frames()
+    current.pop(threading.get_ident(), None)
+    frame = None
+    for ident, top in list(current.items()):
+        frame = top
+        while frame is not None:
+            label = "thread:%s/%s" % (names.get(ident, str(ident)), frame.f_code.co_name)
+            f = graph._root(frame, label, "thread", TIER_THREAD)
+            if f > 0:
+                stack.append(f)
+            frame = frame.f_back
+    del current
+    top = frame = None
+    graph.progress("graph", len(graph.nodes))
+
+
+def held_from_c(graph, stack):
+    """Tracked objects no root reached but something outside the heap references (C
+    state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
+    every tracked object, one call that cannot be split: skipped over the pause budget."""
+    leaf_types = {t for t, tp in enumerate(graph.type_keys) if id(tp) in _LEAF_TYPE_IDS}
+    tracked = sum(1 for t in graph.types if t not in leaf_types)
+    estimate = tracked * _ns_per_object() / 1e6
+    graph.unreached["estimated_pause_ms"] = round(estimate, 1)
+    # Half the budget: the census made the same call in this request already, and on a
+    # loaded machine the call took twice its estimate (benchmarks/, docs/performance.md).
+    if graph.max_pause_ms is not None and 2 * estimate > graph.max_pause_ms:
+        graph.unreached["reason"] = (
+            "listing the ~%s gc-tracked objects (gc.get_objects(), one call) would hold the "
+            "target for ~%.0f ms, over the %.0f ms pause budget: objects held from C only "
+            "were not looked for" % (format(tracked, ","), estimate, graph.max_pause_ms))
+        return
+    graph._check()
+    t0 = time.perf_counter()
+    objects = gc.get_objects()
+    took = time.perf_counter() - t0
+    if took > graph.max_step:
+        graph.max_step = took
+    graph.index[id(objects)] = -1
+    index = graph.index
+    unreached = [o for o in objects if id(o) not in index]
+    del objects
+    held = _referenced_from_outside(unreached, held=1)
+    for obj in held:
+        if id(obj) in index:
+            continue
+        i = graph._root(obj, "<held from C: %s>" % _type_name(type(obj)), "held", TIER_HELD)
+        if i > 0:
+            stack.append(i)
+            graph._walk(stack)
+    graph.unreached["examined"] = True
+    graph.unreached["held"] = len(held)
+    graph.unreached["garbage_objects"] = sum(1 for o in unreached if id(o) not in index)
+    del unreached, held
+    obj = None
+
+# -- the result ------------------------------------------------------------------------
+
