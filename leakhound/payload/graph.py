@@ -51,6 +51,7 @@ except ImportError:
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
 from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
 from .graph_wire import _ARRAY_KEYS, _FRAME_LIKE_IDS, _MAX_LABEL_CHARS, json_pieces, name_paths
+from .sizes import NATIVE_BUFFERS, instance_values_bytes, native_codes, native_extra, native_types
 
 __all__ = ["GRAPH_FORMAT", "_ARRAY_KEYS", "Graph", "GraphCancelled", "GraphTimeout", "GraphTooBig", "build",
            "json_pieces", "name_paths"]
@@ -117,6 +118,12 @@ class Graph(object):
         self.type_index = {}  # id(type) -> type id
         self.type_keys = [None]  # the types (keeps their ids unique)
         self.type_names = ["<root>"]
+        # The census's native sizing, node by node (sizes.py): a numpy/torch/Pillow/mmap
+        # object's buffers and the references gc does not show (a view's base), a 3.11+
+        # instance's attribute values. Without them a dominator owner would miss those bytes.
+        self.native_kinds, self.native_bases = native_types()
+        self.native = native_codes(self.native_kinds)
+        self.native_seen = set()  # buffer addresses counted: a storage shared by views, once
         self.src = array.array("i")
         self.dst = array.array("i")
         self.lab = array.array("i")
@@ -131,7 +138,7 @@ class Graph(object):
         for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
                     self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
                     self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
-                    self.unreached):
+                    self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen):
             self.index[id(own)] = -1
         for obj in exclude:
             self.index[id(obj)] = -1
@@ -273,6 +280,7 @@ class Graph(object):
         frame_like = _FRAME_LIKE_IDS
         plain = _PLAIN_IDS
         singleton_ids = _SINGLETON_IDS
+        native = self.native
         steps = 0
         while stack:
             i = stack.pop()
@@ -280,6 +288,7 @@ class Graph(object):
             tp = type(obj)
             t0 = perf_counter()
             names = None
+            code = native.get(id(tp), 0) if native else 0
             if issubclass(tp, dict):
                 # Two lists, not dict.items(): a pair per entry would be thousands of tracked
                 # objects at once, which outlive young collections and count towards the
@@ -304,6 +313,13 @@ class Graph(object):
                 refs = _referents(obj)
             else:
                 refs = get_referents(obj)
+            if code == NATIVE_BUFFERS:
+                extra, hidden = native_extra(obj, self.native_kinds, self.native_bases, self.native_seen)
+                sizes[i] += extra
+                refs.extend(hidden)
+                hidden = None
+            elif code > NATIVE_BUFFERS:
+                sizes[i] += instance_values_bytes(obj)
             if len(refs) > 4096:
                 # Only a big container makes one long step (timing every object would count
                 # the times this thread was descheduled between two clock reads).

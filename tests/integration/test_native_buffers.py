@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.analysis.ledger import ledger
-from leakhound.capture import take_snapshot
+from leakhound.capture import capture
 from leakhound.model import Snapshot
 from tests.native_target import native_python
 from tests.pythons import installed_pythons
@@ -38,10 +38,11 @@ CASES = [(shape, version) for version in ("3.11", "3.12") for shape in OWNERS if
 MMAP_VERSIONS = sorted(v for v in installed_pythons() if v in ("3.10", "3.11", "3.12", "3.13"))
 
 
-def _check(tmp_path: Path, shape: str, python: str) -> Snapshot:
+def _check(tmp_path: Path, shape: str, python: str, owner_model: str = "census") -> Snapshot:
     with spawn_target("native_buffers", tmp_path, python=python, env={"SHAPE": shape}, timeout=120) as child:
-        snap = take_snapshot(child.pid, timeout=120, max_pause_ms=None, top=10)
+        snap = capture(child.pid, timeout=120, max_pause_ms=None, top=10, owner_model=owner_model).snapshot
         truth = child.report()["truth"]
+    assert snap.heap.owner_model == ("dominator" if owner_model == "dominator" else "first-reacher")
     top = snap.owners[0]
     assert top.path == OWNERS[shape], [(o.path, o.retained_bytes) for o in snap.owners[:5]]
     assert within(top.retained_bytes, truth["bytes"]), (top.retained_bytes, truth)
@@ -56,6 +57,14 @@ def _check(tmp_path: Path, shape: str, python: str) -> Snapshot:
 @pytest.mark.parametrize(("shape", "version"), CASES)
 def test_native_buffers_belong_to_their_owner(tmp_path: Path, shape: str, version: str) -> None:
     _check(tmp_path, shape, native_python(version, torch=shape == "torch"))
+
+
+@pytest.mark.parametrize("shape", ["numpy_views", "numpy_object", "pillow", "torch", "mmap"])
+def test_native_buffers_belong_to_their_dominator_owner(tmp_path: Path, shape: str) -> None:
+    # The object graph sizes nodes as the census does: without it a numpy view's base (held
+    # by the view alone, not listed by gc) and a tensor's storage were in no owner's bytes.
+    python = installed_pythons()["3.11"] if shape == "mmap" else native_python("3.11", torch=shape == "torch")
+    _check(tmp_path, shape, python, owner_model="dominator")
 
 
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
