@@ -177,6 +177,8 @@ class Census(_Roots, _Unreached):
                 return
             self._reset()
         self.clock.phase("sizing walk")
+        # A yield, if one is due, right before the one step that cannot be split.
+        self.clock.check()
         t0 = time.perf_counter()
         objects = gc.get_objects()
         self.clock.step(t0)

@@ -255,6 +255,7 @@ class _Roots(_Walk):
         # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
         for name, md in module_dicts:
             for key, value in list(md.items()):
+                check()  # most are claimed already: no walk, so no clock, runs for them
                 if type(key) is not str or (key.startswith("__") and key.endswith("__")):
                     continue
                 self._claim_named(name + "." + key, value, 1)
@@ -263,6 +264,7 @@ class _Roots(_Walk):
         for cls, cdict in class_dicts:
             base = _type_name(cls)
             for key, value in list(cdict.items()):
+                check()
                 if type(key) is not str or (key.startswith("__") and key.endswith("__")):
                     continue
                 self._claim_named(base + "." + key, value, 1)
