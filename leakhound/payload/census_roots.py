@@ -93,7 +93,7 @@ def class_roots(tick=None):
     """(class, [its dict and __mro__/__bases__ tuples]) for every class reachable from
     ``object``'s subclass tree, each once. ``tick``: called now and then (the census's duty
     cycle: a big program has tens of thousands of classes)."""
-    out = []
+    out = []  # type: list
     seen = set()
     pending = [object]
     while pending:
