@@ -35,6 +35,8 @@ def _referenced_from_outside(members, held, tick=None):
     bias = held + 2
     outside = []
     for i in range(len(members)):
+        if tick is not None and i & 1023 == 1023:
+            tick()
         obj = members[i]
         if sys.getrefcount(obj) - bias > internal[i]:
             outside.append(obj)
@@ -63,7 +65,11 @@ def _cyclic_only(candidates, tick=None):
     obj = None
     freed = [False] * len(candidates)
     queue = [i for i in range(len(candidates)) if internal[i] == 0]
+    popped = 0
     while queue:
+        popped += 1
+        if tick is not None and popped & 1023 == 1023:
+            tick()
         i = queue.pop()
         if freed[i]:
             continue
@@ -101,10 +107,18 @@ class _Unreached(_Walk):
             owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
             self.owner_items[owner] = 0
             self._claim_tree(owner, obj)
-        garbage = [o for o in unreached if id(o) not in claimed]
+        garbage = []
+        for n, obj in enumerate(unreached):
+            if n & 4095 == 4095:
+                tick()
+            if id(obj) not in claimed:
+                garbage.append(obj)
+        obj = None
         garbage = self._confirm_garbage(garbage)
         garbage = _cyclic_only(garbage, tick=tick)
-        for obj in garbage:
+        for n, obj in enumerate(garbage):
+            if n & 1023 == 1023:
+                tick()
             size = self._size(obj)
             self.garbage_objects += 1
             self.garbage_bytes += size
@@ -117,6 +131,7 @@ class _Unreached(_Walk):
         # Untracked objects hanging off garbage (e.g. strings in a dead cycle's dicts).
         stack = list(garbage)
         while stack:
+            tick()
             obj = stack.pop()
             refs = _referents(obj)
             if issubclass(type(obj), dict):
