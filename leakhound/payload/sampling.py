@@ -8,10 +8,17 @@ hands the GIL back to the main thread between bytecodes. No ``gc.collect()``, no
 """
 
 import gc
+import re
 import sys
 import time
 
 from . import census
+from .tasks import await_chain, live_tasks
+
+# "task:NAME/CORO (FILE:LINE).<Type>.attr...": an owner the census found under a coroutine
+# of a task (census_roots.task_roots). The line is where the coroutine was paused then: it is
+# not used to find it again.
+_TASK_PATH = re.compile(r"^task:(.*)/([^/ ]+) \(([^)]*)\)\.<([^>]+)>(?:\.(.*))?$")
 
 MAX_PATHS = 200
 MAX_TRACKED = 5000000  # above this the type count is skipped (it would allocate a big list)
@@ -19,7 +26,7 @@ MAX_TRACKED = 5000000  # above this the type count is skipped (it would allocate
 
 def _child(obj, name):
     """``obj.name`` through the built-in ``__dict__`` descriptors only; raises KeyError."""
-    if isinstance(obj, type):
+    if issubclass(type(obj), type):  # not isinstance(): it would read a user __class__
         return census._class_dict(obj)[name]
     d = census._instance_dict(obj)
     if d is None:
@@ -35,6 +42,8 @@ def resolve(path, modules=None):
     prefix that is a loaded module wins."""
     if type(path) is not str or path.startswith("<") or path.startswith("thread:"):
         return None
+    if path.startswith("task:"):
+        return _resolve_task_path(path)
     modules = sys.modules if modules is None else modules
     parts = path.split(".")
     for cut in range(len(parts) - 1, 0, -1):
@@ -51,20 +60,57 @@ def resolve(path, modules=None):
     return None
 
 
+def _resolve_task_path(path):
+    """The object a ``task:`` owner path names now, or None: the task by name, the coroutine
+    on its await chain by code name, the coroutine's referent of that type, then attributes."""
+    match = _TASK_PATH.match(path)
+    if match is None:
+        return None
+    task_name, coro_name, _where, type_name, chain = match.groups()
+    for task in live_tasks():
+        try:
+            if task.get_name() != task_name:
+                continue
+        except Exception:
+            continue
+        for coro in await_chain(task, limit=32):
+            code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+            if code is None or code.co_name != coro_name:
+                continue
+            for obj in gc.get_referents(coro):
+                if census._short_type_name(type(obj)) != type_name:
+                    continue
+                try:
+                    for name in chain.split(".") if chain else ():
+                        obj = _child(obj, name)
+                except (KeyError, TypeError):
+                    return None
+                return obj
+        return None
+    return None
+
+
 def _type_counts(top):
     t0 = time.perf_counter()
     objects = gc.get_objects()
     took = time.perf_counter() - t0
     if len(objects) > MAX_TRACKED:
         return None, took
-    counts = {}  # type: dict[type, int]
+    # Keyed by id(type), never the type: hashing a class runs its metaclass's __hash__.
+    counts = {}  # type: dict[int, int]
+    kinds = {}  # type: dict[int, type]
     get = counts.get
     for obj in objects:
         tp = type(obj)
-        counts[tp] = get(tp, 0) + 1
+        tid = id(tp)
+        n = get(tid)
+        if n is None:
+            kinds[tid] = tp
+            n = 0
+        counts[tid] = n + 1
     del objects
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
-    return [{"type": census._type_name(tp), "count": n, "bytes": 0} for tp, n in ranked], took
+    return [{"type": census._type_name(kinds[tid]), "count": n, "bytes": 0} for tid, n in ranked], took
 
 
 def sample(request, progress):
