@@ -23,9 +23,10 @@ def test_a_hostile_heap_is_inspected_repeatedly_without_harm(tmp_path: Path) -> 
     with spawn_target("hostile_heap", tmp_path) as child:
         before = child.report()
         for i in range(4):
-            # the default (the object graph's dominator owners) and the census, in turn
-            census = ["--owners", "census"] if i % 2 else []
-            run = subprocess.run([LEAKHOUND, "inspect", str(child.pid), "--json", *census],
+            # the object graph's dominator owners and the census, in turn
+            census = i % 2 == 1
+            model = ["--owners", "census" if census else "dominator"]
+            run = subprocess.run([LEAKHOUND, "inspect", str(child.pid), "--json", *model],
                                  capture_output=True, text=True, timeout=120)
             assert run.returncode == 0, run.stderr
             doc = json.loads(run.stdout)
