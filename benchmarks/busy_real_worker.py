@@ -46,7 +46,7 @@ from benchmarks._common import (  # noqa: E402
 )
 
 PHASES = re.compile(r"(payload|census) phases: (.*)")
-HELD = re.compile(r"held the GIL at most ([\d.]+) ms between yields \((\d+) yields\)")
+HELD = re.compile(r"held the GIL at most ([\d.]+) ms between yields \((\d+) yields")
 
 
 def inspect(pid: int, extra: list[str]) -> dict[str, Any]:

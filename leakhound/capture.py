@@ -168,7 +168,8 @@ def capture(
                 log(f"{key} phases: " + ", ".join(f"{k} {v[0]:.3f}/{v[1]:.3f} s" for k, v in spent.items()))
         held = (remote.result.get("heap") or {}).get("max_hold_ms")
         if held is not None:
-            log(f"census held the GIL at most {held} ms between yields ({remote.result['heap'].get('yields')} yields)")
+            log(f"census held the GIL at most {held} ms between yields ({remote.result['heap'].get('yields')} yields;"
+                f" after phase {remote.result['heap'].get('max_hold_after')!r})")
     # RSS is read right after the census so the ledger compares like with like.
     process = process_stats(pid)
     snap = snapshot_from_result(

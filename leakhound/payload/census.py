@@ -240,6 +240,7 @@ class Census(_Roots, _Unreached):
             # bound on one hold), and how many times the duty cycle yielded
             "max_hold_ms": round(self.clock.max_held * 1000.0, 2),
             "yields": self.clock.yields,
+            "max_hold_after": self.clock.max_held_after,  # the phase before the one it was in
             # phase -> [wall s, CPU s of the census's thread]: wall minus CPU is waiting
             "phases": {k: [round(v[0], 4), round(v[1], 4)] for k, v in self.clock.phases.items()},
             "payload_peak_bytes": self.bookkeeping_bytes,

@@ -81,6 +81,8 @@ class _Clock:
         self.max_hold = max_hold
         self.held_since = time.thread_time()
         self.max_held = 0.0
+        self.max_held_after = ""  # the phase marked last when the longest stretch ended
+        self.last_phase = ""
         self.yields = 0
         self.next_check = 0.0
         # Where the time went: phase -> [wall seconds, this thread's CPU seconds]; wall minus
@@ -98,6 +100,7 @@ class _Clock:
         spent[0] += now - wall0
         spent[1] += cpu - cpu0
         self._mark = (now, cpu)
+        self.last_phase = name
 
     def step(self, started):
         now = time.perf_counter()
@@ -111,6 +114,7 @@ class _Clock:
         held = time.thread_time() - self.held_since
         if held > self.max_held:
             self.max_held = held
+            self.max_held_after = self.last_phase
         if self.max_hold is not None and held >= self.max_hold:
             time.sleep(YIELD_SECONDS)
             self.yields += 1
