@@ -21,7 +21,12 @@ def _referenced_from_outside(members, held, tick=None):
     The cyclic GC's own arithmetic (refcount minus internal references), without running
     a collection. ``tick``: called now and then (the census's duty cycle and deadline).
     """
-    index = {id(o): i for i, o in enumerate(members)}
+    index = {}  # type: dict
+    for k, o in enumerate(members):
+        index[id(o)] = k
+        if tick is not None and k & 4095 == 4095:
+            tick()
+    o = None
     internal = [0] * len(members)
     for n, obj in enumerate(members):
         for ref in _referents(obj):
@@ -101,7 +106,9 @@ class _Unreached(_Walk):
         obj = None
         # Our own lists holding each: gc.get_objects()'s and ``unreached``.
         roots = _referenced_from_outside(unreached, held=2, tick=tick)
-        for obj in roots:
+        for n, obj in enumerate(roots):
+            if n & 1023 == 1023:
+                tick()
             if id(obj) in claimed:
                 continue
             owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
@@ -168,6 +175,7 @@ class _Unreached(_Walk):
         marked = {id(o) for o in alive}
         stack = list(alive)
         while stack:
+            self.clock.check()
             for ref in _referents(stack.pop()):
                 if id(ref) in index and id(ref) not in marked:
                     marked.add(id(ref))
