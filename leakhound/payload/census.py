@@ -142,6 +142,7 @@ class Census(_Roots, _Unreached):
 
     def run(self):
         started = time.perf_counter()
+        self.clock.check()  # setting up (sizes.native_types) was a stretch of its own
         known = _measured["tracked"]
         if self.max_pause_ms is not None and known is not None and (
                 known * self._ns_per_object() / 1e6 * _TRACKED_HEADROOM <= self.max_pause_ms):
