@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
 
 import psutil
 import pytest
@@ -26,6 +27,7 @@ MB = 1024 * 1024
 
 def test_cli_runs_the_users_command_once_per_configuration() -> None:
     command = f"{shlex.quote(sys.executable)} {FIXTURES / 'allocating_workload.py'} {{ready}} {{go}} {{done}}"
+    began = time.time()
     result = CliRunner().invoke(app, ["confirm", "--worker-cmd", command, "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -35,7 +37,7 @@ def test_cli_runs_the_users_command_once_per_configuration() -> None:
     # A fresh worker per configuration, gone afterwards.
     pids = [r["worker_pid"] for r in rows]
     assert len(set(pids)) == 6
-    assert not [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert not [pid for pid in pids if _left_running(pid, began)]
     for row in rows:
         # It allocated and touched 64 MiB after {go}: the kernel's peak and resting RSS hold them.
         assert row["peak_rss_bytes"] >= 64 * MB and row["resting_rss_bytes"] >= 64 * MB, row
@@ -50,6 +52,17 @@ def test_cli_runs_the_users_command_once_per_configuration() -> None:
     }
 
 
+def _left_running(pid: int, since: float) -> bool:
+    """Whether this run's worker ``pid`` outlived its configuration. Only a process started
+    during the run and orphaned (the workload's group was killed) can be it: pids wrap on
+    this machine (pid_max 32768), so another test's process may hold the number by now."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() >= since and proc.ppid() == 1
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.verifiers
 @pytest.mark.timeout(900)
 def test_the_real_verifiers_worker_measured_per_configuration() -> None:
@@ -62,6 +75,7 @@ def test_the_real_verifiers_worker_measured_per_configuration() -> None:
                 "--rollouts 6 --turns 6 --screenshot-kb 24",
         match="Verifiers::EnvWorker", rest=3.0,
     )
+    began = time.time()
     rows = run_workload_confirm(worker=worker, configs=(("none", "none"), ("all", "all")))
     none, fixed = rows
     assert none["worker_pid"] != fixed["worker_pid"]
@@ -70,7 +84,7 @@ def test_the_real_verifiers_worker_measured_per_configuration() -> None:
     assert fixed["statuses"] == dict.fromkeys(("steps", "registry", "intercepts", "trim"), "applied")
     for row in rows:
         assert 100 * MB < row["resting_rss_bytes"] <= row["peak_rss_bytes"], row
-        assert not psutil.pid_exists(row["worker_pid"]) or psutil.Process(row["worker_pid"]).status() == "zombie"
+        assert not _left_running(row["worker_pid"], began)
     print(f"\nverifiers worker, none -> all fixes: peak {none['peak_rss_bytes'] / MB:.0f} -> "
           f"{fixed['peak_rss_bytes'] / MB:.0f} MiB, resting {none['resting_rss_bytes'] / MB:.0f} -> "
           f"{fixed['resting_rss_bytes'] / MB:.0f} MiB")
