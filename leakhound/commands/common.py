@@ -29,6 +29,9 @@ class Reporter:
         self.file = file or sys.stderr
         self._tty = hasattr(self.file, "isatty") and self.file.isatty()
         self._phase: str | None = None
+        # Phases already said since the work began: the census walks the roots twice under a
+        # pause budget (sizing, then the full walk), which printed "roots", "walk" twice.
+        self._said: set[str] = set()
         self._bar: Progress | None = None
         self._task: TaskID | None = None
 
@@ -44,8 +47,9 @@ class Reporter:
         if self.quiet:
             return
         if not self._tty:
-            if phase != self._phase:
+            if phase not in self._said:
                 print(f"leakhound: {phase}", file=self.file, flush=True)
+                self._said.add(phase)
             self._phase = phase
             return
         if self._bar is None:
@@ -61,6 +65,7 @@ class Reporter:
             self._bar.stop()
         self._bar = self._task = None
         self._phase = None
+        self._said.clear()
 
     def _start_bar(self) -> None:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn

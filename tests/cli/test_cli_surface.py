@@ -269,6 +269,19 @@ def test_progress_off_a_terminal_is_one_line_per_phase() -> None:
     assert out.getvalue().splitlines() == ["leakhound: roots", "leakhound: walk", "leakhound: unreached"]
 
 
+def test_a_phase_that_comes_round_again_is_not_said_twice() -> None:
+    # Under a pause budget the census sizes the heap with one walk of the roots, then walks
+    # them again: "roots" and "walk" were each printed twice.
+    out = io.StringIO()
+    reporter = Reporter(file=out)
+    for phase in ("roots", "walk", "roots", "walk", "graph", "arena"):
+        reporter.progress(phase, 0)
+    reporter.done()
+    reporter.progress("roots", 0)  # the next piece of work says its phases anew
+    assert out.getvalue().splitlines() == [
+        "leakhound: roots", "leakhound: walk", "leakhound: graph", "leakhound: arena", "leakhound: roots"]
+
+
 def test_commands_import_no_attach() -> None:
     for module in Path(__file__).resolve().parents[2].joinpath("leakhound", "commands").glob("*.py"):
         assert not re.search(r"^\s*(from|import) leakhound\.attach", module.read_text(), re.M), module
