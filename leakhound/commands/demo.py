@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from leakhound.analysis.ledger import ledger
-from leakhound.capture import take_snapshot
 from leakhound.commands.common import Reporter, new_reporter
 from leakhound.commands.options import MethodOpt
+from leakhound.core.capture import take_snapshot
 from leakhound.core.patch import patch_process
 from leakhound.core.simulated import leaking_simulated_worker
 from leakhound.model import Snapshot

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from leakhound.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.commands.common import new_reporter
 from leakhound.commands.options import MatchOpt, MaxPauseOpt, MethodOpt, PidsArg, TimeoutOpt, pids_or_match
+from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.export import export_processes
 from leakhound.render.prometheus import DEFAULT_TOP_OWNERS
 

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from leakhound.analysis.ledger import ledger
-from leakhound.capture import DEFAULT_MAX_PAUSE_MS, capture
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import JsonOpt, MaxPauseOpt, MethodOpt, OutputOpt, PidArg, TimeoutOpt, TopOpt
+from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, capture
 from leakhound.model import Snapshot, snapshot_to_json
 from leakhound.render import heapsnapshot, table
 from leakhound.render import json_doc as json_render

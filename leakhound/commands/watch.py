@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from leakhound.analysis.growth import GrowthReport, Sample
-from leakhound.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import MatchOpt, MaxPauseOpt, MethodOpt, PidsArg, TimeoutOpt, pids_or_match
+from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.watch import WatchResult, watch_processes
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
 from leakhound.attach import choose_method
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
-from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
+from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
 from leakhound.render.prometheus import (

@@ -35,7 +35,7 @@ from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
-from leakhound.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
+from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.errors import Interrupted, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot, TypeStat
 

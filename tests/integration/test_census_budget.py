@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.attach import run_request
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from leakhound.payload import census
 from tests.utils import spawn_target, within
 

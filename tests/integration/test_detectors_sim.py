@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from leakhound.model import Finding, Snapshot
 from leakhound.simulate.fleet import start_fleet
 from tests.utils import within

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from leakhound.analysis import dominators
-from leakhound.capture import capture
 from leakhound.cli import app
+from leakhound.core.capture import capture
 from tests.utils import spawn_target
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from leakhound.errors import LeakhoundError, TargetBusy, TargetExited, TargetNotFound
 from tests.utils import ROOT, assert_only_the_payload_stays, spawn_target, within
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from leakhound.errors import LeakhoundError
 from tests.integration.test_ptrace_signals import (
     CLEAN_FAILURES,

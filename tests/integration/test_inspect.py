@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from leakhound.capture import take_snapshot
 from leakhound.cli import app
+from leakhound.core.capture import take_snapshot
 from tests.utils import assert_only_the_payload_stays, spawn_target, wait_for_agent_socket, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target, within
 

@@ -15,7 +15,7 @@ import pytest
 
 from leakhound.attach import run_request
 from leakhound.attach.process import namespace_pid
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from tests.namespaces import shared_dir, spawn_in_namespaces
 from tests.utils import assert_only_the_payload_stays, within
 

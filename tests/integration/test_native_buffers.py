@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.analysis.ledger import ledger
-from leakhound.capture import capture
+from leakhound.core.capture import capture
 from leakhound.model import Snapshot
 from tests.native_target import native_python
 from tests.pythons import installed_pythons

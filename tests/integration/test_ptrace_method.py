@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.attach import ptrace, run_request
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from tests.utils import FIXTURES, assert_only_the_payload_stays, spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]

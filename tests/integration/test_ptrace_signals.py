@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.attach import ptrace
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from leakhound.errors import AttachFailed, AttachTimeout, LeakhoundError
 from tests.utils import ROOT, spawn_target
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from leakhound.simulate.fleet import start_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from leakhound.errors import TargetDied
 from tests.utils import spawn_target
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from leakhound.capture import capture
+from leakhound.core.capture import capture
 from tests.verifiers_target import ensure_verifiers_venv, spawn_verifiers_worker
 
 pytestmark = [

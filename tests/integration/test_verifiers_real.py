@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from leakhound.capture import take_snapshot
+from leakhound.core.capture import take_snapshot
 from leakhound.core.patch import patch_process
 from leakhound.errors import PatchRefused
 from leakhound.model import Finding, Snapshot
