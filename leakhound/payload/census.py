@@ -142,6 +142,7 @@ class Census(_Roots, _Unreached):
 
     def run(self):
         started = time.perf_counter()
+        self._gc_before = [g.get("collections", 0) for g in gc.get_stats()]
         self.clock.check()  # setting up (sizes.native_types) was a stretch of its own
         known = _measured["tracked"]
         if self.max_pause_ms is not None and known is not None and (
@@ -242,6 +243,10 @@ class Census(_Roots, _Unreached):
             "max_hold_ms": round(self.clock.max_held * 1000.0, 2),
             "yields": self.clock.yields,
             "max_hold_after": self.clock.max_held_after,  # the phase before the one it was in
+            # collections per generation while the census ran (by any thread, the census's
+            # among them: a full one is one step of its own that no yield splits)
+            "gc_collections": [g.get("collections", 0) - b for g, b in
+                               zip(gc.get_stats(), getattr(self, "_gc_before", ()))],  # noqa: B905 - 3.8+
             # phase -> [wall s, CPU s of the census's thread]: wall minus CPU is waiting
             "phases": {k: [round(v[0], 4), round(v[1], 4)] for k, v in self.clock.phases.items()},
             "payload_peak_bytes": self.bookkeeping_bytes,

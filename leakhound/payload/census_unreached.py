@@ -29,10 +29,13 @@ def _referenced_from_outside(members, held, tick=None):
     o = None
     internal = [0] * len(members)
     for n, obj in enumerate(members):
-        for ref in _referents(obj):
+        # One big container (a dict of a million entries held from C) is a long loop alone.
+        for j, ref in enumerate(_referents(obj)):
             i = index.get(id(ref))
             if i is not None:
                 internal[i] += 1
+            if tick is not None and j & 4095 == 4095:
+                tick()
         if tick is not None and n & 1023 == 1023:
             tick()
     obj = None
@@ -61,10 +64,12 @@ def _cyclic_only(candidates, tick=None):
     index = {id(o): i for i, o in enumerate(candidates)}
     internal = [0] * len(candidates)
     for n, obj in enumerate(candidates):
-        for ref in _referents(obj):
+        for m, ref in enumerate(_referents(obj)):
             i = index.get(id(ref))
             if i is not None:
                 internal[i] += 1
+            if tick is not None and m & 4095 == 4095:
+                tick()
         if tick is not None and n & 1023 == 1023:
             tick()
     obj = None
