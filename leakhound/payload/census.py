@@ -27,7 +27,6 @@ import gc
 import time
 
 from .census_roots import (
-    _natural,
     _Roots,
     _running_task_registries,
     class_roots,
@@ -68,6 +67,7 @@ from .objects import (
     _type_name,
 )
 from .sizes import _MAX_OBJECT_BYTES, _getsizeof, _object_sizeof, _sizeof_is_builtin, object_size
+from .tasks import _natural  # noqa: F401 - a name this module has always had
 
 try:  # the compiled inner walk (_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
     from . import _walk  # type: ignore[attr-defined]

@@ -18,33 +18,18 @@ import sys
 
 from .census_walk import _Walk
 from .objects import _instance_dict, _short_type_name, _type_name
-from .tasks import await_chain, live_tasks
+from .tasks import await_chain, named_tasks
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
-
-
-def _natural(text):
-    head = text.rstrip("0123456789")
-    tail = text[len(head):]
-    return (head, int(tail) if tail else -1, text)
 
 
 def task_roots():
     """(label, task or None, coroutine) along every live asyncio task's await chain; the
     task itself goes with the outermost coroutine. Task-1 (usually the main coroutine)
     first, so ties between owners go to it, deterministically."""
-    named = []
-    for task in live_tasks():
-        try:
-            name = task.get_name()
-        except Exception:
-            continue
-        if type(name) is str:
-            named.append((_natural(name), name, task))
-    named.sort(key=lambda t: t[0])
     out = []
-    for _key, name, task in named:
+    for name, task in named_tasks():
         owner_task = task
         for coro in await_chain(task, limit=32):
             code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)

@@ -12,7 +12,7 @@ import sys
 import time
 
 from .objects import _instance_dict, _type_name
-from .tasks import await_chain, live_tasks
+from .tasks import await_chain, named_tasks
 
 try:
     from .census_unreached import _referenced_from_outside
@@ -36,12 +36,6 @@ def _ns_per_object():
         if type(measured) is dict and measured.get("ns_per_object"):
             return measured["ns_per_object"]
     return _GET_OBJECTS_NS
-
-
-def _natural(text):
-    head = text.rstrip("0123456789")
-    tail = text[len(head):]
-    return (head, int(tail) if tail else -1, text)
 
 
 def add_roots(graph, stack):
@@ -113,16 +107,7 @@ def add_roots(graph, stack):
             continue
     # Tasks: Task-1 (usually the main coroutine) first. No line numbers in the name: a
     # paused coroutine's line changes between snapshots, its owner must not.
-    named = []
-    for task in live_tasks():
-        try:
-            name = task.get_name()
-        except Exception:
-            continue
-        if type(name) is str:
-            named.append((_natural(name), name, task))
-    named.sort(key=lambda t: t[0])
-    for _key, name, task in named:
+    for name, task in named_tasks():
         chain = await_chain(task, limit=32)
         code = getattr(chain[0], "cr_code", None) or getattr(chain[0], "gi_code", None) if chain else None
         label = "task:%s/%s" % (name, code.co_name if code is not None else "?")

@@ -30,6 +30,28 @@ def live_tasks():
     return found
 
 
+def _natural(text):
+    """A sort key for task names: Task-2 before Task-10."""
+    head = text.rstrip("0123456789")
+    tail = text[len(head):]
+    return (head, int(tail) if tail else -1, text)
+
+
+def named_tasks():
+    """(name, task) for every live task with a str name, Task-1 (usually the main coroutine)
+    first, in natural order: ties between owners go the same way every time."""
+    named = []
+    for task in live_tasks():
+        try:
+            name = task.get_name()
+        except Exception:
+            continue
+        if type(name) is str:
+            named.append((_natural(name), name, task))
+    named.sort(key=lambda t: t[0])
+    return [(name, task) for _key, name, task in named]
+
+
 def await_chain(task, limit=64):
     """The task's coroutine and the coroutines it awaits, outermost first."""
     try:
