@@ -29,11 +29,10 @@ from leakhound.errors import (
     TargetExited,
     TargetFilesystemUnreachable,
 )
+from leakhound.payload.agent import connect
 
 _AGENT_SOCKET = re.compile(r"/leakhound-agent-\d+/agent-(\d+)\.sock$")
 _SOCKET_FD = re.compile(r"socket:\[(\d+)\]")
-# A Unix socket path holds at most 107 bytes; longer ones are reached through a descriptor.
-_SUN_PATH_MAX = 107
 
 
 def _listening(pid: int) -> dict[int, str]:
@@ -124,7 +123,7 @@ def _refused(path: str) -> bool:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
-        _connect(probe, path)
+        connect(probe, path)
     except ConnectionRefusedError:
         return True
     except OSError:
@@ -162,17 +161,6 @@ def available(pid: int, uid: int) -> bool:
         return True
     remove_stale_sockets(pid)
     return False
-
-
-def _connect(sock: socket.socket, path: str) -> None:
-    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
-        sock.connect(path)
-        return
-    parent = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
-    try:
-        sock.connect(f"/proc/self/fd/{parent}/{os.path.basename(path)}")
-    finally:
-        os.close(parent)
 
 
 # Seconds a timed-out request gets to confirm its cancel (as on the debugger path).
@@ -218,7 +206,7 @@ def request(
     deadline = time.monotonic() + timeout
     try:
         try:
-            _connect(sock, path)
+            connect(sock, path)
         except PermissionError:
             raise PermissionDenied(f"cannot connect to the agent socket {path}") from None
         except (ConnectionRefusedError, FileNotFoundError):

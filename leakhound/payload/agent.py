@@ -148,6 +148,13 @@ def _listening_paths():
     return paths
 
 
+def connect(sock, path):
+    # type: (socket.socket, str) -> None
+    """``sock.connect(path)``, through the directory's descriptor when ``path`` is too long
+    for sun_path (the CLI's client connects this way too)."""
+    _by_directory(socket.socket.connect, sock, path)
+
+
 def _by_directory(action, sock, path):
     """``action(sock, address)`` for ``path``, through its directory's descriptor if long."""
     if len(os.fsencode(path)) <= _SUN_PATH_MAX:
@@ -166,7 +173,7 @@ def _is_stale(path, listening):
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
-        _by_directory(socket.socket.connect, probe, path)
+        connect(probe, path)
     except ConnectionRefusedError:
         return True
     except OSError:
