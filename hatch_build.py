@@ -35,7 +35,9 @@ DOMINATORS_EXTENSION = "_dominators.abi3.so"
 
 def compile_walk(source: Path, target: Path) -> Path:
     """Compile ``source`` (_walk.c) into ``target``; returns ``target``."""
-    if target.exists() and target.stat().st_mtime >= source.stat().st_mtime:
+    # The sources it includes (_walk.c includes _graph_walk.c) count as its own.
+    newest = max(p.stat().st_mtime for p in (source, *source.parent.glob("_*.c")))
+    if target.exists() and target.stat().st_mtime >= newest:
         return target
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
     include = sysconfig.get_paths()["include"]

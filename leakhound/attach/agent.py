@@ -176,6 +176,21 @@ def _send_cancel(sock: socket.socket) -> bool:
     return True
 
 
+def _read_exactly(sock: socket.socket, head: bytes, size: int, deadline: float, pid: int) -> bytes:
+    """``size`` bytes: ``head`` (read already) and the rest from ``sock``."""
+    data = bytearray(head[:size])
+    while len(data) < size:
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(min(1 << 20, size - len(data)))
+        except TimeoutError:
+            raise AttachTimeout(f"the agent of process {pid} did not send its object graph in time") from None
+        if not chunk:
+            raise TargetExited(f"the agent of process {pid} closed the connection")
+        data += chunk
+    return bytes(data)
+
+
 def request(
     pid: int,
     uid: int,
@@ -241,6 +256,10 @@ def request(
                 result = msg.get("result")
                 if not isinstance(result, dict):
                     raise TargetExited("the agent sent a malformed answer")
+                graph = result.get("graph")
+                if isinstance(graph, dict) and isinstance(graph.get("binary_bytes"), int):
+                    # The graph's raw arrays follow its line (payload/graph_wire.py).
+                    graph["binary"] = _read_exactly(sock, buf, graph["binary_bytes"], deadline, pid)
                 return result
     finally:
         sock.close()

@@ -177,6 +177,13 @@ class PrivateChannel:
                     )
             result = self._read("result.json")
             if result is not None:
+                graph = result.get("graph")
+                if isinstance(graph, dict) and graph.get("binary_file") == "graph.bin":
+                    # The graph's raw arrays, written beside result.json (payload/graph_wire.py).
+                    try:
+                        graph["binary"] = (self.dir / "graph.bin").read_bytes()
+                    except OSError:
+                        graph["binary"] = b""
                 return started or {}, result
             if not alive(pid):
                 raise TargetExited(f"process {pid} exited while leakhound was inspecting it")

@@ -1105,7 +1105,11 @@ frame_locals(PyObject *module, PyObject *args)
     return out;
 }
 
+/* The object graph's walk (graph.py's twin): its own file, sharing the helpers above. */
+#include "_graph_walk.c"
+
 static PyMethodDef walk_methods[] = {
+    GRAPH_METHODS
     {"claim", claim, METH_VARARGS, claim_doc},
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},

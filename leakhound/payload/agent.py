@@ -78,11 +78,13 @@ def _read_line(conn):
 def _send(conn, doc):
     result = doc.get("result")
     if type(result) is dict and "graph" in result:
-        from .graph import json_pieces  # noqa: PLC0415 - a graph's arrays go piece by piece
+        from .graph import binary_pieces, json_pieces  # noqa: PLC0415 - a graph's arrays go piece by piece
 
         for piece in json_pieces(doc):
             conn.sendall(piece.encode())
         conn.sendall(b"\n")
+        for piece in binary_pieces(doc):  # the graph's raw arrays, right after its line
+            conn.sendall(piece)
         return
     conn.sendall(json.dumps(doc).encode() + b"\n")
 

@@ -10,8 +10,11 @@ pass runs in leakhound's own process (``leakhound.analysis.dominators``), never 
 
 What it never does: call ``gc.collect()``, run Python code of the target (only C calls:
 ``gc.get_referents``, built-in descriptors, C ``__sizeof__``; see ``sizes.object_size``), or
-hold the GIL for long: it is a Python loop on the payload's own thread, each step one short
-C call, with its deadline and the cancel hook checked every few thousand objects.
+hold the GIL for long. The walk's inner loop runs in C where ``_walk.abi3.so`` loads
+(``_graph_walk.c``: ``CompiledGraph``, in calls of ~20k units of work, no dict from id() to
+node, ~30 bytes a node); this module's Python loop (``Graph``) is its fallback and the
+reference the tests compare it with. Between two calls (or every few thousand objects of the
+Python loop) run the deadline, the cancel hook and, with a pause budget, the duty cycle.
 
 Shape of the graph:
 
@@ -28,7 +31,6 @@ Shape of the graph:
 """
 
 import array
-import base64
 import gc
 import sys
 import time
@@ -50,13 +52,31 @@ except ImportError:
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
 from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
-from .graph_wire import _ARRAY_KEYS, _FRAME_LIKE_IDS, _MAX_LABEL_CHARS, json_pieces, name_paths
+from .graph_wire import (
+    _ARRAY_KEYS,
+    _FRAME_LIKE_IDS,
+    _MAX_LABEL_CHARS,
+    Binary,
+    binary_pieces,
+    json_pieces,
+    name_paths,
+)
 from .sizes import NATIVE_BUFFERS, instance_values_bytes, native_codes, native_extra, native_types
 
-__all__ = ["GRAPH_FORMAT", "_ARRAY_KEYS", "Graph", "GraphCancelled", "GraphTimeout", "GraphTooBig", "build",
-           "json_pieces", "name_paths"]
+try:  # the compiled walk (optional: the Python loop below computes the same graph)
+    from . import _walk as _walk_module  # type: ignore[attr-defined]
+except Exception:  # no build, or an interpreter older than 3.10
+    _walk_module = None
+if not hasattr(_walk_module, "graph_walk"):
+    _walk_module = None
 
-GRAPH_FORMAT = "leakhound.graph/1"
+__all__ = ["GRAPH_FORMAT", "_ARRAY_KEYS", "CompiledGraph", "Graph", "GraphCancelled", "GraphTimeout", "GraphTooBig",
+           "binary_pieces", "build", "json_pieces", "name_paths"]
+
+# /2: the arrays travel raw after the JSON (graph_wire.Binary), not as base64 in it.
+GRAPH_FORMAT = "leakhound.graph/2"
+# The arrays' element types, in _ARRAY_KEYS order.
+_ARRAY_CODES = ("q", "i", "q", "i", "i", "i", "i")
 
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
 # items pair), the loop variable and getrefcount's argument.
@@ -71,8 +91,12 @@ _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 # everyone: no owner retains it, and edges to it would be most of the graph.
 _SHARED_LEAF = 64
 _MAX_LABELS = 200000
-_CHUNK_ITEMS = 1 << 16  # array items per base64 chunk (256-512 KiB): each encode is one short step (~3 ms)
+_CHUNK_ITEMS = 1 << 16  # array items per chunk sent (256-512 KiB): each copy is one short step
 _CHECK_EVERY = 0x7FF
+# Units of work (a container, a referent) per call into the compiled walk: a few ms.
+_WORK_PER_CALL = 20000
+# A duty cycle's yield: a sleep releases the GIL at once for every thread waiting on it.
+_YIELD_SECONDS = 0.001
 _MISSING = object()
 
 
@@ -99,9 +123,16 @@ def _list_values(d):
 class Graph(object):
     """One walk of the object graph. Call :meth:`run`, then :meth:`result`."""
 
+    walker = "python"
+
     def __init__(self, *, timeout=60.0, progress=None, is_stdlib=None, exclude=(),
-                 max_nodes=5000000, max_pause_ms=None, cancelled=None):
+                 max_nodes=5000000, max_pause_ms=None, cancelled=None, expected=0):
         self.deadline = time.monotonic() + timeout
+        # The duty cycle: at most half the pause budget of running between two yields.
+        self.max_hold = max_pause_ms / 2000.0 if max_pause_ms else None
+        self.held_since = time.thread_time()
+        self.max_held = 0.0
+        self.yields = 0
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self.cancelled = cancelled
@@ -146,6 +177,13 @@ class Graph(object):
     # -- building blocks -------------------------------------------------------------------
 
     def _check(self):
+        held = time.thread_time() - self.held_since
+        if held > self.max_held:
+            self.max_held = held
+        if self.max_hold is not None and held >= self.max_hold:
+            time.sleep(_YIELD_SECONDS)
+            self.yields += 1
+            self.held_since = time.thread_time()
         if time.monotonic() > self.deadline:
             raise GraphTimeout("the object graph did not finish within its time budget")
         if self.cancelled is not None and self.cancelled():
@@ -188,12 +226,39 @@ class Graph(object):
         if i <= 0:
             return i
         self.roots.append([i, label, kind, tier])
-        self.src.append(0)
-        self.dst.append(i)
-        self.lab.append(-1)
+        self._edge(0, i, -1)
         if wall:
-            self.walls.add(i)
+            self._wall(i)
         return i
+
+    # What graph_roots.py asks of a graph, whichever walks it.
+
+    def _wall(self, i):
+        self.walls.add(i)
+
+    def _push(self, stack, i, obj):
+        """Node ``i`` (``obj``) to be walked."""
+        stack.append(i)
+
+    def _count(self):
+        return len(self.nodes)
+
+    def _own(self, obj):
+        """``obj`` is leakhound's: never a node."""
+        self.index[id(obj)] = -1
+
+    def _known(self, obj):
+        return id(obj) in self.index
+
+    def _unknown(self, objects):
+        """The objects of a list that are no node (nor ours)."""
+        index = self.index
+        return [o for o in objects if id(o) not in index]
+
+    def _tracked(self):
+        """Nodes of types gc tracks (all but the leaves)."""
+        leaf_types = {t for t, tp in enumerate(self.type_keys) if id(tp) in _LEAF_TYPE_IDS}
+        return sum(1 for t in self.types if t not in leaf_types)
 
     def _dict_of(self, obj, tp):
         """The instance ``__dict__`` through the built-in descriptor (cached per type)."""
@@ -239,6 +304,7 @@ class Graph(object):
     def run(self):
         started = time.perf_counter()
         stack = []
+        self._own(stack)
         add_roots(self, stack)
         self._walk(stack)
         held_from_c(self, stack)
@@ -393,51 +459,192 @@ class Graph(object):
                 self._check()
                 self.progress("graph", len(nodes))
 
-    def result(self):
-        def chunks(arr):
-            return [base64.b64encode(arr[start:start + _CHUNK_ITEMS].tobytes()).decode("ascii")
-                    for start in range(0, len(arr), _CHUNK_ITEMS)]
-
-        n = len(self.nodes)
-        payload_bytes = (
+    def _payload_bytes(self):
+        return (
             sys.getsizeof(self.index) + sys.getsizeof(self.nodes)
             + (self.sizes.buffer_info()[1] * 16) + (self.types.buffer_info()[1] * 4)
             + 3 * (self.src.buffer_info()[1] * 4) + sys.getsizeof(self.label_index)
             + len(self.index) * 60  # the int keys and values of the index
         )
-        # The objects are let go before encoding: nothing of the target stays referenced.
+
+    def _columns(self):
+        """Per array of _ARRAY_KEYS: (items, a function returning its chunks of bytes)."""
+        def chunks(arr):
+            return lambda: (arr[start:start + _CHUNK_ITEMS].tobytes() for start in range(0, len(arr), _CHUNK_ITEMS))
+
+        arrays = (self.sizes, self.types, self.ids, self.lengths, self.src, self.dst, self.lab)
+        return [(len(arr), chunks(arr)) for arr in arrays]
+
+    def _release(self):
+        """Let the target's objects go: nothing of it stays referenced by the result."""
         self.nodes = None
         self.index = None
+
+    def result(self):
+        n = self._count()
+        payload_bytes = self._payload_bytes()
+        self._release()
         self.type_keys = None
+        columns = self._columns()
+        binary = Binary([(_ARRAY_KEYS[k], _ARRAY_CODES[k], columns[k][0], columns[k][1]) for k in range(len(columns))])
         out = {
             "format": GRAPH_FORMAT,
             "byteorder": sys.byteorder,
             "nodes": n,
-            "edges": len(self.src),
+            "edges": columns[4][0],
             "type_names": self.type_names,
             "labels": self.labels,
             "roots": self.roots,
-            "sizes": chunks(self.sizes),
-            "types": chunks(self.types),
-            "ids": chunks(self.ids),
-            "lengths": chunks(self.lengths),
-            "edge_src": chunks(self.src),
-            "edge_dst": chunks(self.dst),
-            "edge_label": chunks(self.lab),
+            "arrays": binary.layout(),
+            "walker": self.walker,
             "graph_seconds": self.seconds,
             "max_step_ms": self.max_step * 1000.0,
+            "max_held_ms": self.max_held * 1000.0,
+            "yields": self.yields,
             "payload_peak_bytes": payload_bytes,
             "unreached": dict(self.unreached),
+            # The arrays themselves: written raw after the JSON (graph_wire), never in it.
+            "_binary": binary,
         }
         self.sizes = self.types = self.ids = self.lengths = self.src = self.dst = self.lab = None
         return out
 
 
-def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled):
+class CompiledGraph(Graph):
+    """The same walk with its inner loop in C (``_graph_walk.c``): the arrays, the table from
+    address to node and the walk's state live in one capsule; no reference to the nodes is
+    kept (the stack holds the containers still to walk)."""
+
+    walker = "compiled"
+
+    def __init__(self, **kwargs):
+        expected = kwargs.get("expected") or 0
+        Graph.__init__(self, **kwargs)
+        # Node 0 is the super-root; the Python loop's own arrays are not used.
+        self.slot_cache = {}  # id(type) -> ((label, member descriptor), ...)
+        self.frame_labels = {}  # id(type) -> label of "t<Type>"
+        self.store = _walk_module.graph_new(
+            self.max_nodes, max(expected, 1024), self.type_index, self._type_id, self.label_index, self._label,
+            self.slot_cache, self._slot_labels, self.frame_labels, self._frame_label,
+            tuple(_FRAME_LIKE_TYPES), self.native, self._native_extra, GraphTooBig)
+        for own in self.index:
+            _walk_module.graph_own(self.store, own)
+        for own in (self.slot_cache, self.frame_labels):
+            _walk_module.graph_own(self.store, id(own))
+        self.index = None
+        self.nodes = None
+        self.sizes = self.types = self.ids = self.lengths = self.src = self.dst = self.lab = None
+
+    # The helpers the C walk calls (the payload's own code).
+
+    def _slot_labels(self, tp):
+        if id(tp) in _PLAIN_IDS:
+            found = ()
+        else:
+            found = tuple((self._label("a" + name), descr) for name, descr in self._slots_of(tp))
+        self.slot_cache[id(tp)] = found
+        return found
+
+    def _frame_label(self, tp):
+        label = self.frame_labels[id(tp)] = self._label("t" + _short_type_name(tp))
+        return label
+
+    def _native_extra(self, obj):
+        extra, hidden = native_extra(obj, self.native_kinds, self.native_bases, self.native_seen)
+        return extra, list(hidden)
+
+    # The building blocks, on the capsule.
+
+    def _node(self, obj):
+        i = _walk_module.graph_find(self.store, id(obj))
+        if i is not None:
+            return i
+        return _walk_module.graph_node(self.store, obj, object_size(obj), self._type_id(type(obj)))
+
+    def _edge(self, i, j, label):
+        _walk_module.graph_edge(self.store, i, j, label)
+
+    def _wall(self, i):
+        _walk_module.graph_edge(self.store, 0, i, 0, True)
+
+    def _push(self, stack, i, obj):
+        stack.append(obj)
+
+    def _count(self):
+        return _walk_module.graph_info(self.store)[0]
+
+    def _own(self, obj):
+        _walk_module.graph_own(self.store, id(obj))
+
+    def _known(self, obj):
+        return _walk_module.graph_find(self.store, id(obj)) is not None
+
+    def _unknown(self, objects):
+        return _walk_module.graph_unknown(self.store, objects)
+
+    def _tracked(self):
+        return _walk_module.graph_info(self.store)[2]
+
+    def _walk(self, stack):
+        walk = _walk_module.graph_walk
+        store = self.store
+        perf_counter = time.perf_counter
+        # A new int, only this frame's: the module's constant, held by the call too, would
+        # look referenced twice to the walk, and not be folded into the module's dict.
+        per_call = _WORK_PER_CALL * 1
+        while True:
+            t0 = perf_counter()
+            done = walk(store, stack, per_call)
+            took = perf_counter() - t0
+            if took > self.max_step:
+                self.max_step = took
+            if not done:
+                return
+            self._check()
+            self.progress("graph", self._count())
+
+    def run(self):
+        try:
+            Graph.run(self)
+        finally:
+            # The helpers (bound methods of this graph) and the walk's table: the arrays stay.
+            _walk_module.graph_close(self.store)
+
+    def _payload_bytes(self):
+        return _walk_module.graph_info(self.store)[3]
+
+    def _columns(self):
+        store = self.store
+        chunk = _walk_module.graph_chunk
+        nodes, edges = _walk_module.graph_info(store)[:2]
+
+        def chunks(column):
+            def gen():
+                k = 0
+                while True:
+                    got = chunk(store, column, k)
+                    if got is None:
+                        return
+                    yield got
+                    k += 1
+            return gen
+
+        return [(nodes if column < 4 else edges, chunks(column)) for column in range(7)]
+
+    def _release(self):
+        pass
+
+
+_FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
+
+
+def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, expected=0):
     """Walk the graph and return its result dict, or ``{"skipped": reason}`` when it is
-    bigger than ``max_nodes`` (the caller keeps the census's owners)."""
-    graph = Graph(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude,
-                  max_nodes=max_nodes, max_pause_ms=max_pause_ms, cancelled=cancelled)
+    bigger than ``max_nodes`` (the caller keeps the census's owners). ``compiled``: the C
+    walk where it loads; ``expected``: about how many nodes (sizes the C walk's table)."""
+    kind = CompiledGraph if compiled and _walk_module is not None else Graph
+    graph = kind(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude,
+                 max_nodes=max_nodes, max_pause_ms=max_pause_ms, cancelled=cancelled, expected=expected)
     try:
         graph.run()
     except GraphTooBig as exc:

@@ -68,9 +68,9 @@ def add_roots(graph, stack):
         if d is not None and m > 0:
             dn = graph._node(d)
             if dn > 0:
-                graph.walls.add(dn)
+                graph._wall(dn)
                 graph._edge(m, dn, graph._label("d"))
-                stack.append(dn)
+                graph._push(stack, dn, d)
     # Classes, from the subclass tree (gc.freeze()'s permanent generation hides them from
     # gc.get_objects()); each with its dict.
     pending = [object]
@@ -97,10 +97,10 @@ def add_roots(graph, stack):
             if d is not None:
                 dn = graph._node(d)
                 if dn > 0:
-                    graph.walls.add(dn)
+                    graph._wall(dn)
                     graph._edge(c, dn, graph._label("d"))
-                    stack.append(dn)
-            stack.append(c)
+                    graph._push(stack, dn, d)
+            graph._push(stack, c, cls)
         try:
             pending.extend(type.__subclasses__(cls))
         except TypeError:
@@ -113,7 +113,7 @@ def add_roots(graph, stack):
         label = "task:%s/%s" % (name, code.co_name if code is not None else "?")
         t = graph._root(task, label, "task", TIER_APP)
         if t > 0:
-            stack.append(t)
+            graph._push(stack, t, task)
     # Thread stacks (not ours), each frame its own root.
     import threading  # noqa: PLC0415 - lazily: the target may not use threads
 
@@ -129,19 +129,18 @@ def add_roots(graph, stack):
             label = "thread:%s/%s" % (names.get(ident, str(ident)), frame.f_code.co_name)
             f = graph._root(frame, label, "thread", TIER_THREAD)
             if f > 0:
-                stack.append(f)
+                graph._push(stack, f, frame)
             frame = frame.f_back
     del current
     top = frame = None
-    graph.progress("graph", len(graph.nodes))
+    graph.progress("graph", graph._count())
 
 
 def held_from_c(graph, stack):
     """Tracked objects no root reached but something outside the heap references (C
     state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
     every tracked object, one call that cannot be split: skipped over the pause budget."""
-    leaf_types = {t for t, tp in enumerate(graph.type_keys) if id(tp) in _LEAF_TYPE_IDS}
-    tracked = sum(1 for t in graph.types if t not in leaf_types)
+    tracked = graph._tracked()
     estimate = tracked * _ns_per_object() / 1e6
     graph.unreached["estimated_pause_ms"] = round(estimate, 1)
     # Half the budget: the census made the same call in this request already, and on a
@@ -158,21 +157,21 @@ def held_from_c(graph, stack):
     took = time.perf_counter() - t0
     if took > graph.max_step:
         graph.max_step = took
-    graph.index[id(objects)] = -1
-    index = graph.index
-    unreached = [o for o in objects if id(o) not in index]
+    graph._own(objects)
+    unreached = graph._unknown(objects)
+    graph._own(unreached)
     del objects
     held = _referenced_from_outside(unreached, held=1)
     for obj in held:
-        if id(obj) in index:
+        if graph._known(obj):
             continue
         i = graph._root(obj, "<held from C: %s>" % _type_name(type(obj)), "held", TIER_HELD)
         if i > 0:
-            stack.append(i)
+            graph._push(stack, i, obj)
             graph._walk(stack)
     graph.unreached["examined"] = True
     graph.unreached["held"] = len(held)
-    graph.unreached["garbage_objects"] = sum(1 for o in unreached if id(o) not in index)
+    graph.unreached["garbage_objects"] = len(graph._unknown(unreached))
     del unreached, held
     obj = None
 

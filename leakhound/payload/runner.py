@@ -195,7 +195,8 @@ def _graph(request, progress, stop, heap=None):
     try:
         return graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
-                           max_pause_ms=max_pause, cancelled=stop)
+                           max_pause_ms=max_pause, cancelled=stop, compiled=request.get("walker") != "python",
+                           expected=heap.get("objects", 0) // 2 if heap is not None else 0)
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
                 "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget}
@@ -275,7 +276,8 @@ def _write_json(path, doc):
         if "graph" in doc:
             json_pieces = graph.json_pieces
 
-            for piece in json_pieces(doc):
+            # (its raw arrays first, into graph.bin beside this file)
+            for piece in json_pieces(doc, binary_dir=os.path.dirname(path)):
                 fh.write(piece)
         else:
             fh.write(json.dumps(doc))

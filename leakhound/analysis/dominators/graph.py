@@ -1,8 +1,9 @@
 """The target's object graph as leakhound reads it: the ``graph`` result decoded into int arrays.
 
-The target streams a compact graph (``leakhound/payload/graph.py``): base64 chunks of native
-int arrays, node 0 the super-root, whose children are every named root (modules, classes,
-tasks, thread frames) and the objects held from C.
+The target streams a compact graph (``leakhound/payload/graph.py``): native int arrays, raw
+after the JSON that describes them (``leakhound.graph/2``: the channel hands them over as
+``binary``; /1 sent them as base64 chunks in the JSON), node 0 the super-root, whose children
+are every named root (modules, classes, tasks, thread frames) and the objects held from C.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-GRAPH_FORMAT = "leakhound.graph/1"
+GRAPH_FORMAT = "leakhound.graph/2"
+_FORMATS = ("leakhound.graph/1", GRAPH_FORMAT)
+_ARRAY_KEYS = ("sizes", "types", "ids", "lengths", "edge_src", "edge_dst", "edge_label")
+_ITEM_BYTES = {"q": 8, "i": 4}
 
 
 class GraphError(ValueError):
@@ -56,25 +60,57 @@ def _decode(chunks: Iterable[str], code: str, byteorder: str) -> array.array[int
     return arr
 
 
+def _split(doc: dict[str, Any], order: str) -> dict[str, array.array[int]]:
+    """The arrays from the raw bytes the channel read after the JSON (``binary``), laid out as
+    ``arrays`` says: [key, typecode, items] each, one after the other."""
+    raw = doc.get("binary")
+    if not isinstance(raw, bytes | bytearray):
+        raise GraphError("the graph's arrays did not arrive (no binary part)")
+    view = memoryview(raw)
+    out: dict[str, array.array[int]] = {}
+    offset = 0
+    for key, code, items in doc["arrays"]:
+        if key not in _ARRAY_KEYS or code not in _ITEM_BYTES:
+            raise GraphError(f"unknown graph array {key!r} of {code!r}")
+        end = offset + int(items) * _ITEM_BYTES[code]
+        if end > len(raw):
+            raise GraphError("the graph's arrays are shorter than announced")
+        arr: array.array[int] = array.array(code)
+        arr.frombytes(view[offset:end])
+        if order != sys.byteorder:
+            arr.byteswap()
+        out[key] = arr
+        offset = end
+    if set(out) != set(_ARRAY_KEYS):
+        raise GraphError("graph arrays missing")
+    return out
+
+
 def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
-    """The graph from the payload's ``graph`` result (base64 chunks of native int arrays)."""
-    if doc.get("format") != GRAPH_FORMAT:
+    """The graph from the payload's ``graph`` result: /2 its raw arrays (``binary``), /1
+    base64 chunks of them in the JSON."""
+    if doc.get("format") not in _FORMATS:
         raise GraphError(f"unknown graph format {doc.get('format')!r}")
     try:
         order = str(doc["byteorder"])
+        if doc["format"] == GRAPH_FORMAT:
+            arrays = _split(doc, order)
+        else:
+            arrays = {key: _decode(doc[key], "q" if key in ("sizes", "ids") else "i", order) for key in _ARRAY_KEYS}
         graph = ObjectGraph(
             nodes=int(doc["nodes"]),
-            sizes=_decode(doc["sizes"], "q", order),
-            types=_decode(doc["types"], "i", order),
-            ids=_decode(doc["ids"], "q", order),
-            lengths=_decode(doc["lengths"], "i", order),
-            src=_decode(doc["edge_src"], "i", order),
-            dst=_decode(doc["edge_dst"], "i", order),
-            lab=_decode(doc["edge_label"], "i", order),
+            sizes=arrays["sizes"],
+            types=arrays["types"],
+            ids=arrays["ids"],
+            lengths=arrays["lengths"],
+            src=arrays["edge_src"],
+            dst=arrays["edge_dst"],
+            lab=arrays["edge_label"],
             type_names=[str(t) for t in doc["type_names"]],
             labels=[str(t) for t in doc["labels"]],
             roots=[(int(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in doc["roots"]],
-            info={k: doc.get(k) for k in ("graph_seconds", "max_step_ms", "payload_peak_bytes", "unreached")},
+            info={k: doc.get(k) for k in ("graph_seconds", "max_step_ms", "max_held_ms", "payload_peak_bytes",
+                                          "unreached", "walker")},
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise GraphError(f"malformed graph: {exc}") from None
