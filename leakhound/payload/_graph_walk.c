@@ -183,7 +183,10 @@ labelmap_get(LabelMap *m, uintptr_t address)
     return -1;
 }
 
-enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
+/* A big container's passes: a list's, tuple's or set's slices; a dict's labels (its str
+ * keys, in slices, into ``names``: the whole dict's, as the Python loop's), then its values,
+ * then its keys. */
+enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_LABELS, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
 
 typedef struct {
     Column sizes, types, ids, lengths, flags, src, dst, lab;
@@ -485,24 +488,26 @@ slot_names(GraphState *g, PyObject *obj, PyTypeObject *tp)
 
 /* -- a container's referents -------------------------------------------------------------- */
 
-/* Up to ``want`` values (or keys) of a dict from g->pos into g->refs; a value's first str
- * key labels it (g->names). 0 when the phase is done. */
+/* Up to ``want`` entries of a dict from g->pos: their values (``what`` 0) or keys (1) into
+ * g->refs, or (2) only the labels: a value's first str key labels it (g->names; with ``what``
+ * 0 too when ``label``). 0 when the pass is done. */
 static Py_ssize_t
-dict_slice(GraphState *g, PyObject *d, int keys, Py_ssize_t want)
+dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
 {
     PyObject *key, *value;
     Py_ssize_t got = 0;
     while (got < want && PyDict_Next(d, &g->pos, &key, &value)) {
-        /* Borrowed from the dict: held (pushed) before anything runs. */
-        if (refs_push(&g->refs, keys ? key : value) < 0)
-            return -1;
         got++;
-        if (!keys && PyUnicode_CheckExact(key)) {
+        /* Borrowed from the dict: held before anything runs. */
+        if (what < 2 && refs_push(&g->refs, what ? key : value) < 0)
+            return -1;
+        if ((what == 2 || (what == 0 && label)) && PyUnicode_CheckExact(key)) {
+            /* Only the address of the value is kept (as the Python loop's id()). */
+            uintptr_t address = (uintptr_t)value;
             Py_INCREF(key);
-            PyObject *held = g->refs.items[g->refs.len - 1];
-            long label = key_label(g, key);
+            long id = key_label(g, key);
             Py_DECREF(key);
-            if (label == -2 || labelmap_setdefault(&g->names, (uintptr_t)held, (int32_t)label) < 0)
+            if (id == -2 || labelmap_setdefault(&g->names, address, (int32_t)id) < 0)
                 return -1;
         }
     }
@@ -572,14 +577,14 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj, Py_ssize_t i)
     if (flags & Py_TPFLAGS_DICT_SUBCLASS) {
         g->has_names = 1;
         if ((PyObject *)tp == (PyObject *)&PyDict_Type && PyDict_Size(obj) > BIG_CONTAINER / 2) {
-            g->phase = PHASE_DICT_VALUES;
+            g->phase = PHASE_DICT_LABELS;
         }
         else {
-            failed = dict_slice(g, obj, 0, PY_SSIZE_T_MAX) < 0;
+            failed = dict_slice(g, obj, 0, 1, PY_SSIZE_T_MAX) < 0;
             g->entries = g->refs.len;
             g->pos = 0;
             if (!failed)
-                failed = dict_slice(g, obj, 1, PY_SSIZE_T_MAX) < 0;
+                failed = dict_slice(g, obj, 1, 0, PY_SSIZE_T_MAX) < 0;
             if (!failed && (PyObject *)tp != (PyObject *)&PyDict_Type && (flags & Py_TPFLAGS_HAVE_GC)
                 && traverse != NULL && (is_gc == NULL || is_gc(obj)))
                 failed = traverse(obj, visit_referent, &g->refs) != 0;
@@ -611,26 +616,26 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj, Py_ssize_t i)
     return failed ? -1 : 0;
 }
 
-/* The next slice of a big container into g->refs (emptied first): 0 when it is done. */
+/* The next slice of a big container into g->refs (emptied first): how many entries it went
+ * through (in the labels pass, with nothing in g->refs), 0 when the container is done. */
 static Py_ssize_t
 graph_next_slice(GraphState *g, Py_ssize_t want)
 {
     refs_clear(&g->refs);
-    labelmap_clear(&g->names);
     if (g->phase == PHASE_SLICES) {
         Py_ssize_t got = read_slice(&g->refs, want);
         g->entries += got > 0 ? got : 0;
         return got;
     }
-    int keys = g->phase == PHASE_DICT_KEYS;
-    /* A value's key may make a label (a call into Python): small slices, the work counted. */
-    Py_ssize_t got = dict_slice(g, g->cur, keys, want > 1024 ? 1024 : want);
+    int what = g->phase == PHASE_DICT_LABELS ? 2 : g->phase == PHASE_DICT_KEYS;
+    /* A key may make a label (a call into Python): small slices, the calls counted as work. */
+    Py_ssize_t got = dict_slice(g, g->cur, what, 0, want > 1024 ? 1024 : want);
     if (got < 0)
         return -1;
-    if (!keys)
+    if (what == 0)
         g->entries += got;
-    if (got == 0 && !keys) {
-        g->phase = PHASE_DICT_KEYS;
+    if (got == 0 && what != 1) {
+        g->phase = what == 2 ? PHASE_DICT_VALUES : PHASE_DICT_KEYS;
         g->pos = 0;
         return graph_next_slice(g, want);
     }
@@ -959,6 +964,10 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
                 goto error;
             if (got == 0) {
                 graph_finish(g);
+                continue;
+            }
+            if (g->refs.len == 0) {  /* a dict's labels pass */
+                work += got;
                 continue;
             }
         }

@@ -516,6 +516,7 @@ class CompiledGraph(Graph):
     kept (the stack holds the containers still to walk)."""
 
     walker = "compiled"
+    work_per_call = None  # units of work per call (tests: small, to split every container)
 
     def __init__(self, **kwargs):
         expected = kwargs.get("expected") or 0
@@ -591,7 +592,7 @@ class CompiledGraph(Graph):
         perf_counter = time.perf_counter
         # A new int, only this frame's: the module's constant, held by the call too, would
         # look referenced twice to the walk, and not be folded into the module's dict.
-        per_call = _WORK_PER_CALL * 1
+        per_call = (self.work_per_call or _WORK_PER_CALL) * 1
         while True:
             t0 = perf_counter()
             done = walk(store, stack, per_call)

@@ -1,0 +1,251 @@
+"""The object graph's compiled walk against its Python loop: ``python -m tests.graph_hostile``.
+
+Builds the whole graph (graph.build, from the real roots of this process) with the C walk
+(``_graph_walk.c``) at several per-call budgets (1 and 7 units, so every container is split
+and resumed across calls, and the default) and with the pure-Python loop, over a heap that
+holds tests/walk_hostile.py's hostile structures (``__sizeof__`` that raises, lies or
+mutates, ``__class__`` properties, dict subclasses whose methods raise, str/bytes subclasses,
+shared leaves, cycles, deep nesting, non-str keys) plus what only the graph reads: slotted
+classes (their labels), big dicts, lists and sets read in slices, generators and coroutines
+(their locals labelled by type), a metaclass whose ``__hash__`` must not run, dict subclasses.
+The graphs must be identical: the same nodes (by address: size, type, entries), the same
+edges with the same labels, the same roots. Then a churn case: a thread mutates big shared
+containers while the C walk reads them (no comparison: it must not crash; run under
+AddressSanitizer by tests/unit/test_graph_walk.py). Prints ``ok``; exits 1 on a difference.
+
+``--so`` loads another build of ``_walk.c`` (an ASan build); ``--quick`` runs one budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.machinery
+import importlib.util
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from leakhound.payload import graph
+from leakhound.payload.graph_wire import binary_pieces, json_pieces
+from tests import walk_hostile as wh
+
+HASHED = [0]
+
+
+class Meta(type):
+    def __hash__(cls) -> int:
+        HASHED[0] += 1
+        return 1
+
+
+class WithMeta(metaclass=Meta):
+    def __init__(self, i: int) -> None:
+        self.i = [i]
+
+
+class Slotted:
+    __slots__ = ("x", "y", "unset", "__weakref__")
+
+    def __init__(self, i: int) -> None:
+        self.x = [i, f"x{i}"]
+        self.y = {f"k{i}": ("v" * 3, i * 1000003)}
+
+
+class SubDict(dict):  # type: ignore[type-arg]
+    pass
+
+
+def _gen(n: int) -> Any:
+    local = [n, "local"]
+    yield local
+
+
+async def _coro(n: int) -> Any:
+    held = {"n": [n]}
+    return held
+
+
+HEAP: dict[str, Any] = {}
+
+
+def build_heap() -> None:
+    HEAP["odd"] = wh.odd_sizes()
+    HEAP["lies"] = wh.class_lies()
+    HEAP["subclasses"] = wh.subclasses()
+    HEAP["shapes"] = wh.shapes()
+    HEAP["slotted"] = [Slotted(i) for i in range(300)]
+    HEAP["meta"] = [WithMeta(i) for i in range(50)]
+    HEAP["big_dict"] = {f"key{i}": [i, f"s{i}"] for i in range(9000)}
+    HEAP["big_dict_shared"] = {f"a{i}": HEAP["slotted"][i % 7] for i in range(5000)}
+    HEAP["big_list"] = [[i] for i in range(10000)] + ["shared-" * 3] * 100
+    HEAP["big_set"] = frozenset(f"m{i}" for i in range(6000))
+    HEAP["sub"] = SubDict(a=[1, 2], b="b" * 100, c=SubDict(d=(3,)))
+    gens = [_gen(i) for i in range(5)]
+    for g in gens:
+        next(g)
+    HEAP["gens"] = gens
+    coros = [_coro(i) for i in range(3)]
+    HEAP["coros"] = coros
+
+
+RESULTS: list[Any] = []
+
+
+def walk(compiled: bool, per_call: int | None) -> tuple[str, bytes]:
+    # (None: the default, the module's own constant; a small int is shared, never a node)
+    graph.CompiledGraph.work_per_call = per_call
+    out = graph.build(timeout=300, progress=None, is_stdlib=None, exclude=(RESULTS,), max_nodes=10_000_000,
+                      max_pause_ms=None, cancelled=None, compiled=compiled, expected=1000)
+    if out.get("walker") != ("compiled" if compiled else "python"):
+        raise SystemExit(f"asked for compiled={compiled}, walked with {out.get('walker')}")
+    return "".join(json_pieces({"graph": out})), b"".join(binary_pieces({"graph": out}))
+
+
+def canonical(text: str, raw: bytes) -> tuple[dict[int, Any], collections.Counter[Any], list[Any]]:
+    import array
+
+    doc = json.loads(text)["graph"]
+    arrays: dict[str, Any] = {}
+    offset = 0
+    for key, code, items in doc["arrays"]:
+        arr = array.array(code)
+        end = offset + items * arr.itemsize
+        arr.frombytes(raw[offset:end])
+        arrays[key] = arr
+        offset = end
+    ids, names, labels = arrays["ids"], doc["type_names"], doc["labels"]
+    nodes = {ids[i]: (arrays["sizes"][i], names[arrays["types"][i]], arrays["lengths"][i]) for i in range(doc["nodes"])}
+    edges: collections.Counter[Any] = collections.Counter()
+    for k in range(doc["edges"]):
+        lab = arrays["edge_label"][k]
+        edges[(ids[arrays["edge_src"][k]], ids[arrays["edge_dst"][k]], labels[lab] if lab >= 0 else "")] += 1
+    roots = sorted((ids[r[0]], r[1], r[2], r[3]) for r in doc["roots"])
+    return nodes, edges, roots
+
+
+LEAVES = ("int", "str", "bytes", "float", "complex")
+
+
+def compare(name: str, a: Any, b: Any) -> list[str]:
+    """Identical graphs, but for a few leaves near the refcount thresholds (a leaf held once is
+    folded into its container, one held more than 64 times is shared by everyone): the
+    walkers' own frames hold a few small ints and names while they run (3.10 and 3.11's
+    small ints are not immortal), so such a leaf can be a node for one and folded or left out
+    for the other. Each such leaf may only move its own bytes and edges."""
+    (an, ae, ar), (bn, be, br) = a, b
+    problems = []
+    if ar != br:
+        problems.append(f"{name}: roots differ ({len(ar)} vs {len(br)})")
+    odd = set(an) ^ set(bn)
+    bad = [x for x in odd if (an.get(x) or bn.get(x))[1] not in LEAVES]
+    if bad or len(odd) > 5:
+        problems.append(f"{name}: nodes in one graph only: {[(x, an.get(x), bn.get(x)) for x in list(odd)[:5]]}")
+    extra = ae - be, be - ae
+    for side in extra:
+        for src, dst, _label in side:
+            if dst not in odd and (an[dst][1] not in LEAVES or sum(side.values()) > 200):
+                problems.append(f"{name}: edge {src} -> {dst} ({an.get(dst)}) in one graph only")
+    moved: collections.Counter[int] = collections.Counter()
+    for side, sign, nodes in ((extra[0], 1, an), (extra[1], -1, bn)):
+        for (src, dst, _label), n in side.items():
+            # the leaf is a node on this side, its bytes folded into src on the other
+            moved[src] += sign * n * nodes[dst][0]
+    for x in set(an) & set(bn):
+        if an[x] != bn[x]:
+            diff = bn[x][0] - an[x][0]
+            # (3.10's code objects count their zombie frame, made when the code first runs:
+            # a walker's own code can grow between two walks)
+            if an[x][1:] != bn[x][1:] or diff not in (moved[x], 0) and not (odd and abs(diff) <= 256) and not (
+                    an[x][1] == "code" and sys.version_info < (3, 11)):
+                problems.append(f"{name}: node {x} differs: {an[x]} vs {bn[x]}")
+    return problems[:10]
+
+
+def churn() -> None:
+    """A thread mutates big shared containers while the C walk reads them in slices."""
+    shared = [[i] for i in range(20000)]
+    table = {i: [i] for i in range(20000)}
+    HEAP["churn"] = [shared, table]
+    stop = threading.Event()
+
+    def mutate() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            shared[n % len(shared)] = [n]
+            if n % 3 == 0:
+                table.pop(n % 20000, None)
+            else:
+                table[n % 20000] = [n]
+            if n % 5000 == 0:
+                del shared[:100]
+                shared.extend([i] for i in range(100))
+            if n % 200 == 0:
+                time.sleep(0)
+
+    thread = threading.Thread(target=mutate, daemon=True)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # the GIL changes hands between most calls
+    thread.start()
+    try:
+        for per_call in (7, 500):
+            walk(True, per_call)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(old)
+        del HEAP["churn"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--so", help="another build of _walk.c to load instead of the package's")
+    parser.add_argument("--quick", action="store_true", help="one per-call budget (the default)")
+    args = parser.parse_args(argv)
+    if args.so:
+        loader = importlib.machinery.ExtensionFileLoader("_walk", args.so)
+        spec = importlib.util.spec_from_file_location("_walk", args.so, loader=loader)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        graph._walk_module = module
+    if graph._walk_module is None:
+        print("the C walk is not built here", file=sys.stderr)
+        return 2
+    print(f"Python {sys.version.split()[0]}, {graph._walk_module.__file__}", file=sys.stderr)
+    build_heap()
+    # The objects held from C are not looked for: gc.get_objects() would list this run's own
+    # transient objects, different for each walker.
+    graph.held_from_c = lambda graph, stack: None
+    default = None
+    budgets = (default,) if args.quick else (1, 7, default)
+    problems: list[str] = []
+    # A first walk of each kind: what the first walk imports and caches is there for all.
+    walk(False, default)
+    walk(True, default)
+    RESULTS.append(walk(False, default))
+    RESULTS.extend(walk(True, per_call) for per_call in budgets)
+    python = canonical(*RESULTS[0])
+    for per_call, result in zip(budgets, RESULTS[1:], strict=True):
+        problems += compare(f"per call {per_call or graph._WORK_PER_CALL}", python, canonical(*result))
+    if wh.SIZEOF_CALLS[0]:
+        problems.append(f"a __sizeof__ written in Python ran {wh.SIZEOF_CALLS[0]} times")
+    if HASHED[0]:
+        problems.append(f"a metaclass __hash__ ran {HASHED[0]} times")
+    churn()
+    for coro in HEAP["coros"]:
+        coro.close()
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    print(f"{len(python[0])} nodes, {sum(python[1].values())} edges", file=sys.stderr)
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

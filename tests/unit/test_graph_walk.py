@@ -1,0 +1,84 @@
+"""The object graph's compiled walk (``_graph_walk.c`` in ``_walk.abi3.so``) against its Python
+loop, on every CPython here, and under AddressSanitizer; and the graph's binary wire."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leakhound.analysis import dominators
+from leakhound.payload import graph
+from leakhound.payload.graph_wire import BINARY_FILE, binary_pieces, json_pieces
+from tests.pythons import installed_pythons
+from tests.unit.test_walk_versions import _asan_runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHONS = installed_pythons()
+WALK_SO = Path(graph.__file__).with_name("_walk.abi3.so")
+THIS = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _hostile(python: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python, "-m", "tests.graph_hostile", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.integration  # a subprocess per interpreter, ~3 s each
+@pytest.mark.skipif(not WALK_SO.exists(), reason="the C walk was not built here")
+@pytest.mark.parametrize("version", list(PYTHONS))
+def test_the_compiled_graph_walk_matches_the_python_loop(version: str) -> None:
+    run = _hostile(PYTHONS[version])
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert f"Python {version}." in run.stderr and "_walk.abi3.so" in run.stderr
+    assert run.stdout.strip().endswith("ok")
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(_asan_runtime() is None, reason="no gcc with libasan here")
+def test_the_graph_walk_under_address_sanitizer(tmp_path: Path) -> None:
+    """This interpreter only (one build; test_walk_versions runs the census's helpers under
+    ASan on every version): ~8 s."""
+    import sysconfig
+
+    ext = tmp_path / "_walk.abi3.so"
+    subprocess.run(["gcc", "-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-fPIC", "-shared",
+                    "-fno-strict-aliasing", "-I", sysconfig.get_paths()["include"], str(WALK_SO.with_name("_walk.c")),
+                    "-o", str(ext)], check=True, capture_output=True, timeout=120)
+    env = {"LD_PRELOAD": str(_asan_runtime()), "ASAN_OPTIONS": "detect_leaks=0", "PYTHONMALLOC": "malloc"}
+    run = _hostile(PYTHONS[THIS], "--so", str(ext), env=env)
+    assert "AddressSanitizer" not in run.stderr, run.stderr[-4000:]
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+
+
+KEEP = {"graph_walk_test": [[i, f"x{i}"] for i in range(3000)]}
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_arrays_travel_raw_and_read_back(compiled: bool, tmp_path: Path) -> None:
+    """Over the socket: the JSON line says how many bytes follow; on the debugger's path the
+    bytes are in graph.bin beside the JSON. No array is in the JSON, as numbers or base64."""
+    if compiled and graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
+                      cancelled=None, compiled=compiled)
+    assert out["walker"] == ("compiled" if compiled else "python")
+    answer = {"result": {"ok": True, "graph": out}}
+    line = json.loads("".join(json_pieces(answer)))
+    meta = line["result"]["graph"]
+    raw = b"".join(binary_pieces(answer))
+    assert meta["binary_bytes"] == len(raw) and not set(meta) & {"sizes", "edge_src", "_binary"}
+    written = json.loads("".join(json_pieces({"graph": out}, binary_dir=str(tmp_path))))["graph"]
+    assert written["binary_file"] == BINARY_FILE and (tmp_path / BINARY_FILE).read_bytes() == raw
+    g = dominators.decode_graph({**meta, "binary": raw})
+    assert g.nodes == meta["nodes"] > 3000 and g.edges == meta["edges"]
+    assert len(g.sizes) == len(g.ids) == g.nodes and len(g.src) == len(g.lab) == g.edges
+    # the lists held by KEEP are there, each with its folded str
+    lists = [i for i in range(g.nodes) if g.type_of(i) == "list" and g.lengths[i] == 2]
+    assert len(lists) >= 3000
+    with pytest.raises(dominators.GraphError):
+        dominators.decode_graph({**meta, "binary": raw[:-8]})
