@@ -170,6 +170,11 @@ def capture(
         if held is not None:
             log(f"census held the GIL at most {held} ms between yields ({remote.result['heap'].get('yields')} yields;"
                 f" after phase {remote.result['heap'].get('max_hold_after')!r})")
+            heap = remote.result["heap"]
+            if heap.get("max_hold_where"):
+                log("census's longest stretch: from {} to {}; longest run between two looks at the clock"
+                    " {} ms: from {} to {}".format(*heap["max_hold_where"], heap.get("max_gap_ms"),
+                                                  *heap.get("max_gap_where", ("?", "?"))))
     # RSS is read right after the census so the ledger compares like with like.
     process = process_stats(pid)
     snap = snapshot_from_result(

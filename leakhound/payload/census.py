@@ -106,6 +106,8 @@ _measured = {"ns_per_object": None, "tracked": None}  # type: dict
 # How much the tracked objects may have grown since the last census for its count to stand
 # in for a sizing walk: the budget must fit this many times the count.
 _TRACKED_HEADROOM = 2.0
+# Objects let go of per step when the census drops its list of every tracked object.
+_RELEASE_PER_STEP = 4096
 # Only a list bigger than the caches gives a rate that holds for big heaps (a small, cache-hot
 # one reads several times faster).
 _RATE_MIN_OBJECTS = 200000
@@ -194,6 +196,13 @@ class Census(_Roots, _Unreached):
         # 7: what no named root reached: held from C, or cyclic garbage.
         self._split_unreached(objects)
         self.clock.phase("unreached")
+        # Let go of the list in pieces: an object that died while the census ran is freed
+        # when the census drops it (the list is then its last reference), and a big one
+        # freed with everything it held is a long step of its own.
+        while objects:
+            self.clock.check()
+            del objects[-_RELEASE_PER_STEP:]
+        self.clock.phase("release")
         self.seconds = time.perf_counter() - started
         del objects
 
@@ -243,6 +252,11 @@ class Census(_Roots, _Unreached):
             "max_hold_ms": round(self.clock.max_held * 1000.0, 2),
             "yields": self.clock.yields,
             "max_hold_after": self.clock.max_held_after,  # the phase before the one it was in
+            # where (file:line (function) of the census) the longest stretch began and ended,
+            # and the longest run between two looks at the clock and where: diagnostics
+            "max_hold_where": list(self.clock.max_held_where),
+            "max_gap_ms": round(self.clock.max_gap * 1000.0, 2),
+            "max_gap_where": list(self.clock.max_gap_where),
             # collections per generation while the census ran (by any thread, the census's
             # among them: a full one is one step of its own that no yield splits)
             "gc_collections": [g.get("collections", 0) - b for g, b in
@@ -259,7 +273,7 @@ class Census(_Roots, _Unreached):
             "owners": [
                 {
                     "path": owners.keys[i],
-                    "type": self.owner_types[i],
+                    "type": _type_name(self.owner_types[i]),
                     "items": self.owner_items[i],
                     "retained_bytes": owners.bytes[i],
                     "retained_objects": owners.counts[i],

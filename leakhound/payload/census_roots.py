@@ -184,7 +184,8 @@ class _Roots(_Walk):
                     # tallies were "<held from C: array.array>" in the census's own report
                     self.owners.counts, self.owners.bytes, self.owner_items, self.types.counts,
                     self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes,
-                    self._native, self._native_bases, self._native_seen):
+                    self._native, self._native_bases, self._native_seen, self._holder,
+                    self._sized_types, self._class_attrs):
             claimed.add(id(own))
         for obj in self._exclude:
             claimed.add(id(obj))
@@ -200,8 +201,9 @@ class _Roots(_Walk):
         def add_wall(obj):
             check()
             if id(obj) not in claimed:
+                # Marked now (no data owner walks through it); counted with what hangs off
+                # it in one walk once the named roots are done (below).
                 claimed.add(id(obj))
-                self._count(obj, wall)
                 walls.append(obj)
 
         module_dicts = []
@@ -238,24 +240,55 @@ class _Roots(_Walk):
             claimed.add(id(task))
             claimed.add(id(coro))
         # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
+        regions = claimed.regions
+        skipped = 0
         for name, md in module_dicts:
+            check()
             for key, value in list(md.items()):
-                check()  # most are claimed already: no walk, so no clock, runs for them
                 if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+                    continue
+                # Most are claimed already (a class, a function another module's global
+                # reached first): the mark is read here (as _Marks does) and the clock
+                # every few hundred of them; a walk runs the clock itself.
+                address = id(value)
+                region = regions.get(address >> 20)
+                if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
+                    skipped += 1
+                    if skipped & 255 == 0:
+                        check()
                     continue
                 self._claim_named(name + "." + key, value, 1)
         self.clock.phase("module globals")
         # 4: class attributes.
         for cls, cdict in class_dicts:
-            base = _type_name(cls)
+            check()
+            base = None
             for key, value in list(cdict.items()):
-                check()
                 if type(key) is not str or (key.startswith("__") and key.endswith("__")):
                     continue
+                address = id(value)
+                region = regions.get(address >> 20)
+                if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
+                    skipped += 1
+                    if skipped & 255 == 0:
+                        check()
+                    continue
+                if base is None:
+                    base = _type_name(cls)
                 self._claim_named(base + "." + key, value, 1)
+        key = value = None
         self.clock.phase("class attributes")
-        for obj in walls:
-            self._claim_tree(wall, obj, root_claimed=True)
+        # The walls and what hangs off them, in one walk from the list of them (tens of
+        # thousands of modules, classes and their dicts: one walk each was a second of the
+        # census's CPU on a big worker): their marks are lifted and the walk marks and
+        # counts them again, each once, all for the one owner, as a walk from each did.
+        discard = claimed.discard
+        for n, obj in enumerate(walls):
+            if n & 4095 == 4095:
+                check()
+            discard(id(obj))
+        obj = None
+        self._claim_tree(wall, walls, root_claimed=True)
         self.clock.phase("walls")
         # 5: asyncio tasks: what a suspended coroutine's frames hold (no thread stack shows it).
         # A suspended coroutine's locals are visible through the coroutine object, not its

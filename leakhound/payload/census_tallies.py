@@ -6,6 +6,9 @@ import array
 import sys
 import time
 
+if False:  # typing only; the payload imports nothing it does not need at run time
+    from typing import Any  # noqa: F401
+
 _REGION_SHIFT = 20  # 1 MiB of address space per bitmap region
 _REGION_BYTES = 1 << (_REGION_SHIFT - 4 - 3)  # one bit per 16-byte granule: 8 KiB
 
@@ -60,6 +63,26 @@ YIELD_SECONDS = 0.001
 CHECK_EVERY = 0.0005
 
 
+def _caller():
+    """(code, line) of the nearest frame outside this module: the census code calling the
+    clock. Kept as a code object and a number, never the frame (that would keep its locals)."""
+    frame = sys._getframe(1)  # type: Any
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    if frame is None:
+        return None
+    where = (frame.f_code, frame.f_lineno)
+    frame = None
+    return where
+
+
+def _where(spot):
+    if spot is None:
+        return "start"
+    code, line = spot
+    return "%s:%d (%s)" % (code.co_filename.rsplit("/", 1)[-1], line, code.co_name)
+
+
 class _Clock:
     """Tracks the longest single uninterruptible step (one C call holding the GIL), the
     census's deadline and the caller's request to stop, and keeps the pause budget's duty
@@ -85,6 +108,15 @@ class _Clock:
         self.last_phase = ""
         self.yields = 0
         self.next_check = 0.0
+        # Where the census was (file:line of the census code calling the clock) when the
+        # stretch began (the yield before) and when the longest one ended: a stretch far over
+        # the budget points at a loop or C call without a check in it.
+        self._began_at = None  # type: Any
+        self.max_held_where = ("", "")
+        self.max_gap = 0.0
+        self.max_gap_where = ("", "")
+        self._looked = self.held_since
+        self._looked_at = None  # type: Any
         # Where the time went: phase -> [wall seconds, this thread's CPU seconds]; wall minus
         # CPU is time the census waited (for the GIL, mostly, on a busy target).
         self.phases = {}
@@ -111,18 +143,29 @@ class _Clock:
 
     def hold(self):
         """The duty cycle: yield the GIL once the census has held it ``max_hold``."""
-        held = time.thread_time() - self.held_since
+        cpu = time.thread_time()
+        held = cpu - self.held_since
+        at = _caller()
+        # the longest run between two looks at the clock: the place with no check in it
+        gap = cpu - self._looked
+        if gap > self.max_gap:
+            self.max_gap = gap
+            self.max_gap_where = (_where(self._looked_at), _where(at))
+        self._looked, self._looked_at = cpu, at
         if held > self.max_held:
             self.max_held = held
             self.max_held_after = self.last_phase
+            self.max_held_where = (_where(self._began_at), _where(at))
         if self.max_hold is not None and held >= self.max_hold:
             time.sleep(YIELD_SECONDS)
             self.yields += 1
-            self.held_since = time.thread_time()
+            self.held_since = self._looked = time.thread_time()
+            self._began_at = at
 
     def yielded(self):
         """The census released the GIL some other way (a sleep of its own): a new stretch."""
-        self.held_since = time.thread_time()
+        self.held_since = self._looked = time.thread_time()
+        self._began_at = self._looked_at = _caller()
 
     def check(self):
         # At most every CHECK_EVERY seconds: the checks cost system calls (thread_time, the

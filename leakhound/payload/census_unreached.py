@@ -12,6 +12,10 @@ import time
 from .census_walk import _Walk
 from .objects import _referents, _type_name
 
+# Units of work (referents looked at, and a few per object) between two ticks of the clock in
+# the loops below: a few hundred microseconds.
+_TICK_WORK = 4096
+
 
 def _referenced_from_outside(members, held, tick=None):
     """Members with more references than the other members and our own ``held`` lists
@@ -28,16 +32,21 @@ def _referenced_from_outside(members, held, tick=None):
             tick()
     o = None
     internal = [0] * len(members)
-    for n, obj in enumerate(members):
+    work = 0  # referents looked at since the last tick: many small containers add up too
+    for obj in members:
+        refs = _referents(obj)
         # One big container (a dict of a million entries held from C) is a long loop alone.
-        for j, ref in enumerate(_referents(obj)):
+        for j, ref in enumerate(refs):
             i = index.get(id(ref))
             if i is not None:
                 internal[i] += 1
             if tick is not None and j & 4095 == 4095:
                 tick()
-        if tick is not None and n & 1023 == 1023:
+        work += len(refs) + 8
+        if tick is not None and work > _TICK_WORK:
+            work = 0
             tick()
+    refs = None
     obj = None
     # Besides the ``held`` lists: the loop variable and getrefcount's argument.
     bias = held + 2
@@ -63,33 +72,44 @@ def _cyclic_only(candidates, tick=None):
         return candidates
     index = {id(o): i for i, o in enumerate(candidates)}
     internal = [0] * len(candidates)
-    for n, obj in enumerate(candidates):
-        for m, ref in enumerate(_referents(obj)):
+    work = 0  # as in _referenced_from_outside
+    for obj in candidates:
+        refs = _referents(obj)
+        for m, ref in enumerate(refs):
             i = index.get(id(ref))
             if i is not None:
                 internal[i] += 1
             if tick is not None and m & 4095 == 4095:
                 tick()
-        if tick is not None and n & 1023 == 1023:
+        work += len(refs) + 8
+        if tick is not None and work > _TICK_WORK:
+            work = 0
             tick()
-    obj = None
+    obj = refs = None
     freed = [False] * len(candidates)
     queue = [i for i in range(len(candidates)) if internal[i] == 0]
-    popped = 0
     while queue:
-        popped += 1
-        if tick is not None and popped & 1023 == 1023:
-            tick()
         i = queue.pop()
         if freed[i]:
             continue
         freed[i] = True
-        for ref in _referents(candidates[i]):
+        # A big container among the candidates (one that died while the census ran) is a
+        # long loop alone, and so are many of them: the busy real worker's census ran 87-103 ms
+        # here between two looks at the clock.
+        refs = _referents(candidates[i])
+        for m, ref in enumerate(refs):
             j = index.get(id(ref))
             if j is not None and not freed[j]:
                 internal[j] -= 1
                 if internal[j] == 0:
                     queue.append(j)
+            if tick is not None and m & 4095 == 4095:
+                tick()
+        work += len(refs) + 8
+        if tick is not None and work > _TICK_WORK:
+            work = 0
+            tick()
+    refs = None
     return [candidates[i] for i in range(len(candidates)) if not freed[i]]
 
 
@@ -109,8 +129,11 @@ class _Unreached(_Walk):
             if region is None or not region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
                 unreached.append(obj)
         obj = None
+        phase = self.clock.phase
+        phase("unreached: listed")
         # Our own lists holding each: gc.get_objects()'s and ``unreached``.
         roots = _referenced_from_outside(unreached, held=2, tick=tick)
+        phase("unreached: held from outside")
         for n, obj in enumerate(roots):
             if n & 1023 == 1023:
                 tick()
@@ -126,8 +149,17 @@ class _Unreached(_Walk):
             if id(obj) not in claimed:
                 garbage.append(obj)
         obj = None
+        phase("unreached: held from C")
+        candidates = len(garbage)
         garbage = self._confirm_garbage(garbage)
+        phase("unreached: confirmed")
         garbage = _cyclic_only(garbage, tick=tick)
+        phase("unreached: cyclic")
+        # how many objects no named root reached, how many of them were held from outside
+        # (each the root of an owner <held from C: ...> unless an earlier one took it), and
+        # how many looked like garbage before the second look
+        self.unreached.update(objects=len(unreached), held_from_outside=len(roots),
+                              garbage_candidates=candidates)
         for n, obj in enumerate(garbage):
             if n & 1023 == 1023:
                 tick()
@@ -148,7 +180,9 @@ class _Unreached(_Walk):
             refs = _referents(obj)
             if issubclass(type(obj), dict):
                 refs.extend(dict.keys(obj))
-            for ref in refs:
+            for m, ref in enumerate(refs):
+                if m & 4095 == 4095:
+                    tick()
                 if id(ref) not in claimed and not gc.is_tracked(ref):
                     claimed.add(id(ref))
                     size = self._size(ref)
@@ -181,7 +215,9 @@ class _Unreached(_Walk):
         stack = list(alive)
         while stack:
             self.clock.check()
-            for ref in _referents(stack.pop()):
+            for m, ref in enumerate(_referents(stack.pop())):
+                if m & 4095 == 4095:
+                    self.clock.check()
                 if id(ref) in index and id(ref) not in marked:
                     marked.add(id(ref))
                     stack.append(ref)

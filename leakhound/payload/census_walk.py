@@ -11,7 +11,7 @@ import sys
 import time
 
 from .census_tallies import _Marks, _Tally, _TypeTally
-from .objects import _SIZED, _instance_dict, _items, _ModuleType, _referents, _slot_values, _type_name
+from .objects import _SIZED, _class_dict, _items, _ModuleType, _referents
 from .sizes import (
     _MAX_OBJECT_BYTES,
     NATIVE_BUFFERS,
@@ -30,6 +30,8 @@ _SCALARS = (str, bytes, int, float, bool, complex, type(None))
 _MAX_CHAIN = 8  # attribute-chain depth after which a path stops being extended
 
 _FUNCTION_TYPES = (type(lambda: None), type(len), classmethod, staticmethod, property)
+# What _claim_named never extends a path through.
+_NOT_EXTENDED = _SCALARS + _SIZED + _FUNCTION_TYPES
 
 # Leaves: objects with no referents. They are never pushed on the walk stack, and one whose
 # only reference is the container we found it in cannot be met again, so it is not marked.
@@ -55,6 +57,8 @@ class _Walk(object):
     _get_referents = None  # type: Any
     _compiled = None  # type: Any
     _walk_module = None  # type: Any
+    _native_kinds = None  # type: Any
+    unreached = None  # type: Any
 
     def _work_per_call(self):
         """Units of work per call into the compiled walk (``census._WORK_PER_CALL``)."""
@@ -67,6 +71,11 @@ class _Walk(object):
         self.owners = _Tally()
         self.owner_types = []
         self.owner_items = array.array("q")
+        self._sized_types = {}  # id(type) -> is it one of objects._SIZED (has items)
+        self._class_attrs = {}  # id(type) -> (type, its __dict__ descriptor, its slots' members)
+        # The compiled walk's way in for a root not claimed yet: a list holding it alone,
+        # walked from (the walk marks, sizes and tallies the root as any referent).
+        self._holder = [None]
         self.types = _TypeTally()
         self.total_bytes = 0
         self.total_objects = 0
@@ -77,7 +86,10 @@ class _Walk(object):
         self.bookkeeping_bytes = 0
         self.unread_frames = 0  # running frames whose locals could not be read safely
         # id(type) -> kind of natively sized types; kind -> the allowlisted C class
-        self._native_kinds, self._native_bases = native_types()
+        # Looked up once per census (a second _reset, after the sizing walk, keeps them): a
+        # walk over every class, run under the duty cycle (hold: no deadline check in here).
+        if getattr(self, "_native_kinds", None) is None:
+            self._native_kinds, self._native_bases = native_types(self.clock.hold)
         # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
         # instances: their attribute values added to their size), as _walk.c reads it
         self._native = native_codes(self._native_kinds)
@@ -107,13 +119,35 @@ class _Walk(object):
         slot = owners.index.get(path)
         if slot is None:
             slot = owners.slot(path)
-            self.owner_types.append(_type_name(type(obj)))
-            self.owner_items.append(_items(obj))
+            # The type itself: its name is looked up for the owners the result lists only
+            # (Census.result; the type tally keeps it alive either way).
+            tp = type(obj)
+            self.owner_types.append(tp)
+            sized = self._sized_types.get(id(tp))
+            if sized is None:
+                sized = self._sized_types[id(tp)] = any(issubclass(tp, base) for base in _SIZED)
+            self.owner_items.append(_items(obj) if sized else 1)
         return slot
 
     def _claim_tree(self, owner, root, root_claimed=False):
         """Claim ``root`` and everything reachable from it that nobody claimed yet."""
         claimed = self.claimed
+        if self._compiled is not None and not root_claimed:
+            # One call into the walk from a list holding the root: it counts the root as it
+            # counts every object (the size, the 3.11+ values, a native type's buffers),
+            # which _count did in Python: most owners of a big program are a function or a
+            # small object, and that was most of their cost.
+            if id(root) in claimed:
+                return
+            holder = self._holder
+            if holder[0] is not None:  # not re-entered today; a list of its own if it were
+                holder = [None]
+            holder[0] = root
+            try:
+                self._claim_compiled(owner, [holder], [])
+            finally:
+                holder[0] = None
+            return
         if not root_claimed:
             if id(root) in claimed:
                 return
@@ -295,6 +329,47 @@ class _Walk(object):
         self.total_bytes += nbytes
         self.total_objects += objects
 
+    def _attributes(self, obj):
+        """(``objects._instance_dict(obj)``, ``objects._slot_values(obj)``), with what the two
+        look up in the class's MRO (the ``__dict__`` descriptor, the slots' member
+        descriptors) looked up once per class: an instance of a class with a long MRO of
+        big class dicts cost a loop over all of them each."""
+        tp = type(obj)
+        known = self._class_attrs.get(id(tp))
+        if known is None:
+            descr = None
+            for klass in type.__dict__["__mro__"].__get__(tp, type):
+                descr = _class_dict(klass).get("__dict__")
+                if descr is not None:
+                    if type(descr).__name__ not in ("getset_descriptor", "member_descriptor"):
+                        descr = None
+                    break
+            slots = []
+            for klass in type.__dict__["__mro__"].__get__(tp, type):
+                if klass is object:
+                    continue
+                for name, member in list(_class_dict(klass).items()):
+                    if type(member).__name__ == "member_descriptor":
+                        slots.append((name, member))
+            # the class itself too: its id is the key (the type tally keeps it as well)
+            known = self._class_attrs[id(tp)] = (tp, descr, slots)
+        _tp, descr, slots = known
+        d = None
+        if descr is not None:
+            try:
+                d = descr.__get__(obj, tp)
+            except Exception:
+                d = None
+            if type(d) is not dict:
+                d = None
+        values = []
+        for name, member in slots:
+            try:
+                values.append((name, member.__get__(obj, tp)))
+            except Exception:
+                continue
+        return d, values
+
     def _claim_named(self, path, obj, depth):
         """Give ``obj`` its own owner ``path``; extend the path through instance attributes."""
         if id(obj) in self.claimed:
@@ -302,11 +377,12 @@ class _Walk(object):
         attrs = []  # type: list
         d = None
         # issubclass(type(...)), never isinstance(): no user __class__ property runs.
-        if depth < _MAX_CHAIN and not issubclass(type(obj), _SCALARS + _SIZED + _FUNCTION_TYPES):
-            d = _instance_dict(obj)
+        if depth < _MAX_CHAIN and not issubclass(type(obj), _NOT_EXTENDED):
+            d, slots = self._attributes(obj)
             if d is not None:
                 attrs.extend((k, v) for k, v in list(d.items()) if type(k) is str)
-            attrs.extend(_slot_values(obj))
+            if slots:
+                attrs.extend(slots)
         if d is None and not attrs:
             self._claim_tree(self._owner(path, obj), obj)
             return

@@ -15,7 +15,11 @@ collector does not show, for an allowlist of types (and their subclasses) only:
 - Pillow's ``ImagingCore`` (an ``Image``'s ``_im``/``im``): its pixel memory;
 - pandas: through its arrays (a DataFrame's blocks hold ndarrays and extension arrays);
 - 3.11+ instances of plain classes: their attribute values array, which ``sys.getsizeof``
-  leaves out (:func:`instance_values_bytes`; the walks add it as they size the object).
+  leaves out (:func:`instance_values_bytes`; the walks add it as they size the object);
+- code objects: what they hold (constants, names, line and exception tables, their names and
+  file name), which ``gc.get_referents`` does not list (code objects are not gc-tracked):
+  read through the code type's member descriptors, never a getter that builds or caches a
+  new object (3.12+ cache ``co_varnames`` in the code object itself).
 
 Each is read only through C: getsets and methods from the allowlisted C class's own dict,
 called on the object (never looked up on the object's class, which a subclass could override
@@ -32,6 +36,16 @@ from .objects import _class_dict, _instance_dict
 _MAX_OBJECT_BYTES = 1 << 48
 
 _METHOD_DESCRIPTOR = type(object.__sizeof__)
+_CODE_TYPE = type((lambda: 0).__code__)
+# The code type's member descriptors for the objects a code object holds (3.10: the bytecode
+# and the names tuples are members too; 3.11+ keep those in one private tuple and byte
+# string, reached only through getters that build new objects: not read).
+_CODE_MEMBERS = tuple(
+    descr for name, descr in _CODE_TYPE.__dict__.items()
+    if type(descr).__name__ == "member_descriptor"
+    and name in ("co_consts", "co_names", "co_filename", "co_name", "co_qualname", "co_linetable",
+                 "co_exceptiontable", "co_code", "co_varnames", "co_freevars", "co_cellvars"))
+
 _object_sizeof = object.__sizeof__
 _MISSING = object()
 
@@ -93,13 +107,14 @@ def _native_bases():
         ("tensor", _class_from("torch._C", "TensorBase") or _class_from("torch._C", "_TensorBase")),
         ("mmap", _class_from("mmap", "mmap")),
         ("imaging", _imaging_core()),
+        ("code", _CODE_TYPE),
     ):
         if cls is not None:
             out.append((kind, cls))
     return out
 
 
-def native_types():
+def native_types(tick=None):
     """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
     of numpy, torch, mmap or Pillow is loaded. (Flat dicts of ints, strs and classes: nothing
@@ -120,7 +135,7 @@ def native_types():
                 continue
     if sys.version_info >= (3, 11):
         bases["instance"] = object
-        for cls in _plain_instance_classes():
+        for cls in _plain_instance_classes(tick):
             out.setdefault(id(cls), "instance")
     return out, bases
 
@@ -145,7 +160,7 @@ def _flags(cls):
     return type.__dict__["__flags__"].__get__(cls, type)
 
 
-def _plain_instance_classes():
+def _plain_instance_classes(tick=None):
     """Classes whose instances keep their attributes as 3.11+ values (no ``__dict__`` object
     until one is asked for), which ``sys.getsizeof`` leaves out: managed-dict classes built
     on ``object`` alone (every class in the MRO but object a Python class, no slots, no
@@ -154,8 +169,10 @@ def _plain_instance_classes():
     object_size = type.__dict__["__basicsize__"].__get__(object, type)
     out = []
     pending = list(type.__subclasses__(object))
-    seen = set()
+    seen = set()  # type: set
     while pending:
+        if tick is not None and len(seen) & 255 == 255:
+            tick()  # the census's duty cycle: tens of thousands of classes are ~25 ms
         cls = pending.pop()
         if id(cls) in seen:
             continue
@@ -287,6 +304,8 @@ def native_extra(obj, native, bases, seen_buffers):
             return (nbytes if 0 <= nbytes <= _MAX_OBJECT_BYTES else 0), []
         if kind == "instance":
             return instance_values_bytes(obj), []
+        if kind == "code":
+            return 0, [member.__get__(obj, cls) for member in _CODE_MEMBERS]
         if kind == "mmap":
             length = _call(cls, "__len__", obj)  # the slot wrapper: mmap's C length
             return (length if 0 <= length <= _MAX_OBJECT_BYTES else 0), []
