@@ -80,6 +80,8 @@ def build_heap() -> None:
     HEAP["meta"] = [WithMeta(i) for i in range(50)]
     HEAP["big_dict"] = {f"key{i}": [i, f"s{i}"] for i in range(9000)}
     HEAP["big_dict_shared"] = {f"a{i}": HEAP["slotted"][i % 7] for i in range(5000)}
+    HEAP["dict_shared"] = {f"b{i}": HEAP["slotted"][i % 7] for i in range(2000)}
+    HEAP["big_sub"] = collections.defaultdict(list, {f"c{i}": [i] for i in range(3000)})
     HEAP["big_list"] = [[i] for i in range(10000)] + ["shared-" * 3] * 100
     HEAP["big_set"] = frozenset(f"m{i}" for i in range(6000))
     HEAP["sub"] = SubDict(a=[1, 2], b="b" * 100, c=SubDict(d=(3,)))

@@ -21,9 +21,8 @@
  * The walk's state lives in a capsule (graph_new); graph_walk runs it for about ``limit``
  * units of work (a container popped, a referent seen) and returns, so the caller's duty
  * cycle, deadline and cancel hook run between calls. A big exact list, tuple, set or dict is
- * read a slice at a time, its rest kept in the state for the next call; a big dict's values
- * then carry the labels of their keys within one slice only (a small dict's, as the Python
- * loop's, the first str key that holds them anywhere in it).
+ * read a slice at a time, its rest kept in the state for the next call (a big dict's values
+ * carry no labels, in both loops: see PHASE_DICT_VALUES).
  *
  * Python code it calls: the payload's own helpers given to graph_new (a type's id, a label's
  * id, a type's slot descriptors, a native object's buffers), and C descriptors' getters.
@@ -99,7 +98,110 @@ typedef struct {
 static inline size_t
 addr_hash(uintptr_t address, size_t mask)
 {
-    return (size_t)(((uint64_t)(address >> 4) * 0x9E3779B97F4A7C15ULL) >> 20) & mask;
+    /* Fibonacci hashing: the product's high half mixes every bit of the address. */
+    return (size_t)(((uint64_t)(address >> 4) * 0x9E3779B97F4A7C15ULL) >> 32) & mask;
+}
+
+/* One bit per 16-byte granule of every MiB of addresses holding a node or one of our own
+ * objects (as the census's bitmap; objects are 16-byte aligned): most lookups are of objects
+ * that are no node (a leaf to fold, a new object), answered here without the table. */
+#define NB_SHIFT 20
+#define NB_BYTES ((1 << NB_SHIFT) >> 7)
+
+typedef struct {
+    uintptr_t *keys;          /* address >> NB_SHIFT, + 1 (0: empty) */
+    unsigned char **bits;
+    size_t mask;
+    Py_ssize_t used;
+    uintptr_t last_key;
+    unsigned char *last_bits;
+} NodeBits;
+
+static unsigned char *
+nodebits_region(NodeBits *nb, uintptr_t address, int create)
+{
+    uintptr_t key = (address >> NB_SHIFT) + 1;
+    if (key == nb->last_key)
+        return nb->last_bits;
+    if (nb->keys != NULL) {
+        size_t k = addr_hash(key << 4, nb->mask);
+        while (nb->keys[k] != 0) {
+            if (nb->keys[k] == key) {
+                nb->last_key = key;
+                nb->last_bits = nb->bits[k];
+                return nb->last_bits;
+            }
+            k = (k + 1) & nb->mask;
+        }
+    }
+    if (!create)
+        return NULL;
+    if (nb->keys == NULL || (size_t)(nb->used + 1) * 2 > nb->mask + 1) {
+        size_t cap = nb->keys == NULL ? 256 : (nb->mask + 1) * 2;
+        uintptr_t *keys = PyMem_Calloc(cap, sizeof(uintptr_t));
+        unsigned char **bits = PyMem_Calloc(cap, sizeof(unsigned char *));
+        if (keys == NULL || bits == NULL) {
+            PyMem_Free(keys);
+            PyMem_Free(bits);
+            PyErr_NoMemory();
+            return NULL;
+        }
+        for (size_t h = 0; nb->keys != NULL && h <= nb->mask; h++) {
+            if (nb->keys[h] == 0)
+                continue;
+            size_t k = addr_hash(nb->keys[h] << 4, cap - 1);
+            while (keys[k] != 0)
+                k = (k + 1) & (cap - 1);
+            keys[k] = nb->keys[h];
+            bits[k] = nb->bits[h];
+        }
+        PyMem_Free(nb->keys);
+        PyMem_Free(nb->bits);
+        nb->keys = keys;
+        nb->bits = bits;
+        nb->mask = cap - 1;
+    }
+    unsigned char *region = PyMem_Calloc(NB_BYTES, 1);
+    if (region == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    size_t k = addr_hash(key << 4, nb->mask);
+    while (nb->keys[k] != 0)
+        k = (k + 1) & nb->mask;
+    nb->keys[k] = key;
+    nb->bits[k] = region;
+    nb->used++;
+    nb->last_key = key;
+    nb->last_bits = region;
+    return region;
+}
+
+static inline int
+nodebits_test(NodeBits *nb, uintptr_t address)
+{
+    unsigned char *region = nodebits_region(nb, address, 0);
+    return region != NULL && (region[(address & ((1 << NB_SHIFT) - 1)) >> 7] >> ((address >> 4) & 7)) & 1;
+}
+
+static int
+nodebits_set(NodeBits *nb, uintptr_t address)
+{
+    unsigned char *region = nodebits_region(nb, address, 1);
+    if (region == NULL)
+        return -1;
+    region[(address & ((1 << NB_SHIFT) - 1)) >> 7] |= (unsigned char)(1u << ((address >> 4) & 7));
+    return 0;
+}
+
+static void
+nodebits_free(NodeBits *nb)
+{
+    for (size_t h = 0; nb->keys != NULL && h <= nb->mask; h++)
+        PyMem_Free(nb->bits[h]);
+    PyMem_Free(nb->keys);
+    PyMem_Free(nb->bits);
+    memset(nb, 0, sizeof(*nb));
 }
 
 static void
@@ -183,13 +285,15 @@ labelmap_get(LabelMap *m, uintptr_t address)
     return -1;
 }
 
-/* A big container's passes: a list's, tuple's or set's slices; a dict's labels (its str
- * keys, in slices, into ``names``: the whole dict's, as the Python loop's), then its values,
- * then its keys. */
-enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_LABELS, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
+/* A big container's passes: a list's, tuple's or set's slices; a dict's values, then its
+ * keys. (A big dict's values carry no labels: its keys are ids and names of a registry or a
+ * cache, as many labels as entries; the owners' paths through it are named by the target
+ * afterwards, graph_wire.name_paths.) */
+enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
 
 typedef struct {
     Column sizes, types, ids, lengths, flags, src, dst, lab;
+    NodeBits marked;           /* the addresses of the nodes and of our own objects */
     int32_t *table;            /* node ids by address (in ``ids``), -1 empty */
     size_t table_mask;
     uintptr_t *own;            /* leakhound's own objects: never nodes */
@@ -249,6 +353,7 @@ graph_capsule_free(PyObject *capsule)
         column_free(cols[k]);
     PyMem_Free(g->table);
     PyMem_Free(g->own);
+    nodebits_free(&g->marked);
     PyMem_Free(g->names.keys);
     PyMem_Free(g->names.labels);
     PyMem_Free(g);
@@ -277,6 +382,8 @@ node_address(GraphState *g, int32_t node)
 static Py_ssize_t
 graph_find(GraphState *g, uintptr_t address)
 {
+    if (!nodebits_test(&g->marked, address))
+        return -1;
     size_t k = addr_hash(address, g->table_mask);
     for (;;) {
         int32_t node = g->table[k];
@@ -339,6 +446,8 @@ graph_add_node(GraphState *g, PyObject *obj, long long size, int32_t type_id)
     if (column_push(&g->ids, &address) < 0 || column_push(&g->sizes, &size) < 0
         || column_push(&g->types, &type_id) < 0 || column_push(&g->lengths, &zero) < 0
         || column_push(&g->flags, &noflags) < 0)
+        return -1;
+    if (nodebits_set(&g->marked, (uintptr_t)obj) < 0)
         return -1;
     size_t k = addr_hash((uintptr_t)obj, g->table_mask);
     while (g->table[k] >= 0)
@@ -489,8 +598,7 @@ slot_names(GraphState *g, PyObject *obj, PyTypeObject *tp)
 /* -- a container's referents -------------------------------------------------------------- */
 
 /* Up to ``want`` entries of a dict from g->pos: their values (``what`` 0) or keys (1) into
- * g->refs, or (2) only the labels: a value's first str key labels it (g->names; with ``what``
- * 0 too when ``label``). 0 when the pass is done. */
+ * g->refs; with ``label``, a value's first str key labels it (g->names). 0 when done. */
 static Py_ssize_t
 dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
 {
@@ -499,9 +607,9 @@ dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
     while (got < want && PyDict_Next(d, &g->pos, &key, &value)) {
         got++;
         /* Borrowed from the dict: held before anything runs. */
-        if (what < 2 && refs_push(&g->refs, what ? key : value) < 0)
+        if (refs_push(&g->refs, what ? key : value) < 0)
             return -1;
-        if ((what == 2 || (what == 0 && label)) && PyUnicode_CheckExact(key)) {
+        if (what == 0 && label && PyUnicode_CheckExact(key)) {
             /* Only the address of the value is kept (as the Python loop's id()). */
             uintptr_t address = (uintptr_t)value;
             Py_INCREF(key);
@@ -577,7 +685,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj, Py_ssize_t i)
     if (flags & Py_TPFLAGS_DICT_SUBCLASS) {
         g->has_names = 1;
         if ((PyObject *)tp == (PyObject *)&PyDict_Type && PyDict_Size(obj) > BIG_CONTAINER / 2) {
-            g->phase = PHASE_DICT_LABELS;
+            g->phase = PHASE_DICT_VALUES;
         }
         else {
             failed = dict_slice(g, obj, 0, 1, PY_SSIZE_T_MAX) < 0;
@@ -627,15 +735,14 @@ graph_next_slice(GraphState *g, Py_ssize_t want)
         g->entries += got > 0 ? got : 0;
         return got;
     }
-    int what = g->phase == PHASE_DICT_LABELS ? 2 : g->phase == PHASE_DICT_KEYS;
-    /* A key may make a label (a call into Python): small slices, the calls counted as work. */
-    Py_ssize_t got = dict_slice(g, g->cur, what, 0, want > 1024 ? 1024 : want);
+    int keys = g->phase == PHASE_DICT_KEYS;
+    Py_ssize_t got = dict_slice(g, g->cur, keys, 0, want);
     if (got < 0)
         return -1;
-    if (what == 0)
+    if (!keys)
         g->entries += got;
-    if (got == 0 && what != 1) {
-        g->phase = what == 2 ? PHASE_DICT_VALUES : PHASE_DICT_KEYS;
+    if (got == 0 && !keys) {
+        g->phase = PHASE_DICT_KEYS;
         g->pos = 0;
         return graph_next_slice(g, want);
     }
@@ -860,6 +967,8 @@ graph_own(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     if (address == 0 || graph_find(g, (uintptr_t)address) != -1)
         Py_RETURN_NONE;
+    if (nodebits_set(&g->marked, (uintptr_t)address) < 0)
+        return NULL;
     if (g->own == NULL || (size_t)(g->own_used + 1) * 2 > g->own_mask + 1) {
         size_t cap = g->own == NULL ? 64 : (g->own_mask + 1) * 2;
         uintptr_t *own = PyMem_Calloc(cap, sizeof(uintptr_t));
@@ -966,10 +1075,6 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
                 graph_finish(g);
                 continue;
             }
-            if (g->refs.len == 0) {  /* a dict's labels pass */
-                work += got;
-                continue;
-            }
         }
         Py_ssize_t done = graph_referents(g, &w, stack, limit - work);
         if (done < 0)
@@ -1000,7 +1105,8 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     Column *cols[] = {&g->sizes, &g->types, &g->ids, &g->lengths, &g->flags, &g->src, &g->dst, &g->lab};
     for (size_t k = 0; k < sizeof(cols) / sizeof(cols[0]); k++)
         held += (long long)cols[k]->nblocks * GBLOCK_ITEMS * cols[k]->itemsize;
-    held += (long long)(g->table_mask + 1) * 4 + (long long)(g->own_mask + 1) * 8;
+    held += (long long)(g->table_mask + 1) * 4 + (long long)(g->own_mask + 1) * 8
+            + (long long)g->marked.used * NB_BYTES + (long long)(g->marked.mask + 1) * 16;
     return Py_BuildValue("nnnL", g->ids.len, g->src.len, g->tracked, held);
 }
 
@@ -1049,6 +1155,7 @@ graph_close(PyObject *Py_UNUSED(module), PyObject *capsule)
     g->own = NULL;
     g->own_mask = 0;
     g->own_used = 0;
+    nodebits_free(&g->marked);
     graph_drop_helpers(g);
     Py_RETURN_NONE;
 }

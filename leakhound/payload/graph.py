@@ -90,7 +90,10 @@ _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 # A leaf referenced from more places than this (small ints, interned names) is shared by
 # everyone: no owner retains it, and edges to it would be most of the graph.
 _SHARED_LEAF = 64
-_MAX_LABELS = 200000
+# Labels are mostly dict keys (attribute names come from slots; the owners' paths are named
+# by the target afterwards, name_paths): ~150 bytes each in the target, 7 MiB at most.
+_MAX_LABELS = 50000
+_BIG_DICT = 2048  # _walk.c's BIG_CONTAINER / 2: read in slices there
 _CHUNK_ITEMS = 1 << 16  # array items per chunk sent (256-512 KiB): each copy is one short step
 _CHECK_EVERY = 0x7FF
 # Units of work (a container, a referent) per call into the compiled walk: a few ms.
@@ -367,7 +370,10 @@ class Graph(object):
                     refs = [pair[1] for pair in pairs]
                     pairs = None
                 names = {}
-                for k in range(len(keys)):
+                # A big dict's keys label nothing (ids and names of a registry or a cache, a
+                # label each; its entries are named by the target afterwards: name_paths). As
+                # _walk.c, which reads a big exact dict in slices.
+                for k in range(len(keys) if len(keys) <= _BIG_DICT or tp is not dict else 0):
                     key = keys[k]
                     if type(key) is str:
                         names.setdefault(id(refs[k]), label_of("k" + key[:_MAX_LABEL_CHARS]))
