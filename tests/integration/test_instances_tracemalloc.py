@@ -30,7 +30,9 @@ def test_instances_agree_with_tracemalloc(tmp_path: Path, version: str) -> None:
     top = snap.owners[0]
     assert top.path == "__main__.POINTS"
     assert within(top.retained_bytes, truth["points_bytes"], 0.05), (top.retained_bytes, truth)
-    # the whole census against everything tracemalloc traces (which also holds memory that
-    # is no object: interned-string tables, caches, the loaded payload): within 15%
-    assert within(snap.heap.bytes, truth["traced_bytes"], 0.15), (snap.heap.bytes, truth)
+    # The whole census ("live Python objects") against everything tracemalloc traces, the
+    # loaded payload included on both sides: within 5% (issue 11). Before code objects' own
+    # objects were walked (their line tables, constants and names: code objects are not
+    # gc-tracked, gc.get_referents lists nothing) it was 0.89-0.93.
+    assert within(snap.heap.bytes, truth["traced_bytes"], 0.05), (snap.heap.bytes, truth)
     assert any("tracemalloc" in w and "unknown, not 0" in w for w in snap.warnings), snap.warnings
