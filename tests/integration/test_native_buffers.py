@@ -4,7 +4,7 @@ Each shape of ``fixtures/native_buffers.py`` holds 10-40 MB in one global; the t
 the truth with its own libraries (``nbytes``, the distinct storages' ``nbytes()``, ``len(mmap)``,
 ``memory_usage(deep=True)``, resident memory grown for Pillow). Before the native sizers the
 owners held a few KB of it (the wrappers). numpy, pandas and Pillow run in a venv per target
-version built by tests/native_target.py (skipped with the reason when pip cannot install
+version (3.11-3.13) built by tests/native_target.py (skipped with the reason when pip cannot install
 them); torch only on 3.11 (the CPU wheel on this machine's disk).
 """
 
@@ -33,7 +33,7 @@ OWNERS = {
     "pandas": "__main__.FRAME._mgr",
     "mmap": "__main__.MAP",
 }
-CASES = [(shape, version) for version in ("3.11", "3.12") for shape in OWNERS if shape != "mmap"
+CASES = [(shape, version) for version in ("3.11", "3.12", "3.13") for shape in OWNERS if shape != "mmap"
          if shape != "torch" or version == "3.11"]
 MMAP_VERSIONS = sorted(v for v in installed_pythons() if v in ("3.10", "3.11", "3.12", "3.13"))
 
@@ -117,7 +117,7 @@ print(out[0][1])
 """
 
 
-@pytest.mark.parametrize("version", ["3.11", "3.12"])
+@pytest.mark.parametrize("version", ["3.11", "3.12", "3.13"])
 def test_the_compiled_walk_and_the_python_loop_agree_on_native_objects(version: str) -> None:
     python = native_python(version, torch=version == "3.11")
     done = subprocess.run([python, "-c", WALKS_AGREE, str(ROOT)], capture_output=True, text=True, timeout=300)
