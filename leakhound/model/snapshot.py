@@ -74,6 +74,14 @@ class HeapStats:
     graph_edges: int = 0
     graph_seconds: float = 0.0  # the graph's walk in the target
     dominator_seconds: float = 0.0  # the dominator pass and owners, in leakhound's process
+    # The pause budget (--max-pause) and how the census kept it: the longest it ran between
+    # two yields of the GIL (its own CPU time: an upper bound on one hold) and how often it
+    # yielded; the census's own CPU seconds (census_seconds minus this is time it waited, for
+    # the GIL or a core). 0 in files written before these were recorded.
+    max_pause_budget_ms: float = 0.0
+    max_hold_ms: float = 0.0
+    yields: int = 0
+    census_cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def _running_task_registries():
     return out
 
 
-def module_roots(is_stdlib):
+def module_roots(is_stdlib, tick=None):
     """(name, module, module dict or None) for every module in ``sys.modules``, in the census's
     priority order: ``__main__``, then non-stdlib (``is_stdlib(name)`` false), then stdlib,
     each by name. A module listed under two names is listed once, under its first."""
@@ -64,8 +64,10 @@ def module_roots(is_stdlib):
     for name, module in list(sys.modules.items()):
         names_of.setdefault(id(module), name)
     out = []
-    seen = set()
+    seen = set()  # type: set
     for module in [m for m in list(sys.modules.values()) if type(m).__name__ == "module"]:
+        if tick is not None and len(seen) & 255 == 255:
+            tick()  # thousands of modules in a big program
         if id(module) in seen:
             continue
         seen.add(id(module))
@@ -74,10 +76,9 @@ def module_roots(is_stdlib):
     return out
 
 
-def class_roots(tick=None):
-    """(class, [its dict and __mro__/__bases__ tuples]) for every class reachable from
-    ``object``'s subclass tree, each once. ``tick``: called now and then (the census's duty
-    cycle: a big program has tens of thousands of classes)."""
+def _subclass_tree(tick=None):
+    """Every class reachable from ``object``'s subclass tree, each once. ``tick``: called
+    now and then (the census's duty cycle: a big program has tens of thousands of classes)."""
     out = []  # type: list
     seen = set()
     pending = [object]
@@ -93,11 +94,20 @@ def class_roots(tick=None):
             pending.extend(type.__subclasses__(cls))
         except TypeError:
             continue
+    return out
+
+
+def class_roots(tick=None):
+    """(class, [its dict and __mro__/__bases__ tuples]) for every class reachable from
+    ``object``'s subclass tree, each once. ``tick``: called now and then (the census's duty
+    cycle: a big program has tens of thousands of classes)."""
     roots = []
-    for i, cls in enumerate(out):
+    for i, cls in enumerate(_subclass_tree(tick)):
         if tick is not None and i & 255 == 255:
             tick()
-        roots.append((cls, [ref for ref in gc.get_referents(cls) if type(ref) in (dict, tuple)]))
+        # ``is``, never ``in (dict, tuple)``: that compares with ==, which runs a
+        # metaclass's __eq__
+        roots.append((cls, [ref for ref in gc.get_referents(cls) if type(ref) is dict or type(ref) is tuple]))
     return roots
 
 
@@ -166,6 +176,9 @@ def frame_locals_unreadable(walk_module):
     return ""
 
 
+_MISSING = object()
+
+
 class _Roots(_Walk):
     """The census's walk from the named roots."""
 
@@ -207,7 +220,7 @@ class _Roots(_Walk):
                 walls.append(obj)
 
         module_dicts = []
-        for name, module, md in module_roots(self.is_stdlib):
+        for name, module, md in module_roots(self.is_stdlib, check):
             add_wall(module)
             if md is not None:
                 add_wall(md)
@@ -219,16 +232,24 @@ class _Roots(_Walk):
             if id(registry) not in claimed:
                 claimed.add(id(registry))
                 self._count(registry, wall)
-        classes = class_roots(self.clock.check)
-        for cls, _refs in classes:
+        # class_roots' classes, dicts and __mro__/__bases__ tuples, in flat lists: a pair
+        # and a list per class were tens of thousands of gc-tracked objects alive at once,
+        # which made the target's collector run (a full collection, 130-250 ms in one step,
+        # in the census's thread) on a big program's heap.
+        classes = _subclass_tree(check)
+        for cls in classes:
             add_wall(cls)
-        class_dicts = []
-        for cls, refs in classes:
-            for ref in refs:
+        class_dicts = []  # class, its dict, class, its dict...
+        for cls in classes:
+            for ref in gc.get_referents(cls):
                 if type(ref) is dict:
-                    class_dicts.append((cls, ref))
-                add_wall(ref)
+                    class_dicts.append(cls)
+                    class_dicts.append(ref)
+                    add_wall(ref)
+                elif type(ref) is tuple:
+                    add_wall(ref)
         del classes
+        cls = ref = None
         self.progress("roots", 0)
         self.clock.phase("roots")
 
@@ -244,8 +265,12 @@ class _Roots(_Walk):
         skipped = 0
         for name, md in module_dicts:
             check()
-            for key, value in list(md.items()):
+            # the keys, then each value: no (key, value) tuple per global (as above)
+            for key in list(md):
                 if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+                    continue
+                value = md.get(key, _MISSING)
+                if value is _MISSING:  # removed meanwhile by the target's threads
                     continue
                 # Most are claimed already (a class, a function another module's global
                 # reached first): the mark is read here (as _Marks does) and the clock
@@ -260,11 +285,15 @@ class _Roots(_Walk):
                 self._claim_named(name + "." + key, value, 1)
         self.clock.phase("module globals")
         # 4: class attributes.
-        for cls, cdict in class_dicts:
+        for k in range(0, len(class_dicts), 2):
+            cls, cdict = class_dicts[k], class_dicts[k + 1]
             check()
             base = None
-            for key, value in list(cdict.items()):
+            for key in list(cdict):
                 if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+                    continue
+                value = cdict.get(key, _MISSING)
+                if value is _MISSING:
                     continue
                 address = id(value)
                 region = regions.get(address >> 20)

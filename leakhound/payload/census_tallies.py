@@ -162,6 +162,16 @@ class _Clock:
             self.held_since = self._looked = time.thread_time()
             self._began_at = at
 
+    def yield_now(self):
+        """With a budget, yield the GIL now (unless the census just did): the stretch before
+        one step that cannot be split (gc.get_objects()) and the step are then not one."""
+        self.hold()
+        if self.max_hold is not None and time.thread_time() - self.held_since > 0.001:
+            time.sleep(YIELD_SECONDS)
+            self.yields += 1
+            self.held_since = self._looked = time.thread_time()
+            self._began_at = self._looked_at = _caller()
+
     def yielded(self):
         """The census released the GIL some other way (a sleep of its own): a new stretch."""
         self.held_since = self._looked = time.thread_time()

@@ -35,9 +35,12 @@ def render_snapshot(
     )
     h = snapshot.heap
     walk = f" ({h.walker} walk)" if h.walker else ""  # compiled (_walk.c) or its Python twin
+    # the budget and the longest the census ran between two yields of the GIL (--max-pause)
+    held = (f", held the GIL at most {h.max_hold_ms:.0f} ms at a time (budget {h.max_pause_budget_ms:.0f} ms)"
+            if h.max_pause_budget_ms else "")
     con.print(
         f"census{walk}: {h.objects:,} objects in {h.census_seconds:.2f}s, "
-        f"longest pause {h.max_pause_ms:.0f} ms, extra memory {fmt_bytes(h.payload_peak_bytes)}"
+        f"longest pause {h.max_pause_ms:.0f} ms{held}, extra memory {fmt_bytes(h.payload_peak_bytes)}"
     )
     if not h.unreached_examined:
         con.print(f"[yellow]not examined:[/yellow] objects no named root reaches: {h.unreached_note}")

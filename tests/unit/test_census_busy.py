@@ -88,12 +88,21 @@ def test_the_result_says_where_the_longest_stretch_began_and_ended() -> None:
     assert heap["unreached"]["objects"] >= heap["unreached"]["held_from_outside"]
 
 
+def _make_function(i: int) -> Any:
+    source = f"def f{i}(x, y={i}):\n    z = x + 'const{i}' + y * {i}.5\n    return lambda: (z, {i}, 'n{i}')\n"
+    scope: dict[str, Any] = {}
+    exec(compile(source, f"<f{i}>", "exec"), scope)  # a fresh code object each, with its constants
+    return scope[f"f{i}"]
+
+
 def test_the_walls_and_the_roots_counted_by_the_compiled_walk_match_the_python_walk() -> None:
     # The walls (modules, classes, their dicts) are counted in one walk from the list of them
     # and a root by the compiled walk itself: the owners' numbers stay those of the Python
     # walk. A root held only here, so nothing else in the process changes between the walks.
     root: dict[str, Any] = {"rows": [{"id": i, "name": f"n{i}"} for i in range(2000)],
-                            "inst": _Plain(), "slotted": _SlottedChild()}
+                            "inst": _Plain(), "slotted": _SlottedChild(),
+                            # code objects: what they hold is claimed through sizes.native_extra
+                            "functions": [_make_function(i) for i in range(300)]}
     out = {}
     for compiled in (False, True):
         walk = census.Census(compiled=compiled)
@@ -104,3 +113,28 @@ def test_the_walls_and_the_roots_counted_by_the_compiled_walk_match_the_python_w
         assert walk.walker == ("compiled" if compiled else "python")
     assert out[True] == out[False]
     assert out[True][0] > 4000
+
+
+def test_the_snapshot_keeps_the_pause_budget_and_how_the_census_kept_it() -> None:
+    from leakhound.core.capture import snapshot_from_result
+    from leakhound.model.snapshot import snapshot_from_json, snapshot_to_json
+
+    walk = census.Census(max_pause_ms=20.0)
+    walk.run()
+    heap = walk.result()
+    result = {"heap": heap, "python_version": "3.11.7", "probes": {},
+              "arena": {"malloc_in_use_bytes": 0, "malloc_free_bytes": 0, "trimmable_bytes": 0,
+                        "pymalloc_free_bytes": 0}}
+    snap = snapshot_from_result(pid=1, method="agent", result=result, process=_process(),
+                                taken_at=0.0, pause_ms=0.0)
+    assert snap.heap.max_pause_budget_ms == 20.0
+    assert snap.heap.max_hold_ms == heap["max_hold_ms"] > 0
+    assert snap.heap.yields == heap["yields"]
+    assert 0 < snap.heap.census_cpu_seconds <= heap["census_seconds"] + 0.05
+    assert snapshot_from_json(snapshot_to_json(snap)) == snap
+
+
+def _process() -> Any:
+    from leakhound.model.snapshot import ProcessStats
+
+    return ProcessStats(rss_bytes=1, uss_bytes=1, pss_bytes=1, swap_bytes=0, num_threads=1)
