@@ -11,7 +11,8 @@ Two parts, one run (ratios, not tests; numbers in docs/performance.md):
    by the target, as a user would), in the same run: wall time, worst loop lag, the target's
    extra peak memory.
 
-    .venv/bin/python benchmarks/dominators.py [--nodes 4800000] [--objects 1000000] [--skip-e2e]
+    .venv/bin/python benchmarks/dominators.py [--nodes 4800000] [--objects 4800000] [--skip-e2e] [--skip-pass]
+        [--method ptrace|agent]
 """
 
 from __future__ import annotations
@@ -83,23 +84,26 @@ print(json.dumps({{"nodes": graph.nodes, "edges": graph.edges, "dominators_s": t
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def end_to_end(objects: int) -> list[dict[str, Any]]:
+def end_to_end(objects: int, method: str) -> list[dict[str, Any]]:
     rows = []
     env = {"BENCH_OBJECTS": str(objects), "PYTHONPATH": str(c.peers_site_packages())}
-    for name, extra in (("leakhound (dominator owners)", []), ("leakhound (--owners census)", ["--owners", "census"])):
+    for name, extra in (("leakhound (default owners)", []), ("leakhound (--owners census)", ["--owners", "census"])):
         with c.target("bench_heap.py", env=env) as t:
             t.settle(1.0)
             c.reset_peak(t.pid)
             before = c.proc_status(t.pid)
             t.reset_lag()
-            wall, snap, error = c.leakhound_inspect(t.pid, "ptrace", timeout=1800, extra=extra)
+            # leakhound's own process: its peak RSS (the dominator pass's memory) via time -v
+            wall, snap, error = c.leakhound_inspect(t.pid, method, timeout=1800, extra=extra)
             lag = t.lag_after()
             after = c.proc_status(t.pid)
         heap = (snap or {}).get("heap", {})
         rows.append({"name": name, "wall": wall, "lag_ms": lag, "error": error,
                      "extra_peak": after["VmHWM"] - before["VmRSS"], "model": heap.get("owner_model"),
-                     "graph_nodes": heap.get("graph_nodes"), "graph_s": heap.get("graph_seconds"),
-                     "analysis_s": heap.get("dominator_seconds"), "census_s": heap.get("census_seconds")})
+                     "graph_nodes": heap.get("graph_nodes"), "graph_edges": heap.get("graph_edges"),
+                     "graph_s": heap.get("graph_seconds"), "analysis_s": heap.get("dominator_seconds"),
+                     "census_s": heap.get("census_seconds"), "max_pause_ms": heap.get("max_pause_ms"),
+                     "cli_rss": CLI_PEAK[0], "note": heap.get("owner_model_note", "")})
     with c.target("bench_heap.py", env={**env, "BENCH_PEER": "guppy3"}) as t:
         t.settle(1.0)
         t.reset_lag()
@@ -110,28 +114,47 @@ def end_to_end(objects: int) -> list[dict[str, Any]]:
     return rows
 
 
+CLI_PEAK = [0]
+
+
+def _timed_rss(run_timed: Any) -> Any:
+    """c.run_timed, recording the peak RSS of the leakhound CLI it ran (its children's)."""
+    def timed(argv: Any, **kwargs: Any) -> Any:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        out = run_timed(argv, **kwargs)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        CLI_PEAK[0] = after * 1024 if after > before else 0  # 0: not above an earlier child's
+        return out
+    return timed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=4_800_000)
-    parser.add_argument("--objects", type=int, default=1_000_000)
+    parser.add_argument("--objects", type=int, default=4_800_000)
+    parser.add_argument("--method", default="ptrace")
     parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--skip-pass", action="store_true")
     args = parser.parse_args()
+    c.run_timed = _timed_rss(c.run_timed)
     started = time.time()
     print(f"dominator pass alone, leakhound's process ({time.strftime('%Y-%m-%d %H:%M')}, "
           f"load {open('/proc/loadavg').read().split()[0]})")
-    for nodes, compiled in ((args.nodes, True), (max(10_000, args.nodes // 10), False)):
+    for nodes, compiled in ((args.nodes, True), (max(10_000, args.nodes // 10), False)) if not args.skip_pass else ():
         r = pass_alone(nodes, compiled)
         print(f"  {r['engine']:>8}: {r['nodes']:>10,} nodes {r['edges']:>10,} edges  dominators "
               f"{c.secs(r['dominators_s'])}  owners+names {c.secs(r['owners_s'])}  extra peak "
               f"{c.mib(r['extra_peak'])} (the graph itself {c.mib(r['graph_rss'])})")
     if not args.skip_e2e:
         c.ensure_peers_venv()
-        print(f"end to end, bench_heap {args.objects:,} objects")
-        rows = end_to_end(args.objects)
+        print(f"end to end, bench_heap {args.objects:,} objects, {args.method}")
+        rows = end_to_end(args.objects, args.method)
         guppy = rows[-1]
         for r in rows:
-            extra = (f"  graph {r['graph_nodes']:,} nodes walked {c.secs(r['graph_s'])}, analysed "
-                     f"{c.secs(r['analysis_s'])}" if r.get("graph_nodes") else "")
+            extra = (f"  graph {r['graph_nodes']:,} nodes {r['graph_edges']:,} edges walked {c.secs(r['graph_s'])}, "
+                     f"analysed {c.secs(r['analysis_s'])}; leakhound's peak RSS {c.mib(r['cli_rss'])}"
+                     if r.get("graph_nodes") else f" ({r.get('model')}: {r.get('note', '')[:80]})"
+                     if r.get("model") else "")
             print(f"  {r['name']:<30} wall {c.secs(r['wall'])} ({c.ratio(guppy['wall'], r['wall'])} vs guppy3)  "
                   f"worst loop lag {r['lag_ms']:.0f} ms  target extra peak {c.mib(r['extra_peak'])} "
                   f"({c.ratio(r['extra_peak'], guppy['extra_peak'])} of guppy3's){extra} {r['error']}")

@@ -77,9 +77,9 @@ def command(
     max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
     owners: Annotated[str, typer.Option(
         "--owners", metavar="MODEL",
-        help="How owners are found: auto (the dominator tree when the object graph is small: "
-        "up to 150,000 nodes, ~30 MiB in the target; else the first-reacher census), dominator "
-        "(the graph up to 5,000,000 nodes: seconds and hundreds of MiB on a big worker), census.")] = "auto",
+        help="How owners are found: auto (the dominator tree when the object graph fits its budgets: "
+        "up to 5,000,000 nodes, a quarter of the worker's RSS held by its walk, a share of the "
+        "request's time; else the first-reacher census), dominator (no memory budget), census.")] = "auto",
     why: Annotated[str | None, typer.Option(
         "--why", help="What keeps OWNER (a path from the owners table) or the biggest objects of TYPE alive: "
         "a few distinct paths from roots.", metavar="OWNER_OR_TYPE")] = None,

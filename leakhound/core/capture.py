@@ -89,12 +89,27 @@ DEFAULT_MAX_PAUSE_MS = 50.0
 
 # The biggest object graph the target builds for the dominator owners, in nodes (a folded
 # leaf is no node; the census's object count, over twice this, rules it out before the walk).
-# Building it costs the target ~220 bytes and ~10 us a node (a Python loop; docs/performance.md):
-# by default ("auto") at most ~30 MiB and a few seconds, never more, whatever the heap;
-# over it the first-reacher census's owners stand, and the header says so. Asked for
-# explicitly (--owners dominator), the budget is the big one.
-DEFAULT_MAX_GRAPH_NODES = 150_000
+# The compiled walk (payload/_graph_walk.c) costs the target ~45 bytes and ~1 us a node, edges
+# included (the 4.8M-object benchmark heap: 1.5M nodes, ~64 MiB, 1.2-1.9 s; docs/performance.md),
+# so by default ("auto") a multi-million-object worker gets dominator owners, within two
+# budgets: the request's time (the graph gets a share of what is left: payload/runner.py) and
+# memory, a quarter of the worker's RSS (at least 64 MiB) held by the walk. Over either, the
+# first-reacher census's owners stand, and the header says why (owner_model, owner_model_note).
+# Asked for explicitly (--owners dominator), no memory budget applies.
+DEFAULT_MAX_GRAPH_NODES = 5_000_000
 DOMINATOR_MAX_GRAPH_NODES = 5_000_000
+GRAPH_MEMORY_SHARE = 0.25
+MIN_GRAPH_MEMORY = 64 << 20
+
+
+def graph_memory_budget(pid: int) -> int:
+    """What the graph's walk may hold in ``pid`` by default: a share of its RSS, or the floor."""
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        rss = 0
+    return max(MIN_GRAPH_MEMORY, int(rss * GRAPH_MEMORY_SHARE))
 
 
 @dataclass
@@ -151,6 +166,8 @@ def capture(
         if max_graph_nodes is None:
             max_graph_nodes = DOMINATOR_MAX_GRAPH_NODES if owner_model == "dominator" else DEFAULT_MAX_GRAPH_NODES
         request["max_graph_nodes"] = max_graph_nodes
+        if owner_model == "auto":
+            request["max_graph_bytes"] = graph_memory_budget(pid)
     if max_pause_ms:
         request["max_pause_ms"] = max_pause_ms
     if os.environ.get("LEAKHOUND_WALKER") == "python":

@@ -129,8 +129,9 @@ class Graph(object):
     walker = "python"
 
     def __init__(self, *, timeout=60.0, progress=None, is_stdlib=None, exclude=(),
-                 max_nodes=5000000, max_pause_ms=None, cancelled=None, expected=0):
+                 max_nodes=5000000, max_pause_ms=None, cancelled=None, expected=0, max_bytes=0):
         self.deadline = time.monotonic() + timeout
+        self.max_bytes = max_bytes  # the walk's own memory in the target (0: no limit)
         # The duty cycle: at most half the pause budget of running between two yields.
         self.max_hold = max_pause_ms / 2000.0 if max_pause_ms else None
         self.held_since = time.thread_time()
@@ -179,7 +180,13 @@ class Graph(object):
 
     # -- building blocks -------------------------------------------------------------------
 
+    def _over_memory(self):
+        if self.max_bytes and self._payload_bytes() > self.max_bytes:
+            raise GraphTooBig("held %.0f MiB in the target while walked, over its memory budget of %.0f MiB"
+                              % (self._payload_bytes() / 1048576.0, self.max_bytes / 1048576.0))
+
     def _check(self):
+        self._over_memory()
         held = time.thread_time() - self.held_since
         if held > self.max_held:
             self.max_held = held
@@ -645,17 +652,23 @@ class CompiledGraph(Graph):
 _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
 
 
-def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, expected=0):
+def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, expected=0,
+          max_bytes=0):
     """Walk the graph and return its result dict, or ``{"skipped": reason}`` when it is
-    bigger than ``max_nodes`` (the caller keeps the census's owners). ``compiled``: the C
-    walk where it loads; ``expected``: about how many nodes (sizes the C walk's table)."""
+    bigger than ``max_nodes`` or its walk would hold more than ``max_bytes`` in the target
+    (the caller keeps the census's owners). ``compiled``: the C walk where it loads;
+    ``expected``: about how many nodes (sizes the C walk's table)."""
     kind = CompiledGraph if compiled and _walk_module is not None else Graph
     graph = kind(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude,
-                 max_nodes=max_nodes, max_pause_ms=max_pause_ms, cancelled=cancelled, expected=expected)
+                 max_nodes=max_nodes, max_pause_ms=max_pause_ms, cancelled=cancelled, expected=expected,
+                 max_bytes=max_bytes)
     try:
         graph.run()
     except GraphTooBig as exc:
         graph = None
-        return {"format": GRAPH_FORMAT, "skipped": "the object graph has %s: over the graph budget" % exc}
+        text = str(exc)
+        reason = ("the object graph has %s: over the graph budget" % text if text.startswith("more than")
+                  else "the object graph %s" % text)
+        return {"format": GRAPH_FORMAT, "skipped": reason}
     return graph.result()
 

@@ -196,7 +196,8 @@ def _graph(request, progress, stop, heap=None):
         return graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=stop, compiled=request.get("walker") != "python",
-                           expected=heap.get("objects", 0) // 2 if heap is not None else 0)
+                           expected=heap.get("objects", 0) // 2 if heap is not None else 0,
+                           max_bytes=_int(request.get("max_graph_bytes"), 0, 0, 1 << 40))
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
                 "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget}

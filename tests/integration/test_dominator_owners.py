@@ -58,6 +58,29 @@ def test_census_stays_the_fallback_over_the_graph_budget(tmp_path: Path) -> None
     assert taken.graph is None
 
 
+def test_a_million_object_worker_gets_dominator_owners_by_default(tmp_path: Path) -> None:
+    """The compiled graph walk made the default budget big: the 1M-object benchmark heap (~350k
+    nodes; over the old 150,000-node default) gets the dominator tree without asking."""
+    with spawn_target("bench_heap", tmp_path, env={"BENCH_OBJECTS": "1000000"}, timeout=120) as child:
+        taken = capture(child.pid, timeout=120)
+    heap = taken.snapshot.heap
+    assert heap.owner_model == "dominator", heap.owner_model_note
+    assert heap.graph_nodes > 300_000
+
+
+def test_auto_keeps_the_census_over_the_graphs_memory_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import leakhound.core.capture as capture_module
+
+    monkeypatch.setattr(capture_module, "MIN_GRAPH_MEMORY", 1 << 20)
+    monkeypatch.setattr(capture_module, "GRAPH_MEMORY_SHARE", 0.001)
+    with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
+        taken = capture(child.pid)
+        asked = capture(child.pid, owner_model="dominator")  # no memory budget when asked for
+    assert taken.snapshot.heap.owner_model == "first-reacher"
+    assert "over its memory budget" in taken.snapshot.heap.owner_model_note
+    assert asked.snapshot.heap.owner_model == "dominator"
+
+
 def test_inspect_cli_says_which_owner_model_and_why(tmp_path: Path) -> None:
     with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
         runner = CliRunner()

@@ -82,3 +82,12 @@ def test_the_arrays_travel_raw_and_read_back(compiled: bool, tmp_path: Path) -> 
     assert len(lists) >= 3000
     with pytest.raises(dominators.GraphError):
         dominators.decode_graph({**meta, "binary": raw[:-8]})
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_walk_over_its_memory_budget_is_skipped_not_cut(compiled: bool) -> None:
+    if compiled and graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
+                      cancelled=None, compiled=compiled, max_bytes=1 << 20)
+    assert set(out) == {"format", "skipped"} and "over its memory budget of 1 MiB" in out["skipped"]
