@@ -58,6 +58,7 @@ class _Walk(object):
     _compiled = None  # type: Any
     _walk_module = None  # type: Any
     _native_kinds = None  # type: Any
+    _claim_args = None  # type: Any
     unreached = None  # type: Any
 
     def _work_per_call(self):
@@ -76,6 +77,8 @@ class _Walk(object):
         # The compiled walk's way in for a root not claimed yet: a list holding it alone,
         # walked from (the walk marks, sizes and tallies the root as any referent).
         self._holder = [None]
+        self._claim_args = None  # what _claim_compiled passes claim(), once per census
+        self._owners_walked = 0
         self.types = _TypeTally()
         self.total_bytes = 0
         self.total_objects = 0
@@ -137,7 +140,9 @@ class _Walk(object):
             # counts every object (the size, the 3.11+ values, a native type's buffers),
             # which _count did in Python: most owners of a big program are a function or a
             # small object, and that was most of their cost.
-            if id(root) in claimed:
+            address = id(root)  # ``id(root) in claimed``, inlined: this runs once per owner
+            region = claimed.regions.get(address >> 20)
+            if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
                 return
             holder = self._holder
             if holder[0] is not None:  # not re-entered today; a list of its own if it were
@@ -314,16 +319,20 @@ class _Walk(object):
 
     def _claim_compiled(self, owner, stack, found):
         """``_claim_tree``'s loop in C, in short calls: between two, the interpreter can hand
-        the GIL to the target's threads. Each call is one uninterruptible step."""
-        claim = self._compiled
-        regions = self.claimed.regions
-        types = self.types
+        the GIL to the target's threads. Each call is one uninterruptible step. (Runs once per
+        owner, tens of thousands of times in a big program: what it needs is looked up once
+        per census.)"""
+        args = self._claim_args
+        if args is None:
+            types = self.types
+            args = self._claim_args = (self._compiled, self.claimed.regions, types.index, types.slot,
+                                       types.counts, types.bytes, self._work_per_call(), self._native or None)
+        claim, regions, index, new_slot, counts, sizes, per_call, native = args
         clock = self.clock
         perf_counter = time.perf_counter
         added_objects = added_bytes = 0
         pending = []  # type: list
-        per_call = self._work_per_call()
-        native = self._native or None
+        calls = 0
         while stack or pending or found:
             if not stack and not pending:
                 objects, nbytes = self._claim_native(found, stack, compiled=True)
@@ -331,14 +340,24 @@ class _Walk(object):
                 added_bytes += nbytes
                 continue
             t0 = perf_counter()
-            objects, nbytes = claim(stack, pending, regions, types.index, types.slot, types.counts,
-                                    types.bytes, per_call, native, found)
-            clock.step(t0)
+            objects, nbytes = claim(stack, pending, regions, index, new_slot, counts, sizes, per_call, native, found)
+            took = perf_counter() - t0  # clock.step, inlined
+            if took > clock.max_step:
+                clock.max_step = took
             added_objects += objects
             added_bytes += nbytes
             clock.check()
-            self.progress("walk", self.total_objects + added_objects)
-        self._credit(owner, added_objects, added_bytes)
+            calls += 1
+            if calls & 7 == 0:
+                self.progress("walk", self.total_objects + added_objects)
+        # _credit, inlined
+        self.owners.bytes[owner] += added_bytes
+        self.owners.counts[owner] += added_objects
+        self.total_bytes += added_bytes
+        self.total_objects += added_objects
+        self._owners_walked += 1
+        if self._owners_walked & 255 == 0:
+            self.progress("walk", self.total_objects)
 
     def _credit(self, owner, objects, nbytes):
         self.owners.bytes[owner] += nbytes
