@@ -1,26 +1,36 @@
 """The real verifiers 0.1.14 EnvWorker under continuous rollouts, inspected as on-call would
-(issue 12): attach-to-report, the census and where its time went, and the pause it kept.
+(issue 12): attach-to-report, the census and where its time went, the pause it kept, and
+guppy3 in the same worker.
 
 Part 1 (the real worker): spawns the worker (tests/verifiers_target.py: the fake model server
-on loopback), keeps batches of rollouts running in a thread the whole time, waits ``--warm``
-seconds, then runs ``leakhound -v inspect PID --json`` ``--repeat`` times for each owner model
-(``--owners census`` and the default). Per run: attach-to-report wall seconds, the census's
-wall and CPU seconds (CPU of the payload's thread: wall minus CPU is time it waited, for the
-GIL against the worker's threads or for a core on a loaded machine), heap.max_pause_ms
-(the longest single step), the longest stretch the census ran between two yields of the GIL
-(max_hold) and how many yields, and the phases the payload reported (-v).
+on loopback) with ``benchmarks/busy_site`` on its PYTHONPATH: a heartbeat thread in the worker
+(it sleeps 5 ms at a time; how late it wakes is how long a thread of the worker waited for
+the GIL, or for a core) and the event loop's own 5 ms callback on the main thread. Batches of
+rollouts run in a thread the whole time; after ``--warm`` seconds it runs
+``leakhound -v inspect PID --json`` ``--repeat`` times for each owner model (``--owners
+census`` and the default), a few seconds apart. Per run: attach-to-report wall seconds, the
+census's wall and CPU seconds (CPU of the payload's thread: wall minus CPU is time it waited,
+for the GIL against the worker's threads or for a core on a loaded machine), the longest
+single step (max step), the longest stretch the census ran between two yields of the GIL
+(max hold, its CPU time: an upper bound on one hold) and how many yields, and the heartbeat
+thread's worst lag during the inspection against its worst lag in as long a time before it
+(the machine's own noise), and the phases the payload reported (-v).
 
-Part 2 (the promise): the real worker has no heartbeat, so ``--max-pause`` is checked side by
-side with fixtures/busy_worker.py's 5 ms heartbeat (its loop's worst lag, measured in the
-target), FIXTURE_C_THREADS threads in C code: the worst lag during the inspection against the
-budget and what the payload reported.
+guppy3 (from the peers venv, benchmarks/_common.py) runs in the same worker on its main
+thread: busy_site's SIGUSR2 handler calls ``hpy().heap()`` there (a signal handler runs on
+the main thread, between two bytecodes of whatever it runs). Its row: the heap walk's wall
+time, objects and bytes, and the heartbeat's worst lag meanwhile. The worker is stopped for the
+whole walk (the loop runs nothing meanwhile) and guppy3 keeps what it imported; the batches
+of rollouts wait and go on afterwards. The event loop's own lag is not a column: the fixture's
+ground-truth report (leakhound_vf_truth.py) walks the worker's rollouts on the loop every few
+seconds, 1-6 s of lag with or without an inspection.
 
-guppy3 is not compared on the real worker: it does not run in a live worker from outside
-(hpy().heap() must be called by the worker's own code, on its main thread, stopping it for
-the whole walk), and the verifiers fixture has no hook to run it; census_versions.py and
-dominators.py compare against guppy3 on the benchmark heap, whose fixture has that hook.
+Part 2 (the promise): ``--max-pause`` checked side by side with fixtures/busy_worker.py's 5 ms
+heartbeat (its loop's worst lag, measured in the target), FIXTURE_C_THREADS threads in C code:
+the worst lag during the inspection against the budget and what the payload reported.
 
 Usage: .venv/bin/python benchmarks/busy_real_worker.py [--repeat N] [--warm S] [--no-real]
+       [--no-guppy]
 """
 
 from __future__ import annotations
@@ -77,16 +87,60 @@ def inspect(pid: int, extra: list[str]) -> dict[str, Any]:
 
 
 def census_cpu(row: dict[str, Any]) -> float:
-    return row["phases"].get(("payload", "census"), (0.0, 0.0))[1]
+    return float(row["phases"].get(("payload", "census"), (0.0, 0.0))[1])
 
 
-def real_worker(repeat: int, warm: float) -> None:
+SITE = Path(__file__).resolve().parent / "busy_site"
+
+
+def lags(path: Path) -> list[tuple[float, float]]:
+    """(time.monotonic(), lag ms) of the heartbeat thread's late beats (busy_site)."""
+    out: list[tuple[float, float]] = []
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] != "beats" and parts[2] == "thread":
+            out.append((float(parts[0]), float(parts[1])))
+    return out
+
+
+def worst(beats: list[tuple[float, float]], start: float, end: float) -> float:
+    return max((lag for when, lag in beats if start <= when <= end), default=0.0)
+
+
+def guppy_run(pid: int, hb_dir: Path, timeout: float = 300.0) -> tuple[float, float, str]:
+    """SIGUSR2 to the worker: busy_site runs guppy3's hpy().heap() on its main thread.
+    Returns (start, end) in time.monotonic() and its line (time, seconds, objects, bytes)."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    out = hb_dir / f"guppy-{pid}.txt"
+    start = time.monotonic()
+    os.kill(pid, signal.SIGUSR2)
+    while not out.exists() and time.monotonic() - start < timeout:
+        time.sleep(0.1)
+    time.sleep(0.5)  # the heartbeat's late beat lands after the walk
+    return start, time.monotonic(), out.read_text().strip() if out.exists() else "no answer"
+
+
+def real_worker(repeat: int, warm: float, guppy: bool) -> None:
+    from benchmarks._common import ensure_peers_venv, peers_site_packages  # noqa: PLC0415
     from tests.verifiers_target import spawn_verifiers_worker  # noqa: PLC0415
 
     tmp = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True).stdout.strip())
+    hb_dir = tmp / "heartbeat"
+    hb_dir.mkdir()
+    env = {"PYTHONPATH": str(SITE), "LEAKHOUND_BENCH_HEARTBEAT_DIR": str(hb_dir)}
+    if guppy:
+        ensure_peers_venv()  # the benchmark's python is the worker's (3.11): its guppy3 loads there
+        env["LEAKHOUND_BENCH_GUPPY_PATH"] = str(peers_site_packages())
     rows = []
     phase_rows = []
-    with spawn_verifiers_worker(tmp, rollouts=4, turns=3, park=0) as worker:
+    guppy_row: Any = None
+    with spawn_verifiers_worker(tmp, rollouts=4, turns=3, park=0, extra_env=env) as worker:
         stop = threading.Event()
 
         def rollouts() -> None:
@@ -99,26 +153,50 @@ def real_worker(repeat: int, warm: float) -> None:
 
         thread = threading.Thread(target=rollouts, daemon=True)
         thread.start()
+        beats_file = hb_dir / f"hb-{worker.worker_pid}.txt"
         try:
             time.sleep(warm)
             for owners in (["--owners", "census"], []):
                 for i in range(repeat):
                     rss = open(f"/proc/{worker.worker_pid}/status").read().split("VmRSS:")[1].split()[0]
+                    start = time.monotonic()
                     row = inspect(worker.worker_pid, owners)
+                    end = time.monotonic()
+                    time.sleep(3.0)  # the heartbeat writes its late beats as they come
+                    beats = lags(beats_file)
+                    during, before = worst(beats, start, end), worst(beats, 2 * start - end, start)
                     label = " ".join(owners) or "default"
                     rows.append([label, i + 1, f"{int(rss) / 1024:.0f}", row.get("objects", "-"),
                                  f"{row['wall']:.1f}", f"{row.get('census', 0):.2f}", f"{census_cpu(row):.2f}",
                                  row.get("max_pause_ms", "-"), row.get("max_hold_ms", "-"), row.get("yields", "-"),
-                                 row.get("error", row.get("owner1", ""))[:40]])
+                                 f"{during:.0f}", f"{before:.0f}", row.get("error", row.get("owner1", ""))[:40]])
                     phase_rows.append([label, i + 1] + [", ".join(f"{n} {w:.2f}/{c:.2f}" for (k, n), (w, c)
                                                                   in row["phases"].items() if k == "census")])
+            if guppy:
+                start, end, line = guppy_run(worker.worker_pid, hb_dir)
+                time.sleep(3.0)
+                parts = line.split()
+                during = worst(lags(beats_file), start, end)
+                guppy_row = (parts, during) if len(parts) == 4 else (line, during)
         finally:
             stop.set()
             thread.join(timeout=700)
     print(table(["owners", "run", "RSS MiB", "objects", "attach-to-report s", "census s", "census CPU s",
-                 "max step ms", "max hold ms", "yields", "owner #1"], rows,
-                title="the real verifiers worker under continuous rollouts"))
+                 "max step ms", "max hold ms", "yields", "worst wait ms", "worst wait before ms", "owner #1"],
+                rows, title="the real verifiers worker under continuous rollouts (worst wait: the "
+                            "heartbeat thread's latest beat in the worker)"))
     print()
+    if guppy_row is not None:
+        parts, during = guppy_row
+        if isinstance(parts, list):  # else the error line
+            _when, seconds, count, size = parts
+            print(table(["peer", "heap walk s", "objects", "bytes", "worst wait ms"],
+                        [["guppy3 hpy().heap() on the main thread", f"{float(seconds):.2f}", f"{int(count):,}",
+                          f"{int(size):,}", f"{during:.0f}"]],
+                        title="guppy3 in the same worker (the main thread walks; the worker is stopped meanwhile)"))
+        else:
+            print(f"# guppy3: {parts}")
+        print()
     print(table(["owners", "run", "census phases (wall s / CPU s)"], phase_rows))
 
 
@@ -144,10 +222,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warm", type=float, default=20.0, help="seconds of rollouts before the first inspection")
     parser.add_argument("--no-real", action="store_true", help="only the heartbeat part")
+    parser.add_argument("--no-guppy", action="store_true", help="no guppy3 in the real worker")
     args = parser.parse_args()
     header("the busy real worker (issue 12)", sys.argv)
     if not args.no_real:
-        real_worker(args.repeat, args.warm)
+        real_worker(args.repeat, args.warm, not args.no_guppy)
         print()
     heartbeat(args.repeat, ["50", "20"])
     return 0
