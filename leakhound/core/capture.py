@@ -206,6 +206,10 @@ def capture(
         taken_at=taken_at,
         pause_ms=max(remote.attach_stop_ms, remote.main_thread_ms),
     )
+    # The snapshot's time is when the target began counting (its own clock; the kernel's is
+    # shared with containers), not when the CLI began attaching: the first inspection of a
+    # process loads the payload, and diff's rates divide by the time between two snapshots.
+    snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "started_at", taken_at))
     if owner_model == "census":
         return _analysed(Capture(snap))
     doc = remote.result.get("graph")
@@ -226,7 +230,17 @@ def capture(
 
     found = dominators.find_owners(graph, top=max(top, 20), retainers=retainers, ask_names=ask_names, why=why)
     asked = tuple(_owner(o) for o in found.why)
+    snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "graph_started_at", snap.taken_at))
     return _analysed(Capture(with_dominator_owners(snap, graph, found), graph, found.tree, asked))
+
+
+def counted_at(heap: object, key: str, default: float) -> float:
+    """The target's time (``time.time()`` there) at which the walk behind the owners began,
+    when it said so and it is plausible (within a day of the CLI's); else ``default``."""
+    value = heap.get(key) if isinstance(heap, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value - default) < 86400:
+        return float(value)
+    return default
 
 
 def _analysed(taken: Capture) -> Capture:

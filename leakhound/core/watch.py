@@ -35,7 +35,7 @@ from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
-from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
+from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
 from leakhound.errors import Interrupted, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot, TypeStat
 
@@ -102,6 +102,7 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
         progress=progress,
     )
     result = remote.result
+    taken_at = counted_at(result, "started_at", taken_at)
     items = {str(k): int(v) for k, v in (result.get("items") or {}).items()}
     types = result.get("types")
     return Sample(

@@ -142,14 +142,18 @@ def _snapshot(request, progress, stop):
         max_pause_ms=max_pause,
         cancelled=stop,
     )
+    started_at = time.time()  # when the named roots' walk began: the snapshot's time (diff rates)
     try:
         walk.run()
     except _CENSUS_STOPPED:
         stop.reason = stop.reason or "deadline"
         raise Cancelled(stop.reason, "census") from None
     heap = walk.result(top_types=top_types, top_owners=top_owners)
+    heap["started_at"] = started_at
     del walk
     phase("census")
+    if request.get("graph"):
+        heap["graph_started_at"] = time.time()  # dominator owners are counted from here
     out_graph = _graph(request, progress, stop, heap) if request.get("graph") else None
     phase("graph")
     stop.check("arena")

@@ -116,6 +116,7 @@ def _type_counts(top):
 def sample(request, progress):
     """``{"op": "sample", "paths": [...], "top_types": N}`` -> item counts and type counts."""
     started = time.perf_counter()
+    started_at = time.time()  # the sample's time (see runner._snapshot's started_at)
     paths = request.get("paths")
     paths = [p for p in paths if type(p) is str][:MAX_PATHS] if type(paths) is list else []
     items = {}
@@ -131,6 +132,7 @@ def sample(request, progress):
         types, took = _type_counts(min(top, 1000))
         get_objects_ms = took * 1000.0
     return {
+        "started_at": started_at,
         "items": items,
         "types": types,
         "max_step_ms": get_objects_ms,
