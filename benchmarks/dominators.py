@@ -87,6 +87,8 @@ print(json.dumps({{"nodes": graph.nodes, "edges": graph.edges, "dominators_s": t
 def end_to_end(objects: int, method: str) -> list[dict[str, Any]]:
     rows = []
     env = {"BENCH_OBJECTS": str(objects), "PYTHONPATH": str(c.peers_site_packages())}
+    if method == "agent":
+        env["LEAKHOUND_AGENT"] = "1"  # the agent listens in the target (its thread started at import)
     for name, extra in (("leakhound (default owners)", []), ("leakhound (--owners census)", ["--owners", "census"])):
         with c.target("bench_heap.py", env=env) as t:
             t.settle(1.0)

@@ -65,9 +65,17 @@ def _step_label(obj, address):
     ``''`` none); (None, None) when ``obj`` no longer references it."""
     tp = type(obj)
     if issubclass(tp, dict):
-        for key, value in list(dict.items(obj)):
-            if id(value) == address:
+        # Two lists, not dict.items(): a pair per entry of a big registry would be as many
+        # tracked tuples at once (young collections, a step as long as the dict).
+        values = list(dict.values(obj))
+        for k in range(len(values)):
+            if id(values[k]) == address:
+                keys = list(dict.keys(obj))
+                key = keys[k] if len(keys) == len(values) else None
+                value = values[k]
+                keys = values = None
                 return ("k" + key[:_MAX_LABEL_CHARS] if type(key) is str else ""), value
+        values = None
     refs = _referents(obj)
     nxt = None
     for ref in refs:
