@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
@@ -178,35 +177,6 @@ def test_a_big_container_is_read_a_slice_per_call(monkeypatch: pytest.MonkeyPatc
     assert peak < entries * 8 // 4, peak
 
 
-@built
-@pytest.mark.slow
-def test_the_hostile_workload() -> None:
-    from tests import walk_hostile
-
-    assert walk_hostile.main([]) == 0
-
-
-def _asan_runtime() -> str | None:
-    if shutil.which("gcc") is None:
-        return None
-    found = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
-    return found if os.path.isabs(found) and os.path.exists(found) else None
-
-
-@built
-@pytest.mark.slow
-@pytest.mark.skipif(_asan_runtime() is None, reason="no gcc with libasan here")
-def test_the_hostile_workload_under_address_sanitizer(tmp_path: Path) -> None:
-    import sysconfig
-
-    source = Path(census.__file__).with_name("_walk.c")
-    ext = tmp_path / ("_walk" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
-    subprocess.run(["gcc", "-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-fPIC", "-shared",
-                    "-fno-strict-aliasing", "-I", sysconfig.get_paths()["include"], str(source), "-o", str(ext)],
-                   check=True, capture_output=True, timeout=120)
-    env = {**os.environ, "LD_PRELOAD": str(_asan_runtime()), "ASAN_OPTIONS": "detect_leaks=0",
-           "PYTHONMALLOC": "malloc"}  # every object a malloc block that ASan watches
-    run = subprocess.run([sys.executable, "-m", "tests.walk_hostile", "--so", str(ext)], env=env,
-                         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
-    assert "AddressSanitizer" not in run.stderr, run.stderr[-4000:]
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+# The hostile workload (tests/walk_hostile.py), plain and under AddressSanitizer, runs once per
+# CPython in tests/unit/test_walk_versions.py (this interpreter's included): running it here
+# too repeated its two slowest cases.
