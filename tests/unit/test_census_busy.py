@@ -171,3 +171,44 @@ def test_the_compiled_walk_counts_the_garbage_as_the_python_loops() -> None:
     assert out[True] == out[False]
     # per instance: itself, its data dict, the list, the key, a str and a big int
     assert out[True]["objects"] >= 3000 * 2 * 6
+
+
+def test_the_hidden_references_of_many_found_objects_tick_the_clock() -> None:
+    # Every code object a walk meets is sized natively (sizes.native_extra): after the walls'
+    # one walk, tens of thousands of them were one loop with no look at the clock (150 ms on
+    # the busy real worker).
+    walk = census.Census()
+    walk._walk_roots(None)
+    checks = []
+    real_check = walk.clock.check
+
+    def check() -> None:
+        checks.append(1)
+        real_check()
+
+    walk.clock.check = check  # type: ignore[method-assign]
+    found = [_make_function(i).__code__ for i in range(3000)]
+    for compiled in (False, True):
+        checks.clear()
+        stack: list[Any] = []
+        walk._claim_native(list(found), stack, compiled=compiled)
+        assert len(checks) >= 3000 // 256
+
+
+def test_the_census_yields_right_before_listing_every_tracked_object(monkeypatch: Any) -> None:
+    # The yield before gc.get_objects() (one step that cannot be split) was skipped when the
+    # clock had been looked at less than 0.5 ms before: the stretch before and the step were one.
+    walk = census.Census(max_pause_ms=50.0)
+    seen = []
+    real = gc.get_objects
+
+    def get_objects(*args: Any) -> Any:
+        seen.append(walk.clock._began_at)
+        return real(*args)
+
+    monkeypatch.setitem(census._measured, "tracked", 10)  # no sizing walk: straight to the list
+    monkeypatch.setattr(census.gc, "get_objects", get_objects)
+    walk.run()
+    assert seen and seen[0] is not None
+    code, _line = seen[0]
+    assert code.co_name == "run" and code.co_filename.endswith("census.py")
