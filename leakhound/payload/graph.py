@@ -96,8 +96,10 @@ _MAX_LABELS = 50000
 _BIG_DICT = 2048  # _walk.c's BIG_CONTAINER / 2: read in slices there
 _CHUNK_ITEMS = 1 << 16  # array items per chunk sent (256-512 KiB): each copy is one short step
 _CHECK_EVERY = 0x7FF
-# Units of work (a container, a referent) per call into the compiled walk: a few ms.
-_WORK_PER_CALL = 20000
+# Units of work (a container, a referent) per call into the compiled walk: ~1 ms of CPU (the
+# census's 20,000 took 3-9 ms here, and up to 80 ms of wall time when the machine preempted
+# the payload's thread inside one call, the GIL held: the target's loop waited as long).
+_WORK_PER_CALL = 5000
 # A duty cycle's yield: a sleep releases the GIL at once for every thread waiting on it.
 _YIELD_SECONDS = 0.001
 _MISSING = object()
@@ -313,6 +315,9 @@ class Graph(object):
 
     def run(self):
         started = time.perf_counter()
+        # The target's collections while the graph is walked (a full one holds the GIL for
+        # as long as the heap is big: the walk must not set one off).
+        self.gc_before = [g.get("collections", 0) for g in gc.get_stats()]
         stack = []
         self._own(stack)
         add_roots(self, stack)
@@ -472,6 +477,10 @@ class Graph(object):
                 self._check()
                 self.progress("graph", len(nodes))
 
+    def _collections(self):
+        stats = gc.get_stats()
+        return [stats[k].get("collections", 0) - self.gc_before[k] for k in range(min(len(stats), len(self.gc_before)))]
+
     def _payload_bytes(self):
         return (
             sys.getsizeof(self.index) + sys.getsizeof(self.nodes)
@@ -516,6 +525,7 @@ class Graph(object):
             "yields": self.yields,
             "payload_peak_bytes": payload_bytes,
             "unreached": dict(self.unreached),
+            "gc_collections": self._collections(),
             # The arrays themselves: written raw after the JSON (graph_wire), never in it.
             "_binary": binary,
         }

@@ -110,7 +110,7 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
             labels=[str(t) for t in doc["labels"]],
             roots=[(int(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in doc["roots"]],
             info={k: doc.get(k) for k in ("graph_seconds", "max_step_ms", "max_held_ms", "payload_peak_bytes",
-                                          "unreached", "walker")},
+                                          "unreached", "walker", "gc_collections")},
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise GraphError(f"malformed graph: {exc}") from None
