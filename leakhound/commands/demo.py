@@ -42,7 +42,9 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
         ) as fleet:
             pid = fleet.pids[0]
             con.print(f"\n[bold]2. leakhound inspect {pid}[/bold] (the worker keeps running)\n")
-            snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress, log=reporter.log)
+            # what `leakhound inspect PID` shows by default: dominator owners when the graph fits
+            snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress, log=reporter.log,
+                                     owner_model="auto")
             for _ in range(3):
                 if _delivered_bodies(snapshot) > 0:
                     break
@@ -52,7 +54,7 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
                 fleet.wait_for(lambda r, t=ticks: r["stats_ticks"] > t and r["intercepts"]["delivered"] >= 16,
                                timeout=60, what="deliver request bodies again")
                 snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress,
-                                         log=reporter.log)
+                                         log=reporter.log, owner_model="auto")
             reporter.done()
             table.render_snapshot(snapshot, ledger(snapshot), top=8)
             con.print(f"\n[bold]3. leakhound patch {pid} --fix all --verify {verify:.0f}[/bold] "

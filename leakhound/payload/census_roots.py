@@ -18,7 +18,7 @@ import sys
 
 from .census_walk import _Walk
 from .objects import _instance_dict, _short_type_name, _type_name
-from .tasks import await_chain, named_tasks
+from .tasks import await_chain, event_loops, named_tasks
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
@@ -260,6 +260,15 @@ class _Roots(_Walk):
         for _label, task, coro in task_coros:
             claimed.add(id(task))
             claimed.add(id(coro))
+        # Event loops are claimed up front too, and walked after the tasks and threads: a
+        # loop's ready queue, timers and selector reach every callback's object and every
+        # transport's protocol at that moment, and the policy's thread-local is a module
+        # global (the simulated worker's whole state went to
+        # asyncio.events._event_loop_policy._local, 92 MiB, and with the loop a wall walked
+        # before the tasks, to the walls). What only a loop holds goes to the walls' owner.
+        loops = event_loops(task for _label, task, _coro in task_coros)
+        for loop in loops:
+            claimed.add(id(loop))
         # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
         regions = claimed.regions
         skipped = 0
@@ -365,6 +374,10 @@ class _Roots(_Walk):
         del frames
         frame = None
         self.clock.phase("frames")
+        for loop in loops:
+            claimed.discard(id(loop))
+        self._claim_tree(wall, loops, root_claimed=True)
+        del loops
         self.progress("unreached", self.total_objects)
         # What the walk itself holds at its largest, the extra memory it costs the target:
         # the marks, the list from gc.get_objects(), the owner and type tables.

@@ -30,6 +30,21 @@ def live_tasks():
     return found
 
 
+def event_loops(tasks):
+    """The event loops ``tasks`` run on (the referents of each task that are instances of
+    ``asyncio.AbstractEventLoop``, uvloop's included), each once."""
+    events = sys.modules.get("asyncio.events")
+    base = vars(events).get("AbstractEventLoop") if type(events) is type(sys) else None
+    if type(base) is not type:
+        return []
+    found = {}
+    for task in tasks:
+        for ref in gc.get_referents(task):
+            if issubclass(type(ref), base):
+                found[id(ref)] = ref
+    return list(found.values())
+
+
 def _natural(text):
     """A sort key for task names: Task-2 before Task-10."""
     head = text.rstrip("0123456789")

@@ -29,6 +29,16 @@ _BACK_REFERENCE_TYPES = frozenset({
     "weakref.WeakValueDictionary", "weakref.WeakSet", "weakref.WeakMethod", "weakref.finalize",
     "logging.Logger", "logging.RootLogger",
 })
+
+
+def _is_back_reference_type(name: str) -> bool:
+    """A type whose outgoing references are not a name for what they reach: bound methods,
+    weak registries, loggers, and event loops (a loop's ready queue and timers reach every
+    task scheduled at that moment: a path through them named the Runtime after Task-1's
+    local loop variable, ``run.<_UnixSelectorEventLoop>._ready[]._callback.<Task>``)."""
+    return name in _BACK_REFERENCE_TYPES or name.endswith("EventLoop") or name == "uvloop.Loop"
+
+
 _BACK_REFERENCE_NAMES = frozenset({
     "__self__", "parent", "_parent", "owner", "_owner", "__wrapped__", "_loop", "loop", "manager",
     "_manager", "root", "_root", "app", "_app",
@@ -225,7 +235,7 @@ def preferred_paths(graph: ObjectGraph, *, compiled: bool = True, targets: Itera
             marks[v] = 1
         wanted = bytes(marks) if any(marks) else b""
     if compiled and _dominators is not None:
-        type_back = bytes(name in _BACK_REFERENCE_TYPES for name in graph.type_names)
+        type_back = bytes(_is_back_reference_type(name) for name in graph.type_names)
         label_back = bytes(len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels)
         blocked = bytearray(graph.nodes)
         for node, _label, _kind, _tier in graph.roots:
@@ -246,7 +256,7 @@ def preferred_paths(graph: ObjectGraph, *, compiled: bool = True, targets: Itera
 def _preferred_paths_python(graph: ObjectGraph) -> Paths:
     n = graph.nodes
     succ_off, edge_ids = _csr_edges(n, graph.src)
-    back_types = [name in _BACK_REFERENCE_TYPES for name in graph.type_names]
+    back_types = [_is_back_reference_type(name) for name in graph.type_names]
     back_labels = [len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels]
     types, dst, lab = graph.types, graph.dst, graph.lab
     best = [-1] * n
