@@ -35,7 +35,22 @@ def test_the_task_owns_what_the_loop_also_reaches(tmp_path: Path, version: str, 
         snap = take_snapshot(child.pid, timeout=60, max_pause_ms=None, owner_model="census")
         truth = child.report()["truth"]
     top = snap.owners[0]
-    assert top.path.startswith("task:") and top.path.endswith(".<App>.rows"), \
+    # the task's (first reacher: through whichever of its locals the walk met first)
+    assert top.path.startswith("task:") and "/serve_app (" in top.path, \
         [(o.path, o.retained_bytes) for o in snap.owners[:4]]
     assert within(top.retained_bytes, truth["rows_bytes"]), (top.retained_bytes, truth)
     assert not [o for o in snap.owners if "_event_loop_policy" in o.path], [o.path for o in snap.owners]
+
+
+def test_the_dominator_owner_is_named_from_the_task_not_through_the_loop(tmp_path: Path) -> None:
+    # Task-1 (the fixture's main) has the loop in a local: a path through the loop's timers
+    # is longer but starts at a better-ranked task; it pays a back-reference's cost.
+    with spawn_target("loop_reach", tmp_path) as child:
+        snap = take_snapshot(child.pid, timeout=60, max_pause_ms=None, owner_model="dominator")
+        truth = child.report()["truth"]
+    top = snap.owners[0]
+    # (the app is a cell: the timer's closure shares it) -- old name:
+    # task:Task-1/main.<_UnixSelectorEventLoop>._scheduled[]._callback.<tuple>[].<App>.<list>
+    assert "/serve_app." in top.path and top.path.endswith(".<App>.rows") and "EventLoop" not in top.path, \
+        [(o.path, o.retained_bytes) for o in snap.owners[:4]]
+    assert within(top.retained_bytes, truth["rows_bytes"]), (top.retained_bytes, truth)
