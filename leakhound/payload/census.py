@@ -29,6 +29,7 @@ import time
 from .census_roots import (
     _Roots,
     _running_task_registries,
+    _subclass_tree,
     class_roots,
     frame_locals_unreadable,
     module_roots,
@@ -157,9 +158,13 @@ class Census(_Roots, _Unreached):
             self.unreached["rate"] = "measured" if _measured["ns_per_object"] else "default"
             self.unreached["sized_by"] = "the previous census"
         elif self.max_pause_ms is not None:
-            # Walk the named roots first, without the list of every tracked object, to learn
-            # the heap's size; the full census runs only if that list fits the budget.
-            self._walk_roots(None)
+            # Walk what the named roots reach first, without the list of every tracked object,
+            # to learn the heap's size; the full census runs only if that list fits the budget.
+            # One walk from the list of the roots, no owners (the named walk, owners and all,
+            # was the first inspection's biggest cost: 2.9 s of CPU against 1.7 s for the
+            # next ones on the busy real worker); over the budget, the named walk then runs
+            # as the census without the list.
+            self._sizing_walk()
             estimate = self._universe_pause_ms()
             self.unreached["estimated_pause_ms"] = round(estimate, 1)
             self.unreached["ns_per_object"] = round(self._ns_per_object(), 1)
@@ -174,6 +179,9 @@ class Census(_Roots, _Unreached):
                        "as measured in this process" if _measured["ns_per_object"] else "a default rate",
                        self.max_pause_ms)
                 )
+                self._reset()
+                self.clock.phase("sizing walk")
+                self._walk_roots(None)
                 # No list to count: the walk's own count of containers stands in for it.
                 self.tracked = self._tracked_estimate()
                 _measured["tracked"] = self.tracked
@@ -208,6 +216,34 @@ class Census(_Roots, _Unreached):
         self.clock.phase("release")
         self.seconds = time.perf_counter() - started
         del objects
+
+    def _sizing_walk(self):
+        """Claim what the roots reach (every module, every class, the asyncio tasks and their
+        coroutines, the frames of the other threads' stacks) in one walk from the list of
+        them, for one scratch owner: only the count of container-type objects is used
+        (_tracked_estimate), and _reset() drops the rest. A running frame's locals (3.11+)
+        are not in it: a floor, as the estimate is anyway."""
+        check = self.clock.check
+        claimed = self.claimed
+        for own in (self, self.__dict__, self.claimed.regions):
+            claimed.add(id(own))
+        roots = []  # type: list
+        for _name, module, _md in module_roots(self.is_stdlib, check):
+            roots.append(module)
+        roots.extend(_subclass_tree(check))
+        for _label, task, coro in task_roots():
+            if task is not None:
+                roots.append(task)
+            roots.append(coro)
+        for _tname, frame in thread_frames():
+            roots.append(frame)
+        frame = None
+        claimed.add(id(roots))
+        # No native sizing: a buffer's bytes do not change the count, and what code objects
+        # hold (their constants and names, read in Python) is mostly untracked.
+        self._native = {}
+        self._claim_tree(self._owner("<sizing walk>", roots), roots, root_claimed=True)
+        del roots
 
     def _tracked_estimate(self):
         """Objects of container types the walk claimed: about what gc.get_objects() lists."""

@@ -77,23 +77,36 @@ def test_a_census_after_a_small_one_skips_the_sizing_walk(monkeypatch) -> None:
     # learn the heap's size, then walked them all again: twice the cost on every inspection.
     # Once a census in this process has counted the tracked objects, the next one needs no
     # sizing walk while twice that count fits the budget; over it, it sizes the heap again.
+    # (The sizing walk is one walk from the list of the roots, no owners: _sizing_walk.)
     walks = []
-    original = census.Census._walk_roots
+    original, original_sizing = census.Census._walk_roots, census.Census._sizing_walk
 
     def counting(self, objects):
-        walks.append(objects is None)
+        walks.append("named" if objects is not None else "named, no list")
         return original(self, objects)
 
+    def sizing(self):
+        walks.append("sizing")
+        return original_sizing(self)
+
     monkeypatch.setattr(census.Census, "_walk_roots", counting)
+    monkeypatch.setattr(census.Census, "_sizing_walk", sizing)
     monkeypatch.setitem(census._measured, "tracked", None)
     census.Census(max_pause_ms=1e6).run()
-    assert walks == [True, False]  # sizing walk, then the census
+    assert walks == ["sizing", "named"]  # sizing walk, then the census
     del walks[:]
     again = census.Census(max_pause_ms=1e6)
     again.run()
-    assert walks == [False] and again.unreached["sized_by"] == "the previous census"
+    assert walks == ["named"] and again.unreached["sized_by"] == "the previous census"
     assert again.unreached["examined"]
     del walks[:]
     monkeypatch.setitem(census._measured, "tracked", 10**12)  # a heap grown past the budget
     census.Census(max_pause_ms=1e6).run()
-    assert walks[0] is True
+    assert walks == ["sizing", "named"]
+    del walks[:]
+    # over the budget: the named walk is the census, without the list
+    monkeypatch.setitem(census._measured, "tracked", None)
+    small = census.Census(max_pause_ms=0.001)
+    small.run()
+    assert walks == ["sizing", "named, no list"]
+    assert not small.unreached["examined"] and small.tracked > 0
