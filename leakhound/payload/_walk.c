@@ -78,6 +78,10 @@ static PyObject *sys_getsizeof;      /* the built-in sys.getsizeof */
 static PyObject *mro_descr;          /* type.__dict__["__mro__"] */
 static PyObject *dict_descr;         /* type.__dict__["__dict__"] */
 static PyObject *array_type;         /* array.array */
+static PyObject *code_type;          /* types.CodeType */
+/* The names of the code type's member descriptors for what a code object holds (see
+ * code_referents): code objects are not gc-tracked, gc.get_referents lists none of it. */
+static PyObject *code_members;       /* tuple of str */
 
 /* -- one call's state ------------------------------------------------------------------ */
 
@@ -716,10 +720,32 @@ visit_referent(PyObject *op, void *arg)
     return refs_push((Refs *)arg, op);
 }
 
-/* gc.get_referents(obj), plus a dict's keys, into r. -1 on error. */
+/* What a code object holds (its constants, names, line and exception tables, names and file
+ * name), read through the code type's member descriptors (sizes._CODE_MEMBERS, the same
+ * rule): each read returns the object the field holds, never a new one. -1 on error. */
+static int
+code_referents(PyObject *code, Refs *r)
+{
+    for (Py_ssize_t k = 0; k < PyTuple_Size(code_members); k++) {
+        PyObject *value = PyObject_GetAttr(code, PyTuple_GetItem(code_members, k));
+        if (value == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        int failed = value != Py_None && refs_push(r, value) < 0;
+        Py_DECREF(value);
+        if (failed)
+            return -1;
+    }
+    return 0;
+}
+
+/* gc.get_referents(obj), plus a dict's keys (a code object's members), into r. -1 on error. */
 static int
 referents_of(Walk *w, PyObject *obj, Refs *r)
 {
+    if ((PyObject *)Py_TYPE(obj) == code_type)
+        return code_referents(obj, r);
     if (PyModule_Check(obj)) {
         /* A module's dict only, never its tp_traverse: an extension's m_traverse may visit
          * freed memory (3.12's _asyncio visits its FutureIter free list, CPython gh-122695),
@@ -1145,6 +1171,48 @@ import_attr(const char *module_name, const char *name)
     return attr;
 }
 
+/* code_type and code_members: of the names below, those the code type has as member
+ * descriptors (3.10: the bytecode and the names tuples too; 3.11+ expose those through
+ * getters that build new objects, or in 3.12+ cache them in the code object: not read). */
+static int
+init_code_members(void)
+{
+    static const char *names[] = {"co_consts", "co_names", "co_filename", "co_name", "co_qualname",
+                                  "co_linetable", "co_exceptiontable", "co_code", "co_varnames",
+                                  "co_freevars", "co_cellvars"};
+    code_type = import_attr("types", "CodeType");
+    if (code_type == NULL)
+        return -1;
+    PyObject *member = PyObject_GetAttrString(code_type, "co_consts");  /* a member on 3.10+ */
+    PyObject *found = PyList_New(0);
+    if (member == NULL || found == NULL) {
+        Py_XDECREF(member);
+        Py_XDECREF(found);
+        return -1;
+    }
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        PyObject *descr = PyObject_GetAttrString(code_type, names[k]);
+        if (descr == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        int is_member = Py_TYPE(descr) == Py_TYPE(member);
+        Py_DECREF(descr);
+        PyObject *name = is_member ? PyUnicode_InternFromString(names[k]) : NULL;
+        if (is_member && (name == NULL || PyList_Append(found, name) < 0)) {
+            Py_XDECREF(name);
+            Py_DECREF(member);
+            Py_DECREF(found);
+            return -1;
+        }
+        Py_XDECREF(name);
+    }
+    Py_DECREF(member);
+    code_members = PyList_AsTuple(found);
+    Py_DECREF(found);
+    return code_members == NULL ? -1 : 0;
+}
+
 PyMODINIT_FUNC
 PyInit__walk(void)
 {
@@ -1173,7 +1241,7 @@ PyInit__walk(void)
         dict_descr = type_descr("__dict__");
         array_type = import_attr("array", "array");
         if (object_sizeof == NULL || sys_getsizeof == NULL || mro_descr == NULL
-            || dict_descr == NULL || array_type == NULL)
+            || dict_descr == NULL || array_type == NULL || init_code_members() < 0)
             return NULL;
         if (!PyCFunction_Check(sys_getsizeof)) {
             PyErr_SetString(PyExc_ImportError, "sys.getsizeof is not the built-in one");
@@ -1194,5 +1262,11 @@ PyInit__walk(void)
         return NULL;
     }
     Py_DECREF(on);
+    /* Code objects' members are read here (referents_of): the census and the graph leave
+     * them out of the natively sized types they hand this module (sizes.for_compiled_walk). */
+    if (PyModule_AddIntConstant(module, "READS_CODE", 1) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
     return module;
 }

@@ -17,6 +17,7 @@ from .sizes import (
     NATIVE_BUFFERS,
     _object_sizeof,
     _sizeof_is_builtin,
+    for_compiled_walk,
     instance_values_bytes,
     native_codes,
     native_extra,
@@ -326,7 +327,8 @@ class _Walk(object):
         if args is None:
             types = self.types
             args = self._claim_args = (self._compiled, self.claimed.regions, types.index, types.slot,
-                                       types.counts, types.bytes, self._work_per_call(), self._native or None)
+                                       types.counts, types.bytes, self._work_per_call(),
+                                       for_compiled_walk(self._native, self._walk_module) or None)
         claim, regions, index, new_slot, counts, sizes, per_call, native = args
         clock = self.clock
         perf_counter = time.perf_counter

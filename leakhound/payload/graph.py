@@ -61,7 +61,14 @@ from .graph_wire import (
     json_pieces,
     name_paths,
 )
-from .sizes import NATIVE_BUFFERS, instance_values_bytes, native_codes, native_extra, native_types
+from .sizes import (
+    NATIVE_BUFFERS,
+    for_compiled_walk,
+    instance_values_bytes,
+    native_codes,
+    native_extra,
+    native_types,
+)
 
 try:  # the compiled walk (optional: the Python loop below computes the same graph)
     from . import _walk as _walk_module  # type: ignore[attr-defined]
@@ -550,7 +557,7 @@ class CompiledGraph(Graph):
         self.store = _walk_module.graph_new(
             self.max_nodes, max(expected, 1024), self.type_index, self._type_id, self.label_index, self._label,
             self.slot_cache, self._slot_labels, self.frame_labels, self._frame_label,
-            tuple(_FRAME_LIKE_TYPES), self.native, self._native_extra, GraphTooBig)
+            tuple(_FRAME_LIKE_TYPES), for_compiled_walk(self.native, _walk_module), self._native_extra, GraphTooBig)
         for own in self.index:
             _walk_module.graph_own(self.store, own)
         for own in (self.slot_cache, self.frame_labels):

@@ -40,11 +40,13 @@ _CODE_TYPE = type((lambda: 0).__code__)
 # The code type's member descriptors for the objects a code object holds (3.10: the bytecode
 # and the names tuples are members too; 3.11+ keep those in one private tuple and byte
 # string, reached only through getters that build new objects: not read).
+# In _walk.c's order (init_code_members): the compiled graph walk numbers nodes as the
+# Python loop does only if both meet the members in one order.
 _CODE_MEMBERS = tuple(
-    descr for name, descr in _CODE_TYPE.__dict__.items()
-    if type(descr).__name__ == "member_descriptor"
-    and name in ("co_consts", "co_names", "co_filename", "co_name", "co_qualname", "co_linetable",
-                 "co_exceptiontable", "co_code", "co_varnames", "co_freevars", "co_cellvars"))
+    _CODE_TYPE.__dict__[name] for name in (
+        "co_consts", "co_names", "co_filename", "co_name", "co_qualname", "co_linetable",
+        "co_exceptiontable", "co_code", "co_varnames", "co_freevars", "co_cellvars")
+    if type(_CODE_TYPE.__dict__.get(name)).__name__ == "member_descriptor")
 
 _object_sizeof = object.__sizeof__
 _MISSING = object()
@@ -150,6 +152,15 @@ NATIVE_VALUES = 3 if sys.version_info >= (3, 13) else 2
 def native_codes(native):
     """{id(type): NATIVE_BUFFERS or NATIVE_VALUES} for ``native`` (from native_types())."""
     return {tid: NATIVE_VALUES if kind == "instance" else NATIVE_BUFFERS for tid, kind in native.items()}
+
+
+def for_compiled_walk(codes, walk):
+    """``codes`` (from native_codes()) as a compiled walk module ``walk`` takes them: without
+    code objects when it reads their members itself (_walk.c: ``READS_CODE``), which spares a
+    call back into Python per code object (tens of thousands in a big program)."""
+    if walk is None or not getattr(walk, "READS_CODE", 0) or id(_CODE_TYPE) not in codes:
+        return codes
+    return {tid: code for tid, code in codes.items() if tid != id(_CODE_TYPE)}
 
 
 _MANAGED_DICT = 1 << 4  # Py_TPFLAGS_MANAGED_DICT (3.11+)
@@ -305,7 +316,8 @@ def native_extra(obj, native, bases, seen_buffers):
         if kind == "instance":
             return instance_values_bytes(obj), []
         if kind == "code":
-            return 0, [member.__get__(obj, cls) for member in _CODE_MEMBERS]
+            held = [member.__get__(obj, cls) for member in _CODE_MEMBERS]
+            return 0, [value for value in held if value is not None]
         if kind == "mmap":
             length = _call(cls, "__len__", obj)  # the slot wrapper: mmap's C length
             return (length if 0 <= length <= _MAX_OBJECT_BYTES else 0), []
