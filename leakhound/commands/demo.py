@@ -41,10 +41,11 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
             tmp, until=lambda r: r["trajectories"]["finished_entries"] >= 8 and r["intercepts"]["delivered"] >= 16
         ) as fleet:
             pid = fleet.pids[0]
-            con.print(f"\n[bold]2. leakhound inspect {pid}[/bold] (the worker keeps running)\n")
-            # what `leakhound inspect PID` shows by default: dominator owners when the graph fits
+            con.print(f"\n[bold]2. leakhound inspect {pid} --owners dominator[/bold] (the worker keeps running)\n")
+            # dominator owners always (inspect's default, auto, falls back to the census when the
+            # graph would hold more than its memory budget in the worker: this one is borderline)
             snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress, log=reporter.log,
-                                     owner_model="auto")
+                                     owner_model="dominator")
             for _ in range(3):
                 if _delivered_bodies(snapshot) > 0:
                     break
@@ -54,7 +55,7 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
                 fleet.wait_for(lambda r, t=ticks: r["stats_ticks"] > t and r["intercepts"]["delivered"] >= 16,
                                timeout=60, what="deliver request bodies again")
                 snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress,
-                                         log=reporter.log, owner_model="auto")
+                                         log=reporter.log, owner_model="dominator")
             reporter.done()
             table.render_snapshot(snapshot, ledger(snapshot), top=8)
             con.print(f"\n[bold]3. leakhound patch {pid} --fix all --verify {verify:.0f}[/bold] "
