@@ -174,7 +174,9 @@ def test_a_big_container_is_read_a_slice_per_call(monkeypatch: pytest.MonkeyPatc
     assert totals[True][0] == entries + 1
     assert max(per_call) <= 2000 + 2 and len(per_call) >= entries // 2000
     # The C walk never holds a reference per entry at once (8 bytes each: 0.8-1.6 MB here).
-    assert peak < entries * 8 // 4, peak
+    # Its own peak is 110-155 KB; tracemalloc also traces the process's other threads (under
+    # pytest-xdist its channel thread added ~90 KB in one run): half, not a quarter.
+    assert peak < entries * 8 // 2, peak
 
 
 # The hostile workload (tests/walk_hostile.py), plain and under AddressSanitizer, runs once per
