@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.machinery
-import importlib.util
 import json
 import sys
 import threading
@@ -208,12 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one per-call budget (the default)")
     args = parser.parse_args(argv)
     if args.so:
-        loader = importlib.machinery.ExtensionFileLoader("_walk", args.so)
-        spec = importlib.util.spec_from_file_location("_walk", args.so, loader=loader)
-        assert spec is not None
-        module = importlib.util.module_from_spec(spec)
-        loader.exec_module(module)
-        graph._walk_module = module
+        graph._walk_module = wh.load_walk(args.so)
     if graph._walk_module is None:
         print("the C walk is not built here", file=sys.stderr)
         return 2

@@ -369,6 +369,16 @@ def limits(claim: Any) -> None:
             failures.append(f"limit={limit}: {done} objects, stack {stack}, pending {pending}")
 
 
+def load_walk(path: str) -> Any:
+    """Another build of _walk.c (an ASan one), loaded as ``_walk`` from ``path``."""
+    loader = importlib.machinery.ExtensionFileLoader("_walk", path)
+    spec = importlib.util.spec_from_file_location("_walk", path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--so", help="another build of _walk.c to load instead of the package's")
@@ -378,12 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ONLY[0] = args.only or ""
     if args.so:
-        loader = importlib.machinery.ExtensionFileLoader("_walk", args.so)
-        spec = importlib.util.spec_from_file_location("_walk", args.so, loader=loader)
-        assert spec is not None
-        module = importlib.util.module_from_spec(spec)
-        loader.exec_module(module)
-        census._walk = module
+        census._walk = load_walk(args.so)
     if census._walk is None:
         print("the C walk is not built here", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from leakhound.payload import census, sizes
+from tests.unit.test_census_sizes import _walk
 
 BLOB = 1 << 20
 
@@ -24,15 +25,6 @@ def _function_with_a_big_constant() -> types.FunctionType:
     namespace: dict[str, Any] = {}
     exec("def handler():\n    return " + repr(b"x" * BLOB) + "\n", namespace)  # noqa: S102 - test data
     return namespace["handler"]
-
-
-def _walk(root: Any, compiled: bool) -> tuple[int, int]:
-    walk = census.Census(timeout=60, compiled=compiled)
-    for cls, refs in census.class_roots():  # classes are walls, as in a census
-        for wall in [cls, *refs]:
-            walk.claimed.add(id(wall))
-    walk._claim_tree(walk._owner("root", root), root)
-    return walk.total_objects, walk.total_bytes
 
 
 @pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.skipif(
