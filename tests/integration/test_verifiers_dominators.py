@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from leakhound.core.capture import capture
+from tests.utils import within
 from tests.verifiers_target import ensure_verifiers_venv, spawn_verifiers_worker
 
 pytestmark = [
@@ -65,10 +66,22 @@ def test_owner_one_is_the_trajectories_under_rollouts(tmp_path: Path) -> None:
             print(f"  kept alive by {path}")
     assert "trajectories" in first.path.rsplit(".", 1)[-1], first.path
     # The probe counts what the registry reaches (each object once); the dominator what
-    # freeing it alone returns, less whatever the in-flight rollouts, the intercept server or
-    # anything else still references. Their ratio depends on the moment: 46% in an idle
-    # worker (each finished trajectory retains 572 KB alone; the same with the compiled and
-    # the Python graph walks, and with the code as of 6fe8e66), 52-96% with a batch running.
-    # Issue 10 asked for 80% of the probe: true only at some moments; see the issue's note.
+    # freeing it alone returns. With a batch running, rollouts that just finished are still
+    # held by their tasks' states too, so the registry alone retains less than the probe's
+    # finished bytes by the moment (52-96% seen; the old 80% check passed or failed by
+    # timing once the compiled graph walk made the capture earlier). Idle: the next test.
     assert first.retained_bytes >= 0.4 * registry["finished_bytes"], (first, registry)
     assert first.retained_bytes <= 1.1 * registry["retained_bytes"], (first, registry)
+
+
+def test_owner_one_is_what_the_registry_alone_holds_in_an_idle_worker(tmp_path: Path) -> None:
+    # No rollout running: every finished rollout is held by the registry alone, so what
+    # freeing it returns is the probe's finished bytes (measured: 6,868,485 B against
+    # 6,883,018 B, and the graph's reachable set against the probe's retained bytes: 0.03%).
+    with spawn_verifiers_worker(tmp_path, rollouts=12, turns=3, park=1, screenshot_kb=64) as worker:
+        snap = capture(worker.worker_pid, timeout=180, top=10, owner_model="dominator").snapshot
+    assert snap.heap.owner_model == "dominator", snap.heap.owner_model_note
+    registry = snap.probes["verifiers"]["registry"]
+    first = snap.owners[0]
+    assert "trajectories" in first.path.rsplit(".", 1)[-1], first.path
+    assert within(first.retained_bytes, registry["finished_bytes"], 0.10), (first, registry)
