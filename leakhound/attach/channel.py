@@ -201,7 +201,15 @@ class PrivateChannel:
             return
         try:
             # (shutil.rmtree's dir_fd needs Python 3.11; the descriptor's /proc link does not.)
-            shutil.rmtree(f"/proc/self/fd/{self._parent_fd}/{self.dir.name}", ignore_errors=True)
+            # Again while it is still there: a payload that was cancelled or has just answered
+            # can write one last file into it while rmtree runs (the directory was left behind
+            # once under load), never for long.
+            path = f"/proc/self/fd/{self._parent_fd}/{self.dir.name}"
+            for _ in range(40):
+                shutil.rmtree(path, ignore_errors=True)
+                if not os.path.lexists(path):
+                    break
+                time.sleep(0.05)
         finally:
             os.close(self._parent_fd)
             self._parent_fd = -1

@@ -252,7 +252,11 @@ def janitor(private_dir: str, pid: int, queued: bool) -> None:
         if os.path.exists(os.path.join(private_dir, "result.json")) or _t.thread_state(pid) in ("Z", "X", "gone"):
             break
         time.sleep(0.05)
-    shutil.rmtree(private_dir, ignore_errors=True)
+    for _ in range(40):  # again while it is there: the payload may write a last file meanwhile
+        shutil.rmtree(private_dir, ignore_errors=True)
+        if not os.path.lexists(private_dir):
+            break
+        time.sleep(0.05)
 
 
 def _lines() -> Iterator[dict[str, Any]]:
