@@ -78,7 +78,7 @@ def command(
     owners: Annotated[str, typer.Option(
         "--owners", metavar="MODEL",
         help="How owners are found: auto (the dominator tree when the object graph fits its budgets: "
-        "up to 5,000,000 nodes, a quarter of the worker's RSS held by its walk, a share of the "
+        "up to 5,000,000 nodes, a quarter of the worker's RSS (at most 256 MiB) held by its walk, a share of the "
         "request's time; else the first-reacher census), dominator (no memory budget), census.")] = "auto",
     why: Annotated[str | None, typer.Option(
         "--why", help="What keeps OWNER (a path from the owners table) or the biggest objects of TYPE alive: "

@@ -100,16 +100,20 @@ DEFAULT_MAX_GRAPH_NODES = 5_000_000
 DOMINATOR_MAX_GRAPH_NODES = 5_000_000
 GRAPH_MEMORY_SHARE = 0.25
 MIN_GRAPH_MEMORY = 64 << 20
+# A sick worker near its memory limit is what leakhound is pointed at: however big it is, the
+# walk never holds more than this by default (~5M nodes with their edges).
+MAX_GRAPH_MEMORY = 256 << 20
 
 
 def graph_memory_budget(pid: int) -> int:
-    """What the graph's walk may hold in ``pid`` by default: a share of its RSS, or the floor."""
+    """What the graph's walk may hold in ``pid`` by default: a share of its RSS, within the
+    floor and the ceiling."""
     try:
         with open(f"/proc/{pid}/statm") as fh:
             rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         rss = 0
-    return max(MIN_GRAPH_MEMORY, int(rss * GRAPH_MEMORY_SHARE))
+    return min(MAX_GRAPH_MEMORY, max(MIN_GRAPH_MEMORY, int(rss * GRAPH_MEMORY_SHARE)))
 
 
 @dataclass
