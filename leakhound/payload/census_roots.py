@@ -17,7 +17,7 @@ import gc
 import sys
 
 from .census_walk import _Walk
-from .objects import _instance_dict, _short_type_name, _type_name
+from .objects import _instance_dict, _short_type_name, _type_name, subclass_tree
 from .tasks import await_chain, event_loops, named_tasks
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -77,24 +77,8 @@ def module_roots(is_stdlib, tick=None):
 
 
 def _subclass_tree(tick=None):
-    """Every class reachable from ``object``'s subclass tree, each once. ``tick``: called
-    now and then (the census's duty cycle: a big program has tens of thousands of classes)."""
-    out = []  # type: list
-    seen = set()
-    pending = [object]
-    while pending:
-        if tick is not None and len(out) & 255 == 255:
-            tick()
-        cls = pending.pop()
-        if id(cls) in seen:
-            continue
-        seen.add(id(cls))
-        out.append(cls)
-        try:
-            pending.extend(type.__subclasses__(cls))
-        except TypeError:
-            continue
-    return out
+    """Every class reachable from ``object``'s subclass tree, each once (objects.subclass_tree)."""
+    return subclass_tree(object, tick)
 
 
 def class_roots(tick=None):

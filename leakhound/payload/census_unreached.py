@@ -12,7 +12,7 @@ import sys
 import time
 
 from .census_walk import _Walk
-from .objects import _ModuleType, _referents, _type_name
+from .objects import _ModuleType, _referents, _type_name, subclass_tree
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
@@ -27,17 +27,7 @@ _CHUNK = 256
 def _module_type_ids():
     """ids of ModuleType and its subclasses: a module's referents are its dict only
     (objects._referents), never its tp_traverse."""
-    out = set()
-    pending = [_ModuleType]
-    while pending:
-        cls = pending.pop()
-        if id(cls) not in out:
-            out.add(id(cls))
-            try:
-                pending.extend(type.__subclasses__(cls))
-            except TypeError:
-                continue
-    return out
+    return {id(cls) for cls in subclass_tree(_ModuleType)}
 
 
 _NOT_NONE = functools.partial(operator.is_not, None)

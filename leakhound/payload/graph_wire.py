@@ -12,7 +12,7 @@ import os
 import sys
 import types
 
-from .objects import _class_dict, _instance_dict, _referents, _short_type_name
+from .objects import _class_dict, _instance_dict, _referents, _short_type_name, subclass_tree
 from .tasks import live_tasks
 
 _ModuleType = type(sys)
@@ -35,16 +35,8 @@ def _root_objects():
     for module in list(sys.modules.values()):
         if type(module) is _ModuleType:
             found[id(module)] = module
-    pending = [object]
-    while pending:
-        cls = pending.pop()
-        if id(cls) in found:
-            continue
+    for cls in subclass_tree():
         found[id(cls)] = cls
-        try:
-            pending.extend(type.__subclasses__(cls))
-        except TypeError:
-            continue
     for task in live_tasks():
         found[id(task)] = task
     current = sys._current_frames()

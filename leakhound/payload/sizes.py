@@ -29,7 +29,7 @@ with Python code), slot wrappers, module dicts. No Python code of the target run
 import gc
 import sys
 
-from .objects import _class_dict, _instance_dict
+from .objects import _class_dict, _instance_dict, subclass_tree
 
 # A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
 # 0, like one that raises (_walk.c: MAX_OBJECT_BYTES). Sums then stay far from int64 limits.
@@ -121,20 +121,12 @@ def native_types(tick=None):
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
     of numpy, torch, mmap or Pillow is loaded. (Flat dicts of ints, strs and classes: nothing
     in them is a gc-tracked object of the census's own.)"""
-    out = {}
+    out = {}  # type: dict
     bases = {}
     for kind, base in _native_bases():
         bases[kind] = base
-        pending = [base]
-        while pending:
-            cls = pending.pop()
-            if id(cls) in out:
-                continue
-            out[id(cls)] = kind
-            try:
-                pending.extend(type.__subclasses__(cls))
-            except TypeError:
-                continue
+        for cls in subclass_tree(base):
+            out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
     if sys.version_info >= (3, 11):
         bases["instance"] = object
         for cls in _plain_instance_classes(tick):
@@ -179,19 +171,8 @@ def _plain_instance_classes(tick=None):
     only its attributes."""
     object_size = type.__dict__["__basicsize__"].__get__(object, type)
     out = []
-    pending = list(type.__subclasses__(object))
-    seen = set()  # type: set
-    while pending:
-        if tick is not None and len(seen) & 255 == 255:
-            tick()  # the census's duty cycle: tens of thousands of classes are ~25 ms
-        cls = pending.pop()
-        if id(cls) in seen:
-            continue
-        seen.add(id(cls))
-        try:
-            pending.extend(type.__subclasses__(cls))
-        except TypeError:
-            continue
+    # tick: the census's duty cycle (tens of thousands of classes are ~25 ms)
+    for cls in subclass_tree(object, tick):
         flags = _flags(cls)
         if not flags & _MANAGED_DICT or not flags & _HEAPTYPE:
             continue
