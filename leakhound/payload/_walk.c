@@ -129,6 +129,11 @@ typedef struct {
     Refs dead;                       /* types pushed out of ``types``, released at the end */
     long long *add_counts, *add_sizes;  /* per slot, this call's share; written at the end */
     Py_ssize_t add_len;
+    Py_ssize_t *touched;             /* the slots this call added to (flush_tallies) */
+    Py_ssize_t n_touched, touched_cap;
+    /* A session's (see ``session``): the dicts its caches were filled for (strong
+     * references); a call with others starts them anew. NULL in a one-call Walk. */
+    PyObject *for_regions, *for_type_index, *for_native;
 } Walk;
 
 static int
@@ -173,6 +178,17 @@ refs_free(Refs *r)
     Py_CLEAR(r->cursor);
 }
 
+/* Drops what one call holds (the types it pushed out of its cache); the error, if any,
+ * is kept. A session's caches stay (``session``). */
+static void
+walk_release_call(Walk *w)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    refs_free(&w->dead);
+    PyErr_Restore(type, value, traceback);
+}
+
 /* Drops everything the call holds but the referents; the error, if any, is kept. */
 static void
 walk_release(Walk *w)
@@ -188,8 +204,13 @@ walk_release(Walk *w)
     refs_free(&w->dead);
     PyMem_Free(w->add_counts);
     PyMem_Free(w->add_sizes);
+    PyMem_Free(w->touched);
     w->add_counts = w->add_sizes = NULL;
-    w->add_len = 0;
+    w->touched = NULL;
+    w->add_len = w->n_touched = w->touched_cap = 0;
+    Py_CLEAR(w->for_regions);
+    Py_CLEAR(w->for_type_index);
+    Py_CLEAR(w->for_native);
     PyErr_Restore(type, value, traceback);
 }
 
@@ -526,6 +547,19 @@ tally(Walk *w, Py_ssize_t slot, long long size)
         PyErr_SetString(PyExc_OverflowError, "census byte total out of range");
         return -1;
     }
+    if (w->add_counts[slot] == 0) {
+        if (w->n_touched == w->touched_cap) {
+            Py_ssize_t cap = w->touched_cap ? w->touched_cap * 2 : 64;
+            Py_ssize_t *grown = PyMem_Realloc(w->touched, (size_t)cap * sizeof(Py_ssize_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            w->touched = grown;
+            w->touched_cap = cap;
+        }
+        w->touched[w->n_touched++] = slot;
+    }
     w->add_counts[slot] += 1;
     w->add_sizes[slot] += size;
     return 0;
@@ -554,13 +588,17 @@ array_add(PyObject *array, Py_ssize_t slot, long long add)
     return failed;
 }
 
-/* Writes this call's share into counts and sizes. */
+/* Writes this call's share into counts and sizes: the slots it touched only (a big
+ * program has thousands of types; a call, one per owner, meets a few). */
 static int
 flush_tallies(Walk *w)
 {
-    for (Py_ssize_t slot = 0; slot < w->add_len; slot++) {
-        if (w->add_counts[slot] == 0)
+    while (w->n_touched > 0) {
+        Py_ssize_t slot = w->touched[w->n_touched - 1];
+        if (w->add_counts[slot] == 0) {
+            w->n_touched--;
             continue;
+        }
         if (slot >= PyObject_Length(w->counts_obj) || slot >= PyObject_Length(w->sizes_obj)) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_IndexError, "type slot out of range");
@@ -570,6 +608,7 @@ flush_tallies(Walk *w)
             || array_add(w->sizes_obj, slot, w->add_sizes[slot]) < 0)
             return -1;
         w->add_counts[slot] = w->add_sizes[slot] = 0;
+        w->n_touched--;
     }
     return 0;
 }
@@ -925,36 +964,134 @@ claim_referents(Walk *w, PyObject *stack, Refs *r, int resumed, Py_ssize_t budge
 }
 
 PyDoc_STRVAR(claim_doc,
-"claim(stack, pending, regions, type_index, new_slot, counts, sizes, limit[, native, found])\n"
+"claim(stack, pending, regions, type_index, new_slot, counts, sizes, limit[, native, found,\n"
+"      session])\n"
 "    -> (objects, bytes)\n\n"
 "Walk from the containers on stack, claiming what is not yet marked in regions; stop\n"
 "after about limit units of work (at least one). The rest of the walk stays on stack, and\n"
 "the rest of a big container's referents in pending ([capsule], else empty). Claimed\n"
 "objects whose type's id is a key of the dict native are appended to the list found.");
 
+/* -- a session: one census's caches, kept between its calls ------------------------------ */
+
+#define SESSION_NAME "leakhound._walk.session"
+
+static void
+session_free(PyObject *capsule)
+{
+    Walk *w = (Walk *)PyCapsule_GetPointer(capsule, SESSION_NAME);
+    if (w == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    walk_release(w);
+    PyMem_Free(w);
+}
+
+PyDoc_STRVAR(session_doc,
+"session() -> capsule\n\n"
+"Caches for claim() kept from one call to the next (pass it as claim's last argument): the\n"
+"types met (their tally slot, how they are sized) and the bitmap regions. The census calls\n"
+"claim() once per owner, tens of thousands of times on a big program, each meeting a few\n"
+"types: looked up anew at every call, they were most of the call's cost. The caches hold\n"
+"the types and regions until the capsule is released (the census's end); a call with other\n"
+"regions, type index or native dict starts them anew.");
+
+static PyObject *
+session(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    Walk *w = PyMem_Calloc(1, sizeof(Walk));
+    if (w == NULL)
+        return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(w, SESSION_NAME, session_free);
+    if (capsule == NULL)
+        PyMem_Free(w);
+    return capsule;
+}
+
+/* Points the session's walk at this call's arguments: caches filled for other dicts go. */
+static void
+session_bind(Walk *w, PyObject *regions, PyObject *type_index, PyObject *native)
+{
+    if (w->for_regions == regions && w->for_type_index == type_index && w->for_native == native)
+        return;
+    walk_release(w);  /* also drops the for_ references */
+    Py_INCREF(regions);
+    Py_INCREF(type_index);
+    Py_XINCREF(native);
+    w->for_regions = regions;
+    w->for_type_index = type_index;
+    w->for_native = native;
+}
+
+/* After an error: what this call added but did not write is dropped (a session's walk
+ * would otherwise write it with the next call's). */
+static void
+tallies_discard(Walk *w)
+{
+    for (Py_ssize_t k = 0; k < w->n_touched; k++)
+        w->add_counts[w->touched[k]] = w->add_sizes[w->touched[k]] = 0;
+    w->n_touched = 0;
+}
+
+/* The end of a call: a one-call walk lets go of everything, a session's keeps its caches
+ * and forgets this call's borrowed arguments. */
+static void
+claim_done(Walk *w, int in_session)
+{
+    if (!in_session) {
+        walk_release(w);
+        return;
+    }
+    walk_release_call(w);
+    w->regions = w->type_index = w->new_slot = w->counts_obj = w->sizes_obj = NULL;
+    w->native = w->found = NULL;
+}
+
 static PyObject *
 claim(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *stack, *pending, *container = NULL, *native = Py_None, *found = Py_None;
+    PyObject *regions, *type_index, *new_slot, *counts_obj, *sizes_obj, *capsule = Py_None;
     Py_ssize_t limit;
-    Walk w;
+    Walk local;
+    Walk *w = &local;
     Refs r = {NULL, 0, 0, 0, NULL, 0};
-    memset(&w, 0, sizeof(w));
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOn|OO:claim", &PyList_Type, &stack, &PyList_Type,
-                          &pending, &PyDict_Type, &w.regions, &PyDict_Type, &w.type_index,
-                          &w.new_slot, &w.counts_obj, &w.sizes_obj, &limit, &native, &found))
+    memset(&local, 0, sizeof(local));
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOn|OOO:claim", &PyList_Type, &stack, &PyList_Type,
+                          &pending, &PyDict_Type, &regions, &PyDict_Type, &type_index,
+                          &new_slot, &counts_obj, &sizes_obj, &limit, &native, &found, &capsule))
         return NULL;
     if (native != Py_None) {
         if (!PyDict_CheckExact(native) || !PyList_CheckExact(found)) {
             PyErr_SetString(PyExc_TypeError, "native must be a dict and found a list");
             return NULL;
         }
-        w.native = native;
-        w.found = found;
     }
+    if (capsule != Py_None) {
+        if (!PyCapsule_IsValid(capsule, SESSION_NAME)) {
+            PyErr_SetString(PyExc_TypeError, "session must be what session() returned, or None");
+            return NULL;
+        }
+        w = (Walk *)PyCapsule_GetPointer(capsule, SESSION_NAME);
+        if (w == NULL)
+            return NULL;
+        if (w->regions != NULL) {  /* set only while a call runs */
+            PyErr_SetString(PyExc_RuntimeError, "claim() session in use by another call");
+            return NULL;
+        }
+        session_bind(w, regions, type_index, native != Py_None ? native : NULL);
+    }
+    w->regions = regions;
+    w->type_index = type_index;
+    w->new_slot = new_slot;
+    w->counts_obj = counts_obj;
+    w->sizes_obj = sizes_obj;
+    w->native = native != Py_None ? native : NULL;
+    w->found = native != Py_None ? found : NULL;
     if (limit < 1)
         limit = 1;  /* every call makes progress, and never drops what pending held */
-    if (check_array(w.counts_obj) < 0 || check_array(w.sizes_obj) < 0)
+    if (check_array(counts_obj) < 0 || check_array(sizes_obj) < 0)
         return NULL;
     long long objects = 0, nbytes = 0;
     Py_ssize_t work = 0;
@@ -995,7 +1132,7 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
                 r.pos = 0;
                 resumed = 1;
             }
-            else if (referents_of(&w, container, &r) < 0)
+            else if (referents_of(w, container, &r) < 0)
                 goto error;
             have_refs = 1;
             work += 1;
@@ -1013,7 +1150,7 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
                 continue;
             }
         }
-        Py_ssize_t done = claim_referents(&w, stack, &r, resumed, limit - work, &objects, &nbytes);
+        Py_ssize_t done = claim_referents(w, stack, &r, resumed, limit - work, &objects, &nbytes);
         if (done < 0)
             goto error;
         work += done;
@@ -1045,9 +1182,9 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
     }
     refs_free(&r);
     Py_CLEAR(container);
-    if (flush_tallies(&w) < 0)
+    if (flush_tallies(w) < 0)
         goto error;
-    walk_release(&w);
+    claim_done(w, w != &local);
     return Py_BuildValue("LL", objects, nbytes);
 
 error: {
@@ -1056,7 +1193,8 @@ error: {
     PyErr_Fetch(&type, &value, &traceback);
     refs_free(&r);
     Py_CLEAR(container);
-    walk_release(&w);
+    tallies_discard(w);
+    claim_done(w, w != &local);
     PyErr_Restore(type, value, traceback);
     return NULL;
 }
@@ -1137,6 +1275,7 @@ frame_locals(PyObject *module, PyObject *args)
 static PyMethodDef walk_methods[] = {
     GRAPH_METHODS
     {"claim", claim, METH_VARARGS, claim_doc},
+    {"session", session, METH_NOARGS, session_doc},
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
     {NULL, NULL, 0, NULL},

@@ -101,6 +101,38 @@ def test_compiled_walk_rejects_malformed_state() -> None:
         census._walk.claim([[1]], [], {}, {}, walk.types.slot, [], walk.types.bytes, 10)
 
 
+def _owners_walked(session: Any, roots: list[Any], regions: dict[int, Any] | None = None
+                   ) -> tuple[int, int, dict[int, tuple[int, int]]]:
+    """One claim() per root, as the census calls it (an owner each), with or without a session."""
+    walk = census.Census(timeout=60)
+    regions = walk.claimed.regions if regions is None else regions
+    objects = nbytes = 0
+    for root in roots:
+        stack: list[Any] = [[root]]
+        pending: list[Any] = []
+        while stack or pending:
+            got = census._walk.claim(stack, pending, regions, walk.types.index, walk.types.slot,
+                                     walk.types.counts, walk.types.bytes, 3, None, None, session)
+            objects, nbytes = objects + got[0], nbytes + got[1]
+    types = walk.types
+    return objects, nbytes, {i: (types.counts[i], types.bytes[i]) for i in range(len(types.keys))}
+
+
+@built
+def test_a_session_keeps_caches_between_calls_and_counts_the_same() -> None:
+    # The census calls claim() once per owner; the session keeps the types and regions it
+    # met from one call to the next. Every call's tallies are written when it returns, each
+    # type to its own slot, as without one.
+    roots = list(_structure().values()) + [object(), [1.5, "z" * 30], {"k": (None, b"x")}]
+    alone = _owners_walked(None, roots)
+    session = census._walk.session()
+    assert _owners_walked(session, roots) == alone
+    # The same session with another census's regions and tallies: its caches start anew.
+    assert _owners_walked(session, roots) == alone
+    with pytest.raises(TypeError):
+        census._walk.claim([[1]], [], {}, {}, len, [], [], 1, None, None, "not a session")
+
+
 class _PythonSizeof:
     calls = 0
 
