@@ -20,14 +20,34 @@ leakhound's own simulated worker, which mirrors its names:
   truncation sidecar (``{"is_truncated", "tokens": {"prompt_ids", "completion_ids"}}``).
 
 Only built-in descriptors, dict/list C methods and ``Future.done()`` are called; no user code.
+
+Sizes are ``sizes.deep_size``'s (sys.getsizeof over what dicts, lists, tuples, sets and
+frozensets hold, each object once per seen-set), computed by the census's compiled walk
+(``_walk.claim``, a fresh bitmap per seen-set) as long as everything it meets is data
+``deep_size`` would walk the same way (exact containers and objects without referents):
+one object of any other type (an instance, a class, a code object, a container subclass)
+stops it at once, and that section is sized again by ``deep_size`` in Python. The two give
+the same bytes (tests/unit/test_probes.py). The real verifiers worker's trajectories and
+intercept bodies are plain JSON data: 300k objects took 0.25-1.1 s of the payload's CPU in
+``deep_size`` on the busy worker, tens of ms in C.
+
+The probes keep the census's pause budget (``_Clock``): they yield the GIL (a short sleep)
+once they have run ``max_hold`` seconds of CPU since they last did, and they stop when the
+request is cancelled or its deadline passes (``run_all(stop=...)``).
 """
 
+import array
 import gc
 import sys
 import time
 
 from .census import _instance_dict
 from .sizes import deep_size as _deep_size
+
+try:  # the census's compiled walk (_walk.c, one abi3 build for CPython 3.10+)
+    from . import _walk  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - a target without the build: deep_size in Python
+    _walk = None
 from .tasks import await_chain, live_tasks
 
 RUNTIME_MODULES = ("verifiers.v1.runtime", "leakhound.simulate.runtime")
@@ -37,19 +57,178 @@ SIDECAR_TOKEN_KEYS = frozenset(("prompt_ids", "completion_ids"))
 _BASE64_MARK = ";base64,"
 
 
+# The pause budget when the request gives none (the census's default --max-pause of 50 ms
+# yields every 25 ms, census.Census: max_pause_ms / 2): at most this much CPU between yields.
+DEFAULT_MAX_HOLD = 0.025
+YIELD_SECONDS = 0.001  # as census_tallies.YIELD_SECONDS: every thread waiting for the GIL gets it
+# Units of work per call into the compiled walk (one per container and per referent): about
+# a millisecond, so a call is never a long pause by itself (census._WORK_PER_CALL).
+WORK_PER_CALL = 20000
+
+
+class ProbeStopped(Exception):
+    """The request was cancelled or its deadline passed while a probe ran."""
+
+
+class _Clock(object):
+    """The probes' duty cycle (census_tallies._Clock's idea): ``tick()``, called between short
+    pieces of work, sleeps ``YIELD_SECONDS`` once the probes have run ``max_hold`` seconds of
+    this thread's CPU since they last yielded (a thread waiting for the GIL uses no CPU, so
+    time the target's threads ran meanwhile does not count), and raises ``ProbeStopped`` once
+    ``stop()`` (the request's cancellation point, runner._Stop) answers True.
+    ``max_held`` is the longest stretch seen between two yields (CPU seconds, an upper bound
+    on one hold of the GIL); ``yields`` counts the sleeps."""
+
+    def __init__(self, stop=None, max_hold=DEFAULT_MAX_HOLD):
+        self.stop = stop
+        self.max_hold = DEFAULT_MAX_HOLD if max_hold is None else max_hold
+        self.held_since = time.thread_time()
+        self.max_held = 0.0
+        self.yields = 0
+        self.ticks = 0
+
+    def tick(self):
+        self.ticks += 1
+        held = time.thread_time() - self.held_since
+        if held > self.max_held:
+            self.max_held = held
+        if held >= self.max_hold:
+            time.sleep(YIELD_SECONDS)
+            self.yields += 1
+            self.held_since = time.thread_time()
+        stop = self.stop
+        if stop is not None and stop():
+            raise ProbeStopped("the request was %s while the probes ran" % (
+                "cancelled" if getattr(stop, "reason", None) == "cancel" else "stopped at its deadline"))
+
+    def slept(self):
+        """The probes released the GIL some other way (a sleep of their own): a new stretch."""
+        self.held_since = time.thread_time()
+
+
+_HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+_CODE_TYPE = type((lambda: 0).__code__)
+# What deep_size walks into, as the compiled walk does only for these exact types (a
+# container's tp_traverse lists what iterating it gives; a dict's keys are added to it).
+_FOLLOWED = (dict, list, tuple, set, frozenset)
+_LEAVES = (str, bytes, int, float, bool, complex, type(None))
+
+
+class _Diverged(Exception):
+    """The compiled walk met an object deep_size would size but not walk into the same way."""
+
+
+class _PythonSizer(object):
+    """``deep_size`` with one seen-set for a section's parts, under the clock."""
+
+    walk = "python"
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.seen = set()  # type: set
+
+    def mark(self, obj):
+        self.seen.add(id(obj))
+
+    def unmark(self, obj):
+        self.seen.discard(id(obj))
+
+    def size(self, root):
+        return _deep_size(root, self.seen, tick=self.clock.tick)
+
+
+class _CompiledSizer(object):
+    """``deep_size`` through the census's compiled walk: its bitmap of claimed addresses
+    (``regions``, fresh per section) is the seen-set; a list holding the root is the walk's
+    way in (it sizes and marks the root as any referent). Each call does at most
+    ``WORK_PER_CALL`` units, the clock ticks between calls.
+
+    Same bytes as deep_size as long as every object met is of an exact type in
+    ``_FOLLOWED`` (the walk lists the referents deep_size pushes: a container's items, a
+    dict's keys and values) or has no referents for the walk (a type neither GC-capable nor
+    a heap type, nor a code object, whose members the walk reads). The walk asks for a type's
+    tally slot the first time it meets it (``new_slot``): any other type raises _Diverged
+    there, before the walk has looked inside one such object, and the caller sizes the
+    section again in Python. A leaf the walk counts without marking (held by its container
+    alone) cannot be met again: the same count as deep_size's seen-set. ``limit`` bounds the
+    objects per part as deep_size's (checked between calls)."""
+
+    walk = "compiled"
+
+    def __init__(self, clock, claim, limit=5000000):
+        self.clock = clock
+        self.claim = claim
+        self.limit = limit
+        self.regions = {}  # type: dict
+        self.keys = list(_FOLLOWED + _LEAVES)  # keeps the types alive: their ids stay theirs
+        self.index = {id(tp): slot for slot, tp in enumerate(self.keys)}
+        self.counts = array.array("q", [0] * len(self.keys))
+        self.sizes = array.array("q", [0] * len(self.keys))
+
+    def new_slot(self, tp):
+        flags = type.__dict__["__flags__"].__get__(tp, type)
+        if flags & (_HAVE_GC | _HEAPTYPE) or tp is _CODE_TYPE:
+            raise _Diverged(type.__dict__["__name__"].__get__(tp, type))
+        slot = len(self.keys)
+        self.keys.append(tp)
+        self.index[id(tp)] = slot
+        self.counts.append(0)
+        self.sizes.append(0)
+        return slot
+
+    def mark(self, obj):
+        address = id(obj)
+        region = self.regions.get(address >> 20)
+        if region is None:
+            region = self.regions[address >> 20] = bytearray(8192)
+        region[(address & 0xFFFFF) >> 7] |= 1 << ((address >> 4) & 7)
+
+    def unmark(self, obj):
+        address = id(obj)
+        region = self.regions.get(address >> 20)
+        if region is not None:
+            region[(address & 0xFFFFF) >> 7] &= ~(1 << ((address >> 4) & 7)) & 0xFF
+
+    def size(self, root):
+        holder = [root]
+        stack = [holder]  # type: list
+        pending = []  # type: list
+        claim, tick = self.claim, self.clock.tick
+        regions, index, new_slot, counts, sizes = self.regions, self.index, self.new_slot, self.counts, self.sizes
+        objects = total = 0
+        try:
+            while (stack or pending) and objects < self.limit:
+                added, nbytes = claim(stack, pending, regions, index, new_slot, counts, sizes, WORK_PER_CALL)
+                objects += added
+                total += nbytes
+                tick()
+        finally:
+            del stack[:], pending[:]
+            holder[0] = None
+        return total
+
+
+def _sizer(clock, compiled):
+    claim = getattr(_walk, "claim", None) if compiled else None
+    return _CompiledSizer(clock, claim) if claim is not None else _PythonSizer(clock)
+
+
 def _attr(obj, name):
     """An instance attribute from its ``__dict__`` only (no descriptors, no getattr)."""
     d = _instance_dict(obj)
     return dict.get(d, name) if d is not None else None
 
 
-def _base64_chars(root, limit=200000):
+def _base64_chars(root, limit=200000, tick=None):
     total = 0
     stack = [root]
     steps = 0
     while stack and steps < limit:
         obj = stack.pop()
         steps += 1
+        if tick is not None and not steps & 0xFFF:
+            tick()
         if type(obj) is str:
             at = obj.find(_BASE64_MARK)
             if at >= 0:
@@ -81,7 +260,7 @@ def _runtimes():
     return found
 
 
-def _live_trajectory_ids(samples=3, pause=0.002):
+def _live_trajectory_ids(samples=3, pause=0.002, clock=None):
     """trajectory_ids of rollout states that a live asyncio task's coroutines still hold.
 
     The coroutine chain the main thread is executing at the instant we look shows no locals
@@ -92,7 +271,11 @@ def _live_trajectory_ids(samples=3, pause=0.002):
     for i in range(samples):
         if i:
             time.sleep(pause)
+            if clock is not None:
+                clock.slept()
         ids |= _live_trajectory_ids_once()
+        if clock is not None:
+            clock.tick()
     return ids
 
 
@@ -142,14 +325,71 @@ def _servers(runtimes):
     return out
 
 
-def verifiers_probe():
+def _size_registry(unique, messages, sizer):
+    """The registry's and the steps' bytes, with one seen-set (``sizer``) for both.
+
+    Bloated messages are what the steps fix drops. Their bytes are those reachable only
+    through them: a first pass sizes everything else (the messages pre-marked, so the walk
+    stops there), a second pass the messages with what is left unseen."""
+    out = {"retained_bytes": 0, "finished_bytes": 0, "redundant_bytes": 0, "sidecar_bytes": 0}
+    for message, _finished, _bloated in messages:
+        sizer.mark(message)
+    for step_list, finished in unique:
+        size = sizer.size(step_list)
+        out["retained_bytes"] += size
+        if finished:
+            out["finished_bytes"] += size
+    for message, _finished, _bloated in messages:
+        sizer.unmark(message)
+    for message, finished, bloated in messages:
+        size = sizer.size(message)
+        out["retained_bytes"] += size
+        if finished:
+            out["finished_bytes"] += size
+        out["redundant_bytes" if bloated else "sidecar_bytes"] += size
+    return out
+
+
+def _size_bodies(entries, sizer):
+    """Per intercept (in order) its body's bytes, with one seen-set for all of them."""
+    out = []
+    for intercept in entries:
+        body = 0
+        for field in BODY_FIELDS:
+            value = dict.get(intercept, field)
+            if value is not None:
+                body += sizer.size(value)
+        out.append(body)
+    return out
+
+
+def _sized(measure, clock, compiled, walks):
+    """``measure(sizer)`` through the compiled walk, or in Python where it cannot be used or
+    met data it would walk differently (_Diverged): ``walks`` gets which one answered."""
+    sizer = _sizer(clock, compiled)
+    if sizer.walk == "compiled":
+        try:
+            out = measure(sizer)
+            walks.append(sizer.walk)
+            return out
+        except _Diverged:
+            pass
+    walks.append("python")
+    return measure(_PythonSizer(clock))
+
+
+def verifiers_probe(clock=None, compiled=True):
+    """The verifiers facts (module docstring). ``clock``: the duty cycle and cancel check
+    (a default budget without a stop when None); ``compiled``: size through _walk.c where it
+    loads (False: deep_size in Python, as a request's ``walker: python``)."""
+    clock = clock if clock is not None else _Clock()
     runtimes = _runtimes()
     if not runtimes:
         return {"skipped": "no verifiers v1 runtime in this process (no live Runtime in _RUNTIME_REGISTRY)"}
     # Registry first, live rollouts second: an entry registered in between is not in our
     # copy, and one still running when we look at the tasks is seen as live.
     registries = [list(dict.items(_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
-    live_ids = _live_trajectory_ids()
+    live_ids = _live_trajectory_ids(clock=clock)
     registry = {  # type: dict
         "runtimes": len(runtimes),
         "modules": sorted({m for m, _ in runtimes}),
@@ -172,67 +412,57 @@ def verifiers_probe():
             if isinstance(trajectory, list) and id(trajectory) not in seen_lists:
                 seen_lists.add(id(trajectory))
                 unique.append((list(trajectory), finished))
-    # Bloated messages are what the steps fix drops. Their bytes are those reachable only
-    # through them: a first pass sizes everything else (the messages' ids pre-seeded, so
-    # the walk stops there), a second pass the messages with what is left unseen.
     messages = []  # (message, finished, bloated)
     for step_list, finished in unique:
+        steps["steps"] += len(step_list)
+        if finished:
+            registry["finished_steps"] += len(step_list)
         for step in step_list:
-            steps["steps"] += 1
             message = _message(step)
             if message is not None:
-                messages.append((message, finished, _is_bloated(message)))
-    message_ids = {id(m) for m, _f, _b in messages}
-    seen = set(message_ids)
-    for step_list, finished in unique:
-        size = _deep_size(step_list, seen)
-        registry["retained_bytes"] += size
-        if finished:
-            registry["finished_bytes"] += size
-            registry["finished_steps"] += len(step_list)
-    seen -= message_ids
-    for message, finished, bloated in messages:
-        size = _deep_size(message, seen)
-        registry["retained_bytes"] += size
-        if finished:
-            registry["finished_bytes"] += size
-        if bloated:
-            steps["bloated_steps"] += 1
-            steps["redundant_bytes"] += size
-        else:
-            steps["sidecar_steps"] += 1
-            steps["sidecar_bytes"] += size
+                bloated = _is_bloated(message)
+                messages.append((message, finished, bloated))
+                steps["bloated_steps" if bloated else "sidecar_steps"] += 1
+        clock.tick()
+    walks = []  # type: list
+    sized = _sized(lambda sizer: _size_registry(unique, messages, sizer), clock, compiled, walks)
+    for key in ("retained_bytes", "finished_bytes"):
+        registry[key] = sized[key]
+    for key in ("redundant_bytes", "sidecar_bytes"):
+        steps[key] = sized[key]
     intercepts = {"servers": 0, "entries": 0, "delivered": 0, "pending": 0, "body_bytes": 0,
                   "delivered_body_bytes": 0, "base64_bytes": 0}
     servers = _servers(runtimes)
     intercepts["servers"] = len(servers)
-    body_seen = set()  # type: set
+    held = []  # (intercept, delivered)
     for server in servers:
-        entries = list(dict.values(_attr(server, "intercepts")))
-        for intercept in entries:
+        for intercept in list(dict.values(_attr(server, "intercepts"))):
             if not isinstance(intercept, dict):
                 continue
-            intercepts["entries"] += 1
             future = dict.get(intercept, "response_future")
             try:
                 delivered = bool(future is not None and future.done() and not future.cancelled())
             except Exception:
                 delivered = False
-            body = 0
-            b64 = 0
-            for field in BODY_FIELDS:
-                value = dict.get(intercept, field)
-                if value is not None:
-                    body += _deep_size(value, body_seen)
-                    b64 += _base64_chars(value)
-            intercepts["body_bytes"] += body
-            intercepts["base64_bytes"] += b64
-            if delivered:
-                intercepts["delivered"] += 1
-                intercepts["delivered_body_bytes"] += body
-            else:
-                intercepts["pending"] += 1
-    return {"registry": registry, "steps": steps, "intercepts": intercepts}
+            held.append((intercept, delivered))
+    bodies = _sized(lambda sizer: _size_bodies([i for i, _d in held], sizer), clock, compiled, walks)
+    for i, (intercept, delivered) in enumerate(held):
+        body = bodies[i]
+        intercepts["entries"] += 1
+        b64 = 0
+        for field in BODY_FIELDS:
+            value = dict.get(intercept, field)
+            if value is not None:
+                b64 += _base64_chars(value, tick=clock.tick)
+        intercepts["body_bytes"] += body
+        intercepts["base64_bytes"] += b64
+        if delivered:
+            intercepts["delivered"] += 1
+            intercepts["delivered_body_bytes"] += body
+        else:
+            intercepts["pending"] += 1
+    # which walk sized the registry and the intercept bodies: "compiled" or "python"
+    return {"registry": registry, "steps": steps, "intercepts": intercepts, "sizing": walks}
 
 
 def registry_counts():
@@ -248,11 +478,24 @@ def registry_counts():
 PROBES = {"verifiers": verifiers_probe}
 
 
-def run_all():
+def run_all(stop=None, max_pause_ms=None, compiled=True):
+    """Every probe's facts. ``stop``: the request's cancellation point (runner._Stop: True
+    once cancelled or past its deadline); ``max_pause_ms``: the request's pause budget, kept
+    as the census keeps it (a yield after at most half of it, and at least every
+    DEFAULT_MAX_HOLD); ``compiled``: False sizes in Python (a request's ``walker: python``).
+    A stopped probe answers ``{"skipped": reason}``, and the probes after it do not run (the
+    runner then answers Cancelled)."""
+    max_hold = DEFAULT_MAX_HOLD
+    if type(max_pause_ms) in (int, float) and max_pause_ms > 0:
+        max_hold = min(max_hold, max_pause_ms / 2000.0)
+    clock = _Clock(stop, max_hold)
     out = {}
     for name, probe in PROBES.items():
         try:
-            out[name] = probe()
+            out[name] = probe(clock=clock, compiled=compiled)
+        except ProbeStopped as exc:
+            out[name] = {"skipped": str(exc)}
+            break
         except Exception as exc:  # a probe that cannot run is a result, not a failure
             out[name] = {"skipped": "probe failed: %s: %s" % (type(exc).__name__, exc)}
     return out

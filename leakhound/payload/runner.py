@@ -162,7 +162,7 @@ def _snapshot(request, progress, stop):
     phase("arena")
     stop.check("probes")
     progress("probes", 0)
-    found = probes.run_all()
+    found = probes.run_all(stop=stop, max_pause_ms=max_pause, compiled=request.get("walker") != "python")
     phase("probes")
     stop.check("result")
     out = {
