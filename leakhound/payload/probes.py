@@ -483,8 +483,9 @@ def run_all(stop=None, max_pause_ms=None, compiled=True):
     once cancelled or past its deadline); ``max_pause_ms``: the request's pause budget, kept
     as the census keeps it (a yield after at most half of it, and at least every
     DEFAULT_MAX_HOLD); ``compiled``: False sizes in Python (a request's ``walker: python``).
-    A stopped probe answers ``{"skipped": reason}``, and the probes after it do not run (the
-    runner then answers Cancelled)."""
+    A stopped probe ends them all: ``stop.check("probes")`` raises where ``stop`` has one
+    (runner._Stop: the request answers Cancelled in phase ``probes``); else the probe answers
+    ``{"skipped": reason}`` and the probes after it do not run."""
     max_hold = DEFAULT_MAX_HOLD
     if type(max_pause_ms) in (int, float) and max_pause_ms > 0:
         max_hold = min(max_hold, max_pause_ms / 2000.0)
@@ -494,6 +495,9 @@ def run_all(stop=None, max_pause_ms=None, compiled=True):
         try:
             out[name] = probe(clock=clock, compiled=compiled)
         except ProbeStopped as exc:
+            check = getattr(stop, "check", None)
+            if check is not None:
+                check("probes")
             out[name] = {"skipped": str(exc)}
             break
         except Exception as exc:  # a probe that cannot run is a result, not a failure

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import random
 import sys
+import time
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -205,20 +206,54 @@ def test_a_cancelled_request_stops_the_probe(make_runtime: Any, compiled: bool) 
         asked[0] += 1
         return asked[0] > 3
 
+    # The request's cancellation point: the request answers Cancelled, in phase "probes".
     stop = runner._Stop(60.0, explicit, every=0.0)
-    found = probes.run_all(stop=stop, compiled=compiled)
-    assert found == {"verifiers": {"skipped": "the request was cancelled while the probes ran"}}
+    with pytest.raises(runner.Cancelled) as cancelled:
+        probes.run_all(stop=stop, compiled=compiled)
+    assert (cancelled.value.reason, cancelled.value.phase) == ("cancel", "probes")
     assert asked[0] == 4
-    with pytest.raises(runner.Cancelled):
-        stop.check("result")
+    # A plain callable: the probe answers why it stopped.
+    calls = [0]
+
+    def plain() -> bool:
+        calls[0] += 1
+        return calls[0] > 3
+
+    assert probes.run_all(stop=plain, compiled=compiled) == {
+        "verifiers": {"skipped": "the request was stopped at its deadline while the probes ran"}}
+    assert calls[0] == 4
 
 
 def test_a_request_past_its_deadline_stops_the_probe(make_runtime: Any) -> None:
     make_runtime(trajectories=10)
     stop = runner._Stop(1e-9)
-    assert probes.run_all(stop=stop) == {
-        "verifiers": {"skipped": "the request was stopped at its deadline while the probes ran"}}
-    assert stop.reason == "deadline"
+    with pytest.raises(runner.Cancelled) as cancelled:
+        probes.run_all(stop=stop)
+    assert (cancelled.value.reason, cancelled.value.phase) == ("deadline", "probes")
+
+
+def test_a_request_cancelled_during_the_probes_answers_cancelled_in_phase_probes(make_runtime: Any) -> None:
+    # The whole request, in this process (a census of it, then the probes): the cancel comes
+    # once the probes have started, and the answer says so; the lock is free again.
+    make_runtime(trajectories=100, tokens=1000)
+    real = probes.verifiers_probe
+    started = [False]
+
+    def probe(**kwargs: Any) -> dict[str, Any]:
+        started[0] = True
+        time.sleep(runner._Stop(1.0).every)  # the CLI's channel is polled at most this often
+        return real(**kwargs)
+
+    probes.PROBES["verifiers"] = probe
+    try:
+        answer = runner.handle({"op": "snapshot", "top_types": 5, "top_owners": 5, "timeout": 120},
+                               cancelled=lambda: started[0])
+    finally:
+        probes.PROBES["verifiers"] = real
+    assert answer["ok"] is False and answer["kind"] == "Cancelled", answer
+    assert (answer["reason"], answer["phase"]) == ("cancel", "probes")
+    assert runner._busy.acquire(blocking=False)
+    runner._busy.release()
 
 
 def test_deep_size_ticks_and_keeps_its_sizes() -> None:
