@@ -118,7 +118,7 @@ class Census(_Roots, _Unreached):
     """One walk of the heap. Call :meth:`run`; read :meth:`result`."""
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
-                 max_pause_ms=None, cancelled=None):
+                 max_pause_ms=None, cancelled=None, owners=True):
         # The pause budget's duty cycle: at most half the budget of running between two
         # yields of the GIL (census_tallies._Clock), the rest left for one step and the
         # switch to the waiting thread.
@@ -137,6 +137,10 @@ class Census(_Roots, _Unreached):
         # With a pause budget, the one step that cannot be split (gc.get_objects(), which the
         # split of unreached objects needs) is skipped when it would exceed the budget.
         self.max_pause_ms = max_pause_ms
+        # owners=False: the totals, types and what no root reaches, without owners (one walk
+        # from the list of every named root: _walk_all), for a request whose owners come
+        # from the object graph's dominator tree (runner.py).
+        self.with_owners = owners
         self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}
         self._reset()
 
@@ -164,7 +168,12 @@ class Census(_Roots, _Unreached):
             # was the first inspection's biggest cost: 2.9 s of CPU against 1.7 s for the
             # next ones on the busy real worker); over the budget, the named walk then runs
             # as the census without the list.
-            self._sizing_walk()
+            if self.with_owners:
+                self._sizing_walk()
+            else:
+                # Without owners the walk is the sizing walk's (and sizes natively): over
+                # the budget below, it is the census.
+                self._walk_all(None)
             estimate = self._universe_pause_ms()
             self.unreached["estimated_pause_ms"] = round(estimate, 1)
             self.unreached["ns_per_object"] = round(self._ns_per_object(), 1)
@@ -179,9 +188,10 @@ class Census(_Roots, _Unreached):
                        "as measured in this process" if _measured["ns_per_object"] else "a default rate",
                        self.max_pause_ms)
                 )
-                self._reset()
-                self.clock.phase("sizing walk")
-                self._walk_roots(None)
+                if self.with_owners:
+                    self._reset()
+                    self.clock.phase("sizing walk")
+                    self._walk_roots(None)
                 # No list to count: the walk's own count of containers stands in for it.
                 self.tracked = self._tracked_estimate()
                 _measured["tracked"] = self.tracked
@@ -203,7 +213,10 @@ class Census(_Roots, _Unreached):
         if len(objects) >= _RATE_MIN_OBJECTS:
             took_ns = (time.perf_counter() - t0) * 1e9
             _measured["ns_per_object"] = min(500.0, max(30.0, took_ns / len(objects)))
-        self._walk_roots(objects)
+        if self.with_owners:
+            self._walk_roots(objects)
+        else:
+            self._walk_all(objects)
         # 7: what no named root reached: held from C, or cyclic garbage.
         self._split_unreached(objects)
         self.clock.phase("unreached")
@@ -284,6 +297,7 @@ class Census(_Roots, _Unreached):
             "untracked": max(0, self.total_objects - self.tracked),
             "census_seconds": self.seconds,
             "walker": self.walker,
+            "with_owners": self.with_owners,  # False: one owner, <named roots> (Census(owners=False))
             "unreached": dict(self.unreached),
             "max_step_ms": self.clock.max_step * 1000.0,
             "max_pause_budget_ms": self.max_pause_ms or 0.0,  # the budget kept (0: none)

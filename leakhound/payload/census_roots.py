@@ -166,13 +166,68 @@ _MISSING = object()
 class _Roots(_Walk):
     """The census's walk from the named roots."""
 
-    def _walk_roots(self, objects):
-        """Claim everything the named roots reach; ``objects`` is gc.get_objects()'s list, or
-        None when the census runs without it."""
+    def _walk_all(self, objects):
+        """The census without owners (``Census(owners=False)``: the object graph names them,
+        graph.py): every named root in one list, one walk from it for one owner,
+        ``<named roots>``. The same marks, totals and types as :meth:`_walk_roots` (each
+        object is counted once whoever claims it), at a fraction of its cost: no path per
+        global and attribute, no call per owner (on the busy real worker ~0.3 s of CPU
+        against ~1.1 s)."""
+        claimed = self.claimed
+        self._claim_own(objects)
+        owner = self._owner("<named roots>", sys)
+        check = self.clock.check
+        roots = []  # type: list
+        for _name, module, md in module_roots(self.is_stdlib, check):
+            roots.append(module)
+            if md is not None:
+                roots.append(md)
+        roots.extend(_running_task_registries())
+        roots.extend(_subclass_tree(check))
+        task_coros = task_roots()
+        for _label, task, coro in task_coros:
+            if task is not None:
+                roots.append(task)
+            roots.append(coro)
+        roots.extend(event_loops(task for _label, task, _coro in task_coros))
+        del task_coros
+        for _tname, frame in thread_frames():
+            roots.append(frame)
+            # a running frame's locals (3.11+) are not its referents: read as _walk_roots does
+            local_values = frame_locals(frame, self._walk_module)
+            if local_values is None:
+                self.unread_frames += 1
+            else:
+                roots.extend(value for _name, value in local_values)
+            del local_values
+        frame = None
+        claimed.add(id(roots))
+        self.progress("roots", 0)
+        self.clock.phase("roots")
+        self._claim_tree(owner, roots, root_claimed=True)
+        del roots
+        self.clock.phase("walk")
+        self.progress("unreached", self.total_objects)
+        self.bookkeeping_bytes = self._bookkeeping_bytes(objects)
+
+    def _bookkeeping_bytes(self, objects):
+        """What the walk itself holds at its largest, the extra memory it costs the target:
+        the marks, the list from gc.get_objects(), the owner and type tables."""
+        return (
+            self.claimed.nbytes()
+            + (sys.getsizeof(objects) if objects is not None else 0)
+            + self.owners.nbytes()
+            + sys.getsizeof(self.owner_types)
+            + self.owner_items.buffer_info()[1] * 8
+            + self.types.nbytes()
+        )
+
+    def _claim_own(self, objects):
+        """Marks the census's own bookkeeping (and ``objects``, gc.get_objects()'s list):
+        not part of the target's heap."""
         claimed = self.claimed
         if objects is not None:
             claimed.add(id(objects))
-        # Our own bookkeeping is not part of the target's heap.
         for own in (self, self.__dict__, self.claimed, self.claimed.regions, self.owners,
                     self.owners.index, self.owners.keys, self.owner_types, self.types,
                     self.types.index, self.types.keys, self.garbage_types,
@@ -186,6 +241,12 @@ class _Roots(_Walk):
             claimed.add(id(own))
         for obj in self._exclude:
             claimed.add(id(obj))
+
+    def _walk_roots(self, objects):
+        """Claim everything the named roots reach; ``objects`` is gc.get_objects()'s list, or
+        None when the census runs without it."""
+        claimed = self.claimed
+        self._claim_own(objects)
         # Code containers are walls between owners: modules, their dicts and classes are
         # claimed up front so no data owner walks through them into someone else's globals.
         # What hangs off the walls and no named root took (dunders, dict keys, method
@@ -363,13 +424,4 @@ class _Roots(_Walk):
         self._claim_tree(wall, loops, root_claimed=True)
         del loops
         self.progress("unreached", self.total_objects)
-        # What the walk itself holds at its largest, the extra memory it costs the target:
-        # the marks, the list from gc.get_objects(), the owner and type tables.
-        self.bookkeeping_bytes = (
-            claimed.nbytes()
-            + (sys.getsizeof(objects) if objects is not None else 0)
-            + self.owners.nbytes()
-            + sys.getsizeof(self.owner_types)
-            + self.owner_items.buffer_info()[1] * 8
-            + self.types.nbytes()
-        )
+        self.bookkeeping_bytes = self._bookkeeping_bytes(objects)

@@ -118,7 +118,6 @@ def _census(**kwargs):
 
 
 def _snapshot(request, progress, stop):
-    timeout = _request_timeout(request)
     top_types = _int(request.get("top_types"), 50, 1, 10000)
     top_owners = _int(request.get("top_owners"), 50, 1, 10000)
     max_pause = request.get("max_pause_ms")
@@ -133,29 +132,44 @@ def _snapshot(request, progress, stop):
         phases[name] = [round(now - mark[0], 4), round(cpu - mark[1], 4)]
         mark[:] = [now, cpu]
 
-    walk = _census(
-        timeout=timeout,
-        progress=progress,
-        is_stdlib=_is_stdlib,
-        exclude=(request,),
-        compiled=request.get("walker") != "python",
-        max_pause_ms=max_pause,
-        cancelled=stop,
-    )
-    started_at = time.time()  # when the named roots' walk began: the snapshot's time (diff rates)
-    try:
-        walk.run()
-    except _CENSUS_STOPPED:
-        stop.reason = stop.reason or "deadline"
-        raise Cancelled(stop.reason, "census") from None
-    heap = walk.result(top_types=top_types, top_owners=top_owners)
-    heap["started_at"] = started_at
-    del walk
+    def census_run(owners, exclude):
+        walk = _census(
+            timeout=max(1.0, stop.deadline - time.monotonic()),  # the request's time left
+            progress=progress,
+            is_stdlib=_is_stdlib,
+            exclude=exclude,
+            compiled=request.get("walker") != "python",
+            max_pause_ms=max_pause,
+            cancelled=stop,
+            owners=owners,
+        )
+        started_at = time.time()  # when the named roots' walk began: the snapshot's time (diff rates)
+        try:
+            walk.run()
+        except _CENSUS_STOPPED:
+            stop.reason = stop.reason or "deadline"
+            raise Cancelled(stop.reason, "census") from None
+        heap = walk.result(top_types=top_types, top_owners=top_owners)
+        heap["started_at"] = started_at
+        return heap
+
+    # With the object graph asked for, its dominator tree names the owners: the census counts
+    # the heap without them (one walk from every root: on the busy real worker a third of
+    # the census's CPU), and walks them only if the graph is skipped (too big, out of time).
+    want_graph = bool(request.get("graph"))
+    heap = census_run(not want_graph, (request,))
     phase("census")
-    if request.get("graph"):
+    out_graph = None
+    if want_graph:
         heap["graph_started_at"] = time.time()  # dominator owners are counted from here
-    out_graph = _graph(request, progress, stop, heap) if request.get("graph") else None
-    phase("graph")
+        out_graph = _graph(request, progress, stop, heap)
+        phase("graph")
+        if out_graph.get("skipped"):
+            counted = heap
+            heap = census_run(True, (request, out_graph, counted))
+            heap.pop("graph_started_at", None)
+            del counted
+            phase("census (owners)")
     stop.check("arena")
     progress("arena", 0)
     allocators = arena.arena_stats()
@@ -195,7 +209,12 @@ def _graph(request, progress, stop, heap=None):
     # The graph is extra: the census's owners already stand. It gets part of what is left of
     # the request's time, and running out of it falls back to them (the arena, probes and
     # answer still need the rest); only the CLI's cancel or the request's deadline cancel.
-    budget = max(1.0, GRAPH_SHARE * (stop.deadline - time.monotonic()))
+    left = stop.deadline - time.monotonic()
+    budget = max(1.0, GRAPH_SHARE * left)
+    if heap is not None and not heap.get("with_owners", True):
+        # Skipped, the graph leaves the owners to a census walking them afterwards: it keeps
+        # what that needs (about four times the census without owners took, measured).
+        budget = max(1.0, min(budget, left - 4.0 * float(heap.get("census_seconds") or 0.0) - 1.0))
     try:
         return graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,

@@ -56,6 +56,10 @@ def test_census_stays_the_fallback_over_the_graph_budget(tmp_path: Path) -> None
     assert heap.owner_model == "first-reacher"
     assert "graph budget" in heap.owner_model_note
     assert taken.graph is None
+    # The census counted the heap without owners (the graph was to name them) and walked
+    # them once the graph was skipped: the census's own, named, never the one-owner count.
+    paths = [o.path for o in taken.snapshot.owners]
+    assert "<named roots>" not in paths and "__main__.CALLBACKS" in paths, paths[:5]
 
 
 def test_a_million_object_worker_gets_dominator_owners_by_default(tmp_path: Path) -> None:
