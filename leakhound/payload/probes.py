@@ -279,6 +279,11 @@ def _live_trajectory_ids(samples=3, pause=0.002, clock=None):
     return ids
 
 
+# Before 3.11 a coroutine's referents are its frame object, not the frame's locals.
+_LOCALS_IN_FRAME = sys.version_info < (3, 11)
+_FRAME_TYPE = type(sys._getframe())
+
+
 def _live_trajectory_ids_once():
     ids = set()  # type: set
 
@@ -290,7 +295,12 @@ def _live_trajectory_ids_once():
 
     for task in live_tasks():
         for coro in await_chain(task):
-            for local in gc.get_referents(coro):
+            held = gc.get_referents(coro)
+            if _LOCALS_IN_FRAME:
+                # 3.10: a coroutine lists its frame object, whose referents are its locals
+                # (a running frame's value stack is not listed: f_stackdepth is -1 then)
+                held = [r for h in held for r in (gc.get_referents(h) if type(h) is _FRAME_TYPE else (h,))]
+            for local in held:
                 note_state(local)
                 if isinstance(local, (list, tuple)) and len(local) < 10000:
                     for item in local:
