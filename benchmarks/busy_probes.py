@@ -87,14 +87,18 @@ def main() -> int:
                     census_w, census_c = row["phases"].get("census", (0.0, 0.0))
                     rows.append([walker, i + 1, row.get("objects", "-"), registry.get("entries", "-"),
                                  f"{registry.get('retained_bytes', 0):,}", ",".join(probe.get("sizing", [])) or "-",
-                                 f"{probes_w:.3f} / {probes_c:.3f}", f"{census_w:.2f} / {census_c:.2f}",
+                                 f"{probes_w:.3f} / {probes_c:.3f}",
+                                 "{} / {}".format(*[(probe.get("pace") or {}).get(k, "-")
+                                                    for k in ("max_hold_ms", "yields")]),
+                                 f"{census_w:.2f} / {census_c:.2f}",
                                  f"{row['wall']:.1f}", row.get("error", "")[:40]])
                     time.sleep(2.0)
         finally:
             stop.set()
             thread.join(timeout=700)
     print(table(["walker", "run", "objects", "registry entries", "retained bytes", "sizing",
-                 "probes wall / CPU s", "census wall / CPU s", "attach-to-report s", "error"], rows,
+                 "probes wall / CPU s", "probes max hold ms / yields", "census wall / CPU s",
+                 "attach-to-report s", "error"], rows,
                 title="the verifiers probe on the real worker under continuous rollouts"))
     return 0
 

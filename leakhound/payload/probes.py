@@ -471,8 +471,10 @@ def verifiers_probe(clock=None, compiled=True):
             intercepts["delivered_body_bytes"] += body
         else:
             intercepts["pending"] += 1
-    # which walk sized the registry and the intercept bodies: "compiled" or "python"
-    return {"registry": registry, "steps": steps, "intercepts": intercepts, "sizing": walks}
+    # which walk sized the registry and the intercept bodies: "compiled" or "python"; the
+    # longest the probes ran between two yields of the GIL (CPU ms) and how often they yielded
+    pace = {"max_hold_ms": round(clock.max_held * 1000.0, 2), "yields": clock.yields}
+    return {"registry": registry, "steps": steps, "intercepts": intercepts, "sizing": walks, "pace": pace}
 
 
 def registry_counts():

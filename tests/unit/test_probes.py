@@ -146,8 +146,9 @@ def test_compiled_and_python_sizing_match_this_process_own_walk(make_runtime: An
     truth = _truth(runtime)
     assert {k: v for k, v in _facts(compiled).items() if k != "finished_bytes"} == truth
     assert compiled["registry"]["finished_bytes"] == truth["retained_bytes"]
-    compiled.pop("sizing")
-    python.pop("sizing")
+    for found in (compiled, python):
+        found.pop("sizing")
+        found.pop("pace")
     assert compiled == python
     assert compiled["steps"]["sidecar_steps"] > 0 and compiled["steps"]["bloated_steps"] > 0
 
@@ -175,6 +176,7 @@ def test_the_probe_yields_the_gil_between_short_pieces_of_work(make_runtime: Any
     # one per container and per referent) or every 4096 objects of deep_size.
     per_look = probes.WORK_PER_CALL if compiled else 4096
     assert clock.yields == clock.ticks >= objects // per_look
+    assert found["pace"] == {"max_hold_ms": round(clock.max_held * 1000.0, 2), "yields": clock.yields}
 
 
 def test_the_request_budget_sets_the_duty_cycle() -> None:
