@@ -135,7 +135,10 @@ class _PythonSizer(object):
         self.seen.discard(id(obj))
 
     def size(self, root):
-        return _deep_size(root, self.seen, tick=self.clock.tick)
+        # deep_size ticks every 4096 objects of one root; many small roots tick here
+        size = _deep_size(root, self.seen, tick=self.clock.tick)
+        self.clock.tick()
+        return size
 
 
 class _CompiledSizer(object):
@@ -273,9 +276,7 @@ def _live_trajectory_ids(samples=3, pause=0.002, clock=None):
             time.sleep(pause)
             if clock is not None:
                 clock.slept()
-        ids |= _live_trajectory_ids_once()
-        if clock is not None:
-            clock.tick()
+        ids |= _live_trajectory_ids_once(clock.tick if clock is not None else None)
     return ids
 
 
@@ -284,7 +285,7 @@ _LOCALS_IN_FRAME = sys.version_info < (3, 11)
 _FRAME_TYPE = type(sys._getframe())
 
 
-def _live_trajectory_ids_once():
+def _live_trajectory_ids_once(tick=None):
     ids = set()  # type: set
 
     def note_state(value):
@@ -293,7 +294,9 @@ def _live_trajectory_ids_once():
             if tid is not None:
                 ids.add(str(tid))
 
-    for task in live_tasks():
+    for n, task in enumerate(live_tasks()):
+        if tick is not None and not n & 63:
+            tick()
         for coro in await_chain(task):
             held = gc.get_referents(coro)
             if _LOCALS_IN_FRAME:
@@ -427,13 +430,14 @@ def verifiers_probe(clock=None, compiled=True):
         steps["steps"] += len(step_list)
         if finished:
             registry["finished_steps"] += len(step_list)
-        for step in step_list:
+        for n, step in enumerate(step_list):
+            if not n & 1023:
+                clock.tick()
             message = _message(step)
             if message is not None:
                 bloated = _is_bloated(message)
                 messages.append((message, finished, bloated))
                 steps["bloated_steps" if bloated else "sidecar_steps"] += 1
-        clock.tick()
     walks = []  # type: list
     sized = _sized(lambda sizer: _size_registry(unique, messages, sizer), clock, compiled, walks)
     for key in ("retained_bytes", "finished_bytes"):
@@ -446,7 +450,9 @@ def verifiers_probe(clock=None, compiled=True):
     intercepts["servers"] = len(servers)
     held = []  # (intercept, delivered)
     for server in servers:
-        for intercept in list(dict.values(_attr(server, "intercepts"))):
+        for n, intercept in enumerate(list(dict.values(_attr(server, "intercepts")))):
+            if not n & 255:
+                clock.tick()
             if not isinstance(intercept, dict):
                 continue
             future = dict.get(intercept, "response_future")
@@ -458,6 +464,8 @@ def verifiers_probe(clock=None, compiled=True):
     bodies = _sized(lambda sizer: _size_bodies([i for i, _d in held], sizer), clock, compiled, walks)
     for i, (intercept, delivered) in enumerate(held):
         body = bodies[i]
+        if not i & 63:
+            clock.tick()
         intercepts["entries"] += 1
         b64 = 0
         for field in BODY_FIELDS:

@@ -176,6 +176,8 @@ def test_the_probe_yields_the_gil_between_short_pieces_of_work(make_runtime: Any
     # one per container and per referent) or every 4096 objects of deep_size.
     per_look = probes.WORK_PER_CALL if compiled else 4096
     assert clock.yields == clock.ticks >= objects // per_look
+    # and after every part sized (a step list, a message, a body field), however small
+    assert clock.ticks >= found["steps"]["steps"] + found["intercepts"]["entries"]
     assert found["pace"] == {"max_hold_ms": round(clock.max_held * 1000.0, 2), "yields": clock.yields}
 
 
