@@ -133,7 +133,12 @@ def real_worker(repeat: int, warm: float, guppy: bool) -> None:
     tmp = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True).stdout.strip())
     hb_dir = tmp / "heartbeat"
     hb_dir.mkdir()
-    env = {"PYTHONPATH": str(SITE), "LEAKHOUND_BENCH_HEARTBEAT_DIR": str(hb_dir)}
+    # The fixture's ground-truth reports carry the rollout counts only (the driver waits on
+    # them): measuring the registries JSON-encodes them on the worker's loop several times a
+    # second, json.dumps holding the GIL for up to hundreds of ms, which made every yield of
+    # leakhound's walks wait that long (until 2026-11-30 the numbers here included it).
+    env = {"PYTHONPATH": str(SITE), "LEAKHOUND_BENCH_HEARTBEAT_DIR": str(hb_dir),
+           "LEAKHOUND_FIXTURE_TRUTH_WATCH": "counts"}
     if guppy:
         ensure_peers_venv()  # the benchmark's python is the worker's (3.11): its guppy3 loads there
         env["LEAKHOUND_BENCH_GUPPY_PATH"] = str(peers_site_packages())
