@@ -20,10 +20,10 @@ from leakhound.analysis.dominators.passes import (
     DominatorTree,
     Paths,
     _csr_edges,
-    children_of,
     dominators,
     preferred_paths,
     subtree_counts,
+    tree_csr,
 )
 
 # Where one child holds this share of its parent's retained bytes, the parent is only a way
@@ -50,10 +50,10 @@ class OwnerFinder:
     def __init__(self, graph: ObjectGraph, tree: DominatorTree) -> None:
         self.graph = graph
         self.tree = tree
-        self.offsets, self.kids = children_of(graph, tree)
+        self.offsets, self.kids, counts = tree_csr(graph, tree)
         self._paths: Paths | None = None
         self.root_kind = {node: kind for node, _label, kind, _tier in graph.roots}
-        self._counts: Sequence[int] | None = None
+        self._counts: Sequence[int] | None = counts
         self._pred: tuple[Sequence[int], Sequence[int]] | None = None
         self._out: Sequence[int] | None = None
 

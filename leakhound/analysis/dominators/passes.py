@@ -325,13 +325,28 @@ def _csr_python(n: int, src: array.array[int]) -> tuple[list[int], list[int]]:
 
 def children_of(graph: ObjectGraph, tree: DominatorTree) -> tuple[Sequence[int], Sequence[int]]:
     """The dominator tree as CSR: (offsets, children), children by retained size, biggest first."""
+    offsets, kids, _counts = tree_csr(graph, tree)
+    return offsets, kids
+
+
+def tree_csr(graph: ObjectGraph, tree: DominatorTree
+             ) -> tuple[Sequence[int], Sequence[int], Sequence[int] | None]:
+    """``children_of``'s (offsets, children) and, where the C pass computed them in the same
+    pass, ``subtree_counts`` (else None): one pass over a million-node tree, not two."""
     if _dominators is not None:
-        off_b, kids_b, _counts = _dominators.tree(graph.nodes, tree.idom.tobytes(), tree.retained.tobytes())
+        off_b, kids_b, counts_b = _dominators.tree(graph.nodes, tree.idom.tobytes(), tree.retained.tobytes())
         c_offsets: array.array[int] = array.array("i")
         c_offsets.frombytes(off_b)
         c_kids: array.array[int] = array.array("i")
         c_kids.frombytes(kids_b)
-        return c_offsets, c_kids
+        c_counts: array.array[int] = array.array("q")
+        c_counts.frombytes(counts_b)
+        return c_offsets, c_kids, c_counts
+    offsets, kids = _children_of_python(graph, tree)
+    return offsets, kids, None
+
+
+def _children_of_python(graph: ObjectGraph, tree: DominatorTree) -> tuple[Sequence[int], Sequence[int]]:
     n = graph.nodes
     counts = [0] * (n + 1)
     idom = tree.idom
