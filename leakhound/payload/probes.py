@@ -135,7 +135,7 @@ class _PythonSizer(object):
         self.seen.discard(id(obj))
 
     def size(self, root):
-        # deep_size ticks every 4096 objects of one root; many small roots tick here
+        # deep_size ticks every 1024 objects of one root; many small roots tick here
         size = _deep_size(root, self.seen, tick=self.clock.tick)
         self.clock.tick()
         return size
@@ -230,7 +230,7 @@ def _base64_chars(root, limit=200000, tick=None):
     while stack and steps < limit:
         obj = stack.pop()
         steps += 1
-        if tick is not None and not steps & 0xFFF:
+        if tick is not None and not steps & 0x3FF:
             tick()
         if type(obj) is str:
             at = obj.find(_BASE64_MARK)

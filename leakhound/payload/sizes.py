@@ -320,7 +320,7 @@ def deep_size(root, seen=None, limit=5000000, tick=None):
     ``seen`` (ids) may be shared by the caller so that objects shared between measured parts
     count once. Dict keys are followed too (gc.get_referents skips str keys). Only built-in
     container methods run; ``limit`` bounds the walk. ``tick``, when given, is called every
-    4096 objects (the probes' duty cycle and cancel check: probes._Clock.tick); it may raise
+    1024 objects (the probes' duty cycle and cancel check: probes._Clock.tick); it may raise
     to stop the walk. (The probes size through the compiled walk where they can and come
     here only for data it would walk differently: probes._CompiledSizer.)
     """
@@ -342,7 +342,7 @@ def deep_size(root, seen=None, limit=5000000, tick=None):
         seen_add(oid)
         total += getsizeof(obj, 0)
         steps += 1
-        if tick is not None and not steps & 0xFFF:
+        if tick is not None and not steps & 0x3FF:
             tick()
         tp = type(obj)
         if tp is list or tp is tuple:  # the common cases first; the same as isinstance below

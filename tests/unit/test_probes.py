@@ -173,8 +173,8 @@ def test_the_probe_yields_the_gil_between_short_pieces_of_work(make_runtime: Any
     found = probes.verifiers_probe(clock=clock, compiled=compiled)
     assert found["sizing"][0] == ("compiled" if compiled else "python")
     # The clock is looked at after every call into the walk (at most WORK_PER_CALL units,
-    # one per container and per referent) or every 4096 objects of deep_size.
-    per_look = probes.WORK_PER_CALL if compiled else 4096
+    # one per container and per referent) or every 1024 objects of deep_size.
+    per_look = probes.WORK_PER_CALL if compiled else 1024
     assert clock.yields == clock.ticks >= objects // per_look
     # and after every part sized (a step list, a message, a body field), however small
     assert clock.ticks >= found["steps"]["steps"] + found["intercepts"]["entries"]
@@ -268,4 +268,4 @@ def test_deep_size_ticks_and_keeps_its_sizes() -> None:
         ticks[0] += 1
 
     assert deep_size(data, tick=tick) == deep_size(data) == reference_size(data, set())
-    assert ticks[0] == _count(data, set()) // 4096
+    assert ticks[0] == _count(data, set()) // 1024
