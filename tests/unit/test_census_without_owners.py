@@ -13,8 +13,8 @@ from leakhound.payload import census
 
 class _Planted:
     def __init__(self, n: int) -> None:
-        self.rows = [f"row-{i}" * 4 for i in range(n)]
-        self.index = {i: (i, float(i)) for i in range(n)}
+        self.planted_cells = [f"cell-{i}" * 4 for i in range(n)]
+        self.planted_index = {i: (i, float(i)) for i in range(n)}
 
 
 PLANTED = _Planted(20000)
@@ -48,9 +48,14 @@ def test_the_census_without_owners_counts_what_the_census_counts(max_pause_ms: f
     assert lite["named"] == ["<named roots>"]
     assert lite["examined"] == full["examined"]
     # The same heap, each object once whoever claims it: the totals agree to what this
-    # process allocates between the two runs (pytest's own, the first run's result).
-    assert lite["objects"] == pytest.approx(full["objects"], rel=0.01)
-    assert lite["bytes"] == pytest.approx(full["bytes"], rel=0.01)
+    # process allocates between the two runs (pytest's own, the first run's result). Without
+    # the list of tracked objects (over the budget), what only an object's C members hold
+    # (the census with owners reads them through member descriptors along its paths; a
+    # referent walk does not see them) is not reached: measured 0.56% of the bytes on the
+    # real verifiers worker's heap, 1.7% in this process after the fast tier's tests.
+    listed = lite["examined"]
+    assert lite["objects"] == pytest.approx(full["objects"], rel=0.01 if listed else 0.03)
+    assert lite["bytes"] == pytest.approx(full["bytes"], rel=0.01 if listed else 0.03)
     types_full, types_lite = full["types"], lite["types"]
     planted = f"{__name__}._Planted"
     assert types_lite[planted] == types_full[planted] == (1, types_full[planted][1])
