@@ -206,9 +206,11 @@ def _graph(request, progress, stop, heap=None):
     max_pause = request.get("max_pause_ms")
     max_pause = float(max_pause) if type(max_pause) in (int, float) and 0 < max_pause <= 60000 else None
     stop.check("graph")
-    # The graph is extra: the census's owners already stand. It gets part of what is left of
-    # the request's time, and running out of it falls back to them (the arena, probes and
-    # answer still need the rest); only the CLI's cancel or the request's deadline cancel.
+    # The graph may fail: the census's owners are the fallback (walked before it by the
+    # ``graph`` operation and a census asked for with owners, after it by _snapshot's census
+    # without them). It gets part of what is left of the request's time, and running out of
+    # it falls back to them (the arena, probes and answer still need the rest); only the
+    # CLI's cancel or the request's deadline cancel.
     left = stop.deadline - time.monotonic()
     budget = max(1.0, GRAPH_SHARE * left)
     if heap is not None and not heap.get("with_owners", True):
