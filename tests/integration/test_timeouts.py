@@ -124,7 +124,7 @@ def test_a_patch_that_lands_and_runs_out_of_time_reports_what_is_applied(tmp_pat
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_to_leakhound_mid_census_cancels_it_and_leaves_nothing(tmp_path: Path, sig: int) -> None:
     tmp = _private_tmp(tmp_path)
-    with spawn_target("payload_trap", tmp_path, env=_trap("progress", 6)) as child:
+    with spawn_target("payload_trap", tmp_path, env=_trap("progress", 12)) as child:
         cli = subprocess.Popen([LEAKHOUND, "inspect", str(child.pid), "--method", METHOD, "--timeout", "60"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "TMPDIR": str(tmp)})
