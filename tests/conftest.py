@@ -1,11 +1,23 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests send SIGINT and SIGHUP to leakhound and expect it to act on them. A shell's
+    background job (``cmd &``: SIGINT ignored) or ``nohup`` (SIGHUP ignored) hands the
+    tests' processes those signals ignored, and leakhound then keeps them ignored on purpose
+    (interrupts.install, like any tool under nohup): put the defaults back for the children."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
