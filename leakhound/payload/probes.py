@@ -338,24 +338,6 @@ def _servers(runtimes):
     return out
 
 
-def _registry_only(aliases, clock):
-    """ids of the trajectory lists nothing but the registries holds, by reference count:
-    each is held by its registry entries (``aliases``: id -> [list, how many entries]) and,
-    while this runs, by the copies of those entries the probe made (one item tuple each),
-    the ``[list, n]`` pair, this loop's variable and getrefcount's argument. A rollout state,
-    a task's result or a caller holding the list is one reference more."""
-    only = set()
-    getrefcount = sys.getrefcount
-    for k, held in enumerate(dict.values(aliases)):
-        if not k & 1023:
-            clock.tick()
-        lst = held[0]
-        if getrefcount(lst) <= 2 * held[1] + 3:
-            only.add(id(lst))
-        lst = None
-    return only
-
-
 def _size_registry(unique, messages, sizer):
     """The registry's and the steps' bytes, with one seen-set (``sizer``) for both.
 
@@ -434,22 +416,15 @@ def verifiers_probe(clock=None, compiled=True):
     steps = {"steps": 0, "bloated_steps": 0, "redundant_bytes": 0, "sidecar_steps": 0, "sidecar_bytes": 0}
     # (trajectory list, finished?) once per list: judge states alias their parent's list.
     unique = []
-    aliases = {}  # type: dict  # id(list) -> [the list, how many registry entries hold it]
+    seen_lists = set()  # type: set
     for items in registries:
         registry["entries"] += len(items)
         for tid, trajectory in items:
             finished = str(tid) not in live_ids
             registry["finished_entries" if finished else "inflight_entries"] += 1
-            if isinstance(trajectory, list):
-                held = aliases.get(id(trajectory))
-                if held is None:
-                    aliases[id(trajectory)] = [trajectory, 1]
-                    unique.append((list(trajectory), finished))
-                else:
-                    held[1] += 1
-    trajectory = held = None
-    only = _registry_only(aliases, clock)
-    registry["registry_only_entries"] = sum(n for lst, n in dict.values(aliases) if id(lst) in only)
+            if isinstance(trajectory, list) and id(trajectory) not in seen_lists:
+                seen_lists.add(id(trajectory))
+                unique.append((list(trajectory), finished))
     messages = []  # (message, finished, bloated)
     for step_list, finished in unique:
         steps["steps"] += len(step_list)
@@ -469,13 +444,6 @@ def verifiers_probe(clock=None, compiled=True):
         registry[key] = sized[key]
     for key in ("redundant_bytes", "sidecar_bytes"):
         steps[key] = sized[key]
-    # The lists only the registry holds, sized on their own (one seen-set for them): at
-    # least what evicting their entries would return, but for what they share with others.
-    solo = [lst for lst, _n in dict.values(aliases) if id(lst) in only]
-    aliases = None
-    registry["registry_only_bytes"] = _sized(lambda sizer: sum(sizer.size(lst) for lst in solo), clock,
-                                             compiled, [])
-    solo = None
     intercepts = {"servers": 0, "entries": 0, "delivered": 0, "pending": 0, "body_bytes": 0,
                   "delivered_body_bytes": 0, "base64_bytes": 0}
     servers = _servers(runtimes)

@@ -269,27 +269,3 @@ def test_deep_size_ticks_and_keeps_its_sizes() -> None:
 
     assert deep_size(data, tick=tick) == deep_size(data) == reference_size(data, set())
     assert ticks[0] == _count(data, set()) // 1024
-
-
-@pytest.mark.parametrize("compiled", [True, False])
-def test_registry_only_entries_are_those_nothing_else_holds(make_runtime: Any, compiled: bool) -> None:
-    # What evicting entries would return: the lists only the registry holds (a finished
-    # rollout whose state is gone), not those a state, a task's result or a caller still
-    # holds (here: a dict standing in for a rollout state, and a plain local).
-    runtime = make_runtime(trajectories=12)
-    state = {"trajectory": runtime.trajectories["t3"]}
-    caller_holds = runtime.trajectories["t7"]
-    found = probes.verifiers_probe(compiled=compiled)["registry"]
-    held_elsewhere = {id(state["trajectory"]), id(caller_holds)}
-    solo = {id(lst): lst for lst in runtime.trajectories.values() if id(lst) not in held_elsewhere}
-    # t0 and "judge" are one list, held by two entries of the registry only: both count.
-    assert found["registry_only_entries"] == len(runtime.trajectories) - 2
-    seen: set[int] = set()
-    assert found["registry_only_bytes"] == sum(reference_size(lst, seen) for lst in solo.values())
-    assert 0 < found["registry_only_bytes"] < found["retained_bytes"]
-    del state, caller_holds, solo  # (solo held every other list: one reference more each)
-    # Dropped, every list is the registry's alone: the objects retained_bytes counts (which
-    # sizes the probe's copies of the step lists: their capacity may differ by a few bytes).
-    again = probes.verifiers_probe(compiled=compiled)["registry"]
-    assert again["registry_only_entries"] == len(runtime.trajectories)
-    assert again["registry_only_bytes"] == pytest.approx(again["retained_bytes"], rel=0.001)
