@@ -391,7 +391,18 @@ def _sized(measure, clock, compiled, walks):
     return measure(_PythonSizer(clock))
 
 
-def verifiers_probe(clock=None, compiled=True):
+def in_flight_before():
+    """The trajectory_ids in flight now, for a request to pass to :func:`run_all` when the
+    walk its owners come from runs before the probes (runner.py): on a busy worker rollouts
+    finish in between, and an entry finished by the probes' time but in flight at the
+    walk's is held by its task in the walk's graph; it is counted in flight. Never raises."""
+    try:
+        return _live_trajectory_ids()
+    except Exception:
+        return set()
+
+
+def verifiers_probe(clock=None, compiled=True, in_flight=()):
     """The verifiers facts (module docstring). ``clock``: the duty cycle and cancel check
     (a default budget without a stop when None); ``compiled``: size through _walk.c where it
     loads (False: deep_size in Python, as a request's ``walker: python``)."""
@@ -402,7 +413,7 @@ def verifiers_probe(clock=None, compiled=True):
     # Registry first, live rollouts second: an entry registered in between is not in our
     # copy, and one still running when we look at the tasks is seen as live.
     registries = [list(dict.items(_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
-    live_ids = _live_trajectory_ids(clock=clock)
+    live_ids = _live_trajectory_ids(clock=clock) | set(in_flight)
     registry = {  # type: dict
         "runtimes": len(runtimes),
         "modules": sorted({m for m, _ in runtimes}),
@@ -498,11 +509,12 @@ def registry_counts():
 PROBES = {"verifiers": verifiers_probe}
 
 
-def run_all(stop=None, max_pause_ms=None, compiled=True):
+def run_all(stop=None, max_pause_ms=None, compiled=True, in_flight=()):
     """Every probe's facts. ``stop``: the request's cancellation point (runner._Stop: True
     once cancelled or past its deadline); ``max_pause_ms``: the request's pause budget, kept
     as the census keeps it (a yield after at most half of it, and at least every
-    DEFAULT_MAX_HOLD); ``compiled``: False sizes in Python (a request's ``walker: python``).
+    DEFAULT_MAX_HOLD); ``compiled``: False sizes in Python (a request's ``walker: python``);
+    ``in_flight``: trajectory_ids seen in flight earlier in the request (in_flight_before).
     A stopped probe ends them all: ``stop.check("probes")`` raises where ``stop`` has one
     (runner._Stop: the request answers Cancelled in phase ``probes``); else the probe answers
     ``{"skipped": reason}`` and the probes after it do not run."""
@@ -513,7 +525,7 @@ def run_all(stop=None, max_pause_ms=None, compiled=True):
     out = {}
     for name, probe in PROBES.items():
         try:
-            out[name] = probe(clock=clock, compiled=compiled)
+            out[name] = probe(clock=clock, compiled=compiled, in_flight=in_flight)
         except ProbeStopped as exc:
             check = getattr(stop, "check", None)
             if check is not None:

@@ -157,11 +157,15 @@ def _snapshot(request, progress, stop):
     # the heap without them (one walk from every root: on the busy real worker a third of
     # the census's CPU), and walks them only if the graph is skipped (too big, out of time).
     want_graph = bool(request.get("graph"))
+    in_flight = set()  # type: set
     heap = census_run(not want_graph, (request,))
     phase("census")
     out_graph = None
     if want_graph:
         heap["graph_started_at"] = time.time()  # dominator owners are counted from here
+        # The rollouts in flight as the graph's walk begins: one finished by the probes' time
+        # is still its task's in the graph (the probes then count it in flight).
+        in_flight = probes.in_flight_before()
         out_graph = _graph(request, progress, stop, heap)
         phase("graph")
         if out_graph.get("skipped"):
@@ -176,7 +180,8 @@ def _snapshot(request, progress, stop):
     phase("arena")
     stop.check("probes")
     progress("probes", 0)
-    found = probes.run_all(stop=stop, max_pause_ms=max_pause, compiled=request.get("walker") != "python")
+    found = probes.run_all(stop=stop, max_pause_ms=max_pause, compiled=request.get("walker") != "python",
+                           in_flight=in_flight)
     phase("probes")
     stop.check("result")
     out = {

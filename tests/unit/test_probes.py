@@ -269,3 +269,16 @@ def test_deep_size_ticks_and_keeps_its_sizes() -> None:
 
     assert deep_size(data, tick=tick) == deep_size(data) == reference_size(data, set())
     assert ticks[0] == _count(data, set()) // 1024
+
+
+def test_entries_in_flight_earlier_in_the_request_are_counted_in_flight(make_runtime: Any) -> None:
+    # runner.py samples the rollouts in flight as the object graph's walk begins; one that
+    # finished before the probes ran is still its task's in that graph.
+    runtime = make_runtime(trajectories=6)
+    before = probes.verifiers_probe()["registry"]
+    assert before["inflight_entries"] == 0
+    later = probes.verifiers_probe(in_flight={"t2", "gone"})["registry"]
+    assert later["inflight_entries"] == 1 and later["finished_entries"] == before["finished_entries"] - 1
+    assert later["finished_bytes"] < before["finished_bytes"] == later["retained_bytes"]
+    assert probes.in_flight_before() == set()  # no task holds a state here
+    assert runtime.trajectories
