@@ -11,8 +11,9 @@ leakhound's own simulated worker, which mirrors its names:
   which hides these objects from ``gc.get_objects()``, so we never search for them there.
 * ``Runtime.trajectories``: trajectory_id -> the rollout's live trajectory list. An entry is
   *in flight* when a live asyncio task's coroutine holds a rollout state (a dict with that
-  ``trajectory_id``, directly or in a list/tuple of states); every other entry belongs to a
-  rollout that has finished and is retained only by the registry.
+  ``trajectory_id``, directly or in a list/tuple of states), now or, with the object graph,
+  as its walk began (``in_flight_before``: the owners are the graph's); every other entry
+  belongs to a rollout that has finished and is retained only by the registry.
 * ``InterceptionServer.intercepts`` (reached as ``runtime.harness.endpoint.server``):
   request_id -> intercept dict holding the parsed request body. Delivered = its
   ``response_future`` is done.
