@@ -152,6 +152,7 @@ class Census(_Roots, _Unreached):
         self._gc_before = [g.get("collections", 0) for g in gc.get_stats()]
         self.clock.check()  # setting up (sizes.native_types) was a stretch of its own
         known = _measured["tracked"]
+        walked = False  # the census without owners walked before listing (below)
         if self.max_pause_ms is not None and known is not None and (
                 known * self._ns_per_object() / 1e6 * _TRACKED_HEADROOM <= self.max_pause_ms):
             # An earlier census in this process listed few enough tracked objects that even
@@ -197,7 +198,15 @@ class Census(_Roots, _Unreached):
                 _measured["tracked"] = self.tracked
                 self.seconds = time.perf_counter() - started
                 return
-            self._reset()
+            if self.with_owners:
+                self._reset()
+            else:
+                # Without owners the walk stands: the list is taken now and what the walk did
+                # not reach is split as below (a second walk from the list cost the busy real
+                # worker's census half its time). An object made since the walk and reached
+                # from a root is in the list unmarked: it counts, once, under the split's
+                # <held from C> (owners this census does not report; the totals hold).
+                walked = True
         self.clock.phase("sizing walk")
         # A yield right before the one step that cannot be split (check() alone looks at the
         # clock at most every 0.5 ms: it had looked just before, and the stretch before and
@@ -213,7 +222,12 @@ class Census(_Roots, _Unreached):
         if len(objects) >= _RATE_MIN_OBJECTS:
             took_ns = (time.perf_counter() - t0) * 1e9
             _measured["ns_per_object"] = min(500.0, max(30.0, took_ns / len(objects)))
-        if self.with_owners:
+        if walked:
+            self.claimed.add(id(objects))
+            if self._claim_args is not None:  # made by the walk (_claim_compiled): ours too
+                self.claimed.add(id(self._claim_args))
+            self.bookkeeping_bytes = self._bookkeeping_bytes(objects)
+        elif self.with_owners:
             self._walk_roots(objects)
         else:
             self._walk_all(objects)
