@@ -165,7 +165,8 @@ class Graph(object):
         # The census's native sizing, node by node (sizes.py): a numpy/torch/Pillow/mmap
         # object's buffers and the references gc does not show (a view's base), a 3.11+
         # instance's attribute values. Without them a dominator owner would miss those bytes.
-        self.native_kinds, self.native_bases = native_types()
+        # (A walk of every class, tens of thousands in a big program: under the duty cycle.)
+        self.native_kinds, self.native_bases = native_types(self._duty)
         self.native = native_codes(self.native_kinds)
         self.native_seen = set()  # buffer addresses counted: a storage shared by views, once
         self.src = array.array("i")
@@ -194,8 +195,8 @@ class Graph(object):
             raise GraphTooBig("held %.0f MiB in the target while walked, over its memory budget of %.0f MiB"
                               % (self._payload_bytes() / 1048576.0, self.max_bytes / 1048576.0))
 
-    def _check(self):
-        self._over_memory()
+    def _duty(self):
+        """The duty cycle alone: yield the GIL once the walk has held it ``max_hold``."""
         held = time.thread_time() - self.held_since
         if held > self.max_held:
             self.max_held = held
@@ -203,6 +204,10 @@ class Graph(object):
             time.sleep(_YIELD_SECONDS)
             self.yields += 1
             self.held_since = time.thread_time()
+
+    def _check(self):
+        self._over_memory()
+        self._duty()
         if time.monotonic() > self.deadline:
             raise GraphTimeout("the object graph did not finish within its time budget")
         if self.cancelled is not None and self.cancelled():

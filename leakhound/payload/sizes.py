@@ -171,8 +171,11 @@ def _plain_instance_classes(tick=None):
     only its attributes."""
     object_size = type.__dict__["__basicsize__"].__get__(object, type)
     out = []
-    # tick: the census's duty cycle (tens of thousands of classes are ~25 ms)
-    for cls in subclass_tree(object, tick):
+    # tick: the census's or the graph's duty cycle (tens of thousands of classes are ~25 ms
+    # to list and as long again to look at)
+    for n, cls in enumerate(subclass_tree(object, tick)):
+        if tick is not None and n & 255 == 255:
+            tick()
         flags = _flags(cls)
         if not flags & _MANAGED_DICT or not flags & _HEAPTYPE:
             continue

@@ -1,0 +1,46 @@
+"""The object graph's walk looks at the clock (duty cycle, deadline, cancel) in its Python
+loops over the roots too: on the real verifiers worker's heap (thousands of modules, tens of
+thousands of classes) the roots and the natively sized types' lookup were one 170 ms stretch
+without a yield (its heartbeat thread waited 182 ms). Counted here, not timed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from leakhound.payload import graph, sizes
+
+# Many classes, as a big program has (kept alive for the module's lifetime).
+_CLASSES = [type(f"Planted{i}", (), {"__module__": __name__}) for i in range(6000)]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_roots_are_added_under_the_clock(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
+    since = [0]
+    widest = [0]
+    real_root = graph.Graph._root
+    real_check = graph.Graph._check
+
+    def root(self: Any, *args: Any, **kwargs: Any) -> Any:
+        since[0] += 1
+        widest[0] = max(widest[0], since[0])
+        return real_root(self, *args, **kwargs)
+
+    def check(self: Any) -> None:
+        since[0] = 0
+        real_check(self)
+
+    monkeypatch.setattr(graph.Graph, "_root", root)
+    monkeypatch.setattr(graph.Graph, "_check", check)
+    out = graph.build(timeout=120, progress=None, is_stdlib=lambda name: False, exclude=(), max_nodes=5_000_000,
+                      max_pause_ms=50, cancelled=None, compiled=compiled)
+    assert out["nodes"] > len(_CLASSES)
+    assert widest[0] <= 300, widest[0]  # every 256 modules or classes (it was every root there is)
+
+
+def test_the_natively_sized_types_are_looked_up_under_the_clock() -> None:
+    ticks = [0]
+    sizes.native_types(lambda: ticks.__setitem__(0, ticks[0] + 1))
+    # the subclass tree is listed, then looked at, each with a tick every 256 classes
+    assert ticks[0] >= 2 * len(_CLASSES) // 256
