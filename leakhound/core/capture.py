@@ -275,6 +275,8 @@ def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph,
         graph_seconds=round(float(graph.info.get("graph_seconds") or 0.0), 4),
         dominator_seconds=round(found.analysis_seconds, 4),
         max_pause_ms=round(max(snap.heap.max_pause_ms, float(graph.info.get("max_step_ms") or 0.0)), 2),
+        # the longest the target's GIL was held between two yields: the census's or the graph's
+        max_hold_ms=round(max(snap.heap.max_hold_ms, float(graph.info.get("max_held_ms") or 0.0)), 2),
         payload_peak_bytes=max(snap.heap.payload_peak_bytes, int(graph.info.get("payload_peak_bytes") or 0)),
     )
     owners = tuple(_owner(o) for o in found.owners)
