@@ -200,6 +200,12 @@ def capture(
                 log("census's longest stretch: from {} to {}; longest run between two looks at the clock"
                     " {} ms: from {} to {}".format(*heap["max_hold_where"], heap.get("max_gap_ms"),
                                                   *heap.get("max_gap_where", ("?", "?"))))
+        graph_doc = remote.result.get("graph")
+        if isinstance(graph_doc, dict) and graph_doc.get("max_held_where"):
+            log("graph held the GIL at most {:.2f} ms between yields ({} yields), from {} to {};"
+                " the target's collections meanwhile, per generation: {}".format(
+                    float(graph_doc.get("max_held_ms") or 0.0), graph_doc.get("yields"), *graph_doc["max_held_where"],
+                    graph_doc.get("gc_collections")))
     # RSS is read right after the census so the ledger compares like with like.
     process = process_stats(pid)
     snap = snapshot_from_result(

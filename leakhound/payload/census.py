@@ -67,7 +67,14 @@ from .objects import (
     _slot_values,
     _type_name,
 )
-from .sizes import _MAX_OBJECT_BYTES, _getsizeof, _object_sizeof, _sizeof_is_builtin, object_size
+from .sizes import (
+    _MAX_OBJECT_BYTES,
+    SizeCache,
+    _getsizeof,
+    _object_sizeof,
+    _sizeof_is_builtin,
+    object_size,
+)
 from .tasks import _natural  # noqa: F401 - a name this module has always had
 
 try:  # the compiled inner walk (_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
@@ -127,7 +134,9 @@ class Census(_Roots, _Unreached):
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self._exclude = exclude
-        self._getsizeof = _getsizeof
+        # object_size with each type's answer kept for this census (sizes.SizeCache): the
+        # lookup allocates gc-tracked proxies, once per owner, tens of thousands of them
+        self._getsizeof = SizeCache()
         self._get_referents = gc.get_referents
         self.seconds = 0.0
         # The same walk in C when it is importable here (and not turned off): see _walk.c.

@@ -240,7 +240,7 @@ class _Roots(_Walk):
                     self.owners.counts, self.owners.bytes, self.owner_items, self.types.counts,
                     self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes,
                     self._native, self._native_bases, self._native_seen, self._holder,
-                    self._sized_types, self._class_attrs):
+                    self._sized_types, self._class_attrs, self._getsizeof, self._getsizeof.known):
             claimed.add(id(own))
         for obj in self._exclude:
             claimed.add(id(obj))

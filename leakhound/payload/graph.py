@@ -37,10 +37,6 @@ import time
 import types
 
 try:
-    from .sizes import object_size
-except ImportError:  # before the census split: the census's own
-    from .census import _getsizeof as object_size  # type: ignore[no-redef]
-try:
     from .objects import _class_dict, _referents, _short_type_name, _type_name
 except ImportError:
     from .census import (  # type: ignore[no-redef]
@@ -63,6 +59,7 @@ from .graph_wire import (
 )
 from .sizes import (
     NATIVE_BUFFERS,
+    SizeCache,
     for_compiled_walk,
     instance_values_bytes,
     native_codes,
@@ -112,6 +109,18 @@ _YIELD_SECONDS = 0.001
 _MISSING = object()
 
 
+def _where(frame):
+    """file:line (function) of the nearest frame outside ``_check``/``_duty``."""
+    while frame is not None and frame.f_code.co_name in ("_check", "_duty"):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    code = frame.f_code
+    text = "%s:%d (%s)" % (code.co_filename.rsplit("/", 1)[-1], frame.f_lineno or 0, code.co_name)
+    frame = None
+    return text
+
+
 class GraphTimeout(Exception):
     pass
 
@@ -145,6 +154,8 @@ class Graph(object):
         self.max_hold = max_pause_ms / 2000.0 if max_pause_ms else None
         self.held_since = time.thread_time()
         self.max_held = 0.0
+        self.max_held_where = ("", "")
+        self._began_at = "start"
         self.yields = 0
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
@@ -169,6 +180,7 @@ class Graph(object):
         self.native_kinds, self.native_bases = native_types(self._duty)
         self.native = native_codes(self.native_kinds)
         self.native_seen = set()  # buffer addresses counted: a storage shared by views, once
+        self.size_of = SizeCache()  # object_size, each type looked up once (sizes.SizeCache)
         self.src = array.array("i")
         self.dst = array.array("i")
         self.lab = array.array("i")
@@ -183,7 +195,8 @@ class Graph(object):
         for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
                     self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
                     self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
-                    self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen):
+                    self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen,
+                    self.size_of, self.size_of.known):
             self.index[id(own)] = -1
         for obj in exclude:
             self.index[id(obj)] = -1
@@ -200,10 +213,14 @@ class Graph(object):
         held = time.thread_time() - self.held_since
         if held > self.max_held:
             self.max_held = held
+            # where (file:line (function) of the graph's code) the longest stretch began and
+            # ended: one far over the budget points at a loop without a check (-v prints it)
+            self.max_held_where = (self._began_at, _where(sys._getframe(1)))
         if self.max_hold is not None and held >= self.max_hold:
             time.sleep(_YIELD_SECONDS)
             self.yields += 1
             self.held_since = time.thread_time()
+            self._began_at = _where(sys._getframe(1))
 
     def _check(self):
         self._over_memory()
@@ -239,7 +256,7 @@ class Graph(object):
         if i > self.max_nodes:
             raise GraphTooBig("more than %d nodes" % self.max_nodes)
         self.nodes.append(obj)
-        self.sizes.append(object_size(obj))
+        self.sizes.append(self.size_of(obj))
         self.types.append(self._type_id(type(obj)))
         self.ids.append(id(obj))
         self.lengths.append(0)
@@ -365,7 +382,7 @@ class Graph(object):
         dict_values = _list_values
         type_id = self._type_id
         label_of = self._label
-        size_of = object_size
+        size_of = self.size_of
         max_nodes = self.max_nodes
         perf_counter = time.perf_counter
         d_label = self._label("d")
@@ -534,6 +551,7 @@ class Graph(object):
             "graph_seconds": self.seconds,
             "max_step_ms": self.max_step * 1000.0,
             "max_held_ms": self.max_held * 1000.0,
+            "max_held_where": list(self.max_held_where),
             "yields": self.yields,
             "payload_peak_bytes": payload_bytes,
             "unreached": dict(self.unreached),
@@ -595,7 +613,7 @@ class CompiledGraph(Graph):
         i = _walk_module.graph_find(self.store, id(obj))
         if i is not None:
             return i
-        return _walk_module.graph_node(self.store, obj, object_size(obj), self._type_id(type(obj)))
+        return _walk_module.graph_node(self.store, obj, self.size_of(obj), self._type_id(type(obj)))
 
     def _edge(self, i, j, label):
         _walk_module.graph_edge(self.store, i, j, label)

@@ -78,6 +78,34 @@ def object_size(obj, default=0):
 _getsizeof = object_size  # the census's name for it
 
 
+class SizeCache(object):
+    """``object_size`` with each type's answer (is its ``__sizeof__`` C code?) kept for one
+    walk. Looking it up reads the MRO's dicts through mappingproxies, gc-tracked objects
+    allocated per call: tens of thousands of roots (classes, owners) made the target's
+    collector run in the walk's thread, once a full collection of the busy real worker's
+    2M-object heap, ~300 ms with the GIL held (py-spy: the graph's add_roots in
+    _sizeof_is_builtin). The cache holds the types it answers for (their ids cannot be
+    reused meanwhile) and goes with the walk that made it."""
+
+    def __init__(self):
+        self.known = {}  # id(type) -> (type, is its __sizeof__ C code)
+
+    def __call__(self, obj, default=0):
+        tp = type(obj)
+        known = self.known.get(id(tp))
+        if known is None:
+            try:
+                builtin = _sizeof_is_builtin(tp)
+            except Exception:
+                builtin = False
+            known = self.known[id(tp)] = (tp, builtin)
+        try:
+            size = sys.getsizeof(obj, default) if known[1] else _object_sizeof(obj)
+        except Exception:
+            return 0
+        return size if 0 <= size <= _MAX_OBJECT_BYTES else 0
+
+
 def _class_from(module_name, name):
     """``module.name`` read from the module's dict (no module __getattr__ runs), if a class."""
     module = sys.modules.get(module_name)
