@@ -110,3 +110,15 @@ def test_a_census_after_a_small_one_skips_the_sizing_walk(monkeypatch) -> None:
     small.run()
     assert walks == ["sizing", "named, no list"]
     assert not small.unreached["examined"] and small.tracked > 0
+
+
+def test_a_tiny_budget_yields_between_stretches_of_work_not_at_every_check() -> None:
+    # The next look at the clock was due from before the yield's 1 ms sleep: with a tiny
+    # budget every check after it slept again, ~1 ms per owner (a few-hundred-ms census took
+    # tens of seconds; 18,651 yields for 1,734 owners here). Now at most one yield per
+    # CHECK_EVERY of work: far fewer yields than owners.
+    classes = [type(f"Tiny{i}", (), {}) for i in range(3000)]
+    walk = census.Census(max_pause_ms=0.001, timeout=120)
+    walk.run()
+    assert 0 < walk.clock.yields < len(walk.owners.keys), (walk.clock.yields, len(walk.owners.keys))
+    assert classes
