@@ -20,7 +20,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,43 +58,32 @@ def main() -> int:
     parser.add_argument("--warm", type=float, default=30.0, help="seconds of rollouts before the first inspection")
     args = parser.parse_args()
     header("the verifiers probe on the busy real worker (issue 12)", sys.argv)
-    from tests.verifiers_target import spawn_verifiers_worker  # noqa: PLC0415
+    from tests.verifiers_target import (  # noqa: PLC0415
+        COUNTS_ONLY_ENV,
+        continuous_rollouts,
+        spawn_verifiers_worker,
+    )
 
     tmp = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True).stdout.strip())
     rows = []
-    with spawn_verifiers_worker(tmp, rollouts=4, turns=3, park=0) as worker:
-        stop = threading.Event()
-
-        def rollouts() -> None:
-            while not stop.is_set():
-                try:
-                    worker.run_batch(rollouts=6, turns=4, timeout=600)
-                except Exception as exc:  # noqa: BLE001, PERF203 - said, and the benchmark goes on
-                    print(f"# batch error: {exc}", file=sys.stderr)
-                    return
-
-        thread = threading.Thread(target=rollouts, daemon=True)
-        thread.start()
-        try:
-            time.sleep(args.warm)
-            for i in range(args.repeat):
-                for walker in ("compiled", "python"):
-                    row = inspect(worker.worker_pid, walker)
-                    probe = row.get("probe") or {}
-                    registry = probe.get("registry") or {}
-                    probes_w, probes_c = row["phases"].get("probes", (0.0, 0.0))
-                    census_w, census_c = row["phases"].get("census", (0.0, 0.0))
-                    rows.append([walker, i + 1, row.get("objects", "-"), registry.get("entries", "-"),
-                                 f"{registry.get('retained_bytes', 0):,}", ",".join(probe.get("sizing", [])) or "-",
-                                 f"{probes_w:.3f} / {probes_c:.3f}",
-                                 "{} / {}".format(*[(probe.get("pace") or {}).get(k, "-")
-                                                    for k in ("max_hold_ms", "yields")]),
-                                 f"{census_w:.2f} / {census_c:.2f}",
-                                 f"{row['wall']:.1f}", row.get("error", "")[:40]])
-                    time.sleep(2.0)
-        finally:
-            stop.set()
-            thread.join(timeout=700)
+    with spawn_verifiers_worker(tmp, rollouts=4, turns=3, park=0, extra_env=COUNTS_ONLY_ENV) as worker, \
+            continuous_rollouts(worker):
+        time.sleep(args.warm)
+        for i in range(args.repeat):
+            for walker in ("compiled", "python"):
+                row = inspect(worker.worker_pid, walker)
+                probe = row.get("probe") or {}
+                registry = probe.get("registry") or {}
+                probes_w, probes_c = row["phases"].get("probes", (0.0, 0.0))
+                census_w, census_c = row["phases"].get("census", (0.0, 0.0))
+                rows.append([walker, i + 1, row.get("objects", "-"), registry.get("entries", "-"),
+                             f"{registry.get('retained_bytes', 0):,}", ",".join(probe.get("sizing", [])) or "-",
+                             f"{probes_w:.3f} / {probes_c:.3f}",
+                             "{} / {}".format(*[(probe.get("pace") or {}).get(k, "-")
+                                                for k in ("max_hold_ms", "yields")]),
+                             f"{census_w:.2f} / {census_c:.2f}",
+                             f"{row['wall']:.1f}", row.get("error", "")[:40]])
+                time.sleep(2.0)
     print(table(["walker", "run", "objects", "registry entries", "retained bytes", "sizing",
                  "probes wall / CPU s", "probes max hold ms / yields", "census wall / CPU s",
                  "attach-to-report s", "error"], rows,

@@ -39,7 +39,6 @@ import argparse
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -128,7 +127,11 @@ def guppy_run(pid: int, hb_dir: Path, timeout: float = 300.0) -> tuple[float, fl
 
 def real_worker(repeat: int, warm: float, guppy: bool) -> None:
     from benchmarks._common import ensure_peers_venv, peers_site_packages  # noqa: PLC0415
-    from tests.verifiers_target import spawn_verifiers_worker  # noqa: PLC0415
+    from tests.verifiers_target import (  # noqa: PLC0415
+        COUNTS_ONLY_ENV,
+        continuous_rollouts,
+        spawn_verifiers_worker,
+    )
 
     tmp = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True).stdout.strip())
     hb_dir = tmp / "heartbeat"
@@ -137,55 +140,39 @@ def real_worker(repeat: int, warm: float, guppy: bool) -> None:
     # them): measuring the registries JSON-encodes them on the worker's loop several times a
     # second, json.dumps holding the GIL for up to hundreds of ms, which made every yield of
     # leakhound's walks wait that long (until 2026-11-30 the numbers here included it).
-    env = {"PYTHONPATH": str(SITE), "LEAKHOUND_BENCH_HEARTBEAT_DIR": str(hb_dir),
-           "LEAKHOUND_FIXTURE_TRUTH_WATCH": "counts"}
+    env = {"PYTHONPATH": str(SITE), "LEAKHOUND_BENCH_HEARTBEAT_DIR": str(hb_dir), **COUNTS_ONLY_ENV}
     if guppy:
         ensure_peers_venv()  # the benchmark's python is the worker's (3.11): its guppy3 loads there
         env["LEAKHOUND_BENCH_GUPPY_PATH"] = str(peers_site_packages())
     rows = []
     phase_rows = []
     guppy_row: Any = None
-    with spawn_verifiers_worker(tmp, rollouts=4, turns=3, park=0, extra_env=env) as worker:
-        stop = threading.Event()
-
-        def rollouts() -> None:
-            while not stop.is_set():
-                try:
-                    worker.run_batch(rollouts=6, turns=4, timeout=600)
-                except Exception as exc:  # noqa: BLE001, PERF203 - said, and the benchmark goes on
-                    print(f"# batch error: {exc}", file=sys.stderr)
-                    return
-
-        thread = threading.Thread(target=rollouts, daemon=True)
-        thread.start()
+    with spawn_verifiers_worker(tmp, rollouts=4, turns=3, park=0, extra_env=env) as worker, \
+            continuous_rollouts(worker):
         beats_file = hb_dir / f"hb-{worker.worker_pid}.txt"
-        try:
-            time.sleep(warm)
-            for owners in (["--owners", "census"], []):
-                for i in range(repeat):
-                    rss = open(f"/proc/{worker.worker_pid}/status").read().split("VmRSS:")[1].split()[0]
-                    start = time.monotonic()
-                    row = inspect(worker.worker_pid, owners)
-                    end = time.monotonic()
-                    time.sleep(3.0)  # the heartbeat writes its late beats as they come
-                    beats = lags(beats_file)
-                    during, before = worst(beats, start, end), worst(beats, 2 * start - end, start)
-                    label = " ".join(owners) or "default"
-                    rows.append([label, i + 1, f"{int(rss) / 1024:.0f}", row.get("objects", "-"),
-                                 f"{row['wall']:.1f}", f"{row.get('census', 0):.2f}", f"{census_cpu(row):.2f}",
-                                 row.get("max_pause_ms", "-"), row.get("max_hold_ms", "-"), row.get("yields", "-"),
-                                 f"{during:.0f}", f"{before:.0f}", row.get("error", row.get("owner1", ""))[:40]])
-                    phase_rows.append([label, i + 1] + [", ".join(f"{n} {w:.2f}/{c:.2f}" for (k, n), (w, c)
-                                                                  in row["phases"].items() if k == "census")])
-            if guppy:
-                start, end, line = guppy_run(worker.worker_pid, hb_dir)
-                time.sleep(3.0)
-                parts = line.split()
-                during = worst(lags(beats_file), start, end)
-                guppy_row = (parts, during) if len(parts) == 4 else (line, during)
-        finally:
-            stop.set()
-            thread.join(timeout=700)
+        time.sleep(warm)
+        for owners in (["--owners", "census"], []):
+            for i in range(repeat):
+                rss = open(f"/proc/{worker.worker_pid}/status").read().split("VmRSS:")[1].split()[0]
+                start = time.monotonic()
+                row = inspect(worker.worker_pid, owners)
+                end = time.monotonic()
+                time.sleep(3.0)  # the heartbeat writes its late beats as they come
+                beats = lags(beats_file)
+                during, before = worst(beats, start, end), worst(beats, 2 * start - end, start)
+                label = " ".join(owners) or "default"
+                rows.append([label, i + 1, f"{int(rss) / 1024:.0f}", row.get("objects", "-"),
+                             f"{row['wall']:.1f}", f"{row.get('census', 0):.2f}", f"{census_cpu(row):.2f}",
+                             row.get("max_pause_ms", "-"), row.get("max_hold_ms", "-"), row.get("yields", "-"),
+                             f"{during:.0f}", f"{before:.0f}", row.get("error", row.get("owner1", ""))[:40]])
+                phase_rows.append([label, i + 1] + [", ".join(f"{n} {w:.2f}/{c:.2f}" for (k, n), (w, c)
+                                                              in row["phases"].items() if k == "census")])
+        if guppy:
+            start, end, line = guppy_run(worker.worker_pid, hb_dir)
+            time.sleep(3.0)
+            parts = line.split()
+            during = worst(lags(beats_file), start, end)
+            guppy_row = (parts, during) if len(parts) == 4 else (line, during)
     print(table(["owners", "run", "RSS MiB", "objects", "attach-to-report s", "census s", "census CPU s",
                  "max step ms", "max hold ms", "yields", "worst wait ms", "worst wait before ms", "owner #1"],
                 rows, title="the real verifiers worker under continuous rollouts (worst wait: the "

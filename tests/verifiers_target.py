@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -328,3 +329,34 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 
 if __name__ == "__main__":  # python tests/verifiers_target.py: build the venv
     print(ensure_verifiers_venv(), file=sys.stderr)
+
+
+# The worker's ground-truth reports with the rollout counts only (what the driver waits on):
+# measuring the registries JSON-encodes them on the worker's loop several times a second under
+# continuous rollouts (json.dumps holding the GIL up to hundreds of ms), which benchmarks
+# would time as the worker's own work.
+COUNTS_ONLY_ENV = {"LEAKHOUND_FIXTURE_TRUTH_WATCH": "counts"}
+
+
+@contextlib.contextmanager
+def continuous_rollouts(worker: VerifiersWorker, *, rollouts: int = 6, turns: int = 4,
+                        timeout: float = 600.0) -> Iterator[threading.Thread]:
+    """Batches of rollouts, one after another in a thread, until the block ends (the busy
+    worker of benchmarks/busy_*.py); a batch's error is printed and ends them."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            try:
+                worker.run_batch(rollouts=rollouts, turns=turns, timeout=timeout)
+            except Exception as exc:  # noqa: BLE001, PERF203 - said, and the benchmark goes on
+                print(f"# batch error: {exc}", file=sys.stderr)
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        stop.set()
+        thread.join(timeout=timeout + 100)
