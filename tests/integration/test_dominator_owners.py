@@ -72,7 +72,7 @@ def test_a_million_object_worker_gets_dominator_owners_by_default(tmp_path: Path
     assert heap.graph_nodes > 300_000
     # The longest hold the header reports covers the graph's walk too.
     assert taken.graph is not None
-    assert heap.max_hold_ms >= float(taken.graph.info["max_held_ms"]) > 0
+    assert heap.max_hold_ms >= round(float(taken.graph.info["max_held_ms"]), 2) > 0  # (rounded to 0.01 ms)
 
 
 def test_auto_keeps_the_census_over_the_graphs_memory_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,18 +5,28 @@ without a yield (its heartbeat thread waited 182 ms). Counted here, not timed.""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from leakhound.payload import graph, sizes
 
-# Many classes, as a big program has (kept alive for the module's lifetime).
-_CLASSES = [type(f"Planted{i}", (), {"__module__": __name__}) for i in range(6000)]
+
+@pytest.fixture(scope="module")
+def classes() -> Iterator[list[type]]:
+    """Many classes, as a big program has: made for these tests only and collected after
+    them (at import they were in every test's process, and every later census's tables)."""
+    made = [type(f"Planted{i}", (), {"__module__": __name__}) for i in range(6000)]
+    yield made
+    made.clear()
+    gc.collect()  # classes are reference cycles: gone from the subclass tree for the next tests
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_the_roots_are_added_under_the_clock(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
+def test_the_roots_are_added_under_the_clock(monkeypatch: pytest.MonkeyPatch, compiled: bool,
+                                            classes: list[type]) -> None:
     since = [0]
     widest = [0]
     real_root = graph.Graph._root
@@ -35,12 +45,12 @@ def test_the_roots_are_added_under_the_clock(monkeypatch: pytest.MonkeyPatch, co
     monkeypatch.setattr(graph.Graph, "_check", check)
     out = graph.build(timeout=120, progress=None, is_stdlib=lambda name: False, exclude=(), max_nodes=5_000_000,
                       max_pause_ms=50, cancelled=None, compiled=compiled)
-    assert out["nodes"] > len(_CLASSES)
+    assert out["nodes"] > len(classes)
     assert widest[0] <= 300, widest[0]  # every 256 modules or classes (it was every root there is)
 
 
-def test_the_natively_sized_types_are_looked_up_under_the_clock() -> None:
+def test_the_natively_sized_types_are_looked_up_under_the_clock(classes: list[type]) -> None:
     ticks = [0]
     sizes.native_types(lambda: ticks.__setitem__(0, ticks[0] + 1))
     # the subclass tree is listed, then looked at, each with a tick every 256 classes
-    assert ticks[0] >= 2 * len(_CLASSES) // 256
+    assert ticks[0] >= 2 * len(classes) // 256
