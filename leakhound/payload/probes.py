@@ -43,6 +43,7 @@ import sys
 import time
 
 from .census import _instance_dict
+from .census_tallies import _Marks
 from .sizes import deep_size as _deep_size
 
 try:  # the census's compiled walk (_walk.c, one abi3 build for CPython 3.10+)
@@ -144,7 +145,7 @@ class _PythonSizer(object):
 
 class _CompiledSizer(object):
     """``deep_size`` through the census's compiled walk: its bitmap of claimed addresses
-    (``regions``, fresh per section) is the seen-set; a list holding the root is the walk's
+    (``census_tallies._Marks``, fresh per section) is the seen-set; a list holding the root is the walk's
     way in (it sizes and marks the root as any referent). Each call does at most
     ``WORK_PER_CALL`` units, the clock ticks between calls.
 
@@ -164,7 +165,7 @@ class _CompiledSizer(object):
         self.clock = clock
         self.claim = claim
         self.limit = limit
-        self.regions = {}  # type: dict
+        self.marks = _Marks()  # the walk's bitmap (its ``regions``): this section's seen-set
         self.keys = list(_FOLLOWED + _LEAVES)  # keeps the types alive: their ids stay theirs
         self.index = {id(tp): slot for slot, tp in enumerate(self.keys)}
         self.counts = array.array("q", [0] * len(self.keys))
@@ -182,24 +183,17 @@ class _CompiledSizer(object):
         return slot
 
     def mark(self, obj):
-        address = id(obj)
-        region = self.regions.get(address >> 20)
-        if region is None:
-            region = self.regions[address >> 20] = bytearray(8192)
-        region[(address & 0xFFFFF) >> 7] |= 1 << ((address >> 4) & 7)
+        self.marks.add(id(obj))
 
     def unmark(self, obj):
-        address = id(obj)
-        region = self.regions.get(address >> 20)
-        if region is not None:
-            region[(address & 0xFFFFF) >> 7] &= ~(1 << ((address >> 4) & 7)) & 0xFF
+        self.marks.discard(id(obj))
 
     def size(self, root):
         holder = [root]
         stack = [holder]  # type: list
         pending = []  # type: list
         claim, tick = self.claim, self.clock.tick
-        regions, index, new_slot, counts, sizes = self.regions, self.index, self.new_slot, self.counts, self.sizes
+        regions, index, new_slot, counts, sizes = self.marks.regions, self.index, self.new_slot, self.counts, self.sizes
         objects = total = 0
         try:
             while (stack or pending) and objects < self.limit:
