@@ -9,8 +9,8 @@ objects, each once per seen-set. Real targets: tests/integration/test_probes_liv
 from __future__ import annotations
 
 import collections
+import importlib.util
 import random
-import sys
 import time
 import types
 from collections.abc import Iterator
@@ -21,25 +21,24 @@ import pytest
 from leakhound.payload import probes, runner
 from leakhound.payload.sizes import deep_size
 from leakhound.simulate.runtime import Runtime
+from tests.utils import FIXTURES
 
 pytestmark = pytest.mark.skipif(getattr(probes._walk, "claim", None) is None,
                                 reason="the compiled walk (_walk.abi3.so) is not built here")
 
 
-def reference_size(root: object, seen: set[int]) -> int:
-    """sys.getsizeof over what exact or subclassed dicts (keys and values), lists, tuples,
-    sets and frozensets hold, each object once: written apart from deep_size."""
-    if id(root) in seen:
-        return 0
-    seen.add(id(root))
-    total = sys.getsizeof(root)
-    if isinstance(root, dict):
-        for key, value in list(root.items()):
-            total += reference_size(key, seen) + reference_size(value, seen)
-    elif isinstance(root, (list, tuple, set, frozenset)):
-        for item in list(root):
-            total += reference_size(item, seen)
-    return total
+def _fixture_target() -> Any:
+    spec = importlib.util.spec_from_file_location("leakhound_fixture_target", FIXTURES / "_target.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# sys.getsizeof over what exact or subclassed dicts (keys and values), lists, tuples, sets and
+# frozensets hold, each object once: the fixtures' own walk (fixtures/_target.py, the truth
+# of fixtures/probe_shapes.py), written apart from deep_size.
+reference_size = _fixture_target().plain_size
 
 
 def _count(root: object, seen: set[int]) -> int:
