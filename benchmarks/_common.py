@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -266,6 +267,33 @@ def leakhound_inspect(pid: int, method: str, *, timeout: float = 900.0, extra: S
 
 
 # -- output ---------------------------------------------------------------------------------
+
+
+_PHASES = re.compile(r"(payload|census) phases: (.*)")
+_HELD = re.compile(r"held the GIL at most ([\d.]+) ms between yields \((\d+) yields")
+
+
+def verbose_phases(stderr: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """``leakhound -v``'s "payload phases: ..." and "census phases: ..." lines:
+    (``payload`` or ``census``, phase) -> (wall s, CPU s of the payload's thread)."""
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for line in stderr.splitlines():
+        m = _PHASES.search(line)
+        if m:
+            for part in m.group(2).split(", "):
+                name, spent, _unit = part.rsplit(" ", 2)
+                wall, cpu = spent.split("/")
+                out[(m.group(1), name)] = (float(wall), float(cpu))
+    return out
+
+
+def verbose_holds(stderr: str) -> tuple[float, int] | None:
+    """The longest hold of the GIL between two yields (ms) and the yields, over ``-v``'s
+    "census held the GIL ..." and "graph held the GIL ..." lines; None without them."""
+    found = [(float(m.group(1)), int(m.group(2))) for m in map(_HELD.search, stderr.splitlines()) if m]
+    if not found:
+        return None
+    return max(held for held, _ in found), sum(yields for _, yields in found)
 
 
 def mib(n: float | None) -> str:

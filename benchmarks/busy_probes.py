@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import time
@@ -26,23 +25,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import LEAKHOUND, header, main_guard, run_timed, table  # noqa: E402
-
-PHASES = re.compile(r"payload phases: (.*)")
+from benchmarks._common import LEAKHOUND, header, main_guard, run_timed, table, verbose_phases  # noqa: E402
 
 
 def inspect(pid: int, walker: str) -> dict[str, Any]:
     env = {"LEAKHOUND_WALKER": "python" if walker == "python" else "compiled"}
     argv = [str(LEAKHOUND), "-v", "inspect", str(pid), "--owners", "census", "--json", "--timeout", "180"]
     wall, proc = run_timed(argv, timeout=300, env=env)
-    row: dict[str, Any] = {"wall": wall, "rc": proc.returncode, "phases": {}}
-    for line in proc.stderr.splitlines():
-        m = PHASES.search(line)
-        if m:
-            for part in m.group(1).split(", "):
-                name, spent, _unit = part.rsplit(" ", 2)
-                w, c = spent.split("/")
-                row["phases"][name] = (float(w), float(c))
+    row: dict[str, Any] = {"wall": wall, "rc": proc.returncode,
+                           "phases": {name: spent for (kind, name), spent in verbose_phases(proc.stderr).items()
+                                      if kind == "payload"}}
     if proc.returncode == 0:
         doc = json.loads(proc.stdout)
         row["objects"] = doc["heap"]["objects"]

@@ -11,8 +11,9 @@ rollouts run in a thread the whole time; after ``--warm`` seconds it runs
 census`` and the default), a few seconds apart. Per run: attach-to-report wall seconds, the
 census's wall and CPU seconds (CPU of the payload's thread: wall minus CPU is time it waited,
 for the GIL against the worker's threads or for a core on a loaded machine), the longest
-single step (max step), the longest stretch the census ran between two yields of the GIL
-(max hold, its CPU time: an upper bound on one hold) and how many yields, and the heartbeat
+single step (max step), the longest stretch the census (with the default owners, the census
+or the object graph) ran between two yields of the GIL (max hold, its CPU time: an upper
+bound on one hold) and how many yields (both walks'), and the heartbeat
 thread's worst lag during the inspection against its worst lag in as long a time before it
 (the machine's own noise), and the phases the payload reported (-v).
 
@@ -36,7 +37,6 @@ Usage: .venv/bin/python benchmarks/busy_real_worker.py [--repeat N] [--warm S] [
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import time
@@ -52,10 +52,9 @@ from benchmarks._common import (  # noqa: E402
     run_timed,
     table,
     target,
+    verbose_holds,
+    verbose_phases,
 )
-
-PHASES = re.compile(r"(payload|census) phases: (.*)")
-HELD = re.compile(r"held the GIL at most ([\d.]+) ms between yields \((\d+) yields")
 
 
 def inspect(pid: int, extra: list[str]) -> dict[str, Any]:
@@ -70,16 +69,10 @@ def inspect(pid: int, extra: list[str]) -> dict[str, Any]:
         row["max_pause_ms"] = doc["heap"]["max_pause_ms"]
         row["objects"] = doc["heap"]["objects"]
         row["owner1"] = doc["owners"][0]["path"] if doc["owners"] else ""
-    for line in proc.stderr.splitlines():
-        m = PHASES.search(line)
-        if m:
-            for part in m.group(2).split(", "):
-                name, spent, _unit = part.rsplit(" ", 2)
-                w, c = spent.split("/")
-                row["phases"][(m.group(1), name)] = (float(w), float(c))
-        m = HELD.search(line)
-        if m:
-            row["max_hold_ms"], row["yields"] = float(m.group(1)), int(m.group(2))
+    row["phases"] = verbose_phases(proc.stderr)
+    holds = verbose_holds(proc.stderr)  # the census's and, with the default owners, the graph's
+    if holds is not None:
+        row["max_hold_ms"], row["yields"] = holds
     if proc.returncode != 0:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
     return row
