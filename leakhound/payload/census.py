@@ -29,7 +29,6 @@ import time
 from .census_roots import (
     _Roots,
     _running_task_registries,
-    _subclass_tree,
     class_roots,
     frame_locals_unreadable,
     module_roots,
@@ -254,26 +253,15 @@ class Census(_Roots, _Unreached):
         del objects
 
     def _sizing_walk(self):
-        """Claim what the roots reach (every module, every class, the asyncio tasks and their
-        coroutines, the frames of the other threads' stacks) in one walk from the list of
-        them, for one scratch owner: only the count of container-type objects is used
-        (_tracked_estimate), and _reset() drops the rest. A running frame's locals (3.11+)
+        """Claim what the roots reach (_every_root: every module, every class, the asyncio
+        tasks and their coroutines, the frames of the other threads' stacks) in one walk from
+        the list of them, for one scratch owner: only the count of container-type objects is
+        used (_tracked_estimate), and _reset() drops the rest. A running frame's locals (3.11+)
         are not in it: a floor, as the estimate is anyway."""
-        check = self.clock.check
         claimed = self.claimed
         for own in (self, self.__dict__, self.claimed.regions):
             claimed.add(id(own))
-        roots = []  # type: list
-        for _name, module, _md in module_roots(self.is_stdlib, check):
-            roots.append(module)
-        roots.extend(_subclass_tree(check))
-        for _label, task, coro in task_roots():
-            if task is not None:
-                roots.append(task)
-            roots.append(coro)
-        for _tname, frame in thread_frames():
-            roots.append(frame)
-        frame = None
+        roots = self._every_root(with_locals=False)
         claimed.add(id(roots))
         # No native sizing: a buffer's bytes do not change the count, and what code objects
         # hold (their constants and names, read in Python) is mostly untracked.

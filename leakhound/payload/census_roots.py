@@ -176,9 +176,24 @@ class _Roots(_Walk):
         through member descriptors, not seen by a referent walk) is left to the split of
         what no root reached, or, without gc.get_objects()'s list, not counted (0.56% of
         the bytes on the real verifiers worker's heap)."""
-        claimed = self.claimed
         self._claim_own(objects)
         owner = self._owner("<named roots>", sys)
+        roots = self._every_root(with_locals=True)
+        self.claimed.add(id(roots))
+        self.progress("roots", 0)
+        self.clock.phase("roots")
+        self._claim_tree(owner, roots, root_claimed=True)
+        del roots
+        self.clock.phase("walk")
+        self.progress("unreached", self.total_objects)
+        self.bookkeeping_bytes = self._bookkeeping_bytes(objects)
+
+    def _every_root(self, with_locals):
+        """Every named root in one list, for a walk from it (_walk_all, census._sizing_walk):
+        modules and their dicts, asyncio's running-task registries, classes, tasks and their
+        coroutines, event loops, the other threads' frames and, ``with_locals``, what their
+        running frames' locals hold (3.11+: not a frame's referents; read as _walk_roots
+        does, a frame it cannot read counted in ``unread_frames``)."""
         check = self.clock.check
         roots = []  # type: list
         for _name, module, md in module_roots(self.is_stdlib, check):
@@ -196,7 +211,8 @@ class _Roots(_Walk):
         del task_coros
         for _tname, frame in thread_frames():
             roots.append(frame)
-            # a running frame's locals (3.11+) are not its referents: read as _walk_roots does
+            if not with_locals:
+                continue
             local_values = frame_locals(frame, self._walk_module)
             if local_values is None:
                 self.unread_frames += 1
@@ -204,14 +220,7 @@ class _Roots(_Walk):
                 roots.extend(value for _name, value in local_values)
             del local_values
         frame = None
-        claimed.add(id(roots))
-        self.progress("roots", 0)
-        self.clock.phase("roots")
-        self._claim_tree(owner, roots, root_claimed=True)
-        del roots
-        self.clock.phase("walk")
-        self.progress("unreached", self.total_objects)
-        self.bookkeeping_bytes = self._bookkeeping_bytes(objects)
+        return roots
 
     def _bookkeeping_bytes(self, objects):
         """What the walk itself holds at its largest, the extra memory it costs the target:
