@@ -122,7 +122,8 @@ def canonical(text: str, raw: bytes) -> tuple[dict[int, Any], collections.Counte
     for k in range(doc["edges"]):
         lab = arrays["edge_label"][k]
         edges[(ids[arrays["edge_src"][k]], ids[arrays["edge_dst"][k]], labels[lab] if lab >= 0 else "")] += 1
-    roots = sorted((ids[r[0]], r[1], r[2], r[3]) for r in doc["roots"])
+    flat = doc["roots"]  # node, label, kind, tier of each root, one after the other
+    roots = sorted((ids[flat[k]], flat[k + 1], flat[k + 2], flat[k + 3]) for k in range(0, len(flat), 4))
     return nodes, edges, roots
 
 

@@ -19,7 +19,8 @@ Python loop) run the deadline, the cancel hook and, with a pause budget, the dut
 Shape of the graph:
 
 * node 0 is the super-root; every root is one of its edges, and ``roots`` names them
-  (``module``, ``class``, ``task``, ``thread``, ``held``);
+  (``module``, ``class``, ``task``, ``thread``, ``held``), flat: node, label, kind, tier, the
+  next root's node...;
 * modules, module dicts, classes and class dicts are walls: children of the super-root only
   (an edge from a function to its globals or from an instance to its class is not streamed:
   it cannot change anyone's dominator, since the super-root reaches the wall directly);
@@ -78,7 +79,9 @@ __all__ = ["GRAPH_FORMAT", "_ARRAY_KEYS", "CompiledGraph", "Graph", "GraphCancel
            "binary_pieces", "build", "json_pieces", "name_paths"]
 
 # /2: the arrays travel raw after the JSON (graph_wire.Binary), not as base64 in it.
-GRAPH_FORMAT = "leakhound.graph/2"
+# /3: ``roots`` is one flat list, four items a root (node, label, kind, tier), not a list per
+# root: tens of thousands of tracked lists brought the target's next collection forward.
+GRAPH_FORMAT = "leakhound.graph/3"
 # The arrays' element types, in _ARRAY_KEYS order.
 _ARRAY_CODES = ("q", "i", "q", "i", "i", "i", "i")
 
@@ -186,7 +189,10 @@ class Graph(object):
         self.lab = array.array("i")
         self.label_index = {}
         self.labels = []
-        self.roots = []  # [node, label, kind]
+        # node, label, kind, tier of each root, flat: no tracked object per root (a list each,
+        # 50k of them on a worker with many classes, counted towards the target's next
+        # collection, which then ran in our thread: the real worker's first inspection)
+        self.roots = []
         self.walls = set()  # nodes no edge but the super-root's leads to
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
         self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
@@ -266,7 +272,11 @@ class Graph(object):
         i = self._node(obj)
         if i <= 0:
             return i
-        self.roots.append([i, label, kind, tier])
+        roots = self.roots
+        roots.append(i)
+        roots.append(label)
+        roots.append(kind)
+        roots.append(tier)
         self._edge(0, i, -1)
         if wall:
             self._wall(i)

@@ -1,8 +1,9 @@
 """The target's object graph as leakhound reads it: the ``graph`` result decoded into int arrays.
 
 The target streams a compact graph (``leakhound/payload/graph.py``): native int arrays, raw
-after the JSON that describes them (``leakhound.graph/2``: the channel hands them over as
-``binary``; /1 sent them as base64 chunks in the JSON), node 0 the super-root, whose children
+after the JSON that describes them (``leakhound.graph/3``: the channel hands them over as
+``binary``; /1 sent them as base64 chunks in the JSON; /3's ``roots`` is one flat list, four
+items a root, /2's a list per root), node 0 the super-root, whose children
 are every named root (modules, classes, tasks, thread frames) and the objects held from C.
 """
 
@@ -15,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-GRAPH_FORMAT = "leakhound.graph/2"
-_FORMATS = ("leakhound.graph/1", GRAPH_FORMAT)
+GRAPH_FORMAT = "leakhound.graph/3"
+_FORMATS = ("leakhound.graph/1", "leakhound.graph/2", GRAPH_FORMAT)
 _ARRAY_KEYS = ("sizes", "types", "ids", "lengths", "edge_src", "edge_dst", "edge_label")
 _ITEM_BYTES = {"q": 8, "i": 4}
 
@@ -86,6 +87,16 @@ def _split(doc: dict[str, Any], order: str) -> dict[str, array.array[int]]:
     return out
 
 
+def _roots(doc: dict[str, Any]) -> list[tuple[int, str, str, int]]:
+    """(node, label, kind, tier) per root: /3 sends them flat, /1 and /2 a list each."""
+    rows = doc["roots"]
+    if doc["format"] == GRAPH_FORMAT:
+        if len(rows) % 4:
+            raise ValueError("roots: not four items a root")
+        rows = [rows[k:k + 4] for k in range(0, len(rows), 4)]
+    return [(int(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
+
+
 def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
     """The graph from the payload's ``graph`` result: /2 its raw arrays (``binary``), /1
     base64 chunks of them in the JSON."""
@@ -93,7 +104,7 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
         raise GraphError(f"unknown graph format {doc.get('format')!r}")
     try:
         order = str(doc["byteorder"])
-        if doc["format"] == GRAPH_FORMAT:
+        if doc["format"] != "leakhound.graph/1":
             arrays = _split(doc, order)
         else:
             arrays = {key: _decode(doc[key], "q" if key in ("sizes", "ids") else "i", order) for key in _ARRAY_KEYS}
@@ -108,7 +119,7 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
             lab=arrays["edge_label"],
             type_names=[str(t) for t in doc["type_names"]],
             labels=[str(t) for t in doc["labels"]],
-            roots=[(int(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in doc["roots"]],
+            roots=_roots(doc),
             info={k: doc.get(k) for k in ("graph_seconds", "max_step_ms", "max_held_ms", "payload_peak_bytes",
                                           "unreached", "walker", "gc_collections")},
         )
