@@ -206,6 +206,10 @@ def capture(
                 " the target's collections meanwhile, per generation: {}".format(
                     float(graph_doc.get("max_held_ms") or 0.0), graph_doc.get("yields"), *graph_doc["max_held_where"],
                     graph_doc.get("gc_collections")))
+        waits = remote.result.get("collector_waits")
+        if isinstance(waits, dict) and waits.get("waits"):
+            log("the target's collection was due {waits} time(s) at a yield: left to its own threads"
+                " ({ran_elsewhere} ran there), waited {waited_seconds:.3f} s".format(**waits))
     # RSS is read right after the census so the ledger compares like with like.
     process = process_stats(pid)
     snap = snapshot_from_result(

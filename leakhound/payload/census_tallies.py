@@ -6,6 +6,8 @@ import array
 import sys
 import time
 
+from .duty import yield_gil
+
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
 
@@ -55,10 +57,6 @@ class _Marks(object):
         return len(self.regions) * _REGION_BYTES
 
 
-# How long the census sleeps when it yields: a sleep releases the GIL at once (no 5 ms
-# switch-interval wait for whoever wants it) and long enough for every thread waiting on the
-# GIL to wake and take it.
-YIELD_SECONDS = 0.001
 # How often ``_Clock.check`` looks at the deadline, the cancel hook and the duty cycle.
 CHECK_EVERY = 0.0005
 
@@ -87,7 +85,7 @@ class _Clock:
     """Tracks the longest single uninterruptible step (one C call holding the GIL), the
     census's deadline and the caller's request to stop, and keeps the pause budget's duty
     cycle: with ``max_hold`` (seconds), once the census has run that long since it last
-    yielded, it sleeps (``YIELD_SECONDS``) so every thread waiting for the GIL gets it.
+    yielded, it sleeps (``duty.yield_gil``) so every thread waiting for the GIL gets it.
 
     A stretch is measured in the census thread's CPU time (``time.thread_time``): a thread
     waiting for the GIL uses none, so time the interpreter gave to other threads inside a
@@ -157,7 +155,7 @@ class _Clock:
             self.max_held_after = self.last_phase
             self.max_held_where = (_where(self._began_at), _where(at))
         if self.max_hold is not None and held >= self.max_hold:
-            time.sleep(YIELD_SECONDS)
+            yield_gil()
             self.yields += 1
             self.held_since = self._looked = time.thread_time()
             self._began_at = at
@@ -167,7 +165,7 @@ class _Clock:
         one step that cannot be split (gc.get_objects()) and the step are then not one."""
         self.hold()
         if self.max_hold is not None and time.thread_time() - self.held_since > 0.001:
-            time.sleep(YIELD_SECONDS)
+            yield_gil()
             self.yields += 1
             self.held_since = self._looked = time.thread_time()
             self._began_at = self._looked_at = _caller()

@@ -48,6 +48,7 @@ except ImportError:
     )
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
+from .duty import yield_gil
 from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
 from .graph_wire import (
     _ARRAY_KEYS,
@@ -107,8 +108,6 @@ _CHECK_EVERY = 0x7FF
 # census's 20,000 took 3-9 ms here, and up to 80 ms of wall time when the machine preempted
 # the payload's thread inside one call, the GIL held: the target's loop waited as long).
 _WORK_PER_CALL = 5000
-# A duty cycle's yield: a sleep releases the GIL at once for every thread waiting on it.
-_YIELD_SECONDS = 0.001
 _MISSING = object()
 
 
@@ -223,7 +222,7 @@ class Graph(object):
             # ended: one far over the budget points at a loop without a check (-v prints it)
             self.max_held_where = (self._began_at, _where(sys._getframe(1)))
         if self.max_hold is not None and held >= self.max_hold:
-            time.sleep(_YIELD_SECONDS)
+            yield_gil()
             self.yields += 1
             self.held_since = time.thread_time()
             self._began_at = _where(sys._getframe(1))

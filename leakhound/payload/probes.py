@@ -44,6 +44,7 @@ import time
 
 from .census import _instance_dict
 from .census_tallies import _Marks
+from .duty import yield_gil
 from .sizes import deep_size as _deep_size
 
 try:  # the census's compiled walk (_walk.c, one abi3 build for CPython 3.10+)
@@ -62,7 +63,6 @@ _BASE64_MARK = ";base64,"
 # The pause budget when the request gives none (the census's default --max-pause of 50 ms
 # yields every 25 ms, census.Census: max_pause_ms / 2): at most this much CPU between yields.
 DEFAULT_MAX_HOLD = 0.025
-YIELD_SECONDS = 0.001  # as census_tallies.YIELD_SECONDS: every thread waiting for the GIL gets it
 # Units of work per call into the compiled walk (one per container and per referent): about
 # a millisecond, so a call is never a long pause by itself (census._WORK_PER_CALL).
 WORK_PER_CALL = 20000
@@ -74,7 +74,7 @@ class ProbeStopped(Exception):
 
 class _Clock(object):
     """The probes' duty cycle (census_tallies._Clock's idea): ``tick()``, called between short
-    pieces of work, sleeps ``YIELD_SECONDS`` once the probes have run ``max_hold`` seconds of
+    pieces of work, yields (``duty.yield_gil``) once the probes have run ``max_hold`` seconds of
     this thread's CPU since they last yielded (a thread waiting for the GIL uses no CPU, so
     time the target's threads ran meanwhile does not count), and raises ``ProbeStopped`` once
     ``stop()`` (the request's cancellation point, runner._Stop) answers True.
@@ -95,7 +95,7 @@ class _Clock(object):
         if held > self.max_held:
             self.max_held = held
         if held >= self.max_hold:
-            time.sleep(YIELD_SECONDS)
+            yield_gil()
             self.yields += 1
             self.held_since = time.thread_time()
         stop = self.stop

@@ -33,7 +33,7 @@ import traceback
 # is loaded from the request's private directory, which is removed once it is answered, and
 # the next request reuses the loaded package (same version): a module first imported then
 # would not be found ("cannot import name 'graph'").
-from . import arena, census, graph, patches, probes, sampling
+from . import arena, census, duty, graph, patches, probes, sampling
 
 PAYLOAD_VERSION = "1"
 
@@ -278,10 +278,14 @@ def handle(request, progress=None, cancelled=None):
                 "kind": "Busy"}
     started = time.perf_counter()
     stop = _Stop(_request_timeout(request), cancelled)
+    waits_before = duty.stats()
     try:
         out = OPERATIONS[request["op"]](request, progress, stop)
         out["ok"] = True
         out["payload_seconds"] = time.perf_counter() - started
+        # the target's costly collections this request left to the target's threads (duty.py)
+        waits = duty.stats()
+        out["collector_waits"] = {k: waits[k] - waits_before[k] for k in waits}
         return out
     except Cancelled as exc:
         return {"ok": False, "kind": "Cancelled", "reason": exc.reason, "phase": exc.phase,
