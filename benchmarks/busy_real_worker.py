@@ -31,7 +31,7 @@ heartbeat (its loop's worst lag, measured in the target), FIXTURE_C_THREADS thre
 the worst lag during the inspection against the budget and what the payload reported.
 
 Usage: .venv/bin/python benchmarks/busy_real_worker.py [--repeat N] [--warm S] [--no-real]
-       [--no-guppy]
+       [--no-guppy] [--owners both|census|default] [--no-heartbeat]
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def guppy_run(pid: int, hb_dir: Path, timeout: float = 300.0) -> tuple[float, fl
     return start, time.monotonic(), out.read_text().strip() if out.exists() else "no answer"
 
 
-def real_worker(repeat: int, warm: float, guppy: bool) -> None:
+def real_worker(repeat: int, warm: float, guppy: bool, models: str = "both") -> None:
     from benchmarks._common import ensure_peers_venv, peers_site_packages  # noqa: PLC0415
     from tests.verifiers_target import (  # noqa: PLC0415
         COUNTS_ONLY_ENV,
@@ -144,7 +144,8 @@ def real_worker(repeat: int, warm: float, guppy: bool) -> None:
             continuous_rollouts(worker):
         beats_file = hb_dir / f"hb-{worker.worker_pid}.txt"
         time.sleep(warm)
-        for owners in (["--owners", "census"], []):
+        chosen = {"both": (["--owners", "census"], []), "census": (["--owners", "census"],), "default": ([],)}[models]
+        for owners in chosen:
             for i in range(repeat):
                 rss = open(f"/proc/{worker.worker_pid}/status").read().split("VmRSS:")[1].split()[0]
                 start = time.monotonic()
@@ -208,12 +209,16 @@ def main() -> int:
     parser.add_argument("--warm", type=float, default=20.0, help="seconds of rollouts before the first inspection")
     parser.add_argument("--no-real", action="store_true", help="only the heartbeat part")
     parser.add_argument("--no-guppy", action="store_true", help="no guppy3 in the real worker")
+    parser.add_argument("--owners", choices=("both", "census", "default"), default="both",
+                        help="which owner models to inspect the real worker with (default: both, census first)")
+    parser.add_argument("--no-heartbeat", action="store_true", help="skip part 2 (fixtures/busy_worker.py)")
     args = parser.parse_args()
     header("the busy real worker (issue 12)", sys.argv)
     if not args.no_real:
-        real_worker(args.repeat, args.warm, not args.no_guppy)
+        real_worker(args.repeat, args.warm, not args.no_guppy, args.owners)
         print()
-    heartbeat(args.repeat, ["50", "20"])
+    if not args.no_heartbeat:
+        heartbeat(args.repeat, ["50", "20"])
     return 0
 
 
