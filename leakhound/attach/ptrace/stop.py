@@ -240,14 +240,22 @@ def _payload_timeout(private_dir: str) -> float:
 
 def janitor(private_dir: str, pid: int, queued: bool) -> None:
     """Remove the private directory if the CLI exits without doing so: at once when no
-    bootstrap was queued, else once the payload has written its result, or the target is
-    gone, or the payload's own timeout has passed."""
+    bootstrap was queued, else (the request cancelled by a ``cancel`` file) once the payload
+    has written its result, or the target is gone, or the payload's own timeout has passed."""
     while os.path.isdir(private_dir):
         if _cli_gone(0.1):
             break
     else:
         return
     deadline = time.monotonic() + (_payload_timeout(private_dir) if queued else 0.0)
+    if queued:
+        # Nobody will read the answer: the payload stops at its next step (runner's
+        # directory_cancelled) instead of running, or waiting for the CLI's names, to its end.
+        try:
+            with open(os.path.join(private_dir, "cancel"), "w"):
+                pass
+        except OSError:
+            pass
     while os.path.isdir(private_dir) and time.monotonic() < deadline:
         if os.path.exists(os.path.join(private_dir, "result.json")) or _t.thread_state(pid) in ("Z", "X", "gone"):
             break
