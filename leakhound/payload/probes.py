@@ -397,10 +397,29 @@ def in_flight_before():
         return set()
 
 
-def verifiers_probe(clock=None, compiled=True, in_flight=()):
+def registered_before():
+    """The trajectory_ids registered now, for a request to pass to :func:`run_all` with
+    ``in_flight_before()``: an entry registered after the walk its owners come from began is
+    in no owner of that walk; finished by the probes' time, it is counted in flight, not
+    finished (with the graph walked before the census, seconds pass in between). None when
+    there is no runtime or it cannot be read. Never raises."""
+    try:
+        runtimes = _runtimes()
+        if not runtimes:
+            return None
+        out = set()  # type: set
+        for _mod, runtime in runtimes:
+            out.update(str(k) for k in list(dict.keys(_attr(runtime, "trajectories"))))
+        return out
+    except Exception:
+        return None
+
+
+def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
     """The verifiers facts (module docstring). ``clock``: the duty cycle and cancel check
     (a default budget without a stop when None); ``compiled``: size through _walk.c where it
-    loads (False: deep_size in Python, as a request's ``walker: python``)."""
+    loads (False: deep_size in Python, as a request's ``walker: python``); ``in_flight`` and
+    ``registered``: what was in flight and registered as the owners' walk began."""
     clock = clock if clock is not None else _Clock()
     runtimes = _runtimes()
     if not runtimes:
@@ -426,7 +445,7 @@ def verifiers_probe(clock=None, compiled=True, in_flight=()):
     for items in registries:
         registry["entries"] += len(items)
         for tid, trajectory in items:
-            finished = str(tid) not in live_ids
+            finished = str(tid) not in live_ids and (registered is None or str(tid) in registered)
             registry["finished_entries" if finished else "inflight_entries"] += 1
             if isinstance(trajectory, list) and id(trajectory) not in seen_lists:
                 seen_lists.add(id(trajectory))
@@ -504,13 +523,14 @@ def registry_counts():
 PROBES = {"verifiers": verifiers_probe}
 
 
-def run_all(stop=None, max_pause_ms=None, compiled=True, in_flight=()):
+def run_all(stop=None, max_pause_ms=None, compiled=True, in_flight=(), registered=None):
     """Every probe's facts. ``stop``: the request's cancellation point (runner._Stop: True
     once cancelled or past its deadline); ``max_pause_ms``: the request's pause budget, kept
     as the census keeps it (a yield after at most half of it, and at least every
     DEFAULT_MAX_HOLD); ``compiled``: False sizes in Python (a request's ``walker: python``);
-    ``in_flight``: trajectory_ids seen in flight earlier in the request (in_flight_before).
-    A stopped probe ends them all: ``stop.check("probes")`` raises where ``stop`` has one
+    ``in_flight``: trajectory_ids seen in flight earlier in the request (in_flight_before),
+    ``registered``: the ones registered then (registered_before). A stopped probe ends
+    them all: ``stop.check("probes")`` raises where ``stop`` has one
     (runner._Stop: the request answers Cancelled in phase ``probes``); else the probe answers
     ``{"skipped": reason}`` and the probes after it do not run."""
     max_hold = DEFAULT_MAX_HOLD
@@ -520,7 +540,7 @@ def run_all(stop=None, max_pause_ms=None, compiled=True, in_flight=()):
     out = {}
     for name, probe in PROBES.items():
         try:
-            out[name] = probe(clock=clock, compiled=compiled, in_flight=in_flight)
+            out[name] = probe(clock=clock, compiled=compiled, in_flight=in_flight, registered=registered)
         except ProbeStopped as exc:
             check = getattr(stop, "check", None)
             if check is not None:
