@@ -18,7 +18,7 @@ from typing import Any
 
 from leakhound.attach import agent, death, finish, gdb, ptrace, remote_exec
 from leakhound.attach.base import AttachLog
-from leakhound.attach.channel import PrivateChannel, Progress
+from leakhound.attach.channel import Partial, PrivateChannel, Progress
 from leakhound.attach.process import Target, resolve_target
 from leakhound.attach.pyspy import py_spy_dump
 from leakhound.errors import MethodUnavailable, RemoteError, RequestCancelled, TargetBusy
@@ -68,8 +68,15 @@ def run_request(
     progress: Progress | None = None,
     log: AttachLog | None = None,
     target: Target | None = None,
+    on_partial: Partial | None = None,
 ) -> RemoteResult:
-    """Send one request to the payload in ``pid`` and return its result (``ok`` is True)."""
+    """Send one request to the payload in ``pid`` and return its result (``ok`` is True).
+
+    ``on_partial``: for a snapshot with the object graph, on the debugger paths, the graph is
+    handed over as soon as it is walked (``on_partial("graph", doc, post)``, on this thread,
+    while the target goes on counting) and ``post("names", {"paths": ...})`` answers it: the
+    labels come back in the result (``names``). The agent's socket answers the old way (the
+    graph in the result); the caller tells the two apart by ``graph_sent`` in the result."""
     log = log or _quiet
     target = target or resolve_target(pid)
     chosen = choose_method(target, method)
@@ -83,6 +90,8 @@ def run_request(
         return _checked(RemoteResult(target, chosen, result, 0.0, 0.0), log)
     if chosen not in ("ptrace", "gdb", "remote-exec"):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
+    if on_partial is not None and request.get("op") == "snapshot" and request.get("graph"):
+        request["early_graph"] = True
     with PrivateChannel(uid=target.uid, pid=pid) as channel:
         channel.write_request(request)
         code = channel.bootstrap_code()
@@ -109,6 +118,7 @@ def run_request(
             timeout=timeout,
             progress=progress,
             blocked_hint=lambda: py_spy_dump(pid),
+            on_partial=on_partial,
         ))
     return _checked(
         RemoteResult(

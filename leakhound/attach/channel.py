@@ -37,6 +37,10 @@ from leakhound.errors import (
 )
 
 Progress = Callable[[str, int], None]
+# A document the payload hands over before its result: (name, doc, post), where
+# post(name, doc) answers it within the same request.
+Post = Callable[[str, dict[str, Any]], None]
+Partial = Callable[[str, dict[str, Any], Post], None]
 PAYLOAD_SOURCE = Path(leakhound.payload.__file__).parent
 
 
@@ -138,12 +142,35 @@ class PrivateChannel:
         return f"exec({inner!r},{{'D':{self.target_dir!r}}})"
 
     def write_request(self, request: dict[str, Any]) -> None:
-        path = self.dir / "request.json"
-        path.write_text(json.dumps(request))
-        os.chmod(path, 0o600)
+        self._write("request.json", request)
+
+    def _write(self, name: str, doc: dict[str, Any]) -> None:
+        """``name`` in the directory, readable by the target's user only, renamed into place
+        (the payload never reads half of it)."""
+        tmp = self.dir / (name + ".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.chmod(tmp, 0o600)
         if os.geteuid() == 0:
             st = os.stat(self.dir)
-            os.chown(path, st.st_uid, -1)
+            os.chown(tmp, st.st_uid, -1)
+        os.rename(tmp, self.dir / name)
+
+    def post(self, name: str, doc: dict[str, Any]) -> None:
+        """Answer a document the payload handed over early (``<name>.request.json``, read by
+        runner._Exchange.receive), from any thread; nothing if the directory is gone."""
+        try:
+            self._write(name + ".request.json", doc)
+        except OSError:
+            pass
+
+    def _read_graph(self, doc: dict[str, Any]) -> None:
+        """A graph's raw arrays, written beside its JSON (payload/graph_wire.py), into ``doc``."""
+        graph = doc.get("graph")
+        if isinstance(graph, dict) and graph.get("binary_file") == "graph.bin":
+            try:
+                graph["binary"] = (self.dir / "graph.bin").read_bytes()
+            except OSError:
+                graph["binary"] = b""
 
     def _read(self, name: str) -> dict[str, Any] | None:
         try:
@@ -160,11 +187,15 @@ class PrivateChannel:
         timeout: float,
         progress: Progress | None = None,
         blocked_hint: Callable[[], str] | None = None,
+        on_partial: Partial | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Wait for ``started.json`` then ``result.json``; returns (started, result)."""
+        """Wait for ``started.json`` then ``result.json``; returns (started, result). A graph
+        handed over before the result (``graph.json``, runner._snapshot_graph_first) goes to
+        ``on_partial("graph", doc, self.post)`` as soon as it is there."""
         begin = time.monotonic()
         started = None
         last_phase = None
+        partial_seen = on_partial is None
         while True:
             now = time.monotonic()
             if started is None:
@@ -176,14 +207,15 @@ class PrivateChannel:
                         f"{start_timeout:.0f}s" + (f"; it is in:\n{where}" if where else "")
                     )
             result = self._read("result.json")
+            # A graph handed over early: before the result, or in the same turn (written first).
+            if not partial_seen and (result is None or result.get("graph_sent")):
+                early = self._read("graph.json")
+                if early is not None and isinstance(early.get("graph"), dict):
+                    partial_seen = True
+                    self._read_graph(early)
+                    on_partial("graph", early["graph"], self.post)  # type: ignore[misc]
             if result is not None:
-                graph = result.get("graph")
-                if isinstance(graph, dict) and graph.get("binary_file") == "graph.bin":
-                    # The graph's raw arrays, written beside result.json (payload/graph_wire.py).
-                    try:
-                        graph["binary"] = (self.dir / "graph.bin").read_bytes()
-                    except OSError:
-                        graph["binary"] = b""
+                self._read_graph(result)
                 return started or {}, result
             if not alive(pid):
                 raise TargetExited(f"process {pid} exited while leakhound was inspecting it")

@@ -6,6 +6,8 @@ The one place that turns a payload result into a ``Snapshot`` (and runs the dete
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,7 +16,7 @@ from leakhound.analysis import dominators
 from leakhound.analysis.detectors import analyse
 from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
-from leakhound.attach.channel import Progress
+from leakhound.attach.channel import Post, Progress
 from leakhound.attach.process import process_stats, resolve_target
 from leakhound.model import (
     ArenaStats,
@@ -177,15 +179,26 @@ def capture(
     if os.environ.get("LEAKHOUND_WALKER") == "python":
         # The pure-Python census loop even where the compiled one loads (benchmarks, tests).
         request["walker"] = "python"
-    remote = run_request(
-        pid,
-        request,
-        method=method,
-        timeout=timeout,
-        progress=progress,
-        log=log,
-        target=target,
-    )
+    early = _EarlyOwners(top=max(top, 20), retainers=retainers, why=why, timeout=timeout) if "graph" in request \
+        else None
+    try:
+        remote = run_request(
+            pid,
+            request,
+            method=method,
+            timeout=timeout,
+            progress=progress,
+            log=log,
+            target=target,
+            on_partial=early.on_partial if early is not None else None,
+        )
+    except BaseException:
+        if early is not None:
+            early.abandon()
+        raise
+    if early is not None and not remote.result.get("graph_sent"):
+        early.abandon()  # an agent, or a payload of before early_graph: the graph came in the result
+        early = None
     if log is not None:  # where the payload's time went (-v): phase wall s / CPU s in the target
         for key, spent in (("payload", remote.result.get("phases")),
                            ("census", (remote.result.get("heap") or {}).get("phases"))):
@@ -200,7 +213,7 @@ def capture(
                 log("census's longest stretch: from {} to {}; longest run between two looks at the clock"
                     " {} ms: from {} to {}".format(*heap["max_hold_where"], heap.get("max_gap_ms"),
                                                   *heap.get("max_gap_where", ("?", "?"))))
-        graph_doc = remote.result.get("graph")
+        graph_doc = early.doc if early is not None else remote.result.get("graph")
         if isinstance(graph_doc, dict) and graph_doc.get("max_held_where"):
             log("graph held the GIL at most {:.2f} ms between yields ({} yields), from {} to {};"
                 " the target's collections meanwhile, per generation: {}".format(
@@ -226,26 +239,97 @@ def capture(
     snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "started_at", taken_at))
     if owner_model == "census":
         return _analysed(Capture(snap))
-    doc = remote.result.get("graph")
+    doc = early.doc if early is not None else remote.result.get("graph")
     if not isinstance(doc, dict) or doc.get("skipped"):
         note = str(doc.get("skipped")) if isinstance(doc, dict) else "the target sent no object graph"
         heap = replace(snap.heap, owner_model="first-reacher", owner_model_note=note)
         return _analysed(Capture(replace(snap, heap=heap)))
-    graph = dominators.soften(dominators.decode_graph(doc))
-    deadline = time.monotonic() + timeout
+    if early is not None:
+        # The dominator pass ran while the target counted; the names came with the result.
+        graph, found = early.finish(remote.result.get("names"))
+    else:
+        graph = dominators.soften(dominators.decode_graph(doc))
+        deadline = time.monotonic() + timeout
 
-    def ask_names(paths: list[list[int]]) -> list[Any]:
-        # The owners' paths walked again in the target, to name instance attributes there.
-        left = max(5.0, deadline - time.monotonic())
-        answer = run_request(pid, {"op": "names", "paths": paths}, method=remote.method, timeout=left,
-                             log=log, target=target)
-        labels = answer.result.get("labels")
-        return labels if isinstance(labels, list) else []
+        def ask_names(paths: list[list[int]]) -> list[Any]:
+            # The owners' paths walked again in the target, to name instance attributes there.
+            left = max(5.0, deadline - time.monotonic())
+            answer = run_request(pid, {"op": "names", "paths": paths}, method=remote.method, timeout=left,
+                                 log=log, target=target)
+            labels = answer.result.get("labels")
+            return labels if isinstance(labels, list) else []
 
-    found = dominators.find_owners(graph, top=max(top, 20), retainers=retainers, ask_names=ask_names, why=why)
+        found = dominators.find_owners(graph, top=max(top, 20), retainers=retainers, ask_names=ask_names, why=why)
     asked = tuple(_owner(o) for o in found.why)
     snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "graph_started_at", snap.taken_at))
     return _analysed(Capture(with_dominator_owners(snap, graph, found), graph, found.tree, asked))
+
+
+class _EarlyOwners:
+    """The dominator pass run while the target is still counting (the debugger paths'
+    ``early_graph``: attach.run_request): the graph arrives before the result
+    (``on_partial``), is analysed in a thread of leakhound's own, whose names request is
+    posted back within the same request; the target answers it in the result, which
+    ``finish`` hands to the thread. One attach instead of two, and the CLI's analysis and the
+    target's census run at once, on two cores."""
+
+    def __init__(self, *, top: int, retainers: int, why: str | None, timeout: float) -> None:
+        self.top, self.retainers, self.why, self.timeout = top, retainers, why, timeout
+        self.doc: dict[str, Any] | None = None
+        self._labels: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._thread: threading.Thread | None = None
+        self._out: tuple[dominators.ObjectGraph, dominators.DominatorOwners] | None = None
+        self._error: BaseException | None = None
+
+    def on_partial(self, name: str, doc: dict[str, Any], post: Post) -> None:
+        if name != "graph" or self.doc is not None:
+            return
+        self.doc = doc
+        if doc.get("skipped"):
+            return  # the target counts owners itself then, and asks for no names
+        self._thread = threading.Thread(target=self._run, args=(doc, post), name="leakhound-dominators",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, doc: dict[str, Any], post: Post) -> None:
+        posted = False
+
+        def ask_names(paths: list[list[int]]) -> list[Any]:
+            nonlocal posted
+            post("names", {"paths": paths})
+            posted = True
+            labels = self._labels.get(timeout=self.timeout)
+            return labels if isinstance(labels, list) else []
+
+        try:
+            graph = dominators.soften(dominators.decode_graph(doc))
+            found = dominators.find_owners(graph, top=self.top, retainers=self.retainers, ask_names=ask_names,
+                                           why=self.why)
+            self._out = (graph, found)
+        except BaseException as exc:  # raised again on the caller's thread by finish()
+            self._error = exc
+        finally:
+            if not posted:
+                post("names", {"paths": []})  # the target waits for it: never leave it waiting
+
+    def finish(self, names: object) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
+        """The graph and its owners, once the result (and with it the names) is here."""
+        labels = names.get("labels") if isinstance(names, dict) else None
+        self._labels.put(labels if isinstance(labels, list) else None)
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._out is None:
+            raise dominators.GraphError("the dominator pass did not run")
+        return self._out
+
+    def abandon(self) -> None:
+        """The request failed or answered without early_graph: let the thread go."""
+        try:
+            self._labels.put_nowait(None)
+        except queue.Full:
+            pass
 
 
 def counted_at(heap: object, key: str, default: float) -> float:

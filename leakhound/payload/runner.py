@@ -9,6 +9,12 @@ Runs inside the target with the standard library only. Two ways in:
 * ``handle(request, progress, cancelled)``: the in-process agent path (``agent.py``), called
   on the agent's own thread.
 
+On the debugger path a snapshot that asks for the object graph with ``early_graph`` hands the
+graph over as soon as it is walked (``graph.json`` and ``graph.bin``, through ``_Exchange``),
+then counts the census, the arena and the probes while the CLI computes the dominator tree in
+its own process; the CLI then posts the paths it wants named (``names.request.json``) and the
+labels come back in ``result.json`` (``names``): one attach, the two processes working at once.
+
 Only the fixed operations in ``OPERATIONS`` are accepted; a request never carries code.
 
 Every request ends by itself: it carries ``timeout`` (the CLI's, minus a margin), and the work
@@ -117,7 +123,12 @@ def _census(**kwargs):
         return census.Census(**kwargs)
 
 
-def _snapshot(request, progress, stop):
+# What the last census in this process counted: sizes the graph's table, and says when a
+# graph walked before the census (early_graph) would be over its node budget.
+_last_census = {"objects": 0, "seconds": 0.0}
+
+
+def _snapshot(request, progress, stop, exchange=None):
     top_types = _int(request.get("top_types"), 50, 1, 10000)
     top_owners = _int(request.get("top_owners"), 50, 1, 10000)
     max_pause = request.get("max_pause_ms")
@@ -151,6 +162,8 @@ def _snapshot(request, progress, stop):
             raise Cancelled(stop.reason, "census") from None
         heap = walk.result(top_types=top_types, top_owners=top_owners)
         heap["started_at"] = started_at
+        _last_census["objects"] = heap.get("objects", 0)
+        _last_census["seconds"] = float(heap.get("census_seconds") or 0.0)
         return heap
 
     # With the object graph asked for, its dominator tree names the owners: the census counts
@@ -158,6 +171,9 @@ def _snapshot(request, progress, stop):
     # the census's CPU), and walks them only if the graph is skipped (too big, out of time).
     want_graph = bool(request.get("graph"))
     in_flight = set()  # type: set
+    registered = None
+    if want_graph and exchange is not None and request.get("early_graph"):
+        return _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, phases, max_pause)
     heap = census_run(not want_graph, (request,))
     phase("census")
     out_graph = None
@@ -165,7 +181,7 @@ def _snapshot(request, progress, stop):
         heap["graph_started_at"] = time.time()  # dominator owners are counted from here
         # The rollouts in flight as the graph's walk begins: one finished by the probes' time
         # is still its task's in the graph (the probes then count it in flight).
-        in_flight = probes.in_flight_before()
+        in_flight, registered = probes.in_flight_before(), probes.registered_before()
         out_graph = _graph(request, progress, stop, heap)
         phase("graph")
         if out_graph.get("skipped"):
@@ -181,7 +197,7 @@ def _snapshot(request, progress, stop):
     stop.check("probes")
     progress("probes", 0)
     found = probes.run_all(stop=stop, max_pause_ms=max_pause, compiled=request.get("walker") != "python",
-                           in_flight=in_flight)
+                           in_flight=in_flight, registered=registered)
     phase("probes")
     stop.check("result")
     out = {
@@ -197,17 +213,61 @@ def _snapshot(request, progress, stop):
     return out
 
 
+def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, phases, max_pause):
+    """The snapshot with the graph walked first and handed over at once (``early_graph``):
+    the CLI's dominator pass runs while the census, the arena and the probes run here."""
+    graph_started_at = time.time()
+    in_flight, registered = probes.in_flight_before(), probes.registered_before()
+    out_graph = _graph(request, progress, stop, expected=_last_census["objects"] // 2,
+                       census_seconds=_last_census["seconds"])
+    phase("graph")
+    skipped = out_graph.get("skipped")
+    stop.check("graph")
+    exchange.send("graph", {"graph": out_graph})
+    out_graph = None  # sent: its arrays are the CLI's now
+    phase("graph sent")
+    heap = census_run(bool(skipped), (request,))
+    phase("census (owners)" if skipped else "census")
+    if not skipped:
+        heap["graph_started_at"] = graph_started_at  # dominator owners are counted from here
+    stop.check("arena")
+    progress("arena", 0)
+    allocators = arena.arena_stats()
+    phase("arena")
+    stop.check("probes")
+    progress("probes", 0)
+    found = probes.run_all(stop=stop, max_pause_ms=max_pause, compiled=request.get("walker") != "python",
+                           in_flight=in_flight, registered=registered)
+    phase("probes")
+    out = {"heap": heap, "arena": allocators, "probes": found, "phases": phases,
+           "python_version": "%d.%d.%d" % sys.version_info[:3], "graph_sent": True}
+    if not skipped:
+        # The owners' paths, once the CLI has chosen them: walked again here to name them.
+        progress("names", 0)
+        asked = exchange.receive("names", stop)
+        if asked is not None:
+            out["names"] = graph.name_paths(asked)
+        phase("names")
+    return out
+
+
 # The share of the request's remaining time the object graph may take.
 GRAPH_SHARE = 0.6
 
 
-def _graph(request, progress, stop, heap=None):
+def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0):
     """The object graph for the dominator tree (graph.py), when it fits ``max_graph_nodes``
-    (the census just counted the heap); else ``{"skipped": reason}``."""
+    (the census just counted the heap, or the last one in this process did: ``expected``
+    nodes); else ``{"skipped": reason}``."""
     max_nodes = _int(request.get("max_graph_nodes"), 1000000, 1, 100000000)
-    if heap is not None and heap.get("objects", 0) > 2 * max_nodes:
+    counted = heap.get("objects", 0) if heap is not None else 2 * (expected or 0)
+    if counted > 2 * max_nodes:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the census counted %s objects: over the "
-                "graph budget of %s nodes" % (format(heap["objects"], ","), format(max_nodes, ","))}
+                "graph budget of %s nodes" % (format(counted, ","), format(max_nodes, ","))}
+    if heap is not None:
+        expected = heap.get("objects", 0) // 2
+        if not heap.get("with_owners", True):
+            census_seconds = float(heap.get("census_seconds") or 0.0)
     max_pause = request.get("max_pause_ms")
     max_pause = float(max_pause) if type(max_pause) in (int, float) and 0 < max_pause <= 60000 else None
     stop.check("graph")
@@ -218,15 +278,15 @@ def _graph(request, progress, stop, heap=None):
     # CLI's cancel or the request's deadline cancel.
     left = stop.deadline - time.monotonic()
     budget = max(1.0, GRAPH_SHARE * left)
-    if heap is not None and not heap.get("with_owners", True):
+    if census_seconds:
         # Skipped, the graph leaves the owners to a census walking them afterwards: it keeps
         # what that needs (about four times the census without owners took, measured).
-        budget = max(1.0, min(budget, left - 4.0 * float(heap.get("census_seconds") or 0.0) - 1.0))
+        budget = max(1.0, min(budget, left - 4.0 * census_seconds - 1.0))
     try:
         return graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=stop, compiled=request.get("walker") != "python",
-                           expected=heap.get("objects", 0) // 2 if heap is not None else 0,
+                           expected=expected or 0,
                            max_bytes=_int(request.get("max_graph_bytes"), 0, 0, 1 << 40))
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
@@ -267,9 +327,10 @@ OPERATIONS = {"snapshot": _snapshot, "ping": _ping, "patch": _patch, "sample": _
               "names": _names}
 
 
-def handle(request, progress=None, cancelled=None):
+def handle(request, progress=None, cancelled=None, exchange=None):
     """Run one request; always returns a JSON-able dict with ``ok``. ``cancelled``: the CLI's
-    explicit cancel, a callable polled between steps (the request's deadline is checked too)."""
+    explicit cancel, a callable polled between steps (the request's deadline is checked too).
+    ``exchange``: the channel's ``_Exchange`` (documents before the result), if it has one."""
     progress = progress or (lambda phase, done: None)
     if type(request) is not dict or request.get("op") not in OPERATIONS:
         return {"ok": False, "error": "unknown request", "kind": "BadRequest"}
@@ -280,7 +341,10 @@ def handle(request, progress=None, cancelled=None):
     stop = _Stop(_request_timeout(request), cancelled)
     waits_before = duty.stats()
     try:
-        out = OPERATIONS[request["op"]](request, progress, stop)
+        if exchange is not None and request["op"] == "snapshot":
+            out = _snapshot(request, progress, stop, exchange)
+        else:
+            out = OPERATIONS[request["op"]](request, progress, stop)
         out["ok"] = True
         out["payload_seconds"] = time.perf_counter() - started
         # the target's costly collections this request left to the target's threads (duty.py)
@@ -373,6 +437,31 @@ def socket_cancelled(conn):
     return cancelled
 
 
+class _Exchange(object):
+    """Documents handed over within one request, before its result, on the debugger path:
+    ``send(name, doc)`` writes ``<name>.json`` (a graph's arrays into graph.bin beside it);
+    ``receive(name, stop)`` waits for the CLI's ``<name>.request.json`` (sleeping, 5 ms at a
+    time) until it comes, the request is cancelled or its deadline is a second away."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def send(self, name, doc):
+        _write_json(os.path.join(self.directory, name + ".json"), doc)
+
+    def receive(self, name, stop):
+        path = os.path.join(self.directory, name + ".request.json")
+        while time.monotonic() < stop.deadline - 1.0 and not stop():
+            try:
+                with open(path) as fh:
+                    doc = json.load(fh)
+            except (OSError, ValueError):  # not there yet (the CLI renames it in: never half)
+                time.sleep(0.005)
+                continue
+            return doc if type(doc) is dict else None
+        return None
+
+
 def run_from_dir(directory):
     """The debugger path, on the payload's own thread: request.json in, result.json out."""
     cancelled = directory_cancelled(directory)
@@ -390,7 +479,7 @@ def run_from_dir(directory):
     try:
         with open(os.path.join(directory, "request.json")) as fh:
             request = json.load(fh)
-        result = handle(request, progress, cancelled)
+        result = handle(request, progress, cancelled, _Exchange(directory))
     except (OSError, ValueError) as exc:
         result = {"ok": False, "error": "cannot read the request: %s" % exc, "kind": "BadRequest"}
     if not os.path.isdir(directory):

@@ -88,6 +88,51 @@ def test_auto_keeps_the_census_over_the_graphs_memory_budget(tmp_path: Path, mon
     assert asked.snapshot.heap.owner_model == "dominator"
 
 
+@pytest.mark.parametrize("method", ["ptrace", "gdb"])
+def test_one_attach_the_dominator_pass_beside_the_census(tmp_path: Path, method: str) -> None:
+    """The debugger paths hand the graph over as soon as it is walked: the CLI's dominator
+    pass runs while the target counts, and the owners' names come back in the same request
+    (it was a second attach, ~0.3 s on the busy real worker)."""
+    lines: list[str] = []
+    with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
+        taken = capture(child.pid, top=10, method=method, log=lines.append)
+        truth = child.report()["truth"]
+    assert sum(1 for line in lines if line.startswith("method:")) == 1, lines
+    assert any("payload phases: graph " in line and ", names " in line for line in lines), lines
+    snap = taken.snapshot
+    assert snap.heap.owner_model == "dominator", snap.heap.owner_model_note
+    assert "did not answer names" not in snap.heap.owner_model_note
+    assert snap.owners[0].path == truth["expected_path"]
+    assert within(snap.owners[0].retained_bytes, truth["owner_bytes"])
+
+
+def test_a_failed_dominator_pass_leaves_the_target_waiting_for_nothing(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The target waits for the CLI's names within the request: a CLI whose analysis fails
+    still answers (no paths), so the request ends at once, and the error is the CLI's."""
+    from leakhound.attach.channel import PrivateChannel
+
+    posted: list[tuple[str, object]] = []
+    real_post = PrivateChannel.post
+
+    def post(self: PrivateChannel, name: str, doc: dict[str, object]) -> None:
+        posted.append((name, doc))
+        real_post(self, name, doc)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise dominators.GraphError("broken on purpose")
+
+    monkeypatch.setattr(PrivateChannel, "post", post)
+    with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
+        with monkeypatch.context() as patched:
+            patched.setattr(dominators, "find_owners", broken)
+            with pytest.raises(dominators.GraphError, match="broken on purpose"):
+                capture(child.pid, timeout=60)
+        again = capture(child.pid, timeout=60)  # refused with TargetBusy if the first still ran
+    assert posted[0] == ("names", {"paths": []})
+    assert again.snapshot.heap.owner_model == "dominator"
+
+
 def test_inspect_cli_says_which_owner_model_and_why(tmp_path: Path) -> None:
     with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
         runner = CliRunner()

@@ -62,13 +62,17 @@ def _nothing_left_running(child: Child) -> None:
     _wait_for(child, "payload_threads", 0, timeout=10)
 
 
-def test_a_census_past_its_deadline_is_cancelled_in_the_target_and_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("owners", "phase"), [("census", "census"), ("auto", "graph")])
+def test_a_census_past_its_deadline_is_cancelled_in_the_target_and_says_so(tmp_path: Path, owners: str,
+                                                                          phase: str) -> None:
     tmp = _private_tmp(tmp_path)
     # Stalled 5 s at its first progress report; the payload's deadline is --timeout - 2 = 4 s.
+    # With the default owners the graph is walked first (handed to the CLI early, its
+    # dominator pass beside the census): the stall is in it.
     with spawn_target("payload_trap", tmp_path, env=_trap("progress", 5)) as child:
-        result = _cli("inspect", str(child.pid), "--timeout", "6", tmp=tmp)
+        result = _cli("inspect", str(child.pid), "--timeout", "6", "--owners", owners, tmp=tmp)
         assert result.returncode == 6, result.stderr
-        assert "stopped inside the target during census (deadline)" in result.stderr
+        assert f"stopped inside the target during {phase} (deadline)" in result.stderr
         assert "nothing of it is left running" in result.stderr
         assert "Traceback" not in result.stderr
         assert child.report()["truth"]["payload_threads"] == 0
