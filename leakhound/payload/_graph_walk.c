@@ -285,6 +285,74 @@ labelmap_get(LabelMap *m, uintptr_t address)
     return -1;
 }
 
+/* A dict key's label by the key's address, for the whole walk: the same interned attribute
+ * names and dict keys come back in container after container, and making "k<key>" and
+ * looking it up in the payload's dict was ~10% of the walk (perf). The key's hash is kept
+ * beside its address: a key freed during the walk whose address a new string took reads as
+ * a miss unless the new one hashes the same (then its label would be the old text's: a
+ * label only names an edge, the owners' paths are named again by the target). */
+#define KEY_LABELS_MAX 65536
+
+typedef struct {
+    uintptr_t *keys;
+    Py_hash_t *hashes;
+    int32_t *labels;
+    size_t mask;
+    Py_ssize_t used;
+} KeyLabels;
+
+static void
+keylabels_free(KeyLabels *c)
+{
+    PyMem_Free(c->keys);
+    PyMem_Free(c->hashes);
+    PyMem_Free(c->labels);
+    memset(c, 0, sizeof(*c));
+}
+
+/* The slot of ``address`` (its own, or the empty one it would take). */
+static size_t
+keylabels_slot(KeyLabels *c, uintptr_t address)
+{
+    size_t k = addr_hash(address, c->mask);
+    while (c->keys[k] != 0 && c->keys[k] != address)
+        k = (k + 1) & c->mask;
+    return k;
+}
+
+static int
+keylabels_put(KeyLabels *c, uintptr_t address, Py_hash_t hash, int32_t label)
+{
+    if (c->keys == NULL || (size_t)(c->used + 1) * 2 > c->mask + 1) {
+        size_t cap = c->keys == NULL ? 1024 : (c->mask + 1) * 2;
+        KeyLabels bigger = {PyMem_Calloc(cap, sizeof(uintptr_t)), PyMem_Malloc(cap * sizeof(Py_hash_t)),
+                            PyMem_Malloc(cap * sizeof(int32_t)), cap - 1, 0};
+        if (bigger.keys == NULL || bigger.hashes == NULL || bigger.labels == NULL) {
+            keylabels_free(&bigger);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t h = 0; c->keys != NULL && h <= c->mask; h++) {
+            if (c->keys[h] == 0)
+                continue;
+            size_t k = keylabels_slot(&bigger, c->keys[h]);
+            bigger.keys[k] = c->keys[h];
+            bigger.hashes[k] = c->hashes[h];
+            bigger.labels[k] = c->labels[h];
+            bigger.used++;
+        }
+        keylabels_free(c);
+        *c = bigger;
+    }
+    size_t k = keylabels_slot(c, address);
+    if (c->keys[k] == 0)
+        c->used++;
+    c->keys[k] = address;
+    c->hashes[k] = hash;
+    c->labels[k] = label;
+    return 0;
+}
+
 /* A big container's passes: a list's, tuple's or set's slices; a dict's values, then its
  * keys. (A big dict's values carry no labels: its keys are ids and names of a registry or a
  * cache, as many labels as entries; the owners' paths through it are named by the target
@@ -319,6 +387,7 @@ typedef struct {
     long long folded;
     Refs refs;
     LabelMap names;
+    KeyLabels key_labels;  /* the label of a str key by its address (key_label) */
 } GraphState;
 
 static void
@@ -356,6 +425,7 @@ graph_capsule_free(PyObject *capsule)
     nodebits_free(&g->marked);
     PyMem_Free(g->names.keys);
     PyMem_Free(g->names.labels);
+    keylabels_free(&g->key_labels);
     PyMem_Free(g);
 }
 
@@ -498,9 +568,32 @@ cached_int(GraphState *g, PyObject *cache, PyObject *key, PyObject *make, PyObje
     return value < -1 || value > INT_MAX ? -1 : value;
 }
 
-/* label_of("k" + key[:80]) for a str key: -2 on error. */
+static long key_label_made(GraphState *g, PyObject *key);
+
+/* label_of("k" + key[:80]) for a str key: -2 on error. Cached by the key's address. */
 static long
 key_label(GraphState *g, PyObject *key)
+{
+    Py_hash_t hash = PyObject_Hash(key);  /* an exact str's: computed once, kept in it */
+    if (hash == -1)
+        return -2;
+    KeyLabels *c = &g->key_labels;
+    if (c->keys != NULL) {
+        size_t k = keylabels_slot(c, (uintptr_t)key);
+        if (c->keys[k] == (uintptr_t)key && c->hashes[k] == hash)
+            return c->labels[k];
+    }
+    long label = key_label_made(g, key);
+    /* Bounded (~2.6 MiB in the target): the keys that repeat (attribute names, a JSON
+     * message's "role" and "content") come early; a cache's unique ids would only fill it. */
+    if (label >= 0 && c->used < KEY_LABELS_MAX && keylabels_put(c, (uintptr_t)key, hash, (int32_t)label) < 0)
+        return -2;
+    return label;
+}
+
+/* key_label without the cache. */
+static long
+key_label_made(GraphState *g, PyObject *key)
 {
     Py_ssize_t n = PyUnicode_GetLength(key);
     if (n < 0)
