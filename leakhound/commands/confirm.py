@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from leakhound.commands.common import Reporter, new_reporter
 from leakhound.commands.options import JsonOpt, MethodOpt
-from leakhound.core.confirm import CONFIRM_SCHEMA, STATS_INTERVAL, run_confirm
-from leakhound.core.confirm_workload import WORKER_CONFIRM_SCHEMA, WorkerCommand, run_workload_confirm
 from leakhound.render import json_doc as json_render
-from leakhound.render import patch as patch_render
 from leakhound.simulate.workload import Workload
+
+if TYPE_CHECKING:
+    from leakhound.core.confirm_workload import WorkerCommand
+
+# The confirm machinery (the simulator's fleet, the patches, their rendering) is imported
+# when confirm runs: every other command's start paid ~130-170 ms for it (-X importtime).
 
 _DEFAULT = Workload()
 _ROLLOUTS: int = _DEFAULT.rollouts if _DEFAULT.rollouts is not None else 1  # confirm's runs end
@@ -41,6 +44,9 @@ def command(
     """Run the same churn workload once per configuration (no fixes, each fix alone, all fixes)
     in fresh worker processes, and print peak RSS, resting RSS and what each leak retained,
     against no fixes. Takes a minute or two."""
+    from leakhound.core.confirm import STATS_INTERVAL  # noqa: PLC0415
+    from leakhound.core.confirm_workload import WorkerCommand  # noqa: PLC0415
+
     if worker_cmd is not None:
         run_worker(worker=WorkerCommand(command=worker_cmd, match=worker_match, method=method),
                    as_json=as_json, reporter=new_reporter())
@@ -51,6 +57,9 @@ def command(
 
 
 def run(*, workload: Workload, as_json: bool, reporter: Reporter) -> list[dict[str, Any]]:
+    from leakhound.core.confirm import CONFIRM_SCHEMA, run_confirm  # noqa: PLC0415
+    from leakhound.render import patch as patch_render  # noqa: PLC0415
+
     rows = run_confirm(workload=workload, progress=reporter.note)
     if as_json:
         json_render.render_document({"schema": CONFIRM_SCHEMA, "workload": workload.__dict__, "rows": rows})
@@ -60,6 +69,9 @@ def run(*, workload: Workload, as_json: bool, reporter: Reporter) -> list[dict[s
 
 
 def run_worker(*, worker: WorkerCommand, as_json: bool, reporter: Reporter) -> list[dict[str, Any]]:
+    from leakhound.core.confirm_workload import WORKER_CONFIRM_SCHEMA, run_workload_confirm  # noqa: PLC0415
+    from leakhound.render import patch as patch_render  # noqa: PLC0415
+
     rows = run_workload_confirm(worker=worker, progress=reporter.note)
     if as_json:
         json_render.render_document({"schema": WORKER_CONFIRM_SCHEMA, "worker_cmd": worker.command,

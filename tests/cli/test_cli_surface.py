@@ -164,7 +164,7 @@ def test_simulate_fix_reaches_the_fleet(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_confirm_workload_reaches_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
     confirm = _Recorder(FleetError("stop here"))
-    monkeypatch.setattr("leakhound.commands.confirm.run_confirm", confirm)
+    monkeypatch.setattr("leakhound.core.confirm.run_confirm", confirm)
     result = _invoke(["confirm", "--rollouts", "3", "--turns", "5", "--concurrency", "2", "--image-kb", "8"])
     assert result.exit_code == FleetError.EXIT_CODE
     workload = confirm.calls[0]["workload"]
