@@ -160,7 +160,8 @@ def real_worker(repeat: int, warm: float, guppy: bool, models: str = "both") -> 
                              row.get("max_pause_ms", "-"), row.get("max_hold_ms", "-"), row.get("yields", "-"),
                              f"{during:.0f}", f"{before:.0f}", row.get("error", row.get("owner1", ""))[:40]])
                 phase_rows.append([label, i + 1] + [", ".join(f"{n} {w:.2f}/{c:.2f}" for (k, n), (w, c)
-                                                              in row["phases"].items() if k == "census")])
+                                                              in row["phases"].items() if k == key)
+                                                    for key in ("payload", "census")])
         if guppy:
             start, end, line = guppy_run(worker.worker_pid, hb_dir)
             time.sleep(3.0)
@@ -183,7 +184,7 @@ def real_worker(repeat: int, warm: float, guppy: bool, models: str = "both") -> 
         else:
             print(f"# guppy3: {parts}")
         print()
-    print(table(["owners", "run", "census phases (wall s / CPU s)"], phase_rows))
+    print(table(["owners", "run", "payload phases (wall s / CPU s)", "census phases"], phase_rows))
 
 
 def heartbeat(repeat: int, budgets: list[str]) -> None:
