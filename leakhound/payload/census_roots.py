@@ -161,6 +161,11 @@ def frame_locals_unreadable(walk_module):
 
 
 _MISSING = object()
+# The payload's own package (``_leakhound_payload`` in a target, ``leakhound.payload`` when
+# imported): its functions and classes are leakhound's, one owner, never the target's.
+_PAYLOAD = __name__.rsplit(".", 1)[0]
+_PAYLOAD_DOT = _PAYLOAD + "."
+PAYLOAD_OWNER = "<leakhound payload>"
 
 
 class _Roots(_Walk):
@@ -348,6 +353,9 @@ class _Roots(_Walk):
                     if skipped & 255 == 0:
                         check()
                     continue
+                if name == _PAYLOAD or name.startswith(_PAYLOAD_DOT):
+                    self._claim_tree(self._owner(PAYLOAD_OWNER, value), value)
+                    continue
                 self._claim_named(name + "." + key, value, 1)
         self.clock.phase("module globals")
         # 4: class attributes.
@@ -370,6 +378,9 @@ class _Roots(_Walk):
                     continue
                 if base is None:
                     base = _type_name(cls)
+                if base.startswith(_PAYLOAD_DOT):
+                    self._claim_tree(self._owner(PAYLOAD_OWNER, value), value)
+                    continue
                 self._claim_named(base + "." + key, value, 1)
         key = value = None
         self.clock.phase("class attributes")

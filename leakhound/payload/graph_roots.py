@@ -21,6 +21,7 @@ except Exception:
 
 _LEAF_TYPE_IDS = frozenset(id(tp) for tp in (str, bytes, int, float, bool, complex, type(None)))
 _ModuleType = type(sys)
+_PAYLOAD = __name__.split(".", 1)[0]  # "_leakhound_payload" in a target
 _GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
 
 
@@ -55,8 +56,8 @@ def add_roots(graph, stack):
         path = d.get("__file__") if d is not None else None
         if module is main:
             tier = TIER_MAIN
-        elif name == "leakhound" or name.startswith("leakhound."):
-            tier = TIER_OURS
+        elif name.split(".", 1)[0] in ("leakhound", _PAYLOAD):
+            tier = TIER_OURS  # (and the payload's own package: ``_leakhound_payload`` in a target)
         elif graph.is_stdlib(name):
             tier = TIER_STDLIB
         elif type(path) is str and ("site-packages" in path or "dist-packages" in path):

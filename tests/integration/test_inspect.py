@@ -165,3 +165,15 @@ def test_remote_exec_method_on_python_314(tmp_path: Path) -> None:
     assert snap.method == "remote-exec"
     assert snap.owners[0].path == "__main__.CACHE"
     assert within(snap.owners[0].retained_bytes, truth["cache_bytes"])
+
+
+def test_the_payload_is_one_owner_of_its_own(tmp_path: Path) -> None:
+    """The payload stays loaded between inspections (docs/inspect.md): its functions and
+    classes are leakhound's, one owner named so, never a list of the target's owners
+    (``_leakhound_payload.runner._Stop.check`` was owner #11 of the real worker)."""
+    with spawn_target("growing_cache", tmp_path) as child:
+        take_snapshot(child.pid, owner_model="census")
+        again = take_snapshot(child.pid, owner_model="census", top=200)
+    paths = [o.path for o in again.owners]
+    assert not [p for p in paths if p.startswith("_leakhound_payload")], paths
+    assert paths.count("<leakhound payload>") == 1, paths
