@@ -3,8 +3,13 @@ build, _walk.abi3.so) vs its 3.11 time, vs the pure-Python loop, vs guppy3 in th
 
 For each interpreter (pyenv's 3.10, 3.11, 3.12, 3.13 by default) a fresh target
 (fixtures/bench_heap.py, ~4.8M objects by default) runs on that interpreter, and
-`leakhound inspect PID --method ptrace --json` runs from leakhound's own venv (3.11), as an
-on-call engineer would: the default census (compiled walk, 50 ms pause budget). With
+`leakhound inspect PID --method ptrace --owners census --json` runs from leakhound's own venv
+(3.11): the census with its own owners (compiled walk, 50 ms pause budget), what this compares
+across versions. (With the default owners the census counts without owners beside the object
+graph and the dominator tree names owner #1: `__main__.INDEX` here, whose pair lists and group
+dicts are its alone, while the sessions and cache entries it shares with SESSIONS and CACHE
+are no one owner's; the object graph per version is benchmarks/dominators.py's and the
+integration tests'.) With
 ``--python-loop``, a second target per version gets the pure-Python loop
 (LEAKHOUND_WALKER=python): what these targets got before the abi3 build. guppy3
 (``str(hpy().heap())``, in-process on the target's main thread, bench_heap's SIGHUP) runs in
@@ -77,7 +82,8 @@ def measure_leakhound(python: Path, objects: int, walker: str, repeat: int = 1) 
         for _ in range(repeat):
             t.settle(1.0)
             t.reset_lag()
-            wall, snap, error = c.leakhound_inspect(t.pid, "ptrace", timeout=1800, env=cli_env)
+            wall, snap, error = c.leakhound_inspect(t.pid, "ptrace", timeout=1800, env=cli_env,
+                                                    extra=("--owners", "census"))
             runs.append((wall, snap, error, t.lag_after()))
     timed = [(float((r[1] or {})["heap"]["census_seconds"]), r) for r in runs if r[1] is not None]
     wall, snap, error, lag = min(timed, key=lambda tr: tr[0])[1] if timed else runs[-1]
