@@ -190,6 +190,18 @@ def _snapshot(request, progress, stop, exchange=None):
             heap.pop("graph_started_at", None)
             del counted
             phase("census (owners)")
+    out = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
+    stop.check("result")
+    out["heap"] = heap
+    out["phases"] = phases  # where the request's time went (docs/performance.md): [wall s, CPU s]
+    if out_graph is not None:
+        out["graph"] = out_graph
+    return out
+
+
+def _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered):
+    """The arena's numbers and the probes' facts, each its own cancellation point and phase;
+    ``in_flight`` and ``registered``: the rollouts as the owners' walk began (probes.py)."""
     stop.check("arena")
     progress("arena", 0)
     allocators = arena.arena_stats()
@@ -199,18 +211,7 @@ def _snapshot(request, progress, stop, exchange=None):
     found = probes.run_all(stop=stop, max_pause_ms=max_pause, compiled=request.get("walker") != "python",
                            in_flight=in_flight, registered=registered)
     phase("probes")
-    stop.check("result")
-    out = {
-        "heap": heap,
-        "arena": allocators,
-        "probes": found,
-        "python_version": "%d.%d.%d" % sys.version_info[:3],
-        # where the request's time went (docs/performance.md): phase -> [wall s, CPU s]
-        "phases": phases,
-    }
-    if out_graph is not None:
-        out["graph"] = out_graph
-    return out
+    return {"arena": allocators, "probes": found, "python_version": "%d.%d.%d" % sys.version_info[:3]}
 
 
 def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, phases, max_pause):
@@ -230,17 +231,8 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     phase("census (owners)" if skipped else "census")
     if not skipped:
         heap["graph_started_at"] = graph_started_at  # dominator owners are counted from here
-    stop.check("arena")
-    progress("arena", 0)
-    allocators = arena.arena_stats()
-    phase("arena")
-    stop.check("probes")
-    progress("probes", 0)
-    found = probes.run_all(stop=stop, max_pause_ms=max_pause, compiled=request.get("walker") != "python",
-                           in_flight=in_flight, registered=registered)
-    phase("probes")
-    out = {"heap": heap, "arena": allocators, "probes": found, "phases": phases,
-           "python_version": "%d.%d.%d" % sys.version_info[:3], "graph_sent": True}
+    out = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
+    out.update(heap=heap, phases=phases, graph_sent=True)
     if not skipped:
         # The owners' paths, once the CLI has chosen them: walked again here to name them.
         progress("names", 0)
