@@ -254,8 +254,9 @@ def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0
     max_nodes = _int(request.get("max_graph_nodes"), 1000000, 1, 100000000)
     counted = heap.get("objects", 0) if heap is not None else 2 * (expected or 0)
     if counted > 2 * max_nodes:
-        return {"format": graph.GRAPH_FORMAT, "skipped": "the census counted %s objects: over the "
-                "graph budget of %s nodes" % (format(counted, ","), format(max_nodes, ","))}
+        return {"format": graph.GRAPH_FORMAT, "skipped": "the %s counted %s objects: over the graph budget of "
+                "%s nodes" % ("census" if heap is not None else "last census in this process",
+                              format(counted, ","), format(max_nodes, ","))}
     if heap is not None:
         expected = heap.get("objects", 0) // 2
         if not heap.get("with_owners", True):

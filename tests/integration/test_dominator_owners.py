@@ -52,6 +52,11 @@ def test_owner_one_is_what_freeing_returns(shape: str, tmp_path: Path) -> None:
 def test_census_stays_the_fallback_over_the_graph_budget(tmp_path: Path) -> None:
     with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
         taken = capture(child.pid, max_graph_nodes=1000)
+        # Walked before the census (one attach), the graph is ruled out by the last census
+        # in that process, without a walk, from the second inspection on.
+        again = capture(child.pid, max_graph_nodes=1000)
+    assert "the last census in this process counted" in again.snapshot.heap.owner_model_note
+    assert again.snapshot.owners[0].path == taken.snapshot.owners[0].path
     heap = taken.snapshot.heap
     assert heap.owner_model == "first-reacher"
     assert "graph budget" in heap.owner_model_note
