@@ -72,11 +72,12 @@ def run_request(
 ) -> RemoteResult:
     """Send one request to the payload in ``pid`` and return its result (``ok`` is True).
 
-    ``on_partial``: for a snapshot with the object graph, on the debugger paths, the graph is
-    handed over as soon as it is walked (``on_partial("graph", doc, post)``, on this thread,
-    while the target goes on counting) and ``post("names", {"paths": ...})`` answers it: the
-    labels come back in the result (``names``). The agent's socket answers the old way (the
-    graph in the result); the caller tells the two apart by ``graph_sent`` in the result."""
+    ``on_partial``: for a snapshot with the object graph, the graph is handed over as soon as
+    it is walked (``on_partial("graph", doc, post)``, on this thread, while the target goes on
+    counting; files in the private directory on the debugger paths, a line on the agent's
+    socket) and ``post("names", {"paths": ...})`` answers it: the labels come back in the
+    result (``names``). A payload from before this answers the old way (the graph in the
+    result); the caller tells the two apart by ``graph_sent`` in the result."""
     log = log or _quiet
     target = target or resolve_target(pid)
     chosen = choose_method(target, method)
@@ -84,14 +85,14 @@ def run_request(
     # The payload gives up a little before we do, so it can still report why.
     request = {**request, "timeout": max(1.0, timeout - 2.0)}
     facts = death.read_facts(pid)  # what is gone with the target, should it die
+    if on_partial is not None and request.get("op") == "snapshot" and request.get("graph"):
+        request["early_graph"] = True
     if chosen == "agent":
         result = finish.wait_agent(pid, facts, lambda: agent.request(
-            pid, target.uid, request, timeout=timeout, progress=progress, log=log))
+            pid, target.uid, request, timeout=timeout, progress=progress, log=log, on_partial=on_partial))
         return _checked(RemoteResult(target, chosen, result, 0.0, 0.0), log)
     if chosen not in ("ptrace", "gdb", "remote-exec"):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
-    if on_partial is not None and request.get("op") == "snapshot" and request.get("graph"):
-        request["early_graph"] = True
     with PrivateChannel(uid=target.uid, pid=pid) as channel:
         channel.write_request(request)
         code = channel.bootstrap_code()

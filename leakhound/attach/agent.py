@@ -16,11 +16,12 @@ import os
 import re
 import socket
 import stat
+import threading
 import time
 from typing import Any
 
 from leakhound.attach.base import AttachLog
-from leakhound.attach.channel import Progress
+from leakhound.attach.channel import Partial, Progress
 from leakhound.attach.process import environ_of, namespace_pid, same_filesystem_view
 from leakhound.errors import (
     AttachTimeout,
@@ -178,7 +179,14 @@ def _send_cancel(sock: socket.socket) -> bool:
 
 def _read_exactly(sock: socket.socket, head: bytes, size: int, deadline: float, pid: int) -> bytes:
     """``size`` bytes: ``head`` (read already) and the rest from ``sock``."""
+    return _read_bytes(sock, head, size, deadline, pid)[0]
+
+
+def _read_bytes(sock: socket.socket, head: bytes, size: int, deadline: float, pid: int) -> tuple[bytes, bytes]:
+    """``size`` bytes (``head``, read already, and the rest from ``sock``), and what of
+    ``head`` came after them."""
     data = bytearray(head[:size])
+    rest = head[size:]
     while len(data) < size:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
         try:
@@ -188,7 +196,16 @@ def _read_exactly(sock: socket.socket, head: bytes, size: int, deadline: float, 
         if not chunk:
             raise TargetExited(f"the agent of process {pid} closed the connection")
         data += chunk
-    return bytes(data)
+    return bytes(data), rest
+
+
+def _post(sock: socket.socket, lock: threading.Lock, name: str, reply: dict[str, Any]) -> None:
+    """Answer a document the agent handed over early (any thread); nothing once it is closed."""
+    try:
+        with lock:
+            sock.sendall(json.dumps({"reply": name, "doc": reply}).encode() + b"\n")
+    except OSError:
+        pass
 
 
 def request(
@@ -199,7 +216,12 @@ def request(
     timeout: float,
     progress: Progress | None,
     log: AttachLog,
+    on_partial: Partial | None = None,
 ) -> dict[str, Any]:
+    """One request to the agent of ``pid``; its result. ``on_partial``: a graph handed over
+    before the result (``{"partial": ...}``, its arrays after the line), answered through
+    ``post`` by a ``{"reply": ...}`` line (runner._snapshot_graph_first, payload agent's
+    _SocketExchange)."""
     del uid
     path = find_socket(pid)
     inside = _listening_inside(pid) if path is None else None
@@ -228,6 +250,7 @@ def request(
             # It stopped listening since it was found: the process is exiting.
             raise TargetExited(f"the agent of process {pid} is not listening") from None
         sock.sendall(json.dumps(doc).encode() + b"\n")
+        lock = threading.Lock()  # a reply posted from another thread and a cancel: whole lines
         buf = b""
         cancel_sent = False
         while True:
@@ -240,7 +263,8 @@ def request(
                     raise AttachTimeout(f"no answer from the agent of process {pid} within {timeout:.0f}s")
                 # Out of time: tell the request to stop, and wait a little for its answer
                 # (Cancelled, or its result if it finished meanwhile).
-                cancel_sent = _send_cancel(sock)
+                with lock:
+                    cancel_sent = _send_cancel(sock)
                 deadline = time.monotonic() + CANCEL_GRACE
                 continue
             if not chunk:
@@ -249,6 +273,14 @@ def request(
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 msg = json.loads(line)
+                partial = msg.get("partial")
+                if isinstance(partial, dict):
+                    graph = (partial.get("doc") or {}).get("graph")
+                    if isinstance(graph, dict) and isinstance(graph.get("binary_bytes"), int):
+                        graph["binary"], buf = _read_bytes(sock, buf, graph["binary_bytes"], deadline, pid)
+                    if on_partial is not None and isinstance(graph, dict):
+                        on_partial(str(partial.get("name")), graph, lambda name, reply: _post(sock, lock, name, reply))
+                    continue
                 if "progress" in msg:
                     if progress is not None:
                         progress(str(msg["progress"].get("phase", "")), int(msg["progress"].get("done", 0)))

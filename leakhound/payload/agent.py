@@ -77,7 +77,7 @@ def _read_line(conn):
 
 def _send(conn, doc):
     result = doc.get("result")
-    if type(result) is dict and "graph" in result:
+    if type(result) is dict and "graph" in result or "partial" in doc:
         from .graph import binary_pieces, json_pieces  # noqa: PLC0415 - a graph's arrays go piece by piece
 
         for piece in json_pieces(doc):
@@ -87,6 +87,47 @@ def _send(conn, doc):
             conn.sendall(piece)
         return
     conn.sendall(json.dumps(doc).encode() + b"\n")
+
+
+class _SocketExchange(object):
+    """runner._Exchange on the agent's socket: ``send`` is a ``{"partial": {"name", "doc"}}``
+    line (a graph's raw arrays right after it), ``receive`` waits for the client's
+    ``{"reply": name, "doc": ...}`` line, polling 5 ms at a time, until the request is
+    cancelled or a second before its deadline (``stop``: runner._Stop)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.pending = b""
+
+    def send(self, name, doc):
+        _send(self.conn, {"partial": {"name": name, "doc": doc}})
+
+    def receive(self, name, stop):
+        import select  # noqa: PLC0415
+        import time  # noqa: PLC0415
+
+        poller = select.poll()
+        poller.register(self.conn, select.POLLIN)
+        while time.monotonic() < stop.deadline - 1.0 and not stop():
+            while b"\n" in self.pending:
+                line, self.pending = self.pending.split(b"\n", 1)
+                try:
+                    doc = json.loads(line.decode("utf-8"))
+                except (ValueError, UnicodeDecodeError):
+                    return None
+                if type(doc) is dict and doc.get("reply") == name:
+                    return doc.get("doc") if type(doc.get("doc")) is dict else None
+                return None  # a cancel, or anything else: no answer to wait for
+            if not poller.poll(5):
+                continue
+            try:
+                chunk = self.conn.recv(65536)
+            except OSError:
+                return None
+            if not chunk or len(self.pending) + len(chunk) > MAX_REQUEST:
+                return None
+            self.pending += chunk
+        return None
 
 
 def _serve_one(conn):
@@ -114,7 +155,7 @@ def _serve_one(conn):
 
         # A "cancel" line or the client closing the connection stops the request.
         _send(conn, {"result": runner.handle(request, runner.throttled(send_progress),
-                                             runner.socket_cancelled(conn))})
+                                             runner.socket_cancelled(conn), _SocketExchange(conn))})
     except OSError:
         pass
     finally:

@@ -172,17 +172,31 @@ class Binary(object):
                 yield piece
 
 
+# Where a graph may be in a document sent: a result (``graph``), the agent's answer
+# (``result.graph``), a graph handed over before the answer on the agent's socket
+# (``partial.doc.graph``).
+_GRAPH_PLACES = (("graph",), ("result", "graph"), ("partial", "doc", "graph"))
+
+
 def _graph_of(doc):
-    """(the graph dict, where it is) in a result (``graph``) or an answer (``result.graph``)."""
-    if type(doc) is not dict:
-        return None, None
-    graph = doc.get("graph")
-    if type(graph) is dict:
-        return graph, ("graph",)
-    result = doc.get("result")
-    if type(result) is dict and type(result.get("graph")) is dict:
-        return result["graph"], ("result", "graph")
+    """(the graph dict, the keys leading to it) in ``doc``, or (None, None)."""
+    for where in _GRAPH_PLACES:
+        value = doc
+        for key in where:
+            value = value.get(key) if type(value) is dict else None
+        if type(value) is dict:
+            return value, where
     return None, None
+
+
+def _replaced(doc, where, value):
+    """A copy of ``doc`` with ``value`` at the keys ``where`` (the dicts on the way copied)."""
+    doc = dict(doc)
+    if len(where) == 1:
+        doc[where[0]] = value
+    else:
+        doc[where[0]] = _replaced(doc[where[0]], where[1:], value)
+    return doc
 
 
 def binary_pieces(doc):
@@ -213,8 +227,8 @@ def _value_pieces(value):
 
 
 def json_pieces(doc, binary_dir=None):
-    """``json.dumps(doc)`` in pieces, for a document that may hold a graph (at ``graph`` or
-    ``result.graph``). The graph's arrays are not in it: with ``binary_dir`` they are written
+    """``json.dumps(doc)`` in pieces, for a document that may hold a graph (``_GRAPH_PLACES``).
+    The graph's arrays are not in it: with ``binary_dir`` they are written
     first to ``BINARY_FILE`` there (the debugger path: the CLI reads it beside result.json),
     else the caller sends ``binary_pieces(doc)`` after the JSON (the agent's socket); the JSON
     says which (``binary_file``) and how many bytes follow (``binary_bytes``)."""
@@ -234,11 +248,5 @@ def json_pieces(doc, binary_dir=None):
             for piece in binary.pieces():
                 fh.write(piece)
         meta["binary_file"] = BINARY_FILE
-    doc = dict(doc)
-    if where == ("graph",):
-        doc["graph"] = meta
-    else:
-        doc["result"] = dict(doc["result"])
-        doc["result"]["graph"] = meta
-    for piece in _value_pieces(doc):
+    for piece in _value_pieces(_replaced(doc, where, meta)):
         yield piece

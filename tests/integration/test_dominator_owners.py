@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from leakhound.analysis import dominators
 from leakhound.cli import app
 from leakhound.core.capture import capture
-from tests.utils import spawn_target
+from tests.utils import spawn_target, wait_for_agent_socket
 
 pytestmark = pytest.mark.integration
 
@@ -93,13 +93,17 @@ def test_auto_keeps_the_census_over_the_graphs_memory_budget(tmp_path: Path, mon
     assert asked.snapshot.heap.owner_model == "dominator"
 
 
-@pytest.mark.parametrize("method", ["ptrace", "gdb"])
+@pytest.mark.parametrize("method", ["ptrace", "gdb", "agent"])
 def test_one_attach_the_dominator_pass_beside_the_census(tmp_path: Path, method: str) -> None:
-    """The debugger paths hand the graph over as soon as it is walked: the CLI's dominator
-    pass runs while the target counts, and the owners' names come back in the same request
-    (it was a second attach, ~0.3 s on the busy real worker)."""
+    """The graph is handed over as soon as it is walked (files in the private directory on
+    the debugger paths, a line on the agent's socket): the CLI's dominator pass runs while the
+    target counts, and the owners' names come back in the same request (it was a second
+    attach, ~0.3 s on the busy real worker)."""
     lines: list[str] = []
-    with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
+    env = {"SHAPE": "callbacks", "LEAKHOUND_AGENT": "1" if method == "agent" else ""}
+    with spawn_target("dominator_shapes", tmp_path, env=env) as child:
+        if method == "agent":
+            wait_for_agent_socket(child.pid)
         taken = capture(child.pid, top=10, method=method, log=lines.append)
         truth = child.report()["truth"]
     assert sum(1 for line in lines if line.startswith("method:")) == 1, lines
