@@ -197,7 +197,7 @@ def capture(
             early.abandon()
         raise
     if early is not None and not remote.result.get("graph_sent"):
-        early.abandon()  # an agent, or a payload of before early_graph: the graph came in the result
+        early.abandon()  # a payload or agent of before early_graph: the graph came in the result
         early = None
     if log is not None:  # where the payload's time went (-v): phase wall s / CPU s in the target
         for key, spent in (("payload", remote.result.get("phases")),
@@ -266,7 +266,7 @@ def capture(
 
 
 class _EarlyOwners:
-    """The dominator pass run while the target is still counting (the debugger paths'
+    """The dominator pass run while the target is still counting (``early_graph``,
     ``early_graph``: attach.run_request): the graph arrives before the result
     (``on_partial``), is analysed in a thread of leakhound's own, whose names request is
     posted back within the same request; the target answers it in the result, which
