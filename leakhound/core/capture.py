@@ -266,8 +266,8 @@ def capture(
 
 
 class _EarlyOwners:
-    """The dominator pass run while the target is still counting (``early_graph``,
-    ``early_graph``: attach.run_request): the graph arrives before the result
+    """The dominator pass run while the target is still counting (``early_graph``:
+    attach.run_request, every method): the graph arrives before the result
     (``on_partial``), is analysed in a thread of leakhound's own, whose names request is
     posted back within the same request; the target answers it in the result, which
     ``finish`` hands to the thread. One attach instead of two, and the CLI's analysis and the
