@@ -93,7 +93,7 @@ class _SocketExchange(object):
     """runner._Exchange on the agent's socket: ``send`` is a ``{"partial": {"name", "doc"}}``
     line (a graph's raw arrays right after it), ``receive`` waits for the client's
     ``{"reply": name, "doc": ...}`` line, polling 5 ms at a time, until the request is
-    cancelled or a second before its deadline (``stop``: runner._Stop)."""
+    cancelled (``stop``: runner._Stop) or ``time.monotonic()`` is ``until``."""
 
     def __init__(self, conn):
         self.conn = conn
@@ -102,13 +102,13 @@ class _SocketExchange(object):
     def send(self, name, doc):
         _send(self.conn, {"partial": {"name": name, "doc": doc}})
 
-    def receive(self, name, stop):
+    def receive(self, name, stop, until):
         import select  # noqa: PLC0415
         import time  # noqa: PLC0415
 
         poller = select.poll()
         poller.register(self.conn, select.POLLIN)
-        while time.monotonic() < stop.deadline - 1.0 and not stop():
+        while time.monotonic() < until and not stop():
             while b"\n" in self.pending:
                 line, self.pending = self.pending.split(b"\n", 1)
                 try:

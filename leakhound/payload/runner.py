@@ -214,6 +214,12 @@ def _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, regi
     return {"arena": allocators, "probes": found, "python_version": "%d.%d.%d" % sys.version_info[:3]}
 
 
+# How long the payload waits for the CLI's names after the census and the probes: at least
+# NAMES_WAIT_MIN seconds, or NAMES_WAIT_FACTOR times the graph's walk.
+NAMES_WAIT_MIN = 10.0
+NAMES_WAIT_FACTOR = 4.0
+
+
 def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, phases, max_pause):
     """The snapshot with the graph walked first and handed over at once (``early_graph``):
     the CLI's dominator pass runs while the census, the arena and the probes run here."""
@@ -223,6 +229,7 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
                        census_seconds=_last_census["seconds"], size_hint=_blocks_hint())
     phase("graph")
     skipped = out_graph.get("skipped")
+    graph_seconds = float(out_graph.get("graph_seconds") or 0.0)
     stop.check("graph")
     exchange.send("graph", {"graph": out_graph})
     out_graph = None  # sent: its arrays are the CLI's now
@@ -236,7 +243,11 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     if not skipped:
         # The owners' paths, once the CLI has chosen them: walked again here to name them.
         progress("names", 0)
-        asked = exchange.receive("names", stop)
+        # At most a few times the walk's time (the dominator pass takes less than the walk):
+        # a CLI that died without a word (SIGKILL on the gdb path, no janitor) leaves the
+        # request, and its lock, waiting that long, not until its deadline.
+        wait = max(NAMES_WAIT_MIN, NAMES_WAIT_FACTOR * graph_seconds)
+        asked = exchange.receive("names", stop, min(stop.deadline - 1.0, time.monotonic() + wait))
         if asked is not None:
             out["names"] = graph.name_paths(asked)
         phase("names")
@@ -444,8 +455,8 @@ def socket_cancelled(conn):
 class _Exchange(object):
     """Documents handed over within one request, before its result, on the debugger path:
     ``send(name, doc)`` writes ``<name>.json`` (a graph's arrays into graph.bin beside it);
-    ``receive(name, stop)`` waits for the CLI's ``<name>.request.json`` (sleeping, 5 ms at a
-    time) until it comes, the request is cancelled or its deadline is a second away."""
+    ``receive(name, stop, until)`` waits for the CLI's ``<name>.request.json`` (sleeping, 5 ms
+    at a time) until it comes, the request is cancelled or ``time.monotonic()`` is ``until``."""
 
     def __init__(self, directory):
         self.directory = directory
@@ -453,9 +464,9 @@ class _Exchange(object):
     def send(self, name, doc):
         _write_json(os.path.join(self.directory, name + ".json"), doc)
 
-    def receive(self, name, stop):
+    def receive(self, name, stop, until):
         path = os.path.join(self.directory, name + ".request.json")
-        while time.monotonic() < stop.deadline - 1.0 and not stop():
+        while time.monotonic() < until and not stop():
             try:
                 with open(path) as fh:
                     doc = json.load(fh)

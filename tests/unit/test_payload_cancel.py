@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import time
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,3 +116,20 @@ def test_a_cancel_during_the_graph_still_cancels(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(graph, "build", cancelled)
     with pytest.raises(runner.Cancelled):
         runner._graph({"graph": True}, lambda phase, done: None, runner._Stop(100.0), heap={"objects": 10})
+
+
+def test_the_names_the_cli_posts_are_read_and_waited_for_a_bounded_time(tmp_path: Path) -> None:
+    """The graph handed over early: the payload waits for the CLI's names (runner._Exchange)
+    until they come, the request is cancelled, or its bound (a few times the walk's time), not
+    until the request's deadline: a CLI killed without a word (gdb, no janitor) would hold the
+    request's lock that long."""
+    exchange = runner._Exchange(str(tmp_path))
+    stop = runner._Stop(60.0)
+    assert exchange.receive("names", stop, time.monotonic() + 0.05) is None  # nobody posted: the bound
+    assert stop.reason is None
+    (tmp_path / "names.request.json").write_text(json.dumps({"paths": [[1, 2]]}))
+    assert exchange.receive("names", stop, time.monotonic() + 5) == {"paths": [[1, 2]]}
+    cancelled = runner._Stop(60.0, explicit=lambda: True, every=0.0)
+    (tmp_path / "names.request.json").unlink()
+    assert exchange.receive("names", cancelled, time.monotonic() + 60) is None
+    assert cancelled.reason == "cancel"
