@@ -231,21 +231,10 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     skipped = out_graph.get("skipped")
     graph_seconds = float(out_graph.get("graph_seconds") or 0.0)
     stop.check("graph")
-    doc = {"graph": out_graph}
-    out_graph = None
-    # On the debugger path the files are written by a thread of ours while the census runs
-    # (80 MB of arrays on the busy real worker: 0.05-0.26 s of I/O that was on the path of
-    # the answer); the agent's socket carries the census's progress too: written first there.
-    sending = _Sending(exchange, "graph", doc) if getattr(exchange, "in_background", False) else None
-    if sending is None:
-        exchange.send("graph", doc)
+    exchange.send("graph", {"graph": out_graph})
+    out_graph = None  # sent: its arrays are the CLI's now
     phase("graph sent")
-    try:
-        heap = census_run(bool(skipped), (request, doc))
-    finally:
-        if sending is not None:
-            sending.join()  # its error, if any, is the request's
-    doc = None  # type: ignore[assignment]  # sent: its arrays are the CLI's now
+    heap = census_run(bool(skipped), (request,))
     phase("census (owners)" if skipped else "census")
     if not skipped:
         heap["graph_started_at"] = graph_started_at  # dominator owners are counted from here
@@ -463,36 +452,11 @@ def socket_cancelled(conn):
     return cancelled
 
 
-class _Sending(object):
-    """``exchange.send(name, doc)`` in a thread of its own; ``join()`` waits for it and raises
-    what it raised. The thread only writes (its I/O releases the GIL) and always ends."""
-
-    def __init__(self, exchange, name, doc):
-        self.error = None
-        self.thread = threading.Thread(target=self._run, args=(exchange, name, doc), name="leakhound-payload-send")
-        self.thread.daemon = True
-        self.thread.start()
-
-    def _run(self, exchange, name, doc):
-        try:
-            exchange.send(name, doc)
-        except BaseException as exc:  # raised again on the request's thread by join()
-            self.error = exc
-
-    def join(self):
-        self.thread.join()
-        error, self.error = self.error, None
-        if error is not None:
-            raise error
-
-
 class _Exchange(object):
     """Documents handed over within one request, before its result, on the debugger path:
     ``send(name, doc)`` writes ``<name>.json`` (a graph's arrays into graph.bin beside it);
     ``receive(name, stop, until)`` waits for the CLI's ``<name>.request.json`` (sleeping, 5 ms
     at a time) until it comes, the request is cancelled or ``time.monotonic()`` is ``until``."""
-
-    in_background = True  # files: sent while the census runs (_Sending)
 
     def __init__(self, directory):
         self.directory = directory

@@ -133,16 +133,3 @@ def test_the_names_the_cli_posts_are_read_and_waited_for_a_bounded_time(tmp_path
     (tmp_path / "names.request.json").unlink()
     assert exchange.receive("names", cancelled, time.monotonic() + 60) is None
     assert cancelled.reason == "cancel"
-
-
-def test_the_graph_sent_while_the_census_runs_is_joined_and_its_error_is_the_requests() -> None:
-    import threading
-
-    class Broken:
-        def send(self, name: str, doc: dict[str, Any]) -> None:
-            raise OSError("no space left on device")
-
-    sending = runner._Sending(Broken(), "graph", {})
-    with pytest.raises(OSError, match="no space left"):
-        sending.join()
-    assert not any(t.name == "leakhound-payload-send" for t in threading.enumerate())
