@@ -26,6 +26,7 @@ from leakhound.model import (
     Snapshot,
     TypeStat,
 )
+from leakhound.model.names import PAYLOAD_OWNER, PAYLOAD_PACKAGE
 
 
 def snapshot_from_result(
@@ -373,5 +374,20 @@ def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph,
         max_hold_ms=round(max(snap.heap.max_hold_ms, float(graph.info.get("max_held_ms") or 0.0)), 2),
         payload_peak_bytes=max(snap.heap.payload_peak_bytes, int(graph.info.get("payload_peak_bytes") or 0)),
     )
-    owners = tuple(_owner(o) for o in found.owners)
-    return replace(snap, heap=heap, owners=owners)
+    return replace(snap, heap=heap, owners=_payload_grouped([_owner(o) for o in found.owners]))
+
+
+_PAYLOAD_PREFIX = PAYLOAD_PACKAGE + "."
+
+
+def _payload_grouped(owners: list[Owner]) -> tuple[Owner, ...]:
+    """The loaded payload's own objects (its modules' classes, functions, code) as one owner,
+    ``<leakhound payload>``, as the census counts them: not among the target's owners."""
+    ours = [o for o in owners if o.path.startswith(_PAYLOAD_PREFIX)]
+    if not ours:
+        return tuple(owners)
+    grouped = Owner(path=PAYLOAD_OWNER, type="module", items=sum(o.items for o in ours),
+                    retained_bytes=sum(o.retained_bytes for o in ours),
+                    retained_objects=sum(o.retained_objects for o in ours))
+    rest = [o for o in owners if not o.path.startswith(_PAYLOAD_PREFIX)]
+    return tuple(sorted([*rest, grouped], key=lambda o: -o.retained_bytes))

@@ -84,3 +84,9 @@ class PatchAction(str, enum.Enum):
 #: The owner the census books module objects, their dicts, classes and code under: the
 #: program's code, not a leak. The payload spells it in ``payload/census_roots.py``.
 CODE_OWNER = "<modules and classes>"
+
+#: The owner of what the loaded payload itself holds (its modules' functions, classes, code),
+#: by both owner models; the payload spells it in ``payload/census_roots.py``.
+PAYLOAD_OWNER = "<leakhound payload>"
+#: The package the payload is loaded under in a target (``payload/boot.py``).
+PAYLOAD_PACKAGE = "_leakhound_payload"

@@ -167,13 +167,18 @@ def test_remote_exec_method_on_python_314(tmp_path: Path) -> None:
     assert within(snap.owners[0].retained_bytes, truth["cache_bytes"])
 
 
-def test_the_payload_is_one_owner_of_its_own(tmp_path: Path) -> None:
+@pytest.mark.parametrize("owners", ["census", "dominator"])
+def test_the_payload_is_one_owner_of_its_own(tmp_path: Path, owners: str) -> None:
     """The payload stays loaded between inspections (docs/inspect.md): its functions and
     classes are leakhound's, one owner named so, never a list of the target's owners
     (``_leakhound_payload.runner._Stop.check`` was owner #11 of the real worker)."""
+    from leakhound.model.names import PAYLOAD_OWNER, PAYLOAD_PACKAGE
+    from leakhound.payload import census_roots
+
+    assert census_roots.PAYLOAD_OWNER == PAYLOAD_OWNER  # one name, spelt on both sides
     with spawn_target("growing_cache", tmp_path) as child:
-        take_snapshot(child.pid, owner_model="census")
-        again = take_snapshot(child.pid, owner_model="census", top=200)
+        take_snapshot(child.pid, owner_model=owners)
+        again = take_snapshot(child.pid, owner_model=owners, top=200)
     paths = [o.path for o in again.owners]
-    assert not [p for p in paths if p.startswith("_leakhound_payload")], paths
-    assert paths.count("<leakhound payload>") == 1, paths
+    assert not [p for p in paths if p.startswith(PAYLOAD_PACKAGE)], paths
+    assert paths.count(PAYLOAD_OWNER) == 1, paths
