@@ -33,6 +33,8 @@ import tempfile
 import threading
 
 MAX_REQUEST = 64 * 1024
+# The client's answer to a graph handed over early: up to 64 paths of up to 256 ids.
+MAX_REPLY = 4 * 1024 * 1024
 ENV_VAR = "LEAKHOUND_AGENT"
 # sun_path holds 108 bytes with its NUL. A longer existing socket's path is reached through a
 # descriptor of its directory, /proc/self/fd/N/NAME, which any length of directory fits.
@@ -124,7 +126,7 @@ class _SocketExchange(object):
                 chunk = self.conn.recv(65536)
             except OSError:
                 return None
-            if not chunk or len(self.pending) + len(chunk) > MAX_REQUEST:
+            if not chunk or len(self.pending) + len(chunk) > MAX_REPLY:
                 return None
             self.pending += chunk
         return None
