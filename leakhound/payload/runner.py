@@ -9,11 +9,12 @@ Runs inside the target with the standard library only. Two ways in:
 * ``handle(request, progress, cancelled)``: the in-process agent path (``agent.py``), called
   on the agent's own thread.
 
-On the debugger path a snapshot that asks for the object graph with ``early_graph`` hands the
-graph over as soon as it is walked (``graph.json`` and ``graph.bin``, through ``_Exchange``),
-then counts the census, the arena and the probes while the CLI computes the dominator tree in
-its own process; the CLI then posts the paths it wants named (``names.request.json``) and the
-labels come back in ``result.json`` (``names``): one attach, the two processes working at once.
+A snapshot that asks for the object graph with ``early_graph`` hands the graph over as soon
+as it is walked (on the debugger path ``graph.json`` and ``graph.bin`` through ``_Exchange``;
+on the agent's socket a line through ``agent._SocketExchange``), then counts the census, the
+arena and the probes while the CLI computes the dominator tree in its own process; the CLI
+then posts the paths it wants named (``names.request.json``, or a reply line) and the labels
+come back in the result (``names``): one attach, the two processes working at once.
 
 Only the fixed operations in ``OPERATIONS`` are accepted; a request never carries code.
 
