@@ -28,7 +28,9 @@
  * id, a type's slot descriptors, a native object's buffers), and C descriptors' getters.
  */
 
+#include <errno.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #define GRAPH_NAME "leakhound._walk.graph"
 #define GBLOCK_SHIFT 16
@@ -1233,6 +1235,59 @@ graph_chunk(PyObject *Py_UNUSED(module), PyObject *args)
     return PyBytes_FromStringAndSize(c->blocks[k], items * c->itemsize);
 }
 
+PyDoc_STRVAR(graph_write_doc,
+"graph_write(graph, fd) -> bytes written\n\n"
+"Every column's blocks (sizes, types, ids, lengths, src, dst, labels: graph_chunk's order)\n"
+"written to the file descriptor fd in one call, the GIL released for all of it: a piece at a\n"
+"time from Python, each piece a copy and a wait for the GIL after its write (the busy real\n"
+"worker's main thread holds it up to its switch interval), was 0.05-0.26 s for 80 MB.");
+
+static PyObject *
+graph_write(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *capsule;
+    int fd;
+    if (!PyArg_ParseTuple(args, "Oi:graph_write", &capsule, &fd))
+        return NULL;
+    GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
+    if (g == NULL)
+        return NULL;
+    Column *cols[] = {&g->sizes, &g->types, &g->ids, &g->lengths, &g->src, &g->dst, &g->lab};
+    long long total = 0;
+    int failed = 0;
+    /* The columns are the capsule's alone (the walk is over: graph_close ran) and the capsule
+     * is held by our caller's argument: nothing changes them while the GIL is released. */
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]) && !failed; c++) {
+        Column *col = cols[c];
+        for (Py_ssize_t k = 0; k < col->nblocks && !failed; k++) {
+            Py_ssize_t items = col->len - k * GBLOCK_ITEMS;
+            if (items > GBLOCK_ITEMS)
+                items = GBLOCK_ITEMS;
+            const char *at = col->blocks[k];
+            size_t left = (size_t)items * (size_t)col->itemsize;
+            while (left > 0) {
+                ssize_t n = write(fd, at, left);
+                if (n < 0) {
+                    if (errno == EINTR)
+                        continue;
+                    failed = errno;
+                    break;
+                }
+                at += n;
+                left -= (size_t)n;
+                total += n;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        errno = failed;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLongLong(total);
+}
+
 PyDoc_STRVAR(graph_close_doc, "graph_close(graph): drop the helpers and the walk in progress (not the arrays)");
 
 static PyObject *
@@ -1286,5 +1341,6 @@ graph_unknown(PyObject *Py_UNUSED(module), PyObject *args)
     {"graph_walk", graph_walk, METH_VARARGS, graph_walk_doc}, \
     {"graph_info", graph_info, METH_O, graph_info_doc}, \
     {"graph_chunk", graph_chunk, METH_VARARGS, graph_chunk_doc}, \
+    {"graph_write", graph_write, METH_VARARGS, graph_write_doc}, \
     {"graph_close", graph_close, METH_O, graph_close_doc}, \
     {"graph_unknown", graph_unknown, METH_VARARGS, graph_unknown_doc},

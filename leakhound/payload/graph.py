@@ -540,13 +540,19 @@ class Graph(object):
         self.nodes = None
         self.index = None
 
+    def _write_fd(self):
+        """A function writing every array to a file descriptor at once (the compiled walk's),
+        or None: the result's pieces are written one by one (graph_wire.json_pieces)."""
+        return None
+
     def result(self):
         n = self._count()
         payload_bytes = self._payload_bytes()
         self._release()
         self.type_keys = None
         columns = self._columns()
-        binary = Binary([(_ARRAY_KEYS[k], _ARRAY_CODES[k], columns[k][0], columns[k][1]) for k in range(len(columns))])
+        binary = Binary([(_ARRAY_KEYS[k], _ARRAY_CODES[k], columns[k][0], columns[k][1]) for k in range(len(columns))],
+                        self._write_fd())
         out = {
             "format": GRAPH_FORMAT,
             "byteorder": sys.byteorder,
@@ -696,6 +702,10 @@ class CompiledGraph(Graph):
 
     def _release(self):
         pass
+
+    def _write_fd(self):
+        store = self.store
+        return lambda fd: _walk_module.graph_write(store, fd)  # one call, the GIL released
 
 
 _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)

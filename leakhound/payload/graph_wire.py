@@ -157,8 +157,9 @@ class Binary(object):
     (``arrays``: [key, typecode, items] each, in order), in chunks of at most 512 KiB, each
     one short step. No base64, no JSON of numbers: the CLI reads them as they are."""
 
-    def __init__(self, columns):
+    def __init__(self, columns, write_fd=None):
         self.columns = columns  # [(key, typecode, items, chunks)]: chunks() yields bytes
+        self.write_fd = write_fd  # write_fd(fd): all of them to a file at once, or None
 
     def layout(self):
         return [[key, code, items] for key, code, items, _chunks in self.columns]
@@ -244,9 +245,15 @@ def json_pieces(doc, binary_dir=None):
     if binary_dir is not None:
         path = os.path.join(binary_dir, BINARY_FILE)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            for piece in binary.pieces():
-                fh.write(piece)
+        if binary.write_fd is not None:
+            try:
+                binary.write_fd(fd)
+            finally:
+                os.close(fd)
+        else:
+            with os.fdopen(fd, "wb") as fh:
+                for piece in binary.pieces():
+                    fh.write(piece)
         meta["binary_file"] = BINARY_FILE
     for piece in _value_pieces(_replaced(doc, where, meta)):
         yield piece

@@ -72,6 +72,9 @@ def test_the_arrays_travel_raw_and_read_back(compiled: bool, tmp_path: Path) -> 
     meta = line["result"]["graph"]
     raw = b"".join(binary_pieces(answer))
     assert meta["binary_bytes"] == len(raw) and not set(meta) & {"sizes", "edge_src", "_binary"}
+    # graph.bin: the C walk writes its blocks in one call, the GIL released (graph_write); the
+    # same bytes as the pieces the socket sends
+    assert (out["_binary"].write_fd is not None) == compiled
     written = json.loads("".join(json_pieces({"graph": out}, binary_dir=str(tmp_path))))["graph"]
     assert written["binary_file"] == BINARY_FILE and (tmp_path / BINARY_FILE).read_bytes() == raw
     g = dominators.decode_graph({**meta, "binary": raw})
