@@ -17,7 +17,7 @@ import gc
 import sys
 
 from .census_walk import _Walk
-from .objects import _instance_dict, _short_type_name, _type_name, subclass_tree
+from .objects import _instance_dict, _short_type_name, _type_name, is_payload_name, subclass_tree
 from .tasks import await_chain, event_loops, named_tasks
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -161,10 +161,8 @@ def frame_locals_unreadable(walk_module):
 
 
 _MISSING = object()
-# The payload's own package (``_leakhound_payload`` in a target, ``leakhound.payload`` when
-# imported): its functions and classes are leakhound's, one owner, never the target's.
-_PAYLOAD = __name__.rsplit(".", 1)[0]
-_PAYLOAD_DOT = _PAYLOAD + "."
+# What the payload's own package holds (objects.is_payload_name): its functions and classes
+# are leakhound's, one owner, never the target's.
 PAYLOAD_OWNER = "<leakhound payload>"
 
 
@@ -353,7 +351,7 @@ class _Roots(_Walk):
                     if skipped & 255 == 0:
                         check()
                     continue
-                if name == _PAYLOAD or name.startswith(_PAYLOAD_DOT):
+                if is_payload_name(name):
                     self._claim_tree(self._owner(PAYLOAD_OWNER, value), value)
                     continue
                 self._claim_named(name + "." + key, value, 1)
@@ -378,7 +376,7 @@ class _Roots(_Walk):
                     continue
                 if base is None:
                     base = _type_name(cls)
-                if base.startswith(_PAYLOAD_DOT):
+                if is_payload_name(base):
                     self._claim_tree(self._owner(PAYLOAD_OWNER, value), value)
                     continue
                 self._claim_named(base + "." + key, value, 1)

@@ -11,7 +11,7 @@ import gc
 import sys
 import time
 
-from .objects import _instance_dict, _type_name
+from .objects import _instance_dict, _type_name, is_payload_name
 from .tasks import await_chain, named_tasks
 
 try:
@@ -21,7 +21,6 @@ except Exception:
 
 _LEAF_TYPE_IDS = frozenset(id(tp) for tp in (str, bytes, int, float, bool, complex, type(None)))
 _ModuleType = type(sys)
-_PAYLOAD = __name__.split(".", 1)[0]  # "_leakhound_payload" in a target
 _GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
 
 
@@ -56,8 +55,8 @@ def add_roots(graph, stack):
         path = d.get("__file__") if d is not None else None
         if module is main:
             tier = TIER_MAIN
-        elif name.split(".", 1)[0] in ("leakhound", _PAYLOAD):
-            tier = TIER_OURS  # (and the payload's own package: ``_leakhound_payload`` in a target)
+        elif name == "leakhound" or name.startswith("leakhound.") or is_payload_name(name):
+            tier = TIER_OURS
         elif graph.is_stdlib(name):
             tier = TIER_STDLIB
         elif type(path) is str and ("site-packages" in path or "dist-packages" in path):

@@ -10,6 +10,14 @@ import sys
 # Builtin containers whose length is read with the C slot, never a user ``__len__``.
 _SIZED = (dict, list, set, frozenset, tuple, bytes, bytearray, str)
 _ModuleType = type(sys)
+# The payload's own package: ``_leakhound_payload`` in a target (boot.py loads it under that
+# name), ``leakhound.payload`` when imported. What its modules hold is leakhound's.
+PAYLOAD_PACKAGE = __name__.rsplit(".", 1)[0]
+
+
+def is_payload_name(name):
+    """Whether ``name`` (a module's, or a class's qualified name) is in the payload's package."""
+    return name == PAYLOAD_PACKAGE or name.startswith(PAYLOAD_PACKAGE + ".")
 
 
 def _referents(obj):
