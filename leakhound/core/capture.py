@@ -249,7 +249,6 @@ def capture(
         # The dominator pass ran while the target counted; the names came with the result.
         graph, found = early.finish(remote.result.get("names"))
     else:
-        graph = dominators.soften(dominators.decode_graph(doc))
         deadline = time.monotonic() + timeout
 
         def ask_names(paths: list[list[int]]) -> list[Any]:
@@ -260,10 +259,17 @@ def capture(
             labels = answer.result.get("labels")
             return labels if isinstance(labels, list) else []
 
-        found = dominators.find_owners(graph, top=max(top, 20), retainers=retainers, ask_names=ask_names, why=why)
+        graph, found = _dominator_owners(doc, top=max(top, 20), retainers=retainers, why=why, ask_names=ask_names)
     asked = tuple(_owner(o) for o in found.why)
     snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "graph_started_at", snap.taken_at))
     return _analysed(Capture(with_dominator_owners(snap, graph, found), graph, found.tree, asked))
+
+
+def _dominator_owners(doc: dict[str, Any], *, top: int, retainers: int, why: str | None,
+                      ask_names: dominators.NameAsker) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
+    """The graph the target sent, decoded and softened, and its dominator owners."""
+    graph = dominators.soften(dominators.decode_graph(doc))
+    return graph, dominators.find_owners(graph, top=top, retainers=retainers, ask_names=ask_names, why=why)
 
 
 class _EarlyOwners:
@@ -303,10 +309,8 @@ class _EarlyOwners:
             return labels if isinstance(labels, list) else []
 
         try:
-            graph = dominators.soften(dominators.decode_graph(doc))
-            found = dominators.find_owners(graph, top=self.top, retainers=self.retainers, ask_names=ask_names,
-                                           why=self.why)
-            self._out = (graph, found)
+            self._out = _dominator_owners(doc, top=self.top, retainers=self.retainers, why=self.why,
+                                          ask_names=ask_names)
         except BaseException as exc:  # raised again on the caller's thread by finish()
             self._error = exc
         finally:
