@@ -69,7 +69,17 @@ def object_size(obj, default=0):
     raises (not only TypeError) and any size no object can have count as 0: one odd object
     must not end the census. ``Census._claim_tree``'s hot loop and _walk.c do the same."""
     try:
-        size = sys.getsizeof(obj, default) if _sizeof_is_builtin(type(obj)) else _object_sizeof(obj)
+        builtin = _sizeof_is_builtin(type(obj))
+    except Exception:
+        return 0
+    return _size_as(obj, builtin, default)
+
+
+def _size_as(obj, builtin, default=0):
+    """``obj``'s size once it is known whether its type's ``__sizeof__`` is C code
+    (``builtin``): object_size's and SizeCache's last step."""
+    try:
+        size = sys.getsizeof(obj, default) if builtin else _object_sizeof(obj)
     except Exception:
         return 0
     return size if 0 <= size <= _MAX_OBJECT_BYTES else 0
@@ -99,11 +109,7 @@ class SizeCache(object):
             except Exception:
                 builtin = False
             known = self.known[id(tp)] = (tp, builtin)
-        try:
-            size = sys.getsizeof(obj, default) if known[1] else _object_sizeof(obj)
-        except Exception:
-            return 0
-        return size if 0 <= size <= _MAX_OBJECT_BYTES else 0
+        return _size_as(obj, known[1], default)
 
 
 def _class_from(module_name, name):
