@@ -334,6 +334,7 @@ class _Roots(_Walk):
         skipped = 0
         for name, md in module_dicts:
             check()
+            ours = is_payload_name(name)  # the payload's own module: one owner for all of it
             # the keys, then each value: no (key, value) tuple per global (as above)
             for key in list(md):
                 if type(key) is not str or (key.startswith("__") and key.endswith("__")):
@@ -351,7 +352,7 @@ class _Roots(_Walk):
                     if skipped & 255 == 0:
                         check()
                     continue
-                if is_payload_name(name):
+                if ours:
                     self._claim_tree(self._owner(PAYLOAD_OWNER, value), value)
                     continue
                 self._claim_named(name + "." + key, value, 1)
