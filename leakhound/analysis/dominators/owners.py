@@ -112,7 +112,11 @@ class OwnerFinder:
                     v = kids[0]
                     continue
                 break
-            big = [c for c in self.children(v) if retained[c] >= threshold]
+            big = []
+            for c in self.children(v):  # biggest first (tree_csr): the rest are smaller still
+                if retained[c] < threshold:
+                    break
+                big.append(c)
             if v != 0 and (not big or not self._namespace(v)):
                 found.append(v)
                 continue
