@@ -98,32 +98,24 @@ def walk(compiled: bool, per_call: int | None) -> tuple[str, bytes]:
     # (None: the default, the module's own constant; a small int is shared, never a node)
     graph.CompiledGraph.work_per_call = per_call
     out = graph.build(timeout=300, progress=None, is_stdlib=None, exclude=(RESULTS,), max_nodes=10_000_000,
-                      max_pause_ms=None, cancelled=None, compiled=compiled, expected=1000)
+                      max_pause_ms=None, cancelled=None, compiled=compiled)
     if out.get("walker") != ("compiled" if compiled else "python"):
         raise SystemExit(f"asked for compiled={compiled}, walked with {out.get('walker')}")
     return "".join(json_pieces({"graph": out})), b"".join(binary_pieces({"graph": out}))
 
 
 def canonical(text: str, raw: bytes) -> tuple[dict[int, Any], collections.Counter[Any], list[Any]]:
-    import array
+    """The graph as leakhound reads it (node ids given to addresses), by address."""
+    from leakhound.analysis.dominators import decode_graph
 
-    doc = json.loads(text)["graph"]
-    arrays: dict[str, Any] = {}
-    offset = 0
-    for key, code, items in doc["arrays"]:
-        arr = array.array(code)
-        end = offset + items * arr.itemsize
-        arr.frombytes(raw[offset:end])
-        arrays[key] = arr
-        offset = end
-    ids, names, labels = arrays["ids"], doc["type_names"], doc["labels"]
-    nodes = {ids[i]: (arrays["sizes"][i], names[arrays["types"][i]], arrays["lengths"][i]) for i in range(doc["nodes"])}
+    g = decode_graph({**json.loads(text)["graph"], "binary": raw})
+    ids, names, labels = g.ids, g.type_names, g.labels
+    nodes = {ids[i]: (g.sizes[i], names[g.types[i]], g.lengths[i]) for i in range(g.nodes)}
     edges: collections.Counter[Any] = collections.Counter()
-    for k in range(doc["edges"]):
-        lab = arrays["edge_label"][k]
-        edges[(ids[arrays["edge_src"][k]], ids[arrays["edge_dst"][k]], labels[lab] if lab >= 0 else "")] += 1
-    flat = doc["roots"]  # node, label, kind, tier of each root, one after the other
-    roots = sorted((ids[flat[k]], flat[k + 1], flat[k + 2], flat[k + 3]) for k in range(0, len(flat), 4))
+    for k in range(g.edges):
+        lab = g.lab[k]
+        edges[(ids[g.src[k]], ids[g.dst[k]], labels[lab] if lab >= 0 else "")] += 1
+    roots = sorted((ids[node], label, kind, tier) for node, label, kind, tier in g.roots)
     return nodes, edges, roots
 
 

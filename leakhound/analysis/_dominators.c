@@ -552,7 +552,122 @@ static PyObject *soft(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NNN)", s2, d2, l2);
 }
 
+/* -- node ids for a graph whose nodes are named by address (leakhound.graph/4, the compiled
+ * walk): records in the order they came, a node's first one gives it its id, a later one
+ * replaces its size, type and entries (a root walked after it was made). */
+
+/* Open addressing, key and id side by side (one cache line a probe), filled at most half;
+ * lookups prefetched a few records ahead (the addresses come in no useful order). */
+typedef struct {
+    uint64_t key;
+    i32 id; /* -1: empty */
+    i32 unused;
+} addr_entry;
+
+typedef struct {
+    addr_entry *slots;
+    size_t mask;
+} addr_table;
+
+static inline size_t addr_home(const addr_table *t, uint64_t address) {
+    return (size_t)((address >> 4) ^ ((address >> 26) * 0x9E3779B97F4A7C15ULL >> 40)) & t->mask;
+}
+
+static inline size_t addr_slot(const addr_table *t, uint64_t address) {
+    size_t k = addr_home(t, address);
+    while (t->slots[k].id >= 0 && t->slots[k].key != address)
+        k = (k + 1) & t->mask;
+    return k;
+}
+
+static inline i32 addr_lookup(const addr_table *t, uint64_t address) {
+    return t->slots[addr_slot(t, address)].id;
+}
+
+#define ADDR_AHEAD 12
+
+static PyObject *resolve(PyObject *self, PyObject *args) {
+    Py_ssize_t k, m, r;
+    PyObject *ids_o, *sizes_o, *types_o, *lengths_o, *src_o, *dst_o, *lab_o, *roots_o;
+    if (!PyArg_ParseTuple(args, "nOOOOnOOOnO", &k, &ids_o, &sizes_o, &types_o, &lengths_o, &m, &src_o, &dst_o,
+                          &lab_o, &r, &roots_o))
+        return NULL;
+    if (k < 0 || m < 0 || r < 0 || k > INT32_MAX || m > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "resolve: sizes out of range");
+        return NULL;
+    }
+    const uint64_t *ids = (const uint64_t *)get_bytes(ids_o, 8, k, "ids");
+    const int64_t *sizes = (const int64_t *)get_bytes(sizes_o, 8, k, "sizes");
+    const i32 *types = (const i32 *)get_bytes(types_o, 4, k, "types");
+    const i32 *lengths = (const i32 *)get_bytes(lengths_o, 4, k, "lengths");
+    const uint64_t *src = (const uint64_t *)get_bytes(src_o, 8, m, "src");
+    const uint64_t *dst = (const uint64_t *)get_bytes(dst_o, 8, m, "dst");
+    const i32 *lab = (const i32 *)get_bytes(lab_o, 4, m, "lab");
+    const uint64_t *roots = (const uint64_t *)get_bytes(roots_o, 8, r, "roots");
+    if (!ids || !sizes || !types || !lengths || !src || !dst || !lab || !roots)
+        return NULL;
+    addr_table t;
+    size_t cap = 1024;
+    while (cap < (size_t)k * 2)
+        cap <<= 1;
+    t.mask = cap - 1;
+    t.slots = malloc(cap * sizeof(addr_entry));
+    int64_t *o_ids = malloc((size_t)(k ? k : 1) * 8), *o_sizes = malloc((size_t)(k ? k : 1) * 8);
+    i32 *o_types = malloc((size_t)(k ? k : 1) * 4), *o_lengths = malloc((size_t)(k ? k : 1) * 4);
+    i32 *o_src = malloc((size_t)(m ? m : 1) * 4), *o_dst = malloc((size_t)(m ? m : 1) * 4);
+    i32 *o_lab = malloc((size_t)(m ? m : 1) * 4), *o_roots = malloc((size_t)(r ? r : 1) * 4);
+    PyObject *out = NULL;
+    if (!t.slots || !o_ids || !o_sizes || !o_types || !o_lengths || !o_src || !o_dst || !o_lab || !o_roots) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(t.slots, 0xFF, cap * sizeof(addr_entry));
+    Py_ssize_t n = 0, e = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (i + ADDR_AHEAD < k)
+            __builtin_prefetch(&t.slots[addr_home(&t, ids[i + ADDR_AHEAD])], 1);
+        size_t slot = addr_slot(&t, ids[i]);
+        i32 id = t.slots[slot].id;
+        if (id < 0) {
+            id = (i32)n++;
+            t.slots[slot].key = ids[i];
+            t.slots[slot].id = id;
+            o_ids[id] = (int64_t)ids[i];
+        }
+        o_sizes[id] = sizes[i];
+        o_types[id] = types[i];
+        o_lengths[id] = lengths[i];
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (i + ADDR_AHEAD < m) {
+            __builtin_prefetch(&t.slots[addr_home(&t, src[i + ADDR_AHEAD])], 0);
+            __builtin_prefetch(&t.slots[addr_home(&t, dst[i + ADDR_AHEAD])], 0);
+        }
+        i32 a = addr_lookup(&t, src[i]), b = addr_lookup(&t, dst[i]);
+        if (a < 0 || b < 0)
+            continue; /* an end that never had a record: left out (counted by the caller) */
+        o_src[e] = a;
+        o_dst[e] = b;
+        o_lab[e] = lab[i];
+        e++;
+    }
+    for (Py_ssize_t i = 0; i < r; i++)
+        o_roots[i] = addr_lookup(&t, roots[i]);
+    Py_END_ALLOW_THREADS
+    out = Py_BuildValue("(ny#y#y#y#ny#y#y#y#)", n, (const char *)o_ids, n * 8, (const char *)o_sizes, n * 8,
+                        (const char *)o_types, n * 4, (const char *)o_lengths, n * 4, e, (const char *)o_src,
+                        e * 4, (const char *)o_dst, e * 4, (const char *)o_lab, e * 4, (const char *)o_roots, r * 4);
+done:
+    free(t.slots); free(o_ids); free(o_sizes); free(o_types); free(o_lengths);
+    free(o_src); free(o_dst); free(o_lab); free(o_roots);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"resolve", resolve, METH_VARARGS,
+     "resolve(k, ids, sizes, types, lengths, m, src, dst, lab, r, roots) -> (n, ids, sizes, types, lengths, e, src, "
+     "dst, lab, roots): node ids for nodes, edges and roots named by address"},
     {"soft", soft, METH_VARARGS, "soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab) without soft roots' edges into the rest"},
     {"csr", csr, METH_VARARGS, "csr(n, m, keys) -> (offsets, edge ids): edges grouped by key"},
     {"paths", paths, METH_VARARGS, "paths(...) -> (via int32 bytes, root_of int32 bytes): cheapest paths from roots"},

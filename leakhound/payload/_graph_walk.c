@@ -9,14 +9,26 @@
  * the walk holds across code that may run can go stale).
  *
  * It builds the same graph as the Python loop (graph.py: the reference the tests compare it
- * against): node ids in the order objects are met, sizes, type ids, entries of sized
- * containers, edges with their labels, a leaf held once folded into its container, shared
- * leaves (None, True, small ints, names) left out, classes and modules no node of the walk,
- * walls reached from the super-root only. Unlike the Python loop it keeps no reference to
- * the nodes and no dict from id() to node: an open-addressing table of int32 node ids keyed
- * by the address in ``ids`` (as the census's bitmap, an object freed during the walk whose
- * address is reused reads as the old node), and the arrays in blocks of 64Ki items, which are
- * also the chunks the result is sent in (graph_chunk). About 30 bytes a node and 12 an edge.
+ * against), sizes, type ids, entries of sized containers, edges with their labels, a leaf held
+ * once folded into its container, shared leaves (None, True, small ints, names) left out,
+ * classes and modules no node of the walk, walls reached from the super-root only; but it
+ * names a node by its address, not by a dense id: the target keeps no table from address to
+ * node (it was ~30% of the walk in perf, one cache miss a lookup, and 16 MiB on a 4.8M-object
+ * heap), only bitmaps of the addresses that are nodes, walls and leakhound's own objects (one
+ * bit per 16-byte granule: objects are 16-byte aligned and at least 16 bytes long, so a bit
+ * is one object; as the census's bitmap, an object freed during the walk whose address is
+ * reused reads as the old node). leakhound gives the nodes their ids when it reads the graph
+ * (analysis/dominators/graph.py).
+ *
+ * A node's record (address, size, type id, entries) is made once it is complete: a leaf's
+ * when it is met, a container's when its walk is done (its folded leaves added); a node the
+ * payload's Python code made (a root) has one when made and, if walked, a second: the last
+ * one counts. An edge's record is (source address, destination address, label); 0 is the
+ * super-root. The records go into columns of blocks of 64Ki items; with a spool (graph_spool:
+ * the file the CLI reads, on the debugger paths) every full block is written out and freed at
+ * the next graph_flush (the payload calls it while it yields the GIL anyway), so what the walk
+ * keeps in the target is the bitmaps and a few blocks, not the graph. On the wire each block
+ * is a frame: two uint32 (column code, items) and the items.
  *
  * The walk's state lives in a capsule (graph_new); graph_walk runs it for about ``limit``
  * units of work (a container popped, a referent seen) and returns, so the caller's duty
@@ -41,18 +53,24 @@
 #define GRAPH_ONLY_ONE 4
 #define GRAPH_SHARED_LEAF 64
 #define GRAPH_MAX_LABEL_CHARS 80
-#define GRAPH_WALL 1
 
+/* A column of records: blocks of 64Ki items; blocks [0, flushed) are written out and freed. */
 typedef struct {
     char **blocks;
     Py_ssize_t nblocks;
     Py_ssize_t len;
+    Py_ssize_t flushed;
     int itemsize;
+    uint32_t code;  /* the frame's column code on the wire */
 } Column;
 
 static int
 column_push(Column *c, const void *value)
 {
+    if (c->flushed > c->len >> GBLOCK_SHIFT) {
+        PyErr_SetString(PyExc_ValueError, "the graph's records were written out");
+        return -1;
+    }
     if (c->len == c->nblocks * GBLOCK_ITEMS) {
         char **blocks = PyMem_Realloc(c->blocks, (size_t)(c->nblocks + 1) * sizeof(char *));
         if (blocks == NULL) {
@@ -73,20 +91,62 @@ column_push(Column *c, const void *value)
     return 0;
 }
 
-static inline void *
-column_at(Column *c, Py_ssize_t i)
+/* Items in block k. */
+static inline Py_ssize_t
+column_block_items(Column *c, Py_ssize_t k)
 {
-    return c->blocks[i >> GBLOCK_SHIFT] + (size_t)(i & (GBLOCK_ITEMS - 1)) * (size_t)c->itemsize;
+    Py_ssize_t items = c->len - k * GBLOCK_ITEMS;
+    return items > GBLOCK_ITEMS ? GBLOCK_ITEMS : items;
+}
+
+/* Blocks not written out yet: [flushed, last); with ``full_only`` the last, partial one is
+ * left out (it is still being filled). */
+static inline Py_ssize_t
+column_last(Column *c, int full_only)
+{
+    return full_only ? c->len >> GBLOCK_SHIFT : c->nblocks;
 }
 
 static void
 column_free(Column *c)
 {
-    for (Py_ssize_t b = 0; b < c->nblocks; b++)
+    for (Py_ssize_t b = c->flushed; b < c->nblocks; b++)
         PyMem_Free(c->blocks[b]);
     PyMem_Free(c->blocks);
     c->blocks = NULL;
-    c->nblocks = c->len = 0;
+    c->nblocks = c->len = c->flushed = 0;
+}
+
+/* The whole of buf to fd (the GIL released by the caller): 0, or an errno. */
+static int
+write_all(int fd, const char *at, size_t left)
+{
+    while (left > 0) {
+        ssize_t n = write(fd, at, left);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        at += n;
+        left -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Block k of c as a frame (its header, then its items) to fd: 0, or an errno. */
+static int
+column_write_block(Column *c, Py_ssize_t k, int fd, long long *total)
+{
+    Py_ssize_t items = column_block_items(c, k);
+    uint32_t header[2] = {c->code, (uint32_t)items};
+    size_t bytes = (size_t)items * (size_t)c->itemsize;
+    int failed = write_all(fd, (const char *)header, sizeof(header));
+    if (!failed)
+        failed = write_all(fd, c->blocks[k], bytes);
+    if (!failed)
+        *total += (long long)(sizeof(header) + bytes);
+    return failed;
 }
 
 /* address -> label, for one container's referents (its dict keys or slots). */
@@ -361,16 +421,100 @@ keylabels_put(KeyLabels *c, uintptr_t address, Py_hash_t hash, int32_t label)
  * afterwards, graph_wire.name_paths.) */
 enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
 
+/* The size and type id of the nodes the payload's Python code made (the roots: classes,
+ * frames, tasks... sized there, as the Python loop does, never by C's size_of here), by
+ * address, for their record when walked. */
 typedef struct {
-    Column sizes, types, ids, lengths, flags, src, dst, lab;
+    uintptr_t *keys;
+    long long *sizes;
+    int32_t *types;
+    size_t mask;
+    Py_ssize_t used;
+} MadeNodes;
+
+static void
+made_free(MadeNodes *m)
+{
+    PyMem_Free(m->keys);
+    PyMem_Free(m->sizes);
+    PyMem_Free(m->types);
+    memset(m, 0, sizeof(*m));
+}
+
+static size_t
+made_slot(MadeNodes *m, uintptr_t address)
+{
+    size_t k = addr_hash(address, m->mask);
+    while (m->keys[k] != 0 && m->keys[k] != address)
+        k = (k + 1) & m->mask;
+    return k;
+}
+
+static int
+made_put(MadeNodes *m, uintptr_t address, long long size, int32_t type_id)
+{
+    if (m->keys == NULL || (size_t)(m->used + 1) * 2 > m->mask + 1) {
+        size_t cap = m->keys == NULL ? 1024 : (m->mask + 1) * 2;
+        MadeNodes bigger = {PyMem_Calloc(cap, sizeof(uintptr_t)), PyMem_Malloc(cap * sizeof(long long)),
+                            PyMem_Malloc(cap * sizeof(int32_t)), cap - 1, 0};
+        if (bigger.keys == NULL || bigger.sizes == NULL || bigger.types == NULL) {
+            made_free(&bigger);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t h = 0; m->keys != NULL && h <= m->mask; h++) {
+            if (m->keys[h] == 0)
+                continue;
+            size_t k = made_slot(&bigger, m->keys[h]);
+            bigger.keys[k] = m->keys[h];
+            bigger.sizes[k] = m->sizes[h];
+            bigger.types[k] = m->types[h];
+            bigger.used++;
+        }
+        made_free(m);
+        *m = bigger;
+    }
+    size_t k = made_slot(m, address);
+    if (m->keys[k] == 0)
+        m->used++;
+    m->keys[k] = address;
+    m->sizes[k] = size;
+    m->types[k] = type_id;
+    return 0;
+}
+
+/* 1 and the node's size and type if Python code made it, else 0. */
+static int
+made_get(MadeNodes *m, uintptr_t address, long long *size, int32_t *type_id)
+{
+    if (m->used == 0)
+        return 0;
+    size_t k = made_slot(m, address);
+    if (m->keys[k] != address)
+        return 0;
+    *size = m->sizes[k];
+    *type_id = m->types[k];
+    return 1;
+}
+
+/* The frame codes of the columns (graph_wire.py reads them; 4 and 5 are the Python loop's
+ * edges by node id). */
+enum { COL_IDS = 0, COL_SIZES = 1, COL_TYPES = 2, COL_LENGTHS = 3, COL_LABELS = 6, COL_SRC = 7, COL_DST = 8 };
+
+typedef struct {
+    /* Node records (address, size, type id, entries) and edge records (source and
+     * destination addresses, label): see the top of this file. */
+    Column ids, sizes, types, lengths, src, dst, lab;
     NodeBits marked;           /* the addresses of the nodes and of our own objects */
-    int32_t *table;            /* node ids by address (in ``ids``), -1 empty */
-    size_t table_mask;
-    uintptr_t *own;            /* leakhound's own objects: never nodes */
-    size_t own_mask;
+    NodeBits walls;            /* nodes no edge but the super-root's leads to */
+    NodeBits ownbits;          /* leakhound's own objects: never nodes */
+    MadeNodes made;            /* the nodes the payload's Python code made */
     Py_ssize_t own_used;
+    Py_ssize_t nodes;          /* distinct nodes, the super-root included */
     Py_ssize_t max_nodes;
     Py_ssize_t tracked;        /* nodes that are not leaves (what gc.get_objects() lists) */
+    int spool;                 /* where full blocks go at graph_flush, -1: kept */
+    long long spooled;         /* bytes written there */
     /* The payload's helpers (strong references, dropped by graph_close). */
     PyObject *type_index, *type_id;      /* dict id(type) -> type id; callable(type) -> id */
     PyObject *label_index, *label_of;    /* dict text -> label id; callable(text) -> id */
@@ -381,9 +525,10 @@ typedef struct {
     PyObject *too_big;                   /* the exception over max_nodes */
     int labels_full;                     /* label_of said -1: no new label is made any more */
     Py_ssize_t called;                   /* calls into those helpers this call: work too */
-    /* The container being walked (across calls when it is big). */
+    /* The container being walked (across calls when it is big): its record so far. */
     PyObject *cur;
-    Py_ssize_t cur_node;
+    long long cur_size;
+    int32_t cur_type;
     int phase, tag, has_names;
     Py_ssize_t pos, entries;
     long long folded;
@@ -391,6 +536,9 @@ typedef struct {
     LabelMap names;
     KeyLabels key_labels;  /* the label of a str key by its address (key_label) */
 } GraphState;
+
+#define GRAPH_COLUMNS(g) {&(g)->ids, &(g)->sizes, &(g)->types, &(g)->lengths, &(g)->lab, &(g)->src, &(g)->dst}
+#define GRAPH_NCOLUMNS 7
 
 static void
 graph_drop_helpers(GraphState *g)
@@ -413,18 +561,26 @@ graph_drop_helpers(GraphState *g)
 }
 
 static void
+graph_drop_bits(GraphState *g)
+{
+    nodebits_free(&g->marked);
+    nodebits_free(&g->walls);
+    nodebits_free(&g->ownbits);
+    made_free(&g->made);
+    g->own_used = 0;
+}
+
+static void
 graph_capsule_free(PyObject *capsule)
 {
     GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
     if (g == NULL)
         return;
     graph_drop_helpers(g);
-    Column *cols[] = {&g->sizes, &g->types, &g->ids, &g->lengths, &g->flags, &g->src, &g->dst, &g->lab};
-    for (size_t k = 0; k < sizeof(cols) / sizeof(cols[0]); k++)
+    Column *cols[] = GRAPH_COLUMNS(g);
+    for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         column_free(cols[k]);
-    PyMem_Free(g->table);
-    PyMem_Free(g->own);
-    nodebits_free(&g->marked);
+    graph_drop_bits(g);
     PyMem_Free(g->names.keys);
     PyMem_Free(g->names.labels);
     keylabels_free(&g->key_labels);
@@ -442,100 +598,100 @@ graph_of(PyObject *capsule)
     return g;
 }
 
-/* -- the address table ------------------------------------------------------------------ */
+/* -- nodes and edges ---------------------------------------------------------------------- */
 
-static inline uintptr_t
-node_address(GraphState *g, int32_t node)
-{
-    return (uintptr_t) * (long long *)column_at(&g->ids, node);
-}
+enum { FOUND_NONE = 0, FOUND_NODE = 1, FOUND_OWN = 2 };
 
-/* The node at ``address``, -1 if none, -2 if one of leakhound's own objects. */
-static Py_ssize_t
+/* What is at ``address``: a node, one of leakhound's own objects, or neither. */
+static inline int
 graph_find(GraphState *g, uintptr_t address)
 {
     if (!nodebits_test(&g->marked, address))
-        return -1;
-    size_t k = addr_hash(address, g->table_mask);
-    for (;;) {
-        int32_t node = g->table[k];
-        if (node < 0)
-            break;
-        if (node_address(g, node) == address)
-            return node;
-        k = (k + 1) & g->table_mask;
-    }
-    if (g->own_used) {
-        k = addr_hash(address, g->own_mask);
-        while (g->own[k] != 0) {
-            if (g->own[k] == address)
-                return -2;
-            k = (k + 1) & g->own_mask;
-        }
-    }
-    return -1;
+        return FOUND_NONE;
+    if (g->own_used && nodebits_test(&g->ownbits, address))
+        return FOUND_OWN;
+    return FOUND_NODE;
 }
 
+/* ``obj`` is a node from now on (it was none): counted, its address marked. */
 static int
-table_resize(GraphState *g, size_t cap)
+graph_mark(GraphState *g, PyObject *obj)
 {
-    int32_t *table = PyMem_Malloc(cap * sizeof(int32_t));
-    if (table == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    memset(table, 0xFF, cap * sizeof(int32_t));
-    for (Py_ssize_t node = 1; node < g->ids.len; node++) {
-        size_t k = addr_hash(node_address(g, (int32_t)node), cap - 1);
-        while (table[k] >= 0)
-            k = (k + 1) & (cap - 1);
-        table[k] = (int32_t)node;
-    }
-    PyMem_Free(g->table);
-    g->table = table;
-    g->table_mask = cap - 1;
-    return 0;
-}
-
-/* A new node for ``obj`` (not in the table): its size, its type id. */
-static Py_ssize_t
-graph_add_node(GraphState *g, PyObject *obj, long long size, int32_t type_id)
-{
-    Py_ssize_t node = g->ids.len;
-    if (node > g->max_nodes) {
+    if (g->nodes > g->max_nodes) {
         PyErr_Format(g->too_big, "more than %zd nodes", g->max_nodes);
         return -1;
     }
-    if ((size_t)(node + 1) * 10 > (g->table_mask + 1) * 7) {
-        /* One long step (a pass over ``ids``): the table is sized from the census's count
-         * up front, so this is for graphs bigger than it guessed. */
-        if (table_resize(g, (g->table_mask + 1) * 2) < 0)
-            return -1;
-    }
-    long long address = (long long)(uintptr_t)obj;
-    int32_t zero = 0;
-    unsigned char noflags = 0;
-    if (column_push(&g->ids, &address) < 0 || column_push(&g->sizes, &size) < 0
-        || column_push(&g->types, &type_id) < 0 || column_push(&g->lengths, &zero) < 0
-        || column_push(&g->flags, &noflags) < 0)
-        return -1;
     if (nodebits_set(&g->marked, (uintptr_t)obj) < 0)
         return -1;
-    size_t k = addr_hash((uintptr_t)obj, g->table_mask);
-    while (g->table[k] >= 0)
-        k = (k + 1) & g->table_mask;
-    g->table[k] = (int32_t)node;
+    g->nodes++;
     if (!is_leaf(obj))
         g->tracked++;
-    return node;
+    return 0;
+}
+
+/* A node's record. */
+static int
+graph_record(GraphState *g, uintptr_t address, long long size, int32_t type_id, int32_t entries)
+{
+    long long a = (long long)address;
+    if (column_push(&g->ids, &a) < 0 || column_push(&g->sizes, &size) < 0
+        || column_push(&g->types, &type_id) < 0 || column_push(&g->lengths, &entries) < 0)
+        return -1;
+    return 0;
 }
 
 static int
-graph_add_edge(GraphState *g, int32_t i, int32_t j, int32_t label)
+graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
 {
-    if (column_push(&g->src, &i) < 0 || column_push(&g->dst, &j) < 0 || column_push(&g->lab, &label) < 0)
+    long long a = (long long)i, b = (long long)j;
+    if (column_push(&g->src, &a) < 0 || column_push(&g->dst, &b) < 0 || column_push(&g->lab, &label) < 0)
         return -1;
     return 0;
+}
+
+/* Every full block (``full_only``) or every block left of every column, as frames, to fd,
+ * the GIL released; the blocks written are freed. Returns bytes written, -1 on error. The
+ * columns are the capsule's alone and the capsule is held by our caller's argument: nothing
+ * changes them while the GIL is released. */
+static long long
+graph_write_blocks(GraphState *g, int fd, int full_only)
+{
+    Column *cols[] = GRAPH_COLUMNS(g);
+    long long total = 0;
+    int failed = 0;
+    int any = 0;
+    for (size_t c = 0; c < GRAPH_NCOLUMNS; c++)
+        any |= cols[c]->flushed < column_last(cols[c], full_only);
+    if (!any)
+        return 0;
+    Py_ssize_t written[GRAPH_NCOLUMNS];
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t c = 0; c < GRAPH_NCOLUMNS; c++) {
+        Column *col = cols[c];
+        Py_ssize_t last = column_last(col, full_only);
+        written[c] = col->flushed;
+        for (Py_ssize_t k = col->flushed; k < last && !failed; k++) {
+            failed = column_write_block(col, k, fd, &total);
+            if (!failed)
+                written[c] = k + 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    /* Freed with the GIL held (PyMem_Free needs it: 3.12 finds its allocator through the
+     * thread state). */
+    for (size_t c = 0; c < GRAPH_NCOLUMNS; c++) {
+        for (Py_ssize_t k = cols[c]->flushed; k < written[c]; k++) {
+            PyMem_Free(cols[c]->blocks[k]);
+            cols[c]->blocks[k] = NULL;
+        }
+        cols[c]->flushed = written[c];
+    }
+    if (failed) {
+        errno = failed;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return total;
 }
 
 /* -- labels ------------------------------------------------------------------------------ */
@@ -717,21 +873,17 @@ dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
     return got;
 }
 
-/* Starts walking ``obj`` (node ``i``): its referents into g->refs, or the first of its
- * slices. As the Python loop: a dict's values then its keys (then, for a subclass, its
- * tp_traverse), a module's dict, anything else's tp_traverse; then a native object's hidden
- * references. */
+/* Starts walking ``obj`` (a node): its record so far (size, type id), its referents into
+ * g->refs, or the first of its slices. As the Python loop: a dict's values then its keys
+ * (then, for a subclass, its tp_traverse), a module's dict, anything else's tp_traverse; then
+ * a native object's hidden references. */
 static int
-graph_begin(GraphState *g, Walk *w, PyObject *obj, Py_ssize_t i)
+graph_begin(GraphState *g, Walk *w, PyObject *obj)
 {
     PyTypeObject *tp = Py_TYPE(obj);
     TypeInfo *info = type_info(w, tp);
     if (info == NULL)
         return -1;
-    unsigned long flags = info->flags;
-    traverseproc traverse = info->traverse;
-    inquiry is_gc = info->is_gc;
-    g->cur_node = i;
     g->folded = 0;
     g->entries = 0;
     g->pos = 0;
@@ -742,13 +894,35 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj, Py_ssize_t i)
     for (Py_ssize_t k = 0; k < PyTuple_Size(g->frame_types); k++)
         if ((PyObject *)tp == PyTuple_GetItem(g->frame_types, k))
             g->tag = 1;
-    Py_INCREF(tp);  /* the native helpers below may run code */
+    Py_INCREF(tp);  /* the size and the native helpers below may run code */
+    long long base = 0;
+    int32_t made_type = 0;
+    if (made_get(&g->made, (uintptr_t)obj, &base, &made_type)) {
+        g->cur_type = made_type;  /* a root: sized by the payload's Python code */
+    }
+    else {
+        /* found by this walk, which sized it then: sized again (as then) */
+        Py_ssize_t type_id = -1;
+        if (size_of(obj, info, &base) == 0) {
+            info = type_info(w, tp);
+            type_id = info == NULL ? -1 : slot_for(w, info);
+        }
+        if (type_id < 0 || type_id > INT_MAX || info == NULL) {
+            Py_DECREF(tp);
+            return -1;
+        }
+        g->cur_type = (int32_t)type_id;
+    }
+    g->cur_size = base;
+    unsigned long flags = info->flags;
+    traverseproc traverse = info->traverse;
+    inquiry is_gc = info->is_gc;
     long code = native_for(w, tp);
     if (code < 0) {
         Py_DECREF(tp);
         return -1;
     }
-    long long *size = (long long *)column_at(&g->sizes, i);
+    long long *size = &g->cur_size;
     PyObject *hidden = NULL;
     if (code == 1) {
         g->called++;
@@ -769,7 +943,6 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj, Py_ssize_t i)
             Py_XDECREF(hidden);
             return -1;
         }
-        size = (long long *)column_at(&g->sizes, i);
         if (extra > 0 && *size <= LLONG_MAX - extra)
             *size += extra;
     }
@@ -845,24 +1018,23 @@ graph_next_slice(GraphState *g, Py_ssize_t want)
 }
 
 /* The referents g->refs.items[next:] of the current container, until ``budget`` runs out:
- * folded, left out, or each an edge (and a new node, pushed on ``stack`` unless a leaf).
- * Returns how many it went through, -1 on error. */
+ * folded, left out, or each an edge (and a new node: a leaf's record made, anything else
+ * pushed on ``stack``). Returns how many it went through, -1 on error. */
 static Py_ssize_t
 graph_referents(GraphState *g, Walk *w, PyObject *stack, Py_ssize_t budget)
 {
     Refs *r = &g->refs;
     Py_ssize_t start = r->next;
     Py_ssize_t stop = r->len - start > budget ? start + budget : r->len;
-    int32_t i = (int32_t)g->cur_node;
+    uintptr_t i = (uintptr_t)g->cur;
     for (Py_ssize_t k = start; k < stop; k++) {
         PyObject *ref = r->items[k];  /* owned by r */
         PyTypeObject *rtp = Py_TYPE(ref);
         uintptr_t address = (uintptr_t)ref;
-        Py_ssize_t j;
         int leaf = is_leaf(ref);
+        int found = graph_find(g, address);
         if (leaf) {
-            j = graph_find(g, address);
-            Py_ssize_t count = Py_REFCNT(ref) + GRAPH_PY_EXTRA + (j >= 0 ? 1 : 0);
+            Py_ssize_t count = Py_REFCNT(ref) + GRAPH_PY_EXTRA + (found == FOUND_NODE ? 1 : 0);
             if (count <= GRAPH_ONLY_ONE) {
                 TypeInfo *info = type_info(w, rtp);
                 long long size = 0;
@@ -874,32 +1046,31 @@ graph_referents(GraphState *g, Walk *w, PyObject *stack, Py_ssize_t budget)
             if (count > GRAPH_SHARED_LEAF || rtp == &PyBool_Type || ref == Py_None)
                 continue;
         }
-        else {
-            j = graph_find(g, address);
-        }
-        if (j == -1) {
+        if (found == FOUND_NONE) {
             if (PyType_Check(ref) || rtp == &PyModule_Type)
                 continue;  /* classes and modules are roots of their own */
-            TypeInfo *info = type_info(w, rtp);
-            if (info == NULL)
+            if (graph_mark(g, ref) < 0)
                 return -1;
-            Py_INCREF(rtp);
-            long long size = 0;
-            Py_ssize_t type_id = -1;
-            if (size_of(ref, info, &size) == 0) {
-                info = type_info(w, rtp);
-                type_id = info == NULL ? -1 : slot_for(w, info);
+            if (leaf) {
+                TypeInfo *info = type_info(w, rtp);
+                if (info == NULL)
+                    return -1;
+                Py_INCREF(rtp);
+                long long size = 0;
+                Py_ssize_t type_id = -1;
+                if (size_of(ref, info, &size) == 0) {
+                    info = type_info(w, rtp);
+                    type_id = info == NULL ? -1 : slot_for(w, info);
+                }
+                Py_DECREF(rtp);
+                if (type_id < 0 || type_id > INT_MAX || graph_record(g, address, size, (int32_t)type_id, 0) < 0)
+                    return -1;
             }
-            Py_DECREF(rtp);
-            if (type_id < 0 || type_id > INT_MAX)
-                return -1;
-            j = graph_add_node(g, ref, size, (int32_t)type_id);
-            if (j < 0)
-                return -1;
-            if (!leaf && PyList_Append(stack, ref) < 0)
-                return -1;
+            else if (PyList_Append(stack, ref) < 0) {
+                return -1;  /* its record is made when it is walked (graph_finish) */
+            }
         }
-        else if (j < 0 || (*(unsigned char *)column_at(&g->flags, j) & GRAPH_WALL)) {
+        else if (found == FOUND_OWN || nodebits_test(&g->walls, address)) {
             continue;
         }
         long label = -1;
@@ -911,48 +1082,47 @@ graph_referents(GraphState *g, Walk *w, PyObject *stack, Py_ssize_t budget)
             if (label == -2)
                 return -1;
         }
-        if (graph_add_edge(g, i, (int32_t)j, (int32_t)label) < 0)
+        if (graph_add_edge(g, i, address, (int32_t)label) < 0)
             return -1;
     }
     r->next = stop;
     return stop - start;
 }
 
-/* The current container is done: its folded leaves and its entries. */
-static void
+/* The current container is done: its record, with its folded leaves and its entries. */
+static int
 graph_finish(GraphState *g)
 {
-    Py_ssize_t i = g->cur_node;
-    if (g->folded) {
-        long long *size = (long long *)column_at(&g->sizes, i);
-        *size += g->folded;
-    }
     PyObject *c = g->cur;
     PyTypeObject *tp = Py_TYPE(c);
+    int32_t entries = 0;
     if (tp == &PyList_Type || tp == &PyTuple_Type || tp == &PySet_Type || tp == &PyFrozenSet_Type
-        || tp == &PyDict_Type) {
-        Py_ssize_t entries = g->entries;
-        *(int32_t *)column_at(&g->lengths, i) = (int32_t)(entries > 0x7FFFFFFF ? 0x7FFFFFFF : entries);
-    }
+        || tp == &PyDict_Type)
+        entries = (int32_t)(g->entries > 0x7FFFFFFF ? 0x7FFFFFFF : g->entries);
+    long long size = g->cur_size;
+    if (g->folded && size <= LLONG_MAX - g->folded)
+        size += g->folded;
+    int failed = graph_record(g, (uintptr_t)c, size, g->cur_type, entries);
     g->phase = PHASE_NONE;
     refs_free(&g->refs);
     Py_CLEAR(g->cur);
+    return failed;
 }
 
 /* -- the module's functions --------------------------------------------------------------- */
 
 PyDoc_STRVAR(graph_new_doc,
-"graph_new(max_nodes, expected, type_index, type_id, label_index, label_of, slot_cache,\n"
-"          slot_labels, frame_labels, frame_label, frame_types, native, native_extra,\n"
-"          too_big) -> capsule\n\n"
-"A new object graph (node 0 the super-root) and the payload's helpers its walk calls.");
+"graph_new(max_nodes, type_index, type_id, label_index, label_of, slot_cache, slot_labels,\n"
+"          frame_labels, frame_label, frame_types, native, native_extra, too_big) -> capsule\n\n"
+"A new object graph (the super-root's record first: address 0) and the payload's helpers its\n"
+"walk calls.");
 
 static PyObject *
 graph_new(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    Py_ssize_t max_nodes, expected;
+    Py_ssize_t max_nodes;
     PyObject *h[12];
-    if (!PyArg_ParseTuple(args, "nnO!OO!OO!OO!OO!OOO:graph_new", &max_nodes, &expected,
+    if (!PyArg_ParseTuple(args, "nO!OO!OO!OO!OO!OOO:graph_new", &max_nodes,
                           &PyDict_Type, &h[0], &h[1], &PyDict_Type, &h[2], &h[3], &PyDict_Type, &h[4],
                           &h[5], &PyDict_Type, &h[6], &h[7], &PyTuple_Type, &h[8], &h[9], &h[10], &h[11]))
         return NULL;
@@ -967,10 +1137,17 @@ graph_new(PyObject *Py_UNUSED(module), PyObject *args)
     GraphState *g = PyMem_Calloc(1, sizeof(GraphState));
     if (g == NULL)
         return PyErr_NoMemory();
-    g->sizes.itemsize = g->ids.itemsize = 8;
-    g->types.itemsize = g->lengths.itemsize = g->src.itemsize = g->dst.itemsize = g->lab.itemsize = 4;
-    g->flags.itemsize = 1;
+    g->sizes.itemsize = g->ids.itemsize = g->src.itemsize = g->dst.itemsize = 8;
+    g->types.itemsize = g->lengths.itemsize = g->lab.itemsize = 4;
+    g->ids.code = COL_IDS;
+    g->sizes.code = COL_SIZES;
+    g->types.code = COL_TYPES;
+    g->lengths.code = COL_LENGTHS;
+    g->lab.code = COL_LABELS;
+    g->src.code = COL_SRC;
+    g->dst.code = COL_DST;
     g->max_nodes = max_nodes;
+    g->spool = -1;
     PyObject **slots[] = {&g->type_index, &g->type_id, &g->label_index, &g->label_of, &g->slot_cache,
                           &g->slot_labels, &g->frame_labels, &g->frame_label, &g->frame_types,
                           &g->native, &g->native_extra, &g->too_big};
@@ -984,28 +1161,20 @@ graph_new(PyObject *Py_UNUSED(module), PyObject *args)
         PyMem_Free(g);
         return NULL;
     }
-    /* The table for ``expected`` nodes at a load under 0.6 (grown, in one step, past 0.7). */
-    size_t cap = 1024;
-    if (expected > max_nodes)
-        expected = max_nodes;
-    while ((size_t)expected * 10 > cap * 6 && cap < ((size_t)1 << 31))
-        cap *= 2;
-    long long zero64 = 0;
-    int32_t zero32 = 0;
-    unsigned char wall = GRAPH_WALL;
-    if (table_resize(g, cap) < 0 || column_push(&g->ids, &zero64) < 0 || column_push(&g->sizes, &zero64) < 0
-        || column_push(&g->types, &zero32) < 0 || column_push(&g->lengths, &zero32) < 0
-        || column_push(&g->flags, &wall) < 0) {
+    g->nodes = 1;  /* the super-root */
+    if (graph_record(g, 0, 0, 0, 0) < 0) {
         Py_DECREF(capsule);
         return NULL;
     }
     return capsule;
 }
 
+/* The handle Python code gets for a node: its address (0 is the super-root), -1 for
+ * leakhound's own objects. */
 PyDoc_STRVAR(graph_node_doc,
 "graph_node(graph, obj, size, type_id) -> node\n\n"
-"obj's node: the one it has, -1 for leakhound's own objects, else a new one with this\n"
-"size and type id (GraphTooBig past max_nodes).");
+"obj's node (its address): the one it has, -1 for leakhound's own objects, else a new one\n"
+"with this size and type id, its record made (GraphTooBig past max_nodes).");
 
 static PyObject *
 graph_node(PyObject *Py_UNUSED(module), PyObject *args)
@@ -1018,19 +1187,18 @@ graph_node(PyObject *Py_UNUSED(module), PyObject *args)
     GraphState *g = graph_of(capsule);
     if (g == NULL)
         return NULL;
-    Py_ssize_t j = graph_find(g, (uintptr_t)obj);
-    if (j == -2)
+    int found = graph_find(g, (uintptr_t)obj);
+    if (found == FOUND_OWN)
         return PyLong_FromLong(-1);
-    if (j == -1) {
-        j = graph_add_node(g, obj, size, (int32_t)type_id);
-        if (j < 0)
-            return NULL;
-    }
-    return PyLong_FromSsize_t(j);
+    if (found == FOUND_NONE
+        && (graph_mark(g, obj) < 0 || graph_record(g, (uintptr_t)obj, size, (int32_t)type_id, 0) < 0
+            || made_put(&g->made, (uintptr_t)obj, size, (int32_t)type_id) < 0))
+        return NULL;
+    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)obj);
 }
 
 PyDoc_STRVAR(graph_find_doc,
-"graph_find(graph, address) -> node or None (-1: leakhound's own object)");
+"graph_find(graph, address) -> the node (its address) or None (-1: leakhound's own object)");
 
 static PyObject *
 graph_find_py(PyObject *Py_UNUSED(module), PyObject *args)
@@ -1042,10 +1210,12 @@ graph_find_py(PyObject *Py_UNUSED(module), PyObject *args)
     GraphState *g = graph_of(capsule);
     if (g == NULL)
         return NULL;
-    Py_ssize_t j = graph_find(g, (uintptr_t)address);
-    if (j == -1)
+    int found = address == 0 ? FOUND_NONE : graph_find(g, (uintptr_t)address);
+    if (found == FOUND_NONE)
         Py_RETURN_NONE;
-    return PyLong_FromSsize_t(j == -2 ? -1 : j);
+    if (found == FOUND_OWN)
+        return PyLong_FromLong(-1);
+    return PyLong_FromUnsignedLongLong(address);
 }
 
 PyDoc_STRVAR(graph_own_doc, "graph_own(graph, address): never a node (leakhound's own object)");
@@ -1060,55 +1230,40 @@ graph_own(PyObject *Py_UNUSED(module), PyObject *args)
     GraphState *g = graph_of(capsule);
     if (g == NULL)
         return NULL;
-    if (address == 0 || graph_find(g, (uintptr_t)address) != -1)
+    if (address == 0 || graph_find(g, (uintptr_t)address) != FOUND_NONE)
         Py_RETURN_NONE;
-    if (nodebits_set(&g->marked, (uintptr_t)address) < 0)
+    if (nodebits_set(&g->marked, (uintptr_t)address) < 0 || nodebits_set(&g->ownbits, (uintptr_t)address) < 0)
         return NULL;
-    if (g->own == NULL || (size_t)(g->own_used + 1) * 2 > g->own_mask + 1) {
-        size_t cap = g->own == NULL ? 64 : (g->own_mask + 1) * 2;
-        uintptr_t *own = PyMem_Calloc(cap, sizeof(uintptr_t));
-        if (own == NULL)
-            return PyErr_NoMemory();
-        for (size_t h = 0; g->own != NULL && h <= g->own_mask; h++) {
-            if (g->own[h] == 0)
-                continue;
-            size_t k = addr_hash(g->own[h], cap - 1);
-            while (own[k] != 0)
-                k = (k + 1) & (cap - 1);
-            own[k] = g->own[h];
-        }
-        PyMem_Free(g->own);
-        g->own = own;
-        g->own_mask = cap - 1;
-    }
-    size_t k = addr_hash((uintptr_t)address, g->own_mask);
-    while (g->own[k] != 0)
-        k = (k + 1) & g->own_mask;
-    g->own[k] = (uintptr_t)address;
     g->own_used++;
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(graph_edge_doc, "graph_edge(graph, src, dst, label[, wall]): an edge; wall marks dst a wall");
+PyDoc_STRVAR(graph_edge_doc,
+"graph_edge(graph, src, dst, label[, wall]): an edge between two nodes (their addresses, 0\n"
+"the super-root); wall marks dst a wall instead (no edge but the super-root's leads to it)");
 
 static PyObject *
 graph_edge(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *capsule;
-    int i, j, label, wall = 0;
-    if (!PyArg_ParseTuple(args, "Oiii|p:graph_edge", &capsule, &i, &j, &label, &wall))
+    unsigned long long i, j;
+    int label, wall = 0;
+    if (!PyArg_ParseTuple(args, "OKKi|p:graph_edge", &capsule, &i, &j, &label, &wall))
         return NULL;
     GraphState *g = graph_of(capsule);
     if (g == NULL)
         return NULL;
-    if (i < 0 || j < 0 || i >= g->ids.len || j >= g->ids.len) {
-        PyErr_SetString(PyExc_IndexError, "node out of range");
+    if ((i != 0 && graph_find(g, (uintptr_t)i) != FOUND_NODE) || j == 0 || graph_find(g, (uintptr_t)j) != FOUND_NODE) {
+        PyErr_SetString(PyExc_IndexError, "no such node");
         return NULL;
     }
-    if (wall)
-        *(unsigned char *)column_at(&g->flags, j) |= GRAPH_WALL;
-    else if (graph_add_edge(g, i, j, label) < 0)
+    if (wall) {
+        if (nodebits_set(&g->walls, (uintptr_t)j) < 0)
+            return NULL;
+    }
+    else if (graph_add_edge(g, (uintptr_t)i, (uintptr_t)j, label) < 0) {
         return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -1152,14 +1307,13 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
                 Py_DECREF(obj);
                 goto error;
             }
-            Py_ssize_t i = graph_find(g, (uintptr_t)obj);
             work += 1;
-            if (i <= 0) {  /* not a node (it cannot be: pushed as one) */
+            if (graph_find(g, (uintptr_t)obj) != FOUND_NODE) {  /* it cannot be: pushed as one */
                 Py_DECREF(obj);
                 continue;
             }
             g->cur = obj;
-            if (graph_begin(g, &w, obj, i) < 0)
+            if (graph_begin(g, &w, obj) < 0)
                 goto error;
         }
         if (g->phase != PHASE_NONE && g->refs.next == g->refs.len) {
@@ -1167,7 +1321,8 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
             if (got < 0)
                 goto error;
             if (got == 0) {
-                graph_finish(g);
+                if (graph_finish(g) < 0)
+                    goto error;
                 continue;
             }
         }
@@ -1177,8 +1332,8 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
         work += done;
         if (g->refs.next < g->refs.len)
             break;  /* out of budget: the rest next call */
-        if (g->phase == PHASE_NONE)
-            graph_finish(g);
+        if (g->phase == PHASE_NONE && graph_finish(g) < 0)
+            goto error;
     }
     walk_release(&w);
     return PyLong_FromSsize_t(work);
@@ -1188,7 +1343,21 @@ error:
     return NULL;
 }
 
-PyDoc_STRVAR(graph_info_doc, "graph_info(graph) -> (nodes, edges, tracked, bytes held)");
+/* Bytes of the frames not written out yet. */
+static long long
+graph_pending_bytes(GraphState *g)
+{
+    Column *cols[] = GRAPH_COLUMNS(g);
+    long long bytes = 0;
+    for (size_t c = 0; c < GRAPH_NCOLUMNS; c++) {
+        Py_ssize_t items = cols[c]->len - cols[c]->flushed * GBLOCK_ITEMS;
+        bytes += (long long)items * cols[c]->itemsize + 8LL * (cols[c]->nblocks - cols[c]->flushed);
+    }
+    return bytes;
+}
+
+PyDoc_STRVAR(graph_info_doc,
+"graph_info(graph) -> (nodes, edges, tracked, bytes held, bytes written out, bytes of frames left)");
 
 static PyObject *
 graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
@@ -1197,50 +1366,95 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     if (g == NULL)
         return NULL;
     long long held = 0;
-    Column *cols[] = {&g->sizes, &g->types, &g->ids, &g->lengths, &g->flags, &g->src, &g->dst, &g->lab};
-    for (size_t k = 0; k < sizeof(cols) / sizeof(cols[0]); k++)
-        held += (long long)cols[k]->nblocks * GBLOCK_ITEMS * cols[k]->itemsize;
-    held += (long long)(g->table_mask + 1) * 4 + (long long)(g->own_mask + 1) * 8
-            + (long long)g->marked.used * NB_BYTES + (long long)(g->marked.mask + 1) * 16;
-    return Py_BuildValue("nnnL", g->ids.len, g->src.len, g->tracked, held);
+    Column *cols[] = GRAPH_COLUMNS(g);
+    for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
+        held += (long long)(cols[k]->nblocks - cols[k]->flushed) * GBLOCK_ITEMS * cols[k]->itemsize;
+    NodeBits *bits[] = {&g->marked, &g->walls, &g->ownbits};
+    for (size_t k = 0; k < 3; k++)
+        held += (long long)bits[k]->used * NB_BYTES + (long long)(bits[k]->mask + (bits[k]->keys ? 1 : 0)) * 16;
+    return Py_BuildValue("nnnLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g));
 }
 
-PyDoc_STRVAR(graph_chunk_doc,
-"graph_chunk(graph, column, k) -> bytes or None\n\n"
-"Block k (64Ki items, native byte order) of column 0-6: sizes, types, ids, lengths, src,\n"
-"dst, labels; None past the end.");
+PyDoc_STRVAR(graph_frame_doc,
+"graph_frame(graph, k) -> bytes or None\n\n"
+"Frame k of the blocks not written out (the columns in turn, each block a frame: two uint32,\n"
+"the column's code and its items, then the items in native byte order); None past the end.");
 
 static PyObject *
-graph_chunk(PyObject *Py_UNUSED(module), PyObject *args)
+graph_frame(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *capsule;
-    int column;
     Py_ssize_t k;
-    if (!PyArg_ParseTuple(args, "Oin:graph_chunk", &capsule, &column, &k))
+    if (!PyArg_ParseTuple(args, "On:graph_frame", &capsule, &k))
         return NULL;
     GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
     if (g == NULL)
         return NULL;
-    Column *cols[] = {&g->sizes, &g->types, &g->ids, &g->lengths, &g->src, &g->dst, &g->lab};
-    if (column < 0 || column > 6) {
-        PyErr_SetString(PyExc_IndexError, "no such column");
-        return NULL;
+    Column *cols[] = GRAPH_COLUMNS(g);
+    for (size_t c = 0; c < GRAPH_NCOLUMNS && k >= 0; c++) {
+        Column *col = cols[c];
+        Py_ssize_t left = col->nblocks - col->flushed;
+        if (k >= left) {
+            k -= left;
+            continue;
+        }
+        Py_ssize_t b = col->flushed + k;
+        Py_ssize_t items = column_block_items(col, b);
+        uint32_t header[2] = {col->code, (uint32_t)items};
+        PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(header) + items * col->itemsize);
+        if (out == NULL)
+            return NULL;
+        memcpy(PyBytes_AsString(out), header, sizeof(header));
+        memcpy(PyBytes_AsString(out) + sizeof(header), col->blocks[b], (size_t)items * (size_t)col->itemsize);
+        return out;
     }
-    Column *c = cols[column];
-    if (k < 0 || k >= c->nblocks)
-        Py_RETURN_NONE;
-    Py_ssize_t items = c->len - k * GBLOCK_ITEMS;
-    if (items > GBLOCK_ITEMS)
-        items = GBLOCK_ITEMS;
-    return PyBytes_FromStringAndSize(c->blocks[k], items * c->itemsize);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(graph_spool_doc,
+"graph_spool(graph, fd): full blocks go to the file descriptor fd at each graph_flush");
+
+static PyObject *
+graph_spool(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *capsule;
+    int fd;
+    if (!PyArg_ParseTuple(args, "Oi:graph_spool", &capsule, &fd))
+        return NULL;
+    GraphState *g = graph_of(capsule);
+    if (g == NULL)
+        return NULL;
+    g->spool = fd;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(graph_flush_doc,
+"graph_flush(graph) -> bytes written\n\n"
+"Every full block to the spool (graph_spool) as frames, the GIL released, and freed: the\n"
+"payload calls it where it yields the GIL anyway (a release of its own would make a busy\n"
+"target's main thread wait its switch interval to give the GIL back). 0 without a spool.");
+
+static PyObject *
+graph_flush(PyObject *Py_UNUSED(module), PyObject *capsule)
+{
+    GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
+    if (g == NULL)
+        return NULL;
+    if (g->spool < 0)
+        return PyLong_FromLong(0);
+    long long written = graph_write_blocks(g, g->spool, 1);
+    if (written < 0)
+        return NULL;
+    g->spooled += written;
+    return PyLong_FromLongLong(written);
 }
 
 PyDoc_STRVAR(graph_write_doc,
 "graph_write(graph, fd) -> bytes written\n\n"
-"Every column's blocks (sizes, types, ids, lengths, src, dst, labels: graph_chunk's order)\n"
-"written to the file descriptor fd in one call, the GIL released for all of it: a piece at a\n"
-"time from Python, each piece a copy and a wait for the GIL after its write (the busy real\n"
-"worker's main thread holds it up to its switch interval), was 0.05-0.26 s for 80 MB.");
+"Every block not written out yet (graph_frame's order) to the file descriptor fd in one call,\n"
+"the GIL released for all of it, and freed: a piece at a time from Python, each piece a copy\n"
+"and a wait for the GIL after its write (the busy real worker's main thread holds it up to\n"
+"its switch interval), was 0.05-0.26 s for 80 MB.");
 
 static PyObject *
 graph_write(PyObject *Py_UNUSED(module), PyObject *args)
@@ -1252,43 +1466,19 @@ graph_write(PyObject *Py_UNUSED(module), PyObject *args)
     GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
     if (g == NULL)
         return NULL;
-    Column *cols[] = {&g->sizes, &g->types, &g->ids, &g->lengths, &g->src, &g->dst, &g->lab};
-    long long total = 0;
-    int failed = 0;
-    /* The columns are the capsule's alone (the walk is over: graph_close ran) and the capsule
-     * is held by our caller's argument: nothing changes them while the GIL is released. */
-    Py_BEGIN_ALLOW_THREADS
-    for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]) && !failed; c++) {
-        Column *col = cols[c];
-        for (Py_ssize_t k = 0; k < col->nblocks && !failed; k++) {
-            Py_ssize_t items = col->len - k * GBLOCK_ITEMS;
-            if (items > GBLOCK_ITEMS)
-                items = GBLOCK_ITEMS;
-            const char *at = col->blocks[k];
-            size_t left = (size_t)items * (size_t)col->itemsize;
-            while (left > 0) {
-                ssize_t n = write(fd, at, left);
-                if (n < 0) {
-                    if (errno == EINTR)
-                        continue;
-                    failed = errno;
-                    break;
-                }
-                at += n;
-                left -= (size_t)n;
-                total += n;
-            }
-        }
+    if (g->type_index != NULL) {
+        PyErr_SetString(PyExc_ValueError, "the walk is not over (graph_close)");
+        return NULL;
     }
-    Py_END_ALLOW_THREADS
-    if (failed) {
-        errno = failed;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromLongLong(total);
+    long long written = graph_write_blocks(g, fd, 0);
+    if (written < 0)
+        return NULL;
+    if (fd == g->spool)
+        g->spooled += written;
+    return PyLong_FromLongLong(written);
 }
 
-PyDoc_STRVAR(graph_close_doc, "graph_close(graph): drop the helpers and the walk in progress (not the arrays)");
+PyDoc_STRVAR(graph_close_doc, "graph_close(graph): drop the helpers, the bitmaps and the walk in progress (not the records)");
 
 static PyObject *
 graph_close(PyObject *Py_UNUSED(module), PyObject *capsule)
@@ -1296,14 +1486,7 @@ graph_close(PyObject *Py_UNUSED(module), PyObject *capsule)
     GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
     if (g == NULL)
         return NULL;
-    PyMem_Free(g->table);  /* the walk's; the arrays stay for graph_chunk */
-    g->table = NULL;
-    g->table_mask = 0;
-    PyMem_Free(g->own);
-    g->own = NULL;
-    g->own_mask = 0;
-    g->own_used = 0;
-    nodebits_free(&g->marked);
+    graph_drop_bits(g);
     graph_drop_helpers(g);
     Py_RETURN_NONE;
 }
@@ -1324,7 +1507,7 @@ graph_unknown(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     for (Py_ssize_t k = 0; k < PyList_Size(objects); k++) {
         PyObject *obj = PyList_GetItem(objects, k);
-        if (obj != NULL && graph_find(g, (uintptr_t)obj) == -1 && PyList_Append(out, obj) < 0) {
+        if (obj != NULL && graph_find(g, (uintptr_t)obj) == FOUND_NONE && PyList_Append(out, obj) < 0) {
             Py_DECREF(out);
             return NULL;
         }
@@ -1340,7 +1523,9 @@ graph_unknown(PyObject *Py_UNUSED(module), PyObject *args)
     {"graph_edge", graph_edge, METH_VARARGS, graph_edge_doc}, \
     {"graph_walk", graph_walk, METH_VARARGS, graph_walk_doc}, \
     {"graph_info", graph_info, METH_O, graph_info_doc}, \
-    {"graph_chunk", graph_chunk, METH_VARARGS, graph_chunk_doc}, \
+    {"graph_frame", graph_frame, METH_VARARGS, graph_frame_doc}, \
+    {"graph_spool", graph_spool, METH_VARARGS, graph_spool_doc}, \
+    {"graph_flush", graph_flush, METH_O, graph_flush_doc}, \
     {"graph_write", graph_write, METH_VARARGS, graph_write_doc}, \
     {"graph_close", graph_close, METH_O, graph_close_doc}, \
     {"graph_unknown", graph_unknown, METH_VARARGS, graph_unknown_doc},

@@ -97,6 +97,9 @@ class _SocketExchange(object):
     ``{"reply": name, "doc": ...}`` line, polling 5 ms at a time, until the request is
     cancelled (``stop``: runner._Stop) or ``time.monotonic()`` is ``until``."""
 
+    # the object graph's records stay in the target until sent (no file beside the socket)
+    spool_dir = None
+
     def __init__(self, conn):
         self.conn = conn
         self.pending = b""

@@ -5,15 +5,16 @@
 Standard library only. The walk starts from the census's named roots (modules and their
 globals, classes and their attributes, asyncio tasks, thread frames) plus, when the pause
 budget allows listing every gc-tracked object, the objects held from C; it streams back a
-compact graph: dense int node ids, sizes, type ids and edges as int arrays. The dominator
+compact graph: node records (address, size, type id, entries) and edges as raw int frames. The dominator
 pass runs in leakhound's own process (``leakhound.analysis.dominators``), never here.
 
 What it never does: call ``gc.collect()``, run Python code of the target (only C calls:
 ``gc.get_referents``, built-in descriptors, C ``__sizeof__``; see ``sizes.object_size``), or
 hold the GIL for long. The walk's inner loop runs in C where ``_walk.abi3.so`` loads
-(``_graph_walk.c``: ``CompiledGraph``, in calls of ~20k units of work, no dict from id() to
-node, ~30 bytes a node); this module's Python loop (``Graph``) is its fallback and the
-reference the tests compare it with. Between two calls (or every few thousand objects of the
+(``_graph_walk.c``: ``CompiledGraph``, in calls of ~5k units of work, no table from address
+to node: a node is named by its address, and leakhound gives it its id; with a spool, the
+records leave the target as the walk goes); this module's Python loop (``Graph``) is its
+fallback and the reference the tests compare it with. Between two calls (or every few thousand objects of the
 Python loop) run the deadline, the cancel hook and, with a pause budget, the duty cycle.
 
 Shape of the graph:
@@ -33,6 +34,7 @@ Shape of the graph:
 
 import array
 import gc
+import os
 import sys
 import time
 import types
@@ -51,11 +53,13 @@ except ImportError:
 from .duty import yield_gil
 from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
 from .graph_wire import (
-    _ARRAY_KEYS,
     _FRAME_LIKE_IDS,
     _MAX_LABEL_CHARS,
+    BINARY_FILE,
     Binary,
     binary_pieces,
+    frames,
+    frames_bytes,
     json_pieces,
     name_paths,
 )
@@ -76,15 +80,15 @@ except Exception:  # no build, or an interpreter older than 3.10
 if not hasattr(_walk_module, "graph_walk"):
     _walk_module = None
 
-__all__ = ["GRAPH_FORMAT", "_ARRAY_KEYS", "CompiledGraph", "Graph", "GraphCancelled", "GraphTimeout", "GraphTooBig",
+__all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphTimeout", "GraphTooBig",
            "binary_pieces", "build", "json_pieces", "name_paths"]
 
 # /2: the arrays travel raw after the JSON (graph_wire.Binary), not as base64 in it.
 # /3: ``roots`` is one flat list, four items a root (node, label, kind, tier), not a list per
 # root: tens of thousands of tracked lists brought the target's next collection forward.
-GRAPH_FORMAT = "leakhound.graph/3"
-# The arrays' element types, in _ARRAY_KEYS order.
-_ARRAY_CODES = ("q", "i", "q", "i", "i", "i", "i")
+# /4: the records travel in frames (graph_wire.FRAME_COLUMNS); the compiled walk names nodes
+# by address (``node_keys``: "address"), leakhound gives them ids.
+GRAPH_FORMAT = "leakhound.graph/4"
 
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
 # items pair), the loop variable and getrefcount's argument.
@@ -102,7 +106,6 @@ _SHARED_LEAF = 64
 # by the target afterwards, name_paths): ~150 bytes each in the target, 7 MiB at most.
 _MAX_LABELS = 50000
 _BIG_DICT = 2048  # _walk.c's BIG_CONTAINER / 2: read in slices there
-_CHUNK_ITEMS = 1 << 16  # array items per chunk sent (256-512 KiB): each copy is one short step
 _CHECK_EVERY = 0x7FF
 # Units of work (a container, a referent) per call into the compiled walk: ~1 ms of CPU (the
 # census's 20,000 took 3-9 ms here, and up to 80 ms of wall time when the machine preempted
@@ -149,7 +152,7 @@ class Graph(object):
     walker = "python"
 
     def __init__(self, *, timeout=60.0, progress=None, is_stdlib=None, exclude=(),
-                 max_nodes=5000000, max_pause_ms=None, cancelled=None, expected=0, max_bytes=0):
+                 max_nodes=5000000, max_pause_ms=None, cancelled=None, max_bytes=0):
         self.deadline = time.monotonic() + timeout
         self.max_bytes = max_bytes  # the walk's own memory in the target (0: no limit)
         # The duty cycle: at most half the pause budget of running between two yields.
@@ -222,10 +225,13 @@ class Graph(object):
             # ended: one far over the budget points at a loop without a check (-v prints it)
             self.max_held_where = (self._began_at, _where(sys._getframe(1)))
         if self.max_hold is not None and held >= self.max_hold:
-            yield_gil()
+            self._yield()
             self.yields += 1
             self.held_since = time.thread_time()
             self._began_at = _where(sys._getframe(1))
+
+    def _yield(self):
+        yield_gil()
 
     def _check(self):
         self._over_memory()
@@ -527,41 +533,41 @@ class Graph(object):
             + len(self.index) * 60  # the int keys and values of the index
         )
 
-    def _columns(self):
-        """Per array of _ARRAY_KEYS: (items, a function returning its chunks of bytes)."""
-        def chunks(arr):
-            return lambda: (arr[start:start + _CHUNK_ITEMS].tobytes() for start in range(0, len(arr), _CHUNK_ITEMS))
+    def _binary(self):
+        """The records as frames: node ids on the edges, one record a node, in id order."""
+        columns = ((0, self.ids), (1, self.sizes), (2, self.types), (3, self.lengths), (4, self.src),
+                   (5, self.dst), (6, self.lab))
+        nbytes = sum(frames_bytes(arr) for _code, arr in columns)
 
-        arrays = (self.sizes, self.types, self.ids, self.lengths, self.src, self.dst, self.lab)
-        return [(len(arr), chunks(arr)) for arr in arrays]
+        def pieces():
+            for code, arr in columns:
+                for piece in frames(code, arr):
+                    yield piece
+
+        return Binary(nbytes, pieces)
 
     def _release(self):
         """Let the target's objects go: nothing of it stays referenced by the result."""
         self.nodes = None
         self.index = None
 
-    def _write_fd(self):
-        """A function writing every array to a file descriptor at once (the compiled walk's),
-        or None: the result's pieces are written one by one (graph_wire.json_pieces)."""
-        return None
+    node_keys = "id"  # how roots and edges name a node: its id here, its address in C
 
     def result(self):
         n = self._count()
         payload_bytes = self._payload_bytes()
         self._release()
         self.type_keys = None
-        columns = self._columns()
-        binary = Binary([(_ARRAY_KEYS[k], _ARRAY_CODES[k], columns[k][0], columns[k][1]) for k in range(len(columns))],
-                        self._write_fd())
+        binary = self._binary()
         out = {
             "format": GRAPH_FORMAT,
             "byteorder": sys.byteorder,
             "nodes": n,
-            "edges": columns[4][0],
+            "edges": self._edges(),
+            "node_keys": self.node_keys,
             "type_names": self.type_names,
             "labels": self.labels,
             "roots": self.roots,
-            "arrays": binary.layout(),
             "walker": self.walker,
             "graph_seconds": self.seconds,
             "max_step_ms": self.max_step * 1000.0,
@@ -571,35 +577,45 @@ class Graph(object):
             "payload_peak_bytes": payload_bytes,
             "unreached": dict(self.unreached),
             "gc_collections": self._collections(),
-            # The arrays themselves: written raw after the JSON (graph_wire), never in it.
+            # The records themselves: written raw after the JSON (graph_wire), never in it.
             "_binary": binary,
         }
         self.sizes = self.types = self.ids = self.lengths = self.src = self.dst = self.lab = None
         return out
 
+    def _edges(self):
+        return len(self.src)
+
 
 class CompiledGraph(Graph):
-    """The same walk with its inner loop in C (``_graph_walk.c``): the arrays, the table from
-    address to node and the walk's state live in one capsule; no reference to the nodes is
-    kept (the stack holds the containers still to walk)."""
+    """The same walk with its inner loop in C (``_graph_walk.c``): the records, the bitmaps of
+    the addresses that are nodes and the walk's state live in one capsule; no reference to the
+    nodes is kept (the stack holds the containers still to walk). A node is named by its
+    address (``node_keys``), 0 the super-root. With ``spool`` (an open file descriptor: the
+    debugger path's graph.bin), full blocks of records are written there as the walk goes,
+    each time it yields the GIL, and freed."""
 
     walker = "compiled"
     work_per_call = None  # units of work per call (tests: small, to split every container)
+    node_keys = "address"
+    # Without a duty cycle (no pause budget), the records written out past this many bytes.
+    FLUSH_BYTES = 8 << 20
 
-    def __init__(self, **kwargs):
-        expected = kwargs.get("expected") or 0
+    def __init__(self, spool=None, **kwargs):
         Graph.__init__(self, **kwargs)
-        # Node 0 is the super-root; the Python loop's own arrays are not used.
         self.slot_cache = {}  # id(type) -> ((label, member descriptor), ...)
         self.frame_labels = {}  # id(type) -> label of "t<Type>"
+        self.spool = spool
         self.store = _walk_module.graph_new(
-            self.max_nodes, max(expected, 1024), self.type_index, self._type_id, self.label_index, self._label,
+            self.max_nodes, self.type_index, self._type_id, self.label_index, self._label,
             self.slot_cache, self._slot_labels, self.frame_labels, self._frame_label,
             tuple(_FRAME_LIKE_TYPES), for_compiled_walk(self.native, _walk_module), self._native_extra, GraphTooBig)
         for own in self.index:
             _walk_module.graph_own(self.store, own)
         for own in (self.slot_cache, self.frame_labels):
             _walk_module.graph_own(self.store, id(own))
+        if spool is not None:
+            _walk_module.graph_spool(self.store, spool[1])
         self.index = None
         self.nodes = None
         self.sizes = self.types = self.ids = self.lengths = self.src = self.dst = self.lab = None
@@ -654,6 +670,20 @@ class CompiledGraph(Graph):
     def _tracked(self):
         return _walk_module.graph_info(self.store)[2]
 
+    store = None  # the capsule, once Graph.__init__ has run
+
+    def _yield(self):
+        # The full blocks leave while the GIL is released for the yield anyway.
+        if self.store is not None:
+            _walk_module.graph_flush(self.store)
+        yield_gil()
+
+    def _check(self):
+        if (self.max_hold is None and self.spool is not None and self.store is not None
+                and _walk_module.graph_info(self.store)[5] > self.FLUSH_BYTES):
+            _walk_module.graph_flush(self.store)
+        Graph._check(self)
+
     def _walk(self, stack):
         walk = _walk_module.graph_walk
         store = self.store
@@ -682,52 +712,67 @@ class CompiledGraph(Graph):
     def _payload_bytes(self):
         return _walk_module.graph_info(self.store)[3]
 
-    def _columns(self):
+    def _binary(self):
         store = self.store
-        chunk = _walk_module.graph_chunk
-        nodes, edges = _walk_module.graph_info(store)[:2]
+        frame = _walk_module.graph_frame
+        spooled, left = _walk_module.graph_info(store)[4:6]
 
-        def chunks(column):
-            def gen():
-                k = 0
-                while True:
-                    got = chunk(store, column, k)
-                    if got is None:
-                        return
-                    yield got
-                    k += 1
-            return gen
+        def pieces():
+            k = 0
+            while True:
+                got = frame(store, k)
+                if got is None:
+                    return
+                yield got
+                k += 1
 
-        return [(nodes if column < 4 else edges, chunks(column)) for column in range(7)]
+        # the rest in one call, the GIL released
+        return Binary(spooled + left, pieces, lambda fd: _walk_module.graph_write(store, fd), self.spool)
+
+    def _edges(self):
+        return _walk_module.graph_info(self.store)[1]
 
     def _release(self):
         pass
-
-    def _write_fd(self):
-        store = self.store
-        return lambda fd: _walk_module.graph_write(store, fd)  # one call, the GIL released
 
 
 _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
 
 
-def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, expected=0,
-          max_bytes=0):
+def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, max_bytes=0,
+          spool_dir=None):
     """Walk the graph and return its result dict, or ``{"skipped": reason}`` when it is
     bigger than ``max_nodes`` or its walk would hold more than ``max_bytes`` in the target
     (the caller keeps the census's owners). ``compiled``: the C walk where it loads;
-    ``expected``: about how many nodes (sizes the C walk's table)."""
-    kind = CompiledGraph if compiled and _walk_module is not None else Graph
-    graph = kind(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude,
-                 max_nodes=max_nodes, max_pause_ms=max_pause_ms, cancelled=cancelled, expected=expected,
-                 max_bytes=max_bytes)
+    ``spool_dir``: the directory the result will be written to (the debugger path): the C
+    walk writes its records to its ``graph.bin`` as it goes."""
+    if not (compiled and _walk_module is not None):
+        graph = Graph(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude, max_nodes=max_nodes,
+                      max_pause_ms=max_pause_ms, cancelled=cancelled, max_bytes=max_bytes)
+        spool = None
+    else:
+        spool = None
+        if spool_dir is not None:
+            path = os.path.join(spool_dir, BINARY_FILE)
+            spool = (path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        graph = CompiledGraph(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude,
+                              max_nodes=max_nodes, max_pause_ms=max_pause_ms, cancelled=cancelled,
+                              max_bytes=max_bytes, spool=spool)
     try:
         graph.run()
+        out = graph.result()
+        spool = None  # the result's now: closed once the rest is written (graph_wire.json_pieces)
+        return out
     except GraphTooBig as exc:
         graph = None
         text = str(exc)
         reason = ("the object graph has %s: over the graph budget" % text if text.startswith("more than")
                   else "the object graph %s" % text)
         return {"format": GRAPH_FORMAT, "skipped": reason}
-    return graph.result()
-
+    finally:
+        if spool is not None:  # no graph to send: nothing left behind
+            os.close(spool[1])
+            try:
+                os.unlink(spool[0])
+            except OSError:
+                pass

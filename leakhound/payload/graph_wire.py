@@ -9,6 +9,7 @@ that it is loaded with the payload).
 
 import json
 import os
+import struct
 import sys
 import types
 
@@ -146,31 +147,48 @@ def name_paths(request):
 
 # -- writing the result --------------------------------------------------------------------------
 
-_ARRAY_KEYS = ("sizes", "types", "ids", "lengths", "edge_src", "edge_dst", "edge_label")
-_ITEM_BYTES = {"q": 8, "i": 4}
 BINARY_FILE = "graph.bin"  # beside result.json on the debugger path
 _LIST_PIECE = 5000  # list items per JSON piece
 
+# The graph's records travel raw after the JSON that describes them, in frames: two native
+# uint32 (the column's code below, its items), then the items in native byte order. A node's
+# columns are its address (``ids``), size, type id and entries (``lengths``); an edge's its
+# source and destination, as node ids (the Python loop, one record a node, in id order) or as
+# addresses (the compiled walk: no table from address to node in the target; a node may have
+# a second, later record, which counts), and its label. leakhound puts a column's frames end
+# to end and gives the addresses their ids (analysis/dominators/graph.py).
+FRAME_COLUMNS = (("ids", "q"), ("sizes", "q"), ("types", "i"), ("lengths", "i"), ("edge_src", "i"),
+                 ("edge_dst", "i"), ("edge_label", "i"), ("edge_src_address", "q"), ("edge_dst_address", "q"))
+FRAME_ITEMS = 1 << 16  # items per frame at most (256-512 KiB): each copy is one short step
+_FRAME_HEADER = struct.Struct("=II")
+
+
+def frames(code, arr):
+    """The frames of one column (an ``array.array``)."""
+    for start in range(0, len(arr), FRAME_ITEMS):
+        piece = arr[start:start + FRAME_ITEMS]
+        yield _FRAME_HEADER.pack(code, len(piece)) + piece.tobytes()
+
+
+def frames_bytes(arr):
+    """What ``frames`` makes of ``arr``, in bytes."""
+    return len(arr) * arr.itemsize + _FRAME_HEADER.size * ((len(arr) + FRAME_ITEMS - 1) // FRAME_ITEMS)
+
 
 class Binary(object):
-    """A graph's arrays, raw (native byte order): written after the JSON that describes them
-    (``arrays``: [key, typecode, items] each, in order), in chunks of at most 512 KiB, each
-    one short step. No base64, no JSON of numbers: the CLI reads them as they are."""
+    """A graph's records, as frames: ``nbytes`` in all, ``pieces()`` yields those not written
+    out yet; ``write_fd(fd)``, if not None, writes them to a file at once (the compiled walk,
+    the GIL released); ``spool``, if not None, is the open file (path, fd) the walk wrote its
+    full blocks to as it went (the debugger path's graph.bin)."""
 
-    def __init__(self, columns, write_fd=None):
-        self.columns = columns  # [(key, typecode, items, chunks)]: chunks() yields bytes
-        self.write_fd = write_fd  # write_fd(fd): all of them to a file at once, or None
-
-    def layout(self):
-        return [[key, code, items] for key, code, items, _chunks in self.columns]
+    def __init__(self, nbytes, pieces, write_fd=None, spool=None):
+        self._nbytes = nbytes
+        self.pieces = pieces
+        self.write_fd = write_fd
+        self.spool = spool
 
     def nbytes(self):
-        return sum(items * _ITEM_BYTES[code] for _key, code, items, _chunks in self.columns)
-
-    def pieces(self):
-        for _key, _code, _items, chunks in self.columns:
-            for piece in chunks():
-                yield piece
+        return self._nbytes
 
 
 # Where a graph may be in a document sent: a result (``graph``), the agent's answer
@@ -201,7 +219,7 @@ def _replaced(doc, where, value):
 
 
 def binary_pieces(doc):
-    """The raw arrays of the graph in ``doc`` (sent right after its JSON line), if any."""
+    """The frames of the graph in ``doc`` (sent right after its JSON line), if any."""
     graph, _where = _graph_of(doc)
     binary = graph.get("_binary") if graph is not None else None
     if binary is None:
@@ -242,7 +260,18 @@ def json_pieces(doc, binary_dir=None):
     meta = dict(graph)
     del meta["_binary"]
     meta["binary_bytes"] = binary.nbytes()
-    if binary_dir is not None:
+    spool = binary.spool
+    if spool is not None and (binary_dir is None or spool[0] != os.path.join(binary_dir, BINARY_FILE)):
+        raise ValueError("the graph was spooled to %s, not sent there" % spool[0])
+    if spool is not None:
+        # the walk wrote its full blocks there already: the rest after them
+        try:
+            binary.write_fd(spool[1])
+        finally:
+            os.close(spool[1])
+            binary.spool = None
+        meta["binary_file"] = BINARY_FILE
+    elif binary_dir is not None:
         path = os.path.join(binary_dir, BINARY_FILE)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         if binary.write_fd is not None:

@@ -183,7 +183,7 @@ def _snapshot(request, progress, stop, exchange=None):
         # The rollouts in flight as the graph's walk begins: one finished by the probes' time
         # is still its task's in the graph (the probes then count it in flight).
         in_flight, registered = probes.in_flight_before(), probes.registered_before()
-        out_graph = _graph(request, progress, stop, heap)
+        out_graph = _graph(request, progress, stop, heap, spool_dir=getattr(exchange, "spool_dir", None))
         phase("graph")
         if out_graph.get("skipped"):
             counted = heap
@@ -227,7 +227,7 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     graph_started_at = time.time()
     in_flight, registered = probes.in_flight_before(), probes.registered_before()
     out_graph = _graph(request, progress, stop, expected=_last_census["objects"] // 2,
-                       census_seconds=_last_census["seconds"], size_hint=_blocks_hint())
+                       census_seconds=_last_census["seconds"], spool_dir=exchange.spool_dir)
     phase("graph")
     skipped = out_graph.get("skipped")
     graph_seconds = float(out_graph.get("graph_seconds") or 0.0)
@@ -259,31 +259,19 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
 GRAPH_SHARE = 0.6
 
 
-def _blocks_hint():
-    """About how many graph nodes a heap has no census counted yet: a third of pymalloc's
-    allocated blocks (small objects; a leaf held once folds into its container). It sizes the
-    walk's table, which otherwise grows by doubling, each time in one step as long as the
-    table (~40 ms at 1.5M nodes); never a reason to skip the graph."""
-    try:
-        return sys.getallocatedblocks() // 3
-    except Exception:
-        return 0
-
-
-def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, size_hint=0):
+def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, spool_dir=None):
     """The object graph for the dominator tree (graph.py), when it fits ``max_graph_nodes``
     (the census just counted the heap, or the last one in this process did: ``expected``
-    nodes); else ``{"skipped": reason}``."""
+    nodes); else ``{"skipped": reason}``. ``spool_dir``: where the result is written (the
+    debugger path), its records written there as the walk goes."""
     max_nodes = _int(request.get("max_graph_nodes"), 1000000, 1, 100000000)
     counted = heap.get("objects", 0) if heap is not None else 2 * (expected or 0)
     if counted > 2 * max_nodes:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the %s counted %s objects: over the graph budget of "
                 "%s nodes" % ("census" if heap is not None else "last census in this process",
                               format(counted, ","), format(max_nodes, ","))}
-    if heap is not None:
-        expected = heap.get("objects", 0) // 2
-        if not heap.get("with_owners", True):
-            census_seconds = float(heap.get("census_seconds") or 0.0)
+    if heap is not None and not heap.get("with_owners", True):
+        census_seconds = float(heap.get("census_seconds") or 0.0)
     max_pause = request.get("max_pause_ms")
     max_pause = float(max_pause) if type(max_pause) in (int, float) and 0 < max_pause <= 60000 else None
     stop.check("graph")
@@ -302,7 +290,7 @@ def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0
         return graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=stop, compiled=request.get("walker") != "python",
-                           expected=expected or size_hint or 0,
+                           spool_dir=spool_dir,
                            max_bytes=_int(request.get("max_graph_bytes"), 0, 0, 1 << 40))
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
@@ -312,8 +300,9 @@ def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0
         raise Cancelled(stop.reason, "graph") from None
 
 
-def _graph_op(request, progress, stop):
-    return {"graph": _graph(request, progress, stop), "python_version": "%d.%d.%d" % sys.version_info[:3]}
+def _graph_op(request, progress, stop, exchange=None):
+    return {"graph": _graph(request, progress, stop, spool_dir=getattr(exchange, "spool_dir", None)),
+            "python_version": "%d.%d.%d" % sys.version_info[:3]}
 
 
 # What the census raises when it stops early: its own deadline, and the cancel hook.
@@ -359,6 +348,8 @@ def handle(request, progress=None, cancelled=None, exchange=None):
     try:
         if exchange is not None and request["op"] == "snapshot":
             out = _snapshot(request, progress, stop, exchange)
+        elif exchange is not None and request["op"] == "graph":
+            out = _graph_op(request, progress, stop, exchange)
         else:
             out = OPERATIONS[request["op"]](request, progress, stop)
         out["ok"] = True
@@ -461,6 +452,8 @@ class _Exchange(object):
 
     def __init__(self, directory):
         self.directory = directory
+        # the object graph's records go to graph.bin here as the walk goes (graph.build)
+        self.spool_dir = directory
 
     def send(self, name, doc):
         _write_json(os.path.join(self.directory, name + ".json"), doc)

@@ -210,7 +210,8 @@ def test_compiled_paths_and_tree_match_python(seed: int) -> None:
 
 
 def test_graph_json_pieces_are_the_same_document() -> None:
-    from leakhound.payload.graph import _ARRAY_KEYS, json_pieces
+    from leakhound.analysis.dominators.graph import _ARRAY_KEYS
+    from leakhound.payload.graph import json_pieces
 
     graph = {"format": "leakhound.graph/1", "nodes": 2, **{k: ["QUJD", "REVG"] for k in _ARRAY_KEYS}}
     for doc in ({"ok": True, "graph": graph}, {"graph": graph}, {"result": {"ok": True, "graph": graph}},

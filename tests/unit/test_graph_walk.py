@@ -94,3 +94,75 @@ def test_a_walk_over_its_memory_budget_is_skipped_not_cut(compiled: bool) -> Non
     out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
                       cancelled=None, compiled=compiled, max_bytes=1 << 20)
     assert set(out) == {"format", "skipped"} and "over its memory budget of 1 MiB" in out["skipped"]
+
+
+SPOOLED: dict[str, list[list[object]]] = {}
+
+
+def test_the_records_leave_the_target_as_the_walk_goes(tmp_path: Path) -> None:
+    """With a spool (the debugger path's graph.bin), the C walk writes its full blocks of
+    records out each time it yields and frees them: what it holds in the target at the end is
+    a few blocks and its bitmaps, not the graph; the file, completed when the result is
+    written, reads back as the whole graph."""
+    if graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    SPOOLED["rows"] = [[i, f"row{i}"] for i in range(200_000)]  # ~200k nodes: blocks of 64Ki fill
+    try:
+        kept = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000,
+                           max_pause_ms=1, cancelled=None)
+        out = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000,
+                          max_pause_ms=1, cancelled=None, spool_dir=str(tmp_path))
+        spool = tmp_path / BINARY_FILE
+        during = spool.stat().st_size
+        assert during > 0 and out["payload_peak_bytes"] * 4 < kept["payload_peak_bytes"]
+        meta = json.loads("".join(json_pieces({"graph": out}, binary_dir=str(tmp_path))))["graph"]
+        raw = spool.read_bytes()
+        assert meta["binary_file"] == BINARY_FILE and meta["binary_bytes"] == len(raw) > during
+        assert meta["node_keys"] == "address"
+        g = dominators.decode_graph({**meta, "binary": raw})
+        assert g.nodes == meta["nodes"] > 200_000 and g.edges == meta["edges"]
+        assert g.info["edges_without_node"] == 0
+        rows = [i for i in range(g.nodes) if g.type_of(i) == "list" and g.lengths[i] == 2]
+        assert len(rows) >= 200_000
+        # each node once, node 0 the super-root, every root a node
+        assert len(set(g.ids)) == g.nodes and g.ids[0] == 0 and all(0 < r[0] < g.nodes for r in g.roots)
+    finally:
+        SPOOLED.clear()
+
+
+def test_a_graph_not_sent_leaves_no_spool_behind(tmp_path: Path) -> None:
+    if graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=100, max_pause_ms=1,
+                      cancelled=None, spool_dir=str(tmp_path))
+    assert "skipped" in out and not list(tmp_path.iterdir())
+
+
+def test_addresses_resolve_the_same_in_c_and_python() -> None:
+    """leakhound gives the compiled walk's addresses their node ids: a node's first record its
+    id, its last its size; an edge to an address without a record is left out."""
+    import array
+
+    from leakhound.analysis.dominators import graph as wire
+
+    def arrays() -> dict[str, array.array[int]]:
+        return {"ids": array.array("q", [0, 0x1000, 0x2000, 0x1000]), "sizes": array.array("q", [0, 8, 16, 24]),
+                "types": array.array("i", [0, 1, 2, 1]), "lengths": array.array("i", [0, 0, 0, 3]),
+                "edge_src_address": array.array("q", [0, 0x1000, 0x1000]),
+                "edge_dst_address": array.array("q", [0x1000, 0x2000, 0x3000]),
+                "edge_label": array.array("i", [-1, 4, 5])}
+
+    results = []
+    for compiled in (wire._compiled, None):
+        got = arrays()
+        saved, wire._compiled = wire._compiled, compiled
+        try:
+            n, roots, dropped = wire.resolve(got, [0x2000, 0x4000])
+        finally:
+            wire._compiled = saved
+        results.append((n, roots, dropped, {k: list(v) for k, v in got.items() if not k.endswith("_address")}))
+    assert results[0] == results[1]
+    n, roots, dropped, got = results[0]
+    assert (n, roots, dropped) == (3, [2, -1], 1)
+    assert got["ids"] == [0, 0x1000, 0x2000] and got["sizes"] == [0, 24, 16] and got["lengths"] == [0, 3, 0]
+    assert (got["edge_src"], got["edge_dst"], got["edge_label"]) == ([0, 1], [1, 2], [-1, 4])

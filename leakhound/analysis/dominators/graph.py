@@ -1,25 +1,41 @@
 """The target's object graph as leakhound reads it: the ``graph`` result decoded into int arrays.
 
-The target streams a compact graph (``leakhound/payload/graph.py``): native int arrays, raw
-after the JSON that describes them (``leakhound.graph/3``: the channel hands them over as
-``binary``; /1 sent them as base64 chunks in the JSON; /3's ``roots`` is one flat list, four
-items a root, /2's a list per root), node 0 the super-root, whose children
-are every named root (modules, classes, tasks, thread frames) and the objects held from C.
+The target streams a compact graph (``leakhound/payload/graph.py``): native int records, raw
+after the JSON that describes them (the channel hands them over as ``binary``), node 0 the
+super-root, whose children are every named root (modules, classes, tasks, thread frames) and
+the objects held from C. Formats read:
+
+* /4: frames (two native uint32: column code, items; then the items), a column's frames end
+  to end (``FRAME_COLUMNS``). With ``node_keys`` "address" (the compiled walk) roots and edges
+  name nodes by address and a node may have several records: its first gives it its id here
+  (``resolve``), the last its size, type and entries.
+* /3: the arrays one after the other (``arrays``: key, typecode, items), ``roots`` flat, four
+  items a root; /2 a list per root; /1 base64 chunks in the JSON.
 """
 
 from __future__ import annotations
 
 import array
 import base64
+import struct
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-GRAPH_FORMAT = "leakhound.graph/3"
-_FORMATS = ("leakhound.graph/1", "leakhound.graph/2", GRAPH_FORMAT)
+GRAPH_FORMAT = "leakhound.graph/4"
+_FORMATS = ("leakhound.graph/1", "leakhound.graph/2", "leakhound.graph/3", GRAPH_FORMAT)
 _ARRAY_KEYS = ("sizes", "types", "ids", "lengths", "edge_src", "edge_dst", "edge_label")
 _ITEM_BYTES = {"q": 8, "i": 4}
+# /4's frame codes (payload/graph_wire.py's FRAME_COLUMNS): key and typecode.
+FRAME_COLUMNS = (("ids", "q"), ("sizes", "q"), ("types", "i"), ("lengths", "i"), ("edge_src", "i"),
+                 ("edge_dst", "i"), ("edge_label", "i"), ("edge_src_address", "q"), ("edge_dst_address", "q"))
+
+
+try:  # the C twin of ``resolve`` (leakhound's own build, as the dominator pass)
+    from leakhound.analysis import _dominators as _compiled  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - a build without a compiler
+    _compiled = None
 
 
 class GraphError(ValueError):
@@ -87,10 +103,83 @@ def _split(doc: dict[str, Any], order: str) -> dict[str, array.array[int]]:
     return out
 
 
+def _frames(doc: dict[str, Any], order: str) -> dict[str, array.array[int]]:
+    """/4's columns from its frames (``binary``), each column's frames end to end."""
+    raw = doc.get("binary")
+    if not isinstance(raw, bytes | bytearray):
+        raise GraphError("the graph's records did not arrive (no binary part)")
+    header = struct.Struct(("<" if order == "little" else ">") + "II")
+    parts: dict[int, list[memoryview]] = {}
+    view = memoryview(raw)
+    offset = 0
+    while offset < len(raw):
+        if offset + header.size > len(raw):
+            raise GraphError("the graph's records are cut short")
+        code, items = header.unpack_from(raw, offset)
+        if code >= len(FRAME_COLUMNS):
+            raise GraphError(f"unknown graph column {code}")
+        end = offset + header.size + items * _ITEM_BYTES[FRAME_COLUMNS[code][1]]
+        if end > len(raw):
+            raise GraphError("the graph's records are cut short")
+        parts.setdefault(code, []).append(view[offset + header.size:end])
+        offset = end
+    out: dict[str, array.array[int]] = {}
+    for code, (key, typecode) in enumerate(FRAME_COLUMNS):
+        arr: array.array[int] = array.array(typecode)
+        for part in parts.get(code, ()):
+            arr.frombytes(part)
+        if order != sys.byteorder:
+            arr.byteswap()
+        out[key] = arr
+    return out
+
+
+def resolve(arrays: dict[str, array.array[int]], roots: list[int]) -> tuple[int, list[int], int]:
+    """Node ids for records and edges named by address (/4 from the compiled walk), in place
+    in ``arrays``: a node's first record gives it its id, its last its size, type and entries;
+    an edge with an end that never had a record is left out. Returns (nodes, the roots' ids
+    (-1: none), edges left out)."""
+    ids, sizes, types, lengths = arrays["ids"], arrays["sizes"], arrays["types"], arrays["lengths"]
+    src, dst, lab = arrays["edge_src_address"], arrays["edge_dst_address"], arrays["edge_label"]
+    if _compiled is not None:
+        n, i_b, s_b, t_b, l_b, e, src_b, dst_b, lab_b, roots_b = _compiled.resolve(
+            len(ids), ids.tobytes(), sizes.tobytes(), types.tobytes(), lengths.tobytes(), len(src), src.tobytes(),
+            dst.tobytes(), lab.tobytes(), len(roots), array.array("q", roots).tobytes())
+        for key, code, raw in (("ids", "q", i_b), ("sizes", "q", s_b), ("types", "i", t_b), ("lengths", "i", l_b),
+                               ("edge_src", "i", src_b), ("edge_dst", "i", dst_b), ("edge_label", "i", lab_b)):
+            arr: array.array[int] = array.array(code)
+            arr.frombytes(raw)
+            arrays[key] = arr
+        root_ids: array.array[int] = array.array("i")
+        root_ids.frombytes(roots_b)
+        return n, list(root_ids), len(src) - e
+    index: dict[int, int] = {}
+    out = {key: array.array(code) for key, code in (("ids", "q"), ("sizes", "q"), ("types", "i"), ("lengths", "i"),
+                                                     ("edge_src", "i"), ("edge_dst", "i"), ("edge_label", "i"))}
+    for k, address in enumerate(ids):
+        node = index.get(address)
+        if node is None:
+            node = index[address] = len(out["ids"])
+            out["ids"].append(address)
+            out["sizes"].append(sizes[k])
+            out["types"].append(types[k])
+            out["lengths"].append(lengths[k])
+        else:
+            out["sizes"][node], out["types"][node], out["lengths"][node] = sizes[k], types[k], lengths[k]
+    for k in range(len(src)):
+        a, b = index.get(src[k]), index.get(dst[k])
+        if a is not None and b is not None:
+            out["edge_src"].append(a)
+            out["edge_dst"].append(b)
+            out["edge_label"].append(lab[k])
+    arrays.update(out)
+    return len(out["ids"]), [index.get(address, -1) for address in roots], len(src) - len(out["edge_src"])
+
+
 def _roots(doc: dict[str, Any]) -> list[tuple[int, str, str, int]]:
-    """(node, label, kind, tier) per root: /3 sends them flat, /1 and /2 a list each."""
+    """(node, label, kind, tier) per root: /3 and /4 send them flat, /1 and /2 a list each."""
     rows = doc["roots"]
-    if doc["format"] == GRAPH_FORMAT:
+    if doc["format"] in ("leakhound.graph/3", GRAPH_FORMAT):
         if len(rows) % 4:
             raise ValueError("roots: not four items a root")
         rows = [rows[k:k + 4] for k in range(0, len(rows), 4)]
@@ -104,12 +193,22 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
         raise GraphError(f"unknown graph format {doc.get('format')!r}")
     try:
         order = str(doc["byteorder"])
-        if doc["format"] != "leakhound.graph/1":
+        roots = _roots(doc)
+        nodes = int(doc["nodes"])
+        dropped = 0
+        if doc["format"] == GRAPH_FORMAT:
+            arrays = _frames(doc, order)
+            if doc.get("node_keys") == "address":
+                nodes, root_ids, dropped = resolve(arrays, [r[0] for r in roots])
+                roots = [(root_ids[k], *roots[k][1:]) for k in range(len(roots)) if root_ids[k] >= 0]
+            elif arrays["edge_src_address"]:
+                raise GraphError("edges by address in a graph whose nodes are not")
+        elif doc["format"] != "leakhound.graph/1":
             arrays = _split(doc, order)
         else:
             arrays = {key: _decode(doc[key], "q" if key in ("sizes", "ids") else "i", order) for key in _ARRAY_KEYS}
         graph = ObjectGraph(
-            nodes=int(doc["nodes"]),
+            nodes=nodes,
             sizes=arrays["sizes"],
             types=arrays["types"],
             ids=arrays["ids"],
@@ -119,10 +218,11 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
             lab=arrays["edge_label"],
             type_names=[str(t) for t in doc["type_names"]],
             labels=[str(t) for t in doc["labels"]],
-            roots=_roots(doc),
+            roots=roots,
             info={k: doc.get(k) for k in ("graph_seconds", "max_step_ms", "max_held_ms", "payload_peak_bytes",
                                           "unreached", "walker", "gc_collections")},
         )
+        graph.info["edges_without_node"] = dropped
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise GraphError(f"malformed graph: {exc}") from None
     n, m = graph.nodes, len(graph.src)
