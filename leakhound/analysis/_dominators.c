@@ -570,7 +570,9 @@ typedef struct {
 } addr_table;
 
 static inline size_t addr_home(const addr_table *t, uint64_t address) {
-    return (size_t)((address >> 4) ^ ((address >> 26) * 0x9E3779B97F4A7C15ULL >> 40)) & t->mask;
+    /* Fibonacci hashing: every bit of the address mixed in (a hash near the identity made
+     * probe runs thousands long on a real worker's heap: 4-10 s to resolve, seen) */
+    return (size_t)(((address >> 4) * 0x9E3779B97F4A7C15ULL) >> 32) & t->mask;
 }
 
 static inline size_t addr_slot(const addr_table *t, uint64_t address) {
