@@ -190,6 +190,19 @@ class Binary(object):
     def nbytes(self):
         return self._nbytes
 
+    def close(self):
+        """The spool's file descriptor closed (the records written or not): a request that
+        stops between the walk and its answer leaves no descriptor open in the target."""
+        spool, self.spool = self.spool, None
+        if spool is not None:
+            try:
+                os.close(spool[1])
+            except OSError:
+                pass
+
+    def __del__(self):
+        self.close()
+
 
 # Where a graph may be in a document sent: a result (``graph``), the agent's answer
 # (``result.graph``), a graph handed over before the answer on the agent's socket
@@ -268,8 +281,7 @@ def json_pieces(doc, binary_dir=None):
         try:
             binary.write_fd(spool[1])
         finally:
-            os.close(spool[1])
-            binary.spool = None
+            binary.close()
         meta["binary_file"] = BINARY_FILE
     elif binary_dir is not None:
         path = os.path.join(binary_dir, BINARY_FILE)

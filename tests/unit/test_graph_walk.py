@@ -166,3 +166,16 @@ def test_addresses_resolve_the_same_in_c_and_python() -> None:
     assert (n, roots, dropped) == (3, [2, -1], 1)
     assert got["ids"] == [0, 0x1000, 0x2000] and got["sizes"] == [0, 24, 16] and got["lengths"] == [0, 3, 0]
     assert (got["edge_src"], got["edge_dst"], got["edge_label"]) == ([0, 1], [1, 2], [-1, 4])
+
+
+def test_a_spooled_graph_dropped_unsent_closes_its_file(tmp_path: Path) -> None:
+    """A request that stops between the walk and its answer (cancelled, a probe failing)
+    drops the graph: its spool's descriptor is closed, none is left open in the target."""
+    if graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    before = set(os.listdir("/proc/self/fd"))
+    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
+                      cancelled=None, spool_dir=str(tmp_path))
+    assert out["_binary"].spool is not None and set(os.listdir("/proc/self/fd")) != before
+    out = None
+    assert set(os.listdir("/proc/self/fd")) == before
