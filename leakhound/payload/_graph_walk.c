@@ -347,102 +347,29 @@ labelmap_get(LabelMap *m, uintptr_t address)
     return -1;
 }
 
-/* A dict key's label by the key's address, for the whole walk: the same interned attribute
- * names and dict keys come back in container after container, and making "k<key>" and
- * looking it up in the payload's dict was ~10% of the walk (perf). The key's hash is kept
- * beside its address: a key freed during the walk whose address a new string took reads as
- * a miss unless the new one hashes the same (then its label would be the old text's: a
- * label only names an edge, the owners' paths are named again by the target). */
-#define KEY_LABELS_MAX 65536
-
+/* A map from an object's address to two numbers (a wide and a narrow one), for the whole
+ * walk: a dict key's hash and label (key_label), a root's size and type id (graph_begin).
+ * Open addressing, filled at most half. */
 typedef struct {
     uintptr_t *keys;
-    Py_hash_t *hashes;
-    int32_t *labels;
+    long long *wide;
+    int32_t *narrow;
     size_t mask;
     Py_ssize_t used;
-} KeyLabels;
+} AddrMap;
 
 static void
-keylabels_free(KeyLabels *c)
+addrmap_free(AddrMap *m)
 {
-    PyMem_Free(c->keys);
-    PyMem_Free(c->hashes);
-    PyMem_Free(c->labels);
-    memset(c, 0, sizeof(*c));
+    PyMem_Free(m->keys);
+    PyMem_Free(m->wide);
+    PyMem_Free(m->narrow);
+    memset(m, 0, sizeof(*m));
 }
 
 /* The slot of ``address`` (its own, or the empty one it would take). */
 static size_t
-keylabels_slot(KeyLabels *c, uintptr_t address)
-{
-    size_t k = addr_hash(address, c->mask);
-    while (c->keys[k] != 0 && c->keys[k] != address)
-        k = (k + 1) & c->mask;
-    return k;
-}
-
-static int
-keylabels_put(KeyLabels *c, uintptr_t address, Py_hash_t hash, int32_t label)
-{
-    if (c->keys == NULL || (size_t)(c->used + 1) * 2 > c->mask + 1) {
-        size_t cap = c->keys == NULL ? 1024 : (c->mask + 1) * 2;
-        KeyLabels bigger = {PyMem_Calloc(cap, sizeof(uintptr_t)), PyMem_Malloc(cap * sizeof(Py_hash_t)),
-                            PyMem_Malloc(cap * sizeof(int32_t)), cap - 1, 0};
-        if (bigger.keys == NULL || bigger.hashes == NULL || bigger.labels == NULL) {
-            keylabels_free(&bigger);
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (size_t h = 0; c->keys != NULL && h <= c->mask; h++) {
-            if (c->keys[h] == 0)
-                continue;
-            size_t k = keylabels_slot(&bigger, c->keys[h]);
-            bigger.keys[k] = c->keys[h];
-            bigger.hashes[k] = c->hashes[h];
-            bigger.labels[k] = c->labels[h];
-            bigger.used++;
-        }
-        keylabels_free(c);
-        *c = bigger;
-    }
-    size_t k = keylabels_slot(c, address);
-    if (c->keys[k] == 0)
-        c->used++;
-    c->keys[k] = address;
-    c->hashes[k] = hash;
-    c->labels[k] = label;
-    return 0;
-}
-
-/* A big container's passes: a list's, tuple's or set's slices; a dict's values, then its
- * keys. (A big dict's values carry no labels: its keys are ids and names of a registry or a
- * cache, as many labels as entries; the owners' paths through it are named by the target
- * afterwards, graph_wire.name_paths.) */
-enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
-
-/* The size and type id of the nodes the payload's Python code made (the roots: classes,
- * frames, tasks... sized there, as the Python loop does, never by C's size_of here), by
- * address, for their record when walked. */
-typedef struct {
-    uintptr_t *keys;
-    long long *sizes;
-    int32_t *types;
-    size_t mask;
-    Py_ssize_t used;
-} MadeNodes;
-
-static void
-made_free(MadeNodes *m)
-{
-    PyMem_Free(m->keys);
-    PyMem_Free(m->sizes);
-    PyMem_Free(m->types);
-    memset(m, 0, sizeof(*m));
-}
-
-static size_t
-made_slot(MadeNodes *m, uintptr_t address)
+addrmap_slot(AddrMap *m, uintptr_t address)
 {
     size_t k = addr_hash(address, m->mask);
     while (m->keys[k] != 0 && m->keys[k] != address)
@@ -451,51 +378,66 @@ made_slot(MadeNodes *m, uintptr_t address)
 }
 
 static int
-made_put(MadeNodes *m, uintptr_t address, long long size, int32_t type_id)
+addrmap_put(AddrMap *m, uintptr_t address, long long wide, int32_t narrow)
 {
     if (m->keys == NULL || (size_t)(m->used + 1) * 2 > m->mask + 1) {
         size_t cap = m->keys == NULL ? 1024 : (m->mask + 1) * 2;
-        MadeNodes bigger = {PyMem_Calloc(cap, sizeof(uintptr_t)), PyMem_Malloc(cap * sizeof(long long)),
-                            PyMem_Malloc(cap * sizeof(int32_t)), cap - 1, 0};
-        if (bigger.keys == NULL || bigger.sizes == NULL || bigger.types == NULL) {
-            made_free(&bigger);
+        AddrMap bigger = {PyMem_Calloc(cap, sizeof(uintptr_t)), PyMem_Malloc(cap * sizeof(long long)),
+                          PyMem_Malloc(cap * sizeof(int32_t)), cap - 1, 0};
+        if (bigger.keys == NULL || bigger.wide == NULL || bigger.narrow == NULL) {
+            addrmap_free(&bigger);
             PyErr_NoMemory();
             return -1;
         }
         for (size_t h = 0; m->keys != NULL && h <= m->mask; h++) {
             if (m->keys[h] == 0)
                 continue;
-            size_t k = made_slot(&bigger, m->keys[h]);
+            size_t k = addrmap_slot(&bigger, m->keys[h]);
             bigger.keys[k] = m->keys[h];
-            bigger.sizes[k] = m->sizes[h];
-            bigger.types[k] = m->types[h];
+            bigger.wide[k] = m->wide[h];
+            bigger.narrow[k] = m->narrow[h];
             bigger.used++;
         }
-        made_free(m);
+        addrmap_free(m);
         *m = bigger;
     }
-    size_t k = made_slot(m, address);
+    size_t k = addrmap_slot(m, address);
     if (m->keys[k] == 0)
         m->used++;
     m->keys[k] = address;
-    m->sizes[k] = size;
-    m->types[k] = type_id;
+    m->wide[k] = wide;
+    m->narrow[k] = narrow;
     return 0;
 }
 
-/* 1 and the node's size and type if Python code made it, else 0. */
+/* 1 and the two numbers kept for ``address``, else 0. */
 static int
-made_get(MadeNodes *m, uintptr_t address, long long *size, int32_t *type_id)
+addrmap_get(AddrMap *m, uintptr_t address, long long *wide, int32_t *narrow)
 {
     if (m->used == 0)
         return 0;
-    size_t k = made_slot(m, address);
+    size_t k = addrmap_slot(m, address);
     if (m->keys[k] != address)
         return 0;
-    *size = m->sizes[k];
-    *type_id = m->types[k];
+    *wide = m->wide[k];
+    *narrow = m->narrow[k];
     return 1;
 }
+
+/* A dict key's label by the key's address (an AddrMap: the key's hash, its label), for the
+ * whole walk: the same interned attribute names and dict keys come back in container after
+ * container, and making "k<key>" and looking it up in the payload's dict was ~10% of the walk
+ * (perf). The key's hash is kept beside its address: a key freed during the walk whose
+ * address a new string took reads as a miss unless the new one hashes the same (then its
+ * label would be the old text's: a label only names an edge, the owners' paths are named
+ * again by the target). */
+#define KEY_LABELS_MAX 65536
+
+/* A big container's passes: a list's, tuple's or set's slices; a dict's values, then its
+ * keys. (A big dict's values carry no labels: its keys are ids and names of a registry or a
+ * cache, as many labels as entries; the owners' paths through it are named by the target
+ * afterwards, graph_wire.name_paths.) */
+enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
 
 /* The frame codes of the columns (graph_wire.py reads them; 4 and 5 are the Python loop's
  * edges by node id). */
@@ -508,7 +450,9 @@ typedef struct {
     NodeBits marked;           /* the addresses of the nodes and of our own objects */
     NodeBits walls;            /* nodes no edge but the super-root's leads to */
     NodeBits ownbits;          /* leakhound's own objects: never nodes */
-    MadeNodes made;            /* the nodes the payload's Python code made */
+    AddrMap made;              /* the nodes the payload's Python code made (the roots:
+                                * classes, frames, tasks... sized there, as the Python loop
+                                * does, never by C's size_of here): size, type id */
     Py_ssize_t own_used;
     Py_ssize_t nodes;          /* distinct nodes, the super-root included */
     Py_ssize_t max_nodes;
@@ -534,7 +478,7 @@ typedef struct {
     long long folded;
     Refs refs;
     LabelMap names;
-    KeyLabels key_labels;  /* the label of a str key by its address (key_label) */
+    AddrMap key_labels;    /* a str key's hash and label by its address (key_label) */
 } GraphState;
 
 #define GRAPH_COLUMNS(g) {&(g)->ids, &(g)->sizes, &(g)->types, &(g)->lengths, &(g)->lab, &(g)->src, &(g)->dst}
@@ -566,7 +510,7 @@ graph_drop_bits(GraphState *g)
     nodebits_free(&g->marked);
     nodebits_free(&g->walls);
     nodebits_free(&g->ownbits);
-    made_free(&g->made);
+    addrmap_free(&g->made);
     g->own_used = 0;
 }
 
@@ -583,7 +527,7 @@ graph_capsule_free(PyObject *capsule)
     graph_drop_bits(g);
     PyMem_Free(g->names.keys);
     PyMem_Free(g->names.labels);
-    keylabels_free(&g->key_labels);
+    addrmap_free(&g->key_labels);
     PyMem_Free(g);
 }
 
@@ -735,16 +679,15 @@ key_label(GraphState *g, PyObject *key)
     Py_hash_t hash = PyObject_Hash(key);  /* an exact str's: computed once, kept in it */
     if (hash == -1)
         return -2;
-    KeyLabels *c = &g->key_labels;
-    if (c->keys != NULL) {
-        size_t k = keylabels_slot(c, (uintptr_t)key);
-        if (c->keys[k] == (uintptr_t)key && c->hashes[k] == hash)
-            return c->labels[k];
-    }
+    AddrMap *c = &g->key_labels;
+    long long known_hash;
+    int32_t known_label;
+    if (addrmap_get(c, (uintptr_t)key, &known_hash, &known_label) && known_hash == (long long)hash)
+        return known_label;
     long label = key_label_made(g, key);
     /* Bounded (~2.6 MiB in the target): the keys that repeat (attribute names, a JSON
      * message's "role" and "content") come early; a cache's unique ids would only fill it. */
-    if (label >= 0 && c->used < KEY_LABELS_MAX && keylabels_put(c, (uintptr_t)key, hash, (int32_t)label) < 0)
+    if (label >= 0 && c->used < KEY_LABELS_MAX && addrmap_put(c, (uintptr_t)key, (long long)hash, (int32_t)label) < 0)
         return -2;
     return label;
 }
@@ -897,7 +840,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     Py_INCREF(tp);  /* the size and the native helpers below may run code */
     long long base = 0;
     int32_t made_type = 0;
-    if (made_get(&g->made, (uintptr_t)obj, &base, &made_type)) {
+    if (addrmap_get(&g->made, (uintptr_t)obj, &base, &made_type)) {
         g->cur_type = made_type;  /* a root: sized by the payload's Python code */
     }
     else {
@@ -1192,7 +1135,7 @@ graph_node(PyObject *Py_UNUSED(module), PyObject *args)
         return PyLong_FromLong(-1);
     if (found == FOUND_NONE
         && (graph_mark(g, obj) < 0 || graph_record(g, (uintptr_t)obj, size, (int32_t)type_id, 0) < 0
-            || made_put(&g->made, (uintptr_t)obj, size, (int32_t)type_id) < 0))
+            || addrmap_put(&g->made, (uintptr_t)obj, size, (int32_t)type_id) < 0))
         return NULL;
     return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)obj);
 }
