@@ -552,9 +552,54 @@ static PyObject *soft(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NNN)", s2, d2, l2);
 }
 
-/* -- node ids for a graph whose nodes are named by address (leakhound.graph/4, the compiled
- * walk): records in the order they came, a node's first one gives it its id, a later one
- * replaces its size, type and entries (a root walked after it was made). */
+/* -- the graph's records as they come (leakhound.graph/4): frames (two native uint32: column
+ * code, items; then the items) read from the target's graph.bin while its walk still runs,
+ * fed in any pieces (a frame may be cut anywhere). With nodes named by address (the compiled
+ * walk: edge columns 7 and 8), a node's first record gives it its id, a later one replaces
+ * its size, type and entries (a root walked after it was made); an edge's ends are looked up
+ * as soon as both have a record, the others again at the end; an edge with an end that never
+ * had a record is left out. The ids, and the edges' order, are those a reading of the whole
+ * file at once gives (the pure-Python twin in dominators/graph.py: ``Records``). With nodes
+ * named by id (the Python walk), the columns are only gathered. */
+
+#define FRAME_COLUMNS 9
+#define COL_IDS 0
+#define COL_SIZES 1
+#define COL_TYPES 2
+#define COL_LENGTHS 3
+#define COL_SRC_ID 4
+#define COL_DST_ID 5
+#define COL_LABEL 6
+#define COL_SRC_ADDRESS 7
+#define COL_DST_ADDRESS 8
+static const int column_item_bytes[FRAME_COLUMNS] = {8, 8, 4, 4, 4, 4, 4, 8, 8};
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} buf;
+
+static int buf_reserve(buf *b, size_t more) {
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *data = realloc(b->data, cap);
+    if (!data)
+        return -1;
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_append(buf *b, const char *at, size_t n) {
+    if (buf_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->data + b->len, at, n);
+    b->len += n;
+    return 0;
+}
 
 /* Open addressing, key and id side by side (one cache line a probe), filled at most half;
  * lookups prefetched a few records ahead (the addresses come in no useful order). */
@@ -566,7 +611,7 @@ typedef struct {
 
 typedef struct {
     addr_entry *slots;
-    size_t mask;
+    size_t mask, used;
 } addr_table;
 
 static inline size_t addr_home(const addr_table *t, uint64_t address) {
@@ -586,90 +631,297 @@ static inline i32 addr_lookup(const addr_table *t, uint64_t address) {
     return t->slots[addr_slot(t, address)].id;
 }
 
-#define ADDR_AHEAD 12
+/* Room for ``more`` keys at most half full: the table doubled and refilled when needed. */
+static int addr_reserve(addr_table *t, size_t more) {
+    size_t cap = t->slots ? t->mask + 1 : 0;
+    if ((t->used + more) * 2 <= cap)
+        return 0;
+    size_t want = cap ? cap : 1 << 16;
+    while ((t->used + more) * 2 > want)
+        want <<= 1;
+    addr_entry *slots = malloc(want * sizeof(addr_entry));
+    if (!slots)
+        return -1;
+    memset(slots, 0xFF, want * sizeof(addr_entry));
+    addr_table bigger = {slots, want - 1, t->used};
+    for (size_t k = 0; k < cap; k++)
+        if (t->slots[k].id >= 0)
+            slots[addr_slot(&bigger, t->slots[k].key)] = t->slots[k];
+    free(t->slots);
+    *t = bigger;
+    return 0;
+}
 
-static PyObject *resolve(PyObject *self, PyObject *args) {
-    Py_ssize_t k, m, r;
-    PyObject *ids_o, *sizes_o, *types_o, *lengths_o, *src_o, *dst_o, *lab_o, *roots_o;
-    if (!PyArg_ParseTuple(args, "nOOOOnOOOnO", &k, &ids_o, &sizes_o, &types_o, &lengths_o, &m, &src_o, &dst_o,
-                          &lab_o, &r, &roots_o))
-        return NULL;
-    if (k < 0 || m < 0 || r < 0 || k > INT32_MAX || m > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "resolve: sizes out of range");
-        return NULL;
-    }
-    const uint64_t *ids = (const uint64_t *)get_bytes(ids_o, 8, k, "ids");
-    const int64_t *sizes = (const int64_t *)get_bytes(sizes_o, 8, k, "sizes");
-    const i32 *types = (const i32 *)get_bytes(types_o, 4, k, "types");
-    const i32 *lengths = (const i32 *)get_bytes(lengths_o, 4, k, "lengths");
-    const uint64_t *src = (const uint64_t *)get_bytes(src_o, 8, m, "src");
-    const uint64_t *dst = (const uint64_t *)get_bytes(dst_o, 8, m, "dst");
-    const i32 *lab = (const i32 *)get_bytes(lab_o, 4, m, "lab");
-    const uint64_t *roots = (const uint64_t *)get_bytes(roots_o, 8, r, "roots");
-    if (!ids || !sizes || !types || !lengths || !src || !dst || !lab || !roots)
-        return NULL;
+#define ADDR_AHEAD 12
+#define RECORDS_NAME "leakhound._dominators.records"
+
+typedef struct {
+    buf col[FRAME_COLUMNS]; /* the items of each column as they came */
+    buf carry;              /* the start of a frame cut off at the end of a piece */
+    int by_address;         /* edge columns 7/8 seen: nodes are named by address */
+    size_t nodes_in;        /* node records taken into the table */
+    size_t edges_in;        /* edge records looked up once */
     addr_table t;
-    size_t cap = 1024;
-    while (cap < (size_t)k * 2)
-        cap <<= 1;
-    t.mask = cap - 1;
-    t.slots = malloc(cap * sizeof(addr_entry));
-    int64_t *o_ids = malloc((size_t)(k ? k : 1) * 8), *o_sizes = malloc((size_t)(k ? k : 1) * 8);
-    i32 *o_types = malloc((size_t)(k ? k : 1) * 4), *o_lengths = malloc((size_t)(k ? k : 1) * 4);
-    i32 *o_src = malloc((size_t)(m ? m : 1) * 4), *o_dst = malloc((size_t)(m ? m : 1) * 4);
-    i32 *o_lab = malloc((size_t)(m ? m : 1) * 4), *o_roots = malloc((size_t)(r ? r : 1) * 4);
-    PyObject *out = NULL;
-    if (!t.slots || !o_ids || !o_sizes || !o_types || !o_lengths || !o_src || !o_dst || !o_lab || !o_roots) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    memset(t.slots, 0xFF, cap * sizeof(addr_entry));
-    Py_ssize_t n = 0, e = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < k; i++) {
+    /* by address: node id -> address, size, type, entries; per edge record its ends' ids
+     * (-1: not known yet) and its label */
+    buf o_ids, o_sizes, o_types, o_lengths, o_src, o_dst;
+    size_t nodes;
+} records;
+
+static void records_free(PyObject *capsule) {
+    records *r = PyCapsule_GetPointer(capsule, RECORDS_NAME);
+    if (!r)
+        return;
+    for (int c = 0; c < FRAME_COLUMNS; c++)
+        free(r->col[c].data);
+    free(r->carry.data); free(r->t.slots);
+    free(r->o_ids.data); free(r->o_sizes.data); free(r->o_types.data); free(r->o_lengths.data);
+    free(r->o_src.data); free(r->o_dst.data);
+    free(r);
+}
+
+static records *records_of(PyObject *capsule) {
+    return PyCapsule_GetPointer(capsule, RECORDS_NAME);
+}
+
+static PyObject *records_new(PyObject *self, PyObject *args) {
+    records *r = calloc(1, sizeof(records));
+    if (!r)
+        return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(r, RECORDS_NAME, records_free);
+    if (!capsule)
+        free(r);
+    return capsule;
+}
+
+/* The node records not taken yet (all four columns in): each address's first gives its id. */
+static int records_take_nodes(records *r) {
+    size_t k = r->col[COL_IDS].len / 8;
+    if (r->col[COL_SIZES].len / 8 < k) k = r->col[COL_SIZES].len / 8;
+    if (r->col[COL_TYPES].len / 4 < k) k = r->col[COL_TYPES].len / 4;
+    if (r->col[COL_LENGTHS].len / 4 < k) k = r->col[COL_LENGTHS].len / 4;
+    if (k <= r->nodes_in)
+        return 0;
+    size_t more = k - r->nodes_in;
+    if (addr_reserve(&r->t, more) < 0 || buf_reserve(&r->o_ids, more * 8) < 0 || buf_reserve(&r->o_sizes, more * 8) < 0
+        || buf_reserve(&r->o_types, more * 4) < 0 || buf_reserve(&r->o_lengths, more * 4) < 0)
+        return -1;
+    const uint64_t *ids = (const uint64_t *)r->col[COL_IDS].data;
+    const int64_t *sizes = (const int64_t *)r->col[COL_SIZES].data;
+    const i32 *types = (const i32 *)r->col[COL_TYPES].data, *lengths = (const i32 *)r->col[COL_LENGTHS].data;
+    addr_table *t = &r->t;
+    for (size_t i = r->nodes_in; i < k; i++) {
         if (i + ADDR_AHEAD < k)
-            __builtin_prefetch(&t.slots[addr_home(&t, ids[i + ADDR_AHEAD])], 1);
-        size_t slot = addr_slot(&t, ids[i]);
-        i32 id = t.slots[slot].id;
+            __builtin_prefetch(&t->slots[addr_home(t, ids[i + ADDR_AHEAD])], 1);
+        size_t slot = addr_slot(t, ids[i]);
+        i32 id = t->slots[slot].id;
         if (id < 0) {
-            id = (i32)n++;
-            t.slots[slot].key = ids[i];
-            t.slots[slot].id = id;
-            o_ids[id] = (int64_t)ids[i];
+            id = (i32)r->nodes++;
+            t->slots[slot].key = ids[i];
+            t->slots[slot].id = id;
+            t->used++;
+            ((int64_t *)r->o_ids.data)[id] = (int64_t)ids[i];
         }
-        o_sizes[id] = sizes[i];
-        o_types[id] = types[i];
-        o_lengths[id] = lengths[i];
+        ((int64_t *)r->o_sizes.data)[id] = sizes[i];
+        ((i32 *)r->o_types.data)[id] = types[i];
+        ((i32 *)r->o_lengths.data)[id] = lengths[i];
     }
-    for (Py_ssize_t i = 0; i < m; i++) {
-        if (i + ADDR_AHEAD < m) {
-            __builtin_prefetch(&t.slots[addr_home(&t, src[i + ADDR_AHEAD])], 0);
-            __builtin_prefetch(&t.slots[addr_home(&t, dst[i + ADDR_AHEAD])], 0);
+    r->o_ids.len = r->o_sizes.len = r->nodes * 8;
+    r->o_types.len = r->o_lengths.len = r->nodes * 4;
+    r->nodes_in = k;
+    return 0;
+}
+
+/* The edge records not looked up yet (both address columns in): their ends' ids, -1 for an
+ * end without a record so far (looked up again at the end). */
+static int records_take_edges(records *r) {
+    size_t m = r->col[COL_SRC_ADDRESS].len / 8;
+    if (r->col[COL_DST_ADDRESS].len / 8 < m)
+        m = r->col[COL_DST_ADDRESS].len / 8;
+    if (m <= r->edges_in)
+        return 0;
+    size_t more = m - r->edges_in;
+    if (buf_reserve(&r->o_src, more * 4) < 0 || buf_reserve(&r->o_dst, more * 4) < 0)
+        return -1;
+    const uint64_t *src = (const uint64_t *)r->col[COL_SRC_ADDRESS].data;
+    const uint64_t *dst = (const uint64_t *)r->col[COL_DST_ADDRESS].data;
+    i32 *a = (i32 *)r->o_src.data, *b = (i32 *)r->o_dst.data;
+    const addr_table *t = &r->t;
+    if (!t->slots) {
+        memset(a + r->edges_in, 0xFF, more * 4);
+        memset(b + r->edges_in, 0xFF, more * 4);
+    } else {
+        for (size_t i = r->edges_in; i < m; i++) {
+            if (i + ADDR_AHEAD < m) {
+                __builtin_prefetch(&t->slots[addr_home(t, src[i + ADDR_AHEAD])], 0);
+                __builtin_prefetch(&t->slots[addr_home(t, dst[i + ADDR_AHEAD])], 0);
+            }
+            a[i] = addr_lookup(t, src[i]);
+            b[i] = addr_lookup(t, dst[i]);
         }
-        i32 a = addr_lookup(&t, src[i]), b = addr_lookup(&t, dst[i]);
-        if (a < 0 || b < 0)
-            continue; /* an end that never had a record: left out (counted by the caller) */
-        o_src[e] = a;
-        o_dst[e] = b;
-        o_lab[e] = lab[i];
-        e++;
     }
-    for (Py_ssize_t i = 0; i < r; i++)
-        o_roots[i] = addr_lookup(&t, roots[i]);
+    r->o_src.len = r->o_dst.len = m * 4;
+    r->edges_in = m;
+    return 0;
+}
+
+/* records_feed(records, piece) -> None: the frames in ``piece`` (bytes), taken in. */
+static PyObject *records_feed(PyObject *self, PyObject *args) {
+    PyObject *capsule;
+    const char *piece;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "Oy#", &capsule, &piece, &len))
+        return NULL;
+    records *r = records_of(capsule);
+    if (!r)
+        return NULL;
+    const char *error = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    const char *at = piece, *end = piece + len;
+    while (r->carry.len && !error) { /* a frame cut at the end of the last piece, completed */
+        size_t need = 8;
+        if (r->carry.len >= 8) {
+            uint32_t head[2];
+            memcpy(head, r->carry.data, 8);
+            if (head[0] >= FRAME_COLUMNS) {
+                error = "unknown graph column";
+                break;
+            }
+            need = 8 + (size_t)head[1] * (size_t)column_item_bytes[head[0]];
+            if (r->carry.len >= need) {
+                if (buf_append(&r->col[head[0]], r->carry.data + 8, need - 8) < 0)
+                    error = "out of memory";
+                r->carry.len = 0;
+                break;
+            }
+        }
+        if (at == end)
+            break;
+        size_t take = need - r->carry.len;
+        if (take > (size_t)(end - at))
+            take = (size_t)(end - at);
+        if (buf_append(&r->carry, at, take) < 0)
+            error = "out of memory";
+        at += take;
+    }
+    while (!error && !r->carry.len && at < end) {
+        uint32_t head[2];
+        if (end - at < 8) {
+            if (buf_append(&r->carry, at, (size_t)(end - at)) < 0)
+                error = "out of memory";
+            break;
+        }
+        memcpy(head, at, 8);
+        if (head[0] >= FRAME_COLUMNS) {
+            error = "unknown graph column";
+            break;
+        }
+        size_t bytes = (size_t)head[1] * (size_t)column_item_bytes[head[0]];
+        if ((size_t)(end - at) - 8 < bytes) {
+            if (buf_append(&r->carry, at, (size_t)(end - at)) < 0)
+                error = "out of memory";
+            break;
+        }
+        if (buf_append(&r->col[head[0]], at + 8, bytes) < 0) {
+            error = "out of memory";
+            break;
+        }
+        at += 8 + bytes;
+    }
+    if (!error && (r->col[COL_SRC_ADDRESS].len || r->col[COL_DST_ADDRESS].len))
+        r->by_address = 1;
+    if (!error && r->by_address && (records_take_nodes(r) < 0 || records_take_edges(r) < 0))
+        error = "out of memory";
     Py_END_ALLOW_THREADS
-    out = Py_BuildValue("(ny#y#y#y#ny#y#y#y#)", n, (const char *)o_ids, n * 8, (const char *)o_sizes, n * 8,
-                        (const char *)o_types, n * 4, (const char *)o_lengths, n * 4, e, (const char *)o_src,
-                        e * 4, (const char *)o_dst, e * 4, (const char *)o_lab, e * 4, (const char *)o_roots, r * 4);
-done:
-    free(t.slots); free(o_ids); free(o_sizes); free(o_types); free(o_lengths);
-    free(o_src); free(o_dst); free(o_lab); free(o_roots);
+    if (error) {
+        if (error[0] == 'o')
+            return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *buf_bytes(const buf *b) {
+    return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len);
+}
+
+/* records_finish(records, roots) -> (cut, by_address, n, ids, sizes, types, lengths, e, src, dst,
+ * lab, roots, m): the columns (by address: resolved, the roots' ids (-1 for none) and ``m`` the
+ * edge records read; else as they came, the roots given back); ``cut``: bytes of a frame left
+ * incomplete. Once: the label column is compacted in place. */
+static PyObject *records_finish(PyObject *self, PyObject *args) {
+    PyObject *capsule, *roots_o;
+    Py_ssize_t nroots;
+    if (!PyArg_ParseTuple(args, "OnO", &capsule, &nroots, &roots_o))
+        return NULL;
+    records *r = records_of(capsule);
+    if (!r)
+        return NULL;
+    const uint64_t *roots = (const uint64_t *)get_bytes(roots_o, 8, nroots, "roots");
+    if (!roots)
+        return NULL;
+    if (!r->by_address)
+        return Py_BuildValue("(ninNNNNnNNNOn)", (Py_ssize_t)r->carry.len, 0, (Py_ssize_t)(r->col[COL_IDS].len / 8),
+                             buf_bytes(&r->col[COL_IDS]), buf_bytes(&r->col[COL_SIZES]),
+                             buf_bytes(&r->col[COL_TYPES]), buf_bytes(&r->col[COL_LENGTHS]),
+                             (Py_ssize_t)(r->col[COL_SRC_ID].len / 4), buf_bytes(&r->col[COL_SRC_ID]),
+                             buf_bytes(&r->col[COL_DST_ID]), buf_bytes(&r->col[COL_LABEL]), roots_o,
+                             (Py_ssize_t)0);
+    i32 *o_roots = malloc((size_t)(nroots ? nroots : 1) * 4);
+    if (!o_roots)
+        return PyErr_NoMemory();
+    size_t e = 0;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    failed = records_take_nodes(r) < 0 || records_take_edges(r) < 0;
+    if (!failed) {
+        /* the ends unknown when first looked up, again; then the edges with both ends, in order */
+        const uint64_t *src = (const uint64_t *)r->col[COL_SRC_ADDRESS].data;
+        const uint64_t *dst = (const uint64_t *)r->col[COL_DST_ADDRESS].data;
+        const i32 *lab = (const i32 *)r->col[COL_LABEL].data;
+        size_t labels = r->col[COL_LABEL].len / 4;
+        i32 *a = (i32 *)r->o_src.data, *b = (i32 *)r->o_dst.data;
+        const addr_table *t = &r->t;
+        /* the label column is rewritten in place, compacted with the ends */
+        i32 *c = (i32 *)r->col[COL_LABEL].data;
+        for (size_t i = 0; i < r->edges_in && i < labels; i++) {
+            i32 x = a[i], y = b[i];
+            if (x < 0 && t->slots)
+                x = addr_lookup(t, src[i]);
+            if (y < 0 && t->slots)
+                y = addr_lookup(t, dst[i]);
+            if (x < 0 || y < 0)
+                continue; /* an end that never had a record: left out (counted by the caller) */
+            a[e] = x;
+            b[e] = y;
+            c[e] = lab[i];
+            e++;
+        }
+        r->o_src.len = r->o_dst.len = e * 4;
+        r->col[COL_LABEL].len = e * 4;
+        for (Py_ssize_t i = 0; i < nroots; i++)
+            o_roots[i] = t->slots ? addr_lookup(t, roots[i]) : -1;
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        free(o_roots);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = Py_BuildValue("(ninNNNNnNNNNn)", (Py_ssize_t)r->carry.len, 1, (Py_ssize_t)r->nodes,
+                                  buf_bytes(&r->o_ids), buf_bytes(&r->o_sizes), buf_bytes(&r->o_types),
+                                  buf_bytes(&r->o_lengths), (Py_ssize_t)e, buf_bytes(&r->o_src), buf_bytes(&r->o_dst),
+                                  buf_bytes(&r->col[COL_LABEL]),
+                                  PyBytes_FromStringAndSize((const char *)o_roots, nroots * 4), (Py_ssize_t)r->edges_in);
+    free(o_roots);
     return out;
 }
 
 static PyMethodDef methods[] = {
-    {"resolve", resolve, METH_VARARGS,
-     "resolve(k, ids, sizes, types, lengths, m, src, dst, lab, r, roots) -> (n, ids, sizes, types, lengths, e, src, "
-     "dst, lab, roots): node ids for nodes, edges and roots named by address"},
+    {"records_new", records_new, METH_NOARGS, "records_new() -> records: a graph's frames read as they come"},
+    {"records_feed", records_feed, METH_VARARGS, "records_feed(records, piece) -> None: frames taken in"},
+    {"records_finish", records_finish, METH_VARARGS,
+     "records_finish(records, r, roots) -> (cut, by_address, n, ids, sizes, types, lengths, e, src, dst, lab, roots, m)"},
     {"soft", soft, METH_VARARGS, "soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab) without soft roots' edges into the rest"},
     {"csr", csr, METH_VARARGS, "csr(n, m, keys) -> (offsets, edge ids): edges grouped by key"},
     {"paths", paths, METH_VARARGS, "paths(...) -> (via int32 bytes, root_of int32 bytes): cheapest paths from roots"},

@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,9 @@ from leakhound.errors import (
 
 Progress = Callable[[str, int], None]
 # A document the payload hands over before its result: (name, doc, post), where
-# post(name, doc) answers it within the same request.
+# post(name, doc) answers it within the same request. On the debugger paths the graph's
+# records come first, piece by piece as the target's walk writes them: ("records",
+# {"piece": bytes}, post), then ("graph", doc, post) with ``records_streamed`` in doc.
 Post = Callable[[str, dict[str, Any]], None]
 Partial = Callable[[str, dict[str, Any], Post], None]
 PAYLOAD_SOURCE = Path(leakhound.payload.__file__).parent
@@ -89,6 +91,32 @@ def _make_dir_in_target(pid: int) -> tuple[str, str]:
         f"process {pid} runs in another mount namespace and leakhound could not make its private "
         f"directory there through {root} ({'; '.join(tried)})"
     )
+
+
+class _Tail:
+    """A file another process is still appending to, read piece by piece as it grows."""
+
+    PIECE = 8 << 20
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.read = 0
+        self._fh: Any = None
+
+    def pieces(self) -> Iterator[bytes]:
+        if self._fh is None:
+            try:
+                self._fh = open(self.path, "rb", buffering=0)
+            except OSError:
+                return
+        while piece := self._fh.read(self.PIECE):
+            self.read += len(piece)
+            yield piece
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
 
 
 class PrivateChannel:
@@ -191,8 +219,27 @@ class PrivateChannel:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Wait for ``started.json`` then ``result.json``; returns (started, result). A graph
         handed over before the result (``graph.json``, runner._snapshot_graph_first) goes to
-        ``on_partial("graph", doc, self.post)`` as soon as it is there."""
+        ``on_partial("graph", doc, self.post)`` as soon as it is there, its records (graph.bin,
+        written as the target walks) before it, to ``on_partial("records", {"piece": ...})``
+        as they come: most of their reading is done by the time the walk ends."""
         begin = time.monotonic()
+        records = _Tail(self.dir / "graph.bin")
+        try:
+            return self._wait(pid, start_timeout, timeout, progress, blocked_hint, on_partial, begin, records)
+        finally:
+            records.close()
+
+    def _wait(
+        self,
+        pid: int,
+        start_timeout: float,
+        timeout: float,
+        progress: Progress | None,
+        blocked_hint: Callable[[], str] | None,
+        on_partial: Partial | None,
+        begin: float,
+        records: _Tail,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         started = None
         last_phase = None
         partial_seen = on_partial is None
@@ -210,10 +257,15 @@ class PrivateChannel:
             # A graph handed over early: before the result, or in the same turn (written first).
             if not partial_seen and (result is None or result.get("graph_sent")):
                 early = self._read("graph.json")
-                if early is not None and isinstance(early.get("graph"), dict):
+                graph = early.get("graph") if early is not None else None
+                # graph.bin is complete once graph.json is there (written first): read to its end
+                for piece in records.pieces():
+                    on_partial("records", {"piece": piece}, self.post)  # type: ignore[misc]
+                if isinstance(graph, dict):
                     partial_seen = True
-                    self._read_graph(early)
-                    on_partial("graph", early["graph"], self.post)  # type: ignore[misc]
+                    if graph.get("binary_file") == "graph.bin":
+                        graph["records_streamed"] = records.read
+                    on_partial("graph", graph, self.post)  # type: ignore[misc]
             if result is not None:
                 self._read_graph(result)
                 return started or {}, result

@@ -287,11 +287,29 @@ class _EarlyOwners:
         self._thread: threading.Thread | None = None
         self._out: tuple[dominators.ObjectGraph, dominators.DominatorOwners] | None = None
         self._error: BaseException | None = None
+        self._records = dominators.Records()
+        self._records_error: dominators.GraphError | None = None
 
     def on_partial(self, name: str, doc: dict[str, Any], post: Post) -> None:
-        if name != "graph" or self.doc is not None:
+        if self.doc is not None:
+            return
+        if name == "records":  # the graph's records as the target writes them (debugger paths)
+            if self._records_error is None:
+                try:
+                    self._records.feed(doc["piece"])
+                except dominators.GraphError as exc:  # said when the graph is decoded
+                    self._records_error = exc
+            return
+        if name != "graph":
             return
         self.doc = doc
+        if "records_streamed" in doc:
+            doc["records"] = self._records
+            if self._records_error is None and doc["records_streamed"] != doc.get("binary_bytes"):
+                self._records_error = dominators.GraphError(
+                    f"the graph's records are cut short ({doc['records_streamed']} of {doc.get('binary_bytes')} bytes)")
+            if self._records_error is not None:
+                doc["records"] = self._records_error
         if doc.get("skipped"):
             return  # the target counts owners itself then, and asks for no names
         self._thread = threading.Thread(target=self._run, args=(doc, post), name="leakhound-dominators",

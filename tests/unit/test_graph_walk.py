@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,34 +139,98 @@ def test_a_graph_not_sent_leaves_no_spool_behind(tmp_path: Path) -> None:
     assert "skipped" in out and not list(tmp_path.iterdir())
 
 
+def _frames_of(columns: dict[str, Any], rng: Any) -> bytes:
+    """The columns as the walk spools them: frames of a column each, interleaved."""
+    import struct
+
+    from leakhound.analysis.dominators import graph as wire
+
+    codes = {key: code for code, (key, _) in enumerate(wire.FRAME_COLUMNS)}
+    raw, at = bytearray(), dict.fromkeys(columns, 0)
+    while any(at[k] < len(v) for k, v in columns.items()):
+        for key, column in columns.items():
+            part = column[at[key]:at[key] + rng.randint(0, 700)]
+            at[key] += len(part)
+            raw += struct.pack("=II", codes[key], len(part)) + part.tobytes()
+    return bytes(raw)
+
+
+def _read_in_pieces(raw: bytes, roots: list[int], compiled: Any, rng: Any) -> tuple[Any, ...]:
+    from leakhound.analysis.dominators import graph as wire
+
+    saved, wire._compiled = wire._compiled, compiled
+    try:
+        records = wire.Records()
+        at = 0
+        while at < len(raw):  # cut anywhere, in a frame's header or its items too
+            step = rng.randint(1, 3000)
+            records.feed(raw[at:at + step])
+            at += step
+        arrays, n, root_ids, dropped = records.finish(roots, by_address=True)
+    finally:
+        wire._compiled = saved
+    return n, root_ids, dropped, {k: list(v) for k, v in arrays.items() if not k.endswith("_address")}
+
+
 def test_addresses_resolve_the_same_in_c_and_python() -> None:
     """leakhound gives the compiled walk's addresses their node ids: a node's first record its
     id, its last its size; an edge to an address without a record is left out."""
     import array
+    import random
 
     from leakhound.analysis.dominators import graph as wire
 
-    def arrays() -> dict[str, array.array[int]]:
-        return {"ids": array.array("q", [0, 0x1000, 0x2000, 0x1000]), "sizes": array.array("q", [0, 8, 16, 24]),
-                "types": array.array("i", [0, 1, 2, 1]), "lengths": array.array("i", [0, 0, 0, 3]),
-                "edge_src_address": array.array("q", [0, 0x1000, 0x1000]),
-                "edge_dst_address": array.array("q", [0x1000, 0x2000, 0x3000]),
-                "edge_label": array.array("i", [-1, 4, 5])}
-
-    results = []
-    for compiled in (wire._compiled, None):
-        got = arrays()
-        saved, wire._compiled = wire._compiled, compiled
-        try:
-            n, roots, dropped = wire.resolve(got, [0x2000, 0x4000])
-        finally:
-            wire._compiled = saved
-        results.append((n, roots, dropped, {k: list(v) for k, v in got.items() if not k.endswith("_address")}))
+    columns = {"ids": array.array("q", [0, 0x1000, 0x2000, 0x1000]), "sizes": array.array("q", [0, 8, 16, 24]),
+               "types": array.array("i", [0, 1, 2, 1]), "lengths": array.array("i", [0, 0, 0, 3]),
+               "edge_src_address": array.array("q", [0, 0x1000, 0x1000]),
+               "edge_dst_address": array.array("q", [0x1000, 0x2000, 0x3000]),
+               "edge_label": array.array("i", [-1, 4, 5])}
+    raw = _frames_of(columns, random.Random(1))
+    results = [_read_in_pieces(raw, [0x2000, 0x4000], compiled, random.Random(2))
+               for compiled in (wire._compiled, None)]
     assert results[0] == results[1]
     n, roots, dropped, got = results[0]
     assert (n, roots, dropped) == (3, [2, -1], 1)
     assert got["ids"] == [0, 0x1000, 0x2000] and got["sizes"] == [0, 24, 16] and got["lengths"] == [0, 3, 0]
     assert (got["edge_src"], got["edge_dst"], got["edge_label"]) == ([0, 1], [1, 2], [-1, 4])
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_records_read_as_they_come_give_what_one_reading_gives(seed: int) -> None:
+    """graph.bin read while the walk writes it, in pieces cut anywhere: the compiled reader
+    (node records taken in as they come, edges looked up when both ends have a record, the rest
+    at the end) gives the ids, sizes and edges, in order, that the Python twin gives reading
+    the whole file at once, records repeated and edges to nowhere included."""
+    import array
+    import random
+
+    from leakhound.analysis.dominators import graph as wire
+
+    if wire._compiled is None:
+        pytest.skip("the compiled reader was not built here")
+    rng = random.Random(seed)
+    addresses = [0] + [0x10000 + 16 * i for i in range(5000)]
+    records = [(a, rng.randint(16, 500), rng.randint(0, 9), rng.randint(0, 5))
+               for a in addresses + rng.sample(addresses, 500)]
+    nowhere = 0x999990
+    edges = [(rng.choice(addresses + [nowhere]), rng.choice(addresses + [nowhere]), rng.randint(-1, 50))
+             for _ in range(20000)]
+    columns = {"ids": array.array("q", [r[0] for r in records]), "sizes": array.array("q", [r[1] for r in records]),
+               "types": array.array("i", [r[2] for r in records]), "lengths": array.array("i", [r[3] for r in records]),
+               "edge_src_address": array.array("q", [e[0] for e in edges]),
+               "edge_dst_address": array.array("q", [e[1] for e in edges]),
+               "edge_label": array.array("i", [e[2] for e in edges])}
+    raw = _frames_of(columns, rng)
+    roots = [0x10000, nowhere, 0x10010]
+    compiled = _read_in_pieces(raw, roots, wire._compiled, rng)
+    assert compiled == _read_in_pieces(raw, roots, None, rng)
+    n, root_ids, dropped, got = compiled
+    assert n == len(addresses) and root_ids == [1, -1, 2]
+    assert dropped == sum(1 for a, b, _ in edges if nowhere in (a, b)) > 0
+    with pytest.raises(wire.GraphError):  # cut short
+        cut = wire.Records()
+        cut.feed(raw[:-3])
+        cut.finish(roots, by_address=True)
 
 
 def test_a_spooled_graph_dropped_unsent_closes_its_file(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ names), ``owners`` (accumulation points and ``find_owners``). Callers import fro
 """
 
 from leakhound.analysis.dominators import passes
-from leakhound.analysis.dominators.graph import GRAPH_FORMAT, GraphError, ObjectGraph, decode_graph
+from leakhound.analysis.dominators.graph import GRAPH_FORMAT, GraphError, ObjectGraph, Records, decode_graph
 from leakhound.analysis.dominators.naming import RetainerPath, path_edges, path_ids, render_edges, render_path
 from leakhound.analysis.dominators.owners import (
     DESCEND_SHARE,
@@ -53,7 +53,7 @@ _dominators = passes._dominators  # type: ignore[attr-defined]
 
 __all__ = [
     "BACK_REFERENCE_COST", "DESCEND_SHARE", "GRAPH_FORMAT", "TASK_RANK_COST", "DominatorOwner", "DominatorOwners",
-    "DominatorTree", "GraphError", "NameAsker", "ObjectGraph", "OwnerFinder", "Paths", "RetainerPath",
+    "DominatorTree", "GraphError", "NameAsker", "ObjectGraph", "OwnerFinder", "Paths", "Records", "RetainerPath",
     "_dominators", "_dominators_python", "_preferred_paths_python", "children_of", "decode_graph", "dominators",
     "find_owners", "passes", "path_edges", "path_ids", "preferred_paths", "render_edges", "render_path", "soften",
     "subtree_counts", "why_nodes", "why_of_type",

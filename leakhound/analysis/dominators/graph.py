@@ -1,14 +1,15 @@
 """The target's object graph as leakhound reads it: the ``graph`` result decoded into int arrays.
 
 The target streams a compact graph (``leakhound/payload/graph.py``): native int records, raw
-after the JSON that describes them (the channel hands them over as ``binary``), node 0 the
+after the JSON that describes them (the channel hands them over as ``binary``, or /4's as a
+``Records`` it fed while the target wrote them: ``records``), node 0 the
 super-root, whose children are every named root (modules, classes, tasks, thread frames) and
 the objects held from C. Formats read:
 
 * /4: frames (two native uint32: column code, items; then the items), a column's frames end
   to end (``FRAME_COLUMNS``). With ``node_keys`` "address" (the compiled walk) roots and edges
   name nodes by address and a node may have several records: its first gives it its id here
-  (``resolve``), the last its size, type and entries.
+  (``Records``), the last its size, type and entries.
 * /3: the arrays one after the other (``arrays``: key, typecode, items), ``roots`` flat, four
   items a root; /2 a list per root; /1 base64 chunks in the JSON.
 """
@@ -103,11 +104,9 @@ def _split(doc: dict[str, Any], order: str) -> dict[str, array.array[int]]:
     return out
 
 
-def _frames(doc: dict[str, Any], order: str) -> dict[str, array.array[int]]:
-    """/4's columns from its frames (``binary``), each column's frames end to end."""
-    raw = doc.get("binary")
-    if not isinstance(raw, bytes | bytearray):
-        raise GraphError("the graph's records did not arrive (no binary part)")
+def _frames(raw: bytes, order: str) -> dict[str, array.array[int]]:
+    """/4's columns from its frames, each column's frames end to end (the Python twin of the
+    compiled ``records_feed``)."""
     header = struct.Struct(("<" if order == "little" else ">") + "II")
     parts: dict[int, list[memoryview]] = {}
     view = memoryview(raw)
@@ -134,25 +133,13 @@ def _frames(doc: dict[str, Any], order: str) -> dict[str, array.array[int]]:
     return out
 
 
-def resolve(arrays: dict[str, array.array[int]], roots: list[int]) -> tuple[int, list[int], int]:
-    """Node ids for records and edges named by address (/4 from the compiled walk), in place
-    in ``arrays``: a node's first record gives it its id, its last its size, type and entries;
-    an edge with an end that never had a record is left out. Returns (nodes, the roots' ids
-    (-1: none), edges left out)."""
+def _resolve(arrays: dict[str, array.array[int]], roots: list[int]) -> tuple[int, list[int], int]:
+    """Node ids for records and edges named by address, in place in ``arrays`` (the Python
+    twin of the compiled ``records_finish``): a node's first record gives it its id, its last
+    its size, type and entries; an edge with an end that never had a record is left out.
+    Returns (nodes, the roots' ids (-1: none), edges left out)."""
     ids, sizes, types, lengths = arrays["ids"], arrays["sizes"], arrays["types"], arrays["lengths"]
     src, dst, lab = arrays["edge_src_address"], arrays["edge_dst_address"], arrays["edge_label"]
-    if _compiled is not None:
-        n, i_b, s_b, t_b, l_b, e, src_b, dst_b, lab_b, roots_b = _compiled.resolve(
-            len(ids), ids.tobytes(), sizes.tobytes(), types.tobytes(), lengths.tobytes(), len(src), src.tobytes(),
-            dst.tobytes(), lab.tobytes(), len(roots), array.array("q", roots).tobytes())
-        for key, code, raw in (("ids", "q", i_b), ("sizes", "q", s_b), ("types", "i", t_b), ("lengths", "i", l_b),
-                               ("edge_src", "i", src_b), ("edge_dst", "i", dst_b), ("edge_label", "i", lab_b)):
-            arr: array.array[int] = array.array(code)
-            arr.frombytes(raw)
-            arrays[key] = arr
-        root_ids: array.array[int] = array.array("i")
-        root_ids.frombytes(roots_b)
-        return n, list(root_ids), len(src) - e
     index: dict[int, int] = {}
     out = {key: array.array(code) for key, code in (("ids", "q"), ("sizes", "q"), ("types", "i"), ("lengths", "i"),
                                                      ("edge_src", "i"), ("edge_dst", "i"), ("edge_label", "i"))}
@@ -176,6 +163,77 @@ def resolve(arrays: dict[str, array.array[int]], roots: list[int]) -> tuple[int,
     return len(out["ids"]), [index.get(address, -1) for address in roots], len(src) - len(out["edge_src"])
 
 
+class Records:
+    """/4's records read as they come: ``feed`` any pieces of the frames (the channel hands
+    over graph.bin while the target's walk still writes it, so that most of the reading is
+    done by the time the walk ends), ``finish`` once.
+
+    The compiled reader (``_dominators.records_*``) takes each node record into its table as
+    it comes and looks up the edges' ends it can; the Python twin keeps the pieces and reads
+    them at the end. Both give the same ids and edges as one reading of the whole file."""
+
+    def __init__(self, order: str = sys.byteorder) -> None:
+        self.order = order
+        self.received = 0
+        self._pieces: list[bytes] = []
+        self._reader = _compiled.records_new() if _compiled is not None and order == sys.byteorder else None
+        self._finished = False
+
+    def feed(self, piece: bytes) -> None:
+        if self._finished:
+            raise GraphError("the graph's records were already read")
+        if not piece:
+            return
+        self.received += len(piece)
+        if self._reader is None:
+            self._pieces.append(bytes(piece))
+            return
+        try:
+            _compiled.records_feed(self._reader, piece)
+        except ValueError as exc:
+            raise GraphError(f"malformed graph records: {exc}") from None
+
+    def finish(self, roots: list[int], *, by_address: bool) -> tuple[dict[str, array.array[int]], int, list[int], int]:
+        """(columns "ids" ... "edge_label", nodes, the roots' ids (-1: none), edges left out);
+        ``by_address``: the graph's nodes are named by address (``node_keys``)."""
+        if self._finished:
+            raise GraphError("the graph's records were already read")
+        self._finished = True
+        if self._reader is None:
+            whole = _frames(b"".join(self._pieces), self.order)
+            self._pieces = []
+            return self._named(whole, roots, by_address)
+        cut, resolved, n, i_b, s_b, t_b, l_b, e, src_b, dst_b, lab_b, roots_b, m = _compiled.records_finish(
+            self._reader, len(roots), array.array("q", roots).tobytes())
+        self._reader = None
+        if cut:
+            raise GraphError("the graph's records are cut short")
+        arrays: dict[str, array.array[int]] = {}
+        for key, code, raw in (("ids", "q", i_b), ("sizes", "q", s_b), ("types", "i", t_b), ("lengths", "i", l_b),
+                               ("edge_src", "i", src_b), ("edge_dst", "i", dst_b), ("edge_label", "i", lab_b)):
+            arr: array.array[int] = array.array(code)
+            arr.frombytes(raw)
+            arrays[key] = arr
+        if not resolved:  # no edge by address came: the columns as they came
+            arrays["edge_src_address"], arrays["edge_dst_address"] = array.array("q"), array.array("q")
+            return self._named(arrays, roots, by_address)
+        if not by_address:
+            raise GraphError("edges by address in a graph whose nodes are not")
+        root_ids: array.array[int] = array.array("i")
+        root_ids.frombytes(roots_b)
+        return arrays, n, list(root_ids), m - e
+
+    @staticmethod
+    def _named(arrays: dict[str, array.array[int]], roots: list[int],
+               by_address: bool) -> tuple[dict[str, array.array[int]], int, list[int], int]:
+        if by_address:
+            n, root_ids, dropped = _resolve(arrays, roots)
+            return arrays, n, root_ids, dropped
+        if arrays["edge_src_address"]:
+            raise GraphError("edges by address in a graph whose nodes are not")
+        return arrays, len(arrays["ids"]), roots, 0
+
+
 def _roots(doc: dict[str, Any]) -> list[tuple[int, str, str, int]]:
     """(node, label, kind, tier) per root: /3 and /4 send them flat, /1 and /2 a list each."""
     rows = doc["roots"]
@@ -197,12 +255,19 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
         nodes = int(doc["nodes"])
         dropped = 0
         if doc["format"] == GRAPH_FORMAT:
-            arrays = _frames(doc, order)
-            if doc.get("node_keys") == "address":
-                nodes, root_ids, dropped = resolve(arrays, [r[0] for r in roots])
+            records = doc.get("records")
+            if isinstance(records, GraphError):  # streamed, and found broken on the way
+                raise records
+            if not isinstance(records, Records):
+                raw = doc.get("binary")
+                if not isinstance(raw, bytes | bytearray):
+                    raise GraphError("the graph's records did not arrive (no binary part)")
+                records = Records(order)
+                records.feed(bytes(raw))
+            by_address = doc.get("node_keys") == "address"
+            arrays, nodes, root_ids, dropped = records.finish([r[0] for r in roots], by_address=by_address)
+            if by_address:
                 roots = [(root_ids[k], *roots[k][1:]) for k in range(len(roots)) if root_ids[k] >= 0]
-            elif arrays["edge_src_address"]:
-                raise GraphError("edges by address in a graph whose nodes are not")
         elif doc["format"] != "leakhound.graph/1":
             arrays = _split(doc, order)
         else:
