@@ -30,6 +30,8 @@ Part 2 (the promise): ``--max-pause`` checked side by side with fixtures/busy_wo
 heartbeat (its loop's worst lag, measured in the target), FIXTURE_C_THREADS threads in C code:
 the worst lag during the inspection against the budget and what the payload reported.
 
+BENCH_LOG_DIR=DIR keeps each inspection's -v output there.
+
 Usage: .venv/bin/python benchmarks/busy_real_worker.py [--repeat N] [--warm S] [--no-real]
        [--no-guppy] [--owners both|census|default] [--no-heartbeat]
 """
@@ -37,6 +39,7 @@ Usage: .venv/bin/python benchmarks/busy_real_worker.py [--repeat N] [--warm S] [
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -70,6 +73,9 @@ def inspect(pid: int, extra: list[str]) -> dict[str, Any]:
         row["objects"] = doc["heap"]["objects"]
         row["owner1"] = doc["owners"][0]["path"] if doc["owners"] else ""
     row["phases"] = verbose_phases(proc.stderr)
+    if os.environ.get("BENCH_LOG_DIR"):  # each run's -v output, to read where a long hold was
+        log = Path(os.environ["BENCH_LOG_DIR"]) / f"inspect-{pid}-{time.time():.0f}.log"
+        log.write_text(proc.stderr)
     holds = verbose_holds(proc.stderr)  # the census's and, with the default owners, the graph's
     if holds is not None:
         row["max_hold_ms"], row["yields"] = holds
