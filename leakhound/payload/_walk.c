@@ -110,6 +110,8 @@ typedef struct {
     Py_ssize_t slot;        /* -1: not looked up yet */
     int sizeof_builtin;     /* -1: not looked up yet */
     PyObject *sizeof_descr; /* its C __sizeof__ (a strong reference), when sizeof_builtin */
+    PyCFunction sizeof_fn;  /* that __sizeof__'s C function, once learnt (call_sizeof) */
+    int sizeof_fn_tried;
     /* What sys.getsizeof adds to __sizeof__ for this type (the GC header, 3.11+'s managed
      * dict pre-header): -1 not learnt yet, -2 not to be learnt (see size_of). */
     long long preheader;
@@ -298,6 +300,8 @@ type_info(Walk *w, PyTypeObject *tp)
     info->slot = -1;
     info->sizeof_builtin = -1;
     info->sizeof_descr = NULL;
+    info->sizeof_fn = NULL;
+    info->sizeof_fn_tried = 0;
     info->preheader = -1;
     info->native = -1;
     Py_INCREF(tp);
@@ -428,6 +432,41 @@ call_long(PyObject *callable, PyObject *op)
     return value;
 }
 
+/* info->sizeof_descr(op) (the type's C __sizeof__, a method descriptor) as a C long long: -1
+ * with an error set when it fails. Once the C function behind it is learnt (the descriptor
+ * bound to the first object: a builtin method taking no arguments), it is called directly:
+ * the generic call (argument packing, the descriptor's checks) was ~10% of a walk in perf.
+ * ``op`` is an instance of info->tp (its own type), which the descriptor's check asks. */
+static long long
+call_sizeof(TypeInfo *info, PyObject *op)
+{
+    if (!info->sizeof_fn_tried) {
+        info->sizeof_fn_tried = 1;
+        descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(info->sizeof_descr), Py_tp_descr_get);
+        if (get == NULL && PyErr_Occurred())
+            PyErr_Clear();
+        PyObject *bound = get != NULL ? get(info->sizeof_descr, op, (PyObject *)info->tp) : NULL;
+        if (bound == NULL) {
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception))
+                return -1;
+            PyErr_Clear();
+        }
+        else {
+            if (PyCFunction_Check(bound) && (PyCFunction_GetFlags(bound) & ~METH_COEXIST) == METH_NOARGS)
+                info->sizeof_fn = PyCFunction_GetFunction(bound);
+            Py_DECREF(bound);
+        }
+    }
+    if (info->sizeof_fn == NULL)
+        return call_long(info->sizeof_descr, op);
+    PyObject *got = info->sizeof_fn(op, NULL);
+    if (got == NULL)
+        return -1;
+    long long value = PyLong_AsLongLong(got);
+    Py_DECREF(got);
+    return value;
+}
+
 /* sys.getsizeof(op): -1 with an error set when it fails. */
 static long long
 getsizeof_full(PyObject *op)
@@ -477,7 +516,7 @@ size_of(PyObject *op, TypeInfo *info, long long *size)
         bytes = call_long(object_sizeof, op);
     }
     else if (info != NULL && info->preheader >= 0) {
-        bytes = call_long(info->sizeof_descr, op);
+        bytes = call_sizeof(info, op);
         if (bytes >= 0)
             bytes += info->preheader;
         else if (!PyErr_Occurred())
@@ -487,7 +526,7 @@ size_of(PyObject *op, TypeInfo *info, long long *size)
         bytes = getsizeof_full(op);
         if (bytes >= 0 && info != NULL && info->preheader == -1 && info->sizeof_descr != NULL
             && info->is_gc == NULL) {
-            long long raw = call_long(info->sizeof_descr, op);
+            long long raw = call_sizeof(info, op);
             if (raw == -1 && PyErr_Occurred()) {
                 if (!PyErr_ExceptionMatches(PyExc_Exception))
                     return -1;
