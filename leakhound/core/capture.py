@@ -221,9 +221,9 @@ def capture(
                     float(graph_doc.get("max_held_ms") or 0.0), graph_doc.get("yields"), *graph_doc["max_held_where"],
                     graph_doc.get("gc_collections")))
         waits = remote.result.get("collector_waits")
-        if isinstance(waits, dict) and waits.get("waits"):
-            log("the target's collection was due {waits} time(s) at a yield: left to its own threads"
-                " ({ran_elsewhere} ran there), waited {waited_seconds:.3f} s".format(**waits))
+        if isinstance(waits, dict) and waits.get("holds"):
+            log("the target's costly collection was due at {holds} yield(s): the payload's next stretch ran with the"
+                " collector off, and it ran in the target's threads {ran_elsewhere} time(s)".format(**waits))
     # RSS is read right after the census so the ledger compares like with like.
     process = process_stats(pid)
     snap = snapshot_from_result(

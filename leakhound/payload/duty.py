@@ -13,14 +13,26 @@ of up to ~1.5M objects every tenth time, ~300 ms with the GIL held. When the cou
 close to its threshold, the payload's next few allocations would run it in the payload's
 thread: the target's collection, run at a moment it did not choose, with its loop waiting,
 as a step of an inspection that promised ``--max-pause``. Seen on first inspections of the
-busy real worker (py-spy: ``gc_collect_main`` under the graph's walk). So after each yield,
-when the count is within ``MARGIN`` of the threshold and the collection due is a costly one,
-the payload keeps sleeping (1 ms at a time) until a thread of the target has allocated its
-way past the threshold, and the collection ran there, as it would have without us; at most
-``MAX_WAIT`` seconds, and not again for ``GIVE_UP_FOR`` seconds when nobody allocated (an
-idle target: it waits for nothing, so nobody waits on the collection either).
+busy real worker (py-spy: ``gc_collect_main`` under the graph's walk).
 
-It never collects, never changes the thresholds, never disables the collector.
+Waiting at a yield for a thread of the target to allocate its way past the threshold (what
+this module did first, for up to 250 ms) is not enough: a worker in a steady state frees
+about as much as it allocates, and its count can stay just under the threshold for seconds;
+the busy real worker's fourth inspection, every time, then ran the collection in the graph's
+walk (a 344-375 ms stretch; its heartbeat thread waited 229-260 ms). So when the count is
+within ``MARGIN`` of the threshold and the collection due is a costly one, the payload runs
+its next stretch with the collector switched off (``hold_collection``, after the yield) and
+switches it back on before it lets go of the GIL again (``release_collection``: at the next
+yield, before any other sleep or wait of the payload, and when the request ends). No thread
+of the target runs while the payload holds the GIL, so none sees the collector off, and the
+collection runs, as it would have without us, in the first thread of the target that
+allocates once the GIL is theirs. (Where the payload lets go of the GIL inside a stretch, to
+write a file, the target's threads run for that moment with the collector off: their
+allocations then set the collection off a moment later.)
+
+It never collects and never changes the thresholds; it leaves the collector as it found it
+(off stays off: it is switched off only if it was on, and back on only if the payload
+switched it off).
 """
 
 import gc
@@ -28,16 +40,18 @@ import time
 
 # A yield: a sleep releases the GIL at once for every thread waiting on it.
 YIELD_SECONDS = 0.001
-# Tracked objects a walk may keep between two yields (its lists of referents, a result's
-# rows): within this many of the threshold, the next stretch could set the collection off.
-MARGIN = 8192
+# How close to its threshold the young generation's count must be for a stretch to be held:
+# any count (a stretch of the census's roots keeps tens of thousands of tuples, one per
+# class: past a margin of 8,192 the busy real worker's collection ran in one, 96 ms). Holding
+# costs the target nothing; the threshold is a parameter for the tests.
+MARGIN = 1 << 62
 # A collection examining fewer objects than this (the default thresholds' young and middle
-# generations: 700 and ~7,700) costs a few ms: not worth waiting for.
+# generations: 700 and ~7,700) costs a few ms: not worth holding.
 CHEAP_OBJECTS = 50000
-MAX_WAIT = 0.25
-GIVE_UP_FOR = 10.0
 
-_state = {"gave_up_at": -1e9, "waits": 0, "waited": 0.0, "ran_elsewhere": 0}
+# held: the collector is off because hold_collection switched it off; holds: stretches run
+# so; ran_elsewhere: of those, how many saw a collection run meanwhile in the target's threads
+_state = {"held": False, "holds": 0, "ran_elsewhere": 0, "counts": None}  # type: dict
 
 
 def collection_due_is_costly(counts=None, thresholds=None):
@@ -57,44 +71,62 @@ def collection_due_is_costly(counts=None, thresholds=None):
     return False
 
 
-def leave_collection_to_target(margin=MARGIN, max_wait=MAX_WAIT, sleep=time.sleep):
-    """Sleep while the target's next costly collection is within ``margin`` allocations, until
-    one of its threads ran it or ``max_wait`` passed. Returns the
-    seconds waited."""
+def hold_collection(margin=MARGIN):
+    """Before a stretch of the payload (the GIL held): the collector off for it when the
+    target's next costly collection is within ``margin`` allocations. Returns whether it is."""
+    if _state["held"]:
+        return True
     if not gc.isenabled():
-        return 0.0
+        return False  # the target's choice (or nothing to hold)
     threshold = gc.get_threshold()[0]
     counts = gc.get_count()
     if threshold <= 0 or counts[0] + margin < threshold or not collection_due_is_costly(counts):
-        return 0.0
-    now = time.monotonic()
-    if now - _state["gave_up_at"] < GIVE_UP_FOR:
-        return 0.0
-    start = now
-    _state["waits"] += 1
-    while True:
-        sleep(YIELD_SECONDS)
-        # A collection moved the older generations' counts (the young count alone also goes
-        # down as objects are freed).
-        if gc.get_count()[1:] != counts[1:]:
-            _state["ran_elsewhere"] += 1
-            break
-        if time.monotonic() - start >= max_wait:
-            _state["gave_up_at"] = time.monotonic()
-            break
-    waited = time.monotonic() - start
-    _state["waited"] += waited
-    return waited
+        return False
+    gc.disable()
+    _state["held"] = True
+    _state["holds"] += 1
+    _state["counts"] = counts
+    return True
+
+
+def release_collection():
+    """Before the payload lets go of the GIL: the collector back on if ``hold_collection``
+    switched it off. Returns whether it did."""
+    if not _state["held"]:
+        return False
+    _state["held"] = False
+    gc.enable()
+    return True
+
+
+def give_back():
+    """When a request ends: the collector back on, and, if it was held, the GIL let go for a
+    moment before the payload writes its answer (whose allocations would otherwise set off a
+    collection that came due meanwhile): a busy target runs it in its own threads then."""
+    if release_collection():
+        time.sleep(YIELD_SECONDS)
+
+
+def sleep(seconds):
+    """A sleep of the payload's own (a wait, a second look): the collector given back first."""
+    release_collection()
+    time.sleep(seconds)
 
 
 def yield_gil():
-    """The duty cycle's yield: sleep ``YIELD_SECONDS``, then leave a costly collection that
-    is due to the target (``leave_collection_to_target``)."""
+    """The duty cycle's yield: the collector given back, a sleep of ``YIELD_SECONDS`` (every
+    thread waiting for the GIL gets it), then the next stretch held off a costly collection
+    that is due (``hold_collection``)."""
+    before = _state["counts"] if _state["held"] else None
+    release_collection()
     time.sleep(YIELD_SECONDS)
-    leave_collection_to_target()
+    # A collection moved the older generations' counts (the young count alone also goes
+    # down as objects are freed): it ran in a thread of the target while we slept.
+    if before is not None and gc.get_count()[1:] != before[1:]:
+        _state["ran_elsewhere"] += 1
+    hold_collection()
 
 
 def stats():
-    """What the waits cost so far in this target: {waits, waited seconds, ran_elsewhere}."""
-    return {"waits": _state["waits"], "waited_seconds": round(_state["waited"], 4),
-            "ran_elsewhere": _state["ran_elsewhere"]}
+    """What the holds were so far in this target: {holds, ran_elsewhere}."""
+    return {"holds": _state["holds"], "ran_elsewhere": _state["ran_elsewhere"]}

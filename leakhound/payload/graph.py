@@ -50,7 +50,7 @@ except ImportError:
     )
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
-from .duty import yield_gil
+from .duty import release_collection, yield_gil
 from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
 from .graph_wire import (
     _FRAME_LIKE_IDS,
@@ -673,7 +673,9 @@ class CompiledGraph(Graph):
     store = None  # the capsule, once Graph.__init__ has run
 
     def _yield(self):
-        # The full blocks leave while the GIL is released for the yield anyway.
+        # The full blocks leave while the GIL is released for the yield anyway (the
+        # collector given back first: duty.py).
+        release_collection()
         if self.store is not None:
             _walk_module.graph_flush(self.store)
         yield_gil()

@@ -44,6 +44,7 @@ import time
 
 from .census import _instance_dict
 from .census_tallies import _Marks
+from .duty import sleep as duty_sleep
 from .duty import yield_gil
 from .sizes import deep_size as _deep_size
 
@@ -268,7 +269,7 @@ def _live_trajectory_ids(samples=3, pause=0.002, clock=None):
     ids = set()  # type: set
     for i in range(samples):
         if i:
-            time.sleep(pause)
+            duty_sleep(pause)
             if clock is not None:
                 clock.slept()
         ids |= _live_trajectory_ids_once(clock.tick if clock is not None else None)

@@ -369,6 +369,7 @@ def handle(request, progress=None, cancelled=None, exchange=None):
             "traceback": traceback.format_exc(limit=8),
         }
     finally:
+        duty.give_back()  # the collector never left off past the request (duty.py)
         _busy.release()
 
 
@@ -465,7 +466,7 @@ class _Exchange(object):
                 with open(path) as fh:
                     doc = json.load(fh)
             except (OSError, ValueError):  # not there yet (the CLI renames it in: never half)
-                time.sleep(0.005)
+                duty.sleep(0.005)
                 continue
             return doc if type(doc) is dict else None
         return None
