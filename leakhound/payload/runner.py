@@ -346,6 +346,10 @@ def handle(request, progress=None, cancelled=None, exchange=None):
     stop = _Stop(_request_timeout(request), cancelled)
     waits_before = duty.stats()
     try:
+        # The request's first stretch too (duty.py): it allocates (the roots, the walk's
+        # set-up) before any walk yields.
+        if request.get("max_pause_ms"):
+            duty.hold_collection()
         if exchange is not None and request["op"] == "snapshot":
             out = _snapshot(request, progress, stop, exchange)
         elif exchange is not None and request["op"] == "graph":
