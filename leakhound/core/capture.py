@@ -70,6 +70,7 @@ def snapshot_from_result(
             max_hold_ms=float(heap.get("max_hold_ms") or 0.0),
             yields=int(heap.get("yields") or 0),
             census_cpu_seconds=round(sum(float(v[1]) for v in (heap.get("phases") or {}).values()), 4),
+            counted_in="graph" if heap.get("counted_in") == "graph" else "census",
         ),
         arena=arena,
         types=tuple(TypeStat(**t) for t in heap["types"]),

@@ -82,6 +82,10 @@ class HeapStats:
     max_hold_ms: float = 0.0
     yields: int = 0
     census_cpu_seconds: float = 0.0
+    # Which walk counted the objects, types and totals: "census" (its own walk), or "graph"
+    # (the object graph's walk counted them on the way and no census walk ran: a pause budget
+    # ruled out what only the census adds, the split of what no root reaches).
+    counted_in: str = "census"
 
 
 @dataclass(frozen=True)

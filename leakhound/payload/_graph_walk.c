@@ -479,6 +479,13 @@ typedef struct {
     Refs refs;
     LabelMap names;
     AddrMap key_labels;    /* a str key's hash and label by its address (key_label) */
+    /* The census the walk makes on the way (graph_tallies): every object it counts, once,
+     * by type id, at its own size (a container's before its folded leaves): the nodes, the
+     * folded leaves, and the shared leaves (no node) the first time they are met. */
+    NodeBits counted;          /* the shared leaves counted */
+    long long *t_counts, *t_bytes;
+    Py_ssize_t t_len;
+    long long objects, bytes, native_bytes;
 } GraphState;
 
 #define GRAPH_COLUMNS(g) {&(g)->ids, &(g)->sizes, &(g)->types, &(g)->lengths, &(g)->lab, &(g)->src, &(g)->dst}
@@ -510,6 +517,7 @@ graph_drop_bits(GraphState *g)
     nodebits_free(&g->marked);
     nodebits_free(&g->walls);
     nodebits_free(&g->ownbits);
+    nodebits_free(&g->counted);
     addrmap_free(&g->made);
     g->own_used = 0;
 }
@@ -528,6 +536,8 @@ graph_capsule_free(PyObject *capsule)
     PyMem_Free(g->names.keys);
     PyMem_Free(g->names.labels);
     addrmap_free(&g->key_labels);
+    PyMem_Free(g->t_counts);
+    PyMem_Free(g->t_bytes);
     PyMem_Free(g);
 }
 
@@ -570,6 +580,51 @@ graph_mark(GraphState *g, PyObject *obj)
     g->nodes++;
     if (!is_leaf(obj))
         g->tracked++;
+    return 0;
+}
+
+/* ``count`` objects of ``size`` bytes more of type ``type_id`` in the walk's census. */
+static int
+graph_tally(GraphState *g, Py_ssize_t type_id, long long count, long long size)
+{
+    if (type_id < 0) {
+        PyErr_SetString(PyExc_IndexError, "type id out of range");
+        return -1;
+    }
+    if (type_id >= g->t_len) {
+        Py_ssize_t len = g->t_len ? g->t_len : 256;
+        while (len <= type_id) {
+            if (len > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(long long)) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            len *= 2;
+        }
+        long long *counts = PyMem_Realloc(g->t_counts, (size_t)len * sizeof(long long));
+        if (counts == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        g->t_counts = counts;
+        long long *sizes = PyMem_Realloc(g->t_bytes, (size_t)len * sizeof(long long));
+        if (sizes == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        g->t_bytes = sizes;
+        memset(counts + g->t_len, 0, (size_t)(len - g->t_len) * sizeof(long long));
+        memset(sizes + g->t_len, 0, (size_t)(len - g->t_len) * sizeof(long long));
+        g->t_len = len;
+    }
+    /* sizes are at most 2**48: only a sum can overflow */
+    if (g->t_bytes[type_id] > LLONG_MAX - size || g->bytes > LLONG_MAX - size) {
+        PyErr_SetString(PyExc_OverflowError, "census byte total out of range");
+        return -1;
+    }
+    g->t_counts[type_id] += count;
+    g->t_bytes[type_id] += size;
+    g->objects += count;
+    g->bytes += size;
     return 0;
 }
 
@@ -840,7 +895,9 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     Py_INCREF(tp);  /* the size and the native helpers below may run code */
     long long base = 0;
     int32_t made_type = 0;
+    int made = 0;
     if (addrmap_get(&g->made, (uintptr_t)obj, &base, &made_type)) {
+        made = 1;
         g->cur_type = made_type;  /* a root: sized by the payload's Python code */
     }
     else {
@@ -886,11 +943,20 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
             Py_XDECREF(hidden);
             return -1;
         }
-        if (extra > 0 && *size <= LLONG_MAX - extra)
+        if (extra > 0 && *size <= LLONG_MAX - extra) {
             *size += extra;
+            g->native_bytes += extra;
+        }
     }
     else if (code >= 2) {
         *size += instance_values_bytes(obj, traverse, code);
+    }
+    /* In the walk's census at the size its record gets (a root made by the payload's Python
+     * code was counted when made: what the walk adds to it). */
+    if (graph_tally(g, g->cur_type, made ? 0 : 1, made ? *size - base : *size) < 0) {
+        Py_DECREF(tp);
+        Py_XDECREF(hidden);
+        return -1;
     }
     int failed = 0;
     if (flags & Py_TPFLAGS_DICT_SUBCLASS) {
@@ -978,15 +1044,30 @@ graph_referents(GraphState *g, Walk *w, PyObject *stack, Py_ssize_t budget)
         int found = graph_find(g, address);
         if (leaf) {
             Py_ssize_t count = Py_REFCNT(ref) + GRAPH_PY_EXTRA + (found == FOUND_NODE ? 1 : 0);
-            if (count <= GRAPH_ONLY_ONE) {
+            int shared = count > GRAPH_SHARED_LEAF || rtp == &PyBool_Type || ref == Py_None;
+            if (count <= GRAPH_ONLY_ONE || (shared && found == FOUND_NONE && !nodebits_test(&g->counted, address))) {
+                /* folded into its container, or a shared leaf met the first time: counted */
                 TypeInfo *info = type_info(w, rtp);
-                long long size = 0;
-                if (info == NULL || size_of(ref, info, &size) < 0)
+                if (info == NULL)
                     return -1;
-                g->folded += size;
-                continue;
+                Py_INCREF(rtp);
+                long long size = 0;
+                Py_ssize_t type_id = -1;
+                if (size_of(ref, info, &size) == 0) {
+                    info = type_info(w, rtp);
+                    type_id = info == NULL ? -1 : slot_for(w, info);
+                }
+                Py_DECREF(rtp);
+                if (type_id < 0 || graph_tally(g, type_id, 1, size) < 0)
+                    return -1;
+                if (!shared) {
+                    g->folded += size;
+                    continue;
+                }
+                if (nodebits_set(&g->counted, address) < 0)
+                    return -1;
             }
-            if (count > GRAPH_SHARED_LEAF || rtp == &PyBool_Type || ref == Py_None)
+            if (shared)
                 continue;
         }
         if (found == FOUND_NONE) {
@@ -1006,7 +1087,8 @@ graph_referents(GraphState *g, Walk *w, PyObject *stack, Py_ssize_t budget)
                     type_id = info == NULL ? -1 : slot_for(w, info);
                 }
                 Py_DECREF(rtp);
-                if (type_id < 0 || type_id > INT_MAX || graph_record(g, address, size, (int32_t)type_id, 0) < 0)
+                if (type_id < 0 || type_id > INT_MAX || graph_record(g, address, size, (int32_t)type_id, 0) < 0
+                    || graph_tally(g, type_id, 1, size) < 0)
                     return -1;
             }
             else if (PyList_Append(stack, ref) < 0) {
@@ -1135,7 +1217,8 @@ graph_node(PyObject *Py_UNUSED(module), PyObject *args)
         return PyLong_FromLong(-1);
     if (found == FOUND_NONE
         && (graph_mark(g, obj) < 0 || graph_record(g, (uintptr_t)obj, size, (int32_t)type_id, 0) < 0
-            || addrmap_put(&g->made, (uintptr_t)obj, size, (int32_t)type_id) < 0))
+            || addrmap_put(&g->made, (uintptr_t)obj, size, (int32_t)type_id) < 0
+            || graph_tally(g, type_id, 1, size) < 0))
         return NULL;
     return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)obj);
 }
@@ -1318,6 +1401,25 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     return Py_BuildValue("nnnLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g));
 }
 
+PyDoc_STRVAR(graph_tallies_doc,
+"graph_tallies(graph) -> (counts, bytes, objects, total bytes, native bytes)\n\n"
+"The walk's census: per type id (two bytes objects of int64 in native order, one item a\n"
+"type id), every object it counted once at its own size; valid after graph_close too.");
+
+static PyObject *
+graph_tallies(PyObject *Py_UNUSED(module), PyObject *capsule)
+{
+    GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
+    if (g == NULL)
+        return NULL;
+    Py_ssize_t n = g->t_len;
+    while (n > 0 && g->t_counts[n - 1] == 0 && g->t_bytes[n - 1] == 0)
+        n--;
+    return Py_BuildValue("y#y#LLL", (const char *)g->t_counts, n * (Py_ssize_t)sizeof(long long),
+                         (const char *)g->t_bytes, n * (Py_ssize_t)sizeof(long long),
+                         g->objects, g->bytes, g->native_bytes);
+}
+
 PyDoc_STRVAR(graph_frame_doc,
 "graph_frame(graph, k) -> bytes or None\n\n"
 "Frame k of the blocks not written out (the columns in turn, each block a frame: two uint32,\n"
@@ -1466,6 +1568,7 @@ graph_unknown(PyObject *Py_UNUSED(module), PyObject *args)
     {"graph_edge", graph_edge, METH_VARARGS, graph_edge_doc}, \
     {"graph_walk", graph_walk, METH_VARARGS, graph_walk_doc}, \
     {"graph_info", graph_info, METH_O, graph_info_doc}, \
+    {"graph_tallies", graph_tallies, METH_O, graph_tallies_doc}, \
     {"graph_frame", graph_frame, METH_VARARGS, graph_frame_doc}, \
     {"graph_spool", graph_spool, METH_VARARGS, graph_spool_doc}, \
     {"graph_flush", graph_flush, METH_O, graph_flush_doc}, \

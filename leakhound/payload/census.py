@@ -120,6 +120,22 @@ _RELEASE_PER_STEP = 4096
 _RATE_MIN_OBJECTS = 200000
 
 
+def measured_ns_per_object():
+    """What gc.get_objects() costs per object here (measured by an earlier census, else the
+    default rate)."""
+    return _measured["ns_per_object"] or _GET_OBJECTS_NS
+
+
+def rate_measured():
+    return bool(_measured["ns_per_object"])
+
+
+def remember_tracked(tracked):
+    """How many tracked objects the named roots reached, counted by another walk (the object
+    graph's, runner._counted_in_graph): sizes the next census's budget as its own count would."""
+    _measured["tracked"] = tracked
+
+
 class Census(_Roots, _Unreached):
     """One walk of the heap. Call :meth:`run`; read :meth:`result`."""
 

@@ -580,11 +580,19 @@ class Graph(object):
             # The records themselves: written raw after the JSON (graph_wire), never in it.
             "_binary": binary,
         }
+        census = self._census()
+        if census is not None:
+            out["_census"] = census  # the runner's, never sent (graph_wire leaves it out)
         self.sizes = self.types = self.ids = self.lengths = self.src = self.dst = self.lab = None
         return out
 
     def _edges(self):
         return len(self.src)
+
+    def _census(self):
+        """What the walk counted on the way, by type (``census_of``), or None: the Python
+        loop keeps no tallies (the census walks then)."""
+        return None
 
 
 class CompiledGraph(Graph):
@@ -733,6 +741,12 @@ class CompiledGraph(Graph):
 
     def _edges(self):
         return _walk_module.graph_info(self.store)[1]
+
+    def _census(self):
+        counts, sizes, objects, total, native = _walk_module.graph_tallies(self.store)
+        return {"counts": array.array("q", counts), "bytes": array.array("q", sizes), "names": self.type_names,
+                "objects": objects, "total_bytes": total, "native_bytes": native,
+                "tracked": _walk_module.graph_info(self.store)[2]}
 
     def _release(self):
         pass

@@ -272,6 +272,7 @@ def json_pieces(doc, binary_dir=None):
         return
     meta = dict(graph)
     del meta["_binary"]
+    meta.pop("_census", None)  # the walk's census: the runner's (runner.census_of_graph)
     meta["binary_bytes"] = binary.nbytes()
     spool = binary.spool
     if spool is not None and (binary_dir is None or spool[0] != os.path.join(binary_dir, BINARY_FILE)):

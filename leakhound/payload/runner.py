@@ -227,16 +227,20 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     graph_started_at = time.time()
     in_flight, registered = probes.in_flight_before(), probes.registered_before()
     out_graph = _graph(request, progress, stop, expected=_last_census["objects"] // 2,
-                       census_seconds=_last_census["seconds"], spool_dir=exchange.spool_dir)
+                       census_seconds=_last_census["seconds"], spool_dir=exchange.spool_dir, tallies=True)
     phase("graph")
     skipped = out_graph.get("skipped")
     graph_seconds = float(out_graph.get("graph_seconds") or 0.0)
+    counted = _counted_in_graph(out_graph, max_pause, graph_started_at, request)
     stop.check("graph")
     exchange.send("graph", {"graph": out_graph})
     out_graph = None  # sent: its arrays are the CLI's now
     phase("graph sent")
-    heap = census_run(bool(skipped), (request,))
-    phase("census (owners)" if skipped else "census")
+    if counted is not None:
+        heap = counted
+    else:
+        heap = census_run(bool(skipped), (request,))
+        phase("census (owners)" if skipped else "census")
     if not skipped:
         heap["graph_started_at"] = graph_started_at  # dominator owners are counted from here
     out = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
@@ -255,15 +259,81 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     return out
 
 
+def _counted_in_graph(out_graph, max_pause, started_at, request):
+    """The census's result from what the graph's walk counted on the way (graph.py
+    ``_census``), when a census would add nothing to it: the graph was walked (compiled), and
+    the one step that cannot be split (gc.get_objects()) is over the pause budget for the
+    census too, so the census would only walk the same roots again to count them (a third
+    of the request's time in the target on a 4.8M-object heap). None otherwise; the tallies
+    never leave the target either way."""
+    tallies = out_graph.pop("_census", None)
+    unreached = out_graph.get("unreached") or {}
+    estimate = unreached.get("estimated_pause_ms")
+    if (tallies is None or out_graph.get("skipped") or unreached.get("examined") or max_pause is None
+            or type(estimate) not in (int, float)):
+        return None
+    estimate = float(estimate)
+    if estimate <= max_pause:
+        return None
+    top_types = _int(request.get("top_types"), 50, 1, 10000)
+    counts, sizes, names = tallies["counts"], tallies["bytes"], tallies["names"]
+    order = sorted((i for i in range(len(counts)) if counts[i] or sizes[i]), key=lambda i: -sizes[i])[:top_types]
+    tracked = tallies["tracked"]
+    ns = census.measured_ns_per_object()
+    census.remember_tracked(tracked)
+    seconds = float(out_graph.get("graph_seconds") or 0.0)
+    _last_census["objects"] = tallies["objects"]
+    _last_census["seconds"] = seconds
+    return {
+        "objects": tallies["objects"],
+        "bytes": tallies["total_bytes"],
+        "gc_tracked": tracked,
+        "untracked": max(0, tallies["objects"] - tracked),
+        "census_seconds": seconds,
+        "walker": out_graph.get("walker", "compiled"),
+        "counted_in": "graph",  # no census walk ran: the graph's walk counted (HeapStats.counted_in)
+        "with_owners": False,
+        "unreached": {
+            "examined": False, "estimated_pause_ms": estimate, "ns_per_object": round(ns, 1),
+            "reason": "listing the ~%s gc-tracked objects (gc.get_objects(), one call that cannot be split) "
+                      "would hold the target for ~%.0f ms (%.0f ns each, %s), over the %.0f ms pause budget "
+                      "(--max-pause 0 lifts it)"
+                      % (format(tracked, ","), estimate, ns,
+                         "as measured in this process" if census.rate_measured() else "a default rate", max_pause)},
+        "max_step_ms": float(out_graph.get("max_step_ms") or 0.0),
+        "max_pause_budget_ms": max_pause,
+        "max_hold_ms": round(float(out_graph.get("max_held_ms") or 0.0), 2),
+        "yields": out_graph.get("yields", 0),
+        "gc_collections": out_graph.get("gc_collections", []),
+        "phases": {},
+        "payload_peak_bytes": out_graph.get("payload_peak_bytes", 0),
+        "native_bytes": tallies["native_bytes"],
+        "notes": [],
+        "types": [{"type": names[i], "count": counts[i], "bytes": sizes[i]} for i in order],
+        "owners": [],
+        "cyclic_garbage": {"objects": 0, "bytes": 0, "types": []},
+        "started_at": started_at,
+        "graph_started_at": started_at,
+    }
+
+
 # The share of the request's remaining time the object graph may take.
 GRAPH_SHARE = 0.6
 
 
-def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, spool_dir=None):
+def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, spool_dir=None, tallies=False):
     """The object graph for the dominator tree (graph.py), when it fits ``max_graph_nodes``
     (the census just counted the heap, or the last one in this process did: ``expected``
     nodes); else ``{"skipped": reason}``. ``spool_dir``: where the result is written (the
-    debugger path), its records written there as the walk goes."""
+    debugger path), its records written there as the walk goes. ``tallies``: keep what the
+    walk counted on the way (``_census``, for _counted_in_graph)."""
+    out = _graph_walked(request, progress, stop, heap, expected, census_seconds, spool_dir)
+    if not tallies:
+        out.pop("_census", None)
+    return out
+
+
+def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool_dir):
     max_nodes = _int(request.get("max_graph_nodes"), 1000000, 1, 100000000)
     counted = heap.get("objects", 0) if heap is not None else 2 * (expected or 0)
     if counted > 2 * max_nodes:

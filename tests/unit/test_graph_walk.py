@@ -244,3 +244,69 @@ def test_a_spooled_graph_dropped_unsent_closes_its_file(tmp_path: Path) -> None:
     assert out["_binary"].spool is not None and set(os.listdir("/proc/self/fd")) != before
     out = None
     assert set(os.listdir("/proc/self/fd")) == before
+
+
+_TALLIES = r"""
+import collections, json, sys
+from leakhound.payload import graph
+
+def walk():
+    out = graph.build(timeout=60, progress=None, is_stdlib=lambda n: False, exclude=(), max_nodes=5_000_000,
+                      max_pause_ms=None, cancelled=None)
+    t = out.pop("_census")
+    by = collections.Counter()
+    for i, n in enumerate(t["counts"]):
+        by[t["names"][i]] += n
+    sizes = collections.Counter()
+    for i, n in enumerate(t["bytes"]):
+        sizes[t["names"][i]] += n
+    return by, sizes, t
+
+class Probe:
+    pass
+
+class Pair(tuple):
+    pass
+
+walk()  # the payload's caches made by a first walk are there for both walks below
+before, before_bytes, _ = walk()
+_ = None
+SHARED = complex(1.5, 2)  # referenced 2000 times: no node, counted once
+SOME = complex(2.5, 3)  # 2..64 references: a node of its own, counted once
+PROBES = []
+for i in range(1000):
+    p = Probe()
+    p.value = float(i) + 0.5  # held once: folded into its instance, counted
+    p.shared = SHARED
+    p.pair = Pair((SHARED, SOME if i < 10 else None))
+    PROBES.append(p)
+p = i = None
+after, after_bytes, t = walk()
+print(json.dumps({"probe": [after["__main__.Probe"] - before["__main__.Probe"],
+                            after_bytes["__main__.Probe"] - before_bytes["__main__.Probe"]],
+                  "float": after["float"] - before["float"],
+                  "float_bytes": after_bytes["float"] - before_bytes["float"],
+                  "pair": after["__main__.Pair"] - before["__main__.Pair"],
+                  "complex": after["complex"] - before["complex"],
+                  "probe_size": sys.getsizeof(Probe()), "float_size": sys.getsizeof(0.5),
+                  "tuple_size": sys.getsizeof((1, 2)),
+                  "objects": t["objects"], "sum": sum(t["counts"]), "total": t["total_bytes"],
+                  "sum_bytes": sum(t["bytes"])}))
+"""
+
+
+@pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
+def test_the_walk_counts_each_object_once_by_type() -> None:
+    """What the compiled walk counts on the way (runner._counted_in_graph): two walks of one
+    process, a known set of objects made between them; each counted once, at its own size:
+    a leaf held once (folded into its container's record), a leaf shared by thousands (no
+    node), a leaf held ten times (a node), the instances and their pairs."""
+    run = subprocess.run([sys.executable, "-c", _TALLIES], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["probe"][0] == 1000
+    assert got["probe"][1] >= 1000 * got["probe_size"]  # and their values (3.11+: not a dict)
+    assert got["float"] == 1000 and got["float_bytes"] == 1000 * got["float_size"]
+    assert got["pair"] == 1000
+    assert got["complex"] == 2  # SHARED and SOME, once each
+    assert got["objects"] == got["sum"] and got["total"] == got["sum_bytes"]
