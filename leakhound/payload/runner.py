@@ -270,7 +270,7 @@ def _counted_in_graph(out_graph, max_pause, started_at, request):
     unreached = out_graph.get("unreached") or {}
     estimate = unreached.get("estimated_pause_ms")
     if (tallies is None or out_graph.get("skipped") or unreached.get("examined") or max_pause is None
-            or type(estimate) not in (int, float)):
+            or not isinstance(estimate, (int, float))):
         return None
     estimate = float(estimate)
     if estimate <= max_pause:
