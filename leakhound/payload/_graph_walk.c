@@ -55,6 +55,11 @@
 #define GRAPH_MAX_LABEL_CHARS 80
 
 /* A column of records: blocks of 64Ki items; blocks [0, flushed) are written out and freed. */
+/* Blocks written out are kept for reuse, up to this many a column: a new block is fresh
+ * memory the kernel has to fault in and zero (the columns are ~80 MB of records on a
+ * 4.8M-object heap). */
+#define GBLOCK_SPARE 2
+
 typedef struct {
     char **blocks;
     Py_ssize_t nblocks;
@@ -62,6 +67,8 @@ typedef struct {
     Py_ssize_t flushed;
     int itemsize;
     uint32_t code;  /* the frame's column code on the wire */
+    char *spare[GBLOCK_SPARE];
+    int nspare;
 } Column;
 
 static int
@@ -78,15 +85,18 @@ column_push(Column *c, const void *value)
             return -1;
         }
         c->blocks = blocks;
-        char *block = PyMem_Malloc((size_t)GBLOCK_ITEMS * (size_t)c->itemsize);
+        char *block = c->nspare > 0 ? c->spare[--c->nspare] : PyMem_Malloc((size_t)GBLOCK_ITEMS * (size_t)c->itemsize);
         if (block == NULL) {
             PyErr_NoMemory();
             return -1;
         }
         c->blocks[c->nblocks++] = block;
     }
-    memcpy(c->blocks[c->len >> GBLOCK_SHIFT] + (size_t)(c->len & (GBLOCK_ITEMS - 1)) * (size_t)c->itemsize,
-           value, (size_t)c->itemsize);
+    char *at = c->blocks[c->len >> GBLOCK_SHIFT] + (size_t)(c->len & (GBLOCK_ITEMS - 1)) * (size_t)c->itemsize;
+    if (c->itemsize == 8)  /* a store, not a call to memcpy: ~12M of them on a 4.8M-object heap */
+        memcpy(at, value, 8);
+    else
+        memcpy(at, value, 4);
     c->len++;
     return 0;
 }
@@ -112,6 +122,8 @@ column_free(Column *c)
 {
     for (Py_ssize_t b = c->flushed; b < c->nblocks; b++)
         PyMem_Free(c->blocks[b]);
+    while (c->nspare > 0)
+        PyMem_Free(c->spare[--c->nspare]);
     PyMem_Free(c->blocks);
     c->blocks = NULL;
     c->nblocks = c->len = c->flushed = 0;
@@ -479,6 +491,12 @@ typedef struct {
     Refs refs;
     LabelMap names;
     AddrMap key_labels;    /* a str key's hash and label by its address (key_label) */
+    /* The hashes of the short keys (<= GRAPH_MAX_LABEL_CHARS) a label was made for: once no
+     * label is made any more, a key whose hash is not in it has none (only key_label_made
+     * makes "k" labels in this walk), known without building its text (a cache's unique
+     * keys); one whose hash is there is looked up. No reference to the keys: a reference
+     * would change their counts, and what the walk folds. */
+    AddrMap labelled;
     /* The census the walk makes on the way (graph_tallies): every object it counts, once,
      * by type id, at its own size (a container's before its folded leaves): the nodes, the
      * folded leaves, and the shared leaves (no node) the first time they are met. */
@@ -536,6 +554,7 @@ graph_capsule_free(PyObject *capsule)
     PyMem_Free(g->names.keys);
     PyMem_Free(g->names.labels);
     addrmap_free(&g->key_labels);
+    addrmap_free(&g->labelled);
     PyMem_Free(g->t_counts);
     PyMem_Free(g->t_bytes);
     PyMem_Free(g);
@@ -680,7 +699,10 @@ graph_write_blocks(GraphState *g, int fd, int full_only)
      * thread state). */
     for (size_t c = 0; c < GRAPH_NCOLUMNS; c++) {
         for (Py_ssize_t k = cols[c]->flushed; k < written[c]; k++) {
-            PyMem_Free(cols[c]->blocks[k]);
+            if (cols[c]->nspare < GBLOCK_SPARE)
+                cols[c]->spare[cols[c]->nspare++] = cols[c]->blocks[k];
+            else
+                PyMem_Free(cols[c]->blocks[k]);
             cols[c]->blocks[k] = NULL;
         }
         cols[c]->flushed = written[c];
@@ -754,6 +776,14 @@ key_label_made(GraphState *g, PyObject *key)
     Py_ssize_t n = PyUnicode_GetLength(key);
     if (n < 0)
         return -2;
+    Py_hash_t hash = PyObject_Hash(key);  /* kept in the str: no work */
+    if (hash == -1)
+        return -2;
+    long long unused_wide;
+    int32_t unused_narrow;
+    if (n <= GRAPH_MAX_LABEL_CHARS && g->labels_full
+        && !addrmap_get(&g->labelled, (uintptr_t)hash | 1, &unused_wide, &unused_narrow))
+        return -1;
     PyObject *part = PyUnicode_Substring(key, 0, n < GRAPH_MAX_LABEL_CHARS ? n : GRAPH_MAX_LABEL_CHARS);
     if (part == NULL)
         return -2;
@@ -765,6 +795,8 @@ key_label_made(GraphState *g, PyObject *key)
     Py_DECREF(text);
     if (label == -1)
         g->labels_full = 1;  /* graph.py's _MAX_LABELS reached (found labels are never -1) */
+    if (label >= 0 && n <= GRAPH_MAX_LABEL_CHARS && addrmap_put(&g->labelled, (uintptr_t)hash | 1, 0, 0) < 0)
+        return -2;
     return label;
 }
 
@@ -784,21 +816,35 @@ frame_label(GraphState *g, PyTypeObject *tp)
 
 /* The labels of obj's slots (member descriptors) into g->names; 1 if its type has any. */
 static int
-slot_names(GraphState *g, PyObject *obj, PyTypeObject *tp)
+slot_names(GraphState *g, Walk *w, PyObject *obj, PyTypeObject *tp)
 {
-    PyObject *key = PyLong_FromVoidPtr((void *)tp);
-    if (key == NULL)
+    TypeInfo *info = type_info(w, tp);
+    if (info == NULL)
         return -1;
-    PyObject *slots = PyDict_GetItemWithError(g->slot_cache, key);  /* borrowed */
-    Py_DECREF(key);
-    if (slots == NULL) {
-        if (PyErr_Occurred())
-            return -1;
-        g->called++;
-        slots = PyObject_CallFunctionObjArgs(g->slot_labels, (PyObject *)tp, NULL);
+    PyObject *slots = info->graph_slots;  /* borrowed from the slot cache */
+    if (slots != NULL) {
+        if (PyTuple_Check(slots) && PyTuple_Size(slots) == 0)
+            return 0;  /* most types: no slots */
+        Py_INCREF(slots);
     }
     else {
-        Py_INCREF(slots);
+        PyObject *key = PyLong_FromVoidPtr((void *)tp);
+        if (key == NULL)
+            return -1;
+        slots = PyDict_GetItemWithError(g->slot_cache, key);  /* borrowed */
+        Py_DECREF(key);
+        if (slots == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            g->called++;
+            slots = PyObject_CallFunctionObjArgs(g->slot_labels, (PyObject *)tp, NULL);
+        }
+        else {
+            Py_INCREF(slots);
+            info = type_info(w, tp);  /* the same entry: nothing ran since (a dict lookup by int) */
+            if (info != NULL && info->tp == tp)
+                info->graph_slots = slots;  /* the cache holds it as long as the graph */
+        }
     }
     if (slots == NULL)
         return -1;
@@ -889,9 +935,13 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     g->tag = 0;
     g->has_names = 0;
     labelmap_clear(&g->names);
-    for (Py_ssize_t k = 0; k < PyTuple_Size(g->frame_types); k++)
-        if ((PyObject *)tp == PyTuple_GetItem(g->frame_types, k))
-            g->tag = 1;
+    if (info->frame_like < 0) {
+        info->frame_like = 0;
+        for (Py_ssize_t k = 0; k < PyTuple_Size(g->frame_types); k++)
+            if ((PyObject *)tp == PyTuple_GetItem(g->frame_types, k))
+                info->frame_like = 1;
+    }
+    g->tag = info->frame_like;
     Py_INCREF(tp);  /* the size and the native helpers below may run code */
     long long base = 0;
     int32_t made_type = 0;
@@ -985,7 +1035,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
         failed = referents_of(w, obj, &g->refs) < 0;
         g->entries = g->refs.len;
         if (!failed && !g->tag) {
-            int has = slot_names(g, obj, tp);
+            int has = slot_names(g, w, obj, tp);
             failed = has < 0;
             g->has_names = has > 0;
         }
@@ -1180,6 +1230,7 @@ graph_new(PyObject *Py_UNUSED(module), PyObject *args)
         Py_INCREF(h[k]);
         *slots[k] = h[k];
     }
+
     PyObject *capsule = PyCapsule_New(g, GRAPH_NAME, graph_capsule_free);
     if (capsule == NULL) {
         graph_drop_helpers(g);

@@ -116,6 +116,11 @@ typedef struct {
      * dict pre-header): -1 not learnt yet, -2 not to be learnt (see size_of). */
     long long preheader;
     long native;            /* -1: not looked up yet; else its code in ``native``, 0 if none */
+    /* The object graph's walk (_graph_walk.c): its slots' labels and descriptors (borrowed
+     * from the graph's slot cache, which keeps it: NULL not looked up yet), and whether it
+     * is frame-like (-1 not looked up yet). */
+    PyObject *graph_slots;
+    int frame_like;
 } TypeInfo;
 
 typedef struct {
@@ -304,6 +309,8 @@ type_info(Walk *w, PyTypeObject *tp)
     info->sizeof_fn_tried = 0;
     info->preheader = -1;
     info->native = -1;
+    info->graph_slots = NULL;
+    info->frame_like = -1;
     Py_INCREF(tp);
     info->tp = tp;
     return info;
