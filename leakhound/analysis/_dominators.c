@@ -666,6 +666,12 @@ typedef struct {
      * (-1: not known yet) and its label */
     buf o_ids, o_sizes, o_types, o_lengths, o_src, o_dst;
     size_t nodes;
+    /* The edge records with an end unknown when looked up (uint32 indices, in order), looked
+     * up again as the nodes come in (records_retry): an edge from a container to what it
+     * holds comes before the record of what it holds (made when that one's walk is done),
+     * and looking them all up at the end was most of the time left after the walk. */
+    buf pend;
+    size_t nodes_at_retry;
 } records;
 
 static void records_free(PyObject *capsule) {
@@ -676,7 +682,7 @@ static void records_free(PyObject *capsule) {
         free(r->col[c].data);
     free(r->carry.data); free(r->t.slots);
     free(r->o_ids.data); free(r->o_sizes.data); free(r->o_types.data); free(r->o_lengths.data);
-    free(r->o_src.data); free(r->o_dst.data);
+    free(r->o_src.data); free(r->o_dst.data); free(r->pend.data);
     free(r);
 }
 
@@ -747,9 +753,15 @@ static int records_take_edges(records *r) {
     const uint64_t *dst = (const uint64_t *)r->col[COL_DST_ADDRESS].data;
     i32 *a = (i32 *)r->o_src.data, *b = (i32 *)r->o_dst.data;
     const addr_table *t = &r->t;
+    if (m > UINT32_MAX || buf_reserve(&r->pend, more * 4) < 0)
+        return -1;
+    uint32_t *pend = (uint32_t *)r->pend.data;
+    size_t np = r->pend.len / 4;
     if (!t->slots) {
         memset(a + r->edges_in, 0xFF, more * 4);
         memset(b + r->edges_in, 0xFF, more * 4);
+        for (size_t i = r->edges_in; i < m; i++)
+            pend[np++] = (uint32_t)i;
     } else {
         for (size_t i = r->edges_in; i < m; i++) {
             if (i + ADDR_AHEAD < m) {
@@ -758,11 +770,41 @@ static int records_take_edges(records *r) {
             }
             a[i] = addr_lookup(t, src[i]);
             b[i] = addr_lookup(t, dst[i]);
+            if (a[i] < 0 || b[i] < 0)
+                pend[np++] = (uint32_t)i;
         }
     }
+    r->pend.len = np * 4;
     r->o_src.len = r->o_dst.len = m * 4;
     r->edges_in = m;
     return 0;
+}
+
+/* The pending edges' unknown ends looked up again; the ones still unknown stay pending. */
+static void records_retry(records *r) {
+    const addr_table *t = &r->t;
+    if (!t->slots)
+        return;
+    const uint64_t *src = (const uint64_t *)r->col[COL_SRC_ADDRESS].data;
+    const uint64_t *dst = (const uint64_t *)r->col[COL_DST_ADDRESS].data;
+    i32 *a = (i32 *)r->o_src.data, *b = (i32 *)r->o_dst.data;
+    uint32_t *pend = (uint32_t *)r->pend.data;
+    size_t np = r->pend.len / 4, kept = 0;
+    for (size_t k = 0; k < np; k++) {
+        if (k + ADDR_AHEAD < np) {
+            uint32_t j = pend[k + ADDR_AHEAD];
+            __builtin_prefetch(&t->slots[addr_home(t, a[j] < 0 ? src[j] : dst[j])], 0);
+        }
+        uint32_t i = pend[k];
+        if (a[i] < 0)
+            a[i] = addr_lookup(t, src[i]);
+        if (b[i] < 0)
+            b[i] = addr_lookup(t, dst[i]);
+        if (a[i] < 0 || b[i] < 0)
+            pend[kept++] = i;
+    }
+    r->pend.len = kept * 4;
+    r->nodes_at_retry = r->nodes;
 }
 
 /* records_feed(records, piece) -> None: the frames in ``piece`` (bytes), taken in. */
@@ -832,6 +874,10 @@ static PyObject *records_feed(PyObject *self, PyObject *args) {
         r->by_address = 1;
     if (!error && r->by_address && (records_take_nodes(r) < 0 || records_take_edges(r) < 0))
         error = "out of memory";
+    /* Again once the nodes have grown by a quarter: each pending edge is looked at a few
+     * times at most, while the target walks (this runs on leakhound's own core). */
+    if (!error && r->by_address && r->nodes >= r->nodes_at_retry + r->nodes_at_retry / 4 + 65536)
+        records_retry(r);
     Py_END_ALLOW_THREADS
     if (error) {
         if (error[0] == 'o')
@@ -876,9 +922,8 @@ static PyObject *records_finish(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     failed = records_take_nodes(r) < 0 || records_take_edges(r) < 0;
     if (!failed) {
-        /* the ends unknown when first looked up, again; then the edges with both ends, in order */
-        const uint64_t *src = (const uint64_t *)r->col[COL_SRC_ADDRESS].data;
-        const uint64_t *dst = (const uint64_t *)r->col[COL_DST_ADDRESS].data;
+        /* the ends unknown when last looked up, again; then the edges with both ends, in order */
+        records_retry(r);
         const i32 *lab = (const i32 *)r->col[COL_LABEL].data;
         size_t labels = r->col[COL_LABEL].len / 4;
         i32 *a = (i32 *)r->o_src.data, *b = (i32 *)r->o_dst.data;
@@ -887,10 +932,6 @@ static PyObject *records_finish(PyObject *self, PyObject *args) {
         i32 *c = (i32 *)r->col[COL_LABEL].data;
         for (size_t i = 0; i < r->edges_in && i < labels; i++) {
             i32 x = a[i], y = b[i];
-            if (x < 0 && t->slots)
-                x = addr_lookup(t, src[i]);
-            if (y < 0 && t->slots)
-                y = addr_lookup(t, dst[i]);
             if (x < 0 || y < 0)
                 continue; /* an end that never had a record: left out (counted by the caller) */
             a[e] = x;

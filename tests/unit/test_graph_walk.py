@@ -195,12 +195,13 @@ def test_addresses_resolve_the_same_in_c_and_python() -> None:
     assert (got["edge_src"], got["edge_dst"], got["edge_label"]) == ([0, 1], [1, 2], [-1, 4])
 
 
-@pytest.mark.parametrize("seed", [3, 4])
-def test_records_read_as_they_come_give_what_one_reading_gives(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "nodes"), [(3, 5000), (4, 5000), (5, 120000)])
+def test_records_read_as_they_come_give_what_one_reading_gives(seed: int, nodes: int) -> None:
     """graph.bin read while the walk writes it, in pieces cut anywhere: the compiled reader
-    (node records taken in as they come, edges looked up when both ends have a record, the rest
-    at the end) gives the ids, sizes and edges, in order, that the Python twin gives reading
-    the whole file at once, records repeated and edges to nowhere included."""
+    (node records taken in as they come, edges looked up when both ends have a record, the
+    rest again as the nodes grow, past 65536 of them, and at the end) gives the ids, sizes and
+    edges, in order, that the Python twin gives reading the whole file at once, records
+    repeated and edges to nowhere included."""
     import array
     import random
 
@@ -209,12 +210,12 @@ def test_records_read_as_they_come_give_what_one_reading_gives(seed: int) -> Non
     if wire._compiled is None:
         pytest.skip("the compiled reader was not built here")
     rng = random.Random(seed)
-    addresses = [0] + [0x10000 + 16 * i for i in range(5000)]
+    addresses = [0] + [0x10000 + 16 * i for i in range(nodes)]
     records = [(a, rng.randint(16, 500), rng.randint(0, 9), rng.randint(0, 5))
-               for a in addresses + rng.sample(addresses, 500)]
-    nowhere = 0x999990
-    edges = [(rng.choice(addresses + [nowhere]), rng.choice(addresses + [nowhere]), rng.randint(-1, 50))
-             for _ in range(20000)]
+               for a in addresses + rng.sample(addresses, nodes // 10)]
+    nowhere = 0x10000 + 16 * (nodes + 7)
+    ends = addresses + [nowhere]
+    edges = [(rng.choice(ends), rng.choice(ends), rng.randint(-1, 50)) for _ in range(4 * nodes)]
     columns = {"ids": array.array("q", [r[0] for r in records]), "sizes": array.array("q", [r[1] for r in records]),
                "types": array.array("i", [r[2] for r in records]), "lengths": array.array("i", [r[3] for r in records]),
                "edge_src_address": array.array("q", [e[0] for e in edges]),

@@ -20,9 +20,9 @@ import array
 import base64
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 GRAPH_FORMAT = "leakhound.graph/4"
 _FORMATS = ("leakhound.graph/1", "leakhound.graph/2", "leakhound.graph/3", GRAPH_FORMAT)
@@ -43,18 +43,38 @@ class GraphError(ValueError):
     """A graph document leakhound cannot read."""
 
 
+# A column of ints: an ``array.array``, or what the compiled passes return, a memoryview of
+# their bytes cast to "i" or "q" (``ints``): read in place, never copied (each copy of a
+# 4.8M-object heap's columns was tens of MB of fresh memory, most of the analysis's time).
+Ints = Sequence[int]
+
+
+def ints(raw: bytes, code: Literal["i", "q"]) -> Ints:
+    """The int32 ("i") or int64 ("q") items of ``raw`` (native order), without a copy."""
+    return memoryview(raw).cast(code)
+
+
+def raw_of(column: Ints) -> bytes:
+    """The bytes of a column, for a compiled pass: a view's own (no copy), an array's copied."""
+    if isinstance(column, memoryview) and isinstance(column.obj, bytes) and column.nbytes == len(column.obj):
+        return column.obj
+    if isinstance(column, array.array | memoryview):
+        return column.tobytes()
+    raise TypeError(f"not a column of ints: {type(column).__name__}")
+
+
 @dataclass
 class ObjectGraph:
     """The decoded graph: node 0 is the super-root."""
 
     nodes: int
-    sizes: array.array[int]
-    types: array.array[int]
-    ids: array.array[int]  # id() in the target: how a path is named afterwards
-    lengths: array.array[int]  # entries of a list, tuple, set or dict; 0 for other objects
-    src: array.array[int]
-    dst: array.array[int]
-    lab: array.array[int]
+    sizes: Ints
+    types: Ints
+    ids: Ints  # id() in the target: how a path is named afterwards
+    lengths: Ints  # entries of a list, tuple, set or dict; 0 for other objects
+    src: Ints
+    dst: Ints
+    lab: Ints
     type_names: list[str]
     labels: list[str]
     # (node, label, kind, tier) per root
@@ -193,7 +213,7 @@ class Records:
         except ValueError as exc:
             raise GraphError(f"malformed graph records: {exc}") from None
 
-    def finish(self, roots: list[int], *, by_address: bool) -> tuple[dict[str, array.array[int]], int, list[int], int]:
+    def finish(self, roots: list[int], *, by_address: bool) -> tuple[dict[str, Any], int, list[int], int]:
         """(columns "ids" ... "edge_label", nodes, the roots' ids (-1: none), edges left out);
         ``by_address``: the graph's nodes are named by address (``node_keys``)."""
         if self._finished:
@@ -208,24 +228,26 @@ class Records:
         self._reader = None
         if cut:
             raise GraphError("the graph's records are cut short")
-        arrays: dict[str, array.array[int]] = {}
-        for key, code, raw in (("ids", "q", i_b), ("sizes", "q", s_b), ("types", "i", t_b), ("lengths", "i", l_b),
-                               ("edge_src", "i", src_b), ("edge_dst", "i", dst_b), ("edge_label", "i", lab_b)):
-            arr: array.array[int] = array.array(code)
-            arr.frombytes(raw)
-            arrays[key] = arr
+        columns: tuple[tuple[str, Literal["i", "q"], bytes], ...] = (
+            ("ids", "q", i_b), ("sizes", "q", s_b), ("types", "i", t_b), ("lengths", "i", l_b),
+            ("edge_src", "i", src_b), ("edge_dst", "i", dst_b), ("edge_label", "i", lab_b))
         if not resolved:  # no edge by address came: the columns as they came
+            arrays: dict[str, array.array[int]] = {}
+            for key, code, raw in columns:
+                arr: array.array[int] = array.array(code)
+                arr.frombytes(raw)
+                arrays[key] = arr
             arrays["edge_src_address"], arrays["edge_dst_address"] = array.array("q"), array.array("q")
             return self._named(arrays, roots, by_address)
         if not by_address:
             raise GraphError("edges by address in a graph whose nodes are not")
         root_ids: array.array[int] = array.array("i")
         root_ids.frombytes(roots_b)
-        return arrays, n, list(root_ids), m - e
+        return {key: ints(raw, code) for key, code, raw in columns}, n, list(root_ids), m - e
 
     @staticmethod
     def _named(arrays: dict[str, array.array[int]], roots: list[int],
-               by_address: bool) -> tuple[dict[str, array.array[int]], int, list[int], int]:
+               by_address: bool) -> tuple[dict[str, Any], int, list[int], int]:
         if by_address:
             n, root_ids, dropped = _resolve(arrays, roots)
             return arrays, n, root_ids, dropped

@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from leakhound.analysis.dominators.graph import ObjectGraph
+from leakhound.analysis.dominators.graph import Ints, ObjectGraph, ints, raw_of
 
 try:
     from leakhound.analysis import _dominators  # type: ignore[attr-defined]
@@ -47,8 +47,8 @@ _BACK_REFERENCE_NAMES = frozenset({
 
 @dataclass
 class DominatorTree:
-    idom: array.array[int]  # per node; -1 for the root and unreachable nodes
-    retained: array.array[int]  # per node
+    idom: Ints  # per node; -1 for the root and unreachable nodes
+    retained: Ints  # per node
     seconds: float = 0.0
     peak_bytes: int = 0
     engine: str = ""
@@ -63,16 +63,14 @@ def soften(graph: ObjectGraph) -> ObjectGraph:
     soft_roots = [node for node, _label, kind, _tier in graph.roots if kind == "thread"]
     if not soft_roots:
         return graph
-    src: array.array[int] = array.array("i")
-    dst: array.array[int] = array.array("i")
-    lab: array.array[int] = array.array("i")
     if _dominators is not None:
-        s_b, d_b, l_b = _dominators.soft(graph.nodes, graph.edges, graph.src.tobytes(), graph.dst.tobytes(),
-                                         graph.lab.tobytes(), array.array("i", soft_roots).tobytes())
-        src.frombytes(s_b)
-        dst.frombytes(d_b)
-        lab.frombytes(l_b)
+        s_b, d_b, l_b = _dominators.soft(graph.nodes, graph.edges, raw_of(graph.src), raw_of(graph.dst),
+                                         raw_of(graph.lab), array.array("i", soft_roots).tobytes())
+        src: Ints = ints(s_b, "i")
+        dst: Ints = ints(d_b, "i")
+        lab: Ints = ints(l_b, "i")
     else:
+        src, dst, lab = array.array("i"), array.array("i"), array.array("i")
         soft = set(soft_roots)
         succ_off, edge_ids = _csr_edges(graph.nodes, graph.src)
         hard = bytearray(graph.nodes)
@@ -104,12 +102,9 @@ def dominators(graph: ObjectGraph, *, compiled: bool = True) -> DominatorTree:
     started = time.perf_counter()
     n, m = graph.nodes, graph.edges
     if compiled and _dominators is not None:
-        idom_b, ret_b = _dominators.dominators(n, m, graph.src.tobytes(), graph.dst.tobytes(),
-                                               graph.sizes.tobytes())
-        idom: array.array[int] = array.array("i")
-        idom.frombytes(idom_b)
-        retained: array.array[int] = array.array("q")
-        retained.frombytes(ret_b)
+        idom_b, ret_b = _dominators.dominators(n, m, raw_of(graph.src), raw_of(graph.dst), raw_of(graph.sizes))
+        idom: Ints = ints(idom_b, "i")
+        retained: Ints = ints(ret_b, "q")
         # the copies passed in, CSR (2 x (n + m) int32), DFS arrays (9 x n int32), results
         peak = (8 * m + 8 * n) + 4 * (2 * (n + 1) + 2 * m) + 4 * 9 * n + 8 * 3 * n
         engine = "compiled"
@@ -121,14 +116,14 @@ def dominators(graph: ObjectGraph, *, compiled: bool = True) -> DominatorTree:
                          peak_bytes=peak, engine=engine)
 
 
-def _csr(n: int, src: array.array[int], dst: array.array[int]) -> tuple[list[int], list[int]]:
+def _csr(n: int, src: Ints, dst: Ints) -> tuple[list[int], list[int]]:
     offsets, ids = _csr_python(n, src)
     return offsets, [dst[e] for e in ids]
 
 
 def _dominators_python(
-    n: int, src: array.array[int], dst: array.array[int], sizes: array.array[int]
-) -> tuple[array.array[int], array.array[int]]:
+    n: int, src: Ints, dst: Ints, sizes: Ints
+) -> tuple[Ints, Ints]:
     """Semi-NCA, as _dominators.c, in Python (the same arrays, slower)."""
     succ_off, succ = _csr(n, src, dst)
     pred_off, pred = _csr(n, dst, src)
@@ -204,8 +199,8 @@ def _dominators_python(
 class Paths:
     """For every node, the edge it is best reached by (-1: a root or unreached) and its root."""
 
-    via: array.array[int]
-    root_of: array.array[int]  # index in graph.roots
+    via: Ints
+    root_of: Ints  # index in graph.roots
 
 
 def _root_distances(graph: ObjectGraph) -> list[int]:
@@ -241,15 +236,11 @@ def preferred_paths(graph: ObjectGraph, *, compiled: bool = True, targets: Itera
         for node, _label, _kind, _tier in graph.roots:
             blocked[node] = 1
         via_b, root_b = _dominators.paths(
-            graph.nodes, graph.edges, graph.src.tobytes(), graph.dst.tobytes(), graph.types.tobytes(),
-            graph.lab.tobytes(), type_back, label_back or b"\x00",
+            graph.nodes, graph.edges, raw_of(graph.src), raw_of(graph.dst), raw_of(graph.types),
+            raw_of(graph.lab), type_back, label_back or b"\x00",
             array.array("i", [r[0] for r in graph.roots]).tobytes(),
             array.array("q", _root_distances(graph)).tobytes(), bytes(blocked), BACK_REFERENCE_COST, wanted)
-        via: array.array[int] = array.array("i")
-        via.frombytes(via_b)
-        root_of: array.array[int] = array.array("i")
-        root_of.frombytes(root_b)
-        return Paths(via=via, root_of=root_of)
+        return Paths(via=ints(via_b, "i"), root_of=ints(root_b, "i"))
     return _preferred_paths_python(graph)
 
 
@@ -294,19 +285,15 @@ def _preferred_paths_python(graph: ObjectGraph) -> Paths:
     return Paths(via=array.array("i", via), root_of=array.array("i", root_of))
 
 
-def _csr_edges(n: int, src: array.array[int]) -> tuple[Sequence[int], Sequence[int]]:
+def _csr_edges(n: int, src: Ints) -> tuple[Sequence[int], Sequence[int]]:
     """Edge ids grouped by ``src`` (or any per-edge key): (offsets, ids)."""
     if _dominators is not None:
-        off_b, ids_b = _dominators.csr(n, len(src), src.tobytes())
-        c_off: array.array[int] = array.array("i")
-        c_off.frombytes(off_b)
-        c_ids: array.array[int] = array.array("i")
-        c_ids.frombytes(ids_b)
-        return c_off, c_ids
+        off_b, ids_b = _dominators.csr(n, len(src), raw_of(src))
+        return ints(off_b, "i"), ints(ids_b, "i")
     return _csr_python(n, src)
 
 
-def _csr_python(n: int, src: array.array[int]) -> tuple[list[int], list[int]]:
+def _csr_python(n: int, src: Ints) -> tuple[list[int], list[int]]:
     offsets = [0] * (n + 1)
     for s in src:
         offsets[s + 1] += 1
@@ -334,14 +321,8 @@ def tree_csr(graph: ObjectGraph, tree: DominatorTree
     """``children_of``'s (offsets, children) and, where the C pass computed them in the same
     pass, ``subtree_counts`` (else None): one pass over a million-node tree, not two."""
     if _dominators is not None:
-        off_b, kids_b, counts_b = _dominators.tree(graph.nodes, tree.idom.tobytes(), tree.retained.tobytes())
-        c_offsets: array.array[int] = array.array("i")
-        c_offsets.frombytes(off_b)
-        c_kids: array.array[int] = array.array("i")
-        c_kids.frombytes(kids_b)
-        c_counts: array.array[int] = array.array("q")
-        c_counts.frombytes(counts_b)
-        return c_offsets, c_kids, c_counts
+        off_b, kids_b, counts_b = _dominators.tree(graph.nodes, raw_of(tree.idom), raw_of(tree.retained))
+        return ints(off_b, "i"), ints(kids_b, "i"), ints(counts_b, "q")
     offsets, kids = _children_of_python(graph, tree)
     return offsets, kids, None
 
@@ -375,9 +356,7 @@ def subtree_counts(graph: ObjectGraph, tree: DominatorTree,
                    children: Callable[[int], Sequence[int]]) -> Sequence[int]:
     """How many objects each node dominates, itself included (``children``: the tree's)."""
     if _dominators is not None:
-        c_counts: array.array[int] = array.array("q")
-        c_counts.frombytes(_dominators.tree(graph.nodes, tree.idom.tobytes(), tree.retained.tobytes())[2])
-        return c_counts
+        return ints(_dominators.tree(graph.nodes, raw_of(tree.idom), raw_of(tree.retained))[2], "q")
     counts = [1] * graph.nodes
     order: list[int] = []
     stack = [0]
