@@ -7,13 +7,10 @@ from typing import Annotated
 
 import typer
 
-from leakhound.analysis.ledger import ledger
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import JsonOpt, MaxPauseOpt, MethodOpt, OutputOpt, PidArg, TimeoutOpt, TopOpt
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, capture
 from leakhound.model import Snapshot, snapshot_to_json
-from leakhound.render import heapsnapshot, table
-from leakhound.render import json_doc as json_render
 
 # --owners: how owners are found (docs/inspect.md)
 OWNER_MODELS = ("auto", "dominator", "census")
@@ -44,6 +41,12 @@ def run(
         owner_model=owner_model,
         why=why,
     )
+    # The renderers (rich and the rest, ~30 ms of imports) once there is something to render:
+    # not before the attach, which an on-call engineer is waiting for.
+    from leakhound.analysis.ledger import ledger  # noqa: PLC0415
+    from leakhound.render import heapsnapshot, table  # noqa: PLC0415
+    from leakhound.render import json_doc as json_render  # noqa: PLC0415
+
     snapshot = taken.snapshot
     reporter.done()
     if save is not None:

@@ -23,6 +23,7 @@ from leakhound.model import (
     CyclicGarbage,
     HeapStats,
     Owner,
+    ProcessStats,
     Snapshot,
     TypeStat,
 )
@@ -181,8 +182,8 @@ def capture(
     if os.environ.get("LEAKHOUND_WALKER") == "python":
         # The pure-Python census loop even where the compiled one loads (benchmarks, tests).
         request["walker"] = "python"
-    early = _EarlyOwners(top=max(top, 20), retainers=retainers, why=why, timeout=timeout) if "graph" in request \
-        else None
+    early = _EarlyOwners(top=max(top, 20), retainers=retainers, why=why, timeout=timeout, pid=pid) \
+        if "graph" in request else None
     try:
         remote = run_request(
             pid,
@@ -225,8 +226,11 @@ def capture(
         if isinstance(waits, dict) and waits.get("holds"):
             log("the target's costly collection was due at {holds} yield(s): the payload's next stretch ran with the"
                 " collector off, and it ran in the target's threads {ran_elsewhere} time(s)".format(**waits))
-    # RSS is read right after the census so the ledger compares like with like.
-    process = process_stats(pid)
+    # RSS is read right after the census so the ledger compares like with like (or, when the
+    # graph's walk counted the heap, as the graph arrived: read while the CLI analyses it).
+    process = early.counted_process() if early is not None else None
+    if process is None:
+        process = process_stats(pid)
     snap = snapshot_from_result(
         pid=pid,
         method=remote.method,
@@ -281,8 +285,10 @@ class _EarlyOwners:
     ``finish`` hands to the thread. One attach instead of two, and the CLI's analysis and the
     target's census run at once, on two cores."""
 
-    def __init__(self, *, top: int, retainers: int, why: str | None, timeout: float) -> None:
-        self.top, self.retainers, self.why, self.timeout = top, retainers, why, timeout
+    def __init__(self, *, top: int, retainers: int, why: str | None, timeout: float, pid: int = 0) -> None:
+        self.top, self.retainers, self.why, self.timeout, self.pid = top, retainers, why, timeout, pid
+        self._process: ProcessStats | None = None
+        self._process_thread: threading.Thread | None = None
         self.doc: dict[str, Any] | None = None
         self._labels: queue.Queue[Any] = queue.Queue(maxsize=1)
         self._thread: threading.Thread | None = None
@@ -311,6 +317,12 @@ class _EarlyOwners:
                     f"the graph's records are cut short ({doc['records_streamed']} of {doc.get('binary_bytes')} bytes)")
             if self._records_error is not None:
                 doc["records"] = self._records_error
+        if doc.get("counts_heap") and self.pid:
+            # The graph's walk counted the heap (no census runs after it): the kernel's numbers
+            # now, /proc/PID/smaps read on one core while the dominator pass runs on the other.
+            self._process_thread = threading.Thread(target=self._read_process, name="leakhound-process",
+                                                    daemon=True)
+            self._process_thread.start()
         if doc.get("skipped"):
             return  # the target counts owners itself then, and asks for no names
         self._thread = threading.Thread(target=self._run, args=(doc, post), name="leakhound-dominators",
@@ -335,6 +347,19 @@ class _EarlyOwners:
         finally:
             if not posted:
                 post("names", {"paths": []})  # the target waits for it: never leave it waiting
+
+    def _read_process(self) -> None:
+        try:
+            self._process = process_stats(self.pid)
+        except Exception:  # read again by the caller, where its errors are said
+            self._process = None
+
+    def counted_process(self) -> ProcessStats | None:
+        """The kernel's numbers read as the graph that counted the heap arrived, else None."""
+        if self._process_thread is None:
+            return None
+        self._process_thread.join()
+        return self._process
 
     def finish(self, names: object) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
         """The graph and its owners, once the result (and with it the names) is here."""

@@ -58,7 +58,7 @@
 /* Blocks written out are kept for reuse, up to this many a column: a new block is fresh
  * memory the kernel has to fault in and zero (the columns are ~80 MB of records on a
  * 4.8M-object heap). */
-#define GBLOCK_SPARE 2
+#define GBLOCK_SPARE 1
 
 typedef struct {
     char **blocks;

@@ -232,6 +232,8 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     skipped = out_graph.get("skipped")
     graph_seconds = float(out_graph.get("graph_seconds") or 0.0)
     counted = _counted_in_graph(out_graph, max_pause, graph_started_at, request)
+    if counted is not None:
+        out_graph["counts_heap"] = True  # no census follows: the CLI reads the kernel's numbers now
     stop.check("graph")
     exchange.send("graph", {"graph": out_graph})
     out_graph = None  # sent: its arrays are the CLI's now

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Columns when the output is no terminal and COLUMNS is not set: wide enough that nothing is
 # wrapped (a pipe, `kubectl logs`, a file), as the whole line is what grep and people read.
@@ -32,6 +33,10 @@ def output_width(file: TextIO) -> int | None:
 
 
 def console(file: TextIO | None = None) -> Console:
+    # rich is imported when there is something to print: ``--width`` is set (cli.py) before
+    # the attach, and rich's ~20 ms of imports need not come before it.
+    from rich.console import Console  # noqa: PLC0415
+
     out = file or sys.stdout
     return Console(
         file=out,
