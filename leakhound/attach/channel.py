@@ -279,8 +279,8 @@ class PrivateChannel:
                     last_phase = doc
                     progress(str(doc.get("phase", "")), int(doc.get("done", 0) or 0))
             # (a file each turn: a 50 ms turn was ~25 ms late on average for the graph and again
-            # for the result, on the path of every inspection)
-            time.sleep(0.01 if now - begin < 1 else 0.02)
+            # for the result, on the path of every inspection; a turn is a few stat() calls)
+            time.sleep(0.005 if now - begin < 5 else 0.02)
 
     def close(self) -> None:
         if self._parent_fd < 0:

@@ -462,6 +462,8 @@ typedef struct {
     NodeBits marked;           /* the addresses of the nodes and of our own objects */
     NodeBits walls;            /* nodes no edge but the super-root's leads to */
     NodeBits ownbits;          /* leakhound's own objects: never nodes */
+    NodeBits madebits;         /* the addresses in ``made``: most containers are not, known
+                                * without a probe of its table */
     AddrMap made;              /* the nodes the payload's Python code made (the roots:
                                 * classes, frames, tasks... sized there, as the Python loop
                                 * does, never by C's size_of here): size, type id */
@@ -536,6 +538,7 @@ graph_drop_bits(GraphState *g)
     nodebits_free(&g->walls);
     nodebits_free(&g->ownbits);
     nodebits_free(&g->counted);
+    nodebits_free(&g->madebits);
     addrmap_free(&g->made);
     g->own_used = 0;
 }
@@ -946,7 +949,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     long long base = 0;
     int32_t made_type = 0;
     int made = 0;
-    if (addrmap_get(&g->made, (uintptr_t)obj, &base, &made_type)) {
+    if (nodebits_test(&g->madebits, (uintptr_t)obj) && addrmap_get(&g->made, (uintptr_t)obj, &base, &made_type)) {
         made = 1;
         g->cur_type = made_type;  /* a root: sized by the payload's Python code */
     }
@@ -1179,7 +1182,14 @@ graph_finish(GraphState *g)
         size += g->folded;
     int failed = graph_record(g, (uintptr_t)c, size, g->cur_type, entries);
     g->phase = PHASE_NONE;
-    refs_free(&g->refs);
+    /* The buffer is kept for the next container (a malloc and a free per container were ~5%
+     * of the walk), unless a big one grew it. */
+    if (g->refs.cap > 4096)
+        refs_free(&g->refs);
+    else {
+        refs_clear(&g->refs);
+        Py_CLEAR(g->refs.cursor);
+    }
     Py_CLEAR(g->cur);
     return failed;
 }
@@ -1269,6 +1279,7 @@ graph_node(PyObject *Py_UNUSED(module), PyObject *args)
     if (found == FOUND_NONE
         && (graph_mark(g, obj) < 0 || graph_record(g, (uintptr_t)obj, size, (int32_t)type_id, 0) < 0
             || addrmap_put(&g->made, (uintptr_t)obj, size, (int32_t)type_id) < 0
+            || nodebits_set(&g->madebits, (uintptr_t)obj) < 0
             || graph_tally(g, type_id, 1, size) < 0))
         return NULL;
     return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)obj);
@@ -1446,9 +1457,16 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     Column *cols[] = GRAPH_COLUMNS(g);
     for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         held += (long long)(cols[k]->nblocks - cols[k]->flushed) * GBLOCK_ITEMS * cols[k]->itemsize;
-    NodeBits *bits[] = {&g->marked, &g->walls, &g->ownbits};
-    for (size_t k = 0; k < 3; k++)
+    NodeBits *bits[] = {&g->marked, &g->walls, &g->ownbits, &g->counted, &g->madebits};
+    for (size_t k = 0; k < 5; k++)
         held += (long long)bits[k]->used * NB_BYTES + (long long)(bits[k]->mask + (bits[k]->keys ? 1 : 0)) * 16;
+    AddrMap *maps[] = {&g->made, &g->key_labels, &g->labelled};
+    for (size_t k = 0; k < 3; k++)
+        held += maps[k]->keys ? (long long)(maps[k]->mask + 1) * (long long)(sizeof(uintptr_t) + sizeof(long long) + 4) : 0;
+    /* the tallies and the spare blocks */
+    held += (long long)g->t_len * 16;
+    for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
+        held += (long long)cols[k]->nspare * GBLOCK_ITEMS * cols[k]->itemsize;
     return Py_BuildValue("nnnLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g));
 }
 
