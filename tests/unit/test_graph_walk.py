@@ -115,7 +115,8 @@ def test_the_records_leave_the_target_as_the_walk_goes(tmp_path: Path) -> None:
                           max_pause_ms=1, cancelled=None, spool_dir=str(tmp_path))
         spool = tmp_path / BINARY_FILE
         during = spool.stat().st_size
-        assert during > 0 and out["payload_peak_bytes"] * 4 < kept["payload_peak_bytes"]
+        # what it holds is its bitmaps, maps and a few blocks: most of what it wrote is gone
+        assert during > 0 and kept["payload_peak_bytes"] - out["payload_peak_bytes"] > 0.6 * during
         meta = json.loads("".join(json_pieces({"graph": out}, binary_dir=str(tmp_path))))["graph"]
         raw = spool.read_bytes()
         assert meta["binary_file"] == BINARY_FILE and meta["binary_bytes"] == len(raw) > during
