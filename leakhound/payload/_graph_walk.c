@@ -498,7 +498,7 @@ typedef struct {
      * makes "k" labels in this walk), known without building its text (a cache's unique
      * keys); one whose hash is there is looked up. No reference to the keys: a reference
      * would change their counts, and what the walk folds. */
-    AddrMap labelled;
+    uint32_t *labelled;        /* open addressing, 0 empty; LABELLED_SLOTS of them */
     /* The census the walk makes on the way (graph_tallies): every object it counts, once,
      * by type id, at its own size (a container's before its folded leaves): the nodes, the
      * folded leaves, and the shared leaves (no node) the first time they are met. */
@@ -557,7 +557,8 @@ graph_capsule_free(PyObject *capsule)
     PyMem_Free(g->names.keys);
     PyMem_Free(g->names.labels);
     addrmap_free(&g->key_labels);
-    addrmap_free(&g->labelled);
+    PyMem_Free(g->labelled);
+    g->labelled = NULL;
     PyMem_Free(g->t_counts);
     PyMem_Free(g->t_bytes);
     PyMem_Free(g);
@@ -752,6 +753,58 @@ cached_int(GraphState *g, PyObject *cache, PyObject *key, PyObject *make, PyObje
 
 static long key_label_made(GraphState *g, PyObject *key);
 
+/* The set of labelled keys' hashes, 32 bits of each (a collision only sends a key the long
+ * way, which is exact): at most graph.py's _MAX_LABELS (50,000) in LABELLED_SLOTS. */
+#define LABELLED_SLOTS (1 << 17)
+
+static inline uint32_t
+labelled_value(Py_hash_t hash)
+{
+    uint32_t v = (uint32_t)((uint64_t)hash ^ ((uint64_t)hash >> 32));
+    return v ? v : 1;
+}
+
+static int
+labelled_has(GraphState *g, Py_hash_t hash)
+{
+    if (g->labelled == NULL)
+        return 0;
+    uint32_t v = labelled_value(hash);
+    for (size_t k = (size_t)(v * 2654435761u) & (LABELLED_SLOTS - 1), tries = 0; tries < LABELLED_SLOTS;
+         k = (k + 1) & (LABELLED_SLOTS - 1), tries++) {
+        if (g->labelled[k] == v)
+            return 1;
+        if (g->labelled[k] == 0)
+            return 0;
+    }
+    return 0;
+}
+
+static int
+labelled_add(GraphState *g, Py_hash_t hash)
+{
+    if (g->labelled == NULL) {
+        g->labelled = PyMem_Calloc(LABELLED_SLOTS, sizeof(uint32_t));
+        if (g->labelled == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    uint32_t v = labelled_value(hash);
+    for (size_t k = (size_t)(v * 2654435761u) & (LABELLED_SLOTS - 1), tries = 0; tries < LABELLED_SLOTS;
+         k = (k + 1) & (LABELLED_SLOTS - 1), tries++) {
+        if (g->labelled[k] == v)
+            return 0;
+        if (g->labelled[k] == 0) {
+            g->labelled[k] = v;
+            return 0;
+        }
+    }
+    /* full (cannot be: more slots than labels): every key goes the long way from now on */
+    PyErr_SetString(PyExc_RuntimeError, "the labelled keys' table is full");
+    return -1;
+}
+
 /* label_of("k" + key[:80]) for a str key: -2 on error. Cached by the key's address. */
 static long
 key_label(GraphState *g, PyObject *key)
@@ -782,10 +835,7 @@ key_label_made(GraphState *g, PyObject *key)
     Py_hash_t hash = PyObject_Hash(key);  /* kept in the str: no work */
     if (hash == -1)
         return -2;
-    long long unused_wide;
-    int32_t unused_narrow;
-    if (n <= GRAPH_MAX_LABEL_CHARS && g->labels_full
-        && !addrmap_get(&g->labelled, (uintptr_t)hash | 1, &unused_wide, &unused_narrow))
+    if (n <= GRAPH_MAX_LABEL_CHARS && g->labels_full && !labelled_has(g, hash))
         return -1;
     PyObject *part = PyUnicode_Substring(key, 0, n < GRAPH_MAX_LABEL_CHARS ? n : GRAPH_MAX_LABEL_CHARS);
     if (part == NULL)
@@ -798,7 +848,7 @@ key_label_made(GraphState *g, PyObject *key)
     Py_DECREF(text);
     if (label == -1)
         g->labels_full = 1;  /* graph.py's _MAX_LABELS reached (found labels are never -1) */
-    if (label >= 0 && n <= GRAPH_MAX_LABEL_CHARS && addrmap_put(&g->labelled, (uintptr_t)hash | 1, 0, 0) < 0)
+    if (label >= 0 && n <= GRAPH_MAX_LABEL_CHARS && labelled_add(g, hash) < 0)
         return -2;
     return label;
 }
@@ -1458,12 +1508,13 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         held += (long long)(cols[k]->nblocks - cols[k]->flushed) * GBLOCK_ITEMS * cols[k]->itemsize;
     NodeBits *bits[] = {&g->marked, &g->walls, &g->ownbits, &g->counted, &g->madebits};
-    for (size_t k = 0; k < 5; k++)
+    for (size_t k = 0; k < sizeof(bits) / sizeof(bits[0]); k++)
         held += (long long)bits[k]->used * NB_BYTES + (long long)(bits[k]->mask + (bits[k]->keys ? 1 : 0)) * 16;
-    AddrMap *maps[] = {&g->made, &g->key_labels, &g->labelled};
-    for (size_t k = 0; k < 3; k++)
+    AddrMap *maps[] = {&g->made, &g->key_labels};
+    for (size_t k = 0; k < sizeof(maps) / sizeof(maps[0]); k++)
         held += maps[k]->keys ? (long long)(maps[k]->mask + 1) * (long long)(sizeof(uintptr_t) + sizeof(long long) + 4) : 0;
-    /* the tallies and the spare blocks */
+    /* the labelled keys, the tallies and the spare blocks */
+    held += g->labelled != NULL ? (long long)LABELLED_SLOTS * 4 : 0;
     held += (long long)g->t_len * 16;
     for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         held += (long long)cols[k]->nspare * GBLOCK_ITEMS * cols[k]->itemsize;
