@@ -481,7 +481,7 @@ typedef struct {
     PyObject *frame_types;               /* tuple: frames, coroutines, generators */
     PyObject *native, *native_extra;     /* dict id(type) -> code; callable(obj) -> (bytes, hidden) */
     PyObject *too_big;                   /* the exception over max_nodes */
-    int labels_full;                     /* label_of said -1: no new label is made any more */
+    int labels_full;                     /* label_of said -1: no new key label is made any more */
     Py_ssize_t called;                   /* calls into those helpers this call: work too */
     /* The container being walked (across calls when it is big): its record so far. */
     PyObject *cur;
@@ -754,8 +754,8 @@ cached_int(GraphState *g, PyObject *cache, PyObject *key, PyObject *make, PyObje
 static long key_label_made(GraphState *g, PyObject *key);
 
 /* The set of labelled keys' hashes, 32 bits of each (a collision only sends a key the long
- * way, which is exact): at most graph.py's _MAX_LABELS (50,000) in LABELLED_SLOTS. */
-#define LABELLED_SLOTS (1 << 17)
+ * way, which is exact): at most graph.py's _MAX_KEY_LABELS (15,000) in LABELLED_SLOTS. */
+#define LABELLED_SLOTS (1 << 16)
 
 static inline uint32_t
 labelled_value(Py_hash_t hash)
@@ -847,7 +847,7 @@ key_label_made(GraphState *g, PyObject *key)
     long label = cached_int(g, g->label_index, text, g->labels_full ? NULL : g->label_of, text);
     Py_DECREF(text);
     if (label == -1)
-        g->labels_full = 1;  /* graph.py's _MAX_LABELS reached (found labels are never -1) */
+        g->labels_full = 1;  /* graph.py makes no key label any more (found labels are never -1) */
     if (label >= 0 && n <= GRAPH_MAX_LABEL_CHARS && labelled_add(g, hash) < 0)
         return -2;
     return label;

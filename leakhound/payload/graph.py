@@ -103,8 +103,13 @@ _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 # everyone: no owner retains it, and edges to it would be most of the graph.
 _SHARED_LEAF = 64
 # Labels are mostly dict keys (attribute names come from slots; the owners' paths are named
-# by the target afterwards, name_paths): ~150 bytes each in the target, 7 MiB at most.
-_MAX_LABELS = 50000
+# by the target afterwards, name_paths): ~150 bytes each in the target with their index and
+# their JSON, 3 MiB at most. Dict keys take at most _MAX_KEY_LABELS of them: a heap's unique
+# keys (a cache's ids in many small dicts) would fill the table before the attribute names
+# and types met later (what back-references are known by: passes.py). 50,000 were ~5 MiB
+# more in the target on the 4.8M-object heap, a fifth of what the inspection cost it.
+_MAX_LABELS = 20000
+_MAX_KEY_LABELS = 15000
 _BIG_DICT = 2048  # _walk.c's BIG_CONTAINER / 2: read in slices there
 _CHECK_EVERY = 0x7FF
 # Units of work (a container, a referent) per call into the compiled walk: ~1 ms of CPU (the
@@ -191,6 +196,7 @@ class Graph(object):
         self.lab = array.array("i")
         self.label_index = {}
         self.labels = []
+        self.key_labels = 0  # labels of dict keys ("k...") made, at most _MAX_KEY_LABELS
         # node, label, kind, tier of each root, flat: no tracked object per root (a list each,
         # 50k of them on a worker with many classes, counted towards the target's next
         # collection, which then ran in our thread: the real worker's first inspection)
@@ -246,6 +252,10 @@ class Graph(object):
         if i is None:
             if len(self.labels) >= _MAX_LABELS:
                 return -1
+            if text[:1] == "k":
+                if self.key_labels >= _MAX_KEY_LABELS:
+                    return -1
+                self.key_labels += 1
             i = self.label_index[text] = len(self.labels)
             self.labels.append(text)
         return i
