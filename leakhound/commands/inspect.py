@@ -102,3 +102,6 @@ def command(
     run(pid=pid, method=method, top=top, timeout=timeout, as_json=as_json, save=save,
         max_pause_ms=max_pause, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]),
         owner_model=owners, why=why, heapsnapshot_path=heapsnapshot_path)
+    # Everything is written and the target's request is over (its files removed): no need
+    # to tear the interpreter down (_entry.py).
+    SETTINGS["exit_now"] = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -82,16 +83,21 @@ def run(
     if ready_file is not None:
         check_ready_file(ready_file)
     report_dir = Path(tempfile.mkdtemp(prefix="leakhound-simulate-"))
-    # The workload's fields by name, over Workload()'s defaults.
-    with start_fleet(workers=workers, concurrency=concurrency, turns=turns, rollouts=rollouts,
-                     image_kb=image_kb, group_size=group_size, fixes=fixes, hold=hold,
-                     report_dir=report_dir, ready_file=ready_file) as fleet:
-        fleet.wait_ready(timeout=300)
-        reporter.note(f"leakhound: simulated workers ready: pids {' '.join(map(str, fleet.pids))}")
-        reporter.note(f"leakhound: their own reports: {report_dir}/<pid>.json; Ctrl-C stops them")
-        print(" ".join(map(str, fleet.pids)), flush=True)
-        try:
-            while any(p.poll() is None for p in fleet.processes):
-                time.sleep(0.5)
-        finally:
-            fleet.stop()
+    try:
+        # The workload's fields by name, over Workload()'s defaults.
+        with start_fleet(workers=workers, concurrency=concurrency, turns=turns, rollouts=rollouts,
+                         image_kb=image_kb, group_size=group_size, fixes=fixes, hold=hold,
+                         report_dir=report_dir, ready_file=ready_file) as fleet:
+            fleet.wait_ready(timeout=300)
+            reporter.note(f"leakhound: simulated workers ready: pids {' '.join(map(str, fleet.pids))}")
+            reporter.note(f"leakhound: their own reports: {report_dir}/<pid>.json; Ctrl-C stops them")
+            print(" ".join(map(str, fleet.pids)), flush=True)
+            try:
+                while any(p.poll() is None for p in fleet.processes):
+                    time.sleep(0.5)
+            finally:
+                fleet.stop()
+    finally:
+        # The workers' reports describe workers that are gone: nothing is left behind in /tmp
+        # (an empty directory was, at every run).
+        shutil.rmtree(report_dir, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import os
 import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -38,3 +39,25 @@ def test_a_ctrl_c_while_the_cli_imports_exits_130_quietly(
     assert exit_info.value.code == 130
     assert capsys.readouterr().err == "leakhound: interrupted\n"
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_command_that_asks_exits_at_once_its_output_written() -> None:
+    """inspect asks for os._exit once it has written everything (SETTINGS["exit_now"]): the
+    exit code and every byte of the output arrive; with a thread of ours still running, the
+    normal exit runs instead (it waits for the thread)."""
+    code = (
+        "import sys, threading, time\n"
+        "from leakhound.commands.common import SETTINGS\n"
+        "from leakhound import _entry\n"
+        "SETTINGS['exit_now'] = True\n"
+        "if sys.argv[1] == 'thread':\n"
+        "    threading.Thread(target=lambda: (time.sleep(0.3), print('thread done'))).start()\n"
+        "sys.stdout.write('x' * 200000)\n"
+        "_entry._exit_now_if_asked(3)\n"
+        "print('normal exit')\n"
+        "sys.exit(4)\n"
+    )
+    quick = subprocess.run([sys.executable, "-c", code, "quick"], capture_output=True, text=True, timeout=60)
+    assert quick.returncode == 3 and quick.stdout == "x" * 200000, quick.stderr
+    waited = subprocess.run([sys.executable, "-c", code, "thread"], capture_output=True, text=True, timeout=60)
+    assert waited.returncode == 4 and waited.stdout.endswith("normal exit\nthread done\n"), waited.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,6 +75,10 @@ def test_workers_die_with_the_simulate_command(tmp_path: Path, signum: signal.Si
     if signum != signal.SIGKILL:
         assert proc.returncode == 128 + signum, err
         assert "Traceback" not in err
+        # nothing left behind: the workers' report directory goes with them
+        reports = re.search(r"their own reports: (\S+)/<pid>\.json", err)
+        assert reports is not None, err
+        assert not Path(reports.group(1)).exists(), reports.group(1)
 
 
 @pytest.mark.parametrize("where", ["missing-dir", "a-directory"])
