@@ -117,6 +117,7 @@ _CHECK_EVERY = 0x7FF
 # the payload's thread inside one call, the GIL held: the target's loop waited as long).
 _WORK_PER_CALL = 5000
 _MISSING = object()
+_LEAF_TYPES_FIRST = (str, int, float, bytes, bool, type(None), complex)
 
 
 def _where(frame):
@@ -183,6 +184,12 @@ class Graph(object):
         self.type_index = {}  # id(type) -> type id
         self.type_keys = [None]  # the types (keeps their ids unique)
         self.type_names = ["<root>"]
+        # The leaves' types up front, in both walks: the compiled one counts every shared
+        # leaf by type (no node), and would otherwise call _type_id for them mid-walk where
+        # the Python loop does not (the names it keeps are references to interned strings:
+        # a leaf near a refcount threshold would be folded in one walk, a node in the other).
+        for tp in _LEAF_TYPES_FIRST:
+            self._type_id(tp)
         # The census's native sizing, node by node (sizes.py): a numpy/torch/Pillow/mmap
         # object's buffers and the references gc does not show (a view's base), a 3.11+
         # instance's attribute values. Without them a dominator owner would miss those bytes.
