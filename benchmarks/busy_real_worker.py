@@ -75,6 +75,7 @@ def inspect(pid: int, extra: list[str]) -> dict[str, Any]:
     row["phases"] = verbose_phases(proc.stderr)
     if os.environ.get("BENCH_LOG_DIR"):  # each run's -v output, to read where a long hold was
         log = Path(os.environ["BENCH_LOG_DIR"]) / f"inspect-{pid}-{time.time():.0f}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(proc.stderr)
     holds = verbose_holds(proc.stderr)  # the census's and, with the default owners, the graph's
     if holds is not None:
