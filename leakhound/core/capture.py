@@ -208,6 +208,8 @@ def capture(
             if isinstance(spent, dict) and spent:
                 log(f"{key} phases: " + ", ".join(f"{k} {v[0]:.3f}/{v[1]:.3f} s" for k, v in spent.items()))
         held = (remote.result.get("heap") or {}).get("max_hold_ms")
+        if (remote.result.get("heap") or {}).get("counted_in") == "graph":
+            held = None  # no census ran: the graph's line below says how it held the GIL
         if held is not None:
             log(f"census held the GIL at most {held} ms between yields ({remote.result['heap'].get('yields')} yields;"
                 f" after phase {remote.result['heap'].get('max_hold_after')!r})")
