@@ -614,31 +614,8 @@ graph_tally(GraphState *g, Py_ssize_t type_id, long long count, long long size)
         PyErr_SetString(PyExc_IndexError, "type id out of range");
         return -1;
     }
-    if (type_id >= g->t_len) {
-        Py_ssize_t len = g->t_len ? g->t_len : 256;
-        while (len <= type_id) {
-            if (len > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(long long)) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            len *= 2;
-        }
-        long long *counts = PyMem_Realloc(g->t_counts, (size_t)len * sizeof(long long));
-        if (counts == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        g->t_counts = counts;
-        long long *sizes = PyMem_Realloc(g->t_bytes, (size_t)len * sizeof(long long));
-        if (sizes == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        g->t_bytes = sizes;
-        memset(counts + g->t_len, 0, (size_t)(len - g->t_len) * sizeof(long long));
-        memset(sizes + g->t_len, 0, (size_t)(len - g->t_len) * sizeof(long long));
-        g->t_len = len;
-    }
+    if (grow_tallies(&g->t_counts, &g->t_bytes, &g->t_len, type_id, 256) < 0)
+        return -1;
     /* sizes are at most 2**48: only a sum can overflow */
     if (g->t_bytes[type_id] > LLONG_MAX - size || g->bytes > LLONG_MAX - size) {
         PyErr_SetString(PyExc_OverflowError, "census byte total out of range");

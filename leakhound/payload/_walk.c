@@ -558,35 +558,45 @@ size_of(PyObject *op, TypeInfo *info, long long *size)
 
 /* -- the tallies ----------------------------------------------------------------------- */
 
+/* Two arrays of counts and sizes by slot, ``*len`` long, grown (zeroed) to hold ``slot``;
+ * ``first``: their length when empty. */
+static int
+grow_tallies(long long **counts, long long **sizes, Py_ssize_t *len, Py_ssize_t slot, Py_ssize_t first)
+{
+    if (slot < *len)
+        return 0;
+    Py_ssize_t want = *len ? *len : first;
+    while (want <= slot) {
+        if (want > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(long long)) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        want *= 2;
+    }
+    long long *c = PyMem_Realloc(*counts, (size_t)want * sizeof(long long));
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *counts = c;
+    long long *z = PyMem_Realloc(*sizes, (size_t)want * sizeof(long long));
+    if (z == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *sizes = z;
+    memset(c + *len, 0, (size_t)(want - *len) * sizeof(long long));
+    memset(z + *len, 0, (size_t)(want - *len) * sizeof(long long));
+    *len = want;
+    return 0;
+}
+
 /* Adds one object of ``size`` bytes to ``slot``'s share of this call. */
 static int
 tally(Walk *w, Py_ssize_t slot, long long size)
 {
-    if (slot >= w->add_len) {
-        Py_ssize_t len = w->add_len ? w->add_len : 64;
-        while (len <= slot) {
-            if (len > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(long long)) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            len *= 2;
-        }
-        long long *counts = PyMem_Realloc(w->add_counts, (size_t)len * sizeof(long long));
-        if (counts == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        w->add_counts = counts;
-        long long *sizes = PyMem_Realloc(w->add_sizes, (size_t)len * sizeof(long long));
-        if (sizes == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        w->add_sizes = sizes;
-        memset(counts + w->add_len, 0, (size_t)(len - w->add_len) * sizeof(long long));
-        memset(sizes + w->add_len, 0, (size_t)(len - w->add_len) * sizeof(long long));
-        w->add_len = len;
-    }
+    if (grow_tallies(&w->add_counts, &w->add_sizes, &w->add_len, slot, 64) < 0)
+        return -1;
     /* 0 <= size <= 2**48: only a sum can overflow; the Python loop's array('q') raises
      * OverflowError there too. */
     if (w->add_sizes[slot] > LLONG_MAX - size) {
