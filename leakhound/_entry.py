@@ -40,14 +40,17 @@ def main() -> None:
 
 
 def _exit_now_if_asked(code: object) -> None:
-    """os._exit(code) when the command asked for it, its output flushed and no thread of
-    ours still running; else return (a normal exit)."""
+    """os._exit(code) when the command asked for it, its atexit functions run, its output
+    flushed and no thread of ours still running; else return (a normal exit)."""
     from leakhound.commands.common import SETTINGS  # noqa: PLC0415 - imported by the CLI already
 
     if not SETTINGS.get("exit_now") or type(code) is not int and code is not None:
         return
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         return
+    import atexit  # noqa: PLC0415
+
+    atexit._run_exitfuncs()  # what was registered to run at exit still runs (then not again)
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -43,13 +43,15 @@ def test_a_ctrl_c_while_the_cli_imports_exits_130_quietly(
 
 def test_a_command_that_asks_exits_at_once_its_output_written() -> None:
     """inspect asks for os._exit once it has written everything (SETTINGS["exit_now"]): the
-    exit code and every byte of the output arrive; with a thread of ours still running, the
+    exit code and every byte of the output arrive, atexit functions run (a benchmark's wrapper
+    reads the CLI's peak RSS in one); with a thread of ours still running, the
     normal exit runs instead (it waits for the thread)."""
     code = (
         "import sys, threading, time\n"
         "from leakhound.commands.common import SETTINGS\n"
         "from leakhound import _entry\n"
         "SETTINGS['exit_now'] = True\n"
+        "import atexit; atexit.register(lambda: sys.stdout.write('atexit ran'))\n"
         "if sys.argv[1] == 'thread':\n"
         "    threading.Thread(target=lambda: (time.sleep(0.3), print('thread done'))).start()\n"
         "sys.stdout.write('x' * 200000)\n"
@@ -58,6 +60,6 @@ def test_a_command_that_asks_exits_at_once_its_output_written() -> None:
         "sys.exit(4)\n"
     )
     quick = subprocess.run([sys.executable, "-c", code, "quick"], capture_output=True, text=True, timeout=60)
-    assert quick.returncode == 3 and quick.stdout == "x" * 200000, quick.stderr
+    assert quick.returncode == 3 and quick.stdout == "x" * 200000 + "atexit ran", quick.stderr
     waited = subprocess.run([sys.executable, "-c", code, "thread"], capture_output=True, text=True, timeout=60)
-    assert waited.returncode == 4 and waited.stdout.endswith("normal exit\nthread done\n"), waited.stderr
+    assert waited.returncode == 4 and waited.stdout.endswith("normal exit\nthread done\natexit ran"), waited.stderr
