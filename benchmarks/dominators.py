@@ -12,7 +12,11 @@ Two parts, one run (ratios, not tests; numbers in docs/performance.md):
    extra peak memory.
 
     .venv/bin/python benchmarks/dominators.py [--nodes 4800000] [--objects 4800000] [--skip-e2e] [--skip-pass]
-        [--method ptrace|agent]
+        [--method ptrace|agent] [--runs N]
+
+``--runs N``: the end-to-end part N times (fresh targets each), then each row's median, min and
+max and the per-run ratios against that run's guppy3: this machine's speed moves a walk by
+half over minutes, and one run's ratio is one draw.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import array
 import json
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -119,6 +124,24 @@ def end_to_end(objects: int, method: str) -> list[dict[str, Any]]:
 CLI_PEAK = [0]
 
 
+def summary(runs: list[list[dict[str, Any]]]) -> None:
+    """Each row's median, min and max over the runs, and its ratio to guppy3 run by run."""
+    print(f" over {len(runs)} runs (ratios: each run's guppy3 over that run's row)")
+    for i, name in enumerate(r["name"] for r in runs[0]):
+        walls = [rows[i]["wall"] for rows in runs if rows[i]["wall"]]
+        ratios = sorted(rows[-1]["wall"] / rows[i]["wall"] for rows in runs if rows[i]["wall"] and rows[-1]["wall"])
+        peaks = [rows[i]["extra_peak"] / rows[-1]["extra_peak"] for rows in runs if rows[-1]["extra_peak"]]
+        if not walls:
+            continue
+        line = (f"  {name:<30} wall median {c.secs(statistics.median(walls))} (min {c.secs(min(walls))}, "
+                f"max {c.secs(max(walls))})")
+        if i < len(runs[0]) - 1 and ratios:
+            each = ", ".join(f"{x:.2f}" for x in ratios)
+            line += (f"  vs guppy3: median {statistics.median(ratios):.2f}x, runs {each}"
+                     f"  memory {max(peaks):.2f}x of guppy3's at most")
+        print(line)
+
+
 # Runs the CLI and reports its own peak RSS (the dominator pass's memory) at exit.
 _WRAP = ("import atexit, resource, sys; atexit.register(lambda: sys.stderr.write("
          "'\\nleakhound-maxrss %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)); "
@@ -147,6 +170,7 @@ def main() -> int:
     parser.add_argument("--method", default="ptrace")
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--skip-pass", action="store_true")
+    parser.add_argument("--runs", type=int, default=1, help="end-to-end runs (fresh targets each): medians")
     args = parser.parse_args()
     c.run_timed = _timed_rss(c.run_timed)
     started = time.time()
@@ -160,16 +184,24 @@ def main() -> int:
     if not args.skip_e2e:
         c.ensure_peers_venv()
         print(f"end to end, bench_heap {args.objects:,} objects, {args.method}")
-        rows = end_to_end(args.objects, args.method)
-        guppy = rows[-1]
-        for r in rows:
-            extra = (f"  graph {r['graph_nodes']:,} nodes {r['graph_edges']:,} edges walked {c.secs(r['graph_s'])}, "
-                     f"analysed {c.secs(r['analysis_s'])}; leakhound's peak RSS {c.mib(r['cli_rss'])}"
-                     if r.get("graph_nodes") else f" ({r.get('model')}: {r.get('note', '')[:80]})"
-                     if r.get("model") else "")
-            print(f"  {r['name']:<30} wall {c.secs(r['wall'])} ({c.ratio(guppy['wall'], r['wall'])} vs guppy3)  "
-                  f"worst loop lag {r['lag_ms']:.0f} ms  target extra peak {c.mib(r['extra_peak'])} "
-                  f"({c.ratio(r['extra_peak'], guppy['extra_peak'])} of guppy3's){extra} {r['error']}")
+        runs = []
+        for k in range(max(1, args.runs)):
+            if args.runs > 1:
+                print(f" run {k + 1} of {args.runs}")
+            rows = end_to_end(args.objects, args.method)
+            runs.append(rows)
+            guppy = rows[-1]
+            for r in rows:
+                extra = (f"  graph {r['graph_nodes']:,} nodes {r['graph_edges']:,} edges walked "
+                         f"{c.secs(r['graph_s'])}, analysed {c.secs(r['analysis_s'])}; leakhound's peak RSS "
+                         f"{c.mib(r['cli_rss'])}"
+                         if r.get("graph_nodes") else f" ({r.get('model')}: {r.get('note', '')[:80]})"
+                         if r.get("model") else "")
+                print(f"  {r['name']:<30} wall {c.secs(r['wall'])} ({c.ratio(guppy['wall'], r['wall'])} vs guppy3)  "
+                      f"worst loop lag {r['lag_ms']:.0f} ms  target extra peak {c.mib(r['extra_peak'])} "
+                      f"({c.ratio(r['extra_peak'], guppy['extra_peak'])} of guppy3's){extra} {r['error']}")
+        if len(runs) > 1:
+            summary(runs)
     print(f"({time.time() - started:.0f} s; max RSS of this process "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
     return 0
