@@ -1106,6 +1106,25 @@ graph_next_slice(GraphState *g, Py_ssize_t want)
     return got;
 }
 
+/* A leaf's type id (-1 on error) and, in *size, its size. The type is held across the
+ * sizing, as it was before __sizeof__ ran (the census's rule, claim_referents). */
+static Py_ssize_t
+leaf_type_and_size(Walk *w, PyObject *ref, long long *size)
+{
+    PyTypeObject *rtp = Py_TYPE(ref);
+    TypeInfo *info = type_info(w, rtp);
+    if (info == NULL)
+        return -1;
+    Py_INCREF(rtp);
+    Py_ssize_t type_id = -1;
+    if (size_of(ref, info, size) == 0) {
+        info = type_info(w, rtp);
+        type_id = info == NULL ? -1 : slot_for(w, info);
+    }
+    Py_DECREF(rtp);
+    return type_id;
+}
+
 /* The referents g->refs.items[next:] of the current container, until ``budget`` runs out:
  * folded, left out, or each an edge (and a new node: a leaf's record made, anything else
  * pushed on ``stack``). Returns how many it went through, -1 on error. */
@@ -1127,17 +1146,8 @@ graph_referents(GraphState *g, Walk *w, PyObject *stack, Py_ssize_t budget)
             int shared = count > GRAPH_SHARED_LEAF || rtp == &PyBool_Type || ref == Py_None;
             if (count <= GRAPH_ONLY_ONE || (shared && found == FOUND_NONE && !nodebits_test(&g->counted, address))) {
                 /* folded into its container, or a shared leaf met the first time: counted */
-                TypeInfo *info = type_info(w, rtp);
-                if (info == NULL)
-                    return -1;
-                Py_INCREF(rtp);
                 long long size = 0;
-                Py_ssize_t type_id = -1;
-                if (size_of(ref, info, &size) == 0) {
-                    info = type_info(w, rtp);
-                    type_id = info == NULL ? -1 : slot_for(w, info);
-                }
-                Py_DECREF(rtp);
+                Py_ssize_t type_id = leaf_type_and_size(w, ref, &size);
                 if (type_id < 0 || graph_tally(g, type_id, 1, size) < 0)
                     return -1;
                 if (!shared) {
@@ -1156,17 +1166,8 @@ graph_referents(GraphState *g, Walk *w, PyObject *stack, Py_ssize_t budget)
             if (graph_mark(g, ref) < 0)
                 return -1;
             if (leaf) {
-                TypeInfo *info = type_info(w, rtp);
-                if (info == NULL)
-                    return -1;
-                Py_INCREF(rtp);
                 long long size = 0;
-                Py_ssize_t type_id = -1;
-                if (size_of(ref, info, &size) == 0) {
-                    info = type_info(w, rtp);
-                    type_id = info == NULL ? -1 : slot_for(w, info);
-                }
-                Py_DECREF(rtp);
+                Py_ssize_t type_id = leaf_type_and_size(w, ref, &size);
                 if (type_id < 0 || type_id > INT_MAX || graph_record(g, address, size, (int32_t)type_id, 0) < 0
                     || graph_tally(g, type_id, 1, size) < 0)
                     return -1;
