@@ -120,14 +120,25 @@ _RELEASE_PER_STEP = 4096
 _RATE_MIN_OBJECTS = 200000
 
 
-def measured_ns_per_object():
-    """What gc.get_objects() costs per object here (measured by an earlier census, else the
-    default rate)."""
-    return _measured["ns_per_object"] or _GET_OBJECTS_NS
-
-
-def rate_measured():
-    return bool(_measured["ns_per_object"])
+def unreached_over_budget(tracked, estimate_ms, max_pause_ms):
+    """What a census says of what no root reaches when listing the ~``tracked`` gc-tracked
+    objects (~``estimate_ms``) is over the pause budget: its ``unreached`` fields, the reason
+    in words. Also for the census the object graph's walk made (runner._counted_in_graph)."""
+    ns = _measured["ns_per_object"] or _GET_OBJECTS_NS
+    rate = "measured" if _measured["ns_per_object"] else "default"
+    return {
+        "examined": False,
+        "estimated_pause_ms": round(estimate_ms, 1),
+        "ns_per_object": round(ns, 1),
+        "rate": rate,
+        "reason": (
+            "listing the ~%s gc-tracked objects (gc.get_objects(), one call that cannot "
+            "be split) would hold the target for ~%.0f ms (%.0f ns each, %s), over the "
+            "%.0f ms pause budget (--max-pause 0 lifts it)"
+            % (format(tracked, ","), estimate_ms, ns,
+               "as measured in this process" if rate == "measured" else "a default rate", max_pause_ms)
+        ),
+    }
 
 
 def remember_tracked(tracked):
@@ -200,19 +211,12 @@ class Census(_Roots, _Unreached):
                 # the budget below, it is the census.
                 self._walk_all(None)
             estimate = self._universe_pause_ms()
-            self.unreached["estimated_pause_ms"] = round(estimate, 1)
-            self.unreached["ns_per_object"] = round(self._ns_per_object(), 1)
-            self.unreached["rate"] = "measured" if _measured["ns_per_object"] else "default"
+            skipped = unreached_over_budget(self._tracked_estimate(), estimate, self.max_pause_ms)
+            self.unreached["estimated_pause_ms"] = skipped["estimated_pause_ms"]
+            self.unreached["ns_per_object"] = skipped["ns_per_object"]
+            self.unreached["rate"] = skipped["rate"]
             if estimate > self.max_pause_ms:
-                self.unreached["examined"] = False
-                self.unreached["reason"] = (
-                    "listing the ~%s gc-tracked objects (gc.get_objects(), one call that cannot "
-                    "be split) would hold the target for ~%.0f ms (%.0f ns each, %s), over the "
-                    "%.0f ms pause budget (--max-pause 0 lifts it)"
-                    % (format(self._tracked_estimate(), ","), estimate, self._ns_per_object(),
-                       "as measured in this process" if _measured["ns_per_object"] else "a default rate",
-                       self.max_pause_ms)
-                )
+                self.unreached.update(skipped)
                 if self.with_owners:
                     self._reset()
                     self.clock.phase("sizing walk")

@@ -607,8 +607,8 @@ class Graph(object):
         return len(self.src)
 
     def _census(self):
-        """What the walk counted on the way, by type (``census_of``), or None: the Python
-        loop keeps no tallies (the census walks then)."""
+        """What the walk counted on the way, by type (runner._counted_in_graph), or None: the
+        Python loop keeps no tallies (the census walks then)."""
         return None
 
 

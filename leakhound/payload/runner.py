@@ -281,7 +281,6 @@ def _counted_in_graph(out_graph, max_pause, started_at, request):
     counts, sizes, names = tallies["counts"], tallies["bytes"], tallies["names"]
     order = sorted((i for i in range(len(counts)) if counts[i] or sizes[i]), key=lambda i: -sizes[i])[:top_types]
     tracked = tallies["tracked"]
-    ns = census.measured_ns_per_object()
     census.remember_tracked(tracked)
     seconds = float(out_graph.get("graph_seconds") or 0.0)
     _last_census["objects"] = tallies["objects"]
@@ -295,13 +294,7 @@ def _counted_in_graph(out_graph, max_pause, started_at, request):
         "walker": out_graph.get("walker", "compiled"),
         "counted_in": "graph",  # no census walk ran: the graph's walk counted (HeapStats.counted_in)
         "with_owners": False,
-        "unreached": {
-            "examined": False, "estimated_pause_ms": estimate, "ns_per_object": round(ns, 1),
-            "reason": "listing the ~%s gc-tracked objects (gc.get_objects(), one call that cannot be split) "
-                      "would hold the target for ~%.0f ms (%.0f ns each, %s), over the %.0f ms pause budget "
-                      "(--max-pause 0 lifts it)"
-                      % (format(tracked, ","), estimate, ns,
-                         "as measured in this process" if census.rate_measured() else "a default rate", max_pause)},
+        "unreached": census.unreached_over_budget(tracked, estimate, max_pause),
         "max_step_ms": float(out_graph.get("max_step_ms") or 0.0),
         "max_pause_budget_ms": max_pause,
         "max_hold_ms": round(float(out_graph.get("max_held_ms") or 0.0), 2),
@@ -314,8 +307,7 @@ def _counted_in_graph(out_graph, max_pause, started_at, request):
         "types": [{"type": names[i], "count": counts[i], "bytes": sizes[i]} for i in order],
         "owners": [],
         "cyclic_garbage": {"objects": 0, "bytes": 0, "types": []},
-        "started_at": started_at,
-        "graph_started_at": started_at,
+        "started_at": started_at,  # (graph_started_at: set by the caller, as for a census)
     }
 
 
