@@ -97,6 +97,10 @@ RESULTS: list[Any] = []
 def walk(compiled: bool, per_call: int | None) -> tuple[str, bytes]:
     # (None: the default, the module's own constant; a small int is shared, never a node)
     graph.CompiledGraph.work_per_call = per_call
+    # The type attribute cache holds a reference to each name it caches (3.10-3.12), and which
+    # entries a lookup evicts depends on the names' addresses: a module global's name can be
+    # held twice (a node) in one walk and once (folded) in the next. Each walk starts empty.
+    sys._clear_type_cache()
     out = graph.build(timeout=300, progress=None, is_stdlib=None, exclude=(RESULTS,), max_nodes=10_000_000,
                       max_pause_ms=None, cancelled=None, compiled=compiled)
     if out.get("walker") != ("compiled" if compiled else "python"):
