@@ -83,6 +83,24 @@ def test_compiled_walk_matches_the_python_loop(monkeypatch: pytest.MonkeyPatch, 
 
 
 @built
+def test_more_types_than_the_type_cache_holds_are_counted_the_same() -> None:
+    # 1000 classes (the walk's per-call type cache has 256 entries, a few tried per type):
+    # their instances interleaved, so that entries are evicted and made again all along.
+    classes = [type(f"Kind{i}", (), {"__slots__": ("v",)}) for i in range(1000)]
+    instances = []
+    for round_ in range(3):
+        for cls in classes:
+            obj = cls()
+            obj.v = [round_]
+            instances.append(obj)
+    python = _walk(instances, compiled=False)
+    compiled = _walk(instances, compiled=True)
+    assert compiled == python
+    by_type = {name.rpartition(".")[2]: tally for name, tally in python[2].items()}
+    assert all(by_type[f"Kind{i}"] == (3, 3 * sys.getsizeof(instances[i])) for i in range(1000))
+
+
+@built
 def test_compiled_walk_counts_each_shared_object_once() -> None:
     text = "x" * 1000
     root = [text, [text, text], {"k": text}]
