@@ -1504,6 +1504,65 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     return Py_BuildValue("nnnLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g));
 }
 
+PyDoc_STRVAR(graph_reached_doc,
+"graph_reached(graph, regions) -> regions made\n\n"
+"What the walk reached, in the census's bitmap (census_tallies.Claimed.regions: a dict of\n"
+"address >> 20 -> bytearray(8192), a bit per 16 bytes): the nodes and our own objects, and\n"
+"the shared leaves it counted, OR-ed into ``regions``. Before graph_close (it frees them).");
+
+static PyObject *
+graph_reached(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *capsule, *regions;
+    if (!PyArg_ParseTuple(args, "OO!:graph_reached", &capsule, &PyDict_Type, &regions))
+        return NULL;
+    GraphState *g = graph_of(capsule);
+    if (g == NULL)
+        return NULL;
+    Py_ssize_t made = 0;
+    NodeBits *bits[] = {&g->marked, &g->counted};
+    for (size_t b = 0; b < sizeof(bits) / sizeof(bits[0]); b++) {
+        NodeBits *nb = bits[b];
+        for (size_t h = 0; nb->keys != NULL && h <= nb->mask; h++) {
+            if (nb->keys[h] == 0)
+                continue;
+            PyObject *key = PyLong_FromSize_t((size_t)(nb->keys[h] - 1));
+            if (key == NULL)
+                return NULL;
+            PyObject *region = PyDict_GetItemWithError(regions, key);  /* borrowed */
+            if (region == NULL) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    return NULL;
+                }
+                region = PyByteArray_FromStringAndSize(NULL, NB_BYTES);
+                if (region == NULL) {
+                    Py_DECREF(key);
+                    return NULL;
+                }
+                memset(PyByteArray_AsString(region), 0, NB_BYTES);
+                int failed = PyDict_SetItem(regions, key, region);
+                Py_DECREF(region);  /* the dict holds it */
+                if (failed) {
+                    Py_DECREF(key);
+                    return NULL;
+                }
+                made++;
+            }
+            Py_DECREF(key);
+            if (Py_TYPE(region) != &PyByteArray_Type || PyByteArray_Size(region) != NB_BYTES) {
+                PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
+                return NULL;
+            }
+            unsigned char *to = (unsigned char *)PyByteArray_AsString(region);
+            const unsigned char *from = nb->bits[h];
+            for (size_t k = 0; k < NB_BYTES; k++)
+                to[k] |= from[k];
+        }
+    }
+    return PyLong_FromSsize_t(made);
+}
+
 PyDoc_STRVAR(graph_tallies_doc,
 "graph_tallies(graph) -> (counts, bytes, objects, total bytes, native bytes)\n\n"
 "The walk's census: per type id (two bytes objects of int64 in native order, one item a\n"
@@ -1672,6 +1731,7 @@ graph_unknown(PyObject *Py_UNUSED(module), PyObject *args)
     {"graph_walk", graph_walk, METH_VARARGS, graph_walk_doc}, \
     {"graph_info", graph_info, METH_O, graph_info_doc}, \
     {"graph_tallies", graph_tallies, METH_O, graph_tallies_doc}, \
+    {"graph_reached", graph_reached, METH_VARARGS, graph_reached_doc}, \
     {"graph_frame", graph_frame, METH_VARARGS, graph_frame_doc}, \
     {"graph_spool", graph_spool, METH_VARARGS, graph_spool_doc}, \
     {"graph_flush", graph_flush, METH_O, graph_flush_doc}, \

@@ -151,7 +151,7 @@ class Census(_Roots, _Unreached):
     """One walk of the heap. Call :meth:`run`; read :meth:`result`."""
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
-                 max_pause_ms=None, cancelled=None, owners=True):
+                 max_pause_ms=None, cancelled=None, owners=True, reached=None):
         # The pause budget's duty cycle: at most half the budget of running between two
         # yields of the GIL (census_tallies._Clock), the rest left for one step and the
         # switch to the waiting thread.
@@ -178,6 +178,11 @@ class Census(_Roots, _Unreached):
         self.with_owners = owners
         self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}
         self._reset()
+        # reached: what the object graph's walk just reached (its bitmap, in this census's
+        # regions: graph_reached), with owners=False. No walk from the roots then: the census
+        # only splits what the graph did not reach, and counts only that (runner.py adds
+        # the graph's own tallies).
+        self._reached = reached
 
     def _work_per_call(self):
         return _WORK_PER_CALL
@@ -188,7 +193,13 @@ class Census(_Roots, _Unreached):
         self.clock.check()  # setting up (sizes.native_types) was a stretch of its own
         known = _measured["tracked"]
         walked = False  # the census without owners walked before listing (below)
-        if self.max_pause_ms is not None and known is not None and (
+        if self._reached is not None:
+            self.claimed.regions.update(self._reached)
+            self._reached = None
+            self._claim_own(None)
+            self.unreached["sized_by"] = "the object graph's walk"
+            walked = True
+        elif self.max_pause_ms is not None and known is not None and (
                 known * self._ns_per_object() / 1e6 * _TRACKED_HEADROOM <= self.max_pause_ms):
             # An earlier census in this process listed few enough tracked objects that even
             # _TRACKED_HEADROOM times as many fit the budget: no sizing walk (it doubled the

@@ -626,8 +626,12 @@ class CompiledGraph(Graph):
     # Without a duty cycle (no pause budget), the records written out past this many bytes.
     FLUSH_BYTES = 8 << 20
 
-    def __init__(self, spool=None, **kwargs):
+    def __init__(self, spool=None, reached=None, **kwargs):
         Graph.__init__(self, **kwargs)
+        # A dict that receives what the walk reached, as the census's bitmap (graph_reached),
+        # when it looked at what no root reaches (runner._snapshot_graph_first: the census
+        # then splits only what the graph did not reach).
+        self.reached = reached
         self.slot_cache = {}  # id(type) -> ((label, member descriptor), ...)
         self.frame_labels = {}  # id(type) -> label of "t<Type>"
         self.spool = spool
@@ -732,6 +736,8 @@ class CompiledGraph(Graph):
     def run(self):
         try:
             Graph.run(self)
+            if self.reached is not None and self.unreached.get("examined"):
+                _walk_module.graph_reached(self.store, self.reached)
         finally:
             # The helpers (bound methods of this graph) and the walk's table: the arrays stay.
             _walk_module.graph_close(self.store)
@@ -773,12 +779,13 @@ _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, 
 
 
 def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, max_bytes=0,
-          spool_dir=None):
+          spool_dir=None, reached=None):
     """Walk the graph and return its result dict, or ``{"skipped": reason}`` when it is
     bigger than ``max_nodes`` or its walk would hold more than ``max_bytes`` in the target
     (the caller keeps the census's owners). ``compiled``: the C walk where it loads;
     ``spool_dir``: the directory the result will be written to (the debugger path): the C
-    walk writes its records to its ``graph.bin`` as it goes."""
+    walk writes its records to its ``graph.bin`` as it goes; ``reached``: a dict the C walk
+    fills with what it reached, as the census's bitmap, when it listed what no root reaches."""
     if not (compiled and _walk_module is not None):
         graph = Graph(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude, max_nodes=max_nodes,
                       max_pause_ms=max_pause_ms, cancelled=cancelled, max_bytes=max_bytes)
@@ -790,7 +797,7 @@ def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, can
             spool = (path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         graph = CompiledGraph(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude,
                               max_nodes=max_nodes, max_pause_ms=max_pause_ms, cancelled=cancelled,
-                              max_bytes=max_bytes, spool=spool)
+                              max_bytes=max_bytes, spool=spool, reached=reached)
     try:
         graph.run()
         out = graph.result()

@@ -144,7 +144,7 @@ def _snapshot(request, progress, stop, exchange=None):
         phases[name] = [round(now - mark[0], 4), round(cpu - mark[1], 4)]
         mark[:] = [now, cpu]
 
-    def census_run(owners, exclude):
+    def census_run(owners, exclude, reached=None):
         walk = _census(
             timeout=max(1.0, stop.deadline - time.monotonic()),  # the request's time left
             progress=progress,
@@ -154,6 +154,7 @@ def _snapshot(request, progress, stop, exchange=None):
             max_pause_ms=max_pause,
             cancelled=stop,
             owners=owners,
+            **({"reached": reached} if reached is not None else {}),
         )
         started_at = time.time()  # when the named roots' walk began: the snapshot's time (diff rates)
         try:
@@ -161,7 +162,8 @@ def _snapshot(request, progress, stop, exchange=None):
         except _CENSUS_STOPPED:
             stop.reason = stop.reason or "deadline"
             raise Cancelled(stop.reason, "census") from None
-        heap = walk.result(top_types=top_types, top_owners=top_owners)
+        # (after the graph: every type, for _with_graph_tallies to add the graph's to)
+        heap = walk.result(top_types=top_types if reached is None else 1 << 30, top_owners=top_owners)
         heap["started_at"] = started_at
         _last_census["objects"] = heap.get("objects", 0)
         _last_census["seconds"] = float(heap.get("census_seconds") or 0.0)
@@ -226,12 +228,20 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     the CLI's dominator pass runs while the census, the arena and the probes run here."""
     graph_started_at = time.time()
     in_flight, registered = probes.in_flight_before(), probes.registered_before()
+    reached = {}  # type: dict  # what the graph walk reached, as the census bitmap (graph_reached)
     out_graph = _graph(request, progress, stop, expected=_last_census["objects"] // 2,
-                       census_seconds=_last_census["seconds"], spool_dir=exchange.spool_dir, tallies=True)
+                       census_seconds=_last_census["seconds"], spool_dir=exchange.spool_dir, tallies=True,
+                       reached=reached)
     phase("graph")
     skipped = out_graph.get("skipped")
     graph_seconds = float(out_graph.get("graph_seconds") or 0.0)
-    counted = _counted_in_graph(out_graph, max_pause, graph_started_at, request)
+    tallies = out_graph.pop("_census", None)
+    counted = _counted_in_graph(tallies, out_graph, max_pause, graph_started_at, request)
+    # The graph listed what no root reaches (gc.get_objects() fit the budget): the census
+    # only splits that (held from C, cyclic garbage), from the graph's bitmap, no walk of
+    # its own from the roots (on the busy real worker ~0.3 s of the payload's CPU).
+    split_only = (counted is None and tallies is not None and not skipped and bool(reached)
+                  and (out_graph.get("unreached") or {}).get("examined"))
     if counted is not None:
         out_graph["counts_heap"] = True  # no census follows: the CLI reads the kernel's numbers now
     stop.check("graph")
@@ -240,9 +250,14 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     phase("graph sent")
     if counted is not None:
         heap = counted
+    elif split_only:
+        heap = _with_graph_tallies(census_run(False, (request, reached), reached=reached), tallies, graph_seconds,
+                                   request)
+        phase("census (what the graph did not reach)")
     else:
         heap = census_run(bool(skipped), (request,))
         phase("census (owners)" if skipped else "census")
+    del reached, tallies
     if not skipped:
         heap["graph_started_at"] = graph_started_at  # dominator owners are counted from here
     out = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
@@ -261,14 +276,13 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     return out
 
 
-def _counted_in_graph(out_graph, max_pause, started_at, request):
+def _counted_in_graph(tallies, out_graph, max_pause, started_at, request):
     """The census's result from what the graph's walk counted on the way (graph.py
     ``_census``), when a census would add nothing to it: the graph was walked (compiled), and
     the one step that cannot be split (gc.get_objects()) is over the pause budget for the
     census too, so the census would only walk the same roots again to count them (a third
     of the request's time in the target on a 4.8M-object heap). None otherwise; the tallies
     never leave the target either way."""
-    tallies = out_graph.pop("_census", None)
     unreached = out_graph.get("unreached") or {}
     estimate = unreached.get("estimated_pause_ms")
     if (tallies is None or out_graph.get("skipped") or unreached.get("examined") or max_pause is None
@@ -277,9 +291,6 @@ def _counted_in_graph(out_graph, max_pause, started_at, request):
     estimate = float(estimate)
     if estimate <= max_pause:
         return None
-    top_types = _int(request.get("top_types"), 50, 1, 10000)
-    counts, sizes, names = tallies["counts"], tallies["bytes"], tallies["names"]
-    order = sorted((i for i in range(len(counts)) if counts[i] or sizes[i]), key=lambda i: -sizes[i])[:top_types]
     tracked = tallies["tracked"]
     census.remember_tracked(tracked)
     seconds = float(out_graph.get("graph_seconds") or 0.0)
@@ -304,30 +315,65 @@ def _counted_in_graph(out_graph, max_pause, started_at, request):
         "payload_peak_bytes": out_graph.get("payload_peak_bytes", 0),
         "native_bytes": tallies["native_bytes"],
         "notes": [],
-        "types": [{"type": names[i], "count": counts[i], "bytes": sizes[i]} for i in order],
+        "types": _top_types(tallies, [], request),
         "owners": [],
         "cyclic_garbage": {"objects": 0, "bytes": 0, "types": []},
         "started_at": started_at,  # (graph_started_at: set by the caller, as for a census)
     }
 
 
+def _top_types(tallies, more, request):
+    """The type table: the graph's tallies by type name, plus ``more`` (a census's rows), the
+    biggest ``top_types`` by bytes."""
+    counts, sizes, names = tallies["counts"], tallies["bytes"], tallies["names"]
+    by_name = {}  # type: dict
+    for i in range(len(counts)):
+        if counts[i] or sizes[i]:
+            row = by_name.setdefault(names[i], [0, 0])
+            row[0] += counts[i]
+            row[1] += sizes[i]
+    for row in more:
+        mine = by_name.setdefault(row["type"], [0, 0])
+        mine[0] += row["count"]
+        mine[1] += row["bytes"]
+    order = sorted(by_name.items(), key=lambda item: -item[1][1])[:_int(request.get("top_types"), 50, 1, 10000)]
+    return [{"type": name, "count": count, "bytes": size} for name, (count, size) in order]
+
+
+def _with_graph_tallies(heap, tallies, graph_seconds, request):
+    """The census that split only what the graph's walk did not reach (Census(reached=...)),
+    with what that walk counted added: the heap's totals and types."""
+    heap["types"] = _top_types(tallies, heap.get("types") or [], request)
+    heap["objects"] = heap.get("objects", 0) + tallies["objects"]
+    heap["bytes"] = heap.get("bytes", 0) + tallies["total_bytes"]
+    heap["native_bytes"] = heap.get("native_bytes", 0) + tallies["native_bytes"]
+    heap["untracked"] = max(0, heap["objects"] - heap.get("gc_tracked", 0))
+    heap["census_seconds"] = float(heap.get("census_seconds") or 0.0) + graph_seconds
+    heap["counted_in"] = "graph"  # the census split what no root reaches; the graph counted the rest
+    _last_census["objects"] = heap["objects"]
+    _last_census["seconds"] = heap["census_seconds"]
+    return heap
+
+
 # The share of the request's remaining time the object graph may take.
 GRAPH_SHARE = 0.6
 
 
-def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, spool_dir=None, tallies=False):
+def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, spool_dir=None, tallies=False,
+           reached=None):
     """The object graph for the dominator tree (graph.py), when it fits ``max_graph_nodes``
     (the census just counted the heap, or the last one in this process did: ``expected``
     nodes); else ``{"skipped": reason}``. ``spool_dir``: where the result is written (the
     debugger path), its records written there as the walk goes. ``tallies``: keep what the
-    walk counted on the way (``_census``, for _counted_in_graph)."""
-    out = _graph_walked(request, progress, stop, heap, expected, census_seconds, spool_dir)
+    walk counted on the way (``_census``, for _counted_in_graph); ``reached``: a dict that
+    receives what it reached, as the census's bitmap (graph.build)."""
+    out = _graph_walked(request, progress, stop, heap, expected, census_seconds, spool_dir, reached)
     if not tallies:
         out.pop("_census", None)
     return out
 
 
-def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool_dir):
+def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool_dir, reached=None):
     max_nodes = _int(request.get("max_graph_nodes"), 1000000, 1, 100000000)
     counted = heap.get("objects", 0) if heap is not None else 2 * (expected or 0)
     if counted > 2 * max_nodes:
@@ -354,7 +400,7 @@ def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool
         return graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=stop, compiled=request.get("walker") != "python",
-                           spool_dir=spool_dir,
+                           spool_dir=spool_dir, reached=reached,
                            max_bytes=_int(request.get("max_graph_bytes"), 0, 0, 1 << 40))
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "

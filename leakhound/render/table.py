@@ -36,7 +36,8 @@ def render_snapshot(
     h = snapshot.heap
     walk = f" ({h.walker} walk)" if h.walker else ""  # compiled (_walk.c) or its Python twin
     if h.counted_in == "graph":  # no census walk: the object graph's walk counted on the way
-        walk = f" (counted in the object graph's {h.walker} walk)"
+        split = ", what it did not reach split by a census" if h.unreached_examined else ""
+        walk = f" (counted in the object graph's {h.walker} walk{split})"
     # the budget and the longest the census ran between two yields of the GIL (--max-pause)
     held = (f", held the GIL at most {h.max_hold_ms:.0f} ms at a time (budget {h.max_pause_budget_ms:.0f} ms)"
             if h.max_pause_budget_ms else "")

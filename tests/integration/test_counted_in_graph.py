@@ -49,3 +49,28 @@ def test_the_graph_walk_counts_what_the_census_counts(tmp_path: Path, version: s
     assert abs(graph.heap.bytes - census.heap.bytes) <= 0.01 * census.heap.bytes
     assert graph.heap.gc_tracked > N
     assert graph.owners[0].path == "__main__.POINTS"
+
+
+@pytest.mark.parametrize("version", list(PYTHONS))
+def test_after_the_graph_the_census_splits_only_what_it_did_not_reach(tmp_path: Path, version: str) -> None:
+    # A small heap: listing every tracked object fits the budget, so what no root reaches is
+    # split (held from C, cyclic garbage), by a census seeded with the graph's bitmap: no
+    # walk of its own from the roots. The split must be the full census's, to the object.
+    with spawn_target("instance_graph", tmp_path, python=PYTHONS[version], env={"LEAKHOUND_AGENT": ""}) as child:
+        graph = take_snapshot(child.pid, method="ptrace", timeout=120, owner_model="dominator")
+        census = take_snapshot(child.pid, method="ptrace", timeout=120, owner_model="census")
+        truth = child.report()["truth"]
+    assert graph.heap.owner_model == "dominator" and graph.heap.counted_in == "graph"
+    assert graph.heap.unreached_examined and census.heap.unreached_examined
+    nodes = {t.type: t for t in graph.cyclic_garbage.types}["__main__.Node"]
+    assert nodes.count == truth["garbage_objects"] * 2 // 3
+    assert graph.cyclic_garbage.objects == census.cyclic_garbage.objects
+    assert graph.cyclic_garbage.bytes == census.cyclic_garbage.bytes
+    assert ({(t.type, t.count, t.bytes) for t in graph.cyclic_garbage.types}
+            == {(t.type, t.count, t.bytes) for t in census.cyclic_garbage.types})
+    # the garbage is in the heap's totals and types too, as the census counts it
+    types = {t.type: t for t in graph.types}
+    assert types["__main__.Node"].count == {t.type: t for t in census.types}["__main__.Node"].count
+    assert abs(graph.heap.objects - census.heap.objects) <= 0.01 * census.heap.objects
+    assert abs(graph.heap.bytes - census.heap.bytes) <= 0.01 * census.heap.bytes
+    assert graph.heap.gc_tracked > 0

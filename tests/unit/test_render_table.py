@@ -92,6 +92,24 @@ def test_the_header_says_which_walk_ran_on_which_python(monkeypatch: pytest.Monk
     assert lines[2].startswith(f"census ({walker} walk): 1,000,000 objects in 1.25s")
 
 
+@pytest.mark.parametrize("examined", [False, True])
+def test_the_header_says_the_graph_counted_and_what_a_census_split(monkeypatch: pytest.MonkeyPatch,
+                                                                  examined: bool) -> None:
+    from leakhound.model import HeapStats
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    heap = HeapStats(objects=1_000, bytes=1 << 20, census_seconds=0.5, max_pause_ms=5.0, walker="compiled",
+                     counted_in="graph",
+                     unreached_examined=examined, unreached_note="" if examined else "over the pause budget")
+    buf = io.StringIO()
+    snap = make_snapshot(heap=heap)
+    table.render_snapshot(snap, ledger(snap), file=buf)
+    census = next(line for line in buf.getvalue().splitlines() if line.startswith("census"))
+    assert census.startswith("census (counted in the object graph's compiled walk")
+    assert ("what it did not reach split by a census" in census) is examined
+
+
 def test_the_table_prints_the_ledger_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
     """The ledger is computed in analysis (analysis.ledger), the renderer only prints it."""
     from leakhound.analysis.ledger import LedgerRow
