@@ -366,3 +366,41 @@ def test_a_walk_cancelled_midway_lets_go_of_what_it_had_still_to_walk() -> None:
     assert got["calls"] == 3
     assert got["held_during"] > 0  # the planted module's dict, or its lists, on the stack then
     assert got["held_after"] == 0
+
+
+_REACHED = r"""
+import gc, json
+from leakhound.payload import graph
+
+def bit(regions, obj=None, address=None):
+    address = id(obj) if address is None else address
+    region = regions.get(address >> 20)
+    return bool(region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)))
+
+gc.disable()
+KEPT = [[i] for i in range(100)]
+SHARED = "shared-name"
+HOLDERS = [(SHARED,) for _ in range(100)]  # a leaf referenced over 64 times: no node, counted
+cycle = [None]
+cycle[0] = cycle  # garbage: no root reaches it, nothing outside holds it
+garbage_address = id(cycle)
+del cycle
+regions = {}
+out = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(regions,), max_nodes=10_000_000,
+                  max_pause_ms=None, cancelled=None, compiled=True, reached=regions)
+print(json.dumps({"examined": bool(out["unreached"].get("examined")), "regions": len(regions),
+                  "kept": all(bit(regions, x) for x in KEPT), "shared": bit(regions, SHARED),
+                  "garbage": bit(regions, address=garbage_address)}))
+"""
+
+
+@pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
+def test_what_the_walk_reached_is_handed_over_as_the_census_bitmap() -> None:
+    # runner._snapshot_graph_first: the census after the graph splits only what it did not
+    # reach. The nodes and the shared leaves it counted are marked; what nothing reaches is not.
+    run = subprocess.run([sys.executable, "-c", _REACHED], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    assert got["examined"] and got["regions"] > 0
+    assert got["kept"] and got["shared"]
+    assert not got["garbage"]
