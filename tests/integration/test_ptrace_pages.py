@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -81,8 +82,23 @@ def test_no_page_left_after_target_blocked_or_success(tmp_path: Path) -> None:
                 time.sleep(0.02)
             with open(f"/proc/{child.pid}/fd/{data_fd}", "wb", buffering=0) as pipe:
                 pipe.write(b"msg-%d" % n)
-            os.kill(child.pid, 10)  # SIGUSR1: a handler run lets the pending call run
-            remote = run_request(child.pid, LIGHT, method="ptrace", timeout=30, log=lines.append)
+            # SIGUSR1: a handler run lets the pending call run. Sent until the request is
+            # answered: one sent before the call was queued let the main thread go back to its
+            # blocking read first (CI, on a loaded machine: TargetBlocked).
+            answered = threading.Event()
+
+            def nudge(pid: int = child.pid, answered: threading.Event = answered) -> None:
+                while not answered.wait(0.2):
+                    os.kill(pid, 10)
+
+            nudger = threading.Thread(target=nudge, daemon=True)
+            os.kill(child.pid, 10)
+            nudger.start()
+            try:
+                remote = run_request(child.pid, LIGHT, method="ptrace", timeout=30, log=lines.append)
+            finally:
+                answered.set()
+                nudger.join()
             assert remote.result["ok"]
             pages += [int(p, 16) for p in re.findall(r"bootstrap at (0x[0-9a-f]+)", "\n".join(lines))]
         time.sleep(0.3)

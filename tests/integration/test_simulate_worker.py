@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from leakhound.errors import FleetError
 from leakhound.simulate.fleet import Fleet, make_import_shim, start_fleet
 
 pytestmark = pytest.mark.integration
@@ -164,12 +165,21 @@ def test_idle_heartbeat_records_an_outside_pause(tmp_path: Path) -> None:
     with small_fleet(tmp_path, fixes="none", stats_interval=30.0) as fleet:
         [before] = fleet.wait_idle(timeout=60)
         [pid] = fleet.pids
-        os.kill(pid, signal.SIGSTOP)
-        time.sleep(0.4)
-        os.kill(pid, signal.SIGCONT)
-        [after] = fleet.wait_for(
-            lambda report: report["loop_lag"]["idle_max_ms"] >= 300.0, timeout=10, what="see it"
-        )
+        # A stop that lands while the heartbeat computes its own ground truth is that work's
+        # time (subtracted: not the loop's lag), not a pause of the loop: then again, at most
+        # three times (CI saw it once, on a loaded machine).
+        for attempt in range(3):
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.4)
+            os.kill(pid, signal.SIGCONT)
+            try:
+                [after] = fleet.wait_for(
+                    lambda report: report["loop_lag"]["idle_max_ms"] >= 300.0, timeout=5, what="see it"
+                )
+                break
+            except FleetError:
+                if attempt == 2:
+                    raise
     assert before["loop_lag"]["idle_max_ms"] < 300.0
     assert after["loop_lag"]["idle_max_ms"] < 5000.0
 
