@@ -629,8 +629,8 @@ class CompiledGraph(Graph):
     def __init__(self, spool=None, reached=None, **kwargs):
         Graph.__init__(self, **kwargs)
         # A dict that receives what the walk reached, as the census's bitmap (graph_reached),
-        # when it looked at what no root reaches (runner._snapshot_graph_first: the census
-        # then splits only what the graph did not reach).
+        # when a census after it lists every tracked object (runner._snapshot_graph_first:
+        # the census then splits only what the graph did not reach).
         self.reached = reached
         self.slot_cache = {}  # id(type) -> ((label, member descriptor), ...)
         self.frame_labels = {}  # id(type) -> label of "t<Type>"
@@ -736,11 +736,20 @@ class CompiledGraph(Graph):
     def run(self):
         try:
             Graph.run(self)
-            if self.reached is not None and self.unreached.get("examined"):
+            if self.reached is not None and self._census_will_list():
                 _walk_module.graph_reached(self.store, self.reached)
         finally:
             # The helpers (bound methods of this graph) and the walk's table: the arrays stay.
             _walk_module.graph_close(self.store)
+
+    def _census_will_list(self):
+        """Whether a census after this walk lists every tracked object (gc.get_objects() fits
+        the budget: this walk looked at what no root reaches, or the half of the budget it
+        keeps for it was too little, the whole is not)."""
+        if self.unreached.get("examined"):
+            return True
+        estimate = self.unreached.get("estimated_pause_ms")
+        return self.max_pause_ms is not None and isinstance(estimate, (int, float)) and estimate <= self.max_pause_ms
 
     def _payload_bytes(self):
         return _walk_module.graph_info(self.store)[3]
@@ -785,7 +794,8 @@ def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, can
     (the caller keeps the census's owners). ``compiled``: the C walk where it loads;
     ``spool_dir``: the directory the result will be written to (the debugger path): the C
     walk writes its records to its ``graph.bin`` as it goes; ``reached``: a dict the C walk
-    fills with what it reached, as the census's bitmap, when it listed what no root reaches."""
+    fills with what it reached, as the census's bitmap, when a census after it would list
+    every tracked object."""
     if not (compiled and _walk_module is not None):
         graph = Graph(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude, max_nodes=max_nodes,
                       max_pause_ms=max_pause_ms, cancelled=cancelled, max_bytes=max_bytes)

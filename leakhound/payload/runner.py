@@ -237,11 +237,10 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     graph_seconds = float(out_graph.get("graph_seconds") or 0.0)
     tallies = out_graph.pop("_census", None)
     counted = _counted_in_graph(tallies, out_graph, max_pause, graph_started_at, request)
-    # The graph listed what no root reaches (gc.get_objects() fit the budget): the census
-    # only splits that (held from C, cyclic garbage), from the graph's bitmap, no walk of
+    # gc.get_objects() fits the budget (the graph handed over its bitmap then): the census
+    # only splits what the graph did not reach (held from C, cyclic garbage), no walk of
     # its own from the roots (on the busy real worker ~0.3 s of the payload's CPU).
-    split_only = (counted is None and tallies is not None and not skipped and bool(reached)
-                  and (out_graph.get("unreached") or {}).get("examined"))
+    split_only = counted is None and tallies is not None and not skipped and bool(reached)
     if counted is not None:
         out_graph["counts_heap"] = True  # no census follows: the CLI reads the kernel's numbers now
     stop.check("graph")
