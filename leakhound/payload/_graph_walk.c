@@ -181,6 +181,8 @@ addr_hash(uintptr_t address, size_t mask)
  * that are no node (a leaf to fold, a new object), answered here without the table. */
 #define NB_SHIFT 20
 #define NB_BYTES ((1 << NB_SHIFT) >> 7)
+/* The census's regions (_walk.c) have this layout too: graph_reached copies into them. */
+typedef char nb_bytes_are_region_bytes[(NB_BYTES == REGION_BYTES && NB_SHIFT == REGION_SHIFT) ? 1 : -1];
 
 typedef struct {
     uintptr_t *keys;          /* address >> NB_SHIFT, + 1 (0: empty) */
@@ -1505,7 +1507,7 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
 }
 
 PyDoc_STRVAR(graph_reached_doc,
-"graph_reached(graph, regions) -> regions made\n\n"
+"graph_reached(graph, regions) -> how many regions it has\n\n"
 "What the walk reached, in the census's bitmap (census_tallies.Claimed.regions: a dict of\n"
 "address >> 20 -> bytearray(8192), a bit per 16 bytes): the nodes and our own objects, and\n"
 "the shared leaves it counted, OR-ed into ``regions``. Before graph_close (it frees them).");
@@ -1519,48 +1521,22 @@ graph_reached(PyObject *Py_UNUSED(module), PyObject *args)
     GraphState *g = graph_of(capsule);
     if (g == NULL)
         return NULL;
-    Py_ssize_t made = 0;
     NodeBits *bits[] = {&g->marked, &g->counted};
     for (size_t b = 0; b < sizeof(bits) / sizeof(bits[0]); b++) {
         NodeBits *nb = bits[b];
         for (size_t h = 0; nb->keys != NULL && h <= nb->mask; h++) {
             if (nb->keys[h] == 0)
                 continue;
-            PyObject *key = PyLong_FromSize_t((size_t)(nb->keys[h] - 1));
-            if (key == NULL)
+            PyObject *region = region_in_dict(regions, nb->keys[h] - 1);  /* borrowed */
+            if (region == NULL)
                 return NULL;
-            PyObject *region = PyDict_GetItemWithError(regions, key);  /* borrowed */
-            if (region == NULL) {
-                if (PyErr_Occurred()) {
-                    Py_DECREF(key);
-                    return NULL;
-                }
-                region = PyByteArray_FromStringAndSize(NULL, NB_BYTES);
-                if (region == NULL) {
-                    Py_DECREF(key);
-                    return NULL;
-                }
-                memset(PyByteArray_AsString(region), 0, NB_BYTES);
-                int failed = PyDict_SetItem(regions, key, region);
-                Py_DECREF(region);  /* the dict holds it */
-                if (failed) {
-                    Py_DECREF(key);
-                    return NULL;
-                }
-                made++;
-            }
-            Py_DECREF(key);
-            if (Py_TYPE(region) != &PyByteArray_Type || PyByteArray_Size(region) != NB_BYTES) {
-                PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
-                return NULL;
-            }
             unsigned char *to = (unsigned char *)PyByteArray_AsString(region);
             const unsigned char *from = nb->bits[h];
             for (size_t k = 0; k < NB_BYTES; k++)
                 to[k] |= from[k];
         }
     }
-    return PyLong_FromSsize_t(made);
+    return PyLong_FromSsize_t(PyDict_Size(regions));
 }
 
 PyDoc_STRVAR(graph_tallies_doc,

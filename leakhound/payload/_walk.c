@@ -226,6 +226,34 @@ walk_release(Walk *w)
 
 /* -- the bitmap ----------------------------------------------------------------------- */
 
+/* regions[key] (a dict of bytearray(REGION_BYTES) bitmaps), made zeroed if missing: a
+ * borrowed reference (the dict holds it), NULL on error (also when it is not a bytearray of
+ * that size: code that ran may have replaced or resized it). */
+static PyObject *
+region_in_dict(PyObject *regions, uintptr_t key)
+{
+    PyObject *pykey = PyLong_FromSize_t((size_t)key);
+    if (pykey == NULL)
+        return NULL;
+    PyObject *region = PyDict_GetItemWithError(regions, pykey);  /* borrowed */
+    if (region == NULL && !PyErr_Occurred()) {
+        region = PyByteArray_FromStringAndSize(NULL, REGION_BYTES);
+        if (region != NULL) {
+            memset(PyByteArray_AsString(region), 0, REGION_BYTES);
+            int failed = PyDict_SetItem(regions, pykey, region);
+            Py_DECREF(region);  /* the dict holds it */
+            if (failed)
+                region = NULL;
+        }
+    }
+    Py_DECREF(pykey);
+    if (region != NULL && (Py_TYPE(region) != &PyByteArray_Type || PyByteArray_Size(region) != REGION_BYTES)) {
+        PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
+        return NULL;
+    }
+    return region;
+}
+
 /* The bitmap region for ``address``, creating it if needed; NULL on error. The region's
  * bytes are fetched at every use: code that ran since (a destructor, new_slot)
  * may have resized the bytearray (this call holds it, but cannot pin its size without a
@@ -239,44 +267,14 @@ region_for(Walk *w, uintptr_t address)
     if (region != NULL && w->region_keys[h] == key && PyByteArray_Size(region) == REGION_BYTES)
         return (unsigned char *)PyByteArray_AsString(region);
     /* Not cached, or resized by code that ran meanwhile: what the dict holds now. */
-    {
-        PyObject *pykey = PyLong_FromSize_t((size_t)key);
-        if (pykey == NULL)
-            return NULL;
-        region = PyDict_GetItemWithError(w->regions, pykey);  /* borrowed */
-        if (region == NULL) {
-            if (PyErr_Occurred()) {
-                Py_DECREF(pykey);
-                return NULL;
-            }
-            region = PyByteArray_FromStringAndSize(NULL, REGION_BYTES);
-            if (region == NULL) {
-                Py_DECREF(pykey);
-                return NULL;
-            }
-            memset(PyByteArray_AsString(region), 0, REGION_BYTES);
-            int failed = PyDict_SetItem(w->regions, pykey, region);
-            Py_DECREF(region);  /* the dict holds it */
-            if (failed) {
-                Py_DECREF(pykey);
-                return NULL;
-            }
-        }
-        Py_DECREF(pykey);
-        if (Py_TYPE(region) != &PyByteArray_Type) {
-            PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
-            return NULL;
-        }
-        /* A bytearray runs no code when released: replacing the cached one is safe here. */
-        Py_INCREF(region);
-        Py_XDECREF(w->region_objs[h]);
-        w->region_objs[h] = region;
-        w->region_keys[h] = key;
-    }
-    if (PyByteArray_Size(region) != REGION_BYTES) {
-        PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
+    region = region_in_dict(w->regions, key);
+    if (region == NULL)
         return NULL;
-    }
+    /* A bytearray runs no code when released: replacing the cached one is safe here. */
+    Py_INCREF(region);
+    Py_XDECREF(w->region_objs[h]);
+    w->region_objs[h] = region;
+    w->region_keys[h] = key;
     return (unsigned char *)PyByteArray_AsString(region);
 }
 
