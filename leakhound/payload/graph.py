@@ -81,7 +81,7 @@ if not hasattr(_walk_module, "graph_walk"):
     _walk_module = None
 
 __all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphTimeout", "GraphTooBig",
-           "binary_pieces", "build", "json_pieces", "name_paths"]
+           "binary_pieces", "build", "census_lists_all", "json_pieces", "name_paths"]
 
 # /2: the arrays travel raw after the JSON (graph_wire.Binary), not as base64 in it.
 # /3: ``roots`` is one flat list, four items a root (node, label, kind, tier), not a list per
@@ -736,20 +736,11 @@ class CompiledGraph(Graph):
     def run(self):
         try:
             Graph.run(self)
-            if self.reached is not None and self._census_will_list():
+            if self.reached is not None and census_lists_all(self.unreached, self.max_pause_ms):
                 _walk_module.graph_reached(self.store, self.reached)
         finally:
             # The helpers (bound methods of this graph) and the walk's table: the arrays stay.
             _walk_module.graph_close(self.store)
-
-    def _census_will_list(self):
-        """Whether a census after this walk lists every tracked object (gc.get_objects() fits
-        the budget: this walk looked at what no root reaches, or the half of the budget it
-        keeps for it was too little, the whole is not)."""
-        if self.unreached.get("examined"):
-            return True
-        estimate = self.unreached.get("estimated_pause_ms")
-        return self.max_pause_ms is not None and isinstance(estimate, (int, float)) and estimate <= self.max_pause_ms
 
     def _payload_bytes(self):
         return _walk_module.graph_info(self.store)[3]
@@ -785,6 +776,17 @@ class CompiledGraph(Graph):
 
 
 _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
+
+
+def census_lists_all(unreached, max_pause_ms):
+    """Whether a census after a graph walk (its ``unreached`` fields) lists every tracked
+    object: the walk looked at what no root reaches itself, or the listing
+    (gc.get_objects()) fits the whole budget, where the walk kept to half of it. Otherwise
+    the census could only walk the same roots again (runner._counted_in_graph)."""
+    if unreached.get("examined"):
+        return True
+    estimate = unreached.get("estimated_pause_ms")
+    return max_pause_ms is not None and isinstance(estimate, (int, float)) and estimate <= max_pause_ms
 
 
 def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, max_bytes=0,

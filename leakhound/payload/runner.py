@@ -284,12 +284,10 @@ def _counted_in_graph(tallies, out_graph, max_pause, started_at, request):
     never leave the target either way."""
     unreached = out_graph.get("unreached") or {}
     estimate = unreached.get("estimated_pause_ms")
-    if (tallies is None or out_graph.get("skipped") or unreached.get("examined") or max_pause is None
-            or not isinstance(estimate, (int, float))):
+    if (tallies is None or out_graph.get("skipped") or max_pause is None or not isinstance(estimate, (int, float))
+            or graph.census_lists_all(unreached, max_pause)):
         return None
     estimate = float(estimate)
-    if estimate <= max_pause:
-        return None
     tracked = tallies["tracked"]
     census.remember_tracked(tracked)
     seconds = float(out_graph.get("graph_seconds") or 0.0)
