@@ -1,0 +1,312 @@
+"""Every agent peer is untrusted (docs/security.md). The root CLI against a process of uid
+65534 posing as its own agent (fixtures/hostile_agent.py): one clear error and a documented
+exit code within its timeout, its peak RSS bounded, nothing sent to a socket that is not the
+target's. And the real agent against a slow client: it holds no other client up."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.utils import spawn_target, wait_for_agent_socket
+
+pytestmark = pytest.mark.integration
+
+NOBODY = 65534
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter lives under root's 0700 home
+LEAKHOUND = [sys.executable, "-m", "leakhound"]
+TIMEOUT = 8.0
+CANCEL_GRACE = 5.0  # attach/agent.py: a timed-out request waits this long for its cancel's answer
+# The CLI's peak RSS: ~60 MiB to start (typer, rich, psutil); a line is read up to 8 MiB.
+RSS_BOUND_KIB = 160 * 1024
+
+if shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON):
+    pytest.skip("needs setpriv and the system python", allow_module_level=True)
+
+
+@pytest.fixture
+def nobody_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="leakhound-peers-"))
+    os.chmod(path, 0o755)
+    os.chown(path, NOBODY, NOBODY)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class Run:
+    returncode: int
+    stderr: str
+    seconds: float
+    max_rss_kib: int
+
+
+def _inspect(pid: int, directory: Path, *extra: str) -> Run:
+    """``leakhound inspect PID --method agent`` as root, its peak RSS from wait4."""
+    err = directory / "cli.err"
+    began = time.monotonic()
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen([*LEAKHOUND, "inspect", str(pid), "--method", "agent", "--timeout", str(TIMEOUT),
+                                 *extra], stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            proc.returncode = 0  # reaped by wait4
+    return Run(os.waitstatus_to_exitcode(status), err.read_text(), time.monotonic() - began, usage.ru_maxrss)
+
+
+def _hostile(directory: Path, mode: str, **env: str) -> object:
+    return spawn_target("hostile_agent", directory, python=SYSTEM_PYTHON, prefix=AS_NOBODY,
+                        env={"HOSTILE_MODE": mode, "TMPDIR": str(directory), **env})
+
+
+def _one_clear_error(run: Run, code: int) -> None:
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.returncode == code, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("leakhound: error:")]
+    assert len(errors) == 1, run.stderr
+    assert run.max_rss_kib < RSS_BOUND_KIB, f"peak RSS {run.max_rss_kib} KiB"
+    assert run.seconds < TIMEOUT + CANCEL_GRACE + 5.0, f"took {run.seconds:.1f} s"
+    print(f"exit {run.returncode} after {run.seconds:.1f} s, peak RSS {run.max_rss_kib / 1024:.0f} MiB")
+
+
+WRONG_LINES = {
+    "garbage": "\x00\udcff not json at all",
+    "deep nesting": "[" * 200_000,
+    "many containers": '{"progress": [' + "{}," * 2_000_000 + "{}]}",
+    "a list": "[1, 2, 3]",
+    "two messages in one": '{"progress": {"phase": "walk", "done": 1}, "result": {"ok": true}}',
+    "progress a string": '{"progress": "census"}',
+    "progress done a string": '{"progress": {"phase": "walk", "done": "many"}}',
+    "progress phase with escapes": '{"progress": {"phase": "\\u001b[2J\\u001b]0;pwned\\u0007", "done": 1}}',
+    "result a list": '{"result": []}',
+    "result ok a string": '{"result": {"ok": "yes"}}',
+    "result error a dict": '{"result": {"ok": false, "error": {"x": 1}}}',
+    "graph a list": '{"result": {"ok": true, "graph": [1]}}',
+    "binary_bytes a string": '{"result": {"ok": true, "graph": {"binary_bytes": "1000"}}}',
+    "binary_bytes negative": '{"result": {"ok": true, "graph": {"binary_bytes": -5}}}',
+    "binary_bytes a float": '{"result": {"ok": true, "graph": {"binary_bytes": 1e300}}}',
+    "partial doc a string": '{"partial": {"name": "graph", "doc": "x"}}',
+    "unknown message": '{"exec": "import os"}',
+}
+
+
+@pytest.mark.parametrize("line", list(WRONG_LINES.values()), ids=list(WRONG_LINES))
+def test_a_wrong_line_is_one_clear_error(nobody_dir: Path, line: str) -> None:
+    line_file = nobody_dir / "line"
+    line_file.write_bytes(line.encode("utf-8", "surrogatepass"))
+    with _hostile(nobody_dir, "line", HOSTILE_LINE=str(line_file)) as child:  # type: ignore[attr-defined]
+        run = _inspect(child.pid, nobody_dir)
+    _one_clear_error(run, 19)
+    assert "agent socket of process" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def real_result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A snapshot result as the real agent sends it (the template the wrong ones are made from)."""
+    with spawn_target("growing_cache", tmp_path_factory.mktemp("real"), env={"LEAKHOUND_AGENT": "1"}) as child:
+        path = wait_for_agent_socket(child.pid)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(60)
+            sock.connect(path)
+            sock.sendall(b'{"op": "snapshot", "top_types": 5, "top_owners": 5, "timeout": 50}\n')
+            data = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    line = next(line for line in data.splitlines() if line.startswith(b'{"result"'))
+    result: dict[str, Any] = json.loads(line)["result"]
+    assert result["ok"] is True
+    return result
+
+
+def _changed(doc: dict[str, Any], where: str, value: Any) -> dict[str, Any]:
+    """A deep copy of ``doc`` with ``value`` at ``where`` ("heap.owners.0.path"; DELETE: removed)."""
+    doc = copy.deepcopy(doc)
+    *path, last = where.split(".")
+    holder: Any = doc
+    for key in path:
+        holder = holder[int(key)] if isinstance(holder, list) else holder[key]
+    key: Any = int(last) if isinstance(holder, list) else last
+    if value is DELETE:
+        del holder[key]
+    else:
+        holder[key] = value
+    return doc
+
+
+DELETE = object()
+WRONG_RESULTS = {
+    "no heap": ("heap", DELETE),
+    "objects a string": ("heap.objects", "many"),
+    "bytes beyond 2**63": ("heap.bytes", 1e300),
+    "types an object": ("heap.types", {"dict": 1}),
+    "an owner with a field the model lacks": ("heap.owners.0.exec", "os.system"),
+    "an owner's retained bytes a string": ("heap.owners.0.retained_bytes", "10 GB"),
+    "arena a number": ("arena", 5),
+    "a phase's timing a string": ("heap.phases", {"walk": "slow"}),
+    "ok a number": ("ok", 1),
+}
+
+
+@pytest.mark.parametrize("change", list(WRONG_RESULTS.values()), ids=list(WRONG_RESULTS))
+def test_a_result_of_the_wrong_shape_is_one_clear_error(
+    nobody_dir: Path, real_result: dict[str, Any], change: tuple[str, Any]
+) -> None:
+    """Valid JSON, the real agent's answer but for one field: exit 19, never a traceback."""
+    line_file = nobody_dir / "line"
+    line_file.write_text(json.dumps({"result": _changed(real_result, *change)}))
+    with _hostile(nobody_dir, "line", HOSTILE_LINE=str(line_file)) as child:  # type: ignore[attr-defined]
+        run = _inspect(child.pid, nobody_dir, "--owners", "census")
+    _one_clear_error(run, 19)
+
+
+def test_a_line_without_end(nobody_dir: Path) -> None:
+    with _hostile(nobody_dir, "endless") as child:  # type: ignore[attr-defined]
+        run = _inspect(child.pid, nobody_dir)
+    _one_clear_error(run, 19)
+    assert "longer than 8 MiB" in run.stderr
+
+
+def test_a_declared_terabyte_of_graph_records_streamed(nobody_dir: Path) -> None:
+    with _hostile(nobody_dir, "binary") as child:  # type: ignore[attr-defined]
+        run = _inspect(child.pid, nobody_dir)
+    _one_clear_error(run, 19)
+    assert "1000000000000 bytes of graph records" in run.stderr
+
+
+def test_a_byte_every_two_seconds(nobody_dir: Path) -> None:
+    """Indistinguishable from an agent whose thread does not get to run: the request's
+    deadline, its cancel and CANCEL_GRACE for the answer, then exit 14 (OutcomeUnknown)."""
+    with _hostile(nobody_dir, "drip") as child:  # type: ignore[attr-defined]
+        run = _inspect(child.pid, nobody_dir)
+    _one_clear_error(run, 14)
+
+
+class _Victim:
+    """A socket of another process (root's, here the test's), recording what it is sent."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.got = b""
+        self.connections = 0
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        os.chmod(path, 0o666)
+        self.server.listen(4)
+        self.server.settimeout(0.2)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.settimeout(2.0)
+            try:
+                self.got += conn.recv(65536)
+            except OSError:
+                pass
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.server.close()
+
+
+def test_a_symlink_in_the_socket_directory_is_not_followed(nobody_dir: Path) -> None:
+    victim = _Victim(nobody_dir / "root-daemon.sock")
+    try:
+        with _hostile(nobody_dir, "symlink", HOSTILE_VICTIM=str(victim.path)) as child:  # type: ignore[attr-defined]
+            run = _inspect(child.pid, nobody_dir)
+            time.sleep(0.5)
+    finally:
+        victim.close()
+    _one_clear_error(run, 19)
+    assert "not a socket" in run.stderr
+    assert victim.got == b"" and victim.connections == 0
+
+
+def test_another_process_at_the_agents_path_is_sent_nothing(nobody_dir: Path) -> None:
+    """The socket file replaced by one another process of the user listens on: SO_PEERCRED
+    names that process, and leakhound sends it nothing."""
+    with _hostile(nobody_dir, "impostor") as child:  # type: ignore[attr-defined]
+        run = _inspect(child.pid, nobody_dir)
+        time.sleep(0.5)
+        got = Path(f"{child.ready_file}.got").read_text()
+    _one_clear_error(run, 19)
+    assert f"not by process {child.pid}" in run.stderr
+    assert got == ""
+
+
+def _ping(path: str, timeout: float) -> tuple[dict[str, object], float]:
+    began = time.monotonic()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(b'{"op": "ping"}\n')
+        data = b""
+        while b'"result"' not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    line = next(line for line in data.splitlines() if b'"result"' in line)
+    return json.loads(line)["result"], time.monotonic() - began
+
+
+def test_a_slow_client_does_not_stall_the_real_agent(tmp_path: Path) -> None:
+    """A same-user client sends its request a byte every second: the agent answers another
+    client meanwhile at once, and drops the slow one after REQUEST_READ_SECONDS."""
+    with spawn_target("growing_cache", tmp_path, env={"LEAKHOUND_AGENT": "1"}) as child:
+        path = wait_for_agent_socket(child.pid)
+        _ping(path, 30.0)  # the payload loaded
+        slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        slow.connect(path)
+        dropped_after = None
+        try:
+            began = time.monotonic()
+            slow.sendall(b"{")
+            time.sleep(1.0)
+            result, seconds = _ping(path, 10.0)
+            assert result.get("ok") is True
+            assert seconds < 1.0, f"the second client waited {seconds:.1f} s"
+            slow.settimeout(0.1)
+            for byte in b'"op": "ping"':
+                slow.sendall(bytes([byte]))
+                try:
+                    slow.recv(65536)  # its end (or a refusal): the agent let it go
+                except TimeoutError:
+                    time.sleep(1.0)
+                    continue
+                dropped_after = time.monotonic() - began
+                break
+        except (BrokenPipeError, ConnectionResetError):
+            dropped_after = time.monotonic() - began
+        finally:
+            slow.close()
+    assert dropped_after is not None and dropped_after < 8.0, dropped_after
