@@ -90,7 +90,9 @@ class ElfFile:
     """Header, loadable segments and function and data symbols of one ELF64 little-endian
     file."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, exported_only: bool = False) -> None:
+        """``exported_only``: read ``.dynsym`` only (what the version check needs; a
+        libpython's unstripped ``.symtab`` is ten times its size)."""
         self.path = path
         with _open_regular(path) as fh:
             self.size = os.fstat(fh.fileno()).st_size
@@ -104,7 +106,8 @@ class ElfFile:
             if phentsize != _PHDR.size or shnum and shentsize != _SHDR.size:
                 raise ElfError(f"{path} has program or section headers of an unknown size")
             self.segments = self._segments(fh, self.size, phoff, phnum)
-            self.functions, self.objects = self._symbols(fh, self.size, shoff, shnum)
+            tables = (SHT_DYNSYM,) if exported_only else (SHT_SYMTAB, SHT_DYNSYM)
+            self.functions, self.objects = self._symbols(fh, self.size, shoff, shnum, tables)
         # Function start addresses in order, to bound unnamed code by the next named one.
         self.starts = sorted({s.value for s in self.functions.values()})
 
@@ -123,7 +126,7 @@ class ElfFile:
 
     @staticmethod
     def _symbols(
-        fh: BinaryIO, file_size: int, shoff: int, count: int
+        fh: BinaryIO, file_size: int, shoff: int, count: int, tables: tuple[int, ...]
     ) -> tuple[dict[str, Symbol], dict[str, Symbol]]:
         """Defined function symbols, and defined data symbols, by name."""
         functions: dict[str, Symbol] = {}
@@ -134,7 +137,7 @@ class ElfFile:
         table = _read_at(fh, shoff, size * count, file_size)
         sections = [_SHDR.unpack_from(table, i * size) for i in range(count)]
         # .dynsym last, so an exported name wins over a local one of the same name.
-        for wanted in (SHT_SYMTAB, SHT_DYNSYM):
+        for wanted in tables:
             for _, sh_type, _, _, offset, length, link, _, _, entsize in sections:
                 if sh_type != wanted or entsize != _SYM.size or link >= len(sections):
                     continue

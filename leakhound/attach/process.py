@@ -57,7 +57,7 @@ def _elf_version(path: str, inode: int | None = None) -> tuple[int, int] | None:
     try:
         if inode is not None and os.stat(path).st_ino != inode:
             return None
-        return elf.python_version(elf.ElfFile(path))
+        return elf.python_version(elf.ElfFile(path, exported_only=True))
     except (OSError, elf.ElfError):
         return None
 
@@ -76,7 +76,7 @@ def python_version(pid: int) -> tuple[int, int] | None:
                 return version
         return named
     try:
-        return elf.python_version(elf.ElfFile(f"/proc/{pid}/exe"))
+        return elf.python_version(elf.ElfFile(f"/proc/{pid}/exe", exported_only=True))
     except PermissionError:
         raise PermissionDenied(f"cannot read /proc/{pid}/exe: permission denied") from None
     except FileNotFoundError:
