@@ -305,12 +305,15 @@ def capture(
 
 def _dominator_owners(doc: dict[str, Any], *, top: int, retainers: int, why: str | None,
                       ask_names: dominators.NameAsker) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
-    """The graph the target sent, decoded and softened, and its dominator owners."""
+    """The graph the target sent, decoded and softened, and its dominator owners. The graph
+    comes from inside the target, whose owner controls it: the passes check every index
+    they follow (an edge, type or root out of range is their ValueError or IndexError), and
+    a graph they cannot use is one clear error."""
     try:
         graph = dominators.soften(dominators.decode_graph(doc))
-    except dominators.GraphError as exc:  # it comes from inside the target: its owner's
-        raise ProtocolViolation(f"the object graph the target sent cannot be read: {exc}") from None
-    return graph, dominators.find_owners(graph, top=top, retainers=retainers, ask_names=ask_names, why=why)
+        return graph, dominators.find_owners(graph, top=top, retainers=retainers, ask_names=ask_names, why=why)
+    except (ValueError, IndexError) as exc:  # GraphError is a ValueError
+        raise ProtocolViolation(f"the object graph the target sent cannot be used: {exc}") from None
 
 
 class _EarlyOwners:

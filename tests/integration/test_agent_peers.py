@@ -5,11 +5,13 @@ target's. And the real agent against a slow client: it holds no other client up.
 
 from __future__ import annotations
 
+import array
 import copy
 import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from leakhound.analysis.dominators.graph import GRAPH_FORMAT
 from tests.utils import spawn_target, wait_for_agent_socket
 
 pytestmark = pytest.mark.integration
@@ -178,6 +181,53 @@ def test_a_result_of_the_wrong_shape_is_one_clear_error(
     with _hostile(nobody_dir, "line", HOSTILE_LINE=str(line_file)) as child:  # type: ignore[attr-defined]
         run = _inspect(child.pid, nobody_dir, "--owners", "census")
     _one_clear_error(run, 19)
+
+
+def _frame(code: int, typecode: str, items: list[int]) -> bytes:
+    """One frame of a graph's records (payload/graph_wire.py FRAME_COLUMNS)."""
+    column = array.array(typecode, items)
+    return struct.pack("=II", code, len(column)) + column.tobytes()
+
+
+def _graph_answer(result: dict[str, Any], *, dst: int = 1, types: tuple[int, int] = (0, 0),
+                  root: int = 0, graph_format: str = GRAPH_FORMAT) -> bytes:
+    """A result with a two-node graph (nodes by id, the Python walk's layout) and its records."""
+    records = (_frame(0, "q", [1, 2]) + _frame(1, "q", [10, 20]) + _frame(2, "i", list(types))
+               + _frame(3, "i", [0, 0]) + _frame(4, "i", [0]) + _frame(5, "i", [dst]) + _frame(6, "i", [0]))
+    graph = {"format": graph_format, "byteorder": sys.byteorder, "nodes": 2, "edges": 1, "node_keys": "id",
+             "type_names": ["dict"], "labels": ["x"], "roots": [root, "r", "module", 0],
+             "binary_bytes": len(records)}
+    return json.dumps({"result": {**result, "graph": graph}}).encode() + b"\n" + records
+
+
+WRONG_GRAPHS = {
+    "an edge to node 1000 of 2": {"dst": 1000},
+    "a type beyond the type names": {"types": (0, 99)},
+    "a root beyond the nodes": {"root": 77},
+    "an unknown format": {"graph_format": "leakhound.graph/99"},
+}
+
+
+@pytest.mark.parametrize("change", list(WRONG_GRAPHS.values()), ids=list(WRONG_GRAPHS))
+def test_a_graph_of_the_wrong_shape_is_one_clear_error(
+    nobody_dir: Path, real_result: dict[str, Any], change: dict[str, Any]
+) -> None:
+    """The dominator passes follow the graph's indices: one out of range is exit 19."""
+    line_file = nobody_dir / "line"
+    line_file.write_bytes(_graph_answer(real_result, **change))
+    with _hostile(nobody_dir, "line", HOSTILE_LINE=str(line_file)) as child:  # type: ignore[attr-defined]
+        run = _inspect(child.pid, nobody_dir, "--owners", "dominator")
+    _one_clear_error(run, 19)
+    assert "object graph the target sent" in run.stderr
+
+
+def test_the_graph_answer_itself_is_read(nobody_dir: Path, real_result: dict[str, Any]) -> None:
+    """The control for the graphs above: the same answer, every index in range, succeeds."""
+    line_file = nobody_dir / "line"
+    line_file.write_bytes(_graph_answer(real_result))
+    with _hostile(nobody_dir, "line", HOSTILE_LINE=str(line_file)) as child:  # type: ignore[attr-defined]
+        run = _inspect(child.pid, nobody_dir, "--owners", "dominator")
+    assert run.returncode == 0, run.stderr
 
 
 def test_a_line_without_end(nobody_dir: Path) -> None:
