@@ -168,11 +168,14 @@ def available(pid: int, uid: int) -> bool:
 
 # Seconds a timed-out request gets to confirm its cancel (as on the debugger path).
 CANCEL_GRACE = 5.0
-# The longest line the agent sends: a graph's JSON (20,000 labels of at most 80 characters,
-# type names, roots) is a few MiB; its records come raw after it, counted by binary_bytes.
-MAX_LINE_BYTES = 8 << 20
-# JSON containers one line may open: each costs leakhound ~60 bytes decoded, so 8 MiB of
-# ``[{},{},...`` would take 170 MB; the agent's lines hold a few thousand.
+# The longest line the agent sends: a graph's JSON is its labels (at most 20,000 of at most
+# 80 characters), type names and roots (~50 bytes each: every module and class); a small
+# worker's is 270 KB, one with 100,000 classes ~11 MB. Its records come raw after it,
+# counted by binary_bytes.
+MAX_LINE_BYTES = 32 << 20
+# JSON containers one line may open: each costs leakhound ~60 bytes decoded, so 32 MiB of
+# ``[{},{},...`` would take ~700 MB; the agent's lines hold a few thousand (the graph's
+# roots and labels are flat lists).
 MAX_LINE_CONTAINERS = 1_000_000
 # The graph's records a request may receive, per node it allows (24 bytes a node, 12-20 an
 # edge; a Python heap averages a few edges a node), when it sets no memory budget.

@@ -35,8 +35,9 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter lives under root's 
 LEAKHOUND = [sys.executable, "-m", "leakhound"]
 TIMEOUT = 8.0
 CANCEL_GRACE = 5.0  # attach/agent.py: a timed-out request waits this long for its cancel's answer
-# The CLI's peak RSS: ~60 MiB to start (typer, rich, psutil); a line is read up to 8 MiB.
-RSS_BOUND_KIB = 160 * 1024
+# The CLI's peak RSS (VmHWM): 25 MiB for an error before any line is read; 57 MiB for a line
+# cut at 32 MiB; 149 MiB for a 31 MiB string, decoded and then refused.
+RSS_BOUND_KIB = 200 * 1024
 
 if shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON):
     pytest.skip("needs setpriv and the system python", allow_module_level=True)
@@ -61,18 +62,31 @@ class Run:
     max_rss_kib: int
 
 
+# The CLI, its peak RSS written at exit: VmHWM counts its own memory only (ru_maxrss from wait4
+# would count the test process's too: the fork before the exec).
+_MEASURED = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+
+def peak():
+    with open("/proc/self/status") as fh:
+        hwm = next(line.split()[1] for line in fh if line.startswith("VmHWM:"))
+    with open(out, "w") as fh:
+        fh.write(hwm)
+
+atexit.register(peak)
+sys.argv[0] = "leakhound"
+runpy.run_module("leakhound", run_name="__main__", alter_sys=True)
+"""
+
+
 def _inspect(pid: int, directory: Path, *extra: str) -> Run:
-    """``leakhound inspect PID --method agent`` as root, its peak RSS from wait4."""
-    err = directory / "cli.err"
+    """``leakhound inspect PID --method agent`` as root, and its peak RSS."""
+    hwm = directory / "cli.hwm"
     began = time.monotonic()
-    with open(err, "w") as stderr:
-        proc = subprocess.Popen([*LEAKHOUND, "inspect", str(pid), "--method", "agent", "--timeout", str(TIMEOUT),
-                                 *extra], stdout=subprocess.DEVNULL, stderr=stderr)
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            proc.returncode = 0  # reaped by wait4
-    return Run(os.waitstatus_to_exitcode(status), err.read_text(), time.monotonic() - began, usage.ru_maxrss)
+    proc = subprocess.run([sys.executable, "-c", _MEASURED, str(hwm), "inspect", str(pid), "--method", "agent",
+                           "--timeout", str(TIMEOUT), *extra], capture_output=True, text=True, timeout=120)
+    return Run(proc.returncode, proc.stderr, time.monotonic() - began, int(hwm.read_text()))
 
 
 def _hostile(directory: Path, mode: str, **env: str) -> object:
@@ -94,6 +108,7 @@ WRONG_LINES = {
     "garbage": "\x00\udcff not json at all",
     "deep nesting": "[" * 200_000,
     "many containers": '{"progress": [' + "{}," * 2_000_000 + "{}]}",
+    "a string of 31 MiB": '{"progress": {"phase": "' + "a" * (31 << 20) + '", "done": 1}}',
     "a list": "[1, 2, 3]",
     "two messages in one": '{"progress": {"phase": "walk", "done": 1}, "result": {"ok": true}}',
     "progress a string": '{"progress": "census"}',
@@ -234,7 +249,7 @@ def test_a_line_without_end(nobody_dir: Path) -> None:
     with _hostile(nobody_dir, "endless") as child:  # type: ignore[attr-defined]
         run = _inspect(child.pid, nobody_dir)
     _one_clear_error(run, 19)
-    assert "longer than 8 MiB" in run.stderr
+    assert "longer than 32 MiB" in run.stderr
 
 
 def test_a_declared_terabyte_of_graph_records_streamed(nobody_dir: Path) -> None:

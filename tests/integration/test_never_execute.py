@@ -83,13 +83,17 @@ def test_a_swapped_executable_is_never_run_by_inspect(nobody_dir: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv")
-def test_a_swapped_executable_is_never_run_by_watch_match(nobody_dir: Path) -> None:
+@pytest.mark.parametrize("command", [["watch", "-d", "1"], ["export", "--listen", "127.0.0.1:0"]],
+                         ids=["watch", "export"])
+def test_a_swapped_executable_is_never_run_by_match(nobody_dir: Path, command: list[str]) -> None:
+    """``--match`` looks at every process whose command line matches: the swapped one is not
+    CPython, so nothing matches (exit 3, TargetNotFound), and its script never ran."""
     with swapped_sleep(nobody_dir) as (pid, marker):
-        result = subprocess.run([*LEAKHOUND, "watch", "--match", f"{nobody_dir}/python 600", "-d", "1"],
+        result = subprocess.run([*LEAKHOUND, *command, "--match", f"{nobody_dir}/python 600"],
                                 capture_output=True, text=True, timeout=60)
         time.sleep(0.2)
         assert not marker.exists(), f"the target's script ran as uid {marker.read_text().strip()}"
-    assert result.returncode != 0, result.stderr
+    assert result.returncode == 3, result.stderr
     _one_error_line(result.stderr)
     assert str(pid) not in result.stdout
 
