@@ -139,20 +139,38 @@ def _refused(path: str) -> bool:
 def remove_stale_sockets(pid: int) -> list[str]:
     """Remove the socket files named after ``pid`` that no agent listens on (its worker was
     killed before its atexit ran); returns them."""
-    removed = []
+    removed: list[str] = []
     nspid = namespace_pid(pid)
     live = find_socket(pid)
     for inside in _candidate_dirs(pid):
         base = glob.escape(_from_here(pid, inside.rstrip("/")))
-        for path in glob.glob(f"{base}/leakhound-agent-*/agent-{nspid}.sock"):
-            if path == live or not _refused(path):
-                continue
-            try:
-                os.unlink(path)
-            except OSError:
-                continue
-            removed.append(path)
+        found = glob.glob(f"{base}/leakhound-agent-*/agent-{nspid}.sock")
+        removed.extend(path for path in found if path != live and _remove_if_stale(path))
     return removed
+
+
+def _remove_if_stale(path: str) -> bool:
+    """Unlink the socket at ``path`` if nobody listens on it, and it and its directory are
+    what an agent makes: a directory (not a symlink) ``leakhound-agent-UID`` owned by UID,
+    holding a socket (not a symlink) of UID's. Root does this in directories other users
+    control: through the directory's descriptor, never a path they could redirect."""
+    directory, name = os.path.split(path)
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        owner = os.fstat(dir_fd).st_uid
+        entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if os.path.basename(directory) != f"leakhound-agent-{owner}" or entry.st_uid != owner \
+                or not stat.S_ISSOCK(entry.st_mode) or not _refused(f"/proc/self/fd/{dir_fd}/{name}"):
+            return False
+        os.unlink(name, dir_fd=dir_fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(dir_fd)
 
 
 def available(pid: int, uid: int) -> bool:

@@ -375,3 +375,23 @@ def test_a_slow_client_does_not_stall_the_real_agent(tmp_path: Path) -> None:
         finally:
             slow.close()
     assert dropped_after is not None and dropped_after < 8.0, dropped_after
+
+
+def test_a_stale_socket_is_removed_only_in_a_directory_of_its_owner(nobody_dir: Path) -> None:
+    """Root removes the socket files named after the target nobody listens on (a worker killed
+    before its atexit): never through a symlinked directory the target's user planted."""
+    root_dir = Path(tempfile.mkdtemp(prefix="leakhound-root-"))
+    try:
+        with spawn_target("growing_cache", nobody_dir, python=SYSTEM_PYTHON, prefix=AS_NOBODY,
+                          env={"LEAKHOUND_AGENT": "", "TMPDIR": str(nobody_dir)}) as child:
+            roots_socket = root_dir / f"agent-{child.pid}.sock"  # root's, stale: nobody listens
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.bind(str(roots_socket))
+            subprocess.run([*AS_NOBODY, "ln", "-s", str(root_dir), str(nobody_dir / f"leakhound-agent-{NOBODY}")],
+                           check=True, timeout=10)
+            run = _inspect(child.pid, nobody_dir)
+            assert roots_socket.exists(), "root's socket was removed through the planted symlink"
+    finally:
+        shutil.rmtree(root_dir, ignore_errors=True)
+    assert run.returncode == 7, run.stderr
+    assert "no leakhound agent listening" in run.stderr

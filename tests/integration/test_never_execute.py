@@ -132,9 +132,12 @@ def test_version_is_read_from_the_elf_without_running_anything(
             monkeypatch.setattr(os, name, _no_subprocess)
         mapped = process._libpython_mapping(child.pid)
         version = process.python_version(child.pid)
+        from_elf = process._elf_version(f"/proc/{child.pid}/map_files/{mapped[0]}", mapped[2]) if mapped else None
     assert version == (int(truth[0]), int(truth[1]))
     if python == "/usr/bin/python3":
         assert mapped is None  # the static build: the version came from the executable's ELF
+    else:
+        assert from_elf == version  # libpython's ELF data says it, not only its name
 
 
 def test_a_static_build_renamed_still_reads_its_version(tmp_path: Path) -> None:
