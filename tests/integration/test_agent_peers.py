@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from leakhound.analysis.dominators.graph import GRAPH_FORMAT
-from tests.utils import spawn_target, wait_for_agent_socket
+from tests.pythons import installed_pythons
+from tests.utils import ROOT, spawn_target, wait_for_agent_socket
 
 pytestmark = pytest.mark.integration
 
@@ -344,11 +345,31 @@ def _ping(path: str, timeout: float) -> tuple[dict[str, object], float]:
     return json.loads(line)["result"], time.monotonic() - began
 
 
-def test_a_slow_client_does_not_stall_the_real_agent(tmp_path: Path) -> None:
+PYTHONS = installed_pythons(minimum=(3, 8))
+_AGENT_ONLY = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from leakhound.payload import agent
+path = agent.start()
+with open(sys.argv[2], "w") as fh:
+    fh.write(path)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("python", list(PYTHONS.values()), ids=list(PYTHONS))
+def test_a_slow_client_does_not_stall_the_real_agent(tmp_path: Path, python: str) -> None:
     """A same-user client sends its request a byte every second: the agent answers another
     client meanwhile at once, and drops the slow one after REQUEST_READ_SECONDS."""
-    with spawn_target("growing_cache", tmp_path, env={"LEAKHOUND_AGENT": "1"}) as child:
-        path = wait_for_agent_socket(child.pid)
+    ready = tmp_path / "socket"
+    agent_process = subprocess.Popen([python, "-c", _AGENT_ONLY, str(ROOT), str(ready)],
+                                     env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() or not ready.read_text():
+            assert agent_process.poll() is None and time.monotonic() < deadline, "the agent never started"
+            time.sleep(0.05)
+        path = ready.read_text()
         _ping(path, 30.0)  # the payload loaded
         slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         slow.connect(path)
@@ -374,6 +395,9 @@ def test_a_slow_client_does_not_stall_the_real_agent(tmp_path: Path) -> None:
             dropped_after = time.monotonic() - began
         finally:
             slow.close()
+    finally:
+        agent_process.kill()
+        agent_process.wait()
     assert dropped_after is not None and dropped_after < 8.0, dropped_after
 
 
