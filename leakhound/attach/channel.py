@@ -71,9 +71,10 @@ TARGET_TMP_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
 
 # What the CLI reads back, at most (a bigger file is PrivateDirTampered, never read whole):
 # the payload's small documents; its result or early graph as JSON (the graph's arrays are in
-# graph.bin), well above the biggest measured; graph.bin, by what the request allowed: a node
-# record is 24 bytes and an edge record 20 (graph_wire.FRAME_COLUMNS), so this bound allows
-# over 20 edges a node on average at max_graph_nodes.
+# graph.bin; measured: result.json 6-11 KB, graph.json 6 bytes a node, ~30 MB at the
+# 5,000,000-node ceiling); graph.bin, by what the request allowed: a node record is 24 bytes
+# and an edge record 20 (graph_wire.FRAME_COLUMNS), measured 66 bytes a node (two edges) on
+# the fixtures, so 512 allows over 20 edges a node at max_graph_nodes.
 SMALL_DOC_BYTES = 1 << 20
 RESULT_DOC_BYTES = 256 << 20
 GRAPH_BIN_BYTES_PER_NODE = 512
@@ -107,7 +108,6 @@ def _make_dir_in_target(pid: int) -> tuple[PrivateDir, str]:
         try:
             private = PrivateDir.make(parent_fd)
         except OSError as exc:
-            os.close(parent_fd)
             tried.append(f"{inside}: {exc.strerror or exc}")
             continue
         return private, inside.rstrip("/") or "/"
@@ -309,6 +309,11 @@ class PrivateChannel:
             now = time.monotonic()
             if started is None:
                 started = self.read_json("started.json")
+                if started is not None and type(started.get("main_thread_ms", 0.0)) not in (int, float):
+                    raise PrivateDirTampered(
+                        "started.json in leakhound's private directory is not the payload's: a process of the "
+                        "target's user wrote into the directory"
+                    )
                 if started is None and now - begin > start_timeout:
                     where = blocked_hint() if blocked_hint else ""
                     raise TargetBlocked(
@@ -339,7 +344,7 @@ class PrivateChannel:
                 doc = self.read_json("progress.json")
                 if doc is not None and doc != last_phase:
                     last_phase = doc
-                    progress(str(doc.get("phase", "")), int(doc.get("done", 0) or 0))
+                    progress(str(doc.get("phase", "")), _count(doc.get("done")))
             # (a file each turn: a 50 ms turn was ~25 ms late on average for the graph and again
             # for the result, on the path of every inspection; a turn is a few stat() calls)
             time.sleep(0.005 if now - begin < 5 else 0.02)
@@ -373,3 +378,15 @@ def _number(value: Any, default: float) -> float:
     except (TypeError, ValueError):
         return default
     return number if math.isfinite(number) and number > 0 else default
+
+
+def _count(value: Any) -> int:
+    """``progress.json``'s count of work done, as the payload writes it (an int)."""
+    if value is None:
+        return 0
+    if type(value) is not int:
+        raise PrivateDirTampered(
+            "progress.json in leakhound's private directory is not the payload's: a process of the "
+            "target's user wrote into the directory"
+        )
+    return value

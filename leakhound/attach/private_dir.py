@@ -63,31 +63,12 @@ class PrivateDir:
     @classmethod
     def make(cls, parent_fd: int) -> PrivateDir:
         """A new directory ``leakhound-<our pid>-<random>`` in the directory ``parent_fd``
-        (which it takes over), owned by us, mode 0700."""
-        for _ in range(100):
-            name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
-            try:
-                os.mkdir(name, 0o700, dir_fd=parent_fd)
-            except FileExistsError:
-                continue
-            break
-        else:
-            raise FileExistsError(errno.EEXIST, "no free name for the private directory")
+        (which it takes over, and closes if it fails), owned by us, mode 0700."""
         try:
-            fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
-        except OSError:
-            _rmdir_quietly(name, parent_fd)
-            raise
-        try:
-            os.fchmod(fd, 0o700)  # (the umask may have taken bits away; never adds any)
-            st = os.fstat(fd)
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != 0o700:
-                raise UnsafeEntry(errno.EPERM, f"the private directory {name} is not ours and 0700")
+            return cls(parent_fd, *_make_in(parent_fd))
         except BaseException:
-            os.close(fd)
-            _rmdir_quietly(name, parent_fd)
+            os.close(parent_fd)
             raise
-        return cls(parent_fd, name, fd)
 
     @classmethod
     def adopt(cls, parent_fd: int, fd: int, name: str, dev: int, ino: int) -> PrivateDir:
@@ -262,6 +243,34 @@ class PrivateDir:
                 except OSError:
                     pass
         self.fd = self.parent_fd = -1
+
+
+def _make_in(parent_fd: int) -> tuple[str, int]:
+    """(name, descriptor) of a new directory of ours, 0700, in ``parent_fd``."""
+    for _ in range(100):
+        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise FileExistsError(errno.EEXIST, "no free name for the private directory")
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    except OSError:
+        _rmdir_quietly(name, parent_fd)
+        raise
+    try:
+        os.fchmod(fd, 0o700)  # (the umask may have taken bits away; never adds any)
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != 0o700:
+            raise UnsafeEntry(errno.EPERM, f"the private directory {name} is not ours and 0700")
+    except BaseException:
+        os.close(fd)
+        _rmdir_quietly(name, parent_fd)
+        raise
+    return name, fd
 
 
 def read_bounded(fd: int, limit: int, name: str) -> bytes:

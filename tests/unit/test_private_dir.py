@@ -225,3 +225,34 @@ def test_the_helpers_sweep_removes_dead_directories_through_descriptors(tmp_path
         os.close(fd)
     assert sorted(os.listdir(parent)) == [alive.name]
     assert sorted(os.listdir(outside)) == ["canary"]
+
+
+def test_remote_exec_writes_its_script_as_a_new_file(parent: Path, private: PrivateDir, outside: Path) -> None:
+    """(No Python 3.14 here: /bin/true stands in for the target's interpreter.) A planted link
+    under the script's name is never written through."""
+    from leakhound.attach import remote_exec
+    from leakhound.attach.process import Target
+    from leakhound.errors import AttachFailed
+
+    target = Target(pid=os.getpid(), uid=os.geteuid(), exe="/bin/true", version=(3, 14), name="python",
+                    cmdline="python")
+    remote_exec.inject(target, "pass", private, "/nowhere", timeout=10, log=lambda _: None)
+    assert (parent / private.name / "remote_exec_boot.py").read_text() == "pass\n"
+    os.unlink(parent / private.name / "remote_exec_boot.py")
+    os.symlink(outside / "canary", parent / private.name / "remote_exec_boot.py")
+    with pytest.raises(AttachFailed, match="private directory"):
+        remote_exec.inject(target, "pass", private, "/nowhere", timeout=10, log=lambda _: None)
+    assert (outside / "canary").read_text() == "canary"
+
+
+@pytest.mark.parametrize(("name", "text"), [("started.json", '{"main_thread_ms": "x"}'),
+                                            ("progress.json", '{"phase": "walk", "done": "x"}'),
+                                            ("result.json", "not json")])
+def test_malformed_answers_are_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               name: str, text: str) -> None:
+    with _channel(tmp_path, monkeypatch) as channel:
+        here = tmp_path / channel.private.name
+        (here / "started.json").write_text('{"main_thread_ms": 0.5}')
+        (here / name).write_text(text)
+        with pytest.raises(PrivateDirTampered, match=name):
+            channel.wait(pid=os.getpid(), start_timeout=5, timeout=5, progress=lambda phase, done: None)
