@@ -205,6 +205,19 @@ class PlottingUnavailable(LeakhoundError):
     )
 
 
+class PrivateDirTampered(LeakhoundError):
+    """Something other than leakhound and its payload changed the request's private directory:
+    a symlink, FIFO, hard link, oversized or malformed file, or a ``cancel`` leakhound did not
+    write. Nothing of it was followed or trusted."""
+
+    EXIT_CODE = 18
+    HELP_TEXT = (
+        "The private directory is handed to the target's user so its payload can answer; any "
+        "process of that user can write into it. leakhound follows no link there, reads no file "
+        "that is not a plain file within its size bound, and writes nothing outside it. Find the "
+        "process of that user that did it, then inspect again, or use `--method agent`."
+    )
+
 class Interrupted(KeyboardInterrupt):
     """SIGINT, SIGTERM or SIGHUP to leakhound: it cancels its request in the target, removes
     what it made, and exits with 128 + the signal number (130, 143, 129)."""

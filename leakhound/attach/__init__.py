@@ -93,13 +93,13 @@ def run_request(
         return _checked(RemoteResult(target, chosen, result, 0.0, 0.0), log)
     if chosen not in ("ptrace", "gdb", "remote-exec"):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
-    with PrivateChannel(uid=target.uid, pid=pid) as channel:
-        channel.write_request(request)
+    with PrivateChannel(uid=target.uid, pid=pid, request=request) as channel:
         code = channel.bootstrap_code()
         if chosen == "ptrace":
             try:
                 injection = finish.held(lambda: ptrace.inject(
-                    pid, code, timeout=min(timeout, 30.0), log=log, page_note=str(channel.dir / "page")
+                    pid, code, timeout=min(timeout, 30.0), log=log, private=channel.private,
+                    private_path=str(channel.dir), payload_timeout=channel.request_timeout,
                 ))
             except MethodUnavailable as exc:
                 if method != "auto" or gdb.gdb_path() is None:
@@ -111,9 +111,9 @@ def run_request(
             injection = finish.held(lambda: gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log))
         else:
             injection = remote_exec.inject(
-                target, code, str(channel.dir), channel.target_dir, timeout=timeout, log=log
+                target, code, channel.private, channel.target_dir, timeout=timeout, log=log
             )
-        started, result = finish.wait_debugger(channel.dir, pid, facts, lambda: channel.wait(
+        started, result = finish.wait_debugger(channel, pid, facts, lambda: channel.wait(
             pid=pid,
             start_timeout=min(SAFE_POINT_TIMEOUT, timeout),
             timeout=timeout,

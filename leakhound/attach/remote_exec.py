@@ -11,6 +11,7 @@ import subprocess
 import time
 
 from leakhound.attach.base import AttachLog, Injection
+from leakhound.attach.private_dir import PrivateDir
 from leakhound.attach.process import Target
 from leakhound.errors import AttachFailed, MethodUnavailable, PermissionDenied
 
@@ -20,19 +21,21 @@ def available(target: Target) -> bool:
 
 
 def inject(
-    target: Target, code: str, script_dir: str, target_dir: str, *, timeout: float, log: AttachLog
+    target: Target, code: str, private: PrivateDir, target_dir: str, *, timeout: float, log: AttachLog
 ) -> Injection:
-    """Write the bootstrap into ``script_dir`` (the private directory as leakhound reaches it)
-    and have the target run it from ``target_dir`` (the same directory as the target opens
-    it: they differ when the target has its own mount namespace)."""
+    """Write the bootstrap into the private directory (through its descriptor, a new file:
+    nothing planted there is followed) and have the target run it from ``target_dir`` (the
+    same directory as the target opens it)."""
     if not available(target):
         raise MethodUnavailable(
             f"remote-exec needs a Python 3.14+ target; process {target.pid} runs "
             f"{target.version[0]}.{target.version[1]}"
         )
-    script = os.path.join(script_dir, "remote_exec_boot.py")
-    with open(script, "w") as fh:
-        fh.write(code + "\n")
+    try:
+        private.create("remote_exec_boot.py", (code + "\n").encode(), uid=target.uid if target.uid else -1,
+                       mode=0o600)
+    except OSError as exc:
+        raise AttachFailed(f"could not write the bootstrap into leakhound's private directory: {exc}") from None
     inside = os.path.join(target_dir, "remote_exec_boot.py")
     argv = [target.exe, "-c", f"import sys; sys.remote_exec({target.pid}, {inside!r})"]
     log(f"$ {' '.join(argv)}")

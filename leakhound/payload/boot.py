@@ -4,13 +4,16 @@
 # thread; loading the payload (compiling it, if no usable .pyc came along) and all the work
 # happen on that thread, so the event loop is held for about a millisecond.
 import os
+import stat
 import sys
 import threading
 import time
 
 _entered = time.perf_counter()
-_st = os.stat(LH_DIR)  # noqa: F821 - provided by the caller
-if _st.st_uid not in (0, os.getuid()) or _st.st_mode & 0o077:
+# The directory itself, not what a symlink of its name points at: leakhound made it root's
+# and 0700, filled it, then handed it to this process's user (attach/private_dir.py).
+_st = os.lstat(LH_DIR)  # noqa: F821 - provided by the caller
+if not stat.S_ISDIR(_st.st_mode) or _st.st_uid not in (0, os.getuid()) or _st.st_mode & 0o077:
     raise PermissionError("leakhound: refusing a payload directory that is not private")
 
 
