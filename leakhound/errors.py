@@ -216,3 +216,16 @@ class Interrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class HeadroomTooSmall(LeakhoundError):
+    """The target has less memory left under its limit (cgroup, RLIMIT_AS/DATA) than
+    leakhound's cost may reach: said before the target is touched."""
+
+    EXIT_CODE = 18
+    HELP_TEXT = (
+        "leakhound needs max(16 MiB, 1% of the target's RSS) of headroom under the target's tightest "
+        "memory limit, and keeps its own cost below that; with less, the kernel could kill the worker. "
+        "Raise the limit, wait until the worker uses less, or pass --force to go ahead anyway "
+        "(its cost is still capped at that amount, which may be more than the headroom)."
+    )
