@@ -229,3 +229,14 @@ class HeadroomTooSmall(LeakhoundError):
         "Raise the limit, wait until the worker uses less, or pass --force to go ahead anyway "
         "(its cost is still capped at that amount, which may be more than the headroom)."
     )
+
+
+class MemoryBudgetReached(HeadroomTooSmall):
+    """The payload stopped a request whose cost in the target reached its memory budget."""
+
+    HELP_TEXT = (
+        "The request's cost in the target (its RSS growth, measured as it ran; the target's own growth "
+        "meanwhile counts too) reached max(16 MiB, 1% of its RSS), or the headroom under its memory limit: "
+        "it stopped there, and nothing of it is left running. Try `--owners census` (the census alone costs "
+        "less than the object graph), or inspect when the worker is quieter."
+    )

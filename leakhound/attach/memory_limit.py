@@ -18,6 +18,7 @@ headroom; the census alone costs +6 MB there, +11 MB on 300 MB.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 from leakhound.errors import HeadroomTooSmall
@@ -204,7 +205,8 @@ def _memory_cgroups(memberships: str, mounts: tuple[CgroupMount, ...]) -> list[t
             here = _under_mount(path, mount)
             if here is None:
                 continue
-            if version == 2 and "memory" not in (_read(os.path.join(mount.mountpoint, "cgroup.controllers")) or "").split():
+            controllers_here = _read(os.path.join(mount.mountpoint, "cgroup.controllers")) or ""
+            if version == 2 and "memory" not in controllers_here.split():
                 continue
             out.append((version, here, mount.mountpoint))
             break
@@ -287,3 +289,96 @@ def _rlimits(path: str, status: dict[str, int]) -> list[MemoryLimit]:
 
 def _mib(n: int) -> str:
     return f"{n / MIB:.1f} MiB"
+
+
+# -- what a request cost ----------------------------------------------------------------------------
+
+# How often the target's cgroup is sampled while a request runs: the file is a counter the
+# kernel keeps, read in a few microseconds.
+SAMPLE_EVERY = 0.005
+# Beside the usage file, the cgroup's own high-water mark (v1, v2 on 5.19+): when it rises
+# during the request it is the request's exact peak, which sampling can miss.
+_PEAK_FILES = {V1_USAGE: "memory.max_usage_in_bytes", V2_CURRENT: "memory.peak"}
+
+
+@dataclass(frozen=True)
+class MemoryCost:
+    """What one request cost the target, measured: the highest its memory cgroup was charged
+    during the request over what it was before (None: no cgroup to read), its VmHWM's and
+    RSS's growth, the peak RSS growth the payload measured in itself; and the budget it was
+    given and the headroom it had (None: no limit)."""
+
+    cgroup_peak_bytes: int | None
+    hwm_bytes: int
+    rss_bytes: int
+    payload_peak_bytes: int | None
+    budget_bytes: int | None
+    headroom_bytes: int | None
+    limit: str
+
+
+class CostMeter:
+    """Samples the target's memory cgroup (``room.usage_file``) on a thread of its own while a
+    request runs, between ``start()`` and ``stop()``."""
+
+    def __init__(self, room: MemoryRoom, budget: int | None) -> None:
+        self.room, self.budget = room, budget
+        self._status = os.path.join("/proc", str(room.pid), "status")
+        self._peak_file = None
+        if room.usage_file is not None:
+            peak = _PEAK_FILES.get(os.path.basename(room.usage_file))
+            self._peak_file = os.path.join(os.path.dirname(room.usage_file), peak) if peak else None
+        self._before = read_usage(room.usage_file)
+        self._peak_before = _number(_read(self._peak_file)) if self._peak_file else None
+        self._highest = self._before
+        before = _status(self._status)
+        self._hwm_before, self._rss_before = before.get("VmHWM", 0), before.get("VmRSS", 0)
+        self._hwm_after, self._rss_after = self._hwm_before, self._rss_before
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> CostMeter:
+        if self._before is not None:
+            self._thread = threading.Thread(target=self._sample, name="leakhound-cost-meter", daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._done.wait(SAMPLE_EVERY):
+            self._take()
+
+    def _take(self) -> None:
+        now = read_usage(self.room.usage_file)
+        if now is not None and (self._highest is None or now > self._highest):
+            self._highest = now
+
+    def stop(self) -> None:
+        if self._done.is_set():
+            return
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._take()
+        if self._peak_file is not None and self._peak_before is not None:
+            peak = _number(_read(self._peak_file))
+            if peak is not None and peak > self._peak_before and (self._highest is None or peak > self._highest):
+                self._highest = peak
+        after = _status(self._status)
+        self._hwm_after = after.get("VmHWM", self._hwm_before)
+        self._rss_after = after.get("VmRSS", self._rss_before)
+
+    def cost(self, payload_peak_bytes: int | None = None) -> MemoryCost:
+        self.stop()
+        tightest = self.room.tightest
+        charged = None
+        if self._before is not None and self._highest is not None:
+            charged = max(0, self._highest - self._before)
+        return MemoryCost(
+            cgroup_peak_bytes=charged,
+            hwm_bytes=max(0, self._hwm_after - self._hwm_before),
+            rss_bytes=self._rss_after - self._rss_before,
+            payload_peak_bytes=payload_peak_bytes,
+            budget_bytes=self.budget,
+            headroom_bytes=self.room.headroom_bytes,
+            limit=tightest.describe() if tightest is not None else "",
+        )

@@ -74,19 +74,21 @@ class WatchResult:
 
 def _full(
     w: Watched, *, top: int, timeout: float, log: AttachLog, max_pause_ms: float, progress: Progress | None = None,
+    force: bool = False,
 ) -> Sample:
     # RSS is read before the census: the series is the worker's, not the worker's plus what
     # the census itself briefly allocates in it.
     rss = rss_bytes(w.target.pid)
     snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
-                             max_pause_ms=max_pause_ms, progress=progress)
+                             max_pause_ms=max_pause_ms, progress=progress, force=force)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     w.last_full = sample
     return sample
 
 
-def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None = None) -> Sample:
+def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None = None,
+           force: bool = False) -> Sample:
     assert w.last_full is not None
     reference = w.last_full
     paths = [o.path for o in reference.owners if not o.path.startswith(_UNRESOLVABLE)]
@@ -100,6 +102,7 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
         log=log,
         target=w.target,
         progress=progress,
+        force=force,
     )
     result = remote.result
     taken_at = counted_at(result, "started_at", taken_at)
@@ -129,14 +132,16 @@ def _rss_only(w: Watched) -> Sample:
 def _sample_one(
     w: Watched, *, now: float, final: bool, full_every: float, attach_every: float,
     top: int, timeout: float, log: AttachLog, max_pause_ms: float, progress: Progress | None = None,
+    force: bool = False,
 ) -> Sample:
     stops_target = w.method == "gdb"
     if w.last_full is None or final or now - w.last_full_at >= full_every:
         w.last_full_at = w.last_attach_at = now
-        return _full(w, top=top, timeout=timeout, log=log, max_pause_ms=max_pause_ms, progress=progress)
+        return _full(w, top=top, timeout=timeout, log=log, max_pause_ms=max_pause_ms, progress=progress,
+                     force=force)
     if not stops_target or now - w.last_attach_at >= attach_every:
         w.last_attach_at = now
-        return _cheap(w, timeout=timeout, log=log, progress=progress)
+        return _cheap(w, timeout=timeout, log=log, progress=progress, force=force)
     return _rss_only(w)
 
 
@@ -166,6 +171,7 @@ def watch_processes(
     on_sample: Callable[[Sample], None] | None = None,
     on_tick: Callable[[tuple[GrowthReport, ...]], None] | None = None,
     max_samplers: int = MAX_SAMPLERS,
+    force: bool = False,
 ) -> WatchResult:
     """Sample every process until ``duration`` has passed (or Ctrl-C) and analyse growth.
 
@@ -173,7 +179,9 @@ def watch_processes(
     busy target, a slow attach) become warnings of that process and the watch goes on.
     Processes are sampled concurrently (at most ``max_samplers`` at once, one request per
     process, each bounded by ``timeout``): a slow or stalled worker misses ticks, the others
-    do not.
+    do not. A sample of a process with too little headroom under its memory limit is
+    refused (HeadroomTooSmall: the watch ends on a first census, later ones are skipped with
+    a warning) unless ``force``.
     """
     log = log or (lambda line: None)
     watched: dict[int, Watched] = {}
@@ -192,7 +200,7 @@ def watch_processes(
         samplers.submit(w.target.pid, functools.partial(
             _sample_one, w, now=time.monotonic(), final=final, full_every=full_every,
             attach_every=attach_every, top=top, timeout=timeout, log=log,
-            max_pause_ms=max_pause_ms, progress=samplers.check,
+            max_pause_ms=max_pause_ms, progress=samplers.check, force=force,
         ))
 
     started = time.monotonic()

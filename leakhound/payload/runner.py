@@ -64,21 +64,82 @@ class Cancelled(Exception):
         self.phase = phase
 
 
+def _statm_fd():
+    try:
+        return os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return -1
+
+
+def resident_bytes(fd):
+    """The process's RSS, from an open /proc/self/statm (re-read from its start); 0 if unreadable."""
+    try:
+        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# The RSS before the payload was loaded (boot.py sets it, the loading being part of what a
+# request costs the target); taken by the next request, which measures its cost from it.
+_rss_at_boot = 0
+
+
+class _MemoryBudget(object):
+    """What the request has cost the target so far, measured as it runs: the process's RSS
+    (/proc/self/statm) over what it was as the request began (before the payload was loaded,
+    on its first load); ``limit`` (``max_extra_bytes``) is what it may reach. The RSS is the
+    target's as a whole: its own growth meanwhile counts too, which errs on the safe side."""
+
+    def __init__(self, limit, baseline=0):
+        self.limit = limit
+        self.fd = _statm_fd()
+        now = resident_bytes(self.fd) if self.fd >= 0 else 0
+        self.baseline = baseline if 0 < baseline <= now else now
+        self.peak = now - self.baseline
+
+    def cost(self):
+        if self.fd < 0:
+            return 0
+        cost = resident_bytes(self.fd) - self.baseline
+        if cost > self.peak:
+            self.peak = cost
+        return cost
+
+    def left(self):
+        """Bytes the request may still take, or None without a budget."""
+        if self.limit is None:
+            return None
+        return self.limit - self.cost()
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class _Stop(object):
-    """The request's cancellation point: its own deadline plus the CLI's explicit cancel.
+    """The request's cancellation point: its own deadline, the CLI's explicit cancel, and its
+    memory budget (``memory``, a ``_MemoryBudget``: reason "memory" once the request's cost
+    in the target passes it).
 
     ``check(phase)`` raises ``Cancelled``; calling the object answers True once cancelled
-    (what the census takes as ``cancelled=``). The explicit channel is polled at most every
-    ``every`` seconds: a poll is a system call, which hands the GIL to the main thread.
+    (what the census takes as ``cancelled=``). The explicit channel and the RSS are polled at
+    most every ``every`` seconds: a poll is a system call, which hands the GIL to the main
+    thread.
     """
 
-    def __init__(self, timeout, explicit=None, every=0.1):
+    def __init__(self, timeout, explicit=None, every=0.1, memory=None):
         self.deadline = time.monotonic() + timeout
         self.explicit = explicit
         self.every = every
         self.polled = 0.0
         self.reason = None
         self.phase = "start"
+        self.memory = memory
+
+    def over_memory(self):
+        return self.memory is not None and self.memory.limit is not None and self.memory.left() < 0
 
     def __call__(self):
         if self.reason is not None:
@@ -86,13 +147,16 @@ class _Stop(object):
         now = time.monotonic()
         if now > self.deadline:
             self.reason = "deadline"
-        elif self.explicit is not None and now - self.polled >= self.every:
+        elif now - self.polled >= self.every:
             self.polled = now
-            try:
-                if self.explicit():
-                    self.reason = "cancel"
-            except Exception:
-                pass
+            if self.over_memory():
+                self.reason = "memory"
+            elif self.explicit is not None:
+                try:
+                    if self.explicit():
+                        self.reason = "cancel"
+                except Exception:
+                    pass
         return self.reason is not None
 
     def check(self, phase):
@@ -104,6 +168,12 @@ class _Stop(object):
 def _request_timeout(request):
     timeout = request.get("timeout")
     return float(timeout) if type(timeout) in (int, float) and 0 < timeout <= 3600 else 60.0
+
+
+def _max_extra_bytes(request):
+    """The request's memory budget in the target (``max_extra_bytes``), or None: no cap."""
+    value = request.get("max_extra_bytes")
+    return value if type(value) is int and value >= 0 else None
 
 
 def _int(value, default, low, high):
@@ -354,6 +424,8 @@ def _with_graph_tallies(heap, tallies, graph_seconds, request):
 
 # The share of the request's remaining time the object graph may take.
 GRAPH_SHARE = 0.6
+# Under a memory budget, the least left of it worth walking a graph with.
+GRAPH_MIN_BYTES = 2 << 20
 
 
 def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, spool_dir=None, tallies=False,
@@ -393,12 +465,29 @@ def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool
         # Skipped, the graph leaves the owners to a census walking them afterwards: it keeps
         # what that needs (about four times the census without owners took, measured).
         budget = max(1.0, min(budget, left - 4.0 * census_seconds - 1.0))
+    max_bytes = _int(request.get("max_graph_bytes"), 0, 0, 1 << 40)
+    cancelled = stop
+    left = stop.memory.left() if stop.memory is not None else None
+    if left is not None:
+        # Under a memory budget the graph gets what is left of it (the census's owners stand
+        # when it does not fit), and passing the budget gives it up rather than the request.
+        if left < GRAPH_MIN_BYTES:
+            return {"format": graph.GRAPH_FORMAT, "skipped": "the request's memory budget in the target (%.0f MiB, "
+                    "from the memory limit's headroom) had %.1f MiB left for the object graph"
+                    % (stop.memory.limit / 1048576.0, max(0, left) / 1048576.0)}
+        max_bytes = min(max_bytes, left) if max_bytes else left
+
+        def cancelled():
+            if stop.over_memory():
+                raise graph.GraphTooBig("took the target's RSS past the request's memory budget of %.0f MiB"
+                                        % (stop.memory.limit / 1048576.0))
+            return stop()
+
     try:
         return graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
-                           max_pause_ms=max_pause, cancelled=stop, compiled=request.get("walker") != "python",
-                           spool_dir=spool_dir, reached=reached,
-                           max_bytes=_int(request.get("max_graph_bytes"), 0, 0, 1 << 40))
+                           max_pause_ms=max_pause, cancelled=cancelled, compiled=request.get("walker") != "python",
+                           spool_dir=spool_dir, reached=reached, max_bytes=max_bytes)
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
                 "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget}
@@ -450,7 +539,10 @@ def handle(request, progress=None, cancelled=None, exchange=None):
         return {"ok": False, "error": "another leakhound request is running in this process",
                 "kind": "Busy"}
     started = time.perf_counter()
-    stop = _Stop(_request_timeout(request), cancelled)
+    global _rss_at_boot
+    memory = _MemoryBudget(_max_extra_bytes(request), _rss_at_boot)
+    _rss_at_boot = 0
+    stop = _Stop(_request_timeout(request), cancelled, memory=memory)
     waits_before = duty.stats()
     try:
         # The request's first stretch too (duty.py): it allocates (the roots, the walk's
@@ -465,13 +557,17 @@ def handle(request, progress=None, cancelled=None, exchange=None):
             out = OPERATIONS[request["op"]](request, progress, stop)
         out["ok"] = True
         out["payload_seconds"] = time.perf_counter() - started
+        memory.cost()
+        out["memory_cost"] = {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit}
         # the target's costly collections this request left to the target's threads (duty.py)
         waits = duty.stats()
         out["collector_waits"] = {k: waits[k] - waits_before[k] for k in waits}
         return out
     except Cancelled as exc:
+        memory.cost()
         return {"ok": False, "kind": "Cancelled", "reason": exc.reason, "phase": exc.phase,
-                "error": str(exc), "payload_seconds": time.perf_counter() - started}
+                "error": str(exc), "payload_seconds": time.perf_counter() - started,
+                "memory_cost": {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit}}
     except Exception as exc:  # remote errors travel back, they never print in the target
         return {
             "ok": False,
@@ -480,6 +576,7 @@ def handle(request, progress=None, cancelled=None, exchange=None):
             "traceback": traceback.format_exc(limit=8),
         }
     finally:
+        memory.close()
         duty.give_back()  # the collector never left off past the request (duty.py)
         _busy.release()
 
