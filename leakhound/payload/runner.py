@@ -41,6 +41,7 @@ import traceback
 # the next request reuses the loaded package (same version): a module first imported then
 # would not be found ("cannot import name 'graph'").
 from . import arena, census, duty, graph, patches, probes, sampling
+from .graph_wire import BINARY_FILE
 
 PAYLOAD_VERSION = "1"
 
@@ -93,6 +94,9 @@ class _MemoryBudget(object):
 
     def __init__(self, limit, baseline=0):
         self.limit = limit
+        # Files the request writes for the CLI (graph.bin), counted while their pages exist:
+        # the CLI gives them back as it reads (attach/channel.py _Tail), which may lag.
+        self.files = []
         self.fd = _statm_fd()
         now = resident_bytes(self.fd) if self.fd >= 0 else 0
         self.baseline = baseline if 0 < baseline <= now else now
@@ -102,6 +106,11 @@ class _MemoryBudget(object):
         if self.fd < 0:
             return 0
         cost = resident_bytes(self.fd) - self.baseline
+        for path in self.files:
+            try:
+                cost += os.lstat(path).st_blocks * 512
+            except OSError:
+                pass
         if cost > self.peak:
             self.peak = cost
         return cost
@@ -467,6 +476,8 @@ def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool
         budget = max(1.0, min(budget, left - 4.0 * census_seconds - 1.0))
     max_bytes = _int(request.get("max_graph_bytes"), 0, 0, 1 << 40)
     cancelled = stop
+    if spool_dir is not None and stop.memory is not None:
+        stop.memory.files.append(os.path.join(spool_dir, BINARY_FILE))
     left = stop.memory.left() if stop.memory is not None else None
     if left is not None:
         # Under a memory budget the graph gets what is left of it (the census's owners stand
