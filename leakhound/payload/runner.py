@@ -435,10 +435,12 @@ def _with_graph_tallies(heap, tallies, graph_seconds, request):
 GRAPH_SHARE = 0.6
 # Under a memory budget, the least left of it worth walking a graph with, and what is kept
 # back from the graph's share for what its own count does not see (its tables of types and
-# labels, the spare blocks, malloc's rounding): measured on a 100 MB heap, the target's RSS
-# grew 3.4 MiB past what the walk counted when it gave up.
+# labels, malloc's rounding, the document sent after it): a quarter of the budget, at least
+# 6 MiB. Measured on a 100 MB heap, the target's RSS grew 3.4 MiB past what the walk counted
+# when it gave up (the agent: its cgroup +15.3 MiB of a 16 MiB budget with 4 MiB kept back).
 GRAPH_MIN_BYTES = 2 << 20
-GRAPH_RESERVE = 4 << 20
+GRAPH_RESERVE = 6 << 20
+GRAPH_RESERVE_SHARE = 0.25
 
 
 def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, spool_dir=None, tallies=False,
@@ -486,7 +488,7 @@ def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool
     if left is not None:
         # Under a memory budget the graph gets what is left of it (the census's owners stand
         # when it does not fit), and passing the budget gives it up rather than the request.
-        left -= GRAPH_RESERVE
+        left -= max(GRAPH_RESERVE, int(stop.memory.limit * GRAPH_RESERVE_SHARE))
         if request.get("walker") == "python" or not graph.compiled_available():
             # The Python loop's tables (a dict and a list entry per object) grow by doubling:
             # one step of tens of MB between two looks at the budget (a 100 MB heap: +45 MB

@@ -20,7 +20,7 @@ from leakhound.attach.memory_limit import MIB
 from leakhound.errors import HeadroomTooSmall
 from tests.memory_cgroup import MemoryCgroup, memory_cgroup, v1_memory_available
 from tests.namespaces import shared_dir, spawn_in_namespaces
-from tests.utils import Child, spawn_target
+from tests.utils import Child, spawn_target, wait_for_agent_socket
 
 pytestmark = [
     pytest.mark.integration,
@@ -160,3 +160,42 @@ def test_a_watch_with_enough_headroom_keeps_the_target(tmp_path: Path) -> None:
         samples = [json.loads(line) for line in done.stdout.splitlines() if '"sample"' in line]
         assert len(samples) >= 3
         assert group.peak - before <= 16 * MIB
+
+
+def test_force_goes_ahead_below_the_needed_headroom(tmp_path: Path) -> None:
+    # 20 MB heap, +12 MB (< 16 MiB): refused; forced, the census alone (~4 MB here) fits
+    with limited_target(20, 12, tmp_path=tmp_path) as (child, group):
+        assert _leakhound("inspect", str(child.pid), "--owners", "census").returncode == EXIT_HEADROOM
+        before = group.usage
+        doc = _inspect_json(child.pid, "--owners", "census", "--force")
+        assert _alive(child, group)
+        assert doc["cost"]["budget_bytes"] == 16 * MIB and doc["cost"]["headroom_bytes"] < 12 * MIB
+        assert abs(doc["cost"]["cgroup_peak_bytes"] - (group.peak - before)) <= 1 * MIB
+
+
+def test_export_skips_a_worker_without_the_headroom_and_says_so(tmp_path: Path) -> None:
+    from leakhound.core.export import Exporter
+
+    notes: list[str] = []
+    with limited_target(100, 7, tmp_path=tmp_path) as (child, group):
+        exporter = Exporter(pids=(child.pid,), match=None, method="auto", interval=60.0, timeout=60.0,
+                            note=notes.append)
+        exporter.refresh()
+        assert _alive(child, group)
+        (view,) = exporter.views()
+        assert view.snapshot is None and view.errors == 0
+        assert len(notes) == 1 and "skipped this round" in notes[0] and "of memory left" in notes[0]
+
+
+def test_the_agent_keeps_to_the_budget_too(tmp_path: Path) -> None:
+    env = {"FIXTURE_HEAP_MB": "100", "LEAKHOUND_AGENT": "1"}
+    with memory_cgroup() as group, spawn_target("heap_of_size", tmp_path, env=env, prefix=group.prefix,
+                                                timeout=60) as child:
+        wait_for_agent_socket(child.pid)
+        group.limit_to(group.usage + 50_000_000)
+        group.reset_peak()
+        before = group.usage
+        doc = _inspect_json(child.pid, "--method", "agent")
+        assert _alive(child, group)
+        assert doc["method"] == "agent"
+        _assert_cost_within_budget_and_measured(doc, group, before)

@@ -109,3 +109,14 @@ def test_the_header_says_what_the_inspection_cost_the_target(monkeypatch: pytest
     out = io.StringIO()
     table.render_snapshot(make_snapshot(cost=RequestCost(hwm_bytes=MIB, rss_bytes=-MIB)), [], file=out)
     assert out.getvalue().splitlines()[3] == "cost to the target: VmHWM +1.0 MiB, RSS -1.0 MiB (no memory limit)"
+
+
+def test_the_cost_is_saved_and_read_back() -> None:
+    from leakhound.model import snapshot_from_json, snapshot_to_json
+
+    cost = RequestCost(cgroup_peak_bytes=None, hwm_bytes=12 * MIB, rss_bytes=-4096, payload_peak_bytes=None,
+                       budget_bytes=None, headroom_bytes=None, limit="")
+    snap = make_snapshot(cost=cost)
+    assert snapshot_from_json(snapshot_to_json(snap)) == snap
+    older = make_snapshot()
+    assert snapshot_from_json(snapshot_to_json(older)).cost is None
