@@ -107,8 +107,10 @@ def run_request(
                       target=target, on_partial=on_partial)
     finally:
         meter.stop()
-    peak = (remote.result.get("memory_cost") or {}).get("peak_rss_bytes")
-    return _checked(replace(remote, cost=meter.cost(peak if isinstance(peak, int) else None)), log)
+    spent = remote.result.get("memory_cost") or {}
+    peak, loaded = spent.get("peak_rss_bytes"), spent.get("loaded_bytes")
+    cost = meter.cost(peak if isinstance(peak, int) else None, loaded if isinstance(loaded, int) else 0)
+    return _checked(replace(remote, cost=cost), log)
 
 
 def _run(

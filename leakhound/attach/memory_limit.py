@@ -315,6 +315,8 @@ class MemoryCost:
     budget_bytes: int | None
     headroom_bytes: int | None
     limit: str
+    # the RSS the payload's first load added to the target, kept for the next request
+    payload_load_bytes: int = 0
 
 
 class CostMeter:
@@ -367,7 +369,7 @@ class CostMeter:
         self._hwm_after = after.get("VmHWM", self._hwm_before)
         self._rss_after = after.get("VmRSS", self._rss_before)
 
-    def cost(self, payload_peak_bytes: int | None = None) -> MemoryCost:
+    def cost(self, payload_peak_bytes: int | None = None, payload_load_bytes: int = 0) -> MemoryCost:
         self.stop()
         tightest = self.room.tightest
         charged = None
@@ -381,4 +383,5 @@ class CostMeter:
             budget_bytes=self.budget,
             headroom_bytes=self.room.headroom_bytes,
             limit=tightest.describe() if tightest is not None else "",
+            payload_load_bytes=payload_load_bytes,
         )

@@ -194,6 +194,9 @@ class RequestCost:
     budget_bytes: int | None = None
     headroom_bytes: int | None = None
     limit: str = ""
+    # the RSS the payload's first load in the target added (its modules, kept for the next
+    # request; 0 when it was loaded already): leakhound's, not the target's growth
+    payload_load_bytes: int = 0
 
 
 @dataclass(frozen=True)

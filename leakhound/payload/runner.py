@@ -100,6 +100,8 @@ class _MemoryBudget(object):
         self.fd = _statm_fd()
         now = resident_bytes(self.fd) if self.fd >= 0 else 0
         self.baseline = baseline if 0 < baseline <= now else now
+        # what loading the payload added (kept for the next request): not the target's growth
+        self.loaded = now - self.baseline
         self.peak = now - self.baseline
 
     def cost(self):
@@ -583,7 +585,8 @@ def handle(request, progress=None, cancelled=None, exchange=None):
         out["ok"] = True
         out["payload_seconds"] = time.perf_counter() - started
         memory.cost()
-        out["memory_cost"] = {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit}
+        out["memory_cost"] = {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit,
+                                "loaded_bytes": memory.loaded}
         # the target's costly collections this request left to the target's threads (duty.py)
         waits = duty.stats()
         out["collector_waits"] = {k: waits[k] - waits_before[k] for k in waits}
@@ -592,7 +595,8 @@ def handle(request, progress=None, cancelled=None, exchange=None):
         memory.cost()
         return {"ok": False, "kind": "Cancelled", "reason": exc.reason, "phase": exc.phase,
                 "error": str(exc), "payload_seconds": time.perf_counter() - started,
-                "memory_cost": {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit}}
+                "memory_cost": {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit,
+                                "loaded_bytes": memory.loaded}}
     except Exception as exc:  # remote errors travel back, they never print in the target
         return {
             "ok": False,

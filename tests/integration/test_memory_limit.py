@@ -199,3 +199,17 @@ def test_the_agent_keeps_to_the_budget_too(tmp_path: Path) -> None:
         assert _alive(child, group)
         assert doc["method"] == "agent"
         _assert_cost_within_budget_and_measured(doc, group, before)
+
+
+def test_the_payloads_first_load_is_not_the_targets_growth(tmp_path: Path) -> None:
+    # a small steady target: what the first request leaves (its modules, ~4 MB; the allocator's
+    # arenas of its first census, ~2 MB) read as growth of MiB a minute before
+    with spawn_target("heap_of_size", tmp_path, env={"FIXTURE_HEAP_MB": "2"}) as child:
+        done = _leakhound("watch", str(child.pid), "-d", "8", "-i", "2", "--json")
+        assert done.returncode == 0, done.stderr
+        rss = [json.loads(line)["rss_bytes"] for line in done.stdout.splitlines() if '"sample"' in line]
+        truth = child.report()["rss_bytes"]
+    assert len(rss) >= 4
+    assert max(rss) - min(rss) < 1 * MIB, rss
+    # the series is the worker's own RSS (less what leakhound left in it)
+    assert rss[0] <= truth
