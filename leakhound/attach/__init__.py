@@ -91,6 +91,8 @@ def run_request(
     target = target or resolve_target(pid)
     room = memory_room(pid)
     budget = request_budget(room, force=force)
+    if room.shared_with_leakhound:
+        log(f"memory: leakhound itself is charged to the target's limited cgroup {room.shared_with_leakhound}")
     if room.limits:
         tightest = room.tightest
         log(f"memory: {tightest.describe() if tightest else ''}; the request's budget in the target "

@@ -66,6 +66,9 @@ class MemoryRoom:
     rss_bytes: int
     limits: tuple[MemoryLimit, ...] = ()
     usage_file: str | None = None
+    # A limited cgroup of the target's that leakhound itself is charged to (run inside the
+    # same container): its own memory counts against that limit, and in the measured cost.
+    shared_with_leakhound: str | None = None
 
     @property
     def tightest(self) -> MemoryLimit | None:
@@ -118,7 +121,16 @@ def memory_room(pid: int, *, proc: str = "/proc", mountinfo: str | None = None) 
             usage_file = own_usage
     status = _status(os.path.join(proc, str(pid), "status"))
     limits.extend(_rlimits(os.path.join(proc, str(pid), "limits"), status))
-    return MemoryRoom(pid=pid, rss_bytes=status.get("VmRSS", 0), limits=tuple(limits), usage_file=usage_file)
+    ours = [path for _version, path, _top in _memory_cgroups(_read(os.path.join(proc, "self", "cgroup")) or "", mounts)]
+    shared = next((limit.where for limit in limits if limit.kind.startswith("cgroup")
+                   and any(_within(mine, limit.where) for mine in ours)), None)
+    return MemoryRoom(pid=pid, rss_bytes=status.get("VmRSS", 0), limits=tuple(limits), usage_file=usage_file,
+                      shared_with_leakhound=shared)
+
+
+def _within(path: str, directory: str) -> bool:
+    path, directory = os.path.normpath(path), os.path.normpath(directory)
+    return path == directory or path.startswith(directory + os.sep)
 
 
 def read_usage(usage_file: str | None) -> int | None:
@@ -317,6 +329,8 @@ class MemoryCost:
     limit: str
     # the RSS the payload's first load added to the target, kept for the next request
     payload_load_bytes: int = 0
+    # what the reader should know about these numbers (leakhound charged to the same cgroup)
+    note: str = ""
 
 
 class CostMeter:
@@ -384,4 +398,7 @@ class CostMeter:
             headroom_bytes=self.room.headroom_bytes,
             limit=tightest.describe() if tightest is not None else "",
             payload_load_bytes=payload_load_bytes,
+            note=(f"leakhound runs inside the target's memory cgroup {self.room.shared_with_leakhound}: its own "
+                  "memory counts against that limit, and in the cost measured there"
+                  if self.room.shared_with_leakhound else ""),
         )

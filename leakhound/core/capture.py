@@ -251,7 +251,9 @@ def capture(
     # process loads the payload, and diff's rates divide by the time between two snapshots.
     snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "started_at", taken_at))
     if remote.cost is not None:
-        snap = replace(snap, cost=RequestCost(**vars(remote.cost)))
+        measured = {k: v for k, v in vars(remote.cost).items() if k != "note"}
+        snap = replace(snap, cost=RequestCost(**measured),
+                       warnings=snap.warnings + ((remote.cost.note,) if remote.cost.note else ()))
     if owner_model == "census":
         return _analysed(Capture(snap))
     doc = early.doc if early is not None else remote.result.get("graph")

@@ -169,3 +169,18 @@ def test_mountinfo_escapes_and_other_filesystems() -> None:
         "33 31 0:30 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n"
         "garbage\n")
     assert [(m.version, m.mountpoint) for m in mounts] == [(1, "/sys/fs/cgroup/mem ory")]
+
+
+def test_leakhound_charged_to_a_limited_cgroup_of_the_targets_is_said(tmp_path: Path) -> None:
+    mount = tmp_path / "memory"
+    _write(mount / "pod", memory_limit_in_bytes=str(300 * MIB), memory_usage_in_bytes=str(250 * MIB))
+    _write(mount / "pod" / "worker", memory_limit_in_bytes=V1_NO_LIMIT, memory_usage_in_bytes=str(200 * MIB))
+    _write(mount / "pod" / "debug", memory_limit_in_bytes=V1_NO_LIMIT, memory_usage_in_bytes=str(40 * MIB))
+    mountinfo = _mountinfo(tmp_path, [f"35 31 0:32 / {mount} rw - cgroup cgroup rw,memory"])
+    proc = _proc(tmp_path, "4:memory:/pod/worker\n")
+    (proc / "self").mkdir()
+    (proc / "self" / "cgroup").write_text("4:memory:/pod/debug\n")
+    room = memory_room(PID, proc=str(proc), mountinfo=mountinfo)
+    assert room.shared_with_leakhound == str(mount / "pod")
+    (proc / "self" / "cgroup").write_text("4:memory:/elsewhere\n")
+    assert memory_room(PID, proc=str(proc), mountinfo=mountinfo).shared_with_leakhound is None
