@@ -104,8 +104,8 @@ class _Tail:
     a file are charged to the memory cgroup of the process that writes them, and on a tmpfs
     /tmp they stay charged until the file goes. Punched behind the read position, the file
     holds only what the CLI has not read yet (a few ms of the walk's records): measured on a
-    100 MB heap with /tmp on tmpfs, the target's cgroup peak went from +50 MiB to the walk's
-    own ~+16 MiB (docs/inspect.md, "Near the memory limit")."""
+    100 MB heap with /tmp on tmpfs, the target's cgroup peak went from +53.7 MB (38 MB of
+    records) to +22.6 MB, its VmHWM growth +17 MB (docs/inspect.md, "Near the memory limit")."""
 
     PIECE = 8 << 20
     # How often the drain looks for more when it has read to the end: the walk writes ~100 MB/s.

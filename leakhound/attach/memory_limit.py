@@ -66,8 +66,8 @@ class MemoryRoom:
     rss_bytes: int
     limits: tuple[MemoryLimit, ...] = ()
     usage_file: str | None = None
-    # A limited cgroup of the target's that leakhound itself is charged to (run inside the
-    # same container): its own memory counts against that limit, and in the measured cost.
+    # A limited memory cgroup of the target's that leakhound itself is charged to (run inside
+    # the same container): its own memory counts against that limit, and in the measured cost.
     shared_with_leakhound: str | None = None
 
     @property
@@ -124,6 +124,10 @@ def memory_room(pid: int, *, proc: str = "/proc", mountinfo: str | None = None) 
     ours = [path for _version, path, _top in _memory_cgroups(_read(os.path.join(proc, "self", "cgroup")) or "", mounts)]
     shared = next((limit.where for limit in limits if limit.kind.startswith("cgroup")
                    and any(_within(mine, limit.where) for mine in ours)), None)
+    if shared is None and usage_file is not None and any(_within(mine, os.path.dirname(usage_file)) for mine in ours):
+        # no limit, and leakhound charged to the same cgroup (a host without them, one service
+        # running both): its usage would measure leakhound's own memory, not the request's cost
+        usage_file = None
     return MemoryRoom(pid=pid, rss_bytes=status.get("VmRSS", 0), limits=tuple(limits), usage_file=usage_file,
                       shared_with_leakhound=shared)
 

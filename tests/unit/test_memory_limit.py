@@ -184,3 +184,8 @@ def test_leakhound_charged_to_a_limited_cgroup_of_the_targets_is_said(tmp_path: 
     assert room.shared_with_leakhound == str(mount / "pod")
     (proc / "self" / "cgroup").write_text("4:memory:/elsewhere\n")
     assert memory_room(PID, proc=str(proc), mountinfo=mountinfo).shared_with_leakhound is None
+    # the target's own cgroup without a limit, leakhound in it: its usage is not the request's cost
+    (mount / "pod" / "memory.limit_in_bytes").write_text(V1_NO_LIMIT)
+    (proc / "self" / "cgroup").write_text("4:memory:/pod/worker\n")
+    room = memory_room(PID, proc=str(proc), mountinfo=mountinfo)
+    assert room.limits == () and room.shared_with_leakhound is None and room.usage_file is None
