@@ -106,12 +106,18 @@ def run_request(
     meter = CostMeter(room, budget).start()
     try:
         remote = _run(pid, request, method=method, chosen=chosen, timeout=timeout, progress=progress, log=log,
-                      target=target, on_partial=on_partial)
+                      target=target, on_partial=on_partial, meter=meter)
     finally:
         meter.stop()
     spent = remote.result.get("memory_cost") or {}
     peak, loaded = spent.get("peak_rss_bytes"), spent.get("loaded_bytes")
     cost = meter.cost(peak if isinstance(peak, int) else None, loaded if isinstance(loaded, int) else 0)
+    if meter.tripped and remote.result.get("kind") == "Cancelled":
+        raise MemoryBudgetReached(
+            f"process {pid}: its memory cgroup grew {_mib(cost.cgroup_peak_bytes)} during the request, past the "
+            f"request's budget of {_mib(budget)} and a margin: leakhound stopped it inside the target during "
+            f"{remote.result.get('phase', '?')}; nothing of it is left running"
+        )
     return _checked(replace(remote, cost=cost), log)
 
 
@@ -126,6 +132,7 @@ def _run(
     log: AttachLog,
     target: Target,
     on_partial: Partial | None,
+    meter: CostMeter,
 ) -> RemoteResult:
     facts = death.read_facts(pid)  # what is gone with the target, should it die
     if on_partial is not None and request.get("op") == "snapshot" and request.get("graph"):
@@ -137,6 +144,7 @@ def _run(
     if chosen not in ("ptrace", "gdb", "remote-exec"):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
     with PrivateChannel(uid=target.uid, pid=pid) as channel:
+        meter.on_over = lambda: finish.request_cancel(channel.dir)
         channel.write_request(request)
         code = channel.bootstrap_code()
         if chosen == "ptrace":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from leakhound.errors import HeadroomTooSmall
@@ -339,10 +340,16 @@ class MemoryCost:
 
 class CostMeter:
     """Samples the target's memory cgroup (``room.usage_file``) on a thread of its own while a
-    request runs, between ``start()`` and ``stop()``."""
+    request runs, between ``start()`` and ``stop()``. Once the cgroup has grown more than the
+    budget plus ``SAFETY_MARGIN`` over the request, ``on_over`` is called (once): the CLI
+    cancels the request. The payload keeps to its budget itself; this is for what it cannot
+    see (the target's cgroup-mates, the kernel's memory, a payload loaded by an older
+    leakhound and kept for its patches)."""
 
     def __init__(self, room: MemoryRoom, budget: int | None) -> None:
         self.room, self.budget = room, budget
+        self.on_over: Callable[[], None] | None = None
+        self.tripped = False
         self._status = os.path.join("/proc", str(room.pid), "status")
         self._peak_file = None
         if room.usage_file is not None:
@@ -371,6 +378,11 @@ class CostMeter:
         now = read_usage(self.room.usage_file)
         if now is not None and (self._highest is None or now > self._highest):
             self._highest = now
+        if (now is not None and self._before is not None and self.budget is not None and not self.tripped
+                and now - self._before > self.budget + SAFETY_MARGIN):
+            self.tripped = True
+            if self.on_over is not None:
+                self.on_over()
 
     def stop(self) -> None:
         if self._done.is_set():

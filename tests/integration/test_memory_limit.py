@@ -213,3 +213,23 @@ def test_the_payloads_first_load_is_not_the_targets_growth(tmp_path: Path) -> No
     assert max(rss) - min(rss) < 1 * MIB, rss
     # the series is the worker's own RSS (less what leakhound left in it)
     assert rss[0] <= truth
+
+
+def test_the_cli_stops_a_request_while_the_cgroup_grows_past_its_budget(tmp_path: Path) -> None:
+    # Another process of the target's cgroup takes 40 MB during the inspection (the payload
+    # cannot see it: its RSS is not the target's): the CLI cancels the request, exit 18.
+    with limited_target(100, 90, tmp_path=tmp_path) as (child, group):
+        grow = ("import time; time.sleep(1.0); b = bytearray(40 << 20)\n"
+                "for i in range(0, len(b), 4096): b[i] = 1\n"
+                "time.sleep(60)")
+        mate = subprocess.Popen([*group.prefix, sys.executable, "-c", grow])
+        try:
+            done = subprocess.run([*LEAKHOUND, "inspect", str(child.pid), "--owners", "census"],
+                                  capture_output=True, text=True, timeout=120,
+                                  env={**os.environ, "LEAKHOUND_WALKER": "python"})  # a census of seconds
+            assert done.returncode == EXIT_HEADROOM, done.stderr
+            assert "its memory cgroup grew" in done.stderr and "nothing of it is left running" in done.stderr
+            assert _alive(child, group) and mate.poll() is None
+        finally:
+            mate.kill()
+            mate.wait()
