@@ -10,9 +10,9 @@ through ``..``.
 The rule (``request_budget``): an inspection, watch sample or patch goes ahead when the
 headroom is at least ``max(16 MiB, 1% of the target's RSS)``, and its cost in the target is
 then capped at that, and below the headroom minus ``SAFETY_MARGIN``; below it, leakhound
-refuses (``HeadroomTooSmall``) unless forced. Measured on cgroup v1 (issue 23): a default
-inspection charged the target's cgroup +46 MB on a 100 MB heap and killed it at +7 MB of
-headroom; the census alone costs +6 MB there, +11 MB on 300 MB.
+refuses (``HeadroomTooSmall``) unless forced. Measured on cgroup v1 with /tmp on tmpfs: a
+default inspection charged a 100 MB heap's cgroup +54 MB (+127 MB on 300 MB) and killed it
+at +7 and +50 MB of headroom; the census alone costs +6 MB there, +11 MB on 300 MB.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from leakhound.errors import HeadroomTooSmall
 MIB = 1 << 20
 MIN_HEADROOM = 16 * MIB
 HEADROOM_SHARE_OF_RSS = 0.01
-# What the request's own measure (the target's RSS) does not see: its thread's stack, page
-# tables, the records in the pipe of files not yet read back, the kernel's own slack.
+# What the request's own measure (the target's RSS and graph.bin's pages) does not see: its
+# thread's stack, page tables, the kernel's own memory, a few ms of the target's growth.
 SAFETY_MARGIN = 4 * MIB
 # cgroup v1 says "no limit" with the page counter's maximum (9223372036854771712 on 4 KiB
 # pages): anything this big is no limit.
