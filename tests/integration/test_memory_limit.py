@@ -20,6 +20,7 @@ from leakhound.attach.memory_limit import MIB
 from leakhound.errors import HeadroomTooSmall
 from tests.memory_cgroup import MemoryCgroup, memory_cgroup, v1_memory_available
 from tests.namespaces import shared_dir, spawn_in_namespaces
+from tests.pythons import installed_pythons
 from tests.utils import Child, spawn_target, wait_for_agent_socket
 
 pytestmark = [
@@ -33,8 +34,8 @@ EXIT_HEADROOM = HeadroomTooSmall.EXIT_CODE
 
 
 @contextlib.contextmanager
-def limited_target(heap_mb: int, headroom_mb: float, *, tmp: str | None = None,
-                   tmp_path: Path | None = None) -> Iterator[tuple[Child, MemoryCgroup]]:
+def limited_target(heap_mb: int, headroom_mb: float, *, tmp: str | None = None, tmp_path: Path | None = None,
+                   python: str | None = None) -> Iterator[tuple[Child, MemoryCgroup]]:
     """``fixtures/heap_of_size.py`` holding ``heap_mb`` MB, started inside a fresh memory
     cgroup whose limit is then set to its usage + ``headroom_mb`` MB. ``tmp``: the target in
     its own mount namespace with that tmpfs on /tmp ("" for a plain one, "noexec")."""
@@ -42,11 +43,11 @@ def limited_target(heap_mb: int, headroom_mb: float, *, tmp: str | None = None,
     with memory_cgroup() as group, shared_dir() as ready_dir:
         if tmp is None:
             assert tmp_path is not None
-            spawned = spawn_target("heap_of_size", tmp_path, env=env, prefix=group.prefix, timeout=60)
+            spawned = spawn_target("heap_of_size", tmp_path, env=env, prefix=group.prefix, timeout=60, python=python)
         else:
             setup = f"mount -t tmpfs {'-o ' + tmp if tmp else ''} tmpfs /tmp"
             spawned = spawn_in_namespaces("heap_of_size", ready_dir, env=env, prefix=group.prefix, setup=setup,
-                                          timeout=60)
+                                          timeout=60, python=python)
         with spawned as child:
             group.limit_to(group.usage + int(headroom_mb * 1e6))
             group.reset_peak()
@@ -233,3 +234,13 @@ def test_the_cli_stops_a_request_while_the_cgroup_grows_past_its_budget(tmp_path
         finally:
             mate.kill()
             mate.wait()
+
+
+@pytest.mark.parametrize("version", sorted(installed_pythons()))
+def test_targets_on_every_python_keep_to_the_budget(version: str) -> None:
+    with limited_target(100, 50, tmp="", python=installed_pythons()[version]) as (child, group):
+        before = group.usage
+        doc = _inspect_json(child.pid)
+        assert _alive(child, group)
+        assert doc["python_version"].startswith(version + ".")
+        _assert_cost_within_budget_and_measured(doc, group, before)
