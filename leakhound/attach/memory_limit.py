@@ -89,14 +89,17 @@ class MemoryRoom:
 def request_budget(room: MemoryRoom, *, force: bool = False) -> int | None:
     """``max_extra_bytes`` for a request to ``room``'s target: None when it has no limit
     (nothing caps the request beyond its own budgets); ``HeadroomTooSmall`` below the
-    headroom needed, unless ``force`` (the cost is then capped at the usual cap, which may be
-    more than the headroom)."""
+    headroom needed, unless ``force``: the cap is then the headroom less ``SAFETY_MARGIN``,
+    and never below the usual cap (which may be more than the headroom). A census of a 1 GB
+    heap holding a 2.3M-item list needs ~25 MiB (its walk's stack: 8 bytes per child of the
+    widest container, twice), over its default cap of 16 MiB: ``--force`` is the way through
+    when the headroom has it."""
     headroom = room.headroom_bytes
     if headroom is None:
         return None
     needed = room.needed_bytes
     if force:
-        return needed
+        return max(needed, headroom - SAFETY_MARGIN)
     if headroom < needed:
         tightest = room.tightest
         assert tightest is not None

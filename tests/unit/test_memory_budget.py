@@ -56,7 +56,7 @@ def test_passing_the_budget_stops_the_request_with_reason_memory() -> None:
     try:
         assert stop() is False
         held = _touched(8 * MIB)
-        stop.polled = 0.0  # (the RSS is read at most every 0.1 s)
+        stop.memory_polled = 0.0  # (the RSS is read at most every MEMORY_EVERY s)
         with pytest.raises(runner.Cancelled) as cancelled:
             stop.check("census")
         assert cancelled.value.reason == "memory"

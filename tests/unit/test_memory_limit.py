@@ -160,6 +160,8 @@ def test_budget_rule_refuses_below_the_needed_headroom_unless_forced() -> None:
     with pytest.raises(HeadroomTooSmall):
         request_budget(_room(4096 * MIB, 30 * MIB))  # 30 MiB < 1% of 4 GiB
     assert request_budget(_room(100 * MIB, 7 * MIB), force=True) == 16 * MIB
+    # forced with room to spare: up to the headroom less the margin
+    assert request_budget(_room(1024 * MIB, 100 * MIB), force=True) == 100 * MIB - SAFETY_MARGIN
 
 
 def test_mountinfo_escapes_and_other_filesystems() -> None:
