@@ -735,6 +735,8 @@ def run_from_dir(directory):
             request = json.load(fh)
         result = handle(request, progress, cancelled, _Exchange(directory))
     except (OSError, ValueError) as exc:
+        global _rss_at_boot
+        _rss_at_boot = 0  # no request took it: not a baseline for a later one
         result = {"ok": False, "error": "cannot read the request: %s" % exc, "kind": "BadRequest"}
     if not os.path.isdir(directory):
         return  # the CLI gave up and removed the directory; nothing to leave behind
