@@ -229,3 +229,28 @@ class Interrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class HeadroomTooSmall(LeakhoundError):
+    """The target has less memory left under its limit (cgroup, RLIMIT_AS/DATA) than
+    leakhound's cost may reach: said before the target is touched."""
+
+    EXIT_CODE = 19
+    HELP_TEXT = (
+        "leakhound needs max(16 MiB, 1% of the target's RSS) of headroom under the target's tightest "
+        "memory limit, and keeps its own cost below that; with less, the kernel could kill the worker. "
+        "Raise the limit, wait until the worker uses less, or pass --force to go ahead anyway "
+        "(its cost is then capped at the headroom less 4 MiB, or at that amount if more)."
+    )
+
+
+class MemoryBudgetReached(HeadroomTooSmall):
+    """The payload stopped a request whose cost in the target reached its memory budget."""
+
+    HELP_TEXT = (
+        "The request's cost in the target (its RSS growth, measured as it ran; the target's own growth "
+        "meanwhile counts too) reached max(16 MiB, 1% of its RSS), or the headroom under its memory limit: "
+        "it stopped there, and nothing of it is left running. Try `--owners census` (the census alone costs "
+        "less than the object graph), inspect when the worker is quieter, or pass --force to let it use the "
+        "headroom less 4 MiB (a census of a 1 GB heap needs ~25 MiB)."
+    )

@@ -21,7 +21,9 @@ import hashlib
 import json
 import math
 import os
+import queue
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -125,9 +127,19 @@ def _tampered(exc: OSError) -> PrivateDirTampered:
 
 class _Tail:
     """A file another process is still appending to, read piece by piece as it grows (opened
-    safely once it is there; ``limit`` bytes at most)."""
+    safely once it is there; ``limit`` bytes at most), each piece's pages given back
+    (``FALLOC_FL_PUNCH_HOLE``) once read.
+
+    The payload writes the graph's records (graph.bin) from inside the target: the pages of
+    a file are charged to the memory cgroup of the process that writes them, and on a tmpfs
+    /tmp they stay charged until the file goes. Punched behind the read position, the file
+    holds only what the CLI has not read yet (a few ms of the walk's records): measured on a
+    100 MB heap with /tmp on tmpfs, the target's cgroup peak went from +53.7 MB (38 MB of
+    records) to +22.6 MB, its VmHWM growth +17 MB (docs/inspect.md, "Near the memory limit")."""
 
     PIECE = 8 << 20
+    # How often the drain looks for more when it has read to the end: the walk writes ~100 MB/s.
+    DRAIN_EVERY = 0.002
 
     def __init__(self, private: PrivateDir, name: str, limit: int) -> None:
         self.private = private
@@ -135,11 +147,49 @@ class _Tail:
         self.limit = limit
         self.read = 0
         self._fd = -1
+        self._drained: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._drain: threading.Thread | None = None
+        self._failed: list[BaseException] = []  # what stopped the drain, raised by ``pieces``
 
-    def pieces(self) -> Iterator[bytes]:
+    def start_draining(self) -> None:
+        """Read (and punch) on a thread of its own from now on: the CLI's loop, busy decoding
+        what came before, fell ~200 ms of the walk behind on a loaded machine (+19 MB of
+        graph.bin charged to the target at once); ``pieces`` hands over what it has read."""
+        self._drain = threading.Thread(target=self._draining, name="leakhound-graph-drain", daemon=True)
+        self._drain.start()
+
+    def _draining(self) -> None:
+        try:
+            while not self._stop.is_set():
+                got = False
+                for piece in self._pieces():
+                    self._drained.put(piece)
+                    got = True
+                if not got:
+                    self._stop.wait(self.DRAIN_EVERY)
+        except BaseException as exc:  # (PrivateDirTampered, OSError: the caller's to raise)
+            self._failed.append(exc)
+
+    def pieces(self, *, to_the_end: bool = False) -> Iterator[bytes]:
+        """What has been read since the last call; ``to_the_end``: the file is complete, read
+        all of it (the drain stopped first)."""
+        if self._drain is not None and to_the_end:
+            self._stop.set()
+            self._drain.join()
+            self._drain = None
+        while not self._drained.empty():  # (the one consumer: never blocks)
+            yield self._drained.get()
+        if self._failed:
+            raise self._failed[0]
+        if self._drain is None:
+            yield from self._pieces()
+
+    def _pieces(self) -> Iterator[bytes]:
         if self._fd < 0:
             try:
-                fd = self.private.open_regular(self.name, self.limit)
+                # read-write: punching a hole needs it (root, or the target's own user)
+                fd = self.private.open_regular(self.name, self.limit, writable=True)
             except UnsafeEntry as exc:
                 raise _tampered(exc) from None
             except OSError:
@@ -154,12 +204,33 @@ class _Tail:
                     f"{self.name} in leakhound's private directory grew past the {self.limit} bytes the "
                     f"request allows: a process of the target's user wrote into it"
                 )
+            punch_hole(self._fd, self.read)
             yield piece
 
     def close(self) -> None:
+        if self._drain is not None:
+            self._stop.set()
+            self._drain.join()
+            self._drain = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+_LIBC: list[Any] = []
+
+
+def punch_hole(fd: int, length: int) -> bool:
+    """Give back the pages of the first ``length`` bytes of ``fd``'s file (its size kept);
+    False where the file system cannot (the pages then stay until the file is removed)."""
+    if not _LIBC:
+        import ctypes  # noqa: PLC0415 (only where a graph is read from a file)
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        _LIBC.append(libc.fallocate)
+    return bool(_LIBC[0](fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, 0, length) == 0)
 
 
 class PrivateChannel:
@@ -286,6 +357,8 @@ class PrivateChannel:
         as they come: most of their reading is done by the time the walk ends."""
         begin = time.monotonic()
         records = _Tail(self.private, "graph.bin", self.graph_bin_limit)
+        if on_partial is not None:
+            records.start_draining()
         try:
             return self._wait(pid, start_timeout, timeout, progress, blocked_hint, on_partial, begin, records)
         finally:
@@ -326,7 +399,7 @@ class PrivateChannel:
                 early = self.read_json("graph.json")
                 graph = early.get("graph") if early is not None else None
                 # graph.bin is complete once graph.json is there (written first): read to its end
-                for piece in records.pieces():
+                for piece in records.pieces(to_the_end=isinstance(graph, dict)):
                     on_partial("records", {"piece": piece}, self.post)  # type: ignore[misc]
                 if isinstance(graph, dict):
                     partial_seen = True

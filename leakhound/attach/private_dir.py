@@ -162,12 +162,13 @@ class PrivateDir:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def open_regular(self, name: str, limit: int) -> int | None:
+    def open_regular(self, name: str, limit: int, *, writable: bool = False) -> int | None:
         """``name`` opened for reading (a descriptor for the caller to close), or None when
         there is no such entry. ``UnsafeEntry`` unless it is a regular file with one link of
-        at most ``limit`` bytes."""
+        at most ``limit`` bytes. ``writable``: read-write (punching holes needs it)."""
+        flags = (READ_FLAGS & ~os.O_RDONLY) | os.O_RDWR if writable else READ_FLAGS
         try:
-            fd = os.open(name, READ_FLAGS, dir_fd=self.fd)
+            fd = os.open(name, flags, dir_fd=self.fd)
         except FileNotFoundError:
             return None
         except OSError as exc:
