@@ -107,7 +107,7 @@ class ProtocolViolation(LeakhoundError):
     a message or result of the wrong shape or types, more bytes than the request allows.
     leakhound stops reading at once; nothing it read is used."""
 
-    EXIT_CODE = 19
+    EXIT_CODE = 20
     HELP_TEXT = (
         "The target's owner controls its agent's socket and what runs inside it. If the "
         "worker runs a real leakhound agent, check it is the same leakhound version as the "
@@ -220,6 +220,19 @@ class PlottingUnavailable(LeakhoundError):
     )
 
 
+class PrivateDirTampered(LeakhoundError):
+    """Something other than leakhound and its payload changed the request's private directory:
+    a symlink, FIFO, hard link, oversized or malformed file, or a ``cancel`` leakhound did not
+    write. Nothing of it was followed or trusted."""
+
+    EXIT_CODE = 18
+    HELP_TEXT = (
+        "The private directory is handed to the target's user so its payload can answer; any "
+        "process of that user can write into it. leakhound follows no link there, reads no file "
+        "that is not a plain file within its size bound, and writes nothing outside it. Find the "
+        "process of that user that did it, then inspect again, or use `--method agent`."
+    )
+
 class Interrupted(KeyboardInterrupt):
     """SIGINT, SIGTERM or SIGHUP to leakhound: it cancels its request in the target, removes
     what it made, and exits with 128 + the signal number (130, 143, 129)."""
@@ -231,3 +244,28 @@ class Interrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class HeadroomTooSmall(LeakhoundError):
+    """The target has less memory left under its limit (cgroup, RLIMIT_AS/DATA) than
+    leakhound's cost may reach: said before the target is touched."""
+
+    EXIT_CODE = 19
+    HELP_TEXT = (
+        "leakhound needs max(16 MiB, 1% of the target's RSS) of headroom under the target's tightest "
+        "memory limit, and keeps its own cost below that; with less, the kernel could kill the worker. "
+        "Raise the limit, wait until the worker uses less, or pass --force to go ahead anyway "
+        "(its cost is then capped at the headroom less 4 MiB, or at that amount if more)."
+    )
+
+
+class MemoryBudgetReached(HeadroomTooSmall):
+    """The payload stopped a request whose cost in the target reached its memory budget."""
+
+    HELP_TEXT = (
+        "The request's cost in the target (its RSS growth, measured as it ran; the target's own growth "
+        "meanwhile counts too) reached max(16 MiB, 1% of its RSS), or the headroom under its memory limit: "
+        "it stopped there, and nothing of it is left running. Try `--owners census` (the census alone costs "
+        "less than the object graph), inspect when the worker is quieter, or pass --force to let it use the "
+        "headroom less 4 MiB (a census of a 1 GB heap needs ~25 MiB)."
+    )

@@ -13,15 +13,16 @@ debug files); any failure after the stop is reported, never retried with another
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from leakhound.attach import agent, death, finish, gdb, ptrace, remote_exec
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Partial, PrivateChannel, Progress
+from leakhound.attach.memory_limit import CostMeter, MemoryCost, memory_room, request_budget
 from leakhound.attach.process import Target, resolve_target
 from leakhound.attach.pyspy import py_spy_dump
-from leakhound.errors import MethodUnavailable, RemoteError, RequestCancelled, TargetBusy
+from leakhound.errors import MemoryBudgetReached, MethodUnavailable, RemoteError, RequestCancelled, TargetBusy
 from leakhound.model.names import METHOD_NAMES
 
 METHODS = METHOD_NAMES
@@ -37,6 +38,8 @@ class RemoteResult:
     result: dict[str, Any]
     attach_stop_ms: float
     main_thread_ms: float
+    # what the request cost the target's memory, measured (None: a result made elsewhere)
+    cost: MemoryCost | None = None
 
 
 def _quiet(_: str) -> None:
@@ -69,6 +72,7 @@ def run_request(
     log: AttachLog | None = None,
     target: Target | None = None,
     on_partial: Partial | None = None,
+    force: bool = False,
 ) -> RemoteResult:
     """Send one request to the payload in ``pid`` and return its result (``ok`` is True).
 
@@ -77,29 +81,76 @@ def run_request(
     counting; files in the private directory on the debugger paths, a line on the agent's
     socket) and ``post("names", {"paths": ...})`` answers it: the labels come back in the
     result (``names``). A payload from before this answers the old way (the graph in the
-    result); the caller tells the two apart by ``graph_sent`` in the result."""
+    result); the caller tells the two apart by ``graph_sent`` in the result.
+
+    The target's memory limit is read first (attach/memory_limit.py): too little headroom is
+    refused (``HeadroomTooSmall``) unless ``force``; otherwise the request carries its memory
+    budget (``max_extra_bytes``), which the payload keeps to, and what it cost the target's
+    cgroup is sampled while it runs (``RemoteResult.cost``)."""
     log = log or _quiet
     target = target or resolve_target(pid)
+    room = memory_room(pid)
+    budget = request_budget(room, force=force)
+    if room.shared_with_leakhound:
+        log(f"memory: leakhound itself is charged to the target's limited cgroup {room.shared_with_leakhound}")
+    if room.limits:
+        tightest = room.tightest
+        log(f"memory: {tightest.describe() if tightest else ''}; the request's budget in the target "
+            f"{'none' if budget is None else f'{budget / 1048576:.1f} MiB'}")
     chosen = choose_method(target, method)
     log(f"method: {chosen}")
     # The payload gives up a little before we do, so it can still report why.
     request = {**request, "timeout": max(1.0, timeout - 2.0)}
+    if budget is not None:
+        request["max_extra_bytes"] = budget
+    meter = CostMeter(room, budget).start()
+    try:
+        remote = _run(pid, request, method=method, chosen=chosen, timeout=timeout, progress=progress, log=log,
+                      target=target, on_partial=on_partial, meter=meter)
+    finally:
+        meter.stop()
+    spent = remote.result.get("memory_cost") or {}
+    peak, loaded = spent.get("peak_rss_bytes"), spent.get("loaded_bytes")
+    cost = meter.cost(peak if isinstance(peak, int) else None, loaded if isinstance(loaded, int) else 0)
+    if meter.tripped and remote.result.get("kind") == "Cancelled":
+        raise MemoryBudgetReached(
+            f"process {pid}: its memory cgroup grew {_mib(cost.cgroup_peak_bytes)} during the request, past the "
+            f"request's budget of {_mib(budget)} and a margin: leakhound stopped it inside the target during "
+            f"{remote.result.get('phase', '?')}; nothing of it is left running"
+        )
+    return _checked(replace(remote, cost=cost), log)
+
+
+def _run(
+    pid: int,
+    request: dict[str, Any],
+    *,
+    method: str,
+    chosen: str,
+    timeout: float,
+    progress: Progress | None,
+    log: AttachLog,
+    target: Target,
+    on_partial: Partial | None,
+    meter: CostMeter,
+) -> RemoteResult:
     facts = death.read_facts(pid)  # what is gone with the target, should it die
     if on_partial is not None and request.get("op") == "snapshot" and request.get("graph"):
         request["early_graph"] = True
     if chosen == "agent":
         result = finish.wait_agent(pid, facts, lambda: agent.request(
             pid, target.uid, request, timeout=timeout, progress=progress, log=log, on_partial=on_partial))
-        return _checked(RemoteResult(target, chosen, result, 0.0, 0.0), log)
+        return RemoteResult(target, chosen, result, 0.0, 0.0)
     if chosen not in ("ptrace", "gdb", "remote-exec"):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
-    with PrivateChannel(uid=target.uid, pid=pid) as channel:
-        channel.write_request(request)
+    with PrivateChannel(uid=target.uid, pid=pid, request=request) as channel:
+        meter.on_over = channel.request_cancel
         code = channel.bootstrap_code()
         if chosen == "ptrace":
             try:
                 injection = finish.held(lambda: ptrace.inject(
-                    pid, code, timeout=min(timeout, 30.0), log=log, page_note=str(channel.dir / "page")
+                    pid, code, timeout=min(timeout, 30.0), log=log, private=channel.private,
+                    private_path=str(channel.dir), payload_timeout=channel.request_timeout,
                 ))
             except MethodUnavailable as exc:
                 if method != "auto" or gdb.gdb_path() is None:
@@ -111,9 +162,9 @@ def run_request(
             injection = finish.held(lambda: gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log))
         else:
             injection = remote_exec.inject(
-                target, code, str(channel.dir), channel.target_dir, timeout=timeout, log=log
+                target, code, channel.private, channel.target_dir, timeout=timeout, log=log
             )
-        started, result = finish.wait_debugger(channel.dir, pid, facts, lambda: channel.wait(
+        started, result = finish.wait_debugger(channel, pid, facts, lambda: channel.wait(
             pid=pid,
             start_timeout=min(SAFE_POINT_TIMEOUT, timeout),
             timeout=timeout,
@@ -121,15 +172,12 @@ def run_request(
             blocked_hint=lambda: py_spy_dump(pid),
             on_partial=on_partial,
         ))
-    return _checked(
-        RemoteResult(
-            target,
-            chosen,
-            result,
-            injection.attach_stop_ms,
-            float(started.get("main_thread_ms", 0.0)),
-        ),
-        log,
+    return RemoteResult(
+        target,
+        chosen,
+        result,
+        injection.attach_stop_ms,
+        float(started.get("main_thread_ms", 0.0)),
     )
 
 
@@ -141,6 +189,14 @@ def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:
         log(str(result["traceback"]))
     if result.get("kind") == "Busy":
         raise TargetBusy(f"process {remote.target.pid}: {result.get('error')}")
+    if result.get("kind") == "Cancelled" and result.get("reason") == "memory":
+        cost = remote.cost
+        raise MemoryBudgetReached(
+            f"process {remote.target.pid}: the request stopped inside the target during {result.get('phase', '?')}: "
+            f"its cost there reached its memory budget of {_mib(cost.budget_bytes if cost else None)} "
+            f"(the target's RSS +{_mib((result.get('memory_cost') or {}).get('peak_rss_bytes'))}); nothing of it "
+            "is left running"
+        )
     if result.get("kind") == "Cancelled":
         raise RequestCancelled(
             f"process {remote.target.pid}: the request did not finish in time and was stopped inside "
@@ -148,3 +204,7 @@ def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:
             f"is left running"
         )
     raise RemoteError(f"payload failed in process {remote.target.pid}: {result.get('error')}")
+
+
+def _mib(value: object) -> str:
+    return f"{value / 1048576:.1f} MiB" if isinstance(value, int) else "?"

@@ -8,29 +8,34 @@ always removed, whatever happens.
 The directory is made where the target can open it. A target in another mount namespace (a
 container, a sidecar's view, anything with its own /tmp) does not see leakhound's /tmp, so
 there it is made inside the target's own filesystem, reached through ``/proc/PID/root``: in
-the target's ``$TMPDIR``, ``/tmp``, ``/dev/shm`` or ``/var/tmp``, whichever is writable. The
-CLI then writes and reads it by one path and the target opens it by another
-(``target_dir``); it is removed through a descriptor of its parent, which keeps working if
-the target (and with it /proc/PID/root) is gone.
+the target's ``$TMPDIR``, ``/tmp``, ``/dev/shm`` or ``/var/tmp``, whichever is writable and
+reached without a symlink. The target opens it by path (``target_dir``); leakhound never does:
+any process of the target's user may plant links and FIFOs in it once it is handed over, so
+every file operation goes through the directory's descriptor (``private_dir``), which also
+keeps working if the target (and with it /proc/PID/root) is gone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import shutil
+import queue
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import leakhound.payload
+from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir, UnsafeEntry, open_dir_in_root
 from leakhound.attach.process import alive, environ_of, same_filesystem_view
 from leakhound.errors import (
     AttachTimeout,
     PermissionDenied,
+    PrivateDirTampered,
     TargetBlocked,
     TargetExited,
     TargetFilesystemUnreachable,
@@ -66,10 +71,23 @@ def payload_version() -> str:
 # (after its $TMPDIR): /dev/shm serves read-only root file systems whose /tmp is not a volume.
 TARGET_TMP_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
 
+# What the CLI reads back, at most (a bigger file is PrivateDirTampered, never read whole):
+# the payload's small documents; its result or early graph as JSON (the graph's arrays are in
+# graph.bin; measured: result.json 6-11 KB, graph.json 6 bytes a node, ~30 MB at the
+# 5,000,000-node ceiling); graph.bin, by what the request allowed: a node record is 24 bytes
+# and an edge record 20 (graph_wire.FRAME_COLUMNS), measured 66 bytes a node (two edges) on
+# the fixtures, so 512 allows over 20 edges a node at max_graph_nodes.
+SMALL_DOC_BYTES = 1 << 20
+RESULT_DOC_BYTES = 256 << 20
+GRAPH_BIN_BYTES_PER_NODE = 512
+DEFAULT_MAX_GRAPH_NODES = 1_000_000  # the payload's own default (runner._graph)
+SMALL_DOCS = frozenset({"started.json", "progress.json"})
 
-def _make_dir_in_target(pid: int) -> tuple[str, str]:
-    """Make the private directory inside ``pid``'s filesystem; returns (path from here, path
-    the target opens)."""
+
+def _make_dir_in_target(pid: int) -> tuple[PrivateDir, str]:
+    """Make the private directory inside ``pid``'s filesystem; returns it and the path of its
+    parent as the target sees it. Each candidate is resolved under /proc/PID/root without
+    following a symlink: a symlinked $TMPDIR (or /tmp) is skipped, never followed."""
     root = f"/proc/{pid}/root"
     try:
         os.stat(root)
@@ -82,77 +100,178 @@ def _make_dir_in_target(pid: int) -> tuple[str, str]:
     tried = []
     for inside in candidates:
         try:
-            here = tempfile.mkdtemp(prefix=f"leakhound-{os.getpid()}-", dir=root + inside.rstrip("/"))
+            parent_fd = open_dir_in_root(root, inside)
+        except UnsafeEntry as exc:
+            tried.append(f"{inside}: {exc.strerror}, skipped")
+            continue
         except OSError as exc:
             tried.append(f"{inside}: {exc.strerror or exc}")
             continue
-        return here, os.path.join(inside, os.path.basename(here))
+        try:
+            private = PrivateDir.make(parent_fd)
+        except OSError as exc:
+            tried.append(f"{inside}: {exc.strerror or exc}")
+            continue
+        return private, inside.rstrip("/") or "/"
     raise TargetFilesystemUnreachable(
         f"process {pid} runs in another mount namespace and leakhound could not make its private "
         f"directory there through {root} ({'; '.join(tried)})"
     )
 
 
+def _tampered(exc: OSError) -> PrivateDirTampered:
+    return PrivateDirTampered(
+        f"{exc.strerror}: a process of the target's user wrote into leakhound's private directory"
+    )
+
+
 class _Tail:
-    """A file another process is still appending to, read piece by piece as it grows."""
+    """A file another process is still appending to, read piece by piece as it grows (opened
+    safely once it is there; ``limit`` bytes at most), each piece's pages given back
+    (``FALLOC_FL_PUNCH_HOLE``) once read.
+
+    The payload writes the graph's records (graph.bin) from inside the target: the pages of
+    a file are charged to the memory cgroup of the process that writes them, and on a tmpfs
+    /tmp they stay charged until the file goes. Punched behind the read position, the file
+    holds only what the CLI has not read yet (a few ms of the walk's records): measured on a
+    100 MB heap with /tmp on tmpfs, the target's cgroup peak went from +53.7 MB (38 MB of
+    records) to +22.6 MB, its VmHWM growth +17 MB (docs/inspect.md, "Near the memory limit")."""
 
     PIECE = 8 << 20
+    # How often the drain looks for more when it has read to the end: the walk writes ~100 MB/s.
+    DRAIN_EVERY = 0.002
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, private: PrivateDir, name: str, limit: int) -> None:
+        self.private = private
+        self.name = name
+        self.limit = limit
         self.read = 0
-        self._fh: Any = None
+        self._fd = -1
+        self._drained: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._drain: threading.Thread | None = None
+        self._failed: list[BaseException] = []  # what stopped the drain, raised by ``pieces``
 
-    def pieces(self) -> Iterator[bytes]:
-        if self._fh is None:
+    def start_draining(self) -> None:
+        """Read (and punch) on a thread of its own from now on: the CLI's loop, busy decoding
+        what came before, fell ~200 ms of the walk behind on a loaded machine (+19 MB of
+        graph.bin charged to the target at once); ``pieces`` hands over what it has read."""
+        self._drain = threading.Thread(target=self._draining, name="leakhound-graph-drain", daemon=True)
+        self._drain.start()
+
+    def _draining(self) -> None:
+        try:
+            while not self._stop.is_set():
+                got = False
+                for piece in self._pieces():
+                    self._drained.put(piece)
+                    got = True
+                if not got:
+                    self._stop.wait(self.DRAIN_EVERY)
+        except BaseException as exc:  # (PrivateDirTampered, OSError: the caller's to raise)
+            self._failed.append(exc)
+
+    def pieces(self, *, to_the_end: bool = False) -> Iterator[bytes]:
+        """What has been read since the last call; ``to_the_end``: the file is complete, read
+        all of it (the drain stopped first)."""
+        if self._drain is not None and to_the_end:
+            self._stop.set()
+            self._drain.join()
+            self._drain = None
+        while not self._drained.empty():  # (the one consumer: never blocks)
+            yield self._drained.get()
+        if self._failed:
+            raise self._failed[0]
+        if self._drain is None:
+            yield from self._pieces()
+
+    def _pieces(self) -> Iterator[bytes]:
+        if self._fd < 0:
             try:
-                self._fh = open(self.path, "rb", buffering=0)
+                # read-write: punching a hole needs it (root, or the target's own user)
+                fd = self.private.open_regular(self.name, self.limit, writable=True)
+            except UnsafeEntry as exc:
+                raise _tampered(exc) from None
             except OSError:
                 return
-        while piece := self._fh.read(self.PIECE):
+            if fd is None:
+                return
+            self._fd = fd
+        while piece := os.read(self._fd, self.PIECE):
             self.read += len(piece)
+            if self.read > self.limit:
+                raise PrivateDirTampered(
+                    f"{self.name} in leakhound's private directory grew past the {self.limit} bytes the "
+                    f"request allows: a process of the target's user wrote into it"
+                )
+            punch_hole(self._fd, self.read)
             yield piece
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        if self._drain is not None:
+            self._stop.set()
+            self._drain.join()
+            self._drain = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+_LIBC: list[Any] = []
+
+
+def punch_hole(fd: int, length: int) -> bool:
+    """Give back the pages of the first ``length`` bytes of ``fd``'s file (its size kept);
+    False where the file system cannot (the pages then stay until the file is removed)."""
+    if not _LIBC:
+        import ctypes  # noqa: PLC0415 (only where a graph is read from a file)
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        _LIBC.append(libc.fallocate)
+    return bool(_LIBC[0](fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, 0, length) == 0)
 
 
 class PrivateChannel:
-    def __init__(self, *, uid: int, pid: int | None = None) -> None:
+    """The request's private directory, held as a descriptor (private_dir.PrivateDir): made
+    root's and 0700, filled with the payload and ``request``, only then handed to ``uid``."""
+
+    def __init__(self, *, uid: int, pid: int | None = None, request: dict[str, Any] | None = None) -> None:
         if pid is None or same_filesystem_view(pid):
-            here = tempfile.mkdtemp(prefix=f"leakhound-{os.getpid()}-")
-            inside = here
+            parent = tempfile.gettempdir()
+            self.private = PrivateDir.make(os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            inside = parent
         else:
-            here, inside = _make_dir_in_target(pid)
-        self.dir = Path(here)  # as leakhound reaches it
-        self.target_dir = inside  # as the target opens it
-        # Removal goes through the parent's descriptor: /proc/PID/root disappears with the target.
-        self._parent_fd = os.open(self.dir.parent, os.O_RDONLY | os.O_DIRECTORY)
+            self.private, inside = _make_dir_in_target(pid)
+            parent = f"/proc/{pid}/root{inside}"
+        self.dir = Path(parent) / self.private.name  # as leakhound would name it: messages only
+        self.target_dir = os.path.join(inside, self.private.name)  # as the target opens it
+        self.uid = uid
+        self.cancel_requested = False
+        request = request or {}
+        self.request_timeout = _number(request.get("timeout"), 60.0)
+        nodes = int(_number(request.get("max_graph_nodes"), DEFAULT_MAX_GRAPH_NODES))
+        self.graph_bin_limit = max(1, nodes) * GRAPH_BIN_BYTES_PER_NODE
         try:
-            self._fill(uid)
+            self._fill(uid, request)
         except BaseException:
             self.close()
             raise
 
-    def _fill(self, uid: int) -> None:
-        shutil.copytree(
-            PAYLOAD_SOURCE,
-            self.dir / "payload",
-            # Compiled .pyc files come along (their source mtimes are preserved), so a target
-            # on the same Python version does not compile the payload.
-            ignore=shutil.ignore_patterns("agent.py", "agent.*.pyc"),
-        )
-        shutil.copy(PAYLOAD_SOURCE / "boot.py", self.dir / "boot.py")
-        (self.dir / "payload" / "VERSION").write_text(payload_version())
-        if os.geteuid() == 0 and uid != 0:
-            # The target runs as another user: it must be able to read the payload, nobody else.
-            for root, dirs, files in os.walk(self.dir):
-                for name in dirs + files:
-                    os.chown(os.path.join(root, name), uid, -1)
-            os.chown(self.dir, uid, -1)
-        os.chmod(self.dir, 0o700)
+    def _fill(self, uid: int, request: dict[str, Any]) -> None:
+        owner = uid if os.geteuid() == 0 and uid != 0 else -1
+        # Compiled .pyc files come along (their source mtimes are kept), so a target on the
+        # same Python version does not compile the payload.
+        self.private.copy_tree(str(PAYLOAD_SOURCE), "payload", uid=owner, skip=("agent.",))
+        payload_fd = os.open("payload", DIR_FLAGS, dir_fd=self.private.fd)
+        try:
+            self.private.create("VERSION", payload_version().encode(), uid=owner, mode=0o644, dir_fd=payload_fd)
+        finally:
+            os.close(payload_fd)
+        self.private.create("boot.py", (PAYLOAD_SOURCE / "boot.py").read_bytes(), uid=owner, mode=0o644)
+        self.private.create("request.json", json.dumps(request).encode(), uid=owner)
+        self.private.hand_over(owner)
 
     def bootstrap_code(self) -> str:
         """The one statement the debugger hands to PyRun_SimpleString.
@@ -169,43 +288,57 @@ class PrivateChannel:
         )
         return f"exec({inner!r},{{'D':{self.target_dir!r}}})"
 
-    def write_request(self, request: dict[str, Any]) -> None:
-        self._write("request.json", request)
-
-    def _write(self, name: str, doc: dict[str, Any]) -> None:
-        """``name`` in the directory, readable by the target's user only, renamed into place
-        (the payload never reads half of it)."""
-        tmp = self.dir / (name + ".tmp")
-        tmp.write_text(json.dumps(doc))
-        os.chmod(tmp, 0o600)
-        if os.geteuid() == 0:
-            st = os.stat(self.dir)
-            os.chown(tmp, st.st_uid, -1)
-        os.rename(tmp, self.dir / name)
-
     def post(self, name: str, doc: dict[str, Any]) -> None:
         """Answer a document the payload handed over early (``<name>.request.json``, read by
         runner._Exchange.receive), from any thread; nothing if the directory is gone."""
         try:
-            self._write(name + ".request.json", doc)
+            owner = self.uid if os.geteuid() == 0 and self.uid != 0 else -1
+            self.private.replace(name + ".request.json", json.dumps(doc).encode(), uid=owner)
         except OSError:
             pass
+
+    def request_cancel(self) -> None:
+        """Tell the payload to stop at its next step (a ``cancel`` file); remembered, so a
+        cancel leakhound did not ask for is told apart."""
+        self.cancel_requested = True
+        try:
+            self.private.touch("cancel")
+        except OSError:
+            pass
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """The payload's document ``name``, or None while it is not there; PrivateDirTampered
+        for anything that is not a plain file of its bound holding a JSON object."""
+        limit = SMALL_DOC_BYTES if name in SMALL_DOCS else RESULT_DOC_BYTES
+        try:
+            data = self.private.read(name, limit)
+        except UnsafeEntry as exc:
+            raise _tampered(exc) from None
+        except OSError:
+            return None
+        if data is None:
+            return None
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            raise PrivateDirTampered(
+                f"{name} in leakhound's private directory is not the payload's JSON document: a process of "
+                f"the target's user wrote into the directory"
+            )
+        return doc
 
     def _read_graph(self, doc: dict[str, Any]) -> None:
         """A graph's raw arrays, written beside its JSON (payload/graph_wire.py), into ``doc``."""
         graph = doc.get("graph")
         if isinstance(graph, dict) and graph.get("binary_file") == "graph.bin":
             try:
-                graph["binary"] = (self.dir / "graph.bin").read_bytes()
+                graph["binary"] = self.private.read("graph.bin", self.graph_bin_limit) or b""
+            except UnsafeEntry as exc:
+                raise _tampered(exc) from None
             except OSError:
                 graph["binary"] = b""
-
-    def _read(self, name: str) -> dict[str, Any] | None:
-        try:
-            doc = json.loads((self.dir / name).read_text())
-        except (OSError, ValueError):
-            return None
-        return doc if isinstance(doc, dict) else None
 
     def wait(
         self,
@@ -223,7 +356,9 @@ class PrivateChannel:
         written as the target walks) before it, to ``on_partial("records", {"piece": ...})``
         as they come: most of their reading is done by the time the walk ends."""
         begin = time.monotonic()
-        records = _Tail(self.dir / "graph.bin")
+        records = _Tail(self.private, "graph.bin", self.graph_bin_limit)
+        if on_partial is not None:
+            records.start_draining()
         try:
             return self._wait(pid, start_timeout, timeout, progress, blocked_hint, on_partial, begin, records)
         finally:
@@ -246,20 +381,25 @@ class PrivateChannel:
         while True:
             now = time.monotonic()
             if started is None:
-                started = self._read("started.json")
+                started = self.read_json("started.json")
+                if started is not None and type(started.get("main_thread_ms", 0.0)) not in (int, float):
+                    raise PrivateDirTampered(
+                        "started.json in leakhound's private directory is not the payload's: a process of the "
+                        "target's user wrote into the directory"
+                    )
                 if started is None and now - begin > start_timeout:
                     where = blocked_hint() if blocked_hint else ""
                     raise TargetBlocked(
                         f"process {pid}'s main thread did not reach a safe point within "
                         f"{start_timeout:.0f}s" + (f"; it is in:\n{where}" if where else "")
                     )
-            result = self._read("result.json")
+            result = self.read_json("result.json")
             # A graph handed over early: before the result, or in the same turn (written first).
             if not partial_seen and (result is None or result.get("graph_sent")):
-                early = self._read("graph.json")
+                early = self.read_json("graph.json")
                 graph = early.get("graph") if early is not None else None
                 # graph.bin is complete once graph.json is there (written first): read to its end
-                for piece in records.pieces():
+                for piece in records.pieces(to_the_end=isinstance(graph, dict)):
                     on_partial("records", {"piece": piece}, self.post)  # type: ignore[misc]
                 if isinstance(graph, dict):
                     partial_seen = True
@@ -274,34 +414,52 @@ class PrivateChannel:
             if now - begin > timeout:
                 raise AttachTimeout(f"no result from process {pid} within {timeout:.0f}s")
             if progress is not None and started is not None:
-                doc = self._read("progress.json")
+                doc = self.read_json("progress.json")
                 if doc is not None and doc != last_phase:
                     last_phase = doc
-                    progress(str(doc.get("phase", "")), int(doc.get("done", 0) or 0))
+                    progress(str(doc.get("phase", "")), _count(doc.get("done")))
             # (a file each turn: a 50 ms turn was ~25 ms late on average for the graph and again
             # for the result, on the path of every inspection; a turn is a few stat() calls)
             time.sleep(0.005 if now - begin < 5 else 0.02)
 
     def close(self) -> None:
-        if self._parent_fd < 0:
+        if self.private.fd < 0:
             return
         try:
-            # (shutil.rmtree's dir_fd needs Python 3.11; the descriptor's /proc link does not.)
             # Again while it is still there: a payload that was cancelled or has just answered
-            # can write one last file into it while rmtree runs (the directory was left behind
-            # once under load), never for long.
-            path = f"/proc/self/fd/{self._parent_fd}/{self.dir.name}"
+            # can write one last file into it while it is emptied (the directory was left
+            # behind once under load), never for long. Through the descriptors: /proc/PID/root
+            # disappears with the target.
             for _ in range(40):
-                shutil.rmtree(path, ignore_errors=True)
-                if not os.path.lexists(path):
+                if self.private.remove():
                     break
                 time.sleep(0.05)
         finally:
-            os.close(self._parent_fd)
-            self._parent_fd = -1
+            self.private.close()
 
     def __enter__(self) -> PrivateChannel:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _number(value: Any, default: float) -> float:
+    """A finite positive number from the request, else ``default``."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return number if math.isfinite(number) and number > 0 else default
+
+
+def _count(value: Any) -> int:
+    """``progress.json``'s count of work done, as the payload writes it (an int)."""
+    if value is None:
+        return 0
+    if type(value) is not int:
+        raise PrivateDirTampered(
+            "progress.json in leakhound's private directory is not the payload's: a process of the "
+            "target's user wrote into the directory"
+        )
+    return value

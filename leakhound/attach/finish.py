@@ -10,16 +10,14 @@ reported as what happened (``death.explain``), with whether leakhound was inside
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from leakhound.attach import death
+from leakhound.attach.channel import PrivateChannel
 from leakhound.attach.process import alive
-from leakhound.errors import AttachTimeout, OutcomeUnknown, TargetBlocked, TargetExited
+from leakhound.errors import AttachTimeout, OutcomeUnknown, PrivateDirTampered, TargetBlocked, TargetExited
 from leakhound.interrupts import deferred
 
 T = TypeVar("T")
@@ -39,42 +37,44 @@ def held(inject: Callable[[], T]) -> T:
         return inject()
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def request_cancel(directory: Path) -> None:
-    """Tell the payload working from ``directory`` to stop at its next step."""
-    try:
-        fd = os.open(directory / "cancel", os.O_WRONLY | os.O_CREAT, 0o600)
-        os.close(fd)
-    except OSError:
-        pass
-
-
-def _await_result(directory: Path, pid: int, grace: float) -> dict[str, Any] | None:
+def _await_result(channel: PrivateChannel, pid: int, grace: float) -> dict[str, Any] | None:
     deadline = time.monotonic() + grace
     while True:
-        result = _read(directory / "result.json")
+        result = channel.read_json("result.json")
         if result is not None or not alive(pid) or time.monotonic() > deadline:
             return result
         time.sleep(0.05)
 
 
-def _inside(directory: Path) -> str:
-    progress = _read(directory / "progress.json") or {}
-    if _read(directory / "started.json") is None:
+def _read_quietly(channel: PrivateChannel, name: str) -> dict[str, Any] | None:
+    """For the words of another error (a death): a tampered file says nothing here."""
+    try:
+        return channel.read_json(name)
+    except PrivateDirTampered:
+        return None
+
+
+def _inside(channel: PrivateChannel) -> str:
+    progress = _read_quietly(channel, "progress.json") or {}
+    if _read_quietly(channel, "started.json") is None:
         return "its bootstrap was queued in the process (injected, not yet reported started)"
     phase = str(progress.get("phase") or "start")
     return f"its payload was running inside the process (phase: {phase})"
 
 
+def _unasked_cancel(channel: PrivateChannel, pid: int, result: dict[str, Any]) -> None:
+    """A ``Cancelled`` answer for a cancel leakhound never asked for: the payload found a
+    ``cancel`` file (or its directory gone) that someone else made."""
+    if result.get("kind") == "Cancelled" and result.get("reason") == "cancel" and not channel.cancel_requested:
+        raise PrivateDirTampered(
+            f"process {pid}: the request was stopped by a cancel leakhound did not ask for (a `cancel` file "
+            f"in its private directory, or the directory moved away, during {result.get('phase', '?')}): "
+            f"something else, a process of the target's user, wrote into leakhound's private directory"
+        )
+
+
 def wait_debugger(
-    directory: Path,
+    channel: PrivateChannel,
     pid: int,
     facts: death.ProcessFacts,
     wait: Callable[[], tuple[dict[str, Any], dict[str, Any]]],
@@ -83,27 +83,32 @@ def wait_debugger(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``wait()`` for a debugger-started payload; on timeout cancel it and read its answer."""
     try:
-        return wait()
+        started, result = wait()
     except TargetBlocked:
         raise  # the bootstrap never ran; once it does, it finds its directory gone and stops
     except AttachTimeout as exc:
-        request_cancel(directory)
-        result = _await_result(directory, pid, grace)
-        if result is not None:
-            return _read(directory / "started.json") or {}, result
+        channel.request_cancel()
+        late = _await_result(channel, pid, grace)
+        if late is not None:
+            return channel.read_json("started.json") or {}, late
         if not alive(pid):
-            raise death.explain(facts, inside=_inside(directory), doing="waiting for its answer") from None
+            raise death.explain(facts, inside=_inside(channel), doing="waiting for its answer") from None
         raise OutcomeUnknown(
             f"{exc}; leakhound told the request to stop, but the target did not confirm it within "
             f"{grace:.0f}s (its payload thread did not get to run): it stops at its next step once it "
             f"runs, and a patch that has not landed by then never lands"
         ) from None
     except TargetExited:
-        raise death.explain(facts, inside=_inside(directory), doing="waiting for its answer") from None
+        raise death.explain(facts, inside=_inside(channel), doing="waiting for its answer") from None
     except KeyboardInterrupt:
-        request_cancel(directory)
-        _await_result(directory, pid, INTERRUPT_GRACE)
+        channel.request_cancel()
+        try:
+            _await_result(channel, pid, INTERRUPT_GRACE)
+        except PrivateDirTampered:
+            pass
         raise
+    _unasked_cancel(channel, pid, result)
+    return started, result
 
 
 def wait_agent(

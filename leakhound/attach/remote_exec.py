@@ -14,6 +14,7 @@ import sys
 import time
 
 from leakhound.attach.base import AttachLog, Injection
+from leakhound.attach.private_dir import PrivateDir
 from leakhound.attach.process import Target
 from leakhound.errors import AttachFailed, MethodUnavailable, PermissionDenied
 
@@ -23,11 +24,11 @@ def available(target: Target) -> bool:
 
 
 def inject(
-    target: Target, code: str, script_dir: str, target_dir: str, *, timeout: float, log: AttachLog
+    target: Target, code: str, private: PrivateDir, target_dir: str, *, timeout: float, log: AttachLog
 ) -> Injection:
-    """Write the bootstrap into ``script_dir`` (the private directory as leakhound reaches it)
-    and have the target run it from ``target_dir`` (the same directory as the target opens
-    it: they differ when the target has its own mount namespace)."""
+    """Write the bootstrap into the private directory (through its descriptor, a new file:
+    nothing planted there is followed) and have the target run it from ``target_dir`` (the
+    same directory as the target opens it)."""
     theirs = "{}.{}".format(*target.version)
     ours = "{}.{}".format(*sys.version_info[:2])
     if target.version < (3, 14):
@@ -40,9 +41,11 @@ def inject(
             f"python{theirs} leakhound`), or use `--method ptrace`, `gdb` or `agent`. leakhound "
             "never runs the target's own interpreter: its owner may have replaced the file.",
         )
-    script = os.path.join(script_dir, "remote_exec_boot.py")
-    with open(script, "w") as fh:
-        fh.write(code + "\n")
+    try:
+        private.create("remote_exec_boot.py", (code + "\n").encode(), uid=target.uid if target.uid else -1,
+                       mode=0o600)
+    except OSError as exc:
+        raise AttachFailed(f"could not write the bootstrap into leakhound's private directory: {exc}") from None
     inside = os.path.join(target_dir, "remote_exec_boot.py")
     argv = [sys.executable, "-I", "-S", "-c", f"import sys; sys.remote_exec({target.pid}, {inside!r})"]
     log(f"$ {' '.join(argv)}")

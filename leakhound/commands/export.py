@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from leakhound.commands.common import new_reporter
-from leakhound.commands.options import MatchOpt, MaxPauseOpt, MethodOpt, PidsArg, TimeoutOpt, pids_or_match
+from leakhound.commands.options import ForceOpt, MatchOpt, MaxPauseOpt, MethodOpt, PidsArg, TimeoutOpt, pids_or_match
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.export import export_processes
 from leakhound.render.prometheus import DEFAULT_TOP_OWNERS
@@ -28,11 +28,13 @@ def command(
     top: Annotated[int, typer.Option(
         "--top", "-n", min=1, max=100, metavar="N",
         help="Owners exported per worker (one series each).")] = DEFAULT_TOP_OWNERS,
+    force: ForceOpt = False,
 ) -> None:
     """Serve Prometheus metrics for workers: RSS, live heap, trimmable bytes, top owners,
     growth rates and finding sizes, labelled by pid and worker (its script or module;
-    docs/export.md)."""
+    docs/export.md). A worker with too little headroom under its memory limit is skipped
+    that round, and said so."""
     reporter = new_reporter()
     export_processes(pids=pids_or_match(pids, match), match=match, method=method, listen=listen,
                      allow_remote=allow_remote, interval=interval, timeout=timeout,
-                     log=reporter.log, note=reporter.note, max_pause_ms=max_pause, top=top)
+                     log=reporter.log, note=reporter.note, max_pause_ms=max_pause, top=top, force=force)

@@ -8,7 +8,16 @@ from typing import Annotated
 import typer
 
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
-from leakhound.commands.options import JsonOpt, MaxPauseOpt, MethodOpt, OutputOpt, PidArg, TimeoutOpt, TopOpt
+from leakhound.commands.options import (
+    ForceOpt,
+    JsonOpt,
+    MaxPauseOpt,
+    MethodOpt,
+    OutputOpt,
+    PidArg,
+    TimeoutOpt,
+    TopOpt,
+)
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, capture
 from leakhound.model import Snapshot, snapshot_to_json
 
@@ -29,6 +38,7 @@ def run(
     owner_model: str = "auto",
     why: str | None = None,
     heapsnapshot_path: Path | None = None,
+    force: bool = False,
 ) -> Snapshot:
     taken = capture(
         pid,
@@ -40,6 +50,7 @@ def run(
         log=reporter.log,
         owner_model=owner_model,
         why=why,
+        force=force,
     )
     # The renderers (rich and the rest, ~30 ms of imports) once there is something to render:
     # not before the attach, which an on-call engineer is waiting for.
@@ -89,6 +100,7 @@ def command(
     heapsnapshot_path: Annotated[Path | None, typer.Option(
         "--heapsnapshot", metavar="FILE",
         help="Also write the object graph as a Chrome DevTools .heapsnapshot file.")] = None,
+    force: ForceOpt = False,
 ) -> None:
     """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
     live objects at all (allocator fragmentation).
@@ -101,7 +113,7 @@ def command(
         raise typer.BadParameter(f"choose one of {', '.join(OWNER_MODELS)}", param_hint="--owners")
     run(pid=pid, method=method, top=top, timeout=timeout, as_json=as_json, save=save,
         max_pause_ms=max_pause, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]),
-        owner_model=owners, why=why, heapsnapshot_path=heapsnapshot_path)
+        owner_model=owners, why=why, heapsnapshot_path=heapsnapshot_path, force=force)
     # Everything is written and the target's request is over (its files removed): no need
     # to tear the interpreter down (_entry.py).
     SETTINGS["exit_now"] = True

@@ -61,5 +61,10 @@ MaxPauseOpt = Annotated[float, typer.Option(
          "docs/inspect.md, 'Never harming the target').")]
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", "--save", metavar="FILE", help="Also write the snapshot JSON to FILE.")]
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Go ahead even when the worker has less headroom under its memory limit (cgroup, "
+    "RLIMIT_AS/DATA) than max(16 MiB, 1% of its RSS), which leakhound otherwise refuses (exit 19), and let "
+    "the request use the headroom less 4 MiB rather than that amount: the kernel may then kill the worker "
+    "(docs/inspect.md, 'Near the memory limit').")]
 #: The fixes, one option name wherever they are named.
 FIX_HELP = f"all, or a comma list of {', '.join(FIX_NAMES)}."

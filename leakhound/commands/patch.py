@@ -12,6 +12,7 @@ import typer
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import (
     FIX_HELP,
+    ForceOpt,
     JsonOpt,
     MatchOpt,
     MethodOpt,
@@ -52,6 +53,7 @@ def command(
     method: MethodOpt = "auto",
     timeout: TimeoutOpt = 60.0,
     as_json: JsonOpt = False,
+    force: ForceOpt = False,
 ) -> None:
     """Apply a known fix to a live worker as a runtime monkeypatch, and prove with numbers
     measured in the worker that it moves what it should. Without PID or --match, shows the fix
@@ -77,7 +79,7 @@ def command(
     fixes = fixes_from(fix if fix is not None else "all")
     run(pids=tuple(pids or ()), match=match, fixes=fixes, action=action, verify=verify, method=method,
         timeout=timeout, as_json=as_json, trim_every=trim_every,
-        reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]))
+        reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]), force=force)
 
 
 def run(
@@ -92,6 +94,7 @@ def run(
     as_json: bool,
     reporter: Reporter,
     trim_every: float | None = None,
+    force: bool = False,
 ) -> tuple[PatchOutcome, ...]:
     targets = chosen_pids(pids, match)
     if not targets:
@@ -106,7 +109,7 @@ def run(
                 done.extend(patch_process(
                     pid, fixes=list(fixes), action=str(action),
                     verify_seconds=verify if action == PatchAction.APPLY else 0.0,
-                    method=method, timeout=timeout, log=reporter.log, trim_every=trim_every))
+                    method=method, timeout=timeout, log=reporter.log, trim_every=trim_every, force=force))
             except LeakhoundError:
                 # What already changed in the workers before this one is shown, never left unsaid.
                 if done:

@@ -9,7 +9,15 @@ import typer
 
 from leakhound.analysis.growth import GrowthReport, Sample
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
-from leakhound.commands.options import MatchOpt, MaxPauseOpt, MethodOpt, PidsArg, TimeoutOpt, pids_or_match
+from leakhound.commands.options import (
+    ForceOpt,
+    MatchOpt,
+    MaxPauseOpt,
+    MethodOpt,
+    PidsArg,
+    TimeoutOpt,
+    pids_or_match,
+)
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.watch import WatchResult, watch_processes
 
@@ -36,6 +44,7 @@ def command(
         "--json", help="One JSON line per sample, then a final report line (docs/watch.md).")] = False,
     plot: Annotated[Path | None, typer.Option(
         "--plot", metavar="FILE", help="Also draw RSS vs live heap vs top owners over time (PNG).")] = None,
+    force: ForceOpt = False,
 ) -> None:
     """Watch workers over time: which owners keep growing (a leak), which grew and plateaued
     (a bounded cache), which are big but static.
@@ -46,7 +55,7 @@ def command(
     """
     run(pids=pids_or_match(pids, match), match=match, method=method, interval=interval, duration=duration,
         full_every=full_every, attach_every=attach_every, timeout=timeout, max_pause_ms=max_pause,
-        as_json=as_json, plot=plot, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]))
+        as_json=as_json, plot=plot, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]), force=force)
 
 
 def run(
@@ -63,6 +72,7 @@ def run(
     plot: Path | None,
     reporter: Reporter,
     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS,
+    force: bool = False,
 ) -> WatchResult:
     from leakhound.analysis.growth import sample_to_dict
     from leakhound.render import json_doc as json_render
@@ -86,7 +96,7 @@ def run(
         result = watch_processes(
             pids=pids, match=match, method=method, interval=interval, duration=duration,
             full_every=full_every, attach_every=attach_every, timeout=timeout,
-            max_pause_ms=max_pause_ms, log=reporter.log, on_sample=on_sample, on_tick=on_tick,
+            max_pause_ms=max_pause_ms, log=reporter.log, on_sample=on_sample, on_tick=on_tick, force=force,
         )
     finally:
         if view is not None:

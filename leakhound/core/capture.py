@@ -25,6 +25,7 @@ from leakhound.model import (
     HeapStats,
     Owner,
     ProcessStats,
+    RequestCost,
     Snapshot,
     TypeStat,
 )
@@ -167,14 +168,16 @@ def take_snapshot(
     log: AttachLog | None = None,
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
     owner_model: str = "census",
+    force: bool = False,
 ) -> Snapshot:
     """One census of ``pid``. ``max_pause_ms``: skip the one step of the census that cannot be
     split (listing every gc-tracked object, needed to find objects no named root reaches)
     when it would hold the target longer than this; None or 0: never skip it.
     ``owner_model``: "census" (first reacher), "auto" (dominator owners when the graph fits
-    its budget, else the census's) or "dominator"."""
+    its budget, else the census's) or "dominator". ``force``: go ahead with less headroom
+    under the target's memory limit than the request's cost may reach (HeadroomTooSmall)."""
     return capture(pid, method=method, top=top, timeout=timeout, progress=progress, log=log,
-                   max_pause_ms=max_pause_ms, owner_model=owner_model).snapshot
+                   max_pause_ms=max_pause_ms, owner_model=owner_model, force=force).snapshot
 
 
 def capture(
@@ -190,6 +193,7 @@ def capture(
     max_graph_nodes: int | None = None,
     retainers: int = 3,
     why: str | None = None,
+    force: bool = False,
 ) -> Capture:
     """``take_snapshot``, keeping the object graph and its dominator tree when they were used."""
     target = resolve_target(pid)
@@ -219,6 +223,7 @@ def capture(
             log=log,
             target=target,
             on_partial=early.on_partial if early is not None else None,
+            force=force,
         )
     except BaseException:
         if early is not None:
@@ -276,6 +281,10 @@ def capture(
     # shared with containers), not when the CLI began attaching: the first inspection of a
     # process loads the payload, and diff's rates divide by the time between two snapshots.
     snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "started_at", taken_at))
+    if remote.cost is not None:
+        measured = {k: v for k, v in vars(remote.cost).items() if k != "note"}
+        snap = replace(snap, cost=RequestCost(**measured),
+                       warnings=snap.warnings + ((remote.cost.note,) if remote.cost.note else ()))
     if owner_model == "census":
         return _analysed(Capture(snap))
     doc = early.doc if early is not None else remote.result.get("graph")
@@ -293,7 +302,7 @@ def capture(
             # The owners' paths walked again in the target, to name instance attributes there.
             left = max(5.0, deadline - time.monotonic())
             answer = run_request(pid, {"op": "names", "paths": paths}, method=remote.method, timeout=left,
-                                 log=log, target=target)
+                                 log=log, target=target, force=force)
             labels = answer.result.get("labels")
             return labels if isinstance(labels, list) else []
 

@@ -18,7 +18,7 @@ from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapsh
 from leakhound.attach import choose_method
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
-from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound, TracerStuck
+from leakhound.errors import HeadroomTooSmall, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
 from leakhound.render.prometheus import (
     DEFAULT_TOP_OWNERS,
@@ -78,8 +78,10 @@ class Exporter:
     def __init__(self, *, pids: tuple[int, ...], match: str | None, method: str,
                  interval: float, timeout: float, log: Callable[[str], None] = _quiet,
                  note: Callable[[str], None] = _quiet,
-                 max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS) -> None:
+                 max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS,
+                 force: bool = False) -> None:
         self.match = match
+        self.force = force
         self.top = top
         self.max_pause_ms = max_pause_ms
         self.method = method
@@ -119,7 +121,11 @@ class Exporter:
             pid = exported.target.pid
             try:
                 snap = take_snapshot(pid, method=exported.method, top=max(self.top, 20), timeout=self.timeout,
-                                     log=self.log, max_pause_ms=self.max_pause_ms)
+                                     log=self.log, max_pause_ms=self.max_pause_ms, force=self.force)
+            except HeadroomTooSmall as exc:
+                # Not a failure of the target's: skipped this round (its last snapshot stands).
+                self.note(f"leakhound: process {pid}: skipped this round: {exc}")
+                continue
             except (TargetNotFound, TargetExited):
                 exported.gone = True
                 exported.up = False
@@ -193,11 +199,12 @@ def serve(exporter: Exporter, *, host: str, port: int, stop: threading.Event,
 def export_processes(*, pids: tuple[int, ...], match: str | None, method: str, listen: str,
                      allow_remote: bool, interval: float, timeout: float,
                      log: Callable[[str], None] = _quiet, note: Callable[[str], None] = _quiet,
-                     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS) -> None:
+                     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS,
+                     force: bool = False) -> None:
     """Serve /metrics for ``pids`` and the ``match``ing processes until Ctrl-C."""
     host, port = parse_listen(listen, allow_remote=allow_remote)
     exporter = Exporter(pids=pids, match=match, method=method, interval=interval,
-                        timeout=timeout, log=log, note=note, max_pause_ms=max_pause_ms, top=top)
+                        timeout=timeout, log=log, note=note, max_pause_ms=max_pause_ms, top=top, force=force)
     stop = threading.Event()
     try:
         serve(exporter, host=host, port=port, stop=stop)

@@ -34,7 +34,7 @@ ACTIONS = ("apply", "revert", "status", "dry-run")
 
 
 def _request(pid: int, action: str, fixes: list[str], *, method: str, timeout: float,
-             log: AttachLog | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+             log: AttachLog | None, options: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
     request: dict[str, Any] = {"op": "patch", "action": action, "fixes": fixes}
     if options:
         request["options"] = options
@@ -45,6 +45,8 @@ def _request(pid: int, action: str, fixes: list[str], *, method: str, timeout: f
         timeout=timeout,
         log=log,
         target=resolve_target(pid),
+        # a revert and --status take memory back or only read: never refused for headroom
+        force=force or action in ("revert", "status"),
     )
     return remote.result
 
@@ -60,11 +62,13 @@ def patch_process(
     log: AttachLog | None = None,
     wait: Callable[[float], None] = time.sleep,
     trim_every: float | None = None,
+    force: bool = False,
 ) -> tuple[PatchOutcome, ...]:
     """Run ``action`` for ``fixes`` in ``pid``; with ``apply``, measure the declared numbers
     before and after (after ``verify_seconds`` when given). Raises PatchRefused when every
     requested fix was refused (nothing changed). ``trim_every``: the trim fix's cadence in
-    seconds (1 to 3600; default 10)."""
+    seconds (1 to 3600; default 10). ``force``: apply (or dry-run, measure) with less
+    headroom under the target's memory limit than the request may cost (HeadroomTooSmall)."""
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}")
     if action == "revert":
@@ -72,14 +76,14 @@ def patch_process(
         listed = tuple(_outcome(pid, r) for r in doc["results"])
         return listed
     if action != "apply":
-        doc = _request(pid, action, fixes, method=method, timeout=timeout, log=log)
+        doc = _request(pid, action, fixes, method=method, timeout=timeout, log=log, force=force)
         listed = tuple(_outcome(pid, r) for r in doc["results"])
         _raise_if_all_refused(pid, listed)
         return listed
     if trim_every is not None and not 1 <= trim_every <= 3600:
         raise ValueError("trim_every must be between 1 and 3600 seconds")
     options = {"trim_every": trim_every} if trim_every is not None else None
-    applied = _changing(pid, "apply", fixes, method=method, timeout=timeout, log=log, options=options)
+    applied = _changing(pid, "apply", fixes, method=method, timeout=timeout, log=log, options=options, force=force)
     _raise_if_all_refused(pid, tuple(_outcome(pid, r) for r in applied["results"]))
     live = [r["fix"] for r in applied["results"] if r["status"] in ("applied", "already-applied")]
     if "measure" not in applied:
@@ -91,7 +95,7 @@ def patch_process(
     if verify_seconds > 0:
         wait(verify_seconds)
         try:
-            after_doc = _request(pid, "measure", fixes, method=method, timeout=timeout, log=log)
+            after_doc = _request(pid, "measure", fixes, method=method, timeout=timeout, log=log, force=force)
         except (AttachTimeout, OutcomeUnknown) as exc:
             raise PatchIncomplete(
                 f"process {pid}: applied: {', '.join(live) or 'none'}; the measurement "
@@ -121,11 +125,11 @@ READ_BACK_SECONDS = 30.0
 
 
 def _changing(pid: int, action: str, fixes: list[str], *, method: str, timeout: float,
-              log: AttachLog | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+              log: AttachLog | None, options: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
     """An apply or revert whose outcome is known whatever happens to the request: on a
     timeout, what is applied is read back from the target and reported."""
     try:
-        return _request(pid, action, fixes, method=method, timeout=timeout, log=log, options=options)
+        return _request(pid, action, fixes, method=method, timeout=timeout, log=log, options=options, force=force)
     except TargetBlocked as exc:
         raise TargetBlocked(f"{exc}; nothing was changed: the payload never started, and it never will "
                             f"(its directory is gone)") from None

@@ -34,6 +34,7 @@ from leakhound.analysis.growth import (
 from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
+from leakhound.attach.memory_limit import MemoryCost
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
 from leakhound.errors import (
@@ -44,7 +45,7 @@ from leakhound.errors import (
     TargetNotFound,
     TracerStuck,
 )
-from leakhound.model import Snapshot, TypeStat
+from leakhound.model import RequestCost, Snapshot, TypeStat
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
 SAMPLED_OWNERS = 30
@@ -69,6 +70,11 @@ class Watched:
     gone: bool = False
     skipped_ticks: int = 0
     warnings: list[str] = field(default_factory=list)
+    # RSS the request that loaded the payload left in the target (its modules, ~4 MB, and the
+    # allocator's arenas of its first census, ~2 MB, kept for the next request): taken out of
+    # every later sample's RSS, which is the worker's growth, not leakhound's (a 5 MB target
+    # was given "growth 74.6 MiB/min" from it)
+    payload_resident: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,24 +87,27 @@ class WatchResult:
 
 def _full(
     w: Watched, *, top: int, timeout: float, log: AttachLog, max_pause_ms: float, progress: Progress | None = None,
+    force: bool = False,
 ) -> Sample:
     # RSS is read before the census: the series is the worker's, not the worker's plus what
     # the census itself briefly allocates in it.
-    rss = rss_bytes(w.target.pid)
+    rss = rss_bytes(w.target.pid) - w.payload_resident
     snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
-                             max_pause_ms=max_pause_ms, progress=progress)
+                             max_pause_ms=max_pause_ms, progress=progress, force=force)
+    w.payload_resident += _left_by_loading(snapshot.cost)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     w.last_full = sample
     return sample
 
 
-def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None = None) -> Sample:
+def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None = None,
+           force: bool = False) -> Sample:
     assert w.last_full is not None
     reference = w.last_full
     paths = [o.path for o in reference.owners if not o.path.startswith(_UNRESOLVABLE)]
     taken_at = time.time()
-    rss = rss_bytes(w.target.pid)  # before the request (see _full)
+    rss = rss_bytes(w.target.pid) - w.payload_resident  # before the request (see _full)
     remote = run_request(
         w.target.pid,
         {"op": "sample", "paths": paths[:SAMPLED_OWNERS], "top_types": SAMPLED_TYPES},
@@ -107,7 +116,9 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
         log=log,
         target=w.target,
         progress=progress,
+        force=force,
     )
+    w.payload_resident += _left_by_loading(remote.cost)
     result = remote.result
     taken_at = counted_at(result, "started_at", taken_at)
     try:  # the sample comes from inside the target, whose owner controls it
@@ -134,9 +145,16 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
     )
 
 
+def _left_by_loading(cost: RequestCost | MemoryCost | None) -> int:
+    """The RSS a request that loaded the payload left in the target; 0 for any other."""
+    if cost is None or cost.payload_load_bytes <= 0:
+        return 0
+    return max(cost.payload_load_bytes, cost.rss_bytes)
+
+
 def _rss_only(w: Watched) -> Sample:
     return Sample(
-        pid=w.target.pid, taken_at=time.time(), rss_bytes=rss_bytes(w.target.pid),
+        pid=w.target.pid, taken_at=time.time(), rss_bytes=rss_bytes(w.target.pid) - w.payload_resident,
         name=w.target.name, method="rss",
     )
 
@@ -144,14 +162,16 @@ def _rss_only(w: Watched) -> Sample:
 def _sample_one(
     w: Watched, *, now: float, final: bool, full_every: float, attach_every: float,
     top: int, timeout: float, log: AttachLog, max_pause_ms: float, progress: Progress | None = None,
+    force: bool = False,
 ) -> Sample:
     stops_target = w.method == "gdb"
     if w.last_full is None or final or now - w.last_full_at >= full_every:
         w.last_full_at = w.last_attach_at = now
-        return _full(w, top=top, timeout=timeout, log=log, max_pause_ms=max_pause_ms, progress=progress)
+        return _full(w, top=top, timeout=timeout, log=log, max_pause_ms=max_pause_ms, progress=progress,
+                     force=force)
     if not stops_target or now - w.last_attach_at >= attach_every:
         w.last_attach_at = now
-        return _cheap(w, timeout=timeout, log=log, progress=progress)
+        return _cheap(w, timeout=timeout, log=log, progress=progress, force=force)
     return _rss_only(w)
 
 
@@ -181,6 +201,7 @@ def watch_processes(
     on_sample: Callable[[Sample], None] | None = None,
     on_tick: Callable[[tuple[GrowthReport, ...]], None] | None = None,
     max_samplers: int = MAX_SAMPLERS,
+    force: bool = False,
 ) -> WatchResult:
     """Sample every process until ``duration`` has passed (or Ctrl-C) and analyse growth.
 
@@ -188,7 +209,9 @@ def watch_processes(
     busy target, a slow attach) become warnings of that process and the watch goes on.
     Processes are sampled concurrently (at most ``max_samplers`` at once, one request per
     process, each bounded by ``timeout``): a slow or stalled worker misses ticks, the others
-    do not.
+    do not. A sample of a process with too little headroom under its memory limit is
+    refused (HeadroomTooSmall: the watch ends on a first census, later ones are skipped with
+    a warning) unless ``force``.
     """
     log = log or (lambda line: None)
     watched: dict[int, Watched] = {}
@@ -207,7 +230,7 @@ def watch_processes(
         samplers.submit(w.target.pid, functools.partial(
             _sample_one, w, now=time.monotonic(), final=final, full_every=full_every,
             attach_every=attach_every, top=top, timeout=timeout, log=log,
-            max_pause_ms=max_pause_ms, progress=samplers.check,
+            max_pause_ms=max_pause_ms, progress=samplers.check, force=force,
         ))
 
     started = time.monotonic()

@@ -179,6 +179,27 @@ class PatchOutcome:
 
 
 @dataclass(frozen=True)
+class RequestCost:
+    """What taking the snapshot cost the target's memory, measured while it ran (not an
+    estimate): the most its memory cgroup was charged over what it was before (None: no
+    cgroup leakhound could read), the growth of its VmHWM and RSS, and the peak RSS growth the
+    payload measured in itself; with the memory budget the request kept to
+    (``max(16 MiB, 1% RSS)`` under a limit; None: no limit) and the headroom and tightest
+    limit it found before starting (docs/inspect.md, "Near the memory limit")."""
+
+    cgroup_peak_bytes: int | None = None
+    hwm_bytes: int = 0
+    rss_bytes: int = 0
+    payload_peak_bytes: int | None = None
+    budget_bytes: int | None = None
+    headroom_bytes: int | None = None
+    limit: str = ""
+    # the RSS the payload's first load in the target added (its modules, kept for the next
+    # request; 0 when it was loaded already): leakhound's, not the target's growth
+    payload_load_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     pid: int
     taken_at: float
@@ -195,6 +216,8 @@ class Snapshot:
     # detectors read them. Keyed by probe name; each value is a plain JSON object.
     probes: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    # What taking it cost the target's memory (None in files written before it was measured).
+    cost: RequestCost | None = None
     # The leakhound that took it ("" in files written before it was recorded).
     leakhound_version: str = __version__
     schema: str = SNAPSHOT_SCHEMA

@@ -4,13 +4,16 @@
 # thread; loading the payload (compiling it, if no usable .pyc came along) and all the work
 # happen on that thread, so the event loop is held for about a millisecond.
 import os
+import stat
 import sys
 import threading
 import time
 
 _entered = time.perf_counter()
-_st = os.stat(LH_DIR)  # noqa: F821 - provided by the caller
-if _st.st_uid not in (0, os.getuid()) or _st.st_mode & 0o077:
+# The directory itself, not what a symlink of its name points at: leakhound made it root's
+# and 0700, filled it, then handed it to this process's user (attach/private_dir.py).
+_st = os.lstat(LH_DIR)  # noqa: F821 - provided by the caller
+if not stat.S_ISDIR(_st.st_mode) or _st.st_uid not in (0, os.getuid()) or _st.st_mode & 0o077:
     raise PermissionError("leakhound: refusing a payload directory that is not private")
 
 
@@ -87,7 +90,18 @@ def _release_page(directory):
         pass
 
 
+def _resident_bytes():
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _work(directory=LH_DIR):  # noqa: F821
+    # Loading the payload the first time is part of what the request costs the target (~5 MB
+    # of RSS): its memory budget is measured from before it.
+    rss = _resident_bytes()
     try:
         runner = _load(directory)
     except BaseException as exc:
@@ -98,6 +112,7 @@ def _work(directory=LH_DIR):  # noqa: F821
             pass
         return
     _release_page(directory)
+    runner._rss_at_boot = rss
     try:
         runner.run_from_dir(directory)
     finally:

@@ -81,7 +81,7 @@ if not hasattr(_walk_module, "graph_walk"):
     _walk_module = None
 
 __all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphTimeout", "GraphTooBig",
-           "binary_pieces", "build", "census_lists_all", "json_pieces", "name_paths"]
+           "binary_pieces", "build", "census_lists_all", "compiled_available", "json_pieces", "name_paths"]
 
 # /2: the arrays travel raw after the JSON (graph_wire.Binary), not as base64 in it.
 # /3: ``roots`` is one flat list, four items a root (node, label, kind, tier), not a list per
@@ -776,6 +776,11 @@ class CompiledGraph(Graph):
 
 
 _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
+
+
+def compiled_available():
+    """Whether the compiled walk (_walk.abi3.so) loaded here: not from a noexec directory."""
+    return _walk_module is not None
 
 
 def census_lists_all(unreached, max_pause_ms):

@@ -41,6 +41,7 @@ import traceback
 # the next request reuses the loaded package (same version): a module first imported then
 # would not be found ("cannot import name 'graph'").
 from . import arena, census, duty, graph, patches, probes, sampling
+from .graph_wire import BINARY_FILE
 
 PAYLOAD_VERSION = "1"
 
@@ -64,21 +65,97 @@ class Cancelled(Exception):
         self.phase = phase
 
 
+def _statm_fd():
+    try:
+        return os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return -1
+
+
+def resident_bytes(fd):
+    """The process's RSS, from an open /proc/self/statm (re-read from its start); 0 if unreadable."""
+    try:
+        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# The RSS before the payload was loaded (boot.py sets it, the loading being part of what a
+# request costs the target); taken by the next request, which measures its cost from it.
+_rss_at_boot = 0
+
+
+class _MemoryBudget(object):
+    """What the request has cost the target so far, measured as it runs: the process's RSS
+    (/proc/self/statm) over what it was as the request began (before the payload was loaded,
+    on its first load); ``limit`` (``max_extra_bytes``) is what it may reach. The RSS is the
+    target's as a whole: its own growth meanwhile counts too, which errs on the safe side."""
+
+    def __init__(self, limit, baseline=0):
+        self.limit = limit
+        # Files the request writes for the CLI (graph.bin), counted while their pages exist:
+        # the CLI gives them back as it reads (attach/channel.py _Tail), which may lag.
+        self.files = []
+        self.fd = _statm_fd()
+        now = resident_bytes(self.fd) if self.fd >= 0 else 0
+        self.baseline = baseline if 0 < baseline <= now else now
+        # what loading the payload added (kept for the next request): not the target's growth
+        self.loaded = now - self.baseline
+        self.peak = now - self.baseline
+
+    def cost(self):
+        if self.fd < 0:
+            return 0
+        cost = resident_bytes(self.fd) - self.baseline
+        for path in self.files:
+            try:
+                cost += os.lstat(path).st_blocks * 512
+            except OSError:
+                pass
+        if cost > self.peak:
+            self.peak = cost
+        return cost
+
+    def left(self):
+        """Bytes the request may still take, or None without a budget."""
+        if self.limit is None:
+            return None
+        return self.limit - self.cost()
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class _Stop(object):
-    """The request's cancellation point: its own deadline plus the CLI's explicit cancel.
+    """The request's cancellation point: its own deadline, the CLI's explicit cancel, and its
+    memory budget (``memory``, a ``_MemoryBudget``: reason "memory" once the request's cost
+    in the target passes it).
 
     ``check(phase)`` raises ``Cancelled``; calling the object answers True once cancelled
     (what the census takes as ``cancelled=``). The explicit channel is polled at most every
-    ``every`` seconds: a poll is a system call, which hands the GIL to the main thread.
+    ``every`` seconds, the RSS every ``MEMORY_EVERY``: a poll is a system call, which hands the
+    GIL to the main thread.
     """
 
-    def __init__(self, timeout, explicit=None, every=0.1):
+    # The census's walk can grow by ~80 MB/s (its stack, on a list of millions of items): at
+    # 0.1 s between looks it passed a 16 MiB budget by 3.6 MiB on a 1 GB heap.
+    MEMORY_EVERY = 0.03
+
+    def __init__(self, timeout, explicit=None, every=0.1, memory=None):
         self.deadline = time.monotonic() + timeout
         self.explicit = explicit
         self.every = every
         self.polled = 0.0
         self.reason = None
         self.phase = "start"
+        self.memory = memory
+        self.memory_polled = 0.0
+
+    def over_memory(self):
+        return self.memory is not None and self.memory.limit is not None and self.memory.left() < 0
 
     def __call__(self):
         if self.reason is not None:
@@ -86,7 +163,12 @@ class _Stop(object):
         now = time.monotonic()
         if now > self.deadline:
             self.reason = "deadline"
-        elif self.explicit is not None and now - self.polled >= self.every:
+        elif (self.memory is not None and self.memory.limit is not None
+              and now - self.memory_polled >= self.MEMORY_EVERY):
+            self.memory_polled = now
+            if self.over_memory():
+                self.reason = "memory"
+        if self.reason is None and self.explicit is not None and now - self.polled >= self.every:
             self.polled = now
             try:
                 if self.explicit():
@@ -104,6 +186,12 @@ class _Stop(object):
 def _request_timeout(request):
     timeout = request.get("timeout")
     return float(timeout) if type(timeout) in (int, float) and 0 < timeout <= 3600 else 60.0
+
+
+def _max_extra_bytes(request):
+    """The request's memory budget in the target (``max_extra_bytes``), or None: no cap."""
+    value = request.get("max_extra_bytes")
+    return value if type(value) is int and value >= 0 else None
 
 
 def _int(value, default, low, high):
@@ -354,6 +442,14 @@ def _with_graph_tallies(heap, tallies, graph_seconds, request):
 
 # The share of the request's remaining time the object graph may take.
 GRAPH_SHARE = 0.6
+# Under a memory budget, the least left of it worth walking a graph with, and what is kept
+# back from the graph's share for what its own count does not see (its tables of types and
+# labels, malloc's rounding, the document sent after it): a quarter of the budget, at least
+# 6 MiB. Measured on a 100 MB heap, the target's RSS grew 3.4 MiB past what the walk counted
+# when it gave up (the agent: its cgroup +15.3 MiB of a 16 MiB budget with 4 MiB kept back).
+GRAPH_MIN_BYTES = 2 << 20
+GRAPH_RESERVE = 6 << 20
+GRAPH_RESERVE_SHARE = 0.25
 
 
 def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, spool_dir=None, tallies=False,
@@ -393,12 +489,39 @@ def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool
         # Skipped, the graph leaves the owners to a census walking them afterwards: it keeps
         # what that needs (about four times the census without owners took, measured).
         budget = max(1.0, min(budget, left - 4.0 * census_seconds - 1.0))
+    max_bytes = _int(request.get("max_graph_bytes"), 0, 0, 1 << 40)
+    cancelled = stop
+    if spool_dir is not None and stop.memory is not None:
+        stop.memory.files.append(os.path.join(spool_dir, BINARY_FILE))
+    left = stop.memory.left() if stop.memory is not None else None
+    if left is not None:
+        # Under a memory budget the graph gets what is left of it (the census's owners stand
+        # when it does not fit), and passing the budget gives it up rather than the request.
+        left -= max(GRAPH_RESERVE, int(stop.memory.limit * GRAPH_RESERVE_SHARE))
+        if request.get("walker") == "python" or not graph.compiled_available():
+            # The Python loop's tables (a dict and a list entry per object) grow by doubling:
+            # one step of tens of MB between two looks at the budget (a 100 MB heap: +45 MB
+            # before the first check, which the OOM killer did not wait for).
+            return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph's Python loop (the compiled walk "
+                    "is not loaded) cannot keep to the request's memory budget in the target (%.0f MiB, from the "
+                    "memory limit's headroom)" % (stop.memory.limit / 1048576.0)}
+        if left < GRAPH_MIN_BYTES:
+            return {"format": graph.GRAPH_FORMAT, "skipped": "the request's memory budget in the target (%.0f MiB, "
+                    "from the memory limit's headroom) had %.1f MiB left for the object graph"
+                    % (stop.memory.limit / 1048576.0, max(0, left) / 1048576.0)}
+        max_bytes = min(max_bytes, left) if max_bytes else left
+
+        def cancelled():
+            if stop.over_memory():
+                raise graph.GraphTooBig("took the target's RSS past the request's memory budget of %.0f MiB"
+                                        % (stop.memory.limit / 1048576.0))
+            return stop()
+
     try:
         return graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
-                           max_pause_ms=max_pause, cancelled=stop, compiled=request.get("walker") != "python",
-                           spool_dir=spool_dir, reached=reached,
-                           max_bytes=_int(request.get("max_graph_bytes"), 0, 0, 1 << 40))
+                           max_pause_ms=max_pause, cancelled=cancelled, compiled=request.get("walker") != "python",
+                           spool_dir=spool_dir, reached=reached, max_bytes=max_bytes)
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
                 "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget}
@@ -450,7 +573,10 @@ def handle(request, progress=None, cancelled=None, exchange=None):
         return {"ok": False, "error": "another leakhound request is running in this process",
                 "kind": "Busy"}
     started = time.perf_counter()
-    stop = _Stop(_request_timeout(request), cancelled)
+    global _rss_at_boot
+    memory = _MemoryBudget(_max_extra_bytes(request), _rss_at_boot)
+    _rss_at_boot = 0
+    stop = _Stop(_request_timeout(request), cancelled, memory=memory)
     waits_before = duty.stats()
     try:
         # The request's first stretch too (duty.py): it allocates (the roots, the walk's
@@ -465,13 +591,19 @@ def handle(request, progress=None, cancelled=None, exchange=None):
             out = OPERATIONS[request["op"]](request, progress, stop)
         out["ok"] = True
         out["payload_seconds"] = time.perf_counter() - started
+        memory.cost()
+        out["memory_cost"] = {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit,
+                                "loaded_bytes": memory.loaded}
         # the target's costly collections this request left to the target's threads (duty.py)
         waits = duty.stats()
         out["collector_waits"] = {k: waits[k] - waits_before[k] for k in waits}
         return out
     except Cancelled as exc:
+        memory.cost()
         return {"ok": False, "kind": "Cancelled", "reason": exc.reason, "phase": exc.phase,
-                "error": str(exc), "payload_seconds": time.perf_counter() - started}
+                "error": str(exc), "payload_seconds": time.perf_counter() - started,
+                "memory_cost": {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit,
+                                "loaded_bytes": memory.loaded}}
     except Exception as exc:  # remote errors travel back, they never print in the target
         return {
             "ok": False,
@@ -480,6 +612,7 @@ def handle(request, progress=None, cancelled=None, exchange=None):
             "traceback": traceback.format_exc(limit=8),
         }
     finally:
+        memory.close()
         duty.give_back()  # the collector never left off past the request (duty.py)
         _busy.release()
 
@@ -602,6 +735,8 @@ def run_from_dir(directory):
             request = json.load(fh)
         result = handle(request, progress, cancelled, _Exchange(directory))
     except (OSError, ValueError) as exc:
+        global _rss_at_boot
+        _rss_at_boot = 0  # no request took it: not a baseline for a later one
         result = {"ok": False, "error": "cannot read the request: %s" % exc, "kind": "BadRequest"}
     if not os.path.isdir(directory):
         return  # the CLI gave up and removed the directory; nothing to leave behind

@@ -9,7 +9,7 @@ from typing import TextIO
 from rich.table import Table
 
 from leakhound.analysis.ledger import LedgerRow
-from leakhound.model import Finding, Owner, Snapshot
+from leakhound.model import Finding, Owner, RequestCost, Snapshot
 from leakhound.model.units import fmt_bytes
 from leakhound.render.console import console
 
@@ -41,10 +41,14 @@ def render_snapshot(
     # the budget and the longest the census ran between two yields of the GIL (--max-pause)
     held = (f", held the GIL at most {h.max_hold_ms:.0f} ms at a time (budget {h.max_pause_budget_ms:.0f} ms)"
             if h.max_pause_budget_ms else "")
+    # the memory it cost the target, measured (files from before that: the census's own count)
+    extra = f", extra memory {fmt_bytes(h.payload_peak_bytes)}" if snapshot.cost is None else ""
     con.print(
         f"census{walk}: {h.objects:,} objects in {h.census_seconds:.2f}s, "
-        f"longest pause {h.max_pause_ms:.0f} ms{held}, extra memory {fmt_bytes(h.payload_peak_bytes)}"
+        f"longest pause {h.max_pause_ms:.0f} ms{held}{extra}"
     )
+    if snapshot.cost is not None:
+        con.print(cost_line(snapshot.cost))
     if not h.unreached_examined:
         con.print(f"[yellow]not examined:[/yellow] objects no named root reaches: {h.unreached_note}")
     con.print(_owner_model_line(snapshot))
@@ -146,3 +150,20 @@ def render_findings(findings: tuple[Finding, ...], *, pid: int, file: TextIO | N
         con.print("findings: none")
     for reason, kinds in not_checked.items():
         con.print(f"[dim]not checked: {', '.join(kinds)} ({reason})[/dim]")
+
+
+def cost_line(cost: RequestCost) -> str:
+    """What the inspection cost the target's memory, measured, and the budget it kept to."""
+    charged = (f"its memory cgroup +{fmt_bytes(cost.cgroup_peak_bytes)} at peak, "
+               if cost.cgroup_peak_bytes is not None else "")
+    if cost.budget_bytes is None:
+        budget = "no memory limit"
+    else:
+        budget = f"budget {fmt_bytes(cost.budget_bytes)}"
+        if cost.headroom_bytes is not None:
+            budget += f" of {fmt_bytes(cost.headroom_bytes)} headroom under its limit"
+    return f"cost to the target: {charged}VmHWM +{fmt_bytes(cost.hwm_bytes)}, RSS {_signed(cost.rss_bytes)} ({budget})"
+
+
+def _signed(n: int) -> str:
+    return f"+{fmt_bytes(n)}" if n >= 0 else f"-{fmt_bytes(-n)}"

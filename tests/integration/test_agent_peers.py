@@ -133,7 +133,7 @@ def test_a_wrong_line_is_one_clear_error(nobody_dir: Path, line: str) -> None:
     line_file.write_bytes(line.encode("utf-8", "surrogatepass"))
     with _hostile(nobody_dir, "line", HOSTILE_LINE=str(line_file)) as child:  # type: ignore[attr-defined]
         run = _inspect(child.pid, nobody_dir)
-    _one_clear_error(run, 19)
+    _one_clear_error(run, 20)
     assert "agent socket of process" in run.stderr
 
 
@@ -191,12 +191,12 @@ WRONG_RESULTS = {
 def test_a_result_of_the_wrong_shape_is_one_clear_error(
     nobody_dir: Path, real_result: dict[str, Any], change: tuple[str, Any]
 ) -> None:
-    """Valid JSON, the real agent's answer but for one field: exit 19, never a traceback."""
+    """Valid JSON, the real agent's answer but for one field: exit 20, never a traceback."""
     line_file = nobody_dir / "line"
     line_file.write_text(json.dumps({"result": _changed(real_result, *change)}))
     with _hostile(nobody_dir, "line", HOSTILE_LINE=str(line_file)) as child:  # type: ignore[attr-defined]
         run = _inspect(child.pid, nobody_dir, "--owners", "census")
-    _one_clear_error(run, 19)
+    _one_clear_error(run, 20)
 
 
 def _frame(code: int, typecode: str, items: list[int]) -> bytes:
@@ -228,12 +228,12 @@ WRONG_GRAPHS = {
 def test_a_graph_of_the_wrong_shape_is_one_clear_error(
     nobody_dir: Path, real_result: dict[str, Any], change: dict[str, Any]
 ) -> None:
-    """The dominator passes follow the graph's indices: one out of range is exit 19."""
+    """The dominator passes follow the graph's indices: one out of range is exit 20."""
     line_file = nobody_dir / "line"
     line_file.write_bytes(_graph_answer(real_result, **change))
     with _hostile(nobody_dir, "line", HOSTILE_LINE=str(line_file)) as child:  # type: ignore[attr-defined]
         run = _inspect(child.pid, nobody_dir, "--owners", "dominator")
-    _one_clear_error(run, 19)
+    _one_clear_error(run, 20)
     assert "object graph the target sent" in run.stderr
 
 
@@ -249,14 +249,14 @@ def test_the_graph_answer_itself_is_read(nobody_dir: Path, real_result: dict[str
 def test_a_line_without_end(nobody_dir: Path) -> None:
     with _hostile(nobody_dir, "endless") as child:  # type: ignore[attr-defined]
         run = _inspect(child.pid, nobody_dir)
-    _one_clear_error(run, 19)
+    _one_clear_error(run, 20)
     assert "longer than 32 MiB" in run.stderr
 
 
 def test_a_declared_terabyte_of_graph_records_streamed(nobody_dir: Path) -> None:
     with _hostile(nobody_dir, "binary") as child:  # type: ignore[attr-defined]
         run = _inspect(child.pid, nobody_dir)
-    _one_clear_error(run, 19)
+    _one_clear_error(run, 20)
     assert "1000000000000 bytes of graph records" in run.stderr
 
 
@@ -312,7 +312,7 @@ def test_a_symlink_in_the_socket_directory_is_not_followed(nobody_dir: Path) -> 
             time.sleep(0.5)
     finally:
         victim.close()
-    _one_clear_error(run, 19)
+    _one_clear_error(run, 20)
     assert "not a socket" in run.stderr
     assert victim.got == b"" and victim.connections == 0
 
@@ -324,7 +324,7 @@ def test_another_process_at_the_agents_path_is_sent_nothing(nobody_dir: Path) ->
         run = _inspect(child.pid, nobody_dir)
         time.sleep(0.5)
         got = Path(f"{child.ready_file}.got").read_text()
-    _one_clear_error(run, 19)
+    _one_clear_error(run, 20)
     assert f"not by process {child.pid}" in run.stderr
     assert got == ""
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from leakhound.attach import elf, remote_exec
+from leakhound.attach.private_dir import PrivateDir
 from leakhound.attach.process import Target
 from leakhound.errors import MethodUnavailable
 
@@ -129,7 +130,8 @@ def test_a_fifo_is_not_opened_for_reading(tmp_path: Path) -> None:
 
 
 def _target(version: tuple[int, int]) -> Target:
-    return Target(pid=os.getpid(), uid=0, exe="/home/user/python", version=version, name="python", cmdline="")
+    return Target(pid=os.getpid(), uid=os.geteuid(), exe="/home/user/python", version=version, name="python",
+                  cmdline="")
 
 
 def test_remote_exec_never_runs_the_targets_interpreter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -140,12 +142,17 @@ def test_remote_exec_never_runs_the_targets_interpreter(monkeypatch: pytest.Monk
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     monkeypatch.setattr(subprocess, "run", run)
-    ours = sys.version_info[:2]
-    monkeypatch.setattr(remote_exec.sys, "version_info", (3, 14, 0))
-    remote_exec.inject(_target((3, 14)), "pass", str(tmp_path), str(tmp_path), timeout=5, log=lambda _: None)
-    assert ran and ran[0][0] == sys.executable and "/home/user/python" not in ran[0]
-    monkeypatch.setattr(remote_exec.sys, "version_info", ours)
-    assert not remote_exec.available(_target((3, 14)))
-    with pytest.raises(MethodUnavailable, match="leakhound's own interpreter"):
-        remote_exec.inject(_target((3, 14)), "pass", str(tmp_path), str(tmp_path), timeout=5, log=lambda _: None)
+    ours = sys.version_info
+    private = PrivateDir.make(os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+    try:
+        monkeypatch.setattr(remote_exec.sys, "version_info", (3, 14, 0))
+        remote_exec.inject(_target((3, 14)), "pass", private, "/nowhere", timeout=5, log=lambda _: None)
+        assert ran and ran[0][0] == sys.executable and "/home/user/python" not in ran[0]
+        monkeypatch.setattr(remote_exec.sys, "version_info", ours)
+        assert not remote_exec.available(_target((3, 14)))
+        with pytest.raises(MethodUnavailable, match="leakhound's own interpreter"):
+            remote_exec.inject(_target((3, 14)), "pass", private, "/nowhere", timeout=5, log=lambda _: None)
+    finally:
+        private.remove()
+        private.close()
     assert len(ran) == 1

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from leakhound.attach.base import AttachLog, Injection
+from leakhound.attach.private_dir import PrivateDir
 from leakhound.attach.ptrace.plan import plan
 from leakhound.attach.ptrace.stop import LATE_STOP_TIMEOUT
 from leakhound.errors import (
@@ -58,7 +59,7 @@ stop.main()
 _HELPERS: list[subprocess.Popen[bytes]] = []
 
 
-def _spawn() -> subprocess.Popen[bytes]:
+def _spawn(pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
     env = {"LH_PTRACE_ROOT": str(_HERE.parents[2]), "LH_PTRACE_BOOT": _BOOT}
     if "LEAKHOUND_PTRACE_TEST" in os.environ:
         env["LEAKHOUND_PTRACE_TEST"] = os.environ["LEAKHOUND_PTRACE_TEST"]
@@ -68,6 +69,7 @@ def _spawn() -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
+        pass_fds=pass_fds,  # the private directory and its parent: it never opens them by path
         start_new_session=True,  # not in our process group: Ctrl-C and kill -- -PGID miss it
     )
 
@@ -107,21 +109,32 @@ def _send(helper: subprocess.Popen[bytes], doc: dict[str, Any]) -> None:
     helper.stdin.flush()
 
 
+def _directory(private: PrivateDir | None, path: str | None, payload_timeout: float) -> dict[str, Any]:
+    """The first line to the helper: the private directory as the descriptors it inherits
+    and the identity they must have (the path only for its log)."""
+    if private is None:
+        return {"private_dir": None}
+    return {"private_dir": path or private.name, "dir_fd": private.fd, "parent_fd": private.parent_fd,
+            "name": private.name, "dev": private.dev, "ino": private.ino, "payload_timeout": payload_timeout}
+
+
 def inject(
-    pid: int, code: str, *, timeout: float, log: AttachLog, page_note: str | None = None
+    pid: int, code: str, *, timeout: float, log: AttachLog, private: PrivateDir | None = None,
+    private_path: str | None = None, payload_timeout: float = 60.0,
 ) -> Injection:
-    """Queue ``code`` as a pending call in ``pid``. ``page_note`` is a file in the request's
-    private directory: the helper removes that directory if this process dies first."""
+    """Queue ``code`` as a pending call in ``pid``. ``private``: the request's private
+    directory, which the helper removes if this process dies first (handed over as inherited
+    descriptors; ``private_path`` names it in the helper's log; ``payload_timeout`` is how
+    long the payload may still write into it)."""
     for done in [h for h in _HELPERS if h.poll() is not None]:
         _HELPERS.remove(done)
-    private_dir = os.path.dirname(page_note) if page_note else None
     # The helper first (it starts while the plan is made), told the directory at once: if we
     # die from here on, it is removed.
-    helper = _spawn()
+    helper = _spawn(() if private is None else (private.fd, private.parent_fd))
     assert helper.stdin is not None and helper.stdout is not None
     _HELPERS.append(helper)
     try:
-        _send(helper, {"private_dir": private_dir})
+        _send(helper, _directory(private, private_path, payload_timeout))
         try:
             plan_ = plan(pid)
         except BaseException:
@@ -139,7 +152,7 @@ def inject(
         raise AttachFailed(f"the ptrace helper exited ({helper.wait()}) before it read the request") from None
     finally:
         helper.stdout.close()
-        if private_dir is None:
+        if private is None:
             helper.stdin.close()  # it exits once its outcome is out
         # Otherwise stdin stays open while this process lives: its end tells the helper
         # (the private directory's janitor) that the CLI is gone.

@@ -24,15 +24,16 @@ before it runs), so a bootstrap that runs late, after a timeout, leaves nothing 
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
-import shutil
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir
 from leakhound.attach.ptrace import tracee as _t
 
 _RETRIES = 30
@@ -230,41 +231,42 @@ def _cli_gone(timeout: float) -> bool:
         return True
 
 
-def _payload_timeout(private_dir: str) -> float:
-    try:
-        with open(os.path.join(private_dir, "request.json")) as fh:
-            return float(json.load(fh).get("timeout", 60.0)) + 5.0
-    except (OSError, ValueError, AttributeError, TypeError):
-        return 65.0
-
-
-def janitor(private_dir: str, pid: int, queued: bool) -> None:
+def janitor(private: PrivateDir, pid: int, queued: bool, payload_timeout: float) -> None:
     """Remove the private directory if the CLI exits without doing so: at once when no
     bootstrap was queued, else (the request cancelled by a ``cancel`` file) once the payload
-    has written its result, or the target is gone, or the payload's own timeout has passed."""
-    while os.path.isdir(private_dir):
+    has written its result, or the target is gone, or the payload's own timeout has passed.
+    Everything goes through the directory's descriptor (private_dir): the target's user can
+    write into the directory, and this process is root."""
+    while private.is_in_place():
         if _cli_gone(0.1):
             break
     else:
         return
-    deadline = time.monotonic() + (_payload_timeout(private_dir) if queued else 0.0)
+    deadline = time.monotonic() + (payload_timeout + 5.0 if queued else 0.0)
     if queued:
         # Nobody will read the answer: the payload stops at its next step (runner's
         # directory_cancelled) instead of running, or waiting for the CLI's names, to its end.
         try:
-            with open(os.path.join(private_dir, "cancel"), "w"):
-                pass
+            private.touch("cancel")
         except OSError:
             pass
-    while os.path.isdir(private_dir) and time.monotonic() < deadline:
-        if os.path.exists(os.path.join(private_dir, "result.json")) or _t.thread_state(pid) in ("Z", "X", "gone"):
+    while private.is_in_place() and time.monotonic() < deadline:
+        if private.exists("result.json") or _t.thread_state(pid) in ("Z", "X", "gone"):
             break
         time.sleep(0.05)
     for _ in range(40):  # again while it is there: the payload may write a last file meanwhile
-        shutil.rmtree(private_dir, ignore_errors=True)
-        if not os.path.lexists(private_dir):
+        if private.remove():
             break
         time.sleep(0.05)
+
+
+def _timeout(value: Any) -> float:
+    """The payload's own timeout as the CLI sent it: a finite number of seconds, else 60."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 60.0
+    return min(seconds, 86400.0) if math.isfinite(seconds) and seconds > 0 else 60.0
 
 
 def _lines() -> Iterator[dict[str, Any]]:
@@ -284,24 +286,28 @@ def _lines() -> Iterator[dict[str, Any]]:
 
 
 HELPER_FILE = "ptrace-helper.pid"  # in the private directory: which helper looks after it
+_HELPER_FILE_BYTES = 32
 
 
-def _pid_alive(pid_file: str) -> bool:
+def _helper_alive(private: PrivateDir) -> bool:
     try:
-        with open(pid_file) as fh:
-            os.kill(int(fh.read()), 0)
+        text = private.read(HELPER_FILE, _HELPER_FILE_BYTES)
+        if text is None:
+            return False
+        os.kill(int(text), 0)
         return True
     except (OSError, ValueError):
         return False
 
 
-def sweep(parent: str) -> list[str]:
-    """Remove the private directories in ``parent`` whose leakhound died before any helper
-    looked after them (killed while it was still copying the payload there): named
-    ``leakhound-<pid>-*`` by channel.py, removed only when that pid is gone."""
+def sweep(parent_fd: int) -> list[str]:
+    """Remove the private directories in the directory ``parent_fd`` whose leakhound died
+    before any helper looked after them (killed while it was still copying the payload
+    there): named ``leakhound-<pid>-*`` by channel.py, removed only when that pid is gone,
+    through their descriptors (anyone can make a directory of that name)."""
     removed: list[str] = []
     try:
-        names = os.listdir(parent)
+        names = os.listdir(parent_fd)
     except OSError:
         return removed
     for name in names:
@@ -315,10 +321,22 @@ def sweep(parent: str) -> list[str]:
             pass
         except OSError:
             continue
-        if _pid_alive(os.path.join(parent, name, HELPER_FILE)):
-            continue  # its helper looks after it
-        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-        removed.append(name)
+        try:
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+        except OSError:
+            continue
+        try:
+            stale = PrivateDir(os.dup(parent_fd), name, fd)
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            if _helper_alive(stale):
+                continue  # its helper looks after it
+            stale.remove()
+            removed.append(name)
+        finally:
+            stale.close()
     return removed
 
 
@@ -402,21 +420,32 @@ def main() -> None:
 
     hook = test.hook if test is not None else _no_hook
     lines = _lines()
-    private_dir = (next(lines, None) or {}).get("private_dir")
+    first = next(lines, None) or {}
+    private_dir = first.get("private_dir")  # for the log only: it is never opened by path
+    private = None
+    if private_dir:
+        try:
+            private = PrivateDir.adopt(int(first["parent_fd"]), int(first["dir_fd"]), str(first["name"]),
+                                       int(first["dev"]), int(first["ino"]))
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            log(f"the private directory's descriptors are not the directory the CLI made ({exc}); "
+                "it is left to the CLI")
+    payload_timeout = _timeout(first.get("payload_timeout"))
     request = next(lines, None)
     if request is None or request.get("abandon"):
         # The CLI died before it asked for the stop (nothing was done to the target), or it
         # declined and carries on with the directory itself.
-        if request is None and private_dir:
-            shutil.rmtree(private_dir, ignore_errors=True)
+        if request is None and private is not None:
+            private.remove()
         return
-    if private_dir:
+    if private is not None:
         try:
-            with open(os.path.join(private_dir, HELPER_FILE), "w") as fh:
-                fh.write(str(os.getpid()))
+            private.create(HELPER_FILE, str(os.getpid()).encode())
+        except FileExistsError:
+            log(f"{HELPER_FILE} was already in the private directory: someone else put it there")
         except OSError:
             pass
-        swept = sweep(os.path.dirname(private_dir))
+        swept = sweep(private.parent_fd)
         if swept:
             log(f"removed private directories of leakhound processes that died: {swept}")
     if test is not None:
@@ -440,8 +469,8 @@ def main() -> None:
         pass
     emit({"outcome": outcome})
     hook("reported")
-    if private_dir:
-        janitor(private_dir, int(request["plan"]["pid"]), bool(outcome.get("ok")))
+    if private is not None:
+        janitor(private, int(request["plan"]["pid"]), bool(outcome.get("ok")), payload_timeout)
     if test is not None:
         test.log("helper: done")
     sys.exit(0)

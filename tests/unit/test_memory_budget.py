@@ -1,0 +1,122 @@
+"""The request's memory budget in the payload (measured RSS, the graph given up, the request
+stopped with reason "memory"), its error at the CLI, and the cost in the header."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from leakhound.attach import RemoteResult, _checked
+from leakhound.attach.memory_limit import MIB, MemoryCost
+from leakhound.attach.process import Target
+from leakhound.errors import MemoryBudgetReached
+from leakhound.model import RequestCost
+from leakhound.payload import runner
+from leakhound.render import table
+from tests.factories import make_snapshot
+
+
+def _touched(n: int) -> bytearray:
+    block = bytearray(n)
+    for i in range(0, n, 4096):
+        block[i] = 1
+    return block
+
+
+def test_the_budget_is_the_rss_grown_since_it_began() -> None:
+    budget = runner._MemoryBudget(8 * MIB)
+    try:
+        assert budget.left() is not None and budget.left() > 4 * MIB  # type: ignore[operator]
+        held = _touched(16 * MIB)
+        assert budget.cost() >= 15 * MIB
+        assert budget.left() < 0  # type: ignore[operator]
+        assert budget.peak >= 15 * MIB
+        del held
+    finally:
+        budget.close()
+
+
+def test_a_file_written_for_the_cli_counts_until_its_pages_go(tmp_path: Path) -> None:
+    spool = tmp_path / "graph.bin"
+    spool.write_bytes(b"x" * (4 * MIB))
+    budget = runner._MemoryBudget(None)
+    try:
+        without = budget.cost()
+        budget.files.append(str(spool))
+        assert budget.cost() - without >= 4 * MIB - 4096
+    finally:
+        budget.close()
+
+
+def test_passing_the_budget_stops_the_request_with_reason_memory() -> None:
+    stop = runner._Stop(60.0, memory=runner._MemoryBudget(1 * MIB))
+    try:
+        assert stop() is False
+        held = _touched(8 * MIB)
+        stop.memory_polled = 0.0  # (the RSS is read at most every MEMORY_EVERY s)
+        with pytest.raises(runner.Cancelled) as cancelled:
+            stop.check("census")
+        assert cancelled.value.reason == "memory"
+        del held
+    finally:
+        stop.memory.close()  # type: ignore[union-attr]
+
+
+def test_the_graph_is_given_up_when_little_of_the_budget_is_left() -> None:
+    stop = runner._Stop(60.0, memory=runner._MemoryBudget(1 * MIB))
+    try:
+        out = runner._graph({"op": "snapshot", "graph": True}, lambda phase, done: None, stop)
+        assert "left for the object graph" in out["skipped"]
+        assert stop.reason is None  # the request goes on (census owners)
+    finally:
+        stop.memory.close()  # type: ignore[union-attr]
+
+
+def test_the_python_loops_graph_is_not_walked_under_a_budget() -> None:
+    stop = runner._Stop(60.0, memory=runner._MemoryBudget(512 * MIB))
+    try:
+        out = runner._graph({"op": "snapshot", "graph": True, "walker": "python"}, lambda phase, done: None, stop)
+        assert "Python loop" in out["skipped"]
+    finally:
+        stop.memory.close()  # type: ignore[union-attr]
+
+
+def test_a_request_stopped_for_memory_is_its_own_error() -> None:
+    target = Target(pid=4242, uid=os.getuid(), exe="/usr/bin/python3", version=(3, 11), name="python", cmdline="")
+    cost = MemoryCost(cgroup_peak_bytes=15 * MIB, hwm_bytes=14 * MIB, rss_bytes=MIB, payload_peak_bytes=16 * MIB,
+                      budget_bytes=16 * MIB, headroom_bytes=40 * MIB, limit="cgroup v1 /x")
+    remote = RemoteResult(target, "ptrace", {"ok": False, "kind": "Cancelled", "reason": "memory", "phase": "census",
+                                             "memory_cost": {"peak_rss_bytes": 17 * MIB}}, 0.0, 0.0, cost)
+    with pytest.raises(MemoryBudgetReached) as raised:
+        _checked(remote, lambda line: None)
+    assert "during census" in str(raised.value) and "memory budget of 16.0 MiB" in str(raised.value)
+    assert raised.value.EXIT_CODE == 19
+
+
+def test_the_header_says_what_the_inspection_cost_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    cost = RequestCost(cgroup_peak_bytes=13 * MIB, hwm_bytes=12 * MIB, rss_bytes=5 * MIB, payload_peak_bytes=12 * MIB,
+                       budget_bytes=16 * MIB, headroom_bytes=47 * MIB, limit="cgroup v1 /x: 110 of 157 MiB used")
+    out = io.StringIO()
+    table.render_snapshot(make_snapshot(cost=cost), [], file=out)
+    lines = out.getvalue().splitlines()
+    assert lines[2] == "census: 1,000,000 objects in 1.25s, longest pause 12 ms"
+    assert lines[3] == ("cost to the target: its memory cgroup +13.0 MiB at peak, VmHWM +12.0 MiB, RSS +5.0 MiB "
+                        "(budget 16.0 MiB of 47.0 MiB headroom under its limit)")
+    out = io.StringIO()
+    table.render_snapshot(make_snapshot(cost=RequestCost(hwm_bytes=MIB, rss_bytes=-MIB)), [], file=out)
+    assert out.getvalue().splitlines()[3] == "cost to the target: VmHWM +1.0 MiB, RSS -1.0 MiB (no memory limit)"
+
+
+def test_the_cost_is_saved_and_read_back() -> None:
+    from leakhound.model import snapshot_from_json, snapshot_to_json
+
+    cost = RequestCost(cgroup_peak_bytes=None, hwm_bytes=12 * MIB, rss_bytes=-4096, payload_peak_bytes=None,
+                       budget_bytes=None, headroom_bytes=None, limit="")
+    snap = make_snapshot(cost=cost)
+    assert snapshot_from_json(snapshot_to_json(snap)) == snap
+    older = make_snapshot()
+    assert snapshot_from_json(snapshot_to_json(older)).cost is None
