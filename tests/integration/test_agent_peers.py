@@ -184,6 +184,7 @@ WRONG_RESULTS = {
     "arena a number": ("arena", 5),
     "a phase's timing a string": ("heap.phases", {"walk": "slow"}),
     "ok a number": ("ok", 1),
+    "memory_cost a string": ("memory_cost", "free"),
 }
 
 
