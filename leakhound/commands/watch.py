@@ -9,7 +9,15 @@ import typer
 
 from leakhound.analysis.growth import GrowthReport, Sample
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
-from leakhound.commands.options import MatchOpt, MaxPauseOpt, MethodOpt, PidsArg, TimeoutOpt, pids_or_match
+from leakhound.commands.options import (
+    MatchOpt,
+    MaxPauseOpt,
+    MethodOpt,
+    PidsArg,
+    TimeoutOpt,
+    finite,
+    pids_or_match,
+)
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.watch import WatchResult, watch_processes
 
@@ -18,14 +26,15 @@ def command(
     pids: PidsArg = None,
     match: MatchOpt = None,
     interval: Annotated[float, typer.Option(
-        "--interval", "-i", min=0.1, metavar="SECONDS", help="Seconds between samples.")] = 10.0,
+        "--interval", "-i", min=0.1, callback=finite, metavar="SECONDS", help="Seconds between samples.")] = 10.0,
     duration: Annotated[float | None, typer.Option(
-        "--duration", "-d", min=0.0, metavar="SECONDS", help="Stop after this many seconds (or Ctrl-C).")] = None,
+        "--duration", "-d", min=0.0, callback=finite, metavar="SECONDS",
+        help="Stop after this many seconds (or Ctrl-C).")] = None,
     full_every: Annotated[float, typer.Option(
-        "--full-every", min=0.0, metavar="SECONDS",
+        "--full-every", min=0.0, callback=finite, metavar="SECONDS",
         help="Seconds between full censuses (first and last are always full).")] = 300.0,
     attach_every: Annotated[float, typer.Option(
-        "--attach-every", min=0.0, metavar="SECONDS",
+        "--attach-every", min=0.0, callback=finite, metavar="SECONDS",
         help="gdb: at most one in-target sample per this many seconds (each gdb attach stops the "
              "worker ~40 ms; RSS is still read every interval). The agent, ptrace and remote-exec "
              "methods are sampled every interval.")] = 60.0,
