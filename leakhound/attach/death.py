@@ -26,6 +26,9 @@ CRASH_SIGNALS = frozenset(
 )
 # Signals whose default action writes a core (signal(7)).
 CORE_SIGNALS = CRASH_SIGNALS | {signal.SIGQUIT, signal.SIGXCPU, signal.SIGXFSZ}
+EXITED_ON_ITS_OWN_HINT = (
+    "The worker ended itself (a restart, a deploy, its own shutdown); run leakhound again on its successor."
+)
 
 
 @dataclass(frozen=True)
@@ -226,8 +229,10 @@ def _how(ending: Ending) -> str:
         return "killed by the kernel's OOM killer (SIGKILL)"
     if ending.signal is not None:
         return f"killed by {_signal_name(ending.signal)}"
+    if ending.exit_status == 0:
+        return "it exited on its own with status 0 (a clean exit: no signal, not killed by the OOM killer)"
     if ending.exit_status is not None:
-        return f"exited with status {ending.exit_status}"
+        return f"it exited on its own with status {ending.exit_status} (no signal, not killed by the OOM killer)"
     return ("how it ended is not known (leakhound is not its parent, it was already reaped, "
             "and the kernel log says nothing about it)")
 
@@ -237,6 +242,13 @@ def _verdict(ending: Ending, inside: str | None) -> str:
         return "leakhound was not inside it: leakhound did not cause this."
     if ending.oom_killed:
         return f"leakhound may have contributed: {inside}, and that adds memory in the target."
+    if ending.exit_status == 0:
+        return "a process ends with status 0 only by calling exit itself: not leakhound's doing."
+    if ending.exit_status is not None:
+        # An exception raised into the main thread (a pending call the payload added failing
+        # there) is the one way leakhound could end a process with an exit status: status 1.
+        return (f"it called exit({ending.exit_status}) itself: most likely not leakhound's doing "
+                f"(though {inside}).")
     if ending.signal is not None and ending.signal not in CRASH_SIGNALS:
         return (f"the signal came from outside the process, and leakhound sends none to its targets: "
                 f"not leakhound's doing (though {inside}).")
@@ -258,7 +270,8 @@ def explain(facts: ProcessFacts, *, inside: str | None, doing: str) -> TargetDie
         elif found is not None:
             ending = Ending(signal=ending.signal, exit_status=ending.exit_status, core_dumped=ending.core_dumped,
                             source=ending.source, kernel_log=found.kernel_log)
-    parts = [f"process {facts.pid} ({facts.comm}) died while leakhound was {doing}: {_how(ending)}"]
+    ended = "ended" if ending.exit_status is not None and not ending.oom_killed else "died"
+    parts = [f"process {facts.pid} ({facts.comm}) {ended} while leakhound was {doing}: {_how(ending)}"]
     if ending.source:
         parts[0] += f" (from {ending.source})"
     parts.append(_core_note(facts, ending))
@@ -267,7 +280,8 @@ def explain(facts: ProcessFacts, *, inside: str | None, doing: str) -> TargetDie
     elif lines is None:
         parts.append("the kernel log is not readable here")
     message = "; ".join(parts) + ". " + _verdict(ending, inside)
-    err = TargetDied(message)
+    # The hint asks for a report when leakhound was inside a crash; a clean exit needs none.
+    err = TargetDied(message, hint=EXITED_ON_ITS_OWN_HINT if ending.exit_status == 0 else None)
     err.signal = ending.signal
     err.exit_status = ending.exit_status
     err.core_dumped = ending.core_dumped
