@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from leakhound.errors import TargetDied
+from leakhound.model.names import EndedHow
 
 # Signals a process raises on itself when it crashes (abort() from a fatal error, faults).
 CRASH_SIGNALS = frozenset(
@@ -31,6 +32,16 @@ EXITED_ON_ITS_OWN_HINT = (
 )
 
 
+def ended_how(err: TargetDied) -> EndedHow:
+    if err.oom_killed:
+        return EndedHow.OOM_KILLED
+    if err.signal is not None:
+        return EndedHow.SIGNAL
+    if err.exit_status is not None:
+        return EndedHow.EXITED
+    return EndedHow.UNKNOWN
+
+
 @dataclass(frozen=True)
 class ProcessFacts:
     pid: int
@@ -41,6 +52,8 @@ class ProcessFacts:
     is_child: bool
     at: float  # time.time() when read
     at_monotonic: float
+    # Its memory cgroup's count of OOM kills when read: (the file that counts them, the count).
+    oom_kills: tuple[str, int] | None = None
 
 
 def _stat_fields(pid: int) -> tuple[str, list[str]] | None:
@@ -71,7 +84,66 @@ def read_facts(pid: int) -> ProcessFacts:
                     core_limit = -1 if soft == "unlimited" else int(soft)
     except (OSError, ValueError, IndexError):
         pass
-    return ProcessFacts(pid, start, comm, cwd, core_limit, parent == os.getpid(), time.time(), time.monotonic())
+    return ProcessFacts(pid, start, comm, cwd, core_limit, parent == os.getpid(), time.time(), time.monotonic(),
+                        oom_kills=_oom_kill_count(pid))
+
+
+def _cgroup_mounts() -> tuple[str | None, str | None]:
+    """Where this host mounts the v1 memory hierarchy and the v2 unified one."""
+    v1 = v2 = None
+    try:
+        with open("/proc/self/mounts") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 4:
+                    continue
+                if fields[2] == "cgroup" and "memory" in fields[3].split(",") and v1 is None:
+                    v1 = fields[1]
+                elif fields[2] == "cgroup2" and v2 is None:
+                    v2 = fields[1]
+    except OSError:
+        pass
+    return v1, v2
+
+
+def _oom_kill_count(pid: int) -> tuple[str, int] | None:
+    """The OOM kills its memory cgroup has counted (v1 ``memory.oom_control``, v2
+    ``memory.events``): a rise while the process died of SIGKILL is the kernel's OOM killer,
+    said without the kernel log (which a container often cannot read)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    v1, v2 = _cgroup_mounts()
+    candidates = []
+    for line in lines:
+        _id, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if v1 is not None and "memory" in controllers.split(","):
+            candidates.append(os.path.join(v1, path.lstrip("/"), "memory.oom_control"))
+        elif v2 is not None and controllers == "":
+            candidates.append(os.path.join(v2, path.lstrip("/"), "memory.events"))
+    for candidate in candidates:
+        text = _read(candidate)
+        for row in (text or "").splitlines():
+            key, _, value = row.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return candidate, int(value)
+    return None
+
+
+def _oom_kills_since(facts: ProcessFacts) -> tuple[str, int, int] | None:
+    """(file, count then, count now) when its cgroup counted OOM kills since ``facts``."""
+    if facts.oom_kills is None:
+        return None
+    path, before = facts.oom_kills
+    text = _read(path) or ""
+    for row in text.splitlines():
+        key, _, value = row.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit() and int(value) > before:
+            return path, before, int(value)
+    return None
 
 
 @dataclass(frozen=True)
@@ -82,6 +154,7 @@ class Ending:
     source: str = ""
     kernel_log: str = ""
     oom_killed: bool = False
+    cgroup_oom: str = ""
 
 
 def _from_wait(facts: ProcessFacts) -> Ending | None:
@@ -271,10 +344,18 @@ def explain(facts: ProcessFacts, *, inside: str | None, doing: str) -> TargetDie
             ending = Ending(signal=ending.signal, exit_status=ending.exit_status, core_dumped=ending.core_dumped,
                             source=ending.source, kernel_log=found.kernel_log)
     ended = "ended" if ending.exit_status is not None and not ending.oom_killed else "died"
+    cgroup_oom = _oom_kills_since(facts)
+    if cgroup_oom is not None and ending.exit_status is None and ending.signal in (None, signal.SIGKILL):
+        path, before, after = cgroup_oom
+        ending = Ending(signal=signal.SIGKILL, core_dumped=False, source=ending.source or "its memory cgroup",
+                        kernel_log=ending.kernel_log, oom_killed=True,
+                        cgroup_oom=f"its memory cgroup counted {after - before} OOM kill(s) meanwhile ({path})")
     parts = [f"process {facts.pid} ({facts.comm}) {ended} while leakhound was {doing}: {_how(ending)}"]
     if ending.source:
         parts[0] += f" (from {ending.source})"
     parts.append(_core_note(facts, ending))
+    if ending.cgroup_oom:
+        parts.append(ending.cgroup_oom)
     if ending.kernel_log:
         parts.append(f"kernel log: {ending.kernel_log}")
     elif lines is None:
@@ -286,4 +367,5 @@ def explain(facts: ProcessFacts, *, inside: str | None, doing: str) -> TargetDie
     err.exit_status = ending.exit_status
     err.core_dumped = ending.core_dumped
     err.leakhound_inside = inside is not None
+    err.oom_killed = ending.oom_killed
     return err

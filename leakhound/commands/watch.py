@@ -20,6 +20,7 @@ from leakhound.commands.options import (
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.watch import WatchResult, watch_processes
+from leakhound.errors import TargetExited
 
 
 def command(
@@ -52,6 +53,8 @@ def command(
     RSS is read from outside every interval; owner item counts and type counts are sampled in
     the worker (cheaply with the agent, sparingly with gdb); a full census runs first, every
     --full-every seconds, and last. Findings of kind `growth` name the owner and its rate.
+    A worker that ends during the watch is said with how it ended (OOM-killed, a signal, its
+    own exit), and the watch exits 12.
     """
     run(pids=pids_or_match(pids, match), match=match, method=method, interval=interval, duration=duration,
         full_every=full_every, attach_every=attach_every, timeout=timeout, max_pause_ms=max_pause,
@@ -106,8 +109,17 @@ def run(
         plot_samples(result.samples, result.reports, path=plot, snapshots=result.snapshots)
         reporter.note(f"plot written to {plot}")
     if as_json:
-        json_render.render_line(watch_render.report_document(result.reports, interrupted=result.interrupted))
+        json_render.render_line(watch_render.report_document(result.reports, interrupted=result.interrupted,
+                                                             ended=result.ended))
     else:
-        watch_render.render_reports(result.reports)
+        watch_render.render_reports(result.reports, ended=result.ended)
+    if result.ended:
+        # A watch that lost a worker (most often to the OOM killer) is not a clean watch.
+        watched = len({s.pid for s in result.samples} | {e.pid for e in result.ended})
+        raise TargetExited(
+            f"{len(result.ended)} of {watched} watched process(es) ended during the watch: "
+            + "; ".join(f"pid {e.pid} {e.how.value}" for e in result.ended),
+            hint="How each ended is said above (its exit status or signal, the OOM killer from its "
+                 "memory cgroup or the kernel log).")
     return result
 

@@ -31,13 +31,15 @@ from leakhound.analysis.growth import (
     estimate_owners,
     sample_from_snapshot,
 )
-from leakhound.attach import choose_method, run_request
+from leakhound.attach import choose_method, death, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
-from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
+from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
-from leakhound.errors import Interrupted, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
+from leakhound.errors import Interrupted, LeakhoundError, TargetDied, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot, TypeStat
+from leakhound.model.growth import TargetEnded
+from leakhound.model.names import EndedHow
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
 SAMPLED_OWNERS = 30
@@ -62,6 +64,8 @@ class Watched:
     gone: bool = False
     skipped_ticks: int = 0
     warnings: list[str] = field(default_factory=list)
+    # Read while it runs: what says how it ended if it dies (its cgroup's OOM kills, parent).
+    facts: death.ProcessFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,18 @@ class WatchResult:
     samples: tuple[Sample, ...]
     snapshots: tuple[Snapshot, ...]  # the last full snapshot of each process
     interrupted: bool = False
+    ended: tuple[TargetEnded, ...] = ()
+
+
+def _ended(w: Watched, outcome: LeakhoundError) -> TargetEnded:
+    """How ``w`` ended: said by the request that saw it die, or else read now (between
+    samples leakhound was not inside it)."""
+    err = outcome if isinstance(outcome, TargetDied) or w.facts is None else death.explain(
+        w.facts, inside=None, doing="watching it (between samples)")
+    if isinstance(err, TargetDied):
+        return TargetEnded(pid=w.target.pid, name=w.target.name, how=death.ended_how(err), message=str(err),
+                           signal=err.signal, exit_status=err.exit_status)
+    return TargetEnded(pid=w.target.pid, name=w.target.name, how=EndedHow.UNKNOWN, message=str(err))
 
 
 def _full(
@@ -80,6 +96,11 @@ def _full(
     rss = rss_bytes(w.target.pid)
     snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
                              max_pause_ms=max_pause_ms, progress=progress)
+    if w.last_full is None:
+        # The first request loads the payload into the worker, and what it adds stays (~5 MB
+        # RSS): every later sample sees it, so the first is read with it too, or the payload's
+        # own footprint is the worker's "growth" (a static 5 MB worker grew "75 MiB/min").
+        rss = rss_bytes(w.target.pid)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     w.last_full = sample
@@ -120,6 +141,8 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
 
 
 def _rss_only(w: Watched) -> Sample:
+    if not alive(w.target.pid):  # a zombie's RSS reads as 0, not as gone
+        raise TargetNotFound(f"process {w.target.pid} exited")
     return Sample(
         pid=w.target.pid, taken_at=time.time(), rss_bytes=rss_bytes(w.target.pid),
         name=w.target.name, method="rss",
@@ -143,7 +166,7 @@ def _sample_one(
 def _add(pid: int, watched: dict[int, Watched], *, method: str, explicit: bool, log: AttachLog) -> None:
     try:
         target = resolve_target(pid)
-        watched[pid] = Watched(target=target, method=choose_method(target, method))
+        watched[pid] = Watched(target=target, method=choose_method(target, method), facts=death.read_facts(pid))
     except LeakhoundError as exc:
         if explicit:
             raise
@@ -173,7 +196,8 @@ def watch_processes(
     busy target, a slow attach) become warnings of that process and the watch goes on.
     Processes are sampled concurrently (at most ``max_samplers`` at once, one request per
     process, each bounded by ``timeout``): a slow or stalled worker misses ticks, the others
-    do not.
+    do not. A process that ends (OOM-killed, killed by a signal, exited on its own) leaves
+    the watch and is said in ``ended``, how it ended read as ``inspect`` reads it.
     """
     log = log or (lambda line: None)
     watched: dict[int, Watched] = {}
@@ -198,6 +222,7 @@ def watch_processes(
     started = time.monotonic()
     tick = 0
     interrupted = False
+    ended: list[TargetEnded] = []
     try:
         while True:
             now = time.monotonic()
@@ -231,7 +256,9 @@ def watch_processes(
                         on_sample(outcome)
                 elif isinstance(outcome, (TargetNotFound, TargetExited)):
                     w.gone = True
-                    w.warnings.append(f"process {pid} exited during the watch: {outcome}")
+                    ended.append(_ended(w, outcome))
+                    w.warnings.append(ended[-1].message)
+                    log(f"process {pid}: {ended[-1].message}")
                 elif isinstance(outcome, TracerStuck):
                     raise outcome  # only our exit lets that worker's main thread go: end the watch
                 elif isinstance(outcome, LeakhoundError):
@@ -265,6 +292,7 @@ def watch_processes(
         samples=tuple(s for w in watched.values() for s in w.samples),
         snapshots=tuple(w.last_snapshot for w in watched.values() if w.last_snapshot is not None),
         interrupted=interrupted,
+        ended=tuple(ended),
     )
 
 
