@@ -18,7 +18,8 @@ import signal
 import time
 from dataclasses import dataclass
 
-from leakhound.errors import TargetDied
+from leakhound.errors import LeakhoundError, TargetDied
+from leakhound.model.growth import TargetEnded
 from leakhound.model.names import EndedHow
 
 # Signals a process raises on itself when it crashes (abort() from a fatal error, faults).
@@ -369,3 +370,14 @@ def explain(facts: ProcessFacts, *, inside: str | None, doing: str) -> TargetDie
     err.leakhound_inside = inside is not None
     err.oom_killed = ending.oom_killed
     return err
+
+
+def target_ended(facts: ProcessFacts | None, outcome: LeakhoundError, *, pid: int, name: str,
+                 doing: str) -> TargetEnded:
+    """How a watched or exported process ended: as the request that saw it die said, or else
+    read now (it ended between requests: leakhound was not inside it)."""
+    err = outcome if isinstance(outcome, TargetDied) or facts is None else explain(facts, inside=None, doing=doing)
+    if isinstance(err, TargetDied):
+        return TargetEnded(pid=pid, name=name, how=ended_how(err), message=str(err),
+                           signal=err.signal, exit_status=err.exit_status)
+    return TargetEnded(pid=pid, name=name, how=EndedHow.UNKNOWN, message=str(err))

@@ -36,10 +36,9 @@ from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
 from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
-from leakhound.errors import Interrupted, LeakhoundError, TargetDied, TargetExited, TargetNotFound, TracerStuck
+from leakhound.errors import Interrupted, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot, TypeStat
 from leakhound.model.growth import TargetEnded
-from leakhound.model.names import EndedHow
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
 SAMPLED_OWNERS = 30
@@ -75,17 +74,6 @@ class WatchResult:
     snapshots: tuple[Snapshot, ...]  # the last full snapshot of each process
     interrupted: bool = False
     ended: tuple[TargetEnded, ...] = ()
-
-
-def _ended(w: Watched, outcome: LeakhoundError) -> TargetEnded:
-    """How ``w`` ended: said by the request that saw it die, or else read now (between
-    samples leakhound was not inside it)."""
-    err = outcome if isinstance(outcome, TargetDied) or w.facts is None else death.explain(
-        w.facts, inside=None, doing="watching it (between samples)")
-    if isinstance(err, TargetDied):
-        return TargetEnded(pid=w.target.pid, name=w.target.name, how=death.ended_how(err), message=str(err),
-                           signal=err.signal, exit_status=err.exit_status)
-    return TargetEnded(pid=w.target.pid, name=w.target.name, how=EndedHow.UNKNOWN, message=str(err))
 
 
 def _full(
@@ -256,7 +244,8 @@ def watch_processes(
                         on_sample(outcome)
                 elif isinstance(outcome, (TargetNotFound, TargetExited)):
                     w.gone = True
-                    ended.append(_ended(w, outcome))
+                    ended.append(death.target_ended(w.facts, outcome, pid=pid, name=w.target.name,
+                                                     doing="watching it (between samples)"))
                     w.warnings.append(ended[-1].message)
                     log(f"process {pid}: {ended[-1].message}")
                 elif isinstance(outcome, TracerStuck):

@@ -28,7 +28,7 @@ from tests.factories import make_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-LABELS = {"pid", "worker", "owner", "type", "kind"}
+LABELS = {"pid", "worker", "owner", "type", "kind", "how"}
 
 
 def _promtool() -> str:
@@ -205,7 +205,8 @@ def test_grafana_dashboard_queries_only_emitted_metrics_and_labels() -> None:
     # Every metric a panel could need is charted somewhere.
     assert used >= set(metric_names()) - {"leakhound_live_heap_objects", "leakhound_malloc_free_bytes",
                                           "leakhound_pymalloc_free_bytes", "leakhound_finding_items",
-                                          "leakhound_intercepts_bodies"}
+                                          "leakhound_intercepts_bodies",
+                                          "leakhound_target_ended_timestamp_seconds"}
     grouped = set().union(*(re.findall(r"\b(?:by|without) \(([^)]*)\)", e) for e in exprs))
     labels = {part.strip() for group in grouped for part in group.split(",")}
     legend = set().union(*(set(re.findall(r"\{\{(\w+)\}\}", p.get("legendFormat", "")))
