@@ -109,7 +109,7 @@ def _wrapper(original, counters):
                 slim_step(step, counters, pending)
         return response
 
-    submit_model_request.leakhound_pending = pending
+    vars(submit_model_request)["leakhound_pending"] = pending  # found by start()
     return submit_model_request
 
 

@@ -75,7 +75,7 @@ def start(entry):
             trim_once()
 
     thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
-    thread.leakhound_wake = wake
+    vars(thread)["leakhound_wake"] = wake  # found by _stop_strays()
     control["wake"] = wake
     control["thread"] = thread
     control["where"] = "trim thread (off the event loop)"
