@@ -70,5 +70,8 @@ MaxPauseOpt = Annotated[float, typer.Option(
          "docs/inspect.md, 'Never harming the target').")]
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", "--save", metavar="FILE", help="Also write the snapshot JSON to FILE.")]
+MaxSizeOpt = Annotated[int, typer.Option(
+    "--max-size", min=1, metavar="MIB",
+    help="Refuse a snapshot file over this many MiB (reading one takes ~3.6x its size in memory).")]
 #: The fixes, one option name wherever they are named.
 FIX_HELP = f"all, or a comma list of {', '.join(FIX_NAMES)}."
