@@ -107,15 +107,20 @@ def _cgroup_mounts() -> tuple[str | None, str | None]:
     return v1, v2
 
 
+# The kernel's count of OOM kills, all processes: where no memory cgroup counts them.
+VMSTAT = "/proc/vmstat"
+
+
 def _oom_kill_count(pid: int) -> tuple[str, int] | None:
     """The OOM kills its memory cgroup has counted (v1 ``memory.oom_control``, v2
-    ``memory.events``): a rise while the process died of SIGKILL is the kernel's OOM killer,
-    said without the kernel log (which a container often cannot read)."""
+    ``memory.events``), else the kernel's (``/proc/vmstat``): a rise while the process died
+    of SIGKILL is the kernel's OOM killer, said without the kernel log (which a container
+    often cannot read)."""
     try:
         with open(f"/proc/{pid}/cgroup") as fh:
             lines = fh.read().splitlines()
     except OSError:
-        return None
+        lines = []
     v1, v2 = _cgroup_mounts()
     candidates = []
     for line in lines:
@@ -125,7 +130,7 @@ def _oom_kill_count(pid: int) -> tuple[str, int] | None:
             candidates.append(os.path.join(v1, path.lstrip("/"), "memory.oom_control"))
         elif v2 is not None and controllers == "":
             candidates.append(os.path.join(v2, path.lstrip("/"), "memory.events"))
-    for candidate in candidates:
+    for candidate in [*candidates, VMSTAT]:
         text = _read(candidate)
         for row in (text or "").splitlines():
             key, _, value = row.partition(" ")
@@ -345,12 +350,19 @@ def explain(facts: ProcessFacts, *, inside: str | None, doing: str) -> TargetDie
             ending = Ending(signal=ending.signal, exit_status=ending.exit_status, core_dumped=ending.core_dumped,
                             source=ending.source, kernel_log=found.kernel_log)
     ended = "ended" if ending.exit_status is not None and not ending.oom_killed else "died"
-    cgroup_oom = _oom_kills_since(facts)
-    if cgroup_oom is not None and ending.exit_status is None and ending.signal in (None, signal.SIGKILL):
-        path, before, after = cgroup_oom
-        ending = Ending(signal=signal.SIGKILL, core_dumped=False, source=ending.source or "its memory cgroup",
-                        kernel_log=ending.kernel_log, oom_killed=True,
-                        cgroup_oom=f"its memory cgroup counted {after - before} OOM kill(s) meanwhile ({path})")
+    counted = _oom_kills_since(facts)
+    if counted is not None and ending.exit_status is None and ending.signal in (None, signal.SIGKILL):
+        path, before, after = counted
+        if path != VMSTAT:
+            ending = Ending(signal=signal.SIGKILL, core_dumped=False, source=ending.source or "its memory cgroup",
+                            kernel_log=ending.kernel_log, oom_killed=True,
+                            cgroup_oom=f"its memory cgroup counted {after - before} OOM kill(s) meanwhile ({path})")
+        elif ending.signal == signal.SIGKILL and not ending.oom_killed:
+            # Not its own cgroup's count: another process may have been the one killed.
+            ending = Ending(signal=signal.SIGKILL, core_dumped=False, source=ending.source,
+                            kernel_log=ending.kernel_log, oom_killed=True,
+                            cgroup_oom=f"most likely: the kernel counted {after - before} OOM kill(s) meanwhile "
+                                       f"({path} oom_kill; it does not say whose)")
     parts = [f"process {facts.pid} ({facts.comm}) {ended} while leakhound was {doing}: {_how(ending)}"]
     if ending.source:
         parts[0] += f" (from {ending.source})"
