@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from leakhound.analysis.growth import analyse_growth, sample_from_snapshot
 from leakhound.model import Finding, Owner
 from leakhound.render.prometheus import (
+    EndedView,
     ProcessView,
     SnapshotCollector,
     collect_metrics,
@@ -67,8 +68,9 @@ def _exposition(line: int = 120) -> str:
         ProcessView(pid=42, worker="worker.py", snapshot=None, rss_bytes=200 << 20),  # not censused yet
         ProcessView(pid=43, worker="leakhound.simulate.worker", snapshot=None, up=False, errors=2),
     ]
+    ended = [EndedView(pid=44, worker="worker.py", how="oom_killed", at=1_800_000_000.0)]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(lambda: views))
+    registry.register(SnapshotCollector(lambda: views, ended=lambda: ended))
     return generate_latest(registry).decode()
 
 
@@ -225,3 +227,8 @@ def test_export_top_is_an_option() -> None:
     result = CliRunner().invoke(app, ["export", "--help"], env={"COLUMNS": "120"})
     assert result.exit_code == 0 and "--top" in result.output
     assert CliRunner().invoke(app, ["export", "1", "--top", "0"]).exit_code == 2
+
+
+def test_an_ended_process_is_a_series_of_when_and_how() -> None:
+    (ended,) = _series(_exposition())["leakhound_target_ended_timestamp_seconds"]
+    assert ended == ({"pid": "44", "worker": "worker.py", "how": "oom_killed"}, 1_800_000_000.0)
