@@ -53,7 +53,7 @@ class ProcessFacts:
     is_child: bool
     at: float  # time.time() when read
     at_monotonic: float
-    # Its memory cgroup's count of OOM kills when read: (the file that counts them, the count).
+    # OOM kills counted when read, by its memory cgroup or else the kernel: (that file, the count).
     oom_kills: tuple[str, int] | None = None
 
 
