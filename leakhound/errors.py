@@ -187,6 +187,7 @@ class TargetDied(TargetExited):
     exit_status: int | None = None
     core_dumped: bool | None = None
     leakhound_inside: bool = False
+    oom_killed: bool = False
 
 
 class PatchIncomplete(LeakhoundError):

@@ -7,7 +7,7 @@ below that snapshot's top-N or did not exist yet), flagged by ``only_in``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from leakhound.model import Snapshot
@@ -53,21 +53,21 @@ class SnapshotDiff:
 def _match(
     before: dict[str, tuple[str, int, int]], after: dict[str, tuple[str, int, int]]
 ) -> list[Delta]:
-    out = []
+    # Sorted as plain tuples, made Deltas once in order: a file of 700k owners spent 19 s
+    # sorting frozen dataclasses by their properties.
+    rows = []
     for name in before.keys() | after.keys():
         b, a = before.get(name), after.get(name)
         only = "after" if b is None else "before" if a is None else ""
-        type_name = (a or b or ("", 0, 0))[0]
-        out.append(
-            Delta(
-                name=name, type=type_name,
-                before_bytes=b[1] if b else 0, after_bytes=a[1] if a else 0,
-                before_count=b[2] if b else 0, after_count=a[2] if a else 0,
-                only_in=only,
-            )
-        )
-    out.sort(key=lambda d: (-d.bytes, -d.count, d.name))
-    return out
+        type_name, after_bytes, after_count = a or b or ("", 0, 0)
+        if a is None:
+            after_bytes = after_count = 0
+        before_bytes, before_count = (b[1], b[2]) if b is not None else (0, 0)
+        rows.append((before_bytes - after_bytes, before_count - after_count, name, type_name,
+                     before_bytes, after_bytes, before_count, after_count, only))
+    rows.sort()
+    return [Delta(name, type_name, before_bytes, after_bytes, before_count, after_count, only)
+            for _, _, name, type_name, before_bytes, after_bytes, before_count, after_count, only in rows]
 
 
 def diff_snapshots(before: Snapshot, after: Snapshot) -> SnapshotDiff:
@@ -100,8 +100,11 @@ def diff_snapshots(before: Snapshot, after: Snapshot) -> SnapshotDiff:
 
 
 def _delta_dict(d: Delta, diff: SnapshotDiff) -> dict[str, Any]:
+    # Its fields by hand, not asdict(): asdict deep-copies every value (half the time of a
+    # large diff's --json).
     return {
-        **asdict(d),
+        "name": d.name, "type": d.type, "before_bytes": d.before_bytes, "after_bytes": d.after_bytes,
+        "before_count": d.before_count, "after_count": d.after_count, "only_in": d.only_in,
         "bytes": d.bytes,
         "count": d.count,
         "bytes_per_min": round(diff.per_minute(d.bytes), 1),

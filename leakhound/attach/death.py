@@ -18,7 +18,9 @@ import signal
 import time
 from dataclasses import dataclass
 
-from leakhound.errors import TargetDied
+from leakhound.errors import LeakhoundError, TargetDied
+from leakhound.model.growth import TargetEnded
+from leakhound.model.names import EndedHow
 
 # Signals a process raises on itself when it crashes (abort() from a fatal error, faults).
 CRASH_SIGNALS = frozenset(
@@ -26,6 +28,19 @@ CRASH_SIGNALS = frozenset(
 )
 # Signals whose default action writes a core (signal(7)).
 CORE_SIGNALS = CRASH_SIGNALS | {signal.SIGQUIT, signal.SIGXCPU, signal.SIGXFSZ}
+EXITED_ON_ITS_OWN_HINT = (
+    "The worker ended itself (a restart, a deploy, its own shutdown); run leakhound again on its successor."
+)
+
+
+def ended_how(err: TargetDied) -> EndedHow:
+    if err.oom_killed:
+        return EndedHow.OOM_KILLED
+    if err.signal is not None:
+        return EndedHow.SIGNAL
+    if err.exit_status is not None:
+        return EndedHow.EXITED
+    return EndedHow.UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -38,6 +53,8 @@ class ProcessFacts:
     is_child: bool
     at: float  # time.time() when read
     at_monotonic: float
+    # OOM kills counted when read, by its memory cgroup or else the kernel: (that file, the count).
+    oom_kills: tuple[str, int] | None = None
 
 
 def _stat_fields(pid: int) -> tuple[str, list[str]] | None:
@@ -68,7 +85,71 @@ def read_facts(pid: int) -> ProcessFacts:
                     core_limit = -1 if soft == "unlimited" else int(soft)
     except (OSError, ValueError, IndexError):
         pass
-    return ProcessFacts(pid, start, comm, cwd, core_limit, parent == os.getpid(), time.time(), time.monotonic())
+    return ProcessFacts(pid, start, comm, cwd, core_limit, parent == os.getpid(), time.time(), time.monotonic(),
+                        oom_kills=_oom_kill_count(pid))
+
+
+def _cgroup_mounts() -> tuple[str | None, str | None]:
+    """Where this host mounts the v1 memory hierarchy and the v2 unified one."""
+    v1 = v2 = None
+    try:
+        with open("/proc/self/mounts") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 4:
+                    continue
+                if fields[2] == "cgroup" and "memory" in fields[3].split(",") and v1 is None:
+                    v1 = fields[1]
+                elif fields[2] == "cgroup2" and v2 is None:
+                    v2 = fields[1]
+    except OSError:
+        pass
+    return v1, v2
+
+
+# The kernel's count of OOM kills, all processes: where no memory cgroup counts them.
+VMSTAT = "/proc/vmstat"
+
+
+def _oom_kill_count(pid: int) -> tuple[str, int] | None:
+    """The OOM kills its memory cgroup has counted (v1 ``memory.oom_control``, v2
+    ``memory.events``), else the kernel's (``/proc/vmstat``): a rise while the process died
+    of SIGKILL is the kernel's OOM killer, said without the kernel log (which a container
+    often cannot read)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        lines = []
+    v1, v2 = _cgroup_mounts()
+    candidates = []
+    for line in lines:
+        _id, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if v1 is not None and "memory" in controllers.split(","):
+            candidates.append(os.path.join(v1, path.lstrip("/"), "memory.oom_control"))
+        elif v2 is not None and controllers == "":
+            candidates.append(os.path.join(v2, path.lstrip("/"), "memory.events"))
+    for candidate in [*candidates, VMSTAT]:
+        text = _read(candidate)
+        for row in (text or "").splitlines():
+            key, _, value = row.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return candidate, int(value)
+    return None
+
+
+def _oom_kills_since(facts: ProcessFacts) -> tuple[str, int, int] | None:
+    """(file, count then, count now) when its cgroup counted OOM kills since ``facts``."""
+    if facts.oom_kills is None:
+        return None
+    path, before = facts.oom_kills
+    text = _read(path) or ""
+    for row in text.splitlines():
+        key, _, value = row.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit() and int(value) > before:
+            return path, before, int(value)
+    return None
 
 
 @dataclass(frozen=True)
@@ -79,6 +160,7 @@ class Ending:
     source: str = ""
     kernel_log: str = ""
     oom_killed: bool = False
+    cgroup_oom: str = ""
 
 
 def _from_wait(facts: ProcessFacts) -> Ending | None:
@@ -226,8 +308,10 @@ def _how(ending: Ending) -> str:
         return "killed by the kernel's OOM killer (SIGKILL)"
     if ending.signal is not None:
         return f"killed by {_signal_name(ending.signal)}"
+    if ending.exit_status == 0:
+        return "it exited on its own with status 0 (a clean exit: no signal, not killed by the OOM killer)"
     if ending.exit_status is not None:
-        return f"exited with status {ending.exit_status}"
+        return f"it exited on its own with status {ending.exit_status} (no signal, not killed by the OOM killer)"
     return ("how it ended is not known (leakhound is not its parent, it was already reaped, "
             "and the kernel log says nothing about it)")
 
@@ -237,6 +321,13 @@ def _verdict(ending: Ending, inside: str | None) -> str:
         return "leakhound was not inside it: leakhound did not cause this."
     if ending.oom_killed:
         return f"leakhound may have contributed: {inside}, and that adds memory in the target."
+    if ending.exit_status == 0:
+        return "a process ends with status 0 only by calling exit itself: not leakhound's doing."
+    if ending.exit_status is not None:
+        # An exception raised into the main thread (a pending call the payload added failing
+        # there) is the one way leakhound could end a process with an exit status: status 1.
+        return (f"it called exit({ending.exit_status}) itself: most likely not leakhound's doing "
+                f"(though {inside}).")
     if ending.signal is not None and ending.signal not in CRASH_SIGNALS:
         return (f"the signal came from outside the process, and leakhound sends none to its targets: "
                 f"not leakhound's doing (though {inside}).")
@@ -258,18 +349,47 @@ def explain(facts: ProcessFacts, *, inside: str | None, doing: str) -> TargetDie
         elif found is not None:
             ending = Ending(signal=ending.signal, exit_status=ending.exit_status, core_dumped=ending.core_dumped,
                             source=ending.source, kernel_log=found.kernel_log)
-    parts = [f"process {facts.pid} ({facts.comm}) died while leakhound was {doing}: {_how(ending)}"]
+    ended = "ended" if ending.exit_status is not None and not ending.oom_killed else "died"
+    counted = _oom_kills_since(facts)
+    if counted is not None and ending.exit_status is None and ending.signal in (None, signal.SIGKILL):
+        path, before, after = counted
+        if path != VMSTAT:
+            ending = Ending(signal=signal.SIGKILL, core_dumped=False, source=ending.source or "its memory cgroup",
+                            kernel_log=ending.kernel_log, oom_killed=True,
+                            cgroup_oom=f"its memory cgroup counted {after - before} OOM kill(s) meanwhile ({path})")
+        elif ending.signal == signal.SIGKILL and not ending.oom_killed:
+            # Not its own cgroup's count: another process may have been the one killed.
+            ending = Ending(signal=signal.SIGKILL, core_dumped=False, source=ending.source,
+                            kernel_log=ending.kernel_log, oom_killed=True,
+                            cgroup_oom=f"most likely: the kernel counted {after - before} OOM kill(s) meanwhile "
+                                       f"({path} oom_kill; it does not say whose)")
+    parts = [f"process {facts.pid} ({facts.comm}) {ended} while leakhound was {doing}: {_how(ending)}"]
     if ending.source:
         parts[0] += f" (from {ending.source})"
     parts.append(_core_note(facts, ending))
+    if ending.cgroup_oom:
+        parts.append(ending.cgroup_oom)
     if ending.kernel_log:
         parts.append(f"kernel log: {ending.kernel_log}")
     elif lines is None:
         parts.append("the kernel log is not readable here")
     message = "; ".join(parts) + ". " + _verdict(ending, inside)
-    err = TargetDied(message)
+    # The hint asks for a report when leakhound was inside a crash; a clean exit needs none.
+    err = TargetDied(message, hint=EXITED_ON_ITS_OWN_HINT if ending.exit_status == 0 else None)
     err.signal = ending.signal
     err.exit_status = ending.exit_status
     err.core_dumped = ending.core_dumped
     err.leakhound_inside = inside is not None
+    err.oom_killed = ending.oom_killed
     return err
+
+
+def target_ended(facts: ProcessFacts | None, outcome: LeakhoundError, *, pid: int, name: str,
+                 doing: str) -> TargetEnded:
+    """How a watched or exported process ended: as the request that saw it die said, or else
+    read now (it ended between requests: leakhound was not inside it)."""
+    err = outcome if isinstance(outcome, TargetDied) or facts is None else explain(facts, inside=None, doing=doing)
+    if isinstance(err, TargetDied):
+        return TargetEnded(pid=pid, name=name, how=ended_how(err), message=str(err),
+                           signal=err.signal, exit_status=err.exit_status)
+    return TargetEnded(pid=pid, name=name, how=EndedHow.UNKNOWN, message=str(err))

@@ -9,7 +9,7 @@ import typer
 
 from leakhound.analysis.ledger import ledger
 from leakhound.commands.common import Reporter, new_reporter
-from leakhound.commands.options import MethodOpt
+from leakhound.commands.options import MethodOpt, finite
 from leakhound.core.capture import take_snapshot
 from leakhound.core.patch import patch_process
 from leakhound.core.simulated import leaking_simulated_worker
@@ -23,7 +23,7 @@ from leakhound.render.console import console
 def command(
     method: MethodOpt = "auto",
     verify: Annotated[float, typer.Option(
-        "--verify", min=1, metavar="SECONDS", help="Seconds to watch the fixes work.")] = 6.0,
+        "--verify", min=1, callback=finite, metavar="SECONDS", help="Seconds to watch the fixes work.")] = 6.0,
 ) -> None:
     """The whole story on a simulated worker in under a minute: start a leaking verifiers-shaped
     worker, inspect it live, apply the four fixes live with before/after numbers, shut it down."""

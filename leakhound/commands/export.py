@@ -7,7 +7,16 @@ from typing import Annotated
 import typer
 
 from leakhound.commands.common import new_reporter
-from leakhound.commands.options import ForceOpt, MatchOpt, MaxPauseOpt, MethodOpt, PidsArg, TimeoutOpt, pids_or_match
+from leakhound.commands.options import (
+    ForceOpt,
+    MatchOpt,
+    MaxPauseOpt,
+    MethodOpt,
+    PidsArg,
+    TimeoutOpt,
+    finite,
+    pids_or_match,
+)
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.export import export_processes
 from leakhound.render.prometheus import DEFAULT_TOP_OWNERS
@@ -21,7 +30,8 @@ def command(
     allow_remote: Annotated[bool, typer.Option(
         "--allow-remote", help="Allow a non-loopback --listen address.")] = False,
     interval: Annotated[float, typer.Option(
-        "--interval", "-i", min=1.0, metavar="SECONDS", help="Seconds between censuses of each worker.")] = 120.0,
+        "--interval", "-i", min=1.0, callback=finite, metavar="SECONDS",
+        help="Seconds between censuses of each worker.")] = 120.0,
     method: MethodOpt = "auto",
     timeout: TimeoutOpt = 60.0,
     max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +24,14 @@ def _match(value: str | None) -> str | None:
             re.compile(value)
         except re.error as exc:
             raise typer.BadParameter(f"not a regular expression: {exc}", param_hint="--match") from None
+    return value
+
+
+def finite(value: float | None) -> float | None:
+    """The check every float option runs (``callback=finite``) beside its range: nan compares
+    false with any ``min=``/``max=`` and passes it, and an infinite time or pause is no limit."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
     return value
 
 
@@ -51,12 +60,12 @@ MethodOpt = Annotated[str, typer.Option(
     "--method", "-m", metavar="METHOD", callback=_method,
     help=f"How to get into the target: {', '.join(METHOD_NAMES)}.")]
 TimeoutOpt = Annotated[float, typer.Option(
-    "--timeout", "-t", min=1.0, metavar="SECONDS", help="Give up after this many seconds.")]
+    "--timeout", "-t", min=1.0, callback=finite, metavar="SECONDS", help="Give up after this many seconds.")]
 JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print one JSON document (schema in docs/) instead of tables.")]
 TopOpt = Annotated[int, typer.Option("--top", "-n", min=1, max=1000, metavar="N", help="Rows per table.")]
 MaxPauseOpt = Annotated[float, typer.Option(
-    "--max-pause", min=0.0, metavar="MS",
+    "--max-pause", min=0.0, callback=finite, metavar="MS",
     help="Longest the census may hold the worker in one piece, in ms (0: no limit; "
          "docs/inspect.md, 'Never harming the target').")]
 OutputOpt = Annotated[Path | None, typer.Option(
@@ -66,5 +75,8 @@ ForceOpt = Annotated[bool, typer.Option(
     "RLIMIT_AS/DATA) than max(16 MiB, 1% of its RSS), which leakhound otherwise refuses (exit 19), and let "
     "the request use the headroom less 4 MiB rather than that amount: the kernel may then kill the worker "
     "(docs/inspect.md, 'Near the memory limit').")]
+MaxSizeOpt = Annotated[int, typer.Option(
+    "--max-size", min=1, metavar="MIB",
+    help="Refuse a snapshot file over this many MiB (reading one takes ~3.6x its size in memory).")]
 #: The fixes, one option name wherever they are named.
 FIX_HELP = f"all, or a comma list of {', '.join(FIX_NAMES)}."

@@ -18,6 +18,7 @@ from leakhound.commands.options import (
     MethodOpt,
     PidsArg,
     TimeoutOpt,
+    finite,
     fixes_from,
 )
 from leakhound.core.patch import patch_process
@@ -45,10 +46,10 @@ def command(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Check the target's code is recognised; change nothing.")] = False,
     verify: Annotated[float, typer.Option(
-        "--verify", min=0, metavar="SECONDS",
+        "--verify", min=0, callback=finite, metavar="SECONDS",
         help="After applying, watch this many seconds and report before/after.")] = 0.0,
     trim_every: Annotated[float, typer.Option(
-        "--trim-every", min=1.0, max=3600.0, metavar="SECONDS",
+        "--trim-every", min=1.0, max=3600.0, callback=finite, metavar="SECONDS",
         help="The trim fix's cadence: malloc_trim(0) every SECONDS.")] = 10.0,
     method: MethodOpt = "auto",
     timeout: TimeoutOpt = 60.0,

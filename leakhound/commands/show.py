@@ -9,15 +9,15 @@ import typer
 
 from leakhound.analysis.detectors import analyse
 from leakhound.analysis.ledger import ledger
-from leakhound.commands.diff import load_snapshot
-from leakhound.commands.options import JsonOpt, TopOpt
+from leakhound.commands.diff import MAX_SNAPSHOT_MIB, load_snapshot
+from leakhound.commands.options import JsonOpt, MaxSizeOpt, TopOpt
 from leakhound.model import Snapshot
 from leakhound.render import json_doc as json_render
 from leakhound.render import table
 
 
-def run(*, path: Path, top: int, as_json: bool) -> Snapshot:
-    snapshot = analyse(load_snapshot(path))
+def run(*, path: Path, top: int, as_json: bool, max_mib: int = MAX_SNAPSHOT_MIB) -> Snapshot:
+    snapshot = analyse(load_snapshot(path, max_mib=max_mib))
     if as_json:
         json_render.render_snapshot(snapshot)
     else:
@@ -29,8 +29,9 @@ def command(
     path: Annotated[Path, typer.Argument(metavar="FILE", help="A snapshot (inspect --save or --json).")],
     top: TopOpt = 15,
     as_json: JsonOpt = False,
+    max_size: MaxSizeOpt = MAX_SNAPSHOT_MIB,
 ) -> None:
     """A saved snapshot as inspect shows it, its findings computed afresh by this leakhound's
     detectors (a file from an older leakhound, or taken before a detector existed, gets
     today's findings)."""
-    run(path=path, top=top, as_json=as_json)
+    run(path=path, top=top, as_json=as_json, max_mib=max_size)

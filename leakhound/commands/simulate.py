@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from leakhound.commands.common import Reporter, new_reporter
-from leakhound.commands.options import FIX_HELP, fixes_from
+from leakhound.commands.options import FIX_HELP, finite, fixes_from
 from leakhound.errors import LeakhoundError
 from leakhound.simulate.fleet import start_fleet
 from leakhound.simulate.workload import Workload
@@ -53,7 +53,8 @@ def command(
     ready_file: Annotated[Path | None, typer.Option(
         "--ready-file", metavar="FILE", help="Write {pids, report_dir} here when ready.")] = None,
     hold: Annotated[float, typer.Option(
-        "--hold", min=0, metavar="SECONDS", help="Seconds to stay idle after the last rollout.")] = 600.0,
+        "--hold", min=0, callback=finite, metavar="SECONDS",
+        help="Seconds to stay idle after the last rollout.")] = 600.0,
 ) -> None:
     """Start simulated verifiers v1 env workers (real subprocesses, real RSS) that reproduce the
     four production leaks: step bloat, the trajectory registry, intercept bodies, and glibc

@@ -16,24 +16,27 @@ from leakhound.commands.options import (
     MethodOpt,
     PidsArg,
     TimeoutOpt,
+    finite,
     pids_or_match,
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.watch import WatchResult, watch_processes
+from leakhound.errors import TargetExited
 
 
 def command(
     pids: PidsArg = None,
     match: MatchOpt = None,
     interval: Annotated[float, typer.Option(
-        "--interval", "-i", min=0.1, metavar="SECONDS", help="Seconds between samples.")] = 10.0,
+        "--interval", "-i", min=0.1, callback=finite, metavar="SECONDS", help="Seconds between samples.")] = 10.0,
     duration: Annotated[float | None, typer.Option(
-        "--duration", "-d", min=0.0, metavar="SECONDS", help="Stop after this many seconds (or Ctrl-C).")] = None,
+        "--duration", "-d", min=0.0, callback=finite, metavar="SECONDS",
+        help="Stop after this many seconds (or Ctrl-C).")] = None,
     full_every: Annotated[float, typer.Option(
-        "--full-every", min=0.0, metavar="SECONDS",
+        "--full-every", min=0.0, callback=finite, metavar="SECONDS",
         help="Seconds between full censuses (first and last are always full).")] = 300.0,
     attach_every: Annotated[float, typer.Option(
-        "--attach-every", min=0.0, metavar="SECONDS",
+        "--attach-every", min=0.0, callback=finite, metavar="SECONDS",
         help="gdb: at most one in-target sample per this many seconds (each gdb attach stops the "
              "worker ~40 ms; RSS is still read every interval). The agent, ptrace and remote-exec "
              "methods are sampled every interval.")] = 60.0,
@@ -52,6 +55,8 @@ def command(
     RSS is read from outside every interval; owner item counts and type counts are sampled in
     the worker (cheaply with the agent, sparingly with gdb); a full census runs first, every
     --full-every seconds, and last. Findings of kind `growth` name the owner and its rate.
+    A worker that ends during the watch is said with how it ended (OOM-killed, a signal, its
+    own exit), and the watch exits 12.
     """
     run(pids=pids_or_match(pids, match), match=match, method=method, interval=interval, duration=duration,
         full_every=full_every, attach_every=attach_every, timeout=timeout, max_pause_ms=max_pause,
@@ -107,8 +112,17 @@ def run(
         plot_samples(result.samples, result.reports, path=plot, snapshots=result.snapshots)
         reporter.note(f"plot written to {plot}")
     if as_json:
-        json_render.render_line(watch_render.report_document(result.reports, interrupted=result.interrupted))
+        json_render.render_line(watch_render.report_document(result.reports, interrupted=result.interrupted,
+                                                             ended=result.ended))
     else:
-        watch_render.render_reports(result.reports)
+        watch_render.render_reports(result.reports, ended=result.ended)
+    if result.ended:
+        # A watch that lost a worker (most often to the OOM killer) is not a clean watch.
+        watched = len({s.pid for s in result.samples} | {e.pid for e in result.ended})
+        raise TargetExited(
+            f"{len(result.ended)} of {watched} watched process(es) ended during the watch: "
+            + "; ".join(f"pid {e.pid} {e.how.value}" for e in result.ended),
+            hint="How each ended is said above (its exit status or signal, the OOM killer from its "
+                 "memory cgroup or the kernel log).")
     return result
 

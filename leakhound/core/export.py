@@ -3,6 +3,8 @@
 A refresh loop takes a full snapshot of every process every ``interval`` seconds (the same
 never-harm census as ``inspect``); scrapes read the last snapshots plus RSS measured at scrape
 time, so a scrape never attaches to anything. ``--match`` re-discovers workers each round.
+A process that ends is said (a line, and a series saying when and how: the OOM killer, a
+signal, its own exit) and the others go on being served.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
-from leakhound.attach import choose_method
+from leakhound.attach import choose_method, death
 from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.errors import HeadroomTooSmall, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
 from leakhound.render.prometheus import (
     DEFAULT_TOP_OWNERS,
+    EndedView,
     ProcessView,
     SnapshotCollector,
     labelled_sample,
@@ -29,6 +32,8 @@ from leakhound.render.prometheus import (
 )
 
 GROWTH_WINDOW = 12  # censuses kept per process for the growth-rate metric
+# Processes that ended, kept as series of their own: the latest ones (bounded, as every label).
+ENDED_KEPT = 50
 
 
 class ListenError(LeakhoundError):
@@ -45,6 +50,8 @@ class _Exported:
     errors: int = 0
     up: bool = True  # until a census fails: a process not yet censused is not down
     gone: bool = False
+    # Read while it runs: what says how it ended if it dies (its cgroup's OOM kills, parent).
+    facts: death.ProcessFacts | None = None
 
     @property
     def worker(self) -> str:
@@ -90,11 +97,12 @@ class Exporter:
         self.log = log
         self.note = note
         self.processes: dict[int, _Exported] = {}
+        self.ended: deque[EndedView] = deque(maxlen=ENDED_KEPT)
         self.lock = threading.Lock()
         self.rounds = 0
         for pid in pids:
             target = resolve_target(pid)  # explicit pids must be valid: fail before serving
-            self.processes[pid] = _Exported(target, choose_method(target, method))
+            self.processes[pid] = _Exported(target, choose_method(target, method), facts=death.read_facts(pid))
         self._discover()
         if not self.processes:
             raise TargetNotFound(f"no Python process matches {match!r}" if match else "no process to export")
@@ -105,7 +113,7 @@ class Exporter:
         for pid in match_processes(self.match, exclude=frozenset(self.processes)):
             try:
                 target = resolve_target(pid)
-                exported = _Exported(target, choose_method(target, self.method))
+                exported = _Exported(target, choose_method(target, self.method), facts=death.read_facts(pid))
             except LeakhoundError as exc:
                 self.log(f"skipping process {pid}: {exc}")
                 continue
@@ -126,9 +134,15 @@ class Exporter:
                 # Not a failure of the target's: skipped this round (its last snapshot stands).
                 self.note(f"leakhound: process {pid}: skipped this round: {exc}")
                 continue
-            except (TargetNotFound, TargetExited):
+            except (TargetNotFound, TargetExited) as exc:
                 exported.gone = True
                 exported.up = False
+                ended = death.target_ended(exported.facts, exc, pid=pid, name=exported.target.name,
+                                           doing="exporting it (between censuses)")
+                self.note(f"leakhound: process {pid} ({exported.worker}) ended, {ended.how.value}: {ended.message}")
+                with self.lock:
+                    self.ended.append(EndedView(pid=pid, worker=exported.worker, how=ended.how.value,
+                                                at=time.time()))
                 continue
             except TracerStuck:
                 raise  # only our exit lets that worker's main thread go: stop serving
@@ -166,6 +180,10 @@ class Exporter:
             )
         return views
 
+    def ended_views(self) -> list[EndedView]:
+        with self.lock:
+            return list(self.ended)
+
     def loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
             started = time.monotonic()
@@ -179,7 +197,7 @@ def serve(exporter: Exporter, *, host: str, port: int, stop: threading.Event,
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(exporter.views, top_owners=exporter.top))
+    registry.register(SnapshotCollector(exporter.views, top_owners=exporter.top, ended=exporter.ended_views))
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

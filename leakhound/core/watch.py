@@ -31,11 +31,11 @@ from leakhound.analysis.growth import (
     estimate_owners,
     sample_from_snapshot,
 )
-from leakhound.attach import choose_method, run_request
+from leakhound.attach import choose_method, death, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
 from leakhound.attach.memory_limit import MemoryCost
-from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
+from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
 from leakhound.errors import (
     Interrupted,
@@ -46,6 +46,7 @@ from leakhound.errors import (
     TracerStuck,
 )
 from leakhound.model import RequestCost, Snapshot, TypeStat
+from leakhound.model.growth import TargetEnded
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
 SAMPLED_OWNERS = 30
@@ -75,6 +76,8 @@ class Watched:
     # every later sample's RSS, which is the worker's growth, not leakhound's (a 5 MB target
     # was given "growth 74.6 MiB/min" from it)
     payload_resident: int = 0
+    # Read while it runs: what says how it ended if it dies (its cgroup's OOM kills, parent).
+    facts: death.ProcessFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class WatchResult:
     samples: tuple[Sample, ...]
     snapshots: tuple[Snapshot, ...]  # the last full snapshot of each process
     interrupted: bool = False
+    ended: tuple[TargetEnded, ...] = ()
 
 
 def _full(
@@ -153,6 +157,8 @@ def _left_by_loading(cost: RequestCost | MemoryCost | None) -> int:
 
 
 def _rss_only(w: Watched) -> Sample:
+    if not alive(w.target.pid):  # a zombie's RSS reads as 0, not as gone
+        raise TargetNotFound(f"process {w.target.pid} exited")
     return Sample(
         pid=w.target.pid, taken_at=time.time(), rss_bytes=rss_bytes(w.target.pid) - w.payload_resident,
         name=w.target.name, method="rss",
@@ -178,7 +184,7 @@ def _sample_one(
 def _add(pid: int, watched: dict[int, Watched], *, method: str, explicit: bool, log: AttachLog) -> None:
     try:
         target = resolve_target(pid)
-        watched[pid] = Watched(target=target, method=choose_method(target, method))
+        watched[pid] = Watched(target=target, method=choose_method(target, method), facts=death.read_facts(pid))
     except LeakhoundError as exc:
         if explicit:
             raise
@@ -211,7 +217,8 @@ def watch_processes(
     process, each bounded by ``timeout``): a slow or stalled worker misses ticks, the others
     do not. A sample of a process with too little headroom under its memory limit is
     refused (HeadroomTooSmall: the watch ends on a first census, later ones are skipped with
-    a warning) unless ``force``.
+    a warning) unless ``force``. A process that ends (OOM-killed, killed by a signal, exited on its own) leaves
+    the watch and is said in ``ended``, how it ended read as ``inspect`` reads it.
     """
     log = log or (lambda line: None)
     watched: dict[int, Watched] = {}
@@ -236,6 +243,7 @@ def watch_processes(
     started = time.monotonic()
     tick = 0
     interrupted = False
+    ended: list[TargetEnded] = []
     try:
         while True:
             now = time.monotonic()
@@ -269,7 +277,10 @@ def watch_processes(
                         on_sample(outcome)
                 elif isinstance(outcome, (TargetNotFound, TargetExited)):
                     w.gone = True
-                    w.warnings.append(f"process {pid} exited during the watch: {outcome}")
+                    ended.append(death.target_ended(w.facts, outcome, pid=pid, name=w.target.name,
+                                                     doing="watching it (between samples)"))
+                    w.warnings.append(ended[-1].message)
+                    log(f"process {pid}: {ended[-1].message}")
                 elif isinstance(outcome, TracerStuck):
                     raise outcome  # only our exit lets that worker's main thread go: end the watch
                 elif isinstance(outcome, LeakhoundError):
@@ -303,6 +314,7 @@ def watch_processes(
         samples=tuple(s for w in watched.values() for s in w.samples),
         snapshots=tuple(w.last_snapshot for w in watched.values() if w.last_snapshot is not None),
         interrupted=interrupted,
+        ended=tuple(ended),
     )
 
 

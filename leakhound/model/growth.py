@@ -9,6 +9,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from leakhound.model.names import EndedHow
 from leakhound.model.snapshot import Finding, Snapshot, TypeStat
 
 
@@ -112,6 +113,18 @@ class GrowthReport:
         if self.rss.verdict == UNKNOWN:
             return UNKNOWN
         return STATIC
+
+
+@dataclass(frozen=True)
+class TargetEnded:
+    """A watched process that ended during the watch, and how (leakhound.attach.death)."""
+
+    pid: int
+    name: str
+    how: EndedHow
+    message: str
+    signal: int | None = None
+    exit_status: int | None = None
 
 
 def sample_from_snapshot(snapshot: Snapshot) -> Sample:

@@ -90,3 +90,12 @@ CODE_OWNER = "<modules and classes>"
 PAYLOAD_OWNER = "<leakhound payload>"
 #: The package the payload is loaded under in a target (``payload/boot.py``).
 PAYLOAD_PACKAGE = "_leakhound_payload"
+
+
+class EndedHow(str, enum.Enum):
+    """How a watched or exported target ended: the ``how`` of watch's JSON and export's metric."""
+
+    OOM_KILLED = "oom_killed"
+    SIGNAL = "signal"
+    EXITED = "exited"
+    UNKNOWN = "unknown"

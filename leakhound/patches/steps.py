@@ -9,17 +9,22 @@ from leakhound.patches.base import Effect, FixSpec, Measurement
 
 def effect(before: Measurement, after: Measurement, counters: dict[str, Any]) -> Effect:
     slimmed = int(counters.get("steps_slimmed", 0))
+    # Sized off the request path, a sample of the steps slimmed (payload/patches/steps.py).
+    measured = int(counters.get("steps_measured", slimmed))
     if slimmed == 0:
         return Effect(None, None, "no new step since the fix was applied; watch longer (--verify)")
-    per_before = counters.get("response_bytes_before", 0) / slimmed
-    per_after = counters.get("response_bytes_after", 0) / slimmed
+    if measured == 0:
+        return Effect(None, None, f"{slimmed} steps slimmed, none sized yet; watch longer (--verify)")
+    per_before = counters.get("response_bytes_before", 0) / measured
+    per_after = counters.get("response_bytes_after", 0) / measured
     cut = 1 - per_after / per_before if per_before else 0.0
     sidecars = int(counters.get("sidecars", 0))
     return Effect(
         per_before,
         per_after,
         f"stored response per new step {per_before:,.0f} -> {per_after:,.0f} bytes (-{cut:.0%}) "
-        f"over {slimmed} steps; {sidecars} truncated steps kept their token sidecar",
+        f"over {measured} of {slimmed} steps (sized off the request path); {sidecars} truncated steps kept "
+        f"their token sidecar",
     )
 
 

@@ -1,4 +1,4 @@
-"""trim: malloc_trim(0) now and every 10 s on the worker's loop; never gc.collect()."""
+"""trim: malloc_trim(0) now and every 10 s on a thread of its own; never gc.collect()."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def effect(before: Measurement, after: Measurement, counters: dict[str, Any]) ->
 
 SPEC = FixSpec(
     name="trim",
-    summary="malloc_trim(0) once now and every 10 s on the worker's loop (never gc.collect())",
+    summary="malloc_trim(0) once now and every 10 s on a thread of its own, off the event loop (never gc.collect())",
     metric="RSS (should drop by about the predicted trimmable bytes)",
     effect=effect,
     immediate=True,

@@ -109,15 +109,28 @@ class ProcessView:
     errors: int = 0
 
 
+@dataclass(frozen=True)
+class EndedView:
+    """A process that ended while exported: how (``EndedHow``'s value) and when (unix time)."""
+
+    pid: int
+    worker: str
+    how: str
+    at: float
+
+
 class SnapshotCollector(Collector):
     """Turns ``views()`` into metric families on every scrape (no state of its own)."""
 
-    def __init__(self, views: Callable[[], Sequence[ProcessView]], *, top_owners: int = DEFAULT_TOP_OWNERS) -> None:
+    def __init__(self, views: Callable[[], Sequence[ProcessView]], *, top_owners: int = DEFAULT_TOP_OWNERS,
+                 ended: Callable[[], Sequence[EndedView]] | None = None) -> None:
         self.views = views
         self.top_owners = top_owners
+        self.ended = ended
 
     def collect(self) -> Iterator[Metric]:
-        return iter(collect_metrics(self.views(), top_owners=self.top_owners))
+        ended = self.ended() if self.ended is not None else ()
+        return iter(collect_metrics(self.views(), top_owners=self.top_owners, ended=ended))
 
 
 def _g(name: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily:
@@ -133,8 +146,13 @@ def _summed(rows: Sequence[tuple[tuple[str, ...], float]]) -> dict[tuple[str, ..
     return out
 
 
-def collect_metrics(views: Sequence[ProcessView], *, top_owners: int = DEFAULT_TOP_OWNERS) -> list[Metric]:
+def collect_metrics(views: Sequence[ProcessView], *, top_owners: int = DEFAULT_TOP_OWNERS,
+                    ended: Sequence[EndedView] = ()) -> list[Metric]:
     base = ("pid", "worker")
+    ended_at = _g("target_ended_timestamp_seconds", "Unix time an exported process was found ended, by how: "
+                  "oom_killed, signal, exited (its own exit) or unknown (the exporter's last 50).", (*base, "how"))
+    for gone in ended:
+        ended_at.add_metric((str(gone.pid), gone.worker, gone.how), gone.at)
     up = _g("up", "1 while the process is exported and its last census, if any, succeeded; 0 after a failed one.",
             base)
     errors = CounterMetricFamily(f"{PREFIX}_snapshot_errors", "Censuses of the process that failed (busy, timeout, "
@@ -205,7 +223,7 @@ def collect_metrics(views: Sequence[ProcessView], *, top_owners: int = DEFAULT_T
                 bytes_family.add_metric(key, value)
     families: list[Metric] = [up, errors, rss, heap, objects, trimmable, malloc_free, pymalloc_free,
                               garbage, taken, pause, owner_bytes, owner_items, growth,
-                              finding_bytes, finding_items]
+                              finding_bytes, finding_items, ended_at]
     for count_family, bytes_family in named.values():
         families.extend((count_family, bytes_family))
     return families

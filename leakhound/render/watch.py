@@ -13,6 +13,7 @@ from rich.table import Table
 
 from leakhound.analysis.diff import SnapshotDiff
 from leakhound.analysis.growth import GrowthReport, Trend, report_to_dict
+from leakhound.model.growth import TargetEnded
 from leakhound.model.names import CODE_OWNER
 from leakhound.model.units import fmt_bytes
 from leakhound.render.console import console
@@ -95,8 +96,12 @@ class LiveView:
             self._live = None
 
 
-def render_reports(reports: tuple[GrowthReport, ...], *, top: int = 10, file: TextIO | None = None) -> None:
+def render_reports(reports: tuple[GrowthReport, ...], *, top: int = 10, file: TextIO | None = None,
+                   ended: tuple[TargetEnded, ...] = ()) -> None:
     con = console(file)
+    for gone in ended:
+        con.print(f"[bold red]pid {gone.pid} {escape(gone.name)} ended ({gone.how.value}):[/bold red] "
+                  f"{escape(gone.message)}")
     if not reports:
         con.print("no samples")
         return
@@ -113,12 +118,14 @@ def render_reports(reports: tuple[GrowthReport, ...], *, top: int = 10, file: Te
         render_findings(report.findings, pid=report.pid, file=file)
 
 
-def report_document(reports: tuple[GrowthReport, ...], *, interrupted: bool = False) -> dict[str, Any]:
+def report_document(reports: tuple[GrowthReport, ...], *, interrupted: bool = False,
+                    ended: tuple[TargetEnded, ...] = ()) -> dict[str, Any]:
     """The final ``--json`` line of a watch (schema in docs/watch.md)."""
     return {
         "event": "report",
         "schema": WATCH_SCHEMA,
         "interrupted": interrupted,
+        "ended": [{**asdict(gone), "how": gone.how.value} for gone in ended],
         "processes": [report_to_dict(r) for r in reports],
         "findings": [asdict(f) for r in reports for f in r.findings],
     }

@@ -22,7 +22,7 @@ STEPS = Fix.STEPS.value
 REGISTRY = Fix.REGISTRY.value
 #: Discard ``InterceptionServer.intercepts`` entries once their response is delivered.
 INTERCEPTS = Fix.INTERCEPTS.value
-#: ``malloc_trim(0)`` from ``EnvWorker.stats_loop`` every stats interval.
+#: ``malloc_trim(0)`` every stats interval, on the live patch's own thread (off the loop).
 TRIM = Fix.TRIM.value
 #: The naive port of the registry fix: evict in ``cleanup_rollout`` even for grouped
 #: rollouts. A bug reproducer (the group stage then fails with "No live trajectory

@@ -45,3 +45,17 @@ def test_show_of_a_file_that_is_not_a_snapshot_is_exit_11(tmp_path: Path) -> Non
     bad.write_text("{}")
     result = CliRunner().invoke(app, ["show", str(bad)])
     assert result.exit_code == 11, result.output
+
+
+def test_show_and_diff_refuse_a_file_over_the_size_limit_unless_told(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(snapshot_to_json(make_snapshot(warnings=("x" * 1000,) * 1300)))  # ~1.3 MiB
+    assert 1 << 20 < big.stat().st_size < 2 << 20
+    for args in (["show", str(big)], ["diff", str(big), str(big)]):
+        refused = CliRunner().invoke(app, [*args, "--max-size", "1"])
+        assert refused.exit_code == 11, refused.output
+        assert "is over 1 MiB, the size limit for a snapshot file" in refused.output
+        assert "hint:" in refused.output and "--max-size" in refused.output
+        assert "Traceback" not in refused.output
+        allowed = CliRunner().invoke(app, [*args, "--max-size", "2"])
+        assert allowed.exit_code == 0, allowed.output

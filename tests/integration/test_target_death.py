@@ -132,3 +132,21 @@ def test_a_crash_reaped_by_another_parent_is_read_from_the_kernel_log(tmp_path: 
     assert "killed by SIGSEGV (from " in result.stderr  # the kernel log, or the zombie if not reaped yet
     assert "segfault at 0" in result.stderr
     assert "leakhound may have caused it" in result.stderr
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_target_that_exits_on_its_own_mid_inspection_is_said_so(tmp_path: Path, status: int) -> None:
+    env = {"TRAP_AT": "progress", "TRAP": "exit", "TRAP_STATUS": str(status), "TRAP_SECONDS": "30"}
+    with spawn_target("payload_trap", tmp_path, env=env, prefix=NO_CORE) as child:
+        result = _cli("inspect", str(child.pid), "--method", "gdb")
+        assert child.proc.wait(timeout=10) == status  # ground truth: the kernel's wait status
+    assert result.returncode == 12, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"it exited on its own with status {status}" in result.stderr
+    assert "may have caused" not in result.stderr
+    assert "killed by SIG" not in result.stderr
+    if status == 0:
+        assert "not leakhound's doing" in result.stderr
+        assert "please report" not in result.stderr
+    else:
+        assert "most likely not leakhound's doing" in result.stderr

@@ -75,3 +75,13 @@ def test_different_processes_and_reversed_order_warn() -> None:
     other = _snap(900.0, 1, [], [], pid=11)
     diff = diff_snapshots(BEFORE, other)
     assert len(diff.warnings) == 2
+
+
+def test_a_delta_as_json_has_every_field_of_the_delta() -> None:
+    from dataclasses import fields
+
+    from leakhound.analysis.diff import Delta, diff_snapshots, diff_to_dict
+    from tests.factories import make_snapshot
+
+    doc = diff_to_dict(diff_snapshots(make_snapshot(), make_snapshot(taken_at=1_800_000_060.0)))
+    assert set(doc["owners"][0]) == {f.name for f in fields(Delta)} | {"bytes", "count", "bytes_per_min"}

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from leakhound.analysis.growth import analyse_growth, sample_from_snapshot
 from leakhound.model import Finding, Owner
 from leakhound.render.prometheus import (
+    EndedView,
     ProcessView,
     SnapshotCollector,
     collect_metrics,
@@ -28,7 +29,7 @@ from tests.factories import make_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-LABELS = {"pid", "worker", "owner", "type", "kind"}
+LABELS = {"pid", "worker", "owner", "type", "kind", "how"}
 
 
 def _promtool() -> str:
@@ -67,8 +68,9 @@ def _exposition(line: int = 120) -> str:
         ProcessView(pid=42, worker="worker.py", snapshot=None, rss_bytes=200 << 20),  # not censused yet
         ProcessView(pid=43, worker="leakhound.simulate.worker", snapshot=None, up=False, errors=2),
     ]
+    ended = [EndedView(pid=44, worker="worker.py", how="oom_killed", at=1_800_000_000.0)]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(lambda: views))
+    registry.register(SnapshotCollector(lambda: views, ended=lambda: ended))
     return generate_latest(registry).decode()
 
 
@@ -205,7 +207,8 @@ def test_grafana_dashboard_queries_only_emitted_metrics_and_labels() -> None:
     # Every metric a panel could need is charted somewhere.
     assert used >= set(metric_names()) - {"leakhound_live_heap_objects", "leakhound_malloc_free_bytes",
                                           "leakhound_pymalloc_free_bytes", "leakhound_finding_items",
-                                          "leakhound_intercepts_bodies"}
+                                          "leakhound_intercepts_bodies",
+                                          "leakhound_target_ended_timestamp_seconds"}
     grouped = set().union(*(re.findall(r"\b(?:by|without) \(([^)]*)\)", e) for e in exprs))
     labels = {part.strip() for group in grouped for part in group.split(",")}
     legend = set().union(*(set(re.findall(r"\{\{(\w+)\}\}", p.get("legendFormat", "")))
@@ -224,3 +227,8 @@ def test_export_top_is_an_option() -> None:
     result = CliRunner().invoke(app, ["export", "--help"], env={"COLUMNS": "120"})
     assert result.exit_code == 0 and "--top" in result.output
     assert CliRunner().invoke(app, ["export", "1", "--top", "0"]).exit_code == 2
+
+
+def test_an_ended_process_is_a_series_of_when_and_how() -> None:
+    (ended,) = _series(_exposition())["leakhound_target_ended_timestamp_seconds"]
+    assert ended == ({"pid": "44", "worker": "worker.py", "how": "oom_killed"}, 1_800_000_000.0)

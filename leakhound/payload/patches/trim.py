@@ -1,10 +1,11 @@
 """trim: hand freed glibc pages back to the kernel with ``malloc_trim(0)``, now and every 10 s
 (or every ``trim_every`` seconds, from the request's options: 1 to 3600).
 
-The cadence runs on the worker's own event loop (``loop.call_later``, like
-``EnvWorker.stats_loop``), or on a daemon timer thread when the process has no running
-asyncio loop. Never ``gc.collect()``: full collections on fat heaps stalled real workers past
-their heartbeat timeout.
+The cadence runs on a daemon thread of its own, never on the worker's event loop: on a
+fragmented 4-6 GB heap one ``malloc_trim`` took 248-540 ms, and ctypes releases the GIL for
+the call, so on its own thread the loop keeps running meanwhile. Reverting stops the thread
+and joins it; a fix applied again starts one thread, never a second. Never ``gc.collect()``:
+full collections on fat heaps stalled real workers past their heartbeat timeout.
 """
 
 import sys
@@ -13,15 +14,17 @@ import time
 
 from .. import arena
 from ..arena import _libc
-from ..tasks import live_tasks
 
 FIX = "trim"
-DESCRIPTION = "malloc_trim(0) once now and every 10 s (--trim-every) on the worker's loop (never gc.collect())"
+DESCRIPTION = "malloc_trim(0) once now and every 10 s (--trim-every) on a thread of its own (never gc.collect())"
 INTERVAL = 10.0  # seconds; the story's production cadence
+THREAD_NAME = "leakhound-trim"
+# A revert waits this long for a trim in progress to end (the longest seen: 540 ms).
+JOIN_SECONDS = 5.0
 
 
 def _malloc_trim():
-    libc = _libc()  # one CDLL per process (see arena._libc)
+    libc = _libc()  # one CDLL per process (see arena._libc); a CDLL call releases the GIL
     return getattr(libc, "malloc_trim", None) if libc is not None else None
 
 
@@ -31,15 +34,14 @@ def recognise():
     return [], None
 
 
-def _worker_loop():
-    for task in live_tasks():
-        try:
-            loop = task.get_loop()
-        except Exception:
-            continue
-        if loop is not None and loop.is_running() and not loop.is_closed():
-            return loop
-    return None
+def _stop_strays():
+    """Trim threads no applied fix owns (a payload loaded twice, a revert whose join timed
+    out): one cadence per process."""
+    for thread in threading.enumerate():
+        wake = getattr(thread, "leakhound_wake", None)
+        if thread.name == THREAD_NAME and wake is not None:
+            wake.set()
+            thread.join(JOIN_SECONDS)
 
 
 def start(entry):
@@ -47,7 +49,7 @@ def start(entry):
     counters = entry["counters"]
     interval = (entry.get("options") or {}).get("trim_every", INTERVAL)
     counters["interval_s"] = interval
-    control = {"stopped": False, "handle": None}  # type: dict
+    control = {"stopped": False}  # type: dict
     entry["control"] = control
 
     def trim_once():
@@ -56,58 +58,37 @@ def start(entry):
         counters["trims"] = counters.get("trims", 0) + 1
         took = (time.perf_counter() - began) * 1000.0
         counters["max_trim_ms"] = max(counters.get("max_trim_ms", 0.0), round(took, 2))
+        counters["last_trim_ms"] = round(took, 2)
 
-    # The first trim is measured right around the call: a busy worker's RSS moves by tens
-    # of MB per second, so numbers read by separate requests would drown its effect.
+    _stop_strays()
+    # The first trim runs in the request (the payload's thread) and is measured right around
+    # the call: a busy worker's RSS moves by tens of MB per second, so numbers read by
+    # separate requests would drown its effect.
     counters["first_trim_predicted_bytes"] = arena.arena_stats()["trimmable_bytes"]
     counters["first_trim_rss_before"] = arena.rss_bytes()
     trim_once()
     counters["first_trim_rss_after"] = arena.rss_bytes()
-    loop = _worker_loop()
-    if loop is not None:
-        control["where"] = "event loop"
+    wake = threading.Event()
 
-        def tick():
-            if control["stopped"]:
-                return
+    def run():
+        while not wake.wait(interval):
             trim_once()
-            control["handle"] = loop.call_later(interval, tick)
 
-        def arm():
-            if not control["stopped"]:
-                control["handle"] = loop.call_later(interval, tick)
-
-        loop.call_soon_threadsafe(arm)
-        control["loop"] = loop
-    else:
-        control["where"] = "timer thread"
-        wake = threading.Event()
-        control["wake"] = wake
-
-        def run():
-            while not wake.wait(interval):
-                trim_once()
-
-        thread = threading.Thread(target=run, name="leakhound-trim", daemon=True)
-        control["thread"] = thread
-        thread.start()
+    thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
+    vars(thread)["leakhound_wake"] = wake  # found by _stop_strays()
+    control["wake"] = wake
+    control["thread"] = thread
+    control["where"] = "trim thread (off the event loop)"
     counters["cadence"] = control["where"]
+    thread.start()
 
 
 def stop(entry):
     control = entry.get("control") or {}
-    control["stopped"] = True
-    loop = control.get("loop")
-    if loop is not None:
-        def cancel():
-            handle = control.get("handle")
-            if handle is not None:
-                handle.cancel()
-
-        try:
-            loop.call_soon_threadsafe(cancel)
-        except RuntimeError:
-            pass  # loop closed
+    control["stopped"] = True  # what an entry armed on the worker's loop checks at each tick
     wake = control.get("wake")
     if wake is not None:
         wake.set()
+    thread = control.get("thread")
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(JOIN_SECONDS)
