@@ -45,6 +45,9 @@ def render_snapshot(
         f"census{walk}: {h.objects:,} objects in {h.census_seconds:.2f}s, "
         f"longest pause {h.max_pause_ms:.0f} ms{held}, extra memory {fmt_bytes(h.payload_peak_bytes)}"
     )
+    if h.target_gc_in_payload_thread:
+        con.print(f"the target's own gc ran {h.target_gc_in_payload_thread} time(s) in the payload's thread "
+                  f"(due anyway; the longest {h.target_gc_in_payload_thread_max_ms:.0f} ms, not in the holds above)")
     if not h.unreached_examined:
         con.print(f"[yellow]not examined:[/yellow] objects no named root reaches: {h.unreached_note}")
     con.print(_owner_model_line(snapshot))

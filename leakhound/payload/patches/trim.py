@@ -7,6 +7,7 @@ asyncio loop. Never ``gc.collect()``: full collections on fat heaps stalled real
 their heartbeat timeout.
 """
 
+import os
 import sys
 import threading
 import time
@@ -81,17 +82,33 @@ def start(entry):
         control["loop"] = loop
     else:
         control["where"] = "timer thread"
-        wake = threading.Event()
-        control["wake"] = wake
 
-        def run():
-            while not wake.wait(interval):
-                trim_once()
+        def start_timer():
+            # A fresh event each time: the one of a parent that forked may have been held.
+            wake = threading.Event()
+            control["wake"] = wake
 
-        thread = threading.Thread(target=run, name="leakhound-trim", daemon=True)
-        control["thread"] = thread
-        thread.start()
+            def run():
+                while not wake.wait(interval):
+                    trim_once()
+
+            thread = threading.Thread(target=run, name="leakhound-trim", daemon=True)
+            control["thread"] = thread
+            control["thread_pid"] = os.getpid()
+            thread.start()
+
+        control["start_timer"] = start_timer
+        start_timer()
     counters["cadence"] = control["where"]
+
+
+def after_fork_in_child(entry):
+    """In a child forked from a process with the fix applied: the fix is the child's too (as
+    the swapped functions are), so its timer thread, which a fork does not copy, runs again."""
+    control = entry.get("control") or {}
+    start_timer = control.get("start_timer")
+    if start_timer is not None and not control.get("stopped") and control.get("thread_pid") != os.getpid():
+        start_timer()
 
 
 def stop(entry):
