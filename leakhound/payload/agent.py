@@ -13,7 +13,8 @@ only in the process it is meant for, as ``LEAKHOUND_AGENT`` says:
 - anything else (``0``, empty, ``started:<pid>``): none.
 
 leakhound's own CLI never runs one. A forked child does not inherit it (the thread does not
-survive ``fork``, and the child leaves the parent's socket alone when it exits).
+survive ``fork``; the child closes its copies of the agent's sockets at once, and leaves the
+parent's socket file alone when it exits).
 
 It listens on a Unix socket in a 0700 directory,
 ``$TMPDIR/leakhound-agent-<uid>/agent-<pid>.sock`` (mode 0600; the pid is the one the process
