@@ -34,7 +34,7 @@ def _children(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("version", sorted(v for v in PYTHONS if v != "3.10"))
+@pytest.mark.parametrize("version", sorted(PYTHONS))
 def test_children_forked_during_inspections_keep_the_collector_and_can_be_inspected(
         tmp_path: Path, version: str) -> None:
     children = tmp_path / "children.jsonl"
