@@ -169,7 +169,8 @@ def real_worker(repeat: int, warm: float, guppy: bool, models: str = "both") -> 
                 rows.append([label, i + 1, f"{int(rss) / 1024:.0f}", row.get("objects", "-"),
                              f"{row['wall']:.1f}", f"{row.get('census', 0):.2f}", f"{census_cpu(row):.2f}",
                              row.get("max_pause_ms", "-"), row.get("max_hold_ms", "-"), row.get("yields", "-"),
-                             f"{during:.0f}", f"{before:.0f}", row.get("error", row.get("owner1", ""))[:40]])
+                             row.get("target_gc", "-"), f"{during:.0f}", f"{before:.0f}",
+                             row.get("error", row.get("owner1", ""))[:40]])
                 phase_rows.append([label, i + 1] + [", ".join(f"{n} {w:.2f}/{c:.2f}" for (k, n), (w, c)
                                                               in row["phases"].items() if k == key)
                                                     for key in ("payload", "census")])
@@ -180,7 +181,8 @@ def real_worker(repeat: int, warm: float, guppy: bool, models: str = "both") -> 
             during = worst(lags(beats_file), start, end)
             guppy_row = (parts, during) if len(parts) == 4 else (line, during)
     print(table(["owners", "run", "RSS MiB", "objects", "attach-to-report s", "census s", "census CPU s",
-                 "max step ms", "max hold ms", "yields", "worst wait ms", "worst wait before ms", "owner #1"],
+                 "max step ms", "max hold ms", "yields", "target gc in payload thread (n / max ms)",
+                 "worst wait ms", "worst wait before ms", "owner #1"],
                 rows, title="the real verifiers worker under continuous rollouts (worst wait: the "
                             "heartbeat thread's latest beat in the worker)"))
     print()
