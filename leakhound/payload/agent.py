@@ -13,7 +13,8 @@ only in the process it is meant for, as ``LEAKHOUND_AGENT`` says:
 - anything else (``0``, empty, ``started:<pid>``): none.
 
 leakhound's own CLI never runs one. A forked child does not inherit it (the thread does not
-survive ``fork``, and the child leaves the parent's socket alone when it exits).
+survive ``fork``; the child closes its copies of the agent's sockets at once, and leaves the
+parent's socket file alone when it exits).
 
 It listens on a Unix socket in a 0700 directory,
 ``$TMPDIR/leakhound-agent-<uid>/agent-<pid>.sock`` (mode 0600; the pid is the one the process
@@ -139,6 +140,7 @@ def _serve_one(conn):
     from . import runner  # noqa: PLC0415 - loaded on first request, not at start-up
 
     conn.settimeout(5.0)
+    _sockets.append(conn)
     try:
         if not _peer_allowed(conn):
             _send(conn, {"result": {"ok": False, "kind": "Forbidden", "error": "peer not allowed"}})
@@ -164,7 +166,26 @@ def _serve_one(conn):
     except OSError:
         pass
     finally:
+        _sockets.remove(conn)
         conn.close()
+
+
+# The listening socket and the connection being served: a child forked from this process
+# closes its copies (_after_fork_in_child).
+_sockets = []  # type: list
+
+
+def _after_fork_in_child():
+    """The agent's thread does not survive a fork. The child's copies of its sockets would
+    keep a connection open after the parent answered and closed it (the client waiting for
+    the end of the answer until its timeout), and the listening socket looking served
+    after the parent died: closed."""
+    for sock in _sockets:
+        try:
+            sock.close()
+        except OSError:
+            pass
+    del _sockets[:]
 
 
 def _serve(server):
@@ -275,6 +296,8 @@ def start():
     finally:
         os.umask(old)
     server.listen(4)
+    _sockets.append(server)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
     thread = threading.Thread(target=_serve, args=(server,), name="leakhound-agent", daemon=True)
     thread.start()
     _started.append(path)
