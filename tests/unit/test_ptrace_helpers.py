@@ -48,14 +48,14 @@ def test_threads_injecting_at_once_reap_the_helpers_without_error(monkeypatch: p
     def no_plan(pid: int) -> Any:
         raise _NoPlan  # the injection ends here, its helper left to the next one to reap
 
-    monkeypatch.setattr(inject, "_spawn", _ExitedHelper)
+    monkeypatch.setattr(inject, "_spawn", lambda *args: _ExitedHelper())
     monkeypatch.setattr(inject, "plan", no_plan)
     errors: list[BaseException] = []
     start = threading.Barrier(8)
 
     def one_injection() -> BaseException | None:
         try:
-            inject.inject(1, "", timeout=1.0, log=lambda line: None, page_note="/nonexistent/page")
+            inject.inject(1, "", timeout=1.0, log=lambda line: None)
         except _NoPlan:
             return None
         except BaseException as exc:  # noqa: BLE001 - any other is the failure
