@@ -72,6 +72,8 @@ def inspect(pid: int, extra: list[str]) -> dict[str, Any]:
         row["max_pause_ms"] = doc["heap"]["max_pause_ms"]
         row["objects"] = doc["heap"]["objects"]
         row["owner1"] = doc["owners"][0]["path"] if doc["owners"] else ""
+        row["target_gc"] = "{} / {:.0f}".format(doc["heap"].get("target_gc_in_payload_thread", "-"),
+                                                doc["heap"].get("target_gc_in_payload_thread_max_ms", 0.0))
     row["phases"] = verbose_phases(proc.stderr)
     if os.environ.get("BENCH_LOG_DIR"):  # each run's -v output, to read where a long hold was
         log = Path(os.environ["BENCH_LOG_DIR"]) / f"inspect-{pid}-{time.time():.0f}.log"
@@ -167,7 +169,8 @@ def real_worker(repeat: int, warm: float, guppy: bool, models: str = "both") -> 
                 rows.append([label, i + 1, f"{int(rss) / 1024:.0f}", row.get("objects", "-"),
                              f"{row['wall']:.1f}", f"{row.get('census', 0):.2f}", f"{census_cpu(row):.2f}",
                              row.get("max_pause_ms", "-"), row.get("max_hold_ms", "-"), row.get("yields", "-"),
-                             f"{during:.0f}", f"{before:.0f}", row.get("error", row.get("owner1", ""))[:40]])
+                             row.get("target_gc", "-"), f"{during:.0f}", f"{before:.0f}",
+                             row.get("error", row.get("owner1", ""))[:40]])
                 phase_rows.append([label, i + 1] + [", ".join(f"{n} {w:.2f}/{c:.2f}" for (k, n), (w, c)
                                                               in row["phases"].items() if k == key)
                                                     for key in ("payload", "census")])
@@ -178,7 +181,8 @@ def real_worker(repeat: int, warm: float, guppy: bool, models: str = "both") -> 
             during = worst(lags(beats_file), start, end)
             guppy_row = (parts, during) if len(parts) == 4 else (line, during)
     print(table(["owners", "run", "RSS MiB", "objects", "attach-to-report s", "census s", "census CPU s",
-                 "max step ms", "max hold ms", "yields", "worst wait ms", "worst wait before ms", "owner #1"],
+                 "max step ms", "max hold ms", "yields", "target gc in payload thread (n / max ms)",
+                 "worst wait ms", "worst wait before ms", "owner #1"],
                 rows, title="the real verifiers worker under continuous rollouts (worst wait: the "
                             "heartbeat thread's latest beat in the worker)"))
     print()
@@ -196,20 +200,28 @@ def real_worker(repeat: int, warm: float, guppy: bool, models: str = "both") -> 
     print(table(["owners", "run", "payload phases (wall s / CPU s)", "census phases"], phase_rows))
 
 
+# The worker as it is, and with the real verifiers worker's raised threshold over a million
+# more tracked objects (its costly collections: the ones that can run in the payload's thread).
+WORKERS = {"default gc": {}, "gc 150000, +1M objects": {"FIXTURE_GC_THRESHOLD": "150000",
+                                                        "FIXTURE_BULK_OBJECTS": "1000000"}}
+
+
 def heartbeat(repeat: int, budgets: list[str]) -> None:
     rows = []
-    for budget in budgets:
-        for i in range(repeat):
-            # A fresh target per run: its worst lag is a maximum since it started.
-            with target("busy_worker.py", env={"FIXTURE_C_THREADS": "1"}) as t:
-                t.settle(2.0)
-                before = float(t.report()["max_lag_ms"])
-                row = inspect(t.pid, ["--owners", "census", "--max-pause", budget])
-                lag = t.lag_after()
-            rows.append([budget, i + 1, f"{row['wall']:.2f}", row.get("max_pause_ms", "-"),
-                         row.get("max_hold_ms", "-"), row.get("yields", "-"), f"{before:.1f}", f"{lag:.1f}"])
-    print(table(["--max-pause ms", "run", "attach-to-report s", "max step ms", "max hold ms", "yields",
-                 "worst lag before ms", "worst lag after ms"], rows,
+    for kind, extra_env in WORKERS.items():
+        for budget in budgets:
+            for i in range(repeat):
+                # A fresh target per run: its worst lag is a maximum since it started.
+                with target("busy_worker.py", env={"FIXTURE_C_THREADS": "1", **extra_env}) as t:
+                    t.settle(2.0)
+                    before = float(t.report()["max_lag_ms"])
+                    row = inspect(t.pid, ["--owners", "census", "--max-pause", budget])
+                    lag = t.lag_after()
+                rows.append([kind, budget, i + 1, f"{row['wall']:.2f}", row.get("max_pause_ms", "-"),
+                             row.get("max_hold_ms", "-"), row.get("yields", "-"), row.get("target_gc", "-"),
+                             f"{before:.1f}", f"{lag:.1f}"])
+    print(table(["worker", "--max-pause ms", "run", "attach-to-report s", "max step ms", "max hold ms", "yields",
+                 "target gc in payload thread (n / max ms)", "worst lag before ms", "worst lag after ms"], rows,
                 title="fixtures/busy_worker.py (1 C thread), its 5 ms heartbeat's worst lag"))
 
 

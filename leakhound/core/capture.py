@@ -43,6 +43,7 @@ def snapshot_from_result(
     pause_ms: float,
 ) -> Snapshot:
     heap = result["heap"]
+    target_gc = result.get("target_gc_in_payload_thread") or {}
     garbage = heap.get("cyclic_garbage", {})
     unreached = heap.get("unreached") or {}
     warnings = []
@@ -75,6 +76,8 @@ def snapshot_from_result(
             yields=int(heap.get("yields") or 0),
             census_cpu_seconds=round(sum(float(v[1]) for v in (heap.get("phases") or {}).values()), 4),
             counted_in="graph" if heap.get("counted_in") == "graph" else "census",
+            target_gc_in_payload_thread=sum(int(n) for n in target_gc.get("collections") or ()),
+            target_gc_in_payload_thread_max_ms=float(target_gc.get("max_ms") or 0.0),
         ),
         arena=arena,
         types=tuple(TypeStat(**t) for t in heap["types"]),
@@ -260,10 +263,11 @@ def capture(
                 " the target's collections meanwhile, per generation: {}".format(
                     float(graph_doc.get("max_held_ms") or 0.0), graph_doc.get("yields"), *graph_doc["max_held_where"],
                     graph_doc.get("gc_collections")))
-        waits = remote.result.get("collector_waits")
-        if isinstance(waits, dict) and waits.get("holds"):
-            log("the target's costly collection was due at {holds} yield(s): the payload's next stretch ran with the"
-                " collector off, and it ran in the target's threads {ran_elsewhere} time(s)".format(**waits))
+        ran = remote.result.get("target_gc_in_payload_thread")
+        if isinstance(ran, dict) and any(ran.get("collections") or ()):
+            log("the target's own collections ran in the payload's thread (per generation {}): {} s, the longest"
+                " {} ms; not counted in the holds above".format(ran.get("collections"), ran.get("seconds"),
+                                                                ran.get("max_ms")))
     # RSS is read right after the census so the ledger compares like with like (or, when the
     # graph's walk counted the heap, as the graph arrived: read while the CLI analyses it).
     process = early.counted_process() if early is not None else None

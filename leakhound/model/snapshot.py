@@ -86,6 +86,11 @@ class HeapStats:
     # (the object graph's walk counted them on the way and no census walk ran: a pause budget
     # ruled out what only the census adds, the split of what no root reaches).
     counted_in: str = "census"
+    # Collections of the target's own that ran in the payload's thread during the request (its
+    # allocation was the one over the collector's threshold: due anyway, not the payload's
+    # pause, and not in max_hold_ms), and the longest of them. 0 in files written before.
+    target_gc_in_payload_thread: int = 0
+    target_gc_in_payload_thread_max_ms: float = 0.0
 
 
 @dataclass(frozen=True)

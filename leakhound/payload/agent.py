@@ -13,7 +13,8 @@ only in the process it is meant for, as ``LEAKHOUND_AGENT`` says:
 - anything else (``0``, empty, ``started:<pid>``): none.
 
 leakhound's own CLI never runs one. A forked child does not inherit it (the thread does not
-survive ``fork``, and the child leaves the parent's socket alone when it exits).
+survive ``fork``; the child closes its copies of the agent's sockets at once, and leaves the
+parent's socket file alone when it exits).
 
 It listens on a Unix socket in a 0700 directory,
 ``$TMPDIR/leakhound-agent-<uid>/agent-<pid>.sock`` (mode 0600; the pid is the one the process
@@ -158,7 +159,7 @@ def _receive(conn, requests, readers):
     try:
         if not _peer_allowed(conn):
             _send(conn, {"result": {"ok": False, "kind": "Forbidden", "error": "peer not allowed"}})
-            conn.close()
+            _close(conn)
             return
         line = _read_line(conn, time.monotonic() + REQUEST_READ_SECONDS)
         with _queued:
@@ -169,9 +170,9 @@ def _receive(conn, requests, readers):
         if not queued:
             _send(conn, {"result": {"ok": False, "kind": "Busy",
                                     "error": "%d requests are waiting for the agent already" % MAX_QUEUED}})
-            conn.close()
+            _close(conn)
     except Exception:
-        conn.close()
+        _close(conn)
     finally:
         readers.release()
 
@@ -201,7 +202,34 @@ def _serve_one(conn, line):
     except OSError:
         pass
     finally:
-        conn.close()
+        _close(conn)
+
+
+# The listening socket and every connection accepted and not closed yet (being read, queued
+# or served): a child forked from this process closes its copies (_after_fork_in_child).
+_sockets = []  # type: list
+
+
+def _after_fork_in_child():
+    """The agent's threads do not survive a fork. The child's copies of its sockets would
+    keep a connection open after the parent answered and closed it (the client waiting for
+    the end of the answer until its timeout), and the listening socket looking served
+    after the parent died: closed."""
+    for sock in _sockets:
+        try:
+            sock.close()
+        except OSError:
+            pass
+    del _sockets[:]
+
+
+def _close(conn):
+    """Close an accepted connection, and stop tracking it."""
+    try:
+        _sockets.remove(conn)
+    except ValueError:  # a forked child's list was emptied
+        pass
+    conn.close()
 
 
 _queued = threading.Condition()
@@ -227,12 +255,13 @@ def _accept(server, requests):
         if not readers.acquire(False):
             conn.close()  # MAX_READERS clients are sending their requests already
             continue
+        _sockets.append(conn)
         try:
             threading.Thread(target=_receive, args=(conn, requests, readers), name="leakhound-agent-reader",
                              daemon=True).start()
         except RuntimeError:  # no thread to be had: this client waits for none
             readers.release()
-            conn.close()
+            _close(conn)
 
 
 _started = []  # type: list
@@ -335,6 +364,8 @@ def start():
         os.umask(old)
     server.listen(4)
     requests = []  # type: list
+    _sockets.append(server)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
     threading.Thread(target=_work, args=(requests,), name="leakhound-agent", daemon=True).start()
     threading.Thread(target=_accept, args=(server, requests), name="leakhound-agent-accept", daemon=True).start()
     _started.append(path)

@@ -37,8 +37,14 @@ def _load(directory):
         version = fh.read().strip()
     loaded = sys.modules.get(name)
     if loaded is not None and name + ".runner" in sys.modules:
+        # Half loaded: by another request of this process now, or by a parent that forked
+        # this child meanwhile (its loading thread did not come along): loaded again here.
+        loading_pid = getattr(loaded, "__payload_loading_pid__", None)
+        complete = loading_pid is None or getattr(loaded, "__payload_loaded__", False)
+        if not complete and loading_pid == os.getpid():
+            raise RuntimeError("another leakhound request is loading the payload in this process")
         state = sys.modules.get("_leakhound_state")
-        if getattr(loaded, "__payload_version__", None) == version or getattr(state, "fixes", None):
+        if complete and (getattr(loaded, "__payload_version__", None) == version or getattr(state, "fixes", None)):
             return sys.modules[name + ".runner"]
         for old in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
             sys.modules.pop(old, None)
@@ -49,10 +55,12 @@ def _load(directory):
     )
     package = importlib.util.module_from_spec(spec)
     package.__payload_version__ = version
+    package.__payload_loading_pid__ = os.getpid()
     sys.modules[name] = package
     try:
         spec.loader.exec_module(package)
         __import__(name + ".runner")
+        package.__payload_loaded__ = True
     except BaseException:
         for loaded in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
             sys.modules.pop(loaded, None)

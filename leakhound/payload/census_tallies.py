@@ -6,7 +6,7 @@ import array
 import sys
 import time
 
-from .duty import yield_gil
+from .duty import own_cpu, yield_gil
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
@@ -87,10 +87,12 @@ class _Clock:
     cycle: with ``max_hold`` (seconds), once the census has run that long since it last
     yielded, it sleeps (``duty.yield_gil``) so every thread waiting for the GIL gets it.
 
-    A stretch is measured in the census thread's CPU time (``time.thread_time``): a thread
+    A stretch is measured in the census thread's CPU time (``duty.own_cpu``): a thread
     waiting for the GIL uses none, so time the interpreter gave to other threads inside a
     stretch does not count, while all the census ran does (a stretch over which it was handed
-    the GIL back and forth counts whole: an upper bound on any one hold). ``max_held`` is the
+    the GIL back and forth counts whole: an upper bound on any one hold); a collection of the
+    target's own that ran in this thread is not the census's and is reported apart
+    (duty.py). ``max_held`` is the
     longest stretch between two yields; ``yields`` counts the sleeps.
     The duty cycle runs at every ``step`` and ``check``: the census calls one of them after
     every C call into the walk and often in its Python loops."""
@@ -100,7 +102,7 @@ class _Clock:
         self.cancelled = cancelled
         self.max_step = 0.0
         self.max_hold = max_hold
-        self.held_since = time.thread_time()
+        self.held_since = own_cpu()
         self.max_held = 0.0
         self.max_held_after = ""  # the phase marked last when the longest stretch ended
         self.last_phase = ""
@@ -141,7 +143,7 @@ class _Clock:
 
     def hold(self):
         """The duty cycle: yield the GIL once the census has held it ``max_hold``."""
-        cpu = time.thread_time()
+        cpu = own_cpu()
         held = cpu - self.held_since
         at = _caller()
         # the longest run between two looks at the clock: the place with no check in it
@@ -157,22 +159,22 @@ class _Clock:
         if self.max_hold is not None and held >= self.max_hold:
             yield_gil()
             self.yields += 1
-            self.held_since = self._looked = time.thread_time()
+            self.held_since = self._looked = own_cpu()
             self._began_at = at
 
     def yield_now(self):
         """With a budget, yield the GIL now (unless the census just did): the stretch before
         one step that cannot be split (gc.get_objects()) and the step are then not one."""
         self.hold()
-        if self.max_hold is not None and time.thread_time() - self.held_since > 0.001:
+        if self.max_hold is not None and own_cpu() - self.held_since > 0.001:
             yield_gil()
             self.yields += 1
-            self.held_since = self._looked = time.thread_time()
+            self.held_since = self._looked = own_cpu()
             self._began_at = self._looked_at = _caller()
 
     def yielded(self):
         """The census released the GIL some other way (a sleep of its own): a new stretch."""
-        self.held_since = self._looked = time.thread_time()
+        self.held_since = self._looked = own_cpu()
         self._began_at = self._looked_at = _caller()
 
     def check(self):

@@ -50,7 +50,7 @@ except ImportError:
     )
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
-from .duty import release_collection, yield_gil
+from .duty import own_cpu, yield_gil
 from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
 from .graph_wire import (
     _FRAME_LIKE_IDS,
@@ -163,7 +163,7 @@ class Graph(object):
         self.max_bytes = max_bytes  # the walk's own memory in the target (0: no limit)
         # The duty cycle: at most half the pause budget of running between two yields.
         self.max_hold = max_pause_ms / 2000.0 if max_pause_ms else None
-        self.held_since = time.thread_time()
+        self.held_since = own_cpu()
         self.max_held = 0.0
         self.max_held_where = ("", "")
         self._began_at = "start"
@@ -231,7 +231,7 @@ class Graph(object):
 
     def _duty(self):
         """The duty cycle alone: yield the GIL once the walk has held it ``max_hold``."""
-        held = time.thread_time() - self.held_since
+        held = own_cpu() - self.held_since
         if held > self.max_held:
             self.max_held = held
             # where (file:line (function) of the graph's code) the longest stretch began and
@@ -240,7 +240,7 @@ class Graph(object):
         if self.max_hold is not None and held >= self.max_hold:
             self._yield()
             self.yields += 1
-            self.held_since = time.thread_time()
+            self.held_since = own_cpu()
             self._began_at = _where(sys._getframe(1))
 
     def _yield(self):
@@ -702,9 +702,7 @@ class CompiledGraph(Graph):
     store = None  # the capsule, once Graph.__init__ has run
 
     def _yield(self):
-        # The full blocks leave while the GIL is released for the yield anyway (the
-        # collector given back first: duty.py).
-        release_collection()
+        # The full blocks leave while the GIL is released for the yield anyway.
         if self.store is not None:
             _walk_module.graph_flush(self.store)
         yield_gil()

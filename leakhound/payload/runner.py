@@ -577,12 +577,9 @@ def handle(request, progress=None, cancelled=None, exchange=None):
     memory = _MemoryBudget(_max_extra_bytes(request), _rss_at_boot)
     _rss_at_boot = 0
     stop = _Stop(_request_timeout(request), cancelled, memory=memory)
-    waits_before = duty.stats()
+    collections_before = duty.stats()
+    duty.watch_collections()
     try:
-        # The request's first stretch too (duty.py): it allocates (the roots, the walk's
-        # set-up) before any walk yields.
-        if request.get("max_pause_ms"):
-            duty.hold_collection()
         if exchange is not None and request["op"] == "snapshot":
             out = _snapshot(request, progress, stop, exchange)
         elif exchange is not None and request["op"] == "graph":
@@ -593,10 +590,8 @@ def handle(request, progress=None, cancelled=None, exchange=None):
         out["payload_seconds"] = time.perf_counter() - started
         memory.cost()
         out["memory_cost"] = {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit,
-                                "loaded_bytes": memory.loaded}
-        # the target's costly collections this request left to the target's threads (duty.py)
-        waits = duty.stats()
-        out["collector_waits"] = {k: waits[k] - waits_before[k] for k in waits}
+                              "loaded_bytes": memory.loaded}
+        out["target_gc_in_payload_thread"] = _collections_since(collections_before)
         return out
     except Cancelled as exc:
         memory.cost()
@@ -613,8 +608,31 @@ def handle(request, progress=None, cancelled=None, exchange=None):
         }
     finally:
         memory.close()
-        duty.give_back()  # the collector never left off past the request (duty.py)
+        duty.unwatch_collections()
         _busy.release()
+
+
+def _collections_since(before):
+    """The target's own collections that ran in the request's thread since ``before``
+    (duty.stats()): per generation, their wall seconds summed and the longest (duty.py)."""
+    now = duty.stats()
+    return {"collections": [a - b for a, b in zip(now["collections"], before["collections"])],  # noqa: B905 - 3.8+
+            "seconds": round(now["seconds"] - before["seconds"], 4), "max_ms": now["max_ms"]}
+
+
+def _after_fork_in_child():
+    """A child forked while a request ran has none of its threads: it starts with the request
+    lock free (else every later request of the child answered Busy, exit 9, for good), the
+    payload's ``gc.callbacks`` entry gone, and the fixes' helper threads running again."""
+    global _busy
+    _busy = threading.Lock()
+    duty.reset_after_fork()
+    patches.after_fork_in_child()
+
+
+# Once per loaded payload (boot.py keeps it loaded and reuses it, request after request).
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _write_json(path, doc):

@@ -49,6 +49,9 @@ def render_snapshot(
     )
     if snapshot.cost is not None:
         con.print(cost_line(snapshot.cost))
+    if h.target_gc_in_payload_thread:
+        con.print(f"the target's own gc ran {h.target_gc_in_payload_thread} time(s) in the payload's thread "
+                  f"(due anyway; the longest {h.target_gc_in_payload_thread_max_ms:.0f} ms, not in the holds above)")
     if not h.unreached_examined:
         con.print(f"[yellow]not examined:[/yellow] objects no named root reaches: {h.unreached_note}")
     con.print(_owner_model_line(snapshot))

@@ -1,164 +1,198 @@
-"""The duty cycle's yield keeps the target's costly collection out of the payload's stretches
-(payload/duty.py): when the young generation's count is within a margin of its threshold, the
-payload runs its next stretch with the collector off and gives it back before it lets go of
-the GIL, so the collection runs in a thread of the target. Counted by which thread ran the
-collection, not timed."""
+"""The duty cycle's yield and the target's own collections (payload/duty.py): the payload never
+switches the collector; a collection of the target's that runs in the payload's thread is
+timed apart and kept out of the walks' stretches; a child forked mid-request starts with none
+of the request's state. Counted, not timed."""
 
 from __future__ import annotations
 
 import gc
+import json
+import os
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from leakhound.payload import census, duty, graph, probes
+from leakhound.payload import census, duty, graph, probes, runner
 
 
 @pytest.fixture
 def fresh_duty(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(duty, "_state", {"held": False, "holds": 0, "ran_elsewhere": 0, "counts": None})
+    monkeypatch.setattr(duty, "_state", {"thread": None, "started_wall": None, "started_cpu": None, "cpu": 0.0,
+                                         "wall": 0.0, "collections": [0, 0, 0], "max_wall": 0.0})
     thresholds = gc.get_threshold()
     yield
-    duty.release_collection()
+    duty.unwatch_collections()
     gc.enable()
     gc.set_threshold(*thresholds)
 
 
-def _near_threshold(threshold: int, below: int) -> list[list[int]]:
-    """Tracked objects kept until the young count is ``below`` under ``threshold``."""
-    gc.collect()  # the test process's own: the count starts from 0
-    gc.set_threshold(threshold, 10, 10)
-    return [[] for _ in range(threshold - below - gc.get_count()[0])]
+class _Poller:
+    """A thread of the target reading ``gc.isenabled()`` as fast as it can."""
 
+    def __init__(self) -> None:
+        self.reads = 0
+        self.off = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run)
 
-def test_a_costly_collection_due_runs_in_a_thread_of_the_target(fresh_duty: None) -> None:
-    """The payload's stretch allocates past the threshold: no collection runs in it; the
-    target's allocating thread runs it once the payload yields."""
-    ran_in: list[int] = []
+    def _run(self) -> None:
+        while not self.done.is_set():
+            self.reads += 1
+            if not gc.isenabled():
+                self.off += 1
 
-    def record(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            ran_in.append(threading.get_ident())
-
-    go, done = threading.Event(), threading.Event()
-    allocator_ident: list[int] = []
-
-    def allocate() -> None:
-        allocator_ident.append(threading.get_ident())
-        go.wait()
-        junk: list[list[int]] = []
-        while not done.is_set():
-            junk.extend([] for _ in range(100))  # a busy worker's loop, allocating
-            del junk[:]
-            time.sleep(0)
-
-    worker = threading.Thread(target=allocate)
-    worker.start()
-    kept = _near_threshold(60_000, below=3000)  # 60k > CHEAP_OBJECTS: a costly collection
-    gc.callbacks.append(record)
-    try:
-        with _gil_held_by_us():
-            go.set()
-            assert duty.hold_collection()
-            stretch = [[] for _ in range(10_000)]  # the payload's stretch: past the threshold
-            assert not ran_in and not gc.isenabled()
-        deadline = time.monotonic() + 30
-        while not ran_in and time.monotonic() < deadline:
-            duty.yield_gil()
-    finally:
-        gc.callbacks.remove(record)
-        done.set()
-        worker.join()
-        kept.clear()
-        del stretch
-    assert ran_in, "no collection ran in the target's threads"
-    assert ran_in[0] == allocator_ident[0] != threading.get_ident()
-    assert duty.stats()["holds"] >= 1 and duty.stats()["ran_elsewhere"] >= 1
-
-
-class _gil_held_by_us:  # noqa: N801 - a context manager read as a phrase
-    """No switch to another thread for the block (a stretch of the payload holds the GIL)."""
-
-    def __enter__(self) -> None:
-        import sys
-
-        self.interval = sys.getswitchinterval()
-        sys.setswitchinterval(100.0)
+    def __enter__(self) -> _Poller:
+        self.thread.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        import sys
-
-        sys.setswitchinterval(self.interval)
-
-
-def test_the_collector_is_given_back_before_any_wait_and_at_the_end(fresh_duty: None) -> None:
-    kept = _near_threshold(60_000, below=3000)
-    try:
-        assert duty.hold_collection() and not gc.isenabled()
-        duty.sleep(0.001)  # a wait of the payload's own: the target's threads run meanwhile
-        assert gc.isenabled()
-        assert duty.hold_collection() and not gc.isenabled()
-        duty.give_back()  # the request's end (runner.handle's finally)
-        assert gc.isenabled()
-    finally:
-        kept.clear()
+        self.done.set()
+        self.thread.join()
 
 
-def test_a_cheap_collection_or_the_collector_off_nothing_held(fresh_duty: None) -> None:
+def test_a_request_near_a_costly_collection_never_switches_the_collector(fresh_duty: None) -> None:
+    # The real worker's threshold: every stretch of the payload's once ran with it off, and
+    # the interpreter's thread switch showed that to the target's threads.
     gc.collect()
-    gc.set_threshold(700, 10, 10)  # the default: a young collection of ~700 objects is due
-    assert not duty.hold_collection() and gc.isenabled()
-    assert not duty.hold_collection(margin=0)  # a costly one, but not within the margin
-    kept = _near_threshold(60_000, below=3000)
-    assert not duty.hold_collection(margin=1000)
+    gc.set_threshold(150_000, 10, 10)
+    with _Poller() as poller:
+        out = runner.handle({"op": "snapshot", "max_pause_ms": 0.5}, lambda phase, done: None)
+    assert out.get("ok"), out
+    assert poller.reads > 0 and poller.off == 0
+    assert gc.isenabled() and gc.get_threshold() == (150_000, 10, 10)
+    assert not any(cb is duty._on_collection for cb in gc.callbacks)
+
+
+def test_the_collector_off_stays_off(fresh_duty: None) -> None:
     gc.disable()  # the target's own choice
     try:
-        assert not duty.hold_collection()
+        out = runner.handle({"op": "snapshot", "max_pause_ms": 0.5}, lambda phase, done: None)
+        assert out.get("ok"), out
         duty.yield_gil()
-        assert not gc.isenabled()  # left as the target set it
+        duty.sleep(0.001)
+        assert not gc.isenabled()
     finally:
         gc.enable()
-        kept.clear()
 
 
-def test_a_request_ends_with_the_collector_given_back(fresh_duty: None) -> None:
-    from leakhound.payload import runner
-
-    kept = _near_threshold(60_000, below=3000)
+def test_a_collection_in_the_payloads_thread_is_timed_apart_from_its_stretch(fresh_duty: None) -> None:
+    keep = [[i] for i in range(300_000)]  # a full collection with something to examine
+    duty.watch_collections()
     try:
-        out = runner.handle({"op": "snapshot", "max_pause_ms": 0.2}, lambda phase, done: None)
+        cpu_before, own_before = time.thread_time(), duty.own_cpu()
+        gc.collect()  # stands for the one the payload's allocation sets off
+        cpu_spent, own_spent = time.thread_time() - cpu_before, duty.own_cpu() - own_before
     finally:
-        kept.clear()
+        duty.unwatch_collections()
+    stats = duty.stats()
+    assert stats["collections"] == [0, 0, 1]
+    assert stats["max_ms"] > 0 and stats["seconds"] > 0
+    # the collection's CPU is out of the payload's own clock: what is left is the callback's
+    assert cpu_spent > 0 and own_spent < cpu_spent / 2, (cpu_spent, own_spent)
+    del keep
+
+
+def test_collections_in_the_targets_threads_are_not_counted(fresh_duty: None) -> None:
+    duty.watch_collections()
+    try:
+        thread = threading.Thread(target=gc.collect)
+        thread.start()
+        thread.join()
+    finally:
+        duty.unwatch_collections()
+    assert duty.stats()["collections"] == [0, 0, 0]
+
+
+def test_the_payloads_callback_leaves_the_targets_own_where_they_are(fresh_duty: None) -> None:
+    def theirs(phase: str, info: dict[str, Any]) -> None:
+        pass
+
+    gc.callbacks.append(theirs)
+    try:
+        duty.watch_collections()
+        duty.watch_collections()  # once, however often
+        assert sum(cb is duty._on_collection for cb in gc.callbacks) == 1
+        duty.unwatch_collections()
+        assert theirs in gc.callbacks and not any(cb is duty._on_collection for cb in gc.callbacks)
+    finally:
+        gc.callbacks.remove(theirs)
+
+
+def test_a_request_reports_the_collections_that_ran_in_its_thread(fresh_duty: None,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # A collection set off in the request's thread (here: by the census's first phase).
+    original = census.Census.run
+
+    def run_with_a_collection(self: census.Census) -> None:
+        gc.collect(0)
+        original(self)
+
+    monkeypatch.setattr(census.Census, "run", run_with_a_collection)
+    out = runner.handle({"op": "snapshot", "max_pause_ms": 50}, lambda phase, done: None)
     assert out.get("ok"), out
-    assert gc.isenabled()
+    ran = out["target_gc_in_payload_thread"]
+    assert ran["collections"][0] >= 1 and ran["max_ms"] >= 0
 
 
-@pytest.mark.parametrize(("counts", "thresholds", "costly"), [
-    ((5, 0, 0), (700, 10, 10), False),      # the default young collection: 700 objects
-    ((5, 10, 3), (700, 10, 10), False),     # with the middle generation: ~7,700
-    ((5, 10, 10), (700, 10, 10), True),     # and the old one: the whole heap
-    ((5, 0, 0), (150_000, 10, 10), True),   # the real worker's raised threshold
-    ((5, 30, 0), (2000, 30, 10), True),     # a middle generation of ~62,000 due
-    ((5, 0, 0), (0, 10, 10), False),        # threshold 0: collections off
-])
-def test_which_collections_are_costly(counts: tuple[int, int, int], thresholds: tuple[int, int, int],
-                                      costly: bool) -> None:
-    assert duty.collection_due_is_costly(counts, thresholds) is costly
+def test_a_child_forked_mid_request_starts_with_no_request_running(fresh_duty: None) -> None:
+    """The request lock and the gc.callbacks entry of a request running in another thread as
+    the target forks: free and gone in the child (os.register_at_fork, runner.py)."""
+    in_request, forked = threading.Event(), threading.Event()
+
+    def request() -> None:
+        with runner._busy:
+            duty.watch_collections()
+            in_request.set()
+            forked.wait(30)
+            duty.unwatch_collections()
+
+    thread = threading.Thread(target=request)
+    thread.start()
+    in_request.wait(30)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once
+        try:
+            free = runner._busy.acquire(blocking=False)
+            if free:
+                runner._busy.release()
+            doc = {"lock_free": free, "callback": any(cb is duty._on_collection for cb in gc.callbacks),
+                   "gc": gc.isenabled(),
+                   "answered": runner.handle({"op": "ping"}).get("ok")}
+            os.write(write, json.dumps(doc).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        child = json.loads(os.read(read, 4096) or b"{}")
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+        forked.set()
+        thread.join()
+    assert child == {"lock_free": True, "callback": False, "gc": True, "answered": True}
 
 
 def test_every_walk_yields_through_the_shared_yield(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = [0]
-    monkeypatch.setattr(duty, "hold_collection", lambda: calls.__setitem__(0, calls[0] + 1))
+    sleeps = [0]
+
+    def sleep(seconds: float) -> None:
+        sleeps[0] += 1
+        time.sleep(seconds)
+
+    monkeypatch.setattr(duty, "time", SimpleNamespace(sleep=sleep, thread_time=time.thread_time,
+                                                      perf_counter=time.perf_counter))
     keep = [[i] for i in range(200_000)]
     census.Census(max_pause_ms=0.2).run()
-    after_census = calls[0]
+    after_census = sleeps[0]
     graph.build(timeout=60, progress=None, is_stdlib=lambda name: False, exclude=(), max_nodes=5_000_000,
                 max_pause_ms=0.2, cancelled=None)
-    after_graph = calls[0]
+    after_graph = sleeps[0]
     clock = probes._Clock(max_hold=0.0)
     clock.tick()
     del keep
-    assert after_census > 0 and after_graph > after_census and calls[0] == after_graph + 1
+    assert after_census > 0 and after_graph > after_census and sleeps[0] == after_graph + 1

@@ -13,6 +13,7 @@ import os
 import selectors
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,32 @@ for name in ('leakhound', 'leakhound.attach', 'leakhound.attach.ptrace'):
 from leakhound.attach.ptrace import stop
 stop.main()
 """
-# Helpers still alive (janitors of a private directory), reaped on the next injection.
-_HELPERS: list[subprocess.Popen[bytes]] = []
+
+
+class _LiveHelpers:
+    """The tracer helpers still alive (janitors of a private directory: each keeps its stdin
+    open while this process lives), reaped on the next injection. Every thread that injects
+    shares them (``watch P1 ... P8`` runs one per target): under a lock, so two threads never
+    reap the same helper (``list.remove``: ValueError in 2 of 8 runs of an 8-target watch)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._alive: list[subprocess.Popen[bytes]] = []
+
+    def reap(self) -> None:
+        with self._lock:
+            self._alive = [h for h in self._alive if h.poll() is None]
+
+    def keep(self, helper: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._alive.append(helper)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._alive)
+
+
+_HELPERS = _LiveHelpers()
 
 
 def _spawn(pass_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
@@ -126,13 +151,12 @@ def inject(
     directory, which the helper removes if this process dies first (handed over as inherited
     descriptors; ``private_path`` names it in the helper's log; ``payload_timeout`` is how
     long the payload may still write into it)."""
-    for done in [h for h in _HELPERS if h.poll() is not None]:
-        _HELPERS.remove(done)
+    _HELPERS.reap()
     # The helper first (it starts while the plan is made), told the directory at once: if we
     # die from here on, it is removed.
     helper = _spawn(() if private is None else (private.fd, private.parent_fd))
     assert helper.stdin is not None and helper.stdout is not None
-    _HELPERS.append(helper)
+    _HELPERS.keep(helper)
     try:
         _send(helper, _directory(private, private_path, payload_timeout))
         try:

@@ -128,6 +128,19 @@ def _revert(module):
     return out
 
 
+def after_fork_in_child():
+    """In a child forked from the target: each applied fix's own after-fork step (a helper
+    thread started again), where it has one."""
+    for name, entry in list(_state.peek().items()):
+        module = FIXES.get(name)
+        step = getattr(module, "after_fork_in_child", None)
+        if step is not None:
+            try:
+                step(entry)
+            except Exception:
+                pass  # never raise into the target's fork
+
+
 def _status(module):
     entry = _state.peek().get(module.FIX)
     if entry is None:

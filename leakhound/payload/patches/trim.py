@@ -8,6 +8,7 @@ and joins it; a fix applied again starts one thread, never a second. Never ``gc.
 full collections on fat heaps stalled real workers past their heartbeat timeout.
 """
 
+import os
 import sys
 import threading
 import time
@@ -68,19 +69,35 @@ def start(entry):
     counters["first_trim_rss_before"] = arena.rss_bytes()
     trim_once()
     counters["first_trim_rss_after"] = arena.rss_bytes()
-    wake = threading.Event()
 
-    def run():
-        while not wake.wait(interval):
-            trim_once()
+    def start_thread():
+        # A fresh event each time: the one of a parent that forked may have been held.
+        wake = threading.Event()
 
-    thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
-    vars(thread)["leakhound_wake"] = wake  # found by _stop_strays()
-    control["wake"] = wake
-    control["thread"] = thread
+        def run():
+            while not wake.wait(interval):
+                trim_once()
+
+        thread = threading.Thread(target=run, name=THREAD_NAME, daemon=True)
+        vars(thread)["leakhound_wake"] = wake  # found by _stop_strays()
+        control["wake"] = wake
+        control["thread"] = thread
+        control["thread_pid"] = os.getpid()
+        thread.start()
+
     control["where"] = "trim thread (off the event loop)"
+    control["start_timer"] = start_thread
     counters["cadence"] = control["where"]
-    thread.start()
+    start_thread()
+
+
+def after_fork_in_child(entry):
+    """In a child forked from a process with the fix applied: the fix is the child's too (as
+    the swapped functions are), so its timer thread, which a fork does not copy, runs again."""
+    control = entry.get("control") or {}
+    start_timer = control.get("start_timer")
+    if start_timer is not None and not control.get("stopped") and control.get("thread_pid") != os.getpid():
+        start_timer()
 
 
 def stop(entry):
