@@ -101,6 +101,21 @@ class TargetFilesystemUnreachable(AttachFailed):
     )
 
 
+class ProtocolViolation(LeakhoundError):
+    """What answered from the target is not what leakhound's agent or payload sends: another
+    process (or another user's) at the agent's socket, a line that is not JSON or too long,
+    a message or result of the wrong shape or types, more bytes than the request allows.
+    leakhound stops reading at once; nothing it read is used."""
+
+    EXIT_CODE = 20
+    HELP_TEXT = (
+        "The target's owner controls its agent's socket and what runs inside it. If the "
+        "worker runs a real leakhound agent, check it is the same leakhound version as the "
+        "CLI (`pip show leakhound` in both environments); otherwise inspect it with "
+        "`--method ptrace` or `--method gdb`."
+    )
+
+
 class MissingSymbols(MethodUnavailable):
     HELP_TEXT = (
         "The ptrace and gdb methods start the payload by calling these CPython functions in "

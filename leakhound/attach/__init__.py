@@ -22,7 +22,14 @@ from leakhound.attach.channel import Partial, PrivateChannel, Progress
 from leakhound.attach.memory_limit import CostMeter, MemoryCost, memory_room, request_budget
 from leakhound.attach.process import Target, resolve_target
 from leakhound.attach.pyspy import py_spy_dump
-from leakhound.errors import MemoryBudgetReached, MethodUnavailable, RemoteError, RequestCancelled, TargetBusy
+from leakhound.errors import (
+    MemoryBudgetReached,
+    MethodUnavailable,
+    ProtocolViolation,
+    RemoteError,
+    RequestCancelled,
+    TargetBusy,
+)
 from leakhound.model.names import METHOD_NAMES
 
 METHODS = METHOD_NAMES
@@ -110,6 +117,8 @@ def run_request(
     finally:
         meter.stop()
     spent = remote.result.get("memory_cost") or {}
+    if not isinstance(spent, dict):  # the result is the target's to write
+        raise ProtocolViolation(f"process {pid} answered with a malformed memory_cost ({type(spent).__name__})")
     peak, loaded = spent.get("peak_rss_bytes"), spent.get("loaded_bytes")
     cost = meter.cost(peak if isinstance(peak, int) else None, loaded if isinstance(loaded, int) else 0)
     if meter.tripped and remote.result.get("kind") == "Cancelled":

@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import stat
+import struct
 import threading
 import time
 from typing import Any
@@ -27,6 +28,7 @@ from leakhound.errors import (
     AttachTimeout,
     MethodUnavailable,
     PermissionDenied,
+    ProtocolViolation,
     TargetExited,
     TargetFilesystemUnreachable,
 )
@@ -137,20 +139,38 @@ def _refused(path: str) -> bool:
 def remove_stale_sockets(pid: int) -> list[str]:
     """Remove the socket files named after ``pid`` that no agent listens on (its worker was
     killed before its atexit ran); returns them."""
-    removed = []
+    removed: list[str] = []
     nspid = namespace_pid(pid)
     live = find_socket(pid)
     for inside in _candidate_dirs(pid):
         base = glob.escape(_from_here(pid, inside.rstrip("/")))
-        for path in glob.glob(f"{base}/leakhound-agent-*/agent-{nspid}.sock"):
-            if path == live or not _refused(path):
-                continue
-            try:
-                os.unlink(path)
-            except OSError:
-                continue
-            removed.append(path)
+        found = glob.glob(f"{base}/leakhound-agent-*/agent-{nspid}.sock")
+        removed.extend(path for path in found if path != live and _remove_if_stale(path))
     return removed
+
+
+def _remove_if_stale(path: str) -> bool:
+    """Unlink the socket at ``path`` if nobody listens on it, and it and its directory are
+    what an agent makes: a directory (not a symlink) ``leakhound-agent-UID`` owned by UID,
+    holding a socket (not a symlink) of UID's. Root does this in directories other users
+    control: through the directory's descriptor, never a path they could redirect."""
+    directory, name = os.path.split(path)
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        owner = os.fstat(dir_fd).st_uid
+        entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if os.path.basename(directory) != f"leakhound-agent-{owner}" or entry.st_uid != owner \
+                or not stat.S_ISSOCK(entry.st_mode) or not _refused(f"/proc/self/fd/{dir_fd}/{name}"):
+            return False
+        os.unlink(name, dir_fd=dir_fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(dir_fd)
 
 
 def available(pid: int, uid: int) -> bool:
@@ -166,6 +186,182 @@ def available(pid: int, uid: int) -> bool:
 
 # Seconds a timed-out request gets to confirm its cancel (as on the debugger path).
 CANCEL_GRACE = 5.0
+# The longest line the agent sends: a graph's JSON is its labels (at most 20,000 of at most
+# 80 characters), type names and roots (~50 bytes each: every module and class); a small
+# worker's is 270 KB, one with 100,000 classes ~11 MB. Its records come raw after it,
+# counted by binary_bytes.
+MAX_LINE_BYTES = 32 << 20
+# JSON containers one line may open: each costs leakhound ~60 bytes decoded, so 32 MiB of
+# ``[{},{},...`` would take ~700 MB; the agent's lines hold a few thousand (the graph's
+# roots and labels are flat lists).
+MAX_LINE_CONTAINERS = 1_000_000
+# The graph's records a request may receive, per node it allows (24 bytes a node, 12-20 an
+# edge; a Python heap averages a few edges a node), when it sets no memory budget.
+GRAPH_BYTES_PER_NODE = 512
+_PAYLOAD_DEFAULT_MAX_NODES = 1_000_000  # runner._graph_walked's
+_PHASE = re.compile(r"[A-Za-z0-9_.:/ -]{0,64}")
+
+
+def _untrusted(pid: int, what: str) -> ProtocolViolation:
+    return ProtocolViolation(f"the agent socket of process {pid} {what}; leakhound stopped reading it")
+
+
+def graph_bytes_allowed(doc: dict[str, Any]) -> int:
+    """How many bytes of graph records the request ``doc`` lets its answer carry: none
+    without a graph; twice the walk's memory budget when it sets one (the records are what
+    the walk holds); else ``GRAPH_BYTES_PER_NODE`` per node it allows."""
+    if doc.get("op") != "graph" and not doc.get("graph"):
+        return 0
+    budget = doc.get("max_graph_bytes")
+    if isinstance(budget, int) and budget > 0:
+        return 2 * budget + (1 << 20)
+    nodes = doc.get("max_graph_nodes")
+    nodes = nodes if isinstance(nodes, int) and nodes > 0 else _PAYLOAD_DEFAULT_MAX_NODES
+    return nodes * GRAPH_BYTES_PER_NODE
+
+
+def _connect_to_agent(path: str, pid: int, uid: int, timeout: float) -> socket.socket:
+    """A connection to the agent of ``pid`` at ``path``, checked before anything is sent:
+    the socket's directory is not a symlink, is the target user's and writable by no one
+    else; the socket file is not a symlink; and the process at the other end (SO_PEERCRED:
+    who listens) is ``pid`` itself, running as ``uid``. Whatever a process of that user
+    puts in the directory, root's client talks to nothing but the target."""
+    directory, name = os.path.split(path)
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise TargetExited(f"the agent of process {pid} is not listening") from None
+    except PermissionError:
+        raise PermissionDenied(f"cannot open the agent socket's directory {directory}") from None
+    except OSError as exc:  # ELOOP: the directory is a symlink
+        raise _untrusted(pid, f"is in {directory}, which is not a directory ({exc.strerror})") from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        here = os.fstat(dir_fd)
+        if here.st_uid not in (uid, 0) or here.st_mode & 0o022:
+            raise _untrusted(pid, f"is in {directory}, owned by uid {here.st_uid} with mode "
+                                  f"{stat.S_IMODE(here.st_mode):o}, not private to uid {uid}")
+        try:
+            entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise TargetExited(f"the agent of process {pid} is not listening") from None
+        if not stat.S_ISSOCK(entry.st_mode):
+            raise _untrusted(pid, f"{path} is not a socket (a symlink or another file)")
+        sock.settimeout(max(0.1, min(timeout, 10.0)))
+        try:
+            sock.connect(f"/proc/self/fd/{dir_fd}/{name}")
+        except PermissionError:
+            raise PermissionDenied(f"cannot connect to the agent socket {path}") from None
+        except (ConnectionRefusedError, FileNotFoundError):
+            # It stopped listening since it was found: the process is exiting.
+            raise TargetExited(f"the agent of process {pid} is not listening") from None
+        except OSError as exc:
+            raise TargetExited(f"cannot connect to the agent of process {pid}: {exc.strerror}") from None
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        peer_pid, peer_uid, _gid = struct.unpack("3i", creds)
+        if peer_pid != pid or peer_uid != uid:
+            raise _untrusted(pid, f"{path} is served by pid {peer_pid} (uid {peer_uid}), not by "
+                                  f"process {pid} (uid {uid})")
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.close(dir_fd)
+    return sock
+
+
+class _Lines:
+    """Lines from the agent's socket, each at most ``MAX_LINE_BYTES``, and raw bytes after
+    them; every read waits at most until the current deadline."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self.sock = sock
+        self.pid = pid
+        self.buf = bytearray()
+        self.scanned = 0  # bytes of buf known to hold no newline
+
+    def recv(self, limit: int, deadline: float) -> bytes | None:
+        """Up to ``limit`` bytes, or None when the deadline passes first."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        self.sock.settimeout(left)
+        try:
+            chunk = self.sock.recv(limit)
+        except TimeoutError:
+            return None
+        except OSError as exc:
+            raise TargetExited(f"the connection to the agent of process {self.pid} failed: {exc.strerror}") from None
+        if not chunk:
+            raise TargetExited(f"the agent of process {self.pid} closed the connection")
+        return chunk
+
+    def line(self, deadline: float) -> bytes | None:
+        """The next whole line (without its newline), or None at the deadline."""
+        while True:
+            end = self.buf.find(b"\n", self.scanned)
+            if end >= 0:
+                line = bytes(self.buf[:end])
+                del self.buf[:end + 1]
+                self.scanned = 0
+                return line
+            self.scanned = len(self.buf)
+            if len(self.buf) > MAX_LINE_BYTES:
+                raise _untrusted(self.pid, f"sent a line longer than {MAX_LINE_BYTES >> 20} MiB")
+            chunk = self.recv(1 << 16, deadline)
+            if chunk is None:
+                return None
+            self.buf += chunk
+
+    def exactly(self, size: int, deadline: float) -> bytes:
+        """The next ``size`` bytes, raw."""
+        data = bytearray(self.buf[:size])
+        del self.buf[:size]
+        self.scanned = 0
+        while len(data) < size:
+            chunk = self.recv(min(1 << 20, size - len(data)), deadline)
+            if chunk is None:
+                raise AttachTimeout(f"the agent of process {self.pid} did not send its object graph in time")
+            data += chunk
+        return bytes(data)
+
+
+def _decode(line: bytes, pid: int) -> tuple[str, Any]:
+    """(kind, body) of one line: ``progress``, ``partial`` or ``result``."""
+    if line.count(b"{") + line.count(b"[") > MAX_LINE_CONTAINERS:
+        raise _untrusted(pid, f"sent a line of over {MAX_LINE_CONTAINERS:,} JSON objects and arrays")
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        raise _untrusted(pid, f"sent a line that is not JSON: {line[:60]!r}") from None
+    if not isinstance(msg, dict) or len(msg) != 1:
+        raise _untrusted(pid, f"sent {type(msg).__name__} {_short(msg)}, not one message")
+    ((kind, body),) = msg.items()
+    if kind == "progress":
+        if not (isinstance(body, dict) and isinstance(body.get("phase", ""), str)
+                and _PHASE.fullmatch(body.get("phase", "")) and _is_count(body.get("done", 0))):
+            raise _untrusted(pid, f"sent a malformed progress message {_short(body)}")
+    elif kind == "partial":
+        if not (isinstance(body, dict) and isinstance(body.get("name"), str) and isinstance(body.get("doc"), dict)
+                and isinstance(body["doc"].get("graph", {}), dict)):
+            raise _untrusted(pid, f"sent a malformed graph message {_short(body)}")
+    elif kind == "result":
+        if not isinstance(body, dict) or not isinstance(body.get("ok", False), bool) \
+                or not all(isinstance(body.get(key, ""), str) for key in ("kind", "error", "traceback")) \
+                or not isinstance(body.get("graph", {}), (dict, type(None))):
+            raise _untrusted(pid, f"sent a malformed answer {_short(body)}")
+    else:
+        raise _untrusted(pid, f"sent a message the agent never sends ({_short(kind)})")
+    return kind, body
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _send_cancel(sock: socket.socket) -> bool:
@@ -175,28 +371,6 @@ def _send_cancel(sock: socket.socket) -> bool:
     except OSError:
         pass
     return True
-
-
-def _read_exactly(sock: socket.socket, head: bytes, size: int, deadline: float, pid: int) -> bytes:
-    """``size`` bytes: ``head`` (read already) and the rest from ``sock``."""
-    return _read_bytes(sock, head, size, deadline, pid)[0]
-
-
-def _read_bytes(sock: socket.socket, head: bytes, size: int, deadline: float, pid: int) -> tuple[bytes, bytes]:
-    """``size`` bytes (``head``, read already, and the rest from ``sock``), and what of
-    ``head`` came after them."""
-    data = bytearray(head[:size])
-    rest = head[size:]
-    while len(data) < size:
-        sock.settimeout(max(0.1, deadline - time.monotonic()))
-        try:
-            chunk = sock.recv(min(1 << 20, size - len(data)))
-        except TimeoutError:
-            raise AttachTimeout(f"the agent of process {pid} did not send its object graph in time") from None
-        if not chunk:
-            raise TargetExited(f"the agent of process {pid} closed the connection")
-        data += chunk
-    return bytes(data), rest
 
 
 def _post(sock: socket.socket, lock: threading.Lock, name: str, reply: dict[str, Any]) -> None:
@@ -221,8 +395,13 @@ def request(
     """One request to the agent of ``pid``; its result. ``on_partial``: a graph handed over
     before the result (``{"partial": ...}``, its arrays after the line), answered through
     ``post`` by a ``{"reply": ...}`` line (runner._snapshot_graph_first, payload agent's
-    _SocketExchange)."""
-    del uid
+    _SocketExchange).
+
+    Everything read is untrusted (a process of the target's user made the socket): the
+    peer is checked before anything is sent (``_connect_to_agent``), lines and graph
+    records are bounded (``MAX_LINE_BYTES``, ``graph_bytes_allowed``), every read waits at
+    most until the request's deadline (then a cancel and ``CANCEL_GRACE`` for its answer),
+    and a message of the wrong shape ends the request with ``ProtocolViolation``."""
     path = find_socket(pid)
     inside = _listening_inside(pid) if path is None else None
     if inside is not None:
@@ -238,27 +417,23 @@ def request(
         stale = f"; removed the stale socket {', '.join(removed)} left by an earlier process" if removed else ""
         raise MethodUnavailable(f"no leakhound agent listening in process {pid}{stale}")
     log(f"agent socket: {path}")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
     deadline = time.monotonic() + timeout
+    sock = _connect_to_agent(path, pid, uid, timeout)
     try:
+        sock.settimeout(max(0.1, deadline - time.monotonic()))
         try:
-            connect(sock, path)
-        except PermissionError:
-            raise PermissionDenied(f"cannot connect to the agent socket {path}") from None
-        except (ConnectionRefusedError, FileNotFoundError):
-            # It stopped listening since it was found: the process is exiting.
-            raise TargetExited(f"the agent of process {pid} is not listening") from None
-        sock.sendall(json.dumps(doc).encode() + b"\n")
+            sock.sendall(json.dumps(doc).encode() + b"\n")
+        except TimeoutError:
+            raise AttachTimeout(f"the agent of process {pid} did not take the request within {timeout:.0f}s") from None
+        except OSError as exc:
+            raise TargetExited(f"the agent of process {pid} closed the connection ({exc.strerror})") from None
+        lines = _Lines(sock, pid)
+        graph_bytes_left = graph_bytes_allowed(doc)
         lock = threading.Lock()  # a reply posted from another thread and a cancel: whole lines
-        buf = b""
         cancel_sent = False
         while True:
-            try:
-                chunk = sock.recv(1 << 16) if time.monotonic() <= deadline else None
-            except TimeoutError:
-                chunk = None
-            if chunk is None:
+            line = lines.line(deadline)
+            if line is None:
                 if cancel_sent:
                     raise AttachTimeout(f"no answer from the agent of process {pid} within {timeout:.0f}s")
                 # Out of time: tell the request to stop, and wait a little for its answer
@@ -267,31 +442,23 @@ def request(
                     cancel_sent = _send_cancel(sock)
                 deadline = time.monotonic() + CANCEL_GRACE
                 continue
-            if not chunk:
-                raise TargetExited(f"the agent of process {pid} closed the connection")
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                msg = json.loads(line)
-                partial = msg.get("partial")
-                if isinstance(partial, dict):
-                    graph = (partial.get("doc") or {}).get("graph")
-                    if isinstance(graph, dict) and isinstance(graph.get("binary_bytes"), int):
-                        graph["binary"], buf = _read_bytes(sock, buf, graph["binary_bytes"], deadline, pid)
-                    if on_partial is not None and isinstance(graph, dict):
-                        on_partial(str(partial.get("name")), graph, lambda name, reply: _post(sock, lock, name, reply))
-                    continue
-                if "progress" in msg:
-                    if progress is not None:
-                        progress(str(msg["progress"].get("phase", "")), int(msg["progress"].get("done", 0)))
-                    continue
-                result = msg.get("result")
-                if not isinstance(result, dict):
-                    raise TargetExited("the agent sent a malformed answer")
-                graph = result.get("graph")
-                if isinstance(graph, dict) and isinstance(graph.get("binary_bytes"), int):
-                    # The graph's raw arrays follow its line (payload/graph_wire.py).
-                    graph["binary"] = _read_exactly(sock, buf, graph["binary_bytes"], deadline, pid)
-                return result
+            kind, body = _decode(line, pid)
+            graph = body.get("doc", {}).get("graph") if kind == "partial" else body.get("graph")
+            if kind in ("partial", "result") and isinstance(graph, dict) and "binary_bytes" in graph:
+                # The graph's raw arrays follow its line (payload/graph_wire.py).
+                size = graph["binary_bytes"]
+                if not _is_count(size) or size > graph_bytes_left:
+                    raise _untrusted(pid, f"declared {_short(size)} bytes of graph records, over the "
+                                          f"{graph_bytes_left:,} this request allows")
+                graph_bytes_left -= size
+                graph["binary"] = lines.exactly(size, deadline)
+            if kind == "progress":
+                if progress is not None:
+                    progress(body.get("phase", ""), body.get("done", 0))
+            elif kind == "partial":
+                if on_partial is not None and isinstance(graph, dict):
+                    on_partial(body["name"], graph, lambda name, reply: _post(sock, lock, name, reply))
+            else:
+                return dict(body)
     finally:
         sock.close()

@@ -49,7 +49,12 @@ def command(pid: int, status_path: str) -> list[str]:
         # Symbols of libc and libpython only (loaded by the script): every other shared
         # library's symbol table would be read while the target is stopped.
         "-iex", "set auto-solib-add off",
+        # Nothing of the target's is loaded: no scripts beside its objfiles (<exe>-gdb.py,
+        # .debug_gdb_scripts), no .gdbinit (-nx), no libthread_db from its library directory
+        # ($pdir): the target's owner controls those files, and gdb runs as root.
         "-iex", "set auto-load off",
+        "-iex", "set auto-load safe-path /nonexistent",
+        "-iex", "set libthread-db-search-path $sdir",
         "-iex", "set confirm off",
         "-iex", "set pagination off",
         # A signal that reaches the target while gdb runs malloc or Py_AddPendingCall in it

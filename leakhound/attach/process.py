@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 
 import psutil
 
+from leakhound.attach import elf
 from leakhound.errors import NotPython, PermissionDenied, TargetNotFound, UnsupportedPython
 from leakhound.model import ProcessStats
 
 _LIBPYTHON = re.compile(r"libpython(\d)\.(\d+)")
-_EXE = re.compile(r"python(\d)\.(\d+)")
 
 
 @dataclass(frozen=True)
@@ -36,31 +35,54 @@ def _proc(pid: int) -> psutil.Process:
         raise TargetNotFound(f"no process with pid {pid}") from None
 
 
-def python_version(pid: int, exe: str) -> tuple[int, int] | None:
-    """The CPython version of a live process, from its mapped libpython or its executable."""
+def _libpython_mapping(pid: int) -> tuple[str, str, int, tuple[int, int]] | None:
+    """(address range, path, inode, version its name says) of a libpython ``pid`` maps."""
     try:
         with open(f"/proc/{pid}/maps") as fh:
             for line in fh:
                 match = _LIBPYTHON.search(line)
-                if match:
-                    return int(match.group(1)), int(match.group(2))
+                fields = line.split(None, 5)
+                if match and len(fields) == 6 and fields[4].isdigit():
+                    path = fields[5].rstrip("\n").removesuffix(" (deleted)")
+                    return fields[0], path, int(fields[4]), (int(match.group(1)), int(match.group(2)))
     except PermissionError:
         raise PermissionDenied(f"cannot read /proc/{pid}/maps: permission denied") from None
     except FileNotFoundError:
         raise TargetNotFound(f"no process with pid {pid}") from None
-    match = _EXE.search(os.path.basename(exe))
-    if match:
-        return int(match.group(1)), int(match.group(2))
-    if os.path.basename(exe).startswith("python"):
-        try:
-            out = subprocess.run(
-                [exe, "-c", "import sys; print('%d %d' % sys.version_info[:2])"],
-                capture_output=True, text=True, timeout=5, check=True,
-            ).stdout.split()
-            return int(out[0]), int(out[1])
-        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-            return None
     return None
+
+
+def _elf_version(path: str, inode: int | None = None) -> tuple[int, int] | None:
+    """The CPython version in the ELF file at ``path`` (that inode, if given), or None."""
+    try:
+        if inode is not None and os.stat(path).st_ino != inode:
+            return None
+        return elf.python_version(elf.ElfFile(path, exported_only=True))
+    except (OSError, elf.ElfError):
+        return None
+
+
+def python_version(pid: int) -> tuple[int, int] | None:
+    """The CPython version of a live process, read from its files and never by running
+    anything of them: the libpython it maps (its data, else its name), else the executable
+    it runs (a static build: no libpython), opened through /proc/PID/exe, so a file since
+    put in its place is not what is read. A name alone never makes a process CPython."""
+    mapped = _libpython_mapping(pid)
+    if mapped is not None:
+        span, path, inode, named = mapped
+        for candidate in (f"/proc/{pid}/map_files/{span}", f"/proc/{pid}/root{path}"):
+            version = _elf_version(candidate, inode)
+            if version is not None:
+                return version
+        return named
+    try:
+        return elf.python_version(elf.ElfFile(f"/proc/{pid}/exe", exported_only=True))
+    except PermissionError:
+        raise PermissionDenied(f"cannot read /proc/{pid}/exe: permission denied") from None
+    except FileNotFoundError:
+        raise TargetNotFound(f"no process with pid {pid}") from None
+    except (OSError, elf.ElfError):
+        return None
 
 
 def resolve_target(pid: int) -> Target:
@@ -74,7 +96,7 @@ def resolve_target(pid: int) -> Target:
         raise PermissionDenied(f"cannot read process {pid}: permission denied") from None
     except psutil.NoSuchProcess:
         raise TargetNotFound(f"no process with pid {pid}") from None
-    version = python_version(pid, exe)
+    version = python_version(pid)
     if version is None:
         raise NotPython(f"process {pid} ({name}) is not a CPython process")
     if version < (3, 8):

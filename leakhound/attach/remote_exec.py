@@ -1,13 +1,16 @@
 """The remote-exec method: ``sys.remote_exec`` (PEP 768), for targets on Python 3.14+.
 
-CPython 3.14 runs the script at the target's next safe point by itself; we only need an
-interpreter of the same version to ask for it, which the target's own executable is.
+CPython 3.14 runs the script at the target's next safe point by itself; it only needs an
+interpreter of the same minor version to ask for it. That is leakhound's own: the target's
+executable belongs to the target's owner, who may have replaced it, and leakhound never runs
+anything of the target's.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 
 from leakhound.attach.base import AttachLog, Injection
@@ -17,7 +20,7 @@ from leakhound.errors import AttachFailed, MethodUnavailable, PermissionDenied
 
 
 def available(target: Target) -> bool:
-    return target.version >= (3, 14) and os.path.exists(target.exe)
+    return target.version >= (3, 14) and target.version == sys.version_info[:2]
 
 
 def inject(
@@ -26,10 +29,17 @@ def inject(
     """Write the bootstrap into the private directory (through its descriptor, a new file:
     nothing planted there is followed) and have the target run it from ``target_dir`` (the
     same directory as the target opens it)."""
+    theirs = "{}.{}".format(*target.version)
+    ours = "{}.{}".format(*sys.version_info[:2])
+    if target.version < (3, 14):
+        raise MethodUnavailable(f"remote-exec needs a Python 3.14+ target; process {target.pid} runs {theirs}")
     if not available(target):
         raise MethodUnavailable(
-            f"remote-exec needs a Python 3.14+ target; process {target.pid} runs "
-            f"{target.version[0]}.{target.version[1]}"
+            f"remote-exec asks with leakhound's own interpreter, which must be the target's "
+            f"version: process {target.pid} runs {theirs}, leakhound {ours}",
+            hint=f"Run a leakhound installed under Python {theirs} (`pipx install --python "
+            f"python{theirs} leakhound`), or use `--method ptrace`, `gdb` or `agent`. leakhound "
+            "never runs the target's own interpreter: its owner may have replaced the file.",
         )
     try:
         private.create("remote_exec_boot.py", (code + "\n").encode(), uid=target.uid if target.uid else -1,
@@ -37,7 +47,7 @@ def inject(
     except OSError as exc:
         raise AttachFailed(f"could not write the bootstrap into leakhound's private directory: {exc}") from None
     inside = os.path.join(target_dir, "remote_exec_boot.py")
-    argv = [target.exe, "-c", f"import sys; sys.remote_exec({target.pid}, {inside!r})"]
+    argv = [sys.executable, "-I", "-S", "-c", f"import sys; sys.remote_exec({target.pid}, {inside!r})"]
     log(f"$ {' '.join(argv)}")
     began = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)

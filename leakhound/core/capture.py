@@ -18,6 +18,7 @@ from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Post, Progress
 from leakhound.attach.process import process_stats, resolve_target
+from leakhound.errors import ProtocolViolation
 from leakhound.model import (
     ArenaStats,
     CyclicGarbage,
@@ -29,6 +30,7 @@ from leakhound.model import (
     TypeStat,
 )
 from leakhound.model.names import PAYLOAD_OWNER, PAYLOAD_PACKAGE
+from leakhound.model.snapshot import SchemaError, snapshot_from_json, snapshot_to_json
 
 
 def snapshot_from_result(
@@ -89,6 +91,29 @@ def snapshot_from_result(
         warnings=tuple(warnings),
     )
     return snap
+
+
+def check_snapshot_result(pid: int, result: dict[str, Any]) -> None:
+    """ProtocolViolation unless ``result`` decodes into a Snapshot whose every field has its
+    type (the saved-snapshot loader's check), with the timings the verbose log reads in their
+    shapes. The result comes from inside the target, whose owner controls what runs there:
+    a wrong one is one clear error, never a traceback from deep in the analysis."""
+    try:
+        process = ProcessStats(rss_bytes=0, uss_bytes=0, pss_bytes=0, swap_bytes=0, num_threads=0)
+        snap = snapshot_from_result(pid=pid, method="", result=result, process=process, taken_at=0.0, pause_ms=0.0)
+        snapshot_from_json(snapshot_to_json(snap, indent=None))
+        heap = result["heap"]
+        for spent in (result.get("phases"), heap.get("phases")):
+            for wall, cpu in dict(spent or {}).values():
+                float(wall), float(cpu)
+        for key in ("max_hold_where", "max_gap_where"):
+            if heap.get(key) is not None and (not isinstance(heap[key], list) or len(heap[key]) != 2):
+                raise SchemaError(f"heap.{key} is not a pair")
+        if not isinstance(result.get("collector_waits") or {}, dict):
+            raise SchemaError("collector_waits is not an object")
+    except (SchemaError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ProtocolViolation(f"process {pid} answered with a malformed snapshot "
+                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
 # The pause budget every command's census keeps by default: the worst event-loop lag an
@@ -207,6 +232,12 @@ def capture(
         if early is not None:
             early.abandon()
         raise
+    try:
+        check_snapshot_result(pid, remote.result)
+    except ProtocolViolation:
+        if early is not None:
+            early.abandon()
+        raise
     if early is not None and not remote.result.get("graph_sent"):
         early.abandon()  # a payload or agent of before early_graph: the graph came in the result
         early = None
@@ -287,9 +318,15 @@ def capture(
 
 def _dominator_owners(doc: dict[str, Any], *, top: int, retainers: int, why: str | None,
                       ask_names: dominators.NameAsker) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
-    """The graph the target sent, decoded and softened, and its dominator owners."""
-    graph = dominators.soften(dominators.decode_graph(doc))
-    return graph, dominators.find_owners(graph, top=top, retainers=retainers, ask_names=ask_names, why=why)
+    """The graph the target sent, decoded and softened, and its dominator owners. The graph
+    comes from inside the target, whose owner controls it: the passes check every index
+    they follow (an edge, type or root out of range is their ValueError or IndexError), and
+    a graph they cannot use is one clear error."""
+    try:
+        graph = dominators.soften(dominators.decode_graph(doc))
+        return graph, dominators.find_owners(graph, top=top, retainers=retainers, ask_names=ask_names, why=why)
+    except (ValueError, IndexError) as exc:  # GraphError is a ValueError
+        raise ProtocolViolation(f"the object graph the target sent cannot be used: {exc}") from None
 
 
 class _EarlyOwners:

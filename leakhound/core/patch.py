@@ -23,6 +23,7 @@ from leakhound.errors import (
     OutcomeUnknown,
     PatchIncomplete,
     PatchRefused,
+    ProtocolViolation,
     RequestCancelled,
     TargetBlocked,
     TargetBusy,
@@ -48,7 +49,31 @@ def _request(pid: int, action: str, fixes: list[str], *, method: str, timeout: f
         # a revert and --status take memory back or only read: never refused for headroom
         force=force or action in ("revert", "status"),
     )
-    return remote.result
+    return _checked_answer(pid, remote.result)
+
+
+def _checked_answer(pid: int, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` if it has the shape the patch commands read (each result a known fix with a
+    status, measurements that decode, names of applied fixes), else ProtocolViolation: it
+    comes from inside the target, whose owner controls it."""
+    try:
+        results = doc["results"]
+        if not isinstance(results, list):
+            raise TypeError("results is not a list")
+        for result in results:
+            if not isinstance(result, dict) or result.get("fix") not in FIXES \
+                    or not isinstance(result.get("status"), str):
+                raise TypeError(f"a result is not a known fix with a status: {str(result)[:60]}")
+            _outcome(pid, result)
+        for key in ("measure", "measure_before"):
+            if key in doc:
+                Measurement.from_payload(doc[key])
+        if not all(isinstance(name, str) for name in doc.get("applied") or ()):
+            raise TypeError("applied is not a list of fix names")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ProtocolViolation(f"process {pid} answered the patch request with a malformed document "
+                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
+    return doc
 
 
 def patch_process(

@@ -37,7 +37,14 @@ from leakhound.attach.channel import Progress
 from leakhound.attach.memory_limit import MemoryCost
 from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
-from leakhound.errors import Interrupted, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
+from leakhound.errors import (
+    Interrupted,
+    LeakhoundError,
+    ProtocolViolation,
+    TargetExited,
+    TargetNotFound,
+    TracerStuck,
+)
 from leakhound.model import RequestCost, Snapshot, TypeStat
 from leakhound.model.growth import TargetEnded
 
@@ -118,18 +125,26 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
     w.payload_resident += _left_by_loading(remote.cost)
     result = remote.result
     taken_at = counted_at(result, "started_at", taken_at)
-    items = {str(k): int(v) for k, v in (result.get("items") or {}).items()}
-    types = result.get("types")
+    try:  # the sample comes from inside the target, whose owner controls it
+        items = {str(k): int(v) for k, v in (result.get("items") or {}).items()}
+        types = result.get("types")
+        type_stats = tuple(TypeStat(**t) for t in types) if types else ()
+        if not all(isinstance(t.type, str) and isinstance(t.count, int) and isinstance(t.bytes, int)
+                   for t in type_stats):
+            raise TypeError("a type stat is not (name, count, bytes)")
+        step_ms = float(result.get("max_step_ms", 0.0))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ProtocolViolation(f"process {w.target.pid} answered with a malformed sample "
+                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
     return Sample(
         pid=w.target.pid,
         taken_at=taken_at,
         rss_bytes=rss,
         owners=estimate_owners(reference, items),
-        types=tuple(TypeStat(**t) for t in types) if types else (),
+        types=type_stats,
         name=w.target.name,
         method=remote.method,
-        pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms,
-                           float(result.get("max_step_ms", 0.0))), 2),
+        pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms, step_ms), 2),
         types_scope="tracked" if types else "",
     )
 

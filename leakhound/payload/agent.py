@@ -19,10 +19,12 @@ parent's socket file alone when it exits).
 It listens on a Unix socket in a 0700 directory,
 ``$TMPDIR/leakhound-agent-<uid>/agent-<pid>.sock`` (mode 0600; the pid is the one the process
 sees for itself), accepts connections only from its own user or root (SO_PEERCRED), reads one
-JSON request line of bounded size, and answers with JSON lines: ``{"progress": ...}`` while
-working, then ``{"result": ...}``. Requests name one of the payload's fixed operations;
-nothing sent is ever executed. On start it removes the sockets in its directory that nobody
-listens on any more (left by workers killed before their ``atexit`` ran).
+JSON request line of bounded size within ``REQUEST_READ_SECONDS`` (on a short-lived thread per
+connection, so a client that sends slowly holds nobody else up), and answers with JSON
+lines: ``{"progress": ...}`` while working, then ``{"result": ...}``, one request at a time.
+Requests name one of the payload's fixed operations; nothing sent is ever executed. On
+start it removes the sockets in its directory that nobody listens on any more (left by
+workers killed before their ``atexit`` ran).
 """
 
 import json
@@ -32,8 +34,17 @@ import struct
 import sys
 import tempfile
 import threading
+import time
 
 MAX_REQUEST = 64 * 1024
+# A client has this long to send its whole request line, and at most MAX_READERS clients
+# are being read from at once (more are closed at once): requests are served one at a time,
+# so a same-user client sending a byte every few seconds would otherwise hold every other
+# client off, for as long as it likes.
+REQUEST_READ_SECONDS = 5.0
+MAX_READERS = 8
+# Requests read and waiting for the one being served (each holds its connection open).
+MAX_QUEUED = 16
 # The client's answer to a graph handed over early: up to 64 paths of up to 256 ids.
 MAX_REPLY = 4 * 1024 * 1024
 ENV_VAR = "LEAKHOUND_AGENT"
@@ -66,9 +77,15 @@ def _peer_allowed(conn):
     return uid in (0, os.getuid())
 
 
-def _read_line(conn):
+def _read_line(conn, deadline):
+    """The first line from ``conn``, read by ``deadline`` (time.monotonic()); None when it
+    does not come by then or is longer than MAX_REQUEST."""
     data = b""
     while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        conn.settimeout(left)
         chunk = conn.recv(4096)
         if not chunk:
             break
@@ -136,19 +153,38 @@ class _SocketExchange(object):
         return None
 
 
-def _serve_one(conn):
-    from . import runner  # noqa: PLC0415 - loaded on first request, not at start-up
-
-    conn.settimeout(5.0)
-    _sockets.append(conn)
+def _receive(conn, requests, readers):
+    """Check the peer and read its request line (a reader thread per connection), then
+    queue it for the serving thread; a peer not allowed, or too slow, is answered here."""
     try:
         if not _peer_allowed(conn):
             _send(conn, {"result": {"ok": False, "kind": "Forbidden", "error": "peer not allowed"}})
+            _close(conn)
             return
-        line = _read_line(conn)
+        line = _read_line(conn, time.monotonic() + REQUEST_READ_SECONDS)
+        with _queued:
+            queued = len(requests) < MAX_QUEUED
+            if queued:
+                requests.append((conn, line))
+                _queued.notify()
+        if not queued:
+            _send(conn, {"result": {"ok": False, "kind": "Busy",
+                                    "error": "%d requests are waiting for the agent already" % MAX_QUEUED}})
+            _close(conn)
+    except Exception:
+        _close(conn)
+    finally:
+        readers.release()
+
+
+def _serve_one(conn, line):
+    from . import runner  # noqa: PLC0415 - loaded on first request, not at start-up
+
+    conn.settimeout(5.0)
+    try:
         try:
             request = json.loads(line.decode("utf-8")) if line else None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             request = None
         if type(request) is not dict:
             _send(conn, {"result": {"ok": False, "kind": "BadRequest", "error": "malformed request"}})
@@ -166,17 +202,16 @@ def _serve_one(conn):
     except OSError:
         pass
     finally:
-        _sockets.remove(conn)
-        conn.close()
+        _close(conn)
 
 
-# The listening socket and the connection being served: a child forked from this process
-# closes its copies (_after_fork_in_child).
+# The listening socket and every connection accepted and not closed yet (being read, queued
+# or served): a child forked from this process closes its copies (_after_fork_in_child).
 _sockets = []  # type: list
 
 
 def _after_fork_in_child():
-    """The agent's thread does not survive a fork. The child's copies of its sockets would
+    """The agent's threads do not survive a fork. The child's copies of its sockets would
     keep a connection open after the parent answered and closed it (the client waiting for
     the end of the answer until its timeout), and the listening socket looking served
     after the parent died: closed."""
@@ -188,13 +223,45 @@ def _after_fork_in_child():
     del _sockets[:]
 
 
-def _serve(server):
+def _close(conn):
+    """Close an accepted connection, and stop tracking it."""
+    try:
+        _sockets.remove(conn)
+    except ValueError:  # a forked child's list was emptied
+        pass
+    conn.close()
+
+
+_queued = threading.Condition()
+
+
+def _work(requests):
+    """The serving thread: the requests read, one at a time, in the order they came."""
+    while True:
+        with _queued:
+            while not requests:
+                _queued.wait()
+            conn, line = requests.pop(0)
+        _serve_one(conn, line)
+
+
+def _accept(server, requests):
+    readers = threading.BoundedSemaphore(MAX_READERS)
     while True:
         try:
             conn, _ = server.accept()
         except OSError:
             return
-        _serve_one(conn)
+        if not readers.acquire(False):
+            conn.close()  # MAX_READERS clients are sending their requests already
+            continue
+        _sockets.append(conn)
+        try:
+            threading.Thread(target=_receive, args=(conn, requests, readers), name="leakhound-agent-reader",
+                             daemon=True).start()
+        except RuntimeError:  # no thread to be had: this client waits for none
+            readers.release()
+            _close(conn)
 
 
 _started = []  # type: list
@@ -296,10 +363,11 @@ def start():
     finally:
         os.umask(old)
     server.listen(4)
+    requests = []  # type: list
     _sockets.append(server)
     os.register_at_fork(after_in_child=_after_fork_in_child)
-    thread = threading.Thread(target=_serve, args=(server,), name="leakhound-agent", daemon=True)
-    thread.start()
+    threading.Thread(target=_work, args=(requests,), name="leakhound-agent", daemon=True).start()
+    threading.Thread(target=_accept, args=(server, requests), name="leakhound-agent-accept", daemon=True).start()
     _started.append(path)
     owner = os.getpid()
     import atexit  # noqa: PLC0415

@@ -227,10 +227,15 @@ def test_the_helpers_sweep_removes_dead_directories_through_descriptors(tmp_path
     assert sorted(os.listdir(outside)) == ["canary"]
 
 
-def test_remote_exec_writes_its_script_as_a_new_file(parent: Path, private: PrivateDir, outside: Path) -> None:
-    """(No Python 3.14 here: /bin/true stands in for the target's interpreter.) A planted link
-    under the script's name is never written through."""
+def test_remote_exec_writes_its_script_as_a_new_file(
+    parent: Path, private: PrivateDir, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(No Python 3.14 here: /bin/true stands in for leakhound's own 3.14 interpreter.) A
+    planted link under the script's name is never written through."""
     from leakhound.attach import remote_exec
+
+    monkeypatch.setattr(remote_exec.sys, "version_info", (3, 14, 0))
+    monkeypatch.setattr(remote_exec.sys, "executable", "/bin/true")
     from leakhound.attach.process import Target
     from leakhound.errors import AttachFailed
 
