@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
 from leakhound.attach import choose_method, death
-from leakhound.attach.process import Target, match_processes, resolve_target, rss_bytes
+from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.errors import HeadroomTooSmall, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
@@ -135,18 +135,15 @@ class Exporter:
                 self.note(f"leakhound: process {pid}: skipped this round: {exc}")
                 continue
             except (TargetNotFound, TargetExited) as exc:
-                exported.gone = True
-                exported.up = False
-                ended = death.target_ended(exported.facts, exc, pid=pid, name=exported.target.name,
-                                           doing="exporting it (between censuses)")
-                self.note(f"leakhound: process {pid} ({exported.worker}) ended, {ended.how.value}: {ended.message}")
-                with self.lock:
-                    self.ended.append(EndedView(pid=pid, worker=exported.worker, how=ended.how.value,
-                                                at=time.time()))
+                self._ended(exported, exc)
                 continue
             except TracerStuck:
                 raise  # only our exit lets that worker's main thread go: stop serving
             except LeakhoundError as exc:
+                if not alive(pid):
+                    # (a zombie fails the attach in other ways, e.g. its /proc/PID/exe unreadable)
+                    self._ended(exported, exc)
+                    continue
                 exported.errors += 1
                 exported.up = False
                 self.note(f"leakhound: process {pid}: snapshot failed: {exc}")
@@ -160,6 +157,16 @@ class Exporter:
             for pid in [p for p, e in self.processes.items() if e.gone]:
                 del self.processes[pid]
             self.rounds += 1
+
+    def _ended(self, exported: _Exported, exc: LeakhoundError) -> None:
+        pid = exported.target.pid
+        exported.gone = True
+        exported.up = False
+        ended = death.target_ended(exported.facts, exc, pid=pid, name=exported.target.name,
+                                   doing="exporting it (between censuses)")
+        self.note(f"leakhound: process {pid} ({exported.worker}) ended, {ended.how.value}: {ended.message}")
+        with self.lock:
+            self.ended.append(EndedView(pid=pid, worker=exported.worker, how=ended.how.value, at=time.time()))
 
     def views(self) -> list[ProcessView]:
         with self.lock:

@@ -275,7 +275,10 @@ def watch_processes(
                     w.samples.append(outcome)
                     if on_sample is not None:
                         on_sample(outcome)
-                elif isinstance(outcome, (TargetNotFound, TargetExited)):
+                elif isinstance(outcome, (TargetNotFound, TargetExited)) or (
+                        isinstance(outcome, LeakhoundError) and not alive(pid)):
+                    # (a zombie fails the attach in other ways, e.g. its /proc/PID/exe unreadable:
+                    # it ended all the same, and waiting out the watch would not bring it back)
                     w.gone = True
                     ended.append(death.target_ended(w.facts, outcome, pid=pid, name=w.target.name,
                                                      doing="watching it (between samples)"))

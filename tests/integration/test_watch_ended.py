@@ -83,7 +83,7 @@ def test_a_target_oom_killed_during_the_watch_is_said_so_and_watch_exits_12(tmp_
         env = {"FIXTURE_RATE": "30000"}  # ~10 MB/s: the limit is reached within seconds
         with spawn_target("steady_leak", tmp_path, env=env, prefix=join) as child:
             kills_before = _oom_kills(cgroup)
-            watch = _watch(child.pid, "-i", "0.5", "-d", "60")
+            watch = _watch(child.pid, "-i", "0.5", "-d", "600")  # ends with its target, not its duration
             stdout, stderr = watch.communicate(timeout=120)
             assert child.proc.wait(timeout=10) == -signal.SIGKILL
             assert _oom_kills(cgroup) > kills_before
@@ -97,7 +97,7 @@ def test_a_target_oom_killed_during_the_watch_is_said_so_and_watch_exits_12(tmp_
 
 def test_a_target_that_exits_on_its_own_during_the_watch_is_said_so(tmp_path: Path) -> None:
     with spawn_target("static_table", tmp_path, env={"FIXTURE_ENTRIES": "200"}) as child:
-        watch = _watch(child.pid, "-i", "0.5", "-d", "60")
+        watch = _watch(child.pid, "-i", "0.5", "-d", "600")  # ends with its target, not its duration
         time.sleep(3)
         os.kill(child.pid, signal.SIGTERM)  # its own handler: a clean shutdown, exit(0)
         stdout, stderr = watch.communicate(timeout=120)
