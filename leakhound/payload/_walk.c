@@ -20,17 +20,23 @@
  *     ``counts``/``sizes`` (array('q'), slot from ``type_index``, a new slot from calling
  *     ``new_slot(type)``); a non-leaf is pushed on ``stack``.
  *
- * One difference, for the target's sake: a big exact list, tuple, dict or set (more than
+ * Two differences, for the target's sake. A big exact list, tuple, dict or set (more than
  * BIG_CONTAINER entries) is not read whole, as gc.get_referents() would (one step as long
- * as the container, and a reference to each of its entries held at once), but a slice per
- * call (read_slice). Its entries are then always marked, so one the target moves between
- * slices is not counted twice.
+ * as the container, and a reference to each of its entries held at once), but a slice at a
+ * time, in place (read_slice). And a container wider than a slice (SLICE entries: a big one
+ * read in place, or another whose tp_traverse listed that many) is walked a slice at a time
+ * (Frame): what a slice pushed on ``stack`` is walked before the next slice is read, so the
+ * stack grows with the nesting of wide containers, not with their width (a 2.3M-item list
+ * of objects was 18 MB of stack in the target). The entries of a container read in parts
+ * are always marked, so one the target moves between slices is not counted twice; the
+ * counts are the Python loop's, whose order differs.
  *
  * It stops after about ``limit`` units of work (one per container popped and per referent
  * seen) and returns, so the caller's Python loop runs between calls and the interpreter can
- * hand the GIL to the target's main thread: no call holds the GIL for long. The rest of a big
- * container's referents goes back to the caller in ``pending``, as one capsule that owns
- * them (each call then costs its budget, not the container's length). It never runs a
+ * hand the GIL to the target's main thread: no call holds the GIL for long. What it is in the
+ * middle of (the referents not claimed yet, the wide containers' frames) goes back to the
+ * caller in ``pending``, as one capsule that owns them (each call then costs its budget, not
+ * a container's length). It never runs a
  * collection and runs no code written in Python but the census's own new_slot (types are
  * looked up by id, never hashed) and destructors of what it lets go. Such code can run other
  * threads and do anything, so nothing the walk holds across it can go stale: referents, the
@@ -1145,7 +1151,7 @@ PyDoc_STRVAR(claim_doc,
 "    -> (objects, bytes)\n\n"
 "Walk from the containers on stack, claiming what is not yet marked in regions; stop\n"
 "after about limit units of work (at least one). The rest of the walk stays on stack, and\n"
-"the rest of a big container's referents in pending ([capsule], else empty). Claimed\n"
+"what it was in the middle of (wide containers) in pending ([capsule], else empty). Claimed\n"
 "objects whose type's id is a key of the dict native are appended to the list found.");
 
 /* -- a session: one census's caches, kept between its calls ------------------------------ */
