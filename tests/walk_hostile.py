@@ -24,6 +24,7 @@ object is a malloc block ASan watches).
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import importlib.machinery
 import importlib.util
@@ -202,6 +203,36 @@ def shapes() -> Any:
     }
 
 
+class WideList(list):  # type: ignore[type-arg]
+    pass
+
+
+class WideDict(dict):  # type: ignore[type-arg]
+    pass
+
+
+def wide() -> Any:
+    # Containers wider than a slice of _walk.c (SLICE entries), walked a slice at a time with
+    # what each slice pushed walked in between: big ones nested in big ones, shared entries
+    # met from several slices, wide containers that are not read in place (a deque, a list
+    # subclass: their tp_traverse, held in a frame) and a dict subclass whose non-str keys are
+    # listed twice (its tp_traverse, then its keys).
+    shared = [("shared", i) for i in range(50)]
+    inner = [[(j, "x") if j % 7 else shared[j % 50] for j in range(20000)] for _ in range(3)]
+    outer: list[Any] = [(i,) for i in range(17000)] + inner + [inner, shared]
+    keyed = WideDict({i * 1000003: [i] for i in range(9000)})
+    keyed["str"] = shared
+    return {
+        "outer": outer,
+        "tuple": tuple(outer[:17000]),
+        "deque": collections.deque([[i] for i in range(18000)]),
+        "subclass": WideList(([i], str(i)) for i in range(17000)),
+        "keyed": keyed,
+        "set": {frozenset((i, -i)) for i in range(17000)},
+        "dict": {i: (i, shared) for i in range(17000)},
+    }
+
+
 class Plain:
     def __init__(self, i: int) -> None:
         self.i = i
@@ -272,8 +303,8 @@ class Meddler(metaclass=Meddles):
 class Trigger:
     """Runs the action when freed. Held in a list bigger than one call's slice, which is
     emptied between two calls (_between_calls): the entries of the slice the walk holds
-    meanwhile (``pending``) then have their last reference in the walk, which frees them,
-    and runs this, inside claim()."""
+    meanwhile (``pending``, its stack) then have their last reference in the walk, which
+    frees them, and runs this, inside claim()."""
 
     def __del__(self) -> None:
         if sys._getframe(1).f_code.co_name == "_claim_compiled":
@@ -283,9 +314,10 @@ class Trigger:
 
 def _between_calls(phase: str, done: int) -> None:
     # The census's progress callback: it runs between two claim() calls. Once the walk
-    # holds the list's first slice (a reference to its first entry besides the list's own).
+    # holds entries of the list besides the list itself (a slice in ``pending``, or what a
+    # slice pushed on its stack).
     for triggers in TRIGGERS:
-        if triggers and sys.getrefcount(triggers[0]) > 2:
+        if any(sys.getrefcount(t) > 3 for t in triggers):  # the list, ``t``, the argument
             triggers.clear()
 
 
@@ -400,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     case("subclasses", subclasses)
     case("shapes", shapes, per_calls=(2, 7, census._WORK_PER_CALL))
     case("sizes", sizes)
+    case("wide containers", wide, per_calls=(2, 7, 1000, census._WORK_PER_CALL))
     case("mocks", mock_objects, compare=False, per_calls=(census._WORK_PER_CALL,))
     if SIZEOF_CALLS[0]:
         failures.append(f"a __sizeof__ written in Python ran {SIZEOF_CALLS[0]} times")

@@ -90,10 +90,10 @@ def request_budget(room: MemoryRoom, *, force: bool = False) -> int | None:
     """``max_extra_bytes`` for a request to ``room``'s target: None when it has no limit
     (nothing caps the request beyond its own budgets); ``HeadroomTooSmall`` below the
     headroom needed, unless ``force``: the cap is then the headroom less ``SAFETY_MARGIN``,
-    and never below the usual cap (which may be more than the headroom). A census of a 1 GB
-    heap holding a 2.3M-item list needs ~25 MiB (its walk's stack: 8 bytes per child of the
-    widest container, twice), over its default cap of 16 MiB: ``--force`` is the way through
-    when the headroom has it."""
+    and never below the usual cap (which may be more than the headroom). A census costs the
+    target ~13 MiB on a 1 GB heap and ~39 MiB on a 4 GB one, most of it its walk's bitmap
+    (8 KiB per MiB of heap), near its default cap there: ``--force`` is the way through when
+    the headroom has it."""
     headroom = room.headroom_bytes
     if headroom is None:
         return None

@@ -20,17 +20,23 @@
  *     ``counts``/``sizes`` (array('q'), slot from ``type_index``, a new slot from calling
  *     ``new_slot(type)``); a non-leaf is pushed on ``stack``.
  *
- * One difference, for the target's sake: a big exact list, tuple, dict or set (more than
+ * Two differences, for the target's sake. A big exact list, tuple, dict or set (more than
  * BIG_CONTAINER entries) is not read whole, as gc.get_referents() would (one step as long
- * as the container, and a reference to each of its entries held at once), but a slice per
- * call (read_slice). Its entries are then always marked, so one the target moves between
- * slices is not counted twice.
+ * as the container, and a reference to each of its entries held at once), but a slice at a
+ * time, in place (read_slice). And a container wider than a slice (SLICE entries: a big one
+ * read in place, or another whose tp_traverse listed that many) is walked a slice at a time
+ * (Frame): what a slice pushed on ``stack`` is walked before the next slice is read, so the
+ * stack grows with the nesting of wide containers, not with their width (a 2.3M-item list
+ * of objects was 18 MB of stack in the target). The entries of a container read in parts
+ * are always marked, so one the target moves between slices is not counted twice; the
+ * counts are the Python loop's, whose order differs.
  *
  * It stops after about ``limit`` units of work (one per container popped and per referent
  * seen) and returns, so the caller's Python loop runs between calls and the interpreter can
- * hand the GIL to the target's main thread: no call holds the GIL for long. The rest of a big
- * container's referents goes back to the caller in ``pending``, as one capsule that owns
- * them (each call then costs its budget, not the container's length). It never runs a
+ * hand the GIL to the target's main thread: no call holds the GIL for long. What it is in the
+ * middle of (the referents not claimed yet, the wide containers' frames) goes back to the
+ * caller in ``pending``, as one capsule that owns them (each call then costs its budget, not
+ * a container's length). It never runs a
  * collection and runs no code written in Python but the census's own new_slot (types are
  * looked up by id, never hashed) and destructors of what it lets go. Such code can run other
  * threads and do anything, so nothing the walk holds across it can go stale: referents, the
@@ -814,14 +820,116 @@ read_slice(Refs *r, Py_ssize_t want)
     return got;
 }
 
-/* The destructor of a pending capsule: the caller dropped the rest of a container. */
+/* A wide container's place in the walk, on a stack of them: the walk claims a slice of its
+ * entries (pushing the non-leaves on ``stack``), walks what that slice pushed, then comes back
+ * for the next slice. ``stack`` then holds a slice's non-leaves per wide container being read,
+ * not one reference per entry (a 2.3M-item list of objects: 18 MB of list in the target).
+ * ``cursor`` is an exact big list, tuple, dict or set, read in place (read_slice); anything
+ * else wide is read whole by its tp_traverse once, into ``held``, whose entries are handed out
+ * a slice at a time (held.items[held.next:] are still owned). ``base``: the length of
+ * ``stack`` when it was entered; what lies above is what its slices pushed. */
+typedef struct {
+    PyObject *cursor;
+    Py_ssize_t pos;
+    Refs held;
+    Py_ssize_t base;
+} Frame;
+
+/* What a call leaves for the next (in ``pending``): the referents it had not finished and the
+ * wide containers it is inside. */
+typedef struct {
+    Refs r;
+    Frame *frames;
+    Py_ssize_t depth, cap;
+} Pending;
+
+/* Entries per slice of a wide container (fewer when the call's budget is nearly spent): what
+ * ``stack`` gains per frame, at most (128 KiB). Not much smaller: without _PySet_NextEntry a
+ * set's slice traverses the entries before it too. */
+#define SLICE 16384
+
+static void
+frame_release(Frame *f)
+{
+    /* Releasing a reference can run a destructor; f is emptied first. */
+    PyObject *cursor = f->cursor;
+    Refs held = f->held;
+    memset(f, 0, sizeof(*f));
+    for (Py_ssize_t i = held.next; i < held.len; i++)
+        Py_DECREF(held.items[i]);
+    PyMem_Free(held.items);
+    Py_XDECREF(cursor);
+}
+
+static void
+frames_free(Pending *p)
+{
+    while (p->depth > 0) {
+        p->depth--;
+        frame_release(&p->frames[p->depth]);
+    }
+    PyMem_Free(p->frames);
+    p->frames = NULL;
+    p->cap = 0;
+}
+
+static Frame *
+frame_push(Pending *p, Py_ssize_t base)
+{
+    if (p->depth == p->cap) {
+        if (p->cap > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(Frame)) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        Py_ssize_t cap = p->cap ? p->cap * 2 : 8;
+        Frame *frames = PyMem_Realloc(p->frames, (size_t)cap * sizeof(Frame));
+        if (frames == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        p->frames = frames;
+        p->cap = cap;
+    }
+    Frame *f = &p->frames[p->depth++];
+    memset(f, 0, sizeof(*f));
+    f->base = base;
+    return f;
+}
+
+/* The next slice of frame ``f`` (at most ``want`` entries) into r, which is empty: read from
+ * its container, or handed over from what it holds. 0 when it is done, -1 on error. */
+static Py_ssize_t
+frame_slice(Frame *f, Refs *r, Py_ssize_t want)
+{
+    if (f->cursor != NULL) {
+        r->cursor = f->cursor;  /* borrowed for the read: the frame holds it */
+        r->pos = f->pos;
+        Py_ssize_t got = read_slice(r, want);
+        f->pos = r->pos;
+        r->cursor = NULL;
+        return got;
+    }
+    Refs *held = &f->held;
+    Py_ssize_t got = held->len - held->next < want ? held->len - held->next : want;
+    for (Py_ssize_t k = 0; k < got; k++) {
+        if (refs_push(r, held->items[held->next]) < 0)
+            return -1;
+        /* r holds it now: the frame's reference is r's. */
+        Py_DECREF(held->items[held->next]);
+        held->next++;
+    }
+    return got;
+}
+
+/* The destructor of a pending capsule: the caller dropped the rest of the walk. */
 static void
 pending_free(PyObject *capsule)
 {
-    Refs *held = (Refs *)PyCapsule_GetPointer(capsule, PENDING_NAME);
+    Pending *held = (Pending *)PyCapsule_GetPointer(capsule, PENDING_NAME);
     if (held == NULL)
         return;
-    refs_free(held);
+    refs_free(&held->r);
+    frames_free(held);
     PyMem_Free(held);
 }
 
@@ -1043,7 +1151,7 @@ PyDoc_STRVAR(claim_doc,
 "    -> (objects, bytes)\n\n"
 "Walk from the containers on stack, claiming what is not yet marked in regions; stop\n"
 "after about limit units of work (at least one). The rest of the walk stays on stack, and\n"
-"the rest of a big container's referents in pending ([capsule], else empty). Claimed\n"
+"what it was in the middle of (wide containers) in pending ([capsule], else empty). Claimed\n"
 "objects whose type's id is a key of the dict native are appended to the list found.");
 
 /* -- a session: one census's caches, kept between its calls ------------------------------ */
@@ -1130,7 +1238,8 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t limit;
     Walk local;
     Walk *w = &local;
-    Refs r = {NULL, 0, 0, 0, NULL, 0};
+    Pending p;
+    memset(&p, 0, sizeof(p));
     memset(&local, 0, sizeof(local));
     if (!PyArg_ParseTuple(args, "O!O!O!O!OOOn|OOO:claim", &PyList_Type, &stack, &PyList_Type,
                           &pending, &PyDict_Type, &regions, &PyDict_Type, &type_index,
@@ -1169,93 +1278,110 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     long long objects = 0, nbytes = 0;
     Py_ssize_t work = 0;
-    int have_refs = 0, resumed = 0;
+    int resumed = 0;
     if (PyList_Size(pending) == 1
         && PyCapsule_IsValid(PyList_GetItem(pending, 0), PENDING_NAME)) {
-        Refs *held = (Refs *)PyCapsule_GetPointer(PyList_GetItem(pending, 0), PENDING_NAME);
+        Pending *held = (Pending *)PyCapsule_GetPointer(PyList_GetItem(pending, 0), PENDING_NAME);
         if (held == NULL)
             goto error;
         /* Ours now; the capsule, emptied, frees nothing of it. */
-        r = *held;
+        p = *held;
         memset(held, 0, sizeof(*held));
         if (PyList_SetSlice(pending, 0, 1, NULL) < 0)
             goto error;
-        have_refs = resumed = 1;
+        /* Its container may be gone by now: every referent left is marked. */
+        resumed = 1;
     }
     else if (PyList_Size(pending) != 0) {
         PyErr_SetString(PyExc_TypeError, "pending must be what claim() left in it, or []");
         goto error;
     }
+    Refs *r = &p.r;
     while (work < limit) {
-        if (!have_refs) {
-            Py_ssize_t n = PyList_Size(stack);
-            if (n == 0)
-                break;
-            /* Held until its referents are claimed, as the Python loop's ``obj``: were the
-             * stack its last holder, its leaves would otherwise look held once. */
-            container = PyList_GetItem(stack, n - 1);
-            if (container == NULL)
+        if (r->next < r->len) {
+            Py_ssize_t done = claim_referents(w, stack, r, resumed, limit - work, &objects, &nbytes);
+            if (done < 0)
                 goto error;
-            Py_INCREF(container);
-            if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
-                goto error;
-            if (is_big(container)) {
-                /* Read in slices; every entry is marked (see read_slice). */
-                Py_INCREF(container);
-                r.cursor = container;
-                r.pos = 0;
-                resumed = 1;
-            }
-            else if (referents_of(w, container, &r) < 0)
-                goto error;
-            have_refs = 1;
-            work += 1;
+            work += done;
+            continue;
         }
-        if (r.cursor != NULL && r.next == r.len) {
-            refs_clear(&r);
-            /* At least one entry: 0 would read as "done" (popping it may have used the budget). */
-            Py_ssize_t got = read_slice(&r, limit - work > 1 ? limit - work : 1);
+        refs_clear(r);
+        Py_CLEAR(container);
+        Py_ssize_t n = PyList_Size(stack);
+        if (n < 0)
+            goto error;
+        if (p.depth > 0 && n <= p.frames[p.depth - 1].base) {
+            /* What the wide container's last slice pushed is walked: its next slice. */
+            Frame *f = &p.frames[p.depth - 1];
+            Py_ssize_t want = limit - work < SLICE ? limit - work : SLICE;
+            Py_ssize_t got = frame_slice(f, r, want > 1 ? want : 1);
             if (got < 0)
                 goto error;
-            if (got == 0) {  /* the big container is done */
-                Py_CLEAR(r.cursor);
-                Py_CLEAR(container);
-                have_refs = resumed = 0;
-                continue;
+            if (got == 0) {
+                p.depth--;
+                frame_release(&p.frames[p.depth]);
             }
+            /* Entries of a container read in parts are always marked: one the target
+             * moved between two slices, or listed twice, is not counted twice. */
+            resumed = 1;
+            continue;
         }
-        Py_ssize_t done = claim_referents(w, stack, &r, resumed, limit - work, &objects, &nbytes);
-        if (done < 0)
-            goto error;
-        work += done;
-        if (r.cursor != NULL && r.next == r.len && work < limit)
-            continue;  /* the next slice */
-        if (r.next < r.len || r.cursor != NULL) {
-            /* Out of budget inside a big container: the caller passes the rest back. */
-            Refs *held = PyMem_Malloc(sizeof(Refs));
-            if (held == NULL) {
-                PyErr_NoMemory();
-                goto error;
-            }
-            *held = r;
-            PyObject *capsule = PyCapsule_New(held, PENDING_NAME, pending_free);
-            if (capsule == NULL) {
-                PyMem_Free(held);  /* r still owns the references */
-                goto error;
-            }
-            memset(&r, 0, sizeof(r));  /* the capsule owns them now */
-            int failed = PyList_Append(pending, capsule) < 0;
-            Py_DECREF(capsule);
-            if (failed)
-                goto error;
+        if (n == 0)
             break;
+        /* Held until its referents are claimed, as the Python loop's ``obj``: were the stack
+         * its last holder, its leaves would otherwise look held once. */
+        container = PyList_GetItem(stack, n - 1);
+        if (container == NULL)
+            goto error;
+        Py_INCREF(container);
+        if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
+            goto error;
+        work += 1;
+        if (is_big(container)) {
+            /* Read in slices, in place (read_slice). */
+            Frame *f = frame_push(&p, n - 1);
+            if (f == NULL)
+                goto error;
+            f->cursor = container;  /* the frame's reference now */
+            container = NULL;
+            continue;
         }
-        refs_clear(&r);
-        Py_CLEAR(container);
-        have_refs = resumed = 0;
+        if (referents_of(w, container, r) < 0)
+            goto error;
+        resumed = 0;
+        if (r->len > SLICE) {
+            /* Wide, and not a container read in place: its referents go to a frame, handed
+             * out a slice at a time, so that ``stack`` does not take them all at once. */
+            Frame *f = frame_push(&p, n - 1);
+            if (f == NULL)
+                goto error;
+            f->held = *r;
+            memset(r, 0, sizeof(*r));
+        }
     }
-    refs_free(&r);
     Py_CLEAR(container);
+    if (r->next == r->len)
+        refs_free(r);
+    if (r->next < r->len || p.depth > 0) {
+        /* Out of budget inside a container: the caller passes the rest back. */
+        Pending *held = PyMem_Malloc(sizeof(Pending));
+        if (held == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        *held = p;
+        PyObject *capsule = PyCapsule_New(held, PENDING_NAME, pending_free);
+        if (capsule == NULL) {
+            PyMem_Free(held);  /* p still owns the references */
+            goto error;
+        }
+        memset(&p, 0, sizeof(p));  /* the capsule owns them now */
+        int failed = PyList_Append(pending, capsule) < 0;
+        Py_DECREF(capsule);
+        if (failed)
+            goto error;
+    }
+    frames_free(&p);  /* their buffer, when the walk is done */
     if (flush_tallies(w) < 0)
         goto error;
     claim_done(w, w != &local);
@@ -1265,7 +1391,8 @@ error: {
     /* Dropping references can run destructors: keep the error aside meanwhile. */
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
-    refs_free(&r);
+    refs_free(&p.r);
+    frames_free(&p);
     Py_CLEAR(container);
     tallies_discard(w);
     claim_done(w, w != &local);

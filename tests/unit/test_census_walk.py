@@ -229,6 +229,63 @@ def test_a_big_container_is_read_a_slice_per_call(monkeypatch: pytest.MonkeyPatc
     assert peak < entries * 8 // 2, peak
 
 
+class _WideList(list):  # type: ignore[type-arg]
+    pass
+
+
+@built
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["list", "tuple", "dict", "set", "deque", "list subclass"])
+def test_a_wide_container_of_objects_costs_no_reference_per_entry(monkeypatch: pytest.MonkeyPatch,
+                                                                  kind: str) -> None:
+    # Every entry is an object the walk looks into: the walk used to push each on its stack
+    # before walking any (8 bytes an entry; a 2.3M-item list took the target's RSS past a
+    # 16 MiB budget). It walks what a slice pushed before reading the next: its stack holds
+    # a slice (16384 entries at most), whatever the width; the counts are the Python loop's.
+    import collections
+
+    n = 200_000
+    items = [(i,) for i in range(n)]
+    big: Any = {"list": lambda: items, "tuple": lambda: tuple(items), "dict": lambda: dict(enumerate(items)),
+                "set": lambda: {frozenset(t) for t in items}, "deque": lambda: collections.deque(items),
+                "list subclass": lambda: _WideList(items)}[kind]()
+    deepest = [0]
+    real = census._walk.claim
+
+    def watching(stack: list[Any], *args: Any) -> Any:
+        got = real(stack, *args)
+        deepest[0] = max(deepest[0], len(stack))
+        return got
+
+    monkeypatch.setattr(census._walk, "claim", watching)
+    totals = {}
+    peak = bitmap = 0
+    for compiled in (False, True):
+        walk = census.Census(timeout=60, compiled=compiled)
+        owner = walk._owner("wide", big)
+        if compiled:
+            tracemalloc.start()
+        walk._claim_tree(owner, big)
+        if compiled:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            # the marks: 8 KiB per MiB of the heap's addresses, whatever the walk's shape
+            bitmap = len(walk.claimed.regions) * (8192 + 100)
+        totals[compiled] = (walk.total_objects, walk.total_bytes, sorted(
+            (census._type_name(tp), walk.types.counts[i], walk.types.bytes[i]) for i, tp in enumerate(walk.types.keys)))
+    assert totals[True] == totals[False]
+    assert totals[True][0] >= 2 * n
+    assert deepest[0] <= 16384 + 2, deepest[0]  # was n
+    if kind in ("deque", "list subclass"):
+        # Read whole by their tp_traverse (not in place): one buffer of their referents (its
+        # capacity a power of two), not a second reference per entry on the stack as well.
+        assert peak - bitmap < 2 * n * 8 + 100_000, (peak, bitmap)
+    else:
+        # Besides the marks: a slice in the walk's buffer and on its stack (128 KiB each at
+        # most), the tallies: 240-320 KB here; the stack alone was 1.6 MB.
+        assert peak - bitmap < n * 8 // 4, (peak, bitmap)
+
+
 # The hostile workload (tests/walk_hostile.py), plain and under AddressSanitizer, runs once per
 # CPython in tests/unit/test_walk_versions.py (this interpreter's included): running it here
 # too repeated its two slowest cases.

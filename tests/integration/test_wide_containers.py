@@ -1,0 +1,84 @@
+"""The census of a target holding one very wide container, in a memory cgroup: its cost in the
+target does not grow with the container's width (issue 23: a 2.3M-item list made the compiled
+walk hold a reference per entry, ~18 MB, and a default inspection of a 1 GB heap stopped at
+its 16 MiB budget with exit 19 instead of answering)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leakhound.attach.memory_limit import MIB
+from tests.memory_cgroup import MemoryCgroup, memory_cgroup, v1_memory_available
+from tests.pythons import installed_pythons
+from tests.utils import Child, spawn_target
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.usefixtures("ptrace_ok"),
+    pytest.mark.skipif(not v1_memory_available(), reason="needs root and a cgroup v1 memory hierarchy"),
+]
+
+
+@contextlib.contextmanager
+def _limited(fixture: str, env: dict[str, str], headroom_mb: int, tmp_path: Path,
+             python: str | None = None) -> Iterator[tuple[Child, MemoryCgroup]]:
+    with memory_cgroup() as group, spawn_target(fixture, tmp_path, env=env, prefix=group.prefix, timeout=180,
+                                                python=python) as child:
+        group.limit_to(group.usage + headroom_mb * 1_000_000)
+        group.reset_peak()
+        yield child, group
+
+
+def _inspect(pid: int, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+    done = subprocess.run([sys.executable, "-m", "leakhound", "inspect", str(pid), "--json", *args],
+                          capture_output=True, text=True, timeout=300)
+    return done, json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def _alive(child: Child, group: MemoryCgroup) -> bool:
+    return os.path.exists(f"/proc/{child.pid}") and child.pid in group.pids() and group.oom_kills() == 0
+
+
+@pytest.mark.parametrize("version", sorted(installed_pythons()))
+def test_a_wide_list_of_objects_is_counted_within_the_budget(version: str, tmp_path: Path) -> None:
+    # 2.5M 1-tuples in one list (~230 MB RSS), +100 MB headroom. Before: the target's RSS
+    # +17.5 MiB when the census stopped at its 16 MiB budget (exit 19); now +6.5 MiB.
+    env = {"FIXTURE_ITEMS": "2500000"}
+    with _limited("wide_list", env, 100, tmp_path, python=installed_pythons()[version]) as (child, group):
+        items = child.report()["truth"]["items"]
+        before = group.usage
+        done, doc = _inspect(child.pid, "--owners", "census")
+        assert done.returncode == 0 and doc is not None, done.stderr
+        assert _alive(child, group)
+        charged = group.peak - before
+        allowed = max(16 * MIB, doc["process"]["rss_bytes"] // 100)
+        assert charged <= allowed and doc["cost"]["hwm_bytes"] <= allowed, (doc["cost"], charged)
+        # Far below a reference per entry (the walk's stack held items * 8 bytes before).
+        assert charged < items * 8 // 2, (doc["cost"], charged)
+        assert doc["owners"][0]["path"] == "__main__.WIDE" and doc["owners"][0]["items"] == items
+        assert any(t["type"] == "tuple" and t["count"] >= items for t in doc["types"])
+
+
+@pytest.mark.slow
+def test_a_default_inspection_of_a_1gb_heap_answers_under_50mb_of_headroom(tmp_path: Path) -> None:
+    # fixtures/heap_of_size.py at 1 GB: 2.3M records in one list. Before: exit 19 (stopped at
+    # +16.2 MiB of RSS, the cgroup +16.6 MiB); now 0, the cgroup +13.1 MiB.
+    with _limited("heap_of_size", {"FIXTURE_HEAP_MB": "1000"}, 50, tmp_path) as (child, group):
+        records = child.report()["truth"]["records"]
+        before = group.usage
+        done, doc = _inspect(child.pid)
+        assert done.returncode == 0 and doc is not None, done.stderr
+        assert _alive(child, group)
+        charged = group.peak - before
+        allowed = max(16 * MIB, doc["process"]["rss_bytes"] // 100)
+        assert charged <= allowed and doc["cost"]["hwm_bytes"] <= allowed, (doc["cost"], charged)
+        assert doc["owners"][0]["path"] == "__main__.RECORDS" and doc["owners"][0]["items"] == records
