@@ -466,6 +466,11 @@ def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0
     return out
 
 
+# pymalloc blocks an object takes at most (its own, and a list's items or a dict's table when
+# small): blocks over this many times the node budget's objects skip the graph (_graph_walked).
+BLOCKS_PER_OBJECT = 2
+
+
 def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool_dir, reached=None):
     max_nodes = _int(request.get("max_graph_nodes"), 1000000, 1, 100000000)
     counted = heap.get("objects", 0) if heap is not None else 2 * (expected or 0)
@@ -473,6 +478,15 @@ def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool
         return {"format": graph.GRAPH_FORMAT, "skipped": "the %s counted %s objects: over the graph budget of "
                 "%s nodes" % ("census" if heap is not None else "last census in this process",
                               format(counted, ","), format(max_nodes, ","))}
+    blocks = sys.getallocatedblocks() if not counted and hasattr(sys, "getallocatedblocks") else 0
+    if blocks > BLOCKS_PER_OBJECT * 2 * max_nodes:
+        # No census yet in this process: pymalloc's blocks in use stand in for its count (an
+        # object is one or two blocks: a list's or dict's own block and its table's; ~0.5 ms
+        # for 3M blocks). Walked anyway, a 4 GB heap's graph spent its memory budget in its
+        # first 0.6 s and, given up, left the census too little of it (exit 19).
+        return {"format": graph.GRAPH_FORMAT, "skipped": "the heap holds %s pymalloc blocks (at least %s objects, "
+                "no census yet in this process): over the graph budget of %s nodes"
+                % (format(blocks, ","), format(blocks // BLOCKS_PER_OBJECT, ","), format(max_nodes, ","))}
     if heap is not None and not heap.get("with_owners", True):
         census_seconds = float(heap.get("census_seconds") or 0.0)
     max_pause = request.get("max_pause_ms")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,19 @@ def test_the_cost_is_saved_and_read_back() -> None:
     assert snapshot_from_json(snapshot_to_json(snap)) == snap
     older = make_snapshot()
     assert snapshot_from_json(snapshot_to_json(older)).cost is None
+
+
+def test_a_first_graph_of_a_heap_past_the_node_budget_is_skipped_before_it_walks() -> None:
+    """No census yet in the process: pymalloc's blocks in use stand in for its count, so the
+    graph of a heap far over the node budget is not walked (at 4 GB a walk spent the memory
+    budget in 0.6 s and left the census too little of it)."""
+    blocks = sys.getallocatedblocks()
+    max_nodes = blocks // (2 * runner.BLOCKS_PER_OBJECT) - 1
+    out = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": max_nodes},
+                        lambda phase, done: None, runner._Stop(60.0))
+    assert set(out) == {"format", "skipped"}, out.keys()
+    assert "pymalloc blocks" in out["skipped"] and "over the graph budget" in out["skipped"]
+    # With a census's count at hand, that count decides, not the blocks.
+    counted = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": max_nodes},
+                            lambda phase, done: None, runner._Stop(60.0), heap={"objects": 10})
+    assert "pymalloc" not in str(counted.get("skipped", ""))
