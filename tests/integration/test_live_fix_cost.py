@@ -33,10 +33,12 @@ def test_trim_runs_off_the_loop_on_a_fragmented_heap(tmp_path: Path) -> None:
     assert applied.status == "applied"
     counters = status.counters
     assert counters["trims"] >= 5, counters
-    # The trims had real work (the probe would prove nothing otherwise) ...
-    assert counters["max_trim_ms"] >= 20, counters
-    # ... and the loop did not wait for them: on the loop, its longest gap was the longest trim.
-    assert truth["max_gap_ms"] < min(25.0, counters["max_trim_ms"] / 2), (truth, counters)
+    # The trims had real work, longer than a loaded machine's own gaps (up to ~32 ms seen with
+    # three test workers: the probe would prove nothing otherwise; 48-133 ms measured) ...
+    assert counters["max_trim_ms"] >= 20, (truth, counters)
+    # ... and the loop did not wait for them: on the loop, its longest gap was at least the
+    # longest trim (71 ms beside 67 ms trims before the trim thread).
+    assert truth["max_gap_ms"] < 0.75 * counters["max_trim_ms"], (truth, counters)
     assert truth["ticks_since_reset"] > 2000, truth
 
 
