@@ -381,7 +381,7 @@ def test_a_slow_client_does_not_stall_the_real_agent(tmp_path: Path, python: str
             time.sleep(1.0)
             result, seconds = _ping(path, 10.0)
             assert result.get("ok") is True
-            assert seconds < 1.0, f"the second client waited {seconds:.1f} s"
+            assert seconds < 2.5, f"the second client waited {seconds:.1f} s"  # (held by the slow one: 4.0 s and more)
             slow.settimeout(0.1)
             for byte in b'"op": "ping"':
                 slow.sendall(bytes([byte]))
