@@ -4,6 +4,7 @@ stopped with reason "memory"), its error at the CLI, and the cost in the header.
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import sys
 from pathlib import Path
@@ -20,8 +21,10 @@ from leakhound.render import table
 from tests.factories import make_snapshot
 
 
-def _touched(n: int) -> bytearray:
-    block = bytearray(n)
+def _touched(n: int) -> mmap.mmap:
+    """``n`` bytes made resident: fresh anonymous pages (malloc could hand back memory that is
+    resident already, freed by earlier tests: no RSS growth, in the fast tier's full run)."""
+    block = mmap.mmap(-1, n)
     for i in range(0, n, 4096):
         block[i] = 1
     return block
@@ -56,7 +59,7 @@ def test_passing_the_budget_stops_the_request_with_reason_memory() -> None:
     stop = runner._Stop(60.0, memory=runner._MemoryBudget(1 * MIB))
     try:
         assert stop() is False
-        held = _touched(64 * MIB)  # (well past any drop of the rest of the process RSS meanwhile)
+        held = _touched(8 * MIB)
         stop.memory_polled = 0.0  # (the RSS is read at most every MEMORY_EVERY s)
         with pytest.raises(runner.Cancelled) as cancelled:
             stop.check("census")
