@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from leakhound.attach.base import AttachLog
-from leakhound.attach.channel import Partial, Progress
+from leakhound.attach.channel import Partial, Progress, graph_records_allowed
 from leakhound.attach.process import environ_of, namespace_pid, same_filesystem_view
 from leakhound.errors import (
     AttachTimeout,
@@ -195,10 +195,6 @@ MAX_LINE_BYTES = 32 << 20
 # ``[{},{},...`` would take ~700 MB; the agent's lines hold a few thousand (the graph's
 # roots and labels are flat lists).
 MAX_LINE_CONTAINERS = 1_000_000
-# The graph's records a request may receive, per node it allows (24 bytes a node, 12-20 an
-# edge; a Python heap averages a few edges a node), when it sets no memory budget.
-GRAPH_BYTES_PER_NODE = 512
-_PAYLOAD_DEFAULT_MAX_NODES = 1_000_000  # runner._graph_walked's
 _PHASE = re.compile(r"[A-Za-z0-9_.:/ -]{0,64}")
 
 
@@ -209,15 +205,13 @@ def _untrusted(pid: int, what: str) -> ProtocolViolation:
 def graph_bytes_allowed(doc: dict[str, Any]) -> int:
     """How many bytes of graph records the request ``doc`` lets its answer carry: none
     without a graph; twice the walk's memory budget when it sets one (the records are what
-    the walk holds); else ``GRAPH_BYTES_PER_NODE`` per node it allows."""
+    the walk holds); else what the nodes it allows may write (channel.graph_records_allowed)."""
     if doc.get("op") != "graph" and not doc.get("graph"):
         return 0
     budget = doc.get("max_graph_bytes")
     if isinstance(budget, int) and budget > 0:
         return 2 * budget + (1 << 20)
-    nodes = doc.get("max_graph_nodes")
-    nodes = nodes if isinstance(nodes, int) and nodes > 0 else _PAYLOAD_DEFAULT_MAX_NODES
-    return nodes * GRAPH_BYTES_PER_NODE
+    return graph_records_allowed(doc)
 
 
 def _connect_to_agent(path: str, pid: int, uid: int, timeout: float) -> socket.socket:

@@ -84,6 +84,15 @@ DEFAULT_MAX_GRAPH_NODES = 1_000_000  # the payload's own default (runner._graph)
 SMALL_DOCS = frozenset({"started.json", "progress.json"})
 
 
+def graph_records_allowed(request: dict[str, Any]) -> int:
+    """The graph records a request may be answered with (graph.bin here, the raw bytes after
+    the agent's graph line): ``GRAPH_BIN_BYTES_PER_NODE`` per node its ``max_graph_nodes``
+    allows, or the payload's own default where it sets none (an int, as the payload reads it)."""
+    nodes = request.get("max_graph_nodes")
+    nodes = nodes if type(nodes) is int and nodes > 0 else DEFAULT_MAX_GRAPH_NODES
+    return nodes * GRAPH_BIN_BYTES_PER_NODE
+
+
 def _make_dir_in_target(pid: int) -> tuple[PrivateDir, str]:
     """Make the private directory inside ``pid``'s filesystem; returns it and the path of its
     parent as the target sees it. Each candidate is resolved under /proc/PID/root without
@@ -251,8 +260,7 @@ class PrivateChannel:
         self.cancel_requested = False
         request = request or {}
         self.request_timeout = _number(request.get("timeout"), 60.0)
-        nodes = int(_number(request.get("max_graph_nodes"), DEFAULT_MAX_GRAPH_NODES))
-        self.graph_bin_limit = max(1, nodes) * GRAPH_BIN_BYTES_PER_NODE
+        self.graph_bin_limit = graph_records_allowed(request)
         try:
             self._fill(uid, request)
         except BaseException:
