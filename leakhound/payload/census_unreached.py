@@ -11,7 +11,6 @@ import operator
 import sys
 import time
 
-from . import duty
 from .census_walk import _Walk
 from .objects import _ModuleType, _referents, _type_name, subclass_tree
 
@@ -272,7 +271,7 @@ class _Unreached(_Walk):
         """
         if not candidates:
             return candidates
-        duty.sleep(pause)
+        time.sleep(pause)
         self.clock.yielded()
         # Held by gc.get_objects()'s list, ``unreached`` and ``candidates``.
         seen = {}  # type: dict

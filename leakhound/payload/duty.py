@@ -105,11 +105,6 @@ def stats():
             "max_ms": round(_state["max_wall"] * 1000.0, 2)}
 
 
-def sleep(seconds):
-    """A sleep of the payload's own (a wait, a second look)."""
-    time.sleep(seconds)
-
-
 def yield_gil():
     """The duty cycle's yield: a sleep of ``YIELD_SECONDS`` (every thread waiting for the GIL
     gets it)."""

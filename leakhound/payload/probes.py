@@ -40,11 +40,11 @@ request is cancelled or its deadline passes (``run_all(stop=...)``).
 import array
 import gc
 import sys
+import time
 
 from .census import _instance_dict
 from .census_tallies import _Marks
 from .duty import own_cpu, yield_gil
-from .duty import sleep as duty_sleep
 from .sizes import deep_size as _deep_size
 
 try:  # the census's compiled walk (_walk.c, one abi3 build for CPython 3.10+)
@@ -269,7 +269,7 @@ def _live_trajectory_ids(samples=3, pause=0.002, clock=None):
     ids = set()  # type: set
     for i in range(samples):
         if i:
-            duty_sleep(pause)
+            time.sleep(pause)
             if clock is not None:
                 clock.slept()
         ids |= _live_trajectory_ids_once(clock.tick if clock is not None else None)

@@ -742,7 +742,7 @@ class _Exchange(object):
                 with open(path) as fh:
                     doc = json.load(fh)
             except (OSError, ValueError):  # not there yet (the CLI renames it in: never half)
-                duty.sleep(0.005)
+                time.sleep(0.005)
                 continue
             return doc if type(doc) is dict else None
         return None
