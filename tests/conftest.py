@@ -1,12 +1,18 @@
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from tests.utils import NOBODY
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,6 +32,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def nobody_dir() -> Iterator[Path]:
+    """A directory of uid 65534's, for its processes and their files (pytest's tmp_path is
+    private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="leakhound-nobody-"))
+    os.chmod(path, 0o755)
+    os.chown(path, NOBODY, NOBODY)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

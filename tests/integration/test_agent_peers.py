@@ -17,7 +17,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,10 @@ import pytest
 
 from leakhound.analysis.dominators.graph import GRAPH_FORMAT
 from tests.pythons import installed_pythons
-from tests.utils import ROOT, spawn_target, wait_for_agent_socket
+from tests.utils import AS_NOBODY, NOBODY, ROOT, spawn_target, wait_for_agent_socket
 
 pytestmark = pytest.mark.integration
 
-NOBODY = 65534
-AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter lives under root's 0700 home
 LEAKHOUND = [sys.executable, "-m", "leakhound"]
 TIMEOUT = 8.0
@@ -43,16 +40,6 @@ RSS_BOUND_KIB = 200 * 1024
 if shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON):
     pytest.skip("needs setpriv and the system python", allow_module_level=True)
 
-
-@pytest.fixture
-def nobody_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="leakhound-peers-"))
-    os.chmod(path, 0o755)
-    os.chown(path, NOBODY, NOBODY)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass

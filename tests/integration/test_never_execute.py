@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,25 +19,12 @@ import pytest
 
 from leakhound.attach import process
 from leakhound.attach.gdb import command as gdb_command
-from tests.utils import spawn_target
+from tests.utils import AS_NOBODY, NOBODY, spawn_target
 
 pytestmark = pytest.mark.integration
 
-NOBODY = 65534
-AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 LEAKHOUND = [sys.executable, "-m", "leakhound"]
 
-
-@pytest.fixture
-def nobody_dir() -> Iterator[Path]:
-    """A directory of uid 65534's (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="leakhound-noexec-"))
-    os.chmod(path, 0o755)
-    os.chown(path, NOBODY, NOBODY)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
