@@ -158,7 +158,8 @@ _LIST_PIECE = 5000  # list items per JSON piece
 # a second, later record, which counts), and its label. leakhound puts a column's frames end
 # to end and gives the addresses their ids (analysis/dominators/graph.py).
 FRAME_COLUMNS = (("ids", "q"), ("sizes", "q"), ("types", "i"), ("lengths", "i"), ("edge_src", "i"),
-                 ("edge_dst", "i"), ("edge_label", "i"), ("edge_src_address", "q"), ("edge_dst_address", "q"))
+                 ("edge_dst", "i"), ("edge_label", "i"), ("edge_src_address", "q"), ("edge_dst_address", "q"),
+                 ("fold_address", "q"), ("fold_bytes", "q"))
 FRAME_ITEMS = 1 << 16  # items per frame at most (256-512 KiB): each copy is one short step
 _FRAME_HEADER = struct.Struct("=II")
 
