@@ -24,7 +24,7 @@
  * when it is met, a container's when its walk is done (its folded leaves added); a node the
  * payload's Python code made (a root) has one when made and, if walked, a second: the last
  * one counts. An edge's record is (source address, destination address, label); 0 is the
- * super-root. The records go into columns of blocks of 64Ki items; with a spool (graph_spool:
+ * super-root. The records go into columns of blocks of 16Ki items; with a spool (graph_spool:
  * the file the CLI reads, on the debugger paths) every full block is written out and freed at
  * the next graph_flush (the payload calls it while it yields the GIL anyway), so what the walk
  * keeps in the target is the bitmaps and a few blocks, not the graph. On the wire each block
@@ -34,7 +34,12 @@
  * units of work (a container popped, a referent seen) and returns, so the caller's duty
  * cycle, deadline and cancel hook run between calls. A big exact list, tuple, set or dict is
  * read a slice at a time, its rest kept in the state for the next call (a big dict's values
- * carry no labels, in both loops: see PHASE_DICT_VALUES).
+ * carry no labels, in both loops: see PHASE_DICT_VALUES), and waits while what its slices
+ * pushed is walked (GRAPH_SUSPEND_AT).
+ *
+ * An entry a collection alone holds is folded into it, with all it alone holds (see
+ * STACK_NAMESPACE): no node, its bytes a (collection's address, bytes) record, its other
+ * referents edges from the collection labelled "f" and the entry's own name for them.
  *
  * Python code it calls: the payload's own helpers given to graph_new (a type's id, a label's
  * id, a type's slot descriptors, a native object's buffers), and C descriptors' getters.
@@ -45,7 +50,7 @@
 #include <unistd.h>
 
 #define GRAPH_NAME "leakhound._walk.graph"
-#define GBLOCK_SHIFT 16
+#define GBLOCK_SHIFT 14
 #define GBLOCK_ITEMS ((Py_ssize_t)1 << GBLOCK_SHIFT)
 /* getrefcount() as the Python loop sees a referent: its container, its referents list, the
  * loop variable and getrefcount's own argument; here the buffer holds the second. */
@@ -54,7 +59,8 @@
 #define GRAPH_SHARED_LEAF 64
 #define GRAPH_MAX_LABEL_CHARS 80
 
-/* A column of records: blocks of 64Ki items; blocks [0, flushed) are written out and freed. */
+/* A column of records: blocks of 16Ki items (128 KiB of 8-byte items: what the target holds
+ * of each column between two flushes); blocks [0, flushed) are written out and freed. */
 /* Blocks written out are kept for reuse, up to this many a column: a new block is fresh
  * memory the kernel has to fault in and zero (the columns are ~80 MB of records on a
  * 4.8M-object heap). */
@@ -458,6 +464,24 @@ enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
 enum { COL_IDS = 0, COL_SIZES = 1, COL_TYPES = 2, COL_LENGTHS = 3, COL_LABELS = 6, COL_SRC = 7, COL_DST = 8,
        COL_FOLD_OWNER = 9, COL_FOLD_BYTES = 10 };
 
+/* A big container whose slices wait while what its last slices pushed is walked (see
+ * GRAPH_SUSPEND_AT): its record so far and where its next slice starts. */
+typedef struct {
+    PyObject *cur, *cursor;  /* strong references */
+    uintptr_t owner;
+    long long size, folded;
+    int32_t type;
+    int phase, tag, has_names;
+    Py_ssize_t pos, entries, cursor_pos, base;
+} Suspended;
+
+/* A big container's slices push what they find on the stack (a registry of 2.4M sessions:
+ * 2.4M entries, 38 MiB with their owner words, before the first was walked): once it has
+ * pushed this many, its next slice waits until they are walked, so that the stack holds a
+ * few slices' worth at each of at most GRAPH_MAX_SUSPENDED nested big containers. */
+#define GRAPH_SUSPEND_AT 4096
+#define GRAPH_MAX_SUSPENDED 32
+
 typedef struct {
     /* Node records (address, size, type id, entries) and edge records (source and
      * destination addresses, label): see the top of this file. */
@@ -509,6 +533,12 @@ typedef struct {
     uintptr_t *owners;
     Py_ssize_t owners_cap;
     uintptr_t cur_owner;
+    /* label id -> the label "f<label>" of an edge from a folded entry (-2: not asked yet) */
+    int32_t *fold_labels;
+    Py_ssize_t fold_labels_len;
+    Py_ssize_t cur_base;       /* the stack's length when the current container began */
+    Suspended suspended[GRAPH_MAX_SUSPENDED];
+    int nsuspended;
     LabelMap names;
     AddrMap key_labels;    /* a str key's hash and label by its address (key_label) */
     /* The hashes of the short keys (<= GRAPH_MAX_LABEL_CHARS) a label was made for: once no
@@ -550,6 +580,14 @@ graph_drop_helpers(GraphState *g)
     PyMem_Free(g->owners);
     g->owners = NULL;
     g->owners_cap = 0;
+    PyMem_Free(g->fold_labels);
+    g->fold_labels = NULL;
+    g->fold_labels_len = 0;
+    while (g->nsuspended > 0) {
+        Suspended *z = &g->suspended[--g->nsuspended];
+        Py_CLEAR(z->cur);
+        Py_CLEAR(z->cursor);
+    }
     Py_CLEAR(g->cur);
     g->phase = PHASE_NONE;
 }
@@ -707,6 +745,41 @@ graph_push(GraphState *g, PyObject *op, uintptr_t owner)
     }
     g->owners[g->stack.len - 1] = owner;
     return 0;
+}
+
+/* The label of an edge from a folded entry to what the entry names ``label`` (graph.py's
+ * _fold_label, asked through label_of with the label's id): -2 on error. */
+static long
+fold_label(GraphState *g, long label)
+{
+    if (label >= g->fold_labels_len) {
+        Py_ssize_t n = label + 256;
+        int32_t *grown = PyMem_Realloc(g->fold_labels, (size_t)n * sizeof(int32_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        for (Py_ssize_t k = g->fold_labels_len; k < n; k++)
+            grown[k] = -2;
+        g->fold_labels = grown;
+        g->fold_labels_len = n;
+    }
+    if (g->fold_labels[label] == -2) {
+        PyObject *arg = PyLong_FromLong(label);
+        if (arg == NULL)
+            return -2;
+        g->called++;
+        PyObject *got = PyObject_CallFunctionObjArgs(g->label_of, arg, NULL);
+        Py_DECREF(arg);
+        if (got == NULL)
+            return -2;
+        long value = PyLong_AsLong(got);
+        Py_DECREF(got);
+        if (value == -1 && PyErr_Occurred())
+            return -2;
+        g->fold_labels[label] = value < -1 || value > INT_MAX ? -1 : (int32_t)value;
+    }
+    return g->fold_labels[label];
 }
 
 /* The pending (owner, bytes) pair out to its columns. */
@@ -1283,14 +1356,16 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
             continue;
         }
         long label = -1;
-        if (owner > STACK_NAMESPACE) {
-            /* from what is folded: no name of the collection's */
-        }
-        else if (g->has_names) {
+        if (g->has_names) {
             label = labelmap_get(&g->names, address);
         }
         else if (g->tag) {
             label = frame_label(g, rtp);
+            if (label == -2)
+                return -1;
+        }
+        if (owner > STACK_NAMESPACE && label >= 0) {
+            label = fold_label(g, label);  /* from a folded entry: "f" and its own name */
             if (label == -2)
                 return -1;
         }
@@ -1328,6 +1403,56 @@ graph_finish(GraphState *g)
     }
     Py_CLEAR(g->cur);
     return failed;
+}
+
+/* The current big container waits (its slice read to the end): what its slices pushed is
+ * walked first. The slice's references are let go, as before the next slice. */
+static void
+graph_suspend(GraphState *g)
+{
+    Suspended *z = &g->suspended[g->nsuspended++];
+    z->cur = g->cur;
+    z->owner = g->cur_owner;
+    z->size = g->cur_size;
+    z->folded = g->folded;
+    z->type = g->cur_type;
+    z->phase = g->phase;
+    z->tag = g->tag;
+    z->has_names = g->has_names;
+    z->pos = g->pos;
+    z->entries = g->entries;
+    z->cursor = g->refs.cursor;
+    z->cursor_pos = g->refs.pos;
+    z->base = g->cur_base;
+    g->refs.cursor = NULL;
+    refs_clear(&g->refs);
+    g->cur = NULL;
+    g->cur_owner = 0;
+    g->phase = PHASE_NONE;
+}
+
+/* The last container that waited is the current one again. */
+static void
+graph_resume(GraphState *g)
+{
+    Suspended *z = &g->suspended[--g->nsuspended];
+    refs_clear(&g->refs);
+    Py_CLEAR(g->refs.cursor);
+    labelmap_clear(&g->names);  /* a big container's entries carry no names */
+    g->cur = z->cur;
+    g->cur_owner = z->owner;
+    g->cur_size = z->size;
+    g->folded = z->folded;
+    g->cur_type = z->type;
+    g->phase = z->phase;
+    g->tag = z->tag;
+    g->has_names = z->has_names;
+    g->pos = z->pos;
+    g->entries = z->entries;
+    g->refs.cursor = z->cursor;
+    g->refs.pos = z->cursor_pos;
+    g->cur_base = z->base;
+    z->cur = z->cursor = NULL;
 }
 
 /* -- the module's functions --------------------------------------------------------------- */
@@ -1532,6 +1657,10 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
         work += g->called * GRAPH_CALL_WORK;
         g->called = 0;
         if (g->cur == NULL) {
+            if (g->nsuspended > 0 && g->stack.len <= g->suspended[g->nsuspended - 1].base) {
+                graph_resume(g);
+                continue;
+            }
             if (g->stack.len == 0)
                 break;
             PyObject *obj = g->stack.items[--g->stack.len];  /* its reference, ours now */
@@ -1543,10 +1672,15 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
             }
             g->cur = obj;
             g->cur_owner = owner;
+            g->cur_base = g->stack.len;
             if (graph_begin(g, &w, obj) < 0)
                 goto error;
         }
         if (g->phase != PHASE_NONE && g->refs.next == g->refs.len) {
+            if (g->stack.len - g->cur_base > GRAPH_SUSPEND_AT && g->nsuspended < GRAPH_MAX_SUSPENDED) {
+                graph_suspend(g);
+                continue;
+            }
             Py_ssize_t got = graph_next_slice(g, limit - work > 1 ? limit - work : 1);
             if (got < 0)
                 goto error;

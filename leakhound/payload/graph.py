@@ -263,6 +263,9 @@ class Graph(object):
             raise GraphCancelled("the object graph was cancelled")
 
     def _label(self, text):
+        if type(text) is int:
+            # (the compiled walk's way to ask for _fold_label: the one helper it calls for labels)
+            return self._fold_label(text)
         i = self.label_index.get(text)
         if i is None:
             if len(self.labels) >= _MAX_LABELS:
@@ -274,6 +277,11 @@ class Graph(object):
             i = self.label_index[text] = len(self.labels)
             self.labels.append(text)
         return i
+
+    def _fold_label(self, label):
+        """The label of an edge from an entry folded into its collection, to what the entry
+        names ``label``: "f" and that label (``__main__.CALLBACKS[].__self__``)."""
+        return self._label("f" + self.labels[label]) if 0 <= label < len(self.labels) else -1
 
     def _type_id(self, tp):
         t = self.type_index.get(id(tp))
@@ -497,10 +505,8 @@ class Graph(object):
                     self.max_step = took
             if collection and not folded_here:
                 lengths[i] = min(len(refs) // 2 if names is not None else len(refs), 0x7FFFFFFF)
-            tag = id(tp) in frame_like and not folded_here
-            if folded_here:
-                names = None
-            elif names is None and not tag and id(tp) not in plain:
+            tag = id(tp) in frame_like
+            if names is None and not tag and id(tp) not in plain:
                 slots = self._slots_of(tp)
                 # Attribute names only from slots here: asking an instance for its __dict__
                 # makes one where 3.11+ keep attributes inline (a dict more in the target for
@@ -562,6 +568,8 @@ class Graph(object):
                         label = type_labels[rid] = label_of("t" + _short_type_name(rtp))
                 else:
                     label = -1
+                if folded_here and label >= 0:
+                    label = self._fold_label(label)
                 src_append(i)
                 dst_append(j)
                 lab_append(label)
