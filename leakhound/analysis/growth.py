@@ -9,16 +9,22 @@ types, a least-squares slope over the whole window and over its recent part give
 * ``static``: did not grow by more than noise (a large table built once, or churn);
 * ``unknown``: too few samples to tell.
 
-Owners that grow become ``Finding(kind="growth")`` naming the owner path and its rate.
+Owners that grow become ``Finding(kind="growth")`` naming the owner path and its rate. An
+owner is one series however its path was named from sample to sample: matched by its object
+(its id() in the target and its type), else by its path without the numbers that change
+while the worker runs. Findings never count a byte twice: of two growing owners one inside
+the other only one is a finding, and their sum is held to what the heap (or RSS) grew by.
+A growing owner a detector recommended a fix for (``registry``, ``intercepts``) carries that
+``--fix``; unreachable cycles piling up (a collector switched off) are a finding of their own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from leakhound.model import Finding
+from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import (
     GROWING,
     PLATEAUED,
@@ -29,6 +35,7 @@ from leakhound.model.growth import (
     Sample,
     Trend,
     Verdict,
+    normalized_path,
     report_to_dict,
     sample_from_dict,
     sample_from_snapshot,
@@ -41,7 +48,7 @@ from leakhound.model.units import MiB, fmt_bytes
 # The model's names stay importable from here, where they were computed first.
 __all__ = [
     "GROWING", "PLATEAUED", "STATIC", "UNKNOWN", "GrowthReport", "OwnerSample", "Sample", "Thresholds",
-    "Trend", "Verdict", "analyse_growth", "estimate_owners", "growth_findings", "report_to_dict",
+    "Trend", "Verdict", "analyse_growth", "estimate_owners", "growth_findings", "normalized_path", "report_to_dict",
     "sample_from_dict", "sample_from_snapshot", "sample_to_dict", "slope", "trend", "trend_to_dict",
 ]
 
@@ -68,20 +75,18 @@ DEFAULT_THRESHOLDS = Thresholds()
 
 
 def estimate_owners(
-    reference: Sample, measured: dict[str, int]
+    reference: Sequence[Owner], measured: Sequence[tuple[bool, int | None]]
 ) -> tuple[OwnerSample, ...]:
-    """Owners of a cheap sample: item counts measured now, bytes scaled from ``reference``
-    (the last full sample) by items. Owners not measured now are left out."""
+    """Owners of a cheap sample: for each owner of the reference census (the last full one),
+    whether it was found again and its item count now; bytes scaled from the reference's by
+    items. An owner not found, or with no item count (an instance, a namespace: its bytes
+    cannot be scaled from anything measured now), is left out, not guessed."""
     out = []
-    for owner in reference.owners:
-        if owner.path not in measured:
+    for owner, (found, items) in zip(reference, measured, strict=True):
+        if not found or items is None:
             continue
-        items = measured[owner.path]
-        if owner.items > 0:
-            size = round(owner.bytes * items / owner.items)
-        else:
-            size = owner.bytes
-        out.append(OwnerSample(owner.path, owner.type, items, size, estimated=True))
+        size = round(owner.retained_bytes * items / owner.items) if owner.items > 0 else owner.retained_bytes
+        out.append(OwnerSample(owner.path, owner.type, items, size, estimated=True, object_id=owner.object_id))
     return tuple(out)
 
 
@@ -196,13 +201,56 @@ def trend(
     )
 
 
-def _owner_series(samples: Sequence[Sample]) -> dict[str, tuple[str, list[tuple[float, int, int]]]]:
-    series: dict[str, tuple[str, list[tuple[float, int, int]]]] = {}
+@dataclass
+class _OwnerSeries:
+    """One owner over the window: its points and every path it was named by (latest last)."""
+
+    type: str
+    paths: list[str] = field(default_factory=list)
+    points: list[tuple[float, int, int]] = field(default_factory=list)
+    full_at: set[float] = field(default_factory=set)  # the full samples it was an owner in
+
+
+def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
+    """Owners across samples (in time order), matched by what they are: the same object (its
+    id() in the target and its type), else the same normalized path. A path renamed between
+    samples (another preferred path to the same object) is the same owner; two objects are
+    never one owner within a sample."""
+    series: list[_OwnerSeries] = []
+    by_object: dict[tuple[int, str], int] = {}
+    by_path: dict[str, int] = {}
     for sample in samples:
+        claimed: set[int] = set()
         for owner in sample.owners:
-            entry = series.setdefault(owner.path, (owner.type, []))
-            entry[1].append((sample.taken_at, owner.bytes, owner.items))
+            norm = normalized_path(owner.path)
+            k = by_object.get((owner.object_id, owner.type)) if owner.object_id else None
+            if k is None or k in claimed:
+                k = by_path.get(norm)
+                if k is not None and (k in claimed or series[k].type != owner.type):
+                    k = None
+            if k is None:
+                k = len(series)
+                series.append(_OwnerSeries(owner.type))
+            claimed.add(k)
+            entry = series[k]
+            if not entry.paths or entry.paths[-1] != owner.path:
+                entry.paths.append(owner.path)
+            entry.points.append((sample.taken_at, owner.bytes, owner.items))
+            if sample.full:
+                entry.full_at.add(sample.taken_at)
+            if owner.object_id:
+                by_object[(owner.object_id, owner.type)] = k
+            by_path[norm] = k
     return series
+
+
+def _modelled(samples: Sequence[Sample]) -> list[Sample]:
+    """The samples whose owners are followed: the dominator model's when any sample has it
+    (a census over its graph budget falls back to first-reacher owners, which would be other
+    owners over the same bytes), else all."""
+    if any(s.owner_model == "dominator" for s in samples):
+        return [s for s in samples if s.owner_model == "dominator"]
+    return list(samples)
 
 
 def _type_series(samples: Sequence[Sample]) -> dict[str, list[tuple[float, int, int]]]:
@@ -227,8 +275,10 @@ def analyse_growth(
     *,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     top_types: int = 20,
+    snapshot: Snapshot | None = None,
 ) -> GrowthReport:
-    """Trends and ``growth`` findings for one process from its samples (any order)."""
+    """Trends and ``growth`` findings for one process from its samples (any order).
+    ``snapshot``: its last full snapshot, whose detectors' fixes growing owners carry."""
     ordered = sorted(samples, key=lambda s: s.taken_at)
     if not ordered:
         raise ValueError("no samples")
@@ -246,16 +296,40 @@ def analyse_growth(
         if heap_points
         else None
     )
-    owners = [
-        trend(path, "owner", points, thresholds=thresholds, type_name=type_name)
-        for path, (type_name, points) in _owner_series(ordered).items()
-    ]
+    garbage_points = [(s.taken_at, s.cyclic_garbage_bytes, s.cyclic_garbage_objects)
+                      for s in ordered if s.cyclic_garbage_bytes is not None]
+    garbage = (
+        trend(CYCLES_OWNER, "cyclic_garbage", garbage_points, thresholds=thresholds)
+        if garbage_points
+        else None
+    )
+    followed = _modelled(ordered)
+    series = _owner_series(followed)
+    fixes = _fixes(snapshot)
+    owners = []
+    for entry in series:
+        name = entry.paths[-1]
+        owners.append(replace(
+            trend(name, "owner", entry.points, thresholds=thresholds, type_name=entry.type),
+            was=tuple(dict.fromkeys(p for p in entry.paths[:-1] if p != name)),
+            within=_within(entry, series),
+            fix=_fix_for(entry.paths, fixes),
+        ))
     owners.sort(key=lambda t: (_ORDER[t.verdict], -t.bytes_per_min, -t.last_bytes, t.name))
     types = [
         trend(name, "type", points, thresholds=thresholds)
         for name, points in _type_series(ordered).items()
     ]
     types.sort(key=lambda t: (_ORDER[t.verdict], -t.items_per_min, t.name))
+    warnings: tuple[str, ...] = ()
+    fell_back = sum(1 for s in ordered if s.full and s.owner_model and s.owner_model != followed[-1].owner_model)
+    if fell_back:
+        warnings += (f"{fell_back} full census(es) fell back to first-reacher owners (graph over its budget): "
+                     "their owners are not followed, the dominator model's are",)
+    unresolved = sorted({p for s in ordered for p in s.unresolved})
+    if unresolved:
+        warnings += (f"cheap samples could not find again {len(unresolved)} owner(s) of the last census by their "
+                     f"ids (left out of those samples, not counted as anything else): {', '.join(unresolved[:5])}",)
     report = GrowthReport(
         pid=last.pid,
         name=next((s.name for s in reversed(ordered) if s.name), ""),
@@ -266,8 +340,54 @@ def analyse_growth(
         heap=heap,
         owners=tuple(owners),
         types=tuple(types[:top_types]),
+        cyclic_garbage=garbage,
+        owner_model=followed[-1].owner_model if followed else "",
+        warnings=warnings,
     )
     return GrowthReport(**{**_fields(report), "findings": growth_findings(report)})
+
+
+# How the cyclic_garbage detector names what it counts (analysis/detectors/cyclic_garbage.py).
+CYCLES_OWNER = "<unreachable cycles>"
+# Of two growing owners one inside the other, the inner one is the finding when it grew by at
+# least this share of the outer's growth (the owner model's own rule: dominators.DESCEND_SHARE).
+INNER_SHARE = 0.8
+
+
+def _inside(inner: str, outer: str) -> bool:
+    return len(inner) > len(outer) and inner.startswith(outer) and inner[len(outer)] in ".["
+
+
+def _within(entry: _OwnerSeries, series: Sequence[_OwnerSeries]) -> str:
+    """The latest path of the owner ``entry`` lies inside (its path extends that owner's),
+    when the two were never owners in the same full sample (owners of one census never
+    overlap, so two that were are apart); "" if none."""
+    best = ""
+    for other in series:
+        if other is entry or other.full_at & entry.full_at:
+            continue
+        mine = [normalized_path(p) for p in entry.paths]
+        for outer in (normalized_path(p) for p in other.paths):
+            if any(_inside(p, outer) for p in mine) and len(outer) > len(best):
+                best = other.paths[-1]
+    return best
+
+
+def _fixes(snapshot: Snapshot | None) -> dict[str, str]:
+    """owner path -> the fix a detector recommends for it, from the last full snapshot."""
+    if snapshot is None:
+        return {}
+    return {normalized_path(f.owner): f.fix for f in snapshot.findings if f.fix and not f.skipped and f.owner}
+
+
+def _fix_for(paths: Sequence[str], fixes: dict[str, str]) -> str:
+    """The fix of the known shape an owner is, lies in, or holds (by any path it had)."""
+    for path in reversed(paths):
+        mine = normalized_path(path)
+        for owner, fix in fixes.items():
+            if mine == owner or _inside(mine, owner) or _inside(owner, mine):
+                return fix
+    return ""
 
 
 def _fields(report: GrowthReport) -> dict[str, Any]:
@@ -282,44 +402,97 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def _grown(t: Trend | None) -> float:
+    """What a series grew by over its window, by its least-squares rate (never negative)."""
+    if t is None or t.points < 2:
+        return 0.0
+    return max(0.0, t.bytes_per_min) * t.seconds / 60.0
+
+
+def _counted_once(candidates: list[Trend]) -> list[Trend]:
+    """Of growing owners one inside the other (``within``), one finding: the inner one when it
+    grew by most of what the outer did (it is where the bytes go), else the outer."""
+    by_name = {t.name: t for t in candidates}
+    kept = []
+    for t in candidates:
+        outer = by_name.get(t.within)
+        if outer is not None and _grown(t) < INNER_SHARE * _grown(outer):
+            continue  # the outer one grew by more than this explains: it is the finding
+        inner = [c for c in candidates if c.within == t.name]
+        if any(_grown(c) >= INNER_SHARE * _grown(t) for c in inner):
+            continue  # an inner one is where the bytes go: it is the finding
+        kept.append(t)
+    return kept
+
+
 def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
-    """``growing`` owners are warnings, ``plateaued`` ones info; RSS growth that no owner
-    explains is a warning of its own (fragmentation or memory outside Python objects)."""
+    """``growing`` owners are warnings, ``plateaued`` ones info, growing unreachable cycles a
+    warning; RSS growth that none explains is a warning of its own (fragmentation or memory
+    outside Python objects). No byte is in two findings: owners nested in one another give
+    one finding, and when the owners' growth (estimated in cheap samples) sums past what the
+    heap or RSS grew by, each finding's growth is scaled down to fit."""
+    candidates = [t for t in report.owners if t.verdict in (GROWING, PLATEAUED) and t.name != CODE_OWNER]
+    # The code owner grows with every import: no leak anyone can fix.
+    chosen = _counted_once(candidates)
+    garbage = report.cyclic_garbage
+    if garbage is not None and garbage.verdict in (GROWING, PLATEAUED):
+        chosen.append(garbage)
+    budget = max(_grown(report.heap), _grown(report.rss))
+    total = sum(_grown(t) for t in chosen)
+    scale = budget / total if total > budget else 1.0
+    size_budget = max(report.heap.last_bytes if report.heap is not None else 0, report.rss.last_bytes)
+    size_total = sum(t.last_bytes for t in chosen)
+    size_scale = size_budget / size_total if size_total > size_budget > 0 else 1.0
     findings = []
-    for t in report.owners:
-        # The code owner grows with every import: no leak anyone can fix.
-        if t.verdict not in (GROWING, PLATEAUED) or t.name == CODE_OWNER:
-            continue
-        details = {
+    for t in chosen:
+        rate = t.bytes_per_min * scale
+        size = round(t.last_bytes * size_scale)
+        details: dict[str, Any] = {
             "pid": report.pid,
             "verdict": t.verdict,
-            "bytes_per_min": round(t.bytes_per_min, 1),
+            "bytes_per_min": round(rate, 1),
             "items_per_min": round(t.items_per_min, 2),
-            "recent_bytes_per_min": round(t.recent_bytes_per_min, 1),
+            "recent_bytes_per_min": round(t.recent_bytes_per_min * scale, 1),
             "recent_items_per_min": round(t.recent_items_per_min, 2),
+            "grown_bytes": round(_grown(t) * scale),
             "window_seconds": round(t.seconds, 2),
             "samples": t.points,
         }
-        if t.verdict == GROWING:
+        if scale < 1.0 or size_scale < 1.0:
+            details["scaled_to_fit"] = round(min(scale, size_scale), 4)
+        if t.was:
+            details["was"] = list(t.was)
+        capped = " (scaled to fit the heap's growth)" if scale < 1.0 else ""
+        if t.kind == "cyclic_garbage":
             summary = (
-                f"{t.name} ({t.type}) keeps growing: {_mb(t.bytes_per_min)}/min, "
+                f"unreachable objects kept alive only by reference cycles keep piling up: {_mb(rate)}/min, "
+                f"{t.items_per_min:,.0f} objects/min over {_minutes(t.seconds)} (now {_mb(size)}, "
+                f"{t.last_items:,} objects){capped}: is the collector off (gc.disable(), a high threshold)? "
+                "break the cycles (weakref, explicit clear)"
+            )
+            severity = "warning" if t.verdict == GROWING else "info"
+        elif t.verdict == GROWING:
+            summary = (
+                f"{t.name} ({t.type}) keeps growing: {_mb(rate)}/min, "
                 f"{t.items_per_min:,.0f} items/min over {_minutes(t.seconds)} "
-                f"(now {_mb(t.last_bytes)}, {t.last_items:,} items)"
+                f"(now {_mb(size)}, {t.last_items:,} items){capped}"
             )
             severity = "warning"
         else:
             summary = (
-                f"{t.name} ({t.type}) grew, then plateaued at {_mb(t.last_bytes)}, "
+                f"{t.name} ({t.type}) grew, then plateaued at {_mb(size)}, "
                 f"{t.last_items:,} items (a bounded cache?)"
             )
             severity = "info"
+        if t.fix:
+            summary += f"; a known leak shape: leakhound patch --fix {t.fix}"
         findings.append(
             Finding(
-                kind=KIND, severity=severity, bytes=t.last_bytes, count=t.last_items,
-                owner=t.name, fix="", summary=summary, details=details,
+                kind=KIND, severity=severity, bytes=size, count=t.last_items,
+                owner=t.name, fix=t.fix, summary=summary, details=details,
             )
         )
-    if report.rss.verdict == GROWING and not any(t.verdict == GROWING for t in report.owners):
+    if report.rss.verdict == GROWING and not any(t.verdict == GROWING for t in chosen):
         r = report.rss
         heap_note = (
             f"live heap {_mb(report.heap.bytes_per_min)}/min"

@@ -4,10 +4,12 @@ The core operation behind ``leakhound watch`` (as ``capture`` is behind ``inspec
 kinds of sample, from cheapest to dearest:
 
 * RSS only, read with psutil from outside (the target never notices), every ``interval``;
-* a cheap in-target sample (item counts of the owners the last census named, gc-tracked type
-  counts): every ``interval`` with the agent and the ptrace injector (no stop, or ~0.3 ms); at
-  most every ``attach_every`` seconds with gdb, whose attach stops the target ~40 ms;
-* a full census (``take_snapshot``): first, every ``full_every`` seconds, and last.
+* a cheap in-target sample (item counts of the owners the last dominator census named, each
+  found again by the ids along its path, and gc-tracked type counts): every ``interval`` with
+  the agent and the ptrace injector (no stop, or ~0.3 ms); at most every ``attach_every``
+  seconds with gdb, whose attach stops the target ~40 ms;
+* a full census (``take_snapshot`` with the owners ``inspect`` reads: dominator owners where
+  the graph fits its budget): first, every ``full_every`` seconds, and last.
 
 ``watch_processes`` is the loop; the analysis is ``leakhound.analysis.growth``; rendering is
 ``leakhound.render.watch``.
@@ -45,7 +47,7 @@ from leakhound.errors import (
     TargetNotFound,
     TracerStuck,
 )
-from leakhound.model import RequestCost, Snapshot, TypeStat
+from leakhound.model import Owner, RequestCost, Snapshot, TypeStat
 from leakhound.model.growth import TargetEnded
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
@@ -54,7 +56,11 @@ SAMPLED_TYPES = 30
 # Processes sampled at once: each sample is mostly waiting (on the target, a debugger or the
 # helper), so a few threads keep a fleet on schedule without loading leakhound's machine.
 MAX_SAMPLERS = 8
+# Owner paths the payload cannot walk by name (held from C, unreached, a thread's frame): a
+# first-reacher owner without ids is re-read only by its name. Owners named "<...>" start at
+# no named root (held from C, unreached, the payload's own): full censuses alone count them.
 _UNRESOLVABLE = ("<", "thread:")
+_NO_ROOT = "<"
 
 
 @dataclass
@@ -66,6 +72,11 @@ class Watched:
     samples: list[Sample] = field(default_factory=list)
     last_full: Sample | None = None
     last_snapshot: Snapshot | None = None
+    # The full sample and snapshot whose owners cheap samples re-read: the last with dominator
+    # owners (else the last): a census that fell back to first-reacher owners (graph over its
+    # budget) does not switch the model cheap samples follow.
+    reference: Sample | None = None
+    reference_snapshot: Snapshot | None = None
     last_full_at: float = float("-inf")
     last_attach_at: float = float("-inf")
     gone: bool = False
@@ -97,24 +108,37 @@ def _full(
     # the census itself briefly allocates in it.
     rss = rss_bytes(w.target.pid) - w.payload_resident
     snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
-                             max_pause_ms=max_pause_ms, progress=progress, force=force)
+                             max_pause_ms=max_pause_ms, progress=progress, force=force, owner_model="auto")
     w.payload_resident += _left_by_loading(snapshot.cost)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     w.last_full = sample
+    if snapshot.heap.owner_model == "dominator" or w.reference is None or w.reference.owner_model != "dominator":
+        w.reference, w.reference_snapshot = sample, snapshot
+    else:
+        w.warnings.append(f"a full census fell back to first-reacher owners ({snapshot.heap.owner_model_note}); "
+                          "cheap samples re-read the owners of the last dominator census")
     return sample
+
+
+def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[str, object]]]:
+    """The owners a cheap sample re-reads (ids for dominator owners, names for the census's)
+    and how they are asked for."""
+    asked = [o for o in owners if not o.path.startswith(_NO_ROOT) and (o.path_ids or not o.path.startswith(
+        _UNRESOLVABLE))][:SAMPLED_OWNERS]
+    return asked, [{"ids": list(o.path_ids), "type": o.type, "path": o.path} for o in asked]
 
 
 def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None = None,
            force: bool = False) -> Sample:
-    assert w.last_full is not None
-    reference = w.last_full
-    paths = [o.path for o in reference.owners if not o.path.startswith(_UNRESOLVABLE)]
+    assert w.reference is not None
+    reference = w.reference
+    asked, owners_doc = _owner_request(w.reference_snapshot.owners if w.reference_snapshot is not None else ())
     taken_at = time.time()
     rss = rss_bytes(w.target.pid) - w.payload_resident  # before the request (see _full)
     remote = run_request(
         w.target.pid,
-        {"op": "sample", "paths": paths[:SAMPLED_OWNERS], "top_types": SAMPLED_TYPES},
+        {"op": "sample", "owners": owners_doc, "top_types": SAMPLED_TYPES},
         method=w.method,
         timeout=timeout,
         log=log,
@@ -126,7 +150,7 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
     result = remote.result
     taken_at = counted_at(result, "started_at", taken_at)
     try:  # the sample comes from inside the target, whose owner controls it
-        items = {str(k): int(v) for k, v in (result.get("items") or {}).items()}
+        measured = _owner_answers(result.get("owners"), len(asked))
         types = result.get("types")
         type_stats = tuple(TypeStat(**t) for t in types) if types else ()
         if not all(isinstance(t.type, str) and isinstance(t.count, int) and isinstance(t.bytes, int)
@@ -140,13 +164,31 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
         pid=w.target.pid,
         taken_at=taken_at,
         rss_bytes=rss,
-        owners=estimate_owners(reference, items),
+        owners=estimate_owners(asked, measured),
         types=type_stats,
         name=w.target.name,
         method=remote.method,
         pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms, step_ms), 2),
         types_scope="tracked" if types else "",
+        owner_model=reference.owner_model,
+        unresolved=tuple(o.path for o, (found, _) in zip(asked, measured, strict=True) if not found),
     )
+
+
+def _owner_answers(doc: object, asked: int) -> list[tuple[bool, int | None]]:
+    """(found, item count or None) per owner asked for, in order; TypeError unless the
+    answer has that shape."""
+    if not isinstance(doc, list) or len(doc) != asked:
+        raise TypeError("owners is not one answer per owner asked for")
+    out: list[tuple[bool, int | None]] = []
+    for answer in doc:
+        if not isinstance(answer, dict) or not isinstance(answer.get("found"), bool):
+            raise TypeError("an owner's answer is not {found, items}")
+        items = answer.get("items")
+        if items is not None and (type(items) is not int or items < 0):
+            raise TypeError("an owner's item count is not a count")
+        out.append((answer["found"], items))
+    return out
 
 
 def _left_by_loading(cost: RequestCost | MemoryCost | None) -> int:
@@ -393,7 +435,7 @@ def _reports(watched: dict[int, Watched]) -> tuple[GrowthReport, ...]:
     for w in watched.values():
         if not w.samples:
             continue
-        report = analyse_growth(w.samples)
+        report = analyse_growth(w.samples, snapshot=w.last_snapshot)
         if w.warnings:
             report = GrowthReport(**{**report.__dict__, "warnings": tuple(w.warnings)})
         reports.append(report)

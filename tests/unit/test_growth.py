@@ -18,7 +18,7 @@ from leakhound.analysis.growth import (
     slope,
     trend,
 )
-from leakhound.model import TypeStat
+from leakhound.model import Owner, TypeStat
 
 T0 = 1_700_000_000.0
 
@@ -128,10 +128,12 @@ def test_verdict_follows_items_when_bytes_are_flat() -> None:
 
 
 def test_estimate_owners_scales_bytes_by_items() -> None:
-    full = _sample(0, {"m.A": (1000, 10), "m.B": (500, 0), "m.C": (7, 7)}, full=True)
-    estimated = estimate_owners(full, {"m.A": 25, "m.B": 3})
+    reference = [Owner("m.A", "dict", 10, 1000, object_id=11), Owner("m.B", "dict", 0, 500),
+                 Owner("m.C", "dict", 7, 7), Owner("m.D", "m.Box", 3, 900)]
+    # found with 25 items; found with 3; not found again; found, but no length to scale by
+    estimated = estimate_owners(reference, [(True, 25), (True, 3), (False, None), (True, None)])
     assert estimated == (
-        OwnerSample("m.A", "dict", 25, 2500, estimated=True),
+        OwnerSample("m.A", "dict", 25, 2500, estimated=True, object_id=11),
         OwnerSample("m.B", "dict", 3, 500, estimated=True),
     )
 

@@ -42,7 +42,8 @@ def test_a_task_owned_path_from_the_census_is_sampled_again() -> None:
             paths = [o["path"] for o in walk.result(top_owners=10000)["owners"]]
             path = next(p for p in paths if p.startswith("task:serve/") and p.endswith(".runtime.trajectories"))
             result["path"] = path
-            result["sample"] = sampling.sample({"op": "sample", "paths": [path]}, lambda phase, done: None)
+            result["sample"] = sampling.sample({"op": "sample", "owners": [{"path": path, "type": "dict"}]},
+                                               lambda phase, done: None)
 
         thread = threading.Thread(target=look)
         thread.start()
@@ -52,7 +53,7 @@ def test_a_task_owned_path_from_the_census_is_sampled_again() -> None:
         await task
 
     asyncio.run(main())
-    assert result["sample"]["items"] == {result["path"]: 7}
+    assert result["sample"]["owners"] == [{"found": True, "items": 7}]
 
 
 def test_type_counts_never_hash_a_class() -> None:
@@ -67,7 +68,7 @@ def test_type_counts_never_hash_a_class() -> None:
         pass
 
     keep = [Odd() for _ in range(10)]
-    out = sampling.sample({"op": "sample", "paths": [], "top_types": 1000}, lambda phase, done: None)
+    out = sampling.sample({"op": "sample", "owners": [], "top_types": 1000}, lambda phase, done: None)
     assert calls[0] == 0
     assert any(t["type"].endswith("Odd") and t["count"] >= 10 for t in out["types"])
     del keep
