@@ -90,7 +90,8 @@ def labelled_sample(sample: Sample) -> Sample:
         seen = merged.get(label)
         # One owner keeps its identity; owners merged under one label are matched by it.
         merged[label] = OwnerSample(label, o.type, o.items, o.bytes, o.estimated, o.object_id) if seen is None \
-            else OwnerSample(label, seen.type, seen.items + o.items, seen.bytes + o.bytes, seen.estimated or o.estimated)
+            else OwnerSample(label, seen.type, seen.items + o.items, seen.bytes + o.bytes,
+                             seen.estimated or o.estimated)
     return dataclasses.replace(sample, owners=tuple(merged.values()))
 
 

@@ -157,7 +157,7 @@ def render_diff(diff: SnapshotDiff, *, top: int = 15, file: TextIO | None = None
         table.add_column("now", justify="right")
         table.add_column("per min", justify="right")
         for d in [r for r in rows if r.bytes or r.count][:top]:
-            note = f" (only {d.only_in})" if d.only_in else ""
+            note = f" (only {d.only_in})" if d.only_in else f" (was {d.renamed_from})" if d.renamed_from else ""
             table.add_row(
                 escape(f"{d.name}{note}"), f"{d.count:+,}", f"{'+' if d.bytes >= 0 else ''}{fmt_bytes(d.bytes)}",
                 fmt_bytes(d.after_bytes), _rate(diff.per_minute(d.bytes)),

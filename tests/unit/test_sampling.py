@@ -72,3 +72,40 @@ def test_type_counts_never_hash_a_class() -> None:
     assert calls[0] == 0
     assert any(t["type"].endswith("Odd") and t["count"] >= 10 for t in out["types"])
     del keep
+
+
+def test_an_owner_is_found_again_by_the_ids_along_its_path_not_by_its_name() -> None:
+    import sys
+    import types
+
+    class _Holder:
+        def __init__(self) -> None:
+            self.items = [1, 2, 3]
+
+    module = types.ModuleType("leakhound_test_sampled_module")
+    module.HOLDER = _Holder()  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        holder = module.HOLDER  # type: ignore[attr-defined]
+        ids = [id(module), id(vars(module)), id(holder), id(holder.items)]
+        owner = {"ids": ids, "type": "list", "path": "somewhere.else.entirely"}
+        assert sampling.owner_items([owner]) == [{"found": True, "items": 3}]
+        holder.items.append(4)
+        assert sampling.owner_items([owner]) == [{"found": True, "items": 4}]
+        # Another object now where the path led (the list replaced): not the owner, not found,
+        # and not read in its place; nor an object of another type.
+        holder.items = [0] * 50
+        assert sampling.owner_items([owner]) == [{"found": False, "items": None}]
+        assert sampling.owner_items([{**owner, "ids": [*ids[:3], id(holder.items)], "type": "dict"}]) == [
+            {"found": False, "items": None}]
+        # An instance has no length: found, with no item count to scale bytes by.
+        assert sampling.owner_items([{"ids": ids[:3], "type": _type_name(_Holder)}]) == [
+            {"found": True, "items": None}]
+    finally:
+        del sys.modules[module.__name__]
+
+
+def _type_name(tp: type) -> str:
+    from leakhound.payload.objects import _type_name as name
+
+    return str(name(tp))

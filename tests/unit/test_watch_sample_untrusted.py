@@ -23,7 +23,8 @@ def _cheap(monkeypatch: pytest.MonkeyPatch, result: dict[str, Any]) -> Sample:
     monkeypatch.setattr(watch, "rss_bytes", lambda pid: 1 << 20)
     reference = Sample(pid=TARGET.pid, taken_at=0.0, rss_bytes=1, full=True, owner_model="dominator")
     w = watch.Watched(target=TARGET, method="agent", last_full=reference, reference=reference,
-                      reference_snapshot=make_snapshot(owners=(Owner("m.A", "dict", 4, 400, object_id=7, path_ids=(1, 7)),)))
+                      reference_snapshot=make_snapshot(
+                          owners=(Owner("m.A", "dict", 4, 400, object_id=7, path_ids=(1, 7)),)))
     return watch._cheap(w, timeout=5.0, log=lambda _: None)
 
 
