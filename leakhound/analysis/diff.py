@@ -2,9 +2,10 @@
 
 Pure arithmetic over two ``Snapshot``s (e.g. two files saved with ``inspect --save``). Types
 are matched by name. Owners are matched by what they are, not by the path they were named by:
-in two snapshots of one process, the same object (its id() in the target and its type); else
-the same path without the numbers that change while the worker runs (a task's, a line); else
-an owner whose path lies inside the other's (the owner model's accumulation point moved down or
+in two snapshots of one process, the same object (its id() in the target and its type); where
+an object is not known (another process, a first-reacher owner), the same path without the
+numbers that change while the worker runs (a task's, a line); else an owner whose path lies
+inside the other's (the owner model's accumulation point moved down or
 up the same chain). A renamed owner says its old path in ``renamed_from``. One missing on a side
 counts as zero there (it was below that snapshot's top-N or did not exist yet), flagged by
 ``only_in``.
@@ -98,12 +99,16 @@ def _pair_owners(before: tuple[Owner, ...], after: tuple[Owner, ...],
             found = by_object.pop((o.object_id, o.type), None) if o.object_id else None
             if found is not None:
                 pair(found, j)
+    # By path where either object is not known (ids of two processes say nothing): two known
+    # objects are two owners, whatever they were named (two short-lived tasks' lists).
     by_path: dict[str, int] = {}
     for i, o in left_before.items():
         by_path.setdefault(normalized_path(o.path), i)
     for j, o in list(left_after.items()):
-        hit = by_path.pop(normalized_path(o.path), None)
-        if hit is not None and hit in left_before:
+        hit = by_path.get(normalized_path(o.path))
+        if hit is not None and hit in left_before and not (
+                same_process and o.object_id and left_before[hit].object_id):
+            del by_path[normalized_path(o.path)]
             pair(hit, j)
     # The accumulation point moved along one chain: an owner inside the other's path.
     outer_before = {normalized_path(o.path): i for i, o in left_before.items()}

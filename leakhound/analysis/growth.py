@@ -209,13 +209,16 @@ class _OwnerSeries:
     paths: list[str] = field(default_factory=list)
     points: list[tuple[float, int, int]] = field(default_factory=list)
     full_at: set[float] = field(default_factory=set)  # the full samples it was an owner in
+    object_id: int = 0  # the latest known
 
 
 def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
     """Owners across samples (in time order), matched by what they are: the same object (its
-    id() in the target and its type), else the same normalized path. A path renamed between
+    id() in the target and its type); where either side's object is not known (first-reacher
+    owners, owners merged under one label), the same normalized path. A path renamed between
     samples (another preferred path to the same object) is the same owner; two objects are
-    never one owner within a sample."""
+    never one owner (the lists of two short-lived tasks both named ``task:Task-*/fetch.<list>``
+    are two owners)."""
     series: list[_OwnerSeries] = []
     by_object: dict[tuple[int, str], int] = {}
     by_path: dict[str, int] = {}
@@ -226,7 +229,8 @@ def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
             k = by_object.get((owner.object_id, owner.type)) if owner.object_id else None
             if k is None or k in claimed:
                 k = by_path.get(norm)
-                if k is not None and (k in claimed or series[k].type != owner.type):
+                if k is not None and (k in claimed or series[k].type != owner.type
+                                      or (owner.object_id and series[k].object_id)):
                     k = None
             if k is None:
                 k = len(series)
@@ -240,6 +244,7 @@ def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
                 entry.full_at.add(sample.taken_at)
             if owner.object_id:
                 by_object[(owner.object_id, owner.type)] = k
+                entry.object_id = owner.object_id
             by_path[norm] = k
     return series
 
@@ -303,18 +308,29 @@ def analyse_growth(
         if garbage_points
         else None
     )
+    if garbage is not None and garbage.verdict in (GROWING, PLATEAUED) and _grown(garbage) < thresholds.min_bytes:
+        # Cycles the collector frees as it runs come and go by the thousand objects; growth
+        # is what piles up bytes.
+        garbage = replace(garbage, verdict=STATIC)
     followed = _modelled(ordered)
     series = _owner_series(followed)
     fixes = _fixes(snapshot)
+    censuses = sum(1 for s in followed if s.full)
     owners = []
     for entry in series:
         name = entry.paths[-1]
-        owners.append(replace(
+        owner = replace(
             trend(name, "owner", entry.points, thresholds=thresholds, type_name=entry.type),
             was=tuple(dict.fromkeys(p for p in entry.paths[:-1] if p != name)),
             within=_within(entry, series),
             fix=_fix_for(entry.paths, fixes),
-        ))
+        )
+        if len(entry.full_at) < min(2, censuses):
+            # Named by one census only, its other points scaled from that census's bytes: a
+            # task's local list filling up through its short life is not a leak (the simulated
+            # worker's rollouts gave a dozen such "growing" owners in a 12 s watch).
+            owner = replace(owner, verdict=UNKNOWN)
+        owners.append(owner)
     owners.sort(key=lambda t: (_ORDER[t.verdict], -t.bytes_per_min, -t.last_bytes, t.name))
     types = [
         trend(name, "type", points, thresholds=thresholds)
@@ -374,10 +390,30 @@ def _within(entry: _OwnerSeries, series: Sequence[_OwnerSeries]) -> str:
 
 
 def _fixes(snapshot: Snapshot | None) -> dict[str, str]:
-    """owner path -> the fix a detector recommends for it, from the last full snapshot."""
+    """owner path -> the fix a detector of the last full snapshot recommends for it; of two
+    for one owner, the one about more bytes (the registry's finished entries before the steps'
+    redundant copies in them: what stops the growth). A detector names its shape by its class
+    (``Runtime.trajectories``) when no owner path ends so: such a name is kept as it is."""
     if snapshot is None:
         return {}
-    return {normalized_path(f.owner): f.fix for f in snapshot.findings if f.fix and not f.skipped and f.owner}
+    out: dict[str, str] = {}
+    for f in sorted(snapshot.findings, key=lambda f: -f.bytes):
+        if f.fix and not f.skipped and f.owner and not f.owner.startswith("<"):
+            out.setdefault(normalized_path(f.owner), f.fix)
+    return out
+
+
+def _same_shape(path: str, owner: str) -> bool:
+    """``path`` is, lies in or holds the detector's owner ``owner``; a class-named owner
+    (``Runtime.trajectories``: no root, as the detectors fall back) by its attribute."""
+    if path == owner or _inside(path, owner) or _inside(owner, path):
+        return True
+    root, _, attribute = owner.partition(".")
+    if root[:1].isupper() and attribute.isidentifier():
+        at = "." + attribute
+        return any(path[k + len(at):k + len(at) + 1] in ("", ".", "[")
+                   for k in range(len(path)) if path.startswith(at, k))
+    return False
 
 
 def _fix_for(paths: Sequence[str], fixes: dict[str, str]) -> str:
@@ -385,7 +421,7 @@ def _fix_for(paths: Sequence[str], fixes: dict[str, str]) -> str:
     for path in reversed(paths):
         mine = normalized_path(path)
         for owner, fix in fixes.items():
-            if mine == owner or _inside(mine, owner) or _inside(owner, mine):
+            if _same_shape(mine, owner):
                 return fix
     return ""
 

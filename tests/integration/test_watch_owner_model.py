@@ -191,3 +191,28 @@ def test_diff_of_two_snapshots_matches_the_owner_whatever_its_path(tmp_path: Pat
     assert within(row["bytes"], row["count"] * per_item, 0.15), (row, per_item)
     assert row["count"] >= after["responses_items"] - before["responses_items"]
     assert not [d for d in diffed["owners"] if d["only_in"] and abs(d["bytes"]) > abs(diffed["heap"]["bytes"])]
+
+
+def test_watch_of_a_leaking_verifiers_worker_carries_the_registry_fix(tmp_path: Path) -> None:
+    from leakhound.core.simulated import leaking_simulated_worker
+    from leakhound.core.watch import watch_processes
+
+    with leaking_simulated_worker(str(tmp_path), until=lambda r: r["intercepts"]["delivered"] >= 8) as fleet:
+        result = watch_processes(pids=(fleet.pids[0],), interval=1.0, duration=10.0, full_every=3.0)
+        report = fleet.reports()[0]
+    (growth,) = result.reports
+    (last,) = result.snapshots
+    assert report["trajectories"]["finished_entries"] > 0
+    assert last.heap.owner_model == "dominator"
+    warnings = [f for f in growth.findings if f.severity == "warning"]
+    registry = [f for f in warnings if f.fix == "registry"]
+    assert [f.owner for f in registry] == ["task:Task-1/run.<EnvWorker>.env.harness.runtime.trajectories"], [
+        (f.owner, f.fix) for f in growth.findings]
+    assert registry[0].owner in {o.path for o in last.owners}
+    assert "--fix registry" in registry[0].summary
+    # No byte in two findings: together they grew by no more than the heap or RSS did.
+    grown = sum(f.details["grown_bytes"] for f in growth.findings if f.owner != "<rss>")
+    full = [s for s in result.samples if s.full]
+    heap_grown = (full[-1].heap_bytes or 0) - (full[0].heap_bytes or 0)
+    rss_grown = result.samples[-1].rss_bytes - result.samples[0].rss_bytes
+    assert grown <= max(heap_grown, rss_grown) * 1.02, (grown, heap_grown, rss_grown)

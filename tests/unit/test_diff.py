@@ -92,13 +92,17 @@ def test_an_owner_renamed_between_snapshots_is_the_same_owner() -> None:
     # The same dict (same id in the same process) named by another preferred path after: one
     # owner that grew by 3 MB, not one "only before" and one "only after" of their whole sizes.
     before = _snap(1000.0, 50_000_000, [Owner("m.client._event_hooks", "dict", 10, 1_000_000, object_id=0xA0),
-                                       Owner("m.TABLE", "dict", 5, 700, object_id=0xB0)], [])
+                                       Owner("m.TABLE", "dict", 5, 700, object_id=0xB0),
+                                       Owner("m.CACHE", "dict", 5, 700)], [])
     after = _snap(1060.0, 53_000_000, [Owner("m.RECORDER.responses", "dict", 40, 4_000_000, object_id=0xA0),
-                                      Owner("m.TABLE", "dict", 5, 700, object_id=0xB1)], [])
+                                      Owner("m.TABLE", "dict", 6, 800, object_id=0xB1),
+                                      Owner("m.CACHE", "dict", 6, 900, object_id=0xC0)], [])
     diff = diff_snapshots(before, after)
     assert [(d.name, d.bytes, d.only_in, d.renamed_from) for d in diff.owners] == [
         ("m.RECORDER.responses", 3_000_000, "", "m.client._event_hooks"),
-        ("m.TABLE", 0, "", ""),  # another object by the same path (rebuilt): matched by path
+        ("m.TABLE", 800, "after", ""),  # another object by the same path (rebuilt): another owner
+        ("m.CACHE", 200, "", ""),  # an object not known on one side: matched by its path
+        ("m.TABLE", -700, "before", ""),
     ]
     assert diff_to_dict(diff)["owners"][0]["renamed_from"] == "m.client._event_hooks"
 
