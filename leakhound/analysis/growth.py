@@ -61,6 +61,9 @@ class Thresholds:
     """What counts as growth rather than noise, over the whole watch window."""
 
     min_bytes: int = 256 * 1024
+    # RSS moves in allocator steps: a dict's table resized in a 22 MiB worker whose bounded
+    # cache had filled up was a 0.7 MiB step in the last third of a 7 s watch.
+    min_rss_bytes: int = 1024 * 1024
     min_items: int = 100
     relative: float = 0.02  # of the starting size
     plateau_ratio: float = 0.25  # recent slope below this share of the overall slope
@@ -293,7 +296,7 @@ def analyse_growth(
     last = ordered[-1]
     rss = trend(
         "rss", "rss", [(s.taken_at, s.rss_bytes, 0) for s in ordered],
-        thresholds=thresholds, use_items=False,
+        thresholds=replace(thresholds, min_bytes=max(thresholds.min_bytes, thresholds.min_rss_bytes)), use_items=False,
     )
     heap_points = [(s.taken_at, s.heap_bytes, 0) for s in ordered if s.heap_bytes is not None]
     heap = (
@@ -445,6 +448,11 @@ def _grown(t: Trend | None) -> float:
     return max(0.0, t.bytes_per_min) * t.seconds / 60.0
 
 
+def _span(t: Trend | None) -> float:
+    """What a series grew by from its first point to its last (never negative)."""
+    return 0.0 if t is None else float(max(0, t.last_bytes - t.first_bytes))
+
+
 def _counted_once(candidates: list[Trend]) -> list[Trend]:
     """Of growing owners one inside the other (``within``), one finding: the inner one when it
     grew by most of what the outer did (it is where the bytes go), else the outer."""
@@ -466,14 +474,15 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
     warning; RSS growth that none explains is a warning of its own (fragmentation or memory
     outside Python objects). No byte is in two findings: owners nested in one another give
     one finding, and when the owners' growth (estimated in cheap samples) sums past what the
-    heap or RSS grew by, each finding's growth is scaled down to fit."""
+    heap or RSS grew by (from the window's first sample to its last), each finding's growth
+    is scaled down to fit."""
     candidates = [t for t in report.owners if t.verdict in (GROWING, PLATEAUED) and t.name != CODE_OWNER]
     # The code owner grows with every import: no leak anyone can fix.
     chosen = _counted_once(candidates)
     garbage = report.cyclic_garbage
     if garbage is not None and garbage.verdict in (GROWING, PLATEAUED):
         chosen.append(garbage)
-    budget = max(_grown(report.heap), _grown(report.rss))
+    budget = max(_span(report.heap), _span(report.rss))
     total = sum(_grown(t) for t in chosen)
     scale = budget / total if total > budget else 1.0
     size_budget = max(report.heap.last_bytes if report.heap is not None else 0, report.rss.last_bytes)

@@ -33,7 +33,7 @@ from leakhound.analysis.growth import (
     estimate_owners,
     sample_from_snapshot,
 )
-from leakhound.attach import choose_method, death, run_request
+from leakhound.attach import RemoteResult, choose_method, death, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
 from leakhound.attach.memory_limit import MemoryCost
@@ -61,6 +61,12 @@ MAX_SAMPLERS = 8
 # no named root (held from C, unreached, the payload's own): full censuses alone count them.
 _UNRESOLVABLE = ("<", "thread:")
 _NO_ROOT = "<"
+# Owner types whose census item count is their C length, as a cheap sample reads it (the
+# graph's entries of these built-in containers). Any other owner's census count is not (an
+# OrderedDict's is its keys and values in the dominator tree, 2x its length): its length is
+# read right after the census and is its item count in the watch, census and cheap samples
+# alike (an owner with no length has none, and cheap samples leave it out).
+_LENGTH_IS_ITEMS = frozenset({"list", "dict", "set", "frozenset", "tuple"})
 
 
 @dataclass
@@ -77,15 +83,17 @@ class Watched:
     # budget) does not switch the model cheap samples follow.
     reference: Sample | None = None
     reference_snapshot: Snapshot | None = None
+    # owner path -> its length read right after the reference census (see _LENGTH_IS_ITEMS)
+    census_lengths: dict[str, int] = field(default_factory=dict)
     last_full_at: float = float("-inf")
     last_attach_at: float = float("-inf")
     gone: bool = False
     skipped_ticks: int = 0
     warnings: list[str] = field(default_factory=list)
-    # RSS the request that loaded the payload left in the target (its modules, ~4 MB, and the
-    # allocator's arenas of its first census, ~2 MB, kept for the next request): taken out of
-    # every later sample's RSS, which is the worker's growth, not leakhound's (a 5 MB target
-    # was given "growth 74.6 MiB/min" from it)
+    # RSS the request that loaded the payload, and each census, left in the target (its
+    # modules, ~4 MB, and the allocator's arenas of its censuses, 2-6 MB each as the heap grows,
+    # kept for the next request): taken out of every later sample's RSS, which is the worker's
+    # growth, not leakhound's (a 5 MB target was given "growth 74.6 MiB/min" from it)
     payload_resident: int = 0
     # Read while it runs: what says how it ended if it dies (its cgroup's OOM kills, parent).
     facts: death.ProcessFacts | None = None
@@ -109,16 +117,47 @@ def _full(
     rss = rss_bytes(w.target.pid) - w.payload_resident
     snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
                              max_pause_ms=max_pause_ms, progress=progress, force=force, owner_model="auto")
-    w.payload_resident += _left_by_loading(snapshot.cost)
+    left = _left_by_loading(snapshot.cost)
+    if snapshot.cost is not None:
+        # A census leaves its working memory (the object graph's walk) in the target's
+        # allocator, kept for the next one, whether or not it loaded the payload (the agent has
+        # it loaded): 5.5 MiB, then 4.4 MiB more as the heap grew, in a 22 MiB worker whose
+        # cache had stopped growing, read as its growth. What the payload measured of its own
+        # peak bounds it: the worker's own growth meanwhile stays the worker's.
+        left = max(left, min(snapshot.cost.rss_bytes, snapshot.cost.payload_peak_bytes or 0))
+    w.payload_resident += left
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
-    w.last_full = sample
     if snapshot.heap.owner_model == "dominator" or w.reference is None or w.reference.owner_model != "dominator":
-        w.reference, w.reference_snapshot = sample, snapshot
-    else:
+        w.reference_snapshot = snapshot
+        w.census_lengths = _census_lengths(w, timeout=timeout, log=log, progress=progress, force=force)
+        sample = dataclasses.replace(sample, owners=tuple(
+            dataclasses.replace(o, items=w.census_lengths[o.path]) if o.path in w.census_lengths else o
+            for o in sample.owners))
+        w.reference = sample
+    w.last_full = sample
+    if w.reference is not sample:
         w.warnings.append(f"a full census fell back to first-reacher owners ({snapshot.heap.owner_model_note}); "
                           "cheap samples re-read the owners of the last dominator census")
     return sample
+
+
+def _census_lengths(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None,
+                    force: bool) -> dict[str, int]:
+    """The lengths of the reference census's owners whose item count is not their length,
+    read at once after it (one more request, only when there is such an owner)."""
+    assert w.reference_snapshot is not None
+    asked, owners_doc = _owner_request(w.reference_snapshot.owners)
+    if all(o.type in _LENGTH_IS_ITEMS for o in asked):
+        return {}
+    try:
+        _remote, measured, _types, _step = _read_owners(w, owners_doc, len(asked), top_types=0, timeout=timeout,
+                                                        log=log, progress=progress, force=force)
+    except LeakhoundError as exc:  # those owners are left out of cheap samples until the next census
+        log(f"process {w.target.pid}: lengths after the census not read: {exc}")
+        return {}
+    return {o.path: items for o, (found, items) in zip(asked, measured, strict=True)
+            if found and items is not None and o.type not in _LENGTH_IS_ITEMS}
 
 
 def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[str, object]]]:
@@ -136,9 +175,39 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
     asked, owners_doc = _owner_request(w.reference_snapshot.owners if w.reference_snapshot is not None else ())
     taken_at = time.time()
     rss = rss_bytes(w.target.pid) - w.payload_resident  # before the request (see _full)
+    remote, measured, type_stats, step_ms = _read_owners(w, owners_doc, len(asked), top_types=SAMPLED_TYPES,
+                                                         timeout=timeout, log=log, progress=progress, force=force)
+    taken_at = counted_at(remote.result, "started_at", taken_at)
+    return Sample(
+        pid=w.target.pid,
+        taken_at=taken_at,
+        rss_bytes=rss,
+        owners=estimate_owners([_counted(o, w.census_lengths) for o in asked], [
+            answer if o.type in _LENGTH_IS_ITEMS or o.path in w.census_lengths else (answer[0], None)
+            for o, answer in zip(asked, measured, strict=True)]),
+        types=type_stats,
+        name=w.target.name,
+        method=remote.method,
+        pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms, step_ms), 2),
+        types_scope="tracked" if type_stats else "",
+        owner_model=reference.owner_model,
+        unresolved=tuple(o.path for o, (found, _) in zip(asked, measured, strict=True) if not found),
+    )
+
+
+def _counted(owner: Owner, census_lengths: dict[str, int]) -> Owner:
+    """``owner`` with its length read after the census as its item count (see _LENGTH_IS_ITEMS)."""
+    return dataclasses.replace(owner, items=census_lengths[owner.path]) if owner.path in census_lengths else owner
+
+
+def _read_owners(w: Watched, owners_doc: list[dict[str, object]], asked: int, *, top_types: int, timeout: float,
+                 log: AttachLog, progress: Progress | None, force: bool,
+                 ) -> tuple[RemoteResult, list[tuple[bool, int | None]], tuple[TypeStat, ...], float]:
+    """The ``sample`` request: (its answer, per owner found and length, type counts, its
+    longest step in ms)."""
     remote = run_request(
         w.target.pid,
-        {"op": "sample", "owners": owners_doc, "top_types": SAMPLED_TYPES},
+        {"op": "sample", "owners": owners_doc, "top_types": top_types},
         method=w.method,
         timeout=timeout,
         log=log,
@@ -148,9 +217,8 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
     )
     w.payload_resident += _left_by_loading(remote.cost)
     result = remote.result
-    taken_at = counted_at(result, "started_at", taken_at)
     try:  # the sample comes from inside the target, whose owner controls it
-        measured = _owner_answers(result.get("owners"), len(asked))
+        measured = _owner_answers(result.get("owners"), asked)
         types = result.get("types")
         type_stats = tuple(TypeStat(**t) for t in types) if types else ()
         if not all(isinstance(t.type, str) and isinstance(t.count, int) and isinstance(t.bytes, int)
@@ -160,19 +228,7 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
     except (TypeError, ValueError, AttributeError) as exc:
         raise ProtocolViolation(f"process {w.target.pid} answered with a malformed sample "
                                 f"({type(exc).__name__}: {str(exc)[:120]})") from None
-    return Sample(
-        pid=w.target.pid,
-        taken_at=taken_at,
-        rss_bytes=rss,
-        owners=estimate_owners(asked, measured),
-        types=type_stats,
-        name=w.target.name,
-        method=remote.method,
-        pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms, step_ms), 2),
-        types_scope="tracked" if types else "",
-        owner_model=reference.owner_model,
-        unresolved=tuple(o.path for o, (found, _) in zip(asked, measured, strict=True) if not found),
-    )
+    return remote, measured, type_stats, step_ms
 
 
 def _owner_answers(doc: object, asked: int) -> list[tuple[bool, int | None]]:

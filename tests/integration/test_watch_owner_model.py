@@ -206,8 +206,11 @@ def test_watch_of_a_leaking_verifiers_worker_carries_the_registry_fix(tmp_path: 
     assert last.heap.owner_model == "dominator"
     warnings = [f for f in growth.findings if f.severity == "warning"]
     registry = [f for f in warnings if f.fix == "registry"]
-    assert [f.owner for f in registry] == ["task:Task-1/run.<EnvWorker>.env.harness.runtime.trajectories"], [
-        (f.owner, f.fix) for f in growth.findings]
+    # The registry first (the fastest growing); a rollout in flight whose trajectory is named
+    # through it (shared with its task, so apart in the dominator tree) grows too.
+    trajectories = "task:Task-1/run.<EnvWorker>.env.harness.runtime.trajectories"
+    assert registry and registry[0].owner == trajectories, [(f.owner, f.fix) for f in growth.findings]
+    assert all(f.owner.startswith(trajectories) for f in registry)
     assert registry[0].owner in {o.path for o in last.owners}
     assert "--fix registry" in registry[0].summary
     # No byte in two findings: together they grew by no more than the heap or RSS did.
