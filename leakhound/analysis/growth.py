@@ -42,7 +42,7 @@ from leakhound.model.growth import (
     sample_to_dict,
     trend_to_dict,
 )
-from leakhound.model.names import CODE_OWNER
+from leakhound.model.names import CODE_OWNER, PAYLOAD_OWNER
 from leakhound.model.units import MiB, fmt_bytes
 
 # The model's names stay importable from here, where they were computed first.
@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 KIND = "growth"
+_NOT_LEAKS = frozenset({CODE_OWNER, PAYLOAD_OWNER})
 MB = MiB  # the old name, kept importable
 
 
@@ -476,8 +477,9 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
     one finding, and when the owners' growth (estimated in cheap samples) sums past what the
     heap or RSS grew by (from the window's first sample to its last), each finding's growth
     is scaled down to fit."""
-    candidates = [t for t in report.owners if t.verdict in (GROWING, PLATEAUED) and t.name != CODE_OWNER]
-    # The code owner grows with every import: no leak anyone can fix.
+    # The code owner grows with every import, and the payload's own is leakhound's: no leak
+    # anyone can fix in the worker.
+    candidates = [t for t in report.owners if t.verdict in (GROWING, PLATEAUED) and t.name not in _NOT_LEAKS]
     chosen = _counted_once(candidates)
     garbage = report.cyclic_garbage
     if garbage is not None and garbage.verdict in (GROWING, PLATEAUED):
@@ -530,7 +532,7 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
             )
             severity = "info"
         if t.fix:
-            summary += f"; a known leak shape: leakhound patch --fix {t.fix}"
+            summary += f"; a known leak shape, fixed live by --fix {t.fix}"
         findings.append(
             Finding(
                 kind=KIND, severity=severity, bytes=size, count=t.last_items,
