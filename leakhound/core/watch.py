@@ -90,9 +90,8 @@ class Watched:
     gone: bool = False
     skipped_ticks: int = 0
     warnings: list[str] = field(default_factory=list)
-    # RSS the request that loaded the payload, and each census, left in the target (its
-    # modules, ~4 MB, and the allocator's arenas of its censuses, 2-6 MB each as the heap grows,
-    # kept for the next request): taken out of every later sample's RSS, which is the worker's
+    # RSS the request that loaded the payload left in the target (its modules, ~4 MB, and the
+    # allocator's arenas of its first census, ~2 MB, kept for the next request): taken out of every later sample's RSS, which is the worker's
     # growth, not leakhound's (a 5 MB target was given "growth 74.6 MiB/min" from it)
     payload_resident: int = 0
     # Read while it runs: what says how it ended if it dies (its cgroup's OOM kills, parent).
@@ -117,15 +116,7 @@ def _full(
     rss = rss_bytes(w.target.pid) - w.payload_resident
     snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
                              max_pause_ms=max_pause_ms, progress=progress, force=force, owner_model="auto")
-    left = _left_by_loading(snapshot.cost)
-    if snapshot.cost is not None:
-        # A census leaves its working memory (the object graph's walk) in the target's
-        # allocator, kept for the next one, whether or not it loaded the payload (the agent has
-        # it loaded): 5.5 MiB, then 4.4 MiB more as the heap grew, in a 22 MiB worker whose
-        # cache had stopped growing, read as its growth. What the payload measured of its own
-        # peak bounds it: the worker's own growth meanwhile stays the worker's.
-        left = max(left, min(snapshot.cost.rss_bytes, snapshot.cost.payload_peak_bytes or 0))
-    w.payload_resident += left
+    w.payload_resident += _left_by_loading(snapshot.cost)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     if snapshot.heap.owner_model == "dominator" or w.reference is None or w.reference.owner_model != "dominator":

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from leakhound.cli import app
+from tests.pythons import installed_pythons
 from tests.utils import Child, spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
@@ -73,14 +74,24 @@ def _watched_leak(child: Child, items: str, size: str) -> tuple[str, dict[str, A
     return inspected, truth, process, samples, report
 
 
-@pytest.mark.parametrize(("fixture", "items", "size", "inspected_as"), [
-    ("logging_handler_leak", "records_items", "records_bytes", "logging.Logger.manager.loggerDict['app.audit']"
-                                                               ".handlers[].records"),
-    ("client_hook_leak", "responses_items", "responses_bytes", "__main__.RECORDER.responses"),
+_SHAPES = {
+    "logging_handler_leak": ("records_items", "records_bytes",
+                             "logging.Logger.manager.loggerDict['app.audit'].handlers[].records"),
+    "client_hook_leak": ("responses_items", "responses_bytes", "__main__.RECORDER.responses"),
+}
+_PYTHONS = installed_pythons()
+_THIS = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+# Both shapes on this interpreter; the logging handler on every other one a target may run
+# (the payload's walk by ids meets each version's objects: inline attributes on 3.11+).
+@pytest.mark.parametrize(("fixture", "version"), [
+    *((fixture, _THIS) for fixture in _SHAPES),
+    *(("logging_handler_leak", version) for version in _PYTHONS if version != _THIS),
 ])
-def test_watch_names_the_growing_owner_inspect_names(tmp_path: Path, fixture: str, items: str, size: str,
-                                                     inspected_as: str) -> None:
-    with spawn_target(fixture, tmp_path) as child:
+def test_watch_names_the_growing_owner_inspect_names(tmp_path: Path, fixture: str, version: str) -> None:
+    items, size, inspected_as = _SHAPES[fixture]
+    with spawn_target(fixture, tmp_path, python=_PYTHONS[version]) as child:
         inspected, truth, process, samples, report = _watched_leak(child, items, size)
     assert inspected == inspected_as
     warnings = [f for f in report["findings"] if f["severity"] == "warning"]
