@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leakhound.model import Owner, Snapshot
-from leakhound.model.growth import normalized_path
+from leakhound.model.growth import enclosing_paths, normalized_path
 
 DIFF_SCHEMA = "leakhound.diff/1"
 
@@ -78,11 +78,6 @@ def _match(
             for _, _, name, type_name, before_bytes, after_bytes, before_count, after_count, only in rows]
 
 
-def _prefixes(path: str) -> list[str]:
-    """The paths ``path`` extends (cut before each ``.`` or ``[``), longest first."""
-    return [path[:i] for i in range(len(path) - 1, 0, -1) if path[i] in ".["]
-
-
 def _pair_owners(before: tuple[Owner, ...], after: tuple[Owner, ...],
                  same_process: bool) -> list[tuple[Owner | None, Owner | None]]:
     """Owners of the two snapshots paired by identity (see the module's docstring), each once."""
@@ -113,14 +108,14 @@ def _pair_owners(before: tuple[Owner, ...], after: tuple[Owner, ...],
     # The accumulation point moved along one chain: an owner inside the other's path.
     outer_before = {normalized_path(o.path): i for i, o in left_before.items()}
     for j, o in sorted(left_after.items(), key=lambda jo: -len(jo[1].path)):
-        for prefix in _prefixes(normalized_path(o.path)):
+        for prefix in enclosing_paths(normalized_path(o.path)):
             hit = outer_before.pop(prefix, None)
             if hit is not None and hit in left_before:
                 pair(hit, j)
                 break
     outer_after = {normalized_path(o.path): j for j, o in left_after.items()}
     for i, o in sorted(left_before.items(), key=lambda io: -len(io[1].path)):
-        for prefix in _prefixes(normalized_path(o.path)):
+        for prefix in enclosing_paths(normalized_path(o.path)):
             hit = outer_after.pop(prefix, None)
             if hit is not None and hit in left_after:
                 pair(i, hit)

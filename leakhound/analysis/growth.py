@@ -35,6 +35,7 @@ from leakhound.model.growth import (
     Sample,
     Trend,
     Verdict,
+    enclosing_paths,
     normalized_path,
     report_to_dict,
     sample_from_dict,
@@ -321,12 +322,12 @@ def analyse_growth(
     fixes = _fixes(snapshot)
     censuses = sum(1 for s in followed if s.full)
     owners = []
-    for entry in series:
+    for entry, outer in zip(series, _outer_owners(series), strict=True):
         name = entry.paths[-1]
         owner = replace(
             trend(name, "owner", entry.points, thresholds=thresholds, type_name=entry.type),
             was=tuple(dict.fromkeys(p for p in entry.paths[:-1] if p != name)),
-            within=_within(entry, series),
+            within=outer,
             fix=_fix_for(entry.paths, fixes),
         )
         if len(entry.full_at) < min(2, censuses):
@@ -378,19 +379,29 @@ def _inside(inner: str, outer: str) -> bool:
     return len(inner) > len(outer) and inner.startswith(outer) and inner[len(outer)] in ".["
 
 
-def _within(entry: _OwnerSeries, series: Sequence[_OwnerSeries]) -> str:
-    """The latest path of the owner ``entry`` lies inside (its path extends that owner's),
-    when the two were never owners in the same full sample (owners of one census never
-    overlap, so two that were are apart); "" if none."""
-    best = ""
-    for other in series:
-        if other is entry or other.full_at & entry.full_at:
-            continue
-        mine = [normalized_path(p) for p in entry.paths]
-        for outer in (normalized_path(p) for p in other.paths):
-            if any(_inside(p, outer) for p in mine) and len(outer) > len(best):
-                best = other.paths[-1]
-    return best
+def _outer_owners(series: Sequence[_OwnerSeries]) -> list[str]:
+    """For each owner, the latest path of the owner it lies inside (a path of its extends one
+    of that owner's; the longest such), when the two were never owners in the same full sample
+    (owners of one census never overlap, so two that were are apart); "" if none."""
+    paths = [{normalized_path(p) for p in entry.paths} for entry in series]
+    by_path: dict[str, list[int]] = {}
+    for k, mine in enumerate(paths):
+        for p in mine:
+            by_path.setdefault(p, []).append(k)
+    out = []
+    for k, entry in enumerate(series):
+        best, best_len = "", 0
+        for p in paths[k]:
+            for outer in enclosing_paths(p):
+                if len(outer) <= best_len:
+                    break
+                hit = next((j for j in by_path.get(outer, ()) if j != k and not series[j].full_at & entry.full_at),
+                           None)
+                if hit is not None:
+                    best, best_len = series[hit].paths[-1], len(outer)
+                    break
+        out.append(best)
+    return out
 
 
 def _fixes(snapshot: Snapshot | None) -> dict[str, str]:

@@ -91,8 +91,9 @@ class Watched:
     skipped_ticks: int = 0
     warnings: list[str] = field(default_factory=list)
     # RSS the request that loaded the payload left in the target (its modules, ~4 MB, and the
-    # allocator's arenas of its first census, ~2 MB, kept for the next request): taken out of every later sample's RSS, which is the worker's
-    # growth, not leakhound's (a 5 MB target was given "growth 74.6 MiB/min" from it)
+    # allocator's arenas of its first census, ~2 MB, kept for the next request): taken out of
+    # every later sample's RSS, which is the worker's growth, not leakhound's (a 5 MB target
+    # was given "growth 74.6 MiB/min" from it)
     payload_resident: int = 0
     # Read while it runs: what says how it ended if it dies (its cgroup's OOM kills, parent).
     facts: death.ProcessFacts | None = None

@@ -45,6 +45,11 @@ def normalized_path(path: str) -> str:
     return _AUTO_NAME.sub(r"\1-*", _LINE.sub(r"(\1)", path))
 
 
+def enclosing_paths(path: str) -> list[str]:
+    """The owner paths ``path`` extends (cut before each ``.`` or ``[``), longest first."""
+    return [path[:i] for i in range(len(path) - 1, 0, -1) if path[i] in ".["]
+
+
 @dataclass(frozen=True)
 class OwnerSample:
     """One owner at one moment. ``estimated`` is True when ``bytes`` was scaled from the item
