@@ -451,9 +451,10 @@ def _analysed(taken: Capture) -> Capture:
     return taken
 
 
-def _owner(o: dominators.DominatorOwner) -> Owner:
+def _owner(o: dominators.DominatorOwner, graph: dominators.ObjectGraph | None = None) -> Owner:
     return Owner(path=o.path, type=o.type, items=o.items, retained_bytes=o.retained_bytes,
-                 retained_objects=o.retained_objects, retainers=o.retainers)
+                 retained_objects=o.retained_objects, retainers=o.retainers,
+                 object_id=int(graph.ids[o.node]) if graph is not None else 0, path_ids=o.path_ids)
 
 
 def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph,
@@ -476,7 +477,7 @@ def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph,
         max_hold_ms=round(max(snap.heap.max_hold_ms, float(graph.info.get("max_held_ms") or 0.0)), 2),
         payload_peak_bytes=max(snap.heap.payload_peak_bytes, int(graph.info.get("payload_peak_bytes") or 0)),
     )
-    return replace(snap, heap=heap, owners=_payload_grouped([_owner(o) for o in found.owners]))
+    return replace(snap, heap=heap, owners=_payload_grouped([_owner(o, graph) for o in found.owners]))
 
 
 _PAYLOAD_PREFIX = PAYLOAD_PACKAGE + "."
