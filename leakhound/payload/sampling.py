@@ -21,7 +21,7 @@ import threading
 import time
 
 from . import census
-from .graph_wire import _step_label
+from .graph_wire import _folded_step_label, _step_label
 from .objects import _SIZED, _type_name, subclass_tree
 from .tasks import await_chain, live_tasks
 
@@ -141,7 +141,10 @@ def _by_ids(ids, roots):
     for address in ids[1:MAX_PATH_STEPS]:
         if obj is None:
             return None
-        _label, obj = _step_label(obj, address)
+        label, nxt = _step_label(obj, address)
+        if label is None:  # a step through an entry the graph folded into its collection
+            label, nxt = _folded_step_label(obj, address)
+        obj = nxt
     return obj
 
 
