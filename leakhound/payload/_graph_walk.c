@@ -37,8 +37,8 @@
  * carry no labels, in both loops: see PHASE_DICT_VALUES), and waits while what its slices
  * pushed is walked (GRAPH_SUSPEND_AT).
  *
- * An entry a collection alone holds is folded into it, with all it alone holds (see
- * STACK_NAMESPACE): no node, its bytes a (collection's address, bytes) record, its other
+ * An entry a collection (of more than FOLD_MIN_ENTRIES) alone holds is folded into it, with
+ * all it alone holds (see STACK_NAMESPACE): no node, its bytes a (collection's address, bytes) record, its other
  * referents edges from the collection labelled "f" and the entry's own name for them.
  *
  * Python code it calls: the payload's own helpers given to graph_new (a type's id, a label's
@@ -471,7 +471,7 @@ typedef struct {
     uintptr_t owner;
     long long size, folded;
     int32_t type;
-    int phase, tag, has_names;
+    int phase, tag, has_names, foldable;
     Py_ssize_t pos, entries, cursor_pos, base;
 } Suspended;
 
@@ -533,6 +533,7 @@ typedef struct {
     uintptr_t *owners;
     Py_ssize_t owners_cap;
     uintptr_t cur_owner;
+    int cur_foldable;          /* a node entries are folded into (see FOLD_MIN_ENTRIES) */
     /* label id -> the label "f<label>" of an edge from a folded entry (-2: not asked yet) */
     int32_t *fold_labels;
     Py_ssize_t fold_labels_len;
@@ -718,6 +719,9 @@ graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
  * collection. A heap of registries of records is then a graph of its shared objects only
  * (a registry of 2.4M sessions: 7.2M nodes unfolded). */
 #define STACK_NAMESPACE ((uintptr_t)1)
+/* A collection of at most this many entries keeps them as nodes (the owners' search goes down
+ * into an entry that holds most of its collection: a logger's one handler, and its records). */
+#define FOLD_MIN_ENTRIES 16
 
 static inline int
 is_collection(PyTypeObject *tp)
@@ -1122,6 +1126,13 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     g->folded = 0;
     g->entries = 0;
     g->pos = 0;
+    g->cur_foldable = 0;
+    if (is_collection(tp)) {
+        Py_ssize_t n = PyObject_Length(obj);  /* an exact built-in: no code runs */
+        if (n < 0)
+            return -1;
+        g->cur_foldable = n > FOLD_MIN_ENTRIES;
+    }
     g->phase = PHASE_NONE;
     g->tag = 0;
     g->has_names = 0;
@@ -1299,7 +1310,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
     int collection = is_collection(Py_TYPE(g->cur));
     /* the node the edges come from, and the one entries held once are folded into (0: none) */
     uintptr_t i = owner > STACK_NAMESPACE ? owner : (uintptr_t)g->cur;
-    uintptr_t fold_into = owner > STACK_NAMESPACE ? owner : (owner == 0 && collection ? i : 0);
+    uintptr_t fold_into = owner > STACK_NAMESPACE ? owner : (owner == 0 && g->cur_foldable ? i : 0);
     /* a dict held by what is no collection (an instance's __dict__, a frame's locals) names
      * that object's parts: its entries are not folded into it */
     uintptr_t child_owner = collection ? 0 : STACK_NAMESPACE;
@@ -1419,6 +1430,7 @@ graph_suspend(GraphState *g)
     z->phase = g->phase;
     z->tag = g->tag;
     z->has_names = g->has_names;
+    z->foldable = g->cur_foldable;
     z->pos = g->pos;
     z->entries = g->entries;
     z->cursor = g->refs.cursor;
@@ -1447,6 +1459,7 @@ graph_resume(GraphState *g)
     g->phase = z->phase;
     g->tag = z->tag;
     g->has_names = z->has_names;
+    g->cur_foldable = z->foldable;
     g->pos = z->pos;
     g->entries = z->entries;
     g->refs.cursor = z->cursor;

@@ -90,6 +90,10 @@ __all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphTim
 # by address (``node_keys``: "address"), leakhound gives them ids.
 GRAPH_FORMAT = "leakhound.graph/5"
 
+# A collection of at most this many entries keeps them as nodes: the owners' search goes down
+# into an entry that holds most of its collection (a logger's one handler, and its records).
+# As _graph_walk.c's FOLD_MIN_ENTRIES.
+_FOLD_MIN_ENTRIES = 16
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
 # items pair), the loop variable and getrefcount's argument.
 _ONLY_ONE_REFERENCE = 4
@@ -458,7 +462,7 @@ class Graph(object):
                 folded_here = False
             tp = type(obj)
             collection = id(tp) in sized
-            fold_into = i if folded_here or (collection and i not in namespaces) else 0
+            fold_into = i if folded_here or (collection and i not in namespaces and len(obj) > _FOLD_MIN_ENTRIES) else 0
             child_namespace = not collection
             t0 = perf_counter()
             names = None
