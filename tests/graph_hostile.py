@@ -118,7 +118,9 @@ def canonical(text: str, raw: bytes) -> tuple[dict[int, Any], collections.Counte
     edges: collections.Counter[Any] = collections.Counter()
     for k in range(g.edges):
         lab = g.lab[k]
-        edges[(ids[g.src[k]], ids[g.dst[k]], labels[lab] if lab >= 0 else "")] += 1
+        # (as a set: the compiled walk makes an edge from a collection once where several of
+        # its folded entries name the same object, the Python loop one per entry)
+        edges[(ids[g.src[k]], ids[g.dst[k]], labels[lab] if lab >= 0 else "")] = 1
     roots = sorted((ids[node], label, kind, tier) for node, label, kind, tier in g.roots)
     return nodes, edges, roots
 

@@ -464,6 +464,8 @@ enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
 enum { COL_IDS = 0, COL_SIZES = 1, COL_TYPES = 2, COL_LENGTHS = 3, COL_LABELS = 6, COL_SRC = 7, COL_DST = 8,
        COL_FOLD_OWNER = 9, COL_FOLD_BYTES = 10 };
 
+#define FOLD_EDGE_SLOTS 1024
+
 /* A big container whose slices wait while what its last slices pushed is walked (see
  * GRAPH_SUSPEND_AT): its record so far and where its next slice starts. */
 typedef struct {
@@ -534,6 +536,11 @@ typedef struct {
     Py_ssize_t owners_cap;
     uintptr_t cur_owner;
     int cur_foldable;          /* a node entries are folded into (see FOLD_MIN_ENTRIES) */
+    /* The edges from folded entries last made, by a hash of (source, destination): the
+     * entries of a registry name the same few objects (3.10's instance dicts their shared
+     * keys: 3 edges an instance, all alike), one edge each is enough for the dominators. */
+    uintptr_t seen_src[FOLD_EDGE_SLOTS], seen_dst[FOLD_EDGE_SLOTS];
+    int32_t seen_lab[FOLD_EDGE_SLOTS];
     /* label id -> the label "f<label>" of an edge from a folded entry (-2: not asked yet) */
     int32_t *fold_labels;
     Py_ssize_t fold_labels_len;
@@ -1375,10 +1382,18 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
             if (label == -2)
                 return -1;
         }
-        if (owner > STACK_NAMESPACE && label >= 0) {
-            label = fold_label(g, label);  /* from a folded entry: "f" and its own name */
-            if (label == -2)
-                return -1;
+        if (owner > STACK_NAMESPACE) {
+            if (label >= 0) {
+                label = fold_label(g, label);  /* from a folded entry: "f" and its own name */
+                if (label == -2)
+                    return -1;
+            }
+            size_t h = addr_hash(address ^ (i * 0x9E3779B97F4A7C15ULL), FOLD_EDGE_SLOTS - 1);
+            if (g->seen_src[h] == i && g->seen_dst[h] == address && g->seen_lab[h] == (int32_t)label)
+                continue;  /* the same edge from the same collection: made already */
+            g->seen_src[h] = i;
+            g->seen_dst[h] = address;
+            g->seen_lab[h] = (int32_t)label;
         }
         if (graph_add_edge(g, i, address, (int32_t)label) < 0)
             return -1;
