@@ -650,16 +650,18 @@ BEAT_EVERY = 1.0
 
 def _with_beat(progress):
     """``progress`` remembering what it last said, and the beat that says it again."""
-    last = ["start", 0, time.monotonic()]  # phase, done, when said
+    last = ["start", 0]  # phase, done
+    said_at = [time.monotonic()]
 
     def said(phase, done):
-        last[:] = [phase, done, time.monotonic()]
+        last[:] = [phase, done]
+        said_at[0] = time.monotonic()
         progress(phase, done)
 
     def beat():
         now = time.monotonic()
-        if now - last[2] >= BEAT_EVERY:
-            last[2] = now
+        if now - said_at[0] >= BEAT_EVERY:
+            said_at[0] = now
             progress(last[0], last[1])
 
     return said, beat
