@@ -276,17 +276,21 @@ class _Lines:
         self.scanned = 0  # bytes of buf known to hold no newline
 
     def recv(self, limit: int, deadline: Deadline) -> bytes | None:
-        """Up to ``limit`` bytes, or None when the deadline passes first."""
-        left = deadline.left()
-        if left <= 0:
-            return None
-        self.sock.settimeout(left)
-        try:
-            chunk = self.sock.recv(limit)
-        except TimeoutError:
-            return None
-        except OSError as exc:
-            raise TargetExited(f"the connection to the agent of process {self.pid} failed: {exc.strerror}") from None
+        """Up to ``limit`` bytes, or None when the deadline passes first (it may move on while
+        this waits: progress or a hold from another thread)."""
+        while True:
+            left = deadline.left()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(limit)
+                break
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                raise TargetExited(f"the connection to the agent of process {self.pid} failed: {exc.strerror}") \
+                    from None
         if not chunk:
             raise TargetExited(f"the agent of process {self.pid} closed the connection")
         deadline.progressed()

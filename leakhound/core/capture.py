@@ -380,12 +380,15 @@ class _EarlyOwners:
             self._process_thread.start()
         if doc.get("skipped"):
             return  # the target counts owners itself then, and asks for no names
+        # Until the names are asked for, the target waits for this work (once it has counted):
+        # it is the request's progress, not a stall (the thread ends the hold).
+        self.deadline.begin_hold()
         self._thread = threading.Thread(target=self._run, args=(doc, post), name="leakhound-dominators",
                                         daemon=True)
         self._thread.start()
 
     def _run(self, doc: dict[str, Any], post: Post) -> None:
-        posted = held = False
+        posted, held = False, True  # (on_partial began the hold)
 
         def ask_names(paths: list[list[int]]) -> list[Any]:
             nonlocal posted, held
@@ -397,10 +400,6 @@ class _EarlyOwners:
             labels = self._labels.get(timeout=max(1.0, self.deadline.limit_left()))
             return labels if isinstance(labels, list) else []
 
-        # Until the names are asked for, the target waits for this work (once it has counted):
-        # it is the request's progress, not a stall.
-        self.deadline.begin_hold()
-        held = True
         try:
             self._out = _dominator_owners(doc, top=self.top, retainers=self.retainers, why=self.why,
                                           ask_names=ask_names)

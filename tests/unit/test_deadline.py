@@ -168,3 +168,25 @@ def test_the_payload_says_its_progress_again_at_its_cancellation_points(monkeypa
     cancelled = runner._Stop(60.0, lambda: True, every=0.0, beat=beat)
     assert cancelled()  # cancelled: no beat
     assert len(said) == 3
+
+
+def test_the_agents_reads_wait_for_the_deadline_as_it_moves() -> None:
+    """A read that began with 1 s left keeps waiting when progress (or a hold) from another
+    thread moves the deadline on meanwhile: the answer at 1.5 s is read, not given up."""
+    import socket  # noqa: PLC0415
+
+    from leakhound.attach.agent import _Lines  # noqa: PLC0415
+
+    ours, theirs = socket.socketpair()
+    try:
+        deadline = Deadline.following_progress(0, stall=1.0)
+        lines = _Lines(ours, 1)
+        threading.Timer(0.6, deadline.progressed, ("graph",)).start()
+        threading.Timer(1.5, theirs.sendall, (b'{"result": {"ok": true}}\n',)).start()
+        assert lines.line(deadline) == b'{"result": {"ok": true}}'
+        # and with nothing more coming, the read gives up once the window has passed
+        assert lines.line(deadline) is None
+        assert deadline.expired()
+    finally:
+        ours.close()
+        theirs.close()
