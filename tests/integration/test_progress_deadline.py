@@ -40,13 +40,15 @@ def _cli_tmp(tmp_path: Path) -> Path:
     return tmp
 
 
-def test_an_inspection_that_keeps_progressing_runs_past_the_stall_window(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["ptrace", "agent"])
+def test_an_inspection_that_keeps_progressing_runs_past_the_stall_window(tmp_path: Path, method: str) -> None:
     stall = 1.5
     tmp = _cli_tmp(tmp_path)
-    with spawn_target("heap_of_size", tmp_path, env={"FIXTURE_HEAP_MB": HEAP_MB}, timeout=120) as child:
+    env = {"FIXTURE_HEAP_MB": HEAP_MB, "LEAKHOUND_AGENT": "1" if method == "agent" else ""}
+    with spawn_target("heap_of_size", tmp_path, env=env, timeout=120) as child:
         records = child.report()["truth"]["records"]
         began = time.monotonic()
-        done = _inspect(child.pid, tmp, "--max-pause", "5", stall=stall)
+        done = _inspect(child.pid, tmp, "--method", method, "--max-pause", "5", stall=stall)
         took = time.monotonic() - began
         assert done.returncode == 0, done.stderr
         assert f"deadline: {stall:.0f}s without progress" in done.stderr
