@@ -624,7 +624,7 @@ static PyObject *soft(PyObject *self, PyObject *args) {
  * file at once gives (the pure-Python twin in dominators/graph.py: ``Records``). With nodes
  * named by id (the Python walk), the columns are only gathered. */
 
-#define FRAME_COLUMNS 9
+#define FRAME_COLUMNS 11
 #define COL_IDS 0
 #define COL_SIZES 1
 #define COL_TYPES 2
@@ -634,7 +634,10 @@ static PyObject *soft(PyObject *self, PyObject *args) {
 #define COL_LABEL 6
 #define COL_SRC_ADDRESS 7
 #define COL_DST_ADDRESS 8
-static const int column_item_bytes[FRAME_COLUMNS] = {8, 8, 4, 4, 4, 4, 4, 8, 8};
+/* (a node's address, bytes): what the walk folded into that node, added to its size */
+#define COL_FOLD_ADDRESS 9
+#define COL_FOLD_BYTES 10
+static const int column_item_bytes[FRAME_COLUMNS] = {8, 8, 4, 4, 4, 4, 4, 8, 8, 8, 8};
 
 typedef struct {
     char *data;
@@ -1005,6 +1008,18 @@ static PyObject *records_finish(PyObject *self, PyObject *args) {
         r->col[COL_LABEL].len = e * 4;
         for (Py_ssize_t i = 0; i < nroots; i++)
             o_roots[i] = t->slots ? addr_lookup(t, roots[i]) : -1;
+        /* the folds, after every record (a node's last record sets its own size) */
+        size_t folds = r->col[COL_FOLD_ADDRESS].len / 8;
+        if (r->col[COL_FOLD_BYTES].len / 8 < folds)
+            folds = r->col[COL_FOLD_BYTES].len / 8;
+        const uint64_t *fa = (const uint64_t *)r->col[COL_FOLD_ADDRESS].data;
+        const int64_t *fb = (const int64_t *)r->col[COL_FOLD_BYTES].data;
+        int64_t *sizes = (int64_t *)r->o_sizes.data;
+        for (size_t i = 0; i < folds && t->slots; i++) {
+            i32 id = addr_lookup(t, fa[i]);
+            if (id >= 0 && fb[i] >= 0 && sizes[id] <= INT64_MAX - fb[i])
+                sizes[id] += fb[i];
+        }
     }
     Py_END_ALLOW_THREADS
     if (failed) {

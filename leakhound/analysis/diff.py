@@ -1,8 +1,14 @@
 """What changed between two snapshots of the same worker: per owner, per type, in total.
 
-Pure arithmetic over two ``Snapshot``s (e.g. two files saved with ``inspect --save``). Owners
-and types are matched by path / type name; one missing on a side counts as zero there (it was
-below that snapshot's top-N or did not exist yet), flagged by ``only_in``.
+Pure arithmetic over two ``Snapshot``s (e.g. two files saved with ``inspect --save``). Types
+are matched by name. Owners are matched by what they are, not by the path they were named by:
+in two snapshots of one process, the same object (its id() in the target and its type); where
+an object is not known (another process, a first-reacher owner), the same path without the
+numbers that change while the worker runs (a task's, a line); else an owner whose path lies
+inside the other's (the owner model's accumulation point moved down or
+up the same chain). A renamed owner says its old path in ``renamed_from``. One missing on a side
+counts as zero there (it was below that snapshot's top-N or did not exist yet), flagged by
+``only_in``.
 """
 
 from __future__ import annotations
@@ -10,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from leakhound.model import Snapshot
+from leakhound.model import Owner, Snapshot
+from leakhound.model.growth import enclosing_paths, normalized_path
 
 DIFF_SCHEMA = "leakhound.diff/1"
 
@@ -24,6 +31,7 @@ class Delta:
     before_count: int  # items for owners, objects for types
     after_count: int
     only_in: str = ""  # "before" | "after" | ""
+    renamed_from: str = ""  # an owner's path in the first snapshot, when it was named otherwise
 
     @property
     def bytes(self) -> int:
@@ -70,6 +78,69 @@ def _match(
             for _, _, name, type_name, before_bytes, after_bytes, before_count, after_count, only in rows]
 
 
+def _pair_owners(before: tuple[Owner, ...], after: tuple[Owner, ...],
+                 same_process: bool) -> list[tuple[Owner | None, Owner | None]]:
+    """Owners of the two snapshots paired by identity (see the module's docstring), each once."""
+    pairs: list[tuple[Owner | None, Owner | None]] = []
+    left_before = dict(enumerate(before))
+    left_after = dict(enumerate(after))
+
+    def pair(i: int, j: int) -> None:
+        pairs.append((left_before.pop(i), left_after.pop(j)))
+
+    if same_process:
+        by_object = {(o.object_id, o.type): i for i, o in left_before.items() if o.object_id}
+        for j, o in list(left_after.items()):
+            found = by_object.pop((o.object_id, o.type), None) if o.object_id else None
+            if found is not None:
+                pair(found, j)
+    # By path where either object is not known (ids of two processes say nothing): two known
+    # objects are two owners, whatever they were named (two short-lived tasks' lists).
+    by_path: dict[str, int] = {}
+    for i, o in left_before.items():
+        by_path.setdefault(normalized_path(o.path), i)
+    for j, o in list(left_after.items()):
+        hit = by_path.get(normalized_path(o.path))
+        if hit is not None and hit in left_before and not (
+                same_process and o.object_id and left_before[hit].object_id):
+            del by_path[normalized_path(o.path)]
+            pair(hit, j)
+    # The accumulation point moved along one chain: an owner inside the other's path.
+    outer_before = {normalized_path(o.path): i for i, o in left_before.items()}
+    for j, o in sorted(left_after.items(), key=lambda jo: -len(jo[1].path)):
+        for prefix in enclosing_paths(normalized_path(o.path)):
+            hit = outer_before.pop(prefix, None)
+            if hit is not None and hit in left_before:
+                pair(hit, j)
+                break
+    outer_after = {normalized_path(o.path): j for j, o in left_after.items()}
+    for i, o in sorted(left_before.items(), key=lambda io: -len(io[1].path)):
+        for prefix in enclosing_paths(normalized_path(o.path)):
+            hit = outer_after.pop(prefix, None)
+            if hit is not None and hit in left_after:
+                pair(i, hit)
+                break
+    pairs.extend((o, None) for o in left_before.values())
+    pairs.extend((None, o) for o in left_after.values())
+    return pairs
+
+
+def _owner_deltas(pairs: list[tuple[Owner | None, Owner | None]]) -> list[Delta]:
+    rows = []
+    for b, a in pairs:
+        only = "after" if b is None else "before" if a is None else ""
+        named = a or b
+        assert named is not None
+        before_bytes, before_count = (b.retained_bytes, b.items) if b is not None else (0, 0)
+        after_bytes, after_count = (a.retained_bytes, a.items) if a is not None else (0, 0)
+        renamed = b.path if a is not None and b is not None and b.path != a.path else ""
+        rows.append((before_bytes - after_bytes, before_count - after_count, named.path, named.type,
+                     before_bytes, after_bytes, before_count, after_count, only, renamed))
+    rows.sort()
+    return [Delta(name, type_name, before_bytes, after_bytes, before_count, after_count, only, renamed)
+            for _, _, name, type_name, before_bytes, after_bytes, before_count, after_count, only, renamed in rows]
+
+
 def diff_snapshots(before: Snapshot, after: Snapshot) -> SnapshotDiff:
     """``after`` minus ``before``; owners and types sorted by bytes gained, biggest first."""
     warnings = []
@@ -77,10 +148,11 @@ def diff_snapshots(before: Snapshot, after: Snapshot) -> SnapshotDiff:
         warnings.append(f"snapshots are of different processes ({before.pid} and {after.pid})")
     if after.taken_at < before.taken_at:
         warnings.append("the second snapshot is older than the first")
-    owners = _match(
-        {o.path: (o.type, o.retained_bytes, o.items) for o in before.owners},
-        {o.path: (o.type, o.retained_bytes, o.items) for o in after.owners},
-    )
+    if before.heap.owner_model != after.heap.owner_model:
+        warnings.append(f"owners found by two models ({before.heap.owner_model} and {after.heap.owner_model}): "
+                        "their owners are not the same places, compare the heap and types")
+    same_process = before.pid == after.pid and before.python_version == after.python_version
+    owners = _owner_deltas(_pair_owners(before.owners, after.owners, same_process))
     types = _match(
         {t.type: (t.type, t.bytes, t.count) for t in before.types},
         {t.type: (t.type, t.bytes, t.count) for t in after.types},
@@ -105,6 +177,7 @@ def _delta_dict(d: Delta, diff: SnapshotDiff) -> dict[str, Any]:
     return {
         "name": d.name, "type": d.type, "before_bytes": d.before_bytes, "after_bytes": d.after_bytes,
         "before_count": d.before_count, "after_count": d.after_count, "only_in": d.only_in,
+        "renamed_from": d.renamed_from,
         "bytes": d.bytes,
         "count": d.count,
         "bytes_per_min": round(diff.per_minute(d.bytes), 1),

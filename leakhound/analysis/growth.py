@@ -9,16 +9,22 @@ types, a least-squares slope over the whole window and over its recent part give
 * ``static``: did not grow by more than noise (a large table built once, or churn);
 * ``unknown``: too few samples to tell.
 
-Owners that grow become ``Finding(kind="growth")`` naming the owner path and its rate.
+Owners that grow become ``Finding(kind="growth")`` naming the owner path and its rate. An
+owner is one series however its path was named from sample to sample: matched by its object
+(its id() in the target and its type), else by its path without the numbers that change
+while the worker runs. Findings never count a byte twice: of two growing owners one inside
+the other only one is a finding, and their sum is held to what the heap (or RSS) grew by.
+A growing owner a detector recommended a fix for (``registry``, ``intercepts``) carries that
+``--fix``; unreachable cycles piling up (a collector switched off) are a finding of their own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from leakhound.model import Finding
+from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import (
     GROWING,
     PLATEAUED,
@@ -29,23 +35,26 @@ from leakhound.model.growth import (
     Sample,
     Trend,
     Verdict,
+    enclosing_paths,
+    normalized_path,
     report_to_dict,
     sample_from_dict,
     sample_from_snapshot,
     sample_to_dict,
     trend_to_dict,
 )
-from leakhound.model.names import CODE_OWNER
+from leakhound.model.names import CODE_OWNER, PAYLOAD_OWNER
 from leakhound.model.units import MiB, fmt_bytes
 
 # The model's names stay importable from here, where they were computed first.
 __all__ = [
     "GROWING", "PLATEAUED", "STATIC", "UNKNOWN", "GrowthReport", "OwnerSample", "Sample", "Thresholds",
-    "Trend", "Verdict", "analyse_growth", "estimate_owners", "growth_findings", "report_to_dict",
+    "Trend", "Verdict", "analyse_growth", "estimate_owners", "growth_findings", "normalized_path", "report_to_dict",
     "sample_from_dict", "sample_from_snapshot", "sample_to_dict", "slope", "trend", "trend_to_dict",
 ]
 
 KIND = "growth"
+_NOT_LEAKS = frozenset({CODE_OWNER, PAYLOAD_OWNER})
 MB = MiB  # the old name, kept importable
 
 
@@ -54,6 +63,9 @@ class Thresholds:
     """What counts as growth rather than noise, over the whole watch window."""
 
     min_bytes: int = 256 * 1024
+    # RSS moves in allocator steps: a dict's table resized in a 22 MiB worker whose bounded
+    # cache had filled up was a 0.7 MiB step in the last third of a 7 s watch.
+    min_rss_bytes: int = 1024 * 1024
     min_items: int = 100
     relative: float = 0.02  # of the starting size
     plateau_ratio: float = 0.25  # recent slope below this share of the overall slope
@@ -68,20 +80,18 @@ DEFAULT_THRESHOLDS = Thresholds()
 
 
 def estimate_owners(
-    reference: Sample, measured: dict[str, int]
+    reference: Sequence[Owner], measured: Sequence[tuple[bool, int | None]]
 ) -> tuple[OwnerSample, ...]:
-    """Owners of a cheap sample: item counts measured now, bytes scaled from ``reference``
-    (the last full sample) by items. Owners not measured now are left out."""
+    """Owners of a cheap sample: for each owner of the reference census (the last full one),
+    whether it was found again and its item count now; bytes scaled from the reference's by
+    items. An owner not found, or with no item count (an instance, a namespace: its bytes
+    cannot be scaled from anything measured now), is left out, not guessed."""
     out = []
-    for owner in reference.owners:
-        if owner.path not in measured:
+    for owner, (found, items) in zip(reference, measured, strict=True):
+        if not found or items is None:
             continue
-        items = measured[owner.path]
-        if owner.items > 0:
-            size = round(owner.bytes * items / owner.items)
-        else:
-            size = owner.bytes
-        out.append(OwnerSample(owner.path, owner.type, items, size, estimated=True))
+        size = round(owner.retained_bytes * items / owner.items) if owner.items > 0 else owner.retained_bytes
+        out.append(OwnerSample(owner.path, owner.type, items, size, estimated=True, object_id=owner.object_id))
     return tuple(out)
 
 
@@ -196,13 +206,61 @@ def trend(
     )
 
 
-def _owner_series(samples: Sequence[Sample]) -> dict[str, tuple[str, list[tuple[float, int, int]]]]:
-    series: dict[str, tuple[str, list[tuple[float, int, int]]]] = {}
+@dataclass
+class _OwnerSeries:
+    """One owner over the window: its points and every path it was named by (latest last)."""
+
+    type: str
+    paths: list[str] = field(default_factory=list)
+    points: list[tuple[float, int, int]] = field(default_factory=list)
+    full_at: set[float] = field(default_factory=set)  # the full samples it was an owner in
+    object_id: int = 0  # the latest known
+
+
+def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
+    """Owners across samples (in time order), matched by what they are: the same object (its
+    id() in the target and its type); where either side's object is not known (first-reacher
+    owners, owners merged under one label), the same normalized path. A path renamed between
+    samples (another preferred path to the same object) is the same owner; two objects are
+    never one owner (the lists of two short-lived tasks both named ``task:Task-*/fetch.<list>``
+    are two owners)."""
+    series: list[_OwnerSeries] = []
+    by_object: dict[tuple[int, str], int] = {}
+    by_path: dict[str, int] = {}
     for sample in samples:
+        claimed: set[int] = set()
         for owner in sample.owners:
-            entry = series.setdefault(owner.path, (owner.type, []))
-            entry[1].append((sample.taken_at, owner.bytes, owner.items))
+            norm = normalized_path(owner.path)
+            k = by_object.get((owner.object_id, owner.type)) if owner.object_id else None
+            if k is None or k in claimed:
+                k = by_path.get(norm)
+                if k is not None and (k in claimed or series[k].type != owner.type
+                                      or (owner.object_id and series[k].object_id)):
+                    k = None
+            if k is None:
+                k = len(series)
+                series.append(_OwnerSeries(owner.type))
+            claimed.add(k)
+            entry = series[k]
+            if not entry.paths or entry.paths[-1] != owner.path:
+                entry.paths.append(owner.path)
+            entry.points.append((sample.taken_at, owner.bytes, owner.items))
+            if sample.full:
+                entry.full_at.add(sample.taken_at)
+            if owner.object_id:
+                by_object[(owner.object_id, owner.type)] = k
+                entry.object_id = owner.object_id
+            by_path[norm] = k
     return series
+
+
+def _modelled(samples: Sequence[Sample]) -> list[Sample]:
+    """The samples whose owners are followed: the dominator model's when any sample has it
+    (a census over its graph budget falls back to first-reacher owners, which would be other
+    owners over the same bytes), else all."""
+    if any(s.owner_model == "dominator" for s in samples):
+        return [s for s in samples if s.owner_model == "dominator"]
+    return list(samples)
 
 
 def _type_series(samples: Sequence[Sample]) -> dict[str, list[tuple[float, int, int]]]:
@@ -227,8 +285,10 @@ def analyse_growth(
     *,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     top_types: int = 20,
+    snapshot: Snapshot | None = None,
 ) -> GrowthReport:
-    """Trends and ``growth`` findings for one process from its samples (any order)."""
+    """Trends and ``growth`` findings for one process from its samples (any order).
+    ``snapshot``: its last full snapshot, whose detectors' fixes growing owners carry."""
     ordered = sorted(samples, key=lambda s: s.taken_at)
     if not ordered:
         raise ValueError("no samples")
@@ -238,7 +298,7 @@ def analyse_growth(
     last = ordered[-1]
     rss = trend(
         "rss", "rss", [(s.taken_at, s.rss_bytes, 0) for s in ordered],
-        thresholds=thresholds, use_items=False,
+        thresholds=replace(thresholds, min_bytes=max(thresholds.min_bytes, thresholds.min_rss_bytes)), use_items=False,
     )
     heap_points = [(s.taken_at, s.heap_bytes, 0) for s in ordered if s.heap_bytes is not None]
     heap = (
@@ -246,16 +306,51 @@ def analyse_growth(
         if heap_points
         else None
     )
-    owners = [
-        trend(path, "owner", points, thresholds=thresholds, type_name=type_name)
-        for path, (type_name, points) in _owner_series(ordered).items()
-    ]
+    garbage_points = [(s.taken_at, s.cyclic_garbage_bytes, s.cyclic_garbage_objects)
+                      for s in ordered if s.cyclic_garbage_bytes is not None]
+    garbage = (
+        trend(CYCLES_OWNER, "cyclic_garbage", garbage_points, thresholds=thresholds)
+        if garbage_points
+        else None
+    )
+    if garbage is not None and garbage.verdict in (GROWING, PLATEAUED) and _grown(garbage) < thresholds.min_bytes:
+        # Cycles the collector frees as it runs come and go by the thousand objects; growth
+        # is what piles up bytes.
+        garbage = replace(garbage, verdict=STATIC)
+    followed = _modelled(ordered)
+    series = _owner_series(followed)
+    fixes = _fixes(snapshot)
+    censuses = sum(1 for s in followed if s.full)
+    owners = []
+    for entry, outer in zip(series, _outer_owners(series), strict=True):
+        name = entry.paths[-1]
+        owner = replace(
+            trend(name, "owner", entry.points, thresholds=thresholds, type_name=entry.type),
+            was=tuple(dict.fromkeys(p for p in entry.paths[:-1] if p != name)),
+            within=outer,
+            fix=_fix_for(entry.paths, fixes),
+        )
+        if len(entry.full_at) < min(2, censuses):
+            # Named by one census only, its other points scaled from that census's bytes: a
+            # task's local list filling up through its short life is not a leak (the simulated
+            # worker's rollouts gave a dozen such "growing" owners in a 12 s watch).
+            owner = replace(owner, verdict=UNKNOWN)
+        owners.append(owner)
     owners.sort(key=lambda t: (_ORDER[t.verdict], -t.bytes_per_min, -t.last_bytes, t.name))
     types = [
         trend(name, "type", points, thresholds=thresholds)
         for name, points in _type_series(ordered).items()
     ]
     types.sort(key=lambda t: (_ORDER[t.verdict], -t.items_per_min, t.name))
+    warnings: tuple[str, ...] = ()
+    fell_back = sum(1 for s in ordered if s.full and s.owner_model and s.owner_model != followed[-1].owner_model)
+    if fell_back:
+        warnings += (f"{fell_back} full census(es) fell back to first-reacher owners (graph over its budget): "
+                     "their owners are not followed, the dominator model's are",)
+    unresolved = sorted({p for s in ordered for p in s.unresolved})
+    if unresolved:
+        warnings += (f"cheap samples could not find again {len(unresolved)} owner(s) of the last census by their "
+                     f"ids (left out of those samples, not counted as anything else): {', '.join(unresolved[:5])}",)
     report = GrowthReport(
         pid=last.pid,
         name=next((s.name for s in reversed(ordered) if s.name), ""),
@@ -266,8 +361,84 @@ def analyse_growth(
         heap=heap,
         owners=tuple(owners),
         types=tuple(types[:top_types]),
+        cyclic_garbage=garbage,
+        owner_model=followed[-1].owner_model if followed else "",
+        warnings=warnings,
     )
     return GrowthReport(**{**_fields(report), "findings": growth_findings(report)})
+
+
+# How the cyclic_garbage detector names what it counts (analysis/detectors/cyclic_garbage.py).
+CYCLES_OWNER = "<unreachable cycles>"
+# Of two growing owners one inside the other, the inner one is the finding when it grew by at
+# least this share of the outer's growth (the owner model's own rule: dominators.DESCEND_SHARE).
+INNER_SHARE = 0.8
+
+
+def _inside(inner: str, outer: str) -> bool:
+    return len(inner) > len(outer) and inner.startswith(outer) and inner[len(outer)] in ".["
+
+
+def _outer_owners(series: Sequence[_OwnerSeries]) -> list[str]:
+    """For each owner, the latest path of the owner it lies inside (a path of its extends one
+    of that owner's; the longest such), when the two were never owners in the same full sample
+    (owners of one census never overlap, so two that were are apart); "" if none."""
+    paths = [{normalized_path(p) for p in entry.paths} for entry in series]
+    by_path: dict[str, list[int]] = {}
+    for k, mine in enumerate(paths):
+        for p in mine:
+            by_path.setdefault(p, []).append(k)
+    out = []
+    for k, entry in enumerate(series):
+        best, best_len = "", 0
+        for p in paths[k]:
+            for outer in enclosing_paths(p):
+                if len(outer) <= best_len:
+                    break
+                hit = next((j for j in by_path.get(outer, ()) if j != k and not series[j].full_at & entry.full_at),
+                           None)
+                if hit is not None:
+                    best, best_len = series[hit].paths[-1], len(outer)
+                    break
+        out.append(best)
+    return out
+
+
+def _fixes(snapshot: Snapshot | None) -> dict[str, str]:
+    """owner path -> the fix a detector of the last full snapshot recommends for it; of two
+    for one owner, the one about more bytes (the registry's finished entries before the steps'
+    redundant copies in them: what stops the growth). A detector names its shape by its class
+    (``Runtime.trajectories``) when no owner path ends so: such a name is kept as it is."""
+    if snapshot is None:
+        return {}
+    out: dict[str, str] = {}
+    for f in sorted(snapshot.findings, key=lambda f: -f.bytes):
+        if f.fix and not f.skipped and f.owner and not f.owner.startswith("<"):
+            out.setdefault(normalized_path(f.owner), f.fix)
+    return out
+
+
+def _same_shape(path: str, owner: str) -> bool:
+    """``path`` is, lies in or holds the detector's owner ``owner``; a class-named owner
+    (``Runtime.trajectories``: no root, as the detectors fall back) by its attribute."""
+    if path == owner or _inside(path, owner) or _inside(owner, path):
+        return True
+    root, _, attribute = owner.partition(".")
+    if root[:1].isupper() and attribute.isidentifier():
+        at = "." + attribute
+        return any(path[k + len(at):k + len(at) + 1] in ("", ".", "[")
+                   for k in range(len(path)) if path.startswith(at, k))
+    return False
+
+
+def _fix_for(paths: Sequence[str], fixes: dict[str, str]) -> str:
+    """The fix of the known shape an owner is, lies in, or holds (by any path it had)."""
+    for path in reversed(paths):
+        mine = normalized_path(path)
+        for owner, fix in fixes.items():
+            if _same_shape(mine, owner):
+                return fix
+    return ""
 
 
 def _fields(report: GrowthReport) -> dict[str, Any]:
@@ -282,44 +453,104 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def _grown(t: Trend | None) -> float:
+    """What a series grew by over its window, by its least-squares rate (never negative)."""
+    if t is None or t.points < 2:
+        return 0.0
+    return max(0.0, t.bytes_per_min) * t.seconds / 60.0
+
+
+def _span(t: Trend | None) -> float:
+    """What a series grew by from its first point to its last (never negative)."""
+    return 0.0 if t is None else float(max(0, t.last_bytes - t.first_bytes))
+
+
+def _counted_once(candidates: list[Trend]) -> list[Trend]:
+    """Of growing owners one inside the other (``within``), one finding: the inner one when it
+    grew by most of what the outer did (it is where the bytes go), else the outer."""
+    by_name = {t.name: t for t in candidates}
+    kept = []
+    for t in candidates:
+        outer = by_name.get(t.within)
+        if outer is not None and _grown(t) < INNER_SHARE * _grown(outer):
+            continue  # the outer one grew by more than this explains: it is the finding
+        inner = [c for c in candidates if c.within == t.name]
+        if any(_grown(c) >= INNER_SHARE * _grown(t) for c in inner):
+            continue  # an inner one is where the bytes go: it is the finding
+        kept.append(t)
+    return kept
+
+
 def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
-    """``growing`` owners are warnings, ``plateaued`` ones info; RSS growth that no owner
-    explains is a warning of its own (fragmentation or memory outside Python objects)."""
+    """``growing`` owners are warnings, ``plateaued`` ones info, growing unreachable cycles a
+    warning; RSS growth that none explains is a warning of its own (fragmentation or memory
+    outside Python objects). No byte is in two findings: owners nested in one another give
+    one finding, and when the owners' growth (estimated in cheap samples) sums past what the
+    heap or RSS grew by (from the window's first sample to its last), each finding's growth
+    is scaled down to fit."""
+    # The code owner grows with every import, and the payload's own is leakhound's: no leak
+    # anyone can fix in the worker.
+    candidates = [t for t in report.owners if t.verdict in (GROWING, PLATEAUED) and t.name not in _NOT_LEAKS]
+    chosen = _counted_once(candidates)
+    garbage = report.cyclic_garbage
+    if garbage is not None and garbage.verdict in (GROWING, PLATEAUED):
+        chosen.append(garbage)
+    budget = max(_span(report.heap), _span(report.rss))
+    total = sum(_grown(t) for t in chosen)
+    scale = budget / total if total > budget else 1.0
+    size_budget = max(report.heap.last_bytes if report.heap is not None else 0, report.rss.last_bytes)
+    size_total = sum(t.last_bytes for t in chosen)
+    size_scale = size_budget / size_total if size_total > size_budget > 0 else 1.0
     findings = []
-    for t in report.owners:
-        # The code owner grows with every import: no leak anyone can fix.
-        if t.verdict not in (GROWING, PLATEAUED) or t.name == CODE_OWNER:
-            continue
-        details = {
+    for t in chosen:
+        rate = t.bytes_per_min * scale
+        size = round(t.last_bytes * size_scale)
+        details: dict[str, Any] = {
             "pid": report.pid,
             "verdict": t.verdict,
-            "bytes_per_min": round(t.bytes_per_min, 1),
+            "bytes_per_min": round(rate, 1),
             "items_per_min": round(t.items_per_min, 2),
-            "recent_bytes_per_min": round(t.recent_bytes_per_min, 1),
+            "recent_bytes_per_min": round(t.recent_bytes_per_min * scale, 1),
             "recent_items_per_min": round(t.recent_items_per_min, 2),
+            "grown_bytes": round(_grown(t) * scale),
             "window_seconds": round(t.seconds, 2),
             "samples": t.points,
         }
-        if t.verdict == GROWING:
+        if scale < 1.0 or size_scale < 1.0:
+            details["scaled_to_fit"] = round(min(scale, size_scale), 4)
+        if t.was:
+            details["was"] = list(t.was)
+        capped = " (scaled to fit the heap's growth)" if scale < 1.0 else ""
+        if t.kind == "cyclic_garbage":
             summary = (
-                f"{t.name} ({t.type}) keeps growing: {_mb(t.bytes_per_min)}/min, "
+                f"unreachable objects kept alive only by reference cycles keep piling up: {_mb(rate)}/min, "
+                f"{t.items_per_min:,.0f} objects/min over {_minutes(t.seconds)} (now {_mb(size)}, "
+                f"{t.last_items:,} objects){capped}: is the collector off (gc.disable(), a high threshold)? "
+                "break the cycles (weakref, explicit clear)"
+            )
+            severity = "warning" if t.verdict == GROWING else "info"
+        elif t.verdict == GROWING:
+            summary = (
+                f"{t.name} ({t.type}) keeps growing: {_mb(rate)}/min, "
                 f"{t.items_per_min:,.0f} items/min over {_minutes(t.seconds)} "
-                f"(now {_mb(t.last_bytes)}, {t.last_items:,} items)"
+                f"(now {_mb(size)}, {t.last_items:,} items){capped}"
             )
             severity = "warning"
         else:
             summary = (
-                f"{t.name} ({t.type}) grew, then plateaued at {_mb(t.last_bytes)}, "
+                f"{t.name} ({t.type}) grew, then plateaued at {_mb(size)}, "
                 f"{t.last_items:,} items (a bounded cache?)"
             )
             severity = "info"
+        if t.fix:
+            summary += f"; a known leak shape, fixed live by --fix {t.fix}"
         findings.append(
             Finding(
-                kind=KIND, severity=severity, bytes=t.last_bytes, count=t.last_items,
-                owner=t.name, fix="", summary=summary, details=details,
+                kind=KIND, severity=severity, bytes=size, count=t.last_items,
+                owner=t.name, fix=t.fix, summary=summary, details=details,
             )
         )
-    if report.rss.verdict == GROWING and not any(t.verdict == GROWING for t in report.owners):
+    if report.rss.verdict == GROWING and not any(t.verdict == GROWING for t in chosen):
         r = report.rss
         heap_note = (
             f"live heap {_mb(report.heap.bytes_per_min)}/min"

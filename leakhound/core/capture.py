@@ -123,21 +123,23 @@ def check_snapshot_result(pid: int, result: dict[str, Any]) -> None:
 DEFAULT_MAX_PAUSE_MS = 50.0
 
 
-# The biggest object graph the target builds for the dominator owners, in nodes (a folded
-# leaf is no node; the census's object count, over twice this, rules it out before the walk).
-# The compiled walk (payload/_graph_walk.c) costs the target ~45 bytes and ~1 us a node, edges
-# included (the 4.8M-object benchmark heap: 1.5M nodes, ~64 MiB, 1.2-1.9 s; docs/performance.md),
-# so by default ("auto") a multi-million-object worker gets dominator owners, within two
-# budgets: the request's time (the graph gets a share of what is left: payload/runner.py) and
-# memory, a quarter of the worker's RSS (at least 64 MiB) held by the walk. Over either, the
-# first-reacher census's owners stand, and the header says why (owner_model, owner_model_note).
-# Asked for explicitly (--owners dominator), no memory budget applies.
-DEFAULT_MAX_GRAPH_NODES = 5_000_000
-DOMINATOR_MAX_GRAPH_NODES = 5_000_000
+# The biggest object graph the target sends for the dominator owners, in nodes: what
+# leakhound's own memory holds (~160 bytes a node with its edges while it reads and analyses
+# the graph: a 7.2M-node graph peaked at 1.1 GiB), not what the heap has. An object one
+# collection alone holds is folded into it (payload/_graph_walk.c), so a heap of registries
+# of records is a graph of its shared objects: a 16.5M-object heap of 2.4M sessions in a
+# dict was a few thousand nodes (3.3 s, leakhound's peak 41 MiB). Past it, the first-reacher
+# census's owners stand and the header says why (owner_model, owner_model_note). The walk
+# holds in the target its bitmaps (a bit per 16 bytes of the heap), its stack and a few
+# blocks: within a quarter of the worker's RSS (at least 64 MiB, at most MAX_GRAPH_MEMORY)
+# by default ("auto"); asked for explicitly (--owners dominator), no memory budget applies
+# but the memory limit's.
+DEFAULT_MAX_GRAPH_NODES = 6_000_000
+DOMINATOR_MAX_GRAPH_NODES = 6_000_000
 GRAPH_MEMORY_SHARE = 0.25
 MIN_GRAPH_MEMORY = 64 << 20
 # A sick worker near its memory limit is what leakhound is pointed at: however big it is, the
-# walk never holds more than this by default (~5M nodes with their edges).
+# walk never holds more than this by default (the bitmaps of a ~30 GB heap).
 MAX_GRAPH_MEMORY = 256 << 20
 
 
@@ -460,9 +462,10 @@ def _analysed(taken: Capture) -> Capture:
     return taken
 
 
-def _owner(o: dominators.DominatorOwner) -> Owner:
+def _owner(o: dominators.DominatorOwner, graph: dominators.ObjectGraph | None = None) -> Owner:
     return Owner(path=o.path, type=o.type, items=o.items, retained_bytes=o.retained_bytes,
-                 retained_objects=o.retained_objects, retainers=o.retainers)
+                 retained_objects=o.retained_objects, retainers=o.retainers,
+                 object_id=int(graph.ids[o.node]) if graph is not None else 0, path_ids=o.path_ids)
 
 
 def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph,
@@ -485,7 +488,7 @@ def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph,
         max_hold_ms=round(max(snap.heap.max_hold_ms, float(graph.info.get("max_held_ms") or 0.0)), 2),
         payload_peak_bytes=max(snap.heap.payload_peak_bytes, int(graph.info.get("payload_peak_bytes") or 0)),
     )
-    return replace(snap, heap=heap, owners=_payload_grouped([_owner(o) for o in found.owners]))
+    return replace(snap, heap=heap, owners=_payload_grouped([_owner(o, graph) for o in found.owners]))
 
 
 _PAYLOAD_PREFIX = PAYLOAD_PACKAGE + "."

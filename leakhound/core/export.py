@@ -1,10 +1,11 @@
 """Exporting: a Prometheus endpoint with each watched worker's memory numbers.
 
 A refresh loop takes a full snapshot of every process every ``interval`` seconds (the same
-never-harm census as ``inspect``); scrapes read the last snapshots plus RSS measured at scrape
-time, so a scrape never attaches to anything. ``--match`` re-discovers workers each round.
-A process that ends is said (a line, and a series saying when and how: the OOM killer, a
-signal, its own exit) and the others go on being served.
+never-harm census and the same dominator owners as ``inspect``); scrapes read the last
+snapshots plus RSS measured at scrape time, so a scrape never attaches to anything.
+``--match`` re-discovers workers each round. A process that ends is said (a line, and a
+series saying when and how: the OOM killer, a signal, its own exit) and the others go on
+being served.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ class Exporter:
             pid = exported.target.pid
             try:
                 snap = take_snapshot(pid, method=exported.method, top=max(self.top, 20), timeout=self.timeout,
-                                     log=self.log, max_pause_ms=self.max_pause_ms, force=self.force)
+                                     log=self.log, max_pause_ms=self.max_pause_ms, force=self.force,
+                                     owner_model="auto")
             except HeadroomTooSmall as exc:
                 # Not a failure of the target's: skipped this round (its last snapshot stands).
                 self.note(f"leakhound: process {pid}: skipped this round: {exc}")
@@ -181,7 +183,7 @@ class Exporter:
             views.append(
                 ProcessView(
                     pid=e.target.pid, worker=e.worker, snapshot=e.snapshot,
-                    growth=analyse_growth(history) if len(history) >= 3 else None,
+                    growth=analyse_growth(history, snapshot=e.snapshot) if len(history) >= 3 else None,
                     rss_bytes=rss, up=e.up and rss is not None, errors=e.errors,
                 )
             )

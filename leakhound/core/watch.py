@@ -4,10 +4,12 @@ The core operation behind ``leakhound watch`` (as ``capture`` is behind ``inspec
 kinds of sample, from cheapest to dearest:
 
 * RSS only, read with psutil from outside (the target never notices), every ``interval``;
-* a cheap in-target sample (item counts of the owners the last census named, gc-tracked type
-  counts): every ``interval`` with the agent and the ptrace injector (no stop, or ~0.3 ms); at
-  most every ``attach_every`` seconds with gdb, whose attach stops the target ~40 ms;
-* a full census (``take_snapshot``): first, every ``full_every`` seconds, and last.
+* a cheap in-target sample (item counts of the owners the last dominator census named, each
+  found again by the ids along its path, and gc-tracked type counts): every ``interval`` with
+  the agent and the ptrace injector (no stop, or ~0.3 ms); at most every ``attach_every``
+  seconds with gdb, whose attach stops the target ~40 ms;
+* a full census (``take_snapshot`` with the owners ``inspect`` reads: dominator owners where
+  the graph fits its budget): first, every ``full_every`` seconds, and last.
 
 ``watch_processes`` is the loop; the analysis is ``leakhound.analysis.growth``; rendering is
 ``leakhound.render.watch``.
@@ -31,7 +33,7 @@ from leakhound.analysis.growth import (
     estimate_owners,
     sample_from_snapshot,
 )
-from leakhound.attach import choose_method, death, run_request
+from leakhound.attach import RemoteResult, choose_method, death, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
 from leakhound.attach.memory_limit import MemoryCost
@@ -45,7 +47,7 @@ from leakhound.errors import (
     TargetNotFound,
     TracerStuck,
 )
-from leakhound.model import RequestCost, Snapshot, TypeStat
+from leakhound.model import Owner, RequestCost, Snapshot, TypeStat
 from leakhound.model.growth import TargetEnded
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
@@ -54,7 +56,17 @@ SAMPLED_TYPES = 30
 # Processes sampled at once: each sample is mostly waiting (on the target, a debugger or the
 # helper), so a few threads keep a fleet on schedule without loading leakhound's machine.
 MAX_SAMPLERS = 8
+# Owner paths the payload cannot walk by name (held from C, unreached, a thread's frame): a
+# first-reacher owner without ids is re-read only by its name. Owners named "<...>" start at
+# no named root (held from C, unreached, the payload's own): full censuses alone count them.
 _UNRESOLVABLE = ("<", "thread:")
+_NO_ROOT = "<"
+# Owner types whose census item count is their C length, as a cheap sample reads it (the
+# graph's entries of these built-in containers). Any other owner's census count is not (an
+# OrderedDict's is its keys and values in the dominator tree, 2x its length): its length is
+# read right after the census and is its item count in the watch, census and cheap samples
+# alike (an owner with no length has none, and cheap samples leave it out).
+_LENGTH_IS_ITEMS = frozenset({"list", "dict", "set", "frozenset", "tuple"})
 
 
 @dataclass
@@ -66,6 +78,13 @@ class Watched:
     samples: list[Sample] = field(default_factory=list)
     last_full: Sample | None = None
     last_snapshot: Snapshot | None = None
+    # The full sample and snapshot whose owners cheap samples re-read: the last with dominator
+    # owners (else the last): a census that fell back to first-reacher owners (graph over its
+    # budget) does not switch the model cheap samples follow.
+    reference: Sample | None = None
+    reference_snapshot: Snapshot | None = None
+    # owner path -> its length read right after the reference census (see _LENGTH_IS_ITEMS)
+    census_lengths: dict[str, int] = field(default_factory=dict)
     last_full_at: float = float("-inf")
     last_attach_at: float = float("-inf")
     gone: bool = False
@@ -97,24 +116,90 @@ def _full(
     # the census itself briefly allocates in it.
     rss = rss_bytes(w.target.pid) - w.payload_resident
     snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
-                             max_pause_ms=max_pause_ms, progress=progress, force=force)
+                             max_pause_ms=max_pause_ms, progress=progress, force=force, owner_model="auto")
     w.payload_resident += _left_by_loading(snapshot.cost)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
+    if snapshot.heap.owner_model == "dominator" or w.reference is None or w.reference.owner_model != "dominator":
+        w.reference_snapshot = snapshot
+        w.census_lengths = _census_lengths(w, timeout=timeout, log=log, progress=progress, force=force)
+        sample = dataclasses.replace(sample, owners=tuple(
+            dataclasses.replace(o, items=w.census_lengths[o.path]) if o.path in w.census_lengths else o
+            for o in sample.owners))
+        w.reference = sample
     w.last_full = sample
+    if w.reference is not sample:
+        w.warnings.append(f"a full census fell back to first-reacher owners ({snapshot.heap.owner_model_note}); "
+                          "cheap samples re-read the owners of the last dominator census")
     return sample
+
+
+def _census_lengths(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None,
+                    force: bool) -> dict[str, int]:
+    """The lengths of the reference census's owners whose item count is not their length,
+    read at once after it (one more request, only when there is such an owner)."""
+    assert w.reference_snapshot is not None
+    asked, owners_doc = _owner_request(w.reference_snapshot.owners)
+    if all(o.type in _LENGTH_IS_ITEMS for o in asked):
+        return {}
+    try:
+        _remote, measured, _types, _step = _read_owners(w, owners_doc, len(asked), top_types=0, timeout=timeout,
+                                                        log=log, progress=progress, force=force)
+    except LeakhoundError as exc:  # those owners are left out of cheap samples until the next census
+        log(f"process {w.target.pid}: lengths after the census not read: {exc}")
+        return {}
+    return {o.path: items for o, (found, items) in zip(asked, measured, strict=True)
+            if found and items is not None and o.type not in _LENGTH_IS_ITEMS}
+
+
+def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[str, object]]]:
+    """The owners a cheap sample re-reads (ids for dominator owners, names for the census's)
+    and how they are asked for."""
+    asked = [o for o in owners if not o.path.startswith(_NO_ROOT) and (o.path_ids or not o.path.startswith(
+        _UNRESOLVABLE))][:SAMPLED_OWNERS]
+    return asked, [{"ids": list(o.path_ids), "type": o.type, "path": o.path} for o in asked]
 
 
 def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None = None,
            force: bool = False) -> Sample:
-    assert w.last_full is not None
-    reference = w.last_full
-    paths = [o.path for o in reference.owners if not o.path.startswith(_UNRESOLVABLE)]
+    assert w.reference is not None
+    reference = w.reference
+    asked, owners_doc = _owner_request(w.reference_snapshot.owners if w.reference_snapshot is not None else ())
     taken_at = time.time()
     rss = rss_bytes(w.target.pid) - w.payload_resident  # before the request (see _full)
+    remote, measured, type_stats, step_ms = _read_owners(w, owners_doc, len(asked), top_types=SAMPLED_TYPES,
+                                                         timeout=timeout, log=log, progress=progress, force=force)
+    taken_at = counted_at(remote.result, "started_at", taken_at)
+    return Sample(
+        pid=w.target.pid,
+        taken_at=taken_at,
+        rss_bytes=rss,
+        owners=estimate_owners([_counted(o, w.census_lengths) for o in asked], [
+            answer if o.type in _LENGTH_IS_ITEMS or o.path in w.census_lengths else (answer[0], None)
+            for o, answer in zip(asked, measured, strict=True)]),
+        types=type_stats,
+        name=w.target.name,
+        method=remote.method,
+        pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms, step_ms), 2),
+        types_scope="tracked" if type_stats else "",
+        owner_model=reference.owner_model,
+        unresolved=tuple(o.path for o, (found, _) in zip(asked, measured, strict=True) if not found),
+    )
+
+
+def _counted(owner: Owner, census_lengths: dict[str, int]) -> Owner:
+    """``owner`` with its length read after the census as its item count (see _LENGTH_IS_ITEMS)."""
+    return dataclasses.replace(owner, items=census_lengths[owner.path]) if owner.path in census_lengths else owner
+
+
+def _read_owners(w: Watched, owners_doc: list[dict[str, object]], asked: int, *, top_types: int, timeout: float,
+                 log: AttachLog, progress: Progress | None, force: bool,
+                 ) -> tuple[RemoteResult, list[tuple[bool, int | None]], tuple[TypeStat, ...], float]:
+    """The ``sample`` request: (its answer, per owner found and length, type counts, its
+    longest step in ms)."""
     remote = run_request(
         w.target.pid,
-        {"op": "sample", "paths": paths[:SAMPLED_OWNERS], "top_types": SAMPLED_TYPES},
+        {"op": "sample", "owners": owners_doc, "top_types": top_types},
         method=w.method,
         timeout=timeout,
         log=log,
@@ -124,9 +209,8 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
     )
     w.payload_resident += _left_by_loading(remote.cost)
     result = remote.result
-    taken_at = counted_at(result, "started_at", taken_at)
     try:  # the sample comes from inside the target, whose owner controls it
-        items = {str(k): int(v) for k, v in (result.get("items") or {}).items()}
+        measured = _owner_answers(result.get("owners"), asked)
         types = result.get("types")
         type_stats = tuple(TypeStat(**t) for t in types) if types else ()
         if not all(isinstance(t.type, str) and isinstance(t.count, int) and isinstance(t.bytes, int)
@@ -136,17 +220,23 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
     except (TypeError, ValueError, AttributeError) as exc:
         raise ProtocolViolation(f"process {w.target.pid} answered with a malformed sample "
                                 f"({type(exc).__name__}: {str(exc)[:120]})") from None
-    return Sample(
-        pid=w.target.pid,
-        taken_at=taken_at,
-        rss_bytes=rss,
-        owners=estimate_owners(reference, items),
-        types=type_stats,
-        name=w.target.name,
-        method=remote.method,
-        pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms, step_ms), 2),
-        types_scope="tracked" if types else "",
-    )
+    return remote, measured, type_stats, step_ms
+
+
+def _owner_answers(doc: object, asked: int) -> list[tuple[bool, int | None]]:
+    """(found, item count or None) per owner asked for, in order; TypeError unless the
+    answer has that shape."""
+    if not isinstance(doc, list) or len(doc) != asked:
+        raise TypeError("owners is not one answer per owner asked for")
+    out: list[tuple[bool, int | None]] = []
+    for answer in doc:
+        if not isinstance(answer, dict) or not isinstance(answer.get("found"), bool):
+            raise TypeError("an owner's answer is not {found, items}")
+        items = answer.get("items")
+        if items is not None and (type(items) is not int or items < 0):
+            raise TypeError("an owner's item count is not a count")
+        out.append((answer["found"], items))
+    return out
 
 
 def _left_by_loading(cost: RequestCost | MemoryCost | None) -> int:
@@ -393,7 +483,7 @@ def _reports(watched: dict[int, Watched]) -> tuple[GrowthReport, ...]:
     for w in watched.values():
         if not w.samples:
             continue
-        report = analyse_growth(w.samples)
+        report = analyse_growth(w.samples, snapshot=w.last_snapshot)
         if w.warnings:
             report = GrowthReport(**{**report.__dict__, "warnings": tuple(w.warnings)})
         reports.append(report)

@@ -6,6 +6,7 @@ Frozen, like the snapshot model; ``leakhound.analysis.growth`` computes them.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,16 +32,37 @@ STATIC = Verdict.STATIC
 UNKNOWN = Verdict.UNKNOWN
 
 
+# "(worker.py:123)" in task and thread owners: the line a coroutine or frame is at right now.
+_LINE = re.compile(r"\(([^()]*?):\d+\)")
+# asyncio's and threading's automatic names: a new number for every task or thread started.
+_AUTO_NAME = re.compile(r"\b(Task|Thread|ThreadPoolExecutor)-\d+(?:_\d+)?\b")
+
+
+def normalized_path(path: str) -> str:
+    """An owner path without what changes while the worker runs (a coroutine's line, the
+    number asyncio or threading gave a task or thread):
+    ``task:Task-7/run (worker.py:123).x`` -> ``task:Task-*/run (worker.py).x``."""
+    return _AUTO_NAME.sub(r"\1-*", _LINE.sub(r"(\1)", path))
+
+
+def enclosing_paths(path: str) -> list[str]:
+    """The owner paths ``path`` extends (cut before each ``.`` or ``[``), longest first."""
+    return [path[:i] for i in range(len(path) - 1, 0, -1) if path[i] in ".["]
+
+
 @dataclass(frozen=True)
 class OwnerSample:
     """One owner at one moment. ``estimated`` is True when ``bytes`` was scaled from the item
-    count measured now and the bytes per item of the last full snapshot."""
+    count measured now and the bytes per item of the last full snapshot. ``object_id``: the
+    owner object's id() in the target (dominator owners; 0: not known), what matches it
+    across samples whatever path it was named by."""
 
     path: str
     type: str
     items: int
     bytes: int
     estimated: bool = False
+    object_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,16 @@ class Sample:
     pause_ms: float = 0.0
     # "all" (census: every object), "tracked" (gc-tracked objects only) or "" (none).
     types_scope: str = ""
+    # How its owners were found: "dominator" or "first-reacher" (a cheap sample: its
+    # reference's), "" when it has none (RSS only, files of before).
+    owner_model: str = ""
+    # Unreachable objects kept alive by cycles (full samples whose census looked; else None).
+    cyclic_garbage_bytes: int | None = None
+    cyclic_garbage_objects: int = 0
+    # Owners of the reference a cheap sample could not find again by their ids (the path
+    # from the root no longer leads to that object): left out, never another object counted
+    # in their place.
+    unresolved: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,7 +103,7 @@ class Trend:
     """How one series (an owner, RSS, live heap or a type) moved over the window."""
 
     name: str
-    kind: str  # owner | rss | heap | type
+    kind: str  # owner | rss | heap | type | cyclic_garbage
     verdict: str
     bytes_per_min: float
     items_per_min: float
@@ -84,6 +116,15 @@ class Trend:
     points: int
     seconds: float
     type: str = ""
+    # The other paths the same owner (its object_id, else its normalized path) was named by
+    # in earlier samples; ``name`` is the latest.
+    was: tuple[str, ...] = ()
+    # The owner this one lies inside (its path extends that one's; never owners in the same
+    # census): of the two, one growth finding. "" if none.
+    within: str = ""
+    # The --fix a detector of the last full snapshot recommends for this owner (or the shape
+    # it lies in or holds); "" if none.
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,6 +140,10 @@ class GrowthReport:
     types: tuple[Trend, ...]
     findings: tuple[Finding, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    # Unreachable objects kept alive by cycles, over the full samples that looked for them.
+    cyclic_garbage: Trend | None = None
+    # The owner model its owners were followed in ("dominator", "first-reacher", "").
+    owner_model: str = ""
 
     @property
     def verdict(self) -> str:
@@ -106,6 +151,8 @@ class GrowthReport:
         no owner does (a leak outside Python objects). A one-off RSS step (e.g. the census's
         own working memory, which glibc keeps) does not make a static process plateaued."""
         verdicts = {t.verdict for t in self.owners}
+        if self.cyclic_garbage is not None:
+            verdicts.add(self.cyclic_garbage.verdict)
         if GROWING in verdicts or self.rss.verdict == GROWING:
             return GROWING
         if PLATEAUED in verdicts:
@@ -128,13 +175,14 @@ class TargetEnded:
 
 
 def sample_from_snapshot(snapshot: Snapshot) -> Sample:
+    examined = snapshot.heap.unreached_examined
     return Sample(
         pid=snapshot.pid,
         taken_at=snapshot.taken_at,
         rss_bytes=snapshot.process.rss_bytes,
         heap_bytes=snapshot.heap.bytes,
         owners=tuple(
-            OwnerSample(path=o.path, type=o.type, items=o.items, bytes=o.retained_bytes)
+            OwnerSample(path=o.path, type=o.type, items=o.items, bytes=o.retained_bytes, object_id=o.object_id)
             for o in snapshot.owners
         ),
         types=snapshot.types,
@@ -143,6 +191,9 @@ def sample_from_snapshot(snapshot: Snapshot) -> Sample:
         method=snapshot.method,
         pause_ms=snapshot.heap.max_pause_ms,
         types_scope="all",
+        owner_model=snapshot.heap.owner_model,
+        cyclic_garbage_bytes=snapshot.cyclic_garbage.bytes if examined else None,
+        cyclic_garbage_objects=snapshot.cyclic_garbage.objects if examined else 0,
     )
 
 
@@ -163,11 +214,16 @@ def sample_from_dict(doc: dict[str, Any]) -> Sample:
         method=str(doc.get("method", "")),
         pause_ms=float(doc.get("pause_ms", 0.0)),
         types_scope=str(doc.get("types_scope", "")),
+        owner_model=str(doc.get("owner_model", "")),
+        cyclic_garbage_bytes=None if doc.get("cyclic_garbage_bytes") is None else int(doc["cyclic_garbage_bytes"]),
+        cyclic_garbage_objects=int(doc.get("cyclic_garbage_objects", 0)),
+        unresolved=tuple(str(p) for p in doc.get("unresolved", ())),
     )
 
 
 def trend_to_dict(t: Trend) -> dict[str, Any]:
     out = asdict(t)
+    out["was"] = list(t.was)
     for key in ("bytes_per_min", "items_per_min", "recent_bytes_per_min", "recent_items_per_min", "seconds"):
         out[key] = round(out[key], 3)
     return out
@@ -185,6 +241,8 @@ def report_to_dict(report: GrowthReport) -> dict[str, Any]:
         "heap": None if report.heap is None else trend_to_dict(report.heap),
         "owners": [trend_to_dict(t) for t in report.owners],
         "types": [trend_to_dict(t) for t in report.types],
+        "cyclic_garbage": None if report.cyclic_garbage is None else trend_to_dict(report.cyclic_garbage),
+        "owner_model": report.owner_model,
         "findings": [asdict(f) for f in report.findings],
         "warnings": list(report.warnings),
     }

@@ -132,6 +132,12 @@ class Owner:
     retained_bytes: int
     retained_objects: int = 0
     retainers: tuple[str, ...] = ()
+    # With the dominator model: the owner object's id() in the target (0: not known), and the
+    # ids along its path from the root, the root's first. What the owner *is*, while its path
+    # is only how it was reached: watch re-reads the owner by these ids, and samples and
+    # snapshots of one process match owners by (object_id, type) before their paths.
+    object_id: int = 0
+    path_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

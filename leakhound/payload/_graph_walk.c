@@ -24,7 +24,7 @@
  * when it is met, a container's when its walk is done (its folded leaves added); a node the
  * payload's Python code made (a root) has one when made and, if walked, a second: the last
  * one counts. An edge's record is (source address, destination address, label); 0 is the
- * super-root. The records go into columns of blocks of 64Ki items; with a spool (graph_spool:
+ * super-root. The records go into columns of blocks of 16Ki items; with a spool (graph_spool:
  * the file the CLI reads, on the debugger paths) every full block is written out and freed at
  * the next graph_flush (the payload calls it while it yields the GIL anyway), so what the walk
  * keeps in the target is the bitmaps and a few blocks, not the graph. On the wire each block
@@ -34,7 +34,12 @@
  * units of work (a container popped, a referent seen) and returns, so the caller's duty
  * cycle, deadline and cancel hook run between calls. A big exact list, tuple, set or dict is
  * read a slice at a time, its rest kept in the state for the next call (a big dict's values
- * carry no labels, in both loops: see PHASE_DICT_VALUES).
+ * carry no labels, in both loops: see PHASE_DICT_VALUES), and waits while what its slices
+ * pushed is walked (GRAPH_SUSPEND_AT).
+ *
+ * An entry a collection alone holds is folded into it, with all it alone holds (see
+ * STACK_NAMESPACE): no node, its bytes a (collection's address, bytes) record, its other
+ * referents edges from the collection labelled "f" and the entry's own name for them.
  *
  * Python code it calls: the payload's own helpers given to graph_new (a type's id, a label's
  * id, a type's slot descriptors, a native object's buffers), and C descriptors' getters.
@@ -45,7 +50,7 @@
 #include <unistd.h>
 
 #define GRAPH_NAME "leakhound._walk.graph"
-#define GBLOCK_SHIFT 16
+#define GBLOCK_SHIFT 14
 #define GBLOCK_ITEMS ((Py_ssize_t)1 << GBLOCK_SHIFT)
 /* getrefcount() as the Python loop sees a referent: its container, its referents list, the
  * loop variable and getrefcount's own argument; here the buffer holds the second. */
@@ -54,7 +59,8 @@
 #define GRAPH_SHARED_LEAF 64
 #define GRAPH_MAX_LABEL_CHARS 80
 
-/* A column of records: blocks of 64Ki items; blocks [0, flushed) are written out and freed. */
+/* A column of records: blocks of 16Ki items (128 KiB of 8-byte items: what the target holds
+ * of each column between two flushes); blocks [0, flushed) are written out and freed. */
 /* Blocks written out are kept for reuse, up to this many a column: a new block is fresh
  * memory the kernel has to fault in and zero (the columns are ~80 MB of records on a
  * 4.8M-object heap). */
@@ -455,12 +461,37 @@ enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
 
 /* The frame codes of the columns (graph_wire.py reads them; 4 and 5 are the Python loop's
  * edges by node id). */
-enum { COL_IDS = 0, COL_SIZES = 1, COL_TYPES = 2, COL_LENGTHS = 3, COL_LABELS = 6, COL_SRC = 7, COL_DST = 8 };
+enum { COL_IDS = 0, COL_SIZES = 1, COL_TYPES = 2, COL_LENGTHS = 3, COL_LABELS = 6, COL_SRC = 7, COL_DST = 8,
+       COL_FOLD_OWNER = 9, COL_FOLD_BYTES = 10 };
+
+/* A big container whose slices wait while what its last slices pushed is walked (see
+ * GRAPH_SUSPEND_AT): its record so far and where its next slice starts. */
+typedef struct {
+    PyObject *cur, *cursor;  /* strong references */
+    uintptr_t owner;
+    long long size, folded;
+    int32_t type;
+    int phase, tag, has_names;
+    Py_ssize_t pos, entries, cursor_pos, base;
+} Suspended;
+
+/* A big container's slices push what they find on the stack (a registry of 2.4M sessions:
+ * 2.4M entries, 38 MiB with their owner words, before the first was walked): once it has
+ * pushed this many, its next slice waits until they are walked, so that the stack holds a
+ * few slices' worth at each of at most GRAPH_MAX_SUSPENDED nested big containers. */
+#define GRAPH_SUSPEND_AT 4096
+#define GRAPH_MAX_SUSPENDED 32
 
 typedef struct {
     /* Node records (address, size, type id, entries) and edge records (source and
      * destination addresses, label): see the top of this file. */
     Column ids, sizes, types, lengths, src, dst, lab;
+    /* Bytes of objects folded into a node (see STACK_NAMESPACE): (the node's address, bytes) pairs,
+     * summed by leakhound; consecutive folds into one node are one pair (``fold_owner``). */
+    Column fold_owner, fold_bytes;
+    uintptr_t fold_pending;
+    long long fold_pending_bytes;
+    long long folded_objects;
     NodeBits marked;           /* the addresses of the nodes and of our own objects */
     NodeBits walls;            /* nodes no edge but the super-root's leads to */
     NodeBits ownbits;          /* leakhound's own objects: never nodes */
@@ -497,6 +528,17 @@ typedef struct {
      * pushes on the list handed to graph_walk moves here at each call (a list's pop through
      * the stable ABI is PyList_SetSlice: ~1% of the walk's CPU). */
     Refs stack;
+    /* Per entry of ``stack``: 0 a node, STACK_NAMESPACE a node whose referents are its
+     * names (nothing is folded into it), else the address of the node it is folded into. */
+    uintptr_t *owners;
+    Py_ssize_t owners_cap;
+    uintptr_t cur_owner;
+    /* label id -> the label "f<label>" of an edge from a folded entry (-2: not asked yet) */
+    int32_t *fold_labels;
+    Py_ssize_t fold_labels_len;
+    Py_ssize_t cur_base;       /* the stack's length when the current container began */
+    Suspended suspended[GRAPH_MAX_SUSPENDED];
+    int nsuspended;
     LabelMap names;
     AddrMap key_labels;    /* a str key's hash and label by its address (key_label) */
     /* The hashes of the short keys (<= GRAPH_MAX_LABEL_CHARS) a label was made for: once no
@@ -514,8 +556,9 @@ typedef struct {
     long long objects, bytes, native_bytes;
 } GraphState;
 
-#define GRAPH_COLUMNS(g) {&(g)->ids, &(g)->sizes, &(g)->types, &(g)->lengths, &(g)->lab, &(g)->src, &(g)->dst}
-#define GRAPH_NCOLUMNS 7
+#define GRAPH_COLUMNS(g) {&(g)->ids, &(g)->sizes, &(g)->types, &(g)->lengths, &(g)->lab, &(g)->src, &(g)->dst, \
+                         &(g)->fold_owner, &(g)->fold_bytes}
+#define GRAPH_NCOLUMNS 9
 
 static void
 graph_drop_helpers(GraphState *g)
@@ -534,6 +577,17 @@ graph_drop_helpers(GraphState *g)
     Py_CLEAR(g->too_big);
     refs_free(&g->refs);
     refs_free(&g->stack);
+    PyMem_Free(g->owners);
+    g->owners = NULL;
+    g->owners_cap = 0;
+    PyMem_Free(g->fold_labels);
+    g->fold_labels = NULL;
+    g->fold_labels_len = 0;
+    while (g->nsuspended > 0) {
+        Suspended *z = &g->suspended[--g->nsuspended];
+        Py_CLEAR(z->cur);
+        Py_CLEAR(z->cursor);
+    }
     Py_CLEAR(g->cur);
     g->phase = PHASE_NONE;
 }
@@ -652,6 +706,106 @@ graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
     long long a = (long long)i, b = (long long)j;
     if (column_push(&g->src, &a) < 0 || column_push(&g->dst, &b) < 0 || column_push(&g->lab, &label) < 0)
         return -1;
+    return 0;
+}
+
+/* Folding. A collection's entry (an exact list, tuple, set, frozenset or dict; not a dict
+ * that is another object's names: see STACK_NAMESPACE) whose only reference is the
+ * collection's is part of it: nothing else can reach it, so the collection dominates it and
+ * everything it alone holds, and freeing the collection returns it. Such an entry is no
+ * node: it is walked as part of the collection (folded into it), its size added to the
+ * collection's, what it holds alone folded in turn, its other referents edges from the
+ * collection. A heap of registries of records is then a graph of its shared objects only
+ * (a registry of 2.4M sessions: 7.2M nodes unfolded). */
+#define STACK_NAMESPACE ((uintptr_t)1)
+
+static inline int
+is_collection(PyTypeObject *tp)
+{
+    return tp == &PyList_Type || tp == &PyTuple_Type || tp == &PyDict_Type || tp == &PySet_Type
+        || tp == &PyFrozenSet_Type;
+}
+
+/* ``op`` on the walk's stack (a new reference), with its owner word. */
+static int
+graph_push(GraphState *g, PyObject *op, uintptr_t owner)
+{
+    if (refs_push(&g->stack, op) < 0)
+        return -1;
+    if (g->owners_cap < g->stack.cap) {
+        uintptr_t *owners = PyMem_Realloc(g->owners, (size_t)g->stack.cap * sizeof(uintptr_t));
+        if (owners == NULL) {
+            g->stack.len--;
+            Py_DECREF(op);
+            PyErr_NoMemory();
+            return -1;
+        }
+        g->owners = owners;
+        g->owners_cap = g->stack.cap;
+    }
+    g->owners[g->stack.len - 1] = owner;
+    return 0;
+}
+
+/* The label of an edge from a folded entry to what the entry names ``label`` (graph.py's
+ * _fold_label, asked through label_of with the label's id): -2 on error. */
+static long
+fold_label(GraphState *g, long label)
+{
+    if (label >= g->fold_labels_len) {
+        Py_ssize_t n = label + 256;
+        int32_t *grown = PyMem_Realloc(g->fold_labels, (size_t)n * sizeof(int32_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        for (Py_ssize_t k = g->fold_labels_len; k < n; k++)
+            grown[k] = -2;
+        g->fold_labels = grown;
+        g->fold_labels_len = n;
+    }
+    if (g->fold_labels[label] == -2) {
+        PyObject *arg = PyLong_FromLong(label);
+        if (arg == NULL)
+            return -2;
+        g->called++;
+        PyObject *got = PyObject_CallFunctionObjArgs(g->label_of, arg, NULL);
+        Py_DECREF(arg);
+        if (got == NULL)
+            return -2;
+        long value = PyLong_AsLong(got);
+        Py_DECREF(got);
+        if (value == -1 && PyErr_Occurred())
+            return -2;
+        g->fold_labels[label] = value < -1 || value > INT_MAX ? -1 : (int32_t)value;
+    }
+    return g->fold_labels[label];
+}
+
+/* The pending (owner, bytes) pair out to its columns. */
+static int
+graph_fold_flush(GraphState *g)
+{
+    if (g->fold_pending == 0)
+        return 0;
+    long long a = (long long)g->fold_pending;
+    g->fold_pending = 0;
+    if (column_push(&g->fold_owner, &a) < 0 || column_push(&g->fold_bytes, &g->fold_pending_bytes) < 0)
+        return -1;
+    return 0;
+}
+
+/* ``size`` more bytes folded into the node at ``owner``. */
+static int
+graph_fold(GraphState *g, uintptr_t owner, long long size)
+{
+    if (owner != g->fold_pending || g->fold_pending_bytes > LLONG_MAX - size) {
+        if (graph_fold_flush(g) < 0)
+            return -1;
+        g->fold_pending = owner;
+        g->fold_pending_bytes = 0;
+    }
+    g->fold_pending_bytes += size;
     return 0;
 }
 
@@ -1141,7 +1295,14 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
     Refs *r = &g->refs;
     Py_ssize_t start = r->next;
     Py_ssize_t stop = r->len - start > budget ? start + budget : r->len;
-    uintptr_t i = (uintptr_t)g->cur;
+    uintptr_t owner = g->cur_owner;
+    int collection = is_collection(Py_TYPE(g->cur));
+    /* the node the edges come from, and the one entries held once are folded into (0: none) */
+    uintptr_t i = owner > STACK_NAMESPACE ? owner : (uintptr_t)g->cur;
+    uintptr_t fold_into = owner > STACK_NAMESPACE ? owner : (owner == 0 && collection ? i : 0);
+    /* a dict held by what is no collection (an instance's __dict__, a frame's locals) names
+     * that object's parts: its entries are not folded into it */
+    uintptr_t child_owner = collection ? 0 : STACK_NAMESPACE;
     for (Py_ssize_t k = start; k < stop; k++) {
         PyObject *ref = r->items[k];  /* owned by r */
         PyTypeObject *rtp = Py_TYPE(ref);
@@ -1170,6 +1331,14 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
         if (found == FOUND_NONE) {
             if (PyType_Check(ref) || rtp == &PyModule_Type)
                 continue;  /* classes and modules are roots of their own */
+            if (!leaf && fold_into && Py_REFCNT(ref) + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE) {
+                /* held by this collection alone: part of it (see STACK_NAMESPACE), no edge */
+                if (nodebits_set(&g->marked, address) < 0 || graph_push(g, ref, fold_into) < 0)
+                    return -1;
+                g->tracked++;
+                g->folded_objects++;
+                continue;
+            }
             if (graph_mark(g, ref) < 0)
                 return -1;
             if (leaf) {
@@ -1179,7 +1348,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                     || graph_tally(g, type_id, 1, size) < 0)
                     return -1;
             }
-            else if (refs_push(&g->stack, ref) < 0) {
+            else if (graph_push(g, ref, PyDict_CheckExact(ref) ? child_owner : 0) < 0) {
                 return -1;  /* its record is made when it is walked (graph_finish) */
             }
         }
@@ -1192,6 +1361,11 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
         }
         else if (g->tag) {
             label = frame_label(g, rtp);
+            if (label == -2)
+                return -1;
+        }
+        if (owner > STACK_NAMESPACE && label >= 0) {
+            label = fold_label(g, label);  /* from a folded entry: "f" and its own name */
             if (label == -2)
                 return -1;
         }
@@ -1215,7 +1389,9 @@ graph_finish(GraphState *g)
     long long size = g->cur_size;
     if (g->folded && size <= LLONG_MAX - g->folded)
         size += g->folded;
-    int failed = graph_record(g, (uintptr_t)c, size, g->cur_type, entries);
+    int failed = g->cur_owner > STACK_NAMESPACE ? graph_fold(g, g->cur_owner, size)
+                                                : graph_record(g, (uintptr_t)c, size, g->cur_type, entries);
+    g->cur_owner = 0;
     g->phase = PHASE_NONE;
     /* The buffer is kept for the next container (a malloc and a free per container were ~5%
      * of the walk), unless a big one grew it. */
@@ -1227,6 +1403,56 @@ graph_finish(GraphState *g)
     }
     Py_CLEAR(g->cur);
     return failed;
+}
+
+/* The current big container waits (its slice read to the end): what its slices pushed is
+ * walked first. The slice's references are let go, as before the next slice. */
+static void
+graph_suspend(GraphState *g)
+{
+    Suspended *z = &g->suspended[g->nsuspended++];
+    z->cur = g->cur;
+    z->owner = g->cur_owner;
+    z->size = g->cur_size;
+    z->folded = g->folded;
+    z->type = g->cur_type;
+    z->phase = g->phase;
+    z->tag = g->tag;
+    z->has_names = g->has_names;
+    z->pos = g->pos;
+    z->entries = g->entries;
+    z->cursor = g->refs.cursor;
+    z->cursor_pos = g->refs.pos;
+    z->base = g->cur_base;
+    g->refs.cursor = NULL;
+    refs_clear(&g->refs);
+    g->cur = NULL;
+    g->cur_owner = 0;
+    g->phase = PHASE_NONE;
+}
+
+/* The last container that waited is the current one again. */
+static void
+graph_resume(GraphState *g)
+{
+    Suspended *z = &g->suspended[--g->nsuspended];
+    refs_clear(&g->refs);
+    Py_CLEAR(g->refs.cursor);
+    labelmap_clear(&g->names);  /* a big container's entries carry no names */
+    g->cur = z->cur;
+    g->cur_owner = z->owner;
+    g->cur_size = z->size;
+    g->folded = z->folded;
+    g->cur_type = z->type;
+    g->phase = z->phase;
+    g->tag = z->tag;
+    g->has_names = z->has_names;
+    g->pos = z->pos;
+    g->entries = z->entries;
+    g->refs.cursor = z->cursor;
+    g->refs.pos = z->cursor_pos;
+    g->cur_base = z->base;
+    z->cur = z->cursor = NULL;
 }
 
 /* -- the module's functions --------------------------------------------------------------- */
@@ -1259,6 +1485,9 @@ graph_new(PyObject *Py_UNUSED(module), PyObject *args)
         return PyErr_NoMemory();
     g->sizes.itemsize = g->ids.itemsize = g->src.itemsize = g->dst.itemsize = 8;
     g->types.itemsize = g->lengths.itemsize = g->lab.itemsize = 4;
+    g->fold_owner.itemsize = g->fold_bytes.itemsize = 8;
+    g->fold_owner.code = COL_FOLD_OWNER;
+    g->fold_bytes.code = COL_FOLD_BYTES;
     g->ids.code = COL_IDS;
     g->sizes.code = COL_SIZES;
     g->types.code = COL_TYPES;
@@ -1418,7 +1647,8 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
     g->called = 0;
     Py_ssize_t pushed = PyList_Size(stack);
     for (Py_ssize_t k = 0; k < pushed; k++) {
-        if (refs_push(&g->stack, PyList_GetItem(stack, k)) < 0)
+        PyObject *root = PyList_GetItem(stack, k);
+        if (graph_push(g, root, PyDict_CheckExact(root) ? STACK_NAMESPACE : 0) < 0)
             goto error;
     }
     if (pushed > 0 && PyList_SetSlice(stack, 0, pushed, NULL) < 0)
@@ -1427,19 +1657,30 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
         work += g->called * GRAPH_CALL_WORK;
         g->called = 0;
         if (g->cur == NULL) {
+            if (g->nsuspended > 0 && g->stack.len <= g->suspended[g->nsuspended - 1].base) {
+                graph_resume(g);
+                continue;
+            }
             if (g->stack.len == 0)
                 break;
             PyObject *obj = g->stack.items[--g->stack.len];  /* its reference, ours now */
+            uintptr_t owner = g->owners[g->stack.len];
             work += 1;
             if (graph_find(g, (uintptr_t)obj) != FOUND_NODE) {  /* it cannot be: pushed as one */
                 Py_DECREF(obj);
                 continue;
             }
             g->cur = obj;
+            g->cur_owner = owner;
+            g->cur_base = g->stack.len;
             if (graph_begin(g, &w, obj) < 0)
                 goto error;
         }
         if (g->phase != PHASE_NONE && g->refs.next == g->refs.len) {
+            if (g->stack.len - g->cur_base > GRAPH_SUSPEND_AT && g->nsuspended < GRAPH_MAX_SUSPENDED) {
+                graph_suspend(g);
+                continue;
+            }
             Py_ssize_t got = graph_next_slice(g, limit - work > 1 ? limit - work : 1);
             if (got < 0)
                 goto error;
@@ -1480,7 +1721,8 @@ graph_pending_bytes(GraphState *g)
 }
 
 PyDoc_STRVAR(graph_info_doc,
-"graph_info(graph) -> (nodes, edges, tracked, bytes held, bytes written out, bytes of frames left)");
+"graph_info(graph) -> (nodes, edges, tracked, bytes held, bytes written out, bytes of frames left,\n"
+"                      objects folded into their collections)");
 
 static PyObject *
 graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
@@ -1503,7 +1745,9 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     held += (long long)g->t_len * 16;
     for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         held += (long long)cols[k]->nspare * GBLOCK_ITEMS * cols[k]->itemsize;
-    return Py_BuildValue("nnnLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g));
+    held += (long long)g->owners_cap * (long long)sizeof(uintptr_t);
+    return Py_BuildValue("nnnLLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g),
+                         g->folded_objects);
 }
 
 PyDoc_STRVAR(graph_reached_doc,
@@ -1669,8 +1913,11 @@ graph_close(PyObject *Py_UNUSED(module), PyObject *capsule)
     GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
     if (g == NULL)
         return NULL;
+    int failed = graph_fold_flush(g);
     graph_drop_bits(g);
     graph_drop_helpers(g);
+    if (failed)
+        return NULL;
     Py_RETURN_NONE;
 }
 

@@ -88,7 +88,7 @@ __all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphTim
 # root: tens of thousands of tracked lists brought the target's next collection forward.
 # /4: the records travel in frames (graph_wire.FRAME_COLUMNS); the compiled walk names nodes
 # by address (``node_keys``: "address"), leakhound gives them ids.
-GRAPH_FORMAT = "leakhound.graph/4"
+GRAPH_FORMAT = "leakhound.graph/5"
 
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
 # items pair), the loop variable and getrefcount's argument.
@@ -209,12 +209,20 @@ class Graph(object):
         # collection, which then ran in our thread: the real worker's first inspection)
         self.roots = []
         self.walls = set()  # nodes no edge but the super-root's leads to
+        # Folding (as _graph_walk.c's STACK_NAMESPACE): an entry of a collection held by it
+        # alone is part of it, no node; walked as -(k + 2), ``folds[k]`` folded into node
+        # ``fold_owner[k]``. ``namespaces``: dict nodes that name another object's parts.
+        self.folds = []
+        self.fold_owner = array.array("i")
+        self.namespaces = set()
+        self.folded_objects = 0
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
         self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
         self.unreached = {"examined": False, "estimated_pause_ms": None, "reason": "", "held": 0,
                           "garbage_objects": 0}
         for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
                     self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
+                    self.folds, self.fold_owner, self.namespaces,
                     self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
                     self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen,
                     self.size_of, self.size_of.known):
@@ -255,6 +263,9 @@ class Graph(object):
             raise GraphCancelled("the object graph was cancelled")
 
     def _label(self, text):
+        if type(text) is int:
+            # (the compiled walk's way to ask for _fold_label: the one helper it calls for labels)
+            return self._fold_label(text)
         i = self.label_index.get(text)
         if i is None:
             if len(self.labels) >= _MAX_LABELS:
@@ -266,6 +277,11 @@ class Graph(object):
             i = self.label_index[text] = len(self.labels)
             self.labels.append(text)
         return i
+
+    def _fold_label(self, label):
+        """The label of an edge from an entry folded into its collection, to what the entry
+        names ``label``: "f" and that label (``__main__.CALLBACKS[].__self__``)."""
+        return self._label("f" + self.labels[label]) if 0 <= label < len(self.labels) else -1
 
     def _type_id(self, tp):
         t = self.type_index.get(id(tp))
@@ -310,8 +326,11 @@ class Graph(object):
         self.walls.add(i)
 
     def _push(self, stack, i, obj):
-        """Node ``i`` (``obj``) to be walked."""
+        """Node ``i`` (``obj``) to be walked (a dict root names its parts: nothing is folded
+        into it, as the compiled walk's STACK_NAMESPACE)."""
         stack.append(i)
+        if type(obj) is dict:
+            self.namespaces.add(i)
 
     def _count(self):
         return len(self.nodes)
@@ -423,11 +442,24 @@ class Graph(object):
         plain = _PLAIN_IDS
         singleton_ids = _SINGLETON_IDS
         native = self.native
+        folds = self.folds
+        fold_owner = self.fold_owner
+        namespaces = self.namespaces
         steps = 0
         while stack:
             i = stack.pop()
-            obj = nodes[i]
+            if i < 0:  # folded into a node: its size and edges are that node's
+                obj = folds[-i - 2]
+                i = fold_owner[-i - 2]
+                folded_here = True
+                sizes[i] += size_of(obj)
+            else:
+                obj = nodes[i]
+                folded_here = False
             tp = type(obj)
+            collection = id(tp) in sized
+            fold_into = i if folded_here or (collection and i not in namespaces) else 0
+            child_namespace = not collection
             t0 = perf_counter()
             names = None
             code = native.get(id(tp), 0) if native else 0
@@ -471,7 +503,7 @@ class Graph(object):
                 took = perf_counter() - t0
                 if took > self.max_step:
                     self.max_step = took
-            if id(tp) in sized:
+            if collection and not folded_here:
                 lengths[i] = min(len(refs) // 2 if names is not None else len(refs), 0x7FFFFFFF)
             tag = id(tp) in frame_like
             if names is None and not tag and id(tp) not in plain:
@@ -507,6 +539,13 @@ class Graph(object):
                 if j is None:
                     if issubclass(rtp, type) or rtp is module_type:
                         continue  # classes and modules are roots of their own
+                    if fold_into and rid not in leaf_ids and getrefcount(ref) <= only_one:
+                        index[id(ref)] = -2  # held by this collection alone: part of it, no edge
+                        folds.append(ref)
+                        fold_owner.append(fold_into)
+                        stack.append(-len(folds) - 1)
+                        self.folded_objects += 1
+                        continue
                     j = index[id(ref)] = len(nodes)
                     if j > max_nodes:
                         raise GraphTooBig("more than %d nodes" % max_nodes)
@@ -517,6 +556,8 @@ class Graph(object):
                     lengths_append(0)
                     if rid not in leaf_ids:
                         stack.append(j)
+                        if child_namespace and rtp is dict:
+                            namespaces.add(j)
                 elif j < 0 or j in walls:
                     continue
                 if names is not None:
@@ -527,6 +568,8 @@ class Graph(object):
                         label = type_labels[rid] = label_of("t" + _short_type_name(rtp))
                 else:
                     label = -1
+                if folded_here and label >= 0:
+                    label = self._fold_label(label)
                 src_append(i)
                 dst_append(j)
                 lab_append(label)

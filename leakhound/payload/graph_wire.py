@@ -117,6 +117,33 @@ def _step_label(obj, address):
     return "", nxt
 
 
+# Entries of a collection looked through for a step that went through one of them (folded into
+# the collection by the walk: payload/_graph_walk.c): at most this many, a few ms.
+_MAX_FOLDED_LOOKS = 4096
+
+
+def _folded_step_label(obj, address):
+    """(label, next object) for a step from a collection through one of its entries (folded
+    into it by the walk, no node of its own) to the object whose id is ``address``: "f" and
+    the entry's own label for it (rendered ``[].__self__``); (None, None) when none of the
+    first entries references it."""
+    if type(obj) is dict:
+        entries = list(dict.values(obj))[:_MAX_FOLDED_LOOKS]
+    elif type(obj) in (list, tuple, set, frozenset):
+        entries = list(obj)[:_MAX_FOLDED_LOOKS]
+    else:
+        return None, None
+    for entry in entries:
+        if type(entry) in (str, bytes, int, float, bool, type(None)) or isinstance(entry, (type, _ModuleType)):
+            continue
+        label, nxt = _step_label(entry, address)
+        if label is not None:
+            entries = entry = None
+            return "f" + label, nxt
+    entries = entry = None
+    return None, None
+
+
 def name_paths(request):
     """The labels along a few paths the CLI chose (``paths``: lists of ids, a root's first),
     walked again from the live roots by identity: an id is only compared with the ids of
@@ -135,7 +162,10 @@ def name_paths(request):
         for address in path[1:_MAX_PATH_STEPS]:
             if obj is None:
                 break
-            label, obj = _step_label(obj, address)
+            label, nxt = _step_label(obj, address)
+            if label is None:
+                label, nxt = _folded_step_label(obj, address)
+            obj = nxt
             if label is None:
                 break
             labels.append(label)
@@ -158,7 +188,8 @@ _LIST_PIECE = 5000  # list items per JSON piece
 # a second, later record, which counts), and its label. leakhound puts a column's frames end
 # to end and gives the addresses their ids (analysis/dominators/graph.py).
 FRAME_COLUMNS = (("ids", "q"), ("sizes", "q"), ("types", "i"), ("lengths", "i"), ("edge_src", "i"),
-                 ("edge_dst", "i"), ("edge_label", "i"), ("edge_src_address", "q"), ("edge_dst_address", "q"))
+                 ("edge_dst", "i"), ("edge_label", "i"), ("edge_src_address", "q"), ("edge_dst_address", "q"),
+                 ("fold_address", "q"), ("fold_bytes", "q"))
 FRAME_ITEMS = 1 << 16  # items per frame at most (256-512 KiB): each copy is one short step
 _FRAME_HEADER = struct.Struct("=II")
 

@@ -333,8 +333,8 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     graph_started_at = time.time()
     in_flight, registered = probes.in_flight_before(), probes.registered_before()
     reached = {}  # type: dict  # what the graph walk reached, as the census bitmap (graph_reached)
-    out_graph = _graph(request, progress, stop, expected=_last_census["objects"] // 2,
-                       census_seconds=_last_census["seconds"], spool_dir=exchange.spool_dir, tallies=True,
+    out_graph = _graph(request, progress, stop, census_seconds=_last_census["seconds"], spool_dir=exchange.spool_dir,
+                       tallies=True,
                        reached=reached)
     phase("graph")
     skipped = out_graph.get("skipped")
@@ -468,41 +468,36 @@ GRAPH_RESERVE = 6 << 20
 GRAPH_RESERVE_SHARE = 0.25
 
 
-def _graph(request, progress, stop, heap=None, expected=None, census_seconds=0.0, spool_dir=None, tallies=False,
+def _graph(request, progress, stop, heap=None, census_seconds=0.0, spool_dir=None, tallies=False,
            reached=None):
     """The object graph for the dominator tree (graph.py), when it fits ``max_graph_nodes``
-    (the census just counted the heap, or the last one in this process did: ``expected``
-    nodes); else ``{"skipped": reason}``. ``spool_dir``: where the result is written (the
+    and the request's memory budget; else ``{"skipped": reason}``. ``spool_dir``: where the result is written (the
     debugger path), its records written there as the walk goes. ``tallies``: keep what the
     walk counted on the way (``_census``, for _counted_in_graph); ``reached``: a dict that
     receives what it reached, as the census's bitmap (graph.build)."""
-    out = _graph_walked(request, progress, stop, heap, expected, census_seconds, spool_dir, reached)
+    out = _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reached)
     if not tallies:
         out.pop("_census", None)
     return out
 
 
-# pymalloc blocks an object takes at most (its own, and a list's items or a dict's table when
-# small): blocks over this many times the node budget's objects skip the graph (_graph_walked).
-BLOCKS_PER_OBJECT = 2
+# The graph's bitmaps: a bit per 16-byte granule of every MiB holding a node (as the census's),
+# RSS/128, and what it reaches of the shared leaves; a stack and a few blocks besides.
+GRAPH_BITMAP_SHARE = 1.0 / 100
+# What the last graph walked in this process found: over the node budget, a request with no
+# larger budget is not walked again (the census's owners stand, and the header says why).
+_last_graph = {"over_nodes": 0}
 
 
-def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool_dir, reached=None):
+def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reached=None):
     max_nodes = _int(request.get("max_graph_nodes"), 1000000, 1, 100000000)
-    counted = heap.get("objects", 0) if heap is not None else 2 * (expected or 0)
-    if counted > 2 * max_nodes:
-        return {"format": graph.GRAPH_FORMAT, "skipped": "the %s counted %s objects: over the graph budget of "
-                "%s nodes" % ("census" if heap is not None else "last census in this process",
-                              format(counted, ","), format(max_nodes, ","))}
-    blocks = sys.getallocatedblocks() if not counted and hasattr(sys, "getallocatedblocks") else 0
-    if blocks > BLOCKS_PER_OBJECT * 2 * max_nodes:
-        # No census yet in this process: pymalloc's blocks in use stand in for its count (an
-        # object is one or two blocks: a list's or dict's own block and its table's; ~0.5 ms
-        # for 3M blocks). Walked anyway, a 4 GB heap's graph spent its memory budget in its
-        # first 0.6 s and, given up, left the census too little of it (exit 19).
-        return {"format": graph.GRAPH_FORMAT, "skipped": "the heap holds %s pymalloc blocks (at least %s objects, "
-                "no census yet in this process): over the graph budget of %s nodes"
-                % (format(blocks, ","), format(blocks // BLOCKS_PER_OBJECT, ","), format(max_nodes, ","))}
+    # No budget of objects: the walk folds what one collection alone holds into it, so the
+    # heap's object count says little of its nodes (a registry of 2.4M sessions, 16.5M
+    # objects: a few thousand nodes). The node budget is the walk's own count.
+    if _last_graph["over_nodes"] and max_nodes <= _last_graph["over_nodes"]:
+        return {"format": graph.GRAPH_FORMAT, "skipped": "the last object graph walked in this process had more "
+                "than %s nodes: over the graph budget of %s nodes" % (format(_last_graph["over_nodes"], ","),
+                                                                     format(max_nodes, ","))}
     if heap is not None and not heap.get("with_owners", True):
         census_seconds = float(heap.get("census_seconds") or 0.0)
     max_pause = request.get("max_pause_ms")
@@ -535,6 +530,13 @@ def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool
             return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph's Python loop (the compiled walk "
                     "is not loaded) cannot keep to the request's memory budget in the target (%.0f MiB, from the "
                     "memory limit's headroom)" % (stop.memory.limit / 1048576.0)}
+        need = int(resident_bytes(stop.memory.fd) * GRAPH_BITMAP_SHARE) if stop.memory.fd >= 0 else 0
+        if need > left > 0:
+            # Walked anyway, a 4 GB heap's graph spent its memory budget in its first 0.6 s and,
+            # given up, left the census too little of it (exit 19).
+            return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph's bitmaps would take ~%.0f MiB in "
+                    "the target, over what the request's memory budget (%.0f MiB, from the memory limit's "
+                    "headroom) leaves for it" % (need / 1048576.0, stop.memory.limit / 1048576.0)}
         if left < GRAPH_MIN_BYTES:
             return {"format": graph.GRAPH_FORMAT, "skipped": "the request's memory budget in the target (%.0f MiB, "
                     "from the memory limit's headroom) had %.1f MiB left for the object graph"
@@ -548,10 +550,13 @@ def _graph_walked(request, progress, stop, heap, expected, census_seconds, spool
             return stop()
 
     try:
-        return graph.build(timeout=budget, progress=progress,
+        out = graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=cancelled, compiled=request.get("walker") != "python",
                            spool_dir=spool_dir, reached=reached, max_bytes=max_bytes)
+        if "over the graph budget" in str(out.get("skipped", "")):
+            _last_graph["over_nodes"] = max(max_nodes, _last_graph["over_nodes"])
+        return out
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
                 "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget}

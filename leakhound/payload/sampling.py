@@ -1,18 +1,28 @@
+# mypy: disable-error-code="assignment, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The cheap sample for ``leakhound watch``, run inside the target between full censuses.
 
-Standard library only. Given owner paths from the last full snapshot, it resolves each one
-(module global, class attribute or attribute chain) through built-in descriptors only and reads
-its item count with the C length slot, never user code. Optionally it counts gc-tracked objects
-by type: one ``gc.get_objects()`` call (a C list build) and a loop in this thread, which
-hands the GIL back to the main thread between bytecodes. No ``gc.collect()``, nothing kept.
+Standard library only. Given the owners of the last full snapshot, it finds each one again
+and reads its item count with the C length slot, never user code. A dominator owner is found
+by identity: the ids along its path from the root, each step a referent of the last (as the
+``names`` request walks them, ``graph_wire``), and it is the owner only if the object at the
+end is of the owner's type; a first-reacher owner by its path (module global, class attribute
+or attribute chain, through built-in descriptors only). Optionally it counts gc-tracked
+objects by type: one ``gc.get_objects()`` call (a C list build) and a loop in this thread,
+which hands the GIL back to the main thread between bytecodes. No ``gc.collect()``, nothing
+kept.
 """
 
+import collections
 import gc
 import re
 import sys
+import threading
 import time
 
 from . import census
+from .graph_wire import _step_label
+from .objects import _SIZED, _type_name, subclass_tree
 from .tasks import await_chain, live_tasks
 
 # "task:NAME/CORO (FILE:LINE).<Type>.attr...": an owner the census found under a coroutine
@@ -21,6 +31,11 @@ from .tasks import await_chain, live_tasks
 _TASK_PATH = re.compile(r"^task:(.*)/([^/ ]+) \(([^)]*)\)\.<([^>]+)>(?:\.(.*))?$")
 
 MAX_PATHS = 200
+MAX_PATH_STEPS = 256
+_ModuleType = type(sys)
+# Containers whose length is an owner's item count (the graph's ``lengths``): read with the C
+# slot of the built-in type, never a user ``__len__``.
+_SAMPLED_SIZED = (*_SIZED, collections.deque)
 MAX_TRACKED = 5000000  # above this the type count is skipped (it would allocate a big list)
 
 
@@ -90,6 +105,91 @@ def _resolve_task_path(path):
     return None
 
 
+def _roots_among(wanted):
+    """id -> object for the roots whose ids are in ``wanted`` (a set): modules first, then
+    tasks and other threads' frames, then classes, each looked at only while some root is
+    still missing (every class of a big program is tens of thousands of objects to list)."""
+    found = {}
+    for module in list(sys.modules.values()):
+        if type(module) is _ModuleType and id(module) in wanted:
+            found[id(module)] = module
+    if len(found) < len(wanted):
+        for task in live_tasks():
+            if id(task) in wanted:
+                found[id(task)] = task
+        current = sys._current_frames()
+        current.pop(threading.get_ident(), None)
+        for top in list(current.values()):
+            frame = top
+            while frame is not None:
+                if id(frame) in wanted:
+                    found[id(frame)] = frame
+                frame = frame.f_back
+        current = top = frame = None
+    if len(found) < len(wanted):
+        for cls in subclass_tree():
+            if id(cls) in wanted:
+                found[id(cls)] = cls
+    return found
+
+
+def _by_ids(ids, roots):
+    """The object at the end of ``ids`` (a root's id, then each step's), walked by identity:
+    an id is only compared with the ids of the referents found, never turned into an object;
+    None when a step no longer leads on."""
+    obj = roots.get(ids[0])
+    for address in ids[1:MAX_PATH_STEPS]:
+        if obj is None:
+            return None
+        _label, obj = _step_label(obj, address)
+    return obj
+
+
+def _sized_items(obj):
+    """The item count of a built-in container (its C length), None for any other object."""
+    for tp in _SAMPLED_SIZED:
+        if issubclass(type(obj), tp):
+            try:
+                return tp.__len__(obj)
+            except Exception:
+                return None
+    return None
+
+
+def owner_items(owners):
+    """``[{"ids": [...], "type": T, "path": P}, ...]`` -> one ``{"found": bool, "items": n}``
+    each: found when the object at the end of its ids (else, with no ids, the object its path
+    names) is of type T; ``items`` its container length, None for an object with no length.
+    An owner whose ids no longer lead to an object of its type is not found, even when its
+    path now names another object: that would be a different owner."""
+    wanted = set()
+    for owner in owners:
+        ids = owner.get("ids") if type(owner) is dict else None
+        if type(ids) is list and ids and type(ids[0]) is int:
+            wanted.add(ids[0])
+    roots = _roots_among(wanted) if wanted else {}
+    out = []
+    for owner in owners:
+        if type(owner) is not dict:
+            out.append({"found": False, "items": None})
+            continue
+        ids, path, type_name = owner.get("ids"), owner.get("path"), owner.get("type")
+        obj = None
+        if type(ids) is list and ids and all(type(a) is int for a in ids):
+            obj = _by_ids(ids, roots)
+            if obj is not None and id(obj) != ids[-1]:
+                obj = None
+        elif type(path) is str:
+            obj = resolve(path)
+        if obj is None or (type(type_name) is str and type_name and _type_name(type(obj)) != type_name):
+            out.append({"found": False, "items": None})
+        else:
+            out.append({"found": True, "items": _sized_items(obj)})
+        obj = None
+    roots = None
+    return out
+
+
 def _type_counts(top):
     t0 = time.perf_counter()
     objects = gc.get_objects()
@@ -114,17 +214,12 @@ def _type_counts(top):
 
 
 def sample(request, progress):
-    """``{"op": "sample", "paths": [...], "top_types": N}`` -> item counts and type counts."""
+    """``{"op": "sample", "owners": [{"ids", "type", "path"}...], "top_types": N}`` ->
+    ``owners`` (one ``{"found", "items"}`` each, in order: ``owner_items``) and type counts."""
     started = time.perf_counter()
     started_at = time.time()  # the sample's time (see runner._snapshot's started_at)
-    paths = request.get("paths")
-    paths = [p for p in paths if type(p) is str][:MAX_PATHS] if type(paths) is list else []
-    items = {}
-    for path in paths:
-        obj = resolve(path)
-        if obj is not None:
-            items[path] = census._items(obj)
-        obj = None
+    owners = request.get("owners")
+    found = owner_items(owners[:MAX_PATHS]) if type(owners) is list else []
     top = request.get("top_types")
     types, get_objects_ms = None, 0.0
     if type(top) is int and top > 0:
@@ -133,7 +228,7 @@ def sample(request, progress):
         get_objects_ms = took * 1000.0
     return {
         "started_at": started_at,
-        "items": items,
+        "owners": found,
         "types": types,
         "max_step_ms": get_objects_ms,
         "sample_seconds": time.perf_counter() - started,

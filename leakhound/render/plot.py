@@ -102,7 +102,8 @@ def build_figure(
         owners.sort(key=lambda t: -t.last_bytes)
         for i, trend in enumerate(owners[:top_owners]):
             points = [
-                (_when(s.taken_at), o.bytes / MiB) for s in series for o in s.owners if o.path == trend.name
+                (_when(s.taken_at), o.bytes / MiB) for s in series for o in s.owners
+                if o.path == trend.name or o.path in trend.was
             ]
             # The label starts with the verdict: matplotlib hides labels starting with "_".
             ax.plot([p[0] for p in points], [p[1] for p in points], marker=".",

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from leakhound.analysis.growth import UNKNOWN, GrowthReport, OwnerSample, Sample
 from leakhound.model import Snapshot
+from leakhound.model.growth import normalized_path
 from leakhound.model.names import CODE_OWNER, Fix
 
 PREFIX = "leakhound"
@@ -42,10 +43,6 @@ NAMED_FINDINGS = {
 # Census owners that are not a place in the program (the code itself).
 _NOT_OWNERS = frozenset({CODE_OWNER})
 
-# "(worker.py:123)" in task and thread owners: the line a coroutine or frame is at right now.
-_LINE = re.compile(r"\(([^()]*?):\d+\)")
-# asyncio's and threading's automatic names: a new number for every task or thread started.
-_AUTO_NAME = re.compile(r"\b(Task|Thread|ThreadPoolExecutor)-\d+(?:_\d+)?\b")
 _PYTHON = re.compile(r"^(python|pypy)[\d.]*m?$")
 # Interpreter options that take a value in the next argument.
 _OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
@@ -54,7 +51,7 @@ _OPTIONS_WITH_VALUE = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 def owner_label(path: str) -> str:
     """An owner path as a label value that stays the same while the worker runs:
     ``task:Task-7/run (worker.py:123).x`` -> ``task:Task-*/run (worker.py).x``."""
-    return _AUTO_NAME.sub(r"\1-*", _LINE.sub(r"(\1)", path))
+    return normalized_path(path)
 
 
 def worker_label(argv: Sequence[str], name: str) -> str:
@@ -91,8 +88,10 @@ def labelled_sample(sample: Sample) -> Sample:
     for o in sample.owners:
         label = owner_label(o.path)
         seen = merged.get(label)
-        merged[label] = OwnerSample(label, o.type, o.items, o.bytes, o.estimated) if seen is None else OwnerSample(
-            label, seen.type, seen.items + o.items, seen.bytes + o.bytes, seen.estimated or o.estimated)
+        # One owner keeps its identity; owners merged under one label are matched by it.
+        merged[label] = OwnerSample(label, o.type, o.items, o.bytes, o.estimated, o.object_id) if seen is None \
+            else OwnerSample(label, seen.type, seen.items + o.items, seen.bytes + o.bytes,
+                             seen.estimated or o.estimated)
     return dataclasses.replace(sample, owners=tuple(merged.values()))
 
 

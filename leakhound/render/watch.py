@@ -14,12 +14,14 @@ from rich.table import Table
 from leakhound.analysis.diff import SnapshotDiff
 from leakhound.analysis.growth import GrowthReport, Trend, report_to_dict
 from leakhound.model.growth import TargetEnded
-from leakhound.model.names import CODE_OWNER
+from leakhound.model.names import CODE_OWNER, PAYLOAD_OWNER
 from leakhound.model.units import fmt_bytes
 from leakhound.render.console import console
 from leakhound.render.table import render_findings
 
 WATCH_SCHEMA = "leakhound.watch/1"
+# Owners that are no place in the worker's program: its code, and what leakhound's payload holds.
+_NOT_SHOWN = frozenset({CODE_OWNER, PAYLOAD_OWNER})
 _VERDICT_STYLE = {"growing": "bold red", "plateaued": "yellow", "static": "green", "unknown": "dim"}
 
 
@@ -39,6 +41,7 @@ def owners_table(report: GrowthReport, *, top: int = 8) -> Table:
             f"pid {report.pid} {report.name}: {_verdict(report.verdict)}  "
             f"RSS {fmt_bytes(report.rss.last_bytes)} ({_rate(report.rss.bytes_per_min)})"
             f"{heap}  {report.samples} samples over {report.seconds:.0f} s"
+            + (f"  owners: {report.owner_model}" if report.owner_model else "")
         ),
         title_justify="left",
         show_edge=False,
@@ -50,10 +53,16 @@ def owners_table(report: GrowthReport, *, top: int = 8) -> Table:
     table.add_column("bytes/min", justify="right")
     table.add_column("items/min", justify="right")
     table.add_column("verdict")
-    rows: list[Trend] = [t for t in report.owners if t.name != CODE_OWNER][:top]
+    rows: list[Trend] = [t for t in report.owners if t.name not in _NOT_SHOWN][:top]
+    garbage = report.cyclic_garbage
+    if garbage is not None and (garbage.last_bytes or garbage.verdict in ("growing", "plateaued")):
+        rows.append(garbage)
     for t in rows:
+        # An owner renamed during the watch (another path to the same object) says its
+        # first name: the one an earlier inspect or sample showed.
+        name = escape(t.name) + (f"\n[dim](was {escape(t.was[0])})[/dim]" if t.was else "")
         table.add_row(
-            t.name, t.type, f"{t.last_items:,}", fmt_bytes(t.last_bytes),
+            name, t.type or "cycles", f"{t.last_items:,}", fmt_bytes(t.last_bytes),
             _rate(t.bytes_per_min), f"{t.items_per_min:+,.0f}", _verdict(t.verdict),
         )
     return table
@@ -77,7 +86,7 @@ class LiveView:
             self._live.update(Group(*(owners_table(r, top=self.top) for r in reports)))
             return
         for r in reports:
-            lead = next((t for t in r.owners if t.name != CODE_OWNER), None)
+            lead = next((t for t in r.owners if t.name not in _NOT_SHOWN), None)
             owner = (
                 f" top owner {lead.name} {fmt_bytes(lead.last_bytes)} ({_rate(lead.bytes_per_min)}, {lead.verdict})"
                 if lead is not None
@@ -157,7 +166,7 @@ def render_diff(diff: SnapshotDiff, *, top: int = 15, file: TextIO | None = None
         table.add_column("now", justify="right")
         table.add_column("per min", justify="right")
         for d in [r for r in rows if r.bytes or r.count][:top]:
-            note = f" (only {d.only_in})" if d.only_in else ""
+            note = f" (only {d.only_in})" if d.only_in else f" (was {d.renamed_from})" if d.renamed_from else ""
             table.add_row(
                 escape(f"{d.name}{note}"), f"{d.count:+,}", f"{'+' if d.bytes >= 0 else ''}{fmt_bytes(d.bytes)}",
                 fmt_bytes(d.after_bytes), _rate(diff.per_minute(d.bytes)),

@@ -160,7 +160,11 @@ def test_a_watch_with_enough_headroom_keeps_the_target(tmp_path: Path) -> None:
         assert _alive(child, group)
         samples = [json.loads(line) for line in done.stdout.splitlines() if '"sample"' in line]
         assert len(samples) >= 3
-        assert group.peak - before <= 16 * MIB
+        # Each request keeps to its budget over what the target held when it began, and that
+        # includes what earlier requests left resident (the payload's modules, the allocator's
+        # arenas of the first census): the watch's censuses are inspect's (the object graph).
+        left = group.usage - before
+        assert group.peak - before <= 16 * MIB + max(0, left), ((group.peak - before) / MIB, left / MIB)
 
 
 def test_force_goes_ahead_below_the_needed_headroom(tmp_path: Path) -> None:

@@ -65,7 +65,8 @@ def test_json_document() -> None:
     assert doc["schema"] == DIFF_SCHEMA
     assert doc["owners"][0] == {
         "name": "__main__.SESSIONS", "type": "dict", "before_bytes": 300_000, "after_bytes": 6_300_000,
-        "before_count": 1000, "after_count": 21_000, "only_in": "", "bytes": 6_000_000, "count": 20_000,
+        "before_count": 1000, "after_count": 21_000, "only_in": "", "renamed_from": "", "bytes": 6_000_000,
+        "count": 20_000,
         "bytes_per_min": 3_000_000.0,
     }
     assert doc["rss"]["bytes_per_min"] == 3_000_000.0
@@ -85,3 +86,34 @@ def test_a_delta_as_json_has_every_field_of_the_delta() -> None:
 
     doc = diff_to_dict(diff_snapshots(make_snapshot(), make_snapshot(taken_at=1_800_000_060.0)))
     assert set(doc["owners"][0]) == {f.name for f in fields(Delta)} | {"bytes", "count", "bytes_per_min"}
+
+
+def test_an_owner_renamed_between_snapshots_is_the_same_owner() -> None:
+    # The same dict (same id in the same process) named by another preferred path after: one
+    # owner that grew by 3 MB, not one "only before" and one "only after" of their whole sizes.
+    before = _snap(1000.0, 50_000_000, [Owner("m.client._event_hooks", "dict", 10, 1_000_000, object_id=0xA0),
+                                       Owner("m.TABLE", "dict", 5, 700, object_id=0xB0),
+                                       Owner("m.CACHE", "dict", 5, 700)], [])
+    after = _snap(1060.0, 53_000_000, [Owner("m.RECORDER.responses", "dict", 40, 4_000_000, object_id=0xA0),
+                                      Owner("m.TABLE", "dict", 6, 800, object_id=0xB1),
+                                      Owner("m.CACHE", "dict", 6, 900, object_id=0xC0)], [])
+    diff = diff_snapshots(before, after)
+    assert [(d.name, d.bytes, d.only_in, d.renamed_from) for d in diff.owners] == [
+        ("m.RECORDER.responses", 3_000_000, "", "m.client._event_hooks"),
+        ("m.TABLE", 800, "after", ""),  # another object by the same path (rebuilt): another owner
+        ("m.CACHE", 200, "", ""),  # an object not known on one side: matched by its path
+        ("m.TABLE", -700, "before", ""),
+    ]
+    assert diff_to_dict(diff)["owners"][0]["renamed_from"] == "m.client._event_hooks"
+
+
+def test_ids_match_only_within_one_process_and_an_owner_moving_down_its_chain_is_matched() -> None:
+    before = _snap(1000.0, 1, [Owner("m.A", "dict", 1, 100, object_id=7),
+                               Owner("task:Task-3/run.<W>.runtime", "m.Runtime", 1, 5_000, object_id=8)], [])
+    after = _snap(1060.0, 1, [Owner("m.B", "dict", 1, 100, object_id=7),
+                              Owner("task:Task-9/run.<W>.runtime.trajectories", "dict", 9, 9_000, object_id=9)],
+                  [], pid=11)
+    diff = diff_snapshots(before, after)
+    rows = {d.name: (d.bytes, d.only_in, d.renamed_from) for d in diff.owners}
+    assert rows["task:Task-9/run.<W>.runtime.trajectories"] == (4_000, "", "task:Task-3/run.<W>.runtime")
+    assert rows["m.B"] == (100, "after", "") and rows["m.A"] == (-100, "before", "")

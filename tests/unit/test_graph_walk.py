@@ -57,6 +57,8 @@ def test_the_graph_walk_under_address_sanitizer(tmp_path: Path) -> None:
 
 
 KEEP = {"graph_walk_test": [[i, f"x{i}"] for i in range(3000)]}
+# Half of KEEP's lists held twice: nodes; the other half held by KEEP's list alone: folded into it.
+KEEP_TWICE = KEEP["graph_walk_test"][:1500]
 
 
 @pytest.mark.parametrize("compiled", [True, False])
@@ -81,9 +83,15 @@ def test_the_arrays_travel_raw_and_read_back(compiled: bool, tmp_path: Path) -> 
     g = dominators.decode_graph({**meta, "binary": raw})
     assert g.nodes == meta["nodes"] > 3000 and g.edges == meta["edges"]
     assert len(g.sizes) == len(g.ids) == g.nodes and len(g.src) == len(g.lab) == g.edges
-    # the lists held by KEEP are there, each with its folded str
-    lists = [i for i in range(g.nodes) if g.type_of(i) == "list" and g.lengths[i] == 2]
-    assert len(lists) >= 3000
+    # the lists held twice are nodes, each with its folded str; the others are folded into
+    # the list that alone holds them, their strs with them
+    held = {id(x) for x in KEEP_TWICE}
+    assert sum(1 for i in range(g.nodes) if g.ids[i] in held and g.lengths[i] == 2) == 1500
+    alone = KEEP["graph_walk_test"][1500:]
+    assert not {id(x) for x in alone} & set(g.ids)
+    whole = list(g.ids).index(id(KEEP))
+    assert g.sizes[whole] == sys.getsizeof(KEEP) + sys.getsizeof(KEEP["graph_walk_test"]) + sum(
+        sys.getsizeof(x) + sys.getsizeof(x[1]) + (sys.getsizeof(x[0]) if x[0] > 256 else 0) for x in alone)
     with pytest.raises(dominators.GraphError):
         dominators.decode_graph({**meta, "binary": raw[:-8]})
 
@@ -108,6 +116,7 @@ def test_the_records_leave_the_target_as_the_walk_goes(tmp_path: Path) -> None:
     if graph._walk_module is None:
         pytest.skip("the C walk was not built here")
     SPOOLED["rows"] = [[i, f"row{i}"] for i in range(200_000)]  # ~200k nodes: blocks of 64Ki fill
+    SPOOLED["again"] = list(SPOOLED["rows"])  # each row held twice: a node, not folded
     try:
         kept = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000,
                            max_pause_ms=1, cancelled=None)

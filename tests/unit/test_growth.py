@@ -18,7 +18,7 @@ from leakhound.analysis.growth import (
     slope,
     trend,
 )
-from leakhound.model import TypeStat
+from leakhound.model import Owner, TypeStat
 
 T0 = 1_700_000_000.0
 
@@ -128,10 +128,12 @@ def test_verdict_follows_items_when_bytes_are_flat() -> None:
 
 
 def test_estimate_owners_scales_bytes_by_items() -> None:
-    full = _sample(0, {"m.A": (1000, 10), "m.B": (500, 0), "m.C": (7, 7)}, full=True)
-    estimated = estimate_owners(full, {"m.A": 25, "m.B": 3})
+    reference = [Owner("m.A", "dict", 10, 1000, object_id=11), Owner("m.B", "dict", 0, 500),
+                 Owner("m.C", "dict", 7, 7), Owner("m.D", "m.Box", 3, 900)]
+    # found with 25 items; found with 3; not found again; found, but no length to scale by
+    estimated = estimate_owners(reference, [(True, 25), (True, 3), (False, None), (True, None)])
     assert estimated == (
-        OwnerSample("m.A", "dict", 25, 2500, estimated=True),
+        OwnerSample("m.A", "dict", 25, 2500, estimated=True, object_id=11),
         OwnerSample("m.B", "dict", 3, 500, estimated=True),
     )
 
@@ -195,3 +197,89 @@ def test_rss_steps_of_the_censuses_are_not_a_leak() -> None:
     report = analyse_growth(samples)
     assert report.rss.verdict != GROWING
     assert report.verdict == STATIC
+
+
+def _owned(t: float, owners: list[tuple[str, int, int, int]], *, full: bool, heap: int | None = None,
+           rss: int = 50_000_000, garbage: int | None = None) -> Sample:
+    return Sample(
+        pid=42, taken_at=T0 + t, rss_bytes=rss, heap_bytes=heap if full else None,
+        owners=tuple(OwnerSample(path, "list", items, size, object_id=oid) for path, size, items, oid in owners),
+        full=full, owner_model="dominator", cyclic_garbage_bytes=garbage if full else None,
+        cyclic_garbage_objects=(garbage or 0) // 100 if full else 0,
+    )
+
+
+def test_an_owner_renamed_between_samples_is_one_series() -> None:
+    # The same list (same id) named through the client's hook at first, then as the recorder's.
+    samples = [_owned(t, [("m.client._event_hooks['r'][].__self__.responses" if t < 5 else "m.RECORDER.responses",
+                           1000 * (1000 + 100 * t), 1000 + 100 * t, 0xA0)], full=t % 4 == 0,
+                         heap=2_000_000 + 100_000 * t)
+               for t in range(12)]
+    report = analyse_growth(samples)
+    (owner,) = report.owners
+    assert owner.name == "m.RECORDER.responses" and owner.points == 12 and owner.verdict == GROWING
+    assert owner.was == ("m.client._event_hooks['r'][].__self__.responses",)
+    (finding,) = report.findings
+    assert finding.owner == "m.RECORDER.responses"
+
+
+def test_owners_nested_in_one_another_are_one_finding_and_findings_fit_the_heap() -> None:
+    # The census named the registry's runtime at first, its trajectories later: the same bytes
+    # under two names, never owners in one census. One finding, the inner one (it grew by all).
+    def owners(t: float) -> list[tuple[str, int, int, int]]:
+        name = "m.RUNTIME" if t < 6 else "m.RUNTIME.trajectories"
+        return [(name, 1_000_000 * (10 + t), 10 + t, 0x10 if t < 6 else 0x20)]
+
+    samples = [_owned(t, owners(t), full=True, heap=10_000_000 + 1_000_000 * t) for t in range(12)]
+    report = analyse_growth(samples)
+    assert {t.name: t.within for t in report.owners} == {"m.RUNTIME": "", "m.RUNTIME.trajectories": "m.RUNTIME"}
+    (finding,) = report.findings
+    assert finding.owner == "m.RUNTIME.trajectories"
+    # Cheap estimates that sum past the heap's growth are scaled to fit it.
+    inflated = [_owned(t, [("m.A", 3_000_000 * t, t, 1), ("m.B", 3_000_000 * t, t, 2)], full=t in (0, 11),
+                       heap=1_000_000 * t + 10_000_000, rss=1_000_000 * t + 20_000_000) for t in range(12)]
+    report = analyse_growth(inflated)
+    grown = sum(f.details["grown_bytes"] for f in report.findings if f.owner != "<rss>")
+    assert 0 < grown <= 11_000_000 + 1
+    assert all(f.details.get("scaled_to_fit") for f in report.findings)
+
+
+def test_a_growing_owner_of_a_known_shape_carries_its_fix() -> None:
+    from dataclasses import replace
+
+    from leakhound.model import Finding
+    from tests.factories import make_snapshot
+
+    path = "task:Task-4/run.<EnvWorker>.env.runtime.trajectories"
+    samples = [_owned(t, [(path, 1_000_000 * (1 + t), 1 + t, 5)], full=True, heap=2_000_000 * (1 + t))
+               for t in range(6)]
+    snap = replace(make_snapshot(), findings=(
+        Finding("registry", "warning", 1, 1, "task:Task-7/run.<EnvWorker>.env.runtime.trajectories", "registry", "s"),
+        Finding("steps", "skipped", 0, 0, path, "steps", "not checked"),
+    ))
+    (finding,) = analyse_growth(samples, snapshot=snap).findings
+    assert finding.fix == "registry" and "--fix registry" in finding.summary
+    (unfixed,) = analyse_growth(samples).findings
+    assert unfixed.fix == ""
+
+
+def test_growing_cyclic_garbage_is_a_finding_of_its_own() -> None:
+    samples = [_owned(t, [("m.TABLE", 1_000_000, 10, 1)], full=True, heap=3_000_000 + 500_000 * t,
+                      garbage=500_000 * t) for t in range(6)]
+    report = analyse_growth(samples)
+    assert report.verdict == GROWING
+    (finding,) = report.findings
+    assert (finding.kind, finding.owner, finding.severity) == ("growth", "<unreachable cycles>", "warning")
+    assert finding.details["bytes_per_min"] == pytest.approx(30_000_000.0)
+
+
+def test_first_reacher_samples_are_not_followed_beside_dominator_ones() -> None:
+    from dataclasses import replace
+
+    samples = [_owned(t, [("m.RECORDER.responses", 1000 * (10 + t), 10 + t, 1)], full=True, heap=100_000 + t)
+               for t in range(6)]
+    fallback = replace(samples[3], owners=(OwnerSample("m.client._event_hooks", "dict", 2, 99_000_000),),
+                       owner_model="first-reacher")
+    report = analyse_growth([*samples[:3], fallback, *samples[4:]])
+    assert [t.name for t in report.owners] == ["m.RECORDER.responses"]
+    assert any("first-reacher" in w for w in report.warnings)

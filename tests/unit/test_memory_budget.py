@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import mmap
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -126,17 +125,37 @@ def test_the_cost_is_saved_and_read_back() -> None:
     assert snapshot_from_json(snapshot_to_json(older)).cost is None
 
 
-def test_a_first_graph_of_a_heap_past_the_node_budget_is_skipped_before_it_walks() -> None:
-    """No census yet in the process: pymalloc's blocks in use stand in for its count, so the
-    graph of a heap far over the node budget is not walked (at 4 GB a walk spent the memory
-    budget in 0.6 s and left the census too little of it)."""
-    blocks = sys.getallocatedblocks()
-    max_nodes = blocks // (2 * runner.BLOCKS_PER_OBJECT) - 1
-    out = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": max_nodes},
-                        lambda phase, done: None, runner._Stop(60.0))
+def test_a_graph_whose_bitmaps_do_not_fit_the_memory_budget_is_skipped_before_it_walks() -> None:
+    """Under a memory budget, a graph whose bitmaps (a bit per 16 bytes of the heap) would
+    not fit what the budget leaves it is not walked (at 4 GB a walk spent the memory budget in
+    0.6 s and left the census too little of it); the census's owners stand."""
+    stop = runner._Stop(60.0, memory=runner._MemoryBudget(24 << 20, 0))
+    rss = runner.resident_bytes(stop.memory.fd)
+    saved = runner.GRAPH_BITMAP_SHARE
+    runner.GRAPH_BITMAP_SHARE = (64 << 20) / max(rss, 1)  # "64 MiB of bitmaps"
+    try:
+        out = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": 1000000},
+                            lambda phase, done: None, stop)
+    finally:
+        runner.GRAPH_BITMAP_SHARE = saved
     assert set(out) == {"format", "skipped"}, out.keys()
-    assert "pymalloc blocks" in out["skipped"] and "over the graph budget" in out["skipped"]
-    # With a census's count at hand, that count decides, not the blocks.
-    counted = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": max_nodes},
-                            lambda phase, done: None, runner._Stop(60.0), heap={"objects": 10})
-    assert "pymalloc" not in str(counted.get("skipped", ""))
+    assert "bitmaps would take ~64 MiB" in out["skipped"], out["skipped"]
+
+
+def test_a_graph_over_its_node_budget_is_not_walked_again_with_no_bigger_budget() -> None:
+    """The census's object count does not decide (the walk folds what a collection alone
+    holds): the last walk's node count in this process does."""
+    saved = dict(runner._last_graph)
+    try:
+        first = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": 10},
+                              lambda phase, done: None, runner._Stop(60.0))
+        assert "over the graph budget" in first["skipped"]
+        again = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": 10},
+                              lambda phase, done: None, runner._Stop(60.0))
+        assert "the last object graph walked in this process had more than 10 nodes" in again["skipped"]
+        bigger = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": 1000000},
+                               lambda phase, done: None, runner._Stop(60.0))
+        assert "skipped" not in bigger and bigger["nodes"] > 10
+    finally:
+        runner._last_graph.clear()
+        runner._last_graph.update(saved)

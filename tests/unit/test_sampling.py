@@ -42,7 +42,8 @@ def test_a_task_owned_path_from_the_census_is_sampled_again() -> None:
             paths = [o["path"] for o in walk.result(top_owners=10000)["owners"]]
             path = next(p for p in paths if p.startswith("task:serve/") and p.endswith(".runtime.trajectories"))
             result["path"] = path
-            result["sample"] = sampling.sample({"op": "sample", "paths": [path]}, lambda phase, done: None)
+            result["sample"] = sampling.sample({"op": "sample", "owners": [{"path": path, "type": "dict"}]},
+                                               lambda phase, done: None)
 
         thread = threading.Thread(target=look)
         thread.start()
@@ -52,7 +53,7 @@ def test_a_task_owned_path_from_the_census_is_sampled_again() -> None:
         await task
 
     asyncio.run(main())
-    assert result["sample"]["items"] == {result["path"]: 7}
+    assert result["sample"]["owners"] == [{"found": True, "items": 7}]
 
 
 def test_type_counts_never_hash_a_class() -> None:
@@ -67,7 +68,44 @@ def test_type_counts_never_hash_a_class() -> None:
         pass
 
     keep = [Odd() for _ in range(10)]
-    out = sampling.sample({"op": "sample", "paths": [], "top_types": 1000}, lambda phase, done: None)
+    out = sampling.sample({"op": "sample", "owners": [], "top_types": 1000}, lambda phase, done: None)
     assert calls[0] == 0
     assert any(t["type"].endswith("Odd") and t["count"] >= 10 for t in out["types"])
     del keep
+
+
+def test_an_owner_is_found_again_by_the_ids_along_its_path_not_by_its_name() -> None:
+    import sys
+    import types
+
+    class _Holder:
+        def __init__(self) -> None:
+            self.items = [1, 2, 3]
+
+    module = types.ModuleType("leakhound_test_sampled_module")
+    module.HOLDER = _Holder()  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        holder = module.HOLDER  # type: ignore[attr-defined]
+        ids = [id(module), id(vars(module)), id(holder), id(holder.items)]
+        owner = {"ids": ids, "type": "list", "path": "somewhere.else.entirely"}
+        assert sampling.owner_items([owner]) == [{"found": True, "items": 3}]
+        holder.items.append(4)
+        assert sampling.owner_items([owner]) == [{"found": True, "items": 4}]
+        # Another object now where the path led (the list replaced): not the owner, not found,
+        # and not read in its place; nor an object of another type.
+        holder.items = [0] * 50
+        assert sampling.owner_items([owner]) == [{"found": False, "items": None}]
+        assert sampling.owner_items([{**owner, "ids": [*ids[:3], id(holder.items)], "type": "dict"}]) == [
+            {"found": False, "items": None}]
+        # An instance has no length: found, with no item count to scale bytes by.
+        assert sampling.owner_items([{"ids": ids[:3], "type": _type_name(_Holder)}]) == [
+            {"found": True, "items": None}]
+    finally:
+        del sys.modules[module.__name__]
+
+
+def _type_name(tp: type) -> str:
+    from leakhound.payload.objects import _type_name as name
+
+    return str(name(tp))

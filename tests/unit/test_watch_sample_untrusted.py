@@ -11,7 +11,9 @@ from leakhound.attach import RemoteResult
 from leakhound.attach.process import Target
 from leakhound.core import watch
 from leakhound.errors import ProtocolViolation
+from leakhound.model import Owner
 from leakhound.model.growth import Sample
+from tests.factories import make_snapshot
 
 TARGET = Target(pid=4242, uid=1000, exe="/usr/bin/python3", version=(3, 11), name="python", cmdline="")
 
@@ -19,13 +21,19 @@ TARGET = Target(pid=4242, uid=1000, exe="/usr/bin/python3", version=(3, 11), nam
 def _cheap(monkeypatch: pytest.MonkeyPatch, result: dict[str, Any]) -> Sample:
     monkeypatch.setattr(watch, "run_request", lambda *a, **k: RemoteResult(TARGET, "agent", result, 0.0, 0.0))
     monkeypatch.setattr(watch, "rss_bytes", lambda pid: 1 << 20)
-    w = watch.Watched(target=TARGET, method="agent", last_full=Sample(pid=TARGET.pid, taken_at=0.0, rss_bytes=1))
+    reference = Sample(pid=TARGET.pid, taken_at=0.0, rss_bytes=1, full=True, owner_model="dominator")
+    w = watch.Watched(target=TARGET, method="agent", last_full=reference, reference=reference,
+                      reference_snapshot=make_snapshot(
+                          owners=(Owner("m.A", "dict", 4, 400, object_id=7, path_ids=(1, 7)),)))
     return watch._cheap(w, timeout=5.0, log=lambda _: None)
 
 
 WRONG = {
-    "items a list": {"ok": True, "items": [1, 2]},
-    "an item count a word": {"ok": True, "items": {"a.b": "many"}},
+    "owners a dict": {"ok": True, "owners": {"m.A": 1}},
+    "an answer short": {"ok": True, "owners": []},
+    "found a word": {"ok": True, "owners": [{"found": "yes", "items": 1}]},
+    "an item count a word": {"ok": True, "owners": [{"found": True, "items": "many"}]},
+    "an item count negative": {"ok": True, "owners": [{"found": True, "items": -1}]},
     "types a string": {"ok": True, "types": "dict"},
     "a type with a field the model lacks": {"ok": True, "types": [{"type": "dict", "count": 1, "bytes": 1, "x": 1}]},
     "a type's bytes a string": {"ok": True, "types": [{"type": "dict", "count": 1, "bytes": "1 GB"}]},
@@ -40,6 +48,13 @@ def test_a_wrong_sample_is_a_protocol_violation(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_a_right_sample_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    sample = _cheap(monkeypatch, {"ok": True, "items": {}, "types": [{"type": "dict", "count": 3, "bytes": 300}],
-                                  "max_step_ms": 1.5})
+    sample = _cheap(monkeypatch, {"ok": True, "owners": [{"found": True, "items": 8}],
+                                  "types": [{"type": "dict", "count": 3, "bytes": 300}], "max_step_ms": 1.5})
     assert sample.types[0].bytes == 300 and sample.pause_ms == 1.5
+    assert [(o.path, o.items, o.bytes, o.object_id) for o in sample.owners] == [("m.A", 8, 800, 7)]
+    assert sample.owner_model == "dominator" and sample.unresolved == ()
+
+
+def test_an_owner_not_found_again_is_said_not_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    sample = _cheap(monkeypatch, {"ok": True, "owners": [{"found": False, "items": None}]})
+    assert sample.owners == () and sample.unresolved == ("m.A",)

@@ -24,13 +24,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-GRAPH_FORMAT = "leakhound.graph/4"
-_FORMATS = ("leakhound.graph/1", "leakhound.graph/2", "leakhound.graph/3", GRAPH_FORMAT)
+GRAPH_FORMAT = "leakhound.graph/5"
+_FORMATS = ("leakhound.graph/1", "leakhound.graph/2", "leakhound.graph/3", "leakhound.graph/4", GRAPH_FORMAT)
+# /5 is /4 with the fold columns (9, 10): read alike
+_FRAMED = ("leakhound.graph/4", GRAPH_FORMAT)
 _ARRAY_KEYS = ("sizes", "types", "ids", "lengths", "edge_src", "edge_dst", "edge_label")
 _ITEM_BYTES = {"q": 8, "i": 4}
 # /4's frame codes (payload/graph_wire.py's FRAME_COLUMNS): key and typecode.
 FRAME_COLUMNS = (("ids", "q"), ("sizes", "q"), ("types", "i"), ("lengths", "i"), ("edge_src", "i"),
-                 ("edge_dst", "i"), ("edge_label", "i"), ("edge_src_address", "q"), ("edge_dst_address", "q"))
+                 ("edge_dst", "i"), ("edge_label", "i"), ("edge_src_address", "q"), ("edge_dst_address", "q"),
+                 ("fold_address", "q"), ("fold_bytes", "q"))
 
 
 try:  # the C twin of ``resolve`` (leakhound's own build, as the dominator pass)
@@ -179,6 +182,12 @@ def _resolve(arrays: dict[str, array.array[int]], roots: list[int]) -> tuple[int
             out["edge_src"].append(a)
             out["edge_dst"].append(b)
             out["edge_label"].append(lab[k])
+    # what the walk folded into a node (an entry held by its collection alone), after every
+    # record: a node's last record sets its own size
+    for address, more in zip(arrays.get("fold_address", ()), arrays.get("fold_bytes", ()), strict=False):
+        node = index.get(address)
+        if node is not None and more >= 0:
+            out["sizes"][node] += more
     arrays.update(out)
     return len(out["ids"]), [index.get(address, -1) for address in roots], len(src) - len(out["edge_src"])
 
@@ -250,16 +259,20 @@ class Records:
                by_address: bool) -> tuple[dict[str, Any], int, list[int], int]:
         if by_address:
             n, root_ids, dropped = _resolve(arrays, roots)
+            arrays.pop("fold_address", None)
+            arrays.pop("fold_bytes", None)
             return arrays, n, root_ids, dropped
-        if arrays["edge_src_address"]:
-            raise GraphError("edges by address in a graph whose nodes are not")
+        if arrays["edge_src_address"] or arrays.get("fold_address"):
+            raise GraphError("edges or folds by address in a graph whose nodes are not")
+        arrays.pop("fold_address", None)
+        arrays.pop("fold_bytes", None)
         return arrays, len(arrays["ids"]), roots, 0
 
 
 def _roots(doc: dict[str, Any]) -> list[tuple[int, str, str, int]]:
     """(node, label, kind, tier) per root: /3 and /4 send them flat, /1 and /2 a list each."""
     rows = doc["roots"]
-    if doc["format"] in ("leakhound.graph/3", GRAPH_FORMAT):
+    if doc["format"] in ("leakhound.graph/3", *_FRAMED):
         if len(rows) % 4:
             raise ValueError("roots: not four items a root")
         rows = [rows[k:k + 4] for k in range(0, len(rows), 4)]
@@ -276,7 +289,7 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
         roots = _roots(doc)
         nodes = int(doc["nodes"])
         dropped = 0
-        if doc["format"] == GRAPH_FORMAT:
+        if doc["format"] in _FRAMED:
             records = doc.get("records")
             if isinstance(records, GraphError):  # streamed, and found broken on the way
                 raise records

@@ -51,6 +51,17 @@ def render_path(graph: ObjectGraph, paths: Paths, node: int, names: list[str] | 
     return render_edges(graph, RetainerPath(r, tuple(edges)), names)
 
 
+def _step(label: str) -> str:
+    """One named step (an attribute, a dict's key, a frame's local by type) as a path shows it."""
+    if label.startswith("a"):
+        return "." + label[1:]
+    if label.startswith("k"):
+        return f"[{label[1:]!r}]"
+    if label.startswith("t"):
+        return ".<" + label[1:] + ">"
+    return ""
+
+
 @dataclass(frozen=True)
 class RetainerPath:
     """A path from a root: the root (an index in ``graph.roots``) and the edges from it."""
@@ -78,6 +89,12 @@ def render_edges(graph: ObjectGraph, path: RetainerPath, names: list[str] | None
         src_type = graph.type_of(graph.src[e])
         dst_type = graph.type_of(graph.dst[e])
         entered_attribute_dict = False
+        if label.startswith("f"):
+            # from an entry folded into its collection (one it alone held): the entry, then
+            # what the entry names
+            text += "[]" + _step(label[1:])
+            attribute_dict = False
+            continue
         if label == "d":
             entered_attribute_dict = True
         elif label.startswith("a"):

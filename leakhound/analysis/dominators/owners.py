@@ -5,7 +5,7 @@ by its preferred path from a root and a few distinct retainer paths; ``--why``'s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from leakhound.analysis.dominators.graph import ObjectGraph
@@ -41,6 +41,8 @@ class DominatorOwner:
     retained_objects: int
     items: int
     retainers: tuple[str, ...] = ()
+    # the target's ids along the preferred path, the root's first (what ``sample`` re-walks)
+    path_ids: tuple[int, ...] = ()
 
 
 
@@ -266,6 +268,7 @@ def find_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, ask_na
         mine = texts[k:k + len(plan)]
         k += len(plan)
         distinct = tuple(dict.fromkeys(mine))
-        owners.append(finder.owner(v, mine[0], distinct if len(plan) > 1 else ()))
+        found = finder.owner(v, mine[0], distinct if len(plan) > 1 else ())
+        owners.append(replace(found, path_ids=tuple(finder.ids_of(plan[0]))))
     return DominatorOwners(owners=owners[:len(nodes)], tree=tree, analysis_seconds=time.perf_counter() - started,
                            named=named, why=owners[len(nodes):])
