@@ -19,6 +19,7 @@ from typing import Any
 from leakhound.attach import agent, death, finish, gdb, ptrace, remote_exec
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Partial, PrivateChannel, Progress
+from leakhound.attach.deadline import FOLLOW_PROGRESS, Deadline
 from leakhound.attach.memory_limit import CostMeter, MemoryCost, memory_room, request_budget
 from leakhound.attach.process import Target, resolve_target
 from leakhound.attach.pyspy import py_spy_dump
@@ -74,12 +75,13 @@ def run_request(
     request: dict[str, Any],
     *,
     method: str = "auto",
-    timeout: float = 60.0,
+    timeout: float = FOLLOW_PROGRESS,
     progress: Progress | None = None,
     log: AttachLog | None = None,
     target: Target | None = None,
     on_partial: Partial | None = None,
     force: bool = False,
+    deadline: Deadline | None = None,
 ) -> RemoteResult:
     """Send one request to the payload in ``pid`` and return its result (``ok`` is True).
 
@@ -93,9 +95,17 @@ def run_request(
     The target's memory limit is read first (attach/memory_limit.py): too little headroom is
     refused (``HeadroomTooSmall``) unless ``force``; otherwise the request carries its memory
     budget (``max_extra_bytes``), which the payload keeps to, and what it cost the target's
-    cgroup is sampled while it runs (``RemoteResult.cost``)."""
+    cgroup is sampled while it runs (``RemoteResult.cost``).
+
+    ``timeout``: a hard wall-clock limit in seconds, or ``FOLLOW_PROGRESS`` (the default): given
+    up when the request stops progressing, or at a ceiling by the target's RSS
+    (attach/deadline.py). ``deadline``: one the caller made (to ``hold`` it while it works on
+    a partial), in place of ``timeout``."""
     log = log or _quiet
     target = target or resolve_target(pid)
+    deadline = deadline or Deadline.for_request(pid, timeout)
+    if deadline.follows_progress:
+        log(f"deadline: {deadline.stall:.0f}s without progress, at most {deadline.limit:.0f}s")
     room = memory_room(pid)
     budget = request_budget(room, force=force)
     if room.shared_with_leakhound:
@@ -107,12 +117,12 @@ def run_request(
     chosen = choose_method(target, method)
     log(f"method: {chosen}")
     # The payload gives up a little before we do, so it can still report why.
-    request = {**request, "timeout": max(1.0, timeout - 2.0)}
+    request = {**request, "timeout": deadline.payload_timeout()}
     if budget is not None:
         request["max_extra_bytes"] = budget
     meter = CostMeter(room, budget).start()
     try:
-        remote = _run(pid, request, method=method, chosen=chosen, timeout=timeout, progress=progress, log=log,
+        remote = _run(pid, request, method=method, chosen=chosen, deadline=deadline, progress=progress, log=log,
                       target=target, on_partial=on_partial, meter=meter)
     finally:
         meter.stop()
@@ -136,7 +146,7 @@ def _run(
     *,
     method: str,
     chosen: str,
-    timeout: float,
+    deadline: Deadline,
     progress: Progress | None,
     log: AttachLog,
     target: Target,
@@ -148,17 +158,18 @@ def _run(
         request["early_graph"] = True
     if chosen == "agent":
         result = finish.wait_agent(pid, facts, lambda: agent.request(
-            pid, target.uid, request, timeout=timeout, progress=progress, log=log, on_partial=on_partial))
+            pid, target.uid, request, deadline=deadline, progress=progress, log=log, on_partial=on_partial))
         return RemoteResult(target, chosen, result, 0.0, 0.0)
     if chosen not in ("ptrace", "gdb", "remote-exec"):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
     with PrivateChannel(uid=target.uid, pid=pid, request=request) as channel:
         meter.on_over = channel.request_cancel
         code = channel.bootstrap_code()
+        inject_timeout = min(deadline.left(), 30.0)
         if chosen == "ptrace":
             try:
                 injection = finish.held(lambda: ptrace.inject(
-                    pid, code, timeout=min(timeout, 30.0), log=log, private=channel.private,
+                    pid, code, timeout=inject_timeout, log=log, private=channel.private,
                     private_path=str(channel.dir), payload_timeout=channel.request_timeout,
                 ))
             except MethodUnavailable as exc:
@@ -166,17 +177,18 @@ def _run(
                     raise
                 log(f"ptrace declined before stopping the target ({exc}); using gdb")
                 chosen = "gdb"
-                injection = finish.held(lambda: gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log))
+                injection = finish.held(lambda: gdb.inject(pid, code, timeout=inject_timeout, log=log))
         elif chosen == "gdb":
-            injection = finish.held(lambda: gdb.inject(pid, code, timeout=min(timeout, 30.0), log=log))
+            injection = finish.held(lambda: gdb.inject(pid, code, timeout=inject_timeout, log=log))
         else:
             injection = remote_exec.inject(
-                target, code, channel.private, channel.target_dir, timeout=timeout, log=log
+                target, code, channel.private, channel.target_dir, timeout=inject_timeout, log=log
             )
+        deadline.progressed("injected")
         started, result = finish.wait_debugger(channel, pid, facts, lambda: channel.wait(
             pid=pid,
-            start_timeout=min(SAFE_POINT_TIMEOUT, timeout),
-            timeout=timeout,
+            start_timeout=min(SAFE_POINT_TIMEOUT, deadline.left()),
+            deadline=deadline,
             progress=progress,
             blocked_hint=lambda: py_spy_dump(pid),
             on_partial=on_partial,

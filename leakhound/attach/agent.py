@@ -18,11 +18,11 @@ import socket
 import stat
 import struct
 import threading
-import time
 from typing import Any
 
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Partial, Progress, graph_records_allowed
+from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import environ_of, namespace_pid, same_filesystem_view
 from leakhound.errors import (
     AttachTimeout,
@@ -266,7 +266,8 @@ def _connect_to_agent(path: str, pid: int, uid: int, timeout: float) -> socket.s
 
 class _Lines:
     """Lines from the agent's socket, each at most ``MAX_LINE_BYTES``, and raw bytes after
-    them; every read waits at most until the current deadline."""
+    them; every read waits at most until the deadline as it stands, and whatever arrives is
+    the request's progress."""
 
     def __init__(self, sock: socket.socket, pid: int) -> None:
         self.sock = sock
@@ -274,23 +275,28 @@ class _Lines:
         self.buf = bytearray()
         self.scanned = 0  # bytes of buf known to hold no newline
 
-    def recv(self, limit: int, deadline: float) -> bytes | None:
-        """Up to ``limit`` bytes, or None when the deadline passes first."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        self.sock.settimeout(left)
-        try:
-            chunk = self.sock.recv(limit)
-        except TimeoutError:
-            return None
-        except OSError as exc:
-            raise TargetExited(f"the connection to the agent of process {self.pid} failed: {exc.strerror}") from None
+    def recv(self, limit: int, deadline: Deadline) -> bytes | None:
+        """Up to ``limit`` bytes, or None when the deadline passes first (it may move on while
+        this waits: progress or a hold from another thread)."""
+        while True:
+            left = deadline.left()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(limit)
+                break
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                raise TargetExited(f"the connection to the agent of process {self.pid} failed: {exc.strerror}") \
+                    from None
         if not chunk:
             raise TargetExited(f"the agent of process {self.pid} closed the connection")
+        deadline.progressed()
         return chunk
 
-    def line(self, deadline: float) -> bytes | None:
+    def line(self, deadline: Deadline) -> bytes | None:
         """The next whole line (without its newline), or None at the deadline."""
         while True:
             end = self.buf.find(b"\n", self.scanned)
@@ -307,7 +313,7 @@ class _Lines:
                 return None
             self.buf += chunk
 
-    def exactly(self, size: int, deadline: float) -> bytes:
+    def exactly(self, size: int, deadline: Deadline) -> bytes:
         """The next ``size`` bytes, raw."""
         data = bytearray(self.buf[:size])
         del self.buf[:size]
@@ -381,7 +387,7 @@ def request(
     uid: int,
     doc: dict[str, Any],
     *,
-    timeout: float,
+    deadline: Deadline,
     progress: Progress | None,
     log: AttachLog,
     on_partial: Partial | None = None,
@@ -394,7 +400,8 @@ def request(
     Everything read is untrusted (a process of the target's user made the socket): the
     peer is checked before anything is sent (``_connect_to_agent``), lines and graph
     records are bounded (``MAX_LINE_BYTES``, ``graph_bytes_allowed``), every read waits at
-    most until the request's deadline (then a cancel and ``CANCEL_GRACE`` for its answer),
+    most until ``deadline`` (attach/deadline.py: its hard limit, or its stall window when it
+    follows progress; then a cancel and ``CANCEL_GRACE`` for its answer),
     and a message of the wrong shape ends the request with ``ProtocolViolation``."""
     path = find_socket(pid)
     inside = _listening_inside(pid) if path is None else None
@@ -411,30 +418,32 @@ def request(
         stale = f"; removed the stale socket {', '.join(removed)} left by an earlier process" if removed else ""
         raise MethodUnavailable(f"no leakhound agent listening in process {pid}{stale}")
     log(f"agent socket: {path}")
-    deadline = time.monotonic() + timeout
-    sock = _connect_to_agent(path, pid, uid, timeout)
+    sock = _connect_to_agent(path, pid, uid, deadline.left())
     try:
-        sock.settimeout(max(0.1, deadline - time.monotonic()))
+        sock.settimeout(max(0.1, deadline.left()))
         try:
             sock.sendall(json.dumps(doc).encode() + b"\n")
         except TimeoutError:
-            raise AttachTimeout(f"the agent of process {pid} did not take the request within {timeout:.0f}s") from None
+            raise AttachTimeout(f"the agent of process {pid} did not take the request: "
+                                f"{deadline.explain(pid)}") from None
         except OSError as exc:
             raise TargetExited(f"the agent of process {pid} closed the connection ({exc.strerror})") from None
         lines = _Lines(sock, pid)
         graph_bytes_left = graph_bytes_allowed(doc)
         lock = threading.Lock()  # a reply posted from another thread and a cancel: whole lines
         cancel_sent = False
+        ran_out = ""
         while True:
             line = lines.line(deadline)
             if line is None:
                 if cancel_sent:
-                    raise AttachTimeout(f"no answer from the agent of process {pid} within {timeout:.0f}s")
+                    raise AttachTimeout(f"no answer from the agent of process {pid}: {ran_out}")
                 # Out of time: tell the request to stop, and wait a little for its answer
                 # (Cancelled, or its result if it finished meanwhile).
+                ran_out = deadline.explain(pid)
                 with lock:
                     cancel_sent = _send_cancel(sock)
-                deadline = time.monotonic() + CANCEL_GRACE
+                deadline = Deadline.fixed(CANCEL_GRACE)
                 continue
             kind, body = _decode(line, pid)
             graph = body.get("doc", {}).get("graph") if kind == "partial" else body.get("graph")
@@ -447,6 +456,8 @@ def request(
                 graph_bytes_left -= size
                 graph["binary"] = lines.exactly(size, deadline)
             if kind == "progress":
+                done = body.get("done", 0)
+                deadline.progressed(f"{body.get('phase', '')} {done:,}" if done else body.get("phase", ""))
                 if progress is not None:
                     progress(body.get("phase", ""), body.get("done", 0))
             elif kind == "partial":

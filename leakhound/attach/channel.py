@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import leakhound.payload
+from leakhound.attach.deadline import Deadline
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir, UnsafeEntry, open_dir_in_root
 from leakhound.attach.process import alive, environ_of, same_filesystem_view
 from leakhound.errors import (
@@ -353,7 +354,7 @@ class PrivateChannel:
         *,
         pid: int,
         start_timeout: float,
-        timeout: float,
+        deadline: Deadline,
         progress: Progress | None = None,
         blocked_hint: Callable[[], str] | None = None,
         on_partial: Partial | None = None,
@@ -362,13 +363,15 @@ class PrivateChannel:
         handed over before the result (``graph.json``, runner._snapshot_graph_first) goes to
         ``on_partial("graph", doc, self.post)`` as soon as it is there, its records (graph.bin,
         written as the target walks) before it, to ``on_partial("records", {"piece": ...})``
-        as they come: most of their reading is done by the time the walk ends."""
+        as they come: most of their reading is done by the time the walk ends. ``deadline``
+        runs out (AttachTimeout) at its hard limit, or when it follows progress and nothing
+        new came for its stall window: a new ``progress.json``, graph records, the graph."""
         begin = time.monotonic()
         records = _Tail(self.private, "graph.bin", self.graph_bin_limit)
         if on_partial is not None:
             records.start_draining()
         try:
-            return self._wait(pid, start_timeout, timeout, progress, blocked_hint, on_partial, begin, records)
+            return self._wait(pid, start_timeout, deadline, progress, blocked_hint, on_partial, begin, records)
         finally:
             records.close()
 
@@ -376,7 +379,7 @@ class PrivateChannel:
         self,
         pid: int,
         start_timeout: float,
-        timeout: float,
+        deadline: Deadline,
         progress: Progress | None,
         blocked_hint: Callable[[], str] | None,
         on_partial: Partial | None,
@@ -385,6 +388,7 @@ class PrivateChannel:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         started = None
         last_phase = None
+        records_seen = 0
         partial_seen = on_partial is None
         while True:
             now = time.monotonic()
@@ -395,6 +399,8 @@ class PrivateChannel:
                         "started.json in leakhound's private directory is not the payload's: a process of the "
                         "target's user wrote into the directory"
                     )
+                if started is not None:
+                    deadline.progressed("started")
                 if started is None and now - begin > start_timeout:
                     where = blocked_hint() if blocked_hint else ""
                     raise TargetBlocked(
@@ -409,8 +415,12 @@ class PrivateChannel:
                 # graph.bin is complete once graph.json is there (written first): read to its end
                 for piece in records.pieces(to_the_end=isinstance(graph, dict)):
                     on_partial("records", {"piece": piece}, self.post)  # type: ignore[misc]
+                if records.read != records_seen:
+                    records_seen = records.read
+                    deadline.progressed("graph records")
                 if isinstance(graph, dict):
                     partial_seen = True
+                    deadline.progressed("graph")
                     if graph.get("binary_file") == "graph.bin":
                         graph["records_streamed"] = records.read
                     on_partial("graph", graph, self.post)  # type: ignore[misc]
@@ -419,13 +429,16 @@ class PrivateChannel:
                 return started or {}, result
             if not alive(pid):
                 raise TargetExited(f"process {pid} exited while leakhound was inspecting it")
-            if now - begin > timeout:
-                raise AttachTimeout(f"no result from process {pid} within {timeout:.0f}s")
-            if progress is not None and started is not None:
+            if started is not None:
                 doc = self.read_json("progress.json")
                 if doc is not None and doc != last_phase:
                     last_phase = doc
-                    progress(str(doc.get("phase", "")), _count(doc.get("done")))
+                    phase, done = str(doc.get("phase", "")), _count(doc.get("done"))
+                    deadline.progressed(f"{phase} {done:,}" if done else phase)
+                    if progress is not None:
+                        progress(phase, done)
+            if deadline.expired():
+                raise AttachTimeout(deadline.explain(pid))
             # (a file each turn: a 50 ms turn was ~25 ms late on average for the graph and again
             # for the result, on the path of every inspection; a turn is a few stat() calls)
             time.sleep(0.005 if now - begin < 5 else 0.02)

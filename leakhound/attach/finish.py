@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from leakhound.attach import death
 from leakhound.attach.channel import PrivateChannel
-from leakhound.attach.process import alive
+from leakhound.attach.process import alive, stopped
 from leakhound.errors import AttachTimeout, OutcomeUnknown, PrivateDirTampered, TargetBlocked, TargetExited
 from leakhound.interrupts import deferred
 
@@ -73,6 +73,12 @@ def _unasked_cancel(channel: PrivateChannel, pid: int, result: dict[str, Any]) -
         )
 
 
+def _why_silent(pid: int) -> str:
+    if stopped(pid):
+        return "the process is stopped: SIGSTOP, a job-control stop or a debugger; SIGCONT lets it go on"
+    return "its payload thread did not get to run"
+
+
 def wait_debugger(
     channel: PrivateChannel,
     pid: int,
@@ -95,7 +101,7 @@ def wait_debugger(
             raise death.explain(facts, inside=_inside(channel), doing="waiting for its answer") from None
         raise OutcomeUnknown(
             f"{exc}; leakhound told the request to stop, but the target did not confirm it within "
-            f"{grace:.0f}s (its payload thread did not get to run): it stops at its next step once it "
+            f"{grace:.0f}s ({_why_silent(pid)}): it stops at its next step once it "
             f"runs, and a patch that has not landed by then never lands"
         ) from None
     except TargetExited:
@@ -123,7 +129,8 @@ def wait_agent(
                                 doing="waiting for its agent's answer") from None
         raise OutcomeUnknown(
             f"{exc}; leakhound told the agent to stop the request (and closed the connection, which "
-            f"does too), but did not see it stop: it stops at its next step once its thread runs"
+            f"does too), but did not see it stop ({_why_silent(pid)}): it stops at its next step once its "
+            f"thread runs"
         ) from None
     except TargetExited as exc:
         if alive(pid):

@@ -189,6 +189,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (state T: SIGSTOP, a job-control stop) or held by a tracer (t)."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.NoSuchProcess:
+        return False
+
+
 def namespace_pid(pid: int) -> int:
     """The pid the target sees for itself: the last field of NStgid (its innermost pid
     namespace, e.g. a container's), which is also what it names its agent socket after."""

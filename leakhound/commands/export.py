@@ -8,14 +8,15 @@ import typer
 
 from leakhound.commands.common import new_reporter
 from leakhound.commands.options import (
+    CensusTimeoutOpt,
     ForceOpt,
     MatchOpt,
     MaxPauseOpt,
     MethodOpt,
     PidsArg,
-    TimeoutOpt,
     finite,
     pids_or_match,
+    wall_clock,
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.export import export_processes
@@ -33,7 +34,7 @@ def command(
         "--interval", "-i", min=1.0, callback=finite, metavar="SECONDS",
         help="Seconds between censuses of each worker.")] = 120.0,
     method: MethodOpt = "auto",
-    timeout: TimeoutOpt = 60.0,
+    timeout: CensusTimeoutOpt = None,
     max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
     top: Annotated[int, typer.Option(
         "--top", "-n", min=1, max=100, metavar="N",
@@ -46,5 +47,5 @@ def command(
     that round, and said so."""
     reporter = new_reporter()
     export_processes(pids=pids_or_match(pids, match), match=match, method=method, listen=listen,
-                     allow_remote=allow_remote, interval=interval, timeout=timeout,
+                     allow_remote=allow_remote, interval=interval, timeout=wall_clock(timeout),
                      log=reporter.log, note=reporter.note, max_pause_ms=max_pause, top=top, force=force)

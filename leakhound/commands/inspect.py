@@ -9,14 +9,15 @@ import typer
 
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import (
+    CensusTimeoutOpt,
     ForceOpt,
     JsonOpt,
     MaxPauseOpt,
     MethodOpt,
     OutputOpt,
     PidArg,
-    TimeoutOpt,
     TopOpt,
+    wall_clock,
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, capture
 from leakhound.model import Snapshot, snapshot_to_json
@@ -85,7 +86,7 @@ def command(
     pid: PidArg,
     method: MethodOpt = "auto",
     top: TopOpt = 15,
-    timeout: TimeoutOpt = 60.0,
+    timeout: CensusTimeoutOpt = None,
     as_json: JsonOpt = False,
     save: OutputOpt = None,
     max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
@@ -111,7 +112,7 @@ def command(
     """
     if owners not in OWNER_MODELS:
         raise typer.BadParameter(f"choose one of {', '.join(OWNER_MODELS)}", param_hint="--owners")
-    run(pid=pid, method=method, top=top, timeout=timeout, as_json=as_json, save=save,
+    run(pid=pid, method=method, top=top, timeout=wall_clock(timeout), as_json=as_json, save=save,
         max_pause_ms=max_pause, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]),
         owner_model=owners, why=why, heapsnapshot_path=heapsnapshot_path, force=force)
     # Everything is written and the target's request is over (its files removed): no need

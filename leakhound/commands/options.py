@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from leakhound.core.capture import FOLLOW_PROGRESS
 from leakhound.model.names import FIX_NAMES, METHOD_NAMES, parse_fixes
 
 
@@ -61,6 +62,17 @@ MethodOpt = Annotated[str, typer.Option(
     help=f"How to get into the target: {', '.join(METHOD_NAMES)}.")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", "-t", min=1.0, callback=finite, metavar="SECONDS", help="Give up after this many seconds.")]
+# A census's --timeout: a hard limit when given; by default the request's progress decides.
+CensusTimeoutOpt = Annotated[float | None, typer.Option(
+    "--timeout", "-t", min=1.0, callback=finite, metavar="SECONDS", show_default=False,
+    help="Give up after this many seconds, progressing or not. Default: no fixed time; give up when the "
+         "worker shows no progress for 45 s (LEAKHOUND_STALL_SECONDS), or at a ceiling of 120 s + 60 s a GiB of "
+         "its RSS (docs/inspect.md, 'How long an inspection may take').")]
+
+
+def wall_clock(timeout: float | None) -> float:
+    """A ``CensusTimeoutOpt`` as the core takes it: the seconds given, or ``FOLLOW_PROGRESS``."""
+    return FOLLOW_PROGRESS if timeout is None else timeout
 JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print one JSON document (schema in docs/) instead of tables.")]
 TopOpt = Annotated[int, typer.Option("--top", "-n", min=1, max=1000, metavar="N", help="Rows per table.")]

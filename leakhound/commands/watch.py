@@ -10,14 +10,15 @@ import typer
 from leakhound.analysis.growth import GrowthReport, Sample
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import (
+    CensusTimeoutOpt,
     ForceOpt,
     MatchOpt,
     MaxPauseOpt,
     MethodOpt,
     PidsArg,
-    TimeoutOpt,
     finite,
     pids_or_match,
+    wall_clock,
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.watch import WatchResult, watch_processes
@@ -41,7 +42,7 @@ def command(
              "worker ~40 ms; RSS is still read every interval). The agent, ptrace and remote-exec "
              "methods are sampled every interval.")] = 60.0,
     method: MethodOpt = "auto",
-    timeout: TimeoutOpt = 60.0,
+    timeout: CensusTimeoutOpt = None,
     max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
     as_json: Annotated[bool, typer.Option(
         "--json", help="One JSON line per sample, then a final report line (docs/watch.md).")] = False,
@@ -59,7 +60,7 @@ def command(
     own exit), and the watch exits 12.
     """
     run(pids=pids_or_match(pids, match), match=match, method=method, interval=interval, duration=duration,
-        full_every=full_every, attach_every=attach_every, timeout=timeout, max_pause_ms=max_pause,
+        full_every=full_every, attach_every=attach_every, timeout=wall_clock(timeout), max_pause_ms=max_pause,
         as_json=as_json, plot=plot, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]), force=force)
 
 

@@ -17,6 +17,8 @@ from leakhound.analysis.detectors import analyse
 from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Post, Progress
+from leakhound.attach.deadline import FOLLOW_PROGRESS as FOLLOW_PROGRESS  # the commands' default: they import no attach
+from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import process_stats, resolve_target
 from leakhound.errors import ProtocolViolation
 from leakhound.model import (
@@ -168,7 +170,7 @@ def take_snapshot(
     *,
     method: str = "auto",
     top: int = 20,
-    timeout: float = 60.0,
+    timeout: float = FOLLOW_PROGRESS,
     progress: Progress | None = None,
     log: AttachLog | None = None,
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
@@ -180,7 +182,9 @@ def take_snapshot(
     when it would hold the target longer than this; None or 0: never skip it.
     ``owner_model``: "census" (first reacher), "auto" (dominator owners when the graph fits
     its budget, else the census's) or "dominator". ``force``: go ahead with less headroom
-    under the target's memory limit than the request's cost may reach (HeadroomTooSmall)."""
+    under the target's memory limit than the request's cost may reach (HeadroomTooSmall).
+    ``timeout``: a hard wall-clock limit, or ``FOLLOW_PROGRESS``: given up when the request
+    stops progressing or at a ceiling by the target's RSS (attach/deadline.py)."""
     return capture(pid, method=method, top=top, timeout=timeout, progress=progress, log=log,
                    max_pause_ms=max_pause_ms, owner_model=owner_model, force=force).snapshot
 
@@ -190,7 +194,7 @@ def capture(
     *,
     method: str = "auto",
     top: int = 20,
-    timeout: float = 60.0,
+    timeout: float = FOLLOW_PROGRESS,
     progress: Progress | None = None,
     log: AttachLog | None = None,
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
@@ -216,19 +220,20 @@ def capture(
     if os.environ.get("LEAKHOUND_WALKER") == "python":
         # The pure-Python census loop even where the compiled one loads (benchmarks, tests).
         request["walker"] = "python"
-    early = _EarlyOwners(top=max(top, 20), retainers=retainers, why=why, timeout=timeout, pid=pid) \
+    deadline = Deadline.for_request(pid, timeout)
+    early = _EarlyOwners(top=max(top, 20), retainers=retainers, why=why, deadline=deadline, pid=pid) \
         if "graph" in request else None
     try:
         remote = run_request(
             pid,
             request,
             method=method,
-            timeout=timeout,
             progress=progress,
             log=log,
             target=target,
             on_partial=early.on_partial if early is not None else None,
             force=force,
+            deadline=deadline,
         )
     except BaseException:
         if early is not None:
@@ -302,11 +307,9 @@ def capture(
         # The dominator pass ran while the target counted; the names came with the result.
         graph, found = early.finish(remote.result.get("names"))
     else:
-        deadline = time.monotonic() + timeout
-
         def ask_names(paths: list[list[int]]) -> list[Any]:
             # The owners' paths walked again in the target, to name instance attributes there.
-            left = max(5.0, deadline - time.monotonic())
+            left = timeout if deadline.follows_progress else max(5.0, deadline.limit_left())
             answer = run_request(pid, {"op": "names", "paths": paths}, method=remote.method, timeout=left,
                                  log=log, target=target, force=force)
             labels = answer.result.get("labels")
@@ -339,8 +342,8 @@ class _EarlyOwners:
     ``finish`` hands to the thread. One attach instead of two, and the CLI's analysis and the
     target's census run at once, on two cores."""
 
-    def __init__(self, *, top: int, retainers: int, why: str | None, timeout: float, pid: int = 0) -> None:
-        self.top, self.retainers, self.why, self.timeout, self.pid = top, retainers, why, timeout, pid
+    def __init__(self, *, top: int, retainers: int, why: str | None, deadline: Deadline, pid: int = 0) -> None:
+        self.top, self.retainers, self.why, self.deadline, self.pid = top, retainers, why, deadline, pid
         self._process: ProcessStats | None = None
         self._process_thread: threading.Thread | None = None
         self.doc: dict[str, Any] | None = None
@@ -379,18 +382,24 @@ class _EarlyOwners:
             self._process_thread.start()
         if doc.get("skipped"):
             return  # the target counts owners itself then, and asks for no names
+        # Until the names are asked for, the target waits for this work (once it has counted):
+        # it is the request's progress, not a stall (the thread ends the hold).
+        self.deadline.begin_hold()
         self._thread = threading.Thread(target=self._run, args=(doc, post), name="leakhound-dominators",
                                         daemon=True)
         self._thread.start()
 
     def _run(self, doc: dict[str, Any], post: Post) -> None:
-        posted = False
+        posted, held = False, True  # (on_partial began the hold)
 
         def ask_names(paths: list[list[int]]) -> list[Any]:
-            nonlocal posted
+            nonlocal posted, held
             post("names", {"paths": paths})
             posted = True
-            labels = self._labels.get(timeout=self.timeout)
+            if held:  # the target's to answer from here on
+                held = False
+                self.deadline.end_hold()
+            labels = self._labels.get(timeout=max(1.0, self.deadline.limit_left()))
             return labels if isinstance(labels, list) else []
 
         try:
@@ -401,6 +410,8 @@ class _EarlyOwners:
         finally:
             if not posted:
                 post("names", {"paths": []})  # the target waits for it: never leave it waiting
+            if held:
+                self.deadline.end_hold()
 
     def _read_process(self) -> None:
         try:

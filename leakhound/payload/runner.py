@@ -144,9 +144,13 @@ class _Stop(object):
     # in 0.6 s): at 0.1 s between looks a 16 MiB budget was passed by 3.6 MiB on a 1 GB heap.
     MEMORY_EVERY = 0.03
 
-    def __init__(self, timeout, explicit=None, every=0.1, memory=None):
+    def __init__(self, timeout, explicit=None, every=0.1, memory=None, beat=None):
         self.deadline = time.monotonic() + timeout
         self.explicit = explicit
+        # Called with the explicit poll: the request is at a cancellation point, which is
+        # its progress for the CLI however long a phase goes without counting anything
+        # (attach/deadline.py gives up a request that shows none for its stall window).
+        self.beat = beat
         self.every = every
         self.polled = 0.0
         self.reason = None
@@ -168,13 +172,16 @@ class _Stop(object):
             self.memory_polled = now
             if self.over_memory():
                 self.reason = "memory"
-        if self.reason is None and self.explicit is not None and now - self.polled >= self.every:
+        if self.reason is None and now - self.polled >= self.every:
             self.polled = now
-            try:
-                if self.explicit():
-                    self.reason = "cancel"
-            except Exception:
-                pass
+            if self.explicit is not None:
+                try:
+                    if self.explicit():
+                        self.reason = "cancel"
+                except Exception:
+                    pass
+            if self.beat is not None and self.reason is None:
+                self.beat()
         return self.reason is not None
 
     def check(self, phase):
@@ -183,9 +190,18 @@ class _Stop(object):
             raise Cancelled(self.reason, phase)
 
 
+# The longest deadline a request may carry (the ptrace janitor's bound too): a longer one is
+# cut to it, never taken for a missing one (60 s).
+MAX_REQUEST_TIMEOUT = 86400.0
+
+
 def _request_timeout(request):
+    """The request's own deadline in seconds (the CLI's hard limit less a margin), which holds
+    whatever happens to the CLI; 60 s when it carries none."""
     timeout = request.get("timeout")
-    return float(timeout) if type(timeout) in (int, float) and 0 < timeout <= 3600 else 60.0
+    if type(timeout) not in (int, float) or not timeout > 0:
+        return 60.0
+    return min(float(timeout), MAX_REQUEST_TIMEOUT)
 
 
 def _max_extra_bytes(request):
@@ -602,7 +618,8 @@ def handle(request, progress=None, cancelled=None, exchange=None):
     global _rss_at_boot
     memory = _MemoryBudget(_max_extra_bytes(request), _rss_at_boot)
     _rss_at_boot = 0
-    stop = _Stop(_request_timeout(request), cancelled, memory=memory)
+    progress, beat = _with_beat(progress)
+    stop = _Stop(_request_timeout(request), cancelled, memory=memory, beat=beat)
     collections_before = duty.stats()
     duty.watch_collections()
     try:
@@ -636,6 +653,30 @@ def handle(request, progress=None, cancelled=None, exchange=None):
         memory.close()
         duty.unwatch_collections()
         _busy.release()
+
+
+# The least time between two beats (the last progress said again, _Stop.beat): each is a
+# write to the CLI, which hands the GIL over (see ``throttled``).
+BEAT_EVERY = 1.0
+
+
+def _with_beat(progress):
+    """``progress`` remembering what it last said, and the beat that says it again."""
+    last = ["start", 0]  # phase, done
+    said_at = [time.monotonic()]
+
+    def said(phase, done):
+        last[:] = [phase, done]
+        said_at[0] = time.monotonic()
+        progress(phase, done)
+
+    def beat():
+        now = time.monotonic()
+        if now - said_at[0] >= BEAT_EVERY:
+            said_at[0] = now
+            progress(last[0], last[1])
+
+    return said, beat
 
 
 def _collections_since(before):
@@ -764,11 +805,14 @@ def run_from_dir(directory):
     """The debugger path, on the payload's own thread: request.json in, result.json out."""
     cancelled = directory_cancelled(directory)
 
+    written = [0]
+
     def write_progress(phase, done):
         if cancelled():
             return  # nothing new in a directory the CLI is removing
+        written[0] += 1  # a beat that says the same phase again is a new document all the same
         try:
-            _write_json(os.path.join(directory, "progress.json"), {"phase": phase, "done": done})
+            _write_json(os.path.join(directory, "progress.json"), {"phase": phase, "done": done, "seq": written[0]})
         except OSError:
             pass
 

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from leakhound.cli import app
 from leakhound.commands.common import SETTINGS, Reporter
+from leakhound.core.capture import FOLLOW_PROGRESS
 from leakhound.errors import FleetError, TargetNotFound
 from leakhound.model import PatchOutcome
 from leakhound.render import console as render_console
@@ -120,6 +121,27 @@ def test_inspect_options_reach_the_capture(monkeypatch: pytest.MonkeyPatch) -> N
     assert call["args"] == (4242,)
     assert (call["method"], call["top"], call["timeout"], call["max_pause_ms"]) == ("gdb", 7, 9.0, 0.0)
     assert (call["owner_model"], call["why"]) == ("census", "builtins.dict")
+
+
+def test_without_timeout_the_census_commands_follow_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --timeout: no fixed wall clock reaches the core (attach/deadline.py FOLLOW_PROGRESS)."""
+    capture, watch, export = _Recorder(TargetNotFound("gone")), _Recorder(TargetNotFound("gone")), _Recorder()
+    monkeypatch.setattr("leakhound.commands.inspect.capture", capture)
+    monkeypatch.setattr("leakhound.commands.watch.watch_processes", watch)
+    monkeypatch.setattr("leakhound.commands.export.export_processes", export)
+    _invoke(["inspect", "4242"])
+    _invoke(["watch", "11", "-d", "1"])
+    _invoke(["export", "21", "--listen", "127.0.0.1:0"])
+    assert [r.calls[0]["timeout"] for r in (capture, watch, export)] == [FOLLOW_PROGRESS] * 3
+
+
+def test_the_timeout_help_says_the_deadline_it_uses() -> None:
+    """The numbers in --timeout's help are attach/deadline.py's (written out: commands import no attach)."""
+    from leakhound.attach import deadline  # noqa: PLC0415
+
+    text = " ".join(_invoke(["inspect", "--help"], COLUMNS="400", NO_COLOR="1").output.split())
+    assert (f"no progress for {deadline.STALL_SECONDS:.0f} s ({deadline.STALL_ENV})" in text
+            and f"{deadline.CEILING_BASE:.0f} s + {deadline.CEILING_PER_GIB:.0f} s a GiB" in text), text
 
 
 def test_watch_options_reach_the_core(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from leakhound.attach import finish, private_dir
 from leakhound.attach.channel import GRAPH_BIN_BYTES_PER_NODE, PrivateChannel
+from leakhound.attach.deadline import Deadline
 from leakhound.attach.private_dir import PrivateDir, UnsafeEntry, open_dir_in_root
 from leakhound.attach.ptrace import stop
 from leakhound.errors import PrivateDirTampered
@@ -260,4 +261,5 @@ def test_malformed_answers_are_one_clear_error(tmp_path: Path, monkeypatch: pyte
         (here / "started.json").write_text('{"main_thread_ms": 0.5}')
         (here / name).write_text(text)
         with pytest.raises(PrivateDirTampered, match=name):
-            channel.wait(pid=os.getpid(), start_timeout=5, timeout=5, progress=lambda phase, done: None)
+            channel.wait(pid=os.getpid(), start_timeout=5, deadline=Deadline.fixed(5),
+                         progress=lambda phase, done: None)
