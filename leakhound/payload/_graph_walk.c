@@ -34,7 +34,7 @@
  * units of work (a container popped, a referent seen) and returns, so the caller's duty
  * cycle, deadline and cancel hook run between calls. A big exact list, tuple, set or dict is
  * read a slice at a time, its rest kept in the state for the next call (a big dict's values
- * carry no labels, in both loops: see PHASE_DICT_VALUES), and waits while what its slices
+ * carry no labels, in both loops: see PHASE_DICT_ENTRIES), and waits while what its slices
  * pushed is walked (GRAPH_SUSPEND_AT).
  *
  * An entry a collection (of more than FOLD_MIN_ENTRIES) alone holds is folded into it, with
@@ -457,7 +457,9 @@ addrmap_get(AddrMap *m, uintptr_t address, long long *wide, int32_t *narrow)
  * keys. (A big dict's values carry no labels: its keys are ids and names of a registry or a
  * cache, as many labels as entries; the owners' paths through it are named by the target
  * afterwards, graph_wire.name_paths.) */
-enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_VALUES, PHASE_DICT_KEYS };
+/* PHASE_DICT_ENTRIES: a big exact dict, each slice its entries' values and keys (a registry's
+ * key and what its entry holds of the same leaf are met a few slices apart: PendingLeaf). */
+enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_ENTRIES };
 
 /* The frame codes of the columns (graph_wire.py reads them; 4 and 5 are the Python loop's
  * edges by node id). */
@@ -465,6 +467,20 @@ enum { COL_IDS = 0, COL_SIZES = 1, COL_TYPES = 2, COL_LENGTHS = 3, COL_LABELS = 
        COL_FOLD_OWNER = 9, COL_FOLD_BYTES = 10 };
 
 #define FOLD_EDGE_SLOTS 1024
+
+/* A leaf (str, bytes, int...) held a few times (more than once, at most GRAPH_SHARED_LEAF
+ * times), met so far from one node only: its bytes are that node's if every reference to it
+ * is met from there (a session's name, its registry's key and its attribute: all in the
+ * registry), else it is a node. ``left``: references not met yet. At most PENDING_LEAVES at
+ * once (a few slices of a registry's worth); a leaf met when they are all taken is a node
+ * at once. No reference is held: the address names it. */
+#define PENDING_LEAVES (1 << 14)
+typedef struct {
+    uintptr_t key;    /* the leaf's address; 0: empty */
+    uintptr_t owner;  /* the node it was met from */
+    long long size;
+    int32_t type, left;
+} PendingLeaf;
 
 /* A big container whose slices wait while what its last slices pushed is walked (see
  * GRAPH_SUSPEND_AT): its record so far and where its next slice starts. */
@@ -540,6 +556,8 @@ typedef struct {
      * entries of a registry name the same few objects (3.10's instance dicts their shared
      * keys: 3 edges an instance, all alike), one edge each is enough for the dominators. */
     uintptr_t seen_src[FOLD_EDGE_SLOTS], seen_dst[FOLD_EDGE_SLOTS];
+    PendingLeaf *pending;      /* 2 * PENDING_LEAVES slots, open addressing (made when needed) */
+    Py_ssize_t npending;
     int32_t seen_lab[FOLD_EDGE_SLOTS];
     /* label id -> the label "f<label>" of an edge from a folded entry (-2: not asked yet) */
     int32_t *fold_labels;
@@ -609,6 +627,9 @@ graph_drop_bits(GraphState *g)
     nodebits_free(&g->counted);
     nodebits_free(&g->madebits);
     addrmap_free(&g->made);
+    PyMem_Free(g->pending);
+    g->pending = NULL;
+    g->npending = 0;
     g->own_used = 0;
 }
 
@@ -817,6 +838,79 @@ graph_fold(GraphState *g, uintptr_t owner, long long size)
         g->fold_pending_bytes = 0;
     }
     g->fold_pending_bytes += size;
+    return 0;
+}
+
+#define PENDING_MASK ((size_t)(2 * PENDING_LEAVES - 1))
+
+/* The pending leaf at ``address``, or NULL. */
+static PendingLeaf *
+pending_find(GraphState *g, uintptr_t address)
+{
+    if (g->pending == NULL || g->npending == 0)
+        return NULL;
+    for (size_t k = addr_hash(address, PENDING_MASK);; k = (k + 1) & PENDING_MASK) {
+        if (g->pending[k].key == address)
+            return &g->pending[k];
+        if (g->pending[k].key == 0)
+            return NULL;
+    }
+}
+
+/* A new pending leaf: 1, or 0 when they are all taken (-1 on error). */
+static int
+pending_add(GraphState *g, uintptr_t address, uintptr_t owner, long long size, int32_t type, int32_t left)
+{
+    if (g->npending >= PENDING_LEAVES)
+        return 0;
+    if (g->pending == NULL) {
+        g->pending = PyMem_Calloc(2 * PENDING_LEAVES, sizeof(PendingLeaf));
+        if (g->pending == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    size_t k = addr_hash(address, PENDING_MASK);
+    while (g->pending[k].key != 0)
+        k = (k + 1) & PENDING_MASK;
+    PendingLeaf *p = &g->pending[k];
+    p->key = address;
+    p->owner = owner;
+    p->size = size;
+    p->type = type;
+    p->left = left;
+    g->npending++;
+    return 1;
+}
+
+/* ``p`` out of the table (backward-shift deletion: no tombstones). */
+static void
+pending_remove(GraphState *g, PendingLeaf *p)
+{
+    size_t hole = (size_t)(p - g->pending);
+    for (size_t k = (hole + 1) & PENDING_MASK; g->pending[k].key != 0; k = (k + 1) & PENDING_MASK) {
+        size_t home = addr_hash(g->pending[k].key, PENDING_MASK);
+        /* the entry at k may move into the hole if its home is not in (hole, k] */
+        if (((k - home) & PENDING_MASK) >= ((k - hole) & PENDING_MASK)) {
+            g->pending[hole] = g->pending[k];
+            hole = k;
+        }
+    }
+    g->pending[hole].key = 0;
+    g->npending--;
+}
+
+/* A pending leaf met from another node too: a node, with its first node's edge. */
+static int
+pending_to_node(GraphState *g, PendingLeaf *p, PyObject *leaf)
+{
+    uintptr_t address = p->key, first = p->owner;
+    long long size = p->size;
+    int32_t type = p->type;
+    pending_remove(g, p);
+    if (graph_mark(g, leaf) < 0 || graph_record(g, address, size, type, 0) < 0
+        || graph_add_edge(g, first, address, -1) < 0)
+        return -1;
     return 0;
 }
 
@@ -1094,8 +1188,9 @@ slot_names(GraphState *g, Walk *w, PyObject *obj, PyTypeObject *tp)
 
 /* -- a container's referents -------------------------------------------------------------- */
 
-/* Up to ``want`` entries of a dict from g->pos: their values (``what`` 0) or keys (1) into
- * g->refs; with ``label``, a value's first str key labels it (g->names). 0 when done. */
+/* Up to ``want`` entries of a dict from g->pos: their values (``what`` 0), keys (1) or both
+ * (2, each value then its key) into g->refs; with ``label``, a value's first str key labels it
+ * (g->names). 0 when done. */
 static Py_ssize_t
 dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
 {
@@ -1104,7 +1199,7 @@ dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
     while (got < want && PyDict_Next(d, &g->pos, &key, &value)) {
         got++;
         /* Borrowed from the dict: held before anything runs. */
-        if (refs_push(&g->refs, what ? key : value) < 0)
+        if (refs_push(&g->refs, what == 1 ? key : value) < 0 || (what == 2 && refs_push(&g->refs, key) < 0))
             return -1;
         if (what == 0 && label && PyUnicode_CheckExact(key)) {
             /* Only the address of the value is kept (as the Python loop's id()). */
@@ -1120,9 +1215,9 @@ dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
 }
 
 /* Starts walking ``obj`` (a node): its record so far (size, type id), its referents into
- * g->refs, or the first of its slices. As the Python loop: a dict's values then its keys
- * (then, for a subclass, its tp_traverse), a module's dict, anything else's tp_traverse; then
- * a native object's hidden references. */
+ * g->refs, or the first of its slices. As the Python loop: a dict's values then its keys (a
+ * big one a slice of both at a time; then, for a subclass, its tp_traverse), a module's dict,
+ * anything else's tp_traverse; then a native object's hidden references. */
 static int
 graph_begin(GraphState *g, Walk *w, PyObject *obj)
 {
@@ -1221,7 +1316,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     if (flags & Py_TPFLAGS_DICT_SUBCLASS) {
         g->has_names = 1;
         if ((PyObject *)tp == (PyObject *)&PyDict_Type && PyDict_Size(obj) > BIG_CONTAINER / 2) {
-            g->phase = PHASE_DICT_VALUES;
+            g->phase = PHASE_DICT_ENTRIES;
         }
         else {
             failed = dict_slice(g, obj, 0, 1, PY_SSIZE_T_MAX) < 0;
@@ -1271,17 +1366,10 @@ graph_next_slice(GraphState *g, Py_ssize_t want)
         g->entries += got > 0 ? got : 0;
         return got;
     }
-    int keys = g->phase == PHASE_DICT_KEYS;
-    Py_ssize_t got = dict_slice(g, g->cur, keys, 0, want);
+    Py_ssize_t got = dict_slice(g, g->cur, 2, 0, want);
     if (got < 0)
         return -1;
-    if (!keys)
-        g->entries += got;
-    if (got == 0 && !keys) {
-        g->phase = PHASE_DICT_KEYS;
-        g->pos = 0;
-        return graph_next_slice(g, want);
-    }
+    g->entries += got;
     return got;
 }
 
@@ -1345,6 +1433,34 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
             }
             if (shared)
                 continue;
+            if (found == FOUND_NONE) {
+                /* held a few times: its bytes are the node's it is met from, if every
+                 * reference to it is (PendingLeaf) */
+                PendingLeaf *p = pending_find(g, address);
+                if (p != NULL && p->owner == i) {
+                    if (--p->left <= 0) {
+                        g->folded += p->size;
+                        pending_remove(g, p);
+                    }
+                    continue;
+                }
+                if (p != NULL) {
+                    if (pending_to_node(g, p, ref) < 0)
+                        return -1;
+                    found = FOUND_NODE;
+                }
+                else {
+                    long long size = 0;
+                    Py_ssize_t type_id = leaf_type_and_size(w, ref, &size);
+                    if (type_id < 0 || type_id > INT_MAX)
+                        return -1;
+                    int added = pending_add(g, address, i, size, (int32_t)type_id, (int32_t)(count - GRAPH_ONLY_ONE));
+                    if (added < 0 || (added && graph_tally(g, type_id, 1, size) < 0))
+                        return -1;
+                    if (added)
+                        continue;
+                }
+            }
         }
         if (found == FOUND_NONE) {
             if (PyType_Check(ref) || rtp == &PyModule_Type)
@@ -1933,6 +2049,35 @@ graph_write(PyObject *Py_UNUSED(module), PyObject *args)
     return PyLong_FromLongLong(written);
 }
 
+PyDoc_STRVAR(graph_settle_doc,
+"graph_settle(graph): the leaves still pending (met from one node, some reference never met:\n"
+"held from C or by a frame) made nodes, with their edge from that node. After the walk.");
+
+static PyObject *
+graph_settle(PyObject *Py_UNUSED(module), PyObject *capsule)
+{
+    GraphState *g = graph_of(capsule);
+    if (g == NULL)
+        return NULL;
+    for (size_t k = 0; g->pending != NULL && k <= PENDING_MASK; k++) {
+        PendingLeaf *p = &g->pending[k];
+        if (p->key == 0)
+            continue;
+        if (g->nodes > g->max_nodes) {
+            PyErr_Format(g->too_big, "more than %zd nodes", g->max_nodes);
+            return NULL;
+        }
+        /* as graph_mark, without the object (the address names it) */
+        if (nodebits_set(&g->marked, p->key) < 0 || graph_record(g, p->key, p->size, p->type, 0) < 0
+            || graph_add_edge(g, p->owner, p->key, -1) < 0)
+            return NULL;
+        g->nodes++;
+        p->key = 0;
+    }
+    g->npending = 0;
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(graph_close_doc, "graph_close(graph): drop the helpers, the bitmaps and the walk in progress (not the records)");
 
 static PyObject *
@@ -1988,4 +2133,5 @@ graph_unknown(PyObject *Py_UNUSED(module), PyObject *args)
     {"graph_flush", graph_flush, METH_O, graph_flush_doc}, \
     {"graph_write", graph_write, METH_VARARGS, graph_write_doc}, \
     {"graph_close", graph_close, METH_O, graph_close_doc}, \
+    {"graph_settle", graph_settle, METH_O, graph_settle_doc}, \
     {"graph_unknown", graph_unknown, METH_VARARGS, graph_unknown_doc},

@@ -94,6 +94,8 @@ GRAPH_FORMAT = "leakhound.graph/5"
 # into an entry that holds most of its collection (a logger's one handler, and its records).
 # As _graph_walk.c's FOLD_MIN_ENTRIES.
 _FOLD_MIN_ENTRIES = 16
+# Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES).
+_PENDING_LEAVES = 1 << 14
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
 # items pair), the loop variable and getrefcount's argument.
 _ONLY_ONE_REFERENCE = 4
@@ -220,13 +222,16 @@ class Graph(object):
         self.fold_owner = array.array("i")
         self.namespaces = set()
         self.folded_objects = 0
+        # Leaves held a few times, met from one node so far (as _graph_walk.c's PendingLeaf):
+        # id -> [node, references not met yet, size, type id]; no reference to the leaf.
+        self.pending = {}
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
         self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
         self.unreached = {"examined": False, "estimated_pause_ms": None, "reason": "", "held": 0,
                           "garbage_objects": 0}
         for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
                     self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
-                    self.folds, self.fold_owner, self.namespaces,
+                    self.folds, self.fold_owner, self.namespaces, self.pending,
                     self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
                     self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen,
                     self.size_of, self.size_of.known):
@@ -407,7 +412,23 @@ class Graph(object):
         add_roots(self, stack)
         self._walk(stack)
         held_from_c(self, stack)
+        self._settle()
         self.seconds = time.perf_counter() - started
+
+    def _settle(self):
+        """The leaves still pending (a reference never met: held from C or by a frame) made
+        nodes, with their edge from the node they were met from."""
+        for address, (owner, _left, size, t) in list(self.pending.items()):
+            j = self.index[address] = len(self.nodes)
+            if j > self.max_nodes:
+                raise GraphTooBig("more than %d nodes" % self.max_nodes)
+            self.nodes.append(None)
+            self.sizes.append(size)
+            self.types.append(t)
+            self.ids.append(address)
+            self.lengths.append(0)
+            self._edge(owner, j, -1)
+        self.pending.clear()
 
     def _edge(self, i, j, label):
         self.src.append(i)
@@ -446,6 +467,7 @@ class Graph(object):
         plain = _PLAIN_IDS
         singleton_ids = _SINGLETON_IDS
         native = self.native
+        pending = self.pending
         folds = self.folds
         fold_owner = self.fold_owner
         namespaces = self.namespaces
@@ -539,6 +561,32 @@ class Graph(object):
                         continue
                     if count > _SHARED_LEAF or rid in singleton_ids:
                         continue  # None, True, small ints, interned names: shared by everyone
+                    if id(ref) not in index:
+                        # held a few times: its bytes are the node's it is met from, if every
+                        # reference to it is (_graph_walk.c's PendingLeaf)
+                        p = pending.get(id(ref))
+                        if p is not None and p[0] == i:
+                            p[1] -= 1
+                            if p[1] <= 0:
+                                folded += p[2]
+                                del pending[id(ref)]
+                            continue
+                        if p is not None:  # met from another node too: a node
+                            del pending[id(ref)]
+                            j = index[id(ref)] = len(nodes)
+                            if j > max_nodes:
+                                raise GraphTooBig("more than %d nodes" % max_nodes)
+                            nodes.append(ref)
+                            sizes.append(p[2])
+                            types.append(p[3])
+                            ids_append(id(ref))
+                            lengths_append(0)
+                            src_append(p[0])
+                            dst_append(j)
+                            lab_append(-1)
+                        elif len(pending) < _PENDING_LEAVES:
+                            pending[id(ref)] = [i, count - only_one, size_of(ref), type_id(rtp)]
+                            continue
                 j = index.get(id(ref))
                 if j is None:
                     if issubclass(rtp, type) or rtp is module_type:
@@ -745,6 +793,9 @@ class CompiledGraph(Graph):
 
     def _tracked(self):
         return _walk_module.graph_info(self.store)[2]
+
+    def _settle(self):
+        _walk_module.graph_settle(self.store)
 
     store = None  # the capsule, once Graph.__init__ has run
 
