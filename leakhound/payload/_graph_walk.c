@@ -37,8 +37,8 @@
  * carry no labels, in both loops: see PHASE_DICT_ENTRIES), and waits while what its slices
  * pushed is walked (GRAPH_SUSPEND_AT).
  *
- * An entry a collection (of more than FOLD_MIN_ENTRIES) alone holds is folded into it, with
- * all it alone holds (see STACK_NAMESPACE): no node, its bytes a (collection's address, bytes) record, its other
+ * An entry a collection alone holds (any, or in a collection of at most FOLD_MIN_ENTRIES, a
+ * collection) is folded into it, with all it alone holds (see STACK_NAMESPACE): no node, its bytes a (collection's address, bytes) record, its other
  * referents edges from the collection labelled "f" and the entry's own name for them.
  *
  * Python code it calls: the payload's own helpers given to graph_new (a type's id, a label's
@@ -747,8 +747,9 @@ graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
  * collection. A heap of registries of records is then a graph of its shared objects only
  * (a registry of 2.4M sessions: 7.2M nodes unfolded). */
 #define STACK_NAMESPACE ((uintptr_t)1)
-/* A collection of at most this many entries keeps them as nodes (the owners' search goes down
- * into an entry that holds most of its collection: a logger's one handler, and its records). */
+/* A collection of at most this many entries folds only the entries that are collections
+ * themselves; the others stay nodes (the owners' search goes down into an entry that holds
+ * most of its collection: a logger's one handler, and its records). */
 #define FOLD_MIN_ENTRIES 16
 
 static inline int
@@ -1405,7 +1406,10 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
     int collection = is_collection(Py_TYPE(g->cur));
     /* the node the edges come from, and the one entries held once are folded into (0: none) */
     uintptr_t i = owner > STACK_NAMESPACE ? owner : (uintptr_t)g->cur;
-    uintptr_t fold_into = owner > STACK_NAMESPACE ? owner : (owner == 0 && g->cur_foldable ? i : 0);
+    uintptr_t fold_into = owner > STACK_NAMESPACE ? owner : (owner == 0 && collection ? i : 0);
+    /* every entry held alone, or (a collection of at most FOLD_MIN_ENTRIES) those that are
+     * collections themselves */
+    int fold_any = owner > STACK_NAMESPACE || g->cur_foldable;
     /* a dict held by what is no collection (an instance's __dict__, a frame's locals) names
      * that object's parts: its entries are not folded into it */
     uintptr_t child_owner = collection ? 0 : STACK_NAMESPACE;
@@ -1465,7 +1469,8 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
         if (found == FOUND_NONE) {
             if (PyType_Check(ref) || rtp == &PyModule_Type)
                 continue;  /* classes and modules are roots of their own */
-            if (!leaf && fold_into && Py_REFCNT(ref) + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE) {
+            if (!leaf && fold_into && Py_REFCNT(ref) + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE
+                && (fold_any || is_collection(rtp))) {
                 /* held by this collection alone: part of it (see STACK_NAMESPACE), no edge */
                 if (nodebits_set(&g->marked, address) < 0 || graph_push(g, ref, fold_into) < 0)
                     return -1;

@@ -90,8 +90,9 @@ __all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphTim
 # by address (``node_keys``: "address"), leakhound gives them ids.
 GRAPH_FORMAT = "leakhound.graph/5"
 
-# A collection of at most this many entries keeps them as nodes: the owners' search goes down
-# into an entry that holds most of its collection (a logger's one handler, and its records).
+# A collection of at most this many entries folds only the entries that are collections
+# themselves; the others stay nodes: the owners' search goes down into an entry that holds most
+# of its collection (a logger's one handler, and its records).
 # As _graph_walk.c's FOLD_MIN_ENTRIES.
 _FOLD_MIN_ENTRIES = 16
 # Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES).
@@ -484,7 +485,8 @@ class Graph(object):
                 folded_here = False
             tp = type(obj)
             collection = id(tp) in sized
-            fold_into = i if folded_here or (collection and i not in namespaces and len(obj) > _FOLD_MIN_ENTRIES) else 0
+            fold_into = i if folded_here or (collection and i not in namespaces) else 0
+            fold_any = folded_here or (fold_into and len(obj) > _FOLD_MIN_ENTRIES)
             child_namespace = not collection
             t0 = perf_counter()
             names = None
@@ -591,7 +593,8 @@ class Graph(object):
                 if j is None:
                     if issubclass(rtp, type) or rtp is module_type:
                         continue  # classes and modules are roots of their own
-                    if fold_into and rid not in leaf_ids and getrefcount(ref) <= only_one:
+                    if (fold_into and rid not in leaf_ids and getrefcount(ref) <= only_one
+                            and (fold_any or rid in sized)):
                         index[id(ref)] = -2  # held by this collection alone: part of it, no edge
                         folds.append(ref)
                         fold_owner.append(fold_into)
