@@ -3,10 +3,16 @@
 The tasks' weak set is read through ``gc.get_referents`` (one C call, so the main thread
 adding tasks meanwhile cannot break the iteration); tasks and coroutines are only asked
 through C-level getters.
+
+A task that has finished (done or cancelled) is not a root: asyncio keeps it in its weak set
+for as long as something else holds it, and that something (a set of background tasks never
+discarded) is its owner, as of any other object (:func:`named_tasks` lists pending ones only).
 """
 
 import gc
 import sys
+
+from .objects import _class_dict, _instance_dict
 
 COROUTINE_TYPES = ("coroutine", "generator")
 
@@ -52,11 +58,77 @@ def _natural(text):
     return (head, int(tail) if tail else -1, text)
 
 
+def _c_future_class():
+    """asyncio's C ``Future`` (``_asyncio.Future``, the base of its C ``Task``), or None."""
+    module = sys.modules.get("_asyncio")
+    d = _instance_dict(module) if module is not None else None
+    cls = d.get("Future") if d is not None else None
+    return cls if type(cls) is type else None
+
+
+def is_pending(task, c_future=None):
+    """Whether ``task`` has not finished: its ``_state`` read through the C Future's getset
+    (``c_future``, from ``_c_future_class()``), or a pure-Python future's instance dict. True
+    when it cannot be read (a task of another kind stays a root)."""
+    try:
+        if c_future is not None and issubclass(type(task), c_future):
+            state = _class_dict(c_future)["_state"].__get__(task, c_future)
+        else:
+            d = _instance_dict(task)
+            state = d.get("_state") if d is not None else None
+    except Exception:
+        return True
+    return state not in ("FINISHED", "CANCELLED")
+
+
+def task_context(task, c_future=None):
+    """The ``contextvars.Context`` a task runs its steps in, or None: a C task's is the first
+    Context among its referents (``TaskObj_traverse`` visits it first, 3.10-3.13), a
+    pure-Python task's its ``_context`` attribute."""
+    import contextvars  # noqa: PLC0415 - a C module, loaded with asyncio
+
+    context_type = contextvars.Context
+    try:
+        if c_future is not None and issubclass(type(task), c_future):
+            for ref in gc.get_referents(task):
+                if type(ref) is context_type:
+                    return ref
+            return None
+        d = _instance_dict(task)
+        ctx = d.get("_context") if d is not None else None
+    except Exception:
+        return None
+    return ctx if type(ctx) is context_type else None
+
+
+def context_variables(ctx):
+    """[(variable name, value)] of a ``contextvars.Context``, read with its C methods (the
+    name through ``ContextVar.name``'s getset); a variable whose name is not a str is left out."""
+    import contextvars  # noqa: PLC0415
+
+    out = []
+    try:
+        items = _class_dict(contextvars.Context)["items"](ctx)
+        name_of = _class_dict(contextvars.ContextVar)["name"]
+        for var, value in list(items):
+            if type(var) is not contextvars.ContextVar:
+                continue
+            name = name_of.__get__(var, contextvars.ContextVar)
+            if type(name) is str:
+                out.append((name, value))
+    except Exception:
+        return out
+    return out
+
+
 def named_tasks():
-    """(name, task) for every live task with a str name, Task-1 (usually the main coroutine)
-    first, in natural order: ties between owners go the same way every time."""
+    """(name, task) for every pending live task with a str name, Task-1 (usually the main
+    coroutine) first, in natural order: ties between owners go the same way every time."""
     named = []
+    c_future = _c_future_class()
     for task in live_tasks():
+        if not is_pending(task, c_future):
+            continue
         try:
             name = task.get_name()
         except Exception:

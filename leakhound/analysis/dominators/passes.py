@@ -33,10 +33,14 @@ _BACK_REFERENCE_TYPES = frozenset({
 
 def _is_back_reference_type(name: str) -> bool:
     """A type whose outgoing references are not a name for what they reach: bound methods,
-    weak registries, loggers, and event loops (a loop's ready queue and timers reach every
+    weak registries, loggers, event loops (a loop's ready queue and timers reach every
     task scheduled at that moment: a path through them named the Runtime after Task-1's
-    local loop variable, ``run.<_UnixSelectorEventLoop>._ready[]._callback.<Task>``)."""
-    return name in _BACK_REFERENCE_TYPES or name.endswith("EventLoop") or name == "uvloop.Loop"
+    local loop variable, ``run.<_UnixSelectorEventLoop>._ready[]._callback.<Task>``) and
+    contexts (a pending future's callback holds the context of the task that waits: a path
+    through it named a consumer's context variable after the task holding the queue,
+    ``serve.queue._getters[].<Context>.<hamt>...``; the task names its own variables)."""
+    return (name in _BACK_REFERENCE_TYPES or name.endswith("EventLoop") or name == "uvloop.Loop"
+            or name == "_contextvars.Context")
 
 
 _BACK_REFERENCE_NAMES = frozenset({
