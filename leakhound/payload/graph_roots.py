@@ -13,6 +13,7 @@ import sys
 import time
 
 from .census_roots import frame_locals
+from .graph_wire import _MAX_LABEL_CHARS
 from .objects import _instance_dict, _type_name, is_payload_name
 from .tasks import _c_future_class, await_chain, context_variables, named_tasks, task_context
 
@@ -140,7 +141,7 @@ def add_roots(graph, stack):
             ctx = task_context(task, c_future)
             if ctx is not None:
                 for var_name, value in context_variables(ctx):
-                    _variable_edge(graph, stack, t, value, "c" + var_name[:_MAX_NAME_CHARS])
+                    _variable_edge(graph, stack, t, value, "c" + var_name[:_MAX_LABEL_CHARS])
                 value = None
             ctx = None
     chain = task = None
@@ -164,16 +165,13 @@ def add_roots(graph, stack):
                 graph._push(stack, f, frame)
                 variables = frame_locals(frame, _walk_module)
                 for var_name, value in variables or ():
-                    _variable_edge(graph, stack, f, value, "a" + var_name[:_MAX_NAME_CHARS])
+                    _variable_edge(graph, stack, f, value, "a" + var_name[:_MAX_LABEL_CHARS])
                 variables = value = None
                 graph._check()
             frame = frame.f_back
     del current
     top = frame = None
     graph.progress("graph", graph._count())
-
-
-_MAX_NAME_CHARS = 80  # graph_wire._MAX_LABEL_CHARS
 
 
 def _variable_edge(graph, stack, src, value, label):

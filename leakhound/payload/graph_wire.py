@@ -59,7 +59,7 @@ def _root_objects():
     return found
 
 
-_FRAME_GETTERS = {}  # id(type) -> name of its frame getset (cr_frame, gi_frame, ag_frame)
+_FRAME_GETTERS = {}  # id(type) -> (the type, the name of its frame's getset: cr_frame...)
 for _tp, _getter in ((types.CoroutineType, "cr_frame"), (types.GeneratorType, "gi_frame"),
                      (types.AsyncGeneratorType, "ag_frame")):
     _FRAME_GETTERS[id(_tp)] = (_tp, _getter)
@@ -97,8 +97,8 @@ def _context_variable(task, address):
 def _step_label(obj, address):
     """(label, next object) for the referent or variable of ``obj`` whose id is ``address``;
     the label as the graph's (``a`` attribute, slot or frame variable, ``k`` dict key, ``d``
-    instance dict, ``t`` an unnamed local's type, ``c`` a task's context variable, ``''``
-    none); (None, None) when ``obj`` no longer references it."""
+    instance dict, ``t`` an unnamed local's type, ``''`` none); (None, None) when ``obj`` no
+    longer references it."""
     tp = type(obj)
     named = _frame_variable(obj, address) if id(tp) in _FRAME_LIKE_IDS else None
     if named is not None:
