@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from leakhound.cli import app
 from tests.pythons import installed_pythons
-from tests.utils import Child, spawn_target, within
+from tests.utils import Child, spawn_target, wait_for_agent_socket, within
 
 pytestmark = pytest.mark.integration
 
@@ -68,3 +68,17 @@ def test_owner_one_is_the_culprit_by_its_root_with_what_freeing_it_returns(shape
     if why is not None:
         (match,) = why["matches"]
         assert match["path"] == "__main__._background"
+
+
+@pytest.mark.parametrize("shape", ["thread_local", "contextvar"])
+def test_through_the_agent_the_main_threads_frames_are_roots_too(shape: str, tmp_path: Path) -> None:
+    """The in-process agent runs the payload on a thread of its own: the main thread's frames
+    (the event loop's) are roots beside the culprit's, and must not take it."""
+    env = {"SHAPE": shape, "LEAKHOUND_AGENT": "1"}
+    with spawn_target("root_shapes", tmp_path, env=env) as child:
+        wait_for_agent_socket(child.pid)
+        truth = _truth(child)
+        doc = _inspect(child.pid, "--method", "agent")
+    first = doc["owners"][0]
+    assert first["path"] == truth["expected_path"], [o["path"] for o in doc["owners"][:5]]
+    assert within(first["retained_bytes"], truth["owner_bytes"]), (first["retained_bytes"], truth)
