@@ -25,12 +25,12 @@ if False:  # typing only; the payload imports nothing it does not need at run ti
     from typing import Any  # noqa: F401
 
 
-def task_roots():
+def task_roots(tick=None):
     """(label, task or None, coroutine) along every pending asyncio task's await chain; the
     task itself goes with the outermost coroutine. Task-1 (usually the main coroutine)
-    first, so ties between owners go to it, deterministically."""
+    first, so ties between owners go to it, deterministically. ``tick``: as named_tasks's."""
     out = []
-    for name, task in named_tasks():
+    for name, task in named_tasks(tick):
         owner_task = task
         for coro in await_chain(task, limit=32):
             code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
@@ -215,7 +215,7 @@ class _Roots(_Walk):
                 roots.append(md)
         roots.extend(_running_task_registries())
         roots.extend(_subclass_tree(check))
-        task_coros = task_roots()
+        task_coros = task_roots(check)
         for _label, task, coro in task_coros:
             if task is not None:
                 roots.append(task)
@@ -326,7 +326,7 @@ class _Roots(_Walk):
         # Tasks and their coroutines are claimed up front, like the walls: a path from a module
         # global to a task (an event loop's ready queue and timers, a handle kept in a global,
         # asyncio's _current_tasks) stops there, and each task's state goes to its own root (5).
-        task_coros = task_roots()
+        task_coros = task_roots(check)
         for _label, task, coro in task_coros:
             claimed.add(id(task))
             claimed.add(id(coro))
