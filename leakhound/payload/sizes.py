@@ -56,8 +56,9 @@ def _sizeofs_counting_referents():
     """The C ``__sizeof__`` methods that count an object ``gc.get_referents`` also lists: a walk
     would count it twice, in the holder's size and as a node (or folded leaf) of its own.
     ``io.BytesIO``'s counts its buffer (a bytes it does not share), which 3.12+ also list as
-    its referent (3.10 and 3.11 do not): a heap of BytesIO buffers was +46%. Found by
-    trying (a BytesIO with a buffer of its own: is the buffer a referent?), not by version."""
+    its referent (3.10 and 3.11 do not): 450 BytesIO of 88 KB on 3.12 were 79.3 MB retained
+    for the 39.7 MB freeing them returns. Found by trying (a BytesIO with a buffer of its own:
+    is the buffer a referent?), not by version."""
     found = []
     try:
         import _io  # noqa: PLC0415 - built in, loaded with the interpreter
