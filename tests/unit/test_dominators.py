@@ -306,3 +306,24 @@ def test_a_context_variable_is_named_by_its_task_not_by_a_waiters_callback(compi
     asked = dom.find_owners(graph, top=1, why="asyncio.queues.Queue",
                             ask_names=lambda paths: [["", "aqueue", ""][: len(p) - 1] for p in paths])
     assert asked.why[0].path == "task:Task-1/main.queue"
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_frame_reached_from_a_running_generator_is_still_soft(compiled: bool, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    if not compiled:
+        monkeypatch.setattr(dom.passes, "_dominators", None)
+    elif dom._dominators is None:
+        pytest.skip("the C passes are not built here")
+    # 1 module dict -> 2 registry -> 5..14 entries; 3 a thread's frame (measure) whose variable
+    # holds the registry itself (-> 2) and -> 15, its own; 4 a generator held from C (a root of
+    # its own, hard) -> 16 its running frame (a thread's frame too) -> 3 (f_back)
+    entries = list(range(5, 15))
+    edges = [(0, 1), (0, 3), (0, 4), (0, 16), (1, 2), *((2, e) for e in entries), (3, 2), (3, 15), (4, 16), (16, 3)]
+    sizes = [0, 100, 200, 50, 60, *([1000] * 10), 500, 70]
+    roots = [(1, "app", "module", 1), (3, "thread:Main/measure", "thread", 2),
+             (4, "<held from C: generator>", "held", 5), (16, "thread:Main/<genexpr>", "thread", 2)]
+    graph = make_graph(17, edges, sizes, roots=roots)
+    tree = dom.dominators(dom.soften(graph))
+    assert tree.retained[1] == 100 + 200 + 10 * 1000  # the module keeps its registry
+    assert tree.retained[3] == 50 + 500
