@@ -165,7 +165,8 @@ def add_roots(graph, stack):
             f = graph._root(frame, label, "thread", TIER_THREAD)
             if f > 0:
                 graph._push(stack, f, frame)
-                variables = frame_locals(frame, _walk_module)
+                # (the agent's other thread runs the payload's code: its variables are ours)
+                variables = frame_locals(frame, _walk_module) if not _runs_payload_code(frame) else None
                 for var_name, value in variables or ():
                     _variable_edge(graph, stack, f, value, "a" + var_name[:_MAX_LABEL_CHARS])
                 variables = value = None
@@ -174,6 +175,15 @@ def add_roots(graph, stack):
     del current
     top = frame = None
     graph.progress("graph", graph._count())
+
+
+def _runs_payload_code(frame):
+    """Whether ``frame`` runs a function of the payload's package (its globals' ``__name__``)."""
+    try:
+        name = dict.get(frame.f_globals, "__name__")
+    except Exception:
+        return False
+    return type(name) is str and is_payload_name(name)
 
 
 def _variable_edge(graph, stack, src, value, label):
