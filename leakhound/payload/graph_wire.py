@@ -84,10 +84,10 @@ def _frame_variable(obj, address):
     return None
 
 
-def _context_variable(task, address):
-    """(``c<name>``, value) for the variable of a task's context whose value's id is
+def _context_variable(task, address, c_future):
+    """(``c<name>``, value) for the variable of a (C) task's context whose value's id is
     ``address``; None when none holds it."""
-    ctx = task_context(task, _c_future_class())
+    ctx = task_context(task, c_future)
     for name, value in context_variables(ctx) if ctx is not None else ():
         if id(value) == address:
             return "c" + name[:_MAX_LABEL_CHARS], value
@@ -97,8 +97,8 @@ def _context_variable(task, address):
 def _step_label(obj, address):
     """(label, next object) for the referent or variable of ``obj`` whose id is ``address``;
     the label as the graph's (``a`` attribute, slot or frame variable, ``k`` dict key, ``d``
-    instance dict, ``t`` an unnamed local's type, ``''`` none); (None, None) when ``obj`` no
-    longer references it."""
+    instance dict, ``t`` an unnamed local's type, ``c`` a task's context variable, ``''``
+    none); (None, None) when ``obj`` no longer references it."""
     tp = type(obj)
     named = _frame_variable(obj, address) if id(tp) in _FRAME_LIKE_IDS else None
     if named is not None:
@@ -123,6 +123,10 @@ def _step_label(obj, address):
             break
     refs = None
     if nxt is None:
+        # A task's context variable: an edge of the task's root (graph_roots.add_roots).
+        c_future = _c_future_class()
+        if c_future is not None and issubclass(tp, c_future):
+            return _context_variable(obj, address, c_future) or (None, None)
         # 3.11+ keep attributes inline until someone asks for __dict__: a path named before
         # this one may have made the dict, and then the values are in it, not referents.
         d = None
@@ -198,7 +202,6 @@ def name_paths(request):
     if type(paths) is not list:
         return {"labels": []}
     roots = _root_objects()
-    tasks = {id(task) for _name, task in named_tasks()}
     out = []
     for path in paths[:_MAX_PATHS]:
         if type(path) is not list or not path or any(type(a) is not int for a in path):
@@ -206,21 +209,19 @@ def name_paths(request):
             continue
         obj = roots.get(path[0])
         labels = []
-        for step, address in enumerate(path[1:_MAX_PATH_STEPS]):
+        for address in path[1:_MAX_PATH_STEPS]:
             if obj is None:
                 break
-            # a task's context variable: an edge of the task's root (graph_roots.add_roots)
-            named = _context_variable(obj, address) if step == 0 and path[0] in tasks else None
-            label, nxt = named if named is not None else _step_label(obj, address)
+            label, nxt = _step_label(obj, address)
             if label is None:
                 label, nxt = _folded_step_label(obj, address)
             obj = nxt
             if label is None:
                 break
             labels.append(label)
-        obj = named = nxt = None
+        obj = nxt = None
         out.append(labels)
-    roots = tasks = None
+    roots = None
     return {"labels": out}
 
 

@@ -1,5 +1,5 @@
 """Owners' names: a path from a root rendered as ``__main__.APP.rows`` or
-``task:Task-1/run.<EnvWorker>.env.harness.runtime.trajectories``.
+``task:Task-1/run.self.env.harness.runtime.trajectories``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class RetainerPath:
 
 
 def render_edges(graph: ObjectGraph, path: RetainerPath, names: list[str] | None = None) -> str:
-    """``__main__.APP.rows``, ``task:Task-1/run.<EnvWorker>.env.harness.runtime.trajectories``:
+    """``__main__.APP.rows``, ``task:Task-1/run.self.env.harness.runtime.trajectories``:
     the root's name, then one step per edge (attributes, frame variables and str keys of
     attribute dicts as ``.name``, other dict keys as ``['key']``, container entries as ``[]``,
     a task's context variable as ``.<contextvar name>``, a coroutine's or frame's local the
