@@ -7,7 +7,9 @@ holds tests/walk_hostile.py's hostile structures (``__sizeof__`` that raises, li
 mutates, ``__class__`` properties, dict subclasses whose methods raise, str/bytes subclasses,
 shared leaves, cycles, deep nesting, non-str keys) plus what only the graph reads: slotted
 classes (their labels), big dicts, lists and sets read in slices, generators and coroutines
-(their locals labelled by type), a metaclass whose ``__hash__`` must not run, dict subclasses.
+(their locals labelled by type), a metaclass whose ``__hash__`` must not run, dict subclasses,
+and what only the roots read (a thread's frame variables, pending tasks' context variables,
+finished tasks in a set, BytesIO buffers).
 The graphs must be identical: the same nodes (by address: size, type, entries), the same
 edges with the same labels, the same roots. Then a churn case: a thread mutates big shared
 containers while the C walk reads them (no comparison: it must not crash; run under
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextvars
+import io
 import json
 import sys
 import threading
@@ -67,6 +71,61 @@ async def _coro(n: int) -> Any:
 
 
 HEAP: dict[str, Any] = {}
+REQUEST_LOG: contextvars.ContextVar[Any] = contextvars.ContextVar("request_log")
+ROOTS_DONE = threading.Event()
+BYTESIO: list[Any] = []
+
+
+def _thread_with_variables(ready: threading.Event) -> None:
+    """A running frame (its variables are edges of the frame's root), a cell among them."""
+    pending = [[i + 100000, f"pending{i}"] for i in range(500)]  # no small ints: see compare
+    blob = bytes(5000)
+
+    def closure() -> Any:
+        return pending, blob
+
+    ready.set()
+    ROOTS_DONE.wait()
+
+
+async def _waiting(fut: Any) -> Any:
+    held = [[100001], "held"]
+    await fut
+    return held
+
+
+async def _finished(n: int) -> Any:
+    return [[n + 100000], f"result{n}"]
+
+
+def build_roots() -> None:
+    """What only graph_roots.add_roots reads: a thread's running frame, pending tasks with a
+    context variable, finished tasks kept in a set (not roots), BytesIO buffers (3.12+ list
+    the buffer among its referents)."""
+    import asyncio  # noqa: PLC0415 - here: see main (3.10)
+
+    ready = threading.Event()
+    threading.Thread(target=_thread_with_variables, args=(ready,), name="roots-worker", daemon=True).start()
+    ready.wait()
+    loop = asyncio.new_event_loop()
+    done: set[Any] = set()
+
+    async def setup() -> None:
+        REQUEST_LOG.set([[i + 100000] for i in range(200)])
+        for n in range(20):
+            done.add(asyncio.ensure_future(_finished(n)))
+        HEAP["waiting"] = asyncio.ensure_future(_waiting(loop.create_future()))
+        await asyncio.sleep(0)
+        await asyncio.gather(*done)
+
+    loop.run_until_complete(setup())
+    HEAP["finished_tasks"] = done
+    HEAP["loop"] = loop
+    # (also a global: two holders keep the list a node, the BytesIO folded into it)
+    BYTESIO.extend(io.BytesIO(b"%d" % i + bytes(3000)) for i in range(20))
+    HEAP["bytesio"] = BYTESIO
+    for buf in BYTESIO[:10]:
+        buf.write(b"more")  # a buffer of its own, not the bytes it was made from
 
 
 def build_heap() -> None:
@@ -163,6 +222,28 @@ def compare(name: str, a: Any, b: Any) -> list[str]:
     return problems[:10]
 
 
+def roots_problems(graph_: Any) -> list[str]:
+    """What build_roots made, as the graph must show it: the thread's variables named (3.11+;
+    3.10's frames list their locals as referents), the pending task's context variable, the
+    finished tasks not roots (reached through the set), each BytesIO buffer once."""
+    nodes, edges, roots = graph_
+    labels = {label for (_src, _dst, label) in edges}
+    want = {"crequest_log"} | ({"apending", "ablob"} if sys.version_info >= (3, 11) else set())
+    problems = [f"roots: no edge labelled {label!r}" for label in sorted(want - labels)]
+    tasks = [r for r in roots if r[2] == "task"]
+    if len(tasks) != 1 or not tasks[0][1].endswith("/_waiting"):
+        problems.append(f"roots: the pending task only, not {tasks}")
+    if not any(r[1] == "thread:roots-worker/_thread_with_variables" for r in roots):
+        problems.append("roots: the thread's frame is no root")
+    # The 20 BytesIO are folded into their list (it alone holds them): each ~3,000-byte buffer
+    # counted once there, in its BytesIO's __sizeof__ (3.10, 3.11) or as its only referent
+    # (3.12+), not both (~6,000 bytes a BytesIO)
+    held = nodes.get(id(BYTESIO))
+    if held is None or not 20 * 3000 < held[0] < 20 * (3000 + 1000):
+        problems.append(f"roots: the BytesIO list's size {held}")
+    return problems
+
+
 def churn() -> None:
     """A thread mutates big shared containers while the C walk reads them in slices."""
     shared = [[i] for i in range(20000)]
@@ -211,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"Python {sys.version.split()[0]}, {graph._walk_module.__file__}", file=sys.stderr)
     build_heap()
+    if sys.version_info >= (3, 11):
+        # (3.10: with asyncio imported, more of its small ints, which are not immortal there,
+        # sit near the walks' reference thresholds than compare() lets differ)
+        build_roots()
     # The objects held from C are not looked for: gc.get_objects() would list this run's own
     # transient objects, different for each walker.
     graph.held_from_c = lambda graph, stack: None
@@ -225,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.extend(walk(compiled, per_call) for compiled, per_call in ((False, default),
                                                                        *((True, b) for b in budgets)))
     python = canonical(*RESULTS[0])
+    if sys.version_info >= (3, 11):
+        problems += roots_problems(python)
     for per_call, result in zip(budgets, RESULTS[1:], strict=True):
         problems += compare(f"per call {per_call or graph._WORK_PER_CALL}", python, canonical(*result))
     if wh.SIZEOF_CALLS[0]:
@@ -234,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     churn()
     for coro in HEAP["coros"]:
         coro.close()
+    ROOTS_DONE.set()
+    if "loop" in HEAP:
+        HEAP["waiting"].cancel()
+        HEAP["loop"].run_until_complete(HEAP["waiting"].get_loop().shutdown_asyncgens())
+        HEAP["loop"].close()
     for problem in problems:
         print(problem)
     if problems:

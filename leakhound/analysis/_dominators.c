@@ -533,7 +533,8 @@ static PyObject *csr(PyObject *self, PyObject *args) {
 /* soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab): the edges without those from
  * what only soft roots (threads' frames) reach into what the other roots reach. A frame then
  * dominates only what nothing else holds: a function iterating over a registry (a list of its
- * entries in a local) does not take the registry's entries from it. */
+ * entries in a local) does not take the registry's entries from it. A soft root is soft
+ * however it is reached: a running generator's frame links to its caller's (f_back). */
 static PyObject *soft(PyObject *self, PyObject *args) {
     Py_ssize_t n, m, nsoft, i;
     PyObject *src_o, *dst_o, *lab_o, *soft_o;
@@ -575,7 +576,7 @@ static PyObject *soft(PyObject *self, PyObject *args) {
     memcpy(pos, off, n * 4);
     for (i = 0; i < m; i++)
         ids[pos[src[i]]++] = (i32)i;
-    /* what the hard roots reach: from node 0, not through its edges to soft roots */
+    /* what the hard roots reach: from node 0, not through a soft root */
     i32 top = 0;
     hard[0] = 1;
     stack[top++] = 0;
@@ -583,7 +584,7 @@ static PyObject *soft(PyObject *self, PyObject *args) {
         i32 v = stack[--top];
         for (i32 k = off[v]; k < off[v + 1]; k++) {
             i32 w = dst[ids[k]];
-            if (hard[w] || (v == 0 && is_soft[w]))
+            if (hard[w] || is_soft[w])
                 continue;
             hard[w] = 1;
             stack[top++] = w;

@@ -90,6 +90,10 @@ static PyObject *code_type;          /* types.CodeType */
 /* The names of the code type's member descriptors for what a code object holds (see
  * code_referents): code objects are not gc-tracked, gc.get_referents lists none of it. */
 static PyObject *code_members;       /* tuple of str */
+/* C __sizeof__ methods that count an object gc.get_referents also lists (sizes.py:
+ * SIZEOF_COUNTS_REFERENTS, set by sizeof_counts_referents): their types are sized by
+ * object.__sizeof__, the referent counted once, on its own. NULL: none. */
+static PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
 
 /* -- one call's state ------------------------------------------------------------------ */
 
@@ -390,10 +394,23 @@ slot_for(Walk *w, TypeInfo *info)
 }
 
 /* Is tp's __sizeof__ C code (a method_descriptor: built-in and extension types, and
- * object.__sizeof__ for classes that do not define one)? As census._sizeof_is_builtin: the
- * first class in the MRO whose dict has __sizeof__ decides. Runs no code written in Python
+ * object.__sizeof__ for classes that do not define one) that counts no referent
+ * (counts_referents)? As sizes._sizeof_is_builtin: the first class in the MRO whose dict
+ * has __sizeof__ decides. Runs no code written in Python
  * (but a str key's comparison with a class dict's odd keys); 1 (and the method descriptor,
  * a new reference, in *found), 0, or -1 on error. */
+static int
+counts_referents(PyObject *descr)
+{
+    if (sizeof_counts_refs == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(sizeof_counts_refs); i++) {
+        if (PyTuple_GetItem(sizeof_counts_refs, i) == descr)
+            return 1;
+    }
+    return 0;
+}
+
 static int
 lookup_sizeof_builtin(PyTypeObject *tp, PyObject **found)
 {
@@ -402,7 +419,7 @@ lookup_sizeof_builtin(PyTypeObject *tp, PyObject **found)
         PyObject *descr = use_type_lookup(tp, sizeof_name);  /* borrowed */
         if (descr == NULL && PyErr_Occurred())
             return -1;
-        if (descr == NULL || Py_TYPE(descr) != &PyMethodDescr_Type)
+        if (descr == NULL || Py_TYPE(descr) != &PyMethodDescr_Type || counts_referents(descr))
             return 0;
         Py_INCREF(descr);
         *found = descr;
@@ -439,7 +456,7 @@ lookup_sizeof_builtin(PyTypeObject *tp, PyObject **found)
                 PyErr_Clear();
                 continue;
             }
-            result = Py_TYPE(descr) == &PyMethodDescr_Type;
+            result = Py_TYPE(descr) == &PyMethodDescr_Type && !counts_referents(descr);
             if (result)
                 *found = descr;
             else
@@ -1426,6 +1443,32 @@ use_private(PyObject *module, PyObject *arg)
     return PyBool_FromLong(all);
 }
 
+PyDoc_STRVAR(sizeof_counts_referents_doc,
+"sizeof_counts_referents(descriptors) -> None\n\n"
+"The C __sizeof__ methods (a tuple of method descriptors) that count an object\n"
+"gc.get_referents also lists (sizes.SIZEOF_COUNTS_REFERENTS): a type whose __sizeof__ is one\n"
+"of them is sized by object.__sizeof__ from the next walk on, its referent counted once.");
+
+static PyObject *
+sizeof_counts_referents(PyObject *module, PyObject *arg)
+{
+    if (!PyTuple_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "sizeof_counts_referents: a tuple of method descriptors");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_Size(arg); i++) {
+        if (Py_TYPE(PyTuple_GetItem(arg, i)) != &PyMethodDescr_Type) {
+            PyErr_SetString(PyExc_TypeError, "sizeof_counts_referents: a tuple of method descriptors");
+            return NULL;
+        }
+    }
+    PyObject *old = sizeof_counts_refs;
+    Py_INCREF(arg);
+    sizeof_counts_refs = arg;
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(frame_locals_doc,
 "frame_locals(frame, frame_type, code, nlocals, f_frame_offset, code_offset, frame_obj_offset,\n"
 "             localsplus_offset) -> list or None\n\n"
@@ -1479,6 +1522,7 @@ static PyMethodDef walk_methods[] = {
     {"session", session, METH_NOARGS, session_doc},
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
+    {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,7 +5,8 @@ The roots, in the priority order the census claims them in (first to reach an ob
 - :func:`module_roots`: every module's globals, ``__main__`` first, then non-stdlib, then stdlib;
 - :func:`class_roots`: every class (from the subclass tree: ``gc.get_objects()`` misses classes a
   worker ``gc.freeze()``-d), its dict and its ``__mro__``/``__bases__`` tuples;
-- :func:`task_roots`: every live asyncio task and the coroutines along its await chain;
+- :func:`task_roots`: every pending asyncio task (a finished one is owned by whoever holds it),
+  its context variables and the coroutines along its await chain;
 - :func:`thread_frames`: every frame on every thread's stack but the caller's.
 
 Each is a plain function that reads the target without running its code; any payload operation
@@ -18,18 +19,18 @@ import sys
 
 from .census_walk import _Walk
 from .objects import _instance_dict, _short_type_name, _type_name, is_payload_name, subclass_tree
-from .tasks import await_chain, event_loops, named_tasks
+from .tasks import _c_future_class, await_chain, context_variables, event_loops, named_tasks, task_context
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
 
 
-def task_roots():
-    """(label, task or None, coroutine) along every live asyncio task's await chain; the
+def task_roots(tick=None):
+    """(label, task or None, coroutine) along every pending asyncio task's await chain; the
     task itself goes with the outermost coroutine. Task-1 (usually the main coroutine)
-    first, so ties between owners go to it, deterministically."""
+    first, so ties between owners go to it, deterministically. ``tick``: as named_tasks's."""
     out = []
-    for name, task in named_tasks():
+    for name, task in named_tasks(tick):
         owner_task = task
         for coro in await_chain(task, limit=32):
             code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
@@ -125,8 +126,10 @@ _FrameType = type(sys._getframe())
 
 
 def frame_locals(frame, walk_module):
-    """[(name, value)] for a frame's bound fast locals, read without changing the frame, or
-    None when they cannot be read safely here (the reason is ``frame_locals_unreadable()``).
+    """[(name, value)] for a frame's bound variables (its fast locals, then its cells and free
+    variables, as the interpreter lays them out: a variable a closure captures is its cell),
+    read without changing the frame, or None when they cannot be read safely here (the
+    reason is ``frame_locals_unreadable()``).
 
     On 3.11+ a running frame's locals live in the interpreter's frame, not the frame object:
     gc.get_referents(frame) does not show them, and ``f_locals`` on a running 3.11/3.12 frame
@@ -138,15 +141,22 @@ def frame_locals(frame, walk_module):
     if frame_locals_unreadable(walk_module) or type(frame) is not _FrameType:
         return None
     code = frame.f_code
-    names = code.co_varnames
-    layout = _FRAME_LAYOUTS[sys.version_info[:2]]
     try:
-        values = walk_module.frame_locals(frame, _FrameType, code, code.co_nlocals, *layout)
+        names = _variable_names(code)
+        layout = _FRAME_LAYOUTS[sys.version_info[:2]]
+        values = walk_module.frame_locals(frame, _FrameType, code, len(names), *layout)
     except Exception:
         return None
     if values is None or len(values) > len(names):
         return None
     return [(names[i], v) for i, v in enumerate(values) if v is not None]
+
+
+def _variable_names(code):
+    """The names of a 3.11+ frame's variables in the order of its slots (``localsplus``): the
+    locals (arguments first), the cells that are not arguments, the free variables."""
+    varnames = code.co_varnames
+    return varnames + tuple(name for name in code.co_cellvars if name not in varnames) + code.co_freevars
 
 
 def frame_locals_unreadable(walk_module):
@@ -205,7 +215,7 @@ class _Roots(_Walk):
                 roots.append(md)
         roots.extend(_running_task_registries())
         roots.extend(_subclass_tree(check))
-        task_coros = task_roots()
+        task_coros = task_roots(check)
         for _label, task, coro in task_coros:
             if task is not None:
                 roots.append(task)
@@ -316,7 +326,7 @@ class _Roots(_Walk):
         # Tasks and their coroutines are claimed up front, like the walls: a path from a module
         # global to a task (an event loop's ready queue and timers, a handle kept in a global,
         # asyncio's _current_tasks) stops there, and each task's state goes to its own root (5).
-        task_coros = task_roots()
+        task_coros = task_roots(check)
         for _label, task, coro in task_coros:
             claimed.add(id(task))
             claimed.add(id(coro))
@@ -395,9 +405,19 @@ class _Roots(_Walk):
         obj = None
         self._claim_tree(wall, walls, root_claimed=True)
         self.clock.phase("walls")
-        # 5: asyncio tasks: what a suspended coroutine's frames hold (no thread stack shows it).
-        # A suspended coroutine's locals are visible through the coroutine object, not its
-        # frame (the frame object does not own its data).
+        # 5: asyncio tasks. First each task's context variables, by name: a pending future's
+        # callback holds the context of the task that waits on it, and a path from another
+        # task's coroutine to the future (a Queue.get's waiter, through the queue) named the
+        # consumer's variable after the task holding the queue. Then what a suspended
+        # coroutine's frames hold (no thread stack shows it). A suspended coroutine's locals
+        # are visible through the coroutine object, not its frame (the frame object does not
+        # own its data).
+        c_future = _c_future_class()
+        for label, task, _coro in task_coros:
+            ctx = task_context(task, c_future) if task is not None else None
+            for name, value in context_variables(ctx) if ctx is not None else ():
+                self._claim_named(label + ".<contextvar " + name + ">", value, 2)
+            ctx = value = None
         for label, task, coro in task_coros:
             owner = self._owner(label, coro)
             if task is not None:

@@ -1,7 +1,8 @@
 # mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
 # (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
-"""The object graph's roots, walked inside the target: modules, classes, asyncio tasks and
-thread frames, each with its tier, and the objects held from C that no root reached.
+"""The object graph's roots, walked inside the target: modules, classes, pending asyncio tasks
+(with their context variables) and thread frames (with their variables), each with its tier,
+and the objects held from C that no root reached.
 
 Standard library only, as ``graph.py`` (whose ``Graph.run`` calls these, and which
 imports this module, so that it is loaded with the payload).
@@ -11,8 +12,15 @@ import gc
 import sys
 import time
 
+from .census_roots import frame_locals
+from .graph_wire import _MAX_LABEL_CHARS
 from .objects import _instance_dict, _type_name, is_payload_name
-from .tasks import await_chain, named_tasks
+from .tasks import _c_future_class, await_chain, context_variables, named_tasks, task_context
+
+try:  # running frames' variables are read through the compiled walk's module (3.11+)
+    from . import _walk as _walk_module  # type: ignore[attr-defined]
+except Exception:
+    _walk_module = None
 
 try:
     from .census_unreached import _referenced_from_outside
@@ -117,16 +125,31 @@ def add_roots(graph, stack):
         except TypeError:
             continue
     graph._check()
-    # Tasks: Task-1 (usually the main coroutine) first. No line numbers in the name: a
-    # paused coroutine's line changes between snapshots, its owner must not.
-    for name, task in named_tasks():
+    # Tasks: Task-1 (usually the main coroutine) first; pending ones only (tasks.named_tasks:
+    # a finished task is owned by whoever holds it). No line numbers in the name: a paused
+    # coroutine's line changes between snapshots, its owner must not. Each task's context
+    # variables are its own, by name: what a pending future's callback also reaches through
+    # the context (a Queue.get's waiter) is a back-reference (passes.py).
+    c_future = _c_future_class()
+    for n, (name, task) in enumerate(named_tasks(graph._check)):
+        if n & 63 == 63:
+            graph._check()  # tens of thousands of request tasks: 20,000 were a 160 ms stretch
         chain = await_chain(task, limit=32)
         code = getattr(chain[0], "cr_code", None) or getattr(chain[0], "gi_code", None) if chain else None
         label = "task:%s/%s" % (name, code.co_name if code is not None else "?")
         t = graph._root(task, label, "task", TIER_APP)
         if t > 0:
             graph._push(stack, t, task)
-    # Thread stacks (not ours), each frame its own root.
+            ctx = task_context(task, c_future)
+            if ctx is not None:
+                for var_name, value in context_variables(ctx):
+                    _variable_edge(graph, stack, t, value, "c" + var_name[:_MAX_LABEL_CHARS])
+                value = None
+            ctx = None
+    chain = task = None
+    # Thread stacks (not ours), each frame its own root, with what its variables hold (3.11+
+    # keep a running frame's variables outside the frame object: gc.get_referents does not
+    # show them, and without these edges they were "<held from C: ...>").
     import threading  # noqa: PLC0415 - lazily: the target may not use threads
 
     names = {}
@@ -142,10 +165,49 @@ def add_roots(graph, stack):
             f = graph._root(frame, label, "thread", TIER_THREAD)
             if f > 0:
                 graph._push(stack, f, frame)
+                # (the agent's other thread runs the payload's code: its variables are ours)
+                variables = frame_locals(frame, _walk_module) if not _runs_payload_code(frame) else None
+                for var_name, value in variables or ():
+                    _variable_edge(graph, stack, f, value, "a" + var_name[:_MAX_LABEL_CHARS])
+                variables = value = None
+                graph._check()
             frame = frame.f_back
     del current
     top = frame = None
     graph.progress("graph", graph._count())
+
+
+def _runs_payload_code(frame):
+    """Whether ``frame`` runs a function of the payload's package (its globals' ``__name__``)."""
+    try:
+        name = dict.get(frame.f_globals, "__name__")
+    except Exception:
+        return False
+    return type(name) is str and is_payload_name(name)
+
+
+def _variable_edge(graph, stack, src, value, label):
+    """An edge labelled ``label`` from node ``src`` (a task, a frame) to ``value``, what one of
+    its variables holds (read from the frame or the context, not a referent the walk would
+    meet); ``value`` walked if it is new. Modules and classes are roots of their own; None,
+    True, False and a leaf shared by everyone (as the walk's ``_SHARED_LEAF``) belong to no
+    one; any other leaf (a big bytes in a local) is a node of its own."""
+    from .graph import _SHARED_LEAF  # noqa: PLC0415 - graph imports this module
+
+    tp = type(value)
+    if issubclass(tp, type) or tp is _ModuleType or value is None or tp is bool:
+        return
+    leaf = id(tp) in _LEAF_TYPE_IDS
+    # the caller's variable, the list it came from, this call's argument, getrefcount's
+    if leaf and sys.getrefcount(value) > _SHARED_LEAF + 4:
+        return
+    known = graph._known(value)
+    j = graph._node(value)
+    if j <= 0:
+        return
+    graph._edge(src, j, graph._label(label))
+    if not known and not leaf:
+        graph._push(stack, j, value)
 
 
 # Objects per step when held_from_c goes over gc.get_objects()'s list.

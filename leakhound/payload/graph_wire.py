@@ -13,8 +13,14 @@ import struct
 import sys
 import types
 
+from .census_roots import frame_locals
 from .objects import _class_dict, _instance_dict, _referents, _short_type_name, subclass_tree
-from .tasks import live_tasks
+from .tasks import _c_future_class, context_variables, named_tasks, task_context
+
+try:  # running frames' variables are read through the compiled walk's module (3.11+)
+    from . import _walk as _walk_module  # type: ignore[attr-defined]
+except Exception:
+    _walk_module = None
 
 _ModuleType = type(sys)
 _FRAME_LIKE_IDS = frozenset(id(tp) for tp in (types.FrameType, types.CoroutineType, types.GeneratorType,
@@ -29,7 +35,8 @@ _MAX_PATH_STEPS = 256
 
 
 def _root_objects():
-    """id -> object for every root the graph starts from (modules, classes, tasks, frames)."""
+    """id -> object for every root the graph starts from (modules, classes, pending tasks,
+    frames): graph_roots.add_roots's."""
     import threading  # noqa: PLC0415
 
     found = {}
@@ -38,7 +45,7 @@ def _root_objects():
             found[id(module)] = module
     for cls in subclass_tree():
         found[id(cls)] = cls
-    for task in live_tasks():
+    for _name, task in named_tasks():
         found[id(task)] = task
     current = sys._current_frames()
     current.pop(threading.get_ident(), None)
@@ -52,11 +59,50 @@ def _root_objects():
     return found
 
 
+_FRAME_GETTERS = {}  # id(type) -> (the type, the name of its frame's getset: cr_frame...)
+for _tp, _getter in ((types.CoroutineType, "cr_frame"), (types.GeneratorType, "gi_frame"),
+                     (types.AsyncGeneratorType, "ag_frame")):
+    _FRAME_GETTERS[id(_tp)] = (_tp, _getter)
+del _tp, _getter
+
+
+def _frame_variable(obj, address):
+    """(``a<name>``, value) for the variable of a frame, or of a coroutine's or generator's
+    frame, whose value's id is ``address``; None when no variable holds it."""
+    frame = obj
+    getter = _FRAME_GETTERS.get(id(type(obj)))
+    if getter is not None:
+        try:
+            frame = _class_dict(getter[0])[getter[1]].__get__(obj, getter[0])
+        except Exception:
+            frame = None
+    variables = frame_locals(frame, _walk_module) if type(frame) is types.FrameType else None
+    frame = None
+    for name, value in variables or ():
+        if id(value) == address:
+            return "a" + name[:_MAX_LABEL_CHARS], value
+    return None
+
+
+def _context_variable(task, address, c_future):
+    """(``c<name>``, value) for the variable of a (C) task's context whose value's id is
+    ``address``; None when none holds it."""
+    ctx = task_context(task, c_future)
+    for name, value in context_variables(ctx) if ctx is not None else ():
+        if id(value) == address:
+            return "c" + name[:_MAX_LABEL_CHARS], value
+    return None
+
+
 def _step_label(obj, address):
-    """(label, next object) for the referent of ``obj`` whose id is ``address``; the label as
-    the graph's (``a`` attribute, ``k`` dict key, ``d`` instance dict, ``t`` local's type,
-    ``''`` none); (None, None) when ``obj`` no longer references it."""
+    """(label, next object) for the referent or variable of ``obj`` whose id is ``address``;
+    the label as the graph's (``a`` attribute, slot or frame variable, ``k`` dict key, ``d``
+    instance dict, ``t`` an unnamed local's type, ``c`` a task's context variable, ``''``
+    none); (None, None) when ``obj`` no longer references it."""
     tp = type(obj)
+    named = _frame_variable(obj, address) if id(tp) in _FRAME_LIKE_IDS else None
+    if named is not None:
+        return named
     if issubclass(tp, dict):
         # Two lists, not dict.items(): a pair per entry of a big registry would be as many
         # tracked tuples at once (young collections, a step as long as the dict).
@@ -77,6 +123,10 @@ def _step_label(obj, address):
             break
     refs = None
     if nxt is None:
+        # A task's context variable: an edge of the task's root (graph_roots.add_roots).
+        c_future = _c_future_class()
+        if c_future is not None and issubclass(tp, c_future):
+            return _context_variable(obj, address, c_future) or (None, None)
         # 3.11+ keep attributes inline until someone asks for __dict__: a path named before
         # this one may have made the dict, and then the values are in it, not referents.
         d = None
@@ -169,7 +219,7 @@ def name_paths(request):
             if label is None:
                 break
             labels.append(label)
-        obj = None
+        obj = nxt = None
         out.append(labels)
     roots = None
     return {"labels": out}

@@ -3,10 +3,17 @@
 The tasks' weak set is read through ``gc.get_referents`` (one C call, so the main thread
 adding tasks meanwhile cannot break the iteration); tasks and coroutines are only asked
 through C-level getters.
+
+A task that has finished (done or cancelled) is not a root: asyncio keeps it in its weak set
+for as long as something else holds it, and that something (a set of background tasks never
+discarded) is its owner, as of any other object (:func:`named_tasks` lists pending ones only).
 """
 
+import contextvars
 import gc
 import sys
+
+from .objects import _class_dict, _instance_dict
 
 COROUTINE_TYPES = ("coroutine", "generator")
 
@@ -52,11 +59,88 @@ def _natural(text):
     return (head, int(tail) if tail else -1, text)
 
 
-def named_tasks():
-    """(name, task) for every live task with a str name, Task-1 (usually the main coroutine)
-    first, in natural order: ties between owners go the same way every time."""
+def _c_future_class():
+    """asyncio's C ``Future`` (``_asyncio.Future``, the base of its C ``Task``), or None."""
+    module = sys.modules.get("_asyncio")
+    d = _instance_dict(module) if module is not None else None
+    cls = d.get("Future") if d is not None else None
+    return cls if type(cls) is type else None
+
+
+# id(C Future class) -> (the class, its ``_state`` getset)
+_STATE_GETSETS = {}  # type: dict
+
+
+def is_pending(task, c_future=None):
+    """Whether ``task`` has not finished: its ``_state`` read through the C Future's getset
+    (``c_future``, from ``_c_future_class()``), or a pure-Python future's instance dict. True
+    when it cannot be read (a task of another kind stays a root)."""
+    try:
+        if c_future is not None and issubclass(type(task), c_future):
+            known = _STATE_GETSETS.get(id(c_future))
+            if known is None:
+                known = _STATE_GETSETS[id(c_future)] = (c_future, _class_dict(c_future)["_state"])
+            state = known[1].__get__(task, c_future)
+        else:
+            d = _instance_dict(task)
+            state = d.get("_state") if d is not None else None
+    except Exception:
+        return True
+    return state not in ("FINISHED", "CANCELLED")
+
+
+# contextvars is C code (_contextvars), loaded with the interpreter's asyncio and decimal: its
+# methods are read once, from the classes' own dicts.
+_Context = contextvars.Context
+_ContextVar = contextvars.ContextVar
+_CONTEXT_ITEMS = _class_dict(_Context)["items"]
+_VARIABLE_NAME = _class_dict(_ContextVar)["name"]
+
+
+def task_context(task, c_future=None):
+    """The ``contextvars.Context`` a task runs its steps in, or None: a C task's is the first
+    Context among its referents (``TaskObj_traverse`` visits it first, 3.10-3.13), a
+    pure-Python task's its ``_context`` attribute."""
+    try:
+        if c_future is not None and issubclass(type(task), c_future):
+            for ref in gc.get_referents(task):
+                if type(ref) is _Context:
+                    return ref
+            return None
+        d = _instance_dict(task)
+        ctx = d.get("_context") if d is not None else None
+    except Exception:
+        return None
+    return ctx if type(ctx) is _Context else None
+
+
+def context_variables(ctx):
+    """[(variable name, value)] of a ``contextvars.Context``, read with its C methods (the
+    name through ``ContextVar.name``'s getset); a variable whose name is not a str is left out."""
+    out = []
+    try:
+        for var, value in list(_CONTEXT_ITEMS(ctx)):
+            if type(var) is not _ContextVar:
+                continue
+            name = _VARIABLE_NAME.__get__(var, _ContextVar)
+            if type(name) is str:
+                out.append((name, value))
+    except Exception:
+        return out
+    return out
+
+
+def named_tasks(tick=None):
+    """(name, task) for every pending live task with a str name, Task-1 (usually the main
+    coroutine) first, in natural order: ties between owners go the same way every time.
+    ``tick``: called every 256 tasks (a walk's duty cycle: 20,000 request tasks were 60 ms)."""
     named = []
-    for task in live_tasks():
+    c_future = _c_future_class()
+    for n, task in enumerate(live_tasks()):
+        if tick is not None and n & 255 == 255:
+            tick()
+        if not is_pending(task, c_future):
+            continue
         try:
             name = task.get_name()
         except Exception:

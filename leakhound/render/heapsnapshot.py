@@ -46,6 +46,8 @@ def _meta() -> dict[str, object]:
 def _edge_name(label: str) -> str:
     if label.startswith(("a", "k", "t")):
         return label[1:]
+    if label.startswith("c"):
+        return f"<contextvar {label[1:]}>"
     return "__dict__" if label == "d" else label
 
 

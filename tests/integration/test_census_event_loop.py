@@ -49,8 +49,8 @@ def test_the_dominator_owner_is_named_from_the_task_not_through_the_loop(tmp_pat
         snap = take_snapshot(child.pid, timeout=60, max_pause_ms=None, owner_model="dominator")
         truth = child.report()["truth"]
     top = snap.owners[0]
-    # (the app is a cell: the timer's closure shares it) -- old name:
-    # task:Task-1/main.<_UnixSelectorEventLoop>._scheduled[]._callback.<tuple>[].<App>.<list>
-    assert "/serve_app." in top.path and top.path.endswith(".<App>.rows") and "EventLoop" not in top.path, \
+    # (the app is a cell: the timer's closure shares it; the cell is named by its variable) --
+    # old name: task:Task-1/main.<_UnixSelectorEventLoop>._scheduled[]._callback.<tuple>[].<App>.<list>
+    assert top.path.endswith("/serve_app.app.rows") and "EventLoop" not in top.path, \
         [(o.path, o.retained_bytes) for o in snap.owners[:4]]
     assert within(top.retained_bytes, truth["rows_bytes"]), (top.retained_bytes, truth)

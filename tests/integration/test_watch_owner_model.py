@@ -220,7 +220,7 @@ def test_watch_of_a_leaking_verifiers_worker_carries_the_registry_fix(tmp_path: 
     registry = [f for f in warnings if f.fix == "registry"]
     # The registry first (the fastest growing); a rollout in flight whose trajectory is named
     # through it (shared with its task, so apart in the dominator tree) grows too.
-    trajectories = "task:Task-1/run.<EnvWorker>.env.harness.runtime.trajectories"
+    trajectories = "task:Task-1/run.self.env.harness.runtime.trajectories"
     assert registry and registry[0].owner == trajectories, [(f.owner, f.fix) for f in growth.findings]
     assert all(f.owner.startswith(trajectories) for f in registry)
     assert registry[0].owner in {o.path for o in last.owners}

@@ -275,3 +275,55 @@ def test_a_frame_iterating_over_a_registry_does_not_take_its_entries(compiled: b
     assert tree.retained[2] == 200 + 10 * 1000
     assert tree.retained[3] == 50 + 80 + 500
     assert soft.info["soft_edges_dropped"] == 10
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_context_variable_is_named_by_its_task_not_by_a_waiters_callback(compiled: bool,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    if not compiled:
+        monkeypatch.setattr(dom.passes, "_dominators", None)
+    elif dom._dominators is None:
+        pytest.skip("the C passes are not built here")
+    # 1 Task-1 (first in rank) -> 2 its coroutine -> 3 a cell -> 4 a Queue -> 5 its _getters
+    # deque -> 6 the waiter future -> 7 its callbacks -> 8 (callback, context) -> 9 the
+    # consumer's Context -> 10 hamt -> 11 the variable's list -> 12.. its entries; 13 the
+    # consumer task (second in rank) -> 9 (its context) and -> 11 (the variable, by name)
+    types = ["<root>", "_asyncio.Task", "coroutine", "cell", "asyncio.queues.Queue", "collections.deque",
+             "_asyncio.Future", "list", "tuple", "_contextvars.Context", "hamt", "str"]
+    n = 14 + 500
+    edges = [(0, 1), (0, 13), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (8, 9), (9, 10), (10, 11),
+             (13, 9), (13, 11), *((11, i) for i in range(14, n))]
+    labels = ["a_getters", "crequest_log"]
+    lab = [-1] * 5 + [0] + [-1] * 7 + [1] + [-1] * 500
+    type_of = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 7, 0, 1] + [11] * 500
+    sizes = [0, 100, 200, 40, 56, 600, 80, 64, 56, 64, 72, 4056, 0, 100] + [100] * 500
+    roots = [(1, "task:Task-1/main", "task", 1), (13, "task:consumer/consume", "task", 1)]
+    graph = make_graph(n, edges, sizes, roots=roots, labels=labels, lab=lab, type_names=types, types=type_of)
+    found = dom.find_owners(graph, top=3)
+    assert found.owners[0].path == "task:consumer/consume.<contextvar request_log>"
+    assert found.owners[0].retained_bytes == 4056 + 100 * 500
+    # a frame variable that is a closure's cell is named by the variable, the cell passed
+    asked = dom.find_owners(graph, top=1, why="asyncio.queues.Queue",
+                            ask_names=lambda paths: [["", "aqueue", ""][: len(p) - 1] for p in paths])
+    assert asked.why[0].path == "task:Task-1/main.queue"
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_frame_reached_from_a_running_generator_is_still_soft(compiled: bool, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    if not compiled:
+        monkeypatch.setattr(dom.passes, "_dominators", None)
+    elif dom._dominators is None:
+        pytest.skip("the C passes are not built here")
+    # 1 module dict -> 2 registry -> 5..14 entries; 3 a thread's frame (measure) whose variable
+    # holds the registry itself (-> 2) and -> 15, its own; 4 a generator held from C (a root of
+    # its own, hard) -> 16 its running frame (a thread's frame too) -> 3 (f_back)
+    entries = list(range(5, 15))
+    edges = [(0, 1), (0, 3), (0, 4), (0, 16), (1, 2), *((2, e) for e in entries), (3, 2), (3, 15), (4, 16), (16, 3)]
+    sizes = [0, 100, 200, 50, 60, *([1000] * 10), 500, 70]
+    roots = [(1, "app", "module", 1), (3, "thread:Main/measure", "thread", 2),
+             (4, "<held from C: generator>", "held", 5), (16, "thread:Main/<genexpr>", "thread", 2)]
+    graph = make_graph(17, edges, sizes, roots=roots)
+    tree = dom.dominators(dom.soften(graph))
+    assert tree.retained[1] == 100 + 200 + 10 * 1000  # the module keeps its registry
+    assert tree.retained[3] == 50 + 500

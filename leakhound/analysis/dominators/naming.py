@@ -1,5 +1,5 @@
 """Owners' names: a path from a root rendered as ``__main__.APP.rows`` or
-``task:Task-1/run.<EnvWorker>.env.harness.runtime.trajectories``.
+``task:Task-1/run.self.env.harness.runtime.trajectories``.
 """
 
 from __future__ import annotations
@@ -72,11 +72,13 @@ class RetainerPath:
 
 
 def render_edges(graph: ObjectGraph, path: RetainerPath, names: list[str] | None = None) -> str:
-    """``__main__.APP.rows``, ``task:Task-1/run.<EnvWorker>.env.harness.runtime.trajectories``:
-    the root's name, then one step per edge (attributes and str keys of attribute dicts as
-    ``.name``, other dict keys as ``['key']``, container entries as ``[]``, a coroutine's or
-    frame's local as ``.<Type>``). ``names``: labels from the target's ``names`` request,
-    which override the graph's. No line numbers: the name is stable across snapshots."""
+    """``__main__.APP.rows``, ``task:Task-1/run.self.env.harness.runtime.trajectories``:
+    the root's name, then one step per edge (attributes, frame variables and str keys of
+    attribute dicts as ``.name``, other dict keys as ``['key']``, container entries as ``[]``,
+    a task's context variable as ``.<contextvar name>``, a coroutine's or frame's local the
+    target did not name as ``.<Type>``; a closure's cell is passed through). ``names``: labels
+    from the target's ``names`` request, which override the graph's. No line numbers: the name
+    is stable across snapshots."""
     if path.root < 0:
         return "<unreached>"
     text = graph.roots[path.root][1]
@@ -104,7 +106,9 @@ def render_edges(graph: ObjectGraph, path: RetainerPath, names: list[str] | None
             text += "." + key if attribute_dict and key.isidentifier() else f"[{key!r}]"
         elif label.startswith("t"):
             text += ".<" + label[1:] + ">"
-        elif _short(dst_type) in _TRANSPARENT_TYPES:
+        elif label.startswith("c"):
+            text += ".<contextvar " + label[1:] + ">"
+        elif _short(dst_type) in _TRANSPARENT_TYPES or src_type == "cell":
             pass
         elif src_type in _CONTAINERS:
             text += "[]"

@@ -33,10 +33,14 @@ _BACK_REFERENCE_TYPES = frozenset({
 
 def _is_back_reference_type(name: str) -> bool:
     """A type whose outgoing references are not a name for what they reach: bound methods,
-    weak registries, loggers, and event loops (a loop's ready queue and timers reach every
+    weak registries, loggers, event loops (a loop's ready queue and timers reach every
     task scheduled at that moment: a path through them named the Runtime after Task-1's
-    local loop variable, ``run.<_UnixSelectorEventLoop>._ready[]._callback.<Task>``)."""
-    return name in _BACK_REFERENCE_TYPES or name.endswith("EventLoop") or name == "uvloop.Loop"
+    local loop variable, ``run.<_UnixSelectorEventLoop>._ready[]._callback.<Task>``) and
+    contexts (a pending future's callback holds the context of the task that waits: a path
+    through it named a consumer's context variable after the task holding the queue,
+    ``serve.queue._getters[].<Context>.<hamt>...``; the task names its own variables)."""
+    return (name in _BACK_REFERENCE_TYPES or name.endswith("EventLoop") or name == "uvloop.Loop"
+            or name == "_contextvars.Context")
 
 
 _BACK_REFERENCE_NAMES = frozenset({
@@ -59,7 +63,10 @@ def soften(graph: ObjectGraph) -> ObjectGraph:
     roots reach: a frame dominates only what nothing else holds. A function in the middle of
     iterating over a registry (a list of its entries in a local) would otherwise take every
     entry from the registry for as long as it runs (measured on the verifiers worker: its
-    report thread split ``trajectories`` into per-entry owners)."""
+    report thread split ``trajectories`` into per-entry owners). A frame is soft however it
+    is reached: a running generator (held from C by the ``sum()`` consuming it) links its
+    frame to its caller's, and the caller's variables (the registry itself) then shared the
+    registry with it (the verifiers worker's report task: ``Runtime`` retained 3 KB)."""
     soft_roots = [node for node, _label, kind, _tier in graph.roots if kind == "thread"]
     if not soft_roots:
         return graph
@@ -80,7 +87,7 @@ def soften(graph: ObjectGraph) -> ObjectGraph:
             v = stack.pop()
             for k in range(succ_off[v], succ_off[v + 1]):
                 w = graph.dst[edge_ids[k]]
-                if not hard[w] and not (v == 0 and w in soft):
+                if not hard[w] and w not in soft:
                     hard[w] = 1
                     stack.append(w)
         for s, d, lb in zip(graph.src, graph.dst, graph.lab, strict=True):
