@@ -552,6 +552,11 @@ typedef struct {
     Py_ssize_t owners_cap;
     uintptr_t cur_owner;
     int cur_foldable;          /* a node entries are folded into (see FOLD_MIN_ENTRIES) */
+    /* 3.11+: an instance's materialized __dict__ is in the word three before it (the managed
+     * dict pointer; Py_TPFLAGS_MANAGED_DICT): its edge is labelled "d", so that leakhound
+     * tells it from an attribute whose value is a dict (d_label: -2 not made yet). */
+    int managed_dicts;
+    long d_label;
     /* The edges from folded entries last made, by a hash of (source, destination): the
      * entries of a registry name the same few objects (3.10's instance dicts their shared
      * keys: 3 edges an instance, all alike), one edge each is enough for the dominators. */
@@ -751,6 +756,7 @@ graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
  * themselves; the others stay nodes (the owners' search goes down into an entry that holds
  * most of its collection: a logger's one handler, and its records). */
 #define FOLD_MIN_ENTRIES 16
+#define MANAGED_DICT_FLAG (1UL << 4)  /* Py_TPFLAGS_MANAGED_DICT, 3.11-3.13 */
 
 static inline int
 is_collection(PyTypeObject *tp)
@@ -1339,10 +1345,26 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     else {
         failed = referents_of(w, obj, &g->refs) < 0;
         g->entries = g->refs.len;
+        if (!failed && !g->tag && g->managed_dicts && (PyType_GetFlags(tp) & MANAGED_DICT_FLAG)) {
+            uintptr_t d = (uintptr_t)((PyObject **)obj)[-3];  /* a dict, NULL, or 3.12's tagged values */
+            if (d != 0 && !(d & 1)) {
+                if (g->d_label == -2) {
+                    PyObject *text = PyUnicode_FromString("d");
+                    g->d_label = text == NULL ? -2 : cached_int(g, g->label_index, text, g->label_of, text);
+                    Py_XDECREF(text);
+                    if (g->d_label == -2)
+                        failed = 1;
+                }
+                if (!failed && g->d_label >= 0) {
+                    failed = labelmap_setdefault(&g->names, d, (int32_t)g->d_label) < 0;
+                    g->has_names = 1;
+                }
+            }
+        }
         if (!failed && !g->tag) {
             int has = slot_names(g, w, obj, tp);
             failed = has < 0;
-            g->has_names = has > 0;
+            g->has_names = g->has_names || has > 0;
         }
     }
     Py_DECREF(tp);
@@ -1646,6 +1668,12 @@ graph_new(PyObject *Py_UNUSED(module), PyObject *args)
     g->dst.code = COL_DST;
     g->max_nodes = max_nodes;
     g->spool = -1;
+    g->d_label = -2;
+    {
+        const char *v = Py_GetVersion();  /* "3.11.7 (main, ...": 3.11-3.13 keep dicts managed */
+        int minor = v[0] == '3' && v[1] == '.' ? atoi(v + 2) : 0;
+        g->managed_dicts = minor >= 11 && minor <= 13;
+    }
     PyObject **slots[] = {&g->type_index, &g->type_id, &g->label_index, &g->label_of, &g->slot_cache,
                           &g->slot_labels, &g->frame_labels, &g->frame_label, &g->frame_types,
                           &g->native, &g->native_extra, &g->too_big};

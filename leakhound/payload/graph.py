@@ -95,6 +95,29 @@ GRAPH_FORMAT = "leakhound.graph/5"
 # of its collection (a logger's one handler, and its records).
 # As _graph_walk.c's FOLD_MIN_ENTRIES.
 _FOLD_MIN_ENTRIES = 16
+# 3.11-3.13 keep an instance's __dict__ (once made) in the word three before it when its type
+# has Py_TPFLAGS_MANAGED_DICT (_graph_walk.c reads it too); 3.12 tags its inline values there.
+_MANAGED_DICTS = (3, 11) <= sys.version_info[:2] <= (3, 13)
+_MANAGED_DICT_FLAG = 1 << 4
+_TYPE_FLAGS = type.__dict__["__flags__"]
+try:
+    import ctypes as _ctypes
+
+    _managed_dict_word = _ctypes.c_size_t.from_address
+    _WORD = _ctypes.sizeof(_ctypes.c_void_p)
+except Exception:  # (a payload without ctypes: no "d" labels, the result says so)
+    _managed_dict_word = None
+    _WORD = 8
+
+
+def _managed_dict(obj, tp):
+    """The address of ``obj``'s materialized __dict__ (3.11+), or 0."""
+    if not _TYPE_FLAGS.__get__(tp, type) & _MANAGED_DICT_FLAG:
+        return 0
+    word = _managed_dict_word(id(obj) - 3 * _WORD).value
+    return 0 if word & 1 else word
+
+
 # Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES).
 _PENDING_LEAVES = 1 << 14
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
@@ -226,6 +249,8 @@ class Graph(object):
         # Leaves held a few times, met from one node so far (as _graph_walk.c's PendingLeaf):
         # id -> [node, references not met yet, size, type id]; no reference to the leaf.
         self.pending = {}
+        # 3.11+: an instance's materialized __dict__ labelled "d" (as _graph_walk.c)
+        self.dict_labels = _MANAGED_DICTS and _managed_dict_word is not None
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
         self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
         self.unreached = {"examined": False, "estimated_pause_ms": None, "reason": "", "held": 0,
@@ -463,6 +488,7 @@ class Graph(object):
         max_nodes = self.max_nodes
         perf_counter = time.perf_counter
         d_label = self._label("d")
+        dict_labels = self.dict_labels
         type_labels = {}  # id(type) -> label of "t<Type>"
         frame_like = _FRAME_LIKE_IDS
         plain = _PLAIN_IDS
@@ -539,11 +565,12 @@ class Graph(object):
                 # Attribute names only from slots here: asking an instance for its __dict__
                 # makes one where 3.11+ keep attributes inline (a dict more in the target for
                 # every instance). The owners' paths are named afterwards (``name_paths``).
-                d = None
-                if d is not None or slots:
+                # A materialized one (3.11+) is read from its managed pointer: labelled "d".
+                d = _managed_dict(obj, tp) if dict_labels else 0
+                if d or slots:
                     names = {}
-                    if d is not None:
-                        names[id(d)] = d_label
+                    if d:
+                        names[d] = d_label
                     for name, descr in slots:
                         try:
                             value = descr.__get__(obj, tp)
@@ -692,6 +719,7 @@ class Graph(object):
             "payload_peak_bytes": payload_bytes,
             "unreached": dict(self.unreached),
             "gc_collections": self._collections(),
+            "dict_labels": bool(self.dict_labels),
             # The records themselves: written raw after the JSON (graph_wire), never in it.
             "_binary": binary,
         }
@@ -726,6 +754,7 @@ class CompiledGraph(Graph):
 
     def __init__(self, spool=None, reached=None, **kwargs):
         Graph.__init__(self, **kwargs)
+        self.dict_labels = _MANAGED_DICTS  # read in C, no ctypes needed
         # A dict that receives what the walk reached, as the census's bitmap (graph_reached),
         # when a census after it lists every tracked object (runner._snapshot_graph_first:
         # the census then splits only what the graph did not reach).

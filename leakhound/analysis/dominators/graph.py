@@ -320,7 +320,7 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
             labels=[str(t) for t in doc["labels"]],
             roots=roots,
             info={k: doc.get(k) for k in ("graph_seconds", "max_step_ms", "max_held_ms", "payload_peak_bytes",
-                                          "unreached", "walker", "gc_collections")},
+                                          "unreached", "walker", "gc_collections", "dict_labels")},
         )
         graph.info["edges_without_node"] = dropped
     except (KeyError, TypeError, ValueError, IndexError) as exc:

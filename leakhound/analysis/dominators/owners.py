@@ -58,6 +58,7 @@ class OwnerFinder:
         self._counts: Sequence[int] | None = counts
         self._pred: tuple[Sequence[int], Sequence[int]] | None = None
         self._out: Sequence[int] | None = None
+        self._out_ids: Sequence[int] | None = None
 
     @property
     def paths(self) -> Paths:
@@ -90,12 +91,29 @@ class OwnerFinder:
             p = self.tree.idom[v]
             if p > 0 and p in self.root_kind:
                 return True
-            return p > 0 and self.graph.type_of(p) not in _CONTAINERS and self._out_degree(p) == 1
+            if p <= 0 or self.graph.type_of(p) in _CONTAINERS:
+                return False
+            if self.graph.info.get("dict_labels"):
+                # 3.11+: the walk labelled the instance's own __dict__ "d" (an instance whose
+                # other attributes are all leaves has one edge, to an attribute's dict too)
+                return self._labelled(p, v, "d")
+            return self._out_degree(p) == 1
         return name not in _CONTAINERS and name not in _LEAVES
+
+    def _labelled(self, p: int, v: int, text: str) -> bool:
+        """Whether an edge from ``p`` to ``v`` carries the label ``text``."""
+        if self._out is None or self._out_ids is None:
+            self._out, self._out_ids = _csr_edges(self.graph.nodes, self.graph.src)
+        g = self.graph
+        for k in range(self._out[p], self._out[p + 1]):
+            e = self._out_ids[k]
+            if g.dst[e] == v and g.lab[e] >= 0 and g.labels[g.lab[e]] == text:
+                return True
+        return False
 
     def _out_degree(self, v: int) -> int:
         if self._out is None:
-            self._out = _csr_edges(self.graph.nodes, self.graph.src)[0]
+            self._out, self._out_ids = _csr_edges(self.graph.nodes, self.graph.src)
         return self._out[v + 1] - self._out[v]
 
     def find(self, *, top: int = 20, min_bytes: int | None = None) -> list[int]:
