@@ -402,11 +402,7 @@ class PrivateChannel:
                 if started is not None:
                     deadline.progressed("started")
                 if started is None and now - begin > start_timeout:
-                    where = blocked_hint() if blocked_hint else ""
-                    raise TargetBlocked(
-                        f"process {pid}'s main thread did not reach a safe point within "
-                        f"{start_timeout:.0f}s" + (f"; it is in:\n{where}" if where else "")
-                    )
+                    raise self._blocked(pid, now - begin, blocked_hint)
             result = self.read_json("result.json")
             # A graph handed over early: before the result, or in the same turn (written first).
             if not partial_seen and (result is None or result.get("graph_sent")):
@@ -438,10 +434,22 @@ class PrivateChannel:
                     if progress is not None:
                         progress(phase, done)
             if deadline.expired():
+                # (a --timeout shorter than the safe point's wait ends here: the payload never
+                # having started is what to say)
+                if started is None:
+                    raise self._blocked(pid, time.monotonic() - begin, blocked_hint)
                 raise AttachTimeout(deadline.explain(pid))
             # (a file each turn: a 50 ms turn was ~25 ms late on average for the graph and again
             # for the result, on the path of every inspection; a turn is a few stat() calls)
             time.sleep(0.005 if now - begin < 5 else 0.02)
+
+    @staticmethod
+    def _blocked(pid: int, waited: float, blocked_hint: Callable[[], str] | None) -> TargetBlocked:
+        where = blocked_hint() if blocked_hint else ""
+        return TargetBlocked(
+            f"process {pid}'s main thread did not reach a safe point within "
+            f"{max(waited, 0.0):.0f}s" + (f"; it is in:\n{where}" if where else "")
+        )
 
     def close(self) -> None:
         if self.private.fd < 0:

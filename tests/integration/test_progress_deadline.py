@@ -54,8 +54,9 @@ def test_an_inspection_that_keeps_progressing_runs_past_the_stall_window(tmp_pat
         assert f"deadline: {stall:.0f}s without progress" in done.stderr
         snap = json.loads(done.stdout)
         assert snap["heap"]["objects"] >= 3 * records  # a dict, a str and a tuple each: it counted them all
-        # it went on well past the stall window, as long as the target kept progressing
-        assert took > 2 * stall, took
+        # it went on past the stall window, as long as the target kept progressing (the 1 GB
+        # heap's inspection: 2.2-2.9 s here with the graph's folding, 4-5 s before)
+        assert took > stall, took
         assert child.report()["truth"]["records"] == records
         assert not list(tmp.iterdir())
 
