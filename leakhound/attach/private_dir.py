@@ -37,6 +37,11 @@ _MAX_DEPTH = 16
 _MAX_ENTRIES = 100_000
 
 
+# An entry opened just as the payload renamed a new one over it has no link left: opened again
+# at most this many times (then it counts as not there yet: the reader polls again).
+REPLACED_RETRIES = 4
+
+
 class UnsafeEntry(OSError):
     """An entry of the private directory that is not what leakhound wrote or waits for: a
     symlink, a FIFO, a device, a hard link, bigger than its bound, or the directory itself
@@ -167,14 +172,26 @@ class PrivateDir:
         there is no such entry. ``UnsafeEntry`` unless it is a regular file with one link of
         at most ``limit`` bytes. ``writable``: read-write (punching holes needs it)."""
         flags = (READ_FLAGS & ~os.O_RDONLY) | os.O_RDWR if writable else READ_FLAGS
-        try:
-            fd = os.open(name, flags, dir_fd=self.fd)
-        except FileNotFoundError:
+        for _ in range(REPLACED_RETRIES):
+            try:
+                fd = os.open(name, flags, dir_fd=self.fd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise UnsafeEntry(errno.ELOOP, f"{name} in the private directory is a symbolic link") from None
+                raise
+            try:
+                if os.fstat(fd).st_nlink != 0:
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            # Replaced (or removed) between the open and the look: the payload writes its
+            # documents to a new name and renames it over the old one. Again, at the new one.
+            os.close(fd)
+        else:
             return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise UnsafeEntry(errno.ELOOP, f"{name} in the private directory is a symbolic link") from None
-            raise
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

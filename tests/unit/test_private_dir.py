@@ -263,3 +263,26 @@ def test_malformed_answers_are_one_clear_error(tmp_path: Path, monkeypatch: pyte
         with pytest.raises(PrivateDirTampered, match=name):
             channel.wait(pid=os.getpid(), start_timeout=5, deadline=Deadline.fixed(5),
                          progress=lambda phase, done: None)
+
+
+def test_a_document_replaced_while_it_is_opened_is_read_at_its_new_name(
+        parent: Path, private: PrivateDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The payload renames a new document over the old one: opened just before, the old one
+    has no link left. That is no tampering: it is opened again (progress.json, rewritten every
+    second by the payload, was called tampered with twice in one CI run)."""
+    here = _here(parent, private)
+    (here / "progress.json").write_text('{"phase": "old"}')
+    real_open = os.open
+    replaced = []
+
+    def open_then_replaced(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        fd = real_open(path, flags, *args, **kwargs)
+        if path == "progress.json" and not replaced:
+            (here / "progress.new").write_text('{"phase": "new"}')
+            os.replace(here / "progress.new", here / "progress.json")
+            replaced.append(True)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_replaced)
+    assert json.loads(private.read("progress.json", 1024) or b"") == {"phase": "new"}
+    assert replaced
