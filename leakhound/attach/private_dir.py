@@ -182,18 +182,19 @@ class PrivateDir:
                     raise UnsafeEntry(errno.ELOOP, f"{name} in the private directory is a symbolic link") from None
                 raise
             try:
-                if os.fstat(fd).st_nlink != 0:
-                    break
+                st = os.fstat(fd)
             except BaseException:
                 os.close(fd)
                 raise
+            if st.st_nlink != 0:
+                break
             # Replaced (or removed) between the open and the look: the payload writes its
             # documents to a new name and renames it over the old one. Again, at the new one.
+            # One look decides (a second could meet the next rename).
             os.close(fd)
         else:
             return None
         try:
-            st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise UnsafeEntry(errno.EINVAL, f"{name} in the private directory is not a regular file "
                                                 f"({_kind(st.st_mode)})")

@@ -286,3 +286,25 @@ def test_a_document_replaced_while_it_is_opened_is_read_at_its_new_name(
     monkeypatch.setattr(os, "open", open_then_replaced)
     assert json.loads(private.read("progress.json", 1024) or b"") == {"phase": "new"}
     assert replaced
+
+
+def test_a_document_replaced_just_after_its_look_is_read_as_it_was(
+        parent: Path, private: PrivateDir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replaced after the one look at its links (the signal-storm CI run met it between two
+    looks): the document as opened is read, its last link gone is no tampering."""
+    here = _here(parent, private)
+    (here / "progress.json").write_text('{"phase": "old"}')
+    real_fstat = os.fstat
+    replaced = []
+
+    def fstat_then_replaced(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        if not replaced:
+            (here / "progress.new").write_text('{"phase": "new"}')
+            os.replace(here / "progress.new", here / "progress.json")
+            replaced.append(True)
+        return st
+
+    monkeypatch.setattr(os, "fstat", fstat_then_replaced)
+    assert json.loads(private.read("progress.json", 1024) or b"") == {"phase": "old"}
+    assert replaced
