@@ -536,6 +536,7 @@ class Graph(object):
                     key = keys[k]
                     if type(key) is str:
                         names.setdefault(id(refs[k]), label_of("k" + key[:_MAX_LABEL_CHARS]))
+                entries = len(keys)
                 refs.extend(keys)
                 key = keys = None
                 if tp is not dict:
@@ -557,8 +558,9 @@ class Graph(object):
                 took = perf_counter() - t0
                 if took > self.max_step:
                     self.max_step = took
-            if collection and not folded_here:
-                lengths[i] = min(len(refs) // 2 if names is not None else len(refs), 0x7FFFFFFF)
+            if (collection or names is not None) and not folded_here:
+                # a dict subclass (an OrderedDict, a defaultdict) too: its entries are its values
+                lengths[i] = min(entries if names is not None else len(refs), 0x7FFFFFFF)
             tag = id(tp) in frame_like
             if names is None and not tag and id(tp) not in plain:
                 slots = self._slots_of(tp)
