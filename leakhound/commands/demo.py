@@ -63,7 +63,8 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
             outcomes = patch_process(pid, fixes=list(FIX_NAMES), verify_seconds=verify, method=method, log=reporter.log)
             patch_render.render_outcomes(outcomes)
     con.print("\n[bold]Next[/bold]: `leakhound inspect PID` on a real worker; `leakhound confirm` for the "
-              "A/B table; `leakhound watch --match verifiers` to tell a leak from a plateau.")
+              "A/B table; `leakhound watch --match EnvWorker` (the title verifiers' env workers give "
+              "themselves, Verifiers::EnvWorker0) to tell a leak from a plateau.")
 
 
 def _delivered_bodies(snapshot: Snapshot) -> int:
