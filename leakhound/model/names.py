@@ -43,7 +43,8 @@ def parse_fixes(text: str, *, allow_none: bool = False, extra: Iterable[str] = (
     ``all``). Raises ValueError naming what is unknown, the choice each is close to (a typo:
     ``regsitry``), and what may be chosen."""
     known = (*FIX_NAMES, *extra)
-    names = {part.strip().lower().replace("-", "_") for part in text.split(",") if part.strip()}
+    typed = {part.strip().lower().replace("-", "_"): part.strip() for part in text.split(",") if part.strip()}
+    names = set(typed)
     if allow_none and names <= {"none"}:
         return ()
     if "all" in names:
@@ -53,7 +54,8 @@ def parse_fixes(text: str, *, allow_none: bool = False, extra: Iterable[str] = (
         options = ("none", "all", *known) if allow_none else ("all", *known)
         meant = [close[0] for name in unknown if (close := difflib.get_close_matches(name, options, n=1))]
         guess = f"; did you mean {', '.join(meant)}?" if len(meant) == len(unknown) and meant else ""
-        raise ValueError(f"unknown fix {', '.join(unknown) or '(none)'}{guess} (choose from {', '.join(options)})")
+        said = ", ".join(typed[name] for name in unknown) or "(none)"
+        raise ValueError(f"unknown fix {said}{guess} (choose from {', '.join(options)})")
     return tuple(name for name in known if name in names)
 
 
