@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from leakhound.attach.process import match_processes, title
 from leakhound.cli import app
+from leakhound.commands import demo
 from leakhound.commands.options import complete_pids
 from tests.verifiers_target import SERVER_TITLE, WORKER_TITLE, spawn_verifiers_worker
 
@@ -34,6 +35,8 @@ def test_from_the_env_server_to_its_worker(tmp_path: Path) -> None:
         # machine may run other verifiers workers too), "envworker" the worker only.
         assert {server, child} <= set(match_processes("verifiers"))
         assert child in match_processes("envworker") and server not in match_processes("envworker")
+        # The demo's last line suggests a --match that finds the worker and not the server.
+        assert child in match_processes(demo.WORKER_MATCH) and server not in match_processes(demo.WORKER_MATCH)
         assert (str(child), f"{WORKER_TITLE}0") in complete_pids(str(child))
 
         # inspect on the EnvServer: no runtime there, and the worker to inspect instead.
