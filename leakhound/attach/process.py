@@ -255,20 +255,53 @@ def environ_of(pid: int) -> dict[str, str]:
     return env
 
 
+# Bounds on what is read of another user's process: its command line can be megabytes.
+_CMDLINE_BYTES = 64 * 1024  # what --match searches
+_TITLE_BYTES = 4096  # what is shown
+_COMM_BYTES = 64
+_STAT_BYTES = 4096
+MAX_CHILDREN = 64
+
+
+def _read_bounded(path: str, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a /proc file (b"" when it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def title(pid: int) -> str:
+    """What ``pid`` calls itself: its command line (which setproctitle rewrites to the title,
+    ``Verifiers::EnvWorker0``), else its name (/proc/PID/comm); at most 4 KiB read."""
+    raw = _read_bounded(f"/proc/{pid}/cmdline", _TITLE_BYTES).replace(b"\0", b" ").strip()
+    raw = raw or _read_bounded(f"/proc/{pid}/comm", _COMM_BYTES).strip()
+    return raw.decode(errors="replace")
+
+
 def _other_processes(exclude: frozenset[int]) -> list[tuple[int, str, str]]:
     """(pid, command line, name) of every process with a command line (not a kernel thread),
-    leaving out ``exclude``, leakhound itself and its parents."""
+    leaving out ``exclude``, leakhound itself and its parents. Each read is bounded: a
+    process's command line is someone else's input, and can be megabytes."""
     skip = set(exclude) | {os.getpid()}
     try:
         skip.update(p.pid for p in psutil.Process().parents())
     except psutil.Error:
         pass
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "name"]):
-        pid = int(proc.info["pid"])
-        cmdline = " ".join(proc.info.get("cmdline") or ())
-        if pid not in skip and cmdline:
-            found.append((pid, cmdline, str(proc.info.get("name") or "")))
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        cmdline = _read_bounded(f"/proc/{entry}/cmdline", _CMDLINE_BYTES).replace(b"\0", b" ").strip()
+        if cmdline:
+            name = _read_bounded(f"/proc/{entry}/comm", _COMM_BYTES).strip()
+            found.append((int(entry), cmdline.decode(errors="replace"), name.decode(errors="replace")))
     return found
 
 
@@ -329,34 +362,6 @@ def tracer_pid(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
-
-
-# Bounds on what is read of another user's process: its command line can be megabytes.
-_TITLE_BYTES = 4096
-_STAT_BYTES = 4096
-MAX_CHILDREN = 64
-
-
-def _read_bounded(path: str, limit: int) -> bytes:
-    """Up to ``limit`` bytes of a /proc file (b"" when it cannot be read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
-
-
-def title(pid: int) -> str:
-    """What ``pid`` calls itself: its command line (which setproctitle rewrites to the title,
-    ``Verifiers::EnvWorker0``), else its name (/proc/PID/comm); at most 4 KiB read."""
-    raw = _read_bounded(f"/proc/{pid}/cmdline", _TITLE_BYTES).replace(b"\0", b" ").strip()
-    raw = raw or _read_bounded(f"/proc/{pid}/comm", 64).strip()
-    return raw.decode(errors="replace")
 
 
 def _parent_pids() -> dict[int, int]:
