@@ -20,6 +20,7 @@ from leakhound.attach.channel import Post, Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS as FOLLOW_PROGRESS  # the commands' default: they import no attach
 from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import process_stats, resolve_target
+from leakhound.core.targets import env_worker_children
 from leakhound.errors import ProtocolViolation
 from leakhound.model import (
     ArenaStats,
@@ -288,6 +289,7 @@ def capture(
         taken_at=taken_at,
         pause_ms=max(remote.attach_stop_ms, remote.main_thread_ms),
     )
+    snap = with_env_worker_children(snap)
     # The snapshot's time is when the target began counting (its own clock; the kernel's is
     # shared with containers), not when the CLI began attaching: the first inspection of a
     # process loads the payload, and diff's rates divide by the time between two snapshots.
@@ -453,6 +455,21 @@ def counted_at(heap: object, key: str, default: float) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value - default) < 86400:
         return float(value)
     return default
+
+
+def with_env_worker_children(snap: Snapshot) -> Snapshot:
+    """A process with no verifiers runtime whose children are env workers (the verifiers
+    EnvServer, which routes requests to them) names them in its ``verifiers`` probe section,
+    ``env_worker_children``: the detectors then say which pid to inspect instead. Read from
+    /proc outside the target, by title."""
+    section = snap.probes.get("verifiers")
+    if not isinstance(section, dict) or "skipped" not in section:
+        return snap
+    children = env_worker_children(snap.pid)
+    if not children:
+        return snap
+    named = [{"pid": pid, "title": title} for pid, title in children]
+    return replace(snap, probes={**snap.probes, "verifiers": {**section, "env_worker_children": named}})
 
 
 def _analysed(taken: Capture) -> Capture:

@@ -39,6 +39,7 @@ from leakhound.attach.channel import Progress
 from leakhound.attach.memory_limit import MemoryCost
 from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
+from leakhound.core.targets import no_process_matches
 from leakhound.errors import (
     Interrupted,
     LeakhoundError,
@@ -319,7 +320,7 @@ def watch_processes(
         for pid in match_processes(match, exclude=frozenset(watched)):
             _add(pid, watched, method=method, explicit=False, log=log)
     if not watched:
-        raise TargetNotFound(f"no Python process matches {match!r}" if match else "no process to watch")
+        raise no_process_matches(match) if match else TargetNotFound("no process to watch")
     samplers = _Samplers(max(1, min(max_samplers, len(watched))))
     owed: set[int] = set()  # processes whose tick came while their last sample was being taken
 

@@ -8,6 +8,7 @@ tests hold the two equal.
 
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Iterable
 
@@ -39,17 +40,22 @@ OLD_FINDING_KINDS: dict[str, str] = {
 def parse_fixes(text: str, *, allow_none: bool = False, extra: Iterable[str] = ()) -> tuple[str, ...]:
     """``all``, a comma list of fix names (``steps,trim``), or with ``allow_none`` ``none``;
     canonical order, no repeats. ``extra`` names are accepted beside the fixes (never part of
-    ``all``). Raises ValueError naming what is unknown and what may be chosen."""
+    ``all``). Raises ValueError naming what is unknown, the choice each is close to (a typo:
+    ``regsitry``), and what may be chosen."""
     known = (*FIX_NAMES, *extra)
-    names = {part.strip().lower().replace("-", "_") for part in text.split(",") if part.strip()}
+    typed = {part.strip().lower().replace("-", "_"): part.strip() for part in text.split(",") if part.strip()}
+    names = set(typed)
     if allow_none and names <= {"none"}:
         return ()
     if "all" in names:
         names = (names - {"all"}) | set(FIX_NAMES)
     unknown = sorted(names - set(known))
     if unknown or not names:
-        choices = ", ".join(("none", "all", *known) if allow_none else ("all", *known))
-        raise ValueError(f"unknown fix {', '.join(unknown) or '(none)'}; choose from {choices}")
+        options = ("none", "all", *known) if allow_none else ("all", *known)
+        meant = [close[0] for name in unknown if (close := difflib.get_close_matches(name, options, n=1))]
+        guess = f"; did you mean {', '.join(meant)}?" if len(meant) == len(unknown) and meant else ""
+        said = ", ".join(typed[name] for name in unknown) or "(none)"
+        raise ValueError(f"unknown fix {said}{guess} (choose from {', '.join(options)})")
     return tuple(name for name in known if name in names)
 
 
