@@ -497,7 +497,8 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
     if _last_graph["over_nodes"] and max_nodes <= _last_graph["over_nodes"]:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the last object graph walked in this process had more "
                 "than %s nodes: over the graph budget of %s nodes" % (format(_last_graph["over_nodes"], ","),
-                                                                     format(max_nodes, ","))}
+                                                                     format(max_nodes, ",")),
+                "skipped_code": graph.SKIPPED_OVER_NODES, "max_nodes": max_nodes}
     if heap is not None and not heap.get("with_owners", True):
         census_seconds = float(heap.get("census_seconds") or 0.0)
     max_pause = request.get("max_pause_ms")
@@ -521,6 +522,7 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
         budget = max(budget, min(left - 1.0, 2.0 * _last_graph["seconds"]))
     max_bytes = _int(request.get("max_graph_bytes"), 0, 0, 1 << 40)
     cancelled = stop
+    headroom_bound = False
     if spool_dir is not None and stop.memory is not None:
         stop.memory.files.append(os.path.join(spool_dir, BINARY_FILE))
     left = stop.memory.left() if stop.memory is not None else None
@@ -534,24 +536,28 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
             # before the first check, which the OOM killer did not wait for).
             return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph's Python loop (the compiled walk "
                     "is not loaded) cannot keep to the request's memory budget in the target (%.0f MiB, from the "
-                    "memory limit's headroom)" % (stop.memory.limit / 1048576.0)}
+                    "memory limit's headroom)" % (stop.memory.limit / 1048576.0),
+                    "skipped_code": graph.SKIPPED_NO_HEADROOM}
         need = int(resident_bytes(stop.memory.fd) * GRAPH_BITMAP_SHARE) if stop.memory.fd >= 0 else 0
         if need > left > 0:
             # Walked anyway, a 4 GB heap's graph spent its memory budget in its first 0.6 s and,
             # given up, left the census too little of it (exit 19).
             return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph's bitmaps would take ~%.0f MiB in "
                     "the target, over what the request's memory budget (%.0f MiB, from the memory limit's "
-                    "headroom) leaves for it" % (need / 1048576.0, stop.memory.limit / 1048576.0)}
+                    "headroom) leaves for it" % (need / 1048576.0, stop.memory.limit / 1048576.0),
+                    "skipped_code": graph.SKIPPED_NO_HEADROOM}
         if left < GRAPH_MIN_BYTES:
             return {"format": graph.GRAPH_FORMAT, "skipped": "the request's memory budget in the target (%.0f MiB, "
                     "from the memory limit's headroom) had %.1f MiB left for the object graph"
-                    % (stop.memory.limit / 1048576.0, max(0, left) / 1048576.0)}
+                    % (stop.memory.limit / 1048576.0, max(0, left) / 1048576.0),
+                    "skipped_code": graph.SKIPPED_NO_HEADROOM}
+        headroom_bound = not max_bytes or left < max_bytes  # the walk's memory is the headroom's, not its own
         max_bytes = min(max_bytes, left) if max_bytes else left
 
         def cancelled():
             if stop.over_memory():
-                raise graph.GraphTooBig("took the target's RSS past the request's memory budget of %.0f MiB"
-                                        % (stop.memory.limit / 1048576.0))
+                raise graph.GraphOverHeadroom("took the target's RSS past the request's memory budget of %.0f MiB"
+                                              % (stop.memory.limit / 1048576.0))
             return stop()
 
     try:
@@ -559,14 +565,17 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=cancelled, compiled=request.get("walker") != "python",
                            spool_dir=spool_dir, reached=reached, max_bytes=max_bytes)
-        if "over the graph budget" in str(out.get("skipped", "")):
+        if out.get("skipped_code") == graph.SKIPPED_OVER_NODES:
             _last_graph["over_nodes"] = max(max_nodes, _last_graph["over_nodes"])
+        elif out.get("skipped_code") == graph.SKIPPED_OVER_MEMORY_BUDGET and headroom_bound:
+            out["skipped_code"] = graph.SKIPPED_NO_HEADROOM
         elif not out.get("skipped"):
             _last_graph["seconds"] = float(out.get("graph_seconds") or 0.0)
         return out
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
-                "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget}
+                "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget,
+                "skipped_code": graph.SKIPPED_OUT_OF_TIME}
     except graph.GraphCancelled:
         stop.reason = stop.reason or "deadline"
         raise Cancelled(stop.reason, "graph") from None
