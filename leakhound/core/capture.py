@@ -135,8 +135,8 @@ DEFAULT_MAX_PAUSE_MS = 50.0
 # the graph: a 7.2M-node graph peaked at 1.1 GiB), not what the heap has. An object one
 # collection alone holds is folded into it (payload/_graph_walk.c), so a heap of registries
 # of records is a graph of its shared objects: a 16.5M-object heap of 2.4M sessions in a
-# dict was a few thousand nodes (3.3 s, leakhound's peak 41 MiB). Past it, the first-reacher
-# census's owners stand and the header says why (owner_model, owner_model_note). The walk
+# dict was a few thousand nodes (3.3 s, leakhound's peak 41 MiB). Past it no owner is named
+# (``not_attributed``) and the header says why (owner_model, owner_model_reason). The walk
 # holds in the target its bitmaps (a bit per 16 bytes of the heap), its stack and a few
 # blocks: within a quarter of the worker's RSS (at least 64 MiB, at most MAX_GRAPH_MEMORY)
 # by default ("auto"); asked for explicitly (--owners dominator), no memory budget applies
@@ -230,6 +230,7 @@ def capture(
     request: dict[str, object] = {"op": "snapshot", "top_types": max(top, 50), "top_owners": max(top, 50)}
     if owner_model != "census":
         request["graph"] = True
+        request["census_owners"] = False  # a skipped graph's owners are not attributed (not_attributed)
         if max_graph_nodes is None:
             max_graph_nodes = graph_node_budget(owner_model)
         request["max_graph_nodes"] = max_graph_nodes

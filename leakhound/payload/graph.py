@@ -941,7 +941,7 @@ def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, can
           spool_dir=None, reached=None):
     """Walk the graph and return its result dict, or ``{"skipped": reason}`` when it is
     bigger than ``max_nodes`` or its walk would hold more than ``max_bytes`` in the target
-    (the caller keeps the census's owners). ``compiled``: the C walk where it loads;
+    (``skipped_code`` says which). ``compiled``: the C walk where it loads;
     ``spool_dir``: the directory the result will be written to (the debugger path): the C
     walk writes its records to its ``graph.bin`` as it goes; ``reached``: a dict the C walk
     fills with what it reached, as the census's bitmap, when a census after it would list

@@ -113,3 +113,25 @@ def test_watch_follows_the_dominator_owners_past_a_census_not_attributed() -> No
     assert report.owner_model == "dominator" and report.owner_model_reason == ""
     assert any("1 full census(es) could not attribute owners" in w for w in report.warnings)
     assert not any(t.name.startswith("<not attributed") for t in report.owners)
+
+
+@pytest.mark.parametrize("census_owners", [True, False])
+def test_a_skipped_graph_leaves_the_first_reachers_uncounted_when_the_cli_names_none(census_owners: bool) -> None:
+    """The CLI names no owner past the graph's budgets (``census_owners: False``): the census
+    then counts the heap without walking the first reachers (a third of its CPU on a
+    1M-object heap); a request without the key still gets them."""
+    from leakhound.payload import runner
+
+    saved = dict(runner._last_graph)
+    request: dict[str, object] = {"op": "snapshot", "graph": True, "max_graph_nodes": 10, "max_pause_ms": 50}
+    if not census_owners:
+        request["census_owners"] = False
+    try:
+        out = runner.handle(request)
+    finally:
+        runner._last_graph.clear()
+        runner._last_graph.update(saved)
+    assert out["ok"], out
+    assert out["graph"]["skipped_code"] == "graph_over_nodes"
+    assert ("census (owners)" in out["phases"]) is census_owners, out["phases"]
+    assert out["heap"]["with_owners"] is census_owners and out["heap"]["objects"] > 0
