@@ -93,8 +93,9 @@ def command(
     owners: Annotated[str, typer.Option(
         "--owners", metavar="MODEL",
         help="How owners are found: auto (the dominator tree when the object graph fits its budgets: "
-        "up to 5,000,000 nodes, a quarter of the worker's RSS (at most 256 MiB) held by its walk, a share of the "
-        "request's time; else the first-reacher census), dominator (no memory budget), census.")] = "auto",
+        "up to 6,000,000 nodes (LEAKHOUND_MAX_GRAPH_NODES), a quarter of the worker's RSS (at most 256 MiB) held "
+        "by its walk, a share of the request's time; else no owner is named: the heap is one '<not attributed: "
+        "...>' owner and the header says why), dominator (no memory budget), census (first reachers).")] = "auto",
     why: Annotated[str | None, typer.Option(
         "--why", help="What keeps OWNER (a path from the owners table) or the biggest objects of TYPE alive: "
         "a few distinct paths from roots.", metavar="OWNER_OR_TYPE")] = None,

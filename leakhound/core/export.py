@@ -24,6 +24,7 @@ from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.core.targets import no_process_matches
 from leakhound.errors import HeadroomTooSmall, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
+from leakhound.model.names import OwnerModel
 from leakhound.render.prometheus import (
     DEFAULT_TOP_OWNERS,
     EndedView,
@@ -151,6 +152,11 @@ class Exporter:
                 exported.up = False
                 self.note(f"leakhound: process {pid}: snapshot failed: {exc}")
                 continue
+            last = exported.snapshot
+            if snap.heap.owner_model == OwnerModel.NOT_ATTRIBUTED and (
+                    last is None or last.heap.owner_model_reason != snap.heap.owner_model_reason):
+                # (its bytes are labelled "<not attributed: ...>"; said when the reason changes)
+                self.note(f"leakhound: process {pid}: owners not attributed: {snap.heap.owner_model_note}")
             with self.lock:
                 exported.snapshot = snap
                 exported.history.append(labelled_sample(sample_from_snapshot(snap)))

@@ -98,6 +98,58 @@ PAYLOAD_OWNER = "<leakhound payload>"
 PAYLOAD_PACKAGE = "_leakhound_payload"
 
 
+class OwnerModel(str, enum.Enum):
+    """How a snapshot's owners were found (``heap.owner_model``)."""
+
+    #: the dominator tree: retained = what freeing the owner returns
+    DOMINATOR = "dominator"
+    #: the census: each object under the first named root that reaches it (``--owners census``)
+    FIRST_REACHER = "first-reacher"
+    #: dominators were asked for and could not be computed: no owner is named, the heap's
+    #: bytes are one ``<not attributed: ...>`` owner (``heap.owner_model_reason`` says why)
+    NOT_ATTRIBUTED = "not-attributed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class NotAttributed(str, enum.Enum):
+    """Why owners could not be computed (``heap.owner_model_reason``); the payload's graph
+    says the same codes (``skipped_code``, payload/graph.py)."""
+
+    #: the object graph has more nodes than the graph budget (LEAKHOUND_MAX_GRAPH_NODES)
+    GRAPH_OVER_NODES = "graph_over_nodes"
+    #: its walk would hold more than its own memory budget in the target (``--owners auto``:
+    #: a quarter of the worker's RSS, at most 256 MiB)
+    GRAPH_OVER_MEMORY_BUDGET = "graph_over_memory_budget"
+    #: no room for its walk under the worker's memory limit (the request's memory budget)
+    GRAPH_NO_HEADROOM = "graph_no_headroom"
+    #: its walk did not finish within its share of the request's time
+    GRAPH_OUT_OF_TIME = "graph_out_of_time"
+    #: the target sent no object graph, or did not say why
+    NO_GRAPH = "no_graph"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: How the bytes of a heap whose owners could not be computed are named: one owner, never a
+#: first reacher presented as an owner (``<not attributed: graph over 6,000,000 nodes>``).
+NOT_ATTRIBUTED_PREFIX = "<not attributed: "
+
+
+def not_attributed_owner(reason: NotAttributed, max_nodes: int = 0) -> str:
+    """The owner name of a heap's unattributed bytes, for ``reason``."""
+    what = {
+        NotAttributed.GRAPH_OVER_NODES: f"graph over {max_nodes:,} nodes" if max_nodes else "graph over its budget",
+        NotAttributed.GRAPH_OVER_MEMORY_BUDGET: "graph over its memory budget",
+        NotAttributed.GRAPH_NO_HEADROOM: "no room for the graph under the memory limit",
+        NotAttributed.GRAPH_OUT_OF_TIME: "graph out of time",
+        NotAttributed.NO_GRAPH: "no object graph",
+    }[reason]
+    return f"{NOT_ATTRIBUTED_PREFIX}{what}>"
+
+
 class EndedHow(str, enum.Enum):
     """How a watched or exported target ended: the ``how`` of watch's JSON and export's metric."""
 

@@ -66,10 +66,15 @@ class HeapStats:
     unreached_examined: bool = True
     unreached_note: str = ""
     # How owners were found: "dominator" (retained = what freeing the owner returns, from the
-    # object graph's dominator tree) or "first-reacher" (the census: each object to the first
-    # named root that reaches it; every /1 snapshot). The note says why the graph was not used.
+    # object graph's dominator tree), "first-reacher" (the census: each object to the first
+    # named root that reaches it; every /1 snapshot, --owners census) or "not-attributed" (the
+    # graph was asked for and not walked or not finished: one "<not attributed: ...>" owner).
+    # The note says why the graph was not used, and what would allow it.
     owner_model: str = "first-reacher"
     owner_model_note: str = ""
+    # With "not-attributed" (dominators asked for, not computed: names.OwnerModel): why, as a
+    # code (names.NotAttributed); "" otherwise.
+    owner_model_reason: str = ""
     graph_nodes: int = 0
     graph_edges: int = 0
     graph_seconds: float = 0.0  # the graph's walk in the target

@@ -93,6 +93,8 @@ def _owner_model_line(snapshot: Snapshot) -> str:
     if h.owner_model == "dominator":
         line = (f"owners: dominator tree (retained = what freeing it returns), graph of {h.graph_nodes:,} nodes "
                 f"/ {h.graph_edges:,} edges walked in {h.graph_seconds:.2f}s, analysed in {h.dominator_seconds:.2f}s")
+    elif h.owner_model == "not-attributed":  # no owner named: the note says why and what would allow it
+        return f"[bold yellow]owners: not attributed[/bold yellow]: {h.owner_model_note}"
     else:
         line = "owners: first reacher (each object to the first named root that reaches it)"
     if h.owner_model_note:

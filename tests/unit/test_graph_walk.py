@@ -121,7 +121,8 @@ def test_a_walk_over_its_memory_budget_is_skipped_not_cut(compiled: bool) -> Non
         pytest.skip("the C walk was not built here")
     out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
                       cancelled=None, compiled=compiled, max_bytes=1 << 20)
-    assert set(out) == {"format", "skipped"} and "over its memory budget of 1 MiB" in out["skipped"]
+    assert set(out) == {"format", "skipped", "skipped_code", "max_nodes"}
+    assert "over its memory budget of 1 MiB" in out["skipped"] and out["skipped_code"] == "graph_over_memory_budget"
 
 
 SPOOLED: dict[str, list[list[object]]] = {}
