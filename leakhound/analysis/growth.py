@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from leakhound.analysis.ranking import rank
 from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import (
     GROWING,
@@ -579,6 +580,4 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
                          "bytes_per_min": round(r.bytes_per_min, 1), "window_seconds": round(r.seconds, 2)},
             )
         )
-    order = {"warning": 0, "info": 1}
-    findings.sort(key=lambda f: (order.get(f.severity, 9), -float(f.details.get("bytes_per_min", 0))))
-    return tuple(findings)
+    return rank(findings)

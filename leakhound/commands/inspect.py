@@ -75,10 +75,10 @@ def run(
             json_render.render_why(why, taken.why, snapshot)
         else:
             json_render.render_snapshot(snapshot)
+    elif why is not None:  # only what was asked; the whole report is one `inspect` away
+        table.render_why(why, taken.why, snapshot)
     else:
         table.render_snapshot(snapshot, ledger(snapshot), top=top)
-        if why is not None:
-            table.render_why(why, taken.why, snapshot)
     return snapshot
 
 

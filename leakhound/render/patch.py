@@ -8,7 +8,7 @@ from typing import Any, TextIO
 from rich.table import Table
 
 from leakhound.model import PatchOutcome
-from leakhound.model.units import fmt_bytes
+from leakhound.model.units import change, fmt_bytes
 from leakhound.render.console import console
 
 _STATUS_STYLE = {"applied": "green", "already-applied": "green", "would-apply": "cyan", "reverted": "cyan",
@@ -20,7 +20,7 @@ def render_outcomes(outcomes: Sequence[PatchOutcome], *, file: TextIO | None = N
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column(no_wrap=True)
-    grid.add_column()
+    grid.add_column(overflow="fold")  # a function's whole dotted name, folded: never cut
     for o in outcomes:
         style = _STATUS_STYLE.get(o.status, "")
         lines = []
@@ -61,7 +61,7 @@ def render_confirm(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None
         def delta(key: str, row: dict[str, Any] = row) -> str:
             if base is None or row is base or not base[key]:
                 return ""
-            return f"{(row[key] - base[key]) / base[key]:+.0%}"
+            return change(base[key], row[key])
 
         table.add_row(
             row["fixes"], _mb(row["peak_rss_bytes"]), delta("peak_rss_bytes"),
@@ -88,7 +88,7 @@ def render_confirm_workload(rows: Sequence[dict[str, Any]], *, file: TextIO | No
         def delta(key: str, row: dict[str, Any] = row) -> str:
             if base is None or row is base or not base[key]:
                 return ""
-            return f"{(row[key] - base[key]) / base[key]:+.0%}"
+            return change(base[key], row[key])
 
         table.add_row(row["fixes"], _mb(row["peak_rss_bytes"]), delta("peak_rss_bytes"),
                       _mb(row["resting_rss_bytes"]), delta("resting_rss_bytes"),
