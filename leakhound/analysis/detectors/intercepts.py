@@ -8,7 +8,7 @@ from leakhound.analysis.detectors._verifiers import owner_count_note, owner_path
 from leakhound.analysis.detectors.base import mb, skipped
 from leakhound.model import Finding, Snapshot
 from leakhound.model.names import Fix
-from leakhound.model.units import percent
+from leakhound.model.units import count, percent
 
 KIND = Fix.INTERCEPTS.value  # named as the fix it recommends and the payload probe that measures it
 
@@ -35,7 +35,7 @@ def detect(snapshot: Snapshot) -> list[Finding]:
             owner=owner_path(snapshot, ".intercepts", "InterceptionServer.intercepts"),
             fix=KIND,
             summary=(
-                f"InterceptionServer.intercepts holds {held['entries']} request bodies"
+                f"InterceptionServer.intercepts holds {count(held['entries'], 'request body', 'request bodies')}"
                 f"{counted}: "
                 f"{delivered} already delivered ({mb(held['delivered_body_bytes'])}), "
                 f"{held['pending']} pending; {percent(b64)} of body bytes are base64"

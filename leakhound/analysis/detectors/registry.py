@@ -11,6 +11,7 @@ from leakhound.analysis.detectors._verifiers import owner_count_note, owner_path
 from leakhound.analysis.detectors.base import mb, skipped
 from leakhound.model import Finding, Snapshot
 from leakhound.model.names import Fix
+from leakhound.model.units import count
 
 KIND = Fix.REGISTRY.value  # named as the fix it recommends and the payload probe that measures it
 
@@ -34,7 +35,7 @@ def detect(snapshot: Snapshot) -> list[Finding]:
             owner=owner_path(snapshot, ".trajectories", "Runtime.trajectories"),
             fix=KIND,
             summary=(
-                f"Runtime.trajectories holds {reg['entries']} trajectories"
+                f"Runtime.trajectories holds {count(reg['entries'], 'trajectory', 'trajectories')}"
                 f"{counted}, {finished} of them "
                 f"from rollouts that have finished ({reg['finished_steps']} steps, "
                 f"{mb(reg['finished_bytes'])}); nothing evicts them, so every completed rollout "
