@@ -19,7 +19,8 @@ from tests.factories import make_snapshot
 MiB = 1 << 20
 TRAJECTORIES = "task:Task-1/run.self.env.harness.runtime.trajectories"
 ENTRY = TRAJECTORIES + "['b1b1aa963c41469593e25f161c3b0fdc']"
-SHARED_BY = "task:Task-1/run.self.env.harness.endpoint.server.active_rollouts['rollout_9feda5cc']['state']['trajectory']"
+SHARED_BY = ("task:Task-1/run.self.env.harness.endpoint.server.active_rollouts['rollout_9feda5cc']"
+             "['state']['trajectory']")
 
 
 def _why(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], query: str,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from leakhound.analysis.detectors import analyse
-from leakhound.analysis.ranking import GROWTH_HORIZON_MINUTES, rank
 from leakhound.analysis.ledger import ledger
+from leakhound.analysis.ranking import GROWTH_HORIZON_MINUTES, rank
 from leakhound.model import Finding, snapshot_from_json
 from leakhound.render import table
 
