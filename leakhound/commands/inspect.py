@@ -111,7 +111,7 @@ def command(
     default ptrace injector): the census runs at a safe point, in a short-lived thread, never
     calls gc.collect(), and leaves nothing behind but its payload module, reused next time.
 
-    The first lines say what was measured, how long the worker waited (against --max-pause:
+    The first lines say what was measured, how long the worker waited (against the pause budget:
     a WARNING when over it) and the next command to run. Every term in the output (retained,
     owner, pause, held from C, ...) is defined in docs/glossary.md.
     """
