@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakhound.model.units import change
+from leakhound.model.units import change, count
 from leakhound.patches.base import Effect, FixSpec, Measurement
 
 
@@ -23,8 +23,8 @@ def effect(before: Measurement, after: Measurement, counters: dict[str, Any]) ->
         per_before,
         per_after,
         f"stored response per new step {per_before:,.0f} -> {per_after:,.0f} bytes ({change(per_before, per_after)}) "
-        f"over {measured} of {slimmed} steps (sized off the request path); {sidecars} steps cut short by the "
-        f"token budget kept their raw token ids, which the trainer reads back",
+        f"over {measured} of {slimmed} steps (sized off the request path); {count(sidecars, 'step')} cut short by the "
+        f"token budget kept the raw token ids the trainer reads back",
     )
 
 
