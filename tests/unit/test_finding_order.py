@@ -70,3 +70,21 @@ def test_a_growing_owner_counts_an_hour_of_its_growth() -> None:
     assert 10 * MiB + GROWTH_HORIZON_MINUTES * MiB < 200 * MiB
     assert [f.kind for f in rank([slow, plateau])] == ["cache", "leak"]
 
+
+
+def test_a_real_verifiers_0_1_14_worker_lists_its_findings_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture of the real verifiers 0.1.14 worker (tests/verifiers_target.py, 6 rollouts of
+    4 turns, 2 parked): 523 KiB of bloated steps (info) are more at stake than 519 KiB of
+    delivered intercept bodies (a warning), and are listed first."""
+    snap = analyse(snapshot_from_json((CAPTURE.parent / "verifiers_0_1_14_worker.json").read_text()))
+    listed = [(f.kind, f.severity) for f in snap.findings if not f.skipped]
+    assert listed == [("registry", "warning"), ("steps", "info"), ("intercepts", "warning")]
+    sizes = [f.bytes for f in snap.findings if not f.skipped]
+    assert sizes == sorted(sizes, reverse=True)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = io.StringIO()
+    table.render_snapshot(snap, ledger(snap), file=out)
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80 and not [line for line in lines if line != line.rstrip()]
+    assert f"next: leakhound patch {snap.pid} --fix registry --dry-run  (3.1 MiB at stake)" in lines
