@@ -226,3 +226,21 @@ def test_an_owner_path_in_the_table_folds_whole(monkeypatch: pytest.MonkeyPatch)
     cells = "".join(line.split("│")[1].strip() for line in screen.splitlines() if line.count("│") == 4
                     and line.split("│")[1].strip() and "owner" not in line)
     assert path in cells
+
+
+def test_a_watch_says_when_a_full_census_broke_the_pause_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch's report lists the budget a full census did not keep among its warnings (and
+    so in its JSON's ``warnings``), as inspect's header does."""
+    import os
+
+    from leakhound.attach.process import Target
+    from leakhound.core import watch
+
+    snap = _capture("churning_worker_pause_over_budget.json")
+    monkeypatch.setattr(watch, "take_snapshot", lambda *_a, **_k: snap)
+    monkeypatch.setattr(watch, "rss_bytes", lambda _pid: snap.process.rss_bytes)
+    monkeypatch.setattr(watch, "_census_lengths", lambda *_a, **_k: {})
+    w = watch.Watched(target=Target(pid=os.getpid(), uid=0, exe="python", version=(3, 11), name="w", cmdline=""),
+                      method="ptrace")
+    watch._full(w, top=10, timeout=10.0, log=lambda *_a: None, max_pause_ms=50.0)
+    assert w.warnings == [f"a full census: {snap.over_budget[0].text}"]
