@@ -450,7 +450,9 @@ def _fields(report: GrowthReport) -> dict[str, Any]:
 
 
 def _mb(n: float) -> str:
-    return fmt_bytes(n, "MiB", decimals=2)
+    # as the watch's table prints the same numbers (its size and bytes/min columns): one
+    # screen said "14.4 MiB" and "+40.4 MiB/min" above "40.44 MiB/min ... (now 14.45 MiB)"
+    return fmt_bytes(n)
 
 
 def _minutes(seconds: float) -> str:
