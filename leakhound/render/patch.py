@@ -55,7 +55,8 @@ def render_confirm(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None
     for name, justify in (("fixes", "left"), ("peak", "right"), ("Δ", "right"),
                           ("resting", "right"), ("Δ", "right"), ("registry", "right"),
                           ("intercepts", "right"), ("steps", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        # the numbers whole; the list of fixes folds when 80 columns are short of it
+        table.add_column(name, justify=justify, no_wrap=name != "fixes", overflow="fold")  # type: ignore[arg-type]
     base = rows[0] if rows else None
     for row in rows:
         def delta(key: str, row: dict[str, Any] = row) -> str:
@@ -82,7 +83,8 @@ def render_confirm_workload(rows: Sequence[dict[str, Any]], *, file: TextIO | No
                   title_justify="left", show_edge=False, padding=(0, 1))
     for name, justify in (("fixes", "left"), ("peak", "right"), ("Δ", "right"), ("resting", "right"),
                           ("Δ", "right"), ("applied", "left"), ("refused", "left")):
-        table.add_column(name, justify=justify, no_wrap=name not in ("refused",))  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=name not in ("fixes", "applied", "refused"),  # type: ignore[arg-type]
+                         overflow="fold")
     base = rows[0] if rows else None
     for row in rows:
         def delta(key: str, row: dict[str, Any] = row) -> str:

@@ -268,6 +268,23 @@ def test_piped_output_is_80_columns_folded_not_cut(monkeypatch: pytest.MonkeyPat
     assert not [line for line in text.splitlines() if line != line.rstrip()]
 
 
+def test_piped_confirm_tables_keep_their_numbers_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakhound.render.patch import render_confirm, render_confirm_workload
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    mib = 1 << 20
+    rows = [{"fixes": fixes, "peak_rss_bytes": peak * mib, "resting_rss_bytes": rest * mib,
+             "registry_retained_bytes": mib, "intercept_peak_body_bytes": 100 * mib, "step_redundant_bytes": 20 * mib,
+             "applied": ["steps"], "refused": []}
+            for fixes, peak, rest in (("none", 900, 800), ("steps,registry,intercepts,trim", 400, 300))]
+    for render in (render_confirm, render_confirm_workload):
+        out = io.StringIO()
+        render(rows, file=out)
+        text = out.getvalue()
+        assert "…" not in text and "-56%" in text and "400 MiB" in text
+        assert max(len(line) for line in text.splitlines()) <= 80
+
+
 def test_width_option_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setattr(render_console, "_width", None)
