@@ -20,6 +20,7 @@ from leakhound.render.console import console
 _SPECIAL_NAMES = (
     ("<held from C", "referenced only by C code or the interpreter, no Python name reaches it"),
     (CODE_OWNER[:-1], "module objects, their globals' dicts, classes and code"),
+    ("<not attributed", "the whole heap, no owner computed (the owners line above says why)"),
 )
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan", "skipped": "dim"}
 
