@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from leakhound.analysis.ranking import rank
 from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import (
     GROWING,
@@ -449,7 +450,9 @@ def _fields(report: GrowthReport) -> dict[str, Any]:
 
 
 def _mb(n: float) -> str:
-    return fmt_bytes(n, "MiB", decimals=2)
+    # as the watch's table prints the same numbers (its size and bytes/min columns): one
+    # screen said "14.4 MiB" and "+40.4 MiB/min" above "40.44 MiB/min ... (now 14.45 MiB)"
+    return fmt_bytes(n)
 
 
 def _minutes(seconds: float) -> str:
@@ -579,6 +582,4 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
                          "bytes_per_min": round(r.bytes_per_min, 1), "window_seconds": round(r.seconds, 2)},
             )
         )
-    order = {"warning": 0, "info": 1}
-    findings.sort(key=lambda f: (order.get(f.severity, 9), -float(f.details.get("bytes_per_min", 0))))
-    return tuple(findings)
+    return rank(findings)

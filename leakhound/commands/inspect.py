@@ -75,10 +75,10 @@ def run(
             json_render.render_why(why, taken.why, snapshot)
         else:
             json_render.render_snapshot(snapshot)
+    elif why is not None:  # only what was asked; the whole report is one `inspect` away
+        table.render_why(why, taken.why, snapshot)
     else:
         table.render_snapshot(snapshot, ledger(snapshot), top=top)
-        if why is not None:
-            table.render_why(why, taken.why, snapshot)
     return snapshot
 
 
@@ -110,6 +110,10 @@ def command(
     Attaches without stopping the worker for more than an instant (about 0.3 ms with the
     default ptrace injector): the census runs at a safe point, in a short-lived thread, never
     calls gc.collect(), and leaves nothing behind but its payload module, reused next time.
+
+    The first lines say what was measured, how long the worker waited (against the pause budget:
+    a WARNING when over it) and the next command to run. Every term in the output (retained,
+    owner, pause, held from C, ...) is defined in docs/glossary.md.
     """
     if owners not in OWNER_MODELS:
         raise typer.BadParameter(f"choose one of {', '.join(OWNER_MODELS)}", param_hint="--owners")

@@ -132,6 +132,8 @@ def _full(
             for o in sample.owners))
         w.reference = sample
     w.last_full = sample
+    # a budget the census did not keep is said where the watch's report says what went wrong
+    w.warnings.extend(f"a full census: {broken.text}" for broken in snapshot.over_budget)
     if snapshot.heap.owner_model == OwnerModel.NOT_ATTRIBUTED:
         # Said once per reason: every census of a heap past the graph's budget is.
         if snapshot.heap.owner_model_reason not in w.not_attributed:

@@ -216,6 +216,19 @@ class RequestCost:
 
 
 @dataclass(frozen=True)
+class OverBudget:
+    """A budget leakhound promised to keep in the target and did not: ``code`` names which
+    (``pause_over_budget``), ``text`` says it in words, ``measured`` and ``budget`` are the
+    two numbers in ``unit`` (``ms``)."""
+
+    code: str
+    text: str
+    measured: float
+    budget: float
+    unit: str
+
+
+@dataclass(frozen=True)
 class Snapshot:
     pid: int
     taken_at: float
@@ -232,6 +245,9 @@ class Snapshot:
     # detectors read them. Keyed by probe name; each value is a plain JSON object.
     probes: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    # The budgets this look did not keep (computed from ``heap`` by analysis.budgets, like the
+    # findings: a saved snapshot re-analysed gets them too).
+    over_budget: tuple[OverBudget, ...] = ()
     # What taking it cost the target's memory (None in files written before it was measured).
     cost: RequestCost | None = None
     # The leakhound that took it ("" in files written before it was recorded).

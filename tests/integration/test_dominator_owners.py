@@ -153,8 +153,10 @@ def test_inspect_cli_says_which_owner_model_and_why(tmp_path: Path) -> None:
         why = runner.invoke(app, ["inspect", str(child.pid), "--why", "App", "--json"])
         census = runner.invoke(app, ["inspect", str(child.pid), "--owners", "census", "--json"])
     assert table.exit_code == 0, table.output
-    assert "owners: dominator tree" in table.stdout
-    assert "kept alive by __main__.CALLBACKS[].__self__" in table.stdout
+    # --why prints only what was asked: the owner, how it is held, what else keeps it alive
+    assert table.stdout.startswith("why App: ") and "memory ledger" not in table.stdout
+    assert "held as: the attribute APP of __main__" in table.stdout
+    assert "also kept alive by __main__.CALLBACKS[].__self__" in table.stdout
     doc = json.loads(why.stdout)
     assert doc["owner_model"] == "dominator"
     (match,) = doc["matches"]

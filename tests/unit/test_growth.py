@@ -67,8 +67,8 @@ def test_steady_leak_is_growing_with_its_exact_rate() -> None:
     assert finding.details["items_per_min"] == 6000.0
     assert finding.details["verdict"] == GROWING
     assert finding.summary == (
-        "__main__.SESSIONS (dict) keeps growing: 1.72 MiB/min, 6,000 items/min over 11 s "
-        "(now 0.60 MiB, 2,100 items)"
+        "__main__.SESSIONS (dict) keeps growing: 1.7 MiB/min, 6,000 items/min over 11 s "
+        "(now 615.2 KiB, 2,100 items)"  # as the watch's table says them
     )
 
 

@@ -106,12 +106,12 @@ def test_the_header_says_what_the_inspection_cost_the_target(monkeypatch: pytest
     out = io.StringIO()
     table.render_snapshot(make_snapshot(cost=cost), [], file=out)
     lines = out.getvalue().splitlines()
-    assert lines[2] == "census: 1,000,000 objects in 1.25s, longest pause 12 ms"
-    assert lines[3] == ("cost to the target: its memory cgroup +13.0 MiB at peak, VmHWM +12.0 MiB, RSS +5.0 MiB "
+    assert lines[3] == "the worker waited: at most 12 ms at once (no budget)"
+    assert lines[4] == ("cost to the worker: its memory cgroup +13.0 MiB at peak, VmHWM +12.0 MiB, RSS +5.0 MiB "
                         "(budget 16.0 MiB of 47.0 MiB headroom under its limit)")
     out = io.StringIO()
     table.render_snapshot(make_snapshot(cost=RequestCost(hwm_bytes=MIB, rss_bytes=-MIB)), [], file=out)
-    assert out.getvalue().splitlines()[3] == "cost to the target: VmHWM +1.0 MiB, RSS -1.0 MiB (no memory limit)"
+    assert out.getvalue().splitlines()[4] == "cost to the worker: VmHWM +1.0 MiB, RSS -1.0 MiB (no memory limit)"
 
 
 def test_the_cost_is_saved_and_read_back() -> None:

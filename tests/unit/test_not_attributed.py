@@ -102,7 +102,7 @@ def test_watch_says_the_heap_grows_with_no_owner_named() -> None:
     assert (report.owner_model, report.owner_model_reason) == (OwnerModel.NOT_ATTRIBUTED, "graph_over_nodes")
     (finding,) = [f for f in report.findings if f.severity == "warning"]
     assert finding.owner == not_attributed_owner(NotAttributed.GRAPH_OVER_NODES, 1000)
-    assert finding.summary.startswith("the heap keeps growing: 60.00 MiB/min")
+    assert finding.summary.startswith("the heap keeps growing: 60.0 MiB/min")  # as the watch's table says it
     assert "no owner could be computed (not attributed: graph over 1,000 nodes)" in finding.summary
 
 

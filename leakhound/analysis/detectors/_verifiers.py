@@ -37,3 +37,23 @@ def owner_path(snapshot: Snapshot, suffix: str, fallback: str) -> str:
         if owner.path.endswith(suffix):
             return owner.path
     return fallback
+
+
+def owner_count_note(snapshot: Snapshot, suffix: str, section: dict[str, Any], count: int, *,
+                     holders: int = 1) -> str:
+    """Why the probe's ``count`` of a collection is not the owners table's ``items`` for it,
+    in words ("" when they agree, or the table has no such owner). The table counted the
+    collection as the walk passed it; the probe counts it afterwards (``section["read_at"]``,
+    seconds later on a big heap), and on a busy worker rollouts start and end in between;
+    with several runtimes or servers the probe sums them all."""
+    owner = next((o for o in snapshot.owners if o.path.endswith(suffix)), None)
+    if owner is None or owner.items == count:
+        return ""
+    if holders > 1:
+        return f" (summed over {holders}; the owners table counts each on its own row)"
+    read_at = section.get("read_at")
+    if isinstance(read_at, (int, float)) and read_at >= snapshot.taken_at:
+        when = f"{read_at - snapshot.taken_at:.1f} s earlier"
+    else:
+        when = "earlier in this look"
+    return f" ({owner.items:,} in the owners table, counted {when}: the worker kept running)"
