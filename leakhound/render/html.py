@@ -258,7 +258,7 @@ def owner_tree(owners: Sequence[Owner], *, heap_bytes: int, fanout: int = TREE_F
 
 
 def _sum(node: dict[str, Any]) -> int:
-    total = node.get("own", 0)
+    total: int = node.get("own", 0)
     for child in node["c"].values():
         total += _sum(child)
     node["b"] = total
@@ -346,7 +346,7 @@ def chart(series: Sequence[dict[str, Any]], *, t0: float, t1: float, cadence: fl
     x0, x1 = _MARGIN_LEFT, width - _MARGIN_RIGHT
     y0, y1 = _MARGIN_TOP, height - _MARGIN_BOTTOM
     span = max(t1 - t0, 1e-9)
-    top = max([v for s in series for _, v in s["points"]] + [1])
+    top: float = max([v for s in series for _, v in s["points"]] + [1])
     y_step = _nice_step(top, _BYTE_STEPS, 5)
     y_max = y_step * -(-top // y_step)
 
@@ -398,7 +398,7 @@ def growth_section(report: GrowthReport, samples: Sequence[Sample]) -> dict[str,
         memory.append({"name": "live heap", "color": "#888888", "dash": "6 3", "verdict": str(report.heap.verdict),
                        "points": [(s.taken_at, s.heap_bytes) for s in ordered if s.heap_bytes is not None]})
     histories = {(name, type_name): points for name, type_name, points in owner_histories(ordered)}
-    owners = []
+    owners: list[dict[str, Any]] = []
     for trend in report.owners[:CHART_SERIES]:  # growing and plateaued first, then the biggest
         points = histories.get((trend.name, trend.type), ())
         if not points:
