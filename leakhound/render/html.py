@@ -17,6 +17,7 @@ and, for a watch, each process's RSS and owners over time, a gap in the samples 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
@@ -203,6 +204,10 @@ def _utc(t: float) -> str:
 # -- the owners' tree ----------------------------------------------------------------------------
 
 
+_NEEDS_SCAN = re.compile(r"[()'\"\\]|\[[^\]]*\[")
+_PLAIN_STEP = re.compile(r"\.[^.\[]*|[^.\[]+|\[[^\]]*\]?")
+
+
 def split_path(path: str) -> list[str]:
     """An owner path cut into its steps from the root: at each ``.`` and before each ``[``,
     not inside brackets, parentheses or quotes (``task:Task-1/run (worker.py:12).x['a.b']``
@@ -210,6 +215,13 @@ def split_path(path: str) -> list[str]:
     (``<held from C: ...>``) is one step."""
     if path.startswith("<"):
         return [path]
+    if not _NEEDS_SCAN.search(path):  # most paths: names and plain subscripts, cut by a regex
+        return _PLAIN_STEP.findall(path)
+    return scan_steps(path)
+
+
+def scan_steps(path: str) -> list[str]:
+    """``split_path`` one character at a time (paths with quotes, parentheses or nested brackets)."""
     steps: list[str] = []
     start = depth = 0
     quote = ""
@@ -251,8 +263,10 @@ def owner_tree(owners: Sequence[Owner], *, heap_bytes: int, fanout: int = TREE_F
     rest = heap_bytes - root["b"]
     tree = _finish(root, fanout)
     if rest > 0:
-        tree["c"].append({"n": "not in a listed owner", "b": rest, "k": "rest"})
-        tree["c"].sort(key=lambda c: -c["b"])
+        kids = tree.get("c", [])
+        others = [c for c in kids if c["k"] == "others"]  # last, whatever its size
+        shown = [c for c in kids if c["k"] != "others"] + [{"n": "not in a listed owner", "b": rest, "k": "rest"}]
+        tree["c"] = sorted(shown, key=lambda c: -c["b"]) + others
         tree["b"] += rest
     return tree
 

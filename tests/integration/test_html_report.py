@@ -229,7 +229,8 @@ def test_watch_html_draws_owners_over_time_with_a_gap(tmp_path: Path, browser: A
         # the legend is beside the plot, not over it
         plot_box = page.locator(f"{section} .owners-chart svg").bounding_box()
         legend_box = page.locator(f"{section} .owners-chart .legend").bounding_box()
-        assert legend_box["x"] >= plot_box["x"] + plot_box["width"] or legend_box["y"] >= plot_box["y"] + plot_box["height"]
+        beside = legend_box["x"] >= plot_box["x"] + plot_box["width"]
+        assert beside or legend_box["y"] >= plot_box["y"] + plot_box["height"]
 
         growth = _dom_findings(page, f"{section} .growth-findings")
         expected = [f for f in final["findings"] if f["severity"] != "skipped"]

@@ -1,0 +1,153 @@
+"""`--html FILE`: the page's size and how long headless Chromium takes to show it.
+
+Three pages:
+
+- ``small``: `leakhound inspect PID --html` of a 100k-object heap (fixtures/scale_heap.py);
+- ``5M``: the same of a 5M-object heap, with ``--top 1000`` (the most owners a snapshot holds);
+- ``5M-synth``: a synthesized snapshot of a 5M-object heap at its widest: 1,000 owners with
+  long paths and three retainer paths each, 5,000 types, a finding per owner for the first
+  hundred, written by `leakhound show FILE --html` (what a saved snapshot gives).
+
+For each page: its size, the time leakhound took to write it (the CLI's own report line for
+the real ones; in-process for the synthesized one), and in Debian's chromium (playwright's
+``executable_path``; no browser is downloaded) with the network off, best and median of
+``--repeat`` fresh loads: navigation to the load event, and to the first paint of the treemap
+(the page's ``leakhound:treemap-painted`` mark: the frame with the treemap in it has been
+painted). Writes benchmarks/results/html-report-<date>.json.
+
+    .venv/bin/python benchmarks/html_report.py [--cases small,5M,5M-synth] [--repeat 5] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as c
+
+sys.path.insert(0, str(c.ROOT))
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CASES = ("small", "5M", "5M-synth")
+
+
+def real_page(objects: int, out: Path, *, top: int) -> dict[str, Any]:
+    env = {"SCALE_OBJECTS": str(objects), "SCALE_SHAPE": "registry"}
+    row: dict[str, Any] = {"objects_asked": objects, "source": "inspect --html of fixtures/scale_heap.py"}
+    with c.target("scale_heap.py", env=env, ready_timeout=3600) as t:
+        t.settle(1.0)
+        saved = out.with_suffix(".json")
+        wall, proc = c.run_timed([str(c.LEAKHOUND), "inspect", str(t.pid), "--top", str(top), "--html", str(out),
+                                  "--save", str(saved)])
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr[-2000:])
+        snap = json.loads(saved.read_text())
+        row.update(inspect_wall_s=round(wall, 2), heap_objects=snap["heap"]["objects"], owners=len(snap["owners"]),
+                   owner_model=snap["heap"]["owner_model"], owner1=snap["owners"][0]["path"])
+    return row
+
+
+def synthesized_page(out: Path) -> dict[str, Any]:
+    from leakhound.model import Finding, HeapStats, Owner, TypeStat, snapshot_to_json
+    from leakhound.render import html
+    from tests.factories import make_snapshot
+
+    owners = tuple(
+        Owner(f"task:Task-{i}/run (worker.py:{i % 500}).self.env.harness.runtime.trajectories['{i:032x}']"
+              f".steps[{i % 50}].response.choices[0].message", "dict", 1000 + i, 10_000_000 - i * 7_000, 5_000 + i,
+              tuple(f"__main__.WORKERS[{k}].runtime.trajectories['{i:032x}'].steps[{i % 50}]" for k in range(3)))
+        for i in range(1000))
+    types = tuple(TypeStat(f"package_{i % 40}.module_{i % 300}.Class_{i}", 5_000_000 // (i + 2), 900_000_000 // (i + 2))
+                  for i in range(5000))
+    findings = tuple(Finding("growth", "warning", o.retained_bytes, o.items, o.path, "registry" if i % 2 else "",
+                             f"{o.path} keeps growing: 1.2 MiB/min") for i, o in enumerate(owners[:100]))
+    heap = HeapStats(objects=5_000_000, bytes=2_000_000_000, census_seconds=9.5, max_pause_ms=48.0)
+    snapshot = make_snapshot(owners=owners, types=types, findings=findings, heap=heap)
+    saved = out.with_suffix(".json")
+    saved.write_text(snapshot_to_json(snapshot))
+    started = time.perf_counter()
+    html.write_snapshot_report(out, snapshot)
+    write_s = time.perf_counter() - started
+    return {"objects_asked": 5_000_000, "source": "a synthesized snapshot (1,000 owners, 5,000 types)",
+            "owners": len(owners), "snapshot_json_bytes": saved.stat().st_size, "write_s": round(write_s, 3)}
+
+
+def browser_times(path: Path, repeat: int) -> dict[str, Any]:
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        raise SystemExit("no chromium on PATH (apt-get install chromium)")
+    load, painted, wall = [], [], []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"] if os.geteuid() == 0 else [])
+        try:
+            for _ in range(repeat):
+                context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+                page = context.new_page()
+                page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+                           else route.abort())
+                started = time.perf_counter()
+                page.goto(path.as_uri(), wait_until="load")
+                page.wait_for_function("performance.getEntriesByName('leakhound:treemap-painted').length > 0")
+                wall.append(time.perf_counter() - started)
+                timing = page.evaluate("""() => ({
+                    load: performance.getEntriesByType('navigation')[0].loadEventEnd,
+                    painted: performance.getEntriesByName('leakhound:treemap-painted')[0].startTime})""")
+                load.append(timing["load"] / 1000)
+                painted.append(timing["painted"] / 1000)
+                context.close()
+        finally:
+            browser.close()
+    return {
+        "load_s": {"best": round(min(load), 3), "median": round(statistics.median(load), 3)},
+        "treemap_painted_s": {"best": round(min(painted), 3), "median": round(statistics.median(painted), 3)},
+        "wall_to_painted_s": {"best": round(min(wall), 3), "median": round(statistics.median(wall), 3)},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=RESULTS / f"html-report-{time.strftime('%Y-%m-%d')}.json")
+    args = parser.parse_args()
+    rows = []
+    workdir = Path(tempfile.mkdtemp(prefix="leakhound-html-bench-"))
+    try:
+        for case in args.cases.split(","):
+            page = workdir / f"{case}.html"
+            if case == "small":
+                row = real_page(100_000, page, top=15)
+            elif case == "5M":
+                row = real_page(5_000_000, page, top=1000)
+            elif case == "5M-synth":
+                row = synthesized_page(page)
+            else:
+                raise SystemExit(f"no case {case!r}: {', '.join(CASES)}")
+            row = {"case": case, **row, "page_bytes": page.stat().st_size, **browser_times(page, args.repeat)}
+            rows.append(row)
+            print(f"{case:9} {row['page_bytes'] / 1024:8,.0f} KiB  load {row['load_s']['median']:.3f} s  "
+                  f"treemap painted {row['treemap_painted_s']['median']:.3f} s  "
+                  f"(wall from navigation {row['wall_to_painted_s']['median']:.3f} s; median of {args.repeat})",
+                  flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    doc = {"machine": c.machine(), "commit": c.git_head(),
+           "argv": sys.argv, "load_average_at_end": " ".join(f"{x:.2f}" for x in os.getloadavg()), "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
