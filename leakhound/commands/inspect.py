@@ -76,9 +76,11 @@ def run(
             heapsnapshot.write(heapsnapshot_path, taken.graph)
             reporter.note(f"heap snapshot written to {heapsnapshot_path} (Chrome DevTools format)")
     if html_path is not None:
+        from leakhound.analysis.dominators.parts import owner_parts  # noqa: PLC0415
         from leakhound.render import html  # noqa: PLC0415
 
-        size = html.write_snapshot_report(html_path, snapshot)
+        parts = owner_parts(taken.graph, taken.tree, snapshot.owners) if taken.graph and taken.tree else ()
+        size = html.write_snapshot_report(html_path, snapshot, parts=parts)
         reporter.note(f"report written to {html_path} ({size / 1024:,.0f} KiB, self-contained HTML)")
     if as_json:
         if why is not None:

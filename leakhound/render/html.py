@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from leakhound import __version__
+from leakhound.analysis.dominators.parts import Part
 from leakhound.analysis.growth import owner_histories
 from leakhound.analysis.ledger import ledger
 from leakhound.errors import ReportFileError
@@ -57,9 +58,10 @@ _DATA_MARK = "/*LEAKHOUND_DATA*/"
 # -- writing -----------------------------------------------------------------------------------
 
 
-def write_snapshot_report(path: Path, snapshot: Snapshot) -> int:
-    """Write the page of one snapshot (inspect, show); its size in bytes."""
-    return _write(path, page(snapshot_document(snapshot)))
+def write_snapshot_report(path: Path, snapshot: Snapshot, *, parts: Sequence[tuple[Part, ...]] = ()) -> int:
+    """Write the page of one snapshot (inspect, show); its size in bytes. ``parts``: what each
+    owner retains, broken down (``analysis.dominators.owner_parts``; inspect has the graph)."""
+    return _write(path, page(snapshot_document(snapshot, parts=parts)))
 
 
 def write_watch_report(
@@ -104,12 +106,12 @@ def embed_json(document: Any) -> str:
 # -- the document --------------------------------------------------------------------------------
 
 
-def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
+def snapshot_document(snapshot: Snapshot, *, parts: Sequence[tuple[Part, ...]] = ()) -> dict[str, Any]:
     return {
         "kind": "snapshot",
         "title": f"leakhound: pid {snapshot.pid} {_cut(snapshot.process.name)}",
         "generated_by": f"leakhound {__version__}",
-        "processes": [process_section(snapshot)],
+        "processes": [process_section(snapshot, parts=parts)],
     }
 
 
@@ -140,7 +142,7 @@ def watch_document(
     }
 
 
-def process_section(snapshot: Snapshot) -> dict[str, Any]:
+def process_section(snapshot: Snapshot, *, parts: Sequence[tuple[Part, ...]] = ()) -> dict[str, Any]:
     h, p = snapshot.heap, snapshot.process
     owners = snapshot.owners
     return {
@@ -167,7 +169,7 @@ def process_section(snapshot: Snapshot) -> dict[str, Any]:
             for row in ledger(snapshot)
         ],
         "rss": p.rss_bytes,
-        "tree": owner_tree(owners, heap_bytes=h.bytes),
+        "tree": owner_tree(owners, heap_bytes=h.bytes, parts=parts),
         "owners_total": len(owners),
         "owners": [
             {"rank": rank, "path": _cut(o.path), "type": _cut(o.type), "items": o.items,
@@ -247,18 +249,22 @@ def scan_steps(path: str) -> list[str]:
     return [s for s in steps if s]
 
 
-def owner_tree(owners: Sequence[Owner], *, heap_bytes: int, fanout: int = TREE_FANOUT) -> dict[str, Any]:
+def owner_tree(owners: Sequence[Owner], *, heap_bytes: int, fanout: int = TREE_FANOUT,
+               parts: Sequence[tuple[Part, ...]] = ()) -> dict[str, Any]:
     """The owners nested by their paths from the roots (owners never double count, so a node's
     bytes are its children's sum), the live heap no owner holds as one more child, chains of
     single steps joined into one node, and at most ``fanout`` children a node (the rest one
-    "N others" node). Node: ``n`` name, ``b`` bytes, ``k`` kind (root, group, owner, others,
-    rest), ``t`` type, ``o`` the owner's rank, ``c`` children."""
+    "N others" node); under each owner its ``parts`` (``analysis.dominators.owner_parts``,
+    same order as ``owners``) when the object graph was at hand. Node: ``n`` name, ``b``
+    bytes, ``k`` kind (root, group, owner, part, others, rest), ``t`` type, ``o`` the owner's
+    rank, ``c`` children."""
     root: dict[str, Any] = {"n": "live heap", "b": 0, "k": "root", "c": {}}
     for rank, owner in enumerate(owners, 1):
         node = root
         for step in split_path(owner.path):
             node = node["c"].setdefault(step, {"n": step, "b": 0, "k": "group", "c": {}})
-        node.update(k="owner", t=owner.type, o=rank, own=node.get("own", 0) + owner.retained_bytes)
+        node.update(k="owner", t=owner.type, o=rank, own=node.get("own", 0) + owner.retained_bytes,
+                    parts=parts[rank - 1] if rank <= len(parts) else ())
     _sum(root)
     rest = heap_bytes - root["b"]
     tree = _finish(root, fanout)
@@ -289,18 +295,27 @@ def _finish(node: dict[str, Any], fanout: int) -> dict[str, Any]:
         out["t"] = _cut(node["t"])
         out["o"] = node["o"]
     kids = sorted(node["c"].values(), key=lambda c: -c["b"])
-    if node["k"] == "owner" and kids:
+    broken_down = [_part_node(p) for p in node.get("parts", ())]
+    if node["k"] == "owner" and kids and not broken_down:
         # an owner whose path another owner's path goes through: its own bytes as a child
         kids.append({"n": "(itself)", "b": node["own"], "k": "owner", "t": node["t"], "o": node["o"], "c": {}})
         kids.sort(key=lambda c: -c["b"])
-    if not kids:
+    if not kids and not broken_down:
         return out
     shown = [_finish(c, fanout) for c in kids[:fanout]]
     hidden = kids[fanout:]
-    if hidden:
-        shown.append({"n": f"{len(hidden):,} others", "b": sum(c["b"] for c in hidden), "k": "others"})
-    out["c"] = shown
+    others = [{"n": f"{len(hidden):,} others", "b": sum(c["b"] for c in hidden), "k": "others"}] if hidden else []
+    out["c"] = sorted(shown + broken_down, key=lambda c: -c["b"]) + others
     return out
+
+
+def _part_node(part: Part) -> dict[str, Any]:
+    node: dict[str, Any] = {"n": _cut(part.name), "b": part.retained_bytes, "k": "others" if part.others else "part"}
+    if part.type:
+        node["t"] = _cut(part.type)
+    if part.parts:
+        node["c"] = [_part_node(p) for p in part.parts]
+    return node
 
 
 # -- growth over time ------------------------------------------------------------------------------

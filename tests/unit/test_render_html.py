@@ -143,3 +143,32 @@ def test_check_report_path(tmp_path: Path) -> None:
 def test_write_error_is_a_report_file_error(tmp_path: Path) -> None:
     with pytest.raises(ReportFileError, match="cannot write the report"):
         html.write_snapshot_report(tmp_path / "gone" / "r.html", make_snapshot())
+
+
+def test_owner_parts_break_an_owner_down_by_what_it_retains() -> None:
+    from leakhound.analysis import dominators as dom
+    from leakhound.analysis.dominators.parts import owner_parts
+    from tests.unit.test_dominators import callbacks_graph
+
+    graph = callbacks_graph()
+    found = dom.find_owners(graph, top=5)
+    rows = found.owners[0]
+    app = Owner("__main__.APP", "__main__.App", 1, int(found.tree.retained[5]), object_id=5)
+    owners = [Owner(rows.path, rows.type, rows.items, rows.retained_bytes, object_id=int(graph.ids[rows.node])),
+              app, Owner("<group>", "module", 1, 10)]
+    rows_parts, app_parts, none = owner_parts(graph, found.tree, owners, fanout=12, depth=3)
+    assert none == ()
+    # 12 strings by themselves, the other 988 as one, and the list's own bytes: all it retains
+    assert [(p.name, p.type, p.retained_bytes) for p in rows_parts[:12]] == [("[]", "str", 100)] * 12
+    assert (rows_parts[12].name, rows_parts[12].others, rows_parts[12].retained_bytes) == ("988 others", 988, 98_800)
+    assert (rows_parts[13].name, rows_parts[13].retained_bytes) == ("(its own)", 8056)
+    assert sum(p.retained_bytes for p in rows_parts) == rows.retained_bytes
+    # an instance: its attribute dict, then the dict's entries by key
+    (attrs, own) = app_parts
+    assert (attrs.name, attrs.type, own.name) == (".__dict__", "dict", "(its own)")
+    assert attrs.parts[0].name == "['rows']" and attrs.parts[0].retained_bytes == rows.retained_bytes
+    tree = html.owner_tree([app], heap_bytes=200_000, parts=[app_parts])
+    app_node = next(c for c in tree["c"] if c.get("o") == 1)
+    assert app_node["n"] == "__main__.APP"
+    assert [c["k"] for c in app_node["c"]] == ["part", "part"]
+    assert sum(c["b"] for c in app_node["c"]) == app_node["b"] == app.retained_bytes
