@@ -45,10 +45,15 @@ def real_page(objects: int, out: Path, *, top: int) -> dict[str, Any]:
     with c.target("scale_heap.py", env=env, ready_timeout=3600) as t:
         t.settle(1.0)
         saved = out.with_suffix(".json")
+        # the same inspection without the page, then with it: what writing the page adds
+        plain, proc = c.run_timed([str(c.LEAKHOUND), "inspect", str(t.pid), "--top", str(top), "--json"])
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr[-2000:])
         wall, proc = c.run_timed([str(c.LEAKHOUND), "inspect", str(t.pid), "--top", str(top), "--html", str(out),
                                   "--save", str(saved)])
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-2000:])
+        row["inspect_without_html_wall_s"] = round(plain, 2)
         snap = json.loads(saved.read_text())
         row.update(inspect_wall_s=round(wall, 2), heap_objects=snap["heap"]["objects"], owners=len(snap["owners"]),
                    owner_model=snap["heap"]["owner_model"], owner1=snap["owners"][0]["path"])
