@@ -172,3 +172,6 @@ def test_owner_parts_break_an_owner_down_by_what_it_retains() -> None:
     assert app_node["n"] == "__main__.APP"
     assert [c["k"] for c in app_node["c"]] == ["part", "part"]
     assert sum(c["b"] for c in app_node["c"]) == app_node["b"] == app.retained_bytes
+    # the budget goes to the biggest owners first: past it, an owner is not broken down
+    first, second, _ = owner_parts(graph, found.tree, owners, fanout=12, depth=3, budget=14)
+    assert first and second == ()

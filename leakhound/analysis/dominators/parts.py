@@ -47,6 +47,7 @@ def owner_parts(graph: ObjectGraph, tree: DominatorTree, owners: Sequence[Owner]
     out_offsets, out_edges = _csr_edges(graph.nodes, graph.src)
     retained = tree.retained
     each = max(fanout + 2, budget // max(1, sum(1 for v in nodes if v > 0)))
+    left = budget  # over all owners: the biggest owners first, the last ones may get none
 
     def names(parent: int, children: Sequence[int]) -> dict[int, str]:
         """How ``parent`` refers to each of ``children``: one pass over its references (a
@@ -70,16 +71,19 @@ def owner_parts(graph: ObjectGraph, tree: DominatorTree, owners: Sequence[Owner]
         return out
 
     def breakdown(top: int) -> tuple[Part, ...]:
+        nonlocal left
         opened: dict[int, Sequence[int]] = {}  # node -> its children (the biggest shown, the rest summed)
         queue = [(-int(retained[top]), top, 0)]
-        left = each
-        while queue and left > 0:
+        mine = min(each, left)
+        while queue and mine > 0:
             _, v, level = heapq.heappop(queue)
             children = kids[offsets[v]:offsets[v + 1]]  # biggest first
             if not len(children):
                 continue
             opened[v] = children
-            left -= min(len(children), fanout) + 2
+            used = min(len(children), fanout) + 2
+            mine -= used
+            left -= used
             if level + 1 < depth:
                 for c in children[:fanout]:
                     heapq.heappush(queue, (-int(retained[c]), c, level + 1))
