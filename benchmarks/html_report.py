@@ -1,21 +1,23 @@
 """`--html FILE`: the page's size and how long headless Chromium takes to show it.
 
-Three pages:
+Three pages and one timing:
 
 - ``small``: `leakhound inspect PID --html` of a 100k-object heap (fixtures/scale_heap.py);
 - ``5M``: the same of a 5M-object heap, with ``--top 1000`` (the most owners a snapshot holds);
 - ``5M-synth``: a synthesized snapshot of a 5M-object heap at its widest: 1,000 owners with
   long paths and three retainer paths each, 5,000 types, a finding per owner for the first
-  hundred, written by `leakhound show FILE --html` (what a saved snapshot gives).
+  hundred, and owner parts at their budget (3,000), written in-process;
+- ``parts-2M-nodes``: no page, the owners' parts alone on a synthesized 2M-node graph (a
+  registry of 1M entries, none folded).
 
-For each page: its size, the time leakhound took to write it (the CLI's own report line for
-the real ones; in-process for the synthesized one), and in Debian's chromium (playwright's
+For each page: its size, the time leakhound takes to make it (in-process: the owners' parts
+from the dominator tree, and writing the page), and in Debian's chromium (playwright's
 ``executable_path``; no browser is downloaded) with the network off, best and median of
 ``--repeat`` fresh loads: navigation to the load event, and to the first paint of the treemap
 (the page's ``leakhound:treemap-painted`` mark: the frame with the treemap in it has been
 painted). Writes benchmarks/results/html-report-<date>.json.
 
-    .venv/bin/python benchmarks/html_report.py [--cases small,5M,5M-synth] [--repeat 5] [--out FILE]
+    .venv/bin/python benchmarks/html_report.py [--cases small,5M,5M-synth,parts-2M-nodes] [--repeat 5] [--out FILE]
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import _common as c
 sys.path.insert(0, str(c.ROOT))
 
 RESULTS = Path(__file__).resolve().parent / "results"
-CASES = ("small", "5M", "5M-synth")
+CASES = ("small", "5M", "5M-synth", "parts-2M-nodes")
 
 
 def real_page(objects: int, out: Path, *, top: int) -> dict[str, Any]:
@@ -45,19 +47,58 @@ def real_page(objects: int, out: Path, *, top: int) -> dict[str, Any]:
     with c.target("scale_heap.py", env=env, ready_timeout=3600) as t:
         t.settle(1.0)
         saved = out.with_suffix(".json")
-        # the same inspection without the page, then with it: what writing the page adds
-        plain, proc = c.run_timed([str(c.LEAKHOUND), "inspect", str(t.pid), "--top", str(top), "--json"])
-        if proc.returncode != 0:
-            raise RuntimeError(proc.stderr[-2000:])
         wall, proc = c.run_timed([str(c.LEAKHOUND), "inspect", str(t.pid), "--top", str(top), "--html", str(out),
                                   "--save", str(saved)])
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-2000:])
-        row["inspect_without_html_wall_s"] = round(plain, 2)
+        row.update(page_seconds(t.pid, top, out.with_suffix(".again.html")))
         snap = json.loads(saved.read_text())
         row.update(inspect_wall_s=round(wall, 2), heap_objects=snap["heap"]["objects"], owners=len(snap["owners"]),
                    owner_model=snap["heap"]["owner_model"], owner1=snap["owners"][0]["path"])
     return row
+
+
+def page_seconds(pid: int, top: int, out: Path) -> dict[str, float]:
+    """What the page adds to an inspection, timed in-process on a capture of its own: the
+    owners' parts (the dominator tree's children) and the page's writing."""
+    from leakhound.analysis.dominators.parts import owner_parts
+    from leakhound.core.capture import capture
+    from leakhound.render import html
+
+    taken = capture(pid, top=top, owner_model="auto")
+    started = time.perf_counter()
+    parts = owner_parts(taken.graph, taken.tree, taken.snapshot.owners) if taken.graph and taken.tree else ()
+    parted = time.perf_counter()
+    html.write_snapshot_report(out, taken.snapshot, parts=parts)
+    return {"graph_nodes": taken.graph.nodes if taken.graph else 0, "parts_s": round(parted - started, 3),
+            "write_s": round(time.perf_counter() - parted, 3)}
+
+
+def parts_of_a_big_graph(entries: int = 1_000_000) -> dict[str, Any]:
+    """owner_parts on a synthesized graph of 2M nodes: one registry of ``entries`` entries (each
+    with a str), none folded: the most a graph within its node budget asks of it."""
+    import array
+
+    from leakhound.analysis import dominators as dom
+    from leakhound.analysis.dominators.parts import owner_parts
+    from leakhound.model import Owner
+
+    n = 3 + 2 * entries  # 0 the super-root, 1 a module, 2 its registry, then entries and their strs
+    graph = dom.ObjectGraph(
+        nodes=n,
+        sizes=array.array("q", [0, 72, 40_000_000] + [200 + i % 977 for i in range(entries)] + [60] * entries),
+        types=array.array("i", [0, 1, 2] + [3] * entries + [4] * entries), ids=array.array("q", range(n)),
+        lengths=array.array("i", [0] * n),
+        src=array.array("i", [0, 1] + [2] * entries + list(range(3, 3 + entries))),
+        dst=array.array("i", [1, 2] + list(range(3, n))),
+        lab=array.array("i", [-1, 0] + list(range(1, entries + 1)) + [-1] * entries),
+        type_names=["<root>", "module", "dict", "Session", "str"],
+        labels=["kREGISTRY"] + [f"ksession-{i}" for i in range(entries)], roots=[(1, "__main__", "module", 0)])
+    tree = dom.dominators(graph)
+    owners = [Owner("__main__.REGISTRY", "dict", entries, int(tree.retained[2]), object_id=2)]
+    started = time.perf_counter()
+    owner_parts(graph, tree, owners)
+    return {"case": "parts-2M-nodes", "graph_nodes": n, "parts_s": round(time.perf_counter() - started, 3)}
 
 
 def synthesized_page(out: Path) -> dict[str, Any]:
@@ -164,6 +205,10 @@ def main() -> None:
                 row = real_page(5_000_000, page, top=1000)
             elif case == "5M-synth":
                 row = synthesized_page(page)
+            elif case == "parts-2M-nodes":
+                rows.append(parts_of_a_big_graph())
+                print(f"{case}: owner parts in {rows[-1]['parts_s']:.3f} s", flush=True)
+                continue
             else:
                 raise SystemExit(f"no case {case!r}: {', '.join(CASES)}")
             row = {"case": case, **row, "page_bytes": page.stat().st_size, **browser_times(page, args.repeat)}

@@ -103,6 +103,8 @@ HtmlOpt = Annotated[Path | None, typer.Option(
 def check_report_path(path: Path) -> None:
     """``ReportFileError`` unless ``path`` can be written: said before the attach, not after a
     census of minutes (a directory, a directory that does not exist, no permission)."""
+    if str(path) == "-":  # standard output carries the tables or --json
+        raise ReportFileError("--html writes a file, not standard output: give it a path")
     parent = path.parent
     if path.is_dir():
         raise ReportFileError(f"cannot write the report to {path}: it is a directory")

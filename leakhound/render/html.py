@@ -34,8 +34,9 @@ from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded
 from leakhound.model.units import fmt_bytes
 
-# The tree keeps the biggest TREE_FANOUT children of a node; the rest are one "N others" tile
-# (a first-reacher census of 100,000 owners would otherwise be a 30 MB page).
+# The tree keeps the biggest TREE_FANOUT children of a node; the rest are one "N others" tile:
+# more boxes than this on a level are too small to read, and `--top 1000` owners would each
+# be one (a 1,000-owner page with parts at their budget is 321 KiB: benchmarks/html_report.py).
 TREE_FANOUT = 12
 TABLE_OWNERS = 50  # rows of the owners table
 RETAINER_OWNERS = 10  # owners whose retainer paths are listed

@@ -137,6 +137,8 @@ def test_check_report_path(tmp_path: Path) -> None:
         check_report_path(tmp_path / "missing" / "r.html")
     with pytest.raises(ReportFileError, match="is a directory"):
         check_report_path(tmp_path)
+    with pytest.raises(ReportFileError, match="not standard output"):
+        check_report_path(Path("-"))
     assert ReportFileError.EXIT_CODE == 21 and ReportFileError.HELP_TEXT
 
 
