@@ -144,14 +144,18 @@ def test_inspect_html_of_the_simulated_worker(tmp_path: Path, browser: Any, ptra
         assert live == snap["heap"]["bytes"] - snap["heap"]["native_bytes"]
         assert page.locator(f"{section} .ledger-bar .segment").count() >= 3
 
-        # the registry's box opens into what it holds: one box per rollout, by its key, as many
-        # as the worker counts (finished ones are the registry's parts; in-flight ones, or all
-        # while a task iterates over them, owners of their own)
+        # the registry's box opens into its rollouts, by key: the in-flight ones (their tasks
+        # hold them too) are owners of their own; the finished ones, the registry's alone, are
+        # its parts, or, when the graph's walk folded them into it (an entry one collection
+        # alone holds is no node of its own), in its "(itself)" box
         registry_path = next(o["path"] for o in snap["owners"] if "runtime.trajectories" in o["path"])
         registry_path = registry_path[:registry_path.index("runtime.trajectories") + len("runtime.trajectories")]
         tiles = _zoom_to(page, section, registry_path)
         entries = [t["name"] for t in tiles if t["name"].startswith("['")]
-        assert len(entries) == traj["entries"] == 6, tiles
+        folded = [t for t in tiles if t["name"] == "(itself)"]
+        assert len(entries) == (traj["inflight_entries"] if folded else traj["entries"]), tiles
+        registry_owners = [o for o in snap["owners"] if o["path"].startswith(registry_path)]
+        assert sum(t["bytes"] for t in tiles) == sum(o["retained_bytes"] for o in registry_owners)
         crumbs = page.locator(f"{section} .crumbs")
         # back by the breadcrumb
         crumbs.locator("a").first.click()
