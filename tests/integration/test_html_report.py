@@ -57,6 +57,7 @@ def opened(browser: Any, path: Path) -> Iterator[Any]:
     """The page at ``path`` with the network off: every request but the file itself is
     refused and recorded; a request, a script error or a console error fails the test."""
     context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"])
     page = context.new_page()
     attempted: list[str] = []
     errors: list[str] = []
@@ -136,6 +137,9 @@ def test_inspect_html_of_the_simulated_worker(tmp_path: Path, browser: Any, ptra
         assert registry["fix"] == f"leakhound patch {pid} --fix registry"
         # the worker's own count of what its registry holds, finished rollouts
         assert registry["count"] == traj["finished_entries"] == 4
+        # its copy button puts the command on the clipboard
+        page.locator(f"{section} .finding[data-kind='registry'] button.copy").click()
+        assert page.evaluate("navigator.clipboard.readText()") == registry["fix"]
         held = next(f for f in snap["findings"] if f["kind"] == "registry")
         assert within(held["details"]["retained_bytes"], traj["retained_bytes"])
 
