@@ -32,7 +32,7 @@ from leakhound.analysis.ledger import ledger
 from leakhound.errors import ReportFileError
 from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded
-from leakhound.model.units import fmt_bytes
+from leakhound.model.units import fmt_bytes, percent
 
 # The tree keeps the biggest TREE_FANOUT children of a node; the rest are one "N others" tile:
 # more boxes than this on a level are too small to read, and `--top 1000` owners would each
@@ -162,11 +162,12 @@ def process_section(snapshot: Snapshot, *, parts: Sequence[tuple[Part, ...]] = (
             ["owners", "dominator tree" if h.owner_model == "dominator" else "first reacher"],
             ["census", f"{h.census_seconds:.2f} s, longest pause {h.max_pause_ms:.0f} ms"],
         ],
-        "warnings": [_cut(w) for w in snapshot.warnings],
+        # a budget leakhound promised to keep and did not first: a warning, as in the header
+        "warnings": [_cut(b.text) for b in snapshot.over_budget] + [_cut(w) for w in snapshot.warnings],
         "findings": [_finding(f, snapshot.pid) for f in snapshot.findings],
         "ledger": [
             {"name": row.name.strip(), "part": row.name.startswith(" "), "bytes": row.bytes,
-             "text": fmt_bytes(row.bytes), "share": round(row.share, 4), "note": row.note}
+             "text": fmt_bytes(row.bytes), "share": percent(row.share), "note": row.note}
             for row in ledger(snapshot)
         ],
         "rss": p.rss_bytes,
