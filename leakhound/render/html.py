@@ -11,14 +11,14 @@ come from the target and are hostile input: the blob escapes ``<``, ``>`` and ``
 What it shows: the findings with their fix commands (copyable), the memory ledger as a stacked
 bar, the owners as a zoomable treemap (their paths from the roots as the nesting, capped at
 ``TREE_FANOUT`` children a node with the rest as "N others"), the top owners' retainer paths,
-and, for a watch, each process's RSS and owners over time, a gap in the samples drawn as a gap.
+and, for a watch, each process's RSS and owners over time, a gap in the samples drawn as a gap
+(the stretches ``--plot`` shades: ``render.plot.sample_gaps``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from importlib import resources
@@ -33,6 +33,7 @@ from leakhound.errors import ReportFileError
 from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded
 from leakhound.model.units import fmt_bytes, percent
+from leakhound.render.plot import sample_gaps
 
 # The tree keeps the biggest TREE_FANOUT children of a node; the rest are one "N others" tile:
 # more boxes than this on a level are too small to read, and `--top 1000` owners would each
@@ -42,9 +43,6 @@ TABLE_OWNERS = 50  # rows of the owners table
 RETAINER_OWNERS = 10  # owners whose retainer paths are listed
 TABLE_TYPES = 25
 CHART_SERIES = 8  # owners drawn over time: one colour each, told apart
-# Two samples further apart than this many times the series' usual step have a gap between
-# them: a line across it would draw a jump the samples never saw.
-GAP_FACTOR = 3.0
 # A name longer than this is cut for the page (the tree and tables; retainer paths too): a
 # hostile target can name an object with a megabyte of text.
 MAX_TEXT = 2000
@@ -323,31 +321,22 @@ def _part_node(part: Part) -> dict[str, Any]:
 # -- growth over time ------------------------------------------------------------------------------
 
 
-def gap_seconds(times: Sequence[float], *, fallback: float | None = None) -> float:
-    """How far apart two samples of a series may be and still be joined by a line: GAP_FACTOR
-    times the series' median step (``fallback``, the process's sampling step, for a series of
-    fewer than three points); infinite when neither is known."""
-    steps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
-    if len(steps) >= 2:
-        return GAP_FACTOR * statistics.median(steps)
-    return fallback if fallback is not None else float("inf")
-
-
 def series_path(
     points: Iterable[tuple[float, float]],
     *,
     x_of: Callable[[float], float],
     y_of: Callable[[float], float],
-    gap: float,
+    gaps: Sequence[tuple[float, float]],
 ) -> str:
     """An SVG path through ``points`` (time, value), sorted by time: a new subpath (``M``, no
-    line) after a gap of more than ``gap`` seconds; a point alone between two gaps a dot (a
-    zero-length line with round caps)."""
+    line) where one of ``gaps`` (``render.plot.sample_gaps``: stretches without samples) lies
+    between two points; a point alone between two gaps a dot (a zero-length line with round
+    caps)."""
     runs: list[list[tuple[float, float]]] = []
     last: float | None = None
     for t, v in sorted(points):
         xy = (x_of(t), y_of(v))
-        if last is None or t - last > gap:
+        if last is None or any(last <= start and end <= t for start, end in gaps):
             runs.append([xy])
         else:
             runs[-1].append(xy)
@@ -370,9 +359,11 @@ _TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10
 _BYTE_STEPS = tuple(m * u for u in (1, 1024, 1024**2, 1024**3) for m in (1, 2, 5, 10, 20, 50, 100, 200, 500))
 
 
-def chart(series: Sequence[dict[str, Any]], *, t0: float, t1: float, cadence: float | None) -> dict[str, Any]:
-    """One line chart: ``series`` each ``{"name", "points": [(t, bytes)], ...}``; the plot's
-    geometry, axis ticks and each series' path, computed here (the page only draws them)."""
+def chart(series: Sequence[dict[str, Any]], *, t0: float, t1: float,
+          gaps: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
+    """One line chart: ``series`` each ``{"name", "points": [(t, bytes)], ...}``, broken at
+    ``gaps``; the plot's geometry, axis ticks, each series' path and the gaps' shading,
+    computed here (the page only draws them)."""
     width, height = CHART_WIDTH, CHART_HEIGHT
     x0, x1 = _MARGIN_LEFT, width - _MARGIN_RIGHT
     y0, y1 = _MARGIN_TOP, height - _MARGIN_BOTTOM
@@ -394,12 +385,11 @@ def chart(series: Sequence[dict[str, Any]], *, t0: float, t1: float, cadence: fl
                for k in range(int(y_max // y_step) + 1)]
     drawn = []
     for s in series:
-        times = [t for t, _ in s["points"]]
-        gap = gap_seconds(times, fallback=cadence * GAP_FACTOR if cadence else None)
-        d = series_path(s["points"], x_of=x_of, y_of=y_of, gap=gap)
+        d = series_path(s["points"], x_of=x_of, y_of=y_of, gaps=gaps)
         drawn.append({**{k: v for k, v in s.items() if k != "points"}, "d": d, "runs": d.count("M"),
-                      "points": len(times)})
+                      "points": len(s["points"])})
     return {"w": width, "h": height, "plot": [x0, y0, x1, y1], "xticks": x_ticks, "yticks": y_ticks,
+            "gaps": [[round(x_of(a), 1), round(x_of(b), 1)] for a, b in gaps],
             "start": _utc(t0), "series": drawn}
 
 
@@ -420,9 +410,8 @@ def growth_section(report: GrowthReport, samples: Sequence[Sample]) -> dict[str,
     if not ordered:
         return {"findings": [_finding(f, report.pid) for f in report.findings]}
     t0, t1 = ordered[0].taken_at, ordered[-1].taken_at
-    times = [s.taken_at for s in ordered]
-    steps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
-    cadence = statistics.median(steps) if steps else None
+    # the stretches --plot shades: every line of the process is broken across them
+    gaps = sample_gaps([s.taken_at for s in ordered])
     memory = [{"name": "RSS", "color": "#222222", "dash": "", "verdict": str(report.rss.verdict),
                "points": [(s.taken_at, s.rss_bytes) for s in ordered]}]
     if report.heap is not None:
@@ -441,8 +430,8 @@ def growth_section(report: GrowthReport, samples: Sequence[Sample]) -> dict[str,
     return {
         "seconds": round(t1 - t0, 1),
         "samples": len(ordered),
-        "memory": chart(memory, t0=t0, t1=t1, cadence=cadence),
-        "owners": chart(owners, t0=t0, t1=t1, cadence=cadence),
+        "memory": chart(memory, t0=t0, t1=t1, gaps=gaps),
+        "owners": chart(owners, t0=t0, t1=t1, gaps=gaps),
         "findings": [_finding(f, report.pid) for f in report.findings],
         "warnings": [_cut(w) for w in report.warnings],
     }

@@ -253,6 +253,7 @@ def test_watch_html_draws_owners_over_time_with_a_gap(tmp_path: Path, browser: A
         assert int(sessions.get_attribute("data-runs")) >= 2, sessions.get_attribute("d")
         rss = page.locator(f"{section} .memory-chart path.series").first
         assert int(rss.get_attribute("data-runs")) >= 2
+        assert page.locator(f"{section} .owners-chart rect.gap").count() >= 1  # shaded, as --plot does
         # the legend is beside the plot, not over it
         plot_box = page.locator(f"{section} .owners-chart svg").bounding_box()
         legend_box = page.locator(f"{section} .owners-chart .legend").bounding_box()

@@ -94,18 +94,14 @@ def _ident(v: float) -> float:
     return v
 
 
-def test_series_path_starts_a_new_run_after_a_gap() -> None:
+def test_series_path_starts_a_new_run_across_a_gap() -> None:
     points = [(0, 0), (1, 1), (2, 2), (10, 3), (11, 4), (30, 5)]
-    d = html.series_path(points, x_of=_ident, y_of=_ident, gap=3.0)
+    d = html.series_path(points, x_of=_ident, y_of=_ident, gaps=[(2, 10), (11, 30)])
     assert d == "M0.0 0.0L1.0 1.0L2.0 2.0M10.0 3.0L11.0 4.0M30.0 5.0h0"
-    assert html.series_path(points, x_of=_ident, y_of=_ident, gap=100.0).count("M") == 1
-    assert html.series_path([], x_of=_ident, y_of=_ident, gap=1.0) == ""
-
-
-def test_gap_is_three_usual_steps() -> None:
-    assert html.gap_seconds([0, 1, 2, 3, 10]) == 3.0
-    assert html.gap_seconds([0, 5], fallback=1.5) == 1.5
-    assert html.gap_seconds([0]) == float("inf")
+    assert html.series_path(points, x_of=_ident, y_of=_ident, gaps=[]).count("M") == 1
+    # a series sampled more sparsely than the process is broken only where the process was not
+    assert html.series_path([(0, 1), (5, 1), (9, 1)], x_of=_ident, y_of=_ident, gaps=[(6, 8)]).count("M") == 2
+    assert html.series_path([], x_of=_ident, y_of=_ident, gaps=[]) == ""
 
 
 def _sample(t: float, rss: int, sessions: int | None, full: bool = False) -> Sample:
@@ -123,6 +119,7 @@ def test_growth_chart_draws_a_gap_where_samples_are_missing() -> None:
     assert sessions["name"] == "__main__.SESSIONS" and sessions["runs"] == 2 and sessions["points"] == 9
     rss = section["memory"]["series"][0]
     assert rss["name"] == "RSS" and rss["runs"] == 2
+    assert section["owners"]["gaps"] == section["memory"]["gaps"] and len(section["memory"]["gaps"]) == 1
     plot = section["owners"]["plot"]
     for line in section["owners"]["series"] + section["memory"]["series"]:
         xs = [float(x) for x in re.findall(r"[ML](-?[\d.]+) ", line["d"])]
