@@ -330,8 +330,8 @@ def series_path(
 ) -> str:
     """An SVG path through ``points`` (time, value), sorted by time: a new subpath (``M``, no
     line) where one of ``gaps`` (``render.plot.sample_gaps``: stretches without samples) lies
-    between two points; a point alone between two gaps a dot (a zero-length line with round
-    caps)."""
+    between two points; a point alone between two gaps a dot (a line of 0.01 px with round
+    caps: Chromium draws nothing of a zero-length one on a dashed line)."""
     runs: list[list[tuple[float, float]]] = []
     last: float | None = None
     for t, v in sorted(points):
@@ -344,7 +344,7 @@ def series_path(
     parts = []
     for run in runs:
         (x, y), rest = run[0], run[1:]
-        parts.append(f"M{x:.1f} {y:.1f}" + ("".join(f"L{a:.1f} {b:.1f}" for a, b in rest) if rest else "h0"))
+        parts.append(f"M{x:.1f} {y:.1f}" + ("".join(f"L{a:.1f} {b:.1f}" for a, b in rest) if rest else "h0.01"))
     return "".join(parts)
 
 

@@ -97,7 +97,7 @@ def _ident(v: float) -> float:
 def test_series_path_starts_a_new_run_across_a_gap() -> None:
     points = [(0, 0), (1, 1), (2, 2), (10, 3), (11, 4), (30, 5)]
     d = html.series_path(points, x_of=_ident, y_of=_ident, gaps=[(2, 10), (11, 30)])
-    assert d == "M0.0 0.0L1.0 1.0L2.0 2.0M10.0 3.0L11.0 4.0M30.0 5.0h0"
+    assert d == "M0.0 0.0L1.0 1.0L2.0 2.0M10.0 3.0L11.0 4.0M30.0 5.0h0.01"
     assert html.series_path(points, x_of=_ident, y_of=_ident, gaps=[]).count("M") == 1
     # a series sampled more sparsely than the process is broken only where the process was not
     assert html.series_path([(0, 1), (5, 1), (9, 1)], x_of=_ident, y_of=_ident, gaps=[(6, 8)]).count("M") == 2
