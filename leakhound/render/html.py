@@ -32,6 +32,7 @@ from leakhound.analysis.ledger import ledger
 from leakhound.errors import ReportFileError
 from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded
+from leakhound.model.names import OwnerModel
 from leakhound.model.units import fmt_bytes, percent
 from leakhound.render.plot import sample_gaps
 
@@ -157,10 +158,12 @@ def process_section(snapshot: Snapshot, *, parts: Sequence[tuple[Part, ...]] = (
             ["live heap", fmt_bytes(h.bytes)],
             ["objects", f"{h.objects:,}"],
             ["threads", str(p.num_threads)],
-            ["owners", "dominator tree" if h.owner_model == "dominator" else "first reacher"],
+            ["owners", _OWNER_MODEL_WORDS.get(h.owner_model, h.owner_model)],
             ["census", f"{h.census_seconds:.2f} s, longest pause {h.max_pause_ms:.0f} ms"],
         ],
-        # a budget leakhound promised to keep and did not first: a warning, as in the header
+        # a budget leakhound promised and did not keep comes first, a warning as in the header
+        # why the owners are what they are (the graph not walked, over a budget) and what would allow more
+        "owners_note": _cut(h.owner_model_note),
         "warnings": [_cut(b.text) for b in snapshot.over_budget] + [_cut(w) for w in snapshot.warnings],
         "findings": [_finding(f, snapshot.pid) for f in snapshot.findings],
         "ledger": [
@@ -180,6 +183,13 @@ def process_section(snapshot: Snapshot, *, parts: Sequence[tuple[Part, ...]] = (
         "types": [{"type": _cut(t.type), "count": t.count, "bytes": t.bytes, "text": fmt_bytes(t.bytes)}
                   for t in snapshot.types[:TABLE_TYPES]],
     }
+
+
+_OWNER_MODEL_WORDS = {
+    OwnerModel.DOMINATOR.value: "dominator tree",
+    OwnerModel.FIRST_REACHER.value: "first reacher",
+    OwnerModel.NOT_ATTRIBUTED.value: "not attributed",
+}
 
 
 def _finding(f: Finding, pid: int) -> dict[str, Any]:
