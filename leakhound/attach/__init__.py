@@ -89,8 +89,8 @@ def run_request(
     it is walked (``on_partial("graph", doc, post)``, on this thread, while the target goes on
     counting; files in the private directory on the debugger paths, a line on the agent's
     socket) and ``post("names", {"paths": ...})`` answers it: the labels come back in the
-    result (``names``). A payload from before this answers the old way (the graph in the
-    result); the caller tells the two apart by ``graph_sent`` in the result.
+    result (``names``). The result's ``payload_version`` says which payload answered: the
+    caller reads the versions it knows and refuses another (core/decode.py).
 
     The target's memory limit is read first (attach/memory_limit.py): too little headroom is
     refused (``HeadroomTooSmall``) unless ``force``; otherwise the request carries its memory

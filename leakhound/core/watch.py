@@ -183,7 +183,7 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
     rss = rss_bytes(w.target.pid) - w.payload_resident  # before the request (see _full)
     remote, measured, type_stats, step_ms = _read_owners(w, owners_doc, len(asked), top_types=SAMPLED_TYPES,
                                                          timeout=timeout, log=log, progress=progress, force=force)
-    taken_at = counted_at(remote.result, "started_at", taken_at)
+    taken_at = counted_at(remote.result.get("started_at"), taken_at)
     return Sample(
         pid=w.target.pid,
         taken_at=taken_at,
