@@ -10,7 +10,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from leakhound.attach.channel import Post, Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS as FOLLOW_PROGRESS  # the commands' default: they import no attach
 from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import process_stats, resolve_target
-from leakhound.core.decode import GraphOutcome, Holds, decode_graph_outcome, decode_snapshot
+from leakhound.core.decode import GraphOutcome, Holds, decode_graph_outcome, decode_names, decode_snapshot
 from leakhound.core.targets import env_worker_children
 from leakhound.errors import ProtocolViolation
 from leakhound.model import Owner, ProcessStats, RequestCost, Snapshot
@@ -172,8 +172,12 @@ def capture(
         if early is not None:
             early.abandon()
         raise
-    # The payload hands the graph over before its answer (wire.PARTIAL_GRAPH, every method).
+    # The payload hands the graph over before its answer (wire.PARTIAL_GRAPH) on every
+    # method; an answer may carry it instead (wire.SnapshotAnswer.graph).
     graph = early.graph if early is not None else None
+    in_answer = graph is None and answer.graph is not None
+    if in_answer:
+        graph = answer.graph
     if log is not None:
         _log_holds(log, answer.holds, graph)
     # RSS is read right after the census so the ledger compares like with like (or, when the
@@ -196,8 +200,20 @@ def capture(
         if early is not None:
             early.abandon()
         return _analysed(Capture(not_attributed(snap, graph, owner_model=owner_model)))
-    # The dominator pass ran while the target counted; the names came with the answer.
-    object_graph, found = early.finish(answer.names)
+    if in_answer:
+        early.abandon()
+
+        def names(paths: list[list[int]]) -> list[Any] | None:
+            # The owners' paths walked again in the target, to name instance attributes there.
+            left = timeout if deadline.follows_progress else max(5.0, deadline.limit_left())
+            named = run_request(pid, {"op": wire.OP_NAMES, "paths": paths}, method=remote.method, timeout=left,
+                                log=log, target=target, force=force)
+            return decode_names(pid, named.result)
+
+        object_graph, found = _owners_named_after(graph.doc, names, top=max(top, 20), retainers=retainers, why=why)
+    else:
+        # The dominator pass ran while the target counted; the names came with the answer.
+        object_graph, found = early.finish(answer.names)
     asked = tuple(_owner(o) for o in found.why)
     snap = replace(snap, taken_at=counted_at(answer.graph_started_at, snap.taken_at))
     return _analysed(Capture(with_dominator_owners(snap, object_graph, found, graph), object_graph, found.tree, asked))
@@ -267,6 +283,27 @@ def _unusable_graph(exc: Exception) -> ProtocolViolation:
     every index they follow (an edge, type or root out of range is their ValueError or
     IndexError), and a graph they cannot use is one clear error."""
     return ProtocolViolation(f"the object graph the target sent cannot be used: {exc}")
+
+
+def _owners_named_after(doc: dict[str, Any], names: Callable[[list[list[int]]], list[Any] | None], *, top: int,
+                        retainers: int, why: str | None) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
+    """The owners of a graph that came in the answer: planned, then named with what ``names``
+    gets from the target for their paths (another request; None: the graph's own labels)."""
+    try:
+        graph = dominators.soften(dominators.decode_graph(doc))
+        plan = dominators.plan_owners(graph, top=top, retainers=retainers, why=why)
+    except (ValueError, IndexError) as exc:  # GraphError is a ValueError
+        raise _unusable_graph(exc) from None
+    labels = None
+    if plan.name_paths:
+        try:
+            labels = names(plan.name_paths)
+        except Exception:  # names are a nicety: the graph's own labels stand in
+            labels = None
+    try:
+        return graph, dominators.name_owners(plan, labels)
+    except (ValueError, IndexError) as exc:
+        raise _unusable_graph(exc) from None
 
 
 class _EarlyOwners:

@@ -20,7 +20,7 @@ from leakhound.payload import wire
 
 if TYPE_CHECKING:
     from leakhound.payload.wire import CyclicGarbage as wire_CyclicGarbage
-    from leakhound.payload.wire import Graph, Heap, SnapshotAnswer, TargetCollections, Unreached
+    from leakhound.payload.wire import Graph, Heap, Names, SnapshotAnswer, TargetCollections, Unreached
 
 # The payload versions this CLI reads.
 READABLE_VERSIONS = (wire.PAYLOAD_VERSION,)
@@ -122,6 +122,14 @@ def decode_snapshot(pid: int, answer: Mapping[str, Any], *, method: str, taken_a
     except (SchemaError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProtocolViolation(f"process {pid} answered with a malformed snapshot "
                                 f"({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def decode_names(pid: int, answer: Mapping[str, Any]) -> list[Any] | None:
+    """The labels a names answer gives, one a path asked (each a list of an edge's labels, or
+    None); None when it gives none. PayloadVersionMismatch for another payload version."""
+    check_version(pid, answer)
+    labels = cast("Names", answer).get("labels")
+    return labels if isinstance(labels, list) else None
 
 
 def decode_graph_outcome(doc: dict[str, Any]) -> GraphOutcome:

@@ -30,13 +30,14 @@ from leakhound.errors import (
 )
 from leakhound.model import PatchOutcome
 from leakhound.patches import FIXES, Measurement
+from leakhound.payload import wire
 
 ACTIONS = ("apply", "revert", "status", "dry-run")
 
 
 def _request(pid: int, action: str, fixes: list[str], *, method: str, timeout: float,
              log: AttachLog | None, options: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
-    request: dict[str, Any] = {"op": "patch", "action": action, "fixes": fixes}
+    request: dict[str, Any] = {"op": wire.OP_PATCH, "action": action, "fixes": fixes}
     if options:
         request["options"] = options
     remote = run_request(

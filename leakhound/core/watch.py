@@ -51,6 +51,7 @@ from leakhound.errors import (
 from leakhound.model import Owner, RequestCost, Snapshot, TypeStat
 from leakhound.model.growth import TargetEnded
 from leakhound.model.names import OwnerModel
+from leakhound.payload import wire
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
 SAMPLED_OWNERS = 30
@@ -213,7 +214,7 @@ def _read_owners(w: Watched, owners_doc: list[dict[str, object]], asked: int, *,
     longest step in ms)."""
     remote = run_request(
         w.target.pid,
-        {"op": "sample", "owners": owners_doc, "top_types": top_types},
+        {"op": wire.OP_SAMPLE, "owners": owners_doc, "top_types": top_types},
         method=w.method,
         timeout=timeout,
         log=log,
