@@ -340,6 +340,11 @@ class _EarlyOwners:
         if name != wire.PARTIAL_GRAPH:
             return
         graph = self.graph = decode_graph_outcome(doc)
+        if not graph.readable:
+            # Another payload version: its answer is refused (decode_snapshot), so nothing is
+            # analysed, and the target is told at once that no names are wanted.
+            post(wire.REPLY_NAMES, {"paths": []})
+            return
         if graph.records_streamed is not None:
             doc["records"] = self._records
             if self._records_error is None and graph.records_streamed != graph.binary_bytes:

@@ -53,6 +53,12 @@ class GraphOutcome:
     # (None: they come with the document) and how many the document says there are
     records_streamed: int | None = None
     binary_bytes: object = None
+    payload_version: object = None  # a graph handed over before the answer says it
+
+    @property
+    def readable(self) -> bool:
+        """Of a payload version this CLI reads (for a graph handed over before the answer)."""
+        return type(self.payload_version) is int and self.payload_version in READABLE_VERSIONS
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,7 @@ def decode_graph_outcome(doc: dict[str, Any]) -> GraphOutcome:
         gc_collections=tuple(_int(n) for n in collections) if isinstance(collections, list) else (),
         records_streamed=streamed if type(streamed) is int else None,
         binary_bytes=graph.get("binary_bytes"),
+        payload_version=graph.get("payload_version"),
     )
 
 

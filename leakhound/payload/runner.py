@@ -351,7 +351,7 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     if counted is not None:
         out_graph["counts_heap"] = True  # no census follows: the CLI reads the kernel's numbers now
     stop.check("graph")
-    exchange.send(wire.PARTIAL_GRAPH, {"graph": out_graph})
+    exchange.send(wire.PARTIAL_GRAPH, wire.partial_graph(out_graph))
     out_graph = None  # sent: its arrays are the CLI's now
     phase("graph sent")
     if counted is not None:

@@ -161,6 +161,7 @@ if TYPE_CHECKING:
         unreached: Unreached
         binary_file: str
         binary_bytes: int
+        payload_version: int  # handed over before the answer (partial_graph)
 
     class Names(TypedDict):
         labels: List[Optional[List[str]]]  # one a path asked for, an edge's label a step
@@ -218,6 +219,13 @@ def snapshot_answer(heap, arena, probes, phases, graph=None, graph_sent=False, n
     if names is not None:
         out["names"] = names
     return out
+
+
+def partial_graph(graph):
+    """The graph handed over before the answer (PARTIAL_GRAPH): with the payload's version,
+    so the CLI analyses only a graph of a version it reads."""
+    graph["payload_version"] = PAYLOAD_VERSION
+    return {"graph": graph}
 
 
 def memory_cost(peak_rss_bytes, max_extra_bytes, loaded_bytes):

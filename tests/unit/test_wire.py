@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from leakhound.attach import RemoteResult
+from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import Target
 from leakhound.core import capture
 from leakhound.core.decode import decode_snapshot
@@ -98,3 +99,18 @@ def test_capture_refuses_an_agent_of_an_older_payload(answer: dict[str, Any],
     monkeypatch.setattr(capture, "run_request", lambda *a, **k: RemoteResult(TARGET, "agent", older, 0.0, 0.0))
     with pytest.raises(PayloadVersionMismatch, match="no payload version"):
         capture.capture(TARGET.pid, method="agent", timeout=5.0)
+
+
+def test_a_graph_handed_over_says_its_version_and_one_of_another_is_not_analysed() -> None:
+    """The graph comes before the answer: the CLI analyses it only when it is of a version it
+    reads, and otherwise tells the target at once that it wants no names (its answer is then
+    refused by its version)."""
+    doc = wire.partial_graph({"format": "leakhound.graph/1", "nodes": 2})
+    assert doc["graph"]["payload_version"] == wire.PAYLOAD_VERSION
+    posted: list[tuple[str, object]] = []
+    for graph in ({"format": "leakhound.graph/1", "nodes": 2}, {**doc["graph"], "payload_version": 1}):
+        posted.clear()
+        early = capture._EarlyOwners(top=5, retainers=1, why=None, deadline=Deadline.fixed(5.0))
+        early.on_partial(wire.PARTIAL_GRAPH, graph, lambda name, reply: posted.append((name, reply)))
+        assert posted == [(wire.REPLY_NAMES, {"paths": []})]
+        assert early._thread is None  # nothing analysed
