@@ -24,6 +24,7 @@ from . import census
 from .graph_wire import _folded_step_label, _step_label
 from .objects import _SIZED, _type_name, subclass_tree
 from .tasks import await_chain, live_tasks
+from .tracked import tracked_objects
 
 # "task:NAME/CORO (FILE:LINE).<Type>.attr...": an owner the census found under a coroutine
 # of a task (census_roots.task_roots). The line is where the coroutine was paused then: it is
@@ -194,14 +195,14 @@ def owner_items(owners):
 
 
 def _type_counts(top):
-    t0 = time.perf_counter()
-    objects = gc.get_objects()
-    took = time.perf_counter() - t0
-    if len(objects) > MAX_TRACKED:
-        return None, took
     # Keyed by id(type), never the type: hashing a class runs its metaclass's __hash__.
     counts = {}  # type: dict[int, int]
     kinds = {}  # type: dict[int, type]
+    t0 = time.perf_counter()
+    objects = tracked_objects(counts, kinds)  # (what it leaves out, counted in counts)
+    took = time.perf_counter() - t0
+    if len(objects) + sum(counts.values()) > MAX_TRACKED:
+        return None, took
     get = counts.get
     for obj in objects:
         tp = type(obj)
