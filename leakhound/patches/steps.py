@@ -32,5 +32,8 @@ SPEC = FixSpec(
     name="steps",
     summary="trajectory steps keep identity/usage only (plus a raw-token sidecar on truncated steps)",
     metric="bytes stored per new step's response",
+    changes=("each new trajectory step stores its response without the message that restates the "
+             "completion and prompt tokens (a truncated step keeps a raw-token sidecar)"),
+    stays="the steps stored before the fix keep their whole response until the worker restarts",
     effect=effect,
 )

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from . import census
+from . import arena, census
 from .graph_wire import _folded_step_label, _step_label
 from .objects import _SIZED, _type_name, subclass_tree
 from .tasks import await_chain, live_tasks
@@ -217,8 +217,9 @@ def _type_counts(top):
 
 
 def sample(request, progress):
-    """``{"op": "sample", "owners": [{"ids", "type", "path"}...], "top_types": N}`` ->
-    ``owners`` (one ``{"found", "items"}`` each, in order: ``owner_items``) and type counts."""
+    """``{"op": "sample", "owners": [{"ids", "type", "path"}...], "top_types": N, "allocator":
+    true}`` -> ``owners`` (one ``{"found", "items"}`` each, in order: ``owner_items``), type
+    counts, and with ``allocator`` the allocators' in-use bytes (``arena.in_use_bytes``)."""
     started = time.perf_counter()
     started_at = time.time()  # the sample's time (see runner._snapshot's started_at)
     owners = request.get("owners")
@@ -229,9 +230,11 @@ def sample(request, progress):
         progress("types", 0)
         types, took = _type_counts(min(top, 1000))
         get_objects_ms = took * 1000.0
+    in_use = arena.in_use_bytes() if request.get("allocator") is True else None
     return {
         "started_at": started_at,
         "owners": found,
+        "allocator_in_use_bytes": in_use,
         "types": types,
         "max_step_ms": get_objects_ms,
         "sample_seconds": time.perf_counter() - started,

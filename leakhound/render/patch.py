@@ -7,8 +7,11 @@ from typing import Any, TextIO
 
 from rich.table import Table
 
+from leakhound.analysis.verify import rate
 from leakhound.model import PatchOutcome
 from leakhound.model.units import fmt_bytes
+from leakhound.model.verify import OwnerWindow, VerifyReport, WindowStats
+from leakhound.patches import FIXES
 from leakhound.render.console import console
 
 _STATUS_STYLE = {"applied": "green", "already-applied": "green", "would-apply": "cyan", "reverted": "cyan",
@@ -28,7 +31,13 @@ def render_outcomes(outcomes: Sequence[PatchOutcome], *, file: TextIO | None = N
             lines.append(o.effect)
         elif o.reason:
             lines.append(o.reason)
-        if o.functions and o.status in ("applied", "would-apply", "reverted"):
+        spec = FIXES.get(o.fix)
+        if o.status == "would-apply" and spec is not None:
+            replaced = ", ".join(o.functions) if o.functions else "no function (a helper thread)"
+            lines.append(f"replaces: {replaced}")
+            lines.append(f"from then on: {spec.changes}")
+            lines.append(f"stays until restart: {spec.stays}")
+        elif o.functions and o.status in ("applied", "reverted"):
             lines.append("[dim]" + ", ".join(o.functions) + "[/dim]")
         if o.counters and not o.effect and o.status in ("applied", "reverted"):
             lines.append("[dim]" + ", ".join(f"{k}={v}" for k, v in sorted(o.counters.items())) + "[/dim]")
@@ -37,11 +46,52 @@ def render_outcomes(outcomes: Sequence[PatchOutcome], *, file: TextIO | None = N
 
 
 def outcome_doc(o: PatchOutcome) -> dict[str, Any]:
+    spec = FIXES.get(o.fix)
     return {
         "fix": o.fix, "pid": o.pid, "status": o.status, "metric": o.metric, "before": o.before,
         "after": o.after, "effect": o.effect, "reason": o.reason, "functions": list(o.functions),
-        "counters": o.counters,
+        "counters": o.counters, "changes": spec.changes if spec else "", "stays": spec.stays if spec else "",
     }
+
+
+_VERDICT_STYLE = {"stopped": "green", "slowed": "yellow", "still-growing": "red", "not-proven": "yellow"}
+
+
+def _window(stats: WindowStats | None) -> tuple[str, str]:
+    if stats is None:
+        return "no samples", ""
+    heap = rate(stats.heap_bytes_per_min) if stats.heap_bytes_per_min is not None else "not measured"
+    return rate(stats.rss_bytes_per_min), heap
+
+
+def _owner(window: OwnerWindow | None) -> str:
+    if window is None:
+        return "not found"
+    return f"{rate(window.bytes_per_min)} ({window.items_per_min:+,.0f} items/min, {window.items_last:,} now)"
+
+
+def render_verify(report: VerifyReport, *, file: TextIO | None = None) -> None:
+    """The proof: slopes before and after the fix, per series, then the verdict."""
+    con = console(file)
+    b, a = report.before, report.after
+    span = (f"{b.seconds:.0f}s before ({b.samples} samples), {a.seconds:.0f}s after ({a.samples})"
+            if b is not None and a is not None else "")
+    table = Table(title=f"pid {report.pid}: memory before and after the fix, measured in the worker"
+                  + (f" ({span})" if span else ""), title_justify="left", show_edge=False, padding=(0, 1))
+    table.add_column("slope", no_wrap=True)
+    table.add_column("before", justify="right", no_wrap=True)
+    table.add_column("after", justify="right", no_wrap=True)
+    (rss_b, heap_b), (rss_a, heap_a) = _window(b), _window(a)
+    table.add_row("RSS", rss_b, rss_a)
+    table.add_row("live heap", heap_b, heap_a)
+    for v in report.per_fix:
+        if v.judged_by == "owner":
+            table.add_row(f"{v.fix}: {v.path}", _owner(v.before), _owner(v.after))
+    con.print(table)
+    style = _VERDICT_STYLE.get(report.verdict, "")
+    con.print(f"[bold]verdict:[/bold] [{style}]{report.verdict}[/{style}]: {report.summary}")
+    for note in report.notes:
+        con.print(f"[dim]note: {note}[/dim]")
 
 
 def _mb(n: float) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from leakhound.analysis.detectors import (
+    applied,
     arena_fragmentation,
     cyclic_garbage,
     intercepts,
@@ -38,4 +39,5 @@ def run_detectors(snapshot: Snapshot) -> tuple[Finding, ...]:
     for detect in DETECTORS.values():
         findings.extend(detect(snapshot))
     findings.sort(key=lambda f: (_ORDER.get(f.severity, 9), -f.bytes))
-    return tuple(findings)
+    # after the order is settled: the next fix recommended is the first one not applied
+    return applied.mark_applied(snapshot, findings)
