@@ -64,30 +64,36 @@ def _window(stats: WindowStats | None) -> tuple[str, str]:
     return rate(stats.rss_bytes_per_min), heap
 
 
-def _owner(window: OwnerWindow | None) -> str:
+def _owner(window: OwnerWindow | None) -> tuple[str, str]:
     if window is None:
-        return "not found"
-    return f"{rate(window.bytes_per_min)} ({window.items_per_min:+,.0f} items/min, {window.items_last:,} now)"
+        return "not found", "not found"
+    return rate(window.bytes_per_min), f"{window.items_per_min:+,.0f}/min"
 
 
 def render_verify(report: VerifyReport, *, file: TextIO | None = None) -> None:
     """The proof: slopes before and after the fix, per series, then the verdict."""
     con = console(file)
     b, a = report.before, report.after
-    span = (f"{b.seconds:.0f}s before ({b.samples} samples), {a.seconds:.0f}s after ({a.samples})"
-            if b is not None and a is not None else "")
-    table = Table(title=f"pid {report.pid}: memory before and after the fix, measured in the worker"
-                  + (f" ({span})" if span else ""), title_justify="left", show_edge=False, padding=(0, 1))
-    table.add_column("slope", no_wrap=True)
+    con.print(f"[bold]pid {report.pid}: slopes measured in the worker, before and after the fix[/bold]")
+    table = Table(show_edge=False, padding=(0, 1))
+    table.add_column("", no_wrap=True)
     table.add_column("before", justify="right", no_wrap=True)
     table.add_column("after", justify="right", no_wrap=True)
     (rss_b, heap_b), (rss_a, heap_a) = _window(b), _window(a)
     table.add_row("RSS", rss_b, rss_a)
     table.add_row("live heap", heap_b, heap_a)
-    for v in report.per_fix:
-        if v.judged_by == "owner":
-            table.add_row(f"{v.fix}: {v.path}", _owner(v.before), _owner(v.after))
+    owners = [v for v in report.per_fix if v.judged_by == "owner"]
+    for v in owners:
+        (bytes_b, items_b), (bytes_a, items_a) = _owner(v.before), _owner(v.after)
+        table.add_row(f"{v.fix} owner", bytes_b, bytes_a)
+        table.add_row(f"{v.fix} owner items", items_b, items_a)
     con.print(table)
+    if b is not None and a is not None:
+        con.print(f"[dim]windows: {b.seconds:.0f}s before ({b.samples} samples), {a.seconds:.0f}s after "
+                  f"({a.samples}), one every {report.interval_seconds:g}s[/dim]")
+    for v in owners:
+        now = f", {v.after.items_last:,} items now" if v.after is not None else ""
+        con.print(f"[dim]{v.fix} owner: {v.path} ({v.type}{now})[/dim]")
     style = _VERDICT_STYLE.get(report.verdict, "")
     con.print(f"[bold]verdict:[/bold] [{style}]{report.verdict}[/{style}]: {report.summary}")
     for note in report.notes:
