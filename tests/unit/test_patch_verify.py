@@ -75,7 +75,7 @@ def test_half_the_growth_is_slowed() -> None:
 
 
 def test_nothing_growing_before_is_not_proven_and_says_rss_within_noise() -> None:
-    flat = dict(rss_per_min=0.5 * MiB, heap_per_min=0.0, items_per_min=0)
+    flat: dict[str, float] = {"rss_per_min": 0.5 * MiB, "heap_per_min": 0.0, "items_per_min": 0}
     report = judge(pid=7, fixes=["registry"], owners={"registry": OWNER}, before_points=_points(0, 10, **flat),
                    after_points=_points(20, 10, **flat), interval_seconds=1.0)
     assert report.verdict == "not-proven"
