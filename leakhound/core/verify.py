@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from leakhound.analysis.verify import FixedOwner, judge, owner_window, rate, window_stats
+from leakhound.analysis.verify import FixedOwner, count_window, judge, owner_window, rate, window_stats
 from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.process import Target, resolve_target, rss_bytes
@@ -71,8 +71,9 @@ def fixed_owners(snapshot: Snapshot, owner_ids: dict[str, list[int]]) -> dict[st
 
 class _Sampler:
     def __init__(self, target: Target, *, method: str, timeout: float, log: AttachLog, interval: float,
-                 tracked: list[_Tracked], say: Say, force: bool) -> None:
+                 tracked: list[_Tracked], say: Say, force: bool, count_registry: bool) -> None:
         self.target = target
+        self.count_registry = count_registry
         self.method = method
         self.timeout = timeout
         self.log = log
@@ -104,7 +105,8 @@ class _Sampler:
         owners_doc = [{"ids": list(t.owner.path_ids), "type": t.owner.type, "path": t.owner.path}
                       for t in self.tracked]
         try:
-            remote = run_request(pid, {"op": "sample", "owners": owners_doc, "top_types": 0, "allocator": True},
+            remote = run_request(pid, {"op": "sample", "owners": owners_doc, "top_types": 0, "allocator": True,
+                                       "registry": self.count_registry},
                                  method=self.method, timeout=self.timeout, log=self.log, target=self.target,
                                  force=self.force)
         except (TargetNotFound, TargetExited):
@@ -119,6 +121,10 @@ class _Sampler:
             heap = result.get("allocator_in_use_bytes")
             if heap is not None and (type(heap) is not int or heap < 0):
                 raise TypeError("allocator_in_use_bytes is not a byte count")
+            registry = result.get("registry")
+            finished = registry.get("finished_entries") if isinstance(registry, dict) else None
+            if finished is not None and (type(finished) is not int or finished < 0):
+                raise TypeError("registry.finished_entries is not a count")
         except (TypeError, ValueError) as exc:
             raise ProtocolViolation(f"process {pid} answered with a malformed sample "
                                     f"({type(exc).__name__}: {str(exc)[:120]})") from None
@@ -133,7 +139,8 @@ class _Sampler:
             was = per_fix.get(t.fix, (0, 0))
             per_fix[t.fix] = (was[0] + items, was[1] + size)
         return VerifyPoint(taken_at=taken_at, rss_bytes=rss, heap_bytes=heap,
-                           owner_items=tuple((fix, n, b) for fix, (n, b) in per_fix.items()))
+                           owner_items=tuple((fix, n, b) for fix, (n, b) in per_fix.items()),
+                           finished_rollouts=finished)
 
     def _progress(self, label: str, elapsed: float, seconds: float, points: list[VerifyPoint]) -> str:
         line = f"pid {self.target.pid}: {label}: {min(elapsed, seconds):.0f}/{seconds:.0f}s"
@@ -147,6 +154,11 @@ class _Sampler:
                 line += f", live heap {fmt_bytes(last.heap_bytes)}"
                 if stats is not None and stats.heap_bytes_per_min is not None:
                     line += f" ({rate(stats.heap_bytes_per_min)})"
+            if last.finished_rollouts is not None:
+                held = count_window(points)
+                line += f", finished rollouts held {last.finished_rollouts:,}"
+                if held is not None:
+                    line += f" ({held.per_min:+,.0f}/min)"
             for fix, items, _size in last.owner_items:
                 owner = owner_window(points, fix)
                 line += f", {fix} owner {items:,} items"
@@ -203,7 +215,7 @@ def verify_process(
     notes.extend(f"{fix}: the census named no owner at the container it empties (below its top owners): "
                  "judged by the live heap" for fix in fixes if fix in owner_ids and fix not in found)
     sampler = _Sampler(target, method=chosen, timeout=timeout, log=log, interval=every, tracked=tracked, say=say,
-                       force=force)
+                       force=force, count_registry="registry" in fixes)
     before = sampler.window("before the fix", baseline_seconds)
     after: list[VerifyPoint] = []
 

@@ -32,11 +32,15 @@ class VerifyPoint:
     rss_bytes: int
     heap_bytes: int | None = None
     owner_items: tuple[tuple[str, int, int], ...] = ()  # (fix, items, estimated bytes)
+    # The trajectory registries' finished entries (what the registry fix stops), read in the
+    # target at the sample (None: not asked for, or no registry the probe knows).
+    finished_rollouts: int | None = None
 
 
 @dataclass(frozen=True)
 class WindowStats:
-    """RSS and the live heap over one window: first and last values and least-squares slopes."""
+    """RSS and the live heap over one window: first and last values, least-squares slopes and
+    each slope's standard error (how far the samples scatter around the line)."""
 
     started_at: float
     ended_at: float
@@ -47,6 +51,8 @@ class WindowStats:
     heap_first_bytes: int | None = None
     heap_last_bytes: int | None = None
     heap_bytes_per_min: float | None = None
+    rss_stderr_bytes_per_min: float = 0.0
+    heap_stderr_bytes_per_min: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -68,6 +74,16 @@ class OwnerWindow:
 
 
 @dataclass(frozen=True)
+class CountWindow:
+    """A count over one window: first and last value and its least-squares slope."""
+
+    samples: int
+    first: int
+    last: int
+    per_min: float
+
+
+@dataclass(frozen=True)
 class FixVerdict:
     """One fix's verdict and the owner it was judged by (``path`` "" when it has none: judged by
     the live heap, or RSS)."""
@@ -75,12 +91,15 @@ class FixVerdict:
     fix: str
     verdict: str
     summary: str
-    judged_by: str  # owner | heap | rss
+    judged_by: str  # finished-rollouts | owner | heap | rss
     path: str = ""
     type: str = ""
     object_id: int = 0
     before: OwnerWindow | None = None
     after: OwnerWindow | None = None
+    # registry: the finished rollouts held, per window (None for the other fixes)
+    finished_rollouts_before: CountWindow | None = None
+    finished_rollouts_after: CountWindow | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from leakhound.analysis.verify import rate
 from leakhound.model import PatchOutcome
-from leakhound.model.units import fmt_bytes
+from leakhound.model.units import MiB, fmt_bytes
 from leakhound.model.verify import OwnerWindow, VerifyReport, WindowStats
 from leakhound.patches import FIXES
 from leakhound.render.console import console
@@ -57,11 +57,20 @@ def outcome_doc(o: PatchOutcome) -> dict[str, Any]:
 _VERDICT_STYLE = {"stopped": "green", "slowed": "yellow", "still-growing": "red", "not-proven": "yellow"}
 
 
+def _with_scatter(per_min: float, error: float | None) -> str:
+    """``+38.5 ±6.1 MiB/min`` (the ± is the slope's standard error; left out below 0.05)."""
+    if error is None or error < 0.05 * MiB:
+        return rate(per_min)
+    return f"{per_min / MiB:+.1f} ±{error / MiB:.1f} MiB/min"
+
+
 def _window(stats: WindowStats | None) -> tuple[str, str]:
+    """RSS and live-heap slopes, each with its standard error."""
     if stats is None:
         return "no samples", ""
-    heap = rate(stats.heap_bytes_per_min) if stats.heap_bytes_per_min is not None else "not measured"
-    return rate(stats.rss_bytes_per_min), heap
+    heap = (_with_scatter(stats.heap_bytes_per_min, stats.heap_stderr_bytes_per_min)
+            if stats.heap_bytes_per_min is not None else "not measured")
+    return _with_scatter(stats.rss_bytes_per_min, stats.rss_stderr_bytes_per_min), heap
 
 
 def _owner(window: OwnerWindow | None) -> tuple[str, str]:
@@ -82,7 +91,11 @@ def render_verify(report: VerifyReport, *, file: TextIO | None = None) -> None:
     (rss_b, heap_b), (rss_a, heap_a) = _window(b), _window(a)
     table.add_row("RSS", rss_b, rss_a)
     table.add_row("live heap", heap_b, heap_a)
-    owners = [v for v in report.per_fix if v.judged_by == "owner"]
+    for v in report.per_fix:
+        if v.finished_rollouts_before is not None and v.finished_rollouts_after is not None:
+            table.add_row("finished rollouts held", f"{v.finished_rollouts_before.per_min:+,.0f}/min",
+                          f"{v.finished_rollouts_after.per_min:+,.0f}/min")
+    owners = [v for v in report.per_fix if v.path]
     for v in owners:
         (bytes_b, items_b), (bytes_a, items_a) = _owner(v.before), _owner(v.after)
         table.add_row(f"{v.fix} owner", bytes_b, bytes_a)
