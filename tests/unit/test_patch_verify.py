@@ -182,3 +182,40 @@ def test_a_malformed_patches_probe_marks_nothing() -> None:
     registry = next(f for f in findings if f.kind == "registry")
     assert registry.applied is not None and registry.applied.applied_at is None and registry.applied.uid == -1
     assert "applied (" not in registry.summary and "Fix registry applied:" in registry.summary
+
+
+class _Patched:
+    def method(self) -> str:
+        return "original"
+
+
+def test_the_payload_records_when_and_by_whom_and_the_patches_probe_reports_it() -> None:
+    import time
+    import types
+    from typing import Any
+
+    from leakhound.payload import probes
+    from leakhound.payload.patches import _applied_by, _apply_all, _revert, _state
+
+    def make(original: Any, counters: dict[str, int]) -> Any:
+        return lambda self: "fixed"
+
+    module = types.SimpleNamespace(FIX="registry", DESCRIPTION="test",
+                                   recognise=lambda: ([(_Patched, "method", make)], None))
+    # What the CLI says is input from another process: only numbers and short strings kept.
+    by = _applied_by({"by": {"uid": 0, "user": "root" * 40, "leakhound_version": "0.1.0", "code": "x"}})
+    assert by == {"uid": 0, "user": ("root" * 40)[:64], "leakhound_version": "0.1.0"}
+    assert _applied_by({"by": {"uid": "0"}})["uid"] == -1 and _applied_by({}) == {}
+    started = time.time()
+    try:
+        (result,) = _apply_all([module], False, {}, lambda phase: None, by)
+        assert result["status"] == "applied" and result["applied_by"] == by
+        assert _Patched().method() == "fixed"
+        (entry,) = probes.patches_probe()["applied"]
+        assert entry["fix"] == "registry" and entry["applied_by"] == by
+        assert started <= entry["applied_at"] <= time.time()
+        assert entry["functions"] == [f"{__name__}._Patched.method"]
+    finally:
+        _revert(module)
+    assert _state.peek() == {} and probes.patches_probe() == {"applied": []}
+    assert _Patched().method() == "original"
