@@ -188,7 +188,7 @@ def judge_fix(fix: str, owner: FixedOwner | None, before_points: Sequence[Verify
                                noise.owner_bytes, noise)
         numbers = f"{owner_numbers}, {ob.items_per_min:+.0f} -> {oa.items_per_min:+.0f} items/min"
         if verdict == VerifyVerdict.NOT_PROVEN:
-            text = f"{fix}: not proven: {owner.path} did not grow before the fix ({numbers})"
+            text = f"{fix}: not proven: {name} did not grow before the fix ({numbers})"
         else:
             text = f"{fix} {_WORDS[verdict]} ({numbers})"
         return verdict_of(verdict, text, "owner")

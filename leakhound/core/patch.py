@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leakhound import __version__
+from leakhound.analysis.detectors.applied import applied_fix
 from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.process import resolve_target
@@ -232,7 +233,9 @@ def _read_back(pid: int, *, method: str, timeout: float, log: AttachLog | None) 
 
 def _outcome(pid: int, result: dict[str, Any]) -> PatchOutcome:
     spec = FIXES.get(result["fix"])
+    recorded = applied_fix(result) if result.get("status") in ("applied", "already-applied") else None
     return PatchOutcome(
+        applied=recorded,
         fix=result["fix"],
         pid=pid,
         status=result["status"],

@@ -205,6 +205,9 @@ class PatchOutcome:
     # The functions the fix replaced (``module.Class.name``), not the processes it ran in.
     functions: tuple[str, ...] = ()
     counters: dict[str, Any] = field(default_factory=dict)
+    # When (Unix time, read in the target) and by whom the fix was applied, as the target
+    # recorded it (applied and --status answers; None: not applied, or not recorded).
+    applied: AppliedFix | None = None
 
 
 @dataclass(frozen=True)

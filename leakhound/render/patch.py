@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any, TextIO
 
 from rich.table import Table
 
+from leakhound.analysis.detectors.applied import when_and_who
 from leakhound.analysis.verify import rate
 from leakhound.model import PatchOutcome
 from leakhound.model.units import MiB, fmt_bytes
@@ -39,6 +41,9 @@ def render_outcomes(outcomes: Sequence[PatchOutcome], *, file: TextIO | None = N
             lines.append(f"stays until restart: {spec.stays}")
         elif o.functions and o.status in ("applied", "reverted"):
             lines.append("[dim]" + ", ".join(o.functions) + "[/dim]")
+        if o.applied is not None and o.applied.applied_at is not None and o.status in ("applied",
+                                                                                       "already-applied"):
+            lines.append(f"[dim]{when_and_who(o.applied)}[/dim]")
         if o.counters and not o.effect and o.status in ("applied", "reverted"):
             lines.append("[dim]" + ", ".join(f"{k}={v}" for k, v in sorted(o.counters.items())) + "[/dim]")
         grid.add_row(f"pid {o.pid}", f"[bold]{o.fix}[/bold] [{style}]{o.status}[/{style}]", "\n".join(lines))
@@ -51,6 +56,7 @@ def outcome_doc(o: PatchOutcome) -> dict[str, Any]:
         "fix": o.fix, "pid": o.pid, "status": o.status, "metric": o.metric, "before": o.before,
         "after": o.after, "effect": o.effect, "reason": o.reason, "functions": list(o.functions),
         "counters": o.counters, "changes": spec.changes if spec else "", "stays": spec.stays if spec else "",
+        "applied": asdict(o.applied) if o.applied is not None else None,
     }
 
 

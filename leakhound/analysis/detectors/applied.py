@@ -27,13 +27,15 @@ def applied_fixes(snapshot: Snapshot) -> dict[str, AppliedFix]:
     entries = found.get("applied") if isinstance(found, dict) else None
     out: dict[str, AppliedFix] = {}
     for entry in entries if isinstance(entries, list) else ():
-        fix = _applied(entry)
+        fix = applied_fix(entry)
         if fix is not None:
             out[fix.fix] = fix
     return out
 
 
-def _applied(entry: Any) -> AppliedFix | None:
+def applied_fix(entry: Any) -> AppliedFix | None:
+    """An ``AppliedFix`` from the target's record of one fix (the ``patches`` probe's entries,
+    and the patch answers' results: ``fix``, ``functions``, ``applied_at``, ``applied_by``)."""
     # From inside the target, whose owner controls it: only known fixes and plain values.
     if not isinstance(entry, dict) or entry.get("fix") not in FIXES:
         return None
