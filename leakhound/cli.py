@@ -81,7 +81,8 @@ app = typer.Typer(
     cls=_Group,
     help=(
         "Attach to a live Python worker whose memory keeps climbing: what retains it and why, "
-        "live heap vs allocator fragmentation, known leak shapes, and live fixes proven with numbers."
+        "live heap vs allocator fragmentation, known leak shapes, and live fixes proven with numbers. "
+        "Every word its output uses (retained, owner, pause, held from C, ...) is defined in docs/glossary.md."
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -103,7 +104,7 @@ def _root(
         "--verbose", "-v", help="Print the exact debugger command and its output.")] = False,
     width: Annotated[Optional[int], typer.Option(
         "--width", min=40, metavar="COLUMNS",
-        help="Wrap output at COLUMNS (default: the terminal's width; not wrapped when not a terminal).",
+        help="Wrap output at COLUMNS (default: the terminal's width; COLUMNS, else 80, when not a terminal).",
     )] = None,
     version: Annotated[Optional[bool], typer.Option(
         "--version", callback=_version, is_eager=True, help="Show the version.")] = None,

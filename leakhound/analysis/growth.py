@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from leakhound.analysis.ranking import rank
 from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import (
     GROWING,
@@ -43,7 +44,7 @@ from leakhound.model.growth import (
     sample_to_dict,
     trend_to_dict,
 )
-from leakhound.model.names import CODE_OWNER, PAYLOAD_OWNER
+from leakhound.model.names import CODE_OWNER, NOT_ATTRIBUTED_PREFIX, PAYLOAD_OWNER
 from leakhound.model.units import MiB, fmt_bytes
 
 # The model's names stay importable from here, where they were computed first.
@@ -345,8 +346,10 @@ def analyse_growth(
     warnings: tuple[str, ...] = ()
     fell_back = sum(1 for s in ordered if s.full and s.owner_model and s.owner_model != followed[-1].owner_model)
     if fell_back:
-        warnings += (f"{fell_back} full census(es) fell back to first-reacher owners (graph over its budget): "
-                     "their owners are not followed, the dominator model's are",)
+        warnings += (f"{fell_back} full census(es) could not attribute owners (the object graph not walked or not "
+                     "finished): their bytes are not followed, the dominator model's owners are",)
+    model = followed[-1].owner_model if followed else ""
+    reason = snapshot.heap.owner_model_reason if snapshot is not None and snapshot.heap.owner_model == model else ""
     unresolved = sorted({p for s in ordered for p in s.unresolved})
     if unresolved:
         warnings += (f"cheap samples could not find again {len(unresolved)} owner(s) of the last census by their "
@@ -362,7 +365,8 @@ def analyse_growth(
         owners=tuple(owners),
         types=tuple(types[:top_types]),
         cyclic_garbage=garbage,
-        owner_model=followed[-1].owner_model if followed else "",
+        owner_model=model,
+        owner_model_reason=reason,
         warnings=warnings,
     )
     return GrowthReport(**{**_fields(report), "findings": growth_findings(report)})
@@ -446,7 +450,9 @@ def _fields(report: GrowthReport) -> dict[str, Any]:
 
 
 def _mb(n: float) -> str:
-    return fmt_bytes(n, "MiB", decimals=2)
+    # as the watch's table prints the same numbers (its size and bytes/min columns): one
+    # screen said "14.4 MiB" and "+40.4 MiB/min" above "40.44 MiB/min ... (now 14.45 MiB)"
+    return fmt_bytes(n)
 
 
 def _minutes(seconds: float) -> str:
@@ -529,6 +535,13 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
                 "break the cycles (weakref, explicit clear)"
             )
             severity = "warning" if t.verdict == GROWING else "info"
+        elif t.verdict == GROWING and t.name.startswith(NOT_ATTRIBUTED_PREFIX):
+            summary = (
+                f"the heap keeps growing: {_mb(rate)}/min, {t.items_per_min:,.0f} objects/min over "
+                f"{_minutes(t.seconds)} (now {_mb(size)}){capped}, but no owner could be computed "
+                f"({t.name[1:-1]}): the warnings say why and what would allow it"
+            )
+            severity = "warning"
         elif t.verdict == GROWING:
             summary = (
                 f"{t.name} ({t.type}) keeps growing: {_mb(rate)}/min, "
@@ -569,6 +582,4 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
                          "bytes_per_min": round(r.bytes_per_min, 1), "window_seconds": round(r.seconds, 2)},
             )
         )
-    order = {"warning": 0, "info": 1}
-    findings.sort(key=lambda f: (order.get(f.severity, 9), -float(f.details.get("bytes_per_min", 0))))
-    return tuple(findings)
+    return rank(findings)

@@ -52,31 +52,48 @@ def _libpython_mapping(pid: int) -> tuple[str, str, int, tuple[int, int]] | None
     return None
 
 
-def _elf_version(path: str, inode: int | None = None) -> tuple[int, int] | None:
+#: ELF file (st_dev, st_ino) -> the CPython version in it: what one scan of many processes
+#: has read already (most share a handful of executables; reading one is ~30 ms).
+ElfVersions = dict[tuple[int, int], "tuple[int, int] | None"]
+
+
+def _read_elf_version(path: str, known: ElfVersions | None) -> tuple[int, int] | None:
+    """The CPython version in the ELF file at ``path`` (OSError, ElfError when unreadable)."""
+    if known is None:
+        return elf.python_version(elf.ElfFile(path, exported_only=True))
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino)
+    if key not in known:
+        known[key] = elf.python_version(elf.ElfFile(path, exported_only=True))
+    return known[key]
+
+
+def _elf_version(path: str, inode: int | None = None, known: ElfVersions | None = None) -> tuple[int, int] | None:
     """The CPython version in the ELF file at ``path`` (that inode, if given), or None."""
     try:
         if inode is not None and os.stat(path).st_ino != inode:
             return None
-        return elf.python_version(elf.ElfFile(path, exported_only=True))
+        return _read_elf_version(path, known)
     except (OSError, elf.ElfError):
         return None
 
 
-def python_version(pid: int) -> tuple[int, int] | None:
+def python_version(pid: int, *, known: ElfVersions | None = None) -> tuple[int, int] | None:
     """The CPython version of a live process, read from its files and never by running
     anything of them: the libpython it maps (its data, else its name), else the executable
     it runs (a static build: no libpython), opened through /proc/PID/exe, so a file since
-    put in its place is not what is read. A name alone never makes a process CPython."""
+    put in its place is not what is read. A name alone never makes a process CPython.
+    ``known``: the versions of files read before in the same scan, added to."""
     mapped = _libpython_mapping(pid)
     if mapped is not None:
         span, path, inode, named = mapped
         for candidate in (f"/proc/{pid}/map_files/{span}", f"/proc/{pid}/root{path}"):
-            version = _elf_version(candidate, inode)
+            version = _elf_version(candidate, inode, known)
             if version is not None:
                 return version
         return named
     try:
-        return elf.python_version(elf.ElfFile(f"/proc/{pid}/exe", exported_only=True))
+        return _read_elf_version(f"/proc/{pid}/exe", known)
     except PermissionError:
         raise PermissionDenied(f"cannot read /proc/{pid}/exe: permission denied") from None
     except FileNotFoundError:
@@ -238,27 +255,92 @@ def environ_of(pid: int) -> dict[str, str]:
     return env
 
 
-def match_processes(pattern: str, *, exclude: frozenset[int] = frozenset()) -> list[int]:
-    """Pids of CPython processes whose command line matches ``pattern`` (a regular
-    expression), leaving out leakhound itself and its parents."""
-    regex = re.compile(pattern)
+# Bounds on what is read of another user's process: its command line can be megabytes.
+_CMDLINE_BYTES = 64 * 1024  # what --match searches
+_TITLE_BYTES = 4096  # what is shown
+_COMM_BYTES = 64
+_STAT_BYTES = 4096
+MAX_CHILDREN = 64
+
+
+def _read_bounded(path: str, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a /proc file (b"" when it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def title(pid: int) -> str:
+    """What ``pid`` calls itself: its command line (which setproctitle rewrites to the title,
+    ``Verifiers::EnvWorker0``), else its name (/proc/PID/comm); at most 4 KiB read."""
+    raw = _read_bounded(f"/proc/{pid}/cmdline", _TITLE_BYTES).replace(b"\0", b" ").strip()
+    raw = raw or _read_bounded(f"/proc/{pid}/comm", _COMM_BYTES).strip()
+    return raw.decode(errors="replace")
+
+
+def _other_processes(exclude: frozenset[int]) -> list[tuple[int, str, str]]:
+    """(pid, command line, name) of every process with a command line (not a kernel thread),
+    leaving out ``exclude``, leakhound itself and its parents. Each read is bounded: a
+    process's command line is someone else's input, and can be megabytes."""
     skip = set(exclude) | {os.getpid()}
     try:
         skip.update(p.pid for p in psutil.Process().parents())
     except psutil.Error:
         pass
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        pid = int(proc.info["pid"])
-        cmdline = " ".join(proc.info.get("cmdline") or ())
-        if pid in skip or not cmdline or not regex.search(cmdline):
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
             continue
-        try:
-            resolve_target(pid)
-        except (TargetNotFound, NotPython, UnsupportedPython, PermissionDenied):
-            continue  # not Python, gone, or not ours to read: not a worker we can watch
-        found.append(pid)
-    return sorted(found)
+        cmdline = _read_bounded(f"/proc/{entry}/cmdline", _CMDLINE_BYTES).replace(b"\0", b" ").strip()
+        if cmdline:
+            name = _read_bounded(f"/proc/{entry}/comm", _COMM_BYTES).strip()
+            found.append((int(entry), cmdline.decode(errors="replace"), name.decode(errors="replace")))
+    return found
+
+
+def _readable_python(pid: int, known: ElfVersions, *, named_python: bool = False) -> bool:
+    """Whether ``pid`` is CPython 3.8+ and ours to read (``resolve_target`` would take it).
+    ``named_python``: only a process whose executable is named python* or that maps a
+    libpython is read further (a quick look over every process: its files are not read)."""
+    try:
+        proc = _proc(pid)
+        exe = proc.exe()
+        proc.uids()
+        if named_python and not os.path.basename(exe).startswith("python") and _libpython_mapping(pid) is None:
+            return False
+        version = python_version(pid, known=known)
+    except (psutil.Error, TargetNotFound, PermissionDenied):
+        return False  # gone, or not ours to read: not a worker we can attach to
+    return version is not None and version >= (3, 8)
+
+
+def match_processes(pattern: str, *, exclude: frozenset[int] = frozenset()) -> list[int]:
+    """Pids of CPython processes whose title or command line matches ``pattern`` (a regular
+    expression, case ignored), leaving out leakhound itself and its parents. The title is
+    what the worker named itself (``Verifiers::EnvWorker0``, set with setproctitle, which
+    also rewrites the command line) as /proc/PID/comm keeps it."""
+    regex = re.compile(pattern, re.IGNORECASE)
+    known: ElfVersions = {}
+    return sorted(
+        pid for pid, cmdline, name in _other_processes(exclude)
+        if (regex.search(cmdline) or regex.search(name)) and _readable_python(pid, known)
+    )
+
+
+def python_processes(*, exclude: frozenset[int] = frozenset()) -> list[tuple[int, str]]:
+    """(pid, title) of the CPython processes leakhound can read whose executable is
+    named python* or that map a libpython, by pid, leaving out leakhound itself and its
+    parents: what a person picks a pid from (shell completion, a --match that found none)."""
+    known: ElfVersions = {}
+    return sorted((pid, title(pid)) for pid, _cmdline, _name in _other_processes(exclude)
+                  if _readable_python(pid, known, named_python=True))
 
 
 def ignored_signals(pid: int) -> int:
@@ -280,3 +362,30 @@ def tracer_pid(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def _parent_pids() -> dict[int, int]:
+    """pid -> parent pid of every process, from /proc/PID/stat (the field after the name's
+    closing parenthesis, which a name cannot fake: the last one is taken)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _read_bounded(f"/proc/{entry}/stat", _STAT_BYTES)
+            fields = stat[stat.rfind(b")") + 1:].split()
+            if len(fields) >= 2 and fields[1].isdigit():
+                parents[int(entry)] = int(fields[1])
+    return parents
+
+
+def child_pids(pid: int, *, depth: int = 1) -> list[int]:
+    """The processes ``pid`` started, and theirs down to ``depth`` generations, by pid; at
+    most ``MAX_CHILDREN``."""
+    parents = _parent_pids()
+    found: list[int] = []
+    generation = {pid}
+    for _ in range(depth):
+        generation = {child for child, parent in parents.items() if parent in generation} - {pid}
+        found.extend(sorted(generation))
+        if not generation or len(found) >= MAX_CHILDREN:
+            break
+    return found[:MAX_CHILDREN]

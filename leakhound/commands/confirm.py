@@ -37,8 +37,8 @@ def command(
              "and {done} (docs/confirm.md).")] = None,
     worker_match: Annotated[str | None, typer.Option(
         "--worker-match", metavar="REGEX",
-        help="With --worker-cmd: the worker to patch and measure, by command line, among the command's "
-             "processes (default: the command's own process).")] = None,
+        help="With --worker-cmd: the worker to patch and measure, by title or command line (any case), among "
+             "the command's processes (default: the command's own process).")] = None,
     method: MethodOpt = "auto",
 ) -> None:
     """Run the same churn workload once per configuration (no fixes, each fix alone, all fixes)

@@ -19,6 +19,10 @@ from leakhound.render import patch as patch_render
 from leakhound.render import table
 from leakhound.render.console import console
 
+# What the demo suggests watching next: verifiers' env workers by the title each gives itself
+# (Verifiers::EnvWorker0; --match ignores case), not the EnvServer that routes to them.
+WORKER_MATCH = "EnvWorker"
+
 
 def command(
     method: MethodOpt = "auto",
@@ -63,7 +67,8 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
             outcomes = patch_process(pid, fixes=list(FIX_NAMES), verify_seconds=verify, method=method, log=reporter.log)
             patch_render.render_outcomes(outcomes)
     con.print("\n[bold]Next[/bold]: `leakhound inspect PID` on a real worker; `leakhound confirm` for the "
-              "A/B table; `leakhound watch --match verifiers` to tell a leak from a plateau.")
+              f"A/B table; `leakhound watch --match {WORKER_MATCH}` (the title verifiers' env workers give "
+              "themselves, Verifiers::EnvWorker0) to tell a leak from a plateau.")
 
 
 def _delivered_bodies(snapshot: Snapshot) -> int:

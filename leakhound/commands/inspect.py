@@ -75,10 +75,10 @@ def run(
             json_render.render_why(why, taken.why, snapshot)
         else:
             json_render.render_snapshot(snapshot)
+    elif why is not None:  # only what was asked; the whole report is one `inspect` away
+        table.render_why(why, taken.why, snapshot)
     else:
         table.render_snapshot(snapshot, ledger(snapshot), top=top)
-        if why is not None:
-            table.render_why(why, taken.why, snapshot)
     return snapshot
 
 
@@ -93,8 +93,9 @@ def command(
     owners: Annotated[str, typer.Option(
         "--owners", metavar="MODEL",
         help="How owners are found: auto (the dominator tree when the object graph fits its budgets: "
-        "up to 5,000,000 nodes, a quarter of the worker's RSS (at most 256 MiB) held by its walk, a share of the "
-        "request's time; else the first-reacher census), dominator (no memory budget), census.")] = "auto",
+        "up to 6,000,000 nodes (LEAKHOUND_MAX_GRAPH_NODES), a quarter of the worker's RSS (at most 256 MiB) held "
+        "by its walk, a share of the request's time; else no owner is named: the heap is one '<not attributed: "
+        "...>' owner and the header says why), dominator (no memory budget), census (first reachers).")] = "auto",
     why: Annotated[str | None, typer.Option(
         "--why", help="What keeps OWNER (a path from the owners table) or the biggest objects of TYPE alive: "
         "a few distinct paths from roots.", metavar="OWNER_OR_TYPE")] = None,
@@ -109,6 +110,10 @@ def command(
     Attaches without stopping the worker for more than an instant (about 0.3 ms with the
     default ptrace injector): the census runs at a safe point, in a short-lived thread, never
     calls gc.collect(), and leaves nothing behind but its payload module, reused next time.
+
+    The first lines say what was measured, how long the worker waited (against the pause budget:
+    a WARNING when over it) and the next command to run. Every term in the output (retained,
+    owner, pause, held from C, ...) is defined in docs/glossary.md.
     """
     if owners not in OWNER_MODELS:
         raise typer.BadParameter(f"choose one of {', '.join(OWNER_MODELS)}", param_hint="--owners")

@@ -44,6 +44,35 @@ def fixes_from(text: str, *, allow_none: bool = False) -> tuple[str, ...]:
         raise typer.BadParameter(str(exc), param_hint="--fix") from None
 
 
+# A completion's description is cut to this: typer lays zsh's out at 80 columns when its output
+# is not a terminal (it never is for completion), and a longer one broke onto a second line.
+COMPLETION_DESCRIPTION = 60
+
+
+def _described(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= COMPLETION_DESCRIPTION else text[: COMPLETION_DESCRIPTION - 1] + "…"
+
+
+def complete_pids(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of a PID: the Python processes leakhound can read, with their titles."""
+    from leakhound.core.targets import python_processes
+
+    return [(str(pid), _described(text)) for pid, text in python_processes() if str(pid).startswith(incomplete)]
+
+
+def complete_fixes(incomplete: str) -> list[tuple[str, str]]:
+    """Shell completion of ``--fix``: the fix names, each after the ones already typed before a
+    comma (``steps,reg`` -> ``steps,registry``), with what the fix does."""
+    from leakhound.patches import FIXES
+
+    done, comma, part = incomplete.rpartition(",")
+    chosen = {name.strip().lower() for name in done.split(",")}
+    described = {"all": "every fix", **{name: spec.summary for name, spec in FIXES.items()}}
+    return [(f"{done}{comma}{name}", _described(what)) for name, what in described.items()
+            if name.startswith(part.strip().lower()) and name not in chosen and not (comma and name == "all")]
+
+
 def pids_or_match(pids: list[int] | None, match: str | None) -> tuple[int, ...]:
     if not pids and not match:
         raise typer.BadParameter("give at least one PID or --match PATTERN", param_hint="PID")
@@ -51,12 +80,12 @@ def pids_or_match(pids: list[int] | None, match: str | None) -> tuple[int, ...]:
 
 
 PidArg = Annotated[int, typer.Argument(metavar="PID", help="Process id of the Python worker.", min=1,
-                                        show_default=False)]
+                                        show_default=False, autocompletion=complete_pids)]
 PidsArg = Annotated[list[int] | None, typer.Argument(
-    metavar="PID", help="Process ids of Python workers.", min=1, show_default=False)]
+    metavar="PID", help="Process ids of Python workers.", min=1, show_default=False, autocompletion=complete_pids)]
 MatchOpt = Annotated[str | None, typer.Option(
     "--match", metavar="REGEX", callback=_match,
-    help="Every Python process whose command line matches this regular expression.")]
+    help="Every Python process whose title or command line matches this regular expression, ignoring case.")]
 MethodOpt = Annotated[str, typer.Option(
     "--method", "-m", metavar="METHOD", callback=_method,
     help=f"How to get into the target: {', '.join(METHOD_NAMES)}.")]

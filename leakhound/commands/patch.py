@@ -18,6 +18,7 @@ from leakhound.commands.options import (
     MethodOpt,
     PidsArg,
     TimeoutOpt,
+    complete_fixes,
     finite,
     fixes_from,
 )
@@ -38,7 +39,7 @@ PATCH_SCHEMA = "leakhound.patch/1"
 def command(
     pids: PidsArg = None,
     fix: Annotated[str | None, typer.Option(
-        "--fix", "-f", metavar="FIX[,FIX]",
+        "--fix", "-f", metavar="FIX[,FIX]", autocompletion=complete_fixes,
         help=f"The fixes: {FIX_HELP} Needed to apply to a live worker; --status, --revert and "
              "--dry-run take all when it is left out.")] = None,
     match: MatchOpt = None,

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from leakhound.commands.common import Reporter, new_reporter
-from leakhound.commands.options import FIX_HELP, finite, fixes_from
+from leakhound.commands.options import FIX_HELP, complete_fixes, finite, fixes_from
 from leakhound.errors import LeakhoundError
 from leakhound.simulate.fleet import start_fleet
 from leakhound.simulate.workload import Workload
@@ -49,7 +49,8 @@ def command(
     group_size: Annotated[int, typer.Option(
         "--group-size", min=1, metavar="N", help="Rollouts per group (>1: group stage).")] = _DEFAULT.group_size,
     fix: Annotated[str, typer.Option(
-        "--fix", "-f", metavar="FIX[,FIX]", help=f"The fixes the workers run with: none, {FIX_HELP}")] = "none",
+        "--fix", "-f", metavar="FIX[,FIX]", autocompletion=complete_fixes,
+        help=f"The fixes the workers run with: none, {FIX_HELP}")] = "none",
     ready_file: Annotated[Path | None, typer.Option(
         "--ready-file", metavar="FILE", help="Write {pids, report_dir} here when ready.")] = None,
     hold: Annotated[float, typer.Option(

@@ -9,6 +9,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,6 +21,7 @@ from leakhound.attach.channel import Post, Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS as FOLLOW_PROGRESS  # the commands' default: they import no attach
 from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import process_stats, resolve_target
+from leakhound.core.targets import env_worker_children
 from leakhound.errors import ProtocolViolation
 from leakhound.model import (
     ArenaStats,
@@ -31,7 +33,13 @@ from leakhound.model import (
     Snapshot,
     TypeStat,
 )
-from leakhound.model.names import PAYLOAD_OWNER, PAYLOAD_PACKAGE
+from leakhound.model.names import (
+    PAYLOAD_OWNER,
+    PAYLOAD_PACKAGE,
+    NotAttributed,
+    OwnerModel,
+    not_attributed_owner,
+)
 from leakhound.model.snapshot import SchemaError, snapshot_from_json, snapshot_to_json
 
 
@@ -128,19 +136,32 @@ DEFAULT_MAX_PAUSE_MS = 50.0
 # the graph: a 7.2M-node graph peaked at 1.1 GiB), not what the heap has. An object one
 # collection alone holds is folded into it (payload/_graph_walk.c), so a heap of registries
 # of records is a graph of its shared objects: a 16.5M-object heap of 2.4M sessions in a
-# dict was a few thousand nodes (3.3 s, leakhound's peak 41 MiB). Past it, the first-reacher
-# census's owners stand and the header says why (owner_model, owner_model_note). The walk
+# dict was a few thousand nodes (3.3 s, leakhound's peak 41 MiB). Past it no owner is named
+# (``not_attributed``) and the header says why (owner_model, owner_model_reason). The walk
 # holds in the target its bitmaps (a bit per 16 bytes of the heap), its stack and a few
 # blocks: within a quarter of the worker's RSS (at least 64 MiB, at most MAX_GRAPH_MEMORY)
 # by default ("auto"); asked for explicitly (--owners dominator), no memory budget applies
 # but the memory limit's.
 DEFAULT_MAX_GRAPH_NODES = 6_000_000
 DOMINATOR_MAX_GRAPH_NODES = 6_000_000
+# Overrides both (a positive integer, at most the payload's 100,000,000): a bigger budget for a
+# heap over it where leakhound's machine has the memory (~160 bytes a node), a small one in tests.
+MAX_GRAPH_NODES_ENV = "LEAKHOUND_MAX_GRAPH_NODES"
+MAX_GRAPH_NODES_CEILING = 100_000_000
 GRAPH_MEMORY_SHARE = 0.25
 MIN_GRAPH_MEMORY = 64 << 20
 # A sick worker near its memory limit is what leakhound is pointed at: however big it is, the
 # walk never holds more than this by default (the bitmaps of a ~30 GB heap).
 MAX_GRAPH_MEMORY = 256 << 20
+
+
+def graph_node_budget(owner_model: str, environ: Mapping[str, str] | None = None) -> int:
+    """The node budget for ``owner_model``: ``LEAKHOUND_MAX_GRAPH_NODES`` when it is a positive
+    integer (at most the ceiling), else the default."""
+    text = (os.environ if environ is None else environ).get(MAX_GRAPH_NODES_ENV, "").strip().replace("_", "")
+    if text.isdigit() and int(text) > 0:
+        return min(int(text), MAX_GRAPH_NODES_CEILING)
+    return DOMINATOR_MAX_GRAPH_NODES if owner_model == "dominator" else DEFAULT_MAX_GRAPH_NODES
 
 
 def graph_memory_budget(pid: int) -> int:
@@ -210,8 +231,9 @@ def capture(
     request: dict[str, object] = {"op": "snapshot", "top_types": max(top, 50), "top_owners": max(top, 50)}
     if owner_model != "census":
         request["graph"] = True
+        request["census_owners"] = False  # a skipped graph's owners are not attributed (not_attributed)
         if max_graph_nodes is None:
-            max_graph_nodes = DOMINATOR_MAX_GRAPH_NODES if owner_model == "dominator" else DEFAULT_MAX_GRAPH_NODES
+            max_graph_nodes = graph_node_budget(owner_model)
         request["max_graph_nodes"] = max_graph_nodes
         if owner_model == "auto":
             request["max_graph_bytes"] = graph_memory_budget(pid)
@@ -288,6 +310,7 @@ def capture(
         taken_at=taken_at,
         pause_ms=max(remote.attach_stop_ms, remote.main_thread_ms),
     )
+    snap = with_env_worker_children(snap)
     # The snapshot's time is when the target began counting (its own clock; the kernel's is
     # shared with containers), not when the CLI began attaching: the first inspection of a
     # process loads the payload, and diff's rates divide by the time between two snapshots.
@@ -300,9 +323,7 @@ def capture(
         return _analysed(Capture(snap))
     doc = early.doc if early is not None else remote.result.get("graph")
     if not isinstance(doc, dict) or doc.get("skipped"):
-        note = str(doc.get("skipped")) if isinstance(doc, dict) else "the target sent no object graph"
-        heap = replace(snap.heap, owner_model="first-reacher", owner_model_note=note)
-        return _analysed(Capture(replace(snap, heap=heap)))
+        return _analysed(Capture(not_attributed(snap, doc if isinstance(doc, dict) else None, owner_model=owner_model)))
     if early is not None:
         # The dominator pass ran while the target counted; the names came with the result.
         graph, found = early.finish(remote.result.get("names"))
@@ -319,6 +340,43 @@ def capture(
     asked = tuple(_owner(o) for o in found.why)
     snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "graph_started_at", snap.taken_at))
     return _analysed(Capture(with_dominator_owners(snap, graph, found), graph, found.tree, asked))
+
+
+# What would let the owners be computed, by why they were not (the header and the JSON note).
+_CENSUS_INSTEAD = ("`inspect --owners census` lists first reachers instead (each object under the first named root "
+                   "that reaches it: not what freeing it returns)")
+_WHAT_WOULD_ALLOW = {
+    NotAttributed.GRAPH_OVER_NODES: f"{MAX_GRAPH_NODES_ENV}=N raises the node budget (leakhound holds ~160 bytes "
+                                    "a node while it analyses the graph)",
+    NotAttributed.GRAPH_OVER_MEMORY_BUDGET: "`inspect --owners dominator` walks it without that budget (the memory "
+                                            "limit's headroom still applies)",
+    NotAttributed.GRAPH_NO_HEADROOM: "more headroom under the worker's memory limit would (--force lets the "
+                                     "request use the headroom less 4 MiB: the kernel may then kill the worker)",
+    NotAttributed.GRAPH_OUT_OF_TIME: "a longer --timeout gives the graph more time",
+    NotAttributed.NO_GRAPH: "",
+}
+
+
+def not_attributed(snap: Snapshot, doc: dict[str, Any] | None, *, owner_model: str = "auto") -> Snapshot:
+    """``snap`` (the census's first-reacher owners) when the object graph was asked for and
+    not walked or not finished (``doc``: its ``{"skipped": reason, "skipped_code": ...}``, or
+    None when none came): the heap's bytes are one owner, ``<not attributed: ...>``, never a
+    first reacher presented as an owner (on the real worker past the budget, the first
+    reacher was anyio's task states where trajectories held the bytes); the header says why
+    and what would allow it; the per-type view stands."""
+    code = doc.get("skipped_code") if doc is not None else None
+    reason = NotAttributed(code) if code in {r.value for r in NotAttributed} else NotAttributed.NO_GRAPH
+    if reason == NotAttributed.GRAPH_OVER_MEMORY_BUDGET and owner_model == "dominator":
+        reason = NotAttributed.GRAPH_NO_HEADROOM  # (explicit dominators have no budget of their own)
+    nodes = doc.get("max_nodes") if doc is not None else None
+    nodes = nodes if type(nodes) is int and nodes > 0 else 0
+    why = str(doc.get("skipped") or "") if doc is not None else "the target sent no object graph"
+    allow = "; ".join(a for a in (_WHAT_WOULD_ALLOW[reason], _CENSUS_INSTEAD) if a)
+    heap = replace(snap.heap, owner_model=OwnerModel.NOT_ATTRIBUTED.value, owner_model_reason=reason.value,
+                   owner_model_note=f"{why or 'the object graph was not walked'}; {allow}")
+    owner = Owner(path=not_attributed_owner(reason, nodes), type="", items=snap.heap.objects,
+                  retained_bytes=snap.heap.bytes, retained_objects=snap.heap.objects)
+    return replace(snap, heap=heap, owners=(owner,))
 
 
 def _dominator_owners(doc: dict[str, Any], *, top: int, retainers: int, why: str | None,
@@ -453,6 +511,21 @@ def counted_at(heap: object, key: str, default: float) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value - default) < 86400:
         return float(value)
     return default
+
+
+def with_env_worker_children(snap: Snapshot) -> Snapshot:
+    """A process with no verifiers runtime whose children are env workers (the verifiers
+    EnvServer, which routes requests to them) names them in its ``verifiers`` probe section,
+    ``env_worker_children``: the detectors then say which pid to inspect instead. Read from
+    /proc outside the target, by title."""
+    section = snap.probes.get("verifiers")
+    if not isinstance(section, dict) or "skipped" not in section:
+        return snap
+    children = env_worker_children(snap.pid)
+    if not children:
+        return snap
+    named = [{"pid": pid, "title": title} for pid, title in children]
+    return replace(snap, probes={**snap.probes, "verifiers": {**section, "env_worker_children": named}})
 
 
 def _analysed(taken: Capture) -> Capture:

@@ -92,17 +92,17 @@ def _tail(log: Path, chars: int = 2000) -> str:
 def _find_worker(leader: int, match: str | None) -> int | None:
     if match is None:
         return leader
-    pattern = re.compile(match)
+    pattern = re.compile(match, re.IGNORECASE)  # as every --match: title or command line, any case
     try:
         family = [psutil.Process(leader), *psutil.Process(leader).children(recursive=True)]
     except psutil.NoSuchProcess:
         return None
     for proc in family:
         try:
-            line = " ".join(proc.cmdline()) or proc.name()
+            line, name = " ".join(proc.cmdline()), proc.name()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if pattern.search(line):
+        if pattern.search(line) or pattern.search(name):
             return proc.pid
     return None
 

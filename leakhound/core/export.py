@@ -21,8 +21,10 @@ from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapsh
 from leakhound.attach import choose_method, death
 from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
+from leakhound.core.targets import no_process_matches
 from leakhound.errors import HeadroomTooSmall, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
+from leakhound.model.names import OwnerModel
 from leakhound.render.prometheus import (
     DEFAULT_TOP_OWNERS,
     EndedView,
@@ -106,7 +108,7 @@ class Exporter:
             self.processes[pid] = _Exported(target, choose_method(target, method), facts=death.read_facts(pid))
         self._discover()
         if not self.processes:
-            raise TargetNotFound(f"no Python process matches {match!r}" if match else "no process to export")
+            raise no_process_matches(match) if match else TargetNotFound("no process to export")
 
     def _discover(self) -> None:
         if self.match is None:
@@ -150,6 +152,11 @@ class Exporter:
                 exported.up = False
                 self.note(f"leakhound: process {pid}: snapshot failed: {exc}")
                 continue
+            last = exported.snapshot
+            if snap.heap.owner_model == OwnerModel.NOT_ATTRIBUTED and (
+                    last is None or last.heap.owner_model_reason != snap.heap.owner_model_reason):
+                # (its bytes are labelled "<not attributed: ...>"; said when the reason changes)
+                self.note(f"leakhound: process {pid}: owners not attributed: {snap.heap.owner_model_note}")
             with self.lock:
                 exported.snapshot = snap
                 exported.history.append(labelled_sample(sample_from_snapshot(snap)))

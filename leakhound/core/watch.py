@@ -39,6 +39,7 @@ from leakhound.attach.channel import Progress
 from leakhound.attach.memory_limit import MemoryCost
 from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
+from leakhound.core.targets import no_process_matches
 from leakhound.errors import (
     Interrupted,
     LeakhoundError,
@@ -49,6 +50,7 @@ from leakhound.errors import (
 )
 from leakhound.model import Owner, RequestCost, Snapshot, TypeStat
 from leakhound.model.growth import TargetEnded
+from leakhound.model.names import OwnerModel
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
 SAMPLED_OWNERS = 30
@@ -79,12 +81,14 @@ class Watched:
     last_full: Sample | None = None
     last_snapshot: Snapshot | None = None
     # The full sample and snapshot whose owners cheap samples re-read: the last with dominator
-    # owners (else the last): a census that fell back to first-reacher owners (graph over its
+    # owners (else the last): a census whose owners were not attributed (graph over its
     # budget) does not switch the model cheap samples follow.
     reference: Sample | None = None
     reference_snapshot: Snapshot | None = None
     # owner path -> its length read right after the reference census (see _LENGTH_IS_ITEMS)
     census_lengths: dict[str, int] = field(default_factory=dict)
+    # The reasons said of censuses whose owners were not attributed (names.NotAttributed)
+    not_attributed: set[str] = field(default_factory=set)
     last_full_at: float = float("-inf")
     last_attach_at: float = float("-inf")
     gone: bool = False
@@ -128,9 +132,19 @@ def _full(
             for o in sample.owners))
         w.reference = sample
     w.last_full = sample
-    if w.reference is not sample:
-        w.warnings.append(f"a full census fell back to first-reacher owners ({snapshot.heap.owner_model_note}); "
-                          "cheap samples re-read the owners of the last dominator census")
+    # a budget the census did not keep is said where the watch's report says what went wrong
+    w.warnings.extend(f"a full census: {broken.text}" for broken in snapshot.over_budget)
+    if snapshot.heap.owner_model == OwnerModel.NOT_ATTRIBUTED:
+        # Said once per reason: every census of a heap past the graph's budget is.
+        if snapshot.heap.owner_model_reason not in w.not_attributed:
+            w.not_attributed.add(snapshot.heap.owner_model_reason)
+            w.warnings.append(f"owners not attributed: {snapshot.heap.owner_model_note}" + (
+                "; cheap samples re-read the owners of the last dominator census" if w.reference is not sample
+                else ""))
+    elif w.reference is not sample:
+        w.warnings.append(f"a full census fell back to {snapshot.heap.owner_model} owners "
+                          f"({snapshot.heap.owner_model_note}); cheap samples re-read the owners of the last "
+                          "dominator census")
     return sample
 
 
@@ -319,7 +333,7 @@ def watch_processes(
         for pid in match_processes(match, exclude=frozenset(watched)):
             _add(pid, watched, method=method, explicit=False, log=log)
     if not watched:
-        raise TargetNotFound(f"no Python process matches {match!r}" if match else "no process to watch")
+        raise no_process_matches(match) if match else TargetNotFound("no process to watch")
     samplers = _Samplers(max(1, min(max_samplers, len(watched))))
     owed: set[int] = set()  # processes whose tick came while their last sample was being taken
 

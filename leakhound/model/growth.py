@@ -142,8 +142,10 @@ class GrowthReport:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     # Unreachable objects kept alive by cycles, over the full samples that looked for them.
     cyclic_garbage: Trend | None = None
-    # The owner model its owners were followed in ("dominator", "first-reacher", "").
+    # The owner model its owners were followed in ("dominator", "first-reacher",
+    # "not-attributed", ""), and with "not-attributed" why (names.NotAttributed).
     owner_model: str = ""
+    owner_model_reason: str = ""
 
     @property
     def verdict(self) -> str:
@@ -243,6 +245,7 @@ def report_to_dict(report: GrowthReport) -> dict[str, Any]:
         "types": [trend_to_dict(t) for t in report.types],
         "cyclic_garbage": None if report.cyclic_garbage is None else trend_to_dict(report.cyclic_garbage),
         "owner_model": report.owner_model,
+        "owner_model_reason": report.owner_model_reason,
         "findings": [asdict(f) for f in report.findings],
         "warnings": list(report.warnings),
     }

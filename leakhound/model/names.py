@@ -8,6 +8,7 @@ tests hold the two equal.
 
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Iterable
 
@@ -39,17 +40,22 @@ OLD_FINDING_KINDS: dict[str, str] = {
 def parse_fixes(text: str, *, allow_none: bool = False, extra: Iterable[str] = ()) -> tuple[str, ...]:
     """``all``, a comma list of fix names (``steps,trim``), or with ``allow_none`` ``none``;
     canonical order, no repeats. ``extra`` names are accepted beside the fixes (never part of
-    ``all``). Raises ValueError naming what is unknown and what may be chosen."""
+    ``all``). Raises ValueError naming what is unknown, the choice each is close to (a typo:
+    ``regsitry``), and what may be chosen."""
     known = (*FIX_NAMES, *extra)
-    names = {part.strip().lower().replace("-", "_") for part in text.split(",") if part.strip()}
+    typed = {part.strip().lower().replace("-", "_"): part.strip() for part in text.split(",") if part.strip()}
+    names = set(typed)
     if allow_none and names <= {"none"}:
         return ()
     if "all" in names:
         names = (names - {"all"}) | set(FIX_NAMES)
     unknown = sorted(names - set(known))
     if unknown or not names:
-        choices = ", ".join(("none", "all", *known) if allow_none else ("all", *known))
-        raise ValueError(f"unknown fix {', '.join(unknown) or '(none)'}; choose from {choices}")
+        options = ("none", "all", *known) if allow_none else ("all", *known)
+        meant = [close[0] for name in unknown if (close := difflib.get_close_matches(name, options, n=1))]
+        guess = f"; did you mean {', '.join(meant)}?" if len(meant) == len(unknown) and meant else ""
+        said = ", ".join(typed[name] for name in unknown) or "(none)"
+        raise ValueError(f"unknown fix {said}{guess} (choose from {', '.join(options)})")
     return tuple(name for name in known if name in names)
 
 
@@ -90,6 +96,58 @@ CODE_OWNER = "<modules and classes>"
 PAYLOAD_OWNER = "<leakhound payload>"
 #: The package the payload is loaded under in a target (``payload/boot.py``).
 PAYLOAD_PACKAGE = "_leakhound_payload"
+
+
+class OwnerModel(str, enum.Enum):
+    """How a snapshot's owners were found (``heap.owner_model``)."""
+
+    #: the dominator tree: retained = what freeing the owner returns
+    DOMINATOR = "dominator"
+    #: the census: each object under the first named root that reaches it (``--owners census``)
+    FIRST_REACHER = "first-reacher"
+    #: dominators were asked for and could not be computed: no owner is named, the heap's
+    #: bytes are one ``<not attributed: ...>`` owner (``heap.owner_model_reason`` says why)
+    NOT_ATTRIBUTED = "not-attributed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class NotAttributed(str, enum.Enum):
+    """Why owners could not be computed (``heap.owner_model_reason``); the payload's graph
+    says the same codes (``skipped_code``, payload/graph.py)."""
+
+    #: the object graph has more nodes than the graph budget (LEAKHOUND_MAX_GRAPH_NODES)
+    GRAPH_OVER_NODES = "graph_over_nodes"
+    #: its walk would hold more than its own memory budget in the target (``--owners auto``:
+    #: a quarter of the worker's RSS, at most 256 MiB)
+    GRAPH_OVER_MEMORY_BUDGET = "graph_over_memory_budget"
+    #: no room for its walk under the worker's memory limit (the request's memory budget)
+    GRAPH_NO_HEADROOM = "graph_no_headroom"
+    #: its walk did not finish within its share of the request's time
+    GRAPH_OUT_OF_TIME = "graph_out_of_time"
+    #: the target sent no object graph, or did not say why
+    NO_GRAPH = "no_graph"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: How the bytes of a heap whose owners could not be computed are named: one owner, never a
+#: first reacher presented as an owner (``<not attributed: graph over 6,000,000 nodes>``).
+NOT_ATTRIBUTED_PREFIX = "<not attributed: "
+
+
+def not_attributed_owner(reason: NotAttributed, max_nodes: int = 0) -> str:
+    """The owner name of a heap's unattributed bytes, for ``reason``."""
+    what = {
+        NotAttributed.GRAPH_OVER_NODES: f"graph over {max_nodes:,} nodes" if max_nodes else "graph over its budget",
+        NotAttributed.GRAPH_OVER_MEMORY_BUDGET: "graph over its memory budget",
+        NotAttributed.GRAPH_NO_HEADROOM: "no room for the graph under the memory limit",
+        NotAttributed.GRAPH_OUT_OF_TIME: "graph out of time",
+        NotAttributed.NO_GRAPH: "no object graph",
+    }[reason]
+    return f"{NOT_ATTRIBUTED_PREFIX}{what}>"
 
 
 class EndedHow(str, enum.Enum):

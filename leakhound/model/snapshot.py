@@ -66,10 +66,15 @@ class HeapStats:
     unreached_examined: bool = True
     unreached_note: str = ""
     # How owners were found: "dominator" (retained = what freeing the owner returns, from the
-    # object graph's dominator tree) or "first-reacher" (the census: each object to the first
-    # named root that reaches it; every /1 snapshot). The note says why the graph was not used.
+    # object graph's dominator tree), "first-reacher" (the census: each object to the first
+    # named root that reaches it; every /1 snapshot, --owners census) or "not-attributed" (the
+    # graph was asked for and not walked or not finished: one "<not attributed: ...>" owner).
+    # The note says why the graph was not used, and what would allow it.
     owner_model: str = "first-reacher"
     owner_model_note: str = ""
+    # With "not-attributed" (dominators asked for, not computed: names.OwnerModel): why, as a
+    # code (names.NotAttributed); "" otherwise.
+    owner_model_reason: str = ""
     graph_nodes: int = 0
     graph_edges: int = 0
     graph_seconds: float = 0.0  # the graph's walk in the target
@@ -232,6 +237,19 @@ class RequestCost:
 
 
 @dataclass(frozen=True)
+class OverBudget:
+    """A budget leakhound promised to keep in the target and did not: ``code`` names which
+    (``pause_over_budget``), ``text`` says it in words, ``measured`` and ``budget`` are the
+    two numbers in ``unit`` (``ms``)."""
+
+    code: str
+    text: str
+    measured: float
+    budget: float
+    unit: str
+
+
+@dataclass(frozen=True)
 class Snapshot:
     pid: int
     taken_at: float
@@ -248,6 +266,9 @@ class Snapshot:
     # detectors read them. Keyed by probe name; each value is a plain JSON object.
     probes: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    # The budgets this look did not keep (computed from ``heap`` by analysis.budgets, like the
+    # findings: a saved snapshot re-analysed gets them too).
+    over_budget: tuple[OverBudget, ...] = ()
     # What taking it cost the target's memory (None in files written before it was measured).
     cost: RequestCost | None = None
     # The leakhound that took it ("" in files written before it was recorded).

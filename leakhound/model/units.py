@@ -32,3 +32,23 @@ def fmt_bytes(n: float, unit: str | None = None, decimals: int = 1) -> str:
     scale = dict(_UNITS)[unit]
     digits = 0 if unit == "B" else decimals
     return f"{n / scale:,.{digits}f} {unit}"
+
+
+def percent(fraction: float, *, signed: bool = False) -> str:
+    """``fraction`` as a whole percentage where that does not lie: a share or change that is
+    not zero is never printed as 0%, and one that is not exactly 100% never as 100% (606,056 ->
+    1,110 bytes is -99.8%, not -100%; 72 KiB of 150 MiB is 0.05%, not 0%). ``signed``: + too."""
+    sign = "-" if fraction < 0 else "+" if signed and fraction > 0 else ""
+    size = abs(float(fraction)) * 100
+    for decimals in (0, 1, 2):
+        text = f"{size:.{decimals}f}"
+        if size in (0.0, 100.0) or float(text) not in (0.0, 100.0):
+            return f"{sign}{text}%"
+    return f"{sign}{'<0.01' if size < 1 else '>99.99' if size < 100 else '>100'}%"
+
+
+def change(before: float, after: float) -> str:
+    """How ``after`` differs from ``before`` as a signed percentage (``percent``'s rules)."""
+    if before == 0:
+        return "new" if after else "0%"
+    return percent((after - before) / before, signed=True)

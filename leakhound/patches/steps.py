@@ -1,9 +1,10 @@
-"""steps: new trajectory steps keep identity/usage only (truncated ones a raw-token sidecar)."""
+"""steps: new trajectory steps keep identity/usage only (truncated ones also their raw token ids)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from leakhound.model.units import change, count
 from leakhound.patches.base import Effect, FixSpec, Measurement
 
 
@@ -17,20 +18,20 @@ def effect(before: Measurement, after: Measurement, counters: dict[str, Any]) ->
         return Effect(None, None, f"{slimmed} steps slimmed, none sized yet; watch longer (--verify)")
     per_before = counters.get("response_bytes_before", 0) / measured
     per_after = counters.get("response_bytes_after", 0) / measured
-    cut = 1 - per_after / per_before if per_before else 0.0
     sidecars = int(counters.get("sidecars", 0))
     return Effect(
         per_before,
         per_after,
-        f"stored response per new step {per_before:,.0f} -> {per_after:,.0f} bytes (-{cut:.0%}) "
-        f"over {measured} of {slimmed} steps (sized off the request path); {sidecars} truncated steps kept "
-        f"their token sidecar",
+        f"stored response per new step {per_before:,.0f} -> {per_after:,.0f} bytes ({change(per_before, per_after)}) "
+        f"over {measured} of {slimmed} steps (sized off the request path); {count(sidecars, 'step')} cut short by the "
+        f"token budget kept the raw token ids the trainer reads back",
     )
 
 
 SPEC = FixSpec(
     name="steps",
-    summary="trajectory steps keep identity/usage only (plus a raw-token sidecar on truncated steps)",
+    summary=("trajectory steps keep identity/usage only (steps cut short by the token budget also keep their "
+             "raw token ids)"),
     metric="bytes stored per new step's response",
     changes=("each new trajectory step stores its response without the message that restates the "
              "completion and prompt tokens (a truncated step keeps a raw-token sidecar)"),

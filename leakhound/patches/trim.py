@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakhound.model.units import count
+from leakhound.model.units import count, percent
 from leakhound.patches.base import Effect, FixSpec, Measurement, mb
 
 
@@ -21,7 +21,7 @@ def effect(before: Measurement, after: Measurement, counters: dict[str, Any]) ->
         float(before.rss_bytes),
         float(after.rss_bytes),
         f"RSS {mb(before.rss_bytes)} -> {mb(after.rss_bytes)} ({mb(-dropped)}); the ledger predicted "
-        f"{mb(predicted)} trimmable ({ratio:.0%} of it came back); {count(int(counters.get('trims', 0)), 'trim')} "
+        f"{mb(predicted)} trimmable ({percent(ratio)} of it came back); {count(int(counters.get('trims', 0)), 'trim')} "
         f"so far, longest {counters.get('max_trim_ms', 0)} ms, on the {counters.get('cadence', '?')}",
     )
 

@@ -1552,8 +1552,9 @@ graph_finish(GraphState *g)
     PyObject *c = g->cur;
     PyTypeObject *tp = Py_TYPE(c);
     int32_t entries = 0;
+    /* a dict subclass (an OrderedDict, a defaultdict) too: its entries are its values */
     if (tp == &PyList_Type || tp == &PyTuple_Type || tp == &PySet_Type || tp == &PyFrozenSet_Type
-        || tp == &PyDict_Type)
+        || (PyType_GetFlags(tp) & Py_TPFLAGS_DICT_SUBCLASS))
         entries = (int32_t)(g->entries > 0x7FFFFFFF ? 0x7FFFFFFF : g->entries);
     long long size = g->cur_size;
     if (g->folded && size <= LLONG_MAX - g->folded)

@@ -80,8 +80,9 @@ except Exception:  # no build, or an interpreter older than 3.10
 if not hasattr(_walk_module, "graph_walk"):
     _walk_module = None
 
-__all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphTimeout", "GraphTooBig",
-           "binary_pieces", "build", "census_lists_all", "compiled_available", "json_pieces", "name_paths"]
+__all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphOverHeadroom", "GraphTimeout",
+           "GraphTooBig", "binary_pieces", "build", "census_lists_all", "compiled_available", "json_pieces",
+           "name_paths"]
 
 # /2: the arrays travel raw after the JSON (graph_wire.Binary), not as base64 in it.
 # /3: ``roots`` is one flat list, four items a root (node, label, kind, tier), not a list per
@@ -171,7 +172,21 @@ class GraphCancelled(Exception):
 
 
 class GraphTooBig(Exception):
-    """More nodes than the request's ``max_nodes``: the caller falls back to the census."""
+    """More nodes than the request's ``max_nodes``, or more memory than its ``max_bytes``:
+    the walk is given up (the result says why: ``skipped`` and ``skipped_code``)."""
+
+
+class GraphOverHeadroom(GraphTooBig):
+    """The walk took the target's RSS past the request's memory budget (the memory limit's
+    headroom), not past the graph's own budget."""
+
+
+# Why a graph was not walked or not finished (``skipped_code``; the CLI's
+# model.names.NotAttributed spells them the same).
+SKIPPED_OVER_NODES = "graph_over_nodes"
+SKIPPED_OVER_MEMORY_BUDGET = "graph_over_memory_budget"
+SKIPPED_NO_HEADROOM = "graph_no_headroom"
+SKIPPED_OUT_OF_TIME = "graph_out_of_time"
 
 
 def _list_keys(d):
@@ -536,6 +551,7 @@ class Graph(object):
                     key = keys[k]
                     if type(key) is str:
                         names.setdefault(id(refs[k]), label_of("k" + key[:_MAX_LABEL_CHARS]))
+                entries = len(keys)
                 refs.extend(keys)
                 key = keys = None
                 if tp is not dict:
@@ -557,8 +573,9 @@ class Graph(object):
                 took = perf_counter() - t0
                 if took > self.max_step:
                     self.max_step = took
-            if collection and not folded_here:
-                lengths[i] = min(len(refs) // 2 if names is not None else len(refs), 0x7FFFFFFF)
+            if (collection or names is not None) and not folded_here:
+                # a dict subclass (an OrderedDict, a defaultdict) too: its entries are its values
+                lengths[i] = min(entries if names is not None else len(refs), 0x7FFFFFFF)
             tag = id(tp) in frame_like
             if names is None and not tag and id(tp) not in plain:
                 slots = self._slots_of(tp)
@@ -926,7 +943,7 @@ def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, can
           spool_dir=None, reached=None):
     """Walk the graph and return its result dict, or ``{"skipped": reason}`` when it is
     bigger than ``max_nodes`` or its walk would hold more than ``max_bytes`` in the target
-    (the caller keeps the census's owners). ``compiled``: the C walk where it loads;
+    (``skipped_code`` says which). ``compiled``: the C walk where it loads;
     ``spool_dir``: the directory the result will be written to (the debugger path): the C
     walk writes its records to its ``graph.bin`` as it goes; ``reached``: a dict the C walk
     fills with what it reached, as the census's bitmap, when a census after it would list
@@ -951,9 +968,15 @@ def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, can
     except GraphTooBig as exc:
         graph = None
         text = str(exc)
-        reason = ("the object graph has %s: over the graph budget" % text if text.startswith("more than")
-                  else "the object graph %s" % text)
-        return {"format": GRAPH_FORMAT, "skipped": reason}
+        if isinstance(exc, GraphOverHeadroom):
+            code = SKIPPED_NO_HEADROOM
+        elif text.startswith("more than"):  # (the C walk's GraphTooBig says only this)
+            code = SKIPPED_OVER_NODES
+        else:
+            code = SKIPPED_OVER_MEMORY_BUDGET
+        reason = ("the object graph has more than %s nodes: over the graph budget" % format(max_nodes, ",")
+                  if code == SKIPPED_OVER_NODES else "the object graph %s" % text)
+        return {"format": GRAPH_FORMAT, "skipped": reason, "skipped_code": code, "max_nodes": max_nodes}
     finally:
         if spool is not None:  # no graph to send: nothing left behind
             os.close(spool[1])

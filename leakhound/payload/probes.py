@@ -427,6 +427,9 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
         return {"skipped": "no verifiers v1 runtime in this process (no live Runtime in _RUNTIME_REGISTRY)"}
     # Registry first, live rollouts second: an entry registered in between is not in our
     # copy, and one still running when we look at the tasks is seen as live.
+    # read_at (the target's clock, as the snapshot's taken_at): the owners table counted the
+    # same dicts earlier in the request, and a busy worker's counts move in between
+    registry_read_at = time.time()
     registries = [list(dict.items(_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
     live_ids = _live_trajectory_ids(clock=clock) | set(in_flight)
     registry = {  # type: dict
@@ -438,6 +441,7 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
         "retained_bytes": 0,
         "finished_bytes": 0,
         "finished_steps": 0,
+        "read_at": round(registry_read_at, 3),
     }
     steps = {"steps": 0, "bloated_steps": 0, "redundant_bytes": 0, "sidecar_steps": 0, "sidecar_bytes": 0}
     # (trajectory list, finished?) once per list: judge states alias their parent's list.
@@ -471,9 +475,10 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
     for key in ("redundant_bytes", "sidecar_bytes"):
         steps[key] = sized[key]
     intercepts = {"servers": 0, "entries": 0, "delivered": 0, "pending": 0, "body_bytes": 0,
-                  "delivered_body_bytes": 0, "base64_bytes": 0}
+                  "delivered_body_bytes": 0, "base64_bytes": 0}  # type: dict
     servers = _servers(runtimes)
     intercepts["servers"] = len(servers)
+    intercepts["read_at"] = round(time.time(), 3)
     held = []  # (intercept, delivered)
     for server in servers:
         for n, intercept in enumerate(list(dict.values(_attr(server, "intercepts")))):

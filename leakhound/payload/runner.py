@@ -275,12 +275,17 @@ def _snapshot(request, progress, stop, exchange=None):
 
     # With the object graph asked for, its dominator tree names the owners: the census counts
     # the heap without them (one walk from every root: on the busy real worker a third of
-    # the census's CPU), and walks them only if the graph is skipped (too big, out of time).
+    # the census's CPU), and walks the first reachers if the graph is skipped (too big, out of
+    # time) only for a CLI that shows them then (``census_owners``).
     want_graph = bool(request.get("graph"))
+    # False: the CLI names no owner when the graph is skipped (``<not attributed: ...>``), so
+    # the census does not walk the first reachers for it then.
+    census_owners = request.get("census_owners") is not False
     in_flight = set()  # type: set
     registered = None
     if want_graph and exchange is not None and request.get("early_graph"):
-        return _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, phases, max_pause)
+        return _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, phases, max_pause,
+                                     census_owners)
     heap = census_run(not want_graph, (request,))
     phase("census")
     out_graph = None
@@ -292,11 +297,12 @@ def _snapshot(request, progress, stop, exchange=None):
         out_graph = _graph(request, progress, stop, heap, spool_dir=getattr(exchange, "spool_dir", None))
         phase("graph")
         if out_graph.get("skipped"):
-            counted = heap
-            heap = census_run(True, (request, out_graph, counted))
+            if census_owners:
+                counted = heap
+                heap = census_run(True, (request, out_graph, counted))
+                del counted
+                phase("census (owners)")
             heap.pop("graph_started_at", None)
-            del counted
-            phase("census (owners)")
     out = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
     stop.check("result")
     out["heap"] = heap
@@ -327,7 +333,8 @@ NAMES_WAIT_MIN = 10.0
 NAMES_WAIT_FACTOR = 4.0
 
 
-def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, phases, max_pause):
+def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, phases, max_pause,
+                          census_owners=True):
     """The snapshot with the graph walked first and handed over at once (``early_graph``):
     the CLI's dominator pass runs while the census, the arena and the probes run here."""
     graph_started_at = time.time()
@@ -358,8 +365,8 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
                                    request)
         phase("census (what the graph did not reach)")
     else:
-        heap = census_run(bool(skipped), (request,))
-        phase("census (owners)" if skipped else "census")
+        heap = census_run(bool(skipped) and census_owners, (request,))
+        phase("census (owners)" if skipped and census_owners else "census")
     del reached, tallies
     if not skipped:
         heap["graph_started_at"] = graph_started_at  # dominator owners are counted from here
@@ -485,7 +492,7 @@ def _graph(request, progress, stop, heap=None, census_seconds=0.0, spool_dir=Non
 # RSS/128, and what it reaches of the shared leaves; a stack and a few blocks besides.
 GRAPH_BITMAP_SHARE = 1.0 / 100
 # What the last graph walked in this process found: over the node budget, a request with no
-# larger budget is not walked again (the census's owners stand, and the header says why).
+# larger budget is not walked again (the result says why: ``skipped``, ``skipped_code``).
 _last_graph = {"over_nodes": 0, "seconds": 0.0}
 
 
@@ -497,17 +504,18 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
     if _last_graph["over_nodes"] and max_nodes <= _last_graph["over_nodes"]:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the last object graph walked in this process had more "
                 "than %s nodes: over the graph budget of %s nodes" % (format(_last_graph["over_nodes"], ","),
-                                                                     format(max_nodes, ","))}
+                                                                     format(max_nodes, ",")),
+                "skipped_code": graph.SKIPPED_OVER_NODES, "max_nodes": max_nodes}
     if heap is not None and not heap.get("with_owners", True):
         census_seconds = float(heap.get("census_seconds") or 0.0)
     max_pause = request.get("max_pause_ms")
     max_pause = float(max_pause) if type(max_pause) in (int, float) and 0 < max_pause <= 60000 else None
     stop.check("graph")
-    # The graph may fail: the census's owners are the fallback (walked before it by the
-    # ``graph`` operation and a census asked for with owners, after it by _snapshot's census
-    # without them). It gets part of what is left of the request's time, and running out of
-    # it falls back to them (the arena, probes and answer still need the rest); only the
-    # CLI's cancel or the request's deadline cancel.
+    # The graph may fail: the request goes on without it (its census, arena and probes; the
+    # CLI names no owner then, or the census's first reachers for a CLI of before). It gets
+    # part of what is left of the request's time, and running out of it gives it up (the
+    # arena, probes and answer still need the rest); only the CLI's cancel or the request's
+    # deadline cancel.
     left = stop.deadline - time.monotonic()
     budget = max(1.0, GRAPH_SHARE * left)
     if census_seconds:
@@ -521,12 +529,13 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
         budget = max(budget, min(left - 1.0, 2.0 * _last_graph["seconds"]))
     max_bytes = _int(request.get("max_graph_bytes"), 0, 0, 1 << 40)
     cancelled = stop
+    headroom_bound = False
     if spool_dir is not None and stop.memory is not None:
         stop.memory.files.append(os.path.join(spool_dir, BINARY_FILE))
     left = stop.memory.left() if stop.memory is not None else None
     if left is not None:
-        # Under a memory budget the graph gets what is left of it (the census's owners stand
-        # when it does not fit), and passing the budget gives it up rather than the request.
+        # Under a memory budget the graph gets what is left of it (skipped when it does not
+        # fit), and passing the budget gives it up rather than the request.
         left -= max(GRAPH_RESERVE, int(stop.memory.limit * GRAPH_RESERVE_SHARE))
         if request.get("walker") == "python" or not graph.compiled_available():
             # The Python loop's tables (a dict and a list entry per object) grow by doubling:
@@ -534,24 +543,28 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
             # before the first check, which the OOM killer did not wait for).
             return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph's Python loop (the compiled walk "
                     "is not loaded) cannot keep to the request's memory budget in the target (%.0f MiB, from the "
-                    "memory limit's headroom)" % (stop.memory.limit / 1048576.0)}
+                    "memory limit's headroom)" % (stop.memory.limit / 1048576.0),
+                    "skipped_code": graph.SKIPPED_NO_HEADROOM}
         need = int(resident_bytes(stop.memory.fd) * GRAPH_BITMAP_SHARE) if stop.memory.fd >= 0 else 0
         if need > left > 0:
             # Walked anyway, a 4 GB heap's graph spent its memory budget in its first 0.6 s and,
             # given up, left the census too little of it (exit 19).
             return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph's bitmaps would take ~%.0f MiB in "
                     "the target, over what the request's memory budget (%.0f MiB, from the memory limit's "
-                    "headroom) leaves for it" % (need / 1048576.0, stop.memory.limit / 1048576.0)}
+                    "headroom) leaves for it" % (need / 1048576.0, stop.memory.limit / 1048576.0),
+                    "skipped_code": graph.SKIPPED_NO_HEADROOM}
         if left < GRAPH_MIN_BYTES:
             return {"format": graph.GRAPH_FORMAT, "skipped": "the request's memory budget in the target (%.0f MiB, "
                     "from the memory limit's headroom) had %.1f MiB left for the object graph"
-                    % (stop.memory.limit / 1048576.0, max(0, left) / 1048576.0)}
+                    % (stop.memory.limit / 1048576.0, max(0, left) / 1048576.0),
+                    "skipped_code": graph.SKIPPED_NO_HEADROOM}
+        headroom_bound = not max_bytes or left < max_bytes  # the walk's memory is the headroom's, not its own
         max_bytes = min(max_bytes, left) if max_bytes else left
 
         def cancelled():
             if stop.over_memory():
-                raise graph.GraphTooBig("took the target's RSS past the request's memory budget of %.0f MiB"
-                                        % (stop.memory.limit / 1048576.0))
+                raise graph.GraphOverHeadroom("took the target's RSS past the request's memory budget of %.0f MiB"
+                                              % (stop.memory.limit / 1048576.0))
             return stop()
 
     try:
@@ -559,14 +572,17 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=cancelled, compiled=request.get("walker") != "python",
                            spool_dir=spool_dir, reached=reached, max_bytes=max_bytes)
-        if "over the graph budget" in str(out.get("skipped", "")):
+        if out.get("skipped_code") == graph.SKIPPED_OVER_NODES:
             _last_graph["over_nodes"] = max(max_nodes, _last_graph["over_nodes"])
+        elif out.get("skipped_code") == graph.SKIPPED_OVER_MEMORY_BUDGET and headroom_bound:
+            out["skipped_code"] = graph.SKIPPED_NO_HEADROOM
         elif not out.get("skipped"):
             _last_graph["seconds"] = float(out.get("graph_seconds") or 0.0)
         return out
     except graph.GraphTimeout:
         return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
-                "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget}
+                "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget,
+                "skipped_code": graph.SKIPPED_OUT_OF_TIME}
     except graph.GraphCancelled:
         stop.reason = stop.reason or "deadline"
         raise Cancelled(stop.reason, "graph") from None

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-# Columns when the output is no terminal and COLUMNS is not set: wide enough that nothing is
-# wrapped (a pipe, `kubectl logs`, a file), as the whole line is what grep and people read.
-UNWRAPPED = 1000
+# Columns when the output is no terminal and COLUMNS is not set: what a terminal, a ticket or
+# a log viewer shows without scrolling sideways. Long owner paths and function names fold onto
+# the next line there, whole; `--width` (or COLUMNS) asks for longer lines.
+PIPED_WIDTH = 80
 
 _width: int | None = None
+_PADDED_LINE_END = re.compile(r" +\n")
 
 
 def set_width(columns: int | None) -> None:
@@ -22,14 +25,34 @@ def set_width(columns: int | None) -> None:
     _width = columns
 
 
+def _is_terminal(file: TextIO) -> bool:
+    isatty = getattr(file, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
 def output_width(file: TextIO) -> int | None:
-    """``--width``; else COLUMNS; else the terminal's (None: rich asks it); else unwrapped."""
+    """``--width``; else COLUMNS; else the terminal's (None: rich asks it); else 80."""
     if _width is not None:
         return _width
     if os.environ.get("COLUMNS", "").isdigit():
         return int(os.environ["COLUMNS"])
-    isatty = getattr(file, "isatty", None)
-    return None if isatty is not None and isatty() else UNWRAPPED
+    return None if _is_terminal(file) else PIPED_WIDTH
+
+
+class _UnpaddedLines:
+    """A text file whose lines lose the spaces rich pads every table row with up to its
+    width: invisible on a terminal, but in a file, a pipe or a ticket they are noise that
+    diff and grep see (49 such lines in one piped inspect)."""
+
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+
+    def write(self, text: str) -> int:
+        # rich writes each print's lines whole, each with its newline, in one call
+        return self._file.write(_PADDED_LINE_END.sub("\n", text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
 
 
 def console(file: TextIO | None = None) -> Console:
@@ -39,11 +62,9 @@ def console(file: TextIO | None = None) -> Console:
 
     out = file or sys.stdout
     return Console(
-        file=out,
+        file=out if _is_terminal(out) else _UnpaddedLines(out),  # type: ignore[arg-type]
         width=output_width(out),
         no_color="NO_COLOR" in os.environ,
         highlight=False,
         soft_wrap=False,
     )
-
-

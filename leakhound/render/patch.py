@@ -11,7 +11,7 @@ from rich.table import Table
 from leakhound.analysis.detectors.applied import when_and_who
 from leakhound.analysis.verify import rate
 from leakhound.model import PatchOutcome
-from leakhound.model.units import MiB, fmt_bytes
+from leakhound.model.units import MiB, change, fmt_bytes
 from leakhound.model.verify import OwnerWindow, VerifyReport, WindowStats
 from leakhound.patches import FIXES
 from leakhound.render.console import console
@@ -25,7 +25,7 @@ def render_outcomes(outcomes: Sequence[PatchOutcome], *, file: TextIO | None = N
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column(no_wrap=True)
-    grid.add_column()
+    grid.add_column(overflow="fold")  # a function's whole dotted name, folded: never cut
     for o in outcomes:
         style = _STATUS_STYLE.get(o.status, "")
         lines = []
@@ -130,13 +130,14 @@ def render_confirm(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None
     for name, justify in (("fixes", "left"), ("peak", "right"), ("Δ", "right"),
                           ("resting", "right"), ("Δ", "right"), ("registry", "right"),
                           ("intercepts", "right"), ("steps", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        # the numbers whole; the list of fixes folds when 80 columns are short of it
+        table.add_column(name, justify=justify, no_wrap=name != "fixes", overflow="fold")  # type: ignore[arg-type]
     base = rows[0] if rows else None
     for row in rows:
         def delta(key: str, row: dict[str, Any] = row) -> str:
             if base is None or row is base or not base[key]:
                 return ""
-            return f"{(row[key] - base[key]) / base[key]:+.0%}"
+            return change(base[key], row[key])
 
         table.add_row(
             row["fixes"], _mb(row["peak_rss_bytes"]), delta("peak_rss_bytes"),
@@ -157,13 +158,14 @@ def render_confirm_workload(rows: Sequence[dict[str, Any]], *, file: TextIO | No
                   title_justify="left", show_edge=False, padding=(0, 1))
     for name, justify in (("fixes", "left"), ("peak", "right"), ("Δ", "right"), ("resting", "right"),
                           ("Δ", "right"), ("applied", "left"), ("refused", "left")):
-        table.add_column(name, justify=justify, no_wrap=name not in ("refused",))  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=name not in ("fixes", "applied", "refused"),  # type: ignore[arg-type]
+                         overflow="fold")
     base = rows[0] if rows else None
     for row in rows:
         def delta(key: str, row: dict[str, Any] = row) -> str:
             if base is None or row is base or not base[key]:
                 return ""
-            return f"{(row[key] - base[key]) / base[key]:+.0%}"
+            return change(base[key], row[key])
 
         table.add_row(row["fixes"], _mb(row["peak_rss_bytes"]), delta("peak_rss_bytes"),
                       _mb(row["resting_rss_bytes"]), delta("resting_rss_bytes"),

@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from leakhound.analysis.diff import SnapshotDiff
 from leakhound.analysis.growth import GrowthReport, Trend, report_to_dict
@@ -29,30 +30,37 @@ def _rate(bytes_per_min: float) -> str:
     return f"{'+' if bytes_per_min > 0 else ''}{fmt_bytes(bytes_per_min)}/min"
 
 
+def _signed(bytes_per_min: float) -> str:
+    return f"{'+' if bytes_per_min > 0 else ''}{fmt_bytes(bytes_per_min)}"
+
+
 def _verdict(verdict: str) -> str:
     style = _VERDICT_STYLE.get(verdict, "")
     return f"[{style}]{verdict}[/{style}]" if style else verdict
 
 
-def owners_table(report: GrowthReport, *, top: int = 8) -> Table:
+def owners_table(report: GrowthReport, *, top: int = 8) -> Group:
+    """The process's line (verdict, RSS, samples) over its owners' table. The line is its own
+    text, not the table's title: a title wraps to the table's width, which its minimum
+    column widths can put past the console's, and the console then cut the title's end."""
     heap = "" if report.heap is None else f"  heap {fmt_bytes(report.heap.last_bytes)}"
-    table = Table(
-        title=(
-            f"pid {report.pid} {report.name}: {_verdict(report.verdict)}  "
-            f"RSS {fmt_bytes(report.rss.last_bytes)} ({_rate(report.rss.bytes_per_min)})"
-            f"{heap}  {report.samples} samples over {report.seconds:.0f} s"
-            + (f"  owners: {report.owner_model}" if report.owner_model else "")
-        ),
-        title_justify="left",
-        show_edge=False,
+    title = Text.from_markup(
+        f"pid {report.pid} {escape(report.name)}: {_verdict(report.verdict)}  "
+        f"RSS {fmt_bytes(report.rss.last_bytes)} ({_rate(report.rss.bytes_per_min)})"
+        f"{heap}  {report.samples} samples over {report.seconds:.0f} s"
+        + (f"  owners: {report.owner_model}" if report.owner_model else ""),
+        overflow="fold",
     )
-    table.add_column("owner", overflow="fold")
-    table.add_column("type")
+    table = Table(show_edge=False)
+    # the owner's path gets what the numbers leave (at 80 columns it was 13 wide); the rate
+    # columns say "/min" once, in their header
+    table.add_column("owner", overflow="fold", ratio=1, min_width=16)
+    table.add_column("type", overflow="fold", max_width=12)
     table.add_column("items", justify="right")
     table.add_column("size", justify="right")
     table.add_column("bytes/min", justify="right")
     table.add_column("items/min", justify="right")
-    table.add_column("verdict")
+    table.add_column("verdict", no_wrap=True, min_width=len("plateaued"))
     rows: list[Trend] = [t for t in report.owners if t.name not in _NOT_SHOWN][:top]
     garbage = report.cyclic_garbage
     if garbage is not None and (garbage.last_bytes or garbage.verdict in ("growing", "plateaued")):
@@ -63,9 +71,9 @@ def owners_table(report: GrowthReport, *, top: int = 8) -> Table:
         name = escape(t.name) + (f"\n[dim](was {escape(t.was[0])})[/dim]" if t.was else "")
         table.add_row(
             name, t.type or "cycles", f"{t.last_items:,}", fmt_bytes(t.last_bytes),
-            _rate(t.bytes_per_min), f"{t.items_per_min:+,.0f}", _verdict(t.verdict),
+            _signed(t.bytes_per_min), f"{t.items_per_min:+,.0f}", _verdict(t.verdict),
         )
-    return table
+    return Group(title, table)
 
 
 class LiveView:

@@ -248,18 +248,47 @@ def test_patch_without_a_pid_says_first_it_starts_a_simulated_worker(monkeypatch
 # -- output --------------------------------------------------------------------------------------
 
 
-def test_piped_output_is_not_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
+def _folded(text: str, column: int | None = None) -> str:
+    """The text's lines joined without their indentation (with ``column``: that cell of each
+    table row): what a long path or name rich folded onto several lines reads as, whole."""
+    if column is None:
+        return "".join(line.strip() for line in text.splitlines())
+    return "".join(line.split("│")[column].strip() for line in text.splitlines() if line.count("│") > column)
+
+
+def test_piped_output_is_80_columns_folded_not_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
-    target = "leakhound.simulate.runtime.Runtime." + "very_long_function_name_" * 6 + "end"
+    target = "leakhound.simulate.runtime.Runtime.submit_model_request"
     out = io.StringIO()
-    render_outcomes([PatchOutcome(fix="steps", pid=7, status="applied", metric="", functions=(target,))], file=out)
-    assert target in out.getvalue() and "…" not in out.getvalue()
+    render_outcomes([PatchOutcome(fix="steps", pid=7, status="applied", metric="", functions=(target,),
+                                  effect="stored response per new step 606,056 -> 1,110 bytes (-99.8%)")], file=out)
+    text = out.getvalue()
+    assert "…" not in text and target in _folded(text).replace(" ", "")
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert not [line for line in text.splitlines() if line != line.rstrip()]
+
+
+def test_piped_confirm_tables_keep_their_numbers_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakhound.render.patch import render_confirm, render_confirm_workload
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    mib = 1 << 20
+    rows = [{"fixes": fixes, "peak_rss_bytes": peak * mib, "resting_rss_bytes": rest * mib,
+             "registry_retained_bytes": mib, "intercept_peak_body_bytes": 100 * mib, "step_redundant_bytes": 20 * mib,
+             "applied": ["steps"], "refused": []}
+            for fixes, peak, rest in (("none", 900, 800), ("steps,registry,intercepts,trim", 400, 300))]
+    for render in (render_confirm, render_confirm_workload):
+        out = io.StringIO()
+        render(rows, file=out)
+        text = out.getvalue()
+        assert "…" not in text and "-56%" in text and "400 MiB" in text
+        assert max(len(line) for line in text.splitlines()) <= 80
 
 
 def test_width_option_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setattr(render_console, "_width", None)
-    assert render_console.console(io.StringIO()).width == render_console.UNWRAPPED
+    assert render_console.console(io.StringIO()).width == render_console.PIPED_WIDTH == 80
     monkeypatch.setenv("COLUMNS", "80")
     assert render_console.console(io.StringIO()).width == 80
     render_console.set_width(100)
@@ -279,7 +308,8 @@ def test_diff_piped_keeps_long_owner_paths_whole(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")],
                                 env={"COLUMNS": ""})
     assert result.exit_code == 0, result.output
-    assert path in result.output
+    assert path in _folded(result.output, column=0)
+    assert max(len(line) for line in result.output.splitlines()) <= 80
 
 
 def test_progress_off_a_terminal_is_one_line_per_phase() -> None:

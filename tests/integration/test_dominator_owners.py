@@ -50,22 +50,21 @@ def test_owner_one_is_what_freeing_returns(shape: str, tmp_path: Path) -> None:
     assert sum(o.retained_bytes for o in snap.owners) <= snap.heap.bytes * 1.01
 
 
-def test_census_stays_the_fallback_over_the_graph_budget(tmp_path: Path) -> None:
+def test_over_the_graph_budget_no_owner_is_named(tmp_path: Path) -> None:
     with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
         taken = capture(child.pid, max_graph_nodes=1000)
         # Walked before the census (one attach), the graph is ruled out by the last graph
         # walked in that process, without a walk, from the second inspection on.
         again = capture(child.pid, max_graph_nodes=1000)
     assert "the last object graph walked in this process had more than" in again.snapshot.heap.owner_model_note
-    assert again.snapshot.owners[0].path == taken.snapshot.owners[0].path
     heap = taken.snapshot.heap
-    assert heap.owner_model == "first-reacher"
+    assert (heap.owner_model, heap.owner_model_reason) == ("not-attributed", "graph_over_nodes")
     assert "graph budget" in heap.owner_model_note
     assert taken.graph is None
-    # The census counted the heap without owners (the graph was to name them) and walked
-    # them once the graph was skipped: the census's own, named, never the one-owner count.
-    paths = [o.path for o in taken.snapshot.owners]
-    assert "<named roots>" not in paths and "__main__.CALLBACKS" in paths, paths[:5]
+    # The heap's bytes under one name that says so, not the census's first reachers.
+    for snap in (taken.snapshot, again.snapshot):
+        assert [(o.path, o.retained_bytes) for o in snap.owners] == [
+            ("<not attributed: graph over 1,000 nodes>", snap.heap.bytes)]
 
 
 def test_a_million_object_worker_gets_dominator_owners_by_default(tmp_path: Path) -> None:
@@ -81,7 +80,7 @@ def test_a_million_object_worker_gets_dominator_owners_by_default(tmp_path: Path
     assert heap.max_hold_ms >= round(float(taken.graph.info["max_held_ms"]), 2) > 0  # (rounded to 0.01 ms)
 
 
-def test_auto_keeps_the_census_over_the_graphs_memory_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_names_no_owner_over_the_graphs_memory_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import leakhound.core.capture as capture_module
 
     monkeypatch.setattr(capture_module, "MIN_GRAPH_MEMORY", 1 << 20)
@@ -89,8 +88,10 @@ def test_auto_keeps_the_census_over_the_graphs_memory_budget(tmp_path: Path, mon
     with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
         taken = capture(child.pid)
         asked = capture(child.pid, owner_model="dominator")  # no memory budget when asked for
-    assert taken.snapshot.heap.owner_model == "first-reacher"
-    assert "over its memory budget" in taken.snapshot.heap.owner_model_note
+    heap = taken.snapshot.heap
+    assert (heap.owner_model, heap.owner_model_reason) == ("not-attributed", "graph_over_memory_budget")
+    assert "over its memory budget" in heap.owner_model_note and "--owners dominator" in heap.owner_model_note
+    assert taken.snapshot.owners[0].path == "<not attributed: graph over its memory budget>"
     assert asked.snapshot.heap.owner_model == "dominator"
 
 
@@ -152,8 +153,10 @@ def test_inspect_cli_says_which_owner_model_and_why(tmp_path: Path) -> None:
         why = runner.invoke(app, ["inspect", str(child.pid), "--why", "App", "--json"])
         census = runner.invoke(app, ["inspect", str(child.pid), "--owners", "census", "--json"])
     assert table.exit_code == 0, table.output
-    assert "owners: dominator tree" in table.stdout
-    assert "kept alive by __main__.CALLBACKS[].__self__" in table.stdout
+    # --why prints only what was asked: the owner, how it is held, what else keeps it alive
+    assert table.stdout.startswith("why App: ") and "memory ledger" not in table.stdout
+    assert "held as: the attribute APP of __main__" in table.stdout
+    assert "also kept alive by __main__.CALLBACKS[].__self__" in table.stdout
     doc = json.loads(why.stdout)
     assert doc["owner_model"] == "dominator"
     (match,) = doc["matches"]

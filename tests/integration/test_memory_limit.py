@@ -137,8 +137,12 @@ def test_a_bigger_heap_near_its_limit_succeeds_or_gives_up_the_graph() -> None:
         doc = _inspect_json(child.pid)
         assert _alive(child, group)
         _assert_cost_within_budget_and_measured(doc, group, before)
-        assert doc["heap"]["owner_model"] in ("dominator", "first-reacher")
-        assert doc["owners"][0]["path"] == "__main__.RECORDS"
+        assert doc["heap"]["owner_model"] in ("dominator", "not-attributed")
+        if doc["heap"]["owner_model"] == "dominator":
+            assert doc["owners"][0]["path"] == "__main__.RECORDS"
+        else:  # the graph given up: no owner named, rather than a first reacher
+            assert doc["heap"]["owner_model_reason"] == "graph_no_headroom", doc["heap"]
+            assert doc["owners"][0]["path"] == "<not attributed: no room for the graph under the memory limit>"
 
 
 def test_the_pure_python_fallback_keeps_to_the_budget_too() -> None:

@@ -225,7 +225,8 @@ def test_graph_over_its_budget_is_skipped_not_cut() -> None:
 
     out = graph.build(timeout=30, progress=None, is_stdlib=None, exclude=(), max_nodes=100, max_pause_ms=None,
                       cancelled=None)
-    assert set(out) == {"format", "skipped"} and "over the graph budget" in out["skipped"]
+    assert set(out) == {"format", "skipped", "skipped_code", "max_nodes"} and "over the graph budget" in out["skipped"]
+    assert (out["skipped_code"], out["max_nodes"]) == ("graph_over_nodes", 100)
 
 
 def test_schema_1_is_read_as_first_reacher_and_diffs_against_2() -> None:

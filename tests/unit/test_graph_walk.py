@@ -3,6 +3,7 @@ loop, on every CPython here, and under AddressSanitizer; and the graph's binary 
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -96,13 +97,32 @@ def test_the_arrays_travel_raw_and_read_back(compiled: bool, tmp_path: Path) -> 
         dominators.decode_graph({**meta, "binary": raw[:-8]})
 
 
+KEEP_ORDERED = collections.OrderedDict((f"o{i}", [i, i]) for i in range(40))
+KEEP_DEFAULT = collections.defaultdict(list, {f"d{i}": [i] for i in range(30)})
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_dict_subclass_has_as_many_entries_as_it_has_values(compiled: bool) -> None:
+    """An OrderedDict's owner row said 2x its length: its keys and values were counted as its
+    children when the walk gave dict subclasses no entry count."""
+    if compiled and graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
+                      cancelled=None, compiled=compiled)
+    g = dominators.decode_graph({**out, "binary": b"".join(binary_pieces({"result": {"graph": out}}))})
+    ids = list(g.ids)
+    assert g.lengths[ids.index(id(KEEP_ORDERED))] == 40
+    assert g.lengths[ids.index(id(KEEP_DEFAULT))] == 30
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 def test_a_walk_over_its_memory_budget_is_skipped_not_cut(compiled: bool) -> None:
     if compiled and graph._walk_module is None:
         pytest.skip("the C walk was not built here")
     out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
                       cancelled=None, compiled=compiled, max_bytes=1 << 20)
-    assert set(out) == {"format", "skipped"} and "over its memory budget of 1 MiB" in out["skipped"]
+    assert set(out) == {"format", "skipped", "skipped_code", "max_nodes"}
+    assert "over its memory budget of 1 MiB" in out["skipped"] and out["skipped_code"] == "graph_over_memory_budget"
 
 
 SPOOLED: dict[str, list[list[object]]] = {}

@@ -72,7 +72,7 @@ def test_the_graph_is_given_up_when_little_of_the_budget_is_left() -> None:
     stop = runner._Stop(60.0, memory=runner._MemoryBudget(1 * MIB))
     try:
         out = runner._graph({"op": "snapshot", "graph": True}, lambda phase, done: None, stop)
-        assert "left for the object graph" in out["skipped"]
+        assert "left for the object graph" in out["skipped"] and out["skipped_code"] == "graph_no_headroom"
         assert stop.reason is None  # the request goes on (census owners)
     finally:
         stop.memory.close()  # type: ignore[union-attr]
@@ -106,12 +106,12 @@ def test_the_header_says_what_the_inspection_cost_the_target(monkeypatch: pytest
     out = io.StringIO()
     table.render_snapshot(make_snapshot(cost=cost), [], file=out)
     lines = out.getvalue().splitlines()
-    assert lines[2] == "census: 1,000,000 objects in 1.25s, longest pause 12 ms"
-    assert lines[3] == ("cost to the target: its memory cgroup +13.0 MiB at peak, VmHWM +12.0 MiB, RSS +5.0 MiB "
+    assert lines[3] == "the worker waited: at most 12 ms at once (no budget)"
+    assert lines[4] == ("cost to the worker: its memory cgroup +13.0 MiB at peak, VmHWM +12.0 MiB, RSS +5.0 MiB "
                         "(budget 16.0 MiB of 47.0 MiB headroom under its limit)")
     out = io.StringIO()
     table.render_snapshot(make_snapshot(cost=RequestCost(hwm_bytes=MIB, rss_bytes=-MIB)), [], file=out)
-    assert out.getvalue().splitlines()[3] == "cost to the target: VmHWM +1.0 MiB, RSS -1.0 MiB (no memory limit)"
+    assert out.getvalue().splitlines()[4] == "cost to the worker: VmHWM +1.0 MiB, RSS -1.0 MiB (no memory limit)"
 
 
 def test_the_cost_is_saved_and_read_back() -> None:
@@ -138,8 +138,9 @@ def test_a_graph_whose_bitmaps_do_not_fit_the_memory_budget_is_skipped_before_it
                             lambda phase, done: None, stop)
     finally:
         runner.GRAPH_BITMAP_SHARE = saved
-    assert set(out) == {"format", "skipped"}, out.keys()
+    assert set(out) == {"format", "skipped", "skipped_code"}, out.keys()
     assert "bitmaps would take ~64 MiB" in out["skipped"], out["skipped"]
+    assert out["skipped_code"] == "graph_no_headroom"
 
 
 def test_a_graph_over_its_node_budget_is_not_walked_again_with_no_bigger_budget() -> None:
@@ -149,10 +150,11 @@ def test_a_graph_over_its_node_budget_is_not_walked_again_with_no_bigger_budget(
     try:
         first = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": 10},
                               lambda phase, done: None, runner._Stop(60.0))
-        assert "over the graph budget" in first["skipped"]
+        assert "over the graph budget" in first["skipped"] and first["skipped_code"] == "graph_over_nodes"
         again = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": 10},
                               lambda phase, done: None, runner._Stop(60.0))
         assert "the last object graph walked in this process had more than 10 nodes" in again["skipped"]
+        assert (again["skipped_code"], again["max_nodes"]) == ("graph_over_nodes", 10)
         bigger = runner._graph({"op": "snapshot", "graph": True, "max_graph_nodes": 1000000},
                                lambda phase, done: None, runner._Stop(60.0))
         assert "skipped" not in bigger and bigger["nodes"] > 10

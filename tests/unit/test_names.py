@@ -57,3 +57,18 @@ def test_the_simulator_parses_with_the_same_grammar() -> None:
     assert simulated_fixes.parse_fixes("all") == frozenset(FIX_NAMES)
     with pytest.raises(ValueError, match="unknown fix"):
         simulated_fixes.parse_fixes("everything")
+
+
+@pytest.mark.parametrize(
+    "text, allow_none, said",
+    [
+        ("regsitry", False, "unknown fix regsitry; did you mean registry? (choose from"),
+        ("steps,Regsitry,trm", False, "unknown fix Regsitry, trm; did you mean registry, trim?"),
+        ("nonne", True, "unknown fix nonne; did you mean none?"),
+        ("trim,no-such-thing", False, "unknown fix no-such-thing (choose from all, steps, registry, intercepts, trim)"),
+    ],
+)
+def test_a_typo_names_the_fix_it_is_close_to(text: str, allow_none: bool, said: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_fixes(text, allow_none=allow_none)
+    assert said in str(info.value)

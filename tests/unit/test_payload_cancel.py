@@ -102,7 +102,7 @@ def test_a_graph_out_of_time_falls_back_to_the_census_owners(monkeypatch: pytest
     monkeypatch.setattr(graph, "build", too_slow)
     stop = runner._Stop(100.0)
     out = runner._graph({"graph": True}, lambda phase, done: None, stop, heap={"objects": 10})
-    assert "did not finish" in out["skipped"]
+    assert "did not finish" in out["skipped"] and out["skipped_code"] == "graph_out_of_time"
     assert seen["timeout"] <= 0.6 * 100.0 + 0.01  # its share of the time left, not all of it
     assert stop.reason is None  # the request goes on: arena, probes, the census's owners
 

@@ -6,7 +6,9 @@ A detector that recommends a fix is named as the fix (``--fix registry``, findin
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from leakhound.analysis.budgets import over_budget
 from leakhound.analysis.detectors import (
     applied,
     arena_fragmentation,
@@ -15,6 +17,7 @@ from leakhound.analysis.detectors import (
     registry,
     steps,
 )
+from leakhound.analysis.ranking import rank
 from leakhound.model import Finding, Snapshot
 
 DETECTORS: dict[str, Callable[[Snapshot], list[Finding]]] = {
@@ -25,19 +28,17 @@ DETECTORS: dict[str, Callable[[Snapshot], list[Finding]]] = {
     steps.KIND: steps.detect,
 }
 
-_ORDER = {"critical": 0, "warning": 1, "info": 2, "skipped": 3}
-
 
 def analyse(snapshot: Snapshot) -> Snapshot:
     """``snapshot`` with its findings computed afresh from its facts (owners, arena, probes):
-    what capture does once a snapshot is complete, and what re-analyses a saved one."""
-    return snapshot.with_findings(run_detectors(snapshot))
+    what capture does once a snapshot is complete, and what re-analyses a saved one; with the
+    budgets its look did not keep (analysis.budgets)."""
+    return replace(snapshot.with_findings(run_detectors(snapshot)), over_budget=over_budget(snapshot))
 
 
 def run_detectors(snapshot: Snapshot) -> tuple[Finding, ...]:
     findings: list[Finding] = []
     for detect in DETECTORS.values():
         findings.extend(detect(snapshot))
-    findings.sort(key=lambda f: (_ORDER.get(f.severity, 9), -f.bytes))
     # after the order is settled: the next fix recommended is the first one not applied
-    return applied.mark_applied(snapshot, findings)
+    return applied.mark_applied(snapshot, rank(findings))

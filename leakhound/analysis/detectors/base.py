@@ -22,4 +22,6 @@ def skipped(kind: str, reason: str) -> Finding:
 
 
 def mb(n: float) -> str:
-    return fmt_bytes(n, "MiB")
+    """In MiB, as findings compare with one another; under 1 MiB in its own unit (510 B was
+    "0.0 MiB": a number that is not zero said as zero)."""
+    return fmt_bytes(n, "MiB") if n == 0 or abs(n) >= MB else fmt_bytes(n)

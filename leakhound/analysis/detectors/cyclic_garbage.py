@@ -6,8 +6,9 @@ decides whether the amount matters.
 
 from __future__ import annotations
 
-from leakhound.analysis.detectors.base import MB, mb, skipped
+from leakhound.analysis.detectors.base import MB, skipped
 from leakhound.model import Finding, Snapshot
+from leakhound.model.units import fmt_bytes
 
 KIND = "cyclic_garbage"
 MIN_BYTES = 1 * MB
@@ -30,7 +31,7 @@ def detect(snapshot: Snapshot) -> list[Finding]:
             owner="<unreachable cycles>",
             fix="",
             summary=(
-                f"{garbage.objects} objects ({mb(garbage.bytes)}) are unreachable and kept alive "
+                f"{garbage.objects:,} objects ({fmt_bytes(garbage.bytes)}) are unreachable and kept alive "
                 f"only by reference cycles the GC has not collected yet ({top}); break the "
                 "cycles (weakref, explicit clear) rather than calling gc.collect() on a fat heap"
             ),

@@ -4,10 +4,11 @@ this is the dominant term of a worker's peak."""
 
 from __future__ import annotations
 
-from leakhound.analysis.detectors._verifiers import owner_path, probe
+from leakhound.analysis.detectors._verifiers import owner_count_note, owner_path, probe
 from leakhound.analysis.detectors.base import mb, skipped
 from leakhound.model import Finding, Snapshot
 from leakhound.model.names import Fix
+from leakhound.model.units import count, percent
 
 KIND = Fix.INTERCEPTS.value  # named as the fix it recommends and the payload probe that measures it
 
@@ -22,6 +23,7 @@ def detect(snapshot: Snapshot) -> list[Finding]:
     delivered = int(held["delivered"])
     if delivered == 0:
         return []
+    counted = owner_count_note(snapshot, ".intercepts", held, int(held["entries"]), holders=int(held["servers"]))
     b64 = held["base64_bytes"] / max(1, held["body_bytes"])
     share = held["delivered_body_bytes"] / max(1, snapshot.process.rss_bytes)
     return [
@@ -33,9 +35,10 @@ def detect(snapshot: Snapshot) -> list[Finding]:
             owner=owner_path(snapshot, ".intercepts", "InterceptionServer.intercepts"),
             fix=KIND,
             summary=(
-                f"InterceptionServer.intercepts holds {held['entries']} request bodies: "
+                f"InterceptionServer.intercepts holds {count(held['entries'], 'request body', 'request bodies')}"
+                f"{counted}: "
                 f"{delivered} already delivered ({mb(held['delivered_body_bytes'])}), "
-                f"{held['pending']} pending; {b64:.0%} of body bytes are base64"
+                f"{held['pending']} pending; {percent(b64)} of body bytes are base64"
             ),
             details=dict(held),
         )

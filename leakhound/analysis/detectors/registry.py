@@ -7,10 +7,11 @@ ungrouped rollouts both reach after their last borrower).
 
 from __future__ import annotations
 
-from leakhound.analysis.detectors._verifiers import owner_path, probe
+from leakhound.analysis.detectors._verifiers import owner_count_note, owner_path, probe
 from leakhound.analysis.detectors.base import mb, skipped
 from leakhound.model import Finding, Snapshot
 from leakhound.model.names import Fix
+from leakhound.model.units import count
 
 KIND = Fix.REGISTRY.value  # named as the fix it recommends and the payload probe that measures it
 
@@ -23,6 +24,7 @@ def detect(snapshot: Snapshot) -> list[Finding]:
     finished = int(reg["finished_entries"])
     if finished == 0:
         return []
+    counted = owner_count_note(snapshot, ".trajectories", reg, int(reg["entries"]), holders=int(reg.get("runtimes", 1)))
     share = reg["finished_bytes"] / max(1, snapshot.process.rss_bytes)
     return [
         Finding(
@@ -33,7 +35,8 @@ def detect(snapshot: Snapshot) -> list[Finding]:
             owner=owner_path(snapshot, ".trajectories", "Runtime.trajectories"),
             fix=KIND,
             summary=(
-                f"Runtime.trajectories holds {reg['entries']} trajectories, {finished} of them "
+                f"Runtime.trajectories holds {count(reg['entries'], 'trajectory', 'trajectories')}"
+                f"{counted}, {finished} of them "
                 f"from rollouts that have finished ({reg['finished_steps']} steps, "
                 f"{mb(reg['finished_bytes'])}); nothing evicts them, so every completed rollout "
                 "stays in memory for the life of the worker"

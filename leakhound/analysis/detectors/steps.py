@@ -29,7 +29,7 @@ def detect(snapshot: Snapshot) -> list[Finding]:
             owner=owner_path(snapshot, ".trajectories", "Runtime.trajectories"),
             fix=KIND,
             summary=(
-                f"{bloated} of {steps['steps']} trajectory steps store the whole serialised "
+                f"{bloated:,} of {steps['steps']:,} trajectory steps store the whole serialised "
                 f"response; its message restates the completion and prompt tokens "
                 f"({mb(steps['redundant_bytes'])} redundant)"
             ),
