@@ -146,6 +146,7 @@ def _verified(pid: int, *, fixes: Sequence[str], verify: float, baseline: float 
     try:
         return verify_process(pid, fixes=list(fixes), verify_seconds=verify, baseline_seconds=before,
                               method=method, timeout=timeout, log=reporter.log, say=reporter.status,
+                              progress=reporter.progress,
                               trim_every=trim_every, force=force)
     finally:
         reporter.done()

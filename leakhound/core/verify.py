@@ -25,6 +25,8 @@ from typing import Any
 from leakhound.analysis.verify import FixedOwner, count_window, judge, owner_window, rate, window_stats
 from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
+from leakhound.attach.channel import Progress
+from leakhound.attach.deadline import FOLLOW_PROGRESS
 from leakhound.attach.process import Target, resolve_target, rss_bytes
 from leakhound.core.capture import take_snapshot
 from leakhound.core.patch import _outcome, _raise_if_all_refused, _request, patch_process
@@ -178,13 +180,15 @@ def verify_process(
     timeout: float = 60.0,
     log: AttachLog | None = None,
     say: Say | None = None,
+    progress: Progress | None = None,
     trim_every: float | None = None,
     force: bool = False,
 ) -> tuple[tuple[PatchOutcome, ...], VerifyReport]:
     """Apply ``fixes`` in ``pid`` between a window of ``baseline_seconds`` and one of
     ``verify_seconds``, sampled every ``interval`` seconds (default: a tenth of the longer
-    window, 0.5 to 10 s), and judge what the slopes support. Raises PatchRefused (nothing
-    changed, nothing waited for) when every fix is refused."""
+    window, 0.5 to 10 s), and judge what the slopes support. ``say``: a line per step and per
+    sample; ``progress``: the census's phases. Raises PatchRefused (nothing changed, nothing
+    waited for) when every fix is refused."""
     log = log or (lambda line: None)
     say = say or (lambda line: None)
     target = resolve_target(pid)
@@ -204,7 +208,10 @@ def verify_process(
                      "before those fixes")
 
     say(f"pid {pid}: census before the fix (owners by dominator tree)")
-    snapshot = take_snapshot(pid, method=chosen, top=50, timeout=timeout, log=log, owner_model="auto", force=force)
+    # As inspect's: given up when it stops progressing (a multi-GB heap's census outlasts the
+    # patch's own --timeout, which bounds each short request here).
+    snapshot = take_snapshot(pid, method=chosen, top=50, timeout=FOLLOW_PROGRESS, log=log, owner_model="auto",
+                             progress=progress, force=force)
     found = fixed_owners(snapshot, owner_ids)
     tracked = [_Tracked(fix, o, o.items if o.type in _LENGTH_IS_ITEMS else None)
                for fix, owners in found.items() for o in owners if o.path_ids]
