@@ -47,7 +47,9 @@ def command(
     status: Annotated[bool, typer.Option(
         "--status", help="List which fixes are applied, with their counters.")] = False,
     dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Check the target's code is recognised; change nothing.")] = False,
+        "--dry-run",
+        help="Check the target's code is recognised and say what each fix would change (the function "
+             "it replaces, what it does differently, what stays until restart); change nothing.")] = False,
     verify: Annotated[float, typer.Option(
         "--verify", min=0, callback=finite, metavar="SECONDS",
         help="Prove the fix in memory: sample RSS, the live heap and the fixed owner for --baseline "
@@ -72,6 +74,11 @@ def command(
     (drop request bodies once delivered), trim (malloc_trim(0) every 10 s or --trim-every,
     never gc.collect()). Code that is missing or not what the fix was written for is refused,
     and nothing changes; when some fixes apply and others are refused, the exit code is 16.
+
+    --verify SECONDS proves it in memory: RSS, the live heap and the fixed owner sampled in a
+    window before the fix (--baseline) and one after, their slopes in MiB/min, and a verdict
+    (stopped, slowed, still-growing, not-proven; docs/patch.md). --dry-run says which function
+    each fix replaces, what changes from then on, and what stays until the worker restarts.
     """
     if sum((revert, status, dry_run)) > 1:
         raise typer.BadParameter("choose at most one of --revert, --status, --dry-run")

@@ -22,7 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from leakhound.analysis.verify import FixedOwner, count_window, judge, owner_window, rate, window_stats
+from leakhound.analysis.verify import (
+    OWNER_JUDGED,
+    FixedOwner,
+    count_window,
+    judge,
+    owner_window,
+    rate,
+    window_stats,
+)
 from leakhound.attach import choose_method, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
@@ -200,8 +208,10 @@ def verify_process(
     dry = _request(pid, "dry-run", fixes, method=chosen, timeout=timeout, log=log, force=force)
     planned = tuple(_outcome(pid, r) for r in dry["results"])
     _raise_if_all_refused(pid, planned)
+    # Only the fixes judged by their owner's growth have it sampled (steps shares registry's
+    # owner but makes new entries smaller, not fewer: the live heap judges it).
     owner_ids = {str(r["fix"]): [i for i in r.get("owner_ids") or () if type(i) is int]
-                 for r in dry["results"] if r.get("owner_ids")}
+                 for r in dry["results"] if r.get("owner_ids") and r["fix"] in OWNER_JUDGED}
     already = [o.fix for o in planned if o.status == "already-applied"]
     if already:
         notes.append(f"already applied before this run: {', '.join(already)}; the window before is not "
