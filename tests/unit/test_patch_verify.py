@@ -219,3 +219,18 @@ def test_the_payload_records_when_and_by_whom_and_the_patches_probe_reports_it()
         _revert(module)
     assert _state.peek() == {} and probes.patches_probe() == {"applied": []}
     assert _Patched().method() == "original"
+
+
+def test_the_fixed_owner_is_found_by_identity_not_by_its_path() -> None:
+    from leakhound.core.verify import fixed_owners
+    from leakhound.model import Owner
+
+    path = "task:Task-1/run.self.env.harness.runtime.trajectories"
+    decoy = Owner(path, "dict", 10, 5 * MiB, object_id=111, path_ids=(1, 2, 111))  # same words, another dict
+    registry = Owner("__main__.RUNTIME.trajectories", "dict", 40, 60 * MiB, object_id=222, path_ids=(1, 222))
+    inside = Owner("__main__.OTHER.trajectories['a']", "list", 3, 2 * MiB, object_id=444, path_ids=(1, 333, 444))
+    snap = make_snapshot(owners=(decoy, registry, inside))
+    assert fixed_owners(snap, {"registry": [222]}) == {"registry": [registry]}
+    # A container the census split into owners inside it: those owners (its id on their path).
+    assert fixed_owners(snap, {"intercepts": [333]}) == {"intercepts": [inside]}
+    assert fixed_owners(snap, {"registry": [999]}) == {}
