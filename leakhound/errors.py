@@ -158,6 +158,13 @@ class SnapshotFileError(LeakhoundError):
     HELP_TEXT = "Pass files written by `leakhound inspect --save` or `--json`."
 
 
+class ReportFileError(LeakhoundError):
+    """``--html FILE`` cannot be written (checked before the attach, and when written)."""
+
+    EXIT_CODE = 21
+    HELP_TEXT = "Give --html a file in a directory that exists and that you can write to, e.g. /tmp/incident.html."
+
+
 class FleetError(LeakhoundError):
     """A simulated worker (simulate, demo, confirm, patch without a PID) died or was not ready
     in time; the message ends with the last lines of its log."""

@@ -50,7 +50,8 @@ from leakhound.model.units import MiB, fmt_bytes
 # The model's names stay importable from here, where they were computed first.
 __all__ = [
     "GROWING", "PLATEAUED", "STATIC", "UNKNOWN", "GrowthReport", "OwnerSample", "Sample", "Thresholds",
-    "Trend", "Verdict", "analyse_growth", "estimate_owners", "growth_findings", "normalized_path", "report_to_dict",
+    "Trend", "Verdict", "analyse_growth", "estimate_owners", "growth_findings", "normalized_path", "owner_histories",
+    "report_to_dict",
     "sample_from_dict", "sample_from_snapshot", "sample_to_dict", "slope", "trend", "trend_to_dict",
 ]
 
@@ -253,6 +254,13 @@ def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
                 entry.object_id = owner.object_id
             by_path[norm] = k
     return series
+
+
+def owner_histories(samples: Iterable[Sample]) -> list[tuple[str, str, tuple[tuple[float, int, int], ...]]]:
+    """Each owner over the samples as ``analyse_growth`` follows it: its latest path, its type
+    and its (time, bytes, items) points (what a chart of owners over time draws)."""
+    ordered = sorted(samples, key=lambda s: s.taken_at)
+    return [(entry.paths[-1], entry.type, tuple(entry.points)) for entry in _owner_series(_modelled(ordered))]
 
 
 def _modelled(samples: Sequence[Sample]) -> list[Sample]:

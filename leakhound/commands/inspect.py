@@ -11,12 +11,14 @@ from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import (
     CensusTimeoutOpt,
     ForceOpt,
+    HtmlOpt,
     JsonOpt,
     MaxPauseOpt,
     MethodOpt,
     OutputOpt,
     PidArg,
     TopOpt,
+    check_report_path,
     wall_clock,
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, capture
@@ -40,7 +42,10 @@ def run(
     why: str | None = None,
     heapsnapshot_path: Path | None = None,
     force: bool = False,
+    html_path: Path | None = None,
 ) -> Snapshot:
+    if html_path is not None:
+        check_report_path(html_path)
     taken = capture(
         pid,
         method=method,
@@ -70,6 +75,13 @@ def run(
         else:
             heapsnapshot.write(heapsnapshot_path, taken.graph)
             reporter.note(f"heap snapshot written to {heapsnapshot_path} (Chrome DevTools format)")
+    if html_path is not None:
+        from leakhound.analysis.dominators.parts import owner_parts  # noqa: PLC0415
+        from leakhound.render import html  # noqa: PLC0415
+
+        parts = owner_parts(taken.graph, taken.tree, snapshot.owners) if taken.graph and taken.tree else ()
+        size = html.write_snapshot_report(html_path, snapshot, parts=parts)
+        reporter.note(f"report written to {html_path} ({size / 1024:,.0f} KiB, self-contained HTML)")
     if as_json:
         if why is not None:
             json_render.render_why(why, taken.why, snapshot)
@@ -103,6 +115,7 @@ def command(
         "--heapsnapshot", metavar="FILE",
         help="Also write the object graph as a Chrome DevTools .heapsnapshot file.")] = None,
     force: ForceOpt = False,
+    html_path: HtmlOpt = None,
 ) -> None:
     """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
     live objects at all (allocator fragmentation).
@@ -119,7 +132,7 @@ def command(
         raise typer.BadParameter(f"choose one of {', '.join(OWNER_MODELS)}", param_hint="--owners")
     run(pid=pid, method=method, top=top, timeout=wall_clock(timeout), as_json=as_json, save=save,
         max_pause_ms=max_pause, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]),
-        owner_model=owners, why=why, heapsnapshot_path=heapsnapshot_path, force=force)
+        owner_model=owners, why=why, heapsnapshot_path=heapsnapshot_path, force=force, html_path=html_path)
     # Everything is written and the target's request is over (its files removed): no need
     # to tear the interpreter down (_entry.py).
     SETTINGS["exit_now"] = True

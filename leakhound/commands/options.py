@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +11,7 @@ from typing import Annotated
 import typer
 
 from leakhound.core.capture import FOLLOW_PROGRESS
+from leakhound.errors import ReportFileError
 from leakhound.model.names import FIX_NAMES, METHOD_NAMES, parse_fixes
 
 
@@ -121,3 +123,21 @@ MaxSizeOpt = Annotated[int, typer.Option(
     help="Refuse a snapshot file over this many MiB (reading one takes ~3.6x its size in memory).")]
 #: The fixes, one option name wherever they are named.
 FIX_HELP = f"all, or a comma list of {', '.join(FIX_NAMES)}."
+HtmlOpt = Annotated[Path | None, typer.Option(
+    "--html", metavar="FILE",
+    help="Also write one self-contained HTML page (no network) for the incident ticket: findings with their "
+         "fix commands, the memory ledger, the owners as a zoomable treemap, their retainer paths.")]
+
+
+def check_report_path(path: Path) -> None:
+    """``ReportFileError`` unless ``path`` can be written: said before the attach, not after a
+    census of minutes (a directory, a directory that does not exist, no permission)."""
+    if str(path) == "-":  # standard output carries the tables or --json
+        raise ReportFileError("--html writes a file, not standard output: give it a path")
+    parent = path.parent
+    if path.is_dir():
+        raise ReportFileError(f"cannot write the report to {path}: it is a directory")
+    if not parent.is_dir():
+        raise ReportFileError(f"cannot write the report to {path}: no directory {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ReportFileError(f"cannot write the report to {path}: permission denied")

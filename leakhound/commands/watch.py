@@ -12,10 +12,12 @@ from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import (
     CensusTimeoutOpt,
     ForceOpt,
+    HtmlOpt,
     MatchOpt,
     MaxPauseOpt,
     MethodOpt,
     PidsArg,
+    check_report_path,
     finite,
     pids_or_match,
     wall_clock,
@@ -49,6 +51,7 @@ def command(
     plot: Annotated[Path | None, typer.Option(
         "--plot", metavar="FILE", help="Also draw RSS vs live heap vs top owners over time (PNG).")] = None,
     force: ForceOpt = False,
+    html_path: HtmlOpt = None,
 ) -> None:
     """Watch workers over time: which owners keep growing (a leak), which grew and plateaued
     (a bounded cache), which are big but static.
@@ -61,7 +64,8 @@ def command(
     """
     run(pids=pids_or_match(pids, match), match=match, method=method, interval=interval, duration=duration,
         full_every=full_every, attach_every=attach_every, timeout=wall_clock(timeout), max_pause_ms=max_pause,
-        as_json=as_json, plot=plot, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]), force=force)
+        as_json=as_json, plot=plot, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]), force=force,
+        html_path=html_path)
 
 
 def run(
@@ -79,6 +83,7 @@ def run(
     reporter: Reporter,
     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS,
     force: bool = False,
+    html_path: Path | None = None,
 ) -> WatchResult:
     from leakhound.analysis.growth import sample_to_dict
     from leakhound.render import json_doc as json_render
@@ -88,6 +93,8 @@ def run(
         from leakhound.render.plot import require_plotting
 
         require_plotting()  # before the watch, not after it
+    if html_path is not None:
+        check_report_path(html_path)
     view = None if as_json else watch_render.LiveView()
 
     def on_sample(sample: Sample) -> None:
@@ -112,6 +119,12 @@ def run(
 
         plot_samples(result.samples, result.reports, path=plot, snapshots=result.snapshots)
         reporter.note(f"plot written to {plot}")
+    if html_path is not None:
+        from leakhound.render import html
+
+        size = html.write_watch_report(html_path, result.samples, result.reports, result.snapshots,
+                                       ended=result.ended)
+        reporter.note(f"report written to {html_path} ({size / 1024:,.0f} KiB, self-contained HTML)")
     if as_json:
         json_render.render_line(watch_render.report_document(result.reports, interrupted=result.interrupted,
                                                              ended=result.ended))
