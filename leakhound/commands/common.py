@@ -59,6 +59,20 @@ class Reporter:
         counted = f" {done:,} objects" if done else ""
         self._bar.update(self._task, description=f"leakhound: {phase}{counted}")
 
+    def status(self, line: str) -> None:
+        """Where a long wait is: on a terminal the live bar's text, elsewhere one line each."""
+        if self.quiet:
+            return
+        if not self._tty:
+            print(f"leakhound: {line}", file=self.file, flush=True)
+            return
+        from rich.markup import escape
+
+        if self._bar is None:
+            self._start_bar()
+        assert self._bar is not None and self._task is not None
+        self._bar.update(self._task, description=f"leakhound: {escape(line)}")
+
     def done(self) -> None:
         """The work that showed progress is over: the bar goes, the next phase line is said anew."""
         if self._bar is not None:

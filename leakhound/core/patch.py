@@ -11,10 +11,14 @@ exit code per outcome: nothing changed (6), fixes applied (13), could not be rea
 
 from __future__ import annotations
 
+import os
+import pwd
 import time
 from collections.abc import Callable
 from typing import Any
 
+from leakhound import __version__
+from leakhound.analysis.detectors.applied import applied_fix
 from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.process import resolve_target
@@ -39,6 +43,8 @@ def _request(pid: int, action: str, fixes: list[str], *, method: str, timeout: f
     request: dict[str, Any] = {"op": "patch", "action": action, "fixes": fixes}
     if options:
         request["options"] = options
+    if action == "apply":
+        request["by"] = applied_by()
     remote = run_request(
         pid,
         request,
@@ -50,6 +56,20 @@ def _request(pid: int, action: str, fixes: list[str], *, method: str, timeout: f
         force=force or action in ("revert", "status"),
     )
     return _checked_answer(pid, remote.result)
+
+
+def applied_by() -> dict[str, Any]:
+    """Who applies a fix, recorded with it in the target (a later ``inspect`` says it): this
+    process's uid, the user behind sudo when there is one, and leakhound's version."""
+    uid = os.getuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = ""
+    sudo_user = os.environ.get("SUDO_USER", "")
+    if uid == 0 and sudo_user:
+        user = f"{sudo_user} (sudo)"
+    return {"uid": uid, "user": user, "leakhound_version": __version__}
 
 
 def _checked_answer(pid: int, doc: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +233,9 @@ def _read_back(pid: int, *, method: str, timeout: float, log: AttachLog | None) 
 
 def _outcome(pid: int, result: dict[str, Any]) -> PatchOutcome:
     spec = FIXES.get(result["fix"])
+    recorded = applied_fix(result) if result.get("status") in ("applied", "already-applied") else None
     return PatchOutcome(
+        applied=recorded,
         fix=result["fix"],
         pid=pid,
         status=result["status"],
