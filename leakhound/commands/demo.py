@@ -11,8 +11,8 @@ from leakhound.analysis.ledger import ledger
 from leakhound.commands.common import Reporter, new_reporter
 from leakhound.commands.options import MethodOpt, finite
 from leakhound.core.capture import take_snapshot
-from leakhound.core.patch import patch_process
 from leakhound.core.simulated import leaking_simulated_worker
+from leakhound.core.verify import verify_process
 from leakhound.model import Snapshot
 from leakhound.model.names import FIX_NAMES
 from leakhound.render import patch as patch_render
@@ -30,7 +30,8 @@ def command(
         "--verify", min=1, callback=finite, metavar="SECONDS", help="Seconds to watch the fixes work.")] = 6.0,
 ) -> None:
     """The whole story on a simulated worker in under a minute: start a leaking verifiers-shaped
-    worker, inspect it live, apply the four fixes live with before/after numbers, shut it down."""
+    worker, inspect it live, apply the four fixes live and prove them with before/after slopes,
+    inspect again (the fixes known as applied), shut it down."""
     run(method=method, verify=verify, reporter=new_reporter())
 
 
@@ -63,9 +64,20 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
             reporter.done()
             table.render_snapshot(snapshot, ledger(snapshot), top=8)
             con.print(f"\n[bold]3. leakhound patch {pid} --fix all --verify {verify:.0f}[/bold] "
-                      "(live monkeypatches, measured before/after in the worker)\n")
-            outcomes = patch_process(pid, fixes=list(FIX_NAMES), verify_seconds=verify, method=method, log=reporter.log)
+                      f"(live monkeypatches: {verify:.0f}s measured in the worker before, then {verify:.0f}s after)\n")
+            try:
+                outcomes, proof = verify_process(pid, fixes=list(FIX_NAMES), verify_seconds=verify,
+                                                 baseline_seconds=verify, method=method, log=reporter.log,
+                                                 say=reporter.status, progress=reporter.progress)
+            finally:
+                reporter.done()
             patch_render.render_outcomes(outcomes)
+            patch_render.render_verify(proof)
+            con.print(f"\n[bold]4. leakhound inspect {pid}[/bold] again: the fixes are known as applied "
+                      "(what they leaked before stays until the worker restarts)\n")
+            after = take_snapshot(pid, method=method, top=8, progress=reporter.progress, log=reporter.log)
+            reporter.done()
+            table.render_findings(after.findings, pid=pid)
     con.print("\n[bold]Next[/bold]: `leakhound inspect PID` on a real worker; `leakhound confirm` for the "
               f"A/B table; `leakhound watch --match {WORKER_MATCH}` (the title verifiers' env workers give "
               "themselves, Verifiers::EnvWorker0) to tell a leak from a plateau.")
