@@ -12,6 +12,15 @@ if TYPE_CHECKING:
 SETTINGS: dict[str, Any] = {"verbose": False}
 
 
+class Finished(SystemExit):
+    """Raised by a command that has written all its output and cleaned up after itself (its
+    request in the target over, its files removed): exit 0, and the console script may skip
+    tearing the interpreter down (``_entry.py``)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
 def new_reporter(*, quiet: bool = False) -> Reporter:
     return Reporter(verbose=bool(SETTINGS["verbose"]), quiet=quiet)
 

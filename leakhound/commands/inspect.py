@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from leakhound.commands.common import SETTINGS, Reporter, new_reporter
+from leakhound.commands.common import SETTINGS, Finished, Reporter, new_reporter
 from leakhound.commands.options import (
     CensusTimeoutOpt,
     ForceOpt,
@@ -133,6 +133,4 @@ def command(
     run(pid=pid, method=method, top=top, timeout=wall_clock(timeout), as_json=as_json, save=save,
         max_pause_ms=max_pause, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]),
         owner_model=owners, why=why, heapsnapshot_path=heapsnapshot_path, force=force, html_path=html_path)
-    # Everything is written and the target's request is over (its files removed): no need
-    # to tear the interpreter down (_entry.py).
-    SETTINGS["exit_now"] = True
+    raise Finished
