@@ -39,7 +39,7 @@ class Reporter:
         self._tty = hasattr(self.file, "isatty") and self.file.isatty()
         self._phase: str | None = None
         # Phases already said since the work began: the census walks the roots twice under a
-        # pause budget (sizing, then the full walk), which printed "roots", "walk" twice.
+        # pause budget (sizing, then the full walk), and each phase is said once.
         self._said: set[str] = set()
         self._bar: Progress | None = None
         self._task: TaskID | None = None

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from leakhound.analysis.growth import GrowthReport, Sample
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import (
     CensusTimeoutOpt,
@@ -25,6 +24,7 @@ from leakhound.commands.options import (
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.watch import WatchResult, watch_processes
 from leakhound.errors import TargetExited
+from leakhound.model.growth import GrowthReport, Sample
 
 
 def command(
@@ -85,7 +85,7 @@ def run(
     force: bool = False,
     html_path: Path | None = None,
 ) -> WatchResult:
-    from leakhound.analysis.growth import sample_to_dict
+    from leakhound.model.growth import sample_to_dict
     from leakhound.render import json_doc as json_render
     from leakhound.render import watch as watch_render
 

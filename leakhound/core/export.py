@@ -17,13 +17,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
+from leakhound.analysis.growth import analyse_growth
 from leakhound.attach import choose_method, death
 from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
 from leakhound.core.targets import no_process_matches
 from leakhound.errors import HeadroomTooSmall, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
+from leakhound.model.growth import Sample, sample_from_snapshot
 from leakhound.model.names import OwnerModel
 from leakhound.render.prometheus import (
     DEFAULT_TOP_OWNERS,

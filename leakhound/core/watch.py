@@ -26,13 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from leakhound.analysis.growth import (
-    GrowthReport,
-    Sample,
-    analyse_growth,
-    estimate_owners,
-    sample_from_snapshot,
-)
+from leakhound.analysis.growth import analyse_growth, estimate_owners
 from leakhound.attach import RemoteResult, choose_method, death, run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
@@ -49,7 +43,7 @@ from leakhound.errors import (
     TracerStuck,
 )
 from leakhound.model import Owner, RequestCost, Snapshot, TypeStat
-from leakhound.model.growth import TargetEnded
+from leakhound.model.growth import GrowthReport, Sample, TargetEnded, sample_from_snapshot
 from leakhound.model.names import OwnerModel
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
