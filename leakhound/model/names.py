@@ -98,8 +98,34 @@ PAYLOAD_OWNER = "<leakhound payload>"
 PAYLOAD_PACKAGE = "_leakhound_payload"
 
 
+class Owners(str, enum.Enum):
+    """How owners are to be found: ``--owners``, the request. What a snapshot says it got is
+    an ``OwnerModel`` (``heap.owner_model``, the result); ``OWNER_MODELS_OF`` maps one to the
+    other, and the CLI's help and the JSON both say these words:
+
+    ==============  ===============================================================
+    ``--owners``    ``heap.owner_model`` of the snapshot
+    ==============  ===============================================================
+    ``auto``        ``dominator``, or ``not-attributed`` past the graph's budgets
+    ``dominator``   ``dominator``, or ``not-attributed`` past the node budget or the
+                    memory limit (no memory budget of its own)
+    ``census``      ``first-reacher``: the census's owners, no object graph
+    ==============  ===============================================================
+    """
+
+    AUTO = "auto"
+    DOMINATOR = "dominator"
+    CENSUS = "census"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+OWNERS_NAMES: tuple[str, ...] = tuple(o.value for o in Owners)
+
+
 class OwnerModel(str, enum.Enum):
-    """How a snapshot's owners were found (``heap.owner_model``)."""
+    """How a snapshot's owners were found (``heap.owner_model``); ``Owners`` is what was asked."""
 
     #: the dominator tree: retained = what freeing the owner returns
     DOMINATOR = "dominator"
@@ -111,6 +137,14 @@ class OwnerModel(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: What each ``--owners`` choice can give a snapshot (``Owners``' docstring says when).
+OWNER_MODELS_OF: dict[Owners, tuple[OwnerModel, ...]] = {
+    Owners.AUTO: (OwnerModel.DOMINATOR, OwnerModel.NOT_ATTRIBUTED),
+    Owners.DOMINATOR: (OwnerModel.DOMINATOR, OwnerModel.NOT_ATTRIBUTED),
+    Owners.CENSUS: (OwnerModel.FIRST_REACHER,),
+}
 
 
 class NotAttributed(str, enum.Enum):

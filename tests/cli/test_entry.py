@@ -66,8 +66,11 @@ def test_a_command_that_finishes_exits_at_once_its_output_written() -> None:
 def test_only_a_finished_command_skips_the_teardown(monkeypatch: pytest.MonkeyPatch) -> None:
     """The entry exits at once for Finished and for nothing else: a usage error or any other
     exit goes the normal way."""
-    import leakhound.cli
+    import importlib
+
     from leakhound.commands.common import Finished
+
+    cli = importlib.import_module("leakhound.cli")  # the module the entry imports from sys.modules
 
     seen: list[object] = []
     monkeypatch.setattr(_entry, "exit_now", seen.append)
@@ -77,7 +80,7 @@ def test_only_a_finished_command_skips_the_teardown(monkeypatch: pytest.MonkeyPa
         def run(raised: BaseException = raised) -> None:
             raise raised
 
-        monkeypatch.setattr(leakhound.cli, "main", run)
+        monkeypatch.setattr(cli, "main", run)
         with pytest.raises(SystemExit):
             _entry.main()
         assert seen == asked
