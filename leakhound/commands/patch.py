@@ -21,8 +21,10 @@ from leakhound.commands.options import (
     complete_fixes,
     finite,
     fixes_from,
+    request_options,
 )
 from leakhound.core.patch import patch_process
+from leakhound.core.request import RequestOptions
 from leakhound.core.simulated import leaking_simulated_worker
 from leakhound.core.targets import chosen_pids
 from leakhound.core.verify import verify_process
@@ -95,9 +97,10 @@ def command(
         raise typer.BadParameter("--baseline is the window before the fix that --verify compares with: "
                                  "give --verify SECONDS too", param_hint="--baseline")
     fixes = fixes_from(fix if fix is not None else "all")
-    run(pids=tuple(pids or ()), match=match, fixes=fixes, action=action, verify=verify, method=method,
-        timeout=timeout, as_json=as_json, trim_every=trim_every, baseline=baseline,
-        reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]), force=force)
+    reporter = new_reporter(quiet=as_json and not SETTINGS["verbose"])
+    run(pids=tuple(pids or ()), match=match, fixes=fixes, action=action, verify=verify,
+        request=request_options(method=method, timeout=timeout, reporter=reporter, force=force),
+        as_json=as_json, trim_every=trim_every, baseline=baseline, reporter=reporter)
 
 
 def run(
@@ -105,35 +108,31 @@ def run(
     pids: Sequence[int],
     match: str | None,
     fixes: Sequence[str],
-    action: str,
+    action: PatchAction,
     verify: float,
-    method: str,
-    timeout: float,
+    request: RequestOptions,
     as_json: bool,
     reporter: Reporter,
     trim_every: float | None = None,
-    force: bool = False,
     baseline: float | None = None,
 ) -> tuple[PatchOutcome, ...]:
     targets = chosen_pids(pids, match)
     proofs: list[VerifyReport] = []
     if not targets:
-        outcomes = _on_simulated_worker(fixes=fixes, verify=verify or 5.0, baseline=baseline, method=method,
-                                        timeout=timeout, reporter=reporter, trim_every=trim_every, proofs=proofs)
+        outcomes = _on_simulated_worker(fixes=fixes, verify=verify or 5.0, baseline=baseline, request=request,
+                                        reporter=reporter, trim_every=trim_every, proofs=proofs)
     else:
         done: list[PatchOutcome] = []
         for pid in targets:
             try:
                 if verify and action == PatchAction.APPLY:
-                    outcomes, proof = _verified(pid, fixes=fixes, verify=verify, baseline=baseline, method=method,
-                                                timeout=timeout, reporter=reporter, trim_every=trim_every,
-                                                force=force)
+                    outcomes, proof = _verified(pid, fixes=fixes, verify=verify, baseline=baseline,
+                                                request=request, reporter=reporter, trim_every=trim_every)
                     done.extend(outcomes)
                     proofs.append(proof)
                     continue
-                done.extend(patch_process(
-                    pid, fixes=list(fixes), action=str(action), method=method, timeout=timeout, log=reporter.log,
-                    trim_every=trim_every, force=force))
+                done.extend(patch_process(pid, fixes=list(fixes), action=action, request=request,
+                                          trim_every=trim_every))
             except LeakhoundError:
                 # What already changed in the workers before this one is shown, never left unsaid.
                 if done:
@@ -145,16 +144,14 @@ def run(
     return outcomes
 
 
-def _verified(pid: int, *, fixes: Sequence[str], verify: float, baseline: float | None, method: str,
-              timeout: float, reporter: Reporter, trim_every: float | None, force: bool = False,
-              ) -> tuple[tuple[PatchOutcome, ...], VerifyReport]:
+def _verified(pid: int, *, fixes: Sequence[str], verify: float, baseline: float | None, request: RequestOptions,
+              reporter: Reporter, trim_every: float | None) -> tuple[tuple[PatchOutcome, ...], VerifyReport]:
     before = baseline if baseline is not None else verify
     reporter.note(f"leakhound: pid {pid}: {before:.0f}s before applying {', '.join(fixes)}, then {verify:.0f}s after")
     try:
         return verify_process(pid, fixes=list(fixes), verify_seconds=verify, baseline_seconds=before,
-                              method=method, timeout=timeout, log=reporter.log, say=reporter.status,
-                              progress=reporter.progress,
-                              trim_every=trim_every, force=force)
+                              request=request, say=reporter.status, progress=reporter.progress,
+                              trim_every=trim_every)
     finally:
         reporter.done()
 
@@ -186,7 +183,7 @@ def _render(outcomes: Sequence[PatchOutcome], proofs: Sequence[VerifyReport] = (
 
 
 def _on_simulated_worker(
-    *, fixes: Sequence[str], verify: float, method: str, timeout: float, reporter: Reporter,
+    *, fixes: Sequence[str], verify: float, request: RequestOptions, reporter: Reporter,
     trim_every: float | None = None, baseline: float | None = None, proofs: list[VerifyReport],
 ) -> tuple[PatchOutcome, ...]:
     """No target given: show what the fix does on a fresh simulated worker, then stop it."""
@@ -196,7 +193,7 @@ def _on_simulated_worker(
     with tempfile.TemporaryDirectory(prefix="leakhound-patch-demo-") as tmp:
         # A few rollouts in flight, so every leak has something to show.
         with leaking_simulated_worker(tmp, until=lambda r: r["intercepts"]["delivered"] >= 8) as fleet:
-            outcomes, proof = _verified(fleet.pids[0], fixes=fixes, verify=verify, baseline=baseline, method=method,
-                                        timeout=timeout, reporter=reporter, trim_every=trim_every)
+            outcomes, proof = _verified(fleet.pids[0], fixes=fixes, verify=verify, baseline=baseline,
+                                        request=request, reporter=reporter, trim_every=trim_every)
             proofs.append(proof)
             return outcomes

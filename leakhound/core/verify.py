@@ -32,15 +32,16 @@ from leakhound.analysis.verify import (
     window_stats,
 )
 from leakhound.attach import choose_method, run_request
-from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS
 from leakhound.attach.process import Target, resolve_target, rss_bytes
 from leakhound.core.capture import take_snapshot
 from leakhound.core.patch import _outcome, _raise_if_all_refused, _request, patch_process
+from leakhound.core.request import SHORT_REQUESTS, RequestOptions
 from leakhound.core.watch import _LENGTH_IS_ITEMS, _owner_answers
 from leakhound.errors import LeakhoundError, ProtocolViolation, TargetExited, TargetNotFound
 from leakhound.model import Owner, PatchOutcome, Snapshot
+from leakhound.model.names import Fix, Owners, PatchAction
 from leakhound.model.units import fmt_bytes
 from leakhound.model.verify import VerifyPoint, VerifyReport
 
@@ -80,17 +81,14 @@ def fixed_owners(snapshot: Snapshot, owner_ids: dict[str, list[int]]) -> dict[st
 
 
 class _Sampler:
-    def __init__(self, target: Target, *, method: str, timeout: float, log: AttachLog, interval: float,
-                 tracked: list[_Tracked], say: Say, force: bool, count_registry: bool) -> None:
+    def __init__(self, target: Target, *, request: RequestOptions, interval: float,
+                 tracked: list[_Tracked], say: Say, count_registry: bool) -> None:
         self.target = target
         self.count_registry = count_registry
-        self.method = method
-        self.timeout = timeout
-        self.log = log
+        self.request = request
         self.interval = interval
         self.tracked = tracked
         self.say = say
-        self.force = force
         self.notes: list[str] = []
 
     def window(self, label: str, seconds: float) -> list[VerifyPoint]:
@@ -117,13 +115,13 @@ class _Sampler:
         try:
             remote = run_request(pid, {"op": "sample", "owners": owners_doc, "top_types": 0, "allocator": True,
                                        "registry": self.count_registry},
-                                 method=self.method, timeout=self.timeout, log=self.log, target=self.target,
-                                 force=self.force)
+                                 method=self.request.method, timeout=self.request.timeout, log=self.request.log,
+                                 target=self.target, force=self.request.force)
         except (TargetNotFound, TargetExited):
             raise
         except LeakhoundError as exc:  # a busy or slow target misses a sample, as in watch
             self.notes.append(f"a sample was skipped: {exc}")
-            self.log(f"process {pid}: sample skipped: {exc}")
+            self.request.log(f"process {pid}: sample skipped: {exc}")
             return None
         result: dict[str, Any] = remote.result
         try:  # from inside the target, whose owner controls it
@@ -184,28 +182,25 @@ def verify_process(
     verify_seconds: float,
     baseline_seconds: float,
     interval: float | None = None,
-    method: str = "auto",
-    timeout: float = 60.0,
-    log: AttachLog | None = None,
+    request: RequestOptions = SHORT_REQUESTS,
     say: Say | None = None,
     progress: Progress | None = None,
     trim_every: float | None = None,
-    force: bool = False,
 ) -> tuple[tuple[PatchOutcome, ...], VerifyReport]:
     """Apply ``fixes`` in ``pid`` between a window of ``baseline_seconds`` and one of
     ``verify_seconds``, sampled every ``interval`` seconds (default: a tenth of the longer
     window, 0.5 to 10 s), and judge what the slopes support. ``say``: a line per step and per
     sample; ``progress``: the census's phases. Raises PatchRefused (nothing changed, nothing
-    waited for) when every fix is refused."""
-    log = log or (lambda line: None)
+    waited for) when every fix is refused. ``request.timeout`` bounds each short request; the
+    census before the fix follows its progress, as inspect's."""
     say = say or (lambda line: None)
     target = resolve_target(pid)
-    chosen = choose_method(target, method)
+    request = request.via(choose_method(target, request.method))
     every = interval or default_interval(max(verify_seconds, baseline_seconds))
     notes: list[str] = []
 
     say(f"pid {pid}: checking the fixes are recognised (nothing changes)")
-    dry = _request(pid, "dry-run", fixes, method=chosen, timeout=timeout, log=log, force=force)
+    dry = _request(pid, PatchAction.DRY_RUN, fixes, request=request)
     planned = tuple(_outcome(pid, r) for r in dry["results"])
     _raise_if_all_refused(pid, planned)
     # Only the fixes judged by their owner's growth have it sampled (steps shares registry's
@@ -220,8 +215,8 @@ def verify_process(
     say(f"pid {pid}: census before the fix (owners by dominator tree)")
     # As inspect's: given up when it stops progressing (a multi-GB heap's census outlasts the
     # patch's own --timeout, which bounds each short request here).
-    snapshot = take_snapshot(pid, method=chosen, top=50, timeout=FOLLOW_PROGRESS, log=log, owner_model="auto",
-                             progress=progress, force=force)
+    snapshot = take_snapshot(pid, method=request.method, top=50, timeout=FOLLOW_PROGRESS, log=request.log,
+                             owner_model=Owners.AUTO, progress=progress, force=request.force)
     found = fixed_owners(snapshot, owner_ids)
     tracked = [_Tracked(fix, o, o.items if o.type in _LENGTH_IS_ITEMS else None)
                for fix, owners in found.items() for o in owners if o.path_ids]
@@ -231,8 +226,8 @@ def verify_process(
               for fix, owners in found.items()}
     notes.extend(f"{fix}: the census named no owner at the container it empties (below its top owners): "
                  "judged by the live heap" for fix in fixes if fix in owner_ids and fix not in found)
-    sampler = _Sampler(target, method=chosen, timeout=timeout, log=log, interval=every, tracked=tracked, say=say,
-                       force=force, count_registry="registry" in fixes)
+    sampler = _Sampler(target, request=request, interval=every, tracked=tracked, say=say,
+                       count_registry=Fix.REGISTRY in fixes)
     before = sampler.window("before the fix", baseline_seconds)
     after: list[VerifyPoint] = []
 
@@ -241,8 +236,8 @@ def verify_process(
         after.extend(sampler.window("after the fix", seconds))
         say(f"pid {pid}: measuring the fix's own number")
 
-    outcomes = patch_process(pid, fixes=fixes, action="apply", verify_seconds=verify_seconds, method=chosen,
-                             timeout=timeout, log=log, wait=after_window, trim_every=trim_every, force=force)
+    outcomes = patch_process(pid, fixes=fixes, action=PatchAction.APPLY, verify_seconds=verify_seconds,
+                             request=request, wait=after_window, trim_every=trim_every)
     landed = {o.fix for o in outcomes if o.status in ("applied", "already-applied")}
     next_fixes = list(dict.fromkeys(f.fix for f in snapshot.findings
                                     if f.fix and not f.skipped and f.fix not in fixes))
