@@ -15,9 +15,12 @@ from the dominator tree, and writing the page), and in Debian's chromium (playwr
 ``executable_path``; no browser is downloaded) with the network off, best and median of
 ``--repeat`` fresh loads: navigation to the load event, and to the first paint of the treemap
 (the page's ``leakhound:treemap-painted`` mark: the frame with the treemap in it has been
-painted). Writes benchmarks/results/html-report-<date>.json.
+painted). Writes benchmarks/results/html-report-<date>.json and the "HTML report" table of
+docs/performance.md from it (``--no-doc``: not; ``--doc-from FILE``: only the table, from a
+results file).
 
-    .venv/bin/python benchmarks/html_report.py [--cases small,5M,5M-synth,parts-2M-nodes] [--repeat 5] [--out FILE]
+    .venv/bin/python benchmarks/html_report.py [--cases small,5M,5M-synth,parts-2M-nodes] [--repeat 5]
+        [--out FILE] [--no-doc] [--doc-from FILE]
 """
 
 from __future__ import annotations
@@ -188,12 +191,47 @@ def browser_times(path: Path, repeat: int) -> dict[str, Any]:
     }
 
 
+DOC_HEADERS = ("page", "heap objects", "owners", "page size", "owner parts", "writing", "load (median)",
+               "treemap painted (median)")
+
+
+def doc_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """The rows of docs/performance.md's "HTML report" table."""
+    def median(r: dict[str, Any], key: str) -> str:
+        return f"{r[key]['median'] * 1000:.0f} ms" if key in r else "-"
+
+    def took(r: dict[str, Any], key: str) -> str:
+        return f"{r[key] * 1000:.0f} ms" if key in r else "-"
+
+    out = []
+    for r in rows:
+        objects = r.get("heap_objects") or r.get("objects_asked")
+        out.append([
+            r["case"] if "page_bytes" in r else f"{r['case']} (no page)",
+            f"{objects / 1e6:.2g}M" if objects else f"{r.get('graph_nodes', 0) / 1e6:.2g}M graph nodes",
+            f"{r['owners']:,}" if "owners" in r else "-",
+            f"{r['page_bytes'] / 1024:,.0f} KiB" if "page_bytes" in r else "-",
+            took(r, "parts_s"), took(r, "write_s"), median(r, "load_s"), median(r, "treemap_painted_s"),
+        ])
+    return out
+
+
+def write_doc(results: Path) -> None:
+    c.update_doc_table("html-report", results, DOC_HEADERS, doc_rows(json.loads(results.read_text())["rows"]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS / f"html-report-{time.strftime('%Y-%m-%d')}.json")
+    parser.add_argument("--no-doc", action="store_true", help="leave docs/performance.md as it is")
+    parser.add_argument("--doc-from", type=Path, metavar="FILE",
+                        help="measure nothing: write docs/performance.md's table from this results file")
     args = parser.parse_args()
+    if args.doc_from is not None:
+        write_doc(args.doc_from)
+        return
     rows = []
     workdir = Path(tempfile.mkdtemp(prefix="leakhound-html-bench-"))
     try:
@@ -219,11 +257,13 @@ def main() -> None:
                   flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    doc = {"machine": c.machine(), "commit": c.git_head(),
+    doc = {"machine": c.machine(), "commit": c.git_head(), "date": time.strftime("%Y-%m-%d"),
            "argv": sys.argv, "load_average_at_end": " ".join(f"{x:.2f}" for x in os.getloadavg()), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"written to {args.out}")
+    if not args.no_doc:
+        write_doc(args.out)
 
 
 if __name__ == "__main__":

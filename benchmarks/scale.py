@@ -18,11 +18,12 @@ the CLI runs end to end, as an on-call engineer runs it, and this records:
 Shapes: ``registry`` (``REGISTRY = {}`` of sessions, each with a dict, a list, a small bytes
 and shared ints) and ``requests`` (a list of dicts with a str and a tuple), both beside a
 static decoy table of ~10% of the objects. Nothing here asserts: it prints what it sees (a
-first-reacher fallback past the graph budget is reported as such) and writes the rows to
-benchmarks/results/scale-<date>.json.
+first-reacher fallback past the graph budget is reported as such), writes the rows to
+benchmarks/results/scale-<date>.json and the table of docs/performance.md's "At scale" from
+them (``--no-doc``: not; ``--doc-from FILE``: only the table, from a results file).
 
     .venv/bin/python benchmarks/scale.py [--sizes 1M,5M,20M] [--shapes registry,requests]
-        [--no-guppy] [--peer-timeout 600] [--out FILE]
+        [--no-guppy] [--peer-timeout 600] [--out FILE] [--no-doc] [--doc-from FILE]
 
 50M objects is ~4-5 GB a target (and guppy3 needs as much again): it fits a 24 GiB machine,
 and takes several minutes to build.
@@ -159,6 +160,30 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
             print(f"  {r['shape']} {r['objects_asked'] / 1e6:g}M: {r.get('owner_model_note') or r.get('error')}")
 
 
+DOC_HEADERS = ("heap", "objects", "target RSS", "wall", "owner model", "owner #1", "bytes/truth", "lag",
+               "target +HWM", "leakhound peak", "guppy3", "guppy3/wall")
+
+
+def doc_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """The rows of docs/performance.md's "At scale" table (see its text for the columns)."""
+    return [
+        [
+            f"{r['shape']} {r['objects_asked'] / 1e6:g}M", f"{r.get('heap_objects', 0) / 1e6:.1f}M",
+            f"{r['target_rss'] / 2**20:,.0f} MiB", c.secs(r["wall_s"]), r.get("owner_model") or f"exit {r['exit']}",
+            "-" if r.get("owner1") is None else r["owner1"].replace("__main__.", ""),
+            "-" if r.get("owner1_vs_truth") is None else f"{r['owner1_vs_truth']:.3f}",
+            f"{r['lag_ms']:.0f} ms", _pct(r.get("hwm_growth"), r.get("rss")), f"{r['cli_peak_rss'] / 2**20:,.0f} MiB",
+            f"{r['guppy_s']:.3g} s" if r.get("guppy_s") else "-",
+            f"{r['guppy_s'] / r['wall_s']:.1f}x" if r.get("guppy_s") else "-",
+        ]
+        for r in sorted(rows, key=lambda r: (r["shape"], r["objects_asked"]))
+    ]
+
+
+def write_doc(results: Path) -> None:
+    c.update_doc_table("scale", results, DOC_HEADERS, doc_rows(json.loads(results.read_text())["rows"]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1M,5M,20M", help="object counts, e.g. 1M,5M,20M,50M")
@@ -167,7 +192,13 @@ def main() -> int:
     parser.add_argument("--peer-timeout", type=float, default=600.0, help="seconds guppy3 may take")
     parser.add_argument("--cli-timeout", type=float, default=3600.0, help="seconds before the CLI is killed")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--no-doc", action="store_true", help="leave docs/performance.md as it is")
+    parser.add_argument("--doc-from", type=Path, metavar="FILE",
+                        help="measure nothing: write docs/performance.md's table from this results file")
     args = parser.parse_args()
+    if args.doc_from is not None:
+        write_doc(args.doc_from)
+        return 0
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     shapes = [s for s in args.shapes.split(",") if s]
     for shape in shapes:
@@ -186,10 +217,13 @@ def main() -> int:
     print_rows(sorted(rows, key=lambda r: (r["shape"], r["objects_asked"])))
     out = args.out or RESULTS / f"scale-{time.strftime('%Y%m%d-%H%M')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": c.machine(), "commit": c.git_head(), "argv": sys.argv,
+    out.write_text(json.dumps({"machine": c.machine(), "commit": c.git_head(), "date": time.strftime("%Y-%m-%d"),
+                               "argv": sys.argv,
                                "load_average_at_end": c.load_average(), "rows": rows,
                                "seconds": round(time.time() - started)}, indent=1) + "\n")
     print(f"# rows written to {os.path.relpath(out)} ({time.time() - started:.0f} s)")
+    if not args.no_doc:
+        write_doc(out)
     return 0
 
 

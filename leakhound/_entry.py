@@ -7,10 +7,10 @@ e.g. 3.11's "RuntimeError: Error calling __set_name__", or be swallowed by impor
 callback), and acted on once the import is done. Nothing has touched a target yet at that
 point, so there is nothing to clean up.
 
-A command that has written everything and cleaned up after itself can ask for a quick exit
-(``SETTINGS["exit_now"]``: ``inspect``): the interpreter is not torn down, which after a
+A command that has written everything and cleaned up after itself says so by raising
+``commands.common.Finished`` (``inspect``): the interpreter is then not torn down. After a
 dominator pass on a big heap (hundreds of MB of graph, every module of typer, pydantic and
-rich) was ~50 ms of an on-call engineer's wait, and nothing of it was needed.
+rich) the teardown is ~50 ms of an on-call engineer's wait, and nothing of it is needed.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def main() -> None:
     previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
     try:
         from leakhound.cli import main as run
+        from leakhound.commands.common import Finished
     finally:
         signal.signal(signal.SIGINT, previous)
     if noted:
@@ -33,18 +34,15 @@ def main() -> None:
         sys.exit(130)
     try:
         run()
-    except SystemExit as exc:
-        _exit_now_if_asked(exc.code)
+    except Finished as finished:
+        exit_now(finished.code)
         raise
-    _exit_now_if_asked(0)
 
 
-def _exit_now_if_asked(code: object) -> None:
-    """os._exit(code) when the command asked for it, its atexit functions run, its output
-    flushed and no thread of ours still running; else return (a normal exit)."""
-    from leakhound.commands.common import SETTINGS  # noqa: PLC0415 - imported by the CLI already
-
-    if not SETTINGS.get("exit_now") or type(code) is not int and code is not None:
+def exit_now(code: object) -> None:
+    """os._exit(code), its atexit functions run, its output flushed, unless a thread of ours
+    is still running or the output cannot be flushed: then return (a normal exit follows)."""
+    if type(code) is not int and code is not None:
         return
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         return

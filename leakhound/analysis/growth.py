@@ -35,29 +35,14 @@ from leakhound.model.growth import (
     OwnerSample,
     Sample,
     Trend,
-    Verdict,
     enclosing_paths,
     normalized_path,
-    report_to_dict,
-    sample_from_dict,
-    sample_from_snapshot,
-    sample_to_dict,
-    trend_to_dict,
 )
 from leakhound.model.names import CODE_OWNER, NOT_ATTRIBUTED_PREFIX, PAYLOAD_OWNER
-from leakhound.model.units import MiB, fmt_bytes
-
-# The model's names stay importable from here, where they were computed first.
-__all__ = [
-    "GROWING", "PLATEAUED", "STATIC", "UNKNOWN", "GrowthReport", "OwnerSample", "Sample", "Thresholds",
-    "Trend", "Verdict", "analyse_growth", "estimate_owners", "growth_findings", "normalized_path", "owner_histories",
-    "report_to_dict",
-    "sample_from_dict", "sample_from_snapshot", "sample_to_dict", "slope", "trend", "trend_to_dict",
-]
+from leakhound.model.units import fmt_bytes
 
 KIND = "growth"
 _NOT_LEAKS = frozenset({CODE_OWNER, PAYLOAD_OWNER})
-MB = MiB  # the old name, kept importable
 
 
 @dataclass(frozen=True)
@@ -145,8 +130,8 @@ def _verdict(
         return PLATEAUED, recent_slope
     if exact:
         # Item counts are exact: still rising at a rate that would be growth over the whole
-        # window is a leak. (Judged over the recent third alone, against the window's 2% noise
-        # floor, any steady leak that grew by 2-6% of its size in the window was "plateaued".)
+        # window is a leak. The recent third alone, against the window's 2% noise floor, would
+        # call a steady leak that grows by 2-6% of its size in the window "plateaued".
         if not _grew([points[0], points[-1]], recent_slope, floor, th):
             return PLATEAUED, recent_slope
         return GROWING, recent_slope

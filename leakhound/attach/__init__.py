@@ -31,11 +31,11 @@ from leakhound.errors import (
     RequestCancelled,
     TargetBusy,
 )
-from leakhound.model.names import METHOD_NAMES
+from leakhound.model.names import METHOD_NAMES, Method
 from leakhound.payload import wire
 
 METHODS = METHOD_NAMES
-AUTO_ORDER = ("agent", "remote-exec", "ptrace", "gdb")
+AUTO_ORDER = (Method.AGENT, Method.REMOTE_EXEC, Method.PTRACE, Method.GDB)
 # Seconds the main thread may take to reach a bytecode boundary after injection.
 SAFE_POINT_TIMEOUT = 10.0
 
@@ -43,7 +43,7 @@ SAFE_POINT_TIMEOUT = 10.0
 @dataclass(frozen=True)
 class RemoteResult:
     target: Target
-    method: str
+    method: Method
     result: dict[str, Any]
     attach_stop_ms: float
     main_thread_ms: float
@@ -55,17 +55,27 @@ def _quiet(_: str) -> None:
     pass
 
 
-def choose_method(target: Target, method: str) -> str:
-    if method != "auto":
+def _method(name: Method | str) -> Method:
+    try:
+        return Method(name)
+    except ValueError:
+        raise MethodUnavailable(f"unknown method {name!r}; choose one of {', '.join(METHODS)}") from None
+
+
+def choose_method(target: Target, method: Method | str) -> Method:
+    """``method``, or for ``auto`` the first of ``AUTO_ORDER`` available for ``target``.
+    MethodUnavailable for a name that is not a method."""
+    method = _method(method)
+    if method != Method.AUTO:
         return method
     if agent.available(target.pid, target.uid):
-        return "agent"
+        return Method.AGENT
     if remote_exec.available(target):
-        return "remote-exec"
+        return Method.REMOTE_EXEC
     if ptrace.available():
-        return "ptrace"
+        return Method.PTRACE
     if gdb.gdb_path() is not None:
-        return "gdb"
+        return Method.GDB
     raise MethodUnavailable(
         f"no way to attach to process {target.pid}: no agent socket, Python < 3.14, not x86-64, gdb missing"
     )
@@ -75,7 +85,7 @@ def run_request(
     pid: int,
     request: dict[str, Any],
     *,
-    method: str = "auto",
+    method: Method | str = Method.AUTO,
     timeout: float = FOLLOW_PROGRESS,
     progress: Progress | None = None,
     log: AttachLog | None = None,
@@ -123,8 +133,8 @@ def run_request(
         request["max_extra_bytes"] = budget
     meter = CostMeter(room, budget).start()
     try:
-        remote = _run(pid, request, method=method, chosen=chosen, deadline=deadline, progress=progress, log=log,
-                      target=target, on_partial=on_partial, meter=meter)
+        remote = _run(pid, request, method=_method(method), chosen=chosen, deadline=deadline, progress=progress,
+                      log=log, target=target, on_partial=on_partial, meter=meter)
     finally:
         meter.stop()
     spent = remote.result.get("memory_cost") or {}
@@ -145,8 +155,8 @@ def _run(
     pid: int,
     request: dict[str, Any],
     *,
-    method: str,
-    chosen: str,
+    method: Method,
+    chosen: Method,
     deadline: Deadline,
     progress: Progress | None,
     log: AttachLog,
@@ -157,29 +167,29 @@ def _run(
     facts = death.read_facts(pid)  # what is gone with the target, should it die
     if on_partial is not None and request.get("op") == wire.OP_SNAPSHOT and request.get("graph"):
         request["early_graph"] = True
-    if chosen == "agent":
+    if chosen == Method.AGENT:
         result = finish.wait_agent(pid, facts, lambda: agent.request(
             pid, target.uid, request, deadline=deadline, progress=progress, log=log, on_partial=on_partial))
         return RemoteResult(target, chosen, result, 0.0, 0.0)
-    if chosen not in ("ptrace", "gdb", "remote-exec"):
+    if chosen not in (Method.PTRACE, Method.GDB, Method.REMOTE_EXEC):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
     with PrivateChannel(uid=target.uid, pid=pid, request=request) as channel:
         meter.on_over = channel.request_cancel
         code = channel.bootstrap_code()
         inject_timeout = min(deadline.left(), 30.0)
-        if chosen == "ptrace":
+        if chosen == Method.PTRACE:
             try:
                 injection = finish.held(lambda: ptrace.inject(
                     pid, code, timeout=inject_timeout, log=log, private=channel.private,
                     private_path=str(channel.dir), payload_timeout=channel.request_timeout,
                 ))
             except MethodUnavailable as exc:
-                if method != "auto" or gdb.gdb_path() is None:
+                if method != Method.AUTO or gdb.gdb_path() is None:
                     raise
                 log(f"ptrace declined before stopping the target ({exc}); using gdb")
-                chosen = "gdb"
+                chosen = Method.GDB
                 injection = finish.held(lambda: gdb.inject(pid, code, timeout=inject_timeout, log=log))
-        elif chosen == "gdb":
+        elif chosen == Method.GDB:
             injection = finish.held(lambda: gdb.inject(pid, code, timeout=inject_timeout, log=log))
         else:
             injection = remote_exec.inject(

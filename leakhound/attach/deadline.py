@@ -2,7 +2,7 @@
 
 An explicit ``--timeout`` is a hard wall-clock limit. Without one (``FOLLOW_PROGRESS``) a
 request is not cut off at a fixed time: a multi-GB worker's inspection takes minutes (a 6 GB
-worker's took 129 s, over the 60 s default it used to have), and it is given up only when
+worker's took 129 s), and it is given up only when
 nothing moves for the stall window, or at a ceiling that grows with the target's RSS.
 Progress is what the payload says as it works (its progress messages, the graph's records as
 they arrive) and leakhound's own work on what it handed over (the dominator pass, during

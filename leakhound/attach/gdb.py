@@ -28,6 +28,7 @@ from leakhound.errors import (
     TargetBusy,
     TargetNotFound,
 )
+from leakhound.model.names import Method
 
 SCRIPT = Path(__file__).with_name("gdb_inject.py")
 _RETRIES = 20
@@ -115,7 +116,7 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
                     + (output.strip().splitlines() or ["no output"])[-1]
                 ) from None
             if status.get("ok"):
-                return Injection(method="gdb", attach_stop_ms=took, attempts=attempt)
+                return Injection(method=Method.GDB, attach_stop_ms=took, attempts=attempt)
             tracer = tracer_pid(pid)
             if status.get("kind") == "attach" and tracer:
                 # Someone else (another leakhound, py-spy) is attached for a moment: wait.

@@ -17,6 +17,7 @@ from leakhound.attach.base import AttachLog, Injection
 from leakhound.attach.private_dir import PrivateDir
 from leakhound.attach.process import Target
 from leakhound.errors import AttachFailed, MethodUnavailable, PermissionDenied
+from leakhound.model.names import Method
 
 
 def available(target: Target) -> bool:
@@ -56,4 +57,4 @@ def inject(
         if "permission" in proc.stderr.lower():
             raise PermissionDenied(f"sys.remote_exec into {target.pid}: permission denied")
         raise AttachFailed(f"sys.remote_exec into {target.pid} failed: {proc.stderr.strip()[-300:]}")
-    return Injection(method="remote-exec", attach_stop_ms=(time.monotonic() - began) * 1000.0)
+    return Injection(method=Method.REMOTE_EXEC, attach_stop_ms=(time.monotonic() - began) * 1000.0)

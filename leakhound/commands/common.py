@@ -12,6 +12,15 @@ if TYPE_CHECKING:
 SETTINGS: dict[str, Any] = {"verbose": False}
 
 
+class Finished(SystemExit):
+    """Raised by a command that has written all its output and cleaned up after itself (its
+    request in the target over, its files removed): exit 0, and the console script may skip
+    tearing the interpreter down (``_entry.py``)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
 def new_reporter(*, quiet: bool = False) -> Reporter:
     return Reporter(verbose=bool(SETTINGS["verbose"]), quiet=quiet)
 
@@ -30,7 +39,7 @@ class Reporter:
         self._tty = hasattr(self.file, "isatty") and self.file.isatty()
         self._phase: str | None = None
         # Phases already said since the work began: the census walks the roots twice under a
-        # pause budget (sizing, then the full walk), which printed "roots", "walk" twice.
+        # pause budget (sizing, then the full walk), and each phase is said once.
         self._said: set[str] = set()
         self._bar: Progress | None = None
         self._task: TaskID | None = None
@@ -58,6 +67,20 @@ class Reporter:
         self._phase = phase
         counted = f" {done:,} objects" if done else ""
         self._bar.update(self._task, description=f"leakhound: {phase}{counted}")
+
+    def status(self, line: str) -> None:
+        """Where a long wait is: on a terminal the live bar's text, elsewhere one line each."""
+        if self.quiet:
+            return
+        if not self._tty:
+            print(f"leakhound: {line}", file=self.file, flush=True)
+            return
+        from rich.markup import escape
+
+        if self._bar is None:
+            self._start_bar()
+        assert self._bar is not None and self._task is not None
+        self._bar.update(self._task, description=f"leakhound: {escape(line)}")
 
     def done(self) -> None:
         """The work that showed progress is over: the bar goes, the next phase line is said anew."""

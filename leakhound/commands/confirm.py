@@ -8,6 +8,7 @@ import typer
 
 from leakhound.commands.common import Reporter, new_reporter
 from leakhound.commands.options import JsonOpt, MethodOpt
+from leakhound.model.names import Method
 from leakhound.render import json_doc as json_render
 from leakhound.simulate.workload import Workload
 
@@ -48,7 +49,7 @@ def command(
     from leakhound.core.confirm_workload import WorkerCommand  # noqa: PLC0415
 
     if worker_cmd is not None:
-        run_worker(worker=WorkerCommand(command=worker_cmd, match=worker_match, method=method),
+        run_worker(worker=WorkerCommand(command=worker_cmd, match=worker_match, method=Method(method)),
                    as_json=as_json, reporter=new_reporter())
         return
     run(workload=Workload(rollouts=rollouts, turns=turns, concurrency=concurrency, image_kb=image_kb,

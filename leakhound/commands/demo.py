@@ -9,12 +9,13 @@ import typer
 
 from leakhound.analysis.ledger import ledger
 from leakhound.commands.common import Reporter, new_reporter
-from leakhound.commands.options import MethodOpt, finite
-from leakhound.core.capture import take_snapshot
-from leakhound.core.patch import patch_process
+from leakhound.commands.options import MethodOpt, finite, request_options
+from leakhound.core.capture import FOLLOW_PROGRESS, take_snapshot
+from leakhound.core.request import SHORT_REQUESTS, RequestOptions
 from leakhound.core.simulated import leaking_simulated_worker
+from leakhound.core.verify import verify_process
 from leakhound.model import Snapshot
-from leakhound.model.names import FIX_NAMES
+from leakhound.model.names import FIX_NAMES, Owners
 from leakhound.render import patch as patch_render
 from leakhound.render import table
 from leakhound.render.console import console
@@ -30,11 +31,14 @@ def command(
         "--verify", min=1, callback=finite, metavar="SECONDS", help="Seconds to watch the fixes work.")] = 6.0,
 ) -> None:
     """The whole story on a simulated worker in under a minute: start a leaking verifiers-shaped
-    worker, inspect it live, apply the four fixes live with before/after numbers, shut it down."""
-    run(method=method, verify=verify, reporter=new_reporter())
+    worker, inspect it live, apply the four fixes live and prove them with before/after slopes,
+    inspect again (the fixes known as applied), shut it down."""
+    reporter = new_reporter()
+    run(request=request_options(method=method, timeout=FOLLOW_PROGRESS, reporter=reporter), verify=verify,
+        reporter=reporter)
 
 
-def run(*, method: str, verify: float, reporter: Reporter) -> None:
+def run(*, request: RequestOptions, verify: float, reporter: Reporter) -> None:
     con = console()
     with tempfile.TemporaryDirectory(prefix="leakhound-demo-") as tmp:
         con.print("[bold]1. A simulated verifiers env worker[/bold]: 4 concurrent rollouts of 24 turns, "
@@ -48,8 +52,8 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
             con.print(f"\n[bold]2. leakhound inspect {pid} --owners dominator[/bold] (the worker keeps running)\n")
             # dominator owners always (inspect's default, auto, falls back to the census when the
             # graph would hold more than its memory budget in the worker: this one is borderline)
-            snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress, log=reporter.log,
-                                     owner_model="dominator")
+            snapshot = take_snapshot(pid, method=request.method, top=8, progress=reporter.progress,
+                                     log=request.log, owner_model=Owners.DOMINATOR)
             for _ in range(3):
                 if _delivered_bodies(snapshot) > 0:
                     break
@@ -58,14 +62,26 @@ def run(*, method: str, verify: float, reporter: Reporter) -> None:
                 ticks = fleet.reports()[0]["stats_ticks"]
                 fleet.wait_for(lambda r, t=ticks: r["stats_ticks"] > t and r["intercepts"]["delivered"] >= 16,
                                timeout=60, what="deliver request bodies again")
-                snapshot = take_snapshot(pid, method=method, top=8, progress=reporter.progress,
-                                         log=reporter.log, owner_model="dominator")
+                snapshot = take_snapshot(pid, method=request.method, top=8, progress=reporter.progress,
+                                         log=request.log, owner_model=Owners.DOMINATOR)
             reporter.done()
             table.render_snapshot(snapshot, ledger(snapshot), top=8)
             con.print(f"\n[bold]3. leakhound patch {pid} --fix all --verify {verify:.0f}[/bold] "
-                      "(live monkeypatches, measured before/after in the worker)\n")
-            outcomes = patch_process(pid, fixes=list(FIX_NAMES), verify_seconds=verify, method=method, log=reporter.log)
+                      f"(live monkeypatches: {verify:.0f}s measured in the worker before, then {verify:.0f}s after)\n")
+            try:
+                outcomes, proof = verify_process(pid, fixes=list(FIX_NAMES), verify_seconds=verify,
+                                                 baseline_seconds=verify,
+                                                 request=request.within(SHORT_REQUESTS.timeout), say=reporter.status,
+                                                 progress=reporter.progress)
+            finally:
+                reporter.done()
             patch_render.render_outcomes(outcomes)
+            patch_render.render_verify(proof)
+            con.print(f"\n[bold]4. leakhound inspect {pid}[/bold] again: the fixes are known as applied "
+                      "(what they leaked before stays until the worker restarts)\n")
+            after = take_snapshot(pid, method=request.method, top=8, progress=reporter.progress, log=request.log)
+            reporter.done()
+            table.render_findings(after.findings, pid=pid)
     con.print("\n[bold]Next[/bold]: `leakhound inspect PID` on a real worker; `leakhound confirm` for the "
               f"A/B table; `leakhound watch --match {WORKER_MATCH}` (the title verifiers' env workers give "
               "themselves, Verifiers::EnvWorker0) to tell a leak from a plateau.")

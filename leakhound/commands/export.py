@@ -16,6 +16,7 @@ from leakhound.commands.options import (
     PidsArg,
     finite,
     pids_or_match,
+    request_options,
     wall_clock,
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
@@ -46,6 +47,7 @@ def command(
     docs/export.md). A worker with too little headroom under its memory limit is skipped
     that round, and said so."""
     reporter = new_reporter()
-    export_processes(pids=pids_or_match(pids, match), match=match, method=method, listen=listen,
-                     allow_remote=allow_remote, interval=interval, timeout=wall_clock(timeout),
-                     log=reporter.log, note=reporter.note, max_pause_ms=max_pause, top=top, force=force)
+    export_processes(pids=pids_or_match(pids, match), match=match, listen=listen, allow_remote=allow_remote,
+                     request=request_options(method=method, timeout=wall_clock(timeout), reporter=reporter,
+                                             force=force),
+                     interval=interval, note=reporter.note, max_pause_ms=max_pause, top=top)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from leakhound.commands.common import SETTINGS, Reporter, new_reporter
+from leakhound.commands.common import SETTINGS, Finished, Reporter, new_reporter
 from leakhound.commands.options import (
     CensusTimeoutOpt,
     ForceOpt,
@@ -19,44 +19,42 @@ from leakhound.commands.options import (
     PidArg,
     TopOpt,
     check_report_path,
+    request_options,
     wall_clock,
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, capture
+from leakhound.core.request import RequestOptions
 from leakhound.model import Snapshot, snapshot_to_json
-
-# --owners: how owners are found (docs/inspect.md)
-OWNER_MODELS = ("auto", "dominator", "census")
+from leakhound.model.names import OWNERS_NAMES, Owners
 
 
 def run(
     *,
     pid: int,
-    method: str,
+    request: RequestOptions,
     top: int,
-    timeout: float,
     as_json: bool,
     save: Path | None,
     reporter: Reporter,
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
-    owner_model: str = "auto",
+    owners: Owners = Owners.AUTO,
     why: str | None = None,
     heapsnapshot_path: Path | None = None,
-    force: bool = False,
     html_path: Path | None = None,
 ) -> Snapshot:
     if html_path is not None:
         check_report_path(html_path)
     taken = capture(
         pid,
-        method=method,
+        method=request.method,
         top=top,
-        timeout=timeout,
+        timeout=request.timeout,
         max_pause_ms=max_pause_ms,
         progress=reporter.progress,
-        log=reporter.log,
-        owner_model=owner_model,
+        log=request.log,
+        owner_model=owners,
         why=why,
-        force=force,
+        force=request.force,
     )
     # The renderers (rich and the rest, ~30 ms of imports) once there is something to render:
     # not before the attach, which an on-call engineer is waiting for.
@@ -107,7 +105,9 @@ def command(
         help="How owners are found: auto (the dominator tree when the object graph fits its budgets: "
         "up to 6,000,000 nodes (LEAKHOUND_MAX_GRAPH_NODES), a quarter of the worker's RSS (at most 256 MiB) held "
         "by its walk, a share of the request's time; else no owner is named: the heap is one '<not attributed: "
-        "...>' owner and the header says why), dominator (no memory budget), census (first reachers).")] = "auto",
+        "...>' owner and the header says why), dominator (no memory budget), census (first reachers). The "
+        "snapshot's owner model says which was used: dominator or not-attributed for auto and dominator, "
+        "first-reacher for census.")] = "auto",
     why: Annotated[str | None, typer.Option(
         "--why", help="What keeps OWNER (a path from the owners table) or the biggest objects of TYPE alive: "
         "a few distinct paths from roots.", metavar="OWNER_OR_TYPE")] = None,
@@ -120,19 +120,18 @@ def command(
     """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
     live objects at all (allocator fragmentation).
 
-    Attaches without stopping the worker for more than an instant (about 0.3 ms with the
-    default ptrace injector): the census runs at a safe point, in a short-lived thread, never
+    Attaches without stopping the worker for more than an instant (a median 0.7 ms with the
+    default ptrace injector on a loaded 2-core machine): the census runs at a safe point, in a short-lived thread, never
     calls gc.collect(), and leaves nothing behind but its payload module, reused next time.
 
     The first lines say what was measured, how long the worker waited (against the pause budget:
     a WARNING when over it) and the next command to run. Every term in the output (retained,
     owner, pause, held from C, ...) is defined in docs/glossary.md.
     """
-    if owners not in OWNER_MODELS:
-        raise typer.BadParameter(f"choose one of {', '.join(OWNER_MODELS)}", param_hint="--owners")
-    run(pid=pid, method=method, top=top, timeout=wall_clock(timeout), as_json=as_json, save=save,
-        max_pause_ms=max_pause, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]),
-        owner_model=owners, why=why, heapsnapshot_path=heapsnapshot_path, force=force, html_path=html_path)
-    # Everything is written and the target's request is over (its files removed): no need
-    # to tear the interpreter down (_entry.py).
-    SETTINGS["exit_now"] = True
+    if owners not in OWNERS_NAMES:
+        raise typer.BadParameter(f"choose one of {', '.join(OWNERS_NAMES)}", param_hint="--owners")
+    reporter = new_reporter(quiet=as_json and not SETTINGS["verbose"])
+    run(pid=pid, request=request_options(method=method, timeout=wall_clock(timeout), reporter=reporter, force=force),
+        top=top, as_json=as_json, save=save, max_pause_ms=max_pause, reporter=reporter, owners=Owners(owners),
+        why=why, heapsnapshot_path=heapsnapshot_path, html_path=html_path)
+    raise Finished

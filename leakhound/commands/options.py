@@ -10,15 +10,23 @@ from typing import Annotated
 
 import typer
 
+from leakhound.commands.common import Reporter
 from leakhound.core.capture import FOLLOW_PROGRESS
+from leakhound.core.request import RequestOptions
 from leakhound.errors import ReportFileError
-from leakhound.model.names import FIX_NAMES, METHOD_NAMES, parse_fixes
+from leakhound.model.names import FIX_NAMES, METHOD_NAMES, Method, parse_fixes
 
 
 def _method(value: str) -> str:
     if value not in METHOD_NAMES:
         raise typer.BadParameter(f"choose one of {', '.join(METHOD_NAMES)}", param_hint="--method")
     return value
+
+
+def request_options(*, method: str, timeout: float, reporter: Reporter, force: bool = False) -> RequestOptions:
+    """The options of every request a command makes, from its ``--method``, ``--timeout`` and
+    ``--force`` (its ``-v`` lines to ``reporter``): built once, passed down."""
+    return RequestOptions(method=Method(method), timeout=timeout, log=reporter.log, force=force)
 
 
 def _match(value: str | None) -> str | None:

@@ -21,13 +21,17 @@ from leakhound.commands.options import (
     complete_fixes,
     finite,
     fixes_from,
+    request_options,
 )
 from leakhound.core.patch import patch_process
+from leakhound.core.request import RequestOptions
 from leakhound.core.simulated import leaking_simulated_worker
 from leakhound.core.targets import chosen_pids
+from leakhound.core.verify import verify_process
 from leakhound.errors import LeakhoundError, PatchPartlyRefused
 from leakhound.model import PatchOutcome
 from leakhound.model.names import FIX_NAMES, PatchAction
+from leakhound.model.verify import VerifyReport, verify_to_dict
 from leakhound.render import json_doc as json_render
 from leakhound.render import patch as patch_render
 
@@ -45,10 +49,16 @@ def command(
     status: Annotated[bool, typer.Option(
         "--status", help="List which fixes are applied, with their counters.")] = False,
     dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Check the target's code is recognised; change nothing.")] = False,
+        "--dry-run",
+        help="Check the target's code is recognised and say what each fix would change (the function "
+             "it replaces, what it does differently, what stays until restart); change nothing.")] = False,
     verify: Annotated[float, typer.Option(
         "--verify", min=0, callback=finite, metavar="SECONDS",
-        help="After applying, watch this many seconds and report before/after.")] = 0.0,
+        help="Prove the fix in memory: sample RSS, the live heap and the fixed owner for --baseline "
+             "seconds before applying and this many after, and say what the slopes support.")] = 0.0,
+    baseline: Annotated[float | None, typer.Option(
+        "--baseline", min=1.0, callback=finite, metavar="SECONDS",
+        help="With --verify: the window measured before applying (default: as long as --verify).")] = None,
     trim_every: Annotated[float, typer.Option(
         "--trim-every", min=1.0, max=3600.0, callback=finite, metavar="SECONDS",
         help="The trim fix's cadence: malloc_trim(0) every SECONDS.")] = 10.0,
@@ -66,6 +76,11 @@ def command(
     (drop request bodies once delivered), trim (malloc_trim(0) every 10 s or --trim-every,
     never gc.collect()). Code that is missing or not what the fix was written for is refused,
     and nothing changes; when some fixes apply and others are refused, the exit code is 16.
+
+    --verify SECONDS proves it in memory: RSS, the live heap and the fixed owner sampled in a
+    window before the fix (--baseline) and one after, their slopes in MiB/min, and a verdict
+    (stopped, slowed, still-growing, not-proven; docs/patch.md). --dry-run says which function
+    each fix replaces, what changes from then on, and what stays until the worker restarts.
     """
     if sum((revert, status, dry_run)) > 1:
         raise typer.BadParameter("choose at most one of --revert, --status, --dry-run")
@@ -78,10 +93,14 @@ def command(
         raise typer.BadParameter(
             f"name the fixes to apply to a live worker: --fix {','.join(FIX_NAMES)} (or a part of it), "
             "or --fix all", param_hint="--fix")
+    if baseline is not None and not verify:
+        raise typer.BadParameter("--baseline is the window before the fix that --verify compares with: "
+                                 "give --verify SECONDS too", param_hint="--baseline")
     fixes = fixes_from(fix if fix is not None else "all")
-    run(pids=tuple(pids or ()), match=match, fixes=fixes, action=action, verify=verify, method=method,
-        timeout=timeout, as_json=as_json, trim_every=trim_every,
-        reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]), force=force)
+    reporter = new_reporter(quiet=as_json and not SETTINGS["verbose"])
+    run(pids=tuple(pids or ()), match=match, fixes=fixes, action=action, verify=verify,
+        request=request_options(method=method, timeout=timeout, reporter=reporter, force=force),
+        as_json=as_json, trim_every=trim_every, baseline=baseline, reporter=reporter)
 
 
 def run(
@@ -89,38 +108,52 @@ def run(
     pids: Sequence[int],
     match: str | None,
     fixes: Sequence[str],
-    action: str,
+    action: PatchAction,
     verify: float,
-    method: str,
-    timeout: float,
+    request: RequestOptions,
     as_json: bool,
     reporter: Reporter,
     trim_every: float | None = None,
-    force: bool = False,
+    baseline: float | None = None,
 ) -> tuple[PatchOutcome, ...]:
     targets = chosen_pids(pids, match)
+    proofs: list[VerifyReport] = []
     if not targets:
-        outcomes = _on_simulated_worker(fixes=fixes, verify=verify or 5.0, method=method, timeout=timeout,
-                                        reporter=reporter, trim_every=trim_every)
+        outcomes = _on_simulated_worker(fixes=fixes, verify=verify or 5.0, baseline=baseline, request=request,
+                                        reporter=reporter, trim_every=trim_every, proofs=proofs)
     else:
         done: list[PatchOutcome] = []
         for pid in targets:
-            if verify and action == PatchAction.APPLY:
-                reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)}, then watching {verify:.0f}s")
             try:
-                done.extend(patch_process(
-                    pid, fixes=list(fixes), action=str(action),
-                    verify_seconds=verify if action == PatchAction.APPLY else 0.0,
-                    method=method, timeout=timeout, log=reporter.log, trim_every=trim_every, force=force))
+                if verify and action == PatchAction.APPLY:
+                    outcomes, proof = _verified(pid, fixes=fixes, verify=verify, baseline=baseline,
+                                                request=request, reporter=reporter, trim_every=trim_every)
+                    done.extend(outcomes)
+                    proofs.append(proof)
+                    continue
+                done.extend(patch_process(pid, fixes=list(fixes), action=action, request=request,
+                                          trim_every=trim_every))
             except LeakhoundError:
                 # What already changed in the workers before this one is shown, never left unsaid.
                 if done:
-                    _render(done, as_json=as_json)
+                    _render(done, proofs, as_json=as_json)
                 raise
         outcomes = tuple(done)
-    _render(outcomes, as_json=as_json)
+    _render(outcomes, proofs, as_json=as_json)
     _raise_if_partly_refused(outcomes)
     return outcomes
+
+
+def _verified(pid: int, *, fixes: Sequence[str], verify: float, baseline: float | None, request: RequestOptions,
+              reporter: Reporter, trim_every: float | None) -> tuple[tuple[PatchOutcome, ...], VerifyReport]:
+    before = baseline if baseline is not None else verify
+    reporter.note(f"leakhound: pid {pid}: {before:.0f}s before applying {', '.join(fixes)}, then {verify:.0f}s after")
+    try:
+        return verify_process(pid, fixes=list(fixes), verify_seconds=verify, baseline_seconds=before,
+                              request=request, say=reporter.status, progress=reporter.progress,
+                              trim_every=trim_every)
+    finally:
+        reporter.done()
 
 
 def _raise_if_partly_refused(outcomes: Sequence[PatchOutcome]) -> None:
@@ -136,17 +169,22 @@ def _raise_if_partly_refused(outcomes: Sequence[PatchOutcome]) -> None:
                 f"{', '.join(landed)}")
 
 
-def _render(outcomes: Sequence[PatchOutcome], *, as_json: bool) -> None:
+def _render(outcomes: Sequence[PatchOutcome], proofs: Sequence[VerifyReport] = (), *, as_json: bool) -> None:
     if as_json:
-        json_render.render_document({"schema": PATCH_SCHEMA,
-                                     "outcomes": [patch_render.outcome_doc(o) for o in outcomes]})
+        doc: dict[str, object] = {"schema": PATCH_SCHEMA,
+                                  "outcomes": [patch_render.outcome_doc(o) for o in outcomes]}
+        if proofs:
+            doc["verify"] = [verify_to_dict(p) for p in proofs]
+        json_render.render_document(doc)
     else:
         patch_render.render_outcomes(outcomes)
+        for proof in proofs:
+            patch_render.render_verify(proof)
 
 
 def _on_simulated_worker(
-    *, fixes: Sequence[str], verify: float, method: str, timeout: float, reporter: Reporter,
-    trim_every: float | None = None,
+    *, fixes: Sequence[str], verify: float, request: RequestOptions, reporter: Reporter,
+    trim_every: float | None = None, baseline: float | None = None, proofs: list[VerifyReport],
 ) -> tuple[PatchOutcome, ...]:
     """No target given: show what the fix does on a fresh simulated worker, then stop it."""
     # Said first and always (even with --json): no worker of the user's is touched.
@@ -155,7 +193,7 @@ def _on_simulated_worker(
     with tempfile.TemporaryDirectory(prefix="leakhound-patch-demo-") as tmp:
         # A few rollouts in flight, so every leak has something to show.
         with leaking_simulated_worker(tmp, until=lambda r: r["intercepts"]["delivered"] >= 8) as fleet:
-            pid = fleet.pids[0]
-            reporter.note(f"leakhound: pid {pid}: applying {', '.join(fixes)} live, then watching {verify:.0f}s")
-            return patch_process(pid, fixes=list(fixes), action=str(PatchAction.APPLY), verify_seconds=verify,
-                                 method=method, timeout=timeout, log=reporter.log, trim_every=trim_every)
+            outcomes, proof = _verified(fleet.pids[0], fixes=fixes, verify=verify, baseline=baseline,
+                                        request=request, reporter=reporter, trim_every=trim_every)
+            proofs.append(proof)
+            return outcomes

@@ -100,6 +100,6 @@ def run(
             finally:
                 fleet.stop()
     finally:
-        # The workers' reports describe workers that are gone: nothing is left behind in /tmp
-        # (an empty directory was, at every run).
+        # The workers' reports describe workers that are gone: nothing is left behind in /tmp,
+        # not even the empty directory.
         shutil.rmtree(report_dir, ignore_errors=True)

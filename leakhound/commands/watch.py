@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from leakhound.analysis.growth import GrowthReport, Sample
 from leakhound.commands.common import SETTINGS, Reporter, new_reporter
 from leakhound.commands.options import (
     CensusTimeoutOpt,
@@ -20,11 +19,14 @@ from leakhound.commands.options import (
     check_report_path,
     finite,
     pids_or_match,
+    request_options,
     wall_clock,
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
+from leakhound.core.request import RequestOptions
 from leakhound.core.watch import WatchResult, watch_processes
 from leakhound.errors import TargetExited
+from leakhound.model.growth import GrowthReport, Sample
 
 
 def command(
@@ -62,30 +64,29 @@ def command(
     A worker that ends during the watch is said with how it ended (OOM-killed, a signal, its
     own exit), and the watch exits 12.
     """
-    run(pids=pids_or_match(pids, match), match=match, method=method, interval=interval, duration=duration,
-        full_every=full_every, attach_every=attach_every, timeout=wall_clock(timeout), max_pause_ms=max_pause,
-        as_json=as_json, plot=plot, reporter=new_reporter(quiet=as_json and not SETTINGS["verbose"]), force=force,
-        html_path=html_path)
+    reporter = new_reporter(quiet=as_json and not SETTINGS["verbose"])
+    run(pids=pids_or_match(pids, match), match=match, interval=interval, duration=duration,
+        full_every=full_every, attach_every=attach_every, max_pause_ms=max_pause, as_json=as_json, plot=plot,
+        request=request_options(method=method, timeout=wall_clock(timeout), reporter=reporter, force=force),
+        reporter=reporter, html_path=html_path)
 
 
 def run(
     *,
     pids: tuple[int, ...],
     match: str | None,
-    method: str,
+    request: RequestOptions,
     interval: float,
     duration: float | None,
     full_every: float,
     attach_every: float,
-    timeout: float,
     as_json: bool,
     plot: Path | None,
     reporter: Reporter,
     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS,
-    force: bool = False,
     html_path: Path | None = None,
 ) -> WatchResult:
-    from leakhound.analysis.growth import sample_to_dict
+    from leakhound.model.growth import sample_to_dict
     from leakhound.render import json_doc as json_render
     from leakhound.render import watch as watch_render
 
@@ -107,9 +108,9 @@ def run(
 
     try:
         result = watch_processes(
-            pids=pids, match=match, method=method, interval=interval, duration=duration,
-            full_every=full_every, attach_every=attach_every, timeout=timeout,
-            max_pause_ms=max_pause_ms, log=reporter.log, on_sample=on_sample, on_tick=on_tick, force=force,
+            pids=pids, match=match, request=request, interval=interval, duration=duration,
+            full_every=full_every, attach_every=attach_every, max_pause_ms=max_pause_ms,
+            on_sample=on_sample, on_tick=on_tick,
         )
     finally:
         if view is not None:

@@ -35,7 +35,9 @@ import psutil
 
 from leakhound.core.confirm import CONFIGS
 from leakhound.core.patch import patch_process
+from leakhound.core.request import RequestOptions
 from leakhound.errors import FleetError, LeakhoundError
+from leakhound.model.names import Fix, Method
 
 PLACEHOLDERS = ("{dir}", "{ready}", "{go}", "{done}")
 WORKER_CONFIRM_SCHEMA = "leakhound.confirm-worker/1"
@@ -49,7 +51,7 @@ class WorkerCommand:
 
     command: str
     match: str | None = None
-    method: str = "auto"
+    method: Method = Method.AUTO
     ready_timeout: float = 300.0
     run_timeout: float = 1800.0
     rest: float = 5.0
@@ -161,8 +163,9 @@ def run_workload_once(label: str, fixes: list[str], worker: WorkerCommand) -> di
             statuses: dict[str, str] = {}
             if fixes:
                 try:
-                    outcomes = patch_process(pid, fixes=fixes, method=worker.method, timeout=worker.patch_timeout,
-                                             trim_every=worker.trim_every if "trim" in fixes else None)
+                    outcomes = patch_process(
+                        pid, fixes=fixes, request=RequestOptions(method=worker.method, timeout=worker.patch_timeout),
+                        trim_every=worker.trim_every if Fix.TRIM in fixes else None)
                     statuses = {o.fix: o.status for o in outcomes}
                 except LeakhoundError as exc:  # every fix refused: the run measures no fixes
                     statuses = dict.fromkeys(fixes, f"refused: {exc}")

@@ -17,14 +17,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
+from leakhound.analysis.growth import analyse_growth
 from leakhound.attach import choose_method, death
 from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, take_snapshot
+from leakhound.core.request import SHORT_REQUESTS, RequestOptions
 from leakhound.core.targets import no_process_matches
 from leakhound.errors import HeadroomTooSmall, LeakhoundError, TargetExited, TargetNotFound, TracerStuck
 from leakhound.model import Snapshot
-from leakhound.model.names import OwnerModel
+from leakhound.model.growth import Sample, sample_from_snapshot
+from leakhound.model.names import OwnerModel, Owners
 from leakhound.render.prometheus import (
     DEFAULT_TOP_OWNERS,
     EndedView,
@@ -47,7 +49,8 @@ class ListenError(LeakhoundError):
 @dataclass
 class _Exported:
     target: Target
-    method: str
+    # the request's options, into this process by the method chosen for it
+    request: RequestOptions
     snapshot: Snapshot | None = None
     history: deque[Sample] = field(default_factory=lambda: deque(maxlen=GROWTH_WINDOW))
     errors: int = 0
@@ -85,19 +88,15 @@ def _quiet(_: str) -> None:
 class Exporter:
     """The state behind the endpoint: processes, their last snapshots, a refresh loop."""
 
-    def __init__(self, *, pids: tuple[int, ...], match: str | None, method: str,
-                 interval: float, timeout: float, log: Callable[[str], None] = _quiet,
-                 note: Callable[[str], None] = _quiet,
-                 max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS,
-                 force: bool = False) -> None:
+    def __init__(self, *, pids: tuple[int, ...], match: str | None, request: RequestOptions = SHORT_REQUESTS,
+                 interval: float, note: Callable[[str], None] = _quiet,
+                 max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS) -> None:
         self.match = match
-        self.force = force
         self.top = top
         self.max_pause_ms = max_pause_ms
-        self.method = method
+        self.request = request
         self.interval = interval
-        self.timeout = timeout
-        self.log = log
+        self.log = request.log
         self.note = note
         self.processes: dict[int, _Exported] = {}
         self.ended: deque[EndedView] = deque(maxlen=ENDED_KEPT)
@@ -105,7 +104,8 @@ class Exporter:
         self.rounds = 0
         for pid in pids:
             target = resolve_target(pid)  # explicit pids must be valid: fail before serving
-            self.processes[pid] = _Exported(target, choose_method(target, method), facts=death.read_facts(pid))
+            self.processes[pid] = _Exported(target, request.via(choose_method(target, request.method)),
+                                            facts=death.read_facts(pid))
         self._discover()
         if not self.processes:
             raise no_process_matches(match) if match else TargetNotFound("no process to export")
@@ -116,7 +116,8 @@ class Exporter:
         for pid in match_processes(self.match, exclude=frozenset(self.processes)):
             try:
                 target = resolve_target(pid)
-                exported = _Exported(target, choose_method(target, self.method), facts=death.read_facts(pid))
+                exported = _Exported(target, self.request.via(choose_method(target, self.request.method)),
+                                     facts=death.read_facts(pid))
             except LeakhoundError as exc:
                 self.log(f"skipping process {pid}: {exc}")
                 continue
@@ -131,9 +132,10 @@ class Exporter:
                 continue
             pid = exported.target.pid
             try:
-                snap = take_snapshot(pid, method=exported.method, top=max(self.top, 20), timeout=self.timeout,
-                                     log=self.log, max_pause_ms=self.max_pause_ms, force=self.force,
-                                     owner_model="auto")
+                asked = exported.request
+                snap = take_snapshot(pid, method=asked.method, top=max(self.top, 20), timeout=asked.timeout,
+                                     log=asked.log, max_pause_ms=self.max_pause_ms, force=asked.force,
+                                     owner_model=Owners.AUTO)
             except HeadroomTooSmall as exc:
                 # Not a failure of the target's: skipped this round (its last snapshot stands).
                 self.note(f"leakhound: process {pid}: skipped this round: {exc}")
@@ -230,15 +232,13 @@ def serve(exporter: Exporter, *, host: str, port: int, stop: threading.Event,
     return bound
 
 
-def export_processes(*, pids: tuple[int, ...], match: str | None, method: str, listen: str,
-                     allow_remote: bool, interval: float, timeout: float,
-                     log: Callable[[str], None] = _quiet, note: Callable[[str], None] = _quiet,
-                     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS,
-                     force: bool = False) -> None:
+def export_processes(*, pids: tuple[int, ...], match: str | None, request: RequestOptions = SHORT_REQUESTS,
+                     listen: str, allow_remote: bool, interval: float, note: Callable[[str], None] = _quiet,
+                     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS, top: int = DEFAULT_TOP_OWNERS) -> None:
     """Serve /metrics for ``pids`` and the ``match``ing processes until Ctrl-C."""
     host, port = parse_listen(listen, allow_remote=allow_remote)
-    exporter = Exporter(pids=pids, match=match, method=method, interval=interval,
-                        timeout=timeout, log=log, note=note, max_pause_ms=max_pause_ms, top=top, force=force)
+    exporter = Exporter(pids=pids, match=match, request=request, interval=interval, note=note,
+                        max_pause_ms=max_pause_ms, top=top)
     stop = threading.Event()
     try:
         serve(exporter, host=host, port=port, stop=stop)

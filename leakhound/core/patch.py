@@ -11,13 +11,17 @@ exit code per outcome: nothing changed (6), fixes applied (13), could not be rea
 
 from __future__ import annotations
 
+import os
+import pwd
 import time
 from collections.abc import Callable
 from typing import Any
 
+from leakhound import __version__
+from leakhound.analysis.detectors.applied import applied_fix
 from leakhound.attach import run_request
-from leakhound.attach.base import AttachLog
 from leakhound.attach.process import resolve_target
+from leakhound.core.request import SHORT_REQUESTS, RequestOptions
 from leakhound.errors import (
     AttachTimeout,
     OutcomeUnknown,
@@ -29,28 +33,43 @@ from leakhound.errors import (
     TargetBusy,
 )
 from leakhound.model import PatchOutcome
+from leakhound.model.names import PatchAction
 from leakhound.patches import FIXES, Measurement
 from leakhound.payload import wire
 
-ACTIONS = ("apply", "revert", "status", "dry-run")
 
-
-def _request(pid: int, action: str, fixes: list[str], *, method: str, timeout: float,
-             log: AttachLog | None, options: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
-    request: dict[str, Any] = {"op": wire.OP_PATCH, "action": action, "fixes": fixes}
+def _request(pid: int, action: str, fixes: list[str], *, request: RequestOptions,
+             options: dict[str, Any] | None = None) -> dict[str, Any]:
+    asked: dict[str, Any] = {"op": wire.OP_PATCH, "action": str(action), "fixes": fixes}
     if options:
-        request["options"] = options
+        asked["options"] = options
+    if action == PatchAction.APPLY:
+        asked["by"] = applied_by()
     remote = run_request(
         pid,
-        request,
-        method=method,
-        timeout=timeout,
-        log=log,
+        asked,
+        method=request.method,
+        timeout=request.timeout,
+        log=request.log,
         target=resolve_target(pid),
         # a revert and --status take memory back or only read: never refused for headroom
-        force=force or action in ("revert", "status"),
+        force=request.force or action in (PatchAction.REVERT, PatchAction.STATUS),
     )
     return _checked_answer(pid, remote.result)
+
+
+def applied_by() -> dict[str, Any]:
+    """Who applies a fix, recorded with it in the target (a later ``inspect`` says it): this
+    process's uid, the user behind sudo when there is one, and leakhound's version."""
+    uid = os.getuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = ""
+    sudo_user = os.environ.get("SUDO_USER", "")
+    if uid == 0 and sudo_user:
+        user = f"{sudo_user} (sudo)"
+    return {"uid": uid, "user": user, "leakhound_version": __version__}
 
 
 def _checked_answer(pid: int, doc: dict[str, Any]) -> dict[str, Any]:
@@ -81,35 +100,32 @@ def patch_process(
     pid: int,
     *,
     fixes: list[str],
-    action: str = "apply",
+    action: PatchAction = PatchAction.APPLY,
     verify_seconds: float = 0.0,
-    method: str = "auto",
-    timeout: float = 60.0,
-    log: AttachLog | None = None,
+    request: RequestOptions = SHORT_REQUESTS,
     wait: Callable[[float], None] = time.sleep,
     trim_every: float | None = None,
-    force: bool = False,
 ) -> tuple[PatchOutcome, ...]:
     """Run ``action`` for ``fixes`` in ``pid``; with ``apply``, measure the declared numbers
     before and after (after ``verify_seconds`` when given). Raises PatchRefused when every
     requested fix was refused (nothing changed). ``trim_every``: the trim fix's cadence in
-    seconds (1 to 3600; default 10). ``force``: apply (or dry-run, measure) with less
-    headroom under the target's memory limit than the request may cost (HeadroomTooSmall)."""
-    if action not in ACTIONS:
-        raise ValueError(f"unknown action {action!r}")
-    if action == "revert":
-        doc = _changing(pid, action, fixes, method=method, timeout=timeout, log=log)
+    seconds (1 to 3600; default 10). ``request.force``: apply (or dry-run, measure) with
+    less headroom under the target's memory limit than the request may cost
+    (HeadroomTooSmall)."""
+    action = PatchAction(action)
+    if action == PatchAction.REVERT:
+        doc = _changing(pid, action, fixes, request=request)
         listed = tuple(_outcome(pid, r) for r in doc["results"])
         return listed
-    if action != "apply":
-        doc = _request(pid, action, fixes, method=method, timeout=timeout, log=log, force=force)
+    if action != PatchAction.APPLY:
+        doc = _request(pid, action, fixes, request=request)
         listed = tuple(_outcome(pid, r) for r in doc["results"])
         _raise_if_all_refused(pid, listed)
         return listed
     if trim_every is not None and not 1 <= trim_every <= 3600:
         raise ValueError("trim_every must be between 1 and 3600 seconds")
     options = {"trim_every": trim_every} if trim_every is not None else None
-    applied = _changing(pid, "apply", fixes, method=method, timeout=timeout, log=log, options=options, force=force)
+    applied = _changing(pid, action, fixes, request=request, options=options)
     _raise_if_all_refused(pid, tuple(_outcome(pid, r) for r in applied["results"]))
     live = [r["fix"] for r in applied["results"] if r["status"] in ("applied", "already-applied")]
     if "measure" not in applied:
@@ -121,7 +137,7 @@ def patch_process(
     if verify_seconds > 0:
         wait(verify_seconds)
         try:
-            after_doc = _request(pid, "measure", fixes, method=method, timeout=timeout, log=log, force=force)
+            after_doc = _request(pid, "measure", fixes, request=request)
         except (AttachTimeout, OutcomeUnknown) as exc:
             raise PatchIncomplete(
                 f"process {pid}: applied: {', '.join(live) or 'none'}; the measurement "
@@ -150,18 +166,18 @@ def patch_process(
 READ_BACK_SECONDS = 30.0
 
 
-def _changing(pid: int, action: str, fixes: list[str], *, method: str, timeout: float,
-              log: AttachLog | None, options: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+def _changing(pid: int, action: str, fixes: list[str], *, request: RequestOptions,
+              options: dict[str, Any] | None = None) -> dict[str, Any]:
     """An apply or revert whose outcome is known whatever happens to the request: on a
     timeout, what is applied is read back from the target and reported."""
     try:
-        return _request(pid, action, fixes, method=method, timeout=timeout, log=log, options=options, force=force)
+        return _request(pid, action, fixes, request=request, options=options)
     except TargetBlocked as exc:
         raise TargetBlocked(f"{exc}; nothing was changed: the payload never started, and it never will "
                             f"(its directory is gone)") from None
     except (AttachTimeout, OutcomeUnknown) as exc:
         cause = exc
-    applied = _read_back(pid, method=method, timeout=timeout, log=log)
+    applied = _read_back(pid, request=request)
     asked = ", ".join(fixes)
     if applied is None:
         raise OutcomeUnknown(
@@ -194,19 +210,18 @@ def _changing(pid: int, action: str, fixes: list[str], *, method: str, timeout: 
     )
 
 
-def _read_back(pid: int, *, method: str, timeout: float, log: AttachLog | None) -> list[str] | None:
+def _read_back(pid: int, *, request: RequestOptions) -> list[str] | None:
     """Which fixes are applied in ``pid``, asked until the timed-out request has let go of the
     target's lock; None when it could not be read."""
     deadline = time.monotonic() + READ_BACK_SECONDS
     while True:
         remaining = deadline - time.monotonic()
         try:
-            doc = _request(pid, "status", list(FIXES), method=method, timeout=max(5.0, min(timeout, remaining)),
-                           log=log)
+            within = max(5.0, min(request.timeout, remaining))
+            doc = _request(pid, PatchAction.STATUS, list(FIXES), request=request.within(within))
             return sorted(str(name) for name in doc.get("applied", ()))
         except (AttachTimeout, OutcomeUnknown, TargetBusy) as exc:
-            if log is not None:
-                log(f"reading back what is applied: {exc}")
+            request.log(f"reading back what is applied: {exc}")
             if time.monotonic() + 1.0 > deadline:
                 return None
             time.sleep(1.0)
@@ -214,7 +229,9 @@ def _read_back(pid: int, *, method: str, timeout: float, log: AttachLog | None) 
 
 def _outcome(pid: int, result: dict[str, Any]) -> PatchOutcome:
     spec = FIXES.get(result["fix"])
+    recorded = applied_fix(result) if result.get("status") in ("applied", "already-applied") else None
     return PatchOutcome(
+        applied=recorded,
         fix=result["fix"],
         pid=pid,
         status=result["status"],

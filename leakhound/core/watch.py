@@ -26,19 +26,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from leakhound.analysis.growth import (
-    GrowthReport,
-    Sample,
-    analyse_growth,
-    estimate_owners,
-    sample_from_snapshot,
-)
+from leakhound.analysis.growth import analyse_growth, estimate_owners
 from leakhound.attach import RemoteResult, choose_method, death, run_request
-from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Progress
 from leakhound.attach.memory_limit import MemoryCost
 from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
+from leakhound.core.request import SHORT_REQUESTS, RequestOptions
 from leakhound.core.targets import no_process_matches
 from leakhound.errors import (
     Interrupted,
@@ -49,8 +43,8 @@ from leakhound.errors import (
     TracerStuck,
 )
 from leakhound.model import Owner, RequestCost, Snapshot, TypeStat
-from leakhound.model.growth import TargetEnded
-from leakhound.model.names import OwnerModel
+from leakhound.model.growth import GrowthReport, Sample, TargetEnded, sample_from_snapshot
+from leakhound.model.names import Method, OwnerModel, Owners
 from leakhound.payload import wire
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
@@ -77,7 +71,8 @@ class Watched:
     """Per-process state of a watch (mutable; everything it hands out is frozen)."""
 
     target: Target
-    method: str
+    # the request's options, into this process by the method chosen for it
+    request: RequestOptions
     samples: list[Sample] = field(default_factory=list)
     last_full: Sample | None = None
     last_snapshot: Snapshot | None = None
@@ -113,21 +108,19 @@ class WatchResult:
     ended: tuple[TargetEnded, ...] = ()
 
 
-def _full(
-    w: Watched, *, top: int, timeout: float, log: AttachLog, max_pause_ms: float, progress: Progress | None = None,
-    force: bool = False,
-) -> Sample:
+def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | None = None) -> Sample:
     # RSS is read before the census: the series is the worker's, not the worker's plus what
     # the census itself briefly allocates in it.
     rss = rss_bytes(w.target.pid) - w.payload_resident
-    snapshot = take_snapshot(w.target.pid, method=w.method, top=top, timeout=timeout, log=log,
-                             max_pause_ms=max_pause_ms, progress=progress, force=force, owner_model="auto")
+    snapshot = take_snapshot(w.target.pid, method=w.request.method, top=top, timeout=w.request.timeout,
+                             log=w.request.log, max_pause_ms=max_pause_ms, progress=progress, force=w.request.force,
+                             owner_model=Owners.AUTO)
     w.payload_resident += _left_by_loading(snapshot.cost)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     if snapshot.heap.owner_model == "dominator" or w.reference is None or w.reference.owner_model != "dominator":
         w.reference_snapshot = snapshot
-        w.census_lengths = _census_lengths(w, timeout=timeout, log=log, progress=progress, force=force)
+        w.census_lengths = _census_lengths(w, progress=progress)
         sample = dataclasses.replace(sample, owners=tuple(
             dataclasses.replace(o, items=w.census_lengths[o.path]) if o.path in w.census_lengths else o
             for o in sample.owners))
@@ -149,8 +142,7 @@ def _full(
     return sample
 
 
-def _census_lengths(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None,
-                    force: bool) -> dict[str, int]:
+def _census_lengths(w: Watched, *, progress: Progress | None) -> dict[str, int]:
     """The lengths of the reference census's owners whose item count is not their length,
     read at once after it (one more request, only when there is such an owner)."""
     assert w.reference_snapshot is not None
@@ -158,10 +150,9 @@ def _census_lengths(w: Watched, *, timeout: float, log: AttachLog, progress: Pro
     if all(o.type in _LENGTH_IS_ITEMS for o in asked):
         return {}
     try:
-        _remote, measured, _types, _step = _read_owners(w, owners_doc, len(asked), top_types=0, timeout=timeout,
-                                                        log=log, progress=progress, force=force)
+        _remote, measured, _types, _step = _read_owners(w, owners_doc, len(asked), top_types=0, progress=progress)
     except LeakhoundError as exc:  # those owners are left out of cheap samples until the next census
-        log(f"process {w.target.pid}: lengths after the census not read: {exc}")
+        w.request.log(f"process {w.target.pid}: lengths after the census not read: {exc}")
         return {}
     return {o.path: items for o, (found, items) in zip(asked, measured, strict=True)
             if found and items is not None and o.type not in _LENGTH_IS_ITEMS}
@@ -175,15 +166,14 @@ def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[st
     return asked, [{"ids": list(o.path_ids), "type": o.type, "path": o.path} for o in asked]
 
 
-def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | None = None,
-           force: bool = False) -> Sample:
+def _cheap(w: Watched, *, progress: Progress | None = None) -> Sample:
     assert w.reference is not None
     reference = w.reference
     asked, owners_doc = _owner_request(w.reference_snapshot.owners if w.reference_snapshot is not None else ())
     taken_at = time.time()
     rss = rss_bytes(w.target.pid) - w.payload_resident  # before the request (see _full)
     remote, measured, type_stats, step_ms = _read_owners(w, owners_doc, len(asked), top_types=SAMPLED_TYPES,
-                                                         timeout=timeout, log=log, progress=progress, force=force)
+                                                         progress=progress)
     taken_at = counted_at(remote.result.get("started_at"), taken_at)
     return Sample(
         pid=w.target.pid,
@@ -194,7 +184,7 @@ def _cheap(w: Watched, *, timeout: float, log: AttachLog, progress: Progress | N
             for o, answer in zip(asked, measured, strict=True)]),
         types=type_stats,
         name=w.target.name,
-        method=remote.method,
+        method=str(remote.method),
         pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms, step_ms), 2),
         types_scope="tracked" if type_stats else "",
         owner_model=reference.owner_model,
@@ -207,20 +197,20 @@ def _counted(owner: Owner, census_lengths: dict[str, int]) -> Owner:
     return dataclasses.replace(owner, items=census_lengths[owner.path]) if owner.path in census_lengths else owner
 
 
-def _read_owners(w: Watched, owners_doc: list[dict[str, object]], asked: int, *, top_types: int, timeout: float,
-                 log: AttachLog, progress: Progress | None, force: bool,
-                 ) -> tuple[RemoteResult, list[tuple[bool, int | None]], tuple[TypeStat, ...], float]:
+def _read_owners(
+    w: Watched, owners_doc: list[dict[str, object]], asked: int, *, top_types: int, progress: Progress | None,
+) -> tuple[RemoteResult, list[tuple[bool, int | None]], tuple[TypeStat, ...], float]:
     """The ``sample`` request: (its answer, per owner found and length, type counts, its
     longest step in ms)."""
     remote = run_request(
         w.target.pid,
         {"op": wire.OP_SAMPLE, "owners": owners_doc, "top_types": top_types},
-        method=w.method,
-        timeout=timeout,
-        log=log,
+        method=w.request.method,
+        timeout=w.request.timeout,
+        log=w.request.log,
         target=w.target,
         progress=progress,
-        force=force,
+        force=w.request.force,
     )
     w.payload_resident += _left_by_loading(remote.cost)
     result = remote.result
@@ -272,67 +262,63 @@ def _rss_only(w: Watched) -> Sample:
 
 def _sample_one(
     w: Watched, *, now: float, final: bool, full_every: float, attach_every: float,
-    top: int, timeout: float, log: AttachLog, max_pause_ms: float, progress: Progress | None = None,
-    force: bool = False,
+    top: int, max_pause_ms: float, progress: Progress | None = None,
 ) -> Sample:
-    stops_target = w.method == "gdb"
+    stops_target = w.request.method == Method.GDB
     if w.last_full is None or final or now - w.last_full_at >= full_every:
         w.last_full_at = w.last_attach_at = now
-        return _full(w, top=top, timeout=timeout, log=log, max_pause_ms=max_pause_ms, progress=progress,
-                     force=force)
+        return _full(w, top=top, max_pause_ms=max_pause_ms, progress=progress)
     if not stops_target or now - w.last_attach_at >= attach_every:
         w.last_attach_at = now
-        return _cheap(w, timeout=timeout, log=log, progress=progress, force=force)
+        return _cheap(w, progress=progress)
     return _rss_only(w)
 
 
-def _add(pid: int, watched: dict[int, Watched], *, method: str, explicit: bool, log: AttachLog) -> None:
+def _add(pid: int, watched: dict[int, Watched], *, request: RequestOptions, explicit: bool) -> None:
     try:
         target = resolve_target(pid)
-        watched[pid] = Watched(target=target, method=choose_method(target, method), facts=death.read_facts(pid))
+        watched[pid] = Watched(target=target, request=request.via(choose_method(target, request.method)),
+                               facts=death.read_facts(pid))
     except LeakhoundError as exc:
         if explicit:
             raise
-        log(f"skipping process {pid}: {exc}")
+        request.log(f"skipping process {pid}: {exc}")
 
 
 def watch_processes(
     *,
     pids: tuple[int, ...] = (),
     match: str | None = None,
-    method: str = "auto",
+    request: RequestOptions = SHORT_REQUESTS,
     interval: float = 10.0,
     duration: float | None = None,
     full_every: float = 300.0,
     attach_every: float = 60.0,
     top: int = 50,
-    timeout: float = 60.0,
     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS,
-    log: AttachLog | None = None,
     on_sample: Callable[[Sample], None] | None = None,
     on_tick: Callable[[tuple[GrowthReport, ...]], None] | None = None,
     max_samplers: int = MAX_SAMPLERS,
-    force: bool = False,
 ) -> WatchResult:
     """Sample every process until ``duration`` has passed (or Ctrl-C) and analyse growth.
 
     Errors on a process's first census propagate for pids given explicitly; later ones (a
     busy target, a slow attach) become warnings of that process and the watch goes on.
     Processes are sampled concurrently (at most ``max_samplers`` at once, one request per
-    process, each bounded by ``timeout``): a slow or stalled worker misses ticks, the others
+    process, each bounded by ``request.timeout``): a slow or stalled worker misses ticks, the others
     do not. A sample of a process with too little headroom under its memory limit is
     refused (HeadroomTooSmall: the watch ends on a first census, later ones are skipped with
-    a warning) unless ``force``. A process that ends (OOM-killed, killed by a signal, exited on its own) leaves
+    a warning) unless ``request.force``. A process that ends (OOM-killed, killed by a signal, exited on its own) leaves
     the watch and is said in ``ended``, how it ended read as ``inspect`` reads it.
     """
-    log = log or (lambda line: None)
+    log = request.log
     watched: dict[int, Watched] = {}
     for pid in pids:
-        _add(pid, watched, method=method, explicit=True, log=log)
+        _add(pid, watched, request=request, explicit=True)
     explicit = set(pids)
     if match is not None:
         for pid in match_processes(match, exclude=frozenset(watched)):
-            _add(pid, watched, method=method, explicit=False, log=log)
+            _add(pid, watched, request=request, explicit=False)
     if not watched:
         raise no_process_matches(match) if match else TargetNotFound("no process to watch")
     samplers = _Samplers(max(1, min(max_samplers, len(watched))))
@@ -341,8 +327,7 @@ def watch_processes(
     def submit(w: Watched, final: bool) -> None:
         samplers.submit(w.target.pid, functools.partial(
             _sample_one, w, now=time.monotonic(), final=final, full_every=full_every,
-            attach_every=attach_every, top=top, timeout=timeout, log=log,
-            max_pause_ms=max_pause_ms, progress=samplers.check, force=force,
+            attach_every=attach_every, top=top, max_pause_ms=max_pause_ms, progress=samplers.check,
         ))
 
     started = time.monotonic()
@@ -355,7 +340,7 @@ def watch_processes(
             final = duration is not None and now - started >= duration - 1e-6
             if match is not None and tick > 0:
                 for pid in match_processes(match, exclude=frozenset(watched)):
-                    _add(pid, watched, method=method, explicit=False, log=log)
+                    _add(pid, watched, request=request, explicit=False)
                 samplers.grow(min(max_samplers, len(watched)))
             for w in watched.values():
                 if w.gone:

@@ -2,6 +2,7 @@
 
 from leakhound.model.snapshot import (
     SNAPSHOT_SCHEMA,
+    AppliedFix,
     ArenaStats,
     CyclicGarbage,
     Finding,
@@ -22,6 +23,7 @@ from leakhound.model.snapshot import (
 
 __all__ = [
     "SNAPSHOT_SCHEMA",
+    "AppliedFix",
     "ArenaStats",
     "CyclicGarbage",
     "Finding",

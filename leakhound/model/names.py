@@ -13,16 +13,20 @@ import enum
 from collections.abc import Iterable
 
 
-class Fix(str, enum.Enum):
+class Name(str, enum.Enum):
+    """A closed set's member, said as its value (``--method ptrace``, ``"ptrace"`` in the JSON)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Fix(Name):
     """A built-in live fix, named as ``--fix`` takes it, its detector names it and its metric label."""
 
     STEPS = "steps"
     REGISTRY = "registry"
     INTERCEPTS = "intercepts"
     TRIM = "trim"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: Every fix, in the order they are applied and shown.
@@ -59,7 +63,7 @@ def parse_fixes(text: str, *, allow_none: bool = False, extra: Iterable[str] = (
     return tuple(name for name in known if name in names)
 
 
-class Method(str, enum.Enum):
+class Method(Name):
     """How to get into the target (``--method``); ``auto`` tries them in attach's order."""
 
     AUTO = "auto"
@@ -68,23 +72,17 @@ class Method(str, enum.Enum):
     GDB = "gdb"
     REMOTE_EXEC = "remote-exec"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 METHOD_NAMES: tuple[str, ...] = tuple(m.value for m in Method)
 
 
-class PatchAction(str, enum.Enum):
+class PatchAction(Name):
     """What a patch request does to the named fixes."""
 
     APPLY = "apply"
     REVERT = "revert"
     STATUS = "status"
     DRY_RUN = "dry-run"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: The owner the census books module objects, their dicts, classes and code under: the
@@ -98,8 +96,31 @@ PAYLOAD_OWNER = "<leakhound payload>"
 PAYLOAD_PACKAGE = "_leakhound_payload"
 
 
-class OwnerModel(str, enum.Enum):
-    """How a snapshot's owners were found (``heap.owner_model``)."""
+class Owners(Name):
+    """How owners are to be found: ``--owners``, the request. What a snapshot says it got is
+    an ``OwnerModel`` (``heap.owner_model``, the result); ``OWNER_MODELS_OF`` maps one to the
+    other, and the CLI's help and the JSON both say these words:
+
+    ==============  ===============================================================
+    ``--owners``    ``heap.owner_model`` of the snapshot
+    ==============  ===============================================================
+    ``auto``        ``dominator``, or ``not-attributed`` past the graph's budgets
+    ``dominator``   ``dominator``, or ``not-attributed`` past the node budget or the
+                    memory limit (no memory budget of its own)
+    ``census``      ``first-reacher``: the census's owners, no object graph
+    ==============  ===============================================================
+    """
+
+    AUTO = "auto"
+    DOMINATOR = "dominator"
+    CENSUS = "census"
+
+
+OWNERS_NAMES: tuple[str, ...] = tuple(o.value for o in Owners)
+
+
+class OwnerModel(Name):
+    """How a snapshot's owners were found (``heap.owner_model``); ``Owners`` is what was asked."""
 
     #: the dominator tree: retained = what freeing the owner returns
     DOMINATOR = "dominator"
@@ -109,11 +130,16 @@ class OwnerModel(str, enum.Enum):
     #: bytes are one ``<not attributed: ...>`` owner (``heap.owner_model_reason`` says why)
     NOT_ATTRIBUTED = "not-attributed"
 
-    def __str__(self) -> str:
-        return self.value
+
+#: What each ``--owners`` choice can give a snapshot (``Owners``' docstring says when).
+OWNER_MODELS_OF: dict[Owners, tuple[OwnerModel, ...]] = {
+    Owners.AUTO: (OwnerModel.DOMINATOR, OwnerModel.NOT_ATTRIBUTED),
+    Owners.DOMINATOR: (OwnerModel.DOMINATOR, OwnerModel.NOT_ATTRIBUTED),
+    Owners.CENSUS: (OwnerModel.FIRST_REACHER,),
+}
 
 
-class NotAttributed(str, enum.Enum):
+class NotAttributed(Name):
     """Why owners could not be computed (``heap.owner_model_reason``); the payload's graph
     says the same codes (``skipped_code``, payload/graph.py)."""
 
@@ -128,9 +154,6 @@ class NotAttributed(str, enum.Enum):
     GRAPH_OUT_OF_TIME = "graph_out_of_time"
     #: the target sent no object graph, or did not say why
     NO_GRAPH = "no_graph"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: How the bytes of a heap whose owners could not be computed are named: one owner, never a

@@ -155,6 +155,20 @@ class CyclicGarbage:
 
 
 @dataclass(frozen=True)
+class AppliedFix:
+    """A fix leakhound applied in the target, as the target recorded it (its ``patches``
+    probe): when (Unix time, read in the target; None when the leakhound that applied it did
+    not record it) and by whom (the applying CLI's uid, user name and version)."""
+
+    fix: str
+    applied_at: float | None = None
+    uid: int = -1
+    user: str = ""
+    leakhound_version: str = ""
+    functions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Finding:
     """A recognised problem. ``severity`` is ``info|warning|critical`` or ``skipped`` when the
     detector could not check (``summary`` then says why)."""
@@ -167,6 +181,10 @@ class Finding:
     fix: str
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
+    # The fix this finding recommends, applied in the target already (None: not applied, or
+    # a file written before it was recorded); ``fix`` is then empty and the summary says what
+    # stays until the worker restarts and which fix is next.
+    applied: AppliedFix | None = None
 
     @property
     def skipped(self) -> bool:
@@ -192,6 +210,9 @@ class PatchOutcome:
     # The functions the fix replaced (``module.Class.name``), not the processes it ran in.
     functions: tuple[str, ...] = ()
     counters: dict[str, Any] = field(default_factory=dict)
+    # When (Unix time, read in the target) and by whom the fix was applied, as the target
+    # recorded it (applied and --status answers; None: not applied, or not recorded).
+    applied: AppliedFix | None = None
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,10 @@ class FixSpec:
     # True when the effect is read right after applying (trim acts at once; waiting would
     # mix in the worker's own churn), False when it needs a window of new work.
     immediate: bool = False
+    # One sentence each, said by --dry-run and by inspect once the fix is applied: what the
+    # worker does differently from the moment it lands, and what it does not give back.
+    changes: str = ""
+    stays: str = ""
 
 
 def mb(n: float) -> str:

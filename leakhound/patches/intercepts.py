@@ -26,5 +26,8 @@ SPEC = FixSpec(
     name="intercepts",
     summary="forward_request discards the intercepted request body once its response is delivered",
     metric="delivered request bodies still held",
+    changes=("each intercepted request body leaves InterceptionServer.intercepts as soon as its "
+             "response is delivered, not when its rollout ends"),
+    stays="bodies delivered before the fix stay until their rollout ends",
     effect=effect,
 )

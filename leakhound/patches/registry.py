@@ -27,5 +27,9 @@ SPEC = FixSpec(
     name="registry",
     summary="Runtime.cleanup_group evicts finished rollouts from Runtime.trajectories (safe for grouped rollouts)",
     metric="finished rollouts still in Runtime.trajectories",
+    changes=("each group's trajectories leave Runtime.trajectories when cleanup_group ends, so finished "
+             "rollouts stop accumulating"),
+    stays=("the finished rollouts already in Runtime.trajectories stay until the worker restarts "
+           "(only the worker knew which were finished when they ended)"),
     effect=effect,
 )

@@ -33,5 +33,8 @@ SPEC = FixSpec(
     summary=("trajectory steps keep identity/usage only (steps cut short by the token budget also keep their "
              "raw token ids)"),
     metric="bytes stored per new step's response",
+    changes=("each new trajectory step stores its response without the message that restates the "
+             "completion and prompt tokens (a truncated step keeps a raw-token sidecar)"),
+    stays="the steps stored before the fix keep their whole response until the worker restarts",
     effect=effect,
 )

@@ -30,6 +30,10 @@ SPEC = FixSpec(
     name="trim",
     summary="malloc_trim(0) once now and every 10 s on a thread of its own, off the event loop (never gc.collect())",
     metric="RSS (should drop by about the predicted trimmable bytes)",
+    changes=("glibc hands its free pages back to the kernel at once and every 10 s (--trim-every) "
+             "from a thread of its own"),
+    stays=("live objects and free memory in chunks smaller than a page stay: trimming returns only "
+           "whole free pages"),
     effect=effect,
     immediate=True,
 )

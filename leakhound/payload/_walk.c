@@ -1469,6 +1469,91 @@ sizeof_counts_referents(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(tracked_objects_doc,
+"tracked_objects(get_objects, counts=None, kinds=None) -> list\n\n"
+"gc.get_objects()'s list (``get_objects`` is that function) without the tuples and frozensets\n"
+"something else holds once: any of them may be still being built by a thread the GIL left in\n"
+"the middle (tuple(generator), PySet_Add into a new frozenset), and CPython grows or fills such\n"
+"an object only while its builder holds its one reference: held by this list across a GIL\n"
+"yield it makes the builder's next step raise SystemError in the target's code (measured:\n"
+"`tuple(x for x in range(2000))` in a thread of the target failed on every inspection). Listed\n"
+"and filtered in this one call: no Python code runs in between, so no other thread does.\n"
+"``counts`` and ``kinds`` (dicts, optional): what is left out, counted by id(type) into\n"
+"``counts`` and its type recorded in ``kinds`` (a census of types still counts it).");
+
+static int
+built_by_someone(PyObject *obj)
+{
+    /* Our list's reference and one more: the builder's, if it is being built. */
+    return (PyTuple_Check(obj) || PyFrozenSet_Check(obj)) && Py_REFCNT(obj) == 2;
+}
+
+/* One more of ``obj``'s type in counts[id(type)], kinds[id(type)] = type. Allocates ints
+ * only (never a tracked object, which could start a collection); a type is keyed by its
+ * address: hashing a class may run its metaclass's __hash__. */
+static int
+tally_left_out(PyObject *counts, PyObject *kinds, PyObject *obj)
+{
+    PyObject *tp = (PyObject *)Py_TYPE(obj);
+    PyObject *key = PyLong_FromVoidPtr(tp);
+    if (key == NULL)
+        return -1;
+    PyObject *had = PyDict_GetItemWithError(counts, key);  /* borrowed */
+    long long n = 0;
+    if (had != NULL)
+        n = PyLong_AsLongLong(had);
+    PyObject *value = (had != NULL || !PyErr_Occurred()) ? PyLong_FromLongLong(n + 1) : NULL;
+    int failed = value == NULL || PyDict_SetItem(counts, key, value) < 0
+                 || (had == NULL && PyDict_SetItem(kinds, key, tp) < 0);
+    Py_XDECREF(value);
+    Py_DECREF(key);
+    return failed ? -1 : 0;
+}
+
+static PyObject *
+tracked_objects(PyObject *module, PyObject *args)
+{
+    PyObject *get_objects, *counts = NULL, *kinds = NULL;
+    if (!PyArg_ParseTuple(args, "O|O!O!", &get_objects, &PyDict_Type, &counts, &PyDict_Type, &kinds))
+        return NULL;
+    if ((counts == NULL) != (kinds == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "tracked_objects: counts and kinds, or neither");
+        return NULL;
+    }
+    PyObject *objects = PyObject_CallObject(get_objects, NULL);
+    if (objects == NULL)
+        return NULL;
+    if (!PyList_Check(objects)) {
+        Py_DECREF(objects);
+        PyErr_SetString(PyExc_TypeError, "tracked_objects: get_objects() did not return a list");
+        return NULL;
+    }
+    /* Compacted in place: nothing is freed (what is dropped keeps its other reference, what
+     * is moved its place further down until that place is overwritten or cut), so nothing
+     * runs, and nothing is allocated that could start a collection. */
+    Py_ssize_t n = PyList_Size(objects), kept = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *obj = PyList_GetItem(objects, i);
+        if (built_by_someone(obj)) {
+            if (counts != NULL && tally_left_out(counts, kinds, obj) < 0) {
+                Py_DECREF(objects);  /* (the part already moved is referenced twice: freed alike) */
+                return NULL;
+            }
+            continue;
+        }
+        if (kept != i) {
+            Py_INCREF(obj);
+            PyList_SetItem(objects, kept, obj);
+        }
+        kept++;
+    }
+    if (kept < n && PyList_SetSlice(objects, kept, n, NULL) < 0) {
+        Py_DECREF(objects);
+        return NULL;
+    }
+    return objects;
+}
+
 PyDoc_STRVAR(frame_locals_doc,
 "frame_locals(frame, frame_type, code, nlocals, f_frame_offset, code_offset, frame_obj_offset,\n"
 "             localsplus_offset) -> list or None\n\n"
@@ -1522,6 +1607,7 @@ static PyMethodDef walk_methods[] = {
     {"session", session, METH_NOARGS, session_doc},
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
+    {"tracked_objects", tracked_objects, METH_VARARGS, tracked_objects_doc},
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
     {NULL, NULL, 0, NULL},
 };

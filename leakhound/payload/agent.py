@@ -160,7 +160,7 @@ def _receive(conn, requests, readers):
     queue it for the serving thread; a peer not allowed, or too slow, is answered here."""
     try:
         if not _peer_allowed(conn):
-            _send(conn, {"result": wire.failed("Forbidden", "peer not allowed")})
+            _send(conn, {"result": wire.failed(wire.KIND_FORBIDDEN, "peer not allowed")})
             _close(conn)
             return
         line = _read_line(conn, time.monotonic() + REQUEST_READ_SECONDS)

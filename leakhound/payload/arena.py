@@ -205,6 +205,20 @@ def arena_stats():
     return out
 
 
+def in_use_bytes():
+    """The live heap as the allocators see it: bytes glibc has handed out (``uordblks +
+    hblkhd``) plus pymalloc's allocated blocks (its arenas are mmapped, not malloc'd: not
+    counted twice); None where mallinfo2 is missing. No ``malloc_info``: it walks every free
+    chunk of every arena, and this is read every few seconds while a fix is verified."""
+    libc = _libc()
+    if not sys.platform.startswith("linux") or libc is None or not hasattr(libc, "mallinfo2"):
+        return None
+    libc.mallinfo2.restype = _Mallinfo2
+    info = libc.mallinfo2()
+    pym, _why = pymalloc_stats()
+    return int(info.uordblks) + int(info.hblkhd) + (pym["pymalloc_in_use_bytes"] if pym else 0)
+
+
 def rss_bytes():
     """This process's resident set, from /proc/self/statm."""
     with open("/proc/self/statm") as fh:

@@ -75,6 +75,7 @@ from .sizes import (
     object_size,
 )
 from .tasks import _natural  # noqa: F401 - a name this module has always had
+from .tracked import tracked_objects
 
 try:  # the compiled inner walk (_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
     from . import _walk  # type: ignore[attr-defined]
@@ -253,7 +254,7 @@ class Census(_Roots, _Unreached):
         self.clock.check()
         self.clock.yield_now()
         t0 = time.perf_counter()
-        objects = gc.get_objects()
+        objects = tracked_objects()
         self.clock.step(t0)
         self.clock.phase("gc.get_objects")
         self.tracked = len(objects)

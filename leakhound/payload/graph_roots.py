@@ -16,6 +16,7 @@ from .census_roots import frame_locals
 from .graph_wire import _MAX_LABEL_CHARS
 from .objects import _instance_dict, _type_name, is_payload_name
 from .tasks import _c_future_class, await_chain, context_variables, named_tasks, task_context
+from .tracked import tracked_objects
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
     from . import _walk as _walk_module  # type: ignore[attr-defined]
@@ -238,7 +239,7 @@ def held_from_c(graph, stack):
         return
     graph._check()
     t0 = time.perf_counter()
-    objects = gc.get_objects()
+    objects = tracked_objects()
     took = time.perf_counter() - t0
     if took > graph.max_step:
         graph.max_step = took

@@ -526,7 +526,34 @@ def registry_counts():
     return {"entries": len(keys), "finished_entries": sum(1 for k in keys if k not in live_ids)}
 
 
-PROBES = {"verifiers": verifiers_probe}
+# patches/_state.STATE_MODULE (not imported: the patches package imports this module)
+_PATCH_STATE_MODULE = "_leakhound_state"
+
+
+def patches_probe(clock=None, compiled=True, in_flight=(), registered=None):
+    """The fixes leakhound applied in this process: each one's name, the functions it
+    replaced, when (Unix time, read here) and by whom (as the applying CLI said it). Fixes
+    applied by a leakhound that recorded neither have ``applied_at`` None."""
+    state = sys.modules.get(_PATCH_STATE_MODULE)
+    fixes = getattr(state, "fixes", None)
+    applied = []
+    if type(fixes) is dict:
+        for name, entry in sorted(fixes.items()):
+            if type(entry) is not dict:
+                continue
+            by = entry.get("applied_by")
+            functions = entry.get("functions", entry.get("targets"))
+            applied.append({
+                "fix": str(name),
+                "functions": [str(f) for f in functions] if type(functions) is list else [],
+                "applied_at": entry.get("applied_at"),
+                "applied_by": dict(by) if type(by) is dict else {},
+            })
+    return {"applied": applied}
+
+
+# patches first: it is cheap, and a probe stopped on its budget ends those after it.
+PROBES = {"patches": patches_probe, "verifiers": verifiers_probe}
 
 
 def run_all(stop=None, max_pause_ms=None, compiled=True, in_flight=(), registered=None):

@@ -20,10 +20,11 @@ import sys
 import threading
 import time
 
-from . import census
+from . import arena, census, probes
 from .graph_wire import _folded_step_label, _step_label
 from .objects import _SIZED, _type_name, subclass_tree
 from .tasks import await_chain, live_tasks
+from .tracked import tracked_objects
 
 # "task:NAME/CORO (FILE:LINE).<Type>.attr...": an owner the census found under a coroutine
 # of a task (census_roots.task_roots). The line is where the coroutine was paused then: it is
@@ -194,14 +195,14 @@ def owner_items(owners):
 
 
 def _type_counts(top):
-    t0 = time.perf_counter()
-    objects = gc.get_objects()
-    took = time.perf_counter() - t0
-    if len(objects) > MAX_TRACKED:
-        return None, took
     # Keyed by id(type), never the type: hashing a class runs its metaclass's __hash__.
     counts = {}  # type: dict[int, int]
     kinds = {}  # type: dict[int, type]
+    t0 = time.perf_counter()
+    objects = tracked_objects(counts, kinds)  # (what it leaves out, counted in counts)
+    took = time.perf_counter() - t0
+    if len(objects) + sum(counts.values()) > MAX_TRACKED:
+        return None, took
     get = counts.get
     for obj in objects:
         tp = type(obj)
@@ -217,8 +218,11 @@ def _type_counts(top):
 
 
 def sample(request, progress):
-    """``{"op": "sample", "owners": [{"ids", "type", "path"}...], "top_types": N}`` ->
-    ``owners`` (one ``{"found", "items"}`` each, in order: ``owner_items``) and type counts."""
+    """``{"op": "sample", "owners": [{"ids", "type", "path"}...], "top_types": N, "allocator":
+    true, "registry": true}`` -> ``owners`` (one ``{"found", "items"}`` each, in order:
+    ``owner_items``), type counts; with ``allocator`` the allocators' in-use bytes
+    (``arena.in_use_bytes``), with ``registry`` the trajectory registries' entries and finished
+    entries (``probes.registry_counts``: nothing sized)."""
     started = time.perf_counter()
     started_at = time.time()  # the sample's time (see runner._snapshot's started_at)
     owners = request.get("owners")
@@ -229,9 +233,18 @@ def sample(request, progress):
         progress("types", 0)
         types, took = _type_counts(min(top, 1000))
         get_objects_ms = took * 1000.0
+    in_use = arena.in_use_bytes() if request.get("allocator") is True else None
+    registry = None
+    if request.get("registry") is True:
+        try:
+            registry = probes.registry_counts()
+        except Exception:
+            registry = None  # not the verifiers shape the probe knows: not counted, not guessed
     return {
+        "registry": registry,
         "started_at": started_at,
         "owners": found,
+        "allocator_in_use_bytes": in_use,
         "types": types,
         "max_step_ms": get_objects_ms,
         "sample_seconds": time.perf_counter() - started,

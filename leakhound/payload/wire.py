@@ -38,6 +38,7 @@ CANCEL = "cancel"
 KIND_BAD_REQUEST = "BadRequest"
 KIND_BUSY = "Busy"
 KIND_CANCELLED = "Cancelled"
+KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
 
 # ``heap.counted_in``: which walk counted the heap
 COUNTED_IN_CENSUS = "census"
@@ -67,14 +68,17 @@ if TYPE_CHECKING:
 
     class SampleRequest(TypedDict, total=False):
         op: str
-        owners: List[Dict[str, object]]
+        owners: List[Dict[str, object]]  # {"ids", "type", "path"} each
         top_types: int
+        allocator: bool  # the allocator's bytes in use too
+        registry: bool  # the verifiers registry's counts too
 
     class PatchRequest(TypedDict, total=False):
         op: str
         action: str
         fixes: List[str]
         options: Dict[str, object]
+        by: Dict[str, object]  # who applies it: uid, user, leakhound_version
 
     class MemoryCost(TypedDict):
         peak_rss_bytes: int
@@ -194,8 +198,10 @@ if TYPE_CHECKING:
 
     class SampleAnswer(Answer, total=False):
         started_at: float
-        owners: List[Dict[str, object]]
+        owners: List[Dict[str, object]]  # {"found", "items"} each, in the order asked
         types: List[TypeRow]
+        allocator_in_use_bytes: Optional[int]
+        registry: Optional[Dict[str, object]]
         max_step_ms: float
         sample_seconds: float
 

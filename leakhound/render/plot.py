@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from leakhound.analysis.growth import GrowthReport, Sample
 from leakhound.errors import PlottingUnavailable
 from leakhound.model import Snapshot
-from leakhound.model.growth import Trend
+from leakhound.model.growth import GrowthReport, Sample, Trend
 from leakhound.model.units import MiB
 
 MIN_OWNER_POINTS = 2

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from leakhound.analysis.growth import UNKNOWN, GrowthReport, OwnerSample, Sample
 from leakhound.model import Snapshot
-from leakhound.model.growth import normalized_path
+from leakhound.model.growth import UNKNOWN, GrowthReport, OwnerSample, Sample, normalized_path
 from leakhound.model.names import CODE_OWNER, Fix
 
 PREFIX = "leakhound"

@@ -211,9 +211,11 @@ def render_findings(findings: tuple[Finding, ...], *, pid: int, file: TextIO | N
             continue
         style = _SEVERITY_STYLE.get(f.severity, "")
         size = f"  {fmt_bytes(f.bytes)}" if f.bytes else ""
-        text = f"[bold]{f.kind}[/bold]{size}\n{f.summary}"
+        text = f"[bold]{f.kind}[/bold]{size}{'  [green]applied[/green]' if f.applied else ''}\n{f.summary}"
         if f.fix:
             text += f"\n[bold]fix:[/bold] leakhound patch {pid} --fix {f.fix}"
+        elif f.applied and f.details.get("next_fix"):
+            text += f"\n[bold]next:[/bold] leakhound patch {pid} --fix {f.details['next_fix']}"
         grid.add_row(f"[{style}]{f.severity.upper()}[/{style}]", text)
     if grid.row_count:
         con.print(grid)

@@ -13,8 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from leakhound.analysis.diff import SnapshotDiff
-from leakhound.analysis.growth import GrowthReport, Trend, report_to_dict
-from leakhound.model.growth import TargetEnded
+from leakhound.model.growth import GrowthReport, TargetEnded, Trend, report_to_dict
 from leakhound.model.names import CODE_OWNER, PAYLOAD_OWNER
 from leakhound.model.units import fmt_bytes
 from leakhound.render.console import console

@@ -20,6 +20,7 @@ from leakhound.commands.common import SETTINGS, Reporter
 from leakhound.core.capture import FOLLOW_PROGRESS
 from leakhound.errors import FleetError, TargetNotFound
 from leakhound.model import PatchOutcome
+from leakhound.model.names import Method, PatchAction
 from leakhound.render import console as render_console
 from leakhound.render.patch import render_outcomes
 from tests.factories import make_snapshot
@@ -132,7 +133,8 @@ def test_without_timeout_the_census_commands_follow_progress(monkeypatch: pytest
     _invoke(["inspect", "4242"])
     _invoke(["watch", "11", "-d", "1"])
     _invoke(["export", "21", "--listen", "127.0.0.1:0"])
-    assert [r.calls[0]["timeout"] for r in (capture, watch, export)] == [FOLLOW_PROGRESS] * 3
+    assert [capture.calls[0]["timeout"], *(r.calls[0]["request"].timeout for r in (watch, export))] == \
+        [FOLLOW_PROGRESS] * 3
 
 
 def test_the_timeout_help_says_the_deadline_it_uses() -> None:
@@ -151,9 +153,9 @@ def test_watch_options_reach_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
                       "--attach-every", "5", "-m", "ptrace", "-t", "8", "--max-pause", "20"])
     assert result.exit_code == 3
     (call,) = watch.calls
-    assert call["pids"] == (11, 12) and call["match"] == "worker" and call["method"] == "ptrace"
+    assert call["pids"] == (11, 12) and call["match"] == "worker" and call["request"].method is Method.PTRACE
     assert (call["interval"], call["duration"], call["full_every"], call["attach_every"]) == (2.0, 30.0, 60.0, 5.0)
-    assert (call["timeout"], call["max_pause_ms"]) == (8.0, 20.0)
+    assert (call["request"].timeout, call["max_pause_ms"]) == (8.0, 20.0)
 
 
 def test_export_options_reach_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,7 +166,7 @@ def test_export_options_reach_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result.exit_code == 0, result.output
     (call,) = export.calls
     assert (call["pids"], call["listen"], call["interval"], call["top"]) == ((21,), "127.0.0.1:0", 30.0, 4)
-    assert (call["method"], call["max_pause_ms"], call["allow_remote"]) == ("agent", 10.0, False)
+    assert (call["request"].method, call["max_pause_ms"], call["allow_remote"]) == (Method.AGENT, 10.0, False)
 
 
 def test_stacks_options_reach_py_spy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,8 +216,8 @@ def test_patch_options_reach_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
     result = _invoke(["patch", "41", "--fix", "trim,steps", "--trim-every", "5", "-m", "gdb", "-t", "9"])
     assert result.exit_code == 0, result.output
     (call,) = patch.calls
-    assert call["args"] == (41,) and call["fixes"] == ["steps", "trim"] and call["action"] == "apply"
-    assert (call["trim_every"], call["method"], call["timeout"]) == (5.0, "gdb", 9.0)
+    assert call["args"] == (41,) and call["fixes"] == ["steps", "trim"] and call["action"] is PatchAction.APPLY
+    assert (call["trim_every"], call["request"].method, call["request"].timeout) == (5.0, Method.GDB, 9.0)
 
 
 def test_patch_status_takes_every_fix_by_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,21 +41,19 @@ def test_a_ctrl_c_while_the_cli_imports_exits_130_quietly(
     assert signal.getsignal(signal.SIGINT) is before
 
 
-def test_a_command_that_asks_exits_at_once_its_output_written() -> None:
-    """inspect asks for os._exit once it has written everything (SETTINGS["exit_now"]): the
-    exit code and every byte of the output arrive, atexit functions run (a benchmark's wrapper
-    reads the CLI's peak RSS in one); with a thread of ours still running, the
-    normal exit runs instead (it waits for the thread)."""
+def test_a_command_that_finishes_exits_at_once_its_output_written() -> None:
+    """inspect raises Finished once it has written everything: the exit code and every byte of
+    the output arrive, atexit functions run (a benchmark's wrapper reads the CLI's peak RSS in
+    one); with a thread of ours still running, the normal exit runs instead (it waits for the
+    thread)."""
     code = (
         "import sys, threading, time\n"
-        "from leakhound.commands.common import SETTINGS\n"
         "from leakhound import _entry\n"
-        "SETTINGS['exit_now'] = True\n"
         "import atexit; atexit.register(lambda: sys.stdout.write('atexit ran'))\n"
         "if sys.argv[1] == 'thread':\n"
         "    threading.Thread(target=lambda: (time.sleep(0.3), print('thread done'))).start()\n"
         "sys.stdout.write('x' * 200000)\n"
-        "_entry._exit_now_if_asked(3)\n"
+        "_entry.exit_now(3)\n"
         "print('normal exit')\n"
         "sys.exit(4)\n"
     )
@@ -63,3 +61,26 @@ def test_a_command_that_asks_exits_at_once_its_output_written() -> None:
     assert quick.returncode == 3 and quick.stdout == "x" * 200000 + "atexit ran", quick.stderr
     waited = subprocess.run([sys.executable, "-c", code, "thread"], capture_output=True, text=True, timeout=60)
     assert waited.returncode == 4 and waited.stdout.endswith("normal exit\nthread done\natexit ran"), waited.stderr
+
+
+def test_only_a_finished_command_skips_the_teardown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry exits at once for Finished and for nothing else: a usage error or any other
+    exit goes the normal way."""
+    import importlib
+
+    from leakhound.commands.common import Finished
+
+    cli = importlib.import_module("leakhound.cli")  # the module the entry imports from sys.modules
+
+    seen: list[object] = []
+    monkeypatch.setattr(_entry, "exit_now", seen.append)
+    for raised, asked in ((Finished(), [0]), (SystemExit(2), [])):
+        seen.clear()
+
+        def run(raised: BaseException = raised) -> None:
+            raise raised
+
+        monkeypatch.setattr(cli, "main", run)
+        with pytest.raises(SystemExit):
+            _entry.main()
+        assert seen == asked

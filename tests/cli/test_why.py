@@ -13,6 +13,7 @@ import pytest
 from leakhound.commands import inspect
 from leakhound.commands.common import new_reporter
 from leakhound.core.capture import Capture
+from leakhound.core.request import RequestOptions
 from leakhound.model import HeapStats, Owner
 from tests.factories import make_snapshot
 
@@ -34,7 +35,7 @@ def _why(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], qu
     monkeypatch.setattr(inspect, "capture", capture)
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("NO_COLOR", "1")
-    inspect.run(pid=4242, method="auto", top=10, timeout=10.0, as_json=False, save=None,
+    inspect.run(pid=4242, request=RequestOptions(timeout=10.0), top=10, as_json=False, save=None,
                 reporter=new_reporter(quiet=True), why=query)
     return capsys.readouterr().out
 
@@ -75,7 +76,7 @@ def test_the_report_without_why_is_whole(monkeypatch: pytest.MonkeyPatch, capsys
     snapshot = replace(make_snapshot(owners=(owner,)))
     monkeypatch.setattr(inspect, "capture", lambda *_a, **_k: Capture(snapshot=snapshot))
     monkeypatch.setenv("NO_COLOR", "1")
-    inspect.run(pid=4242, method="auto", top=10, timeout=10.0, as_json=False, save=None,
+    inspect.run(pid=4242, request=RequestOptions(timeout=10.0), top=10, as_json=False, save=None,
                 reporter=new_reporter(quiet=True))
     out = capsys.readouterr().out
     assert "memory ledger" in out and "top owners" in out and "why" not in out.splitlines()[0]

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from leakhound.core.export import ListenError, parse_listen
+from leakhound.core.request import RequestOptions
 from leakhound.model import (
     ArenaStats,
     CyclicGarbage,
@@ -148,7 +149,7 @@ def test_up_before_the_first_census(tmp_path: Path) -> None:
     from leakhound.core.export import Exporter
 
     with spawn_target("static_table", tmp_path) as child:
-        exporter = Exporter(pids=(child.pid,), match=None, method="auto", interval=60.0, timeout=30.0)
+        exporter = Exporter(pids=(child.pid,), match=None, request=RequestOptions(timeout=30.0), interval=60.0)
         (view,) = exporter.views()
         families = {f.name: f for f in collect_metrics([view])}
     assert [s.value for s in families["leakhound_up"].samples] == [1.0]

@@ -184,10 +184,11 @@ def test_force_goes_ahead_below_the_needed_headroom(tmp_path: Path) -> None:
 
 def test_export_skips_a_worker_without_the_headroom_and_says_so(tmp_path: Path) -> None:
     from leakhound.core.export import Exporter
+    from leakhound.core.request import RequestOptions
 
     notes: list[str] = []
     with limited_target(100, 7, tmp_path=tmp_path) as (child, group):
-        exporter = Exporter(pids=(child.pid,), match=None, method="auto", interval=60.0, timeout=60.0,
+        exporter = Exporter(pids=(child.pid,), match=None, request=RequestOptions(timeout=60.0), interval=60.0,
                             note=notes.append)
         exporter.refresh()
         assert _alive(child, group)

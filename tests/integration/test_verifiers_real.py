@@ -21,6 +21,7 @@ import pytest
 
 from leakhound.core.capture import take_snapshot
 from leakhound.core.patch import patch_process
+from leakhound.core.request import RequestOptions
 from leakhound.errors import PatchRefused
 from leakhound.model import Finding, Snapshot
 from tests.pythons import installed_pythons
@@ -93,7 +94,7 @@ def test_detectors_match_the_workers_own_registry_intercepts_and_steps(tmp_path:
     with spawn_verifiers_worker(tmp_path, rollouts=3, turns=3, park=1) as worker:
         assert worker.ready["errors"] == []
         before = fresh_report(worker)
-        snapshot = take_snapshot(worker.worker_pid, timeout=120)
+        snapshot = take_snapshot(worker.worker_pid, request=RequestOptions(timeout=120))
         report = fresh_report(worker)
         # The worker is idle (everything finished or parked): nothing moved meanwhile.
         assert report["trajectory_registry"]["entries"] == before["trajectory_registry"]["entries"]
@@ -137,7 +138,7 @@ def test_patches_apply_live_move_their_numbers_and_revert_exactly(tmp_path: Path
         assert all(f["is_original"] for f in r0["functions"].values())
         baseline = by_example(r0)[unpatched["example_ids"][0]]
 
-        applied = patch_process(pid, fixes=["steps", "registry", "intercepts"], timeout=120)
+        applied = patch_process(pid, fixes=["steps", "registry", "intercepts"], request=RequestOptions(timeout=120))
         assert {o.fix: o.status for o in applied} == {
             "steps": "applied",
             "registry": "applied",
@@ -190,7 +191,7 @@ def test_patches_apply_live_move_their_numbers_and_revert_exactly(tmp_path: Path
         assert new["response_json_bytes"] < baseline["response_json_bytes"]
 
         # The probe agrees with the worker on what is slim now.
-        snapshot = take_snapshot(pid, timeout=120)
+        snapshot = take_snapshot(pid, request=RequestOptions(timeout=120))
         r_snap = fresh_report(worker)
         steps = snapshot.probes["verifiers"]["steps"]
         assert steps["bloated_steps"] == r_snap["trajectory_registry"]["heavy_steps"]
@@ -247,7 +248,7 @@ def test_patches_apply_live_move_their_numbers_and_revert_exactly(tmp_path: Path
 
 def test_steps_fix_keeps_no_sidecar_where_step_tokens_have_the_ids(tmp_path: Path) -> None:
     with spawn_verifiers_worker(tmp_path, rollouts=1, turns=1) as worker:
-        patch_process(worker.worker_pid, fixes=["steps"], timeout=120)
+        patch_process(worker.worker_pid, fixes=["steps"], request=RequestOptions(timeout=120))
         batch = worker.run_batch(rollouts=0, park=1, turns=2, task={"length_finish_turns": [0, 1]})
         parked = by_example(fresh_report(worker))[batch["parked_example_ids"][0]]
 
@@ -265,14 +266,14 @@ def test_grouped_rollouts_with_the_registry_fix(tmp_path: Path) -> None:
     ) as worker:
         pid = worker.worker_pid
         r0 = fresh_report(worker)
-        applied = patch_process(pid, fixes=["registry"], timeout=120)
+        applied = patch_process(pid, fixes=["registry"], request=RequestOptions(timeout=120))
         assert [o.status for o in applied] == ["applied"]
 
         groups = 2
         batch = worker.run_batch(rollouts=groups, turns=2)
         assert batch["errors"] == []
         r1 = fresh_report(worker)
-        status = patch_process(pid, fixes=["registry"], action="status", timeout=120)
+        status = patch_process(pid, fixes=["registry"], action="status", request=RequestOptions(timeout=120))
         log = worker.log_tail(200_000)
 
     assert "No live trajectory registered" not in log
@@ -296,7 +297,7 @@ def test_fixed_upstream_code_is_refused_and_left_alone(tmp_path: Path) -> None:
     ) as target:
         before = target.report()
         with pytest.raises(PatchRefused) as refused:
-            patch_process(target.pid, fixes=["registry", "intercepts"], timeout=120)
+            patch_process(target.pid, fixes=["registry", "intercepts"], request=RequestOptions(timeout=120))
         assert str(refused.value).count("fixed upstream") == 2, refused.value
         result = cli("patch", str(target.pid), "--fix", "registry", "--method", "gdb", "--json")
         assert result.returncode == REFUSED_EXIT_CODE, result.stdout + result.stderr
@@ -313,7 +314,7 @@ def test_fixed_upstream_code_is_refused_and_left_alone(tmp_path: Path) -> None:
 def test_process_without_verifiers_is_refused(tmp_path: Path) -> None:
     with spawn_target("growing_cache", tmp_path) as target:
         with pytest.raises(PatchRefused) as refused:
-            patch_process(target.pid, fixes=["registry"], timeout=120)
+            patch_process(target.pid, fixes=["registry"], request=RequestOptions(timeout=120))
         assert "no verifiers v1 Runtime" in str(refused.value)
         result = cli("patch", str(target.pid), "--fix", "registry", "--method", "gdb", "--json")
         assert result.returncode == REFUSED_EXIT_CODE, result.stdout + result.stderr
@@ -339,12 +340,12 @@ def test_the_real_worker_on_312_survives_inspections_while_it_runs_rollouts(tmp_
         busy = threading.Thread(target=rollouts)
         busy.start()
         # The default method and pause budget, as an on-call engineer runs it, mid-rollouts.
-        during = [take_snapshot(worker.worker_pid, timeout=120) for _ in range(3)]
+        during = [take_snapshot(worker.worker_pid, request=RequestOptions(timeout=120)) for _ in range(3)]
         busy.join(timeout=320)
         assert "error" not in outcome, f"{outcome.get('error')}\n{worker.log_tail()}"
         assert outcome["batch"]["errors"] == []
         before = fresh_report(worker)
-        idle = take_snapshot(worker.worker_pid, timeout=120)
+        idle = take_snapshot(worker.worker_pid, request=RequestOptions(timeout=120))
         report = fresh_report(worker)
         assert os.path.exists(f"/proc/{worker.worker_pid}")
     assert all(s.python_version.startswith("3.12.") for s in [*during, idle])

@@ -14,7 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from leakhound.cli import app
+from leakhound.core.request import RequestOptions
 from leakhound.core.watch import watch_processes
+from leakhound.model.names import Method
 from tests.utils import Child, spawn_target, wait_for_agent_socket, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
@@ -38,7 +40,7 @@ def test_watch_calls_only_the_leak_a_leak(tmp_path: Path) -> None:
             _wait_agent(child.pid)
         before = children["steady_leak"].report()["truth"]
         result = watch_processes(
-            pids=tuple(c.pid for c in children.values()), method="agent",
+            pids=tuple(c.pid for c in children.values()), request=RequestOptions(method=Method.AGENT, timeout=60.0),
             interval=0.4, duration=7.0, full_every=3.5,
         )
         after = children["steady_leak"].report()["truth"]
@@ -127,7 +129,8 @@ def test_steady_leak_on_a_long_running_worker_is_growing(tmp_path: Path) -> None
     with spawn_target("steady_leak", tmp_path, env=env) as child:
         _wait_agent(child.pid)
         before = child.report()["truth"]
-        result = watch_processes(pids=(child.pid,), method="agent", interval=0.4, duration=4.0, full_every=100)
+        result = watch_processes(pids=(child.pid,), request=RequestOptions(method=Method.AGENT, timeout=60.0),
+                                 interval=0.4, duration=4.0, full_every=100)
         after = child.report()["truth"]
     (report,) = result.reports
     sessions = next(t for t in report.owners if t.name == "__main__.SESSIONS")
@@ -161,8 +164,8 @@ def test_a_stalled_worker_does_not_hold_up_the_others(tmp_path: Path) -> None:
 
         stack.callback(lambda: stopped and os.kill(slow.pid, signal.SIGCONT))
         result = watch_processes(
-            pids=(fast.pid, slow.pid), method="agent", interval=0.3, duration=5.0, full_every=100,
-            timeout=3.0, on_sample=on_sample,
+            pids=(fast.pid, slow.pid), request=RequestOptions(method=Method.AGENT, timeout=3.0), interval=0.3,
+            duration=5.0, full_every=100, on_sample=on_sample,
         )
     assert stopped == [slow.pid]
     reports = {r.pid: r for r in result.reports}

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from leakhound.analysis.growth import (
+from leakhound.analysis.growth import analyse_growth, estimate_owners, slope, trend
+from leakhound.model import Owner, TypeStat
+from leakhound.model.growth import (
     GROWING,
     PLATEAUED,
     STATIC,
     UNKNOWN,
     OwnerSample,
     Sample,
-    analyse_growth,
-    estimate_owners,
     sample_from_dict,
     sample_to_dict,
-    slope,
-    trend,
 )
-from leakhound.model import Owner, TypeStat
 
 T0 = 1_700_000_000.0
 

@@ -9,10 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from leakhound.analysis.growth import Sample, analyse_growth, sample_from_snapshot
+from leakhound.analysis.growth import analyse_growth
 from leakhound.core import capture
 from leakhound.core.decode import decode_graph_outcome
 from leakhound.model import snapshot_from_json, snapshot_to_json
+from leakhound.model.growth import Sample, sample_from_snapshot
 from leakhound.model.names import NotAttributed, OwnerModel, not_attributed_owner
 from leakhound.payload import graph
 from leakhound.render import table

@@ -15,7 +15,9 @@ import pytest
 
 from leakhound.analysis.detectors import analyse, intercepts, registry
 from leakhound.analysis.ledger import COUNTED_TWICE, ledger
+from leakhound.core.request import RequestOptions
 from leakhound.model import HeapStats, Owner, Snapshot, snapshot_from_json, snapshot_to_dict
+from leakhound.model.names import Method
 from leakhound.model.units import change, percent
 from leakhound.patches import steps as steps_fix
 from leakhound.patches.base import Measurement
@@ -241,6 +243,6 @@ def test_a_watch_says_when_a_full_census_broke_the_pause_budget(monkeypatch: pyt
     monkeypatch.setattr(watch, "rss_bytes", lambda _pid: snap.process.rss_bytes)
     monkeypatch.setattr(watch, "_census_lengths", lambda *_a, **_k: {})
     w = watch.Watched(target=Target(pid=os.getpid(), uid=0, exe="python", version=(3, 11), name="w", cmdline=""),
-                      method="ptrace")
-    watch._full(w, top=10, timeout=10.0, log=lambda *_a: None, max_pause_ms=50.0)
+                      request=RequestOptions(method=Method.PTRACE, timeout=10.0))
+    watch._full(w, top=10, max_pause_ms=50.0)
     assert w.warnings == [f"a full census: {snap.over_budget[0].text}"]

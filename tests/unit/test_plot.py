@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from leakhound.analysis.growth import GrowthReport, OwnerSample, Sample, analyse_growth
+from leakhound.analysis.growth import analyse_growth
 from leakhound.errors import PlottingUnavailable
+from leakhound.model.growth import GrowthReport, OwnerSample, Sample
 from leakhound.render.plot import build_figure, plot_samples, require_plotting, worker_names
 from tests.factories import MB, make_snapshot
 

@@ -13,8 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from leakhound.analysis.growth import analyse_growth, sample_from_snapshot
+from leakhound.analysis.growth import analyse_growth
 from leakhound.model import Finding, Owner
+from leakhound.model.growth import sample_from_snapshot
 from leakhound.render.prometheus import (
     EndedView,
     ProcessView,

@@ -10,22 +10,25 @@ import pytest
 from leakhound.attach import RemoteResult
 from leakhound.attach.process import Target
 from leakhound.core import watch
+from leakhound.core.request import RequestOptions
 from leakhound.errors import ProtocolViolation
 from leakhound.model import Owner
 from leakhound.model.growth import Sample
+from leakhound.model.names import Method
 from tests.factories import make_snapshot
 
 TARGET = Target(pid=4242, uid=1000, exe="/usr/bin/python3", version=(3, 11), name="python", cmdline="")
 
 
 def _cheap(monkeypatch: pytest.MonkeyPatch, result: dict[str, Any]) -> Sample:
-    monkeypatch.setattr(watch, "run_request", lambda *a, **k: RemoteResult(TARGET, "agent", result, 0.0, 0.0))
+    monkeypatch.setattr(watch, "run_request", lambda *a, **k: RemoteResult(TARGET, Method.AGENT, result, 0.0, 0.0))
     monkeypatch.setattr(watch, "rss_bytes", lambda pid: 1 << 20)
     reference = Sample(pid=TARGET.pid, taken_at=0.0, rss_bytes=1, full=True, owner_model="dominator")
-    w = watch.Watched(target=TARGET, method="agent", last_full=reference, reference=reference,
+    w = watch.Watched(target=TARGET, request=RequestOptions(method=Method.AGENT, timeout=5.0),
+                      last_full=reference, reference=reference,
                       reference_snapshot=make_snapshot(
                           owners=(Owner("m.A", "dict", 4, 400, object_id=7, path_ids=(1, 7)),)))
-    return watch._cheap(w, timeout=5.0, log=lambda _: None)
+    return watch._cheap(w)
 
 
 WRONG = {

@@ -7,7 +7,8 @@ import io
 
 import pytest
 
-from leakhound.analysis.growth import OwnerSample, Sample, analyse_growth
+from leakhound.analysis.growth import analyse_growth
+from leakhound.model.growth import OwnerSample, Sample
 from leakhound.render.watch import render_reports
 
 T0 = 1_700_000_000.0

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from leakhound.analysis.budgets import over_budget
 from leakhound.analysis.detectors import (
+    applied,
     arena_fragmentation,
     cyclic_garbage,
     intercepts,
@@ -39,4 +40,5 @@ def run_detectors(snapshot: Snapshot) -> tuple[Finding, ...]:
     findings: list[Finding] = []
     for detect in DETECTORS.values():
         findings.extend(detect(snapshot))
-    return rank(findings)
+    # after the order is settled: the next fix recommended is the first one not applied
+    return applied.mark_applied(snapshot, rank(findings))

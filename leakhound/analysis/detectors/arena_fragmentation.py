@@ -8,12 +8,13 @@ because trimming cannot return it.
 
 from __future__ import annotations
 
-from leakhound.analysis.detectors.base import MB, mb, skipped
+from leakhound.analysis.detectors.base import mb, skipped
 from leakhound.model import Finding, Snapshot
+from leakhound.model.units import MiB
 
 KIND = "arena_fragmentation"
 # Trimmable memory worth acting on: at least this much, and this share of RSS.
-MIN_TRIMMABLE = 16 * MB
+MIN_TRIMMABLE = 16 * MiB
 MIN_SHARE = 0.10
 
 

@@ -7,8 +7,6 @@ from typing import Protocol
 from leakhound.model import Finding, Snapshot
 from leakhound.model.units import MiB, fmt_bytes
 
-MB = MiB  # the old name, kept importable
-
 
 class Detector(Protocol):
     KIND: str
@@ -24,4 +22,4 @@ def skipped(kind: str, reason: str) -> Finding:
 def mb(n: float) -> str:
     """In MiB, as findings compare with one another; under 1 MiB in its own unit (510 B was
     "0.0 MiB": a number that is not zero said as zero)."""
-    return fmt_bytes(n, "MiB") if n == 0 or abs(n) >= MB else fmt_bytes(n)
+    return fmt_bytes(n, "MiB") if n == 0 or abs(n) >= MiB else fmt_bytes(n)

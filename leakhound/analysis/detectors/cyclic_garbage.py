@@ -6,12 +6,12 @@ decides whether the amount matters.
 
 from __future__ import annotations
 
-from leakhound.analysis.detectors.base import MB, skipped
+from leakhound.analysis.detectors.base import skipped
 from leakhound.model import Finding, Snapshot
-from leakhound.model.units import fmt_bytes
+from leakhound.model.units import MiB, fmt_bytes
 
 KIND = "cyclic_garbage"
-MIN_BYTES = 1 * MB
+MIN_BYTES = 1 * MiB
 
 
 def detect(snapshot: Snapshot) -> list[Finding]:

@@ -32,6 +32,7 @@ from leakhound.errors import (
     TargetNotFound,
     TracerStuck,
 )
+from leakhound.model.names import Method
 
 _ERRORS: dict[str, type[LeakhoundError]] = {
     "AttachFailed": AttachFailed,
@@ -181,7 +182,7 @@ def inject(
         # Otherwise stdin stays open while this process lives: its end tells the helper
         # (the private directory's janitor) that the CLI is gone.
     if outcome.get("ok"):
-        return Injection(method="ptrace", attach_stop_ms=float(outcome["stop_ms"]),
+        return Injection(method=Method.PTRACE, attach_stop_ms=float(outcome["stop_ms"]),
                          attempts=int(outcome["attempts"]))
     error = _ERRORS.get(str(outcome.get("kind")), AttachFailed)
     raise error(str(outcome.get("message")))

@@ -9,6 +9,8 @@ nothing sent to the target is executed.
 """
 
 
+import time
+
 from .. import arena, probes
 from . import _state, intercepts, registry, steps, trim
 
@@ -36,6 +38,40 @@ def _functions(entry):
     return entry.get("functions", entry.get("targets", []))
 
 
+def _owner_ids(name):
+    """The ids of the containers whose contents a fix changes (``Runtime.trajectories``,
+    ``InterceptionServer.intercepts``): how the CLI finds the fixed owner among a census's
+    owners by identity, not by its path's wording. None for trim (no container)."""
+    try:
+        runtimes = probes._runtimes()
+        if name in ("registry", "steps"):
+            return [id(probes._attr(runtime, "trajectories")) for _mod, runtime in runtimes]
+        if name == "intercepts":
+            return [id(probes._attr(server, "intercepts")) for server in probes._servers(runtimes)]
+    except Exception:
+        pass  # no verifiers runtime to look at: the fix is refused anyway
+    return []
+
+
+def _text(value, limit):
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def _applied_by(request):
+    """Who asked, as the CLI said it (numbers and short strings only): recorded with the fix
+    so that a later inspection can say when and by whom it was applied."""
+    by = request.get("by")
+    if type(by) is not dict:
+        return {}
+    uid = by.get("uid")
+    return {"uid": uid if type(uid) is int else -1, "user": _text(by.get("user"), 64),
+            "leakhound_version": _text(by.get("leakhound_version"), 40)}
+
+
+def _when_and_who(entry):
+    return {"applied_at": entry.get("applied_at"), "applied_by": dict(entry.get("applied_by") or {})}
+
+
 def _options(request):
     """Fix options from the request, each checked against its allowed range (never code)."""
     out = {}  # type: dict
@@ -52,19 +88,21 @@ def _plan(module, dry_run):
     """What applying ``module`` would do, changing nothing: (result, plan or None)."""
     fixes = _state.peek()
     if module.FIX in fixes:
-        return ({"fix": module.FIX, "status": "already-applied", "functions": _functions(fixes[module.FIX]),
-                 "counters": dict(fixes[module.FIX]["counters"])}, None)
+        return (dict({"fix": module.FIX, "status": "already-applied", "functions": _functions(fixes[module.FIX]),
+                      "counters": dict(fixes[module.FIX]["counters"]), "owner_ids": _owner_ids(module.FIX)},
+                     **_when_and_who(fixes[module.FIX])), None)
     plan, reason = module.recognise()
     if plan is None:
         return {"fix": module.FIX, "status": "refused", "reason": reason}, None
     functions = _describe(plan)
     if dry_run:
         return ({"fix": module.FIX, "status": "would-apply", "functions": functions,
-                 "description": module.DESCRIPTION}, None)
-    return {"fix": module.FIX, "status": "applied", "functions": functions, "description": module.DESCRIPTION}, plan
+                 "description": module.DESCRIPTION, "owner_ids": _owner_ids(module.FIX)}, None)
+    return ({"fix": module.FIX, "status": "applied", "functions": functions, "description": module.DESCRIPTION,
+             "owner_ids": _owner_ids(module.FIX)}, plan)
 
 
-def _land(module, plan, result, options):
+def _land(module, plan, result, options, by=None):
     """Apply one recognised plan. Reverts its own swaps if any step fails."""
     counters = {}  # type: dict
     swaps = []
@@ -73,7 +111,8 @@ def _land(module, plan, result, options):
         swap.new = make(swap.original, counters)
         swap.new.__leakhound_fix__ = module.FIX
         swaps.append(swap)
-    entry = {"swaps": swaps, "functions": result["functions"], "counters": counters, "options": options or {}}
+    entry = {"swaps": swaps, "functions": result["functions"], "counters": counters, "options": options or {},
+             "applied_at": time.time(), "applied_by": dict(by or {})}
     start = getattr(module, "start", None)
     if start is not None:
         start(entry)
@@ -89,9 +128,10 @@ def _land(module, plan, result, options):
         raise
     _state.state()[module.FIX] = entry
     result["counters"] = dict(counters)
+    result.update(_when_and_who(entry))
 
 
-def _apply_all(modules, dry_run, options, check):
+def _apply_all(modules, dry_run, options, check, by=None):
     """Recognise every fix first, then land them all at once, after the last cancellation
     point: a request that fails or is cancelled before that changed nothing, and one that
     fails while landing takes back what it landed (never some fixes and an error)."""
@@ -101,7 +141,7 @@ def _apply_all(modules, dry_run, options, check):
     try:
         for module, result, plan in planned:
             if plan is not None:
-                _land(module, plan, result, options)
+                _land(module, plan, result, options, by)
                 landed.append(module)
     except BaseException:
         for module in reversed(landed):
@@ -147,8 +187,8 @@ def _status(module):
         plan, reason = module.recognise()
         return {"fix": module.FIX, "status": "not-applied",
                 "applicable": plan is not None, "reason": reason or ""}
-    return {"fix": module.FIX, "status": "applied", "functions": _functions(entry),
-            "counters": dict(entry["counters"])}
+    return dict({"fix": module.FIX, "status": "applied", "functions": _functions(entry),
+                 "counters": dict(entry["counters"])}, **_when_and_who(entry))
 
 
 def _never(phase):
@@ -176,7 +216,7 @@ def handle(request, check=_never):
             registry.update(probes.registry_counts())
     modules = [FIXES[name] for name in names]
     if action in ("apply", "dry-run"):
-        results = _apply_all(modules, action == "dry-run", _options(request), check)
+        results = _apply_all(modules, action == "dry-run", _options(request), check, _applied_by(request))
     elif action == "revert":
         check("commit")
         results = [_revert(module) for module in modules]

@@ -1,0 +1,247 @@
+"""``patch --verify``: memory measured in the target in a window before a fix and one after.
+
+In order, in one process:
+
+1. a dry run of the fixes (nothing changes): refused code is said before any waiting, and
+   the payload names, by id(), the containers each fix empties (``owner_ids``);
+2. a census with dominator owners (as ``watch`` takes): the fixed owner is the owner that
+   *is* one of those containers (its ``object_id``), else the owners inside one; never a path
+   matched by its wording;
+3. the window before: every ``interval`` seconds, RSS read from /proc and a cheap sample in
+   the target (the fixed owners' item counts, found again by the ids along their paths, as
+   ``watch`` re-reads owners, and the allocators' in-use bytes: the live heap);
+4. the fix applied (``patch_process``), then the window after, sampled the same way, then
+   the fix's own number measured (``patch_process``'s ``measure``);
+5. the verdict (``leakhound.analysis.verify``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from leakhound.analysis.verify import (
+    OWNER_JUDGED,
+    FixedOwner,
+    count_window,
+    judge,
+    owner_window,
+    rate,
+    window_stats,
+)
+from leakhound.attach import choose_method, run_request
+from leakhound.attach.channel import Progress
+from leakhound.attach.deadline import FOLLOW_PROGRESS
+from leakhound.attach.process import Target, resolve_target, rss_bytes
+from leakhound.core.capture import take_snapshot
+from leakhound.core.patch import _outcome, _raise_if_all_refused, _request, patch_process
+from leakhound.core.request import SHORT_REQUESTS, RequestOptions
+from leakhound.core.watch import _LENGTH_IS_ITEMS, _owner_answers
+from leakhound.errors import LeakhoundError, ProtocolViolation, TargetExited, TargetNotFound
+from leakhound.model import Owner, PatchOutcome, Snapshot
+from leakhound.model.names import Fix, Owners, PatchAction
+from leakhound.model.units import fmt_bytes
+from leakhound.model.verify import VerifyPoint, VerifyReport
+
+# Samples per window when the interval is not given, within these bounds (seconds).
+SAMPLES_PER_WINDOW = 10
+MIN_INTERVAL = 0.5
+MAX_INTERVAL = 10.0
+
+#: Progress while a window is sampled: one line (said on a terminal in place, else appended).
+Say = Callable[[str], None]
+
+
+def default_interval(seconds: float) -> float:
+    return min(MAX_INTERVAL, max(MIN_INTERVAL, seconds / SAMPLES_PER_WINDOW))
+
+
+@dataclass
+class _Tracked:
+    """A fixed owner as the census named it, and how a sample scales its bytes."""
+
+    fix: str
+    owner: Owner
+    items_at_census: int | None  # None: its census count is not its length (the first sample's is used)
+
+
+def fixed_owners(snapshot: Snapshot, owner_ids: dict[str, list[int]]) -> dict[str, list[Owner]]:
+    """Per fix, the census owners that are a container it empties (by id), else the owners
+    inside one (the container's id on their path from the root)."""
+    out: dict[str, list[Owner]] = {}
+    for fix, ids in owner_ids.items():
+        wanted = set(ids)
+        exact = [o for o in snapshot.owners if o.object_id and o.object_id in wanted]
+        inside = [o for o in snapshot.owners if wanted.intersection(o.path_ids) and o not in exact]
+        if exact or inside:
+            out[fix] = exact or inside
+    return out
+
+
+class _Sampler:
+    def __init__(self, target: Target, *, request: RequestOptions, interval: float,
+                 tracked: list[_Tracked], say: Say, count_registry: bool) -> None:
+        self.target = target
+        self.count_registry = count_registry
+        self.request = request
+        self.interval = interval
+        self.tracked = tracked
+        self.say = say
+        self.notes: list[str] = []
+
+    def window(self, label: str, seconds: float) -> list[VerifyPoint]:
+        points: list[VerifyPoint] = []
+        started = time.monotonic()
+        tick = 0
+        while True:
+            point = self._sample()
+            if point is not None:
+                points.append(point)
+            elapsed = time.monotonic() - started
+            self.say(self._progress(label, elapsed, seconds, points))
+            if elapsed >= seconds - 1e-6:
+                return points
+            tick += 1
+            time.sleep(max(0.0, min(started + tick * self.interval, started + seconds) - time.monotonic()))
+
+    def _sample(self) -> VerifyPoint | None:
+        pid = self.target.pid
+        taken_at = time.time()
+        rss = rss_bytes(pid)  # from outside, before the request: the worker's, not the request's
+        owners_doc = [{"ids": list(t.owner.path_ids), "type": t.owner.type, "path": t.owner.path}
+                      for t in self.tracked]
+        try:
+            remote = run_request(pid, {"op": "sample", "owners": owners_doc, "top_types": 0, "allocator": True,
+                                       "registry": self.count_registry},
+                                 method=self.request.method, timeout=self.request.timeout, log=self.request.log,
+                                 target=self.target, force=self.request.force)
+        except (TargetNotFound, TargetExited):
+            raise
+        except LeakhoundError as exc:  # a busy or slow target misses a sample, as in watch
+            self.notes.append(f"a sample was skipped: {exc}")
+            self.request.log(f"process {pid}: sample skipped: {exc}")
+            return None
+        result: dict[str, Any] = remote.result
+        try:  # from inside the target, whose owner controls it
+            answers = _owner_answers(result.get("owners"), len(self.tracked))
+            heap = result.get("allocator_in_use_bytes")
+            if heap is not None and (type(heap) is not int or heap < 0):
+                raise TypeError("allocator_in_use_bytes is not a byte count")
+            registry = result.get("registry")
+            finished = registry.get("finished_entries") if isinstance(registry, dict) else None
+            if finished is not None and (type(finished) is not int or finished < 0):
+                raise TypeError("registry.finished_entries is not a count")
+        except (TypeError, ValueError) as exc:
+            raise ProtocolViolation(f"process {pid} answered with a malformed sample "
+                                    f"({type(exc).__name__}: {str(exc)[:120]})") from None
+        per_fix: dict[str, tuple[int, int]] = {}
+        for t, (found, items) in zip(self.tracked, answers, strict=True):
+            if not found or items is None:
+                continue
+            if t.items_at_census is None:
+                t.items_at_census = items  # the first sample's count stands for the census's
+            size = round(t.owner.retained_bytes * items / t.items_at_census) if t.items_at_census else \
+                t.owner.retained_bytes
+            was = per_fix.get(t.fix, (0, 0))
+            per_fix[t.fix] = (was[0] + items, was[1] + size)
+        return VerifyPoint(taken_at=taken_at, rss_bytes=rss, heap_bytes=heap,
+                           owner_items=tuple((fix, n, b) for fix, (n, b) in per_fix.items()),
+                           finished_rollouts=finished)
+
+    def _progress(self, label: str, elapsed: float, seconds: float, points: list[VerifyPoint]) -> str:
+        line = f"pid {self.target.pid}: {label}: {min(elapsed, seconds):.0f}/{seconds:.0f}s"
+        if points:
+            last = points[-1]
+            line += f", RSS {fmt_bytes(last.rss_bytes)}"
+            stats = window_stats(points) if len(points) >= 2 else None
+            if stats is not None:
+                line += f" ({rate(stats.rss_bytes_per_min)})"
+            if last.heap_bytes is not None:
+                line += f", live heap {fmt_bytes(last.heap_bytes)}"
+                if stats is not None and stats.heap_bytes_per_min is not None:
+                    line += f" ({rate(stats.heap_bytes_per_min)})"
+            if last.finished_rollouts is not None:
+                held = count_window(points)
+                line += f", finished rollouts held {last.finished_rollouts:,}"
+                if held is not None:
+                    line += f" ({held.per_min:+,.0f}/min)"
+            for fix, items, _size in last.owner_items:
+                owner = owner_window(points, fix)
+                line += f", {fix} owner {items:,} items"
+                if owner is not None:
+                    line += f" ({owner.items_per_min:+,.0f}/min)"
+        return line
+
+
+def verify_process(
+    pid: int,
+    *,
+    fixes: list[str],
+    verify_seconds: float,
+    baseline_seconds: float,
+    interval: float | None = None,
+    request: RequestOptions = SHORT_REQUESTS,
+    say: Say | None = None,
+    progress: Progress | None = None,
+    trim_every: float | None = None,
+) -> tuple[tuple[PatchOutcome, ...], VerifyReport]:
+    """Apply ``fixes`` in ``pid`` between a window of ``baseline_seconds`` and one of
+    ``verify_seconds``, sampled every ``interval`` seconds (default: a tenth of the longer
+    window, 0.5 to 10 s), and judge what the slopes support. ``say``: a line per step and per
+    sample; ``progress``: the census's phases. Raises PatchRefused (nothing changed, nothing
+    waited for) when every fix is refused. ``request.timeout`` bounds each short request; the
+    census before the fix follows its progress, as inspect's."""
+    say = say or (lambda line: None)
+    target = resolve_target(pid)
+    request = request.via(choose_method(target, request.method))
+    every = interval or default_interval(max(verify_seconds, baseline_seconds))
+    notes: list[str] = []
+
+    say(f"pid {pid}: checking the fixes are recognised (nothing changes)")
+    dry = _request(pid, PatchAction.DRY_RUN, fixes, request=request)
+    planned = tuple(_outcome(pid, r) for r in dry["results"])
+    _raise_if_all_refused(pid, planned)
+    # Only the fixes judged by their owner's growth have it sampled (steps shares registry's
+    # owner but makes new entries smaller, not fewer: the live heap judges it).
+    owner_ids = {str(r["fix"]): [i for i in r.get("owner_ids") or () if type(i) is int]
+                 for r in dry["results"] if r.get("owner_ids") and r["fix"] in OWNER_JUDGED}
+    already = [o.fix for o in planned if o.status == "already-applied"]
+    if already:
+        notes.append(f"already applied before this run: {', '.join(already)}; the window before is not "
+                     "before those fixes")
+
+    say(f"pid {pid}: census before the fix (owners by dominator tree)")
+    # As inspect's: given up when it stops progressing (a multi-GB heap's census outlasts the
+    # patch's own --timeout, which bounds each short request here).
+    snapshot = take_snapshot(pid, method=request.method, top=50, timeout=FOLLOW_PROGRESS, log=request.log,
+                             owner_model=Owners.AUTO, progress=progress, force=request.force)
+    found = fixed_owners(snapshot, owner_ids)
+    tracked = [_Tracked(fix, o, o.items if o.type in _LENGTH_IS_ITEMS else None)
+               for fix, owners in found.items() for o in owners if o.path_ids]
+    owners = {fix: FixedOwner(fix=fix, path=owners[0].path + (f" and {len(owners) - 1} more" if len(owners) > 1
+                                                               else ""),
+                              type=owners[0].type, object_id=owners[0].object_id)
+              for fix, owners in found.items()}
+    notes.extend(f"{fix}: the census named no owner at the container it empties (below its top owners): "
+                 "judged by the live heap" for fix in fixes if fix in owner_ids and fix not in found)
+    sampler = _Sampler(target, request=request, interval=every, tracked=tracked, say=say,
+                       count_registry=Fix.REGISTRY in fixes)
+    before = sampler.window("before the fix", baseline_seconds)
+    after: list[VerifyPoint] = []
+
+    def after_window(seconds: float) -> None:
+        say(f"pid {pid}: applied {', '.join(fixes)}")
+        after.extend(sampler.window("after the fix", seconds))
+        say(f"pid {pid}: measuring the fix's own number")
+
+    outcomes = patch_process(pid, fixes=fixes, action=PatchAction.APPLY, verify_seconds=verify_seconds,
+                             request=request, wait=after_window, trim_every=trim_every)
+    landed = {o.fix for o in outcomes if o.status in ("applied", "already-applied")}
+    next_fixes = list(dict.fromkeys(f.fix for f in snapshot.findings
+                                    if f.fix and not f.skipped and f.fix not in fixes))
+    report = judge(pid=pid, fixes=[f for f in fixes if f in landed], owners=owners, before_points=before,
+                   after_points=after, interval_seconds=every, next_fixes=next_fixes,
+                   notes=[*notes, *dict.fromkeys(sampler.notes)])
+    return outcomes, report

@@ -1,0 +1,60 @@
+"""``gc.get_objects()``'s list without what may still be being built by another thread.
+
+CPython lets a builder grow or fill a new tuple (``tuple(generator)``, ``_PyTuple_Resize``)
+or frozenset (``PySet_Add``) only while the builder holds its one reference; the collector
+already tracks it. A list of every tracked object holding one such object across a GIL yield
+makes the builder's next step raise ``SystemError: bad argument to internal function`` in the
+target's own code (measured: a thread running ``tuple(x for x in range(2000))`` in a loop
+failed on every inspection). So the tuples and frozensets something else holds exactly once
+are left out of the list, in the same C call that lists them (``_walk.tracked_objects``):
+nothing runs in between. What is left out is at most counted as not reached (the bytes of
+tuples held once from C and from nothing tracked).
+"""
+
+import gc
+import sys
+
+try:
+    from . import _walk as _walk_module  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - the payload runs without its C helpers too
+    _walk_module = None
+
+
+def _without_held_once(objects, limit):
+    getrefcount = sys.getrefcount
+    return [o for o in objects if not (isinstance(o, (tuple, frozenset)) and getrefcount(o) <= limit)]
+
+
+def _held_once_limit():
+    """The count ``_without_held_once`` sees for an object that its list and one other
+    hold: measured here in that same code (it differs between versions)."""
+    built = (object(),)  # held by this variable, as a builder holds it
+    for limit in range(1, 16):
+        if not _without_held_once([built], limit):
+            return limit
+    return 0
+
+
+def tracked_objects(counts=None, kinds=None):
+    """gc.get_objects() without the tuples and frozensets something else holds once; with
+    ``counts`` and ``kinds`` (dicts), what is left out is counted in them by id(type) (its
+    type in ``kinds``): a census of types still counts it."""
+    walk = _walk_module
+    if walk is not None and hasattr(walk, "tracked_objects"):
+        if counts is None:
+            return walk.tracked_objects(gc.get_objects)
+        return walk.tracked_objects(gc.get_objects, counts, kinds)
+    # Without the C helper the list is filtered in Python right after it is made: a window
+    # of a few bytecodes remains in which another thread can run.
+    limit = _held_once_limit()
+    objects = gc.get_objects()
+    kept = _without_held_once(objects, limit)
+    if counts is not None and len(kept) < len(objects):
+        ids = set(map(id, kept))
+        for o in objects:
+            if id(o) not in ids:
+                tp = type(o)
+                counts[id(tp)] = counts.get(id(tp), 0) + 1
+                kinds[id(tp)] = tp
+    objects[:] = kept
+    return objects
