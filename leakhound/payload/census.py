@@ -1,7 +1,7 @@
 """Owner-attributed heap census, run inside the target process.
 
 Standard library only; compatible with Python 3.8+ (its inner loop has a compiled twin,
-``_walk.c``, used where it loads). It never calls ``gc.collect()``, never calls
+``_census_walk.c``, used where it loads). It never calls ``gc.collect()``, never calls
 ``repr``/``len``/``__getattr__``/``__sizeof__`` written in Python by the target (only built-in
 descriptors, ``gc.get_referents`` and C ``__sizeof__`` methods; a class whose ``__sizeof__`` is
 Python code counts ``object.__sizeof__``), and runs in its own short-lived thread so the
@@ -76,10 +76,10 @@ from .sizes import (
 )
 from .tasks import _natural  # noqa: F401 - a name this module has always had
 
-try:  # the compiled inner walk (_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
-    from . import _walk  # type: ignore[attr-defined]
+try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
+    from . import _walk
 except ImportError:  # CPython < 3.10, another implementation, or no compiler at install: the Python loop
-    _walk = None
+    _walk = None  # type: ignore[assignment]
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
@@ -165,7 +165,7 @@ class Census(_Roots, _Unreached):
         self._getsizeof = SizeCache()
         self._get_referents = gc.get_referents
         self.seconds = 0.0
-        # The same walk in C when it is importable here (and not turned off): see _walk.c.
+        # The same walk in C when it is importable here (and not turned off): see _census_walk.c.
         self._compiled = _walk.claim if compiled and _walk is not None else None  # type: Any
         self.walker = "compiled" if self._compiled is not None else "python"
         self._walk_module = _walk  # running frames' locals are read through it (census_roots)

@@ -74,7 +74,7 @@ from .sizes import (
 )
 
 try:  # the compiled walk (optional: the Python loop below computes the same graph)
-    from . import _walk as _walk_module  # type: ignore[attr-defined]
+    from . import _walk as _walk_module
 except Exception:  # no build, or an interpreter older than 3.10
     _walk_module = None
 if not hasattr(_walk_module, "graph_walk"):
@@ -141,7 +141,7 @@ _SHARED_LEAF = 64
 # more in the target on the 4.8M-object heap, a fifth of what the inspection cost it.
 _MAX_LABELS = 20000
 _MAX_KEY_LABELS = 15000
-_BIG_DICT = 2048  # _walk.c's BIG_CONTAINER / 2: read in slices there
+_BIG_DICT = 2048  # _walk.h's BIG_CONTAINER / 2: read in slices there
 _CHECK_EVERY = 0x7FF
 # Units of work (a container, a referent) per call into the compiled walk: ~1 ms of CPU (the
 # census's 20,000 took 3-9 ms here, and up to 80 ms of wall time when the machine preempted
@@ -546,7 +546,7 @@ class Graph(object):
                 names = {}
                 # A big dict's keys label nothing (ids and names of a registry or a cache, a
                 # label each; its entries are named by the target afterwards: name_paths). As
-                # _walk.c, which reads a big exact dict in slices.
+                # _graph_walk.c, which reads a big exact dict in slices.
                 for k in range(len(keys) if len(keys) <= _BIG_DICT or tp is not dict else 0):
                     key = keys[k]
                     if type(key) is str:

@@ -47,10 +47,10 @@ from .census_tallies import _Marks
 from .duty import own_cpu, yield_gil
 from .sizes import deep_size as _deep_size
 
-try:  # the census's compiled walk (_walk.c, one abi3 build for CPython 3.10+)
-    from . import _walk  # type: ignore[attr-defined]
+try:  # the census's compiled walk (_walk.abi3.so, one build for CPython 3.10+)
+    from . import _walk
 except ImportError:  # pragma: no cover - a target without the build: deep_size in Python
-    _walk = None
+    _walk = None  # type: ignore[assignment]
 from .tasks import await_chain, live_tasks
 
 RUNTIME_MODULES = ("verifiers.v1.runtime", "leakhound.simulate.runtime")
@@ -418,7 +418,7 @@ def registered_before():
 
 def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
     """The verifiers facts (module docstring). ``clock``: the duty cycle and cancel check
-    (a default budget without a stop when None); ``compiled``: size through _walk.c where it
+    (a default budget without a stop when None); ``compiled``: size through the compiled walk where it
     loads (False: deep_size in Python, as a request's ``walker: python``); ``in_flight`` and
     ``registered``: what was in flight and registered as the owners' walk began."""
     clock = clock if clock is not None else _Clock()

@@ -1,10 +1,10 @@
-"""The compiled census walk (payload/_walk.c) against its pure-Python twin, in this process.
+"""The compiled census walk (payload/_census_walk.c) against its pure-Python twin, in this process.
 
 Both walk the same private structure of built-in containers (no heap-type instances, so no
 walk leaves it through a class) and must agree exactly: objects, bytes and every type's count
 and bytes. A tiny per-call budget makes the C walk stop and resume inside big containers.
 tests/walk_hostile.py throws objects built to break the walk at both loops; it also runs
-here under AddressSanitizer, with an ASan build of _walk.c, where gcc and libasan are.
+here under AddressSanitizer, with an ASan build of the extension, where gcc and libasan are.
 """
 
 from __future__ import annotations
