@@ -40,7 +40,6 @@ from .census_tallies import (
     _REGION_SHIFT,
     CensusCancelled,
     CensusTimeout,
-    _Clock,
     _Marks,
     _Tally,
     _TypeTally,
@@ -66,6 +65,7 @@ from .objects import (
     _slot_values,
     _type_name,
 )
+from .pacing import Clock
 from .sizes import (
     _MAX_OBJECT_BYTES,
     SizeCache,
@@ -92,7 +92,7 @@ __all__ = [
     # the census's internals, importable from here as before the split
     "_FUNCTION_TYPES", "_LEAF_TYPES", "_LEAF_TYPE_IDS", "_MAX_CHAIN", "_MAX_OBJECT_BYTES",
     "_ONLY_ONE_REFERENCE", "_REGION_BYTES", "_REGION_SHIFT", "_SCALARS", "_SIZED", "_TIMED_IDS",
-    "_Clock", "_Marks", "_ModuleType", "_Tally", "_TypeTally", "_class_dict", "_cyclic_only",
+    "_Marks", "_ModuleType", "_Tally", "_TypeTally", "_class_dict", "_cyclic_only",
     "_getsizeof", "_instance_dict", "_items", "_natural", "_object_sizeof", "_referenced_from_outside",
     "_referents", "_running_task_registries", "_short_type_name", "_sizeof_is_builtin",
     "_slot_values", "_task_coroutines", "_type_name",
@@ -153,10 +153,13 @@ class Census(_Roots, _Unreached):
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
                  max_pause_ms=None, cancelled=None, owners=True, reached=None):
         # The pause budget's duty cycle: at most half the budget of running between two
-        # yields of the GIL (census_tallies._Clock), the rest left for one step and the
-        # switch to the waiting thread.
-        self.clock = _Clock(time.monotonic() + timeout, cancelled,
-                            max_hold=max_pause_ms / 2000.0 if max_pause_ms else None)
+        # yields of the GIL (pacing.Clock), the rest left for one step and the switch to the
+        # waiting thread.
+        self.clock = Clock(time.monotonic() + timeout, cancelled,
+                           max_hold=max_pause_ms / 2000.0 if max_pause_ms else None,
+                           timeout_error=CensusTimeout, timeout_message="census did not finish within its time budget",
+                           cancel_error=CensusCancelled, cancel_message="the census was cancelled",
+                           track_gaps=True)
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self._exclude = exclude

@@ -44,7 +44,7 @@ import time
 
 from .census import _instance_dict
 from .census_tallies import _Marks
-from .duty import own_cpu, yield_gil
+from .pacing import Clock
 from .sizes import deep_size as _deep_size
 
 try:  # the census's compiled walk (_walk.abi3.so, one build for CPython 3.10+)
@@ -72,33 +72,23 @@ class ProbeStopped(Exception):
     """The request was cancelled or its deadline passed while a probe ran."""
 
 
-class _Clock(object):
-    """The probes' duty cycle (census_tallies._Clock's idea): ``tick()``, called between short
-    pieces of work, yields (``duty.yield_gil``) once the probes have run ``max_hold`` seconds of
-    this thread's CPU since they last yielded (a thread waiting for the GIL uses no CPU, so
-    time the target's threads ran meanwhile does not count; nor does a collection of the
-    target's own that ran in this thread: ``duty.own_cpu``), and raises ``ProbeStopped`` once
-    ``stop()`` (the request's cancellation point, runner._Stop) answers True.
-    ``max_held`` is the longest stretch seen between two yields (CPU seconds, an upper bound
-    on one hold of the GIL); ``yields`` counts the sleeps."""
+class _Clock(Clock):
+    """The probes' pacing (pacing.Clock): ``tick()``, called between short pieces of work,
+    yields once the probes have run ``max_hold`` seconds of this thread's CPU since they last
+    yielded, and raises ``ProbeStopped`` once ``stop()`` (the request's cancellation point,
+    runner._Stop) answers True. ``ticks`` counts the looks at the clock."""
+
+    __slots__ = ("stop", "ticks")
 
     def __init__(self, stop=None, max_hold=DEFAULT_MAX_HOLD):
+        Clock.__init__(self, float("inf"), max_hold=DEFAULT_MAX_HOLD if max_hold is None else max_hold,
+                       check_every=0.0)
         self.stop = stop
-        self.max_hold = DEFAULT_MAX_HOLD if max_hold is None else max_hold
-        self.held_since = own_cpu()
-        self.max_held = 0.0
-        self.yields = 0
         self.ticks = 0
 
     def tick(self):
         self.ticks += 1
-        held = own_cpu() - self.held_since
-        if held > self.max_held:
-            self.max_held = held
-        if held >= self.max_hold:
-            yield_gil()
-            self.yields += 1
-            self.held_since = own_cpu()
+        self.hold()
         stop = self.stop
         if stop is not None and stop():
             raise ProbeStopped("the request was %s while the probes ran" % (
@@ -106,7 +96,7 @@ class _Clock(object):
 
     def slept(self):
         """The probes released the GIL some other way (a sleep of their own): a new stretch."""
-        self.held_since = own_cpu()
+        self.yielded()
 
 
 _HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC

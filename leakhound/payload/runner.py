@@ -40,7 +40,7 @@ import traceback
 # is loaded from the request's private directory, which is removed once it is answered, and
 # the next request reuses the loaded package (same version): a module first imported then
 # would not be found ("cannot import name 'graph'").
-from . import arena, census, duty, graph, patches, probes, sampling
+from . import arena, census, graph, pacing, patches, probes, sampling
 from .graph_wire import BINARY_FILE
 
 PAYLOAD_VERSION = "1"
@@ -636,8 +636,8 @@ def handle(request, progress=None, cancelled=None, exchange=None):
     _rss_at_boot = 0
     progress, beat = _with_beat(progress)
     stop = _Stop(_request_timeout(request), cancelled, memory=memory, beat=beat)
-    collections_before = duty.stats()
-    duty.watch_collections()
+    collections_before = pacing.stats()
+    pacing.watch_collections()
     try:
         if exchange is not None and request["op"] == "snapshot":
             out = _snapshot(request, progress, stop, exchange)
@@ -667,7 +667,7 @@ def handle(request, progress=None, cancelled=None, exchange=None):
         }
     finally:
         memory.close()
-        duty.unwatch_collections()
+        pacing.unwatch_collections()
         _busy.release()
 
 
@@ -697,8 +697,8 @@ def _with_beat(progress):
 
 def _collections_since(before):
     """The target's own collections that ran in the request's thread since ``before``
-    (duty.stats()): per generation, their wall seconds summed and the longest (duty.py)."""
-    now = duty.stats()
+    (pacing.stats()): per generation, their wall seconds summed and the longest (pacing.py)."""
+    now = pacing.stats()
     return {"collections": [a - b for a, b in zip(now["collections"], before["collections"])],  # noqa: B905 - 3.8+
             "seconds": round(now["seconds"] - before["seconds"], 4), "max_ms": now["max_ms"]}
 
@@ -709,7 +709,7 @@ def _after_fork_in_child():
     payload's ``gc.callbacks`` entry gone, and the fixes' helper threads running again."""
     global _busy
     _busy = threading.Lock()
-    duty.reset_after_fork()
+    pacing.reset_after_fork()
     patches.after_fork_in_child()
 
 
