@@ -16,8 +16,8 @@ arithmetic the cyclic GC uses (refcount minus references from inside the set), i
 held from C / untracked places (owners named ``<held from C: Type>``) and cyclic garbage.
 
 The census lives in rooms: ``census_tallies`` (marks, tallies, clock), ``census_walk`` (the
-walk: ``_claim_tree``, ``_claim_named``), ``census_roots`` (the named roots, as plain
-enumerators: ``module_roots``, ``class_roots``, ``task_roots``, ``thread_frames``),
+walk: ``_claim_tree``, ``_claim_named``), ``census_roots`` (the walk from the named roots,
+which ``roots`` enumerates),
 ``census_unreached`` (held from C, cyclic garbage); ``objects`` reads an object without running
 its code and ``sizes.object_size`` is the size of one object. This module holds ``Census``
 (its run and result) and keeps the old names importable.
@@ -26,15 +26,7 @@ its code and ``sizes.object_size`` is the size of one object. This module holds 
 import gc
 import time
 
-from .census_roots import (
-    _Roots,
-    _running_task_registries,
-    class_roots,
-    frame_locals_unreadable,
-    module_roots,
-    task_roots,
-    thread_frames,
-)
+from .census_roots import _Roots
 from .census_tallies import (
     _REGION_BYTES,
     _REGION_SHIFT,
@@ -66,6 +58,7 @@ from .objects import (
     _type_name,
 )
 from .pacing import Clock
+from .roots import frame_locals_unreadable
 from .sizes import (
     _MAX_OBJECT_BYTES,
     SizeCache,
@@ -84,18 +77,15 @@ except ImportError:  # CPython < 3.10, another implementation, or no compiler at
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
 
-_task_coroutines = task_roots  # its name before the split
-
 __all__ = [
-    "Census", "CensusCancelled", "CensusTimeout", "class_roots", "module_roots", "object_size",
-    "task_roots", "thread_frames",
+    "Census", "CensusCancelled", "CensusTimeout", "object_size",
     # the census's internals, importable from here as before the split
     "_FUNCTION_TYPES", "_LEAF_TYPES", "_LEAF_TYPE_IDS", "_MAX_CHAIN", "_MAX_OBJECT_BYTES",
     "_ONLY_ONE_REFERENCE", "_REGION_BYTES", "_REGION_SHIFT", "_SCALARS", "_SIZED", "_TIMED_IDS",
     "_Marks", "_ModuleType", "_Tally", "_TypeTally", "_class_dict", "_cyclic_only",
     "_getsizeof", "_instance_dict", "_items", "_natural", "_object_sizeof", "_referenced_from_outside",
-    "_referents", "_running_task_registries", "_short_type_name", "_sizeof_is_builtin",
-    "_slot_values", "_task_coroutines", "_type_name",
+    "_referents", "_short_type_name", "_sizeof_is_builtin",
+    "_slot_values", "_type_name",
 ]
 
 # Units of work (containers popped + referents seen) per call into the compiled walk: a

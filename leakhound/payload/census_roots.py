@@ -1,36 +1,27 @@
-"""The named roots of the heap, and the census's walk from them.
-
-The roots, in the priority order the census claims them in (first to reach an object owns it):
-
-- :func:`module_roots`: every module's globals, ``__main__`` first, then non-stdlib, then stdlib;
-- :func:`class_roots`: every class (from the subclass tree: ``gc.get_objects()`` misses classes a
-  worker ``gc.freeze()``-d), its dict and its ``__mro__``/``__bases__`` tuples;
-- :func:`task_roots`: every pending asyncio task (a finished one is owned by whoever holds it),
-  its context variables and the coroutines along its await chain;
-- :func:`thread_frames`: every frame on every thread's stack but the caller's.
-
-Each is a plain function that reads the target without running its code; any payload operation
-walking the heap can use them. ``_Roots._walk_roots`` is the census's use. Part of
+"""The census's walk from the named roots (roots.py), in the priority order it claims them in
+(first to reach an object owns it): every module's globals, ``__main__`` first, then
+non-stdlib, then stdlib; every class's attributes; every pending task's context variables and
+the coroutines along its await chain; every other thread's frames. Part of
 :class:`census.Census`.
 """
 
 import gc
 import sys
 
+from . import roots
 from .census_walk import _Walk
-from .objects import _instance_dict, _short_type_name, _type_name, is_payload_name, subclass_tree
-from .tasks import _c_future_class, await_chain, context_variables, event_loops, named_tasks, task_context
-
-if False:  # typing only; the payload imports nothing it does not need at run time
-    from typing import Any  # noqa: F401
+from .objects import _instance_dict, _short_type_name, _type_name, is_payload_name
+from .roots import frame_locals
+from .tasks import _c_future_class, await_chain, context_variables, event_loops, task_context
 
 
-def task_roots(tick=None):
-    """(label, task or None, coroutine) along every pending asyncio task's await chain; the
-    task itself goes with the outermost coroutine. Task-1 (usually the main coroutine)
-    first, so ties between owners go to it, deterministically. ``tick``: as named_tasks's."""
+def task_coroutines(tick=None):
+    """(name, task or None, coroutine) along every pending task's await chain (roots.tasks),
+    each coroutine named after its task, itself and where it is paused; the task goes with
+    its outermost coroutine."""
     out = []
-    for name, task in named_tasks(tick):
+    for task, name, _kind, _tier in roots.tasks(tick):
+        prefix = name[:name.rindex("/") + 1]  # "task:<task name>/" (a code name has no "/")
         owner_task = task
         for coro in await_chain(task, limit=32):
             code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
@@ -38,13 +29,13 @@ def task_roots(tick=None):
             line = frame.f_lineno if frame is not None else 0
             if code is None:
                 continue
-            label = "task:%s/%s (%s:%d)" % (name, code.co_name, code.co_filename.rsplit("/", 1)[-1], line or 0)
-            out.append((label, owner_task, coro))
+            out.append(("%s%s (%s:%d)" % (prefix, code.co_name, code.co_filename.rsplit("/", 1)[-1], line or 0),
+                        owner_task, coro))
             owner_task = None
     return out
 
 
-def _running_task_registries():
+def running_task_registries():
     """asyncio's ``{loop: task being stepped}`` dicts (the C one and the pure-Python one)."""
     out = []
     for name in ("_asyncio", "asyncio.tasks"):
@@ -56,118 +47,29 @@ def _running_task_registries():
     return out
 
 
-def module_roots(is_stdlib, tick=None):
-    """(name, module, module dict or None) for every module in ``sys.modules``, in the census's
-    priority order: ``__main__``, then non-stdlib (``is_stdlib(name)`` false), then stdlib,
-    each by name. A module listed under two names is listed once, under its first."""
-    main = sys.modules.get("__main__")
-    names_of = {}  # type: dict
-    for name, module in list(sys.modules.items()):
-        names_of.setdefault(id(module), name)
-    out = []
-    seen = set()  # type: set
-    for module in [m for m in list(sys.modules.values()) if type(m).__name__ == "module"]:
-        if tick is not None and len(seen) & 255 == 255:
-            tick()  # thousands of modules in a big program
-        if id(module) in seen:
-            continue
-        seen.add(id(module))
-        out.append((names_of.get(id(module), "?"), module, _instance_dict(module)))
-    out.sort(key=lambda nmd: (nmd[1] is not main, is_stdlib(nmd[0]), nmd[0]))
-    return out
+def modules_in_claim_order(is_stdlib, tick=None):
+    """(name, module, module dict or None) for every module (roots.modules), in the census's
+    priority order: ``__main__``, then non-stdlib, then stdlib, each by name."""
+    out = [(name, module, _instance_dict(module), tier) for module, name, _kind, tier in roots.modules(is_stdlib, tick)]
+    out.sort(key=lambda nmdt: (nmdt[3] != roots.TIER_MAIN, nmdt[3] == roots.TIER_STDLIB, nmdt[0]))
+    return [(name, module, md) for name, module, md, _tier in out]
 
 
-def _subclass_tree(tick=None):
-    """Every class reachable from ``object``'s subclass tree, each once (objects.subclass_tree)."""
-    return subclass_tree(object, tick)
-
-
-def class_roots(tick=None):
-    """(class, [its dict and __mro__/__bases__ tuples]) for every class reachable from
-    ``object``'s subclass tree, each once. ``tick``: called now and then (the census's duty
-    cycle: a big program has tens of thousands of classes)."""
-    roots = []
-    for i, cls in enumerate(_subclass_tree(tick)):
-        if tick is not None and i & 255 == 255:
-            tick()
-        # ``is``, never ``in (dict, tuple)``: that compares with ==, which runs a
-        # metaclass's __eq__
-        roots.append((cls, [ref for ref in gc.get_referents(cls) if type(ref) is dict or type(ref) is tuple]))
-    return roots
+def classes(tick=None):
+    """Every class (roots.classes), in a flat list: a tuple per class kept at once would be
+    tens of thousands of gc-tracked objects on a big program."""
+    return [cls for cls, _name, _kind, _tier in roots.classes(tick=tick, named=False)]
 
 
 def thread_frames():
-    """(thread name, frame) for every frame of every thread's stack, innermost first, except
-    the calling thread's. The caller must drop the list when done (frames hold a thread's
-    locals alive); nothing here binds the caller's own frame (that would be a cycle)."""
-    import threading  # noqa: PLC0415 - imported lazily: the target may not use threads
-
-    names = {}
-    for thread in list(threading._active.values()):  # type: ignore[attr-defined]
-        names[thread.ident] = thread.name
-    current = sys._current_frames()
-    current.pop(threading.get_ident(), None)
-    frames = []
-    top = frame = None  # type: Any
-    for ident, top in list(current.items()):
-        frame = top
-        while frame is not None:
-            frames.append((names.get(ident, str(ident)), frame))
-            frame = frame.f_back
-    return frames
-
-
-# Where a 3.11-3.13 frame keeps its fast locals (64-bit builds): PyFrameObject.f_frame, then
-# in the _PyInterpreterFrame it points to: f_code (3.11) / f_code or f_executable (3.12,
-# 3.13), frame_obj and localsplus (Include/internal/pycore_frame.h of each version). _walk.c
-# checks that the interpreter frame points back at the frame and its code before reading.
-_FRAME_LAYOUTS = {(3, 11): (24, 32, 40, 72), (3, 12): (24, 0, 48, 72), (3, 13): (24, 0, 48, 72)}
-_FrameType = type(sys._getframe())
-
-
-def frame_locals(frame, walk_module):
-    """[(name, value)] for a frame's bound variables (its fast locals, then its cells and free
-    variables, as the interpreter lays them out: a variable a closure captures is its cell),
-    read without changing the frame, or None when they cannot be read safely here (the
-    reason is ``frame_locals_unreadable()``).
-
-    On 3.11+ a running frame's locals live in the interpreter's frame, not the frame object:
-    gc.get_referents(frame) does not show them, and ``f_locals`` on a running 3.11/3.12 frame
-    writes them into a dict in the frame (PyFrame_FastToLocals). They are read in one C call
-    of ``walk_module`` (_walk.c: frame_locals), which holds the GIL throughout. On 3.10 the
-    frame object owns its locals and gc.get_referents(frame) lists them: [] here."""
-    if sys.version_info < (3, 11):
-        return []
-    if frame_locals_unreadable(walk_module) or type(frame) is not _FrameType:
-        return None
-    code = frame.f_code
-    try:
-        names = _variable_names(code)
-        layout = _FRAME_LAYOUTS[sys.version_info[:2]]
-        values = walk_module.frame_locals(frame, _FrameType, code, len(names), *layout)
-    except Exception:
-        return None
-    if values is None or len(values) > len(names):
-        return None
-    return [(names[i], v) for i, v in enumerate(values) if v is not None]
-
-
-def _variable_names(code):
-    """The names of a 3.11+ frame's variables in the order of its slots (``localsplus``): the
-    locals (arguments first), the cells that are not arguments, the free variables."""
-    varnames = code.co_varnames
-    return varnames + tuple(name for name in code.co_cellvars if name not in varnames) + code.co_freevars
-
-
-def frame_locals_unreadable(walk_module):
-    """Why running frames' locals cannot be read in this process, or "" when they can."""
-    if sys.version_info < (3, 11):
-        return ""
-    if sys.version_info[:2] not in _FRAME_LAYOUTS or sys.maxsize < 2**32:
-        return "the frame layout of Python %d.%d on this build is not known" % sys.version_info[:2]
-    if walk_module is None or not hasattr(walk_module, "frame_locals"):
-        return "the compiled walk (_walk.abi3.so) is not loaded"
-    return ""
+    """(name with where it runs, frame) for every other thread's frame (roots.thread_frames).
+    The caller must drop the list when done (frames hold a thread's locals alive)."""
+    out = []
+    for frame, name, _kind, _tier in roots.thread_frames():
+        code = frame.f_code
+        out.append(("%s (%s:%d)" % (name, code.co_filename.rsplit("/", 1)[-1], frame.f_lineno or 0), frame))
+    frame = None
+    return out
 
 
 _MISSING = object()
@@ -208,32 +110,32 @@ class _Roots(_Walk):
         running frames' locals hold (3.11+: not a frame's referents; read as _walk_roots
         does, a frame it cannot read counted in ``unread_frames``)."""
         check = self.clock.check
-        roots = []  # type: list
-        for _name, module, md in module_roots(self.is_stdlib, check):
-            roots.append(module)
+        found = []  # type: list
+        for _name, module, md in modules_in_claim_order(self.is_stdlib, check):
+            found.append(module)
             if md is not None:
-                roots.append(md)
-        roots.extend(_running_task_registries())
-        roots.extend(_subclass_tree(check))
-        task_coros = task_roots(check)
+                found.append(md)
+        found.extend(running_task_registries())
+        found.extend(classes(check))
+        task_coros = task_coroutines(check)
         for _label, task, coro in task_coros:
             if task is not None:
-                roots.append(task)
-            roots.append(coro)
-        roots.extend(event_loops(task for _label, task, _coro in task_coros))
+                found.append(task)
+            found.append(coro)
+        found.extend(event_loops(task for _label, task, _coro in task_coros))
         del task_coros
-        for _tname, frame in thread_frames():
-            roots.append(frame)
+        for _name, frame in thread_frames():
+            found.append(frame)
             if not with_locals:
                 continue
             local_values = frame_locals(frame, self._walk_module)
             if local_values is None:
                 self.unread_frames += 1
             else:
-                roots.extend(value for _name, value in local_values)
+                found.extend(value for _name, value in local_values)
             del local_values
         frame = None
-        return roots
+        return found
 
     def _bookkeeping_bytes(self, objects):
         """What the walk itself holds at its largest, the extra memory it costs the target:
@@ -290,7 +192,7 @@ class _Roots(_Walk):
                 walls.append(obj)
 
         module_dicts = []
-        for name, module, md in module_roots(self.is_stdlib, check):
+        for name, module, md in modules_in_claim_order(self.is_stdlib, check):
             add_wall(module)
             if md is not None:
                 add_wall(md)
@@ -298,19 +200,19 @@ class _Roots(_Walk):
         # asyncio's registry of the task each loop is stepping right now is not an owner: a
         # task caught mid-step belongs to its own task root (5 below), like every other task.
         # The dict is counted with the walls but not swept.
-        for registry in _running_task_registries():
+        for registry in running_task_registries():
             if id(registry) not in claimed:
                 claimed.add(id(registry))
                 self._count(registry, wall)
-        # class_roots' classes, dicts and __mro__/__bases__ tuples, in flat lists: a pair
-        # and a list per class were tens of thousands of gc-tracked objects alive at once,
-        # which made the target's collector run (a full collection, 130-250 ms in one step,
-        # in the census's thread) on a big program's heap.
-        classes = _subclass_tree(check)
-        for cls in classes:
+        # The classes, their dicts and __mro__/__bases__ tuples, in flat lists: a pair and a
+        # list per class would be tens of thousands of gc-tracked objects alive at once, which
+        # makes the target's collector run (a full collection, 130-250 ms in one step, in the
+        # census's thread) on a big program's heap.
+        every_class = classes(check)
+        for cls in every_class:
             add_wall(cls)
         class_dicts = []  # class, its dict, class, its dict...
-        for cls in classes:
+        for cls in every_class:
             for ref in gc.get_referents(cls):
                 if type(ref) is dict:
                     class_dicts.append(cls)
@@ -318,7 +220,7 @@ class _Roots(_Walk):
                     add_wall(ref)
                 elif type(ref) is tuple:
                     add_wall(ref)
-        del classes
+        del every_class
         cls = ref = None
         self.progress("roots", 0)
         self.clock.phase("roots")
@@ -326,7 +228,7 @@ class _Roots(_Walk):
         # Tasks and their coroutines are claimed up front, like the walls: a path from a module
         # global to a task (an event loop's ready queue and timers, a handle kept in a global,
         # asyncio's _current_tasks) stops there, and each task's state goes to its own root (5).
-        task_coros = task_roots(check)
+        task_coros = task_coroutines(check)
         for _label, task, coro in task_coros:
             claimed.add(id(task))
             claimed.add(id(coro))
@@ -435,16 +337,9 @@ class _Roots(_Walk):
         # next full collection.
         self.clock.phase("tasks")
         frames = thread_frames()
-        for _tname, frame in frames:
+        for _path, frame in frames:
             claimed.add(id(frame))
-        for tname, frame in frames:
-            code = frame.f_code
-            path = "thread:%s/%s (%s:%d)" % (
-                tname,
-                code.co_name,
-                code.co_filename.rsplit("/", 1)[-1],
-                frame.f_lineno or 0,
-            )
+        for path, frame in frames:
             owner = self._owner(path, frame)
             self._count(frame, owner)
             local_values = frame_locals(frame, self._walk_module)

@@ -26,7 +26,7 @@ from .objects import _SIZED, _type_name, subclass_tree
 from .tasks import await_chain, live_tasks
 
 # "task:NAME/CORO (FILE:LINE).<Type>.attr...": an owner the census found under a coroutine
-# of a task (census_roots.task_roots). The line is where the coroutine was paused then: it is
+# of a task (census_roots.task_coroutines). The line is where the coroutine was paused then: it is
 # not used to find it again.
 _TASK_PATH = re.compile(r"^task:(.*)/([^/ ]+) \(([^)]*)\)\.<([^>]+)>(?:\.(.*))?$")
 
