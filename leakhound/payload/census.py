@@ -20,54 +20,19 @@ walk: ``_claim_tree``, ``_claim_named``), ``census_roots`` (the walk from the na
 which ``roots`` enumerates),
 ``census_unreached`` (held from C, cyclic garbage); ``objects`` reads an object without running
 its code and ``sizes.object_size`` is the size of one object. This module holds ``Census``
-(its run and result) and keeps the old names importable.
+(its run and result).
 """
 
 import gc
 import time
 
-from .census_roots import _Roots
-from .census_tallies import (
-    _REGION_BYTES,
-    _REGION_SHIFT,
-    CensusCancelled,
-    CensusTimeout,
-    _Marks,
-    _Tally,
-    _TypeTally,
-)
-from .census_unreached import _cyclic_only, _referenced_from_outside, _Unreached
-from .census_walk import (
-    _FUNCTION_TYPES,
-    _LEAF_TYPE_IDS,
-    _LEAF_TYPES,
-    _MAX_CHAIN,
-    _ONLY_ONE_REFERENCE,
-    _SCALARS,
-    _TIMED_IDS,
-)
-from .objects import (
-    _SIZED,
-    _class_dict,
-    _instance_dict,
-    _items,
-    _ModuleType,
-    _referents,
-    _short_type_name,
-    _slot_values,
-    _type_name,
-)
+from . import census_roots, census_unreached
+from .census_tallies import CensusCancelled, CensusTimeout
+from .census_walk import _LEAF_TYPE_IDS, _Walk
+from .objects import _type_name
 from .pacing import Clock
 from .roots import frame_locals_unreadable
-from .sizes import (
-    _MAX_OBJECT_BYTES,
-    SizeCache,
-    _getsizeof,
-    _object_sizeof,
-    _sizeof_is_builtin,
-    object_size,
-)
-from .tasks import _natural  # noqa: F401 - a name this module has always had
+from .sizes import SizeCache, object_size
 
 try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
     from . import _walk
@@ -77,16 +42,7 @@ except ImportError:  # CPython < 3.10, another implementation, or no compiler at
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
 
-__all__ = [
-    "Census", "CensusCancelled", "CensusTimeout", "object_size",
-    # the census's internals, importable from here as before the split
-    "_FUNCTION_TYPES", "_LEAF_TYPES", "_LEAF_TYPE_IDS", "_MAX_CHAIN", "_MAX_OBJECT_BYTES",
-    "_ONLY_ONE_REFERENCE", "_REGION_BYTES", "_REGION_SHIFT", "_SCALARS", "_SIZED", "_TIMED_IDS",
-    "_Marks", "_ModuleType", "_Tally", "_TypeTally", "_class_dict", "_cyclic_only",
-    "_getsizeof", "_instance_dict", "_items", "_natural", "_object_sizeof", "_referenced_from_outside",
-    "_referents", "_short_type_name", "_sizeof_is_builtin",
-    "_slot_values", "_type_name",
-]
+__all__ = ["Census", "CensusCancelled", "CensusTimeout", "object_size"]
 
 # Units of work (containers popped + referents seen) per call into the compiled walk: a
 # few milliseconds of holding the GIL.
@@ -137,8 +93,10 @@ def remember_tracked(tracked):
     _measured["tracked"] = tracked
 
 
-class Census(_Roots, _Unreached):
-    """One walk of the heap. Call :meth:`run`; read :meth:`result`."""
+class Census(_Walk):
+    """One walk of the heap. Call :meth:`run`; read :meth:`result`. Its phases are plain
+    functions of it: census_roots (the walk from the named roots) and census_unreached (what
+    no root reached); _Walk (census_walk) is the walk they claim with."""
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
                  max_pause_ms=None, cancelled=None, owners=True, reached=None):
@@ -189,7 +147,7 @@ class Census(_Roots, _Unreached):
         if self._reached is not None:
             self.claimed.regions.update(self._reached)
             self._reached = None
-            self._claim_own(None)
+            census_roots.claim_own(self, None)
             self.unreached["sized_by"] = "the object graph's walk"
             walked = True
         elif self.max_pause_ms is not None and known is not None and (
@@ -258,7 +216,7 @@ class Census(_Roots, _Unreached):
             self.claimed.add(id(objects))
             if self._claim_args is not None:  # made by the walk (_claim_compiled): ours too
                 self.claimed.add(id(self._claim_args))
-            self.bookkeeping_bytes = self._bookkeeping_bytes(objects)
+            self.bookkeeping_bytes = census_roots.bookkeeping_bytes(self, objects)
         elif self.with_owners:
             self._walk_roots(objects)
         else:
@@ -276,8 +234,20 @@ class Census(_Roots, _Unreached):
         self.seconds = time.perf_counter() - started
         del objects
 
+    def _walk_roots(self, objects):
+        """Claim everything the named roots reach, each for its owner (census_roots)."""
+        census_roots.walk_from_roots(self, objects)
+
+    def _walk_all(self, objects):
+        """Claim everything the named roots reach for one owner (census_roots)."""
+        census_roots.walk_all(self, objects)
+
+    def _split_unreached(self, objects):
+        """Split what no named root reached: held from C, or cyclic garbage (census_unreached)."""
+        census_unreached.split_unreached(self, objects)
+
     def _sizing_walk(self):
-        """Claim what the roots reach (_every_root: every module, every class, the asyncio
+        """Claim what the roots reach (census_roots.roots_list: every module, every class, the asyncio
         tasks and their coroutines, the frames of the other threads' stacks) in one walk from
         the list of them, for one scratch owner: only the count of container-type objects is
         used (_tracked_estimate), and _reset() drops the rest. A running frame's locals (3.11+)
@@ -285,7 +255,7 @@ class Census(_Roots, _Unreached):
         claimed = self.claimed
         for own in (self, self.__dict__, self.claimed.regions):
             claimed.add(id(own))
-        roots = self._every_root(with_locals=False)
+        roots = census_roots.roots_list(self, with_locals=False)
         claimed.add(id(roots))
         # No native sizing: a buffer's bytes do not change the count, and what code objects
         # hold (their constants and names, read in Python) is mostly untracked.

@@ -9,7 +9,6 @@ import gc
 import sys
 
 from . import roots
-from .census_walk import _Walk
 from .objects import _instance_dict, _short_type_name, _type_name, is_payload_name
 from .roots import frame_locals
 from .tasks import _c_future_class, await_chain, context_variables, event_loops, task_context
@@ -78,287 +77,288 @@ _MISSING = object()
 PAYLOAD_OWNER = "<leakhound payload>"
 
 
-class _Roots(_Walk):
-    """The census's walk from the named roots."""
+def walk_all(census, objects):
+    """The census without owners (``Census(owners=False)``: the object graph names them,
+    graph.py): every named root in one list, one walk from it for one owner,
+    ``<named roots>``. The same totals and types as ``walk_from_roots`` (each object is
+    counted once whoever claims it), at a fraction of its cost: no path per global and
+    attribute, no call per owner (on the busy real worker ~0.3 s of CPU against ~1.1 s).
+    One difference: what only an object's C members hold (read by ``_claim_named``
+    through member descriptors, not seen by a referent walk) is left to the split of
+    what no root reached, or, without gc.get_objects()'s list, not counted (0.56% of
+    the bytes on the real verifiers worker's heap)."""
+    claim_own(census, objects)
+    owner = census._owner("<named roots>", sys)
+    found = roots_list(census, with_locals=True)
+    census.claimed.add(id(found))
+    census.progress("roots", 0)
+    census.clock.phase("roots")
+    census._claim_tree(owner, found, root_claimed=True)
+    del found
+    census.clock.phase("walk")
+    census.progress("unreached", census.total_objects)
+    census.bookkeeping_bytes = bookkeeping_bytes(census, objects)
 
-    def _walk_all(self, objects):
-        """The census without owners (``Census(owners=False)``: the object graph names them,
-        graph.py): every named root in one list, one walk from it for one owner,
-        ``<named roots>``. The same totals and types as :meth:`_walk_roots` (each object is
-        counted once whoever claims it), at a fraction of its cost: no path per global and
-        attribute, no call per owner (on the busy real worker ~0.3 s of CPU against ~1.1 s).
-        One difference: what only an object's C members hold (read by ``_claim_named``
-        through member descriptors, not seen by a referent walk) is left to the split of
-        what no root reached, or, without gc.get_objects()'s list, not counted (0.56% of
-        the bytes on the real verifiers worker's heap)."""
-        self._claim_own(objects)
-        owner = self._owner("<named roots>", sys)
-        roots = self._every_root(with_locals=True)
-        self.claimed.add(id(roots))
-        self.progress("roots", 0)
-        self.clock.phase("roots")
-        self._claim_tree(owner, roots, root_claimed=True)
-        del roots
-        self.clock.phase("walk")
-        self.progress("unreached", self.total_objects)
-        self.bookkeeping_bytes = self._bookkeeping_bytes(objects)
 
-    def _every_root(self, with_locals):
-        """Every named root in one list, for a walk from it (_walk_all, census._sizing_walk):
-        modules and their dicts, asyncio's running-task registries, classes, tasks and their
-        coroutines, event loops, the other threads' frames and, ``with_locals``, what their
-        running frames' locals hold (3.11+: not a frame's referents; read as _walk_roots
-        does, a frame it cannot read counted in ``unread_frames``)."""
-        check = self.clock.check
-        found = []  # type: list
-        for _name, module, md in modules_in_claim_order(self.is_stdlib, check):
-            found.append(module)
-            if md is not None:
-                found.append(md)
-        found.extend(running_task_registries())
-        found.extend(classes(check))
-        task_coros = task_coroutines(check)
-        for _label, task, coro in task_coros:
-            if task is not None:
-                found.append(task)
-            found.append(coro)
-        found.extend(event_loops(task for _label, task, _coro in task_coros))
-        del task_coros
-        for _name, frame in thread_frames():
-            found.append(frame)
-            if not with_locals:
-                continue
-            local_values = frame_locals(frame, self._walk_module)
-            if local_values is None:
-                self.unread_frames += 1
-            else:
-                found.extend(value for _name, value in local_values)
-            del local_values
-        frame = None
-        return found
+def roots_list(census, with_locals):
+    """Every named root in one list, for a walk from it (walk_all, Census._sizing_walk):
+    modules and their dicts, asyncio's running-task registries, classes, tasks and their
+    coroutines, event loops, the other threads' frames and, ``with_locals``, what their
+    running frames' locals hold (3.11+: not a frame's referents; read as walk_from_roots
+    does, a frame it cannot read counted in ``unread_frames``)."""
+    check = census.clock.check
+    found = []  # type: list
+    for _name, module, md in modules_in_claim_order(census.is_stdlib, check):
+        found.append(module)
+        if md is not None:
+            found.append(md)
+    found.extend(running_task_registries())
+    found.extend(classes(check))
+    task_coros = task_coroutines(check)
+    for _label, task, coro in task_coros:
+        if task is not None:
+            found.append(task)
+        found.append(coro)
+    found.extend(event_loops(task for _label, task, _coro in task_coros))
+    del task_coros
+    for _name, frame in thread_frames():
+        found.append(frame)
+        if not with_locals:
+            continue
+        local_values = frame_locals(frame, census._walk_module)
+        if local_values is None:
+            census.unread_frames += 1
+        else:
+            found.extend(value for _name, value in local_values)
+        del local_values
+    frame = None
+    return found
 
-    def _bookkeeping_bytes(self, objects):
-        """What the walk itself holds at its largest, the extra memory it costs the target:
-        the marks, the list from gc.get_objects(), the owner and type tables."""
-        return (
-            self.claimed.nbytes()
-            + (sys.getsizeof(objects) if objects is not None else 0)
-            + self.owners.nbytes()
-            + sys.getsizeof(self.owner_types)
-            + self.owner_items.buffer_info()[1] * 8
-            + self.types.nbytes()
-        )
 
-    def _claim_own(self, objects):
-        """Marks the census's own bookkeeping (and ``objects``, gc.get_objects()'s list):
-        not part of the target's heap."""
-        claimed = self.claimed
-        if objects is not None:
-            claimed.add(id(objects))
-        for own in (self, self.__dict__, self.claimed, self.claimed.regions, self.owners,
-                    self.owners.index, self.owners.keys, self.owner_types, self.types,
-                    self.types.index, self.types.keys, self.garbage_types,
-                    self.garbage_types.index, self.garbage_types.keys,
-                    # array.array is gc-tracked since 3.11 (heap type): without these its
-                    # tallies were "<held from C: array.array>" in the census's own report
-                    self.owners.counts, self.owners.bytes, self.owner_items, self.types.counts,
-                    self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes,
-                    self._native, self._native_bases, self._native_seen, self._holder,
-                    self._sized_types, self._class_attrs, self._getsizeof, self._getsizeof.known):
-            claimed.add(id(own))
-        for obj in self._exclude:
+def bookkeeping_bytes(census, objects):
+    """What the walk itself holds at its largest, the extra memory it costs the target:
+    the marks, the list from gc.get_objects(), the owner and type tables."""
+    return (
+        census.claimed.nbytes()
+        + (sys.getsizeof(objects) if objects is not None else 0)
+        + census.owners.nbytes()
+        + sys.getsizeof(census.owner_types)
+        + census.owner_items.buffer_info()[1] * 8
+        + census.types.nbytes()
+    )
+
+
+def claim_own(census, objects):
+    """Marks the census's own bookkeeping (and ``objects``, gc.get_objects()'s list):
+    not part of the target's heap."""
+    claimed = census.claimed
+    if objects is not None:
+        claimed.add(id(objects))
+    for own in (census, census.__dict__, census.claimed, census.claimed.regions, census.owners,
+                census.owners.index, census.owners.keys, census.owner_types, census.types,
+                census.types.index, census.types.keys, census.garbage_types,
+                census.garbage_types.index, census.garbage_types.keys,
+                # array.array is gc-tracked since 3.11 (heap type): without these its
+                # tallies were "<held from C: array.array>" in the census's own report
+                census.owners.counts, census.owners.bytes, census.owner_items, census.types.counts,
+                census.types.bytes, census.garbage_types.counts, census.garbage_types.bytes,
+                census._native, census._native_bases, census._native_seen, census._holder,
+                census._sized_types, census._class_attrs, census._getsizeof, census._getsizeof.known):
+        claimed.add(id(own))
+    for obj in census._exclude:
+        claimed.add(id(obj))
+
+
+def walk_from_roots(census, objects):
+    """Claim everything the named roots reach; ``objects`` is gc.get_objects()'s list, or
+    None when the census runs without it."""
+    claimed = census.claimed
+    claim_own(census, objects)
+    # Code containers are walls between owners: modules, their dicts and classes are
+    # claimed up front so no data owner walks through them into someone else's globals.
+    # What hangs off the walls and no named root took (dunders, dict keys, method
+    # objects) is swept into the wall owner once the named roots are done.
+    wall = census._owner("<modules and classes>", sys)
+    walls = []
+
+    check = census.clock.check  # the duty cycle (and deadline) in these long Python loops
+
+    def add_wall(obj):
+        check()
+        if id(obj) not in claimed:
+            # Marked now (no data owner walks through it); counted with what hangs off
+            # it in one walk once the named roots are done (below).
             claimed.add(id(obj))
+            walls.append(obj)
 
-    def _walk_roots(self, objects):
-        """Claim everything the named roots reach; ``objects`` is gc.get_objects()'s list, or
-        None when the census runs without it."""
-        claimed = self.claimed
-        self._claim_own(objects)
-        # Code containers are walls between owners: modules, their dicts and classes are
-        # claimed up front so no data owner walks through them into someone else's globals.
-        # What hangs off the walls and no named root took (dunders, dict keys, method
-        # objects) is swept into the wall owner once the named roots are done.
-        wall = self._owner("<modules and classes>", sys)
-        walls = []
+    module_dicts = []
+    for name, module, md in modules_in_claim_order(census.is_stdlib, check):
+        add_wall(module)
+        if md is not None:
+            add_wall(md)
+            module_dicts.append((name, md))
+    # asyncio's registry of the task each loop is stepping right now is not an owner: a
+    # task caught mid-step belongs to its own task root (5 below), like every other task.
+    # The dict is counted with the walls but not swept.
+    for registry in running_task_registries():
+        if id(registry) not in claimed:
+            claimed.add(id(registry))
+            census._count(registry, wall)
+    # The classes, their dicts and __mro__/__bases__ tuples, in flat lists: a pair and a
+    # list per class would be tens of thousands of gc-tracked objects alive at once, which
+    # makes the target's collector run (a full collection, 130-250 ms in one step, in the
+    # census's thread) on a big program's heap.
+    every_class = classes(check)
+    for cls in every_class:
+        add_wall(cls)
+    class_dicts = []  # class, its dict, class, its dict...
+    for cls in every_class:
+        for ref in gc.get_referents(cls):
+            if type(ref) is dict:
+                class_dicts.append(cls)
+                class_dicts.append(ref)
+                add_wall(ref)
+            elif type(ref) is tuple:
+                add_wall(ref)
+    del every_class
+    cls = ref = None
+    census.progress("roots", 0)
+    census.clock.phase("roots")
 
-        check = self.clock.check  # the duty cycle (and deadline) in these long Python loops
-
-        def add_wall(obj):
+    # Tasks and their coroutines are claimed up front, like the walls: a path from a module
+    # global to a task (an event loop's ready queue and timers, a handle kept in a global,
+    # asyncio's _current_tasks) stops there, and each task's state goes to its own root (5).
+    task_coros = task_coroutines(check)
+    for _label, task, coro in task_coros:
+        claimed.add(id(task))
+        claimed.add(id(coro))
+    # Event loops are claimed up front too, and walked after the tasks and threads: a
+    # loop's ready queue, timers and selector reach every callback's object and every
+    # transport's protocol at that moment, and the policy's thread-local is a module
+    # global (the simulated worker's whole state went to
+    # asyncio.events._event_loop_policy._local, 92 MiB, and with the loop a wall walked
+    # before the tasks, to the walls). What only a loop holds goes to the walls' owner.
+    loops = event_loops(task for _label, task, _coro in task_coros)
+    for loop in loops:
+        claimed.add(id(loop))
+    # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
+    regions = claimed.regions
+    skipped = 0
+    for name, md in module_dicts:
+        check()
+        ours = is_payload_name(name)  # the payload's own module: one owner for all of it
+        # the keys, then each value: no (key, value) tuple per global (as above)
+        for key in list(md):
+            if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+                continue
+            value = md.get(key, _MISSING)
+            if value is _MISSING:  # removed meanwhile by the target's threads
+                continue
+            # Most are claimed already (a class, a function another module's global
+            # reached first): the mark is read here (as _Marks does) and the clock
+            # every few hundred of them; a walk runs the clock itself.
+            address = id(value)
+            region = regions.get(address >> 20)
+            if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
+                skipped += 1
+                if skipped & 255 == 0:
+                    check()
+                continue
+            if ours:
+                census._claim_tree(census._owner(PAYLOAD_OWNER, value), value)
+                continue
+            census._claim_named(name + "." + key, value, 1)
+    census.clock.phase("module globals")
+    # 4: class attributes.
+    for k in range(0, len(class_dicts), 2):
+        cls, cdict = class_dicts[k], class_dicts[k + 1]
+        check()
+        base = None
+        for key in list(cdict):
+            if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+                continue
+            value = cdict.get(key, _MISSING)
+            if value is _MISSING:
+                continue
+            address = id(value)
+            region = regions.get(address >> 20)
+            if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
+                skipped += 1
+                if skipped & 255 == 0:
+                    check()
+                continue
+            if base is None:
+                base = _type_name(cls)
+            if is_payload_name(base):
+                census._claim_tree(census._owner(PAYLOAD_OWNER, value), value)
+                continue
+            census._claim_named(base + "." + key, value, 1)
+    key = value = None
+    census.clock.phase("class attributes")
+    # The walls and what hangs off them, in one walk from the list of them (tens of
+    # thousands of modules, classes and their dicts: one walk each was a second of the
+    # census's CPU on a big worker): their marks are lifted and the walk marks and
+    # counts them again, each once, all for the one owner, as a walk from each did.
+    discard = claimed.discard
+    for n, obj in enumerate(walls):
+        if n & 4095 == 4095:
             check()
-            if id(obj) not in claimed:
-                # Marked now (no data owner walks through it); counted with what hangs off
-                # it in one walk once the named roots are done (below).
-                claimed.add(id(obj))
-                walls.append(obj)
-
-        module_dicts = []
-        for name, module, md in modules_in_claim_order(self.is_stdlib, check):
-            add_wall(module)
-            if md is not None:
-                add_wall(md)
-                module_dicts.append((name, md))
-        # asyncio's registry of the task each loop is stepping right now is not an owner: a
-        # task caught mid-step belongs to its own task root (5 below), like every other task.
-        # The dict is counted with the walls but not swept.
-        for registry in running_task_registries():
-            if id(registry) not in claimed:
-                claimed.add(id(registry))
-                self._count(registry, wall)
-        # The classes, their dicts and __mro__/__bases__ tuples, in flat lists: a pair and a
-        # list per class would be tens of thousands of gc-tracked objects alive at once, which
-        # makes the target's collector run (a full collection, 130-250 ms in one step, in the
-        # census's thread) on a big program's heap.
-        every_class = classes(check)
-        for cls in every_class:
-            add_wall(cls)
-        class_dicts = []  # class, its dict, class, its dict...
-        for cls in every_class:
-            for ref in gc.get_referents(cls):
-                if type(ref) is dict:
-                    class_dicts.append(cls)
-                    class_dicts.append(ref)
-                    add_wall(ref)
-                elif type(ref) is tuple:
-                    add_wall(ref)
-        del every_class
-        cls = ref = None
-        self.progress("roots", 0)
-        self.clock.phase("roots")
-
-        # Tasks and their coroutines are claimed up front, like the walls: a path from a module
-        # global to a task (an event loop's ready queue and timers, a handle kept in a global,
-        # asyncio's _current_tasks) stops there, and each task's state goes to its own root (5).
-        task_coros = task_coroutines(check)
-        for _label, task, coro in task_coros:
-            claimed.add(id(task))
-            claimed.add(id(coro))
-        # Event loops are claimed up front too, and walked after the tasks and threads: a
-        # loop's ready queue, timers and selector reach every callback's object and every
-        # transport's protocol at that moment, and the policy's thread-local is a module
-        # global (the simulated worker's whole state went to
-        # asyncio.events._event_loop_policy._local, 92 MiB, and with the loop a wall walked
-        # before the tasks, to the walls). What only a loop holds goes to the walls' owner.
-        loops = event_loops(task for _label, task, _coro in task_coros)
-        for loop in loops:
-            claimed.add(id(loop))
-        # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
-        regions = claimed.regions
-        skipped = 0
-        for name, md in module_dicts:
-            check()
-            ours = is_payload_name(name)  # the payload's own module: one owner for all of it
-            # the keys, then each value: no (key, value) tuple per global (as above)
-            for key in list(md):
-                if type(key) is not str or (key.startswith("__") and key.endswith("__")):
-                    continue
-                value = md.get(key, _MISSING)
-                if value is _MISSING:  # removed meanwhile by the target's threads
-                    continue
-                # Most are claimed already (a class, a function another module's global
-                # reached first): the mark is read here (as _Marks does) and the clock
-                # every few hundred of them; a walk runs the clock itself.
-                address = id(value)
-                region = regions.get(address >> 20)
-                if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
-                    skipped += 1
-                    if skipped & 255 == 0:
-                        check()
-                    continue
-                if ours:
-                    self._claim_tree(self._owner(PAYLOAD_OWNER, value), value)
-                    continue
-                self._claim_named(name + "." + key, value, 1)
-        self.clock.phase("module globals")
-        # 4: class attributes.
-        for k in range(0, len(class_dicts), 2):
-            cls, cdict = class_dicts[k], class_dicts[k + 1]
-            check()
-            base = None
-            for key in list(cdict):
-                if type(key) is not str or (key.startswith("__") and key.endswith("__")):
-                    continue
-                value = cdict.get(key, _MISSING)
-                if value is _MISSING:
-                    continue
-                address = id(value)
-                region = regions.get(address >> 20)
-                if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
-                    skipped += 1
-                    if skipped & 255 == 0:
-                        check()
-                    continue
-                if base is None:
-                    base = _type_name(cls)
-                if is_payload_name(base):
-                    self._claim_tree(self._owner(PAYLOAD_OWNER, value), value)
-                    continue
-                self._claim_named(base + "." + key, value, 1)
-        key = value = None
-        self.clock.phase("class attributes")
-        # The walls and what hangs off them, in one walk from the list of them (tens of
-        # thousands of modules, classes and their dicts: one walk each was a second of the
-        # census's CPU on a big worker): their marks are lifted and the walk marks and
-        # counts them again, each once, all for the one owner, as a walk from each did.
-        discard = claimed.discard
-        for n, obj in enumerate(walls):
-            if n & 4095 == 4095:
-                check()
-            discard(id(obj))
-        obj = None
-        self._claim_tree(wall, walls, root_claimed=True)
-        self.clock.phase("walls")
-        # 5: asyncio tasks. First each task's context variables, by name: a pending future's
-        # callback holds the context of the task that waits on it, and a path from another
-        # task's coroutine to the future (a Queue.get's waiter, through the queue) named the
-        # consumer's variable after the task holding the queue. Then what a suspended
-        # coroutine's frames hold (no thread stack shows it). A suspended coroutine's locals
-        # are visible through the coroutine object, not its frame (the frame object does not
-        # own its data).
-        c_future = _c_future_class()
-        for label, task, _coro in task_coros:
-            ctx = task_context(task, c_future) if task is not None else None
-            for name, value in context_variables(ctx) if ctx is not None else ():
-                self._claim_named(label + ".<contextvar " + name + ">", value, 2)
-            ctx = value = None
-        for label, task, coro in task_coros:
-            owner = self._owner(label, coro)
-            if task is not None:
-                self._count(task, owner)
-            self._count(coro, owner)
-            for ref in gc.get_referents(coro):
-                if type(ref).__name__ in ("frame", "coroutine", "generator", "async_generator"):
-                    continue
-                self._claim_named(label + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
-            if task is not None:
-                self._claim_tree(owner, task, root_claimed=True)
-        # 6: thread stacks, each frame its own root. The census's own thread is left out:
-        # a local naming its frame would be a cycle (frame -> locals -> frame) holding
-        # everything the census holds, gc.get_objects()'s list included, until the target's
-        # next full collection.
-        self.clock.phase("tasks")
-        frames = thread_frames()
-        for _path, frame in frames:
-            claimed.add(id(frame))
-        for path, frame in frames:
-            owner = self._owner(path, frame)
-            self._count(frame, owner)
-            local_values = frame_locals(frame, self._walk_module)
-            if local_values is None:
-                self.unread_frames += 1
-            else:
-                for name, value in local_values:
-                    self._claim_named(path + "." + name, value, 2)
-            del local_values
-            for ref in gc.get_referents(frame):
-                if type(ref).__name__ == "frame":
-                    continue
-                self._claim_named(path + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
-        del frames
-        frame = None
-        self.clock.phase("frames")
-        for loop in loops:
-            claimed.discard(id(loop))
-        self._claim_tree(wall, loops, root_claimed=True)
-        del loops
-        self.progress("unreached", self.total_objects)
-        self.bookkeeping_bytes = self._bookkeeping_bytes(objects)
+        discard(id(obj))
+    obj = None
+    census._claim_tree(wall, walls, root_claimed=True)
+    census.clock.phase("walls")
+    # 5: asyncio tasks. First each task's context variables, by name: a pending future's
+    # callback holds the context of the task that waits on it, and a path from another
+    # task's coroutine to the future (a Queue.get's waiter, through the queue) named the
+    # consumer's variable after the task holding the queue. Then what a suspended
+    # coroutine's frames hold (no thread stack shows it). A suspended coroutine's locals
+    # are visible through the coroutine object, not its frame (the frame object does not
+    # own its data).
+    c_future = _c_future_class()
+    for label, task, _coro in task_coros:
+        ctx = task_context(task, c_future) if task is not None else None
+        for name, value in context_variables(ctx) if ctx is not None else ():
+            census._claim_named(label + ".<contextvar " + name + ">", value, 2)
+        ctx = value = None
+    for label, task, coro in task_coros:
+        owner = census._owner(label, coro)
+        if task is not None:
+            census._count(task, owner)
+        census._count(coro, owner)
+        for ref in gc.get_referents(coro):
+            if type(ref).__name__ in ("frame", "coroutine", "generator", "async_generator"):
+                continue
+            census._claim_named(label + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+        if task is not None:
+            census._claim_tree(owner, task, root_claimed=True)
+    # 6: thread stacks, each frame its own root. The census's own thread is left out:
+    # a local naming its frame would be a cycle (frame -> locals -> frame) holding
+    # everything the census holds, gc.get_objects()'s list included, until the target's
+    # next full collection.
+    census.clock.phase("tasks")
+    frames = thread_frames()
+    for _path, frame in frames:
+        claimed.add(id(frame))
+    for path, frame in frames:
+        owner = census._owner(path, frame)
+        census._count(frame, owner)
+        local_values = frame_locals(frame, census._walk_module)
+        if local_values is None:
+            census.unread_frames += 1
+        else:
+            for name, value in local_values:
+                census._claim_named(path + "." + name, value, 2)
+        del local_values
+        for ref in gc.get_referents(frame):
+            if type(ref).__name__ == "frame":
+                continue
+            census._claim_named(path + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+    del frames
+    frame = None
+    census.clock.phase("frames")
+    for loop in loops:
+        claimed.discard(id(loop))
+    census._claim_tree(wall, loops, root_claimed=True)
+    del loops
+    census.progress("unreached", census.total_objects)
+    census.bookkeeping_bytes = bookkeeping_bytes(census, objects)

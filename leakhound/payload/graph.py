@@ -39,15 +39,6 @@ import sys
 import time
 import types
 
-try:
-    from .objects import _class_dict, _referents, _short_type_name, _type_name
-except ImportError:
-    from .census import (  # type: ignore[no-redef]
-        _class_dict,
-        _referents,
-        _short_type_name,
-        _type_name,
-    )
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
 from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
@@ -62,6 +53,7 @@ from .graph_wire import (
     json_pieces,
     name_paths,
 )
+from .objects import _class_dict, _referents, _short_type_name, _type_name
 from .pacing import Clock
 from .sizes import (
     NATIVE_BUFFERS,
@@ -262,7 +254,7 @@ class Graph(object):
                     self.folds, self.fold_owner, self.namespaces, self.pending,
                     self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
                     self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen,
-                    self.size_of, self.size_of.known, self.clock, self.clock.phases):
+                    self.size_of, self.size_of.known, self.clock, self.clock.__dict__, self.clock.phases):
             self.index[id(own)] = -1
         for obj in exclude:
             self.index[id(obj)] = -1

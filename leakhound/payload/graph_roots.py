@@ -23,10 +23,7 @@ try:  # running frames' variables are read through the compiled walk's module (3
 except Exception:
     _walk_module = None
 
-try:
-    from .census_unreached import _referenced_from_outside
-except Exception:
-    from .census import _referenced_from_outside  # type: ignore[no-redef]
+from .census_unreached import _referenced_from_outside
 
 _LEAF_TYPE_IDS = frozenset(id(tp) for tp in (str, bytes, int, float, bool, complex, type(None)))
 _ModuleType = type(sys)

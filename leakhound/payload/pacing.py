@@ -163,10 +163,6 @@ class Clock(object):
     target's next collection); without it the caller is located only when a stretch is the
     longest yet or ends in a yield."""
 
-    __slots__ = ("deadline", "cancelled", "max_hold", "check_every", "wrappers", "timeout_error", "timeout_message",
-                 "cancel_error", "cancel_message", "track_gaps", "max_step", "held_since", "max_held",
-                 "max_held_after", "last_phase", "yields", "next_check", "_began_at", "max_held_where", "max_gap",
-                 "max_gap_where", "_looked", "_looked_at", "phases", "_mark")
 
     def __init__(self, deadline, cancelled=None, max_hold=None, check_every=CHECK_EVERY, wrappers=(),
                  timeout_error=TimeoutError, timeout_message="the walk did not finish within its time budget",

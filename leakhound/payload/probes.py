@@ -42,8 +42,8 @@ import gc
 import sys
 import time
 
-from .census import _instance_dict
 from .census_tallies import _Marks
+from .objects import _instance_dict
 from .pacing import Clock
 from .sizes import deep_size as _deep_size
 
@@ -77,8 +77,6 @@ class _Clock(Clock):
     yields once the probes have run ``max_hold`` seconds of this thread's CPU since they last
     yielded, and raises ``ProbeStopped`` once ``stop()`` (the request's cancellation point,
     runner._Stop) answers True. ``ticks`` counts the looks at the clock."""
-
-    __slots__ = ("stop", "ticks")
 
     def __init__(self, stop=None, max_hold=DEFAULT_MAX_HOLD):
         Clock.__init__(self, float("inf"), max_hold=DEFAULT_MAX_HOLD if max_hold is None else max_hold,

@@ -190,5 +190,5 @@ def frame_locals_unreadable(walk_module):
     if sys.version_info[:2] not in _FRAME_LAYOUTS or sys.maxsize < 2**32:
         return "the frame layout of Python %d.%d on this build is not known" % sys.version_info[:2]
     if walk_module is None or not hasattr(walk_module, "frame_locals"):
-        return "the compiled walk (_walk.abi3.so) is not loaded"
+        return "the compiled census walk (_walk.abi3.so) is not loaded"
     return ""
