@@ -1,13 +1,15 @@
-"""Build hook: compile the census's optional C walk (leakhound/payload/_walk.c).
+"""Build hook: compile the payload's optional C walks (leakhound/payload/_*.c) into one extension.
 
-One extension for every target CPython from 3.10 on: _walk.c is written against the stable
+The census's walk (_census_walk.c), the object graph's (_graph_walk.c), their shared helpers
+(_walk_objects.c, _walk.h) and the module (_walk.c) are one extension, ``_walk``, for every
+target CPython from 3.10 on: its sources are written against the stable
 ABI (Py_LIMITED_API 3.10), so the build needs only the installing interpreter's headers and
 its C compiler, and the result, ``_walk.abi3.so``, loads in a target on 3.10, 3.11, 3.12,
 3.13... whatever Python leakhound itself runs on. The wheel is tagged ``cp310-abi3``.
 
 A wheel gets the extension from a private build directory (nothing is written into the
 source tree); an editable install needs it importable from the source tree, so it is built
-there (next to _walk.c, replacing builds of other names that would shadow it). Without a
+there (next to its sources, replacing builds of other names that would shadow it). Without a
 compiler (or headers) the build goes on without it: the census then uses its pure-Python
 loop, which computes the same numbers, slower. LEAKHOUND_NO_COMPILE=1 skips it.
 """
@@ -24,25 +26,30 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = Path("leakhound") / "payload" / "_walk.c"
+PAYLOAD = Path("leakhound") / "payload"
 EXTENSION = "_walk.abi3.so"  # the name every CPython 3.x imports (importlib's EXTENSION_SUFFIXES)
-ABI_TAG = "cp310-abi3"  # _walk.c: Py_LIMITED_API 0x030A0000
+ABI_TAG = "cp310-abi3"  # _walk.h: Py_LIMITED_API 0x030A0000
 # The dominator pass (leakhound's own process, never a target): same ABI, same build, optional
 # too (dominators/passes.py has a pure-Python twin).
 DOMINATORS_SOURCE = Path("leakhound") / "analysis" / "_dominators.c"
 DOMINATORS_EXTENSION = "_dominators.abi3.so"
 
 
-def compile_walk(source: Path, target: Path) -> Path:
-    """Compile ``source`` (_walk.c) into ``target``; returns ``target``."""
-    # The sources it includes (_walk.c includes _graph_walk.c) count as its own.
-    newest = max(p.stat().st_mtime for p in (source, *source.parent.glob("_*.c")))
+def walk_sources(package: Path) -> list[Path]:
+    """The C files of the payload's one extension: every ``_*.c`` of the payload package."""
+    return sorted(package.glob("_*.c"))
+
+
+def compile_walk(sources: list[Path], target: Path) -> Path:
+    """Compile ``sources`` (with the headers beside them) into ``target``; returns ``target``."""
+    folders = {source.parent for source in sources}
+    newest = max(p.stat().st_mtime for folder in folders for p in (*folder.glob("_*.c"), *folder.glob("_*.h")))
     if target.exists() and target.stat().st_mtime >= newest:
         return target
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
     include = sysconfig.get_paths()["include"]
     command = [*cc, "-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-I", include,
-               str(source), "-o", str(target) + ".tmp"]
+               *map(str, sources), "-o", str(target) + ".tmp"]
     subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
     os.replace(str(target) + ".tmp", target)
     return target
@@ -76,14 +83,14 @@ class WalkBuildHook(BuildHookInterface):  # type: ignore[misc]
         if version == "editable":
             _compile_bytecode(root / "leakhound")
         self._build_dominators(root, version, build_data)
-        source = root / SOURCE
+        package = root / PAYLOAD
         if version == "editable":
-            target = source.with_name(EXTENSION)
+            target = package / EXTENSION
         else:
             self._build_dir = tempfile.TemporaryDirectory(prefix="leakhound-walk-")
             target = Path(self._build_dir.name) / EXTENSION
         try:
-            built = compile_walk(source, target)
+            built = compile_walk(walk_sources(package), target)
         except (OSError, subprocess.SubprocessError) as exc:
             detail = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()[-1:]
             self.app.display_warning(
@@ -95,10 +102,10 @@ class WalkBuildHook(BuildHookInterface):  # type: ignore[misc]
         build_data["tag"] = f"{ABI_TAG}-{_platform_tag()}"
         if version == "editable":
             # A build for one version (the old per-interpreter name) would shadow the abi3 one.
-            for stale in source.parent.glob("_walk.cpython-*.so"):
+            for stale in package.glob("_walk.cpython-*.so"):
                 stale.unlink()
         else:
-            build_data["force_include"][str(built)] = (SOURCE.parent / EXTENSION).as_posix()
+            build_data["force_include"][str(built)] = (PAYLOAD / EXTENSION).as_posix()
 
     def _build_dominators(self, root: Path, version: str, build_data: dict[str, Any]) -> None:
         source = root / DOMINATORS_SOURCE
@@ -108,7 +115,7 @@ class WalkBuildHook(BuildHookInterface):  # type: ignore[misc]
             self._dominators_dir = tempfile.TemporaryDirectory(prefix="leakhound-dominators-")
             target = Path(self._dominators_dir.name) / DOMINATORS_EXTENSION
         try:
-            built = compile_walk(source, target)
+            built = compile_walk([source], target)
         except (OSError, subprocess.SubprocessError):
             self.app.display_warning("leakhound: the optional C dominator pass was not built; the "
                                      "pure-Python one is used.")

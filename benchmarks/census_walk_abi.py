@@ -7,7 +7,7 @@ the census does, alternating between builds of the walk, best of ``--rounds``:
 * ``per-version``: the walk as it was before the abi3 build (git ``b4da3f0~1``), compiled
   with that version's own headers and the full C API (what hatch_build.py built for the
   installing interpreter only);
-* ``abi3+private``: leakhound/payload/_walk.c as one stable-ABI build (made with THIS
+* ``abi3+private``: leakhound/payload/_*.c as one stable-ABI build (made with THIS
   interpreter's headers, loaded by every version), using the interpreter's private helpers;
 * ``abi3``: the same build on the stable ABI only (``_walk.use_private(False)``: what a
   version that does not export those helpers gets).
@@ -80,8 +80,8 @@ print(json.dumps({"python": sys.version.split()[0], "best": best, "objects": see
 '''
 
 
-def compile_so(source: Path, include: str, out: Path) -> Path:
-    subprocess.run(["cc", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-I", include, str(source),
+def compile_so(sources: list[Path], include: str, out: Path) -> Path:
+    subprocess.run(["cc", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-I", include, *map(str, sources),
                     "-o", str(out)], check=True, capture_output=True, timeout=120)
     return out
 
@@ -98,7 +98,7 @@ def main() -> int:
     old_source = work / "_walk_before_abi3.c"
     old_source.write_text(subprocess.run(["git", "-C", str(c.ROOT), "show", f"{BEFORE_ABI3}:leakhound/payload/_walk.c"],
                                          capture_output=True, text=True, check=True).stdout)
-    abi3 = compile_so(c.ROOT / "leakhound" / "payload" / "_walk.c", sysconfig.get_paths()["include"],
+    abi3 = compile_so(sorted((c.ROOT / "leakhound" / "payload").glob("_*.c")), sysconfig.get_paths()["include"],
                       work / "_walk.abi3.so")
     rows = []
     base: float | None = None
@@ -110,7 +110,7 @@ def main() -> int:
         python = pythons[-1]
         include = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
                                  capture_output=True, text=True, check=True).stdout.strip()
-        old = compile_so(old_source, include, work / f"_walk_{version}.so")
+        old = compile_so([old_source], include, work / f"_walk_{version}.so")
         env = {**os.environ, "BENCH_OBJECTS": str(args.objects), "BENCH_FIXTURES": str(c.FIXTURES),
                "BENCH_ROUNDS": str(args.rounds),
                "BENCH_VARIANTS": json.dumps({"per-version": str(old), "abi3+private": str(abi3), "abi3": str(abi3)})}

@@ -15,7 +15,7 @@ edges with the same labels, the same roots. Then a churn case: a thread mutates 
 containers while the C walk reads them (no comparison: it must not crash; run under
 AddressSanitizer by tests/unit/test_graph_walk.py). Prints ``ok``; exits 1 on a difference.
 
-``--so`` loads another build of ``_walk.c`` (an ASan build); ``--quick`` runs one budget.
+``--so`` loads another build of the extension (an ASan build); ``--quick`` runs one budget.
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def churn() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--so", help="another build of _walk.c to load instead of the package's")
+    parser.add_argument("--so", help="another build of _walk.abi3.so to load instead of the package's")
     parser.add_argument("--quick", action="store_true", help="one per-call budget (the default)")
     args = parser.parse_args(argv)
     if args.so:

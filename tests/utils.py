@@ -88,7 +88,7 @@ def spawn_target(
 def wait_for_agent_socket(pid: int, timeout: float = 10.0) -> str:
     """The path of the in-process agent's socket in ``pid`` (started with LEAKHOUND_AGENT=1),
     once it exists."""
-    from leakhound.payload.agent import socket_path
+    from leakhound.payload.agent_server import socket_path
 
     path = socket_path(pid)
     deadline = time.monotonic() + timeout

@@ -16,7 +16,7 @@ to what a big list held (the list is emptied between two calls), and a metaclass
 
 ``--stable`` makes the compiled walk use the stable ABI only, as it does on an interpreter
 that does not export the private helpers it prefers. ``--so`` loads another build of
-``_walk.c`` (tests/unit/test_census_walk.py runs this under
+``_census_walk.c`` (tests/unit/test_census_walk.py runs this under
 AddressSanitizer with an ASan build: LD_PRELOAD=libasan.so, PYTHONMALLOC=malloc so every
 object is a malloc block ASan watches).
 """
@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leakhound.payload import census
+from leakhound.payload.objects import _type_name
 
 PER_CALLS = (1, 2, 7, census._WORK_PER_CALL)
 SIZEOF_CALLS = [0]  # a __sizeof__ written in Python must never run
@@ -68,7 +69,7 @@ def walk(root: Any, compiled: bool, per_call: int) -> tuple[int, int, dict[str, 
     _wall_off_code(w)
     w._claim_tree(w._owner("root", root), root)
     t = w.types
-    return w.total_objects, w.total_bytes, {census._type_name(tp): (t.counts[i], t.bytes[i])
+    return w.total_objects, w.total_bytes, {_type_name(tp): (t.counts[i], t.bytes[i])
                                            for i, tp in enumerate(t.keys)}
 
 
@@ -212,7 +213,7 @@ class WideDict(dict):  # type: ignore[type-arg]
 
 
 def wide() -> Any:
-    # Containers wider than a slice of _walk.c (SLICE entries), walked a slice at a time with
+    # Containers wider than a slice of _census_walk.c (SLICE entries), walked a slice at a time with
     # what each slice pushed walked in between: big ones nested in big ones, shared entries
     # met from several slices, wide containers that are not read in place (a deque, a list
     # subclass: their tp_traverse, held in a frame) and a dict subclass whose non-str keys are
@@ -357,7 +358,7 @@ def meddling(action: Callable[[], None]) -> Callable[[], Any]:
     def make() -> Any:
         Meddles.action = staticmethod(action)
         SABOTAGES[0] = 0
-        triggers = [Trigger() for _ in range(6000)]  # > _walk.c's BIG_CONTAINER: read in slices
+        triggers = [Trigger() for _ in range(6000)]  # > _walk.h's BIG_CONTAINER: read in slices
         TRIGGERS[:] = [triggers]
         TRIGGERS_MADE[0] += 1
         return [SHARED, [Meddler() for _ in range(30)], {"big": [[i, str(i)] for i in range(20000)]},
@@ -402,7 +403,7 @@ def limits(claim: Any) -> None:
 
 
 def load_walk(path: str) -> Any:
-    """Another build of _walk.c (an ASan one), loaded as ``_walk`` from ``path``."""
+    """Another build of _walk.abi3.so (an ASan one), loaded as ``_walk`` from ``path``."""
     loader = importlib.machinery.ExtensionFileLoader("_walk", path)
     spec = importlib.util.spec_from_file_location("_walk", path, loader=loader)
     assert spec is not None
@@ -413,7 +414,7 @@ def load_walk(path: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--so", help="another build of _walk.c to load instead of the package's")
+    parser.add_argument("--so", help="another build of _walk.abi3.so to load instead of the package's")
     parser.add_argument("--only", help="run only the cases whose name contains this")
     parser.add_argument("--stable", action="store_true",
                         help="the compiled walk on the stable ABI only (not the interpreter's private helpers)")

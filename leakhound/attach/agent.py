@@ -1,4 +1,4 @@
-"""Client for the in-process agent (see leakhound/payload/agent.py).
+"""Client for the in-process agent (see leakhound/payload/agent_server.py).
 
 The agent's socket is found where the worker put it, not where it would be here: the kernel
 lists the Unix sockets listening in the worker's network namespace (/proc/PID/net/unix, with
@@ -32,7 +32,7 @@ from leakhound.errors import (
     TargetExited,
     TargetFilesystemUnreachable,
 )
-from leakhound.payload.agent import connect
+from leakhound.payload.agent_server import connect
 
 _AGENT_SOCKET = re.compile(r"/leakhound-agent-\d+/agent-(\d+)\.sock$")
 _SOCKET_FD = re.compile(r"socket:\[(\d+)\]")
@@ -395,7 +395,7 @@ def request(
     """One request to the agent of ``pid``; its result. ``on_partial``: a graph handed over
     before the result (``{"partial": ...}``, its arrays after the line), answered through
     ``post`` by a ``{"reply": ...}`` line (runner._snapshot_graph_first, payload agent's
-    _SocketExchange).
+    SocketExchange).
 
     Everything read is untrusted (a process of the target's user made the socket): the
     peer is checked before anything is sent (``_connect_to_agent``), lines and graph

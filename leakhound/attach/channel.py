@@ -299,7 +299,7 @@ class PrivateChannel:
 
     def post(self, name: str, doc: dict[str, Any]) -> None:
         """Answer a document the payload handed over early (``<name>.request.json``, read by
-        runner._Exchange.receive), from any thread; nothing if the directory is gone."""
+        transport.DirectoryExchange.receive), from any thread; nothing if the directory is gone."""
         try:
             owner = self.uid if os.geteuid() == 0 and self.uid != 0 else -1
             self.private.replace(name + ".request.json", json.dumps(doc).encode(), uid=owner)

@@ -90,7 +90,6 @@ class SnapshotOutcome:
     started_at: float | None  # the target's clock as the named roots' walk began
     graph_started_at: float | None  # likewise as the graph's walk began
     graph: GraphOutcome | None  # in the answer (not handed over before it)
-    graph_sent: bool  # handed over before the answer (wire.PARTIAL_GRAPH)
     names: list[Any] | None  # labels of the paths the CLI posted, one a path
 
 
@@ -122,7 +121,6 @@ def decode_snapshot(pid: int, answer: Mapping[str, Any], *, method: str, taken_a
             snapshot=snap, holds=holds, payload_version=version,
             started_at=_time(heap.get("started_at")), graph_started_at=_time(heap.get("graph_started_at")),
             graph=decode_graph_outcome(graph) if isinstance(graph, dict) else None,
-            graph_sent=answer.get("graph_sent") is True,
             names=labels if isinstance(labels, list) else None,
         )
     except (SchemaError, KeyError, TypeError, ValueError, AttributeError) as exc:

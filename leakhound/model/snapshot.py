@@ -56,7 +56,7 @@ class HeapStats:
     gc_tracked: int = 0
     untracked: int = 0
     payload_peak_bytes: int = 0
-    # "compiled" (the C walk, payload/_walk.c) or "python" (its pure-Python twin)
+    # "compiled" (the C walk, payload/_census_walk.c) or "python" (its pure-Python twin)
     walker: str = ""
     # Of ``bytes``: memory outside the Python heap sized natively (torch storages, mmaps,
     # Pillow pixels; payload/sizes.py), attributed to owners like any object.

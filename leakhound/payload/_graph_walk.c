@@ -1,7 +1,8 @@
 /*
  * The object graph's inner walk in C: an optional accelerator for graph.py's Graph._walk.
  *
- * Included by _walk.c (one extension, one build: _walk.abi3.so), whose helpers it shares:
+ * One extension with the census's walk (_walk.c: _walk.abi3.so), whose helpers it shares
+ * (_walk.h, _walk_objects.c):
  * the referents held in a plain buffer (Refs), the per-call type cache and the census's sizes
  * (type_info, size_of, slot_for, native_for, instance_values_bytes), the sliced reading of big
  * lists, tuples and sets (read_slice) and the rules for hostile objects that come with them
@@ -48,6 +49,8 @@
 #include <errno.h>
 #include <stdint.h>
 #include <unistd.h>
+
+#include "_walk.h"
 
 #define GRAPH_NAME "leakhound._walk.graph"
 #define GBLOCK_SHIFT 14
@@ -2057,9 +2060,8 @@ graph_flush(PyObject *Py_UNUSED(module), PyObject *capsule)
 PyDoc_STRVAR(graph_write_doc,
 "graph_write(graph, fd) -> bytes written\n\n"
 "Every block not written out yet (graph_frame's order) to the file descriptor fd in one call,\n"
-"the GIL released for all of it, and freed: a piece at a time from Python, each piece a copy\n"
-"and a wait for the GIL after its write (the busy real worker's main thread holds it up to\n"
-"its switch interval), was 0.05-0.26 s for 80 MB.");
+"the GIL released for all of it, and freed: from Python each piece would be a copy and a wait\n"
+"for the GIL after its write (a busy target's main thread holds it up to its switch interval).");
 
 static PyObject *
 graph_write(PyObject *Py_UNUSED(module), PyObject *args)
@@ -2152,20 +2154,24 @@ graph_unknown(PyObject *Py_UNUSED(module), PyObject *args)
     return out;
 }
 
-#define GRAPH_METHODS \
-    {"graph_new", graph_new, METH_VARARGS, graph_new_doc}, \
-    {"graph_node", graph_node, METH_VARARGS, graph_node_doc}, \
-    {"graph_find", graph_find_py, METH_VARARGS, graph_find_doc}, \
-    {"graph_own", graph_own, METH_VARARGS, graph_own_doc}, \
-    {"graph_edge", graph_edge, METH_VARARGS, graph_edge_doc}, \
-    {"graph_walk", graph_walk, METH_VARARGS, graph_walk_doc}, \
-    {"graph_info", graph_info, METH_O, graph_info_doc}, \
-    {"graph_tallies", graph_tallies, METH_O, graph_tallies_doc}, \
-    {"graph_reached", graph_reached, METH_VARARGS, graph_reached_doc}, \
-    {"graph_frame", graph_frame, METH_VARARGS, graph_frame_doc}, \
-    {"graph_spool", graph_spool, METH_VARARGS, graph_spool_doc}, \
-    {"graph_flush", graph_flush, METH_O, graph_flush_doc}, \
-    {"graph_write", graph_write, METH_VARARGS, graph_write_doc}, \
-    {"graph_close", graph_close, METH_O, graph_close_doc}, \
-    {"graph_settle", graph_settle, METH_O, graph_settle_doc}, \
+#pragma GCC visibility push(hidden)
+PyMethodDef graph_walk_methods[] = {
+    {"graph_new", graph_new, METH_VARARGS, graph_new_doc},
+    {"graph_node", graph_node, METH_VARARGS, graph_node_doc},
+    {"graph_find", graph_find_py, METH_VARARGS, graph_find_doc},
+    {"graph_own", graph_own, METH_VARARGS, graph_own_doc},
+    {"graph_edge", graph_edge, METH_VARARGS, graph_edge_doc},
+    {"graph_walk", graph_walk, METH_VARARGS, graph_walk_doc},
+    {"graph_info", graph_info, METH_O, graph_info_doc},
+    {"graph_tallies", graph_tallies, METH_O, graph_tallies_doc},
+    {"graph_reached", graph_reached, METH_VARARGS, graph_reached_doc},
+    {"graph_frame", graph_frame, METH_VARARGS, graph_frame_doc},
+    {"graph_spool", graph_spool, METH_VARARGS, graph_spool_doc},
+    {"graph_flush", graph_flush, METH_O, graph_flush_doc},
+    {"graph_write", graph_write, METH_VARARGS, graph_write_doc},
+    {"graph_close", graph_close, METH_O, graph_close_doc},
+    {"graph_settle", graph_settle, METH_O, graph_settle_doc},
     {"graph_unknown", graph_unknown, METH_VARARGS, graph_unknown_doc},
+    {NULL, NULL, 0, NULL},
+};
+#pragma GCC visibility pop

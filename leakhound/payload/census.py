@@ -1,7 +1,7 @@
 """Owner-attributed heap census, run inside the target process.
 
 Standard library only; compatible with Python 3.8+ (its inner loop has a compiled twin,
-``_walk.c``, used where it loads). It never calls ``gc.collect()``, never calls
+``_census_walk.c``, used where it loads). It never calls ``gc.collect()``, never calls
 ``repr``/``len``/``__getattr__``/``__sizeof__`` written in Python by the target (only built-in
 descriptors, ``gc.get_referents`` and C ``__sizeof__`` methods; a class whose ``__sizeof__`` is
 Python code counts ``object.__sizeof__``), and runs in its own short-lived thread so the
@@ -16,88 +16,34 @@ arithmetic the cyclic GC uses (refcount minus references from inside the set), i
 held from C / untracked places (owners named ``<held from C: Type>``) and cyclic garbage.
 
 The census lives in rooms: ``census_tallies`` (marks, tallies, clock), ``census_walk`` (the
-walk: ``_claim_tree``, ``_claim_named``), ``census_roots`` (the named roots, as plain
-enumerators: ``module_roots``, ``class_roots``, ``task_roots``, ``thread_frames``),
+walk: ``_claim_tree``, ``_claim_named``), ``census_roots`` (the walk from the named roots,
+which ``roots`` enumerates),
 ``census_unreached`` (held from C, cyclic garbage); ``objects`` reads an object without running
 its code and ``sizes.object_size`` is the size of one object. This module holds ``Census``
-(its run and result) and keeps the old names importable.
+(its run and result).
 """
 
 import gc
 import time
 
-from .census_roots import (
-    _Roots,
-    _running_task_registries,
-    class_roots,
-    frame_locals_unreadable,
-    module_roots,
-    task_roots,
-    thread_frames,
-)
-from .census_tallies import (
-    _REGION_BYTES,
-    _REGION_SHIFT,
-    CensusCancelled,
-    CensusTimeout,
-    _Clock,
-    _Marks,
-    _Tally,
-    _TypeTally,
-)
-from .census_unreached import _cyclic_only, _referenced_from_outside, _Unreached
-from .census_walk import (
-    _FUNCTION_TYPES,
-    _LEAF_TYPE_IDS,
-    _LEAF_TYPES,
-    _MAX_CHAIN,
-    _ONLY_ONE_REFERENCE,
-    _SCALARS,
-    _TIMED_IDS,
-)
-from .objects import (
-    _SIZED,
-    _class_dict,
-    _instance_dict,
-    _items,
-    _ModuleType,
-    _referents,
-    _short_type_name,
-    _slot_values,
-    _type_name,
-)
-from .sizes import (
-    _MAX_OBJECT_BYTES,
-    SizeCache,
-    _getsizeof,
-    _object_sizeof,
-    _sizeof_is_builtin,
-    object_size,
-)
-from .tasks import _natural  # noqa: F401 - a name this module has always had
+from . import census_roots, census_unreached
+from .census_tallies import CensusCancelled, CensusTimeout
+from .census_walk import _LEAF_TYPE_IDS, _Walk
+from .objects import _type_name
+from .pacing import Clock
+from .roots import frame_locals_unreadable
+from .sizes import SizeCache, object_size
 from .tracked import tracked_objects
 
-try:  # the compiled inner walk (_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
-    from . import _walk  # type: ignore[attr-defined]
+try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
+    from . import _walk
 except ImportError:  # CPython < 3.10, another implementation, or no compiler at install: the Python loop
-    _walk = None
+    _walk = None  # type: ignore[assignment]
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
 
-_task_coroutines = task_roots  # its name before the split
-
-__all__ = [
-    "Census", "CensusCancelled", "CensusTimeout", "class_roots", "module_roots", "object_size",
-    "task_roots", "thread_frames",
-    # the census's internals, importable from here as before the split
-    "_FUNCTION_TYPES", "_LEAF_TYPES", "_LEAF_TYPE_IDS", "_MAX_CHAIN", "_MAX_OBJECT_BYTES",
-    "_ONLY_ONE_REFERENCE", "_REGION_BYTES", "_REGION_SHIFT", "_SCALARS", "_SIZED", "_TIMED_IDS",
-    "_Clock", "_Marks", "_ModuleType", "_Tally", "_TypeTally", "_class_dict", "_cyclic_only",
-    "_getsizeof", "_instance_dict", "_items", "_natural", "_object_sizeof", "_referenced_from_outside",
-    "_referents", "_running_task_registries", "_short_type_name", "_sizeof_is_builtin",
-    "_slot_values", "_task_coroutines", "_type_name",
-]
+__all__ = ["Census", "CensusCancelled", "CensusTimeout", "object_size"]
 
 # Units of work (containers popped + referents seen) per call into the compiled walk: a
 # few milliseconds of holding the GIL.
@@ -148,16 +94,21 @@ def remember_tracked(tracked):
     _measured["tracked"] = tracked
 
 
-class Census(_Roots, _Unreached):
-    """One walk of the heap. Call :meth:`run`; read :meth:`result`."""
+class Census(_Walk):
+    """One walk of the heap. Call :meth:`run`; read :meth:`result`. Its phases are plain
+    functions of it: census_roots (the walk from the named roots) and census_unreached (what
+    no root reached); _Walk (census_walk) is the walk they claim with."""
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
                  max_pause_ms=None, cancelled=None, owners=True, reached=None):
         # The pause budget's duty cycle: at most half the budget of running between two
-        # yields of the GIL (census_tallies._Clock), the rest left for one step and the
-        # switch to the waiting thread.
-        self.clock = _Clock(time.monotonic() + timeout, cancelled,
-                            max_hold=max_pause_ms / 2000.0 if max_pause_ms else None)
+        # yields of the GIL (pacing.Clock), the rest left for one step and the switch to the
+        # waiting thread.
+        self.clock = Clock(time.monotonic() + timeout, cancelled,
+                           max_hold=max_pause_ms / 2000.0 if max_pause_ms else None,
+                           timeout_error=CensusTimeout, timeout_message="census did not finish within its time budget",
+                           cancel_error=CensusCancelled, cancel_message="the census was cancelled",
+                           track_gaps=True)
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self._exclude = exclude
@@ -166,7 +117,7 @@ class Census(_Roots, _Unreached):
         self._getsizeof = SizeCache()
         self._get_referents = gc.get_referents
         self.seconds = 0.0
-        # The same walk in C when it is importable here (and not turned off): see _walk.c.
+        # The same walk in C when it is importable here (and not turned off): see _census_walk.c.
         self._compiled = _walk.claim if compiled and _walk is not None else None  # type: Any
         self.walker = "compiled" if self._compiled is not None else "python"
         self._walk_module = _walk  # running frames' locals are read through it (census_roots)
@@ -197,7 +148,7 @@ class Census(_Roots, _Unreached):
         if self._reached is not None:
             self.claimed.regions.update(self._reached)
             self._reached = None
-            self._claim_own(None)
+            census_roots.claim_own(self, None)
             self.unreached["sized_by"] = "the object graph's walk"
             walked = True
         elif self.max_pause_ms is not None and known is not None and (
@@ -266,7 +217,7 @@ class Census(_Roots, _Unreached):
             self.claimed.add(id(objects))
             if self._claim_args is not None:  # made by the walk (_claim_compiled): ours too
                 self.claimed.add(id(self._claim_args))
-            self.bookkeeping_bytes = self._bookkeeping_bytes(objects)
+            self.bookkeeping_bytes = census_roots.bookkeeping_bytes(self, objects)
         elif self.with_owners:
             self._walk_roots(objects)
         else:
@@ -284,8 +235,20 @@ class Census(_Roots, _Unreached):
         self.seconds = time.perf_counter() - started
         del objects
 
+    def _walk_roots(self, objects):
+        """Claim everything the named roots reach, each for its owner (census_roots)."""
+        census_roots.walk_from_roots(self, objects)
+
+    def _walk_all(self, objects):
+        """Claim everything the named roots reach for one owner (census_roots)."""
+        census_roots.walk_all(self, objects)
+
+    def _split_unreached(self, objects):
+        """Split what no named root reached: held from C, or cyclic garbage (census_unreached)."""
+        census_unreached.split_unreached(self, objects)
+
     def _sizing_walk(self):
-        """Claim what the roots reach (_every_root: every module, every class, the asyncio
+        """Claim what the roots reach (census_roots.roots_list: every module, every class, the asyncio
         tasks and their coroutines, the frames of the other threads' stacks) in one walk from
         the list of them, for one scratch owner: only the count of container-type objects is
         used (_tracked_estimate), and _reset() drops the rest. A running frame's locals (3.11+)
@@ -293,7 +256,7 @@ class Census(_Roots, _Unreached):
         claimed = self.claimed
         for own in (self, self.__dict__, self.claimed.regions):
             claimed.add(id(own))
-        roots = self._every_root(with_locals=False)
+        roots = census_roots.roots_list(self, with_locals=False)
         claimed.add(id(roots))
         # No native sizing: a buffer's bytes do not change the count, and what code objects
         # hold (their constants and names, read in Python) is mostly untracked.

@@ -11,7 +11,6 @@ import operator
 import sys
 import time
 
-from .census_walk import _Walk
 from .objects import _ModuleType, _referents, _type_name, subclass_tree
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -137,178 +136,177 @@ def _cyclic_only(candidates, tick=None, counts=None):
     return [candidates[i] for i in range(len(candidates)) if not freed[i]]
 
 
-class _Unreached(_Walk):
-    """The census's last phase: splitting what the named roots did not reach."""
-
-    def _split_unreached(self, objects):
-        claimed = self.claimed
-        regions = claimed.regions
-        unreached = []
-        tick = self.clock.check
-        for n, obj in enumerate(objects):
-            if n & 4095 == 4095:
-                tick()
-            address = id(obj)
-            region = regions.get(address >> 20)
-            if region is None or not region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
-                unreached.append(obj)
-        obj = None
-        phase = self.clock.phase
-        phase("unreached: listed")
-        # Our own lists holding each: gc.get_objects()'s and ``unreached``.
-        roots = _referenced_from_outside(unreached, held=2, tick=tick)
-        phase("unreached: held from outside")
-        for n, obj in enumerate(roots):
-            if n & 1023 == 1023:
-                tick()
-            if id(obj) in claimed:
-                continue
-            owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
-            self.owner_items[owner] = 0
-            self._claim_tree(owner, obj)
-        garbage = []
-        for n, obj in enumerate(unreached):
-            if n & 4095 == 4095:
-                tick()
-            if id(obj) not in claimed:
-                garbage.append(obj)
-        obj = None
-        phase("unreached: held from C")
-        candidates = len(garbage)
-        counts = {}  # type: Any
-        garbage = self._confirm_garbage(garbage, counts=counts)
-        phase("unreached: confirmed")
-        garbage = _cyclic_only(garbage, tick=tick, counts=counts or None)
-        counts = None
-        phase("unreached: cyclic")
-        # how many objects no named root reached, how many of them were held from outside
-        # (each the root of an owner <held from C: ...> unless an earlier one took it), and
-        # how many looked like garbage before the second look
-        self.unreached.update(objects=len(unreached), held_from_outside=len(roots),
-                              garbage_candidates=candidates)
-        if self._compiled is not None:
-            self._count_garbage_compiled(garbage)
-            del unreached, garbage, roots
-            return
-        for n, obj in enumerate(garbage):
-            if n & 1023 == 1023:
-                tick()
-            size = self._size(obj)
-            self.garbage_objects += 1
-            self.garbage_bytes += size
-            self.garbage_types.add(type(obj), size)
-            # Garbage still occupies memory: it is part of the census totals, under no owner.
-            self.types.add(type(obj), size)
-            self.total_bytes += size
-            self.total_objects += 1
-            claimed.add(id(obj))
-        # Untracked objects hanging off garbage (e.g. strings in a dead cycle's dicts).
-        stack = list(garbage)
-        while stack:
+def split_unreached(census, objects):
+    claimed = census.claimed
+    regions = claimed.regions
+    unreached = []
+    tick = census.clock.check
+    for n, obj in enumerate(objects):
+        if n & 4095 == 4095:
             tick()
-            obj = stack.pop()
-            refs = _referents(obj)
-            if issubclass(type(obj), dict):
-                refs.extend(dict.keys(obj))
-            for m, ref in enumerate(refs):
-                if m & 4095 == 4095:
-                    tick()
-                if id(ref) not in claimed and not gc.is_tracked(ref):
-                    claimed.add(id(ref))
-                    size = self._size(ref)
-                    self.garbage_objects += 1
-                    self.garbage_bytes += size
-                    self.total_bytes += size
-                    self.total_objects += 1
-                    stack.append(ref)
-                    self.garbage_types.add(type(ref), size)
-                    self.types.add(type(ref), size)  # in the census's type table too
+        address = id(obj)
+        region = regions.get(address >> 20)
+        if region is None or not region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
+            unreached.append(obj)
+    obj = None
+    phase = census.clock.phase
+    phase("unreached: listed")
+    # Our own lists holding each: gc.get_objects()'s and ``unreached``.
+    roots = _referenced_from_outside(unreached, held=2, tick=tick)
+    phase("unreached: held from outside")
+    for n, obj in enumerate(roots):
+        if n & 1023 == 1023:
+            tick()
+        if id(obj) in claimed:
+            continue
+        owner = census._owner("<held from C: %s>" % _type_name(type(obj)), obj)
+        census.owner_items[owner] = 0
+        census._claim_tree(owner, obj)
+    garbage = []
+    for n, obj in enumerate(unreached):
+        if n & 4095 == 4095:
+            tick()
+        if id(obj) not in claimed:
+            garbage.append(obj)
+    obj = None
+    phase("unreached: held from C")
+    candidates = len(garbage)
+    counts = {}  # type: Any
+    garbage = confirm_garbage(census, garbage, counts=counts)
+    phase("unreached: confirmed")
+    garbage = _cyclic_only(garbage, tick=tick, counts=counts or None)
+    counts = None
+    phase("unreached: cyclic")
+    # how many objects no named root reached, how many of them were held from outside
+    # (each the root of an owner <held from C: ...> unless an earlier one took it), and
+    # how many looked like garbage before the second look
+    census.unreached.update(objects=len(unreached), held_from_outside=len(roots),
+                          garbage_candidates=candidates)
+    if census._compiled is not None:
+        count_garbage_compiled(census, garbage)
         del unreached, garbage, roots
+        return
+    for n, obj in enumerate(garbage):
+        if n & 1023 == 1023:
+            tick()
+        size = census._size(obj)
+        census.garbage_objects += 1
+        census.garbage_bytes += size
+        census.garbage_types.add(type(obj), size)
+        # Garbage still occupies memory: it is part of the census totals, under no owner.
+        census.types.add(type(obj), size)
+        census.total_bytes += size
+        census.total_objects += 1
+        claimed.add(id(obj))
+    # Untracked objects hanging off garbage (e.g. strings in a dead cycle's dicts).
+    stack = list(garbage)
+    while stack:
+        tick()
+        obj = stack.pop()
+        refs = _referents(obj)
+        if issubclass(type(obj), dict):
+            refs.extend(dict.keys(obj))
+        for m, ref in enumerate(refs):
+            if m & 4095 == 4095:
+                tick()
+            if id(ref) not in claimed and not gc.is_tracked(ref):
+                claimed.add(id(ref))
+                size = census._size(ref)
+                census.garbage_objects += 1
+                census.garbage_bytes += size
+                census.total_bytes += size
+                census.total_objects += 1
+                stack.append(ref)
+                census.garbage_types.add(type(ref), size)
+                census.types.add(type(ref), size)  # in the census's type table too
+    del unreached, garbage, roots
 
-    def _count_garbage_compiled(self, garbage):
-        """The loops above in the compiled walk: the garbage and the untracked objects hanging
-        off it, claimed from the list of the garbage (every tracked object it references is
-        claimed already: reached, held from C, or garbage), tallied by type in
-        ``garbage_types`` and then added to the census's type table. Sized as the loops size
-        (a 3.11+ instance's values; no native buffers). Over half a million dead objects
-        were 1.5 s of Python here."""
-        claim = self._compiled
-        kinds = self.garbage_types
-        clock = self.clock
-        perf_counter = time.perf_counter
-        stack = [garbage]
-        pending = []  # type: list
-        found = []  # type: list
-        per_call = self._work_per_call()
-        native = self._native or None
-        objects = nbytes = 0
-        while stack or pending:
-            t0 = perf_counter()
-            got, size = claim(stack, pending, self.claimed.regions, kinds.index, kinds.slot, kinds.counts,
-                              kinds.bytes, per_call, native, found)
-            clock.step(t0)
-            del found[:]  # natively sized garbage: its buffers are not looked at (as above)
-            objects += got
-            nbytes += size
-            clock.check()
-        self.garbage_objects += objects
-        self.garbage_bytes += nbytes
-        self.total_objects += objects
-        self.total_bytes += nbytes
-        types = self.types
-        for i, tp in enumerate(kinds.keys):
-            slot = types.slot(tp)
-            types.counts[slot] += kinds.counts[i]
-            types.bytes[slot] += kinds.bytes[i]
 
-    def _confirm_garbage(self, candidates, pause=0.01, counts=None):
-        """Look again, a moment later, at what seemed to be garbage.
+def count_garbage_compiled(census, garbage):
+    """The loops above in the compiled walk: the garbage and the untracked objects hanging
+    off it, claimed from the list of the garbage (every tracked object it references is
+    claimed already: reached, held from C, or garbage), tallied by type in
+    ``garbage_types`` and then added to the census's type table. Sized as the loops size
+    (a 3.11+ instance's values; no native buffers). Over half a million dead objects
+    were 1.5 s of Python here."""
+    claim = census._compiled
+    kinds = census.garbage_types
+    clock = census.clock
+    perf_counter = time.perf_counter
+    stack = [garbage]
+    pending = []  # type: list
+    found = []  # type: list
+    per_call = census._work_per_call()
+    native = census._native or None
+    objects = nbytes = 0
+    while stack or pending:
+        t0 = perf_counter()
+        got, size = claim(stack, pending, census.claimed.regions, kinds.index, kinds.slot, kinds.counts,
+                          kinds.bytes, per_call, native, found)
+        clock.step(t0)
+        del found[:]  # natively sized garbage: its buffers are not looked at (as above)
+        objects += got
+        nbytes += size
+        clock.check()
+    census.garbage_objects += objects
+    census.garbage_bytes += nbytes
+    census.total_objects += objects
+    census.total_bytes += nbytes
+    types = census.types
+    for i, tp in enumerate(kinds.keys):
+        slot = types.slot(tp)
+        types.counts[slot] += kinds.counts[i]
+        types.bytes[slot] += kinds.bytes[i]
 
-        The main thread ran meanwhile; garbage cannot change (nothing references it), but
-        an object it just handed from its C stack to a container we had already walked
-        would look unreferenced. Candidates that now show a reference from outside the set,
-        and what they reach inside it, are alive: they go to ``<held from C: Type>``.
-        """
-        if not candidates:
-            return candidates
-        time.sleep(pause)
-        self.clock.yielded()
-        # Held by gc.get_objects()'s list, ``unreached`` and ``candidates``.
-        seen = {}  # type: dict
-        alive = _referenced_from_outside(candidates, held=3, tick=self.clock.check, counts=seen)
-        if not alive:
-            if counts is not None:
-                counts.update(seen)  # the same candidates: _cyclic_only counts no more
-            return candidates
-        index = {id(o) for o in candidates}
-        marked = {id(o) for o in alive}
-        stack = list(alive)
-        while stack:
-            self.clock.check()
-            for m, ref in enumerate(_referents(stack.pop())):
-                if m & 4095 == 4095:
-                    self.clock.check()
-                if id(ref) in index and id(ref) not in marked:
-                    marked.add(id(ref))
-                    stack.append(ref)
-        for obj in alive:
-            if id(obj) not in self.claimed:
-                owner = self._owner("<held from C: %s>" % _type_name(type(obj)), obj)
-                self.owner_items[owner] = 0
-                self._claim_tree(owner, obj)
-        obj = None
-        left = [o for o in candidates if id(o) not in marked]
+
+def confirm_garbage(census, candidates, pause=0.01, counts=None):
+    """Look again, a moment later, at what seemed to be garbage.
+
+    The main thread ran meanwhile; garbage cannot change (nothing references it), but
+    an object it just handed from its C stack to a container we had already walked
+    would look unreferenced. Candidates that now show a reference from outside the set,
+    and what they reach inside it, are alive: they go to ``<held from C: Type>``.
+    """
+    if not candidates:
+        return candidates
+    time.sleep(pause)
+    census.clock.yielded()
+    # Held by gc.get_objects()'s list, ``unreached`` and ``candidates``.
+    seen = {}  # type: dict
+    alive = _referenced_from_outside(candidates, held=3, tick=census.clock.check, counts=seen)
+    if not alive:
         if counts is not None:
-            # The references among what is left: those among the candidates less those
-            # from the alive part (usually a few objects), not a new pass over them all.
-            get, internal = seen["index"].get, seen["internal"]
-            for n, o in enumerate(candidates):
-                if id(o) in marked:
-                    for i in filter(_NOT_NONE, map(get, map(id, _referents(o)))):
-                        internal[i] -= 1
-                if n & 4095 == 4095:
-                    self.clock.check()
-            o = None
-            counts["internal"] = [internal[i] for i, c in enumerate(candidates) if id(c) not in marked]
-            counts["index"] = {id(c): k for k, c in enumerate(left)}
-        return left
+            counts.update(seen)  # the same candidates: _cyclic_only counts no more
+        return candidates
+    index = {id(o) for o in candidates}
+    marked = {id(o) for o in alive}
+    stack = list(alive)
+    while stack:
+        census.clock.check()
+        for m, ref in enumerate(_referents(stack.pop())):
+            if m & 4095 == 4095:
+                census.clock.check()
+            if id(ref) in index and id(ref) not in marked:
+                marked.add(id(ref))
+                stack.append(ref)
+    for obj in alive:
+        if id(obj) not in census.claimed:
+            owner = census._owner("<held from C: %s>" % _type_name(type(obj)), obj)
+            census.owner_items[owner] = 0
+            census._claim_tree(owner, obj)
+    obj = None
+    left = [o for o in candidates if id(o) not in marked]
+    if counts is not None:
+        # The references among what is left: those among the candidates less those
+        # from the alive part (usually a few objects), not a new pass over them all.
+        get, internal = seen["index"].get, seen["internal"]
+        for n, o in enumerate(candidates):
+            if id(o) in marked:
+                for i in filter(_NOT_NONE, map(get, map(id, _referents(o)))):
+                    internal[i] -= 1
+            if n & 4095 == 4095:
+                census.clock.check()
+        o = None
+        counts["internal"] = [internal[i] for i, c in enumerate(candidates) if id(c) not in marked]
+        counts["index"] = {id(c): k for k, c in enumerate(left)}
+    return left

@@ -1,6 +1,6 @@
 """The census's walk: claiming an object and everything it reaches for one owner.
 
-``_Walk._claim_tree`` is the hot loop (its compiled twin is ``_walk.c``, called in short
+``_Walk._claim_tree`` is the hot loop (its compiled twin is ``_census_walk.c``, called in short
 steps by ``_claim_compiled``; the two must stay exactly equal); ``_claim_named`` extends an
 owner's path through instance attributes. The per-object size is :func:`sizes.object_size`.
 Part of :class:`census.Census`.
@@ -95,7 +95,7 @@ class _Walk(object):
         if getattr(self, "_native_kinds", None) is None:
             self._native_kinds, self._native_bases = native_types(self.clock.hold)
         # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
-        # instances: their attribute values added to their size), as _walk.c reads it
+        # instances: their attribute values added to their size), as _census_walk.c reads it
         self._native = native_codes(self._native_kinds)
         self._native_seen = set()  # buffer addresses counted (a storage shared by views: once)
         self.native_bytes = 0  # of total_bytes: native buffers (sizes.native_extra)

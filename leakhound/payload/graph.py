@@ -39,18 +39,8 @@ import sys
 import time
 import types
 
-try:
-    from .objects import _class_dict, _referents, _short_type_name, _type_name
-except ImportError:
-    from .census import (  # type: ignore[no-redef]
-        _class_dict,
-        _referents,
-        _short_type_name,
-        _type_name,
-    )
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
-from .duty import own_cpu, yield_gil
 from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
 from .graph_wire import (
     _FRAME_LIKE_IDS,
@@ -63,6 +53,8 @@ from .graph_wire import (
     json_pieces,
     name_paths,
 )
+from .objects import _class_dict, _referents, _short_type_name, _type_name
+from .pacing import Clock
 from .sizes import (
     NATIVE_BUFFERS,
     SizeCache,
@@ -74,7 +66,7 @@ from .sizes import (
 )
 
 try:  # the compiled walk (optional: the Python loop below computes the same graph)
-    from . import _walk as _walk_module  # type: ignore[attr-defined]
+    from . import _walk as _walk_module
 except Exception:  # no build, or an interpreter older than 3.10
     _walk_module = None
 if not hasattr(_walk_module, "graph_walk"):
@@ -141,7 +133,7 @@ _SHARED_LEAF = 64
 # more in the target on the 4.8M-object heap, a fifth of what the inspection cost it.
 _MAX_LABELS = 20000
 _MAX_KEY_LABELS = 15000
-_BIG_DICT = 2048  # _walk.c's BIG_CONTAINER / 2: read in slices there
+_BIG_DICT = 2048  # _walk.h's BIG_CONTAINER / 2: read in slices there
 _CHECK_EVERY = 0x7FF
 # Units of work (a container, a referent) per call into the compiled walk: ~1 ms of CPU (the
 # census's 20,000 took 3-9 ms here, and up to 80 ms of wall time when the machine preempted
@@ -149,18 +141,6 @@ _CHECK_EVERY = 0x7FF
 _WORK_PER_CALL = 5000
 _MISSING = object()
 _LEAF_TYPES_FIRST = (str, int, float, bytes, bool, type(None), complex)
-
-
-def _where(frame):
-    """file:line (function) of the nearest frame outside ``_check``/``_duty``."""
-    while frame is not None and frame.f_code.co_name in ("_check", "_duty"):
-        frame = frame.f_back
-    if frame is None:
-        return "?"
-    code = frame.f_code
-    text = "%s:%d (%s)" % (code.co_filename.rsplit("/", 1)[-1], frame.f_lineno or 0, code.co_name)
-    frame = None
-    return text
 
 
 class GraphTimeout(Exception):
@@ -204,18 +184,17 @@ class Graph(object):
 
     def __init__(self, *, timeout=60.0, progress=None, is_stdlib=None, exclude=(),
                  max_nodes=5000000, max_pause_ms=None, cancelled=None, max_bytes=0):
-        self.deadline = time.monotonic() + timeout
         self.max_bytes = max_bytes  # the walk's own memory in the target (0: no limit)
-        # The duty cycle: at most half the pause budget of running between two yields.
-        self.max_hold = max_pause_ms / 2000.0 if max_pause_ms else None
-        self.held_since = own_cpu()
-        self.max_held = 0.0
-        self.max_held_where = ("", "")
-        self._began_at = "start"
-        self.yields = 0
+        # The duty cycle: at most half the pause budget of running between two yields. Every
+        # look at the clock checks (the walk looks every _CHECK_EVERY steps or C call).
+        self.clock = Clock(time.monotonic() + timeout, cancelled,
+                           max_hold=max_pause_ms / 2000.0 if max_pause_ms else None, check_every=0.0,
+                           wrappers=("_check", "_duty"),
+                           timeout_error=GraphTimeout,
+                           timeout_message="the object graph did not finish within its time budget",
+                           cancel_error=GraphCancelled, cancel_message="the object graph was cancelled")
         self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
-        self.cancelled = cancelled
         self.max_nodes = max_nodes
         self.max_pause_ms = max_pause_ms
         self.max_step = 0.0
@@ -275,7 +254,7 @@ class Graph(object):
                     self.folds, self.fold_owner, self.namespaces, self.pending,
                     self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
                     self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen,
-                    self.size_of, self.size_of.known):
+                    self.size_of, self.size_of.known, self.clock, self.clock.__dict__, self.clock.phases):
             self.index[id(own)] = -1
         for obj in exclude:
             self.index[id(obj)] = -1
@@ -288,29 +267,15 @@ class Graph(object):
                               % (self._payload_bytes() / 1048576.0, self.max_bytes / 1048576.0))
 
     def _duty(self):
-        """The duty cycle alone: yield the GIL once the walk has held it ``max_hold``."""
-        held = own_cpu() - self.held_since
-        if held > self.max_held:
-            self.max_held = held
-            # where (file:line (function) of the graph's code) the longest stretch began and
-            # ended: one far over the budget points at a loop without a check (-v prints it)
-            self.max_held_where = (self._began_at, _where(sys._getframe(1)))
-        if self.max_hold is not None and held >= self.max_hold:
-            self._yield()
-            self.yields += 1
-            self.held_since = own_cpu()
-            self._began_at = _where(sys._getframe(1))
+        """The duty cycle alone: yield the GIL once the walk has held it its budget."""
+        self.clock.hold(self._before_yield)
 
-    def _yield(self):
-        yield_gil()
+    def _before_yield(self):
+        pass
 
     def _check(self):
         self._over_memory()
-        self._duty()
-        if time.monotonic() > self.deadline:
-            raise GraphTimeout("the object graph did not finish within its time budget")
-        if self.cancelled is not None and self.cancelled():
-            raise GraphCancelled("the object graph was cancelled")
+        self.clock.check(self._before_yield)
 
     def _label(self, text):
         if type(text) is int:
@@ -546,7 +511,7 @@ class Graph(object):
                 names = {}
                 # A big dict's keys label nothing (ids and names of a registry or a cache, a
                 # label each; its entries are named by the target afterwards: name_paths). As
-                # _walk.c, which reads a big exact dict in slices.
+                # _graph_walk.c, which reads a big exact dict in slices.
                 for k in range(len(keys) if len(keys) <= _BIG_DICT or tp is not dict else 0):
                     key = keys[k]
                     if type(key) is str:
@@ -730,9 +695,9 @@ class Graph(object):
             "walker": self.walker,
             "graph_seconds": self.seconds,
             "max_step_ms": self.max_step * 1000.0,
-            "max_held_ms": self.max_held * 1000.0,
-            "max_held_where": list(self.max_held_where),
-            "yields": self.yields,
+            "max_held_ms": self.clock.max_held * 1000.0,
+            "max_held_where": list(self.clock.max_held_where),
+            "yields": self.clock.yields,
             "payload_peak_bytes": payload_bytes,
             "unreached": dict(self.unreached),
             "gc_collections": self._collections(),
@@ -848,14 +813,13 @@ class CompiledGraph(Graph):
 
     store = None  # the capsule, once Graph.__init__ has run
 
-    def _yield(self):
+    def _before_yield(self):
         # The full blocks leave while the GIL is released for the yield anyway.
         if self.store is not None:
             _walk_module.graph_flush(self.store)
-        yield_gil()
 
     def _check(self):
-        if (self.max_hold is None and self.spool is not None and self.store is not None
+        if (self.clock.max_hold is None and self.spool is not None and self.store is not None
                 and _walk_module.graph_info(self.store)[5] > self.FLUSH_BYTES):
             _walk_module.graph_flush(self.store)
         Graph._check(self)

@@ -1,8 +1,8 @@
 # mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
 # (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
-"""The object graph's roots, walked inside the target: modules, classes, pending asyncio tasks
-(with their context variables) and thread frames (with their variables), each with its tier,
-and the objects held from C that no root reached.
+"""The object graph's roots, walked inside the target: the named roots (roots.py) with what is
+theirs by name (a module's and a class's dict, a task's context variables, a running frame's
+variables), and the objects held from C that no root reached.
 
 Standard library only, as ``graph.py`` (whose ``Graph.run`` calls these, and which
 imports this module, so that it is loaded with the payload).
@@ -12,10 +12,11 @@ import gc
 import sys
 import time
 
-from .census_roots import frame_locals
+from . import roots
 from .graph_wire import _MAX_LABEL_CHARS
 from .objects import _instance_dict, _type_name, is_payload_name
-from .tasks import _c_future_class, await_chain, context_variables, named_tasks, task_context
+from .roots import TIER_HELD
+from .tasks import _c_future_class, context_variables, task_context
 from .tracked import tracked_objects
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
@@ -23,19 +24,12 @@ try:  # running frames' variables are read through the compiled walk's module (3
 except Exception:
     _walk_module = None
 
-try:
-    from .census_unreached import _referenced_from_outside
-except Exception:
-    from .census import _referenced_from_outside  # type: ignore[no-redef]
+from .census_unreached import _referenced_from_outside
 
 _LEAF_TYPE_IDS = frozenset(id(tp) for tp in (str, bytes, int, float, bool, complex, type(None)))
 _ModuleType = type(sys)
 _GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
 
-
-# Root tiers: a path from a root of a lower tier names an owner before any other (the app's own
-# globals and tasks before a library's registry that also reaches them).
-TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
 
 def _ns_per_object():
     """What gc.get_objects() costs per object here: the census's measurement when it has one."""
@@ -48,39 +42,17 @@ def _ns_per_object():
 
 
 def add_roots(graph, stack):
-    """Every named root of ``graph`` (a ``Graph``) onto ``stack``, each an edge of the super-root."""
-    # Modules (and their dicts), __main__ first, then the app's, then the stdlib's.
-    graph._check()
-    names_of = {}
-    for name, module in list(sys.modules.items()):
-        if type(module) is _ModuleType and type(name) is str:
-            names_of.setdefault(id(module), (name, module))
-    main = sys.modules.get("__main__")
-    tiers = {}
-    for n, (name, module) in enumerate(list(names_of.values())):
-        if n & 255 == 255:
-            graph._check()
-        d = _instance_dict(module)
-        path = d.get("__file__") if d is not None else None
-        if module is main:
-            tier = TIER_MAIN
-        elif name == "leakhound" or name.startswith("leakhound.") or is_payload_name(name):
-            tier = TIER_OURS
-        elif graph.is_stdlib(name):
-            tier = TIER_STDLIB
-        elif type(path) is str and ("site-packages" in path or "dist-packages" in path):
-            tier = TIER_LIBRARY
-        else:
-            tier = TIER_APP
-        tiers[name] = tier
-    ordered = sorted(names_of.values(), key=lambda nm: (tiers[nm[0]], nm[0]))
+    """Every named root of ``graph`` (a ``Graph``) onto ``stack``, each an edge of the
+    super-root (roots.py), with what is theirs by name: a module's and a class's dict, a
+    task's context variables, a running frame's variables."""
     # The duty cycle, the deadline and the cancel every 256 modules and classes: thousands of
     # modules and tens of thousands of classes were one 170 ms stretch (the real verifiers
     # worker's heap; its heartbeat thread waited 182 ms).
-    for n, (name, module) in enumerate(ordered):
-        if n & 255 == 255:
-            graph._check()
-        m = graph._root(module, name, "module", tiers[name], wall=True)
+    check = graph._check
+    check()
+    tiers = {}
+    for module, name, kind, tier in roots.modules(graph.is_stdlib, check, tiers):
+        m = graph._root(module, name, kind, tier, wall=True)
         d = _instance_dict(module)
         if d is not None and m > 0:
             dn = graph._node(d)
@@ -88,24 +60,10 @@ def add_roots(graph, stack):
                 graph._wall(dn)
                 graph._edge(m, dn, graph._label("d"))
                 graph._push(stack, dn, d)
-    # Classes, from the subclass tree (gc.freeze()'s permanent generation hides them from
-    # gc.get_objects()); each with its dict.
-    graph._check()
-    pending = [object]
-    seen = set()
-    while pending:
-        cls = pending.pop()
-        if id(cls) in seen:
-            continue
-        seen.add(id(cls))
-        if len(seen) & 255 == 255:
-            graph._check()
-        try:
-            owner_module = type.__dict__["__module__"].__get__(cls, type)
-        except Exception:
-            owner_module = None
-        tier = tiers.get(owner_module, TIER_STDLIB) if type(owner_module) is str else TIER_STDLIB
-        c = graph._root(cls, _type_name(cls), "class", tier, wall=True)
+    module = d = None
+    check()
+    for cls, name, kind, tier in roots.classes(tiers, check):
+        c = graph._root(cls, name, kind, tier, wall=True)
         if c > 0:
             # The class's own dict (``__dict__`` would be a new mappingproxy).
             d = None
@@ -121,24 +79,13 @@ def add_roots(graph, stack):
                     graph._edge(c, dn, graph._label("d"))
                     graph._push(stack, dn, d)
             graph._push(stack, c, cls)
-        try:
-            pending.extend(type.__subclasses__(cls))
-        except TypeError:
-            continue
-    graph._check()
-    # Tasks: Task-1 (usually the main coroutine) first; pending ones only (tasks.named_tasks:
-    # a finished task is owned by whoever holds it). No line numbers in the name: a paused
-    # coroutine's line changes between snapshots, its owner must not. Each task's context
-    # variables are its own, by name: what a pending future's callback also reaches through
-    # the context (a Queue.get's waiter) is a back-reference (passes.py).
+    cls = d = None
+    check()
+    # Each task's context variables are its own, by name: what a pending future's callback
+    # also reaches through the context (a Queue.get's waiter) is a back-reference (passes.py).
     c_future = _c_future_class()
-    for n, (name, task) in enumerate(named_tasks(graph._check)):
-        if n & 63 == 63:
-            graph._check()  # tens of thousands of request tasks: 20,000 were a 160 ms stretch
-        chain = await_chain(task, limit=32)
-        code = getattr(chain[0], "cr_code", None) or getattr(chain[0], "gi_code", None) if chain else None
-        label = "task:%s/%s" % (name, code.co_name if code is not None else "?")
-        t = graph._root(task, label, "task", TIER_APP)
+    for task, name, kind, tier in roots.tasks(check):
+        t = graph._root(task, name, kind, tier)
         if t > 0:
             graph._push(stack, t, task)
             ctx = task_context(task, c_future)
@@ -147,34 +94,21 @@ def add_roots(graph, stack):
                     _variable_edge(graph, stack, t, value, "c" + var_name[:_MAX_LABEL_CHARS])
                 value = None
             ctx = None
-    chain = task = None
+    task = None
     # Thread stacks (not ours), each frame its own root, with what its variables hold (3.11+
     # keep a running frame's variables outside the frame object: gc.get_referents does not
     # show them, and without these edges they were "<held from C: ...>").
-    import threading  # noqa: PLC0415 - lazily: the target may not use threads
-
-    names = {}
-    for thread in list(threading._active.values()):  # type: ignore[attr-defined]
-        names[thread.ident] = thread.name
-    current = sys._current_frames()
-    current.pop(threading.get_ident(), None)
+    for frame, name, kind, tier in roots.thread_frames():
+        f = graph._root(frame, name, kind, tier)
+        if f > 0:
+            graph._push(stack, f, frame)
+            # (the agent's other thread runs the payload's code: its variables are ours)
+            variables = roots.frame_locals(frame, _walk_module) if not _runs_payload_code(frame) else None
+            for var_name, value in variables or ():
+                _variable_edge(graph, stack, f, value, "a" + var_name[:_MAX_LABEL_CHARS])
+            variables = value = None
+            check()
     frame = None
-    for ident, top in list(current.items()):
-        frame = top
-        while frame is not None:
-            label = "thread:%s/%s" % (names.get(ident, str(ident)), frame.f_code.co_name)
-            f = graph._root(frame, label, "thread", TIER_THREAD)
-            if f > 0:
-                graph._push(stack, f, frame)
-                # (the agent's other thread runs the payload's code: its variables are ours)
-                variables = frame_locals(frame, _walk_module) if not _runs_payload_code(frame) else None
-                for var_name, value in variables or ():
-                    _variable_edge(graph, stack, f, value, "a" + var_name[:_MAX_LABEL_CHARS])
-                variables = value = None
-                graph._check()
-            frame = frame.f_back
-    del current
-    top = frame = None
     graph.progress("graph", graph._count())
 
 

@@ -13,9 +13,10 @@ import struct
 import sys
 import types
 
-from .census_roots import frame_locals
-from .objects import _class_dict, _instance_dict, _referents, _short_type_name, subclass_tree
-from .tasks import _c_future_class, context_variables, named_tasks, task_context
+from . import roots
+from .objects import _class_dict, _instance_dict, _referents, _short_type_name
+from .roots import frame_locals
+from .tasks import _c_future_class, context_variables, task_context
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
     from . import _walk as _walk_module  # type: ignore[attr-defined]
@@ -35,28 +36,16 @@ _MAX_PATH_STEPS = 256
 
 
 def _root_objects():
-    """id -> object for every root the graph starts from (modules, classes, pending tasks,
-    frames): graph_roots.add_roots's."""
-    import threading  # noqa: PLC0415
-
+    """id -> object for every root the graph starts from (roots.every_root)."""
     found = {}
-    for module in list(sys.modules.values()):
-        if type(module) is _ModuleType:
-            found[id(module)] = module
-    for cls in subclass_tree():
-        found[id(cls)] = cls
-    for _name, task in named_tasks():
-        found[id(task)] = task
-    current = sys._current_frames()
-    current.pop(threading.get_ident(), None)
-    for top in list(current.values()):
-        frame = top
-        while frame is not None:
-            found[id(frame)] = frame
-            frame = frame.f_back
-    del current
-    top = frame = None
+    for obj, _name, _kind, _tier in roots.every_root(_no_stdlib, named=False):
+        found[id(obj)] = obj
+    obj = None
     return found
+
+
+def _no_stdlib(name):
+    return False
 
 
 _FRAME_GETTERS = {}  # id(type) -> (the type, the name of its frame's getset: cr_frame...)

@@ -42,15 +42,15 @@ import gc
 import sys
 import time
 
-from .census import _instance_dict
 from .census_tallies import _Marks
-from .duty import own_cpu, yield_gil
+from .objects import _instance_dict
+from .pacing import Clock
 from .sizes import deep_size as _deep_size
 
-try:  # the census's compiled walk (_walk.c, one abi3 build for CPython 3.10+)
-    from . import _walk  # type: ignore[attr-defined]
+try:  # the census's compiled walk (_walk.abi3.so, one build for CPython 3.10+)
+    from . import _walk
 except ImportError:  # pragma: no cover - a target without the build: deep_size in Python
-    _walk = None
+    _walk = None  # type: ignore[assignment]
 from .tasks import await_chain, live_tasks
 
 RUNTIME_MODULES = ("verifiers.v1.runtime", "leakhound.simulate.runtime")
@@ -72,33 +72,21 @@ class ProbeStopped(Exception):
     """The request was cancelled or its deadline passed while a probe ran."""
 
 
-class _Clock(object):
-    """The probes' duty cycle (census_tallies._Clock's idea): ``tick()``, called between short
-    pieces of work, yields (``duty.yield_gil``) once the probes have run ``max_hold`` seconds of
-    this thread's CPU since they last yielded (a thread waiting for the GIL uses no CPU, so
-    time the target's threads ran meanwhile does not count; nor does a collection of the
-    target's own that ran in this thread: ``duty.own_cpu``), and raises ``ProbeStopped`` once
-    ``stop()`` (the request's cancellation point, runner._Stop) answers True.
-    ``max_held`` is the longest stretch seen between two yields (CPU seconds, an upper bound
-    on one hold of the GIL); ``yields`` counts the sleeps."""
+class _Clock(Clock):
+    """The probes' pacing (pacing.Clock): ``tick()``, called between short pieces of work,
+    yields once the probes have run ``max_hold`` seconds of this thread's CPU since they last
+    yielded, and raises ``ProbeStopped`` once ``stop()`` (the request's cancellation point,
+    runner._Stop) answers True. ``ticks`` counts the looks at the clock."""
 
     def __init__(self, stop=None, max_hold=DEFAULT_MAX_HOLD):
+        Clock.__init__(self, float("inf"), max_hold=DEFAULT_MAX_HOLD if max_hold is None else max_hold,
+                       check_every=0.0)
         self.stop = stop
-        self.max_hold = DEFAULT_MAX_HOLD if max_hold is None else max_hold
-        self.held_since = own_cpu()
-        self.max_held = 0.0
-        self.yields = 0
         self.ticks = 0
 
     def tick(self):
         self.ticks += 1
-        held = own_cpu() - self.held_since
-        if held > self.max_held:
-            self.max_held = held
-        if held >= self.max_hold:
-            yield_gil()
-            self.yields += 1
-            self.held_since = own_cpu()
+        self.hold()
         stop = self.stop
         if stop is not None and stop():
             raise ProbeStopped("the request was %s while the probes ran" % (
@@ -106,7 +94,7 @@ class _Clock(object):
 
     def slept(self):
         """The probes released the GIL some other way (a sleep of their own): a new stretch."""
-        self.held_since = own_cpu()
+        self.yielded()
 
 
 _HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC
@@ -418,7 +406,7 @@ def registered_before():
 
 def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
     """The verifiers facts (module docstring). ``clock``: the duty cycle and cancel check
-    (a default budget without a stop when None); ``compiled``: size through _walk.c where it
+    (a default budget without a stop when None); ``compiled``: size through the compiled walk where it
     loads (False: deep_size in Python, as a request's ``walker: python``); ``in_flight`` and
     ``registered``: what was in flight and registered as the owners' walk began."""
     clock = clock if clock is not None else _Clock()

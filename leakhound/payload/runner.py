@@ -5,13 +5,15 @@ Runs inside the target with the standard library only. Two ways in:
 * ``run_from_dir(dir)``: the debugger path. The bootstrap (``boot.py``) runs at a safe point
   on the main thread and only starts a short-lived daemon thread, which loads this package
   and calls this: it reads ``request.json`` from the private directory, writes
-  ``progress.json`` while it works and ``result.json`` (by atomic rename) when done.
-* ``handle(request, progress, cancelled)``: the in-process agent path (``agent.py``), called
-  on the agent's own thread.
+  ``progress.json`` while it works and ``result.json`` (by atomic rename) when done
+  (transport.py).
+* ``handle(request, progress, cancelled)``: the in-process agent path (``agent_server.py``),
+  called on the agent's own thread.
 
 A snapshot that asks for the object graph with ``early_graph`` hands the graph over as soon
-as it is walked (on the debugger path ``graph.json`` and ``graph.bin`` through ``_Exchange``;
-on the agent's socket a line through ``agent._SocketExchange``), then counts the census, the
+as it is walked (on the debugger path ``graph.json`` and ``graph.bin`` through
+``transport.DirectoryExchange``; on the agent's socket a line through
+``agent_server.SocketExchange``), then counts the census, the
 arena and the probes while the CLI computes the dominator tree in its own process; the CLI
 then posts the paths it wants named (``names.request.json``, or a reply line) and the labels
 come back in the result (``names``): one attach, the two processes working at once.
@@ -27,10 +29,7 @@ releases the lock (``_busy``), so nothing keeps running unobserved. A patch land
 fixes in one step after its last cancellation point: cancelled means nothing landed.
 """
 
-import json
 import os
-import select
-import socket
 import sys
 import threading
 import time
@@ -40,7 +39,7 @@ import traceback
 # is loaded from the request's private directory, which is removed once it is answered, and
 # the next request reuses the loaded package (same version): a module first imported then
 # would not be found ("cannot import name 'graph'").
-from . import arena, census, duty, graph, patches, probes, sampling, wire
+from . import arena, census, graph, pacing, patches, probes, sampling, transport, wire
 from .graph_wire import BINARY_FILE
 from .wire import PAYLOAD_VERSION
 
@@ -619,7 +618,8 @@ OPERATIONS = {wire.OP_SNAPSHOT: _snapshot, wire.OP_PING: _ping, wire.OP_PATCH: _
 def handle(request, progress=None, cancelled=None, exchange=None):
     """Run one request; always returns a JSON-able dict with ``ok``. ``cancelled``: the CLI's
     explicit cancel, a callable polled between steps (the request's deadline is checked too).
-    ``exchange``: the channel's ``_Exchange`` (documents before the result), if it has one."""
+    ``exchange``: the channel's exchange (documents before the result: transport.DirectoryExchange,
+    agent_server.SocketExchange), if it has one."""
     progress = progress or (lambda phase, done: None)
     if type(request) is not dict or request.get("op") not in OPERATIONS:
         return wire.failed(wire.KIND_BAD_REQUEST, "unknown request")
@@ -631,8 +631,8 @@ def handle(request, progress=None, cancelled=None, exchange=None):
     _rss_at_boot = 0
     progress, beat = _with_beat(progress)
     stop = _Stop(_request_timeout(request), cancelled, memory=memory, beat=beat)
-    collections_before = duty.stats()
-    duty.watch_collections()
+    collections_before = pacing.stats()
+    pacing.watch_collections()
     try:
         if exchange is not None and request["op"] == wire.OP_SNAPSHOT:
             out = _snapshot(request, progress, stop, exchange)
@@ -654,12 +654,12 @@ def handle(request, progress=None, cancelled=None, exchange=None):
                            traceback=traceback.format_exc(limit=8))
     finally:
         memory.close()
-        duty.unwatch_collections()
+        pacing.unwatch_collections()
         _busy.release()
 
 
 # The least time between two beats (the last progress said again, _Stop.beat): each is a
-# write to the CLI, which hands the GIL over (see ``throttled``).
+# write to the CLI, which hands the GIL over (see ``transport.throttled``).
 BEAT_EVERY = 1.0
 
 
@@ -684,8 +684,8 @@ def _with_beat(progress):
 
 def _collections_since(before):
     """The target's own collections that ran in the request's thread since ``before``
-    (duty.stats()): per generation, their wall seconds summed and the longest (duty.py)."""
-    now = duty.stats()
+    (pacing.stats()): per generation, their wall seconds summed and the longest (pacing.py)."""
+    now = pacing.stats()
     return {"collections": [a - b for a, b in zip(now["collections"], before["collections"])],  # noqa: B905 - 3.8+
             "seconds": round(now["seconds"] - before["seconds"], 4), "max_ms": now["max_ms"]}
 
@@ -696,7 +696,7 @@ def _after_fork_in_child():
     payload's ``gc.callbacks`` entry gone, and the fixes' helper threads running again."""
     global _busy
     _busy = threading.Lock()
-    duty.reset_after_fork()
+    pacing.reset_after_fork()
     patches.after_fork_in_child()
 
 
@@ -705,133 +705,11 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _write_json(path, doc):
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        # json.dumps, not json.dump: the streaming encoder builds nested closures that
-        # reference each other, a reference cycle left for the target's GC on every call.
-        # A graph's arrays go piece by piece (graph.json_pieces): short steps.
-        if "graph" in doc:
-            json_pieces = graph.json_pieces
-
-            # (its raw arrays first, into graph.bin beside this file)
-            for piece in json_pieces(doc, binary_dir=os.path.dirname(path)):
-                fh.write(piece)
-        else:
-            fh.write(json.dumps(doc))
-    os.rename(tmp, path)
-
-
-def throttled(report, every=0.2):
-    """``report(phase, done)`` at most every ``every`` seconds.
-
-    Every report is I/O, which releases the GIL and takes it back: many of them in a row
-    starve the target's main thread (each time the GIL changes hands, a thread waiting for it
-    starts its 5 ms switch-interval wait over). Measured: the agent's unthrottled progress
-    took the 4.8M-object benchmark's worst loop lag from 10 ms to 110-230 ms.
-    """
-    last = [0.0]
-
-    def progress(phase, done):
-        now = time.monotonic()
-        if now - last[0] < every:
-            return
-        last[0] = now
-        report(phase, done)
-
-    return progress
-
-
-def directory_cancelled(directory):
-    """The debugger path's cancel: the CLI wrote ``cancel`` or removed the directory."""
-
-    def cancelled():
-        return os.path.exists(os.path.join(directory, "cancel")) or not os.path.isdir(directory)
-
-    return cancelled
-
-
-def socket_cancelled(conn):
-    """The agent path's cancel: a ``cancel`` line from the client, or the connection closed
-    (the CLI gave up, or was killed). A client that only shut down its sending side (it sent
-    the request and waits for the answer) has not cancelled: a closed connection is told from
-    it by POLLHUP, set only once both directions are shut. Never blocks."""
-
-    def cancelled():
-        try:
-            poller = select.poll()
-            poller.register(conn, select.POLLIN | select.POLLHUP)
-            events = poller.poll(0)
-            if not events:
-                return False
-            if events[0][1] & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
-                return True
-            data = conn.recv(4096, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return False
-        except (OSError, ValueError):
-            return True
-        return b"cancel" in data
-
-    return cancelled
-
-
-class _Exchange(object):
-    """Documents handed over within one request, before its result, on the debugger path:
-    ``send(name, doc)`` writes ``<name>.json`` (a graph's arrays into graph.bin beside it);
-    ``receive(name, stop, until)`` waits for the CLI's ``<name>.request.json`` (sleeping, 5 ms
-    at a time) until it comes, the request is cancelled or ``time.monotonic()`` is ``until``."""
-
-    def __init__(self, directory):
-        self.directory = directory
-        # the object graph's records go to graph.bin here as the walk goes (graph.build)
-        self.spool_dir = directory
-
-    def send(self, name, doc):
-        _write_json(os.path.join(self.directory, name + ".json"), doc)
-
-    def receive(self, name, stop, until):
-        path = os.path.join(self.directory, name + ".request.json")
-        while time.monotonic() < until and not stop():
-            try:
-                with open(path) as fh:
-                    doc = json.load(fh)
-            except (OSError, ValueError):  # not there yet (the CLI renames it in: never half)
-                time.sleep(0.005)
-                continue
-            return doc if type(doc) is dict else None
-        return None
-
-
 def run_from_dir(directory):
-    """The debugger path, on the payload's own thread: request.json in, result.json out."""
-    cancelled = directory_cancelled(directory)
+    """The debugger path (transport.run_from_dir, called by boot.py), answered by ``handle``."""
+    transport.run_from_dir(directory, handle, _no_request)
 
-    written = [0]
 
-    def write_progress(phase, done):
-        if cancelled():
-            return  # nothing new in a directory the CLI is removing
-        written[0] += 1  # a beat that says the same phase again is a new document all the same
-        try:
-            _write_json(os.path.join(directory, "progress.json"), {"phase": phase, "done": done, "seq": written[0]})
-        except OSError:
-            pass
-
-    progress = throttled(write_progress)
-
-    try:
-        with open(os.path.join(directory, "request.json")) as fh:
-            request = json.load(fh)
-        result = handle(request, progress, cancelled, _Exchange(directory))
-    except (OSError, ValueError) as exc:
-        global _rss_at_boot
-        _rss_at_boot = 0  # no request took it: not a baseline for a later one
-        result = wire.failed(wire.KIND_BAD_REQUEST, "cannot read the request: %s" % exc)
-    if not os.path.isdir(directory):
-        return  # the CLI gave up and removed the directory; nothing to leave behind
-    try:
-        _write_json(os.path.join(directory, "result.json"), result)
-    except OSError:
-        pass
+def _no_request():
+    global _rss_at_boot
+    _rss_at_boot = 0  # no request took it: not a baseline for a later one

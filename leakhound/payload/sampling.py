@@ -20,14 +20,14 @@ import sys
 import threading
 import time
 
-from . import arena, census, probes
+from . import arena, probes
 from .graph_wire import _folded_step_label, _step_label
-from .objects import _SIZED, _type_name, subclass_tree
+from .objects import _SIZED, _class_dict, _instance_dict, _short_type_name, _slot_values, _type_name, subclass_tree
 from .tasks import await_chain, live_tasks
 from .tracked import tracked_objects
 
 # "task:NAME/CORO (FILE:LINE).<Type>.attr...": an owner the census found under a coroutine
-# of a task (census_roots.task_roots). The line is where the coroutine was paused then: it is
+# of a task (census_roots.task_coroutines). The line is where the coroutine was paused then: it is
 # not used to find it again.
 _TASK_PATH = re.compile(r"^task:(.*)/([^/ ]+) \(([^)]*)\)\.<([^>]+)>(?:\.(.*))?$")
 
@@ -43,10 +43,10 @@ MAX_TRACKED = 5000000  # above this the type count is skipped (it would allocate
 def _child(obj, name):
     """``obj.name`` through the built-in ``__dict__`` descriptors only; raises KeyError."""
     if issubclass(type(obj), type):  # not isinstance(): it would read a user __class__
-        return census._class_dict(obj)[name]
-    d = census._instance_dict(obj)
+        return _class_dict(obj)[name]
+    d = _instance_dict(obj)
     if d is None:
-        for slot, value in census._slot_values(obj):
+        for slot, value in _slot_values(obj):
             if slot == name:
                 return value
         raise KeyError(name)
@@ -94,7 +94,7 @@ def _resolve_task_path(path):
             if code is None or code.co_name != coro_name:
                 continue
             for obj in gc.get_referents(coro):
-                if census._short_type_name(type(obj)) != type_name:
+                if _short_type_name(type(obj)) != type_name:
                     continue
                 try:
                     for name in chain.split(".") if chain else ():
@@ -214,7 +214,7 @@ def _type_counts(top):
         counts[tid] = n + 1
     del objects
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
-    return [{"type": census._type_name(kinds[tid]), "count": n, "bytes": 0} for tid, n in ranked], took
+    return [{"type": _type_name(kinds[tid]), "count": n, "bytes": 0} for tid, n in ranked], took
 
 
 def sample(request, progress):

@@ -32,7 +32,7 @@ import sys
 from .objects import _class_dict, _instance_dict, subclass_tree
 
 # A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
-# 0, like one that raises (_walk.c: MAX_OBJECT_BYTES). Sums then stay far from int64 limits.
+# 0, like one that raises (_walk.h: MAX_OBJECT_BYTES). Sums then stay far from int64 limits.
 _MAX_OBJECT_BYTES = 1 << 48
 
 _METHOD_DESCRIPTOR = type(object.__sizeof__)
@@ -75,7 +75,7 @@ def _sizeofs_counting_referents():
 
 
 # Types whose __sizeof__ is one of these are sized by object.__sizeof__ (their basic size):
-# the referent is counted once, on its own (the walks: census_walk.py, graph.py, _walk.c).
+# the referent is counted once, on its own (the walks: census_walk.py, graph.py, their compiled twins).
 SIZEOF_COUNTS_REFERENTS = _sizeofs_counting_referents()
 _SIZEOF_COUNTS_REFERENTS_IDS = frozenset(id(descr) for descr in SIZEOF_COUNTS_REFERENTS)
 
@@ -96,7 +96,7 @@ def object_size(obj, default=0):
     ``object.__sizeof__(obj)``: a ``__sizeof__`` written in Python is never run (a mock's
     creates new mocks for the walk to meet, without end: gigabytes in seconds). Anything it
     raises (not only TypeError) and any size no object can have count as 0: one odd object
-    must not end the census. ``Census._claim_tree``'s hot loop and _walk.c do the same."""
+    must not end the census. ``Census._claim_tree``'s hot loop and _census_walk.c do the same."""
     try:
         builtin = _sizeof_is_builtin(type(obj))
     except Exception:
@@ -142,7 +142,7 @@ class SizeCache(object):
 
 
 def configure_compiled(walk):
-    """Hand the compiled walk (``_walk.c``, the module ``walk``, or None) what it sizes as this
+    """Hand the compiled walk (the module ``_walk``, or None) what it sizes as this
     module does: ``SIZEOF_COUNTS_REFERENTS``."""
     setter = getattr(walk, "sizeof_counts_referents", None)
     if setter is not None:
@@ -150,9 +150,9 @@ def configure_compiled(walk):
 
 
 try:  # the compiled walk, where it loads (census.py, graph.py), sizes as object_size does
-    from . import _walk as _compiled_walk  # type: ignore[attr-defined]
+    from . import _walk as _compiled_walk
 except Exception:
-    _compiled_walk = None
+    _compiled_walk = None  # type: ignore[assignment]
 configure_compiled(_compiled_walk)
 
 
@@ -212,7 +212,7 @@ def native_types(tick=None):
     return out, bases
 
 
-# How the walks (census_walk.py, _walk.c) treat a native type: its buffers and hidden
+# How the walks (census_walk.py, graph.py and their compiled twins) treat a native type: its buffers and hidden
 # references handed back to Python, or a 3.11/3.12 (separate) or 3.13 (inline) instance's
 # attribute values added to its size on the spot.
 NATIVE_BUFFERS = 1

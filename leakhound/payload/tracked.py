@@ -15,9 +15,9 @@ import gc
 import sys
 
 try:
-    from . import _walk as _walk_module  # type: ignore[attr-defined]
+    from . import _walk as _walk_module
 except ImportError:  # pragma: no cover - the payload runs without its C helpers too
-    _walk_module = None
+    _walk_module = None  # type: ignore[assignment]
 
 
 def _without_held_once(objects, limit):

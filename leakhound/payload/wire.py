@@ -86,7 +86,7 @@ if TYPE_CHECKING:
         loaded_bytes: int
 
     class TargetCollections(TypedDict):
-        """The target's own collections that ran in the payload's thread (duty.py)."""
+        """The target's own collections that ran in the payload's thread (pacing.py)."""
 
         collections: List[int]  # per generation
         seconds: float

@@ -354,7 +354,7 @@ PYTHONS = installed_pythons(minimum=(3, 8))
 _AGENT_ONLY = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from leakhound.payload import agent
+from leakhound.payload import agent_server as agent
 path = agent.start()
 with open(sys.argv[2], "w") as fh:
     fh.write(path)

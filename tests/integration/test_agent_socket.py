@@ -20,7 +20,7 @@ import pytest
 
 from leakhound.attach.agent import find_socket
 from leakhound.core.capture import take_snapshot
-from leakhound.payload.agent import is_leakhound_cli, wanted
+from leakhound.payload.agent_server import is_leakhound_cli, wanted
 from tests.namespaces import shared_dir, spawn_in_namespaces
 from tests.utils import FIXTURES, spawn_target, within
 

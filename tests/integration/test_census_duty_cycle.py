@@ -34,7 +34,7 @@ def test_a_census_in_a_busy_target_yields_the_gil_under_its_budget(tmp_path: Pat
     # The target kept serving meanwhile (its loop ticked on).
     assert after["ticks"] > ticks_before
     # The target's own collections that ran in the payload's thread, per generation, reported
-    # apart from the holds (payload/duty.py: the collector is never switched off or on).
+    # apart from the holds (payload/pacing.py: the collector is never switched off or on).
     for result in (budgeted.result, unbudgeted.result):
         ran = result["target_gc_in_payload_thread"]
         assert len(ran["collections"]) == 3 and min(ran["collections"]) >= 0 and ran["seconds"] >= 0

@@ -73,9 +73,10 @@ def test_an_anonymous_mmap_is_its_length(tmp_path: Path, version: str) -> None:
 
 
 WALKS_AGREE = r"""
-import mmap, sys
+import gc, mmap, sys
 sys.path.insert(0, sys.argv[1])
-from leakhound.payload import census
+from leakhound.payload import census, roots
+from leakhound.payload.objects import _type_name
 import numpy as np
 from PIL import Image
 try:
@@ -100,16 +101,16 @@ for compiled in (True, False):
         census._WORK_PER_CALL = per_call
         walk = census.Census(timeout=60, compiled=compiled)
         # classes and modules are walls (as in a census): the walk stays inside ``heap``
-        for cls, refs in census.class_roots():
-            for wall in [cls, *refs]:
+        for cls, _name, _kind, _tier in roots.classes(named=False):
+            for wall in [cls, *(r for r in gc.get_referents(cls) if type(r) is dict or type(r) is tuple)]:
                 walk.claimed.add(id(wall))
-        for _name, module, md in census.module_roots(lambda name: False):
+        for module, _name, _kind, _tier in roots.modules(lambda name: False):
             walk.claimed.add(id(module))
-            walk.claimed.add(id(md))
+            walk.claimed.add(id(module.__dict__))
         walk._claim_tree(walk._owner("root", heap), heap)
         types = walk.types
         out.append((walk.total_objects, walk.total_bytes, sorted(
-            (census._type_name(tp), types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys))))
+            (_type_name(tp), types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys))))
 assert census._walk is not None
 diff = [sorted(set(o[2]) ^ set(out[0][2])) for o in out]
 assert all(o[:2] == out[0][:2] for o in out) and not any(diff), ([o[:2] for o in out], diff)

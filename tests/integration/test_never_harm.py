@@ -124,5 +124,5 @@ def test_agent_socket_is_private_and_answers_only_fixed_requests(tmp_path: Path)
     assert by_payload[hostile[6]] is None or by_payload[hostile[6]]["kind"] == "BadRequest"
     assert ping["ok"] is True
     # The agent's own modules only: nothing else loaded, no patch state.
-    assert "leakhound.payload.agent" in report["leakhound_modules"]
+    assert "leakhound.payload.agent_server" in report["leakhound_modules"]
     assert all(m == "leakhound" or m.startswith("leakhound.payload") for m in report["leakhound_modules"])

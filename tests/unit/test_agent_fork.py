@@ -1,5 +1,5 @@
 """A child forked from a process with the in-process agent closes its copies of the agent's
-sockets (payload/agent.py): the agent's thread does not come along, and the child's copy of
+sockets (payload/agent_server.py): the agent's thread does not come along, and the child's copy of
 the listening socket would keep it looking served once the parent is gone."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 CHILD_REPORT = """
 import json, os, socket, sys
-from leakhound.payload import agent
+from leakhound.payload import agent_server as agent
 
 path = agent.start()
 listening = agent._sockets[0]

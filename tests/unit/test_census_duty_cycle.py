@@ -1,4 +1,4 @@
-"""The pause budget's duty cycle (census_tallies._Clock): the census yields the GIL once it has
+"""The pause budget's duty cycle (pacing.Clock): the census yields the GIL once it has
 run half the budget since it last did, and says how long it ran at most between two yields.
 
 Structural, not timed: counts of yields and the bound the clock reports, never wall-clock limits.
@@ -11,10 +11,10 @@ import threading
 import time
 
 from leakhound.payload import census
-from leakhound.payload.census_tallies import _Clock
+from leakhound.payload.pacing import Clock
 
 
-def _spin(clock: _Clock, cpu_seconds: float) -> None:
+def _spin(clock: Clock, cpu_seconds: float) -> None:
     """Run ``cpu_seconds`` of this thread's CPU, checking the clock as the walk does."""
     end = time.thread_time() + cpu_seconds
     while time.thread_time() < end:
@@ -23,7 +23,7 @@ def _spin(clock: _Clock, cpu_seconds: float) -> None:
 
 
 def test_the_clock_yields_once_it_has_held_the_budget() -> None:
-    clock = _Clock(time.monotonic() + 60, max_hold=0.005)
+    clock = Clock(time.monotonic() + 60, max_hold=0.005)
     _spin(clock, 0.1)
     # 100 ms of running with a 5 ms stretch: a yield per stretch, and no stretch much longer
     # than the stretch plus one check interval (CPU time, so a loaded machine does not stretch it).
@@ -32,7 +32,7 @@ def test_the_clock_yields_once_it_has_held_the_budget() -> None:
 
 
 def test_without_a_budget_the_clock_never_yields() -> None:
-    clock = _Clock(time.monotonic() + 60)
+    clock = Clock(time.monotonic() + 60)
     _spin(clock, 0.05)
     assert clock.yields == 0
     assert clock.max_held >= 0.04  # one stretch, reported whole
@@ -41,7 +41,7 @@ def test_without_a_budget_the_clock_never_yields() -> None:
 def test_a_yield_lets_a_waiting_thread_run() -> None:
     # A thread that wants the GIL runs between two stretches: the yield is a sleep, which
     # releases the GIL, not a wait for the switch interval.
-    clock = _Clock(time.monotonic() + 60, max_hold=0.002)
+    clock = Clock(time.monotonic() + 60, max_hold=0.002)
     ran = []
     stop = threading.Event()
 

@@ -4,13 +4,14 @@ tests/integration/test_native_buffers.py)."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import tracemalloc
 from typing import Any
 
 import pytest
 
-from leakhound.payload import census, sizes
+from leakhound.payload import census, roots, sizes
 
 needs_311 = pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 instances have a dict")
 
@@ -25,8 +26,8 @@ class _Point:
 
 def _walk(root: Any, compiled: bool) -> tuple[int, int]:
     walk = census.Census(timeout=60, compiled=compiled)
-    for cls, refs in census.class_roots():  # classes are walls, as in a census
-        for wall in [cls, *refs]:
+    for cls, _name, _kind, _tier in roots.classes(named=False):  # classes are walls, as in a census
+        for wall in [cls, *(r for r in gc.get_referents(cls) if type(r) is dict or type(r) is tuple)]:
             walk.claimed.add(id(wall))
     walk._claim_tree(walk._owner("root", root), root)
     return walk.total_objects, walk.total_bytes

@@ -1,10 +1,10 @@
-"""The compiled census walk (payload/_walk.c) against its pure-Python twin, in this process.
+"""The compiled census walk (payload/_census_walk.c) against its pure-Python twin, in this process.
 
 Both walk the same private structure of built-in containers (no heap-type instances, so no
 walk leaves it through a class) and must agree exactly: objects, bytes and every type's count
 and bytes. A tiny per-call budget makes the C walk stop and resume inside big containers.
 tests/walk_hostile.py throws objects built to break the walk at both loops; it also runs
-here under AddressSanitizer, with an ASan build of _walk.c, where gcc and libasan are.
+here under AddressSanitizer, with an ASan build of the extension, where gcc and libasan are.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from leakhound.payload import census
+from leakhound.payload.objects import _type_name
 
 built = pytest.mark.skipif(census._walk is None, reason="the C walk was not built here")
 
@@ -64,7 +65,7 @@ def _walk(root: Any, compiled: bool) -> tuple[int, int, dict[str, tuple[int, int
     owner = walk._owner("root", root)
     walk._claim_tree(owner, root)
     types = walk.types
-    by_type = {census._type_name(tp): (types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys)}
+    by_type = {_type_name(tp): (types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys)}
     return walk.total_objects, walk.total_bytes, by_type
 
 
@@ -272,7 +273,7 @@ def test_a_wide_container_of_objects_costs_no_reference_per_entry(monkeypatch: p
             # the marks: 8 KiB per MiB of the heap's addresses, whatever the walk's shape
             bitmap = len(walk.claimed.regions) * (8192 + 100)
         totals[compiled] = (walk.total_objects, walk.total_bytes, sorted(
-            (census._type_name(tp), walk.types.counts[i], walk.types.bytes[i]) for i, tp in enumerate(walk.types.keys)))
+            (_type_name(tp), walk.types.counts[i], walk.types.bytes[i]) for i, tp in enumerate(walk.types.keys)))
     assert totals[True] == totals[False]
     assert totals[True][0] >= 2 * n
     assert deepest[0] <= 16384 + 2, deepest[0]  # was n

@@ -17,7 +17,7 @@ from leakhound.analysis import dominators
 from leakhound.payload import graph
 from leakhound.payload.graph_wire import BINARY_FILE, binary_pieces, json_pieces
 from tests.pythons import installed_pythons
-from tests.unit.test_walk_versions import _asan_runtime
+from tests.unit.test_walk_versions import _asan_runtime, build_asan_walk
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONS = installed_pythons()
@@ -45,12 +45,7 @@ def test_the_compiled_graph_walk_matches_the_python_loop(version: str) -> None:
 def test_the_graph_walk_under_address_sanitizer(tmp_path: Path) -> None:
     """This interpreter only (one build; test_walk_versions runs the census's helpers under
     ASan on every version): ~8 s."""
-    import sysconfig
-
-    ext = tmp_path / "_walk.abi3.so"
-    subprocess.run(["gcc", "-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-fPIC", "-shared",
-                    "-fno-strict-aliasing", "-I", sysconfig.get_paths()["include"], str(WALK_SO.with_name("_walk.c")),
-                    "-o", str(ext)], check=True, capture_output=True, timeout=120)
+    ext = build_asan_walk(tmp_path / "_walk.abi3.so")
     env = {"LD_PRELOAD": str(_asan_runtime()), "ASAN_OPTIONS": "detect_leaks=0", "PYTHONMALLOC": "malloc"}
     run = _hostile(PYTHONS[THIS], "--so", str(ext), env=env)
     assert "AddressSanitizer" not in run.stderr, run.stderr[-4000:]

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from leakhound.payload import graph_wire, sampling
-from leakhound.payload.census_roots import frame_locals
 from leakhound.payload.graph_roots import _walk_module
+from leakhound.payload.roots import frame_locals
 from leakhound.payload.tasks import _c_future_class, context_variables, task_context
 
 REQUEST_LOG: contextvars.ContextVar[list[str]] = contextvars.ContextVar("request_log")

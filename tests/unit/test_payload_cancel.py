@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from leakhound.payload import runner
+from leakhound.payload import runner, transport
 from leakhound.payload.patches import _apply_all, _state
 
 
@@ -53,7 +53,7 @@ def test_a_patch_cancelled_at_its_commit_point_changes_nothing() -> None:
 def test_the_agent_cancel_is_a_cancel_line_or_the_connection_closing() -> None:
     ours, theirs = socket.socketpair()
     try:
-        cancelled = runner.socket_cancelled(ours)
+        cancelled = transport.socket_cancelled(ours)
         assert cancelled() is False
         theirs.sendall(b'{"cancel": true}\n')
         assert cancelled() is True
@@ -63,7 +63,7 @@ def test_the_agent_cancel_is_a_cancel_line_or_the_connection_closing() -> None:
     ours, theirs = socket.socketpair()
     try:
         ours.settimeout(5.0)  # as the agent's connection: never blocks on it anyway
-        cancelled = runner.socket_cancelled(ours)
+        cancelled = transport.socket_cancelled(ours)
         theirs.close()
         assert cancelled() is True
     finally:
@@ -76,8 +76,8 @@ def test_a_request_past_its_deadline_answers_cancelled_and_releases_the_lock(tmp
         stop.check("census")
     assert (caught.value.reason, caught.value.phase) == ("deadline", "census")
     (tmp_path / "cancel").write_text("")
-    assert runner.directory_cancelled(str(tmp_path))() is True
-    assert runner.directory_cancelled(str(tmp_path / "gone"))() is True
+    assert transport.directory_cancelled(str(tmp_path))() is True
+    assert transport.directory_cancelled(str(tmp_path / "gone"))() is True
     result = runner.handle({"op": "patch", "action": "apply", "fixes": ["trim"], "timeout": 1e-9})
     applied = result.get("applied")
     if applied:  # never leave the fix running in the test process
@@ -119,11 +119,11 @@ def test_a_cancel_during_the_graph_still_cancels(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_names_the_cli_posts_are_read_and_waited_for_a_bounded_time(tmp_path: Path) -> None:
-    """The graph handed over early: the payload waits for the CLI's names (runner._Exchange)
+    """The graph handed over early: the payload waits for the CLI's names (transport.DirectoryExchange)
     until they come, the request is cancelled, or its bound (a few times the walk's time), not
     until the request's deadline: a CLI killed without a word (gdb, no janitor) would hold the
     request's lock that long."""
-    exchange = runner._Exchange(str(tmp_path))
+    exchange = transport.DirectoryExchange(str(tmp_path))
     stop = runner._Stop(60.0)
     assert exchange.receive("names", stop, time.monotonic() + 0.05) is None  # nobody posted: the bound
     assert stop.reason is None

@@ -87,7 +87,7 @@ def _runtime(trajectories: int = 40, steps: int = 3, tokens: int = 300, odd: boo
     for t in range(trajectories):
         runtime.trajectories[f"t{t}"] = [_step(rng, t, k, shared, tokens, odd) for k in range(steps)]
     runtime.trajectories["judge"] = runtime.trajectories["t0"]
-    if big:  # more entries than the compiled walk reads in one piece (_walk.c: BIG_CONTAINER)
+    if big:  # more entries than the compiled walk reads in one piece (_walk.h: BIG_CONTAINER)
         runtime.trajectories["big"] = [{"response": {"message": {"n": i, "f": i / 3}}} for i in range(9000)]
     for i in range(6):
         intercepts[f"r{i}"] = {"messages": [{"role": "user", "content": "data:image/png;base64," + "Q" * 500}],

@@ -55,16 +55,21 @@ def _asan_runtime() -> str | None:
     return found if os.path.isabs(found) and os.path.exists(found) else None
 
 
-@pytest.fixture(scope="module")
-def asan_walk(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_asan_walk(ext: Path) -> Path:
+    """The payload's one extension (every ``_*.c`` beside census.py, as hatch_build.py builds
+    it) compiled with AddressSanitizer into ``ext``."""
     import sysconfig
 
-    ext = tmp_path_factory.mktemp("asan") / "_walk.abi3.so"
+    sources = sorted(str(p) for p in Path(census.__file__).parent.glob("_*.c"))
     subprocess.run(["gcc", "-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-fPIC", "-shared",
-                    "-fno-strict-aliasing", "-I", sysconfig.get_paths()["include"],
-                    str(Path(census.__file__).with_name("_walk.c")), "-o", str(ext)],
-                   check=True, capture_output=True, timeout=120)
+                    "-fno-strict-aliasing", "-I", sysconfig.get_paths()["include"], *sources, "-o", str(ext)],
+                   check=True, capture_output=True, timeout=240)
     return ext
+
+
+@pytest.fixture(scope="module")
+def asan_walk(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_asan_walk(tmp_path_factory.mktemp("asan") / "_walk.abi3.so")
 
 
 # Under ASan: every version with the private helpers (what runs on 3.10-3.13), the

@@ -111,8 +111,8 @@ def _send(conn, doc):
     conn.sendall(json.dumps(doc).encode() + b"\n")
 
 
-class _SocketExchange(object):
-    """runner._Exchange on the agent's socket: ``send`` is a ``{"partial": {"name", "doc"}}``
+class SocketExchange(object):
+    """transport.DirectoryExchange's counterpart on the agent's socket: ``send`` is a ``{"partial": {"name", "doc"}}``
     line (a graph's raw arrays right after it), ``receive`` waits for the client's
     ``{"reply": name, "doc": ...}`` line, polling 5 ms at a time, until the request is
     cancelled (``stop``: runner._Stop) or ``time.monotonic()`` is ``until``."""
@@ -180,7 +180,7 @@ def _receive(conn, requests, readers):
 
 
 def _serve_one(conn, line):
-    from . import runner  # noqa: PLC0415 - loaded on first request, not at start-up
+    from . import runner, transport  # noqa: PLC0415 - loaded on first request, not at start-up
 
     conn.settimeout(5.0)
     try:
@@ -199,8 +199,8 @@ def _serve_one(conn, line):
                 pass
 
         # A "cancel" line or the client closing the connection stops the request.
-        _send(conn, {"result": runner.handle(request, runner.throttled(send_progress),
-                                             runner.socket_cancelled(conn), _SocketExchange(conn))})
+        _send(conn, {"result": runner.handle(request, transport.throttled(send_progress),
+                                             transport.socket_cancelled(conn), SocketExchange(conn))})
     except OSError:
         pass
     finally:

@@ -1,4 +1,4 @@
-"""The duty cycle's yield and the target's own collections (payload/duty.py): the payload never
+"""The duty cycle's yield and the target's own collections (payload/pacing.py): the payload never
 switches the collector; a collection of the target's that runs in the payload's thread is
 timed apart and kept out of the walks' stretches; a child forked mid-request starts with none
 of the request's state. Counted, not timed."""
@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from leakhound.payload import census, duty, graph, probes, runner
+from leakhound.payload import census, graph, pacing, probes, runner
 
 
 @pytest.fixture
-def fresh_duty(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(duty, "_state", {"thread": None, "started_wall": None, "started_cpu": None, "cpu": 0.0,
+def fresh_pacing(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(pacing, "_state", {"thread": None, "started_wall": None, "started_cpu": None, "cpu": 0.0,
                                          "wall": 0.0, "collections": [0, 0, 0], "max_wall": 0.0})
     thresholds = gc.get_threshold()
     yield
-    duty.unwatch_collections()
+    pacing.unwatch_collections()
     gc.enable()
     gc.set_threshold(*thresholds)
 
@@ -54,7 +54,7 @@ class _Poller:
         self.thread.join()
 
 
-def test_a_request_near_a_costly_collection_never_switches_the_collector(fresh_duty: None) -> None:
+def test_a_request_near_a_costly_collection_never_switches_the_collector(fresh_pacing: None) -> None:
     # The real worker's threshold: every stretch of the payload's once ran with it off, and
     # the interpreter's thread switch showed that to the target's threads.
     gc.collect()
@@ -64,30 +64,30 @@ def test_a_request_near_a_costly_collection_never_switches_the_collector(fresh_d
     assert out.get("ok"), out
     assert poller.reads > 0 and poller.off == 0
     assert gc.isenabled() and gc.get_threshold() == (150_000, 10, 10)
-    assert not any(cb is duty._on_collection for cb in gc.callbacks)
+    assert not any(cb is pacing._on_collection for cb in gc.callbacks)
 
 
-def test_the_collector_off_stays_off(fresh_duty: None) -> None:
+def test_the_collector_off_stays_off(fresh_pacing: None) -> None:
     gc.disable()  # the target's own choice
     try:
         out = runner.handle({"op": "snapshot", "max_pause_ms": 0.5}, lambda phase, done: None)
         assert out.get("ok"), out
-        duty.yield_gil()
+        pacing.yield_gil()
         assert not gc.isenabled()
     finally:
         gc.enable()
 
 
-def test_a_collection_in_the_payloads_thread_is_timed_apart_from_its_stretch(fresh_duty: None) -> None:
+def test_a_collection_in_the_payloads_thread_is_timed_apart_from_its_stretch(fresh_pacing: None) -> None:
     keep = [[i] for i in range(300_000)]  # a full collection with something to examine
-    duty.watch_collections()
+    pacing.watch_collections()
     try:
-        cpu_before, own_before = time.thread_time(), duty.own_cpu()
+        cpu_before, own_before = time.thread_time(), pacing.own_cpu()
         gc.collect()  # stands for the one the payload's allocation sets off
-        cpu_spent, own_spent = time.thread_time() - cpu_before, duty.own_cpu() - own_before
+        cpu_spent, own_spent = time.thread_time() - cpu_before, pacing.own_cpu() - own_before
     finally:
-        duty.unwatch_collections()
-    stats = duty.stats()
+        pacing.unwatch_collections()
+    stats = pacing.stats()
     assert stats["collections"] == [0, 0, 1]
     assert stats["max_ms"] > 0 and stats["seconds"] > 0
     # the collection's CPU is out of the payload's own clock: what is left is the callback's
@@ -95,33 +95,33 @@ def test_a_collection_in_the_payloads_thread_is_timed_apart_from_its_stretch(fre
     del keep
 
 
-def test_collections_in_the_targets_threads_are_not_counted(fresh_duty: None) -> None:
-    duty.watch_collections()
+def test_collections_in_the_targets_threads_are_not_counted(fresh_pacing: None) -> None:
+    pacing.watch_collections()
     try:
         thread = threading.Thread(target=gc.collect)
         thread.start()
         thread.join()
     finally:
-        duty.unwatch_collections()
-    assert duty.stats()["collections"] == [0, 0, 0]
+        pacing.unwatch_collections()
+    assert pacing.stats()["collections"] == [0, 0, 0]
 
 
-def test_the_payloads_callback_leaves_the_targets_own_where_they_are(fresh_duty: None) -> None:
+def test_the_payloads_callback_leaves_the_targets_own_where_they_are(fresh_pacing: None) -> None:
     def theirs(phase: str, info: dict[str, Any]) -> None:
         pass
 
     gc.callbacks.append(theirs)
     try:
-        duty.watch_collections()
-        duty.watch_collections()  # once, however often
-        assert sum(cb is duty._on_collection for cb in gc.callbacks) == 1
-        duty.unwatch_collections()
-        assert theirs in gc.callbacks and not any(cb is duty._on_collection for cb in gc.callbacks)
+        pacing.watch_collections()
+        pacing.watch_collections()  # once, however often
+        assert sum(cb is pacing._on_collection for cb in gc.callbacks) == 1
+        pacing.unwatch_collections()
+        assert theirs in gc.callbacks and not any(cb is pacing._on_collection for cb in gc.callbacks)
     finally:
         gc.callbacks.remove(theirs)
 
 
-def test_a_request_reports_the_collections_that_ran_in_its_thread(fresh_duty: None,
+def test_a_request_reports_the_collections_that_ran_in_its_thread(fresh_pacing: None,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # A collection set off in the request's thread (here: by the census's first phase).
     original = census.Census.run
@@ -137,17 +137,17 @@ def test_a_request_reports_the_collections_that_ran_in_its_thread(fresh_duty: No
     assert ran["collections"][0] >= 1 and ran["max_ms"] >= 0
 
 
-def test_a_child_forked_mid_request_starts_with_no_request_running(fresh_duty: None) -> None:
+def test_a_child_forked_mid_request_starts_with_no_request_running(fresh_pacing: None) -> None:
     """The request lock and the gc.callbacks entry of a request running in another thread as
     the target forks: free and gone in the child (os.register_at_fork, runner.py)."""
     in_request, forked = threading.Event(), threading.Event()
 
     def request() -> None:
         with runner._busy:
-            duty.watch_collections()
+            pacing.watch_collections()
             in_request.set()
             forked.wait(30)
-            duty.unwatch_collections()
+            pacing.unwatch_collections()
 
     thread = threading.Thread(target=request)
     thread.start()
@@ -159,7 +159,7 @@ def test_a_child_forked_mid_request_starts_with_no_request_running(fresh_duty: N
             free = runner._busy.acquire(blocking=False)
             if free:
                 runner._busy.release()
-            doc = {"lock_free": free, "callback": any(cb is duty._on_collection for cb in gc.callbacks),
+            doc = {"lock_free": free, "callback": any(cb is pacing._on_collection for cb in gc.callbacks),
                    "gc": gc.isenabled(),
                    "answered": runner.handle({"op": "ping"}).get("ok")}
             os.write(write, json.dumps(doc).encode())
@@ -183,8 +183,8 @@ def test_every_walk_yields_through_the_shared_yield(monkeypatch: pytest.MonkeyPa
         sleeps[0] += 1
         time.sleep(seconds)
 
-    monkeypatch.setattr(duty, "time", SimpleNamespace(sleep=sleep, thread_time=time.thread_time,
-                                                      perf_counter=time.perf_counter))
+    monkeypatch.setattr(pacing, "time", SimpleNamespace(sleep=sleep, thread_time=time.thread_time,
+                                                      perf_counter=time.perf_counter, monotonic=time.monotonic))
     keep = [[i] for i in range(200_000)]
     census.Census(max_pause_ms=0.2).run()
     after_census = sleeps[0]

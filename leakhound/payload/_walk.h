@@ -1,0 +1,155 @@
+/*
+ * What the compiled walks share (the census's, _census_walk.c, and the object graph's,
+ * _graph_walk.c, in one extension: _walk.abi3.so, its module in _walk.c): one call's state
+ * (Walk), the referents of a container held in a plain buffer (Refs), the per-call type
+ * cache and the census's sizes, the sliced reading of big containers, and what the running
+ * interpreter offers. The helpers are defined in _walk_objects.c, the interpreter's offer in
+ * _walk.c. Every name here is hidden: the extension exports PyInit__walk only, so no library
+ * the target has loaded can stand in for one of these.
+ */
+
+#ifndef LEAKHOUND_WALK_H
+#define LEAKHOUND_WALK_H
+
+#define Py_LIMITED_API 0x030A0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <limits.h>
+#include <string.h>
+#include <stdint.h>
+
+#pragma GCC visibility push(hidden)
+
+#define REGION_SHIFT 20
+#define REGION_BYTES 8192
+#define REGION_CACHE 64
+#define TYPE_CACHE_BITS 8
+#define TYPE_CACHE (1 << TYPE_CACHE_BITS)
+#define TYPE_PROBES 8
+/* A __sizeof__ larger than this (256 TiB, more than any machine's address space) is not a
+ * size: it reads as 0, like a failing one (census.py: _MAX_OBJECT_BYTES). */
+#define MAX_OBJECT_BYTES ((size_t)1 << 48)
+#define PENDING_NAME "leakhound._walk.pending"
+
+/* -- what the running interpreter offers ----------------------------------------------- */
+
+typedef size_t (*getsizeof_fn)(PyObject *);
+typedef PyObject *(*type_lookup_fn)(PyTypeObject *, PyObject *);
+typedef int (*set_next_fn)(PyObject *, Py_ssize_t *, PyObject **, Py_hash_t *);
+
+
+extern getsizeof_fn use_getsizeof;
+extern type_lookup_fn use_type_lookup;
+extern set_next_fn use_set_next;
+
+extern PyObject *sizeof_name;        /* "__sizeof__" */
+extern PyObject *object_sizeof;      /* object.__sizeof__ */
+extern PyObject *sys_getsizeof;      /* the built-in sys.getsizeof */
+extern PyObject *mro_descr;          /* type.__dict__["__mro__"] */
+extern PyObject *dict_descr;         /* type.__dict__["__dict__"] */
+extern PyObject *array_type;         /* array.array */
+extern PyObject *code_type;          /* types.CodeType */
+/* The names of the code type's member descriptors for what a code object holds (see
+ * code_referents): code objects are not gc-tracked, gc.get_referents lists none of it. */
+extern PyObject *code_members;       /* tuple of str */
+/* C __sizeof__ methods that count an object gc.get_referents also lists (sizes.py:
+ * SIZEOF_COUNTS_REFERENTS, set by sizeof_counts_referents): their types are sized by
+ * object.__sizeof__, the referent counted once, on its own. NULL: none. */
+extern PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
+
+/* -- one call's state ------------------------------------------------------------------ */
+
+/* A container's referents (or, in ``dead``, types this call stopped caching), held
+ * (INCREF'd) in a plain buffer: no list object is allocated per container, so the walk
+ * itself never counts towards (and never triggers) a collection of the target's young
+ * generation, which would traverse the caller's big lists. items[next:len] are still to be
+ * claimed; all of items[0:len] are owned until the container is done. */
+typedef struct {
+    PyObject **items;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+    Py_ssize_t next;
+    /* A big exact list, tuple, dict or set is read a slice at a time instead (see
+     * read_slice): ``cursor`` holds it, ``pos`` is where the next slice starts. */
+    PyObject *cursor;
+    Py_ssize_t pos;
+} Refs;
+
+/* What this call knows about a type; ``tp`` is a strong reference. */
+typedef struct {
+    PyTypeObject *tp;
+    unsigned long flags;
+    traverseproc traverse;
+    inquiry is_gc;
+    Py_ssize_t slot;        /* -1: not looked up yet */
+    int sizeof_builtin;     /* -1: not looked up yet */
+    PyObject *sizeof_descr; /* its C __sizeof__ (a strong reference), when sizeof_builtin */
+    PyCFunction sizeof_fn;  /* that __sizeof__'s C function, once learnt (call_sizeof) */
+    int sizeof_fn_tried;
+    /* What sys.getsizeof adds to __sizeof__ for this type (the GC header, 3.11+'s managed
+     * dict pre-header): -1 not learnt yet, -2 not to be learnt (see size_of). */
+    long long preheader;
+    long native;            /* -1: not looked up yet; else its code in ``native``, 0 if none */
+    /* The object graph's walk (_graph_walk.c): its slots' labels and descriptors (borrowed
+     * from the graph's slot cache, which keeps it: NULL not looked up yet), and whether it
+     * is frame-like (-1 not looked up yet). */
+    PyObject *graph_slots;
+    int frame_like;
+} TypeInfo;
+
+typedef struct {
+    PyObject *regions;               /* dict: address >> 20 -> bytearray(8192) */
+    uintptr_t region_keys[REGION_CACHE];
+    PyObject *region_objs[REGION_CACHE];  /* strong references */
+    PyObject *type_index;            /* dict: id(type) -> slot */
+    PyObject *new_slot;              /* callable(type) -> slot, may grow the arrays */
+    PyObject *counts_obj, *sizes_obj;
+    PyObject *native;                /* dict: id(type) -> kind, sized natively (or NULL) */
+    PyObject *found;                 /* list: the objects of those types this call claimed */
+    TypeInfo types[TYPE_CACHE];
+    unsigned type_evictions;         /* which entry of a full probe window goes next */
+    Refs dead;                       /* types pushed out of ``types``, released at the end */
+    long long *add_counts, *add_sizes;  /* per slot, this call's share; written at the end */
+    Py_ssize_t add_len;
+    Py_ssize_t *touched;             /* the slots this call added to (flush_tallies) */
+    Py_ssize_t n_touched, touched_cap;
+    /* A session's (see ``session``): the dicts its caches were filled for (strong
+     * references); a call with others starts them anew. NULL in a one-call Walk. */
+    PyObject *for_regions, *for_type_index, *for_native;
+} Walk;
+
+/* -- the helpers of both walks (_walk_objects.c) ------------------------------------------ */
+
+int refs_push(Refs *r, PyObject *op);
+void refs_clear(Refs *r);
+void refs_free(Refs *r);
+void walk_release_call(Walk *w);
+void walk_release(Walk *w);
+PyObject * region_in_dict(PyObject *regions, uintptr_t key);
+unsigned char * region_for(Walk *w, uintptr_t address);
+TypeInfo * type_info(Walk *w, PyTypeObject *tp);
+Py_ssize_t slot_for(Walk *w, TypeInfo *info);
+int size_of(PyObject *op, TypeInfo *info, long long *size);
+int grow_tallies(long long **counts, long long **sizes, Py_ssize_t *len, Py_ssize_t slot, Py_ssize_t first);
+int is_big(PyObject *op);
+Py_ssize_t read_slice(Refs *r, Py_ssize_t want);
+int visit_referent(PyObject *op, void *arg);
+int referents_of(Walk *w, PyObject *obj, Refs *r);
+long native_for(Walk *w, PyTypeObject *tp);
+long long instance_values_bytes(PyObject *obj, traverseproc traverse, long code);
+
+/* Containers with more entries than this are read in slices (is_big, read_slice). */
+#define BIG_CONTAINER 4096
+
+static inline int
+is_leaf(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    return tp == &PyUnicode_Type || tp == &PyBytes_Type || tp == &PyLong_Type
+        || tp == &PyFloat_Type || tp == &PyBool_Type || tp == &PyComplex_Type
+        || op == Py_None;
+}
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,117 @@
+"""The compiled walks (``_walk.abi3.so``, built from this package's ``_*.c``): the census's
+(``_census_walk.c``, twin of census_walk.py) and the object graph's (``_graph_walk.c``, twin of
+graph.py). Optional: where it does not load (CPython < 3.10, no compiler at install, a noexec
+directory) the payload runs the Python loops, which compute the same numbers.
+
+Addresses are ``id()`` values; 0 is the graph's super-root. The capsules are opaque: only this
+module reads them.
+"""
+
+from array import array
+from collections.abc import Callable
+from typing import final
+
+# "abi3+private": the interpreter's private helpers are in use (use_private); "abi3": the
+# stable ABI only.
+mode: str
+# Code objects' members are read here: the walks leave code out of the natively sized types
+# they hand this module (sizes.for_compiled_walk).
+READS_CODE: int
+
+@final
+class _Session:
+    """A census's caches kept between its claim() calls (a capsule)."""
+
+@final
+class _Pending:
+    """What a claim() call was in the middle of: referents and wide containers (a capsule)."""
+
+@final
+class _Graph:
+    """An object graph being built: its records, bitmaps and walk in progress (a capsule)."""
+
+# -- the module's settings and helpers (_walk.c) ------------------------------------------
+
+def use_private(on: object, /) -> bool:
+    """Use the interpreter's private helpers where it exports them; whether all are in use."""
+
+def sizeof_counts_referents(descriptors: tuple[object, ...], /) -> None:
+    """The C __sizeof__ methods that count an object gc.get_referents also lists."""
+
+def tracked_objects(
+    get_objects: Callable[[], list[object]], counts: dict[int, int] = ..., kinds: dict[int, type] = ..., /,
+) -> list[object]: ...
+def frame_locals(
+    frame: object, frame_type: type, code: object, nlocals: int, f_frame_offset: int, code_offset: int,
+    frame_obj_offset: int, localsplus_offset: int, /,
+) -> list[object | None] | None:
+    """The first ``nlocals`` fast locals of a 3.11+ frame; None when the layout does not match."""
+
+# -- the census's walk (_census_walk.c) ----------------------------------------------------
+
+def session() -> _Session:
+    """Caches for claim() kept from one call to the next."""
+
+def claim(
+    stack: list[object], pending: list[_Pending], regions: dict[int, bytearray], type_index: dict[int, int],
+    new_slot: Callable[[type], int], counts: array[int], sizes: array[int], limit: int,
+    native: dict[int, int] | None = ..., found: list[object] | None = ..., session: _Session | None = ..., /,
+) -> tuple[int, int]:
+    """Claim what ``stack`` reaches and ``regions`` has not marked, for about ``limit`` units of
+    work; returns (objects, bytes)."""
+
+# -- the object graph's walk (_graph_walk.c) -----------------------------------------------
+
+def graph_new(
+    max_nodes: int, type_index: dict[int, int], type_id: Callable[[type], int], label_index: dict[str, int],
+    label_of: Callable[[str | int], int], slot_cache: dict[int, tuple[tuple[int, object], ...]],
+    slot_labels: Callable[[type], tuple[tuple[int, object], ...]], frame_labels: dict[int, int],
+    frame_label: Callable[[type], int], frame_types: tuple[type, ...], native: dict[int, int],
+    native_extra: Callable[[object], tuple[int, list[object]]], too_big: type[BaseException], /,
+) -> _Graph:
+    """A new object graph (the super-root's record first) and the helpers its walk calls."""
+
+def graph_node(graph: _Graph, obj: object, size: int, type_id: int, /) -> int:
+    """obj's node (its address), made with this size and type id if new; -1: leakhound's own."""
+
+def graph_find(graph: _Graph, address: int, /) -> int | None:
+    """The node at ``address``, or None; -1: leakhound's own object."""
+
+def graph_own(graph: _Graph, address: int, /) -> None:
+    """Never a node: leakhound's own object."""
+
+def graph_edge(graph: _Graph, src: int, dst: int, label: int, wall: bool = ..., /) -> None:
+    """An edge between two nodes; ``wall``: dst is reached from the super-root only."""
+
+def graph_walk(graph: _Graph, stack: list[object], limit: int, /) -> int:
+    """Walk from the nodes on ``stack`` for about ``limit`` units of work; 0 when all is done."""
+
+def graph_info(graph: _Graph, /) -> tuple[int, int, int, int, int, int, int]:
+    """(nodes, edges, tracked, bytes held, bytes written out, bytes of frames left, objects folded)."""
+
+def graph_tallies(graph: _Graph, /) -> tuple[bytes, bytes, int, int, int]:
+    """(counts, bytes per type id as int64 arrays, objects, total bytes, native bytes)."""
+
+def graph_reached(graph: _Graph, regions: dict[int, bytearray], /) -> int:
+    """What the walk reached OR-ed into the census's bitmap; how many regions it has."""
+
+def graph_frame(graph: _Graph, k: int, /) -> bytes | None:
+    """Frame k of the blocks not written out; None past the end."""
+
+def graph_spool(graph: _Graph, fd: int, /) -> None:
+    """Full blocks go to the file descriptor ``fd`` at each graph_flush."""
+
+def graph_flush(graph: _Graph, /) -> int:
+    """Every full block to the spool, the GIL released; bytes written."""
+
+def graph_write(graph: _Graph, fd: int, /) -> int:
+    """Every block not written out yet to ``fd`` in one call, the GIL released; bytes written."""
+
+def graph_close(graph: _Graph, /) -> None:
+    """Drop the helpers, the bitmaps and the walk in progress (not the records)."""
+
+def graph_settle(graph: _Graph, /) -> None:
+    """The leaves still pending made nodes, with their edge. After the walk."""
+
+def graph_unknown(graph: _Graph, objects: list[object], /) -> list[object]:
+    """The objects that are no node."""

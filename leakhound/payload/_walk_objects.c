@@ -1,0 +1,721 @@
+/*
+ * How the compiled walks read one object: its type (a per-call cache looked up by id, never
+ * hashed), its size (the census's rule: sizes.py), its referents (tp_traverse into a plain
+ * buffer, a big list, tuple, dict or set a slice at a time) and the census's address bitmap.
+ * Shared by the census's walk (_census_walk.c) and the object graph's (_graph_walk.c).
+ */
+
+#include "_walk.h"
+
+int
+refs_push(Refs *r, PyObject *op)
+{
+    if (r->len == r->cap) {
+        if (r->cap > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(PyObject *)) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        Py_ssize_t cap = r->cap ? r->cap * 2 : 256;
+        PyObject **items = PyMem_Realloc(r->items, (size_t)cap * sizeof(PyObject *));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        r->items = items;
+        r->cap = cap;
+    }
+    Py_INCREF(op);
+    r->items[r->len++] = op;
+    return 0;
+}
+
+void
+refs_clear(Refs *r)
+{
+    /* Releasing a reference can run a destructor; nothing below reads r meanwhile. */
+    Py_ssize_t len = r->len;
+    r->len = r->next = 0;
+    for (Py_ssize_t i = 0; i < len; i++)
+        Py_DECREF(r->items[i]);
+}
+
+void
+refs_free(Refs *r)
+{
+    refs_clear(r);
+    PyMem_Free(r->items);
+    r->items = NULL;
+    r->cap = 0;
+    Py_CLEAR(r->cursor);
+}
+
+/* Drops what one call holds (the types it pushed out of its cache); the error, if any,
+ * is kept. A session's caches stay (``session``). */
+void
+walk_release_call(Walk *w)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    refs_free(&w->dead);
+    PyErr_Restore(type, value, traceback);
+}
+
+/* Drops everything the call holds but the referents; the error, if any, is kept. */
+void
+walk_release(Walk *w)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    for (int h = 0; h < REGION_CACHE; h++)
+        Py_CLEAR(w->region_objs[h]);
+    for (int h = 0; h < TYPE_CACHE; h++) {
+        Py_CLEAR(w->types[h].tp);
+        Py_CLEAR(w->types[h].sizeof_descr);
+    }
+    refs_free(&w->dead);
+    PyMem_Free(w->add_counts);
+    PyMem_Free(w->add_sizes);
+    PyMem_Free(w->touched);
+    w->add_counts = w->add_sizes = NULL;
+    w->touched = NULL;
+    w->add_len = w->n_touched = w->touched_cap = 0;
+    Py_CLEAR(w->for_regions);
+    Py_CLEAR(w->for_type_index);
+    Py_CLEAR(w->for_native);
+    PyErr_Restore(type, value, traceback);
+}
+
+/* -- the bitmap ----------------------------------------------------------------------- */
+
+/* regions[key] (a dict of bytearray(REGION_BYTES) bitmaps), made zeroed if missing: a
+ * borrowed reference (the dict holds it), NULL on error (also when it is not a bytearray of
+ * that size: code that ran may have replaced or resized it). */
+PyObject *
+region_in_dict(PyObject *regions, uintptr_t key)
+{
+    PyObject *pykey = PyLong_FromSize_t((size_t)key);
+    if (pykey == NULL)
+        return NULL;
+    PyObject *region = PyDict_GetItemWithError(regions, pykey);  /* borrowed */
+    if (region == NULL && !PyErr_Occurred()) {
+        region = PyByteArray_FromStringAndSize(NULL, REGION_BYTES);
+        if (region != NULL) {
+            memset(PyByteArray_AsString(region), 0, REGION_BYTES);
+            int failed = PyDict_SetItem(regions, pykey, region);
+            Py_DECREF(region);  /* the dict holds it */
+            if (failed)
+                region = NULL;
+        }
+    }
+    Py_DECREF(pykey);
+    if (region != NULL && (Py_TYPE(region) != &PyByteArray_Type || PyByteArray_Size(region) != REGION_BYTES)) {
+        PyErr_SetString(PyExc_TypeError, "bitmap regions must be bytearray(8192)");
+        return NULL;
+    }
+    return region;
+}
+
+/* The bitmap region for ``address``, creating it if needed; NULL on error. The region's
+ * bytes are fetched at every use: code that ran since (a destructor, new_slot)
+ * may have resized the bytearray (this call holds it, but cannot pin its size without a
+ * buffer export, which the stable ABI of 3.10 lacks). */
+unsigned char *
+region_for(Walk *w, uintptr_t address)
+{
+    uintptr_t key = address >> REGION_SHIFT;
+    size_t h = (size_t)(key % REGION_CACHE);
+    PyObject *region = w->region_objs[h];
+    if (region != NULL && w->region_keys[h] == key && PyByteArray_Size(region) == REGION_BYTES)
+        return (unsigned char *)PyByteArray_AsString(region);
+    /* Not cached, or resized by code that ran meanwhile: what the dict holds now. */
+    region = region_in_dict(w->regions, key);
+    if (region == NULL)
+        return NULL;
+    /* A bytearray runs no code when released: replacing the cached one is safe here. */
+    Py_INCREF(region);
+    Py_XDECREF(w->region_objs[h]);
+    w->region_objs[h] = region;
+    w->region_keys[h] = key;
+    return (unsigned char *)PyByteArray_AsString(region);
+}
+
+/* -- types ----------------------------------------------------------------------------- */
+
+/* What this call knows of ``tp``: its entry in w->types, made (another type's evicted) if
+ * needed; NULL on error. A type is looked for in the TYPE_PROBES entries from its home:
+ * entries are only emptied all at once (walk_release), so the first empty one ends the
+ * search. A direct-mapped table (an entry per home) was a trap: two busy types a multiple
+ * of 4 KiB apart (3.10's dict and list in libpython) evicted each other at every object,
+ * and each time the type was looked up again and its __sizeof__ bound again (3.10's census
+ * ~30% slower than 3.11's; a class that the heap put at such a distance did the same). */
+TypeInfo *
+type_info(Walk *w, PyTypeObject *tp)
+{
+    /* Fibonacci hashing: the product's high bits mix every bit of the address. */
+    size_t home = (size_t)(((uint64_t)(uintptr_t)tp * 0x9E3779B97F4A7C15ULL) >> (64 - TYPE_CACHE_BITS));
+    TypeInfo *info = NULL;
+    for (size_t k = 0; k < TYPE_PROBES; k++) {
+        TypeInfo *entry = &w->types[(home + k) & (TYPE_CACHE - 1)];
+        if (entry->tp == tp)
+            return entry;
+        if (entry->tp == NULL) {
+            info = entry;
+            break;
+        }
+    }
+    if (info == NULL)  /* a full window: its entries take turns */
+        info = &w->types[(home + w->type_evictions++ % TYPE_PROBES) & (TYPE_CACHE - 1)];
+    if (info->tp != NULL) {
+        /* Released at the end of the call: a type's destructor can run code. */
+        if (refs_push(&w->dead, (PyObject *)info->tp) < 0)
+            return NULL;
+        Py_CLEAR(info->tp);
+        if (info->sizeof_descr != NULL) {  /* may be mid-call (size_of): kept to the end */
+            if (refs_push(&w->dead, info->sizeof_descr) < 0)
+                return NULL;
+            Py_CLEAR(info->sizeof_descr);
+        }
+    }
+    info->flags = PyType_GetFlags(tp);
+    info->traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+    info->is_gc = (inquiry)PyType_GetSlot(tp, Py_tp_is_gc);
+    if (PyErr_Occurred())
+        return NULL;
+    info->slot = -1;
+    info->sizeof_builtin = -1;
+    info->sizeof_descr = NULL;
+    info->sizeof_fn = NULL;
+    info->sizeof_fn_tried = 0;
+    info->preheader = -1;
+    info->native = -1;
+    info->graph_slots = NULL;
+    info->frame_like = -1;
+    Py_INCREF(tp);
+    info->tp = tp;
+    return info;
+}
+
+/* The tally slot of ``tp`` (the caller checks it against the arrays); -1 on error. */
+Py_ssize_t
+slot_for(Walk *w, TypeInfo *info)
+{
+    if (info->slot >= 0)
+        return info->slot;
+    PyObject *tp = (PyObject *)info->tp;
+    Py_INCREF(tp);  /* the lookups below can run code that evicts this entry */
+    /* Keyed by id(type), never the type itself: hashing a class runs its metaclass's
+     * __hash__, which may be Python code (census._TypeTally). */
+    PyObject *key = PyLong_FromVoidPtr((void *)tp);
+    if (key == NULL) {
+        Py_DECREF(tp);
+        return -1;
+    }
+    PyObject *slot = PyDict_GetItemWithError(w->type_index, key);  /* borrowed */
+    Py_DECREF(key);
+    Py_ssize_t value;
+    if (slot != NULL) {
+        value = PyLong_AsSsize_t(slot);
+    }
+    else if (PyErr_Occurred()) {
+        Py_DECREF(tp);
+        return -1;
+    }
+    else {
+        slot = PyObject_CallFunctionObjArgs(w->new_slot, tp, NULL);
+        if (slot == NULL) {
+            Py_DECREF(tp);
+            return -1;
+        }
+        value = PyLong_AsSsize_t(slot);
+        Py_DECREF(slot);
+    }
+    if (value == -1 && PyErr_Occurred()) {
+        Py_DECREF(tp);
+        return -1;
+    }
+    if (value < 0) {
+        Py_DECREF(tp);
+        PyErr_SetString(PyExc_IndexError, "type slot out of range");
+        return -1;
+    }
+    if (info->tp == (PyTypeObject *)tp)
+        info->slot = value;
+    Py_DECREF(tp);
+    return value;
+}
+
+/* Is tp's __sizeof__ C code (a method_descriptor: built-in and extension types, and
+ * object.__sizeof__ for classes that do not define one) that counts no referent
+ * (counts_referents)? As sizes._sizeof_is_builtin: the first class in the MRO whose dict
+ * has __sizeof__ decides. Runs no code written in Python
+ * (but a str key's comparison with a class dict's odd keys); 1 (and the method descriptor,
+ * a new reference, in *found), 0, or -1 on error. */
+static int
+counts_referents(PyObject *descr)
+{
+    if (sizeof_counts_refs == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(sizeof_counts_refs); i++) {
+        if (PyTuple_GetItem(sizeof_counts_refs, i) == descr)
+            return 1;
+    }
+    return 0;
+}
+
+static int
+lookup_sizeof_builtin(PyTypeObject *tp, PyObject **found)
+{
+    *found = NULL;
+    if (use_type_lookup != NULL) {
+        PyObject *descr = use_type_lookup(tp, sizeof_name);  /* borrowed */
+        if (descr == NULL && PyErr_Occurred())
+            return -1;
+        if (descr == NULL || Py_TYPE(descr) != &PyMethodDescr_Type || counts_referents(descr))
+            return 0;
+        Py_INCREF(descr);
+        *found = descr;
+        return 1;
+    }
+    descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(mro_descr), Py_tp_descr_get);
+    descrgetfunc get_dict = (descrgetfunc)PyType_GetSlot(Py_TYPE(dict_descr), Py_tp_descr_get);
+    if (get == NULL || get_dict == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "type's __mro__ or __dict__ cannot be read");
+        return -1;
+    }
+    PyObject *mro = get(mro_descr, (PyObject *)tp, (PyObject *)&PyType_Type);
+    if (mro == NULL)
+        return -1;
+    int result = 0;
+    if (PyTuple_Check(mro)) {
+        for (Py_ssize_t i = 0; i < PyTuple_Size(mro); i++) {
+            PyObject *klass = PyTuple_GetItem(mro, i);  /* borrowed: the tuple holds it */
+            if (klass == NULL || !PyType_Check(klass))
+                continue;
+            PyObject *proxy = get_dict(dict_descr, klass, (PyObject *)&PyType_Type);
+            if (proxy == NULL) {
+                result = -1;
+                break;
+            }
+            PyObject *descr = PyObject_GetItem(proxy, sizeof_name);
+            Py_DECREF(proxy);
+            if (descr == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+                    result = -1;
+                    break;
+                }
+                PyErr_Clear();
+                continue;
+            }
+            result = Py_TYPE(descr) == &PyMethodDescr_Type && !counts_referents(descr);
+            if (result)
+                *found = descr;
+            else
+                Py_DECREF(descr);
+            break;
+        }
+    }
+    Py_DECREF(mro);
+    return result;
+}
+
+/* callable(op) as a C long long: -1 with an error set when it fails. */
+static long long
+call_long(PyObject *callable, PyObject *op)
+{
+    PyObject *got = PyObject_CallFunctionObjArgs(callable, op, NULL);
+    if (got == NULL)
+        return -1;
+    long long value = PyLong_AsLongLong(got);
+    Py_DECREF(got);
+    return value;
+}
+
+/* info->sizeof_descr(op) (the type's C __sizeof__, a method descriptor) as a C long long: -1
+ * with an error set when it fails. Once the C function behind it is learnt (the descriptor
+ * bound to the first object: a builtin method taking no arguments), it is called directly:
+ * the generic call (argument packing, the descriptor's checks) was ~10% of a walk in perf.
+ * ``op`` is an instance of info->tp (its own type), which the descriptor's check asks. */
+static long long
+call_sizeof(TypeInfo *info, PyObject *op)
+{
+    if (!info->sizeof_fn_tried) {
+        info->sizeof_fn_tried = 1;
+        descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(info->sizeof_descr), Py_tp_descr_get);
+        if (get == NULL && PyErr_Occurred())
+            PyErr_Clear();
+        PyObject *bound = get != NULL ? get(info->sizeof_descr, op, (PyObject *)info->tp) : NULL;
+        if (bound == NULL) {
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception))
+                return -1;
+            PyErr_Clear();
+        }
+        else {
+            if (PyCFunction_Check(bound) && (PyCFunction_GetFlags(bound) & ~METH_COEXIST) == METH_NOARGS)
+                info->sizeof_fn = PyCFunction_GetFunction(bound);
+            Py_DECREF(bound);
+        }
+    }
+    if (info->sizeof_fn == NULL)
+        return call_long(info->sizeof_descr, op);
+    PyObject *got = info->sizeof_fn(op, NULL);
+    if (got == NULL)
+        return -1;
+    long long value = PyLong_AsLongLong(got);
+    Py_DECREF(got);
+    return value;
+}
+
+/* sys.getsizeof(op): -1 with an error set when it fails. */
+static long long
+getsizeof_full(PyObject *op)
+{
+    if (use_getsizeof != NULL) {
+        size_t got = use_getsizeof(op);
+        if (got == (size_t)-1 && PyErr_Occurred())
+            return -1;
+        return got > MAX_OBJECT_BYTES ? (long long)MAX_OBJECT_BYTES + 1 : (long long)got;
+    }
+    return call_long(sys_getsizeof, op);
+}
+
+/* census._getsizeof(op): sys.getsizeof(op, 0) when tp's __sizeof__ is C code, else
+ * object.__sizeof__(op) (a __sizeof__ written in Python is never run: a mock's creates new
+ * mocks for the walk to meet, without end); any Exception reads as 0 (not only TypeError),
+ * and so does a size no object can have. An error that is not an Exception (SystemExit,
+ * KeyboardInterrupt) is returned: -1.
+ *
+ * sys.getsizeof looks __sizeof__ up, binds it (a new method object, allocated and freed),
+ * calls it and adds the type's pre-header. Once that pre-header is learnt for a type (from
+ * one object: sys.getsizeof(op) minus its __sizeof__), the rest of the call's objects of
+ * the type get the C __sizeof__ called unbound plus that number: the same result, without
+ * the allocation (a fifth of the walk's time on 3.13). Not for a type whose objects decide
+ * whether they are GC-tracked (tp_is_gc: type objects), where the pre-header varies. */
+int
+size_of(PyObject *op, TypeInfo *info, long long *size)
+{
+    PyTypeObject *tp = info->tp;  /* held by the caller */
+    int builtin = info->sizeof_builtin;
+    long long bytes;
+    if (builtin < 0) {
+        PyObject *descr = NULL;
+        builtin = lookup_sizeof_builtin(tp, &descr);
+        if (builtin >= 0 && info->tp == tp) {
+            info->sizeof_builtin = builtin;
+            info->sizeof_descr = descr;  /* the entry holds it now */
+            descr = NULL;
+        }
+        Py_XDECREF(descr);
+        if (builtin < 0)
+            return -1;
+        if (info->tp != tp)
+            info = NULL;  /* evicted meanwhile: this object is sized without the cache */
+    }
+    if (!builtin) {
+        bytes = call_long(object_sizeof, op);
+    }
+    else if (info != NULL && info->preheader >= 0) {
+        bytes = call_sizeof(info, op);
+        if (bytes >= 0)
+            bytes += info->preheader;
+        else if (!PyErr_Occurred())
+            bytes = 0;  /* sys.getsizeof raises ValueError for it: read as 0 */
+    }
+    else {
+        bytes = getsizeof_full(op);
+        if (bytes >= 0 && info != NULL && info->preheader == -1 && info->sizeof_descr != NULL
+            && info->is_gc == NULL) {
+            long long raw = call_sizeof(info, op);
+            if (raw == -1 && PyErr_Occurred()) {
+                if (!PyErr_ExceptionMatches(PyExc_Exception))
+                    return -1;
+                PyErr_Clear();
+            }
+            else if (info->tp == tp && raw >= 0 && bytes - raw >= 0 && bytes - raw <= 256) {
+                info->preheader = bytes - raw;
+            }
+            if (info->tp == tp && info->preheader == -1)
+                info->preheader = -2;  /* sys.getsizeof for every one */
+        }
+    }
+    if (bytes == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear();
+        bytes = 0;
+    }
+    *size = bytes < 0 || bytes > (long long)MAX_OBJECT_BYTES ? 0 : bytes;
+    return 0;
+}
+
+/* -- the tallies ----------------------------------------------------------------------- */
+
+/* Two arrays of counts and sizes by slot, ``*len`` long, grown (zeroed) to hold ``slot``;
+ * ``first``: their length when empty. */
+int
+grow_tallies(long long **counts, long long **sizes, Py_ssize_t *len, Py_ssize_t slot, Py_ssize_t first)
+{
+    if (slot < *len)
+        return 0;
+    Py_ssize_t want = *len ? *len : first;
+    while (want <= slot) {
+        if (want > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(long long)) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        want *= 2;
+    }
+    long long *c = PyMem_Realloc(*counts, (size_t)want * sizeof(long long));
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *counts = c;
+    long long *z = PyMem_Realloc(*sizes, (size_t)want * sizeof(long long));
+    if (z == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *sizes = z;
+    memset(c + *len, 0, (size_t)(want - *len) * sizeof(long long));
+    memset(z + *len, 0, (size_t)(want - *len) * sizeof(long long));
+    *len = want;
+    return 0;
+}
+
+/* -- referents ------------------------------------------------------------------------- */
+
+/* BIG_CONTAINER (_walk.h): reading a bigger container whole (its tp_traverse, a reference to
+ * each referent) would be one step as long as the container is big, and a buffer as big. */
+
+int
+is_big(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    if (tp == &PyList_Type)
+        return PyList_Size(op) > BIG_CONTAINER;
+    if (tp == &PyTuple_Type)
+        return PyTuple_Size(op) > BIG_CONTAINER;
+    if (tp == &PyDict_Type)
+        return PyDict_Size(op) > BIG_CONTAINER / 2;
+    if (tp == &PySet_Type || tp == &PyFrozenSet_Type)
+        return PySet_Size(op) > BIG_CONTAINER;
+    return 0;
+}
+
+/* Without _PySet_NextEntry: a set's tp_traverse, skipping the entries before ``pos`` and
+ * stopping after ``want`` (each slice then costs the entries before it too). */
+typedef struct {
+    Refs *r;
+    Py_ssize_t skip;
+    Py_ssize_t want;
+    Py_ssize_t got;
+} SetSlice;
+
+static int
+visit_set_slice(PyObject *op, void *arg)
+{
+    SetSlice *s = (SetSlice *)arg;
+    if (op == NULL)
+        return 0;
+    if (s->skip > 0) {
+        s->skip--;
+        return 0;
+    }
+    if (s->got >= s->want)
+        return 1;  /* stops the traversal */
+    if (refs_push(s->r, op) < 0)
+        return -1;
+    s->got++;
+    return 0;
+}
+
+/* The next slice of r->cursor's referents (at most about ``want``) into r: a list's or
+ * tuple's items, a dict's keys and values, a set's keys (what tp_traverse visits, plus a
+ * dict's str keys, as referents_of). 0 when the container is done, -1 on error.
+ *
+ * Bounds are read again at every step: code run while the previous slice was claimed may
+ * have changed the container (PyDict_Next and _PySet_NextEntry check their position
+ * against the table as it is now). Such a change can make a slice skip or repeat an entry;
+ * entries read this way are always marked, so a repeat is not counted twice. */
+Py_ssize_t
+read_slice(Refs *r, Py_ssize_t want)
+{
+    PyObject *c = r->cursor;
+    PyTypeObject *tp = Py_TYPE(c);
+    Py_ssize_t got = 0;
+    if (tp == &PyList_Type || tp == &PyTuple_Type) {
+        int list = tp == &PyList_Type;
+        while (got < want) {
+            if (r->pos >= (list ? PyList_Size(c) : PyTuple_Size(c)))
+                break;
+            PyObject *item = list ? PyList_GetItem(c, r->pos) : PyTuple_GetItem(c, r->pos);
+            r->pos++;
+            if (item == NULL) {
+                PyErr_Clear();
+                continue;
+            }
+            if (refs_push(r, item) < 0)
+                return -1;
+            got++;
+        }
+    }
+    else if (tp == &PyDict_Type) {
+        PyObject *key, *value;
+        while (got < want && PyDict_Next(c, &r->pos, &key, &value)) {
+            /* Borrowed from the dict: pushed (a strong reference) before anything runs. */
+            if (refs_push(r, key) < 0 || refs_push(r, value) < 0)
+                return -1;
+            got += 2;
+        }
+    }
+    else if (use_set_next != NULL) {
+        PyObject *key;
+        Py_hash_t hash;
+        while (got < want && use_set_next(c, &r->pos, &key, &hash)) {
+            if (refs_push(r, key) < 0)
+                return -1;
+            got++;
+        }
+    }
+    else {
+        traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+        if (traverse == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        SetSlice s = {r, r->pos, want, 0};
+        int stopped = traverse(c, visit_set_slice, &s);
+        if (stopped < 0 || PyErr_Occurred())
+            return -1;
+        r->pos += s.got;
+        got = s.got;
+    }
+    return got;
+}
+
+int
+visit_referent(PyObject *op, void *arg)
+{
+    if (op == NULL)  /* a careless tp_traverse; Py_VISIT never passes NULL */
+        return 0;
+    return refs_push((Refs *)arg, op);
+}
+
+/* What a code object holds (its constants, names, line and exception tables, names and file
+ * name), read through the code type's member descriptors (sizes._CODE_MEMBERS, the same
+ * rule): each read returns the object the field holds, never a new one. -1 on error. */
+static int
+code_referents(PyObject *code, Refs *r)
+{
+    for (Py_ssize_t k = 0; k < PyTuple_Size(code_members); k++) {
+        PyObject *value = PyObject_GetAttr(code, PyTuple_GetItem(code_members, k));
+        if (value == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        int failed = value != Py_None && refs_push(r, value) < 0;
+        Py_DECREF(value);
+        if (failed)
+            return -1;
+    }
+    return 0;
+}
+
+/* gc.get_referents(obj), plus a dict's keys (a code object's members), into r. -1 on error. */
+int
+referents_of(Walk *w, PyObject *obj, Refs *r)
+{
+    if ((PyObject *)Py_TYPE(obj) == code_type)
+        return code_referents(obj, r);
+    if (PyModule_Check(obj)) {
+        /* A module's dict only, never its tp_traverse: an extension's m_traverse may visit
+         * freed memory (3.12's _asyncio visits its FutureIter free list, CPython gh-122695),
+         * and a reference to a freed object would free it twice (census._referents). */
+        PyObject *dict = PyModule_GetDict(obj);  /* borrowed */
+        return dict == NULL ? 0 : refs_push(r, dict);
+    }
+    TypeInfo *info = type_info(w, Py_TYPE(obj));
+    if (info == NULL)
+        return -1;
+    /* gc.get_referents: objects the collector tracks (PyObject_IS_GC), by their type's
+     * tp_traverse. Read before anything runs: info may be evicted below. */
+    unsigned long flags = info->flags;
+    traverseproc traverse = info->traverse;
+    if ((flags & Py_TPFLAGS_HAVE_GC) && traverse != NULL
+        && (info->is_gc == NULL || info->is_gc(obj))) {
+        if (traverse(obj, visit_referent, r))
+            return -1;
+    }
+    if (flags & Py_TPFLAGS_DICT_SUBCLASS) {
+        /* dict.keys(obj): the built-in view, never a subclass's keys() */
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(obj, &pos, &key, &value)) {
+            if (refs_push(r, key) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* How ``tp`` is sized natively: its code in w->native (census_walk.py: 1 buffers and hidden
+ * references, handed back in ``found``; 2 or 3 a 3.11/3.12 or 3.13 instance's attribute
+ * values), 0 if none, -1 on error. The lookup hashes an int, never the type: no code runs. */
+long
+native_for(Walk *w, PyTypeObject *tp)
+{
+    TypeInfo *info = type_info(w, tp);
+    if (info == NULL)
+        return -1;
+    if (info->native < 0) {
+        PyObject *key = PyLong_FromVoidPtr((void *)tp);
+        if (key == NULL)
+            return -1;
+        PyObject *value = PyDict_GetItemWithError(w->native, key);  /* borrowed */
+        Py_DECREF(key);
+        long code = 0;
+        if (value != NULL) {
+            code = PyLong_Check(value) ? PyLong_AsLong(value) : 0;
+            if (code < 0 || code > 3)
+                code = 0;
+        }
+        if (PyErr_Occurred())
+            return -1;
+        info = type_info(w, tp);  /* evicted meanwhile? looked up again */
+        if (info == NULL)
+            return -1;
+        info->native = code;
+    }
+    return info->native;
+}
+
+typedef struct {
+    Py_ssize_t n;
+    PyObject *last;
+} AttrCount;
+
+static int
+visit_attr(PyObject *op, void *arg)
+{
+    AttrCount *c = (AttrCount *)arg;
+    if (op != NULL && !PyType_Check(op)) {
+        c->n++;
+        c->last = op;
+    }
+    return 0;
+}
+
+/* The bytes of a 3.11+ instance's attribute values (sizes.instance_values_bytes, the same
+ * estimate): its referents but types, plus 2; none when its dict was made (3.11/3.12). */
+long long
+instance_values_bytes(PyObject *obj, traverseproc traverse, long code)
+{
+    AttrCount c = {0, NULL};
+    if (traverse == NULL || traverse(obj, visit_attr, &c) != 0)
+        return 0;
+    if (code == 2 && c.n == 1 && PyDict_CheckExact(c.last))
+        return 0;
+    long long size = (long long)c.n + 2;
+    if (code == 3)
+        return ((size + 7) & ~7LL) + 8 + 8 * size;
+    return ((size + 2 + 7) & ~7LL) + 8 * size;
+}

@@ -1,0 +1,194 @@
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
+"""The named roots of the heap: what every walk starts from, each as (object, name, kind, tier).
+
+- ``modules``: every module in ``sys.modules``, once, under its first name;
+- ``classes``: every class of ``object``'s subclass tree (``gc.get_objects()`` misses the
+  classes a worker ``gc.freeze()``-d), tiered as the module that defines it;
+- ``tasks``: every pending asyncio task (a finished one is owned by whoever holds it), named
+  after its outermost coroutine, Task-1 (usually the main coroutine) first;
+- ``thread_frames``: every frame of every thread's stack but the caller's, innermost first.
+
+The kinds are "module", "class", "task" and "thread". A root of a lower tier names an owner
+before any other: the app's own globals and tasks before a library's registry that also
+reaches them. No line number is in a name: a paused coroutine's or a running frame's line
+changes between snapshots, its owner must not (a walk that wants the line adds it).
+
+Each enumerator yields one root at a time: a tuple per root kept at once would be tens of
+thousands of gc-tracked objects on a big program, counted towards the target's next
+collection, which then runs in the payload's thread. ``tick``: called every 256 roots or so
+(the caller's duty cycle). The roots' variables, which are not their referents (a running
+frame's locals on 3.11+), are read by ``frame_locals``.
+
+Standard library only; runs inside the target and reads it without running its code.
+"""
+
+import sys
+
+from .objects import _instance_dict, _type_name, is_payload_name, subclass_tree
+from .tasks import await_chain, named_tasks
+
+TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
+_ModuleType = type(sys)
+
+
+def module_tier(name, module, is_stdlib):
+    """The tier of ``module``, listed in ``sys.modules`` under ``name``."""
+    if module is sys.modules.get("__main__"):
+        return TIER_MAIN
+    if name == "leakhound" or name.startswith("leakhound.") or is_payload_name(name):
+        return TIER_OURS
+    if is_stdlib(name):
+        return TIER_STDLIB
+    d = _instance_dict(module)
+    path = d.get("__file__") if d is not None else None
+    if type(path) is str and ("site-packages" in path or "dist-packages" in path):
+        return TIER_LIBRARY
+    return TIER_APP
+
+
+def modules(is_stdlib, tick=None, tiers=None):
+    """(module, name, "module", tier) for every module, by tier, then name. ``tiers``: a dict
+    filled with name -> tier (``classes`` tiers a class as its module)."""
+    names_of = {}
+    for name, module in list(sys.modules.items()):
+        if type(module) is _ModuleType and type(name) is str:
+            names_of.setdefault(id(module), (name, module))
+    tiers = {} if tiers is None else tiers
+    for n, (name, module) in enumerate(list(names_of.values())):
+        if tick is not None and n & 255 == 255:
+            tick()
+        tiers[name] = module_tier(name, module, is_stdlib)
+    ordered = sorted(names_of.values(), key=lambda nm: (tiers[nm[0]], nm[0]))
+    names_of = None
+    for n, (name, module) in enumerate(ordered):
+        if tick is not None and n & 255 == 255:
+            tick()
+        yield module, name, "module", tiers[name]
+
+
+def classes(tiers=None, tick=None, named=True):
+    """(class, its name, "class", tier) for every class of ``object``'s subclass tree, each
+    once. ``tiers``: module name -> tier (``modules``'), else every class is TIER_STDLIB;
+    ``named``: False for a walk that does not use the names (None then; ~0.4 us a class)."""
+    for n, cls in enumerate(subclass_tree(object, tick)):
+        if tick is not None and n & 255 == 255:
+            tick()
+        tier = TIER_STDLIB
+        if tiers:
+            try:
+                owner_module = type.__dict__["__module__"].__get__(cls, type)
+            except Exception:
+                owner_module = None
+            if type(owner_module) is str:
+                tier = tiers.get(owner_module, TIER_STDLIB)
+        yield cls, _type_name(cls) if named else None, "class", tier
+
+
+def task_name(name, coro):
+    """A task's root name: its own and its coroutine's ("?" when it has no code)."""
+    code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None) if coro is not None else None
+    return "task:%s/%s" % (name, code.co_name if code is not None else "?")
+
+
+def tasks(tick=None):
+    """(task, "task:<task name>/<its outermost coroutine>", "task", TIER_APP) for every pending
+    task with a str name, Task-1 first, in natural order (tasks.named_tasks)."""
+    for n, (name, task) in enumerate(named_tasks(tick)):
+        if tick is not None and n & 63 == 63:
+            tick()  # tens of thousands of request tasks: 20,000 were a 160 ms stretch
+        chain = await_chain(task, limit=1)  # its own coroutine
+        label = task_name(name, chain[0] if chain else None)
+        chain = None
+        yield task, label, "task", TIER_APP
+
+
+def thread_frames():
+    """(frame, "thread:<thread name>/<function>", "thread", TIER_THREAD) for every frame of
+    every thread's stack, innermost first, except the calling thread's. Nothing here binds
+    the caller's own frame (that would be a cycle holding its locals)."""
+    import threading  # noqa: PLC0415 - imported lazily: the target may not use threads
+
+    names = {}
+    for thread in list(threading._active.values()):  # type: ignore[attr-defined]
+        names[thread.ident] = thread.name
+    current = sys._current_frames()
+    current.pop(threading.get_ident(), None)
+    stacks = list(current.items())
+    del current
+    for ident, top in stacks:
+        frame = top
+        top = None
+        thread_name = names.get(ident, str(ident))
+        while frame is not None:
+            yield frame, "thread:%s/%s" % (thread_name, frame.f_code.co_name), "thread", TIER_THREAD
+            frame = frame.f_back
+    stacks = None
+
+
+def every_root(is_stdlib, tick=None, named=True):
+    """Every named root, of every kind, in the order above (``named``: as ``classes``')."""
+    tiers = {}
+    for root in modules(is_stdlib, tick, tiers):
+        yield root
+    for root in classes(tiers, tick, named):
+        yield root
+    for root in tasks(tick):
+        yield root
+    for root in thread_frames():
+        yield root
+
+
+# -- a root's variables --------------------------------------------------------------------
+
+# Where a 3.11-3.13 frame keeps its fast locals (64-bit builds): PyFrameObject.f_frame, then
+# in the _PyInterpreterFrame it points to: f_code (3.11) / f_code or f_executable (3.12,
+# 3.13), frame_obj and localsplus (Include/internal/pycore_frame.h of each version). _walk.c
+# checks that the interpreter frame points back at the frame and its code before reading.
+_FRAME_LAYOUTS = {(3, 11): (24, 32, 40, 72), (3, 12): (24, 0, 48, 72), (3, 13): (24, 0, 48, 72)}
+_FrameType = type(sys._getframe())
+
+
+def frame_locals(frame, walk_module):
+    """[(name, value)] for a frame's bound variables (its fast locals, then its cells and free
+    variables, as the interpreter lays them out: a variable a closure captures is its cell),
+    read without changing the frame, or None when they cannot be read safely here (the
+    reason is ``frame_locals_unreadable()``).
+
+    On 3.11+ a running frame's locals live in the interpreter's frame, not the frame object:
+    gc.get_referents(frame) does not show them, and ``f_locals`` on a running 3.11/3.12 frame
+    writes them into a dict in the frame (PyFrame_FastToLocals). They are read in one C call
+    of ``walk_module`` (_walk.c: frame_locals), which holds the GIL throughout. On 3.10 the
+    frame object owns its locals and gc.get_referents(frame) lists them: [] here."""
+    if sys.version_info < (3, 11):
+        return []
+    if frame_locals_unreadable(walk_module) or type(frame) is not _FrameType:
+        return None
+    code = frame.f_code
+    try:
+        names = _variable_names(code)
+        layout = _FRAME_LAYOUTS[sys.version_info[:2]]
+        values = walk_module.frame_locals(frame, _FrameType, code, len(names), *layout)
+    except Exception:
+        return None
+    if values is None or len(values) > len(names):
+        return None
+    return [(names[i], v) for i, v in enumerate(values) if v is not None]
+
+
+def _variable_names(code):
+    """The names of a 3.11+ frame's variables in the order of its slots (``localsplus``): the
+    locals (arguments first), the cells that are not arguments, the free variables."""
+    varnames = code.co_varnames
+    return varnames + tuple(name for name in code.co_cellvars if name not in varnames) + code.co_freevars
+
+
+def frame_locals_unreadable(walk_module):
+    """Why running frames' locals cannot be read in this process, or "" when they can."""
+    if sys.version_info < (3, 11):
+        return ""
+    if sys.version_info[:2] not in _FRAME_LAYOUTS or sys.maxsize < 2**32:
+        return "the frame layout of Python %d.%d on this build is not known" % sys.version_info[:2]
+    if walk_module is None or not hasattr(walk_module, "frame_locals"):
+        return "the compiled census walk (_walk.abi3.so) is not loaded"
+    return ""
