@@ -116,6 +116,19 @@ class ProtocolViolation(LeakhoundError):
     )
 
 
+class PayloadVersionMismatch(ProtocolViolation):
+    """The target's agent answered with a payload version this leakhound does not read: it was
+    started by another leakhound (leakhound/payload/wire.py PAYLOAD_VERSION). Nothing of the
+    answer is used."""
+
+    HELP_TEXT = (
+        "The worker's agent comes from the leakhound installed in the worker's environment: "
+        "install the CLI's version there (`pip show leakhound` in both) and restart the "
+        "worker, or inspect it with `--method ptrace` or `--method gdb`, which load this "
+        "leakhound's payload."
+    )
+
+
 class MissingSymbols(MethodUnavailable):
     HELP_TEXT = (
         "The ptrace and gdb methods start the payload by calling these CPython functions in "

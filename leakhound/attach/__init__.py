@@ -32,6 +32,7 @@ from leakhound.errors import (
     TargetBusy,
 )
 from leakhound.model.names import METHOD_NAMES, Method
+from leakhound.payload import wire
 
 METHODS = METHOD_NAMES
 AUTO_ORDER = (Method.AGENT, Method.REMOTE_EXEC, Method.PTRACE, Method.GDB)
@@ -99,8 +100,8 @@ def run_request(
     it is walked (``on_partial("graph", doc, post)``, on this thread, while the target goes on
     counting; files in the private directory on the debugger paths, a line on the agent's
     socket) and ``post("names", {"paths": ...})`` answers it: the labels come back in the
-    result (``names``). A payload from before this answers the old way (the graph in the
-    result); the caller tells the two apart by ``graph_sent`` in the result.
+    result (``names``). The result's ``payload_version`` says which payload answered: the
+    caller reads the versions it knows and refuses another (core/decode.py).
 
     The target's memory limit is read first (attach/memory_limit.py): too little headroom is
     refused (``HeadroomTooSmall``) unless ``force``; otherwise the request carries its memory
@@ -141,7 +142,7 @@ def run_request(
         raise ProtocolViolation(f"process {pid} answered with a malformed memory_cost ({type(spent).__name__})")
     peak, loaded = spent.get("peak_rss_bytes"), spent.get("loaded_bytes")
     cost = meter.cost(peak if isinstance(peak, int) else None, loaded if isinstance(loaded, int) else 0)
-    if meter.tripped and remote.result.get("kind") == "Cancelled":
+    if meter.tripped and remote.result.get("kind") == wire.KIND_CANCELLED:
         raise MemoryBudgetReached(
             f"process {pid}: its memory cgroup grew {_mib(cost.cgroup_peak_bytes)} during the request, past the "
             f"request's budget of {_mib(budget)} and a margin: leakhound stopped it inside the target during "
@@ -164,7 +165,7 @@ def _run(
     meter: CostMeter,
 ) -> RemoteResult:
     facts = death.read_facts(pid)  # what is gone with the target, should it die
-    if on_partial is not None and request.get("op") == "snapshot" and request.get("graph"):
+    if on_partial is not None and request.get("op") == wire.OP_SNAPSHOT and request.get("graph"):
         request["early_graph"] = True
     if chosen == Method.AGENT:
         result = finish.wait_agent(pid, facts, lambda: agent.request(
@@ -218,9 +219,9 @@ def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:
         return remote
     if result.get("traceback"):
         log(str(result["traceback"]))
-    if result.get("kind") == "Busy":
+    if result.get("kind") == wire.KIND_BUSY:
         raise TargetBusy(f"process {remote.target.pid}: {result.get('error')}")
-    if result.get("kind") == "Cancelled" and result.get("reason") == "memory":
+    if result.get("kind") == wire.KIND_CANCELLED and result.get("reason") == "memory":
         cost = remote.cost
         raise MemoryBudgetReached(
             f"process {remote.target.pid}: the request stopped inside the target during {result.get('phase', '?')}: "
@@ -228,7 +229,7 @@ def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:
             f"(the target's RSS +{_mib((result.get('memory_cost') or {}).get('peak_rss_bytes'))}); nothing of it "
             "is left running"
         )
-    if result.get("kind") == "Cancelled":
+    if result.get("kind") == wire.KIND_CANCELLED:
         raise RequestCancelled(
             f"process {remote.target.pid}: the request did not finish in time and was stopped inside "
             f"the target during {result.get('phase', '?')} ({result.get('reason', '?')}); nothing of it "

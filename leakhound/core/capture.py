@@ -1,6 +1,7 @@
 """Take a snapshot of a live process: attach, run the census, read the kernel's numbers.
 
-The one place that turns a payload result into a ``Snapshot`` (and runs the detectors on it).
+The one place that turns a payload's answer (decoded by ``core/decode.py``) into a
+``Snapshot`` with its owners (and runs the detectors on it).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,18 +22,10 @@ from leakhound.attach.channel import Post, Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS as FOLLOW_PROGRESS  # the commands' default: they import no attach
 from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import process_stats, resolve_target
+from leakhound.core.decode import GraphOutcome, Holds, decode_graph_outcome, decode_names, decode_snapshot
 from leakhound.core.targets import env_worker_children
 from leakhound.errors import ProtocolViolation
-from leakhound.model import (
-    ArenaStats,
-    CyclicGarbage,
-    HeapStats,
-    Owner,
-    ProcessStats,
-    RequestCost,
-    Snapshot,
-    TypeStat,
-)
+from leakhound.model import Owner, ProcessStats, RequestCost, Snapshot
 from leakhound.model.names import (
     PAYLOAD_OWNER,
     PAYLOAD_PACKAGE,
@@ -40,91 +33,7 @@ from leakhound.model.names import (
     OwnerModel,
     not_attributed_owner,
 )
-from leakhound.model.snapshot import SchemaError, snapshot_from_json, snapshot_to_json
-
-
-def snapshot_from_result(
-    *,
-    pid: int,
-    method: str,
-    result: dict[str, Any],
-    process: Any,
-    taken_at: float,
-    pause_ms: float,
-) -> Snapshot:
-    heap = result["heap"]
-    target_gc = result.get("target_gc_in_payload_thread") or {}
-    garbage = heap.get("cyclic_garbage", {})
-    unreached = heap.get("unreached") or {}
-    warnings = []
-    arena = ArenaStats(**result["arena"])
-    if not arena.available:
-        warnings.append(f"allocator statistics unavailable: {arena.reason}")
-    elif "tracemalloc" in arena.reason:
-        warnings.append(f"allocator statistics incomplete: {arena.reason}")
-    warnings.extend(str(note) for note in heap.get("notes") or ())  # what the census could not read
-    snap = Snapshot(
-        pid=pid,
-        taken_at=taken_at,
-        python_version=str(result.get("python_version", "")),
-        method=method,
-        process=process,
-        heap=HeapStats(
-            objects=int(heap["objects"]),
-            bytes=int(heap["bytes"]),
-            census_seconds=round(float(heap["census_seconds"]), 4),
-            max_pause_ms=round(max(pause_ms, float(heap.get("max_step_ms", 0.0))), 2),
-            gc_tracked=int(heap.get("gc_tracked", 0)),
-            untracked=int(heap.get("untracked", 0)),
-            payload_peak_bytes=int(heap.get("payload_peak_bytes", 0)),
-            walker=str(heap.get("walker", "")),
-            native_bytes=int(heap.get("native_bytes", 0)),
-            unreached_examined=bool(unreached.get("examined", True)),
-            unreached_note=str(unreached.get("reason", "")),
-            max_pause_budget_ms=float(heap.get("max_pause_budget_ms") or 0.0),
-            max_hold_ms=float(heap.get("max_hold_ms") or 0.0),
-            yields=int(heap.get("yields") or 0),
-            census_cpu_seconds=round(sum(float(v[1]) for v in (heap.get("phases") or {}).values()), 4),
-            counted_in="graph" if heap.get("counted_in") == "graph" else "census",
-            target_gc_in_payload_thread=sum(int(n) for n in target_gc.get("collections") or ()),
-            target_gc_in_payload_thread_max_ms=float(target_gc.get("max_ms") or 0.0),
-        ),
-        arena=arena,
-        types=tuple(TypeStat(**t) for t in heap["types"]),
-        owners=tuple(Owner(**o) for o in heap["owners"]),
-        cyclic_garbage=CyclicGarbage(
-            objects=int(garbage.get("objects", 0)),
-            bytes=int(garbage.get("bytes", 0)),
-            types=tuple(TypeStat(**t) for t in garbage.get("types", ())),
-        ),
-        probes=dict(result.get("probes") or {}),
-        warnings=tuple(warnings),
-    )
-    return snap
-
-
-def check_snapshot_result(pid: int, result: dict[str, Any]) -> None:
-    """ProtocolViolation unless ``result`` decodes into a Snapshot whose every field has its
-    type (the saved-snapshot loader's check), with the timings the verbose log reads in their
-    shapes. The result comes from inside the target, whose owner controls what runs there:
-    a wrong one is one clear error, never a traceback from deep in the analysis."""
-    try:
-        process = ProcessStats(rss_bytes=0, uss_bytes=0, pss_bytes=0, swap_bytes=0, num_threads=0)
-        snap = snapshot_from_result(pid=pid, method="", result=result, process=process, taken_at=0.0, pause_ms=0.0)
-        snapshot_from_json(snapshot_to_json(snap, indent=None))
-        heap = result["heap"]
-        for spent in (result.get("phases"), heap.get("phases")):
-            for wall, cpu in dict(spent or {}).values():
-                float(wall), float(cpu)
-        for key in ("max_hold_where", "max_gap_where"):
-            if heap.get(key) is not None and (not isinstance(heap[key], list) or len(heap[key]) != 2):
-                raise SchemaError(f"heap.{key} is not a pair")
-        if not isinstance(result.get("collector_waits") or {}, dict):
-            raise SchemaError("collector_waits is not an object")
-    except (SchemaError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ProtocolViolation(f"process {pid} answered with a malformed snapshot "
-                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
-
+from leakhound.payload import wire
 
 # The pause budget every command's census keeps by default: the worst event-loop lag an
 # inspection may add (the hardening goal; docs/inspect.md).
@@ -228,7 +137,7 @@ def capture(
     """``take_snapshot``, keeping the object graph and its dominator tree when they were used."""
     target = resolve_target(pid)
     taken_at = time.time()
-    request: dict[str, object] = {"op": "snapshot", "top_types": max(top, 50), "top_owners": max(top, 50)}
+    request: dict[str, object] = {"op": wire.OP_SNAPSHOT, "top_types": max(top, 50), "top_owners": max(top, 50)}
     if owner_model != "census":
         request["graph"] = True
         request["census_owners"] = False  # a skipped graph's owners are not attributed (not_attributed)
@@ -257,89 +166,80 @@ def capture(
             force=force,
             deadline=deadline,
         )
+        answer = decode_snapshot(pid, remote.result, method=remote.method, taken_at=taken_at,
+                                 pause_ms=max(remote.attach_stop_ms, remote.main_thread_ms))
     except BaseException:
         if early is not None:
             early.abandon()
         raise
-    try:
-        check_snapshot_result(pid, remote.result)
-    except ProtocolViolation:
-        if early is not None:
-            early.abandon()
-        raise
-    if early is not None and not remote.result.get("graph_sent"):
-        early.abandon()  # a payload or agent of before early_graph: the graph came in the result
-        early = None
-    if log is not None:  # where the payload's time went (-v): phase wall s / CPU s in the target
-        for key, spent in (("payload", remote.result.get("phases")),
-                           ("census", (remote.result.get("heap") or {}).get("phases"))):
-            if isinstance(spent, dict) and spent:
-                log(f"{key} phases: " + ", ".join(f"{k} {v[0]:.3f}/{v[1]:.3f} s" for k, v in spent.items()))
-        held = (remote.result.get("heap") or {}).get("max_hold_ms")
-        if (remote.result.get("heap") or {}).get("counted_in") == "graph":
-            held = None  # no census ran: the graph's line below says how it held the GIL
-        if held is not None:
-            log(f"census held the GIL at most {held} ms between yields ({remote.result['heap'].get('yields')} yields;"
-                f" after phase {remote.result['heap'].get('max_hold_after')!r})")
-            heap = remote.result["heap"]
-            if heap.get("max_hold_where"):
-                log("census's longest stretch: from {} to {}; longest run between two looks at the clock"
-                    " {} ms: from {} to {}".format(*heap["max_hold_where"], heap.get("max_gap_ms"),
-                                                  *heap.get("max_gap_where", ("?", "?"))))
-        graph_doc = early.doc if early is not None else remote.result.get("graph")
-        if isinstance(graph_doc, dict) and graph_doc.get("max_held_where"):
-            log("graph held the GIL at most {:.2f} ms between yields ({} yields), from {} to {};"
-                " the target's collections meanwhile, per generation: {}".format(
-                    float(graph_doc.get("max_held_ms") or 0.0), graph_doc.get("yields"), *graph_doc["max_held_where"],
-                    graph_doc.get("gc_collections")))
-        ran = remote.result.get("target_gc_in_payload_thread")
-        if isinstance(ran, dict) and any(ran.get("collections") or ()):
-            log("the target's own collections ran in the payload's thread (per generation {}): {} s, the longest"
-                " {} ms; not counted in the holds above".format(ran.get("collections"), ran.get("seconds"),
-                                                                ran.get("max_ms")))
+    # The payload hands the graph over before its answer (wire.PARTIAL_GRAPH) on every
+    # method; an answer may carry it instead (wire.SnapshotAnswer.graph).
+    graph = early.graph if early is not None else None
+    in_answer = graph is None and answer.graph is not None
+    if in_answer:
+        graph = answer.graph
+    if log is not None:
+        _log_holds(log, answer.holds, graph)
     # RSS is read right after the census so the ledger compares like with like (or, when the
     # graph's walk counted the heap, as the graph arrived: read while the CLI analyses it).
     process = early.counted_process() if early is not None else None
     if process is None:
         process = process_stats(pid)
-    snap = snapshot_from_result(
-        pid=pid,
-        method=remote.method,
-        result=remote.result,
-        process=process,
-        taken_at=taken_at,
-        pause_ms=max(remote.attach_stop_ms, remote.main_thread_ms),
-    )
-    snap = with_env_worker_children(snap)
+    snap = with_env_worker_children(replace(answer.snapshot, pid=pid, process=process))
     # The snapshot's time is when the target began counting (its own clock; the kernel's is
     # shared with containers), not when the CLI began attaching: the first inspection of a
     # process loads the payload, and diff's rates divide by the time between two snapshots.
-    snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "started_at", taken_at))
+    snap = replace(snap, taken_at=counted_at(answer.started_at, taken_at))
     if remote.cost is not None:
         measured = {k: v for k, v in vars(remote.cost).items() if k != "note"}
         snap = replace(snap, cost=RequestCost(**measured),
                        warnings=snap.warnings + ((remote.cost.note,) if remote.cost.note else ()))
     if owner_model == "census":
         return _analysed(Capture(snap))
-    doc = early.doc if early is not None else remote.result.get("graph")
-    if not isinstance(doc, dict) or doc.get("skipped"):
-        return _analysed(Capture(not_attributed(snap, doc if isinstance(doc, dict) else None, owner_model=owner_model)))
-    if early is not None:
-        # The dominator pass ran while the target counted; the names came with the result.
-        graph, found = early.finish(remote.result.get("names"))
-    else:
-        def ask_names(paths: list[list[int]]) -> list[Any]:
+    if early is None or graph is None or graph.skipped:
+        if early is not None:
+            early.abandon()
+        return _analysed(Capture(not_attributed(snap, graph, owner_model=owner_model)))
+    if in_answer:
+        early.abandon()
+
+        def names(paths: list[list[int]]) -> list[Any] | None:
             # The owners' paths walked again in the target, to name instance attributes there.
             left = timeout if deadline.follows_progress else max(5.0, deadline.limit_left())
-            answer = run_request(pid, {"op": "names", "paths": paths}, method=remote.method, timeout=left,
-                                 log=log, target=target, force=force)
-            labels = answer.result.get("labels")
-            return labels if isinstance(labels, list) else []
+            named = run_request(pid, {"op": wire.OP_NAMES, "paths": paths}, method=remote.method, timeout=left,
+                                log=log, target=target, force=force)
+            return decode_names(pid, named.result)
 
-        graph, found = _dominator_owners(doc, top=max(top, 20), retainers=retainers, why=why, ask_names=ask_names)
+        object_graph, found = _owners_named_after(graph.doc, names, top=max(top, 20), retainers=retainers, why=why)
+    else:
+        # The dominator pass ran while the target counted; the names came with the answer.
+        object_graph, found = early.finish(answer.names)
     asked = tuple(_owner(o) for o in found.why)
-    snap = replace(snap, taken_at=counted_at(remote.result.get("heap"), "graph_started_at", snap.taken_at))
-    return _analysed(Capture(with_dominator_owners(snap, graph, found), graph, found.tree, asked))
+    snap = replace(snap, taken_at=counted_at(answer.graph_started_at, snap.taken_at))
+    return _analysed(Capture(with_dominator_owners(snap, object_graph, found, graph), object_graph, found.tree, asked))
+
+
+def _log_holds(log: AttachLog, holds: Holds, graph: GraphOutcome | None) -> None:
+    """Where the payload's time went (-v): phase wall s / CPU s in the target, and how long
+    the census and the graph held the target's GIL between yields."""
+    for key, spent in (("payload", holds.payload_phases), ("census", holds.census_phases)):
+        if spent:
+            log(f"{key} phases: " + ", ".join(f"{k} {wall:.3f}/{cpu:.3f} s" for k, (wall, cpu) in spent.items()))
+    if holds.max_hold_ms is not None:  # (None: no census ran; the graph's line says how it held the GIL)
+        log(f"census held the GIL at most {holds.max_hold_ms} ms between yields ({holds.yields} yields;"
+            f" after phase {holds.max_hold_after!r})")
+        if holds.max_hold_where is not None:
+            gap_where = holds.max_gap_where or ("?", "?")
+            log("census's longest stretch: from {} to {}; longest run between two looks at the clock"
+                " {} ms: from {} to {}".format(*holds.max_hold_where, holds.max_gap_ms, *gap_where))
+    if graph is not None and graph.max_held_where is not None:
+        log("graph held the GIL at most {:.2f} ms between yields ({} yields), from {} to {};"
+            " the target's collections meanwhile, per generation: {}".format(
+                graph.max_held_ms, graph.yields, *graph.max_held_where, list(graph.gc_collections)))
+    if any(holds.target_gc_collections):
+        log(f"the target's own collections ran in the payload's thread (per generation "
+            f"{list(holds.target_gc_collections)}): {holds.target_gc_seconds} s, the longest "
+            f"{holds.target_gc_max_ms} ms; not counted in the holds above")
 
 
 # What would let the owners be computed, by why they were not (the header and the JSON note).
@@ -357,20 +257,19 @@ _WHAT_WOULD_ALLOW = {
 }
 
 
-def not_attributed(snap: Snapshot, doc: dict[str, Any] | None, *, owner_model: str = "auto") -> Snapshot:
+def not_attributed(snap: Snapshot, graph: GraphOutcome | None, *, owner_model: str = "auto") -> Snapshot:
     """``snap`` (the census's first-reacher owners) when the object graph was asked for and
-    not walked or not finished (``doc``: its ``{"skipped": reason, "skipped_code": ...}``, or
-    None when none came): the heap's bytes are one owner, ``<not attributed: ...>``, never a
+    not walked or not finished (``graph``: why, ``skipped`` and ``skipped_code``, or None
+    when none came): the heap's bytes are one owner, ``<not attributed: ...>``, never a
     first reacher presented as an owner (on the real worker past the budget, the first
     reacher was anyio's task states where trajectories held the bytes); the header says why
     and what would allow it; the per-type view stands."""
-    code = doc.get("skipped_code") if doc is not None else None
+    code = graph.skipped_code if graph is not None else ""
     reason = NotAttributed(code) if code in {r.value for r in NotAttributed} else NotAttributed.NO_GRAPH
     if reason == NotAttributed.GRAPH_OVER_MEMORY_BUDGET and owner_model == "dominator":
         reason = NotAttributed.GRAPH_NO_HEADROOM  # (explicit dominators have no budget of their own)
-    nodes = doc.get("max_nodes") if doc is not None else None
-    nodes = nodes if type(nodes) is int and nodes > 0 else 0
-    why = str(doc.get("skipped") or "") if doc is not None else "the target sent no object graph"
+    nodes = graph.max_nodes if graph is not None else 0
+    why = graph.skipped if graph is not None else "the target sent no object graph"
     allow = "; ".join(a for a in (_WHAT_WOULD_ALLOW[reason], _CENSUS_INSTEAD) if a)
     heap = replace(snap.heap, owner_model=OwnerModel.NOT_ATTRIBUTED.value, owner_model_reason=reason.value,
                    owner_model_note=f"{why or 'the object graph was not walked'}; {allow}")
@@ -379,33 +278,49 @@ def not_attributed(snap: Snapshot, doc: dict[str, Any] | None, *, owner_model: s
     return replace(snap, heap=heap, owners=(owner,))
 
 
-def _dominator_owners(doc: dict[str, Any], *, top: int, retainers: int, why: str | None,
-                      ask_names: dominators.NameAsker) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
-    """The graph the target sent, decoded and softened, and its dominator owners. The graph
-    comes from inside the target, whose owner controls it: the passes check every index
-    they follow (an edge, type or root out of range is their ValueError or IndexError), and
-    a graph they cannot use is one clear error."""
+def _unusable_graph(exc: Exception) -> ProtocolViolation:
+    """The graph comes from inside the target, whose owner controls it: the passes check
+    every index they follow (an edge, type or root out of range is their ValueError or
+    IndexError), and a graph they cannot use is one clear error."""
+    return ProtocolViolation(f"the object graph the target sent cannot be used: {exc}")
+
+
+def _owners_named_after(doc: dict[str, Any], names: Callable[[list[list[int]]], list[Any] | None], *, top: int,
+                        retainers: int, why: str | None) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
+    """The owners of a graph that came in the answer: planned, then named with what ``names``
+    gets from the target for their paths (another request; None: the graph's own labels)."""
     try:
         graph = dominators.soften(dominators.decode_graph(doc))
-        return graph, dominators.find_owners(graph, top=top, retainers=retainers, ask_names=ask_names, why=why)
+        plan = dominators.plan_owners(graph, top=top, retainers=retainers, why=why)
     except (ValueError, IndexError) as exc:  # GraphError is a ValueError
-        raise ProtocolViolation(f"the object graph the target sent cannot be used: {exc}") from None
+        raise _unusable_graph(exc) from None
+    labels = None
+    if plan.name_paths:
+        try:
+            labels = names(plan.name_paths)
+        except Exception:  # names are a nicety: the graph's own labels stand in
+            labels = None
+    try:
+        return graph, dominators.name_owners(plan, labels)
+    except (ValueError, IndexError) as exc:
+        raise _unusable_graph(exc) from None
 
 
 class _EarlyOwners:
     """The dominator pass run while the target is still counting (``early_graph``:
-    attach.run_request, every method): the graph arrives before the result
-    (``on_partial``), is analysed in a thread of leakhound's own, whose names request is
-    posted back within the same request; the target answers it in the result, which
-    ``finish`` hands to the thread. One attach instead of two, and the CLI's analysis and the
-    target's census run at once, on two cores."""
+    attach.run_request, every method): the graph arrives before the answer
+    (``on_partial``) and is analysed in a thread of leakhound's own, which posts the paths
+    the owners need named back within the same request; the target names them in its
+    answer, which ``finish`` hands to the thread. One attach instead of two, and the CLI's
+    analysis and the target's census run at once, on two cores. The analysis itself
+    (``dominators.plan_owners``, ``name_owners``) never talks to the target."""
 
     def __init__(self, *, top: int, retainers: int, why: str | None, deadline: Deadline, pid: int = 0) -> None:
         self.top, self.retainers, self.why, self.deadline, self.pid = top, retainers, why, deadline, pid
         self._process: ProcessStats | None = None
         self._process_thread: threading.Thread | None = None
-        self.doc: dict[str, Any] | None = None
-        self._labels: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self.graph: GraphOutcome | None = None
+        self._labels: queue.Queue[list[Any] | None] = queue.Queue(maxsize=1)
         self._thread: threading.Thread | None = None
         self._out: tuple[dominators.ObjectGraph, dominators.DominatorOwners] | None = None
         self._error: BaseException | None = None
@@ -413,32 +328,37 @@ class _EarlyOwners:
         self._records_error: dominators.GraphError | None = None
 
     def on_partial(self, name: str, doc: dict[str, Any], post: Post) -> None:
-        if self.doc is not None:
+        if self.graph is not None:
             return
-        if name == "records":  # the graph's records as the target writes them (debugger paths)
+        if name == wire.PARTIAL_RECORDS:  # the graph's records as the target writes them (debugger paths)
             if self._records_error is None:
                 try:
                     self._records.feed(doc["piece"])
                 except dominators.GraphError as exc:  # said when the graph is decoded
                     self._records_error = exc
             return
-        if name != "graph":
+        if name != wire.PARTIAL_GRAPH:
             return
-        self.doc = doc
-        if "records_streamed" in doc:
+        graph = self.graph = decode_graph_outcome(doc)
+        if not graph.readable:
+            # Another payload version: its answer is refused (decode_snapshot), so nothing is
+            # analysed, and the target is told at once that no names are wanted.
+            post(wire.REPLY_NAMES, {"paths": []})
+            return
+        if graph.records_streamed is not None:
             doc["records"] = self._records
-            if self._records_error is None and doc["records_streamed"] != doc.get("binary_bytes"):
+            if self._records_error is None and graph.records_streamed != graph.binary_bytes:
                 self._records_error = dominators.GraphError(
-                    f"the graph's records are cut short ({doc['records_streamed']} of {doc.get('binary_bytes')} bytes)")
+                    f"the graph's records are cut short ({graph.records_streamed} of {graph.binary_bytes} bytes)")
             if self._records_error is not None:
                 doc["records"] = self._records_error
-        if doc.get("counts_heap") and self.pid:
+        if graph.counts_heap and self.pid:
             # The graph's walk counted the heap (no census runs after it): the kernel's numbers
             # now, /proc/PID/smaps read on one core while the dominator pass runs on the other.
             self._process_thread = threading.Thread(target=self._read_process, name="leakhound-process",
                                                     daemon=True)
             self._process_thread.start()
-        if doc.get("skipped"):
+        if graph.skipped:
             return  # the target counts owners itself then, and asks for no names
         # Until the names are asked for, the target waits for this work (once it has counted):
         # it is the request's progress, not a stall (the thread ends the hold).
@@ -448,28 +368,36 @@ class _EarlyOwners:
         self._thread.start()
 
     def _run(self, doc: dict[str, Any], post: Post) -> None:
-        posted, held = False, True  # (on_partial began the hold)
-
-        def ask_names(paths: list[list[int]]) -> list[Any]:
-            nonlocal posted, held
-            post("names", {"paths": paths})
-            posted = True
-            if held:  # the target's to answer from here on
-                held = False
-                self.deadline.end_hold()
-            labels = self._labels.get(timeout=max(1.0, self.deadline.limit_left()))
-            return labels if isinstance(labels, list) else []
-
+        paths: list[list[int]] = []
         try:
-            self._out = _dominator_owners(doc, top=self.top, retainers=self.retainers, why=self.why,
-                                          ask_names=ask_names)
+            try:
+                graph = dominators.soften(dominators.decode_graph(doc))
+                plan = dominators.plan_owners(graph, top=self.top, retainers=self.retainers, why=self.why)
+                paths = plan.name_paths
+            except (ValueError, IndexError) as exc:  # GraphError is a ValueError
+                raise _unusable_graph(exc) from None
         except BaseException as exc:  # raised again on the caller's thread by finish()
             self._error = exc
         finally:
-            if not posted:
-                post("names", {"paths": []})  # the target waits for it: never leave it waiting
-            if held:
-                self.deadline.end_hold()
+            try:
+                post(wire.REPLY_NAMES, {"paths": paths})  # the target waits for it: never leave it waiting
+            except Exception:  # names are a nicety: the graph's own labels stand in
+                paths = []
+            self.deadline.end_hold()  # the target's to answer from here on
+        if self._error is not None:
+            return
+        labels = None
+        if paths:
+            try:
+                labels = self._labels.get(timeout=max(1.0, self.deadline.limit_left()))
+            except queue.Empty:  # names are a nicety: the graph's own labels stand in
+                pass
+        try:
+            self._out = graph, dominators.name_owners(plan, labels)
+        except (ValueError, IndexError) as exc:
+            self._error = _unusable_graph(exc)
+        except BaseException as exc:
+            self._error = exc
 
     def _read_process(self) -> None:
         try:
@@ -484,10 +412,9 @@ class _EarlyOwners:
         self._process_thread.join()
         return self._process
 
-    def finish(self, names: object) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
-        """The graph and its owners, once the result (and with it the names) is here."""
-        labels = names.get("labels") if isinstance(names, dict) else None
-        self._labels.put(labels if isinstance(labels, list) else None)
+    def finish(self, labels: list[Any] | None) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
+        """The graph and its owners, once the answer (and with it the names) is here."""
+        self._labels.put(labels)
         if self._thread is not None:
             self._thread.join()
         if self._error is not None:
@@ -497,17 +424,16 @@ class _EarlyOwners:
         return self._out
 
     def abandon(self) -> None:
-        """The request failed or answered without early_graph: let the thread go."""
+        """The request failed, or its answer is not used: let the thread go."""
         try:
             self._labels.put_nowait(None)
         except queue.Full:
             pass
 
 
-def counted_at(heap: object, key: str, default: float) -> float:
-    """The target's time (``time.time()`` there) at which the walk behind the owners began,
-    when it said so and it is plausible (within a day of the CLI's); else ``default``."""
-    value = heap.get(key) if isinstance(heap, dict) else None
+def counted_at(value: object, default: float) -> float:
+    """``value``, the target's time (``time.time()`` there) at which the walk behind the
+    owners began, when it is one and plausible (within a day of the CLI's); else ``default``."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value - default) < 86400:
         return float(value)
     return default
@@ -541,25 +467,25 @@ def _owner(o: dominators.DominatorOwner, graph: dominators.ObjectGraph | None = 
                  object_id=int(graph.ids[o.node]) if graph is not None else 0, path_ids=o.path_ids)
 
 
-def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph,
-                          found: dominators.DominatorOwners) -> Snapshot:
-    """``snap`` with the dominator owners in place of the census's."""
-    unreached = graph.info.get("unreached") or {}
+def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph, found: dominators.DominatorOwners,
+                          walked: GraphOutcome) -> Snapshot:
+    """``snap`` with the dominator owners in place of the census's (``walked``: how the
+    target walked the graph)."""
     note = "" if found.named else "owner paths named from the graph only (the target did not answer names)"
-    if not unreached.get("examined", True):
-        note = (note + "; " if note else "") + str(unreached.get("reason", ""))
+    if not walked.unreached_examined:
+        note = (note + "; " if note else "") + walked.unreached_reason
     heap = replace(
         snap.heap,
         owner_model="dominator",
         owner_model_note=note,
         graph_nodes=graph.nodes,
         graph_edges=graph.edges,
-        graph_seconds=round(float(graph.info.get("graph_seconds") or 0.0), 4),
+        graph_seconds=round(walked.graph_seconds, 4),
         dominator_seconds=round(found.analysis_seconds, 4),
-        max_pause_ms=round(max(snap.heap.max_pause_ms, float(graph.info.get("max_step_ms") or 0.0)), 2),
+        max_pause_ms=round(max(snap.heap.max_pause_ms, walked.max_step_ms), 2),
         # the longest the target's GIL was held between two yields: the census's or the graph's
-        max_hold_ms=round(max(snap.heap.max_hold_ms, float(graph.info.get("max_held_ms") or 0.0)), 2),
-        payload_peak_bytes=max(snap.heap.payload_peak_bytes, int(graph.info.get("payload_peak_bytes") or 0)),
+        max_hold_ms=round(max(snap.heap.max_hold_ms, walked.max_held_ms), 2),
+        payload_peak_bytes=max(snap.heap.payload_peak_bytes, walked.payload_peak_bytes),
     )
     return replace(snap, heap=heap, owners=_payload_grouped([_owner(o, graph) for o in found.owners]))
 

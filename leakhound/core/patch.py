@@ -35,11 +35,12 @@ from leakhound.errors import (
 from leakhound.model import PatchOutcome
 from leakhound.model.names import PatchAction
 from leakhound.patches import FIXES, Measurement
+from leakhound.payload import wire
 
 
 def _request(pid: int, action: str, fixes: list[str], *, request: RequestOptions,
              options: dict[str, Any] | None = None) -> dict[str, Any]:
-    asked: dict[str, Any] = {"op": "patch", "action": str(action), "fixes": fixes}
+    asked: dict[str, Any] = {"op": wire.OP_PATCH, "action": str(action), "fixes": fixes}
     if options:
         asked["options"] = options
     if action == PatchAction.APPLY:

@@ -45,6 +45,7 @@ from leakhound.errors import (
 from leakhound.model import Owner, RequestCost, Snapshot, TypeStat
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded, sample_from_snapshot
 from leakhound.model.names import Method, OwnerModel, Owners
+from leakhound.payload import wire
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
 SAMPLED_OWNERS = 30
@@ -173,7 +174,7 @@ def _cheap(w: Watched, *, progress: Progress | None = None) -> Sample:
     rss = rss_bytes(w.target.pid) - w.payload_resident  # before the request (see _full)
     remote, measured, type_stats, step_ms = _read_owners(w, owners_doc, len(asked), top_types=SAMPLED_TYPES,
                                                          progress=progress)
-    taken_at = counted_at(remote.result, "started_at", taken_at)
+    taken_at = counted_at(remote.result.get("started_at"), taken_at)
     return Sample(
         pid=w.target.pid,
         taken_at=taken_at,
@@ -203,7 +204,7 @@ def _read_owners(
     longest step in ms)."""
     remote = run_request(
         w.target.pid,
-        {"op": "sample", "owners": owners_doc, "top_types": top_types},
+        {"op": wire.OP_SAMPLE, "owners": owners_doc, "top_types": top_types},
         method=w.request.method,
         timeout=w.request.timeout,
         log=w.request.log,

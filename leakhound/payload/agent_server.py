@@ -36,6 +36,8 @@ import tempfile
 import threading
 import time
 
+from . import wire
+
 MAX_REQUEST = 64 * 1024
 # A client has this long to send its whole request line, and at most MAX_READERS clients
 # are being read from at once (more are closed at once): requests are served one at a time,
@@ -158,7 +160,7 @@ def _receive(conn, requests, readers):
     queue it for the serving thread; a peer not allowed, or too slow, is answered here."""
     try:
         if not _peer_allowed(conn):
-            _send(conn, {"result": {"ok": False, "kind": "Forbidden", "error": "peer not allowed"}})
+            _send(conn, {"result": wire.failed(wire.KIND_FORBIDDEN, "peer not allowed")})
             _close(conn)
             return
         line = _read_line(conn, time.monotonic() + REQUEST_READ_SECONDS)
@@ -168,8 +170,8 @@ def _receive(conn, requests, readers):
                 requests.append((conn, line))
                 _queued.notify()
         if not queued:
-            _send(conn, {"result": {"ok": False, "kind": "Busy",
-                                    "error": "%d requests are waiting for the agent already" % MAX_QUEUED}})
+            _send(conn, {"result": wire.failed(wire.KIND_BUSY,
+                                               "%d requests are waiting for the agent already" % MAX_QUEUED)})
             _close(conn)
     except Exception:
         _close(conn)
@@ -187,7 +189,7 @@ def _serve_one(conn, line):
         except (ValueError, UnicodeDecodeError, RecursionError):
             request = None
         if type(request) is not dict:
-            _send(conn, {"result": {"ok": False, "kind": "BadRequest", "error": "malformed request"}})
+            _send(conn, {"result": wire.failed(wire.KIND_BAD_REQUEST, "malformed request")})
             return
 
         def send_progress(phase, done):

@@ -39,10 +39,9 @@ import traceback
 # is loaded from the request's private directory, which is removed once it is answered, and
 # the next request reuses the loaded package (same version): a module first imported then
 # would not be found ("cannot import name 'graph'").
-from . import arena, census, graph, pacing, patches, probes, sampling, transport
+from . import arena, census, graph, pacing, patches, probes, sampling, transport, wire
 from .graph_wire import BINARY_FILE
-
-PAYLOAD_VERSION = "1"
+from .wire import PAYLOAD_VERSION
 
 _busy = threading.Lock()
 
@@ -302,13 +301,10 @@ def _snapshot(request, progress, stop, exchange=None):
                 del counted
                 phase("census (owners)")
             heap.pop("graph_started_at", None)
-    out = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
+    allocators, found = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
     stop.check("result")
-    out["heap"] = heap
-    out["phases"] = phases  # where the request's time went (docs/performance.md): [wall s, CPU s]
-    if out_graph is not None:
-        out["graph"] = out_graph
-    return out
+    # phases: where the request's time went (docs/performance.md), [wall s, CPU s]
+    return wire.snapshot_answer(heap, allocators, found, phases, graph=out_graph)
 
 
 def _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered):
@@ -323,7 +319,7 @@ def _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, regi
     found = probes.run_all(stop=stop, max_pause_ms=max_pause, compiled=request.get("walker") != "python",
                            in_flight=in_flight, registered=registered)
     phase("probes")
-    return {"arena": allocators, "probes": found, "python_version": "%d.%d.%d" % sys.version_info[:3]}
+    return allocators, found
 
 
 # How long the payload waits for the CLI's names after the census and the probes: at least
@@ -354,7 +350,7 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     if counted is not None:
         out_graph["counts_heap"] = True  # no census follows: the CLI reads the kernel's numbers now
     stop.check("graph")
-    exchange.send("graph", {"graph": out_graph})
+    exchange.send(wire.PARTIAL_GRAPH, wire.partial_graph(out_graph))
     out_graph = None  # sent: its arrays are the CLI's now
     phase("graph sent")
     if counted is not None:
@@ -369,8 +365,8 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     del reached, tallies
     if not skipped:
         heap["graph_started_at"] = graph_started_at  # dominator owners are counted from here
-    out = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
-    out.update(heap=heap, phases=phases, graph_sent=True)
+    allocators, found = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
+    out = wire.snapshot_answer(heap, allocators, found, phases, graph_sent=True)
     if not skipped:
         # The owners' paths, once the CLI has chosen them: walked again here to name them.
         progress("names", 0)
@@ -378,7 +374,7 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
         # a CLI that died without a word (SIGKILL on the gdb path, no janitor) leaves the
         # request, and its lock, waiting that long, not until its deadline.
         wait = max(NAMES_WAIT_MIN, NAMES_WAIT_FACTOR * graph_seconds)
-        asked = exchange.receive("names", stop, min(stop.deadline - 1.0, time.monotonic() + wait))
+        asked = exchange.receive(wire.REPLY_NAMES, stop, min(stop.deadline - 1.0, time.monotonic() + wait))
         if asked is not None:
             out["names"] = graph.name_paths(asked)
         phase("names")
@@ -589,7 +585,7 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
 
 def _graph_op(request, progress, stop, exchange=None):
     return {"graph": _graph(request, progress, stop, spool_dir=getattr(exchange, "spool_dir", None)),
-            "python_version": "%d.%d.%d" % sys.version_info[:3]}
+            "python_version": wire.python_version()}
 
 
 # What the census raises when it stops early: its own deadline, and the cancel hook.
@@ -599,7 +595,7 @@ _CENSUS_STOPPED = tuple(
 
 
 def _ping(request, progress, stop):
-    return {"python_version": "%d.%d.%d" % sys.version_info[:3], "payload_version": PAYLOAD_VERSION}
+    return {"python_version": wire.python_version(), "payload_version": PAYLOAD_VERSION}
 
 
 def _patch(request, progress, stop):
@@ -615,8 +611,8 @@ def _names(request, progress, stop):
     return graph.name_paths(request)
 
 
-OPERATIONS = {"snapshot": _snapshot, "ping": _ping, "patch": _patch, "sample": _sample, "graph": _graph_op,
-              "names": _names}
+OPERATIONS = {wire.OP_SNAPSHOT: _snapshot, wire.OP_PING: _ping, wire.OP_PATCH: _patch, wire.OP_SAMPLE: _sample,
+              wire.OP_GRAPH: _graph_op, wire.OP_NAMES: _names}
 
 
 def handle(request, progress=None, cancelled=None, exchange=None):
@@ -626,10 +622,9 @@ def handle(request, progress=None, cancelled=None, exchange=None):
     agent_server.SocketExchange), if it has one."""
     progress = progress or (lambda phase, done: None)
     if type(request) is not dict or request.get("op") not in OPERATIONS:
-        return {"ok": False, "error": "unknown request", "kind": "BadRequest"}
+        return wire.failed(wire.KIND_BAD_REQUEST, "unknown request")
     if not _busy.acquire(blocking=False):
-        return {"ok": False, "error": "another leakhound request is running in this process",
-                "kind": "Busy"}
+        return wire.failed(wire.KIND_BUSY, "another leakhound request is running in this process")
     started = time.perf_counter()
     global _rss_at_boot
     memory = _MemoryBudget(_max_extra_bytes(request), _rss_at_boot)
@@ -639,32 +634,24 @@ def handle(request, progress=None, cancelled=None, exchange=None):
     collections_before = pacing.stats()
     pacing.watch_collections()
     try:
-        if exchange is not None and request["op"] == "snapshot":
+        if exchange is not None and request["op"] == wire.OP_SNAPSHOT:
             out = _snapshot(request, progress, stop, exchange)
-        elif exchange is not None and request["op"] == "graph":
+        elif exchange is not None and request["op"] == wire.OP_GRAPH:
             out = _graph_op(request, progress, stop, exchange)
         else:
             out = OPERATIONS[request["op"]](request, progress, stop)
-        out["ok"] = True
-        out["payload_seconds"] = time.perf_counter() - started
         memory.cost()
-        out["memory_cost"] = {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit,
-                              "loaded_bytes": memory.loaded}
-        out["target_gc_in_payload_thread"] = _collections_since(collections_before)
-        return out
+        return wire.answered(out, time.perf_counter() - started,
+                             wire.memory_cost(memory.peak, memory.limit, memory.loaded),
+                             _collections_since(collections_before))
     except Cancelled as exc:
         memory.cost()
-        return {"ok": False, "kind": "Cancelled", "reason": exc.reason, "phase": exc.phase,
-                "error": str(exc), "payload_seconds": time.perf_counter() - started,
-                "memory_cost": {"peak_rss_bytes": memory.peak, "max_extra_bytes": memory.limit,
-                                "loaded_bytes": memory.loaded}}
+        return wire.failed(wire.KIND_CANCELLED, str(exc), reason=exc.reason, phase=exc.phase,
+                           payload_seconds=time.perf_counter() - started,
+                           memory_cost=wire.memory_cost(memory.peak, memory.limit, memory.loaded))
     except Exception as exc:  # remote errors travel back, they never print in the target
-        return {
-            "ok": False,
-            "error": "%s: %s" % (type(exc).__name__, exc),
-            "kind": type(exc).__name__,
-            "traceback": traceback.format_exc(limit=8),
-        }
+        return wire.failed(type(exc).__name__, "%s: %s" % (type(exc).__name__, exc),
+                           traceback=traceback.format_exc(limit=8))
     finally:
         memory.close()
         pacing.unwatch_collections()

@@ -16,6 +16,7 @@ import select
 import socket
 import time
 
+from . import wire
 from .graph_wire import json_pieces
 
 
@@ -143,7 +144,7 @@ def run_from_dir(directory, handle, unread=None):
     except (OSError, ValueError) as exc:
         if unread is not None:
             unread()
-        result = {"ok": False, "error": "cannot read the request: %s" % exc, "kind": "BadRequest"}
+        result = wire.failed(wire.KIND_BAD_REQUEST, "cannot read the request: %s" % exc)
     if not os.path.isdir(directory):
         return  # the CLI gave up and removed the directory; nothing to leave behind
     try:

@@ -187,6 +187,23 @@ def test_a_result_of_the_wrong_shape_is_one_clear_error(
     _one_clear_error(run, 20)
 
 
+@pytest.mark.parametrize("owners", ["census", "dominator"])
+def test_an_agent_of_an_older_payload_is_refused_by_its_version(
+    nobody_dir: Path, real_result: dict[str, Any], owners: str
+) -> None:
+    """The real agent's answer as payload version 1 sent it (no ``payload_version``; the early
+    graph's ``graph_sent``): refused by its version, exit 20, with what to do."""
+    older = {key: value for key, value in real_result.items() if key != "payload_version"}
+    older["graph_sent"] = True
+    line_file = nobody_dir / "line"
+    line_file.write_text(json.dumps({"result": older}))
+    with _hostile(nobody_dir, "line", HOSTILE_LINE=str(line_file)) as child:  # type: ignore[attr-defined]
+        run = _inspect(child.pid, nobody_dir, "--owners", owners)
+    _one_clear_error(run, 20)
+    assert "answered with no payload version (version 1 or older)" in run.stderr
+    assert "--method ptrace" in run.stderr
+
+
 def _frame(code: int, typecode: str, items: list[int]) -> bytes:
     """One frame of a graph's records (payload/graph_wire.py FRAME_COLUMNS)."""
     column = array.array(typecode, items)

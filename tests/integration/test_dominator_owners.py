@@ -136,7 +136,7 @@ def test_a_failed_dominator_pass_leaves_the_target_waiting_for_nothing(tmp_path:
     monkeypatch.setattr(PrivateChannel, "post", post)
     with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
         with monkeypatch.context() as patched:
-            patched.setattr(dominators, "find_owners", broken)
+            patched.setattr(dominators, "plan_owners", broken)
             # A graph the passes cannot use is the target's to answer for: one clear error.
             with pytest.raises(ProtocolViolation, match="broken on purpose"):
                 capture(child.pid, timeout=60)

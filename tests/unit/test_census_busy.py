@@ -117,7 +117,7 @@ def test_the_walls_and_the_roots_counted_by_the_compiled_walk_match_the_python_w
 
 
 def test_the_snapshot_keeps_the_pause_budget_and_how_the_census_kept_it() -> None:
-    from leakhound.core.capture import snapshot_from_result
+    from leakhound.core.decode import snapshot_from_answer
     from leakhound.model.snapshot import snapshot_from_json, snapshot_to_json
 
     walk = census.Census(max_pause_ms=20.0)
@@ -126,8 +126,7 @@ def test_the_snapshot_keeps_the_pause_budget_and_how_the_census_kept_it() -> Non
     result = {"heap": heap, "python_version": "3.11.7", "probes": {},
               "arena": {"malloc_in_use_bytes": 0, "malloc_free_bytes": 0, "trimmable_bytes": 0,
                         "pymalloc_free_bytes": 0}}
-    snap = snapshot_from_result(pid=1, method="agent", result=result, process=_process(),
-                                taken_at=0.0, pause_ms=0.0)
+    snap = snapshot_from_answer(result, pid=1, method="agent", process=_process())
     assert snap.heap.max_pause_budget_ms == 20.0
     assert snap.heap.max_hold_ms == heap["max_hold_ms"] > 0
     assert snap.heap.yields == heap["yields"]

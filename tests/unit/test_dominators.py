@@ -129,15 +129,15 @@ def test_why_lists_distinct_retainer_paths() -> None:
 
 def test_names_from_the_target_replace_the_graphs_labels() -> None:
     graph = callbacks_graph()
-    asked: list[list[list[int]]] = []
-
-    def ask(paths: list[list[int]]) -> list[list[str]]:
-        asked.append(paths)
-        return [["d", "kAPP", "d", "arows_renamed"][: len(p) - 1] for p in paths]
-
-    found = dom.find_owners(graph, top=1, retainers=1, ask_names=ask)
-    assert asked[0][0] == [1, 2, 5, 6, 7]  # the target's ids along the path, its root first
-    assert found.owners[0].path == "__main__.APP.rows_renamed"
+    plan = dom.plan_owners(graph, top=1, retainers=1)
+    paths = plan.name_paths
+    assert paths[0] == [1, 2, 5, 6, 7]  # the target's ids along the path, its root first
+    found = dom.name_owners(plan, [["d", "kAPP", "d", "arows_renamed"][: len(p) - 1] for p in paths])
+    assert found.named and found.owners[0].path == "__main__.APP.rows_renamed"
+    # without the target's labels (it did not answer): the graph's own, the same owners
+    unnamed = dom.name_owners(plan, None)
+    assert not unnamed.named and [o.node for o in unnamed.owners] == [o.node for o in found.owners]
+    assert dom.find_owners(graph, top=1, retainers=1).owners[0].path == unnamed.owners[0].path
 
 
 def read_heapsnapshot(text: str) -> dict[str, object]:
@@ -304,8 +304,8 @@ def test_a_context_variable_is_named_by_its_task_not_by_a_waiters_callback(compi
     assert found.owners[0].path == "task:consumer/consume.<contextvar request_log>"
     assert found.owners[0].retained_bytes == 4056 + 100 * 500
     # a frame variable that is a closure's cell is named by the variable, the cell passed
-    asked = dom.find_owners(graph, top=1, why="asyncio.queues.Queue",
-                            ask_names=lambda paths: [["", "aqueue", ""][: len(p) - 1] for p in paths])
+    plan = dom.plan_owners(graph, top=1, why="asyncio.queues.Queue")
+    asked = dom.name_owners(plan, [["", "aqueue", ""][: len(p) - 1] for p in plan.name_paths])
     assert asked.why[0].path == "task:Task-1/main.queue"
 
 

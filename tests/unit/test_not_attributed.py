@@ -11,6 +11,7 @@ import pytest
 
 from leakhound.analysis.growth import analyse_growth
 from leakhound.core import capture
+from leakhound.core.decode import decode_graph_outcome
 from leakhound.model import snapshot_from_json, snapshot_to_json
 from leakhound.model.growth import Sample, sample_from_snapshot
 from leakhound.model.names import NotAttributed, OwnerModel, not_attributed_owner
@@ -43,7 +44,7 @@ def test_the_payload_says_the_models_reason_codes() -> None:
 def test_the_heap_is_one_owner_not_attributed_with_why_and_what_would_allow_it(
         doc: dict[str, object] | None, reason: str, owner: str, allows: str) -> None:
     census = make_snapshot()  # its owners are the census's first reachers
-    snap = capture.not_attributed(census, doc)
+    snap = capture.not_attributed(census, decode_graph_outcome(doc) if doc is not None else None)
     assert (snap.heap.owner_model, snap.heap.owner_model_reason) == ("not-attributed", reason)
     (only,) = snap.owners
     assert (only.path, only.retained_bytes, only.items) == (owner, census.heap.bytes, census.heap.objects)
@@ -55,8 +56,8 @@ def test_the_heap_is_one_owner_not_attributed_with_why_and_what_would_allow_it(
 
 
 def test_explicit_dominators_over_memory_are_the_limits_not_a_budgets() -> None:
-    snap = capture.not_attributed(make_snapshot(), {"skipped": "x", "skipped_code": "graph_over_memory_budget"},
-                                  owner_model="dominator")
+    over = decode_graph_outcome({"skipped": "x", "skipped_code": "graph_over_memory_budget"})
+    snap = capture.not_attributed(make_snapshot(), over, owner_model="dominator")
     assert snap.heap.owner_model_reason == "graph_no_headroom"
 
 
@@ -73,9 +74,9 @@ def test_the_node_budget_follows_its_environment_variable(value: str | None, aut
 
 def test_the_header_says_owners_are_not_attributed_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "400")
-    snap = capture.not_attributed(make_snapshot(), {
+    snap = capture.not_attributed(make_snapshot(), decode_graph_outcome({
         "skipped": "the object graph has more than 1,000 nodes: over the graph budget",
-        "skipped_code": "graph_over_nodes", "max_nodes": 1000})
+        "skipped_code": "graph_over_nodes", "max_nodes": 1000}))
     out = io.StringIO()
     table.render_snapshot(snap, [], file=out)
     text = out.getvalue()
@@ -88,8 +89,8 @@ def test_the_header_says_owners_are_not_attributed_and_why(monkeypatch: pytest.M
 
 def _sample(snap_mb: int, at: float, model: str = "not-attributed") -> Sample:
     base = make_snapshot(taken_at=at)
-    snap = capture.not_attributed(replace(base, heap=replace(base.heap, bytes=snap_mb * MB)), {
-        "skipped": "over", "skipped_code": "graph_over_nodes", "max_nodes": 1000})
+    snap = capture.not_attributed(replace(base, heap=replace(base.heap, bytes=snap_mb * MB)), decode_graph_outcome({
+        "skipped": "over", "skipped_code": "graph_over_nodes", "max_nodes": 1000}))
     if model != "not-attributed":
         snap = replace(base, heap=replace(base.heap, bytes=snap_mb * MB, owner_model=model))
     return sample_from_snapshot(snap)
@@ -97,8 +98,8 @@ def _sample(snap_mb: int, at: float, model: str = "not-attributed") -> Sample:
 
 def test_watch_says_the_heap_grows_with_no_owner_named() -> None:
     samples = [_sample(100 + 10 * k, 1_800_000_000.0 + 10 * k) for k in range(4)]
-    last = capture.not_attributed(make_snapshot(), {"skipped": "over", "skipped_code": "graph_over_nodes",
-                                                    "max_nodes": 1000})
+    last = capture.not_attributed(make_snapshot(), decode_graph_outcome({
+        "skipped": "over", "skipped_code": "graph_over_nodes", "max_nodes": 1000}))
     report = analyse_growth(samples, snapshot=last)
     assert (report.owner_model, report.owner_model_reason) == (OwnerModel.NOT_ATTRIBUTED, "graph_over_nodes")
     (finding,) = [f for f in report.findings if f.severity == "warning"]

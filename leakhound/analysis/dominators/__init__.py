@@ -18,7 +18,9 @@ algorithm in pure Python (correct, slower).
 
 The rooms: ``graph`` (the decoded graph), ``passes`` (every pass with its C and Python
 twins: the dominator tree, softening, preferred paths), ``naming`` (paths rendered as
-names), ``owners`` (accumulation points and ``find_owners``). Callers import from here.
+names), ``owners`` (accumulation points: ``plan_owners`` finds them and the paths the target
+may name, ``name_owners`` names them with its labels; ``find_owners`` does both). Nothing
+here talks to the target: the caller asks it for the names. Callers import from here.
 """
 
 from leakhound.analysis.dominators import passes
@@ -28,9 +30,11 @@ from leakhound.analysis.dominators.owners import (
     DESCEND_SHARE,
     DominatorOwner,
     DominatorOwners,
-    NameAsker,
     OwnerFinder,
+    OwnerPlan,
     find_owners,
+    name_owners,
+    plan_owners,
     why_nodes,
     why_of_type,
 )
@@ -53,8 +57,8 @@ _dominators = passes._dominators  # type: ignore[attr-defined]
 
 __all__ = [
     "BACK_REFERENCE_COST", "DESCEND_SHARE", "GRAPH_FORMAT", "TASK_RANK_COST", "DominatorOwner", "DominatorOwners",
-    "DominatorTree", "GraphError", "NameAsker", "ObjectGraph", "OwnerFinder", "Paths", "Records", "RetainerPath",
+    "DominatorTree", "GraphError", "ObjectGraph", "OwnerFinder", "OwnerPlan", "Paths", "Records", "RetainerPath",
     "_dominators", "_dominators_python", "_preferred_paths_python", "children_of", "decode_graph", "dominators",
-    "find_owners", "passes", "path_edges", "path_ids", "preferred_paths", "render_edges", "render_path", "soften",
-    "subtree_counts", "why_nodes", "why_of_type",
+    "find_owners", "name_owners", "passes", "path_edges", "path_ids", "plan_owners", "preferred_paths",
+    "render_edges", "render_path", "soften", "subtree_counts", "why_nodes", "why_of_type",
 ]

@@ -4,7 +4,7 @@ by its preferred path from a root and a few distinct retainer paths; ``--why``'s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -204,9 +204,6 @@ class OwnerFinder:
         )
 
 
-NameAsker = Callable[[list[list[int]]], list[Any]]
-
-
 @dataclass
 class DominatorOwners:
     owners: list[DominatorOwner]
@@ -242,12 +239,32 @@ def why_of_type(finder: OwnerFinder, query: str, *, limit: int = 3) -> list[int]
     return matches[:limit]
 
 
-def find_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, ask_names: NameAsker | None = None,
-                compiled: bool = True, tree: DominatorTree | None = None, why: str | None = None,
-                ) -> DominatorOwners:
+@dataclass
+class OwnerPlan:
+    """The owners found, before they are named: ``name_paths`` are the target's object ids
+    along each path that names them (the root's first). The target can label those paths'
+    edges as it walks them again (instance attributes the graph has no label for); the
+    labels, or None, finish the owners (``name_owners``)."""
+
+    finder: OwnerFinder
+    nodes: list[int]  # the owners
+    asked: list[int]  # the owners, then the objects ``--why`` asks about
+    plans: list[list[RetainerPath]]  # each asked node's paths, its preferred one first
+    analysis_seconds: float
+
+    @property
+    def paths(self) -> list[RetainerPath]:
+        return [p for plan in self.plans for p in plan]
+
+    @property
+    def name_paths(self) -> list[list[int]]:
+        return [self.finder.ids_of(p) for p in self.paths]
+
+
+def plan_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, compiled: bool = True,
+                tree: DominatorTree | None = None, why: str | None = None) -> OwnerPlan:
     """The dominator pass and the owners: accumulation points, each with its preferred path
-    and, for the first few, up to ``retainers`` distinct retainer paths. ``ask_names``: sends
-    the paths' ids to the target (the ``names`` request) and returns their labels."""
+    and, for the first few, up to ``retainers`` distinct retainer paths."""
     import time  # noqa: PLC0415
 
     started = time.perf_counter()
@@ -268,25 +285,37 @@ def find_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, ask_na
     plans = [finder.retainer_paths(v, limit=retainers) if i < 5 and retainers > 1 else [finder.preferred(v)]
              for i, v in enumerate(nodes)]
     plans += [finder.retainer_paths(v, limit=max(retainers, 5)) for v in asked[len(nodes):]]
-    flat = [p for plan in plans for p in plan]
-    labels: list[Any] = [None] * len(flat)
-    named = False
-    if ask_names is not None and flat:
-        try:
-            answer = ask_names([finder.ids_of(p) for p in flat])
-            if isinstance(answer, list) and len(answer) == len(flat):
-                labels = answer
-                named = True
-        except Exception:  # names are a nicety: the graph's own labels stand in
-            labels = [None] * len(flat)
-    texts = [finder.render(p, labels[i] if isinstance(labels[i], list) else None) for i, p in enumerate(flat)]
+    return OwnerPlan(finder=finder, nodes=nodes, asked=asked, plans=plans,
+                     analysis_seconds=time.perf_counter() - started)
+
+
+def name_owners(plan: OwnerPlan, labels: Sequence[Any] | None = None) -> DominatorOwners:
+    """The planned owners named: by ``labels`` (the target's, one a path of ``name_paths``,
+    each a list of edge labels or None) where they fit, else by the graph's own labels."""
+    import time  # noqa: PLC0415
+
+    started = time.perf_counter()
+    finder, flat = plan.finder, plan.paths
+    named = labels is not None and len(labels) == len(flat) and len(flat) > 0
+    given = list(labels) if labels is not None and named else [None] * len(flat)
+    texts = [finder.render(p, given[i] if isinstance(given[i], list) else None) for i, p in enumerate(flat)]
     owners = []
     k = 0
-    for v, plan in zip(asked, plans, strict=True):
-        mine = texts[k:k + len(plan)]
-        k += len(plan)
+    for v, paths in zip(plan.asked, plan.plans, strict=True):
+        mine = texts[k:k + len(paths)]
+        k += len(paths)
         distinct = tuple(dict.fromkeys(mine))
-        found = finder.owner(v, mine[0], distinct if len(plan) > 1 else ())
-        owners.append(replace(found, path_ids=tuple(finder.ids_of(plan[0]))))
-    return DominatorOwners(owners=owners[:len(nodes)], tree=tree, analysis_seconds=time.perf_counter() - started,
-                           named=named, why=owners[len(nodes):])
+        found = finder.owner(v, mine[0], distinct if len(paths) > 1 else ())
+        owners.append(replace(found, path_ids=tuple(finder.ids_of(paths[0]))))
+    seconds = plan.analysis_seconds + time.perf_counter() - started
+    return DominatorOwners(owners=owners[:len(plan.nodes)], tree=finder.tree, analysis_seconds=seconds,
+                           named=named, why=owners[len(plan.nodes):])
+
+
+def find_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, compiled: bool = True,
+                tree: DominatorTree | None = None, why: str | None = None,
+                labels: Sequence[Any] | None = None) -> DominatorOwners:
+    """``plan_owners`` and ``name_owners`` in one step, named by ``labels`` when they are
+    known (else by the graph's own labels)."""
+    return name_owners(plan_owners(graph, top=top, retainers=retainers, compiled=compiled, tree=tree, why=why),
+                       labels)

@@ -1,0 +1,256 @@
+"""The messages between the CLI and the payload: every request, every answer, by name.
+
+Both sides import this module: the payload builds its answers with the functions here, and
+the CLI decodes an answer once (``leakhound/core/decode.py``) into the model. It runs inside
+the target (standard library only, any CPython 3.8+); the TypedDicts are read by the type
+checker only (``TYPE_CHECKING`` is false at run time), so loading the payload adds no
+``typing`` to a target's ``sys.modules`` (tests/utils.py ``assert_only_the_payload_stays``).
+
+Every answer carries ``payload_version``. The CLI reads the versions it knows and refuses any
+other with one clear error: an agent started by another leakhound is told by its version,
+never by which fields its answer has.
+"""
+
+import sys
+
+# The shape of the requests and answers below. A change of shape is a new version: the CLI
+# then refuses an agent that answers with the old one (PayloadVersionMismatch).
+PAYLOAD_VERSION = 2
+
+# Requests: ``{"op": OP_..., ...}`` (OPERATIONS in runner.py runs them).
+OP_SNAPSHOT = "snapshot"  # the census, the arena, the probes; with ``graph``, the object graph
+OP_PING = "ping"
+OP_PATCH = "patch"
+OP_SAMPLE = "sample"  # watch: the asked owners' and the types' counts
+OP_GRAPH = "graph"  # the object graph alone
+OP_NAMES = "names"  # the owners' paths walked again in the target, to name them
+
+# Documents handed over within a snapshot request, before its answer (``early_graph``):
+# the graph's records as they are written, the graph, and the CLI's reply naming the paths
+# to walk again. ``CANCEL`` cancels a request (a file in the private directory, or a line on
+# the agent's socket).
+PARTIAL_RECORDS = "records"
+PARTIAL_GRAPH = "graph"
+REPLY_NAMES = "names"
+CANCEL = "cancel"
+
+# ``kind`` of a failed answer (``ok`` false); any other kind is the exception the payload raised.
+KIND_BAD_REQUEST = "BadRequest"
+KIND_BUSY = "Busy"
+KIND_CANCELLED = "Cancelled"
+KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
+
+# ``heap.counted_in``: which walk counted the heap
+COUNTED_IN_CENSUS = "census"
+COUNTED_IN_GRAPH = "graph"
+
+TYPE_CHECKING = False  # mypy reads the block below as reachable; the target never runs it
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple, TypedDict
+
+    class SnapshotRequest(TypedDict, total=False):
+        op: str
+        top_types: int
+        top_owners: int
+        graph: bool  # walk the object graph for the dominator owners
+        census_owners: bool  # false: no first reachers when the graph is skipped
+        max_graph_nodes: int
+        max_graph_bytes: int
+        max_pause_ms: float
+        walker: str  # "python": the pure-Python loop even where the compiled one loads
+        early_graph: bool  # hand the graph over before the answer (attach sets it)
+        timeout: float  # the payload's own deadline (attach sets it)
+        max_extra_bytes: int  # the request's memory budget in the target (attach sets it)
+
+    class NamesRequest(TypedDict, total=False):
+        op: str
+        paths: List[List[int]]  # object ids from a root, one list a path
+
+    class SampleRequest(TypedDict, total=False):
+        op: str
+        owners: List[Dict[str, object]]  # {"ids", "type", "path"} each
+        top_types: int
+        allocator: bool  # the allocator's bytes in use too
+        registry: bool  # the verifiers registry's counts too
+
+    class PatchRequest(TypedDict, total=False):
+        op: str
+        action: str
+        fixes: List[str]
+        options: Dict[str, object]
+        by: Dict[str, object]  # who applies it: uid, user, leakhound_version
+
+    class MemoryCost(TypedDict):
+        peak_rss_bytes: int
+        max_extra_bytes: Optional[int]
+        loaded_bytes: int
+
+    class TargetCollections(TypedDict):
+        """The target's own collections that ran in the payload's thread (pacing.py)."""
+
+        collections: List[int]  # per generation
+        seconds: float
+        max_ms: float
+
+    class TypeRow(TypedDict):
+        type: str
+        count: int
+        bytes: int
+
+    class OwnerRow(TypedDict, total=False):
+        path: str
+        type: str
+        items: int
+        retained_bytes: int
+        retained_objects: int
+
+    class CyclicGarbage(TypedDict):
+        objects: int
+        bytes: int
+        types: List[TypeRow]
+
+    class Unreached(TypedDict, total=False):
+        examined: bool
+        reason: str
+        estimated_pause_ms: float
+
+    class Heap(TypedDict, total=False):
+        """What the census (or the graph's walk, ``counted_in``) counted."""
+
+        objects: int
+        bytes: int
+        gc_tracked: int
+        untracked: int
+        census_seconds: float
+        walker: str
+        counted_in: str  # COUNTED_IN_...
+        with_owners: bool
+        unreached: Unreached
+        max_step_ms: float
+        max_pause_budget_ms: Optional[float]
+        max_hold_ms: float
+        max_hold_after: str
+        max_hold_where: Tuple[str, str]
+        max_gap_ms: float
+        max_gap_where: Tuple[str, str]
+        yields: int
+        gc_collections: List[int]
+        phases: Dict[str, Tuple[float, float]]  # [wall s, CPU s]
+        payload_peak_bytes: int
+        native_bytes: int
+        notes: List[str]
+        types: List[TypeRow]
+        owners: List[OwnerRow]
+        cyclic_garbage: CyclicGarbage
+        started_at: float  # the target's time.time() as the named roots' walk began
+        graph_started_at: float  # likewise, as the graph's walk began (the dominator owners)
+
+    class Graph(TypedDict, total=False):
+        """The object graph (graph.py; its arrays decoded by analysis.dominators.decode_graph),
+        or why it was not walked (``skipped``)."""
+
+        format: int
+        skipped: str
+        skipped_code: str  # graph.SKIPPED_...
+        max_nodes: int
+        nodes: int
+        graph_seconds: float
+        max_step_ms: float
+        max_held_ms: float
+        max_held_where: Tuple[str, str]
+        yields: int
+        gc_collections: List[int]
+        payload_peak_bytes: int
+        counts_heap: bool  # its walk counted the heap: no census follows
+        unreached: Unreached
+        binary_file: str
+        binary_bytes: int
+        payload_version: int  # handed over before the answer (partial_graph)
+
+    class Names(TypedDict):
+        labels: List[Optional[List[str]]]  # one a path asked for, an edge's label a step
+
+    class Answer(TypedDict, total=False):
+        """What every answer has."""
+
+        ok: bool
+        payload_version: int
+        python_version: str
+        payload_seconds: float
+        memory_cost: MemoryCost
+        target_gc_in_payload_thread: TargetCollections
+
+    class Failure(Answer, total=False):
+        kind: str  # KIND_...
+        error: str
+        reason: str  # Cancelled: "deadline", "cancel" or "memory"
+        phase: str
+        traceback: str
+
+    class SnapshotAnswer(Answer, total=False):
+        heap: Heap
+        arena: Dict[str, Any]  # model.ArenaStats's fields
+        probes: Dict[str, Any]
+        phases: Dict[str, Tuple[float, float]]  # the request's, [wall s, CPU s]
+        graph: Graph  # in the answer when it was not handed over before it
+        graph_sent: bool  # the graph was handed over before the answer (PARTIAL_GRAPH)
+        names: Names  # the paths the CLI posted (REPLY_NAMES), named
+
+    class SampleAnswer(Answer, total=False):
+        started_at: float
+        owners: List[Dict[str, object]]  # {"found", "items"} each, in the order asked
+        types: List[TypeRow]
+        allocator_in_use_bytes: Optional[int]
+        registry: Optional[Dict[str, object]]
+        max_step_ms: float
+        sample_seconds: float
+
+    class PatchAnswer(Answer, total=False):
+        results: List[Dict[str, object]]
+        applied: List[str]
+
+
+def python_version():
+    return "%d.%d.%d" % sys.version_info[:3]
+
+
+def snapshot_answer(heap, arena, probes, phases, graph=None, graph_sent=False, names=None):
+    """A snapshot's answer (before ``answered`` adds what every answer has)."""
+    out = {"heap": heap, "arena": arena, "probes": probes, "phases": phases,
+           "python_version": python_version()}  # type: SnapshotAnswer
+    if graph is not None:
+        out["graph"] = graph
+    if graph_sent:
+        out["graph_sent"] = True
+    if names is not None:
+        out["names"] = names
+    return out
+
+
+def partial_graph(graph):
+    """The graph handed over before the answer (PARTIAL_GRAPH): with the payload's version,
+    so the CLI analyses only a graph of a version it reads."""
+    graph["payload_version"] = PAYLOAD_VERSION
+    return {"graph": graph}
+
+
+def memory_cost(peak_rss_bytes, max_extra_bytes, loaded_bytes):
+    return {"peak_rss_bytes": peak_rss_bytes, "max_extra_bytes": max_extra_bytes,
+            "loaded_bytes": loaded_bytes}  # type: MemoryCost
+
+
+def answered(out, payload_seconds, cost, target_gc):
+    """``out``, an operation's answer, with what every successful answer has."""
+    out["ok"] = True
+    out["payload_version"] = PAYLOAD_VERSION
+    out["payload_seconds"] = payload_seconds
+    out["memory_cost"] = cost
+    out["target_gc_in_payload_thread"] = target_gc
+    return out
+
+
+def failed(kind, error, **fields):
+    """A failed answer: ``kind`` (KIND_... or the exception's name) and what went wrong."""
+    out = {"ok": False, "kind": kind, "error": error, "payload_version": PAYLOAD_VERSION}  # type: Failure
+    out.update(fields)  # type: ignore[typeddict-item]
+    return out
