@@ -471,10 +471,15 @@ enum { COL_IDS = 0, COL_SIZES = 1, COL_TYPES = 2, COL_LENGTHS = 3, COL_LABELS = 
 /* A leaf (str, bytes, int...) held a few times (more than once, at most GRAPH_SHARED_LEAF
  * times), met so far from one node only: its bytes are that node's if every reference to it
  * is met from there (a session's name, its registry's key and its attribute: all in the
- * registry), else it is a node. ``left``: references not met yet. At most PENDING_LEAVES at
- * once (a few slices of a registry's worth); a leaf met when they are all taken is a node
- * at once. No reference is held: the address names it. */
+ * registry), else it is a node. ``left``: references not met yet. The table starts with room
+ * for PENDING_LEAVES and doubles while they are taken, up to PENDING_LEAVES_MAX at once: what
+ * waits is every leaf of a list whose twin list comes later in the walk (verifiers' steps: a
+ * response's prompt token ids and the step's copy of the list, the same ints, ~55k a list on
+ * a 2 GB worker; 16k at most made the rest nodes, 20M objects past the 6M-node budget). A
+ * leaf met when they are all taken is a node at once. No reference is held: the address
+ * names it. */
 #define PENDING_LEAVES (1 << 14)
+#define PENDING_LEAVES_MAX (1 << 18)
 typedef struct {
     uintptr_t key;    /* the leaf's address; 0: empty */
     uintptr_t owner;  /* the node it was met from */
@@ -561,7 +566,9 @@ typedef struct {
      * entries of a registry name the same few objects (3.10's instance dicts their shared
      * keys: 3 edges an instance, all alike), one edge each is enough for the dominators. */
     uintptr_t seen_src[FOLD_EDGE_SLOTS], seen_dst[FOLD_EDGE_SLOTS];
-    PendingLeaf *pending;      /* 2 * PENDING_LEAVES slots, open addressing (made when needed) */
+    PendingLeaf *pending;      /* pending_mask + 1 slots (twice the leaves it has room for), open
+                                * addressing, made when needed */
+    size_t pending_mask;
     Py_ssize_t npending;
     int32_t seen_lab[FOLD_EDGE_SLOTS];
     /* label id -> the label "f<label>" of an edge from a folded entry (-2: not asked yet) */
@@ -634,6 +641,7 @@ graph_drop_bits(GraphState *g)
     addrmap_free(&g->made);
     PyMem_Free(g->pending);
     g->pending = NULL;
+    g->pending_mask = 0;
     g->npending = 0;
     g->own_used = 0;
 }
@@ -848,15 +856,14 @@ graph_fold(GraphState *g, uintptr_t owner, long long size)
     return 0;
 }
 
-#define PENDING_MASK ((size_t)(2 * PENDING_LEAVES - 1))
-
 /* The pending leaf at ``address``, or NULL. */
 static PendingLeaf *
 pending_find(GraphState *g, uintptr_t address)
 {
     if (g->pending == NULL || g->npending == 0)
         return NULL;
-    for (size_t k = addr_hash(address, PENDING_MASK);; k = (k + 1) & PENDING_MASK) {
+    size_t mask = g->pending_mask;
+    for (size_t k = addr_hash(address, mask);; k = (k + 1) & mask) {
         if (g->pending[k].key == address)
             return &g->pending[k];
         if (g->pending[k].key == 0)
@@ -864,22 +871,46 @@ pending_find(GraphState *g, uintptr_t address)
     }
 }
 
+/* Room for ``leaves`` pending leaves (a power of two), the ones pending moved over: 0, or -1 on
+ * error. */
+static int
+pending_grow(GraphState *g, size_t leaves)
+{
+    size_t mask = 2 * leaves - 1;
+    PendingLeaf *table = PyMem_Calloc(mask + 1, sizeof(PendingLeaf));
+    if (table == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t j = 0; g->pending != NULL && j <= g->pending_mask; j++) {
+        if (g->pending[j].key == 0)
+            continue;
+        size_t k = addr_hash(g->pending[j].key, mask);
+        while (table[k].key != 0)
+            k = (k + 1) & mask;
+        table[k] = g->pending[j];
+    }
+    PyMem_Free(g->pending);
+    g->pending = table;
+    g->pending_mask = mask;
+    return 0;
+}
+
 /* A new pending leaf: 1, or 0 when they are all taken (-1 on error). */
 static int
 pending_add(GraphState *g, uintptr_t address, uintptr_t owner, long long size, int32_t type, int32_t left)
 {
-    if (g->npending >= PENDING_LEAVES)
-        return 0;
-    if (g->pending == NULL) {
-        g->pending = PyMem_Calloc(2 * PENDING_LEAVES, sizeof(PendingLeaf));
-        if (g->pending == NULL) {
-            PyErr_NoMemory();
+    size_t room = g->pending == NULL ? 0 : (g->pending_mask + 1) / 2;
+    if ((size_t)g->npending >= room) {
+        if (room >= PENDING_LEAVES_MAX)
+            return 0;
+        if (pending_grow(g, room == 0 ? PENDING_LEAVES : 2 * room) < 0)
             return -1;
-        }
     }
-    size_t k = addr_hash(address, PENDING_MASK);
+    size_t mask = g->pending_mask;
+    size_t k = addr_hash(address, mask);
     while (g->pending[k].key != 0)
-        k = (k + 1) & PENDING_MASK;
+        k = (k + 1) & mask;
     PendingLeaf *p = &g->pending[k];
     p->key = address;
     p->owner = owner;
@@ -894,11 +925,12 @@ pending_add(GraphState *g, uintptr_t address, uintptr_t owner, long long size, i
 static void
 pending_remove(GraphState *g, PendingLeaf *p)
 {
+    size_t mask = g->pending_mask;
     size_t hole = (size_t)(p - g->pending);
-    for (size_t k = (hole + 1) & PENDING_MASK; g->pending[k].key != 0; k = (k + 1) & PENDING_MASK) {
-        size_t home = addr_hash(g->pending[k].key, PENDING_MASK);
+    for (size_t k = (hole + 1) & mask; g->pending[k].key != 0; k = (k + 1) & mask) {
+        size_t home = addr_hash(g->pending[k].key, mask);
         /* the entry at k may move into the hole if its home is not in (hole, k] */
-        if (((k - home) & PENDING_MASK) >= ((k - hole) & PENDING_MASK)) {
+        if (((k - home) & mask) >= ((k - hole) & mask)) {
             g->pending[hole] = g->pending[k];
             hole = k;
         }
@@ -1923,6 +1955,7 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         held += (long long)cols[k]->nspare * GBLOCK_ITEMS * cols[k]->itemsize;
     held += (long long)g->owners_cap * (long long)sizeof(uintptr_t);
+    held += g->pending != NULL ? (long long)(g->pending_mask + 1) * (long long)sizeof(PendingLeaf) : 0;
     return Py_BuildValue("nnnLLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g),
                          g->folded_objects);
 }
@@ -2092,7 +2125,7 @@ graph_settle(PyObject *Py_UNUSED(module), PyObject *capsule)
     GraphState *g = graph_of(capsule);
     if (g == NULL)
         return NULL;
-    for (size_t k = 0; g->pending != NULL && k <= PENDING_MASK; k++) {
+    for (size_t k = 0; g->pending != NULL && k <= g->pending_mask; k++) {
         PendingLeaf *p = &g->pending[k];
         if (p->key == 0)
             continue;

@@ -118,8 +118,9 @@ def _managed_dict(obj, tp):
     return 0 if word & 1 else word
 
 
-# Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES).
-_PENDING_LEAVES = 1 << 14
+# Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES_MAX): every leaf of a list whose
+# twin list (the same ints) comes later in the walk waits, ~55k a list on a 2 GB verifiers worker.
+_PENDING_LEAVES = 1 << 18
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
 # items pair), the loop variable and getrefcount's argument.
 _ONLY_ONE_REFERENCE = 4

@@ -413,3 +413,54 @@ def test_what_the_walk_reached_is_handed_over_as_the_census_bitmap() -> None:
     assert got["examined"] and got["regions"] > 0
     assert got["kept"] and got["shared"]
     assert not got["garbage"]
+
+
+# verifiers' trajectory steps: a response's prompt token ids and the step's own list of the same
+# ints (pydantic's model_dump and verifiers' serializable copy the list, not its ints), ~55k a
+# list on the real worker at 2 GB; both lists folded into the registry that alone holds them.
+STEPS: dict[str, list[dict[str, Any]]] = {}
+
+
+def _deep(root: object) -> int:
+    seen: set[int] = set()
+    stack, total = [root], 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.values())  # (the keys are interned constants, shared)
+        elif isinstance(obj, list):
+            stack.extend(obj)
+    return total
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_leaves_two_lists_of_one_owner_share_are_folded_however_long_the_lists(compiled: bool) -> None:
+    """Each int is held by two lists, both folded into STEPS: every reference is met from that
+    node, so each is folded into it (no node), however many a list holds; STEPS retains what
+    it alone holds."""
+    if compiled and graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    steps = []
+    for r in range(6):
+        ids = [1_000_000 + r * 100_000 + k for k in range(60_000)]
+        steps.append({"response": {"prompt_ids": ids}, "tokens": {"prompt_ids": list(ids)}})
+    STEPS["steps"] = steps
+    leaf_ids = {id(x) for step in steps for x in step["tokens"]["prompt_ids"]}
+    del steps, ids
+    try:
+        out = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(leaf_ids,), max_nodes=5_000_000,
+                          max_pause_ms=None, cancelled=None, compiled=compiled)
+        answer = {"result": {"ok": True, "graph": out}}
+        meta = json.loads("".join(json_pieces(answer)))["result"]["graph"]
+        g = dominators.decode_graph({**meta, "binary": b"".join(binary_pieces(answer))})
+        truth = _deep(STEPS)
+    finally:
+        STEPS.clear()
+    assert len(leaf_ids & set(g.ids)) == 0
+    tree = dominators.dominators(g)
+    node = list(g.ids).index(id(STEPS))
+    assert tree.retained[node] == truth
