@@ -206,10 +206,11 @@ class VerifiersWorker:
         return result
 
     def registry_freed(self, *, timeout: float = 600.0) -> dict[str, Any]:
-        """What freeing every runtime's ``trajectories`` gives back to the worker's heap, as
-        the worker measures it in a forked child that clears them (leakhound_vf_truth.py):
-        {"registry_freed_bytes", "entries", "seconds"}. The worker's loop waits for the
-        child meanwhile: ask while it is idle."""
+        """What freeing every runtime's ``trajectories`` gives back, as the worker measures
+        it in a forked child that clears them (leakhound_vf_truth.py): {"registry_freed_bytes"
+        (the heap's bytes in use, before less after), "registry_sizeof_bytes" (sys.getsizeof
+        over what the registries reach, each object once), "entries", "seconds"}. Ask while
+        the worker is idle: then nothing else holds a finished rollout."""
         answer = self.report_dir / f"{self.worker_pid}.registry-freed.json"
         answer.unlink(missing_ok=True)
         (self.report_dir / f"{self.worker_pid}.free-registry").touch()
@@ -259,7 +260,9 @@ def spawn_verifiers_worker(
     ``park`` extra rollouts stop after their turns with every intercept
     delivered and one more request pending, so the worker holds live
     intercept bodies. ``VerifiersWorker.run_batch`` runs more rollouts later
-    (e.g. after a live patch). The process group is SIGKILLed on exit, always.
+    (e.g. after a live patch). ``image_tokens`` and ``completion_repeat`` shape the
+    fake model's answers (fake_model_server.py). The process group is SIGKILLed on
+    exit, always.
     """
     venv = ensure_verifiers_venv(python=python)
     run_dir = Path(tmp_path) / "verifiers-worker"
