@@ -5,10 +5,13 @@ Per Python: spawn the worker (tests/verifiers_target.py: the real env server and
 fake model server on loopback), grow it with batches of rollouts until its RSS passes
 ``--rss-gb``, then, with the worker idle:
 
-- the truth: what freeing every runtime's ``trajectories`` gives back to the heap, measured by
-  the worker in a forked child that clears them (leakhound_vf_truth.py);
+- the truth, measured by the worker in a forked child (leakhound_vf_truth.py): sys.getsizeof
+  over what every runtime's ``trajectories`` reaches (each object once: what it alone holds
+  when no rollout runs, sized as leakhound sizes objects; "sized"), and what clearing them
+  gives back to the heap (the allocators' bytes in use before and after; "freed": pymalloc's
+  16-byte classes round a 28-byte int to 32);
 - ``leakhound inspect PID --json``: wall clock (attach to report), ``heap.max_pause_ms``, the
-  owner model, owner #1 and its retained bytes against the truth;
+  owner model, owner #1 and its retained bytes against both;
 
 then, with batches of rollouts running the whole time (the registry growing):
 
@@ -33,7 +36,7 @@ benchmarks/results/verifiers-scale-<date>.json.
 
     .venv/bin/python benchmarks/verifiers_scale.py [--pythons 3.11,3.12] [--rss-gb 2.1]
         [--watch 120] [--image-tokens 2560] [--completion-repeat 12] [--screenshot-kb 40]
-        [--batch 16] [--turns 20] [--out FILE]
+        [--batch 16] [--turns 20] [--out FILE] [--table SAVED.json]
 """
 
 from __future__ import annotations
@@ -202,7 +205,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
     out = []
     for row in rows:
         idle, busy = row.get("inspect_idle", {}), row.get("inspect_busy", {})
-        truth = row.get("truth", {}).get("registry_freed_bytes")
+        sized = row.get("truth", {}).get("registry_sizeof_bytes")
+        freed = row.get("truth", {}).get("registry_freed_bytes")
         first = (idle.get("owners") or [{}])[0]
         growth = [f for f in row.get("watch", {}).get("findings", []) if f["kind"] == "growth"]
         out.append([
@@ -210,13 +214,13 @@ def summary(rows: list[dict[str, Any]]) -> str:
             f"{idle.get('wall_s', '-')} s / {busy.get('wall_s', '-')} s",
             f"{idle.get('max_pause_ms', '-')} / {busy.get('max_pause_ms', '-')} ms",
             f"{first.get('path', '-')} / {(busy.get('owners') or [{}])[0].get('path', '-')}",
-            c.ratio(first.get("retained_bytes"), truth),
+            f"{c.ratio(first.get('retained_bytes'), sized)} / {c.ratio(first.get('retained_bytes'), freed)}",
             "; ".join(f"{f['owner']} {f['bytes_per_min'] or 0:,.0f} B/min fix={f['fix'] or '-'}"
                       for f in growth) or "-",
             ", ".join(o["owner"] for o in row.get("export", {}).get("owners", [])[:2]) or "-",
         ])
     return c.table(["python", "RSS", "grown in", "inspect idle/busy", "max pause", "owner #1 idle/busy",
-                    "#1/truth", "watch growth findings", "export owners"], out)
+                    "#1/sized, /freed", "watch growth findings", "export owners"], out)
 
 
 def main() -> int:
@@ -230,7 +234,11 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--table", type=Path, default=None, help="only print the table of a saved run")
     args = parser.parse_args()
+    if args.table:
+        print(summary([row for row in json.loads(args.table.read_text())["rows"] if "error" not in row]))
+        return 0
     c.header("the real verifiers 0.1.14 worker past 2 GB: inspect, watch, export", sys.argv)
     found = installed_pythons()
     rows = []
