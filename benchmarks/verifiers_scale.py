@@ -85,6 +85,11 @@ def inspect(pid: int) -> dict[str, Any]:
         objects=heap.get("objects"),
         graph_nodes=heap.get("graph_nodes"),
         max_pause_ms=heap.get("max_pause_ms"),
+        # the longest run between two yields (its thread's CPU time), and the target's own
+        # collections that ran in the payload's thread (on 3.11 inside a step: in max_pause_ms)
+        max_hold_ms=heap.get("max_hold_ms"),
+        target_gc_in_payload_thread=heap.get("target_gc_in_payload_thread"),
+        target_gc_in_payload_thread_max_ms=heap.get("target_gc_in_payload_thread_max_ms"),
         owners=[{"path": o["path"], "retained_bytes": o.get("retained_bytes")} for o in doc["owners"][:5]],
         findings=[{"kind": f.get("kind"), "severity": f.get("severity"), "fix": f.get("fix"),
                    "bytes": f.get("bytes")} for f in doc.get("findings", [])][:8],

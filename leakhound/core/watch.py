@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from leakhound.analysis.growth import (
+    DEFAULT_THRESHOLDS,
     GrowthReport,
     Sample,
     analyse_growth,
@@ -385,7 +386,15 @@ def watch_processes(
                     raise outcome
                 if pid in owed:
                     owed.discard(pid)
-                    if not w.gone:
+                    if w.gone:
+                        pass
+                    elif final and len(w.samples) < DEFAULT_THRESHOLDS.min_points - 1:
+                        # The window went by while its first census was taken (a 2 GB worker
+                        # under load: 100 s): a cheap sample now, then the final census, or
+                        # its growth would have two points, no trend (no finding at all).
+                        owed.add(pid)
+                        submit(w, False)
+                    else:
                         submit(w, final)  # on the last tick: its final census
             if on_tick is not None:
                 on_tick(_reports(watched))
