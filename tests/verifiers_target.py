@@ -205,6 +205,25 @@ class VerifiersWorker:
             raise VerifiersFixtureError(f"{name} failed in the driver:\n{result['error']}")
         return result
 
+    def registry_freed(self, *, timeout: float = 600.0) -> dict[str, Any]:
+        """What freeing every runtime's ``trajectories`` gives back, as the worker measures
+        it in a forked child that clears them (leakhound_vf_truth.py): {"registry_freed_bytes"
+        (the heap's bytes in use, before less after), "registry_sizeof_bytes" (sys.getsizeof
+        over what the registries reach, each object once), "entries", "seconds"}. Ask while
+        the worker is idle: then nothing else holds a finished rollout."""
+        answer = self.report_dir / f"{self.worker_pid}.registry-freed.json"
+        answer.unlink(missing_ok=True)
+        (self.report_dir / f"{self.worker_pid}.free-registry").touch()
+        deadline = time.monotonic() + timeout
+        while not answer.exists():
+            if time.monotonic() > deadline:
+                raise VerifiersFixtureError(f"the worker did not measure its registry in {timeout}s")
+            time.sleep(0.2)
+        result = dict(json.loads(answer.read_text()))
+        if "error" in result:
+            raise VerifiersFixtureError(f"the worker could not measure its registry: {result['error']}")
+        return result
+
     def log_tail(self, chars: int = 4000) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-chars:]
@@ -230,6 +249,8 @@ def spawn_verifiers_worker(
     group_size: int = 2,
     park: int = 0,
     screenshot_kb: int = 24,
+    image_tokens: int = 256,
+    completion_repeat: int = 3,
     ready_timeout: float = 120.0,
     extra_env: dict[str, str] | None = None,
     python: str | None = None,
@@ -239,7 +260,9 @@ def spawn_verifiers_worker(
     ``park`` extra rollouts stop after their turns with every intercept
     delivered and one more request pending, so the worker holds live
     intercept bodies. ``VerifiersWorker.run_batch`` runs more rollouts later
-    (e.g. after a live patch). The process group is SIGKILLed on exit, always.
+    (e.g. after a live patch). ``image_tokens`` and ``completion_repeat`` shape the
+    fake model's answers (fake_model_server.py). The process group is SIGKILLed on
+    exit, always.
     """
     venv = ensure_verifiers_venv(python=python)
     run_dir = Path(tmp_path) / "verifiers-worker"
@@ -264,6 +287,10 @@ def spawn_verifiers_worker(
         str(park),
         "--screenshot-kb",
         str(screenshot_kb),
+        "--image-tokens",
+        str(image_tokens),
+        "--completion-repeat",
+        str(completion_repeat),
         "--timeout",
         str(ready_timeout),
         "--command-dir",

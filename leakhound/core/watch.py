@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from leakhound.analysis.growth import analyse_growth, estimate_owners
+from leakhound.analysis.growth import DEFAULT_THRESHOLDS, analyse_growth, estimate_owners
 from leakhound.attach import RemoteResult, choose_method, death, run_request
 from leakhound.attach.channel import Progress
 from leakhound.attach.memory_limit import MemoryCost
@@ -385,7 +385,15 @@ def watch_processes(
                     raise outcome
                 if pid in owed:
                     owed.discard(pid)
-                    if not w.gone:
+                    if w.gone:
+                        pass
+                    elif final and len(w.samples) < DEFAULT_THRESHOLDS.min_points - 1:
+                        # The window went by while its first census was taken (a 2 GB worker
+                        # under load: 100 s): a cheap sample now, then the final census, or
+                        # its growth would have two points, no trend (no finding at all).
+                        owed.add(pid)
+                        submit(w, False)
+                    else:
                         submit(w, final)  # on the last tick: its final census
             if on_tick is not None:
                 on_tick(_reports(watched))

@@ -472,18 +472,39 @@ enum { COL_IDS = 0, COL_SIZES = 1, COL_TYPES = 2, COL_LENGTHS = 3, COL_LABELS = 
 #define FOLD_EDGE_SLOTS 1024
 
 /* A leaf (str, bytes, int...) held a few times (more than once, at most GRAPH_SHARED_LEAF
- * times), met so far from one node only: its bytes are that node's if every reference to it
- * is met from there (a session's name, its registry's key and its attribute: all in the
- * registry), else it is a node. ``left``: references not met yet. At most PENDING_LEAVES at
- * once (a few slices of a registry's worth); a leaf met when they are all taken is a node
- * at once. No reference is held: the address names it. */
+ * times): its bytes are those of the node it is met from if every reference to it is met from
+ * there (a session's name, its registry's key and its attribute: all in the registry). Met
+ * from two or three nodes, it is dominated by what dominates them all, as every leaf met from
+ * the same ones: they are one node, a LeafGroup, with an edge from each (verifiers' running
+ * steps: a prompt's token ids in the response model's list, the stored response's and the
+ * step's tokens', ~55k ints a list); from a fourth, it is a node of its own. ``left``:
+ * references not met yet. The table starts with room for PENDING_LEAVES and doubles while
+ * they are taken, up to PENDING_LEAVES_MAX at once: what waits is every leaf of a list whose
+ * twin list comes later in the walk (16k at most made the rest of a 55k list nodes: the real
+ * worker's 21M objects at 2 GB were past the 6M-node budget). A leaf met when they are all
+ * taken is given to that node at once (``counted``: met again, it is left out). Those whose
+ * other holders are never met (held from C) are settled after the walk (graph_settle). No
+ * reference is held: the address names it. */
 #define PENDING_LEAVES (1 << 14)
+#define PENDING_LEAVES_MAX (1 << 18)
+#define PENDING_OWNERS 3
 typedef struct {
     uintptr_t key;    /* the leaf's address; 0: empty */
-    uintptr_t owner;  /* the node it was met from */
+    uintptr_t owner[PENDING_OWNERS];  /* the nodes it was met from; 0: none (more) */
     long long size;
     int32_t type, left;
 } PendingLeaf;
+
+/* The node of the leaves of one type met from the same two or three nodes (sorted, 0 after
+ * the last): its first leaf's address. Open addressing, doubled when half full, up to
+ * LEAF_GROUPS_MAX; past it a group is a node per leaf again. */
+#define LEAF_GROUPS 1024
+#define LEAF_GROUPS_MAX (1 << 20)
+typedef struct {
+    uintptr_t owner[PENDING_OWNERS];  /* owner[0] == 0: empty */
+    uintptr_t node;
+    int32_t type;
+} LeafGroup;
 
 /* A big container whose slices wait while what its last slices pushed is walked (see
  * GRAPH_SUSPEND_AT): its record so far and where its next slice starts. */
@@ -564,8 +585,13 @@ typedef struct {
      * entries of a registry name the same few objects (3.10's instance dicts their shared
      * keys: 3 edges an instance, all alike), one edge each is enough for the dominators. */
     uintptr_t seen_src[FOLD_EDGE_SLOTS], seen_dst[FOLD_EDGE_SLOTS];
-    PendingLeaf *pending;      /* 2 * PENDING_LEAVES slots, open addressing (made when needed) */
+    PendingLeaf *pending;      /* pending_mask + 1 slots (twice the leaves it has room for), open
+                                * addressing, made when needed */
+    size_t pending_mask;
     Py_ssize_t npending;
+    LeafGroup *groups;         /* groups_mask + 1 slots, made when needed */
+    size_t groups_mask;
+    Py_ssize_t ngroups;
     int32_t seen_lab[FOLD_EDGE_SLOTS];
     /* label id -> the label "f<label>" of an edge from a folded entry (-2: not asked yet) */
     int32_t *fold_labels;
@@ -637,7 +663,12 @@ graph_drop_bits(GraphState *g)
     addrmap_free(&g->made);
     PyMem_Free(g->pending);
     g->pending = NULL;
+    g->pending_mask = 0;
     g->npending = 0;
+    PyMem_Free(g->groups);
+    g->groups = NULL;
+    g->groups_mask = 0;
+    g->ngroups = 0;
     g->own_used = 0;
 }
 
@@ -851,15 +882,14 @@ graph_fold(GraphState *g, uintptr_t owner, long long size)
     return 0;
 }
 
-#define PENDING_MASK ((size_t)(2 * PENDING_LEAVES - 1))
-
 /* The pending leaf at ``address``, or NULL. */
 static PendingLeaf *
 pending_find(GraphState *g, uintptr_t address)
 {
     if (g->pending == NULL || g->npending == 0)
         return NULL;
-    for (size_t k = addr_hash(address, PENDING_MASK);; k = (k + 1) & PENDING_MASK) {
+    size_t mask = g->pending_mask;
+    for (size_t k = addr_hash(address, mask);; k = (k + 1) & mask) {
         if (g->pending[k].key == address)
             return &g->pending[k];
         if (g->pending[k].key == 0)
@@ -867,25 +897,51 @@ pending_find(GraphState *g, uintptr_t address)
     }
 }
 
+/* Room for ``leaves`` pending leaves (a power of two), the ones pending moved over: 0, or -1 on
+ * error. */
+static int
+pending_grow(GraphState *g, size_t leaves)
+{
+    size_t mask = 2 * leaves - 1;
+    PendingLeaf *table = PyMem_Calloc(mask + 1, sizeof(PendingLeaf));
+    if (table == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t j = 0; g->pending != NULL && j <= g->pending_mask; j++) {
+        if (g->pending[j].key == 0)
+            continue;
+        size_t k = addr_hash(g->pending[j].key, mask);
+        while (table[k].key != 0)
+            k = (k + 1) & mask;
+        table[k] = g->pending[j];
+    }
+    PyMem_Free(g->pending);
+    g->pending = table;
+    g->pending_mask = mask;
+    return 0;
+}
+
 /* A new pending leaf: 1, or 0 when they are all taken (-1 on error). */
 static int
 pending_add(GraphState *g, uintptr_t address, uintptr_t owner, long long size, int32_t type, int32_t left)
 {
-    if (g->npending >= PENDING_LEAVES)
-        return 0;
-    if (g->pending == NULL) {
-        g->pending = PyMem_Calloc(2 * PENDING_LEAVES, sizeof(PendingLeaf));
-        if (g->pending == NULL) {
-            PyErr_NoMemory();
+    size_t room = g->pending == NULL ? 0 : (g->pending_mask + 1) / 2;
+    if ((size_t)g->npending >= room) {
+        if (room >= PENDING_LEAVES_MAX)
+            return 0;
+        if (pending_grow(g, room == 0 ? PENDING_LEAVES : 2 * room) < 0)
             return -1;
-        }
     }
-    size_t k = addr_hash(address, PENDING_MASK);
+    size_t mask = g->pending_mask;
+    size_t k = addr_hash(address, mask);
     while (g->pending[k].key != 0)
-        k = (k + 1) & PENDING_MASK;
+        k = (k + 1) & mask;
     PendingLeaf *p = &g->pending[k];
     p->key = address;
-    p->owner = owner;
+    p->owner[0] = owner;
+    for (int m = 1; m < PENDING_OWNERS; m++)
+        p->owner[m] = 0;
     p->size = size;
     p->type = type;
     p->left = left;
@@ -897,11 +953,12 @@ pending_add(GraphState *g, uintptr_t address, uintptr_t owner, long long size, i
 static void
 pending_remove(GraphState *g, PendingLeaf *p)
 {
+    size_t mask = g->pending_mask;
     size_t hole = (size_t)(p - g->pending);
-    for (size_t k = (hole + 1) & PENDING_MASK; g->pending[k].key != 0; k = (k + 1) & PENDING_MASK) {
-        size_t home = addr_hash(g->pending[k].key, PENDING_MASK);
+    for (size_t k = (hole + 1) & mask; g->pending[k].key != 0; k = (k + 1) & mask) {
+        size_t home = addr_hash(g->pending[k].key, mask);
         /* the entry at k may move into the hole if its home is not in (hole, k] */
-        if (((k - home) & PENDING_MASK) >= ((k - hole) & PENDING_MASK)) {
+        if (((k - home) & mask) >= ((k - hole) & mask)) {
             g->pending[hole] = g->pending[k];
             hole = k;
         }
@@ -910,18 +967,135 @@ pending_remove(GraphState *g, PendingLeaf *p)
     g->npending--;
 }
 
-/* A pending leaf met from another node too: a node, with its first node's edge. */
+/* A pending leaf met from a fourth node: a node, with an edge from each node it was met from. */
 static int
 pending_to_node(GraphState *g, PendingLeaf *p, PyObject *leaf)
 {
-    uintptr_t address = p->key, first = p->owner;
-    long long size = p->size;
-    int32_t type = p->type;
+    PendingLeaf q = *p;
     pending_remove(g, p);
-    if (graph_mark(g, leaf) < 0 || graph_record(g, address, size, type, 0) < 0
-        || graph_add_edge(g, first, address, -1) < 0)
+    if (graph_mark(g, leaf) < 0 || graph_record(g, q.key, q.size, q.type, 0) < 0)
         return -1;
+    for (int m = 0; m < PENDING_OWNERS && q.owner[m] != 0; m++) {
+        if (graph_add_edge(g, q.owner[m], q.key, -1) < 0)
+            return -1;
+    }
     return 0;
+}
+
+static size_t
+group_hash(const uintptr_t *owners, int32_t type, size_t mask)
+{
+    uintptr_t h = (uintptr_t)(uint32_t)type;
+    for (int m = 0; m < PENDING_OWNERS; m++)
+        h = h * 0x9E3779B97F4A7C15ULL ^ owners[m];
+    return addr_hash(h, mask);
+}
+
+static int
+group_is(const LeafGroup *x, const uintptr_t *owners, int32_t type)
+{
+    if (x->type != type)
+        return 0;
+    for (int m = 0; m < PENDING_OWNERS; m++) {
+        if (x->owner[m] != owners[m])
+            return 0;
+    }
+    return 1;
+}
+
+/* The group's slot: its own, or the empty one it would take (NULL: no table yet). */
+static LeafGroup *
+group_slot(GraphState *g, const uintptr_t *owners, int32_t type)
+{
+    if (g->groups == NULL)
+        return NULL;
+    for (size_t k = group_hash(owners, type, g->groups_mask);; k = (k + 1) & g->groups_mask) {
+        LeafGroup *x = &g->groups[k];
+        if (x->owner[0] == 0 || group_is(x, owners, type))
+            return x;
+    }
+}
+
+/* A new group (0, or -1 on error); past LEAF_GROUPS_MAX, not kept. */
+static int
+group_add(GraphState *g, const uintptr_t *owners, int32_t type, uintptr_t node)
+{
+    size_t slots = g->groups == NULL ? 0 : g->groups_mask + 1;
+    if ((size_t)(g->ngroups + 1) * 2 > slots) {
+        if (slots / 2 >= LEAF_GROUPS_MAX)
+            return 0;
+        size_t want = slots == 0 ? 2 * LEAF_GROUPS : 2 * slots;
+        LeafGroup *table = PyMem_Calloc(want, sizeof(LeafGroup));
+        if (table == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (size_t j = 0; j < slots; j++) {
+            LeafGroup *x = &g->groups[j];
+            if (x->owner[0] == 0)
+                continue;
+            size_t k = group_hash(x->owner, x->type, want - 1);
+            while (table[k].owner[0] != 0)
+                k = (k + 1) & (want - 1);
+            table[k] = *x;
+        }
+        PyMem_Free(g->groups);
+        g->groups = table;
+        g->groups_mask = want - 1;
+    }
+    LeafGroup *x = group_slot(g, owners, type);
+    for (int m = 0; m < PENDING_OWNERS; m++)
+        x->owner[m] = owners[m];
+    x->type = type;
+    x->node = node;
+    g->ngroups++;
+    return 0;
+}
+
+/* Every reference to the leaf ``q`` met, or the walk over (graph_settle; out of the table
+ * already): its bytes given to the one node it was met from (the container being walked,
+ * ``current``: its folded bytes), or to its group's node (made with its edges the first
+ * time, named by that leaf). */
+static int
+pending_resolve(GraphState *g, PendingLeaf q, uintptr_t current)
+{
+    if (q.owner[1] == 0) {
+        if (q.owner[0] == current) {
+            g->folded += q.size;
+            return 0;
+        }
+        return graph_fold(g, q.owner[0], q.size);
+    }
+    /* sorted, the empty ones last */
+    uintptr_t owners[PENDING_OWNERS];
+    int n = 0;
+    for (; n < PENDING_OWNERS && q.owner[n] != 0; n++) {
+        uintptr_t v = q.owner[n];
+        int k = n;
+        while (k > 0 && owners[k - 1] > v) {
+            owners[k] = owners[k - 1];
+            k--;
+        }
+        owners[k] = v;
+    }
+    for (int m = n; m < PENDING_OWNERS; m++)
+        owners[m] = 0;
+    LeafGroup *x = group_slot(g, owners, q.type);
+    if (x != NULL && x->owner[0] != 0)
+        return graph_fold(g, x->node, q.size);
+    if (g->nodes > g->max_nodes) {
+        PyErr_Format(g->too_big, "more than %zd nodes", g->max_nodes);
+        return -1;
+    }
+    /* as graph_mark, without the object (the address names it) */
+    if (nodebits_set(&g->marked, q.key) < 0 || graph_record(g, q.key, q.size, q.type, 0) < 0)
+        return -1;
+    g->nodes++;
+    for (int m = 0; m < n; m++) {
+        if (graph_add_edge(g, owners[m], q.key, -1) < 0)
+            return -1;
+    }
+    return group_add(g, owners, q.type, q.key);
 }
 
 /* Every full block (``full_only``) or every block left of every column, as frames, to fd,
@@ -1381,6 +1555,19 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     return failed ? -1 : 0;
 }
 
+/* An int of the interpreter's cache (-5..256): everyone's, never freed, whatever its count
+ * (3.10 and 3.11's are not immortal: one held by a few nodes, its count near the thresholds,
+ * would be a pending leaf, grouped by what the walkers' own frames hold). */
+static int
+small_int(PyObject *ref)
+{
+    if (Py_TYPE(ref) != &PyLong_Type)
+        return 0;
+    int overflow = 0;
+    long v = PyLong_AsLongAndOverflow(ref, &overflow);
+    return !overflow && v >= -5 && v <= 256;
+}
+
 /* The next slice of a big container into g->refs (emptied first): how many entries it went
  * through (in the labels pass, with nothing in g->refs), 0 when the container is done. */
 static Py_ssize_t
@@ -1446,7 +1633,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
         int found = graph_find(g, address);
         if (leaf) {
             Py_ssize_t count = Py_REFCNT(ref) + GRAPH_PY_EXTRA + (found == FOUND_NODE ? 1 : 0);
-            int shared = count > GRAPH_SHARED_LEAF || rtp == &PyBool_Type || ref == Py_None;
+            int shared = count > GRAPH_SHARED_LEAF || rtp == &PyBool_Type || ref == Py_None || small_int(ref);
             if (count <= GRAPH_ONLY_ONE || (shared && found == FOUND_NONE && !nodebits_test(&g->counted, address))) {
                 /* folded into its container, or a shared leaf met the first time: counted */
                 long long size = 0;
@@ -1463,17 +1650,25 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
             if (shared)
                 continue;
             if (found == FOUND_NONE) {
+                if (nodebits_test(&g->counted, address))
+                    continue;  /* its bytes given already to the node it was first met from */
                 /* held a few times: its bytes are the node's it is met from, if every
                  * reference to it is (PendingLeaf) */
                 PendingLeaf *p = pending_find(g, address);
-                if (p != NULL && p->owner == i) {
-                    if (--p->left <= 0) {
-                        g->folded += p->size;
-                        pending_remove(g, p);
-                    }
-                    continue;
-                }
                 if (p != NULL) {
+                    int m = 0;
+                    while (m < PENDING_OWNERS && p->owner[m] != 0 && p->owner[m] != i)
+                        m++;
+                    if (m < PENDING_OWNERS) {  /* a node it was met from, or one more */
+                        p->owner[m] = i;
+                        if (--p->left <= 0) {
+                            PendingLeaf q = *p;
+                            pending_remove(g, p);
+                            if (pending_resolve(g, q, i) < 0)
+                                return -1;
+                        }
+                        continue;
+                    }
                     if (pending_to_node(g, p, ref) < 0)
                         return -1;
                     found = FOUND_NODE;
@@ -1484,10 +1679,17 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                     if (type_id < 0 || type_id > INT_MAX)
                         return -1;
                     int added = pending_add(g, address, i, size, (int32_t)type_id, (int32_t)(count - GRAPH_ONLY_ONE));
-                    if (added < 0 || (added && graph_tally(g, type_id, 1, size) < 0))
+                    if (added < 0 || graph_tally(g, type_id, 1, size) < 0)
                         return -1;
-                    if (added)
-                        continue;
+                    if (!added) {
+                        /* none more can wait: its bytes are this node's (an upper bound on what
+                         * freeing it returns: a node each was past any graph budget, see
+                         * PENDING_LEAVES), counted once */
+                        if (nodebits_set(&g->counted, address) < 0)
+                            return -1;
+                        g->folded += size;
+                    }
+                    continue;
                 }
             }
         }
@@ -1927,6 +2129,8 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         held += (long long)cols[k]->nspare * GBLOCK_ITEMS * cols[k]->itemsize;
     held += (long long)g->owners_cap * (long long)sizeof(uintptr_t);
+    held += g->pending != NULL ? (long long)(g->pending_mask + 1) * (long long)sizeof(PendingLeaf) : 0;
+    held += g->groups != NULL ? (long long)(g->groups_mask + 1) * (long long)sizeof(LeafGroup) : 0;
     return Py_BuildValue("nnnLLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g),
                          g->folded_objects);
 }
@@ -2085,9 +2289,16 @@ graph_write(PyObject *Py_UNUSED(module), PyObject *args)
     return PyLong_FromLongLong(written);
 }
 
+static int
+pending_by_address(const void *a, const void *b)
+{
+    uintptr_t x = ((const PendingLeaf *)a)->key, y = ((const PendingLeaf *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
 PyDoc_STRVAR(graph_settle_doc,
-"graph_settle(graph): the leaves still pending (met from one node, some reference never met:\n"
-"held from C or by a frame) made nodes, with their edge from that node. After the walk.");
+"graph_settle(graph): the leaves still pending (some reference never met: held from C or by a\n"
+"frame) given to the node they were met from, or to their group's node. After the walk.");
 
 static PyObject *
 graph_settle(PyObject *Py_UNUSED(module), PyObject *capsule)
@@ -2095,22 +2306,29 @@ graph_settle(PyObject *Py_UNUSED(module), PyObject *capsule)
     GraphState *g = graph_of(capsule);
     if (g == NULL)
         return NULL;
-    for (size_t k = 0; g->pending != NULL && k <= PENDING_MASK; k++) {
-        PendingLeaf *p = &g->pending[k];
-        if (p->key == 0)
-            continue;
-        if (g->nodes > g->max_nodes) {
-            PyErr_Format(g->too_big, "more than %zd nodes", g->max_nodes);
-            return NULL;
-        }
-        /* as graph_mark, without the object (the address names it) */
-        if (nodebits_set(&g->marked, p->key) < 0 || graph_record(g, p->key, p->size, p->type, 0) < 0
-            || graph_add_edge(g, p->owner, p->key, -1) < 0)
-            return NULL;
-        g->nodes++;
-        p->key = 0;
+    /* a node with the edges met only is dominated as its leaf would be; counted, for the
+     * census after the walk. In address order: the Python loop settles in the same order, so
+     * a group is named by the same leaf in both. */
+    if (g->pending == NULL || g->npending == 0)
+        Py_RETURN_NONE;
+    Py_ssize_t n = 0;
+    PendingLeaf *left = PyMem_Malloc((size_t)g->npending * sizeof(PendingLeaf));
+    if (left == NULL)
+        return PyErr_NoMemory();
+    for (size_t k = 0; k <= g->pending_mask; k++) {
+        if (g->pending[k].key != 0 && n < g->npending)
+            left[n++] = g->pending[k];
+        g->pending[k].key = 0;
     }
     g->npending = 0;
+    qsort(left, (size_t)n, sizeof(PendingLeaf), pending_by_address);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (nodebits_set(&g->counted, left[k].key) < 0 || pending_resolve(g, left[k], 0) < 0) {
+            PyMem_Free(left);
+            return NULL;
+        }
+    }
+    PyMem_Free(left);
     Py_RETURN_NONE;
 }
 

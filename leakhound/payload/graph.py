@@ -111,8 +111,13 @@ def _managed_dict(obj, tp):
     return 0 if word & 1 else word
 
 
-# Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES).
-_PENDING_LEAVES = 1 << 14
+# Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES_MAX): every leaf of a list whose
+# twin list (the same ints) comes later in the walk waits, ~55k a list on a 2 GB verifiers worker.
+_PENDING_LEAVES = 1 << 18
+# The nodes a pending leaf is met from, at most (a fourth makes it a node), and the groups of
+# leaves met from the same ones kept at most (_graph_walk.c's PENDING_OWNERS, LEAF_GROUPS_MAX).
+_PENDING_OWNERS = 3
+_LEAF_GROUPS = 1 << 20
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
 # items pair), the loop variable and getrefcount's argument.
 _ONLY_ONE_REFERENCE = 4
@@ -240,9 +245,13 @@ class Graph(object):
         self.fold_owner = array.array("i")
         self.namespaces = set()
         self.folded_objects = 0
-        # Leaves held a few times, met from one node so far (as _graph_walk.c's PendingLeaf):
-        # id -> [node, references not met yet, size, type id]; no reference to the leaf.
+        # Leaves held a few times, not every reference met yet (as _graph_walk.c's PendingLeaf):
+        # id -> [[nodes met from], references not met yet, size, type id]; no reference to it.
         self.pending = {}
+        # ids of the leaves met when _PENDING_LEAVES were waiting: given to that node at once
+        self.given_leaves = set()
+        # (sorted nodes, type id) -> the node of the leaves of that type met from those nodes
+        self.leaf_groups = {}
         # 3.11+: an instance's materialized __dict__ labelled "d" (as _graph_walk.c)
         self.dict_labels = _MANAGED_DICTS and _managed_dict_word is not None
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
@@ -251,7 +260,7 @@ class Graph(object):
                           "garbage_objects": 0}
         for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
                     self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
-                    self.folds, self.fold_owner, self.namespaces, self.pending,
+                    self.folds, self.fold_owner, self.namespaces, self.pending, self.given_leaves, self.leaf_groups,
                     self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
                     self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen,
                     self.size_of, self.size_of.known, self.clock, self.clock.__dict__, self.clock.phases):
@@ -422,19 +431,41 @@ class Graph(object):
         self.seconds = time.perf_counter() - started
 
     def _settle(self):
-        """The leaves still pending (a reference never met: held from C or by a frame) made
-        nodes, with their edge from the node they were met from."""
-        for address, (owner, _left, size, t) in list(self.pending.items()):
-            j = self.index[address] = len(self.nodes)
-            if j > self.max_nodes:
-                raise GraphTooBig("more than %d nodes" % self.max_nodes)
-            self.nodes.append(None)
-            self.sizes.append(size)
-            self.types.append(t)
-            self.ids.append(address)
-            self.lengths.append(0)
-            self._edge(owner, j, -1)
+        """The leaves still pending (a reference never met: held from C or by a frame) given
+        to the node they were met from, or to their group's node: a node with the edges met
+        only is dominated as the leaf would be."""
+        for address, p in sorted(self.pending.items()):  # as _graph_walk.c: by address
+            self._resolve(address, p, None)
         self.pending.clear()
+
+    def _resolve(self, address, p, current):
+        """Every reference to the leaf ``p`` met (or the walk over): its bytes, when they are
+        ``current``'s (the one node it was met from); else given here to that node or to its
+        group's node (as _graph_walk.c's pending_resolve), and 0."""
+        owners, _left, size, t = p
+        if len(owners) == 1:
+            if owners[0] == current:
+                return size
+            self.sizes[owners[0]] += size
+            return 0
+        key = (tuple(sorted(owners)), t)
+        j = self.leaf_groups.get(key)
+        if j is not None:
+            self.sizes[j] += size
+            return 0
+        j = self.index[address] = len(self.nodes)
+        if j > self.max_nodes:
+            raise GraphTooBig("more than %d nodes" % self.max_nodes)
+        self.nodes.append(None)
+        self.sizes.append(size)
+        self.types.append(t)
+        self.ids.append(address)
+        self.lengths.append(0)
+        for owner in key[0]:
+            self._edge(owner, j, -1)
+        if len(self.leaf_groups) < _LEAF_GROUPS:
+            self.leaf_groups[key] = j
+        return 0
 
     def _edge(self, i, j, label):
         self.src.append(i)
@@ -475,6 +506,7 @@ class Graph(object):
         singleton_ids = _SINGLETON_IDS
         native = self.native
         pending = self.pending
+        given = self.given_leaves
         folds = self.folds
         fold_owner = self.fold_owner
         namespaces = self.namespaces
@@ -570,19 +602,21 @@ class Graph(object):
                     if count <= only_one:
                         folded += size_of(ref)
                         continue
-                    if count > _SHARED_LEAF or rid in singleton_ids:
+                    if count > _SHARED_LEAF or rid in singleton_ids or (rtp is int and -5 <= ref <= 256):
                         continue  # None, True, small ints, interned names: shared by everyone
                     if id(ref) not in index:
                         # held a few times: its bytes are the node's it is met from, if every
                         # reference to it is (_graph_walk.c's PendingLeaf)
                         p = pending.get(id(ref))
-                        if p is not None and p[0] == i:
+                        if p is not None and (i in p[0] or len(p[0]) < _PENDING_OWNERS):
+                            if i not in p[0]:
+                                p[0].append(i)  # one more node it is met from
                             p[1] -= 1
                             if p[1] <= 0:
-                                folded += p[2]
                                 del pending[id(ref)]
+                                folded += self._resolve(id(ref), p, i)
                             continue
-                        if p is not None:  # met from another node too: a node
+                        if p is not None:  # met from a fourth node: a node
                             del pending[id(ref)]
                             j = index[id(ref)] = len(nodes)
                             if j > max_nodes:
@@ -592,11 +626,20 @@ class Graph(object):
                             types.append(p[3])
                             ids_append(id(ref))
                             lengths_append(0)
-                            src_append(p[0])
-                            dst_append(j)
-                            lab_append(-1)
+                            for owner in p[0]:
+                                src_append(owner)
+                                dst_append(j)
+                                lab_append(-1)
+                        elif id(ref) in given:
+                            continue  # its bytes given already to the node it was first met from
                         elif len(pending) < _PENDING_LEAVES:
-                            pending[id(ref)] = [i, count - only_one, size_of(ref), type_id(rtp)]
+                            pending[id(ref)] = [[i], count - only_one, size_of(ref), type_id(rtp)]
+                            continue
+                        else:
+                            # none more can wait: its bytes are this node's (an upper bound on
+                            # what freeing it returns; a node each was past any graph budget)
+                            given.add(id(ref))
+                            folded += size_of(ref)
                             continue
                 j = index.get(id(ref))
                 if j is None:

@@ -14,7 +14,7 @@ import pytest
 
 from leakhound.core.capture import capture
 from tests.utils import within
-from tests.verifiers_target import ensure_verifiers_venv, spawn_verifiers_worker
+from tests.verifiers_target import COUNTS_ONLY_ENV, ensure_verifiers_venv, spawn_verifiers_worker
 
 pytestmark = [
     pytest.mark.integration,
@@ -85,3 +85,25 @@ def test_owner_one_is_what_the_registry_alone_holds_in_an_idle_worker(tmp_path: 
     first = snap.owners[0]
     assert "trajectories" in first.path.rsplit(".", 1)[-1], first.path
     assert within(first.retained_bytes, registry["finished_bytes"], 0.10), (first, registry)
+
+
+def test_owner_one_with_prompts_of_many_tokens_is_the_registry_by_the_workers_own_measure(tmp_path: Path) -> None:
+    # Each stored step holds its prompt's token ids twice, the same ints in two lists (the
+    # response's and the step's tokens'): 50k-150k ids a list here (a VLM's screenshots,
+    # 50,000 tokens an image). The walk folds them into the registry once it has met both
+    # lists; when it could keep only 16k leaves waiting, the rest of each list were nodes:
+    # ~1M more here than the worker's ~750k, past this graph's budget (first-reacher owners),
+    # as the real worker's 21M objects at 2 GB were past the default 6M. The truth: the worker
+    # sizes what its registry reaches, in a forked child, while idle (nothing else holds a
+    # finished rollout); its reports carry counts only (measuring the registries holds their
+    # ints in the report's own lists and sets, on the main thread, now and then).
+    with spawn_verifiers_worker(tmp_path, rollouts=4, turns=3, image_tokens=50_000,
+                                extra_env=COUNTS_ONLY_ENV) as worker:
+        truth = worker.registry_freed()
+        snap = capture(worker.worker_pid, timeout=300, top=10, max_graph_nodes=1_200_000).snapshot
+    assert snap.heap.owner_model == "dominator", snap.heap.owner_model_note
+    first = snap.owners[0]
+    print(f"\nowner #1 {first.path} {first.retained_bytes:,} B; the worker's truth {truth}; "
+          f"graph {snap.heap.graph_nodes:,} nodes for {snap.heap.objects:,} objects")
+    assert first.path.endswith(".trajectories"), first.path
+    assert within(first.retained_bytes, truth["registry_sizeof_bytes"], 0.05), (first, truth)

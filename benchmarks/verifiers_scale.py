@@ -1,0 +1,270 @@
+"""The real verifiers 0.1.14 EnvWorker grown past 2 GB, inspected, watched and exported as
+on-call would, on each CPython asked for (default 3.11 and 3.12).
+
+Per Python: spawn the worker (tests/verifiers_target.py: the real env server and worker, the
+fake model server on loopback), grow it with batches of rollouts until its RSS passes
+``--rss-gb``, then, with the worker idle:
+
+- the truth, measured by the worker in a forked child (leakhound_vf_truth.py): sys.getsizeof
+  over what every runtime's ``trajectories`` reaches (each object once: what it alone holds
+  when no rollout runs, sized as leakhound sizes objects; "sized"), and what clearing them
+  gives back to the heap (the allocators' bytes in use before and after; "freed": pymalloc's
+  16-byte classes round a 28-byte int to 32);
+- ``leakhound inspect PID --json``: wall clock (attach to report), ``heap.max_pause_ms``, the
+  owner model, owner #1 and its retained bytes against both;
+
+then, with batches of rollouts running the whole time (the registry growing):
+
+- ``leakhound inspect PID --json`` again (wall, longest pause, owner #1);
+- ``leakhound watch PID -d DURATION --json``: its growth findings (owner, rate, ``--fix``) and
+  the registry entries the worker itself counted finished meanwhile;
+- ``leakhound export PID``: the ``owner`` labels of ``leakhound_owner_retained_bytes`` after its
+  first census, biggest first.
+
+The worker grows as production env workers do: every step's stored prompt restates the whole
+conversation (a screenshot a turn) and its response the whole prompt's token ids. What makes it
+grow faster than the tests' workers is what a VLM on real screens answers: ``--image-tokens``
+placeholder tokens an image (Qwen2.5-VL: ~1,300 for 1280x800, ~2,600 for 1920x1080) and longer
+answers (``--completion-repeat``); a turn's request body stays under aiohttp's 1 MiB limit of
+verifiers' interception server (``--screenshot-kb`` x ``--turns`` + the answers). The worker's
+truth reports carry counts only while it runs (tests/verifiers_target.py COUNTS_ONLY_ENV):
+measuring the registries on every change JSON-encodes them on its loop, which at 1 GB was most
+of its time.
+
+Nothing asserts: it prints what it sees and writes the rows to
+benchmarks/results/verifiers-scale-<date>.json.
+
+    .venv/bin/python benchmarks/verifiers_scale.py [--pythons 3.11,3.12] [--rss-gb 2.1]
+        [--watch 120] [--image-tokens 2560] [--completion-repeat 12] [--screenshot-kb 40]
+        [--batch 16] [--turns 20] [--out FILE] [--table SAVED.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import _common as c  # noqa: E402
+from tests.pythons import installed_pythons  # noqa: E402
+from tests.verifiers_target import (  # noqa: E402
+    COUNTS_ONLY_ENV,
+    VerifiersWorker,
+    continuous_rollouts,
+    spawn_verifiers_worker,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def rss_bytes(pid: int) -> int:
+    return c.proc_status(pid)["VmRSS"]
+
+
+def inspect(pid: int) -> dict[str, Any]:
+    wall, proc = c.run_timed([str(c.LEAKHOUND), "inspect", str(pid), "--json"], timeout=1200)
+    row: dict[str, Any] = {"wall_s": round(wall, 2), "rc": proc.returncode, "rss_bytes": rss_bytes(pid)}
+    if proc.returncode != 0:
+        row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return row
+    doc = json.loads(proc.stdout)
+    heap = doc["heap"]
+    row.update(
+        owner_model=heap.get("owner_model"),
+        owner_model_note=heap.get("owner_model_note", ""),
+        objects=heap.get("objects"),
+        graph_nodes=heap.get("graph_nodes"),
+        max_pause_ms=heap.get("max_pause_ms"),
+        # the longest run between two yields (its thread's CPU time), and the target's own
+        # collections that ran in the payload's thread (on 3.11 inside a step: in max_pause_ms)
+        max_hold_ms=heap.get("max_hold_ms"),
+        target_gc_in_payload_thread=heap.get("target_gc_in_payload_thread"),
+        target_gc_in_payload_thread_max_ms=heap.get("target_gc_in_payload_thread_max_ms"),
+        owners=[{"path": o["path"], "retained_bytes": o.get("retained_bytes")} for o in doc["owners"][:5]],
+        findings=[{"kind": f.get("kind"), "severity": f.get("severity"), "fix": f.get("fix"),
+                   "bytes": f.get("bytes")} for f in doc.get("findings", [])][:8],
+    )
+    return row
+
+
+def watch(pid: int, seconds: float, worker: VerifiersWorker) -> dict[str, Any]:
+    finished_before = int(worker.read_report()["rollouts"]["finished"])
+    rss_before = rss_bytes(pid)
+    wall, proc = c.run_timed([str(c.LEAKHOUND), "watch", str(pid), "-d", str(seconds), "--json"],
+                             timeout=seconds + 1800)
+    row: dict[str, Any] = {
+        "wall_s": round(wall, 1), "rc": proc.returncode,
+        "rss_grown_bytes": rss_bytes(pid) - rss_before,
+        # the registry's entries are the rollouts finished: the worker's own count
+        "registry_entries_added": int(worker.read_report()["rollouts"]["finished"]) - finished_before,
+    }
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    report = next((line for line in lines if line.get("event") == "report"), None)
+    if report is None:
+        row["error"] = (proc.stderr.strip().splitlines() or ["no report"])[-1]
+        return row
+    samples = [line for line in lines if line.get("event") == "sample"]
+    row["samples"] = len(samples)
+    row["full_samples"] = sum(1 for s in samples if s.get("full"))
+    row["owner_model"] = next((s.get("owner_model") for s in samples if s.get("full")), None)
+    row["first_full_owner1"] = next((s["owners"][0]["path"] for s in samples
+                                     if s.get("full") and s.get("owners")), None)
+    row["findings"] = [
+        {"kind": f.get("kind"), "severity": f.get("severity"), "owner": f.get("owner"),
+         "fix": f.get("fix"), "bytes_per_min": (f.get("details") or {}).get("bytes_per_min"),
+         "grown_bytes": (f.get("details") or {}).get("grown_bytes")}
+        for f in report.get("findings", [])
+    ]
+    return row
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+METRIC = re.compile(r'^leakhound_owner_retained_bytes\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def export(pid: int, timeout: float = 900.0) -> dict[str, Any]:
+    """``leakhound export PID`` until its first census is served: the owner labels, biggest first."""
+    port = free_port()
+    argv = [str(c.LEAKHOUND), "export", str(pid), "--listen", f"127.0.0.1:{port}", "-i", "600"]
+    env = {k: v for k, v in os.environ.items() if k != "LEAKHOUND_AGENT"}
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    c._children.append(proc)
+    started = time.perf_counter()
+    owners: list[tuple[float, str]] = []
+    try:
+        while time.perf_counter() - started < timeout and proc.poll() is None:
+            time.sleep(2.0)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+                    text = page.read().decode()
+            except OSError:
+                continue
+            owners = []
+            for line in text.splitlines():
+                match = METRIC.match(line)
+                if match:
+                    labels = dict(LABEL.findall(match["labels"]))
+                    owners.append((float(match["value"]), labels.get("owner", "?")))
+            if owners:
+                break
+    finally:
+        c.kill_group(proc)
+        c._children.remove(proc)
+    owners.sort(reverse=True)
+    row: dict[str, Any] = {"first_census_s": round(time.perf_counter() - started, 1),
+                           "owners": [{"owner": name, "retained_bytes": int(value)} for value, name in owners[:5]]}
+    if not owners:
+        row["error"] = (proc.stderr.read() if proc.stderr else "")[-500:] or "no owner series"
+    return row
+
+
+def one_python(version: str, python: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    row: dict[str, Any] = {"python": version}
+    with spawn_verifiers_worker(
+        tmp / version, rollouts=2, turns=2, park=1, screenshot_kb=args.screenshot_kb,
+        image_tokens=args.image_tokens, completion_repeat=args.completion_repeat,
+        extra_env=COUNTS_ONLY_ENV, python=python, ready_timeout=300,
+    ) as worker:
+        pid = worker.worker_pid
+        started = time.monotonic()
+        while rss_bytes(pid) < args.rss_gb * 1e9:
+            worker.run_batch(rollouts=args.batch, turns=args.turns, timeout=1800)
+            print(f"# {version}: {time.monotonic() - started:5.0f} s, RSS {rss_bytes(pid) / 2**30:.2f} GiB",
+                  file=sys.stderr, flush=True)
+        row["grow_s"] = round(time.monotonic() - started)
+        row["rss_bytes"] = rss_bytes(pid)
+        row["truth"] = worker.registry_freed()
+        print(f"# {version}: truth {row['truth']}", file=sys.stderr, flush=True)
+        row["inspect_idle"] = inspect(pid)
+        print(f"# {version}: idle inspect {row['inspect_idle']}", file=sys.stderr, flush=True)
+        with continuous_rollouts(worker, rollouts=4, turns=args.turns, timeout=1800):
+            time.sleep(10)
+            row["inspect_busy"] = inspect(pid)
+            print(f"# {version}: busy inspect {row['inspect_busy']}", file=sys.stderr, flush=True)
+            row["watch"] = watch(pid, args.watch, worker)
+            print(f"# {version}: watch {row['watch']}", file=sys.stderr, flush=True)
+            row["export"] = export(pid)
+            print(f"# {version}: export {row['export']}", file=sys.stderr, flush=True)
+            row["rss_bytes_end"] = rss_bytes(pid)
+    return row
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    out = []
+    for row in rows:
+        idle, busy = row.get("inspect_idle", {}), row.get("inspect_busy", {})
+        sized = row.get("truth", {}).get("registry_sizeof_bytes")
+        freed = row.get("truth", {}).get("registry_freed_bytes")
+        first = (idle.get("owners") or [{}])[0]
+        growth = [f for f in row.get("watch", {}).get("findings", []) if f["kind"] == "growth"]
+        out.append([
+            row["python"], c.mib(row.get("rss_bytes")), f"{row.get('grow_s', '-')} s",
+            f"{idle.get('wall_s', '-')} s / {busy.get('wall_s', '-')} s",
+            f"{idle.get('max_pause_ms', '-')} / {busy.get('max_pause_ms', '-')} ms",
+            f"{first.get('path', '-')} / {(busy.get('owners') or [{}])[0].get('path', '-')}",
+            f"{c.ratio(first.get('retained_bytes'), sized)} / {c.ratio(first.get('retained_bytes'), freed)}",
+            "; ".join(f"{f['owner']} {f['bytes_per_min'] or 0:,.0f} B/min fix={f['fix'] or '-'}"
+                      for f in growth) or "-",
+            ", ".join(o["owner"] for o in row.get("export", {}).get("owners", [])[:2]) or "-",
+        ])
+    return c.table(["python", "RSS", "grown in", "inspect idle/busy", "max pause", "owner #1 idle/busy",
+                    "#1/sized, /freed", "watch growth findings", "export owners"], out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pythons", default="3.11,3.12")
+    parser.add_argument("--rss-gb", type=float, default=2.1)
+    parser.add_argument("--watch", type=float, default=120.0)
+    parser.add_argument("--image-tokens", type=int, default=2560)
+    parser.add_argument("--completion-repeat", type=int, default=12)
+    parser.add_argument("--screenshot-kb", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--table", type=Path, default=None, help="only print the table of a saved run")
+    args = parser.parse_args()
+    if args.table:
+        print(summary([row for row in json.loads(args.table.read_text())["rows"] if "error" not in row]))
+        return 0
+    c.header("the real verifiers 0.1.14 worker past 2 GB: inspect, watch, export", sys.argv)
+    found = installed_pythons()
+    rows = []
+    tmp = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True).stdout.strip())
+    for version in args.pythons.split(","):
+        if version not in found:
+            print(f"# no CPython {version} here (pyenv versions)", file=sys.stderr)
+            continue
+        try:
+            rows.append(one_python(version, found[version], args, tmp))
+        except Exception as exc:  # noqa: BLE001 - said, and the next Python goes on
+            rows.append({"python": version, "error": repr(exc)[-2000:]})
+            print(f"# {version}: {exc!r}"[:3000], file=sys.stderr)
+        print(json.dumps(rows[-1], indent=1))
+    print(summary([row for row in rows if "error" not in row]))
+    out = args.out or RESULTS / f"verifiers-scale-{time.strftime('%Y%m%d-%H%M')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"argv": sys.argv, "commit": c.git_head(), "rows": rows}, indent=1) + "\n")
+    print(f"# rows written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    c.main_guard(main)
