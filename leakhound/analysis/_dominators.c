@@ -531,10 +531,11 @@ static PyObject *csr(PyObject *self, PyObject *args) {
 }
 
 /* soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab): the edges without those from
- * what only soft roots (threads' frames) reach into what the other roots reach. A frame then
- * dominates only what nothing else holds: a function iterating over a registry (a list of its
- * entries in a local) does not take the registry's entries from it. A soft root is soft
- * however it is reached: a running generator's frame links to its caller's (f_back). */
+ * what only soft roots (threads' frames, objects held from C) reach into what the other roots
+ * reach. A soft root then dominates only what nothing else holds: a function iterating over a
+ * registry (a list of its entries in a local) does not take the registry's entries from it
+ * (passes.py soften: why objects held from C are soft too). A soft root is soft however it
+ * is reached: a running generator's frame links to its caller's (f_back). */
 static PyObject *soft(PyObject *self, PyObject *args) {
     Py_ssize_t n, m, nsoft, i;
     PyObject *src_o, *dst_o, *lab_o, *soft_o;

@@ -279,6 +279,32 @@ def test_a_frame_iterating_over_a_registry_does_not_take_its_entries(compiled: b
 
 
 @pytest.mark.parametrize("compiled", [True, False])
+def test_an_object_held_from_c_does_not_take_a_registrys_entries(compiled: bool, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    if not compiled:
+        monkeypatch.setattr(dom.passes, "_dominators", None)
+    elif dom._dominators is None:
+        pytest.skip("the C passes are not built here")
+    # 1 Task-1 -> 2 registry -> 4..13 entries; 3 a list held from C (made after its referrer
+    # was walked) -> 14, a node at the address of a dead copy of the registry, with the copy's
+    # edges -> 4..13, and -> 15, what only the held list holds
+    entries = list(range(4, 14))
+    edges = [(0, 1), (0, 3), (1, 2), *((2, e) for e in entries), (3, 14), *((14, e) for e in entries), (3, 15)]
+    sizes = [0, 100, 200, 56, *([1000] * 10), 640, 500]
+    roots = [(1, "task:Task-1/run", "task", 1), (3, "<held from C: list>", "held", 5)]
+    graph = make_graph(16, edges, sizes, roots=roots)
+    assert dom.dominators(graph).retained[2] == 200  # every entry shared with the held list
+    soft = dom.soften(graph)
+    tree = dom.dominators(soft)
+    assert tree.retained[2] == 200 + 10 * 1000
+    assert tree.retained[3] == 56 + 640 + 500
+    assert soft.info["soft_edges_dropped"] == 10
+    found = dom.find_owners(soft, top=3)
+    assert found.owners[0].retained_bytes == 200 + 10 * 1000
+    assert not any(o.path.startswith("<held from C") and o.retained_bytes > 56 + 640 + 500 for o in found.owners)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
 def test_a_context_variable_is_named_by_its_task_not_by_a_waiters_callback(compiled: bool,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     if not compiled:
@@ -318,7 +344,7 @@ def test_a_frame_reached_from_a_running_generator_is_still_soft(compiled: bool, 
         pytest.skip("the C passes are not built here")
     # 1 module dict -> 2 registry -> 5..14 entries; 3 a thread's frame (measure) whose variable
     # holds the registry itself (-> 2) and -> 15, its own; 4 a generator held from C (a root of
-    # its own, hard) -> 16 its running frame (a thread's frame too) -> 3 (f_back)
+    # its own) -> 16 its running frame (a thread's frame too) -> 3 (f_back)
     entries = list(range(5, 15))
     edges = [(0, 1), (0, 3), (0, 4), (0, 16), (1, 2), *((2, e) for e in entries), (3, 2), (3, 15), (4, 16), (16, 3)]
     sizes = [0, 100, 200, 50, 60, *([1000] * 10), 500, 70]

@@ -58,16 +58,33 @@ class DominatorTree:
     engine: str = ""
 
 
+# Roots that dominate only what no other root reaches (soften).
+SOFT_ROOT_KINDS = frozenset({"thread", "held"})
+
+
 def soften(graph: ObjectGraph) -> ObjectGraph:
-    """``graph`` without the edges from what only threads' frames reach into what the other
-    roots reach: a frame dominates only what nothing else holds. A function in the middle of
-    iterating over a registry (a list of its entries in a local) would otherwise take every
-    entry from the registry for as long as it runs (measured on the verifiers worker: its
-    report thread split ``trajectories`` into per-entry owners). A frame is soft however it
-    is reached: a running generator (held from C by the ``sum()`` consuming it) links its
-    frame to its caller's, and the caller's variables (the registry itself) then shared the
-    registry with it (the verifiers worker's report task: ``Runtime`` retained 3 KB)."""
-    soft_roots = [node for node, _label, kind, _tier in graph.roots if kind == "thread"]
+    """``graph`` without the edges from what only soft roots (threads' frames, objects held
+    from C) reach into what the other roots reach: a soft root dominates only what nothing
+    else holds. A function in the middle of iterating over a registry (a list of its entries
+    in a local) would otherwise take every entry from the registry for as long as it runs
+    (measured on the verifiers worker: its report thread split ``trajectories`` into
+    per-entry owners). A frame is soft however it is reached: a running generator (held from
+    C by the ``sum()`` consuming it) links its frame to its caller's, and the caller's
+    variables (the registry itself) then shared the registry with it (the verifiers worker's
+    report task: ``Runtime`` retained 3 KB).
+
+    An object held from C is, by its name, one no Python name reaches; what a named root
+    reaches too is not its. Its edges into the rest are mostly the walk's own artefacts: the
+    walk takes seconds while the target runs, so an object made after its referrer was
+    walked looks held from C (its referrer's reference is outside the unreached set), and
+    the compiled walk names nodes by address, so a new object at the address of one that
+    died meanwhile carries the dead one's edges. On the simulated verifiers worker a step's
+    new ``tool_calls[0]`` at the address of the report's dead ``dict(trajectories)`` copy
+    (a running frame's variable when the roots were read) gave every trajectory a second
+    path from ``<held from C: dict>``: each a per-entry owner, the registry none, in 3 of 8
+    inspections. A value-stack temporary of a running frame or a C call in flight (json's
+    encoder, ``sorted()``) holds what it holds for as long as the frame, as a frame does."""
+    soft_roots = [node for node, _label, kind, _tier in graph.roots if kind in SOFT_ROOT_KINDS]
     if not soft_roots:
         return graph
     if _dominators is not None:
