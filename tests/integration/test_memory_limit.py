@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -225,20 +227,61 @@ def test_the_payloads_first_load_is_not_the_targets_growth(tmp_path: Path) -> No
     assert rss[0] <= truth
 
 
+# A process of the target's cgroup that takes 40 MB when told to (a line on its stdin).
+_CGROUP_MATE = (
+    "import sys\n"
+    "print('ready', flush=True)\n"
+    "sys.stdin.readline()\n"
+    "b = bytearray(40 << 20)\n"
+    "for i in range(0, len(b), 4096): b[i] = 1\n"
+    "print('grown', flush=True)\n"
+    "sys.stdin.readline()\n"
+)
+
+
+def _in_private_dir(parent: Path, name: str, timeout: float = 60.0) -> None:
+    """Wait for ``name`` in the request's private directory (made under ``parent``)."""
+    deadline = time.monotonic() + timeout
+    while not list(parent.glob(f"leakhound-*/{name}")):
+        assert time.monotonic() < deadline, f"no {name} in the request's private directory after {timeout}s"
+        time.sleep(0.002)
+
+
 def test_the_cli_stops_a_request_while_the_cgroup_grows_past_its_budget(tmp_path: Path) -> None:
     # Another process of the target's cgroup takes 40 MB during the inspection (the payload
     # cannot see it: its RSS is not the target's): the CLI cancels the request, exit 19.
+    # In this order whatever the machine's load (on a loaded one a mate that grew after a
+    # sleep grew after the census had finished): the payload reports progress, the target is
+    # stopped (its census cannot finish meanwhile), the mate grows, the CLI asks the payload
+    # to stop (its `cancel` file), the target goes on and answers that it stopped.
+    private = tmp_path / "private"  # the CLI's TMPDIR: its private directory is made here
+    private.mkdir(mode=0o700)
+    env = {**os.environ, "LEAKHOUND_WALKER": "python", "TMPDIR": str(private)}  # a census of seconds
     with limited_target(100, 90, tmp_path=tmp_path) as (child, group):
-        grow = ("import time; time.sleep(1.0); b = bytearray(40 << 20)\n"
-                "for i in range(0, len(b), 4096): b[i] = 1\n"
-                "time.sleep(60)")
-        mate = subprocess.Popen([*group.prefix, sys.executable, "-c", grow])
+        mate = subprocess.Popen([*group.prefix, sys.executable, "-c", _CGROUP_MATE], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert mate.stdin is not None and mate.stdout is not None
         try:
-            done = subprocess.run([*LEAKHOUND, "inspect", str(child.pid), "--owners", "census"],
-                                  capture_output=True, text=True, timeout=120,
-                                  env={**os.environ, "LEAKHOUND_WALKER": "python"})  # a census of seconds
-            assert done.returncode == EXIT_HEADROOM, done.stderr
-            assert "its memory cgroup grew" in done.stderr and "nothing of it is left running" in done.stderr
+            assert mate.stdout.readline() == "ready\n"
+            cli = subprocess.Popen([*LEAKHOUND, "inspect", str(child.pid), "--owners", "census"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            try:
+                _in_private_dir(private, "progress.json")
+                os.kill(child.pid, signal.SIGSTOP)
+                try:
+                    mate.stdin.write("grow\n")
+                    mate.stdin.flush()
+                    assert mate.stdout.readline() == "grown\n"
+                    _in_private_dir(private, "cancel")
+                finally:
+                    os.kill(child.pid, signal.SIGCONT)
+                _, stderr = cli.communicate(timeout=120)
+            finally:
+                if cli.poll() is None:
+                    cli.kill()
+                    cli.wait()
+            assert cli.returncode == EXIT_HEADROOM, stderr
+            assert "its memory cgroup grew" in stderr and "nothing of it is left running" in stderr
             assert _alive(child, group) and mate.poll() is None
         finally:
             mate.kill()
