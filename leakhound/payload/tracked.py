@@ -20,9 +20,19 @@ except ImportError:  # pragma: no cover - the payload runs without its C helpers
     _walk_module = None  # type: ignore[assignment]
 
 
-def _without_held_once(objects, limit):
+def _without_held_once(objects, limit, counts=None, kinds=None):
     getrefcount = sys.getrefcount
-    return [o for o in objects if not (isinstance(o, (tuple, frozenset)) and getrefcount(o) <= limit)]
+    kept = []  # type: list[object]
+    keep = kept.append
+    for o in objects:
+        if isinstance(o, (tuple, frozenset)) and getrefcount(o) <= limit:
+            if counts is not None:
+                tp = type(o)
+                counts[id(tp)] = counts.get(id(tp), 0) + 1
+                kinds[id(tp)] = tp
+            continue
+        keep(o)
+    return kept
 
 
 def _held_once_limit():
@@ -48,13 +58,5 @@ def tracked_objects(counts=None, kinds=None):
     # of a few bytecodes remains in which another thread can run.
     limit = _held_once_limit()
     objects = gc.get_objects()
-    kept = _without_held_once(objects, limit)
-    if counts is not None and len(kept) < len(objects):
-        ids = set(map(id, kept))
-        for o in objects:
-            if id(o) not in ids:
-                tp = type(o)
-                counts[id(tp)] = counts.get(id(tp), 0) + 1
-                kinds[id(tp)] = tp
-    objects[:] = kept
+    objects[:] = _without_held_once(objects, limit, counts, kinds)
     return objects
