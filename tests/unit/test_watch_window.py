@@ -11,8 +11,10 @@ import pytest
 
 from leakhound.attach.process import Target
 from leakhound.core import watch as watch_module
+from leakhound.core.request import RequestOptions
 from leakhound.core.watch import Watched, watch_processes
 from leakhound.model.growth import OwnerSample, Sample
+from leakhound.model.names import Method
 
 REGISTRY = "task:Task-1/run.self.env.harness.runtime.trajectories"
 
@@ -21,7 +23,8 @@ def test_a_first_census_longer_than_the_window_is_followed_by_a_cheap_sample(mon
     taken: list[str] = []
 
     def add(pid: int, watched: dict[int, Watched], **_: Any) -> None:
-        watched[pid] = Watched(target=Target(pid, 0, "/usr/bin/python3", (3, 11), "python", "python"), method="agent")
+        watched[pid] = Watched(target=Target(pid, 0, "/usr/bin/python3", (3, 11), "python", "python"),
+                                       request=RequestOptions().via(Method.AGENT))
 
     def sample_one(w: Watched, *, now: float, final: bool, **_: Any) -> Sample:
         full = w.last_full is None or final
