@@ -144,5 +144,6 @@ def test_200_random_kills_of_leakhound_harm_no_target(tmp_path: Path) -> None:
     # A Ctrl-C while Python is still importing leakhound prints Python's KeyboardInterrupt
     # traceback (before leakhound can handle signals): counted, not a harm to the target.
     assert out["hung"] == [], out["hung"]
-    assert all(t.rstrip().endswith("KeyboardInterrupt") for t in out["tracebacks"]), out["tracebacks"][:2]
+    # (3.11 wraps one raised in a dataclass's __set_name__ in a RuntimeError: its cause)
+    assert all("KeyboardInterrupt" in t for t in out["tracebacks"]), out["tracebacks"][:2]
     assert len(out["kills"]) >= KILLS - 4  # a lane whose CLI kept finishing early may fall short
