@@ -15,12 +15,12 @@ therefore counted once. Tracked objects no named root reaches are split, with th
 arithmetic the cyclic GC uses (refcount minus references from inside the set), into objects
 held from C / untracked places (owners named ``<held from C: Type>``) and cyclic garbage.
 
-The census lives in rooms: ``census_tallies`` (marks, tallies, clock), ``census_walk`` (the
-walk: ``_claim_tree``, ``_claim_named``), ``census_roots`` (the walk from the named roots,
-which ``roots`` enumerates),
-``census_unreached`` (held from C, cyclic garbage); ``objects`` reads an object without running
-its code and ``sizes.object_size`` is the size of one object. This module holds ``Census``
-(its run and result).
+The census lives in rooms: ``census_tallies`` (marks, tallies), ``census_walk`` (``ClaimWalk``:
+the tallies and the walk that fills them, ``claim_tree``, ``claim_named``), ``census_roots``
+(the walk from the named roots, which ``roots`` enumerates), ``census_unreached`` (held from
+C, cyclic garbage); ``pacing.Clock`` paces it, ``objects`` reads an object without running its
+code and ``sizes.object_size`` is the size of one object. This module holds ``Census``: the
+order of its phases over one ``ClaimWalk``, and its result.
 """
 
 import gc
@@ -32,7 +32,7 @@ from .census_walk import ClaimWalk
 from .objects import LEAF_TYPE_IDS, type_name
 from .pacing import Clock
 from .roots import frame_locals_unreadable
-from .sizes import SizeCache, object_size
+from .sizes import object_size
 from .tracked import tracked_objects
 
 try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
@@ -94,10 +94,11 @@ def remember_tracked(tracked):
     _measured["tracked"] = tracked
 
 
-class Census(ClaimWalk):
-    """One walk of the heap. Call :meth:`run`; read :meth:`result`. Its phases are plain
-    functions of it: census_roots (the walk from the named roots) and census_unreached (what
-    no root reached); ClaimWalk (census_walk) is the walk they claim with."""
+class Census(object):
+    """One census of the heap. Call :meth:`run`; read :meth:`result`. ``walk`` (a
+    census_walk.ClaimWalk) holds the marks and tallies; the phases are plain functions of it:
+    census_roots (the walk from the named roots) and census_unreached (what no root
+    reached)."""
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
                  max_pause_ms=None, cancelled=None, owners=True, reached=None):
@@ -109,18 +110,14 @@ class Census(ClaimWalk):
                            timeout_error=CensusTimeout, timeout_message="census did not finish within its time budget",
                            cancel_error=CensusCancelled, cancel_message="the census was cancelled",
                            track_gaps=True)
-        self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self._exclude = exclude
-        # object_size with each type's answer kept for this census (sizes.SizeCache): the
-        # lookup allocates gc-tracked proxies, once per owner, tens of thousands of them
-        self._getsizeof = SizeCache()
-        self._get_referents = gc.get_referents
         self.seconds = 0.0
+        self.tracked = 0
         # The same walk in C when it is importable here (and not turned off): see _census_walk.c.
-        self._compiled = _walk.claim if compiled and _walk is not None else None  # type: Any
-        self.walker = "compiled" if self._compiled is not None else "python"
-        self._walk_module = _walk  # running frames' locals are read through it (census_roots)
+        self.walk = ClaimWalk(self.clock, progress or (lambda phase, done: None), walk_module=_walk,
+                              compiled=compiled, work_per_call=_WORK_PER_CALL)
+        self.walker = self.walk.walker
         # With a pause budget, the one step that cannot be split (gc.get_objects(), which the
         # split of unreached objects needs) is skipped when it would exceed the budget.
         self.max_pause_ms = max_pause_ms
@@ -129,15 +126,11 @@ class Census(ClaimWalk):
         # from the object graph's dominator tree (runner.py).
         self.with_owners = owners
         self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}
-        self._reset()
         # reached: what the object graph's walk just reached (its bitmap, in this census's
         # regions: graph_reached), with owners=False. No walk from the roots then: the census
         # only splits what the graph did not reach, and counts only that (runner.py adds
         # the graph's own tallies).
         self._reached = reached
-
-    def _work_per_call(self):
-        return _WORK_PER_CALL
 
     def run(self):
         started = time.perf_counter()
@@ -146,9 +139,9 @@ class Census(ClaimWalk):
         known = _measured["tracked"]
         walked = False  # the census without owners walked before listing (below)
         if self._reached is not None:
-            self.claimed.regions.update(self._reached)
+            self.walk.claimed.regions.update(self._reached)
             self._reached = None
-            census_roots.claim_own(self, None)
+            census_roots.claim_own(self.walk, None, self._not_the_targets())
             self.unreached["sized_by"] = "the object graph's walk"
             walked = True
         elif self.max_pause_ms is not None and known is not None and (
@@ -181,7 +174,7 @@ class Census(ClaimWalk):
             if estimate > self.max_pause_ms:
                 self.unreached.update(skipped)
                 if self.with_owners:
-                    self._reset()
+                    self.walk.reset()
                     self.clock.phase("sizing walk")
                     self._walk_roots(None)
                 # No list to count: the walk's own count of containers stands in for it.
@@ -190,7 +183,7 @@ class Census(ClaimWalk):
                 self.seconds = time.perf_counter() - started
                 return
             if self.with_owners:
-                self._reset()
+                self.walk.reset()
             else:
                 # Without owners the walk stands: the list is taken now and what the walk did
                 # not reach is split as below (a second walk from the list cost the busy real
@@ -214,10 +207,9 @@ class Census(ClaimWalk):
             took_ns = (time.perf_counter() - t0) * 1e9
             _measured["ns_per_object"] = min(500.0, max(30.0, took_ns / len(objects)))
         if walked:
-            self.claimed.add(id(objects))
-            if self._claim_args is not None:  # made by the walk (_claim_compiled): ours too
-                self.claimed.add(id(self._claim_args))
-            self.bookkeeping_bytes = census_roots.bookkeeping_bytes(self, objects)
+            self.walk.claimed.add(id(objects))
+            self.walk.mark_own()  # what the walk made since it was marked: ours too
+            self.walk.bookkeeping_bytes = self.walk.own_bytes(objects)
         elif self.with_owners:
             self._walk_roots(objects)
         else:
@@ -235,38 +227,43 @@ class Census(ClaimWalk):
         self.seconds = time.perf_counter() - started
         del objects
 
+    def _not_the_targets(self):
+        """What a walk must not count: the caller's own objects, and this census."""
+        return tuple(self._exclude) + (self, self.__dict__)
+
     def _walk_roots(self, objects):
         """Claim everything the named roots reach, each for its owner (census_roots)."""
-        census_roots.walk_from_roots(self, objects)
+        census_roots.walk_from_roots(self.walk, objects, self.is_stdlib, self._not_the_targets())
 
     def _walk_all(self, objects):
         """Claim everything the named roots reach for one owner (census_roots)."""
-        census_roots.walk_all(self, objects)
+        census_roots.walk_all(self.walk, objects, self.is_stdlib, self._not_the_targets())
 
     def _split_unreached(self, objects):
         """Split what no named root reached: held from C, or cyclic garbage (census_unreached)."""
-        census_unreached.split_unreached(self, objects)
+        census_unreached.split_unreached(self.walk, objects, self.unreached)
 
     def _sizing_walk(self):
         """Claim what the roots reach (census_roots.roots_list: every module, every class, the asyncio
         tasks and their coroutines, the frames of the other threads' stacks) in one walk from
         the list of them, for one scratch owner: only the count of container-type objects is
-        used (_tracked_estimate), and _reset() drops the rest. A running frame's locals (3.11+)
+        used (_tracked_estimate), and walk.reset() drops the rest. A running frame's locals (3.11+)
         are not in it: a floor, as the estimate is anyway."""
-        claimed = self.claimed
-        for own in (self, self.__dict__, self.claimed.regions):
+        walk = self.walk
+        claimed = walk.claimed
+        for own in (self, self.__dict__, walk, walk.__dict__, claimed.regions):
             claimed.add(id(own))
-        roots = census_roots.roots_list(self, with_locals=False)
+        roots = census_roots.roots_list(walk, self.is_stdlib, with_locals=False)
         claimed.add(id(roots))
         # No native sizing: a buffer's bytes do not change the count, and what code objects
         # hold (their constants and names, read in Python) is mostly untracked.
-        self._native = {}
-        self._claim_tree(self._owner("<sizing walk>", roots), roots, root_claimed=True)
+        walk.native = {}
+        walk.claim_tree(walk.owner_slot("<sizing walk>", roots), roots, root_claimed=True)
         del roots
 
     def _tracked_estimate(self):
         """Objects of container types the walk claimed: about what gc.get_objects() lists."""
-        types = self.types
+        types = self.walk.types
         return sum(types.counts[i] for i, tp in enumerate(types.keys) if id(tp) not in LEAF_TYPE_IDS)
 
     def _ns_per_object(self):
@@ -282,25 +279,27 @@ class Census(ClaimWalk):
     def _notes(self):
         """What the census could not look at, said in the report."""
         notes = []
-        if self.unread_frames:
+        if self.walk.unread_frames:
             notes.append(
                 "the locals of %d running frame(s) were not read (%s): what only they hold is "
-                "counted under <held from C: ...>" % (self.unread_frames, frame_locals_unreadable(self._walk_module))
+                "counted under <held from C: ...>" % (self.walk.unread_frames,
+                                                      frame_locals_unreadable(self.walk.walk_module))
             )
         return notes
 
     def result(self, *, top_types=50, top_owners=50):
-        types = self.types
+        walk = self.walk
+        types = walk.types
         type_order = sorted(range(len(types.keys)), key=lambda i: -types.bytes[i])[:top_types]
-        owners = self.owners
+        owners = walk.owners
         owner_order = sorted(range(len(owners.keys)), key=lambda i: -owners.bytes[i])[:top_owners]
-        garbage = self.garbage_types
+        garbage = walk.garbage_types
         garbage_order = sorted(range(len(garbage.keys)), key=lambda i: -garbage.bytes[i])[:20]
         return {
-            "objects": self.total_objects,
-            "bytes": self.total_bytes,
+            "objects": walk.total_objects,
+            "bytes": walk.total_bytes,
             "gc_tracked": self.tracked,
-            "untracked": max(0, self.total_objects - self.tracked),
+            "untracked": max(0, walk.total_objects - self.tracked),
             "census_seconds": self.seconds,
             "walker": self.walker,
             "with_owners": self.with_owners,  # False: one owner, <named roots> (Census(owners=False))
@@ -323,8 +322,8 @@ class Census(ClaimWalk):
                                zip(gc.get_stats(), getattr(self, "_gc_before", ()))],  # noqa: B905 - 3.8+
             # phase -> [wall s, CPU s of the census's thread]: wall minus CPU is waiting
             "phases": {k: [round(v[0], 4), round(v[1], 4)] for k, v in self.clock.phases.items()},
-            "payload_peak_bytes": self.bookkeeping_bytes,
-            "native_bytes": self.native_bytes,
+            "payload_peak_bytes": walk.bookkeeping_bytes,
+            "native_bytes": walk.native_bytes,
             "notes": self._notes(),
             "types": [
                 {"type": type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}
@@ -333,8 +332,8 @@ class Census(ClaimWalk):
             "owners": [
                 {
                     "path": owners.keys[i],
-                    "type": type_name(self.owner_types[i]),
-                    "items": self.owner_items[i],
+                    "type": type_name(walk.owner_types[i]),
+                    "items": walk.owner_items[i],
                     "retained_bytes": owners.bytes[i],
                     "retained_objects": owners.counts[i],
                 }
@@ -342,8 +341,8 @@ class Census(ClaimWalk):
                 if owners.bytes[i] > 0
             ],
             "cyclic_garbage": {
-                "objects": self.garbage_objects,
-                "bytes": self.garbage_bytes,
+                "objects": walk.garbage_objects,
+                "bytes": walk.garbage_bytes,
                 "types": [
                     {"type": type_name(garbage.keys[i]), "count": garbage.counts[i], "bytes": garbage.bytes[i]}
                     for i in garbage_order

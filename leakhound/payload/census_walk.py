@@ -1,12 +1,15 @@
 """The census's walk: claiming an object and everything it reaches for one owner.
 
-``ClaimWalk._claim_tree`` is the hot loop (its compiled twin is ``_census_walk.c``, called in short
-steps by ``_claim_compiled``; the two must stay exactly equal); ``_claim_named`` extends an
-owner's path through instance attributes. The per-object size is :func:`sizes.object_size`.
-Part of :class:`census.Census`.
+``ClaimWalk`` holds what a census counts (the marks, the owner and type tallies, the totals)
+and the walk that fills it: ``claim_tree`` is the hot loop (its compiled twin is
+``_census_walk.c``, called in short steps by ``_claim_compiled``; the two must stay exactly
+equal); ``claim_named`` extends an owner's path through instance attributes. The per-object
+size is :func:`sizes.object_size`. A :class:`census.Census` holds one; its phases
+(``census_roots``, ``census_unreached``) claim through it.
 """
 
 import array
+import gc
 import sys
 import time
 
@@ -15,6 +18,7 @@ from .objects import LEAF_TYPE_IDS, SIZED, ModuleType, class_dict, item_count, s
 from .sizes import (
     MAX_OBJECT_BYTES,
     NATIVE_BUFFERS,
+    SizeCache,
     for_compiled_walk,
     instance_values_bytes,
     native_codes,
@@ -31,7 +35,7 @@ _SCALARS = (str, bytes, int, float, bool, complex, type(None))
 _MAX_CHAIN = 8  # attribute-chain depth after which a path stops being extended
 
 _FUNCTION_TYPES = (type(lambda: None), type(len), classmethod, staticmethod, property)
-# What _claim_named never extends a path through.
+# What claim_named never extends a path through.
 _NOT_EXTENDED = _SCALARS + SIZED + _FUNCTION_TYPES
 
 # Types are looked up by id(), never hashed: hashing a class runs its metaclass's __hash__,
@@ -44,25 +48,28 @@ _TIMED_IDS = frozenset(id(tp) for tp in (dict, list, tuple, set, frozenset))
 
 
 class ClaimWalk(object):
-    """The census's state and its walk (the attributes below are set by ``Census.__init__``)."""
+    """The marks and tallies of one census and the walk that claims into them.
 
-    clock = None  # type: Any
-    progress = None  # type: Any
-    is_stdlib = None  # type: Any
-    _exclude = ()  # type: Any
-    _getsizeof = None  # type: Any
-    _get_referents = None  # type: Any
-    _compiled = None  # type: Any
-    _walk_module = None  # type: Any
-    _native_kinds = None  # type: Any
-    _claim_args = None  # type: Any
-    unreached = None  # type: Any
+    ``clock``: the census's pacing.Clock (the duty cycle, the deadline, the cancel);
+    ``progress(phase, done)``: called now and then; ``walk_module``: the compiled module
+    (``_walk``) or None, whose ``claim`` is the walk's inner loop unless ``compiled`` is
+    False; ``work_per_call``: units of work per call into it."""
 
-    def _work_per_call(self):
-        """Units of work per call into the compiled walk (``census._WORK_PER_CALL``)."""
-        raise NotImplementedError
+    def __init__(self, clock, progress, walk_module=None, compiled=True, work_per_call=20000):
+        self.clock = clock
+        self.progress = progress
+        # object_size with each type's answer kept for this census (sizes.SizeCache): the
+        # lookup allocates gc-tracked proxies, once per owner, tens of thousands of them
+        self.getsizeof = SizeCache()
+        self._get_referents = gc.get_referents
+        self.walk_module = walk_module  # running frames' locals are read through it (census_roots)
+        self.compiled = walk_module.claim if compiled and walk_module is not None else None  # type: Any
+        self.walker = "compiled" if self.compiled is not None else "python"
+        self.work_per_call = work_per_call
+        self._native_kinds = None  # type: Any
+        self.reset()
 
-    def _reset(self):
+    def reset(self):
         self.claimed = Marks()
         # Owners: path -> slot; per slot its type name and item count (lists of atomics and
         # arrays), objects and bytes in the tally.
@@ -79,41 +86,68 @@ class ClaimWalk(object):
         self.types = TypeTally()
         self.total_bytes = 0
         self.total_objects = 0
-        self.tracked = 0
         self.garbage_objects = 0
         self.garbage_bytes = 0
         self.garbage_types = TypeTally()
         self.bookkeeping_bytes = 0
         self.unread_frames = 0  # running frames whose locals could not be read safely
         # id(type) -> kind of natively sized types; kind -> the allowlisted C class
-        # Looked up once per census (a second _reset, after the sizing walk, keeps them): a
+        # Looked up once per census (a second reset, after the sizing walk, keeps them): a
         # walk over every class, run under the duty cycle (hold: no deadline check in here).
-        if getattr(self, "_native_kinds", None) is None:
+        if self._native_kinds is None:
             self._native_kinds, self._native_bases = native_types(self.clock.hold)
         # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
         # instances: their attribute values added to their size), as _census_walk.c reads it
-        self._native = native_codes(self._native_kinds)
+        self.native = native_codes(self._native_kinds)
         self._native_seen = set()  # buffer addresses counted (a storage shared by views: once)
         self.native_bytes = 0  # of total_bytes: native buffers (sizes.native_extra)
 
+    def mark_own(self):
+        """Mark the walk's own bookkeeping as claimed: it is not part of the target's heap."""
+        claimed = self.claimed
+        for own in (self, self.__dict__, claimed, claimed.regions, self.owners, self.owners.index,
+                    self.owners.keys, self.owner_types, self.types, self.types.index, self.types.keys,
+                    self.garbage_types, self.garbage_types.index, self.garbage_types.keys,
+                    # array.array is gc-tracked since 3.11 (heap type): without these its
+                    # tallies were "<held from C: array.array>" in the census's own report
+                    self.owners.counts, self.owners.bytes, self.owner_items, self.types.counts,
+                    self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes,
+                    self.native, self._native_bases, self._native_seen, self._holder,
+                    self._sized_types, self._class_attrs, self.getsizeof, self.getsizeof.known):
+            claimed.add(id(own))
+        if self._claim_args is not None:  # made by the first compiled claim
+            claimed.add(id(self._claim_args))
+
+    def own_bytes(self, objects):
+        """What the walk itself holds at its largest, the extra memory it costs the target:
+        the marks, ``objects`` (gc.get_objects()'s list, or None), the owner and type tables."""
+        return (
+            self.claimed.nbytes()
+            + (sys.getsizeof(objects) if objects is not None else 0)
+            + self.owners.nbytes()
+            + sys.getsizeof(self.owner_types)
+            + self.owner_items.buffer_info()[1] * 8
+            + self.types.nbytes()
+        )
+
     # -- accounting -------------------------------------------------------------------------
 
-    def _size(self, obj):
+    def size(self, obj):
         """``_getsizeof(obj)``, with a 3.11+ instance's attribute values (as the walk)."""
-        size = self._getsizeof(obj, 0)
-        if self._native.get(id(type(obj)), 0) > NATIVE_BUFFERS:
+        size = self.getsizeof(obj, 0)
+        if self.native.get(id(type(obj)), 0) > NATIVE_BUFFERS:
             size += instance_values_bytes(obj)
         return size
 
-    def _count(self, obj, owner):
-        size = self._size(obj)
+    def count(self, obj, owner):
+        size = self.size(obj)
         self.types.add(type(obj), size)
         self.owners.counts[owner] += 1
         self.owners.bytes[owner] += size
         self.total_bytes += size
         self.total_objects += 1
 
-    def _owner(self, path, obj):
+    def owner_slot(self, path, obj):
         """The owner slot for ``path`` (created with ``obj``'s type and length)."""
         owners = self.owners
         slot = owners.index.get(path)
@@ -129,13 +163,13 @@ class ClaimWalk(object):
             self.owner_items.append(item_count(obj) if sized else 1)
         return slot
 
-    def _claim_tree(self, owner, root, root_claimed=False):
+    def claim_tree(self, owner, root, root_claimed=False):
         """Claim ``root`` and everything reachable from it that nobody claimed yet."""
         claimed = self.claimed
-        if self._compiled is not None and not root_claimed:
+        if self.compiled is not None and not root_claimed:
             # One call into the walk from a list holding the root: it counts the root as it
             # counts every object (the size, the 3.11+ values, a native type's buffers),
-            # which _count did in Python: most owners of a big program are a function or a
+            # which count() did in Python: most owners of a big program are a function or a
             # small object, and that was most of their cost.
             address = id(root)  # ``id(root) in claimed``, inlined: this runs once per owner
             region = claimed.regions.get(address >> 20)
@@ -154,14 +188,14 @@ class ClaimWalk(object):
             if id(root) in claimed:
                 return
             claimed.add(id(root))
-            self._count(root, owner)
+            self.count(root, owner)
         stack = [root]
-        native = self._native
+        native = self.native
         # Objects of natively sized types met on the way (sizes.native_types): their buffers
         # and the references gc does not show are added once the stack runs dry.
         found = [root] if native.get(id(type(root))) == NATIVE_BUFFERS else []
         native_get = native.get
-        if self._compiled is not None:
+        if self.compiled is not None:
             self._claim_compiled(owner, stack, found)
             return
         get_referents = self._get_referents
@@ -276,7 +310,7 @@ class ClaimWalk(object):
         after the walls' walk, each a loop in Python here (150 ms between two looks at the
         clock on the busy real worker)."""
         claimed = self.claimed
-        native = self._native
+        native = self.native
         types = self.types
         added_objects = added_bytes = 0
         held = []  # type: list
@@ -298,7 +332,7 @@ class ClaimWalk(object):
                 if id(ref) in claimed:
                     continue
                 claimed.add(id(ref))
-                size = self._size(ref)
+                size = self.size(ref)
                 types.add(type(ref), size)
                 added_objects += 1
                 added_bytes += size
@@ -315,7 +349,7 @@ class ClaimWalk(object):
         return added_objects, added_bytes
 
     def _claim_compiled(self, owner, stack, found):
-        """``_claim_tree``'s loop in C, in short calls: between two, the interpreter can hand
+        """``claim_tree``'s loop in C, in short calls: between two, the interpreter can hand
         the GIL to the target's threads. Each call is one uninterruptible step. (Runs once per
         owner, tens of thousands of times in a big program: what it needs is looked up once
         per census.)"""
@@ -325,10 +359,10 @@ class ClaimWalk(object):
             # A session keeps the walk's caches (the types it met, the bitmap's regions)
             # from one call to the next: one call per owner, each meeting a few types, spent
             # most of its time looking them up anew (0.66 s of CPU on the real worker's heap).
-            session = getattr(self._walk_module, "session", None)
-            args = self._claim_args = (self._compiled, self.claimed.regions, types.index, types.slot,
-                                       types.counts, types.bytes, self._work_per_call(),
-                                       for_compiled_walk(self._native, self._walk_module) or None,
+            session = getattr(self.walk_module, "session", None)
+            args = self._claim_args = (self.compiled, self.claimed.regions, types.index, types.slot,
+                                       types.counts, types.bytes, self.work_per_call,
+                                       for_compiled_walk(self.native, self.walk_module) or None,
                                        session() if session is not None else None)
         claim, regions, index, new_slot, counts, sizes, per_call, native, session = args
         clock = self.clock
@@ -410,7 +444,7 @@ class ClaimWalk(object):
                 continue
         return d, values
 
-    def _claim_named(self, path, obj, depth):
+    def claim_named(self, path, obj, depth):
         """Give ``obj`` its own owner ``path``; extend the path through instance attributes."""
         if id(obj) in self.claimed:
             return
@@ -424,24 +458,24 @@ class ClaimWalk(object):
             if slots:
                 attrs.extend(slots)
         if d is None and not attrs:
-            self._claim_tree(self._owner(path, obj), obj)
+            self.claim_tree(self.owner_slot(path, obj), obj)
             return
-        owner = self._owner(path, obj)
+        owner = self.owner_slot(path, obj)
         self.claimed.add(id(obj))
-        self._count(obj, owner)
+        self.count(obj, owner)
         if d is not None and id(d) not in self.claimed:
             self.claimed.add(id(d))
-            self._count(d, owner)
+            self.count(d, owner)
         parent_type = type(obj)
         for name, value in attrs:
             if id(value) in self.claimed:
                 continue
-            if type(value) is parent_type or issubclass(type(value), _SCALARS) and self._getsizeof(value, 0) < 4096:
+            if type(value) is parent_type or issubclass(type(value), _SCALARS) and self.getsizeof(value, 0) < 4096:
                 # Linked structures and small scalars stay with their parent.
-                self._claim_tree(owner, value)
+                self.claim_tree(owner, value)
             else:
-                self._claim_named(path + "." + name, value, depth + 1)
+                self.claim_named(path + "." + name, value, depth + 1)
         # Anything the instance references besides its attributes: its dict's keys, and what
         # it holds in C fields (an lru_cache's cache, a deque's items, a generator's frame).
         # ``obj`` is claimed already: walk from it, do not start at it (which would stop).
-        self._claim_tree(owner, obj, root_claimed=True)
+        self.claim_tree(owner, obj, root_claimed=True)

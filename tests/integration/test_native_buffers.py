@@ -99,7 +99,7 @@ out = []
 for compiled in (True, False):
     for per_call in (census._WORK_PER_CALL, 7):
         census._WORK_PER_CALL = per_call
-        walk = census.Census(timeout=60, compiled=compiled)
+        walk = census.Census(timeout=60, compiled=compiled).walk
         # classes and modules are walls (as in a census): the walk stays inside ``heap``
         for cls, _name, _kind, _tier in roots.classes(named=False):
             for wall in [cls, *(r for r in gc.get_referents(cls) if type(r) is dict or type(r) is tuple)]:
@@ -107,7 +107,7 @@ for compiled in (True, False):
         for module, _name, _kind, _tier in roots.modules(lambda name: False):
             walk.claimed.add(id(module))
             walk.claimed.add(id(module.__dict__))
-        walk._claim_tree(walk._owner("root", heap), heap)
+        walk.claim_tree(walk.owner_slot("root", heap), heap)
         types = walk.types
         out.append((walk.total_objects, walk.total_bytes, sorted(
             (type_name(tp), types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys))))

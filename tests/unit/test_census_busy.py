@@ -61,7 +61,7 @@ class _DictProperty:
 
 
 def test_attributes_looked_up_once_per_class_match_the_per_object_lookup() -> None:
-    walk = census.Census()
+    walk = census.Census().walk
     child = _SlottedChild()
     child.d = (1,)
     for obj in (_Slotted(), child, _Plain(), _DictProperty(), object(), gc, [1], {"k": 1}):
@@ -106,10 +106,11 @@ def test_the_walls_and_the_roots_counted_by_the_compiled_walk_match_the_python_w
                             "functions": [_make_function(i) for i in range(300)]}
     out = {}
     for compiled in (False, True):
-        walk = census.Census(compiled=compiled)
-        walk._walk_roots(None)
-        owner = walk._owner("root", root)
-        walk._claim_tree(owner, root)
+        taken = census.Census(compiled=compiled)
+        taken._walk_roots(None)
+        walk = taken.walk
+        owner = walk.owner_slot("root", root)
+        walk.claim_tree(owner, root)
         out[compiled] = (walk.owners.counts[owner], walk.owners.bytes[owner])
         assert walk.walker == ("compiled" if compiled else "python")
     assert out[True] == out[False]
@@ -176,8 +177,9 @@ def test_the_hidden_references_of_many_found_objects_tick_the_clock() -> None:
     # Every code object a walk meets is sized natively (sizes.native_extra): after the walls'
     # one walk, tens of thousands of them were one loop with no look at the clock (150 ms on
     # the busy real worker).
-    walk = census.Census()
-    walk._walk_roots(None)
+    taken = census.Census()
+    taken._walk_roots(None)
+    walk = taken.walk
     checks = []
     real_check = walk.clock.check
 
