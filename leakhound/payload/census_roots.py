@@ -145,6 +145,33 @@ def claim_own(walk, objects, exclude):
         walk.claimed.add(id(obj))
 
 
+def _unclaimed_attributes(d, claimed, check):
+    """(name, value) for each attribute in ``d`` (a module's or a class's dict: str keys,
+    dunders left out) whose value nobody claimed yet. The keys are listed, then each value
+    looked up: no (key, value) tuple per entry kept at once, and an entry the target's
+    threads removed meanwhile is passed over. Most values are claimed already (a class, a
+    function another module's global reached first): the mark is read here (as Marks does)
+    and ``check`` (the clock) called every few hundred of them; a walk runs the clock
+    itself."""
+    regions = claimed.regions
+    skipped = 0
+    for key in list(d):
+        if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+            continue
+        value = d.get(key, _MISSING)
+        if value is _MISSING:
+            continue
+        address = id(value)
+        region = regions.get(address >> 20)
+        if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
+            skipped += 1
+            if skipped & 255 == 0:
+                check()
+            continue
+        yield key, value
+    value = None
+
+
 def walk_from_roots(walk, objects, is_stdlib, exclude):
     """Claim everything the named roots reach; ``objects`` is gc.get_objects()'s list, or
     None when the census runs without it; ``exclude``: objects that are not the target's."""
@@ -218,28 +245,10 @@ def walk_from_roots(walk, objects, is_stdlib, exclude):
     for loop in loops:
         claimed.add(id(loop))
     # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
-    regions = claimed.regions
-    skipped = 0
     for name, md in module_dicts:
         check()
         ours = is_payload_name(name)  # the payload's own module: one owner for all of it
-        # the keys, then each value: no (key, value) tuple per global (as above)
-        for key in list(md):
-            if type(key) is not str or (key.startswith("__") and key.endswith("__")):
-                continue
-            value = md.get(key, _MISSING)
-            if value is _MISSING:  # removed meanwhile by the target's threads
-                continue
-            # Most are claimed already (a class, a function another module's global
-            # reached first): the mark is read here (as Marks does) and the clock
-            # every few hundred of them; a walk runs the clock itself.
-            address = id(value)
-            region = regions.get(address >> 20)
-            if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
-                skipped += 1
-                if skipped & 255 == 0:
-                    check()
-                continue
+        for key, value in _unclaimed_attributes(md, claimed, check):
             if ours:
                 walk.claim_tree(walk.owner_slot(PAYLOAD_OWNER, value), value)
                 continue
@@ -250,19 +259,7 @@ def walk_from_roots(walk, objects, is_stdlib, exclude):
         cls, cdict = class_dicts[k], class_dicts[k + 1]
         check()
         base = None
-        for key in list(cdict):
-            if type(key) is not str or (key.startswith("__") and key.endswith("__")):
-                continue
-            value = cdict.get(key, _MISSING)
-            if value is _MISSING:
-                continue
-            address = id(value)
-            region = regions.get(address >> 20)
-            if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
-                skipped += 1
-                if skipped & 255 == 0:
-                    check()
-                continue
+        for key, value in _unclaimed_attributes(cdict, claimed, check):
             if base is None:
                 base = type_name(cls)
             if is_payload_name(base):
