@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The object graph behind retained sizes (the dominator tree), walked inside the target.
 
 Standard library only. The walk starts from the census's named roots (modules and their
@@ -31,6 +29,9 @@ Shape of the graph:
   attribute or slot, ``k<key>`` a dict's str key, ``d`` an instance's ``__dict__`` (the
   path goes through it silently), ``t<Type>`` a coroutine's or frame's local of that type.
 """
+
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 
 import array
 import gc

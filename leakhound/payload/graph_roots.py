@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The object graph's roots, walked inside the target: the named roots (roots.py) with what is
 theirs by name (a module's and a class's dict, a task's context variables, a running frame's
 variables), and the objects held from C that no root reached.
@@ -7,6 +5,9 @@ variables), and the objects held from C that no root reached.
 Standard library only, as ``graph.py`` (whose ``Graph.run`` calls these, and which
 imports this module, so that it is loaded with the payload).
 """
+
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 
 import gc
 import sys

@@ -1,11 +1,12 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The object graph's wire: the labels its edges carry, the ``names`` request that labels the
 paths the CLI chose, and the result written as JSON in pieces.
 
 Runs inside the target with the standard library only, as ``graph.py`` (which imports it, so
 that it is loaded with the payload).
 """
+
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 
 import json
 import os

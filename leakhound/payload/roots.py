@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The named roots of the heap: what every walk starts from, each as (object, name, kind, tier).
 
 - ``modules``: every module in ``sys.modules``, once, under its first name;
@@ -22,6 +20,9 @@ frame's locals on 3.11+), are read by ``frame_locals``.
 
 Standard library only; runs inside the target and reads it without running its code.
 """
+
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 
 import sys
 

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The cheap sample for ``leakhound watch``, run inside the target between full censuses.
 
 Standard library only. Given the owners of the last full snapshot, it finds each one again
@@ -12,6 +10,9 @@ objects by type: one ``gc.get_objects()`` call (a C list build) and a loop in th
 which hands the GIL back to the main thread between bytecodes. No ``gc.collect()``, nothing
 kept.
 """
+
+# mypy: disable-error-code="assignment, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 
 import collections
 import gc
