@@ -14,7 +14,17 @@ import sys
 import time
 
 from .census_tallies import Marks, Tally, TypeTally
-from .objects import LEAF_TYPE_IDS, SIZED, ModuleType, class_dict, item_count, safe_referents
+from .objects import (
+    LEAF_TYPE_IDS,
+    SIZED,
+    ModuleType,
+    dict_descriptor,
+    dict_via,
+    item_count,
+    safe_referents,
+    slot_members,
+    slots_via,
+)
 from .sizes import (
     MAX_OBJECT_BYTES,
     NATIVE_BUFFERS,
@@ -411,38 +421,10 @@ class ClaimWalk(object):
         tp = type(obj)
         known = self._class_attrs.get(id(tp))
         if known is None:
-            descr = None
-            for klass in type.__dict__["__mro__"].__get__(tp, type):
-                descr = class_dict(klass).get("__dict__")
-                if descr is not None:
-                    if type(descr).__name__ not in ("getset_descriptor", "member_descriptor"):
-                        descr = None
-                    break
-            slots = []
-            for klass in type.__dict__["__mro__"].__get__(tp, type):
-                if klass is object:
-                    continue
-                for name, member in list(class_dict(klass).items()):
-                    if type(member).__name__ == "member_descriptor":
-                        slots.append((name, member))
             # the class itself too: its id is the key (the type tally keeps it as well)
-            known = self._class_attrs[id(tp)] = (tp, descr, slots)
+            known = self._class_attrs[id(tp)] = (tp, dict_descriptor(tp), slot_members(tp))
         _tp, descr, slots = known
-        d = None
-        if descr is not None:
-            try:
-                d = descr.__get__(obj, tp)
-            except Exception:
-                d = None
-            if type(d) is not dict:
-                d = None
-        values = []
-        for name, member in slots:
-            try:
-                values.append((name, member.__get__(obj, tp)))
-            except Exception:
-                continue
-        return d, values
+        return dict_via(descr, obj, tp), slots_via(slots, obj, tp)
 
     def claim_named(self, path, obj, depth):
         """Give ``obj`` its own owner ``path``; extend the path through instance attributes."""

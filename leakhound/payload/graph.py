@@ -54,7 +54,16 @@ from .graph_wire import (
     json_pieces,
     name_paths,
 )
-from .objects import LEAF_TYPE_IDS, SHARED_LEAF, class_dict, safe_referents, short_type_name, type_name
+from .objects import (
+    LEAF_TYPE_IDS,
+    SHARED_LEAF,
+    dict_descriptor,
+    dict_via,
+    safe_referents,
+    short_type_name,
+    slot_members,
+    type_name,
+)
 from .pacing import Clock
 from .sizes import (
     NATIVE_BUFFERS,
@@ -378,36 +387,18 @@ class Graph(object):
         """The instance ``__dict__`` through the built-in descriptor (cached per type)."""
         descr = self.dict_descrs.get(id(tp), _MISSING)
         if descr is _MISSING:
-            descr = None
             try:
-                for klass in type.__dict__["__mro__"].__get__(tp, type):
-                    found = class_dict(klass).get("__dict__")
-                    if found is not None:
-                        if type(found).__name__ in ("getset_descriptor", "member_descriptor"):
-                            descr = found
-                        break
+                descr = dict_descriptor(tp)
             except Exception:
                 descr = None
             self.dict_descrs[id(tp)] = descr
-        if descr is None:
-            return None
-        try:
-            d = descr.__get__(obj, tp)
-        except Exception:
-            return None
-        return d if type(d) is dict else None
+        return dict_via(descr, obj, tp)
 
     def _slots_of(self, tp):
         names = self.slot_names.get(id(tp))
         if names is None:
-            found = []
             try:
-                for klass in type.__dict__["__mro__"].__get__(tp, type):
-                    if klass is object:
-                        continue
-                    for name, descr in list(class_dict(klass).items()):
-                        if type(descr).__name__ == "member_descriptor" and type(name) is str:
-                            found.append((name, descr))
+                found = slot_members(tp)
             except Exception:
                 found = []
             names = self.slot_names[id(tp)] = tuple(found)

@@ -89,46 +89,80 @@ def short_type_name(tp):
         return "?"
 
 
-def instance_dict(obj):
-    """The instance ``__dict__`` through the built-in descriptor only (no user code)."""
-    tp = type(obj)
+def dict_descriptor(tp):
+    """The descriptor of the ``__dict__`` of ``tp``'s instances (the first in its MRO) when it
+    is a built-in one; None when there is none, or it is written in Python (never run).
+    A walk looks it up once per type and reads each instance through it (``dict_via``)."""
     for klass in type.__dict__["__mro__"].__get__(tp, type):
         descr = class_dict(klass).get("__dict__")
-        if descr is None:
-            continue
-        if type(descr).__name__ not in ("getset_descriptor", "member_descriptor"):
-            return None
-        try:
-            d = descr.__get__(obj, tp)
-        except Exception:
-            return None
-        return d if type(d) is dict else None
+        if descr is not None:
+            return descr if type(descr).__name__ in ("getset_descriptor", "member_descriptor") else None
     return None
 
 
-def slot_values(obj):
-    """(name, value) for ``__slots__`` members, read through member descriptors only."""
+def slot_members(tp):
+    """(name, member descriptor) for every ``__slots__`` member along ``tp``'s MRO."""
     out = []
-    tp = type(obj)
     for klass in type.__dict__["__mro__"].__get__(tp, type):
         if klass is object:
             continue
         for name, descr in list(class_dict(klass).items()):
-            if type(descr).__name__ != "member_descriptor":
-                continue
-            try:
-                out.append((name, descr.__get__(obj, tp)))
-            except Exception:
-                continue
+            if type(descr).__name__ == "member_descriptor" and type(name) is str:
+                out.append((name, descr))
     return out
 
 
-def item_count(obj):
-    for tp in SIZED:
+def dict_via(descr, obj, tp):
+    """``obj``'s ``__dict__`` read through ``descr`` (``dict_descriptor(tp)``), or None."""
+    if descr is None:
+        return None
+    try:
+        d = descr.__get__(obj, tp)
+    except Exception:
+        return None
+    return d if type(d) is dict else None
+
+
+def slots_via(members, obj, tp):
+    """(name, value) of ``obj``'s ``__slots__`` read through ``members`` (``slot_members(tp)``);
+    a member not set is left out."""
+    out = []
+    for name, member in members:
+        try:
+            out.append((name, member.__get__(obj, tp)))
+        except Exception:
+            continue
+    return out
+
+
+def instance_dict(obj):
+    """The instance ``__dict__`` through the built-in descriptor only (no user code)."""
+    tp = type(obj)
+    return dict_via(dict_descriptor(tp), obj, tp)
+
+
+def slot_values(obj):
+    """(name, value) for ``__slots__`` members, read through member descriptors only."""
+    tp = type(obj)
+    return slots_via(slot_members(tp), obj, tp)
+
+
+def builtin_length(obj, kinds=SIZED):
+    """The length of ``obj`` read with the C slot of the built-in container among ``kinds``
+    it is; None for any other object, or when it cannot be read (never a user ``__len__``)."""
+    for tp in kinds:
         if issubclass(type(obj), tp):
             try:
                 return tp.__len__(obj)
             except Exception:
-                return 0
-    return 1
+                return None
+    return None
+
+
+def item_count(obj):
+    """An owner's items: the length of a built-in container (0 when unreadable), else 1."""
+    if not issubclass(type(obj), SIZED):
+        return 1
+    length = builtin_length(obj)
+    return 0 if length is None else length
 

@@ -23,7 +23,16 @@ import time
 
 from . import arena, probes
 from .graph_wire import folded_step_label, step_label
-from .objects import SIZED, class_dict, instance_dict, short_type_name, slot_values, subclass_tree, type_name
+from .objects import (
+    SIZED,
+    builtin_length,
+    class_dict,
+    instance_dict,
+    short_type_name,
+    slot_values,
+    subclass_tree,
+    type_name,
+)
 from .tasks import await_chain, live_tasks
 from .tracked import tracked_objects
 
@@ -150,17 +159,6 @@ def _by_ids(ids, roots):
     return obj
 
 
-def _sized_items(obj):
-    """The item count of a built-in container (its C length), None for any other object."""
-    for tp in _SAMPLED_SIZED:
-        if issubclass(type(obj), tp):
-            try:
-                return tp.__len__(obj)
-            except Exception:
-                return None
-    return None
-
-
 def owner_items(owners):
     """``[{"ids": [...], "type": T, "path": P}, ...]`` -> one ``{"found": bool, "items": n}``
     each: found when the object at the end of its ids (else, with no ids, the object its path
@@ -189,7 +187,7 @@ def owner_items(owners):
         if obj is None or (type(wanted_type) is str and wanted_type and type_name(type(obj)) != wanted_type):
             out.append({"found": False, "items": None})
         else:
-            out.append({"found": True, "items": _sized_items(obj)})
+            out.append({"found": True, "items": builtin_length(obj, _SAMPLED_SIZED)})
         obj = None
     roots = None
     return out
