@@ -67,11 +67,17 @@ _RELEASE_PER_STEP = 4096
 _RATE_MIN_OBJECTS = 200000
 
 
+def ns_per_object():
+    """What gc.get_objects() costs per tracked object here: the last census's measurement in
+    this process, or the default rate."""
+    return _measured["ns_per_object"] or _GET_OBJECTS_NS
+
+
 def unreached_over_budget(tracked, estimate_ms, max_pause_ms):
     """What a census says of what no root reaches when listing the ~``tracked`` gc-tracked
     objects (~``estimate_ms``) is over the pause budget: its ``unreached`` fields, the reason
     in words. Also for the census the object graph's walk made (runner._counted_in_graph)."""
-    ns = _measured["ns_per_object"] or _GET_OBJECTS_NS
+    ns = ns_per_object()
     rate = "measured" if _measured["ns_per_object"] else "default"
     return {
         "examined": False,
@@ -145,12 +151,12 @@ class Census(object):
             self.unreached["sized_by"] = "the object graph's walk"
             walked = True
         elif self.max_pause_ms is not None and known is not None and (
-                known * self._ns_per_object() / 1e6 * _TRACKED_HEADROOM <= self.max_pause_ms):
+                known * ns_per_object() / 1e6 * _TRACKED_HEADROOM <= self.max_pause_ms):
             # An earlier census in this process listed few enough tracked objects that even
             # _TRACKED_HEADROOM times as many fit the budget: no sizing walk (it doubled the
             # census's cost).
-            self.unreached["estimated_pause_ms"] = round(known * self._ns_per_object() / 1e6, 1)
-            self.unreached["ns_per_object"] = round(self._ns_per_object(), 1)
+            self.unreached["estimated_pause_ms"] = round(known * ns_per_object() / 1e6, 1)
+            self.unreached["ns_per_object"] = round(ns_per_object(), 1)
             self.unreached["rate"] = "measured" if _measured["ns_per_object"] else "default"
             self.unreached["sized_by"] = "the previous census"
         elif self.max_pause_ms is not None:
@@ -266,14 +272,11 @@ class Census(object):
         types = self.walk.types
         return sum(types.counts[i] for i, tp in enumerate(types.keys) if id(tp) not in LEAF_TYPE_IDS)
 
-    def _ns_per_object(self):
-        return _measured["ns_per_object"] or _GET_OBJECTS_NS
-
     def _universe_pause_ms(self):
         # gc.get_objects() follows the collector's linked lists: one cache miss per object,
         # ~55-60 ns on the machines measured (docs/performance.md), or what it cost here last
         # time; objects the named roots did not reach add to it, so this is a floor.
-        return self._tracked_estimate() * self._ns_per_object() / 1e6
+        return self._tracked_estimate() * ns_per_object() / 1e6
 
 
     def _notes(self):

@@ -14,8 +14,10 @@ import sys
 import time
 
 from . import roots
+from .census import ns_per_object
+from .census_unreached import referenced_from_outside
 from .graph_wire import MAX_LABEL_CHARS
-from .objects import LEAF_TYPE_IDS, SHARED_LEAF, instance_dict, is_payload_name, type_name
+from .objects import LEAF_TYPE_IDS, SHARED_LEAF, ModuleType, instance_dict, is_payload_name, type_name
 from .roots import TIER_HELD
 from .tasks import c_future_class, context_variables, task_context
 from .tracked import tracked_objects
@@ -24,21 +26,6 @@ try:  # running frames' variables are read through the compiled walk's module (3
     from . import _walk as _walk_module  # type: ignore[attr-defined]
 except Exception:
     _walk_module = None
-
-from .census_unreached import referenced_from_outside
-
-_ModuleType = type(sys)
-_GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
-
-
-def _ns_per_object():
-    """What gc.get_objects() costs per object here: the census's measurement when it has one."""
-    for name in ("census", "census_walk", "census_unreached", "census_tallies"):
-        module = sys.modules.get(__name__.rsplit(".", 1)[0] + "." + name)
-        measured = getattr(module, "_measured", None) if module is not None else None
-        if type(measured) is dict and measured.get("ns_per_object"):
-            return measured["ns_per_object"]
-    return _GET_OBJECTS_NS
 
 
 def add_roots(graph, stack):
@@ -128,7 +115,7 @@ def _variable_edge(graph, stack, src, value, label):
     True, False and a leaf shared by everyone (``objects.SHARED_LEAF``) belong to no
     one; any other leaf (a big bytes in a local) is a node of its own."""
     tp = type(value)
-    if issubclass(tp, type) or tp is _ModuleType or value is None or tp is bool:
+    if issubclass(tp, type) or tp is ModuleType or value is None or tp is bool:
         return
     leaf = id(tp) in LEAF_TYPE_IDS
     # the caller's variable, the list it came from, this call's argument, getrefcount's
@@ -162,7 +149,7 @@ def held_from_c(graph, stack):
     state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
     every tracked object, one call that cannot be split: skipped over the pause budget."""
     tracked = graph._tracked()
-    estimate = tracked * _ns_per_object() / 1e6
+    estimate = tracked * ns_per_object() / 1e6
     graph.unreached["estimated_pause_ms"] = round(estimate, 1)
     # Half the budget: the census made the same call in this request already, and on a
     # loaded machine the call took twice its estimate (benchmarks/, docs/performance.md).
