@@ -379,7 +379,7 @@ getsizeof_full(PyObject *op)
     return call_long(sys_getsizeof, op);
 }
 
-/* census._getsizeof(op): sys.getsizeof(op, 0) when tp's __sizeof__ is C code, else
+/* sizes.object_size(op): sys.getsizeof(op, 0) when tp's __sizeof__ is C code, else
  * object.__sizeof__(op) (a __sizeof__ written in Python is never run: a mock's creates new
  * mocks for the walk to meet, without end); any Exception reads as 0 (not only TypeError),
  * and so does a size no object can have. An error that is not an Exception (SystemExit,

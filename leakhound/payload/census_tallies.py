@@ -24,7 +24,7 @@ class Marks(object):
     Every CPython object is 16-byte aligned and at least 16 bytes long, so an address
     names one granule. A bitmap of ``bytearray`` regions is not a GC-tracked container
     and costs 1 bit per 16 bytes of heap instead of ~60 bytes per object for a set of
-    ids; the hot loop in ``Census._claim_tree`` inlines the same arithmetic.
+    ids; the hot loop in ``ClaimWalk.claim_tree`` inlines the same arithmetic.
     """
 
     __slots__ = ("regions",)

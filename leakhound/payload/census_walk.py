@@ -143,7 +143,7 @@ class ClaimWalk(object):
     # -- accounting -------------------------------------------------------------------------
 
     def size(self, obj):
-        """``_getsizeof(obj)``, with a 3.11+ instance's attribute values (as the walk)."""
+        """``getsizeof(obj)`` (sizes.SizeCache), with a 3.11+ instance's attribute values (as the walk)."""
         size = self.getsizeof(obj, 0)
         if self.native.get(id(type(obj)), 0) > NATIVE_BUFFERS:
             size += instance_values_bytes(obj)
@@ -272,7 +272,7 @@ class ClaimWalk(object):
                     if region[index] & bit:
                         continue
                     region[index] |= bit
-                # _getsizeof(ref), inlined; leaves are built-in types
+                # getsizeof(ref), inlined; leaves are built-in types
                 try:
                     if leaf:
                         size = getsizeof(ref, 0)

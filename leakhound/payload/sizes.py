@@ -96,7 +96,7 @@ def object_size(obj, default=0):
     ``object.__sizeof__(obj)``: a ``__sizeof__`` written in Python is never run (a mock's
     creates new mocks for the walk to meet, without end: gigabytes in seconds). Anything it
     raises (not only TypeError) and any size no object can have count as 0: one odd object
-    must not end the census. ``Census._claim_tree``'s hot loop and _census_walk.c do the same."""
+    must not end the census. ``ClaimWalk.claim_tree``'s hot loop and _census_walk.c do the same."""
     try:
         builtin = sizeof_is_builtin(type(obj))
     except Exception:
@@ -112,9 +112,6 @@ def _size_as(obj, builtin, default=0):
     except Exception:
         return 0
     return size if 0 <= size <= MAX_OBJECT_BYTES else 0
-
-
-_getsizeof = object_size  # the census's name for it
 
 
 class SizeCache(object):
