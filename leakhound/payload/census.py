@@ -32,7 +32,6 @@ from .census_walk import ClaimWalk
 from .objects import LEAF_TYPE_IDS, type_name
 from .pacing import Clock
 from .roots import frame_locals_unreadable
-from .sizes import object_size
 from .tracked import tracked_objects
 
 try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
@@ -43,7 +42,7 @@ except ImportError:  # CPython < 3.10, another implementation, or no compiler at
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
 
-__all__ = ["Census", "CensusCancelled", "CensusTimeout", "object_size"]
+__all__ = ["Census", "CensusCancelled", "CensusTimeout"]
 
 # Units of work (containers popped + referents seen) per call into the compiled walk: a
 # few milliseconds of holding the GIL.
