@@ -38,6 +38,8 @@ from typing import Any
 
 import _common as c
 
+from leakhound.model.names import Owners
+
 sys.path.insert(0, str(c.ROOT))
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -68,7 +70,7 @@ def page_seconds(pid: int, top: int, out: Path) -> dict[str, float]:
     from leakhound.core.capture import capture
     from leakhound.render import html
 
-    taken = capture(pid, top=top, owner_model="auto")
+    taken = capture(pid, top=top, owners=Owners.AUTO)
     started = time.perf_counter()
     parts = owner_parts(taken.graph, taken.tree, taken.snapshot.owners) if taken.graph and taken.tree else ()
     parted = time.perf_counter()

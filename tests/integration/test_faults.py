@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from leakhound.errors import LeakhoundError, TargetBusy, TargetExited, TargetNotFound
 from tests.utils import ROOT, assert_only_the_payload_stays, spawn_target, within
 
@@ -78,7 +79,7 @@ def test_another_users_target_on_another_python_build() -> None:
     shared = Path(tempfile.mkdtemp(prefix="leakhound-test-"))  # pytest's tmp is private to root
     os.chmod(shared, 0o777)
     with spawn_target("growing_cache", shared, python=SYSTEM_PYTHON, prefix=AS_NOBODY) as child:
-        snap = take_snapshot(child.pid, timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60))
         truth = child.report()["truth"]
         # Without CAP_SYS_PTRACE, root may not trace another user's process.
         denied = _cli("inspect", str(child.pid), prefix=["setpriv", "--bounding-set=-sys_ptrace",
@@ -230,7 +231,7 @@ def test_target_exiting_mid_inspect(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         killer = threading.Timer(0.8, child.proc.kill)
         killer.start()
         with pytest.raises((TargetExited, TargetNotFound)):
-            take_snapshot(child.pid, timeout=60)
+            take_snapshot(child.pid, request=RequestOptions(timeout=60))
         killer.join()
 
 
@@ -243,7 +244,7 @@ def test_two_inspections_of_one_process_at_once(tmp_path: Path) -> None:
 
     def inspect(pid: int) -> None:
         try:
-            outcomes.append(take_snapshot(pid, timeout=60))
+            outcomes.append(take_snapshot(pid, request=RequestOptions(timeout=60)))
         except LeakhoundError as exc:
             outcomes.append(exc)
 

@@ -15,6 +15,8 @@ import pytest
 
 from leakhound.attach import ptrace, run_request
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method
 from tests.utils import FIXTURES, assert_only_the_payload_stays, spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
@@ -56,7 +58,7 @@ def test_plan_resolves_the_addresses_this_interpreter_sees() -> None:
 
 def test_snapshot_matches_the_targets_own_truth(tmp_path: Path) -> None:
     with spawn_target("growing_cache", tmp_path) as child:
-        snap = take_snapshot(child.pid, method="ptrace", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.PTRACE, timeout=60))
         truth = child.report()["truth"]
         time.sleep(0.3)  # the payload thread exits right after writing its result
         after = child.report()
@@ -76,7 +78,7 @@ def test_static_libpython_target(tmp_path: Path) -> None:
     with spawn_target("growing_cache", tmp_path, python=SYSTEM_PYTHON) as child:
         plan = ptrace.plan(child.pid)
         assert plan.python_object == os.path.realpath(f"/proc/{child.pid}/exe")
-        snap = take_snapshot(child.pid, method="ptrace", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.PTRACE, timeout=60))
         truth = child.report()["truth"]
     assert snap.owners[0].path == "__main__.CACHE"
     assert snap.owners[0].items == truth["cache_items"]
@@ -86,14 +88,14 @@ def test_fifty_injections_into_a_busy_worker(tmp_path: Path) -> None:
     env = {"FIXTURE_C_THREADS": "6"}
     with spawn_target("busy_worker", tmp_path, env=env) as child:
         for _ in range(2):  # warm-up: the first census loads modules and grows the allocators
-            run_request(child.pid, LIGHT, method="ptrace", timeout=60)
+            run_request(child.pid, LIGHT, method=Method.PTRACE, timeout=60)
         time.sleep(0.3)
         served_before = child.report()["truth"]["requests"]
         maps_before, threads_before = len(_maps(child.pid)), _threads(child.pid)
         stops, pages = [], []
         for _ in range(50):
             lines: list[str] = []
-            remote = run_request(child.pid, LIGHT, method="ptrace", timeout=60, log=lines.append)
+            remote = run_request(child.pid, LIGHT, method=Method.PTRACE, timeout=60, log=lines.append)
             assert remote.method == "ptrace"
             stops.append(remote.attach_stop_ms)
             found = re.search(r"bootstrap at (0x[0-9a-f]+)", "\n".join(lines))

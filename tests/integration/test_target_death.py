@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from leakhound.errors import TargetDied
 from tests.utils import spawn_target
 
@@ -54,7 +55,7 @@ def test_leakhound_as_the_parent_reads_the_exit_status_abort(tmp_path: Path) -> 
     env = {"TRAP_AT": "progress", "TRAP": "abort"}
     with spawn_target("payload_trap", tmp_path, env=env, prefix=NO_CORE) as child:
         with pytest.raises(TargetDied) as caught:
-            take_snapshot(child.pid, timeout=60)
+            take_snapshot(child.pid, request=RequestOptions(timeout=60))
         assert child.proc.wait(timeout=10) == -signal.SIGABRT  # not reaped by leakhound: still ours
     err = caught.value
     assert (err.signal, err.core_dumped, err.leakhound_inside) == (signal.SIGABRT, False, True)
