@@ -26,7 +26,7 @@ its code and ``sizes.object_size`` is the size of one object. This module holds 
 import gc
 import time
 
-from . import census_roots, census_unreached
+from . import census_roots, census_unreached, wire  # noqa: F401 - wire: its types, in type comments
 from .census_tallies import CensusCancelled, CensusTimeout
 from .census_walk import _LEAF_TYPE_IDS, _Walk
 from .objects import _type_name
@@ -128,7 +128,7 @@ class Census(_Walk):
         # from the list of every named root: _walk_all), for a request whose owners come
         # from the object graph's dominator tree (runner.py).
         self.with_owners = owners
-        self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}
+        self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}  # type: wire.Unreached
         self._reset()
         # reached: what the object graph's walk just reached (its bitmap, in this census's
         # regions: graph_reached), with owners=False. No walk from the roots then: the census
@@ -296,7 +296,7 @@ class Census(_Walk):
         owner_order = sorted(range(len(owners.keys)), key=lambda i: -owners.bytes[i])[:top_owners]
         garbage = self.garbage_types
         garbage_order = sorted(range(len(garbage.keys)), key=lambda i: -garbage.bytes[i])[:20]
-        return {
+        heap = {
             "objects": self.total_objects,
             "bytes": self.total_bytes,
             "gc_tracked": self.tracked,
@@ -304,7 +304,7 @@ class Census(_Walk):
             "census_seconds": self.seconds,
             "walker": self.walker,
             "with_owners": self.with_owners,  # False: one owner, <named roots> (Census(owners=False))
-            "unreached": dict(self.unreached),
+            "unreached": self.unreached.copy(),
             "max_step_ms": self.clock.max_step * 1000.0,
             "max_pause_budget_ms": self.max_pause_ms or 0.0,  # the budget kept (0: none)
             # the longest the census ran between two yields of the GIL (its CPU time: an upper
@@ -349,4 +349,5 @@ class Census(_Walk):
                     for i in garbage_order
                 ],
             },
-        }
+        }  # type: wire.Heap
+        return heap

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from . import arena, probes
+from . import arena, probes, wire  # noqa: F401 - wire: its types, in type comments
 from .graph_wire import _folded_step_label, _step_label
 from .objects import _SIZED, _class_dict, _instance_dict, _short_type_name, _slot_values, _type_name, subclass_tree
 from .tasks import await_chain, live_tasks
@@ -240,7 +240,7 @@ def sample(request, progress):
             registry = probes.registry_counts()
         except Exception:
             registry = None  # not the verifiers shape the probe knows: not counted, not guessed
-    return {
+    out = {
         "registry": registry,
         "started_at": started_at,
         "owners": found,
@@ -248,4 +248,5 @@ def sample(request, progress):
         "types": types,
         "max_step_ms": get_objects_ms,
         "sample_seconds": time.perf_counter() - started,
-    }
+    }  # type: wire.SampleAnswer
+    return out
