@@ -269,4 +269,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    c.main_guard(main, results="")  # (its own results file, and its own table on the page)

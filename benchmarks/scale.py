@@ -228,4 +228,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    c.main_guard(main)
+    c.main_guard(main, results="")  # (its own results file, and its own table on the page)

@@ -64,8 +64,6 @@ from tests.verifiers_target import (  # noqa: E402
     spawn_verifiers_worker,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results"
-
 
 def rss_bytes(pid: int) -> int:
     return c.proc_status(pid)["VmRSS"]
@@ -259,12 +257,9 @@ def main() -> int:
             print(f"# {version}: {exc!r}"[:3000], file=sys.stderr)
         print(json.dumps(rows[-1], indent=1))
     print(summary([row for row in rows if "error" not in row]))
-    out = args.out or RESULTS / f"verifiers-scale-{time.strftime('%Y%m%d-%H%M')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"argv": sys.argv, "commit": c.git_head(), "rows": rows}, indent=1) + "\n")
-    print(f"# rows written to {out}")
+    c.write_results("verifiers_scale", out=args.out, rows=rows)
     return 0
 
 
 if __name__ == "__main__":
-    c.main_guard(main)
+    c.main_guard(main, results="")  # (written by main, with its rows)
