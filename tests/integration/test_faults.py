@@ -18,19 +18,12 @@ import pytest
 from leakhound.core.capture import take_snapshot
 from leakhound.core.request import RequestOptions
 from leakhound.errors import LeakhoundError, TargetBusy, TargetExited, TargetNotFound
-from tests.utils import ROOT, assert_only_the_payload_stays, spawn_target, within
+from tests.utils import ROOT, assert_only_the_payload_stays, run_cli, spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
-LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
 SYSTEM_PYTHON = "/usr/bin/python3"
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-
-
-def _cli(*args: str, env: dict[str, str] | None = None, prefix: list[str] | None = None,
-         timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*(prefix or []), LEAKHOUND, *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def _clean(result: subprocess.CompletedProcess[str]) -> None:
@@ -41,7 +34,7 @@ def _clean(result: subprocess.CompletedProcess[str]) -> None:
 
 def test_main_thread_blocked_in_a_syscall_times_out_with_its_stack(tmp_path: Path) -> None:
     with spawn_target("blocked_main", tmp_path) as child:
-        result = _cli("inspect", str(child.pid), "--method", "gdb", "--timeout", "3")
+        result = run_cli("inspect", str(child.pid), "--method", "gdb", "--timeout", "3")
         assert child.proc.poll() is None, "the target must survive"
     assert result.returncode == 6, result.stderr
     _clean(result)
@@ -56,7 +49,7 @@ def test_zombie_is_reported_as_gone() -> None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     try:
-        result = _cli("inspect", str(child.pid))
+        result = run_cli("inspect", str(child.pid))
     finally:
         child.wait()
     assert result.returncode == 3
@@ -66,7 +59,7 @@ def test_zombie_is_reported_as_gone() -> None:
 
 def test_gdb_missing_is_a_clear_error(tmp_path: Path) -> None:
     with spawn_target("growing_cache", tmp_path) as child:
-        result = _cli("inspect", str(child.pid), "--method", "gdb", env={"PATH": str(tmp_path)})
+        result = run_cli("inspect", str(child.pid), "--method", "gdb", env={"PATH": str(tmp_path)})
     assert result.returncode == 7
     _clean(result)
     assert "gdb is not installed" in result.stderr
@@ -82,7 +75,7 @@ def test_another_users_target_on_another_python_build() -> None:
         snap = take_snapshot(child.pid, request=RequestOptions(timeout=60))
         truth = child.report()["truth"]
         # Without CAP_SYS_PTRACE, root may not trace another user's process.
-        denied = _cli("inspect", str(child.pid), prefix=["setpriv", "--bounding-set=-sys_ptrace",
+        denied = run_cli("inspect", str(child.pid), prefix=["setpriv", "--bounding-set=-sys_ptrace",
                                                           "--inh-caps=-sys_ptrace"])
         assert child.proc.poll() is None
     shutil.rmtree(shared, ignore_errors=True)
@@ -170,7 +163,7 @@ def test_python_without_the_symbols_leakhound_calls(build: str, tmp_path: Path) 
     python, env, patched = _python_without_the_called_symbols(build, tmp_path)
     with spawn_target("growing_cache", tmp_path, python=python, env=env) as child:
         before = child.report()
-        results = {m: _cli("inspect", str(child.pid), "--method", m, "--timeout", "30")
+        results = {m: run_cli("inspect", str(child.pid), "--method", m, "--timeout", "30")
                    for m in ("ptrace", "gdb", "auto")}
         after = child.report()  # it still answers signals: running, not stopped
         assert child.proc.poll() is None
@@ -289,7 +282,7 @@ def test_a_target_ignoring_sigtrap_keeps_ignoring_it(tmp_path: Path) -> None:
     # before stopping anything; gdb's inferior calls leave the disposition alone (checked
     # here), so auto falls back to it.
     with spawn_target("ignores_sigtrap", tmp_path) as child:
-        results = {m: _cli("inspect", str(child.pid), "--method", m) for m in ("ptrace", "gdb", "auto")}
+        results = {m: run_cli("inspect", str(child.pid), "--method", m) for m in ("ptrace", "gdb", "auto")}
         with open(f"/proc/{child.pid}/status") as fh:
             ignored = next(int(line.split()[1], 16) for line in fh if line.startswith("SigIgn:"))
         report = child.report()
