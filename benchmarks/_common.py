@@ -347,6 +347,13 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
+def add_doc_options(parser: Any) -> None:
+    """``--no-doc`` and ``--doc-from FILE``, for a script that writes a table of its own."""
+    parser.add_argument("--no-doc", action="store_true", help="leave docs/performance.md as it is")
+    parser.add_argument("--doc-from", type=Path, metavar="FILE",
+                        help="measure nothing: write docs/performance.md's table from this results file")
+
+
 def update_doc_table(name: str, results: Path, headers: Sequence[str], rows: Sequence[Sequence[Any]], *,
                      doc: Path = PERFORMANCE_DOC) -> bool:
     """Write ``rows`` as the table between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``

@@ -227,9 +227,7 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS / f"html-report-{time.strftime('%Y-%m-%d')}.json")
-    parser.add_argument("--no-doc", action="store_true", help="leave docs/performance.md as it is")
-    parser.add_argument("--doc-from", type=Path, metavar="FILE",
-                        help="measure nothing: write docs/performance.md's table from this results file")
+    c.add_doc_options(parser)
     args = parser.parse_args()
     if args.doc_from is not None:
         write_doc(args.doc_from)
