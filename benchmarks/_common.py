@@ -505,6 +505,9 @@ def newest_results(name: str, results: Path = RESULTS) -> Path | None:
     return max(found)[3] if found else None
 
 
+MAX_SAID = 240
+
+
 def summary_rows(results: Path = RESULTS) -> list[list[str]]:
     """One row a script of ``SUMMARIZED``: its newest results file and what it says."""
     rows = []
@@ -519,6 +522,8 @@ def summary_rows(results: Path = RESULTS) -> list[list[str]]:
         said = str(doc.get("summary") or "").replace("|", "/")
         if doc.get("smoke"):
             said = f"smoke run (checks the script; not a measurement): {said}"
+        if len(said) > MAX_SAID:  # a table cell, not a report: the results file has the rest
+            said = said[:MAX_SAID - 3] + "..."
         rows.append([f"`{name}.py`", f"`{path.name}`", run, said])
     return rows
 
