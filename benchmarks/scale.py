@@ -192,9 +192,7 @@ def main() -> int:
     parser.add_argument("--peer-timeout", type=float, default=600.0, help="seconds guppy3 may take")
     parser.add_argument("--cli-timeout", type=float, default=3600.0, help="seconds before the CLI is killed")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--no-doc", action="store_true", help="leave docs/performance.md as it is")
-    parser.add_argument("--doc-from", type=Path, metavar="FILE",
-                        help="measure nothing: write docs/performance.md's table from this results file")
+    c.add_doc_options(parser)
     args = parser.parse_args()
     if args.doc_from is not None:
         write_doc(args.doc_from)
@@ -228,4 +226,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    c.main_guard(main)
+    c.main_guard(main, results="")  # (its own results file, and its own table on the page)

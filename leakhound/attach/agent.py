@@ -32,6 +32,7 @@ from leakhound.errors import (
     TargetExited,
     TargetFilesystemUnreachable,
 )
+from leakhound.payload import wire
 from leakhound.payload.agent_server import refuses_connections
 
 _AGENT_SOCKET = re.compile(r"/leakhound-agent-\d+/agent-(\d+)\.sock$")
@@ -353,7 +354,7 @@ def _short(value: Any) -> str:
 def _send_cancel(sock: socket.socket) -> bool:
     try:
         sock.settimeout(CANCEL_GRACE)
-        sock.sendall(b'{"cancel": true}\n')
+        sock.sendall(json.dumps({wire.CANCEL: True}).encode() + b"\n")
     except OSError:
         pass
     return True

@@ -26,7 +26,7 @@ order of its phases over one ``ClaimWalk``, and its result.
 import gc
 import time
 
-from . import census_roots, census_unreached
+from . import census_roots, census_unreached, wire  # noqa: F401 - wire: its types, in type comments
 from .census_tallies import CensusCancelled, CensusTimeout
 from .census_walk import ClaimWalk
 from .objects import LEAF_TYPE_IDS, type_name
@@ -130,7 +130,7 @@ class Census(object):
         # from the list of every named root: _walk_all), for a request whose owners come
         # from the object graph's dominator tree (runner.py).
         self.with_owners = owners
-        self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}
+        self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}  # type: wire.Unreached
         # reached: what the object graph's walk just reached (its bitmap, in this census's
         # regions: graph_reached), with owners=False. No walk from the roots then: the census
         # only splits what the graph did not reach, and counts only that (runner.py adds
@@ -297,7 +297,7 @@ class Census(object):
         owner_order = sorted(range(len(owners.keys)), key=lambda i: -owners.bytes[i])[:top_owners]
         garbage = walk.garbage_types
         garbage_order = sorted(range(len(garbage.keys)), key=lambda i: -garbage.bytes[i])[:20]
-        return {
+        heap = {
             "objects": walk.total_objects,
             "bytes": walk.total_bytes,
             "gc_tracked": self.tracked,
@@ -305,7 +305,7 @@ class Census(object):
             "census_seconds": self.seconds,
             "walker": self.walker,
             "with_owners": self.with_owners,  # False: one owner, <named roots> (Census(owners=False))
-            "unreached": dict(self.unreached),
+            "unreached": self.unreached.copy(),
             "max_step_ms": self.clock.max_step * 1000.0,
             "max_pause_budget_ms": self.max_pause_ms or 0.0,  # the budget kept (0: none)
             # the longest the census ran between two yields of the GIL (its CPU time: an upper
@@ -350,4 +350,5 @@ class Census(object):
                     for i in garbage_order
                 ],
             },
-        }
+        }  # type: wire.Heap
+        return heap

@@ -42,6 +42,7 @@ import types
 
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
+from . import wire
 from .graph_roots import add_roots, held_from_c
 from .graph_wire import (
     BINARY_FILE,
@@ -86,12 +87,7 @@ __all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphOve
            "GraphTooBig", "binary_pieces", "build", "census_lists_all", "compiled_available", "json_pieces",
            "name_paths"]
 
-# /2: the arrays travel raw after the JSON (graph_wire.Binary), not as base64 in it.
-# /3: ``roots`` is one flat list, four items a root (node, label, kind, tier), not a list per
-# root: tens of thousands of tracked lists brought the target's next collection forward.
-# /4: the records travel in frames (graph_wire.FRAME_COLUMNS); the compiled walk names nodes
-# by address (``node_keys``: "address"), leakhound gives them ids.
-GRAPH_FORMAT = "leakhound.graph/5"
+GRAPH_FORMAT = wire.GRAPH_FORMAT
 
 # A collection of at most this many entries folds only the entries that are collections
 # themselves; the others stay nodes: the owners' search goes down into an entry that holds most
@@ -264,7 +260,7 @@ class Graph(object):
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
         self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
         self.unreached = {"examined": False, "estimated_pause_ms": None, "reason": "", "held": 0,
-                          "garbage_objects": 0}
+                          "garbage_objects": 0}  # type: wire.Unreached
         for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
                     self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
                     self.folds, self.fold_owner, self.namespaces, self.pending, self.given_leaves, self.leaf_groups,
@@ -731,12 +727,12 @@ class Graph(object):
             "max_held_where": list(self.clock.max_held_where),
             "yields": self.clock.yields,
             "payload_peak_bytes": payload_bytes,
-            "unreached": dict(self.unreached),
+            "unreached": self.unreached.copy(),
             "gc_collections": self._collections(),
             "dict_labels": bool(self.dict_labels),
             # The records themselves: written raw after the JSON (graph_wire), never in it.
             "_binary": binary,
-        }
+        }  # type: wire.Graph
         census = self._census()
         if census is not None:
             out["_census"] = census  # the runner's, never sent (graph_wire leaves it out)
@@ -972,7 +968,7 @@ def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, can
             code = SKIPPED_OVER_MEMORY_BUDGET
         reason = ("the object graph has more than %s nodes: over the graph budget" % format(max_nodes, ",")
                   if code == SKIPPED_OVER_NODES else "the object graph %s" % text)
-        return {"format": GRAPH_FORMAT, "skipped": reason, "skipped_code": code, "max_nodes": max_nodes}
+        return wire.skipped_graph(reason, code, max_nodes)
     finally:
         if spool is not None:  # no graph to send: nothing left behind
             os.close(spool[1])

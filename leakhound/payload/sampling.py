@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from . import arena, probes
+from . import arena, probes, wire  # noqa: F401 - wire: its types, in type comments
 from .graph_wire import folded_step_label, step_label
 from .objects import (
     SIZED,
@@ -239,7 +239,7 @@ def sample(request, progress):
             registry = probes.registry_counts()
         except Exception:
             registry = None  # not the verifiers shape the probe knows: not counted, not guessed
-    return {
+    out = {
         "registry": registry,
         "started_at": started_at,
         "owners": found,
@@ -247,4 +247,5 @@ def sample(request, progress):
         "types": types,
         "max_step_ms": get_objects_ms,
         "sample_seconds": time.perf_counter() - started,
-    }
+    }  # type: wire.SampleAnswer
+    return out

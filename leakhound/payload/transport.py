@@ -62,7 +62,7 @@ def directory_cancelled(directory):
     """The debugger path's cancel: the CLI wrote ``cancel`` or removed the directory."""
 
     def cancelled():
-        return os.path.exists(os.path.join(directory, "cancel")) or not os.path.isdir(directory)
+        return os.path.exists(os.path.join(directory, wire.CANCEL)) or not os.path.isdir(directory)
 
     return cancelled
 
@@ -87,7 +87,7 @@ def socket_cancelled(conn):
             return False
         except (OSError, ValueError):
             return True
-        return b"cancel" in data
+        return wire.CANCEL.encode() in data
 
     return cancelled
 

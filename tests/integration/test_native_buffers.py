@@ -17,7 +17,9 @@ import pytest
 
 from leakhound.analysis.ledger import ledger
 from leakhound.core.capture import capture
+from leakhound.core.request import RequestOptions
 from leakhound.model import Snapshot
+from leakhound.model.names import Owners
 from tests.native_target import native_python
 from tests.pythons import installed_pythons
 from tests.utils import ROOT, spawn_target, within
@@ -40,7 +42,8 @@ MMAP_VERSIONS = sorted(v for v in installed_pythons() if v in ("3.10", "3.11", "
 
 def _check(tmp_path: Path, shape: str, python: str, owner_model: str = "census") -> Snapshot:
     with spawn_target("native_buffers", tmp_path, python=python, env={"SHAPE": shape}, timeout=120) as child:
-        snap = capture(child.pid, timeout=120, max_pause_ms=None, top=10, owner_model=owner_model).snapshot
+        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
+                       owners=Owners(owner_model)).snapshot
         truth = child.report()["truth"]
     assert snap.heap.owner_model == ("dominator" if owner_model == "dominator" else "first-reacher")
     top = snap.owners[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+from leakhound.model.names import Method
 from leakhound.payload import census
 from leakhound.payload.census_unreached import cyclic_only, referenced_from_outside
 from leakhound.payload.objects import instance_dict, slot_values
@@ -127,7 +128,7 @@ def test_the_snapshot_keeps_the_pause_budget_and_how_the_census_kept_it() -> Non
     result = {"heap": heap, "python_version": "3.11.7", "probes": {},
               "arena": {"malloc_in_use_bytes": 0, "malloc_free_bytes": 0, "trimmable_bytes": 0,
                         "pymalloc_free_bytes": 0}}
-    snap = snapshot_from_answer(result, pid=1, method="agent", process=_process())
+    snap = snapshot_from_answer(result, pid=1, method=Method.AGENT, process=_process())
     assert snap.heap.max_pause_budget_ms == 20.0
     assert snap.heap.max_hold_ms == heap["max_hold_ms"] > 0
     assert snap.heap.yields == heap["yields"]
