@@ -41,7 +41,7 @@ import types
 
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
-from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
+from .graph_roots import _LEAF_TYPE_IDS, add_roots, add_thread_roots, held_from_c
 from .graph_wire import (
     _FRAME_LIKE_IDS,
     _MAX_LABEL_CHARS,
@@ -425,6 +425,8 @@ class Graph(object):
         stack = []
         self._own(stack)
         add_roots(self, stack)
+        self._walk(stack)
+        add_thread_roots(self, stack)
         self._walk(stack)
         held_from_c(self, stack)
         self._settle()

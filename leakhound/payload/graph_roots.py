@@ -42,9 +42,9 @@ def _ns_per_object():
 
 
 def add_roots(graph, stack):
-    """Every named root of ``graph`` (a ``Graph``) onto ``stack``, each an edge of the
-    super-root (roots.py), with what is theirs by name: a module's and a class's dict, a
-    task's context variables, a running frame's variables."""
+    """Every named root of ``graph`` (a ``Graph``) but the threads' frames (add_thread_roots)
+    onto ``stack``, each an edge of the super-root (roots.py), with what is theirs by name: a
+    module's and a class's dict, a task's context variables."""
     # The duty cycle, the deadline and the cancel every 256 modules and classes: thousands of
     # modules and tens of thousands of classes were one 170 ms stretch (the real verifiers
     # worker's heap; its heartbeat thread waited 182 ms).
@@ -95,13 +95,29 @@ def add_roots(graph, stack):
                 value = None
             ctx = None
     task = None
-    # Thread stacks (not ours), each frame its own root, with what its variables hold (3.11+
-    # keep a running frame's variables outside the frame object: gc.get_referents does not
-    # show them, and without these edges they were "<held from C: ...>").
+    graph.progress("graph", graph._count())
+
+
+def add_thread_roots(graph, stack):
+    """The other threads' frames onto ``stack``, each a root (soft: passes.soften) with what
+    its variables hold. Called once every other root has been walked: a running function's
+    temporary (the simulated verifiers worker's report copies its registry,
+    ``dict(trajectories)``) dies within milliseconds, and the compiled walk names a node by
+    its address; walked first, its address was taken by a new object (a step's
+    ``tool_calls[0]``) that the rest of the walk then met as the copy, with the copy's edges
+    to every entry of the registry. Walked last, only other soft roots can meet that address."""
+    check = graph._check
+    check()
+    # Each frame its own root, with what its variables hold (3.11+ keep a running frame's
+    # variables outside the frame object: gc.get_referents does not show them, and without
+    # these edges they were "<held from C: ...>").
     for frame, name, kind, tier in roots.thread_frames():
+        # (a frame the walk met already, through a coroutine it runs: a root, not walked again)
+        known = graph._known(frame)
         f = graph._root(frame, name, kind, tier)
         if f > 0:
-            graph._push(stack, f, frame)
+            if not known:
+                graph._push(stack, f, frame)
             # (the agent's other thread runs the payload's code: its variables are ours)
             variables = roots.frame_locals(frame, _walk_module) if not _runs_payload_code(frame) else None
             for var_name, value in variables or ():
