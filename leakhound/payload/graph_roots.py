@@ -17,7 +17,7 @@ from .graph_wire import _MAX_LABEL_CHARS
 from .objects import _instance_dict, _type_name, is_payload_name
 from .roots import TIER_HELD
 from .tasks import _c_future_class, context_variables, task_context
-from .tracked import tracked_objects
+from .tracked import made_after, tracked_objects
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
     from . import _walk as _walk_module  # type: ignore[attr-defined]
@@ -175,6 +175,11 @@ def held_from_c_over_budget(tracked, estimate_ms, max_pause_ms):
             % (format(tracked, ","), estimate_ms, 2 * estimate_ms, max_pause_ms))
 
 
+def _older_collections():
+    """How many collections of generations 1 and 2 have run."""
+    return [generation.get("collections", 0) for generation in gc.get_stats()[1:]]
+
+
 def held_from_c(graph, stack):
     """Tracked objects no root reached but something outside the heap references (C
     state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
@@ -188,18 +193,43 @@ def held_from_c(graph, stack):
         graph.unreached["reason"] = held_from_c_over_budget(tracked, estimate, graph.max_pause_ms)
         return
     graph._check()
+    collections = _older_collections()
     t0 = time.perf_counter()
     objects = tracked_objects()
     took = time.perf_counter() - t0
     if took > graph.max_step:
         graph.max_step = took
     graph._own(objects)
+    # What was made after the walk began (its referrer walked already, the new reference
+    # not seen) is no more held from C than what the walk reached: named for what it is.
+    # Read after the list: anything in it made after the marker is in ``made`` or, with
+    # ``older``, after the marker in the list, unless a collection of the older generations
+    # moved the marker meanwhile, or a full one ran since the walk began (it appends
+    # generation 0, then 1, to the oldest: older objects after newer ones): then what follows
+    # the marker in the list is not known to be new, and is named as held from C.
+    marker = graph.walk_began
+    made, older = made_after(marker) if marker is not None else (set(), False)
+    graph._own(made)
+    if older and (_older_collections() != collections or collections[-1:] != graph.gc_before[2:3]):
+        older = False
     # In slices, the clock looked at between them: one pass over every tracked object (700k
     # on the busy real worker) and the arithmetic below were a 470 ms hold of the GIL.
     unreached = []
+    mark = id(marker) if older else None  # looked for in the oldest generation, the list's tail
     for start in range(0, len(objects), _SLICE):
         graph._check()
-        unreached.extend(graph._unknown(objects[start:start + _SLICE]))
+        piece = objects[start:start + _SLICE]
+        found = graph._unknown(piece)
+        if mark is not None:
+            ids = list(map(id, piece))
+            if mark in ids:
+                made.update(map(id, graph._unknown(piece[ids.index(mark) + 1:])))
+                mark = None
+            ids = None
+        elif older:
+            made.update(map(id, found))
+        unreached.extend(found)
+        piece = found = None
     graph._own(unreached)
     while objects:  # let go in pieces: the last reference to what died meanwhile
         graph._check()
@@ -211,7 +241,8 @@ def held_from_c(graph, stack):
             graph._check()
         if graph._known(obj):
             continue
-        i = graph._root(obj, "<held from C: %s>" % _type_name(type(obj)), "held", TIER_HELD)
+        form = "<made during the walk: %s>" if id(obj) in made else "<held from C: %s>"
+        i = graph._root(obj, form % _type_name(type(obj)), "held", TIER_HELD)
         if i > 0:
             graph._push(stack, i, obj)
             graph._walk(stack)
@@ -219,7 +250,7 @@ def held_from_c(graph, stack):
     graph.unreached["held"] = len(held)
     graph.unreached["garbage_objects"] = sum(len(graph._unknown(unreached[k:k + _SLICE]))
                                              for k in range(0, len(unreached), _SLICE))
-    del unreached, held
+    del unreached, held, made
     obj = None
 
 # -- the result ------------------------------------------------------------------------
