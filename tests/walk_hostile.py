@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leakhound.payload import census
-from leakhound.payload.objects import _type_name
+from leakhound.payload.objects import type_name
 
 PER_CALLS = (1, 2, 7, census._WORK_PER_CALL)
 SIZEOF_CALLS = [0]  # a __sizeof__ written in Python must never run
@@ -69,7 +69,7 @@ def walk(root: Any, compiled: bool, per_call: int) -> tuple[int, int, dict[str, 
     _wall_off_code(w)
     w._claim_tree(w._owner("root", root), root)
     t = w.types
-    return w.total_objects, w.total_bytes, {_type_name(tp): (t.counts[i], t.bytes[i])
+    return w.total_objects, w.total_bytes, {type_name(tp): (t.counts[i], t.bytes[i])
                                            for i, tp in enumerate(t.keys)}
 
 

@@ -28,8 +28,8 @@ import time
 
 from . import census_roots, census_unreached
 from .census_tallies import CensusCancelled, CensusTimeout
-from .census_walk import _LEAF_TYPE_IDS, _Walk
-from .objects import _type_name
+from .census_walk import ClaimWalk
+from .objects import LEAF_TYPE_IDS, type_name
 from .pacing import Clock
 from .roots import frame_locals_unreadable
 from .sizes import SizeCache, object_size
@@ -94,10 +94,10 @@ def remember_tracked(tracked):
     _measured["tracked"] = tracked
 
 
-class Census(_Walk):
+class Census(ClaimWalk):
     """One walk of the heap. Call :meth:`run`; read :meth:`result`. Its phases are plain
     functions of it: census_roots (the walk from the named roots) and census_unreached (what
-    no root reached); _Walk (census_walk) is the walk they claim with."""
+    no root reached); ClaimWalk (census_walk) is the walk they claim with."""
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
                  max_pause_ms=None, cancelled=None, owners=True, reached=None):
@@ -267,7 +267,7 @@ class Census(_Walk):
     def _tracked_estimate(self):
         """Objects of container types the walk claimed: about what gc.get_objects() lists."""
         types = self.types
-        return sum(types.counts[i] for i, tp in enumerate(types.keys) if id(tp) not in _LEAF_TYPE_IDS)
+        return sum(types.counts[i] for i, tp in enumerate(types.keys) if id(tp) not in LEAF_TYPE_IDS)
 
     def _ns_per_object(self):
         return _measured["ns_per_object"] or _GET_OBJECTS_NS
@@ -327,13 +327,13 @@ class Census(_Walk):
             "native_bytes": self.native_bytes,
             "notes": self._notes(),
             "types": [
-                {"type": _type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}
+                {"type": type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}
                 for i in type_order
             ],
             "owners": [
                 {
                     "path": owners.keys[i],
-                    "type": _type_name(self.owner_types[i]),
+                    "type": type_name(self.owner_types[i]),
                     "items": self.owner_items[i],
                     "retained_bytes": owners.bytes[i],
                     "retained_objects": owners.counts[i],
@@ -345,7 +345,7 @@ class Census(_Walk):
                 "objects": self.garbage_objects,
                 "bytes": self.garbage_bytes,
                 "types": [
-                    {"type": _type_name(garbage.keys[i]), "count": garbage.counts[i], "bytes": garbage.bytes[i]}
+                    {"type": type_name(garbage.keys[i]), "count": garbage.counts[i], "bytes": garbage.bytes[i]}
                     for i in garbage_order
                 ],
             },

@@ -9,9 +9,9 @@ import gc
 import sys
 
 from . import roots
-from .objects import _instance_dict, _short_type_name, _type_name, is_payload_name
+from .objects import instance_dict, is_payload_name, short_type_name, type_name
 from .roots import frame_locals
-from .tasks import _c_future_class, await_chain, context_variables, event_loops, task_context
+from .tasks import await_chain, c_future_class, context_variables, event_loops, task_context
 
 
 def task_coroutines(tick=None):
@@ -39,7 +39,7 @@ def running_task_registries():
     out = []
     for name in ("_asyncio", "asyncio.tasks"):
         module = sys.modules.get(name)
-        d = _instance_dict(module) if module is not None else None
+        d = instance_dict(module) if module is not None else None
         registry = d.get("_current_tasks") if d is not None else None
         if type(registry) is dict:
             out.append(registry)
@@ -49,7 +49,7 @@ def running_task_registries():
 def modules_in_claim_order(is_stdlib, tick=None):
     """(name, module, module dict or None) for every module (roots.modules), in the census's
     priority order: ``__main__``, then non-stdlib, then stdlib, each by name."""
-    out = [(name, module, _instance_dict(module), tier) for module, name, _kind, tier in roots.modules(is_stdlib, tick)]
+    out = [(name, module, instance_dict(module), tier) for module, name, _kind, tier in roots.modules(is_stdlib, tick)]
     out.sort(key=lambda nmdt: (nmdt[3] != roots.TIER_MAIN, nmdt[3] == roots.TIER_STDLIB, nmdt[0]))
     return [(name, module, md) for name, module, md, _tier in out]
 
@@ -255,7 +255,7 @@ def walk_from_roots(census, objects):
             if value is _MISSING:  # removed meanwhile by the target's threads
                 continue
             # Most are claimed already (a class, a function another module's global
-            # reached first): the mark is read here (as _Marks does) and the clock
+            # reached first): the mark is read here (as Marks does) and the clock
             # every few hundred of them; a walk runs the clock itself.
             address = id(value)
             region = regions.get(address >> 20)
@@ -288,7 +288,7 @@ def walk_from_roots(census, objects):
                     check()
                 continue
             if base is None:
-                base = _type_name(cls)
+                base = type_name(cls)
             if is_payload_name(base):
                 census._claim_tree(census._owner(PAYLOAD_OWNER, value), value)
                 continue
@@ -314,7 +314,7 @@ def walk_from_roots(census, objects):
     # coroutine's frames hold (no thread stack shows it). A suspended coroutine's locals
     # are visible through the coroutine object, not its frame (the frame object does not
     # own its data).
-    c_future = _c_future_class()
+    c_future = c_future_class()
     for label, task, _coro in task_coros:
         ctx = task_context(task, c_future) if task is not None else None
         for name, value in context_variables(ctx) if ctx is not None else ():
@@ -328,7 +328,7 @@ def walk_from_roots(census, objects):
         for ref in gc.get_referents(coro):
             if type(ref).__name__ in ("frame", "coroutine", "generator", "async_generator"):
                 continue
-            census._claim_named(label + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+            census._claim_named(label + ".<" + short_type_name(type(ref)) + ">", ref, 2)
         if task is not None:
             census._claim_tree(owner, task, root_claimed=True)
     # 6: thread stacks, each frame its own root. The census's own thread is left out:
@@ -352,7 +352,7 @@ def walk_from_roots(census, objects):
         for ref in gc.get_referents(frame):
             if type(ref).__name__ == "frame":
                 continue
-            census._claim_named(path + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+            census._claim_named(path + ".<" + short_type_name(type(ref)) + ">", ref, 2)
     del frames
     frame = None
     census.clock.phase("frames")

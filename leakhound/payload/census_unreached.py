@@ -11,7 +11,7 @@ import operator
 import sys
 import time
 
-from .objects import _ModuleType, _referents, _type_name, subclass_tree
+from .objects import ModuleType, safe_referents, subclass_tree, type_name
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
@@ -25,8 +25,8 @@ _CHUNK = 256
 
 def _module_type_ids():
     """ids of ModuleType and its subclasses: a module's referents are its dict only
-    (objects._referents), never its tp_traverse."""
-    return {id(cls) for cls in subclass_tree(_ModuleType)}
+    (objects.safe_referents), never its tp_traverse."""
+    return {id(cls) for cls in subclass_tree(ModuleType)}
 
 
 _NOT_NONE = functools.partial(operator.is_not, None)
@@ -36,7 +36,7 @@ def _internal_counts(members, index, tick=None):
     """[how many references members make to members[i]] (``index``: id -> position). The
     referents of 256 members at a time in one gc.get_referents call, looked up in ``index``
     8192 at a time with map/filter (C loops: the Python loop runs for the hits only), the
-    clock ticked after each slice; a module's referents are its dict (objects._referents)."""
+    clock ticked after each slice; a module's referents are its dict (objects.safe_referents)."""
     internal = [0] * len(members)
     get = index.get
     modules = _module_type_ids()
@@ -47,7 +47,7 @@ def _internal_counts(members, index, tick=None):
         else:
             refs = []
             for obj in chunk:
-                refs.extend(_referents(obj))
+                refs.extend(safe_referents(obj))
             obj = None
         chunk = None
         for at in range(0, len(refs), _TICK_WORK * 2):
@@ -59,7 +59,7 @@ def _internal_counts(members, index, tick=None):
     return internal
 
 
-def _referenced_from_outside(members, held, tick=None, counts=None):
+def referenced_from_outside(members, held, tick=None, counts=None):
     """Members with more references than the other members and our own ``held`` lists
     (``members`` itself among them) account for: referenced from C, a thread's stack, or
     anything else outside ``members``.
@@ -67,7 +67,7 @@ def _referenced_from_outside(members, held, tick=None, counts=None):
     The cyclic GC's own arithmetic (refcount minus internal references), without running
     a collection. ``tick``: called now and then (the census's duty cycle and deadline).
     ``counts``: a dict that receives ``index`` (id -> position) and ``internal`` (the
-    references from inside), for a caller that needs them again (_cyclic_only).
+    references from inside), for a caller that needs them again (cyclic_only).
     """
     index = {}  # type: dict
     for k, o in enumerate(members):
@@ -92,7 +92,7 @@ def _referenced_from_outside(members, held, tick=None, counts=None):
     return outside
 
 
-def _cyclic_only(candidates, tick=None, counts=None):
+def cyclic_only(candidates, tick=None, counts=None):
     """The candidates that reference counting cannot free: cycles and what hangs off them.
 
     A candidate no other candidate references is alive only through our own lists: it died
@@ -119,7 +119,7 @@ def _cyclic_only(candidates, tick=None, counts=None):
         # A big container among the candidates (one that died while the census ran) is a
         # long loop alone, and so are many of them: the busy real worker's census ran 87-103 ms
         # here between two looks at the clock.
-        refs = _referents(candidates[i])
+        refs = safe_referents(candidates[i])
         for m, ref in enumerate(refs):
             j = index.get(id(ref))
             if j is not None and not freed[j]:
@@ -152,14 +152,14 @@ def split_unreached(census, objects):
     phase = census.clock.phase
     phase("unreached: listed")
     # Our own lists holding each: gc.get_objects()'s and ``unreached``.
-    roots = _referenced_from_outside(unreached, held=2, tick=tick)
+    roots = referenced_from_outside(unreached, held=2, tick=tick)
     phase("unreached: held from outside")
     for n, obj in enumerate(roots):
         if n & 1023 == 1023:
             tick()
         if id(obj) in claimed:
             continue
-        owner = census._owner("<held from C: %s>" % _type_name(type(obj)), obj)
+        owner = census._owner("<held from C: %s>" % type_name(type(obj)), obj)
         census.owner_items[owner] = 0
         census._claim_tree(owner, obj)
     garbage = []
@@ -174,7 +174,7 @@ def split_unreached(census, objects):
     counts = {}  # type: Any
     garbage = confirm_garbage(census, garbage, counts=counts)
     phase("unreached: confirmed")
-    garbage = _cyclic_only(garbage, tick=tick, counts=counts or None)
+    garbage = cyclic_only(garbage, tick=tick, counts=counts or None)
     counts = None
     phase("unreached: cyclic")
     # how many objects no named root reached, how many of them were held from outside
@@ -203,7 +203,7 @@ def split_unreached(census, objects):
     while stack:
         tick()
         obj = stack.pop()
-        refs = _referents(obj)
+        refs = safe_referents(obj)
         if issubclass(type(obj), dict):
             refs.extend(dict.keys(obj))
         for m, ref in enumerate(refs):
@@ -273,17 +273,17 @@ def confirm_garbage(census, candidates, pause=0.01, counts=None):
     census.clock.yielded()
     # Held by gc.get_objects()'s list, ``unreached`` and ``candidates``.
     seen = {}  # type: dict
-    alive = _referenced_from_outside(candidates, held=3, tick=census.clock.check, counts=seen)
+    alive = referenced_from_outside(candidates, held=3, tick=census.clock.check, counts=seen)
     if not alive:
         if counts is not None:
-            counts.update(seen)  # the same candidates: _cyclic_only counts no more
+            counts.update(seen)  # the same candidates: cyclic_only counts no more
         return candidates
     index = {id(o) for o in candidates}
     marked = {id(o) for o in alive}
     stack = list(alive)
     while stack:
         census.clock.check()
-        for m, ref in enumerate(_referents(stack.pop())):
+        for m, ref in enumerate(safe_referents(stack.pop())):
             if m & 4095 == 4095:
                 census.clock.check()
             if id(ref) in index and id(ref) not in marked:
@@ -291,7 +291,7 @@ def confirm_garbage(census, candidates, pause=0.01, counts=None):
                 stack.append(ref)
     for obj in alive:
         if id(obj) not in census.claimed:
-            owner = census._owner("<held from C: %s>" % _type_name(type(obj)), obj)
+            owner = census._owner("<held from C: %s>" % type_name(type(obj)), obj)
             census.owner_items[owner] = 0
             census._claim_tree(owner, obj)
     obj = None
@@ -302,7 +302,7 @@ def confirm_garbage(census, candidates, pause=0.01, counts=None):
         get, internal = seen["index"].get, seen["internal"]
         for n, o in enumerate(candidates):
             if id(o) in marked:
-                for i in filter(_NOT_NONE, map(get, map(id, _referents(o)))):
+                for i in filter(_NOT_NONE, map(get, map(id, safe_referents(o)))):
                     internal[i] -= 1
             if n & 4095 == 4095:
                 census.clock.check()

@@ -1,6 +1,6 @@
 """The census's walk: claiming an object and everything it reaches for one owner.
 
-``_Walk._claim_tree`` is the hot loop (its compiled twin is ``_census_walk.c``, called in short
+``ClaimWalk._claim_tree`` is the hot loop (its compiled twin is ``_census_walk.c``, called in short
 steps by ``_claim_compiled``; the two must stay exactly equal); ``_claim_named`` extends an
 owner's path through instance attributes. The per-object size is :func:`sizes.object_size`.
 Part of :class:`census.Census`.
@@ -10,18 +10,18 @@ import array
 import sys
 import time
 
-from .census_tallies import _Marks, _Tally, _TypeTally
-from .objects import _SIZED, _class_dict, _items, _ModuleType, _referents
+from .census_tallies import Marks, Tally, TypeTally
+from .objects import LEAF_TYPE_IDS, SIZED, ModuleType, class_dict, item_count, safe_referents
 from .sizes import (
-    _MAX_OBJECT_BYTES,
+    MAX_OBJECT_BYTES,
     NATIVE_BUFFERS,
-    _object_sizeof,
-    _sizeof_is_builtin,
     for_compiled_walk,
     instance_values_bytes,
     native_codes,
     native_extra,
     native_types,
+    object_sizeof,
+    sizeof_is_builtin,
 )
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -32,22 +32,18 @@ _MAX_CHAIN = 8  # attribute-chain depth after which a path stops being extended
 
 _FUNCTION_TYPES = (type(lambda: None), type(len), classmethod, staticmethod, property)
 # What _claim_named never extends a path through.
-_NOT_EXTENDED = _SCALARS + _SIZED + _FUNCTION_TYPES
+_NOT_EXTENDED = _SCALARS + SIZED + _FUNCTION_TYPES
 
-# Leaves: objects with no referents. They are never pushed on the walk stack, and one whose
-# only reference is the container we found it in cannot be met again, so it is not marked.
-_LEAF_TYPES = frozenset((str, bytes, int, float, bool, complex, type(None)))
 # Types are looked up by id(), never hashed: hashing a class runs its metaclass's __hash__,
 # which may be Python code (or raise). The type tally keeps every type it saw alive, so an
 # id cannot be reused by another type during a census.
-_LEAF_TYPE_IDS = frozenset(id(tp) for tp in _LEAF_TYPES)
 # getrefcount of a referent inside the walk loop: its container, the referents list, the
 # loop variable and getrefcount's own argument.
 _ONLY_ONE_REFERENCE = 4
 _TIMED_IDS = frozenset(id(tp) for tp in (dict, list, tuple, set, frozenset))
 
 
-class _Walk(object):
+class ClaimWalk(object):
     """The census's state and its walk (the attributes below are set by ``Census.__init__``)."""
 
     clock = None  # type: Any
@@ -67,26 +63,26 @@ class _Walk(object):
         raise NotImplementedError
 
     def _reset(self):
-        self.claimed = _Marks()
+        self.claimed = Marks()
         # Owners: path -> slot; per slot its type name and item count (lists of atomics and
         # arrays), objects and bytes in the tally.
-        self.owners = _Tally()
+        self.owners = Tally()
         self.owner_types = []
         self.owner_items = array.array("q")
-        self._sized_types = {}  # id(type) -> is it one of objects._SIZED (has items)
+        self._sized_types = {}  # id(type) -> is it one of objects.SIZED (has items)
         self._class_attrs = {}  # id(type) -> (type, its __dict__ descriptor, its slots' members)
         # The compiled walk's way in for a root not claimed yet: a list holding it alone,
         # walked from (the walk marks, sizes and tallies the root as any referent).
         self._holder = [None]
         self._claim_args = None  # what _claim_compiled passes claim(), once per census
         self._owners_walked = 0
-        self.types = _TypeTally()
+        self.types = TypeTally()
         self.total_bytes = 0
         self.total_objects = 0
         self.tracked = 0
         self.garbage_objects = 0
         self.garbage_bytes = 0
-        self.garbage_types = _TypeTally()
+        self.garbage_types = TypeTally()
         self.bookkeeping_bytes = 0
         self.unread_frames = 0  # running frames whose locals could not be read safely
         # id(type) -> kind of natively sized types; kind -> the allowlisted C class
@@ -129,8 +125,8 @@ class _Walk(object):
             self.owner_types.append(tp)
             sized = self._sized_types.get(id(tp))
             if sized is None:
-                sized = self._sized_types[id(tp)] = any(issubclass(tp, base) for base in _SIZED)
-            self.owner_items.append(_items(obj) if sized else 1)
+                sized = self._sized_types[id(tp)] = any(issubclass(tp, base) for base in SIZED)
+            self.owner_items.append(item_count(obj) if sized else 1)
         return slot
 
     def _claim_tree(self, owner, root, root_claimed=False):
@@ -170,12 +166,12 @@ class _Walk(object):
             return
         get_referents = self._get_referents
         getsizeof = sys.getsizeof
-        object_sizeof = _object_sizeof
+        base_sizeof = object_sizeof
         # Per type id (the type tally keeps the types alive): is its __sizeof__ C code; is it
         # a module type (walked through its dict only).
         builtin_sizeof = {}  # type: dict
         module_ids = set()  # type: set
-        max_size = _MAX_OBJECT_BYTES
+        max_size = MAX_OBJECT_BYTES
         getrefcount = sys.getrefcount
         dict_keys = dict.keys
         type_slot = self.types.index.get  # keyed by id(type)
@@ -183,9 +179,9 @@ class _Walk(object):
         type_counts = self.types.counts
         type_bytes = self.types.bytes
         regions = claimed.regions
-        leaf_ids = _LEAF_TYPE_IDS
+        leaf_ids = LEAF_TYPE_IDS
         timed_ids = _TIMED_IDS
-        module_type = _ModuleType
+        module_type = ModuleType
         only_one = _ONLY_ONE_REFERENCE
         pop = stack.pop
         push = stack.append
@@ -208,7 +204,7 @@ class _Walk(object):
             if big:
                 t0 = perf_counter()
             if obj_type is module_type or id(obj_type) in module_ids:
-                referents = _referents(obj)  # never a module's own traverse (see _referents)
+                referents = safe_referents(obj)  # never a module's own traverse (see safe_referents)
             else:
                 referents = get_referents(obj)
             # Not isinstance(): it reads obj.__class__, which a class (a mock, a proxy) can
@@ -239,10 +235,10 @@ class _Walk(object):
                     else:
                         c_code = builtin_sizeof.get(tid)
                         if c_code is None:
-                            c_code = builtin_sizeof[tid] = _sizeof_is_builtin(tp)
+                            c_code = builtin_sizeof[tid] = sizeof_is_builtin(tp)
                             if issubclass(tp, module_type):
                                 module_ids.add(tid)
-                        size = getsizeof(ref, 0) if c_code else object_sizeof(ref)
+                        size = getsizeof(ref, 0) if c_code else base_sizeof(ref)
                 except Exception:
                     size = 0
                 if not 0 <= size <= max_size:
@@ -306,7 +302,7 @@ class _Walk(object):
                 types.add(type(ref), size)
                 added_objects += 1
                 added_bytes += size
-                if id(type(ref)) not in _LEAF_TYPE_IDS:
+                if id(type(ref)) not in LEAF_TYPE_IDS:
                     stack.append(ref)
                     if native.get(id(type(ref))) == NATIVE_BUFFERS:
                         found.append(ref)
@@ -374,7 +370,7 @@ class _Walk(object):
         self.total_objects += objects
 
     def _attributes(self, obj):
-        """(``objects._instance_dict(obj)``, ``objects._slot_values(obj)``), with what the two
+        """(``objects.instance_dict(obj)``, ``objects.slot_values(obj)``), with what the two
         look up in the class's MRO (the ``__dict__`` descriptor, the slots' member
         descriptors) looked up once per class: an instance of a class with a long MRO of
         big class dicts cost a loop over all of them each."""
@@ -383,7 +379,7 @@ class _Walk(object):
         if known is None:
             descr = None
             for klass in type.__dict__["__mro__"].__get__(tp, type):
-                descr = _class_dict(klass).get("__dict__")
+                descr = class_dict(klass).get("__dict__")
                 if descr is not None:
                     if type(descr).__name__ not in ("getset_descriptor", "member_descriptor"):
                         descr = None
@@ -392,7 +388,7 @@ class _Walk(object):
             for klass in type.__dict__["__mro__"].__get__(tp, type):
                 if klass is object:
                     continue
-                for name, member in list(_class_dict(klass).items()):
+                for name, member in list(class_dict(klass).items()):
                     if type(member).__name__ == "member_descriptor":
                         slots.append((name, member))
             # the class itself too: its id is the key (the type tally keeps it as well)

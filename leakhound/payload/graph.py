@@ -41,11 +41,11 @@ import types
 
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
-from .graph_roots import _LEAF_TYPE_IDS, add_roots, add_thread_roots, held_from_c
+from .graph_roots import add_roots, add_thread_roots, held_from_c
 from .graph_wire import (
-    _FRAME_LIKE_IDS,
-    _MAX_LABEL_CHARS,
     BINARY_FILE,
+    FRAME_LIKE_IDS,
+    MAX_LABEL_CHARS,
     Binary,
     binary_pieces,
     frames,
@@ -53,7 +53,7 @@ from .graph_wire import (
     json_pieces,
     name_paths,
 )
-from .objects import _class_dict, _referents, _short_type_name, _type_name
+from .objects import LEAF_TYPE_IDS, SHARED_LEAF, class_dict, safe_referents, short_type_name, type_name
 from .pacing import Clock
 from .sizes import (
     NATIVE_BUFFERS,
@@ -127,9 +127,6 @@ _PLAIN_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, bytearray,
                                          types.MethodType, types.CodeType, types.CellType))
 _SIZED_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, dict))
 _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
-# A leaf referenced from more places than this (small ints, interned names) is shared by
-# everyone: no owner retains it, and edges to it would be most of the graph.
-_SHARED_LEAF = 64
 # Labels are mostly dict keys (attribute names come from slots; the owners' paths are named
 # by the target afterwards, name_paths): ~150 bytes each in the target with their index and
 # their JSON, 3 MiB at most. Dict keys take at most _MAX_KEY_LABELS of them: a heap's unique
@@ -313,7 +310,7 @@ class Graph(object):
         if t is None:
             t = self.type_index[id(tp)] = len(self.type_keys)
             self.type_keys.append(tp)
-            self.type_names.append(_type_name(tp))
+            self.type_names.append(type_name(tp))
         return t
 
     def _node(self, obj):
@@ -374,7 +371,7 @@ class Graph(object):
 
     def _tracked(self):
         """Nodes of types gc tracks (all but the leaves)."""
-        leaf_types = {t for t, tp in enumerate(self.type_keys) if id(tp) in _LEAF_TYPE_IDS}
+        leaf_types = {t for t, tp in enumerate(self.type_keys) if id(tp) in LEAF_TYPE_IDS}
         return sum(1 for t in self.types if t not in leaf_types)
 
     def _dict_of(self, obj, tp):
@@ -384,7 +381,7 @@ class Graph(object):
             descr = None
             try:
                 for klass in type.__dict__["__mro__"].__get__(tp, type):
-                    found = _class_dict(klass).get("__dict__")
+                    found = class_dict(klass).get("__dict__")
                     if found is not None:
                         if type(found).__name__ in ("getset_descriptor", "member_descriptor"):
                             descr = found
@@ -408,7 +405,7 @@ class Graph(object):
                 for klass in type.__dict__["__mro__"].__get__(tp, type):
                     if klass is object:
                         continue
-                    for name, descr in list(_class_dict(klass).items()):
+                    for name, descr in list(class_dict(klass).items()):
                         if type(descr).__name__ == "member_descriptor" and type(name) is str:
                             found.append((name, descr))
             except Exception:
@@ -491,7 +488,7 @@ class Graph(object):
         src_append = self.src.append
         dst_append = self.dst.append
         lab_append = self.lab.append
-        leaf_ids = _LEAF_TYPE_IDS
+        leaf_ids = LEAF_TYPE_IDS
         only_one = _ONLY_ONE_REFERENCE
         getrefcount = sys.getrefcount
         get_referents = gc.get_referents
@@ -507,7 +504,7 @@ class Graph(object):
         d_label = self._label("d")
         dict_labels = self.dict_labels
         type_labels = {}  # id(type) -> label of "t<Type>"
-        frame_like = _FRAME_LIKE_IDS
+        frame_like = FRAME_LIKE_IDS
         plain = _PLAIN_IDS
         singleton_ids = _SINGLETON_IDS
         native = self.native
@@ -553,14 +550,14 @@ class Graph(object):
                 for k in range(len(keys) if len(keys) <= _BIG_DICT or tp is not dict else 0):
                     key = keys[k]
                     if type(key) is str:
-                        names.setdefault(id(refs[k]), label_of("k" + key[:_MAX_LABEL_CHARS]))
+                        names.setdefault(id(refs[k]), label_of("k" + key[:MAX_LABEL_CHARS]))
                 entries = len(keys)
                 refs.extend(keys)
                 key = keys = None
                 if tp is not dict:
                     refs.extend(get_referents(obj))
             elif issubclass(tp, module_type):
-                refs = _referents(obj)
+                refs = safe_referents(obj)
             else:
                 refs = get_referents(obj)
             if code == NATIVE_BUFFERS:
@@ -608,7 +605,7 @@ class Graph(object):
                     if count <= only_one:
                         folded += size_of(ref)
                         continue
-                    if count > _SHARED_LEAF or rid in singleton_ids or (rtp is int and -5 <= ref <= 256):
+                    if count > SHARED_LEAF or rid in singleton_ids or (rtp is int and -5 <= ref <= 256):
                         continue  # None, True, small ints, interned names: shared by everyone
                     if id(ref) not in index:
                         # held a few times: its bytes are the node's it is met from, if every
@@ -678,7 +675,7 @@ class Graph(object):
                 elif tag:
                     label = type_labels.get(rid)
                     if label is None:
-                        label = type_labels[rid] = label_of("t" + _short_type_name(rtp))
+                        label = type_labels[rid] = label_of("t" + short_type_name(rtp))
                 else:
                     label = -1
                 if folded_here and label >= 0:
@@ -818,7 +815,7 @@ class CompiledGraph(Graph):
         return found
 
     def _frame_label(self, tp):
-        label = self.frame_labels[id(tp)] = self._label("t" + _short_type_name(tp))
+        label = self.frame_labels[id(tp)] = self._label("t" + short_type_name(tp))
         return label
 
     def _native_extra(self, obj):

@@ -13,10 +13,10 @@ import sys
 import time
 
 from . import roots
-from .graph_wire import _MAX_LABEL_CHARS
-from .objects import _instance_dict, _type_name, is_payload_name
+from .graph_wire import MAX_LABEL_CHARS
+from .objects import LEAF_TYPE_IDS, SHARED_LEAF, instance_dict, is_payload_name, type_name
 from .roots import TIER_HELD
-from .tasks import _c_future_class, context_variables, task_context
+from .tasks import c_future_class, context_variables, task_context
 from .tracked import made_after, tracked_objects
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
@@ -24,9 +24,8 @@ try:  # running frames' variables are read through the compiled walk's module (3
 except Exception:
     _walk_module = None
 
-from .census_unreached import _referenced_from_outside
+from .census_unreached import referenced_from_outside
 
-_LEAF_TYPE_IDS = frozenset(id(tp) for tp in (str, bytes, int, float, bool, complex, type(None)))
 _ModuleType = type(sys)
 _GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
 
@@ -53,7 +52,7 @@ def add_roots(graph, stack):
     tiers = {}
     for module, name, kind, tier in roots.modules(graph.is_stdlib, check, tiers):
         m = graph._root(module, name, kind, tier, wall=True)
-        d = _instance_dict(module)
+        d = instance_dict(module)
         if d is not None and m > 0:
             dn = graph._node(d)
             if dn > 0:
@@ -83,7 +82,7 @@ def add_roots(graph, stack):
     check()
     # Each task's context variables are its own, by name: what a pending future's callback
     # also reaches through the context (a Queue.get's waiter) is a back-reference (passes.py).
-    c_future = _c_future_class()
+    c_future = c_future_class()
     for task, name, kind, tier in roots.tasks(check):
         t = graph._root(task, name, kind, tier)
         if t > 0:
@@ -91,7 +90,7 @@ def add_roots(graph, stack):
             ctx = task_context(task, c_future)
             if ctx is not None:
                 for var_name, value in context_variables(ctx):
-                    _variable_edge(graph, stack, t, value, "c" + var_name[:_MAX_LABEL_CHARS])
+                    _variable_edge(graph, stack, t, value, "c" + var_name[:MAX_LABEL_CHARS])
                 value = None
             ctx = None
     task = None
@@ -121,7 +120,7 @@ def add_thread_roots(graph, stack):
             # (the agent's other thread runs the payload's code: its variables are ours)
             variables = roots.frame_locals(frame, _walk_module) if not _runs_payload_code(frame) else None
             for var_name, value in variables or ():
-                _variable_edge(graph, stack, f, value, "a" + var_name[:_MAX_LABEL_CHARS])
+                _variable_edge(graph, stack, f, value, "a" + var_name[:MAX_LABEL_CHARS])
             variables = value = None
             check()
     frame = None
@@ -141,16 +140,14 @@ def _variable_edge(graph, stack, src, value, label):
     """An edge labelled ``label`` from node ``src`` (a task, a frame) to ``value``, what one of
     its variables holds (read from the frame or the context, not a referent the walk would
     meet); ``value`` walked if it is new. Modules and classes are roots of their own; None,
-    True, False and a leaf shared by everyone (as the walk's ``_SHARED_LEAF``) belong to no
+    True, False and a leaf shared by everyone (``objects.SHARED_LEAF``) belong to no
     one; any other leaf (a big bytes in a local) is a node of its own."""
-    from .graph import _SHARED_LEAF  # noqa: PLC0415 - graph imports this module
-
     tp = type(value)
     if issubclass(tp, type) or tp is _ModuleType or value is None or tp is bool:
         return
-    leaf = id(tp) in _LEAF_TYPE_IDS
+    leaf = id(tp) in LEAF_TYPE_IDS
     # the caller's variable, the list it came from, this call's argument, getrefcount's
-    if leaf and sys.getrefcount(value) > _SHARED_LEAF + 4:
+    if leaf and sys.getrefcount(value) > SHARED_LEAF + 4:
         return
     known = graph._known(value)
     j = graph._node(value)
@@ -235,14 +232,14 @@ def held_from_c(graph, stack):
         graph._check()
         del objects[-_SLICE:]
     del objects
-    held = _referenced_from_outside(unreached, held=1, tick=graph._check)
+    held = referenced_from_outside(unreached, held=1, tick=graph._check)
     for n, obj in enumerate(held):
         if n & 255 == 255:
             graph._check()
         if graph._known(obj):
             continue
         form = "<made during the walk: %s>" if id(obj) in made else "<held from C: %s>"
-        i = graph._root(obj, form % _type_name(type(obj)), "held", TIER_HELD)
+        i = graph._root(obj, form % type_name(type(obj)), "held", TIER_HELD)
         if i > 0:
             graph._push(stack, i, obj)
             graph._walk(stack)

@@ -42,8 +42,8 @@ import gc
 import sys
 import time
 
-from .census_tallies import _Marks
-from .objects import _instance_dict
+from .census_tallies import Marks
+from .objects import instance_dict
 from .pacing import Clock
 from .sizes import deep_size as _deep_size
 
@@ -134,7 +134,7 @@ class _PythonSizer(object):
 
 class _CompiledSizer(object):
     """``deep_size`` through the census's compiled walk: its bitmap of claimed addresses
-    (``census_tallies._Marks``, fresh per section) is the seen-set; a list holding the root is the walk's
+    (``census_tallies.Marks``, fresh per section) is the seen-set; a list holding the root is the walk's
     way in (it sizes and marks the root as any referent). Each call does at most
     ``WORK_PER_CALL`` units, the clock ticks between calls.
 
@@ -154,7 +154,7 @@ class _CompiledSizer(object):
         self.clock = clock
         self.claim = claim
         self.limit = limit
-        self.marks = _Marks()  # the walk's bitmap (its ``regions``): this section's seen-set
+        self.marks = Marks()  # the walk's bitmap (its ``regions``): this section's seen-set
         self.keys = list(_FOLLOWED + _LEAVES)  # keeps the types alive: their ids stay theirs
         self.index = {id(tp): slot for slot, tp in enumerate(self.keys)}
         self.counts = array.array("q", [0] * len(self.keys))
@@ -203,7 +203,7 @@ def _sizer(clock, compiled):
 
 def _attr(obj, name):
     """An instance attribute from its ``__dict__`` only (no descriptors, no getattr)."""
-    d = _instance_dict(obj)
+    d = instance_dict(obj)
     return dict.get(d, name) if d is not None else None
 
 

@@ -25,7 +25,7 @@ Standard library only; runs inside the target and reads it without running its c
 
 import sys
 
-from .objects import _instance_dict, _type_name, is_payload_name, subclass_tree
+from .objects import instance_dict, is_payload_name, subclass_tree, type_name
 from .tasks import await_chain, named_tasks
 
 TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
@@ -40,7 +40,7 @@ def module_tier(name, module, is_stdlib):
         return TIER_OURS
     if is_stdlib(name):
         return TIER_STDLIB
-    d = _instance_dict(module)
+    d = instance_dict(module)
     path = d.get("__file__") if d is not None else None
     if type(path) is str and ("site-packages" in path or "dist-packages" in path):
         return TIER_LIBRARY
@@ -82,7 +82,7 @@ def classes(tiers=None, tick=None, named=True):
                 owner_module = None
             if type(owner_module) is str:
                 tier = tiers.get(owner_module, TIER_STDLIB)
-        yield cls, _type_name(cls) if named else None, "class", tier
+        yield cls, type_name(cls) if named else None, "class", tier
 
 
 def task_name(name, coro):

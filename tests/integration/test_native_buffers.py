@@ -76,7 +76,7 @@ WALKS_AGREE = r"""
 import gc, mmap, sys
 sys.path.insert(0, sys.argv[1])
 from leakhound.payload import census, roots
-from leakhound.payload.objects import _type_name
+from leakhound.payload.objects import type_name
 import numpy as np
 from PIL import Image
 try:
@@ -110,7 +110,7 @@ for compiled in (True, False):
         walk._claim_tree(walk._owner("root", heap), heap)
         types = walk.types
         out.append((walk.total_objects, walk.total_bytes, sorted(
-            (_type_name(tp), types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys))))
+            (type_name(tp), types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys))))
 assert census._walk is not None
 diff = [sorted(set(o[2]) ^ set(out[0][2])) for o in out]
 assert all(o[:2] == out[0][:2] for o in out) and not any(diff), ([o[:2] for o in out], diff)

@@ -10,8 +10,8 @@ import gc
 from typing import Any
 
 from leakhound.payload import census
-from leakhound.payload.census_unreached import _cyclic_only, _referenced_from_outside
-from leakhound.payload.objects import _instance_dict, _slot_values
+from leakhound.payload.census_unreached import cyclic_only, referenced_from_outside
+from leakhound.payload.objects import instance_dict, slot_values
 
 
 def test_peeling_a_big_dead_container_ticks_the_clock() -> None:
@@ -20,7 +20,7 @@ def test_peeling_a_big_dead_container_ticks_the_clock() -> None:
     # tick (the busy real worker's census ran 87-103 ms there between two looks at the clock).
     big = list(range(100000))  # referents that are not candidates
     ticks = []
-    left = _cyclic_only([big], tick=lambda: ticks.append(1))
+    left = cyclic_only([big], tick=lambda: ticks.append(1))
     assert left == []  # refcounting frees it: not cyclic garbage
     # the first pass over its referents ticks every 8192 of them, the peeling pass every 4096
     # (before: the first pass only)
@@ -32,7 +32,7 @@ def test_many_small_containers_add_up_to_a_tick() -> None:
     # counter ticked every 1,024 objects only (4M referents between two ticks).
     members = [list(range(4000)) for _ in range(1000)]
     ticks = []
-    outside = _referenced_from_outside(members, held=2, tick=lambda: ticks.append(1))
+    outside = referenced_from_outside(members, held=2, tick=lambda: ticks.append(1))
     assert len(outside) == 0 or all(o in members for o in outside)
     assert len(ticks) >= 4000 * 1000 // 8192
 
@@ -67,8 +67,8 @@ def test_attributes_looked_up_once_per_class_match_the_per_object_lookup() -> No
     for obj in (_Slotted(), child, _Plain(), _DictProperty(), object(), gc, [1], {"k": 1}):
         for _ in range(2):  # the class's entry made, then used
             d, slots = walk._attributes(obj)
-            assert d is _instance_dict(obj)
-            assert slots == _slot_values(obj)
+            assert d is instance_dict(obj)
+            assert slots == slot_values(obj)
 
 
 def test_the_result_says_where_the_longest_stretch_began_and_ended() -> None:

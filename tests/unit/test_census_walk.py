@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from leakhound.payload import census
-from leakhound.payload.objects import _type_name
+from leakhound.payload.objects import type_name
 
 built = pytest.mark.skipif(census._walk is None, reason="the C walk was not built here")
 
@@ -65,7 +65,7 @@ def _walk(root: Any, compiled: bool) -> tuple[int, int, dict[str, tuple[int, int
     owner = walk._owner("root", root)
     walk._claim_tree(owner, root)
     types = walk.types
-    by_type = {_type_name(tp): (types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys)}
+    by_type = {type_name(tp): (types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys)}
     return walk.total_objects, walk.total_bytes, by_type
 
 
@@ -273,7 +273,7 @@ def test_a_wide_container_of_objects_costs_no_reference_per_entry(monkeypatch: p
             # the marks: 8 KiB per MiB of the heap's addresses, whatever the walk's shape
             bitmap = len(walk.claimed.regions) * (8192 + 100)
         totals[compiled] = (walk.total_objects, walk.total_bytes, sorted(
-            (_type_name(tp), walk.types.counts[i], walk.types.bytes[i]) for i, tp in enumerate(walk.types.keys)))
+            (type_name(tp), walk.types.counts[i], walk.types.bytes[i]) for i, tp in enumerate(walk.types.keys)))
     assert totals[True] == totals[False]
     assert totals[True][0] >= 2 * n
     assert deepest[0] <= 16384 + 2, deepest[0]  # was n
