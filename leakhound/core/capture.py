@@ -355,6 +355,10 @@ class _EarlyOwners:
 
     def _run(self, doc: dict[str, Any], post: Post) -> None:
         paths: list[list[int]] = []
+        # The target waits for the paths as long as these beats come (wire.names_working).
+        beating = threading.Event()
+        beats = threading.Thread(target=_beat, args=(post, beating), name="leakhound-names-beat", daemon=True)
+        beats.start()
         try:
             try:
                 graph = dominators.soften(dominators.decode_graph(doc))
@@ -365,6 +369,8 @@ class _EarlyOwners:
         except BaseException as exc:  # raised again on the caller's thread by finish()
             self._error = exc
         finally:
+            beating.set()
+            beats.join()  # its last beat must not land after the paths
             try:
                 post(wire.REPLY_NAMES, {"paths": paths})  # the target waits for it: never leave it waiting
             except Exception:  # names are a nicety: the graph's own labels stand in
@@ -415,6 +421,17 @@ class _EarlyOwners:
             self._labels.put_nowait(None)
         except queue.Full:
             pass
+
+
+def _beat(post: Post, stop: threading.Event) -> None:
+    """A new ``wire.names_working`` beat every ``wire.NAMES_BEAT_SECONDS`` until ``stop``."""
+    beat = 0
+    while not stop.wait(wire.NAMES_BEAT_SECONDS):
+        beat += 1
+        try:
+            post(wire.REPLY_NAMES, wire.names_working(beat))
+        except Exception:  # names are a nicety: the target's own wait stands
+            return
 
 
 def counted_at(value: object, default: float) -> float:

@@ -156,7 +156,8 @@ class Exporter:
             if snap.heap.owner_model == OwnerModel.NOT_ATTRIBUTED and (
                     last is None or last.heap.owner_model_reason != snap.heap.owner_model_reason):
                 # (its bytes are labelled "<not attributed: ...>"; said when the reason changes)
-                self.note(f"leakhound: process {pid}: owners not attributed: {snap.heap.owner_model_note}")
+                self.note(f"leakhound: process {pid}: owners not attributed: {snap.heap.owner_model_note} "
+                          f"(owner_model_reason: {snap.heap.owner_model_reason})")
             with self.lock:
                 exported.snapshot = snap
                 exported.history.append(labelled_sample(sample_from_snapshot(snap)))

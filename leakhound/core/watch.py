@@ -133,11 +133,12 @@ def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | Non
             w.not_attributed.add(snapshot.heap.owner_model_reason)
             w.warnings.append(f"owners not attributed: {snapshot.heap.owner_model_note}" + (
                 "; cheap samples re-read the owners of the last dominator census" if w.reference is not sample
-                else ""))
+                else "") + f" (owner_model_reason: {snapshot.heap.owner_model_reason})")
     elif w.reference is not sample:
+        reason = snapshot.heap.owner_model_reason
         w.warnings.append(f"a full census fell back to {snapshot.heap.owner_model} owners "
                           f"({snapshot.heap.owner_model_note}); cheap samples re-read the owners of the last "
-                          "dominator census")
+                          "dominator census" + (f" (owner_model_reason: {reason})" if reason else ""))
     return sample
 
 

@@ -43,7 +43,7 @@ import types
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
 from . import wire
-from .graph_roots import add_roots, held_from_c
+from .graph_roots import add_roots, add_thread_roots, held_from_c
 from .graph_wire import (
     BINARY_FILE,
     FRAME_LIKE_IDS,
@@ -189,6 +189,7 @@ class Graph(object):
     """One walk of the object graph. Call :meth:`run`, then :meth:`result`."""
 
     walker = "python"
+    walk_began = None  # a list of ours made as the walk begins (run)
 
     def __init__(self, *, timeout=60.0, progress=None, is_stdlib=None, exclude=(),
                  max_nodes=5000000, max_pause_ms=None, cancelled=None, max_bytes=0):
@@ -409,7 +410,12 @@ class Graph(object):
         self.gc_before = [g.get("collections", 0) for g in gc.get_stats()]
         stack = []
         self._own(stack)
+        # Tracked objects made after this one were made during the walk (tracked.made_after).
+        self.walk_began = []
+        self._own(self.walk_began)
         add_roots(self, stack)
+        self._walk(stack)
+        add_thread_roots(self, stack)
         self._walk(stack)
         held_from_c(self, stack)
         self._settle()

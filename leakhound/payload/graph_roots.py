@@ -20,7 +20,7 @@ from .graph_wire import MAX_LABEL_CHARS
 from .objects import LEAF_TYPE_IDS, SHARED_LEAF, ModuleType, instance_dict, is_payload_name, type_name
 from .roots import TIER_HELD
 from .tasks import c_future_class, context_variables, task_context
-from .tracked import tracked_objects
+from .tracked import made_after, tracked_objects
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
     from . import _walk as _walk_module  # type: ignore[attr-defined]
@@ -29,9 +29,9 @@ except Exception:
 
 
 def add_roots(graph, stack):
-    """Every named root of ``graph`` (a ``Graph``) onto ``stack``, each an edge of the
-    super-root (roots.py), with what is theirs by name: a module's and a class's dict, a
-    task's context variables, a running frame's variables."""
+    """Every named root of ``graph`` (a ``Graph``) but the threads' frames (add_thread_roots)
+    onto ``stack``, each an edge of the super-root (roots.py), with what is theirs by name: a
+    module's and a class's dict, a task's context variables."""
     # The duty cycle, the deadline and the cancel every 256 modules and classes: thousands of
     # modules and tens of thousands of classes were one 170 ms stretch (the real verifiers
     # worker's heap; its heartbeat thread waited 182 ms).
@@ -82,13 +82,29 @@ def add_roots(graph, stack):
                 value = None
             ctx = None
     task = None
-    # Thread stacks (not ours), each frame its own root, with what its variables hold (3.11+
-    # keep a running frame's variables outside the frame object: gc.get_referents does not
-    # show them, and without these edges they were "<held from C: ...>").
+    graph.progress("graph", graph._count())
+
+
+def add_thread_roots(graph, stack):
+    """The other threads' frames onto ``stack``, each a root (soft: passes.soften) with what
+    its variables hold. Called once every other root has been walked: a running function's
+    temporary (the simulated verifiers worker's report copies its registry,
+    ``dict(trajectories)``) dies within milliseconds, and the compiled walk names a node by
+    its address; walked first, its address was taken by a new object (a step's
+    ``tool_calls[0]``) that the rest of the walk then met as the copy, with the copy's edges
+    to every entry of the registry. Walked last, only other soft roots can meet that address."""
+    check = graph._check
+    check()
+    # Each frame its own root, with what its variables hold (3.11+ keep a running frame's
+    # variables outside the frame object: gc.get_referents does not show them, and without
+    # these edges they were "<held from C: ...>").
     for frame, name, kind, tier in roots.thread_frames():
+        # (a frame the walk met already, through a coroutine it runs: a root, not walked again)
+        known = graph._known(frame)
         f = graph._root(frame, name, kind, tier)
         if f > 0:
-            graph._push(stack, f, frame)
+            if not known:
+                graph._push(stack, f, frame)
             # (the agent's other thread runs the payload's code: its variables are ours)
             variables = roots.frame_locals(frame, _walk_module) if not _runs_payload_code(frame) else None
             for var_name, value in variables or ():
@@ -144,6 +160,11 @@ def held_from_c_over_budget(tracked, estimate_ms, max_pause_ms):
             % (format(tracked, ","), estimate_ms, 2 * estimate_ms, max_pause_ms))
 
 
+def _older_collections():
+    """How many collections of generations 1 and 2 have run."""
+    return [generation.get("collections", 0) for generation in gc.get_stats()[1:]]
+
+
 def held_from_c(graph, stack):
     """Tracked objects no root reached but something outside the heap references (C
     state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
@@ -157,18 +178,43 @@ def held_from_c(graph, stack):
         graph.unreached["reason"] = held_from_c_over_budget(tracked, estimate, graph.max_pause_ms)
         return
     graph._check()
+    collections = _older_collections()
     t0 = time.perf_counter()
     objects = tracked_objects()
     took = time.perf_counter() - t0
     if took > graph.max_step:
         graph.max_step = took
     graph._own(objects)
+    # What was made after the walk began (its referrer walked already, the new reference
+    # not seen) is no more held from C than what the walk reached: named for what it is.
+    # Read after the list: anything in it made after the marker is in ``made`` or, with
+    # ``older``, after the marker in the list, unless a collection of the older generations
+    # moved the marker meanwhile, or a full one ran since the walk began (it appends
+    # generation 0, then 1, to the oldest: older objects after newer ones): then what follows
+    # the marker in the list is not known to be new, and is named as held from C.
+    marker = graph.walk_began
+    made, older = made_after(marker) if marker is not None else (set(), False)
+    graph._own(made)
+    if older and (_older_collections() != collections or collections[-1:] != graph.gc_before[2:3]):
+        older = False
     # In slices, the clock looked at between them: one pass over every tracked object (700k
     # on the busy real worker) and the arithmetic below were a 470 ms hold of the GIL.
     unreached = []
+    mark = id(marker) if older else None  # looked for in the oldest generation, the list's tail
     for start in range(0, len(objects), _SLICE):
         graph._check()
-        unreached.extend(graph._unknown(objects[start:start + _SLICE]))
+        piece = objects[start:start + _SLICE]
+        found = graph._unknown(piece)
+        if mark is not None:
+            ids = list(map(id, piece))
+            if mark in ids:
+                made.update(map(id, graph._unknown(piece[ids.index(mark) + 1:])))
+                mark = None
+            ids = None
+        elif older:
+            made.update(map(id, found))
+        unreached.extend(found)
+        piece = found = None
     graph._own(unreached)
     while objects:  # let go in pieces: the last reference to what died meanwhile
         graph._check()
@@ -180,7 +226,8 @@ def held_from_c(graph, stack):
             graph._check()
         if graph._known(obj):
             continue
-        i = graph._root(obj, "<held from C: %s>" % type_name(type(obj)), "held", TIER_HELD)
+        form = "<made during the walk: %s>" if id(obj) in made else "<held from C: %s>"
+        i = graph._root(obj, form % type_name(type(obj)), "held", TIER_HELD)
         if i > 0:
             graph._push(stack, i, obj)
             graph._walk(stack)
@@ -188,7 +235,7 @@ def held_from_c(graph, stack):
     graph.unreached["held"] = len(held)
     graph.unreached["garbage_objects"] = sum(len(graph._unknown(unreached[k:k + _SLICE]))
                                              for k in range(0, len(unreached), _SLICE))
-    del unreached, held
+    del unreached, held, made
     obj = None
 
 # -- the result ------------------------------------------------------------------------

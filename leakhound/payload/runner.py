@@ -374,11 +374,29 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
         # a CLI that died without a word (SIGKILL on the gdb path, no janitor) leaves the
         # request, and its lock, waiting that long, not until its deadline.
         wait = max(NAMES_WAIT_MIN, NAMES_WAIT_FACTOR * graph_seconds)
-        asked = exchange.receive(wire.REPLY_NAMES, stop, min(stop.deadline - 1.0, time.monotonic() + wait))
+        asked = _receive_paths(exchange, stop, wait)
         if asked is not None:
             out["names"] = graph.name_paths(asked)
         phase("names")
     return out
+
+
+def _receive_paths(exchange, stop, wait):
+    """The CLI's paths to name (its REPLY_NAMES), or None: waited for ``wait`` seconds, and
+    after that for as long as the CLI's beats say its dominator pass still runs (each new beat
+    gives it wire.NAMES_BEAT_GRACE seconds more), never past the request's deadline."""
+    until = min(stop.deadline - 1.0, time.monotonic() + wait)
+    last = None
+    while True:
+        doc = exchange.receive(wire.REPLY_NAMES, stop, until)
+        if doc is None or "working" not in doc:
+            return doc
+        beat = doc.get("working")
+        if beat != last:
+            last = beat
+            until = min(stop.deadline - 1.0, max(until, time.monotonic() + wire.NAMES_BEAT_GRACE))
+        else:
+            time.sleep(0.05)  # the debugger path's file says the same beat until the next one
 
 
 def _counted_in_graph(tallies, out_graph, max_pause, started_at, request):

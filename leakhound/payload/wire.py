@@ -34,6 +34,20 @@ PARTIAL_GRAPH = "graph"
 REPLY_NAMES = "names"
 CANCEL = "cancel"
 
+# While its dominator pass runs, the CLI replies ``names_working(beat)`` under REPLY_NAMES every
+# NAMES_BEAT_SECONDS (a new ``beat`` each time), then the paths: the payload waits for them as
+# long as the beats come, and gives up NAMES_BEAT_GRACE seconds after the last one (a CLI
+# killed mid-pass), never past its deadline. A fixed wait gave up at 10 s under load, and the
+# owners were named by type.
+NAMES_BEAT_SECONDS = 1.0
+NAMES_BEAT_GRACE = 5.0
+
+
+def names_working(beat):
+    # type: (int) -> Dict[str, int]
+    """The CLI's reply while its dominator pass still runs (``beat``: 1, 2, ...)."""
+    return {"working": beat}
+
 # ``kind`` of a failed answer (``ok`` false); any other kind is the exception the payload raised.
 KIND_BAD_REQUEST = "BadRequest"
 KIND_BUSY = "Busy"
