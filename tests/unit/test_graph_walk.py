@@ -220,7 +220,7 @@ def test_addresses_resolve_the_same_in_c_and_python() -> None:
     assert (got["edge_src"], got["edge_dst"], got["edge_label"]) == ([0, 1], [1, 2], [-1, 4])
 
 
-@pytest.mark.parametrize(("seed", "nodes"), [(3, 5000), (4, 5000), (5, 120000)])
+@pytest.mark.parametrize(("seed", "nodes"), [(3, 5000), (4, 5000), (5, 70000)])  # the last: past 65536
 def test_records_read_as_they_come_give_what_one_reading_gives(seed: int, nodes: int) -> None:
     """graph.bin read while the walk writes it, in pieces cut anywhere: the compiled reader
     (node records taken in as they come, edges looked up when both ends have a record, the
