@@ -44,6 +44,7 @@ def _run(python: str, fixture: str, timeout: float = 90) -> subprocess.Completed
 FREELIST = "census_asyncio_freelist"  # fixtures/census_asyncio_freelist.py
 
 
+@pytest.mark.integration  # a target spinning its event loop under ten censuses, per CPython: 3-5 s of CPU each
 @pytest.mark.parametrize("python", _target_pythons())
 def test_walking_asyncio_never_revives_its_freed_future_iterators(python: str) -> None:
     out = _run(python, FREELIST)

@@ -220,7 +220,7 @@ def test_addresses_resolve_the_same_in_c_and_python() -> None:
     assert (got["edge_src"], got["edge_dst"], got["edge_label"]) == ([0, 1], [1, 2], [-1, 4])
 
 
-@pytest.mark.parametrize(("seed", "nodes"), [(3, 5000), (4, 5000), (5, 120000)])
+@pytest.mark.parametrize(("seed", "nodes"), [(3, 5000), (4, 5000), (5, 70000)])  # the last: past 65536
 def test_records_read_as_they_come_give_what_one_reading_gives(seed: int, nodes: int) -> None:
     """graph.bin read while the walk writes it, in pieces cut anywhere: the compiled reader
     (node records taken in as they come, edges looked up when both ends have a record, the
@@ -472,6 +472,13 @@ def _deep(root: object) -> int:
     return total
 
 
+def _list_length(compiled: bool) -> int:
+    """Ints a list of the leaf tests holds: the Python loop has no step that depends on how
+    long a list is (only on how many leaves wait at once, _PENDING_LEAVES), so a short one
+    proves the same there, in a twentieth of the time."""
+    return 60_000 if compiled else 3_000
+
+
 @WALKS
 def test_leaves_two_lists_of_one_owner_share_are_folded_however_long_the_lists(compiled: bool) -> None:
     """Each int is held by two lists, both folded into STEPS: every reference is met from that
@@ -479,7 +486,7 @@ def test_leaves_two_lists_of_one_owner_share_are_folded_however_long_the_lists(c
     it alone holds."""
     steps = []
     for r in range(6):
-        ids = [1_000_000 + r * 100_000 + k for k in range(60_000)]
+        ids = [1_000_000 + r * 100_000 + k for k in range(_list_length(compiled))]
         steps.append({"response": {"prompt_ids": ids}, "tokens": {"prompt_ids": list(ids)}})
     STEPS["steps"] = steps
     leaf_ids = {id(x) for step in steps for x in step["tokens"]["prompt_ids"]}
@@ -492,12 +499,17 @@ def test_leaves_two_lists_of_one_owner_share_are_folded_however_long_the_lists(c
 
 
 @WALKS
-def test_leaves_whose_other_holder_is_never_met_are_their_first_nodes(compiled: bool) -> None:
+def test_leaves_whose_other_holder_is_never_met_are_their_first_nodes(
+        compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A running rollout's steps: each int is also held by what the walk never meets (here a
     list it leaves out; in the worker, what is held from C). They wait for it until the walk
     ends, then are folded into the node they were met from; past the most that can wait
     (300,000 here), each is given to that node at once, and counted once however often met."""
-    ids = [5_000_000 + k for k in range(300_000)]
+    leaves = 300_000  # past _graph_walk.c's PENDING_LEAVES_MAX (1 << 18)
+    if not compiled:  # the Python loop's bound is a module constant: a smaller one, past it
+        monkeypatch.setattr(graph, "_PENDING_LEAVES", 1 << 12)
+        leaves = 5_000
+    ids = [5_000_000 + k for k in range(leaves)]
     hidden = list(ids)
     STEPS["steps"] = [{"prompt_ids": ids}, {"prompt_ids": ids}]  # one list, met twice
     leaf_ids = {id(x) for x in ids}
@@ -515,7 +527,7 @@ def test_leaves_two_nodes_share_are_one_node_for_the_pair(compiled: bool) -> Non
     here; in the worker, the response model's list and the stored step's). Every int is
     dominated by what dominates both lists: one node for them all, with an edge from each list;
     the bytes what STEPS alone holds."""
-    ids = [7_000_000 + k for k in range(60_000)]
+    ids = [7_000_000 + k for k in range(_list_length(compiled))]
     copy = list(ids)
     STEPS["steps"] = [{"response": ids, "again": ids, "tokens": copy, "also": copy}]
     leaf_ids = {id(x) for x in ids}
@@ -523,7 +535,7 @@ def test_leaves_two_nodes_share_are_one_node_for_the_pair(compiled: bool) -> Non
     g, truth = _walked_steps(compiled, (leaf_ids,))
     (group,) = leaf_ids & set(g.ids)
     node = list(g.ids).index(group)
-    assert g.sizes[node] == 60_000 * sys.getsizeof(7_000_000)
+    assert g.sizes[node] == _list_length(compiled) * sys.getsizeof(7_000_000)
     assert sorted(g.type_of(g.src[e]) for e in range(g.edges) if g.dst[e] == node) == ["list", "list"]
     tree = dominators.dominators(g)
     assert tree.retained[list(g.ids).index(id(STEPS))] == truth
