@@ -7,6 +7,8 @@ import os
 import struct
 import tempfile
 
+import pytest
+
 from leakhound.attach import process
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -18,7 +20,7 @@ SWAPPED = 1 << 62
 def test_page_counts_reads_the_top_byte_of_each_entry() -> None:
     entries = [PRESENT | EXCLUSIVE | 1234, PRESENT | 99, 0, SWAPPED | EXCLUSIVE, PRESENT | EXCLUSIVE, EXCLUSIVE]
     with tempfile.TemporaryFile() as fh:
-        fh.write(struct.pack("<%dQ" % len(entries), *entries))
+        fh.write(struct.pack(f"<{len(entries)}Q", *entries))
         fh.flush()
         fd = fh.fileno()
         assert process.page_counts(fd, 0, len(entries) * PAGE) == (3, 2)
@@ -26,12 +28,12 @@ def test_page_counts_reads_the_top_byte_of_each_entry() -> None:
         assert process.page_counts(fd, PAGE, 4 * PAGE) == (1, 0)
 
 
-def test_page_counts_reads_in_chunks(monkeypatch: object) -> None:
+def test_page_counts_reads_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     entries = [PRESENT | EXCLUSIVE] * 1000 + [PRESENT] * 24
     with tempfile.TemporaryFile() as fh:
-        fh.write(struct.pack("<%dQ" % len(entries), *entries))
+        fh.write(struct.pack(f"<{len(entries)}Q", *entries))
         fh.flush()
-        monkeypatch.setattr(process, "_PAGEMAP_CHUNK", 64)  # type: ignore[attr-defined]
+        monkeypatch.setattr(process, "_PAGEMAP_CHUNK", 64)
         assert process.page_counts(fh.fileno(), 0, len(entries) * PAGE) == (1024, 1000)
 
 
