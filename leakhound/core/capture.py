@@ -340,7 +340,7 @@ class _EarlyOwners:
                 doc["records"] = self._records_error
         if graph.counts_heap and self.pid:
             # The graph's walk counted the heap (no census runs after it): the kernel's numbers
-            # now, /proc/PID/smaps read on one core while the dominator pass runs on the other.
+            # now, /proc/PID/pagemap read on one core while the dominator pass runs on the other.
             self._process_thread = threading.Thread(target=self._read_process, name="leakhound-process",
                                                     daemon=True)
             self._process_thread.start()

@@ -30,7 +30,7 @@ from . import census_roots, census_unreached, wire  # noqa: F401 - wire: its typ
 from .census_tallies import CensusCancelled, CensusTimeout
 from .census_walk import ClaimWalk
 from .objects import LEAF_TYPE_IDS, type_name
-from .pacing import Clock
+from .pacing import UNSPLIT_STEP_MARGIN, Clock, unsplit_step_fits
 from .roots import frame_locals_unreadable
 from .tracked import tracked_objects
 
@@ -85,10 +85,11 @@ def unreached_over_budget(tracked, estimate_ms, max_pause_ms):
         "rate": rate,
         "reason": (
             "listing the ~%s gc-tracked objects (gc.get_objects(), one call that cannot "
-            "be split) would hold the target for ~%.0f ms (%.0f ns each, %s), over the "
-            "%.0f ms pause budget (--max-pause 0 lifts it)"
+            "be split) would hold the target for ~%.0f ms (%.0f ns each, %s), up to ~%.0f ms "
+            "on a loaded machine: over the %.0f ms pause budget (--max-pause 0 lifts it)"
             % (format(tracked, ","), estimate_ms, ns,
-               "as measured in this process" if rate == "measured" else "a default rate", max_pause_ms)
+               "as measured in this process" if rate == "measured" else "a default rate",
+               estimate_ms * UNSPLIT_STEP_MARGIN, max_pause_ms)
         ),
     }
 
@@ -149,8 +150,8 @@ class Census(object):
             census_roots.claim_own(self.walk, None, self._not_the_targets())
             self.unreached["sized_by"] = "the object graph's walk"
             walked = True
-        elif self.max_pause_ms is not None and known is not None and (
-                known * ns_per_object() / 1e6 * _TRACKED_HEADROOM <= self.max_pause_ms):
+        elif self.max_pause_ms is not None and known is not None and unsplit_step_fits(
+                known * ns_per_object() / 1e6 * _TRACKED_HEADROOM, self.max_pause_ms):
             # An earlier census in this process listed few enough tracked objects that even
             # _TRACKED_HEADROOM times as many fit the budget: no sizing walk (it doubled the
             # census's cost).
@@ -176,7 +177,7 @@ class Census(object):
             self.unreached["estimated_pause_ms"] = skipped["estimated_pause_ms"]
             self.unreached["ns_per_object"] = skipped["ns_per_object"]
             self.unreached["rate"] = skipped["rate"]
-            if estimate > self.max_pause_ms:
+            if not unsplit_step_fits(estimate, self.max_pause_ms):
                 self.unreached.update(skipped)
                 if self.with_owners:
                     self.walk.reset()

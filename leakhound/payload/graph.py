@@ -65,7 +65,7 @@ from .objects import (
     slot_members,
     type_name,
 )
-from .pacing import Clock
+from .pacing import Clock, unsplit_step_fits
 from .sizes import (
     NATIVE_BUFFERS,
     SizeCache,
@@ -929,12 +929,12 @@ def compiled_available():
 def census_lists_all(unreached, max_pause_ms):
     """Whether a census after a graph walk (its ``unreached`` fields) lists every tracked
     object: the walk looked at what no root reaches itself, or the listing
-    (gc.get_objects()) fits the whole budget, where the walk kept to half of it. Otherwise
+    (gc.get_objects()) fits the budget (pacing.unsplit_step_fits). Otherwise
     the census could only walk the same roots again (runner._counted_in_graph)."""
     if unreached.get("examined"):
         return True
     estimate = unreached.get("estimated_pause_ms")
-    return max_pause_ms is not None and isinstance(estimate, (int, float)) and estimate <= max_pause_ms
+    return max_pause_ms is not None and isinstance(estimate, (int, float)) and unsplit_step_fits(estimate, max_pause_ms)
 
 
 def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, max_bytes=0,

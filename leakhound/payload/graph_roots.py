@@ -18,6 +18,7 @@ from .census import ns_per_object
 from .census_unreached import referenced_from_outside
 from .graph_wire import MAX_LABEL_CHARS
 from .objects import LEAF_TYPE_IDS, SHARED_LEAF, ModuleType, instance_dict, is_payload_name, type_name
+from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
 from .roots import TIER_HELD
 from .tasks import c_future_class, context_variables, task_context
 from .tracked import made_after, tracked_objects
@@ -157,7 +158,7 @@ def held_from_c_over_budget(tracked, estimate_ms, max_pause_ms):
     return ("listing the ~%s gc-tracked objects (gc.get_objects(), one call) takes ~%.0f ms "
             "here, up to ~%.0f ms on a loaded machine: over the %.0f ms pause budget, so objects "
             "held from C only were not looked for"
-            % (format(tracked, ","), estimate_ms, 2 * estimate_ms, max_pause_ms))
+            % (format(tracked, ","), estimate_ms, UNSPLIT_STEP_MARGIN * estimate_ms, max_pause_ms))
 
 
 def _older_collections():
@@ -172,9 +173,7 @@ def held_from_c(graph, stack):
     tracked = graph._tracked()
     estimate = tracked * ns_per_object() / 1e6
     graph.unreached["estimated_pause_ms"] = round(estimate, 1)
-    # Half the budget: the census made the same call in this request already, and on a
-    # loaded machine the call took twice its estimate (benchmarks/, docs/performance.md).
-    if graph.max_pause_ms is not None and 2 * estimate > graph.max_pause_ms:
+    if not unsplit_step_fits(estimate, graph.max_pause_ms):
         graph.unreached["reason"] = held_from_c_over_budget(tracked, estimate, graph.max_pause_ms)
         return
     graph._check()
