@@ -209,9 +209,7 @@ def main() -> int:
     parser.add_argument("--cli-timeout", type=float, default=3600.0, help="seconds before the CLI is killed")
     parser.add_argument("--nice", type=int, default=-10, help="the target niceness (as root)")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--no-doc", action="store_true", help="leave docs/performance.md as it is")
-    parser.add_argument("--doc-from", type=Path, metavar="FILE",
-                        help="measure nothing: write docs/performance.md's table from this results file")
+    c.add_doc_options(parser)
     args = parser.parse_args()
     if args.doc_from is not None:
         write_doc(args.doc_from)
@@ -246,4 +244,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    c.main_guard(main)
+    c.main_guard(main, results="")  # (its own results file, and its own table on the page)

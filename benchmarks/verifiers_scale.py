@@ -285,6 +285,45 @@ def summary(rows: list[dict[str, Any]]) -> str:
                     "#1/sized, /freed", "watch growth findings", "export owners"], out)
 
 
+DOC_HEADERS = ("Python", "RSS", "inspect idle / busy", "max pause idle / busy", "owner #1 (idle)",
+               "#1 / sized, / freed", "`watch` growth", "`export` owner #1")
+
+
+def _short(path: str) -> str:
+    return f"`...{path.rsplit('.', 2)[-2]}.{path.rsplit('.', 1)[-1]}`" if path.count(".") >= 2 else f"`{path}`"
+
+
+def doc_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """docs/performance.md's table: one row a Python of a run."""
+    out = []
+    for row in rows:
+        if "error" in row:
+            out.append([row["python"], f"failed: {str(row['error'])[:80]}", *[""] * (len(DOC_HEADERS) - 2)])
+            continue
+        idle, busy = row.get("inspect_idle", {}), row.get("inspect_busy", {})
+        first = (idle.get("owners") or [{}])[0]
+        truth = row.get("truth", {})
+        growth = [f for f in row.get("watch", {}).get("findings", []) if f["kind"] == "growth"]
+        exported = row.get("export", {}).get("owners", [])
+        out.append([
+            row["python"], c.mib(row.get("rss_bytes")),
+            f"{idle.get('wall_s', '-')} s / {busy.get('wall_s', '-')} s",
+            f"{idle.get('max_pause_ms', '-')} / {busy.get('max_pause_ms', '-')} ms",
+            _short(str(first.get("path", "-"))),
+            f"{c.ratio(first.get('retained_bytes'), truth.get('registry_sizeof_bytes'))} / "
+            f"{c.ratio(first.get('retained_bytes'), truth.get('registry_freed_bytes'))}",
+            "; ".join(f"{_short(f['owner'])} {(f['bytes_per_min'] or 0) / 2**20:,.0f} MiB/min, `--fix {f['fix']}`"
+                      if f["fix"] else f"{_short(f['owner'])} {(f['bytes_per_min'] or 0) / 2**20:,.0f} MiB/min"
+                      for f in growth) or "none",
+            _short(str(exported[0]["owner"])) if exported else "-",
+        ])
+    return out
+
+
+def write_doc(results: Path) -> None:
+    c.update_doc_table("verifiers-scale", results, DOC_HEADERS, doc_rows(json.loads(results.read_text())["rows"]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pythons", default="3.11,3.12")
@@ -299,9 +338,13 @@ def main() -> int:
     parser.add_argument("--inspect-only", action="store_true", help="no watch, no export: the pauses alone")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--table", type=Path, default=None, help="only print the table of a saved run")
+    c.add_doc_options(parser)
     args = parser.parse_args()
     if args.table:
         print(summary([row for row in json.loads(args.table.read_text())["rows"] if "error" not in row]))
+        return 0
+    if args.doc_from is not None:
+        write_doc(args.doc_from)
         return 0
     c.header("the real verifiers 0.1.14 worker past 2 GB: inspect, watch, export", sys.argv)
     found = installed_pythons()
@@ -318,12 +361,11 @@ def main() -> int:
             print(f"# {version}: {exc!r}"[:3000], file=sys.stderr)
         print(json.dumps(rows[-1], indent=1))
     print(summary([row for row in rows if "error" not in row]))
-    out = args.out or RESULTS / f"verifiers-scale-{time.strftime('%Y%m%d-%H%M')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"argv": sys.argv, "commit": c.git_head(), "rows": rows}, indent=1) + "\n")
-    print(f"# rows written to {out}")
+    out = c.write_results("verifiers_scale", out=args.out, rows=rows)
+    if out is not None and not args.no_doc:
+        write_doc(out)
     return 0
 
 
 if __name__ == "__main__":
-    c.main_guard(main)
+    c.main_guard(main, results="")  # (written by main, with its rows)

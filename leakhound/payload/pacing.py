@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations)
 """The pacing of every walk of a request (the census, the object graph, the probes): how long
 the payload holds the GIL before it yields it, its deadline and cancel checks (``Clock``), and
 keeping the target's own collections that run in the payload's thread out of those measures.
@@ -23,6 +21,9 @@ thread's CPU time minus those collections'), so ``max_hold_ms`` says what the pa
 the collections are reported beside it. The entry is removed when the request ends (and in a
 child forked meanwhile, ``reset_after_fork``).
 """
+
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations)
 
 import gc
 import sys

@@ -121,7 +121,7 @@ def test_a_tiny_budget_yields_between_stretches_of_work_not_at_every_check() -> 
     classes = [type(f"Tiny{i}", (), {}) for i in range(3000)]
     walk = census.Census(max_pause_ms=0.001, timeout=120)
     walk.run()
-    assert 0 < walk.clock.yields < len(walk.owners.keys), (walk.clock.yields, len(walk.owners.keys))
+    assert 0 < walk.clock.yields < len(walk.walk.owners.keys), (walk.clock.yields, len(walk.walk.owners.keys))
     del classes, walk
     gc.collect()  # classes are reference cycles: out of the subclass tree of the tests after this
 
