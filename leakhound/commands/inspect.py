@@ -110,7 +110,7 @@ def command(
     """Which objects retain a live worker's memory, who owns them, and how much of RSS is not
     live objects at all (allocator fragmentation).
 
-    Attaches without stopping the worker for more than an instant (a median 0.7 ms with the
+    Attaches without stopping the worker for more than an instant (a median 0.5 ms with the
     default ptrace injector on a loaded 2-core machine): the census runs at a safe point, in a short-lived thread, never
     calls gc.collect(), and leaves nothing behind but its payload module, reused next time.
 
