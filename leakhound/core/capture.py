@@ -16,13 +16,21 @@ from typing import Any
 
 from leakhound.analysis import dominators
 from leakhound.analysis.detectors import analyse
+from leakhound.analysis.sites import SitesFound, attribute_sites
 from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Post, Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS as FOLLOW_PROGRESS  # the commands' default: they import no attach
 from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import process_stats, resolve_target
-from leakhound.core.decode import GraphOutcome, Holds, decode_graph_outcome, decode_names, decode_snapshot
+from leakhound.core.decode import (
+    GraphOutcome,
+    Holds,
+    decode_graph_outcome,
+    decode_names,
+    decode_sites,
+    decode_snapshot,
+)
 from leakhound.core.targets import env_worker_children
 from leakhound.errors import ProtocolViolation
 from leakhound.model import Owner, ProcessStats, RequestCost, Snapshot
@@ -106,6 +114,7 @@ def take_snapshot(
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
     owner_model: str = "census",
     force: bool = False,
+    sites: bool = False,
 ) -> Snapshot:
     """One census of ``pid``. ``max_pause_ms``: skip the one step of the census that cannot be
     split (listing every gc-tracked object, needed to find objects no named root reaches)
@@ -116,7 +125,7 @@ def take_snapshot(
     ``timeout``: a hard wall-clock limit, or ``FOLLOW_PROGRESS``: given up when the request
     stops progressing or at a ceiling by the target's RSS (attach/deadline.py)."""
     return capture(pid, method=method, top=top, timeout=timeout, progress=progress, log=log,
-                   max_pause_ms=max_pause_ms, owner_model=owner_model, force=force).snapshot
+                   max_pause_ms=max_pause_ms, owner_model=owner_model, force=force, sites=sites).snapshot
 
 
 def capture(
@@ -133,8 +142,11 @@ def capture(
     retainers: int = 3,
     why: str | None = None,
     force: bool = False,
+    sites: bool = False,
 ) -> Capture:
-    """``take_snapshot``, keeping the object graph and its dominator tree when they were used."""
+    """``take_snapshot``, keeping the object graph and its dominator tree when they were used.
+    ``sites``: read (and stop) the allocation-site tracker a watch started in the target as
+    the graph's walk ends, and give each owner its sites."""
     target = resolve_target(pid)
     taken_at = time.time()
     request: dict[str, object] = {"op": wire.OP_SNAPSHOT, "top_types": max(top, 50), "top_owners": max(top, 50)}
@@ -148,6 +160,8 @@ def capture(
             request["max_graph_bytes"] = graph_memory_budget(pid)
     if max_pause_ms:
         request["max_pause_ms"] = max_pause_ms
+    if sites:
+        request["sites"] = True
     if os.environ.get("LEAKHOUND_WALKER") == "python":
         # The pure-Python census loop even where the compiled one loads (benchmarks, tests).
         request["walker"] = "python"
@@ -194,12 +208,14 @@ def capture(
         measured = {k: v for k, v in vars(remote.cost).items() if k != "note"}
         snap = replace(snap, cost=RequestCost(**measured),
                        warnings=snap.warnings + ((remote.cost.note,) if remote.cost.note else ()))
+    found_sites = decode_sites(pid, remote.result.get("sites")) if sites else None
     if owner_model == "census":
-        return _analysed(Capture(snap))
+        return _analysed(Capture(_with_sites(snap, found_sites, None, None, {})))
     if early is None or graph is None or graph.skipped:
         if early is not None:
             early.abandon()
-        return _analysed(Capture(not_attributed(snap, graph, owner_model=owner_model)))
+        return _analysed(Capture(_with_sites(not_attributed(snap, graph, owner_model=owner_model), found_sites,
+                                             None, None, {})))
     if in_answer:
         early.abandon()
 
@@ -216,7 +232,19 @@ def capture(
         object_graph, found = early.finish(answer.names)
     asked = tuple(_owner(o) for o in found.why)
     snap = replace(snap, taken_at=counted_at(answer.graph_started_at, snap.taken_at))
-    return _analysed(Capture(with_dominator_owners(snap, object_graph, found, graph), object_graph, found.tree, asked))
+    snap = _with_sites(with_dominator_owners(snap, object_graph, found, graph), found_sites, object_graph, found.tree,
+                       {o.node: o.path for o in found.owners})
+    return _analysed(Capture(snap, object_graph, found.tree, asked))
+
+
+def _with_sites(snap: Snapshot, found: SitesFound | None, graph: dominators.ObjectGraph | None,
+                tree: dominators.DominatorTree | None, owner_nodes: dict[int, str]) -> Snapshot:
+    """``snap`` with the tracker's surviving samples attributed to its owners (analysis/sites.py)."""
+    if found is None:
+        return snap
+    per_owner, tracking = attribute_sites(found, graph, tree, owner_nodes)
+    owners = tuple(replace(o, sites=per_owner[o.path]) if o.path in per_owner else o for o in snap.owners)
+    return replace(snap, owners=owners, sites=tracking)
 
 
 def _log_holds(log: AttachLog, holds: Holds, graph: GraphOutcome | None) -> None:

@@ -96,7 +96,7 @@ int sites_noting;
 static double mean_bytes = 512.0 * 1024;
 static long long countdown;
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
-static double deadline;  /* CLOCK_MONOTONIC seconds */
+static double deadline, started;  /* CLOCK_MONOTONIC seconds */
 static unsigned long calls;
 static int expired, unhook_refused;
 
@@ -548,7 +548,8 @@ sites_start(PyObject *self, PyObject *args)
     if (rng_state == 0)
         rng_state = 0x9E3779B97F4A7C15ULL;
     countdown = next_interval();
-    deadline = now_seconds() + seconds;
+    started = now_seconds();
+    deadline = started + seconds;
     expired = 0;
     sampling_paused = 0;
     calls = 0;
@@ -567,18 +568,20 @@ sites_start(PyObject *self, PyObject *args)
         installed = 1;
     }
     tracking = 1;
-    return Py_BuildValue("{s:n,s:d}", "table_bytes", (Py_ssize_t)table_bytes, "mean_bytes", mean_bytes);
+    return Py_BuildValue("{s:n,s:d}", "table_bytes", (Py_ssize_t)table_bytes, "mean_bytes", mean_bytes,
+                         "seconds", started > 0 ? now_seconds() - started : 0.0);
 }
 
 static PyObject *
 state_dict(void)
 {
-    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:n,s:L,s:L,s:L,s:L,s:n,s:n,s:d}",
+    return Py_BuildValue("{s:i,s:i,s:i,s:i,s:n,s:L,s:L,s:L,s:L,s:n,s:n,s:d,s:d,s:d}",
                          "installed", installed, "tracking", tracking, "expired", expired,
                          "unhook_refused", unhook_refused, "live", (Py_ssize_t)live,
                          "sampled", sampled_total, "allocated_bytes", seen_bytes, "dropped", dropped, "dropped_stacks", dropped_stacks,
                          "stacks", (Py_ssize_t)n_stacks, "table_bytes", (Py_ssize_t)table_bytes,
-                         "seconds_left", tracking ? deadline - now_seconds() : 0.0);
+                         "seconds_left", tracking ? deadline - now_seconds() : 0.0, "mean_bytes", mean_bytes,
+                         "seconds", started > 0 ? now_seconds() - started : 0.0);
 }
 
 PyObject *
