@@ -84,7 +84,7 @@ DEFAULT_SITES_RATE = 512 * 1024
 
 # Past the window, the time the final census has to read the tracker: at least this, or a few
 # times what the first census took (a 2 GB worker's census under load: 100 s).
-SITES_GRACE_SECONDS = 60.0
+SITES_GRACE_SECONDS = 20.0
 SITES_GRACE_FACTOR = 3.0
 
 
