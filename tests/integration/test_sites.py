@@ -122,3 +122,20 @@ def test_a_sigkilled_watch_leaves_no_hook_past_the_trackers_deadline(tmp_path: P
             time.sleep(0.5)
         assert time.monotonic() > hooked_at + seconds - 5.0, "the hook went before the watch's deadline"
         _assert_unharmed(child, child.report()["truth"])
+
+
+def test_sites_where_the_tracker_cannot_run_is_an_error_with_a_hint(tmp_path: Path) -> None:
+    old = installed_pythons(minimum=(3, 8)).get("3.9")
+    if old is None:
+        pytest.skip("no CPython 3.9 here")
+    with spawn_target("sites_ratio", tmp_path, python=old) as child:
+        result = CliRunner().invoke(app, ["watch", str(child.pid), "-d", "4", "-i", "2", "--sites",
+                                          "--method", "ptrace"])
+        truth = child.report()["truth"]
+        assert child.proc.poll() is None
+    assert result.exit_code == 22, result.output
+    assert "allocation-site tracker cannot run" in result.output
+    assert "hint:" in result.output
+    assert truth["items"] > 0
+    no_duration = CliRunner().invoke(app, ["watch", "1", "--sites"])
+    assert no_duration.exit_code == 2 and "--duration" in no_duration.output
