@@ -129,8 +129,8 @@ def main() -> int:
     for mode in ("sites", "tracemalloc"):
         s, done, cpu = totals[mode]
         summary.append([mode, f"{(done / s) / base_rate:.3f}", f"{(cpu / max(done, 1)) / base_cpu:.3f}"])
-    print(table(["mode", "rollouts/min vs off", "CPU per rollout vs off"], summary,
-                title=f"one sample per {args.rate:,} bytes; tracker's tables in the target {table_bytes / 1048576:.2f} MiB"))
+    title = f"one sample per {args.rate:,} bytes; tracker's tables in the target {table_bytes / 1048576:.2f} MiB"
+    print(table(["mode", "rollouts/min vs off", "CPU per rollout vs off"], summary, title=title))
     return 0
 
 

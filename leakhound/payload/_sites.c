@@ -17,8 +17,8 @@
  *   frame objects (3.11+: PyThreadState_GetFrame would allocate one, and 3.11's allocation
  *   of a gc object can run a collection, with finalizers, inside the target's malloc). A
  *   thread-local flag stops any recursion and keeps the payload's own thread out.
- * - It ends by itself: every sampled allocation and every 65536th hooked call compares the
- *   clock with the deadline given at start, and past it the allocators saved at start are put
+ * - It ends by itself: every sampled allocation compares the clock with the deadline given
+ *   at start, and past it the allocators saved at start are put
  *   back (the payload's timer thread does the same for an idle target). If another hook was
  *   installed on top of this one, removing ours would cut it off: ours then only delegates.
  *
@@ -54,10 +54,14 @@ typedef PyThreadState *(*unchecked_tstate_fn)(void);
 
 #pragma GCC visibility push(hidden)
 
-#define MAX_DEPTH 24
+#define MAX_DEPTH 48
 #define EMPTY ((uintptr_t)0)
-/* How many hooked calls go by between looks at the clock when none is sampled. */
-#define CLOCK_EVERY 0xFFFF
+/* The free path's filter: a bit per hash of a sampled block's address, so that a free of
+ * a block that was never sampled (nearly all of them) reads 8 KiB that stay in cache, not the
+ * sample table (measured: the table's lookup on every free was most of the hook's cost). Bits
+ * of freed samples stay set until the filter is rebuilt from the table. */
+#define FILTER_SHIFT 16
+#define FILTER_WORDS ((1 << FILTER_SHIFT) / 64)
 
 typedef struct {
     PyObject *code;  /* a strong reference once the stack is interned */
@@ -86,7 +90,9 @@ typedef struct {
 static Domain mem_domain = {{0}, DOMAIN_MEM};
 static Domain obj_domain = {{0}, DOMAIN_OBJ};
 
-static __thread int in_hook;  /* this thread is in the hook, or is the payload's */
+/* This thread is in the hook, or is the payload's: read only as a sample is taken (a
+ * thread-local read in a dlopen'd library is a call to __tls_get_addr: too dear per call). */
+static __thread int in_hook;
 
 /* Whether the hook is in the allocator chain (it stays there, only delegating, when another
  * hook was put on top of it), whether it records, whether it samples. */
@@ -94,10 +100,11 @@ static int installed, tracking, sampling_paused;
 int sites_noting;
 
 static double mean_bytes = 512.0 * 1024;
-static long long countdown;
+static long long countdown, interval, consumed;  /* bytes: to the next sample, of the last interval, before it */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 static double deadline, started;  /* CLOCK_MONOTONIC seconds */
-static unsigned long calls;
+static uint64_t filter[FILTER_WORDS];
+static size_t filter_stale;  /* samples removed since the filter was built */
 static int expired, unhook_refused;
 
 static Entry *entries;
@@ -106,7 +113,7 @@ static Stack *stacks;
 static size_t stacks_mask, n_stacks, max_stacks;
 static Frame *frames;
 static size_t n_frames, max_frames;
-static long long sampled_total, dropped, dropped_stacks, seen_bytes;
+static long long sampled_total, dropped, dropped_stacks;
 static size_t table_bytes;
 
 /* What reads the stack: 3.10's frame objects, or 3.11+'s interpreter frames. */
@@ -152,6 +159,28 @@ slot_of(uintptr_t ptr, size_t mask)
     return (size_t)(((uint64_t)(ptr >> 4) * 0x9E3779B97F4A7C15ULL) >> 17) & mask;
 }
 
+static inline uint64_t
+filter_bit(uintptr_t ptr, size_t *word)
+{
+    size_t h = (size_t)(((uint64_t)(ptr >> 4) * 0x9E3779B97F4A7C15ULL) >> (64 - FILTER_SHIFT));
+    *word = h >> 6;
+    return (uint64_t)1 << (h & 63);
+}
+
+static void
+filter_rebuild(void)
+{
+    memset(filter, 0, sizeof(filter));
+    for (size_t k = 0; entries != NULL && k <= entries_mask; k++) {
+        if (entries[k].ptr != EMPTY) {
+            size_t word;
+            uint64_t bit = filter_bit(entries[k].ptr, &word);
+            filter[word] |= bit;
+        }
+    }
+    filter_stale = 0;
+}
+
 static Entry *
 entry_find(uintptr_t ptr)
 {
@@ -179,12 +208,17 @@ entry_remove(Entry *e)
     }
     entries[hole].ptr = EMPTY;
     live--;
+    filter_stale++;
 }
 
 static inline void
 forget(void *ptr)
 {
     if (live == 0 || ptr == NULL)
+        return;
+    size_t word;
+    uint64_t bit = filter_bit((uintptr_t)ptr, &word);
+    if (__builtin_expect(!(filter[word] & bit), 1))
         return;
     Entry *e = entry_find((uintptr_t)ptr);
     if (e != NULL)
@@ -291,30 +325,22 @@ past_deadline(void)
     return 1;
 }
 
-static void
-maybe_sample(void *ptr, size_t size)
+/* A sample is due: the stack of the allocation of ``size`` bytes at ``ptr``, kept. */
+__attribute__((noinline, cold)) static void
+take_sample(void *ptr, size_t size)
 {
-    if (!tracking || in_hook)
-        return;
-    seen_bytes += (long long)size;
-    countdown -= (long long)size;
-    if (countdown > 0) {
-        if ((++calls & CLOCK_EVERY) == 0) {
-            in_hook = 1;
-            past_deadline();
-            in_hook = 0;
-        }
-        return;
-    }
-    countdown = next_interval();
-    if (sampling_paused)
-        return;
+    consumed += interval - countdown;
+    interval = countdown = next_interval();
+    if (sampling_paused || in_hook)
+        return;  /* the payload's own thread (or the hook itself): not the target's */
     in_hook = 1;
     if (!past_deadline()) {
         Frame stack[MAX_DEPTH];
         int depth = read_stack(stack);
         long index = depth > 0 ? intern_stack(stack, depth) : -1;
         sampled_total++;
+        if (filter_stale > 4096 && filter_stale > live)
+            filter_rebuild();
         if (index < 0)
             dropped_stacks++;
         else if (live >= max_live)
@@ -330,9 +356,21 @@ maybe_sample(void *ptr, size_t size)
             entries[k].size = size;
             entries[k].node = 0;
             entries[k].stack = (uint32_t)index;
+            size_t word;
+            uint64_t bit = filter_bit(key, &word);
+            filter[word] |= bit;
         }
     }
     in_hook = 0;
+}
+
+/* Every hooked allocation: a countdown, and rarely a sample. */
+static inline void
+maybe_sample(void *ptr, size_t size)
+{
+    countdown -= (long long)size;
+    if (__builtin_expect(countdown <= 0, 0))
+        take_sample(ptr, size);
 }
 
 static void *
@@ -340,7 +378,7 @@ hook_malloc(void *ctx, size_t size)
 {
     Domain *d = (Domain *)ctx;
     void *ptr = d->saved.malloc(d->saved.ctx, size);
-    if (ptr != NULL)
+    if (ptr != NULL && tracking)
         maybe_sample(ptr, size);
     return ptr;
 }
@@ -350,7 +388,7 @@ hook_calloc(void *ctx, size_t nelem, size_t elsize)
 {
     Domain *d = (Domain *)ctx;
     void *ptr = d->saved.calloc(d->saved.ctx, nelem, elsize);
-    if (ptr != NULL)
+    if (ptr != NULL && tracking)
         maybe_sample(ptr, nelem * elsize);
     return ptr;
 }
@@ -360,11 +398,10 @@ hook_realloc(void *ctx, void *old, size_t size)
 {
     Domain *d = (Domain *)ctx;
     void *ptr = d->saved.realloc(d->saved.ctx, old, size);
-    if (ptr != NULL) {
+    if (ptr != NULL && tracking) {
         /* a moved or resized block is a new one: the old one's sample goes, the new size is
          * sampled as any allocation (pprof's rule) */
-        if (tracking)
-            forget(old);
+        forget(old);
         maybe_sample(ptr, size);
     }
     return ptr;
@@ -528,7 +565,7 @@ sites_start(PyObject *self, PyObject *args)
     size_t slots = power_of_two_above((size_t)max_samples * 2);
     size_t want_stacks = (size_t)max_samples < 4096 ? (size_t)max_samples : 4096;
     size_t stack_slots = power_of_two_above(want_stacks * 2);
-    size_t want_frames = want_stacks * 12;
+    size_t want_frames = want_stacks * 16;
     entries = calloc(slots, sizeof(Entry));
     stacks = calloc(stack_slots, sizeof(Stack));
     frames = calloc(want_frames, sizeof(Frame));
@@ -542,17 +579,19 @@ sites_start(PyObject *self, PyObject *args)
     stacks_mask = stack_slots - 1;
     max_stacks = want_stacks;
     max_frames = want_frames;
-    sampled_total = dropped = dropped_stacks = seen_bytes = 0;
+    sampled_total = dropped = dropped_stacks = 0;
+    memset(filter, 0, sizeof(filter));
+    filter_stale = 0;
     mean_bytes = mean;
     rng_state ^= (uint64_t)(now_seconds() * 1e9);
     if (rng_state == 0)
         rng_state = 0x9E3779B97F4A7C15ULL;
-    countdown = next_interval();
+    interval = countdown = next_interval();
+    consumed = 0;
     started = now_seconds();
     deadline = started + seconds;
     expired = 0;
     sampling_paused = 0;
-    calls = 0;
     if (!installed) {
         Allocator hook;
         PyMem_GetAllocator(DOMAIN_MEM, &mem_domain.saved);
@@ -578,7 +617,7 @@ state_dict(void)
     return Py_BuildValue("{s:i,s:i,s:i,s:i,s:n,s:L,s:L,s:L,s:L,s:n,s:n,s:d,s:d,s:d}",
                          "installed", installed, "tracking", tracking, "expired", expired,
                          "unhook_refused", unhook_refused, "live", (Py_ssize_t)live,
-                         "sampled", sampled_total, "allocated_bytes", seen_bytes, "dropped", dropped, "dropped_stacks", dropped_stacks,
+                         "sampled", sampled_total, "allocated_bytes", consumed + interval - countdown, "dropped", dropped, "dropped_stacks", dropped_stacks,
                          "stacks", (Py_ssize_t)n_stacks, "table_bytes", (Py_ssize_t)table_bytes,
                          "seconds_left", tracking ? deadline - now_seconds() : 0.0, "mean_bytes", mean_bytes,
                          "seconds", started > 0 ? now_seconds() - started : 0.0);

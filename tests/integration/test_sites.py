@@ -21,7 +21,7 @@ from leakhound.attach import run_request
 from leakhound.cli import app
 from leakhound.payload import wire
 from tests.pythons import installed_pythons
-from tests.utils import Child, spawn_target
+from tests.utils import Child, spawn_target, wait_for_agent_socket
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -34,12 +34,22 @@ def _report_line(output: str) -> dict:  # type: ignore[type-arg]
     return next(doc for doc in reversed(lines) if doc.get("event") == "report")
 
 
-@VERSIONS
-def test_two_sites_feeding_one_container_at_their_ratio_and_the_freed_one_absent(tmp_path: Path,
-                                                                                 version: str) -> None:
-    with spawn_target("sites_ratio", tmp_path, python=PYTHONS[version]) as child:
-        result = CliRunner().invoke(app, ["watch", str(child.pid), "-d", "10", "-i", "2", "--sites",
-                                          "--sites-rate", "16384", "--method", "ptrace", "--json"])
+# ptrace on both; gdb and the in-process agent (leakhound importable in the target: this
+# interpreter's) once each.
+RATIO_CASES = [(v, "ptrace") for v in sorted(PYTHONS)] + [("3.12", "gdb"), ("agent", "agent")]
+
+
+@pytest.mark.parametrize(("version", "method"), [c for c in RATIO_CASES if c[0] in PYTHONS or c[0] == "agent"])
+def test_two_sites_feeding_one_container_at_their_ratio_and_the_freed_one_absent(tmp_path: Path, version: str,
+                                                                                 method: str) -> None:
+    python = sys.executable if method == "agent" else PYTHONS[version]
+    env = {"LEAKHOUND_AGENT": "1"} if method == "agent" else None
+    with spawn_target("sites_ratio", tmp_path, python=python, env=env) as child:
+        if method == "agent":
+            wait_for_agent_socket(child.pid)
+        # (gdb samples the owners every --attach-every seconds: a few points in 10 s)
+        result = CliRunner().invoke(app, ["watch", str(child.pid), "-d", "10", "-i", "2", "--attach-every", "2",
+                                          "--sites", "--sites-rate", "16384", "--method", method, "--json"])
         truth = child.report()["truth"]
         assert child.proc.poll() is None
     assert result.exit_code == 0, result.output
@@ -139,3 +149,32 @@ def test_sites_where_the_tracker_cannot_run_is_an_error_with_a_hint(tmp_path: Pa
     assert truth["items"] > 0
     no_duration = CliRunner().invoke(app, ["watch", "1", "--sites"])
     assert no_duration.exit_code == 2 and "--duration" in no_duration.output
+
+
+@pytest.mark.verifiers
+@pytest.mark.timeout(600)
+def test_the_real_workers_trajectories_growth_comes_from_verifiers_own_step_code(tmp_path: Path) -> None:
+    from tests.verifiers_target import continuous_rollouts, spawn_verifiers_worker
+
+    with spawn_verifiers_worker(tmp_path, rollouts=2, turns=3) as worker, \
+            continuous_rollouts(worker, rollouts=4, turns=4):
+        result = subprocess.run(
+            [sys.executable, "-m", "leakhound", "watch", str(worker.worker_pid), "-d", "40", "-i", "5", "--sites",
+             "--sites-rate", "65536", "--method", "ptrace", "--json"], capture_output=True, text=True, timeout=400)
+        truth = worker.read_report()
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = _report_line(result.stdout)
+    growth = [f for f in report["findings"] if f["kind"] == "growth" and f["owner"].endswith("runtime.trajectories")]
+    assert growth, [f["owner"] for f in report["findings"]]
+    assert truth["trajectory_registry"]["entries"] > 0  # the worker holds what the growth names
+    sites = growth[0]["sites"]
+    total = sum(s["bytes"] for s in sites)
+    assert total > 0
+
+    def share(has: object) -> float:
+        return sum(s["bytes"] for s in sites if any(has(f) for f in s["stack"])) / total  # type: ignore[operator]
+
+    # every byte of its growth was allocated under verifiers' own code, most of it under the
+    # function that builds and appends each step (verifiers/v1/runtime.py)
+    assert share(lambda f: "site-packages/verifiers/" in f["file"]) >= 0.9, sites
+    assert share(lambda f: f["function"] == "Runtime.submit_model_request") >= 0.5, sites
