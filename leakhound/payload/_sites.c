@@ -28,7 +28,6 @@
  */
 
 #include <dlfcn.h>
-#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -144,12 +143,24 @@ next_random(void)
     return x;
 }
 
+/* ln(r) for an integer r >= 1, to ~1e-6: without libm, which a target need not have loaded
+ * with its symbols exported (the whole module, the census's walk too, would not load). */
+static double
+log_of(uint64_t r)
+{
+    int k = 63 - __builtin_clzll(r);
+    double m = (double)r / (double)((uint64_t)1 << k);  /* [1, 2) */
+    double t = (m - 1.0) / (m + 1.0), t2 = t * t;
+    double series = t * (1.0 + t2 * (1.0 / 3 + t2 * (1.0 / 5 + t2 * (1.0 / 7 + t2 * (1.0 / 9)))));
+    return k * 0.69314718055994531 + 2.0 * series;
+}
+
 /* Bytes until the next sample: exponential with mean ``mean_bytes``. */
 static long long
 next_interval(void)
 {
-    double u = ((next_random() >> 11) + 1.0) / 9007199254740993.0;  /* (0, 1] */
-    double bytes = -log(u) * mean_bytes;
+    uint64_t r = (next_random() >> 11) + 1;  /* [1, 2^53]: u = r / 2^53 in (0, 1] */
+    double bytes = (53 * 0.69314718055994531 - log_of(r)) * mean_bytes;
     return bytes < 1.0 ? 1 : (long long)bytes;
 }
 

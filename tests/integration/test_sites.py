@@ -178,3 +178,18 @@ def test_the_real_workers_trajectories_growth_comes_from_verifiers_own_step_code
     # function that builds and appends each step (verifiers/v1/runtime.py)
     assert share(lambda f: "site-packages/verifiers/" in f["file"]) >= 0.9, sites
     assert share(lambda f: f["function"] == "Runtime.submit_model_request") >= 0.5, sites
+
+
+@VERSIONS
+def test_a_hook_put_on_top_of_the_tracker_is_never_cut_off(version: str) -> None:
+    payload = Path(__file__).resolve().parents[2] / "leakhound" / "payload"
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "sites_stacked_hooks.py"
+    out = subprocess.run([PYTHONS[version], str(fixture), str(payload)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    # stopped under tracemalloc's hook, ours stays in the chain (taking it out would cut
+    # tracemalloc's off), only delegating; once tracemalloc is gone, the next stop unhooks it
+    assert doc["under"] == {"installed": 1, "unhook_refused": 1}
+    assert doc["passing_through"] is True
+    assert doc["last"]["installed"] == 0 and doc["last"]["sampled"] > 0
+    assert doc["restored"] is True and doc["intact"] is True
