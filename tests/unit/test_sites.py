@@ -66,3 +66,45 @@ def test_the_answer_is_read_field_by_field() -> None:
                 {**doc, "tracker": {**doc["tracker"], "sampled": -1}}):
         with pytest.raises(ProtocolViolation):
             decode_sites(1, bad)
+
+
+def test_a_growing_owners_sites_reach_its_finding_and_the_screen(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from leakhound.analysis.growth import analyse_growth
+    from leakhound.model.snapshot import AllocationSite, Owner, SiteTracking
+    from leakhound.render.watch import render_reports
+    from tests.factories import make_snapshot
+    from tests.unit.test_watch_screen import LEAK, _sample
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    samples = [_sample(float(t)) for t in range(12)]
+    site = AllocationSite(stack=(SiteFrame("/venv/verifiers/v1/runtime.py", 633, "Runtime.submit_model_request"),
+                                 SiteFrame("/venv/verifiers/v1/utils/endpoint_utils.py", 406, "forward_request")),
+                          bytes=3_000_000, count=1000, samples=6)
+    tracking = SiteTracking(mean_bytes=524288, seconds=11.0, sampled=40, allocated_bytes=20_000_000, surviving=6,
+                            attributed_bytes=3_000_000, not_attributed_bytes=0, table_bytes=1_966_080)
+    snapshot = make_snapshot(owners=(Owner(path=LEAK, type="dict", items=2100, retained_bytes=630_000,
+                                           sites=(site,)),), sites=tracking)
+    report = analyse_growth(samples, snapshot=snapshot)
+    growth = [f for f in report.findings if f.owner == LEAK]
+    assert growth and growth[0].sites == (site,)
+    assert report.sites == tracking
+    out = io.StringIO()
+    render_reports((report,), file=out)
+    text = " ".join(out.getvalue().split())
+    assert "runtime.py:633 Runtime.submit_model_request <- endpoint_utils.py:406" in text.replace("│ ", "")
+    assert "tracker's extra memory in the target 1.9 MiB" in text
+
+
+def test_a_snapshot_with_sites_is_read_back_as_written() -> None:
+    from leakhound.model.snapshot import AllocationSite, Owner, SiteTracking, snapshot_from_json, snapshot_to_json
+    from tests.factories import make_snapshot
+
+    site = AllocationSite(stack=(SiteFrame("w.py", 3, "f"),), bytes=10, count=2, samples=1)
+    snap = make_snapshot(owners=(Owner("a", "list", 1, 10, sites=(site,)),),
+                         sites=SiteTracking(mean_bytes=1, seconds=1.0, sampled=1, allocated_bytes=1, surviving=1,
+                                            attributed_bytes=10, not_attributed_bytes=0, table_bytes=5,
+                                            not_attributed=(site,)))
+    assert snapshot_from_json(snapshot_to_json(snap)) == snap
