@@ -26,12 +26,27 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast tier (exactly ``-m "not integration"``) does not import tests/integration, whose
+    every test is marked integration (checked as they are collected, below): ~90 modules whose
+    import and assertion rewriting cost each fast-tier process seconds, and whose objects
+    (matplotlib, playwright) the payload's tests, walking the test process's heap, walk too."""
+    if collection_path == INTEGRATION_DIR and config.getoption("markexpr").replace(" ", "") == "notintegration":
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Two tiers: the fast one is ``-m "not integration"`` (under a minute); a ``slow`` test
     runs in the other tier, with the integration tests."""
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.integration)
+        if INTEGRATION_DIR in item.path.parents and item.get_closest_marker("integration") is None:
+            raise pytest.UsageError(f"{item.nodeid}: a test in tests/integration is marked integration")
 
 
 @pytest.fixture

@@ -36,11 +36,14 @@ def _load(directory):
     with open(directory + "/payload/VERSION") as fh:
         version = fh.read().strip()
     loaded = sys.modules.get(name)
-    if loaded is not None and name + ".runner" in sys.modules:
+    if loaded is not None:
         # Half loaded: by another request of this process now, or by a parent that forked
-        # this child meanwhile (its loading thread did not come along): loaded again here.
+        # this child meanwhile (its loading thread did not come along), at any point of the
+        # loading, before the runner was imported too: loaded again here, none of the
+        # parent's half-run submodules kept.
         loading_pid = getattr(loaded, "__payload_loading_pid__", None)
-        complete = loading_pid is None or getattr(loaded, "__payload_loaded__", False)
+        complete = name + ".runner" in sys.modules and (
+            loading_pid is None or getattr(loaded, "__payload_loaded__", False))
         if not complete and loading_pid == os.getpid():
             raise RuntimeError("another leakhound request is loading the payload in this process")
         state = sys.modules.get("_leakhound_state")
@@ -91,7 +94,7 @@ def _release_page(directory):
         if ctypes.string_at(addr + offset, len(token)) != token.encode():
             return
         # The payload's one CDLL (a fresh CDLL per call would leave a reference cycle).
-        munmap = sys.modules["_leakhound_payload.arena"]._libc().munmap
+        munmap = sys.modules["_leakhound_payload.arena"].process_libc().munmap
         munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
         munmap(addr, size)
     except Exception:
@@ -113,9 +116,10 @@ def _work(directory=LH_DIR):  # noqa: F821
     try:
         runner = _load(directory)
     except BaseException as exc:
+        import json
+
         try:
-            _write(directory, "result.json",
-                   '{"ok": false, "kind": "LoadError", "error": %s}' % repr(repr(exc)).replace("'", '"'))
+            _write(directory, "result.json", json.dumps({"ok": False, "kind": "LoadError", "error": repr(exc)}))
         except OSError:
             pass
         return

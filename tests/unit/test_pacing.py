@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -59,8 +60,16 @@ def test_a_request_near_a_costly_collection_never_switches_the_collector(fresh_p
     # the interpreter's thread switch showed that to the target's threads.
     gc.collect()
     gc.set_threshold(150_000, 10, 10)
-    with _Poller() as poller:
-        out = runner.handle({"op": "snapshot", "max_pause_ms": 0.5}, lambda phase, done: None)
+    # The poller hands the GIL back after 0.5 ms, not the default 5 ms: it still looks at the
+    # collector between every two of the payload's stretches (and more often within them),
+    # and no yield of the payload's waits out the poller's 5 ms switch interval.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    try:
+        with _Poller() as poller:
+            out = runner.handle({"op": "snapshot", "max_pause_ms": 0.5}, lambda phase, done: None)
+    finally:
+        sys.setswitchinterval(interval)
     assert out.get("ok"), out
     assert poller.reads > 0 and poller.off == 0
     assert gc.isenabled() and gc.get_threshold() == (150_000, 10, 10)

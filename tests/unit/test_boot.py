@@ -1,0 +1,66 @@
+"""boot.py, the bootstrap the debugger runs in the target: it loads the payload once per
+process and answers a payload it cannot load with a ``LoadError`` result the CLI can read.
+Each test runs the bootstrap in a fresh interpreter (it loads the payload into that process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leakhound.attach.channel import PrivateChannel
+
+# The bootstrap as the debugger runs it, then the payload's thread waited for.
+RUN_BOOT = """
+import sys, threading
+{setup}
+exec({bootstrap!r})
+for thread in threading.enumerate():
+    if thread.name == "leakhound-payload":
+        thread.join(60)
+"""
+
+
+@pytest.fixture
+def channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateChannel]:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    with PrivateChannel(uid=os.geteuid(), request={"op": "ping", "timeout": 10}) as made:
+        yield made
+
+
+def _boot(channel: PrivateChannel, setup: str = "") -> dict[str, object]:
+    script = RUN_BOOT.format(setup=textwrap.dedent(setup), bootstrap=channel.bootstrap_code())
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    result = channel.read_json("result.json")
+    assert result is not None
+    return result
+
+
+def test_a_payload_that_cannot_load_is_a_load_error_in_json(channel: PrivateChannel) -> None:
+    os.unlink(channel.dir / "payload" / "VERSION")
+    result = _boot(channel)
+    assert (result["ok"], result["kind"]) == (False, "LoadError")
+    assert str(result["error"]).startswith("FileNotFoundError(")
+
+
+def test_a_child_forked_before_its_parent_imported_the_runner_loads_the_payload_again(
+        channel: PrivateChannel) -> None:
+    # What a child forked mid-load inherits: the package and a half-run submodule from its
+    # parent's loading thread, no runner yet, the parent's pid as the loader's.
+    half_loaded = f"""
+    import types
+    package = types.ModuleType("_leakhound_payload")
+    package.__payload_version__ = {(channel.dir / "payload" / "VERSION").read_text()!r}
+    package.__payload_loading_pid__ = 1
+    sys.modules["_leakhound_payload"] = package
+    sys.modules["_leakhound_payload.wire"] = types.ModuleType("_leakhound_payload.wire")
+    """
+    result = _boot(channel, half_loaded)
+    assert result["ok"] is True, json.dumps(result)
