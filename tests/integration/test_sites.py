@@ -174,10 +174,14 @@ def test_the_real_workers_trajectories_growth_comes_from_verifiers_own_step_code
     def share(has: object) -> float:
         return sum(s["bytes"] for s in sites if any(has(f) for f in s["stack"])) / total  # type: ignore[operator]
 
-    # every byte of its growth was allocated under verifiers' own code, most of it under the
-    # function that builds and appends each step (verifiers/v1/runtime.py)
+    # Every byte of its growth was allocated under verifiers' own code: the function that builds
+    # each step and appends it (Runtime.submit_model_request: the model's response it asks for,
+    # the step it serialises) and the interception server's handler that parses the request
+    # whose prompt the step keeps (verifiers/utils/interception_utils.py).
     assert share(lambda f: "site-packages/verifiers/" in f["file"]) >= 0.9, sites
-    assert share(lambda f: f["function"] == "Runtime.submit_model_request") >= 0.5, sites
+    assert share(lambda f: f["function"] in ("Runtime.submit_model_request",
+                                             "InterceptionServer._handle_request")) >= 0.8, sites
+    assert share(lambda f: f["function"] == "Runtime.submit_model_request") >= 0.3, sites
 
 
 @VERSIONS
