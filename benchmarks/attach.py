@@ -34,6 +34,8 @@ from typing import Any
 
 import _common as c
 
+from leakhound.model.names import Method
+
 
 def idle_target(objects: int, agent: bool = False) -> c.Target:
     env = {"BENCH_OBJECTS": str(objects), "PYTHONPATH": str(c.peers_site_packages())}
@@ -74,7 +76,7 @@ def leakhound_api(pid: int) -> dict[str, Any]:
     from leakhound.attach import run_request
 
     started = time.perf_counter()
-    remote = run_request(pid, {"op": "snapshot"}, method="gdb", timeout=60)
+    remote = run_request(pid, {"op": "snapshot"}, method=Method.GDB, timeout=60)
     wall = time.perf_counter() - started
     return {"wall": wall, "error": "",
             "own": f"gdb run {remote.attach_stop_ms:.1f} ms, "

@@ -1,4 +1,4 @@
-"""Prototype variants of the census's inner walk (Census._claim_tree's loop), measured on the
+"""Prototype variants of the census's inner walk (ClaimWalk.claim_tree's loop), measured on the
 bench heap in-process. Evidence for the suggestions in docs/performance.md; leakhound's
 payload is not changed by this script.
 

@@ -171,16 +171,21 @@ def main() -> int:
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--skip-pass", action="store_true")
     parser.add_argument("--runs", type=int, default=1, help="end-to-end runs (fresh targets each): medians")
+    parser.add_argument("--quick", action="store_true", help="200k nodes and objects: checks the script")
     args = parser.parse_args()
+    if args.quick:
+        args.nodes = args.objects = 200_000
     c.run_timed = _timed_rss(c.run_timed)
     started = time.time()
-    print(f"dominator pass alone, leakhound's process ({time.strftime('%Y-%m-%d %H:%M')}, "
-          f"load {open('/proc/loadavg').read().split()[0]})")
+    c.header("dominator owners: the pass alone, and end to end against guppy3", sys.argv)
+    passes = []
     for nodes, compiled in ((args.nodes, True), (max(10_000, args.nodes // 10), False)) if not args.skip_pass else ():
         r = pass_alone(nodes, compiled)
-        print(f"  {r['engine']:>8}: {r['nodes']:>10,} nodes {r['edges']:>10,} edges  dominators "
-              f"{c.secs(r['dominators_s'])}  owners+names {c.secs(r['owners_s'])}  extra peak "
-              f"{c.mib(r['extra_peak'])} (the graph itself {c.mib(r['graph_rss'])})")
+        passes.append([r["engine"], f"{r['nodes']:,}", f"{r['edges']:,}", c.secs(r["dominators_s"]),
+                       c.secs(r["owners_s"]), c.mib(r["extra_peak"]), c.mib(r["graph_rss"])])
+    if passes:
+        print(c.table(["engine", "nodes", "edges", "dominators", "owners+names", "extra peak", "the graph itself"],
+                      passes, title="dominator pass alone, in leakhound's process"))
     if not args.skip_e2e:
         c.ensure_peers_venv()
         print(f"end to end, bench_heap {args.objects:,} objects, {args.method}")
@@ -191,6 +196,10 @@ def main() -> int:
             rows = end_to_end(args.objects, args.method)
             runs.append(rows)
             guppy = rows[-1]
+            c.record(f"end to end, bench_heap {args.objects:,} objects, {args.method}, run {k + 1}",
+                     ["tool", "wall", "vs guppy3", "worst loop lag", "target extra peak", "of guppy3's"],
+                     [[r["name"], c.secs(r["wall"]), c.ratio(guppy["wall"], r["wall"]), f"{r['lag_ms']:.0f} ms",
+                       c.mib(r["extra_peak"]), c.ratio(r["extra_peak"], guppy["extra_peak"])] for r in rows])
             for r in rows:
                 extra = (f"  graph {r['graph_nodes']:,} nodes {r['graph_edges']:,} edges walked "
                          f"{c.secs(r['graph_s'])}, analysed {c.secs(r['analysis_s'])}; leakhound's peak RSS "
@@ -208,4 +217,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    c.main_guard(main)

@@ -38,6 +38,8 @@ from typing import Any
 
 import _common as c
 
+from leakhound.model.names import Owners
+
 sys.path.insert(0, str(c.ROOT))
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -68,7 +70,7 @@ def page_seconds(pid: int, top: int, out: Path) -> dict[str, float]:
     from leakhound.core.capture import capture
     from leakhound.render import html
 
-    taken = capture(pid, top=top, owner_model="auto")
+    taken = capture(pid, top=top, owners=Owners.AUTO)
     started = time.perf_counter()
     parts = owner_parts(taken.graph, taken.tree, taken.snapshot.owners) if taken.graph and taken.tree else ()
     parted = time.perf_counter()
@@ -225,9 +227,7 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS / f"html-report-{time.strftime('%Y-%m-%d')}.json")
-    parser.add_argument("--no-doc", action="store_true", help="leave docs/performance.md as it is")
-    parser.add_argument("--doc-from", type=Path, metavar="FILE",
-                        help="measure nothing: write docs/performance.md's table from this results file")
+    c.add_doc_options(parser)
     args = parser.parse_args()
     if args.doc_from is not None:
         write_doc(args.doc_from)
@@ -267,4 +267,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    c.main_guard(main, results="")  # (its own results file, and its own table on the page)

@@ -154,8 +154,8 @@ def phases() -> None:
                 calls[name] = calls.get(name, 0) + 1
         return inner
 
-    census._claim_named = wrap("named roots (_claim_named)", census._claim_named)
-    census._claim_tree = wrap("walls + frames (_claim_tree)", census._claim_tree)
+    census.walk.claim_named = wrap("named roots (claim_named)", census.walk.claim_named)
+    census.walk.claim_tree = wrap("walls + frames (claim_tree)", census.walk.claim_tree)
     census._split_unreached = wrap("unreached split", census._split_unreached)
     get_objects = gc.get_objects
     got = {}
@@ -189,13 +189,13 @@ def memory() -> None:
     census.run()
     after, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    claimed = census.claimed
+    claimed = census.walk.claimed
     rows = [
         ["tracemalloc peak during run() (over start)", c.mib(peak - before)],
         ["held at the end of run() (claimed marks etc.)", c.mib(after - before)],
         ["claimed marks: address bitmap", f"{c.mib(claimed.nbytes())} ({len(claimed.regions):,} regions)"],
         ["gc.get_objects() list (tracked x 8 B)", c.mib(census.tracked * 8)],
-        ["owners", f"{len(census.owners.keys):,}"],
+        ["owners", f"{len(census.walk.owners.keys):,}"],
     ]
     print(c.table(["memory", ""], rows, title="3. Memory (tracemalloc, separate run)"))
     print()

@@ -3,7 +3,7 @@ over N no-op injections into an idle fixture, and the time inject() takes end to
 the tracer helper's start). ``--old PATH`` interleaves injections by the single-file
 injector of another checkout (e.g. a git worktree at 2b787ef), under the same load.
 
-    .venv/bin/python benchmarks/ptrace_stop.py -n 60 [--old /tmp/lh_old/leakhound/attach/ptrace.py]
+    .venv/bin/python benchmarks/ptrace_stop.py -n 60 [--quick] [--old /tmp/lh_old/leakhound/attach/ptrace.py]
 """
 
 from __future__ import annotations
@@ -21,14 +21,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import _common as c  # noqa: E402
+
 from leakhound.attach import ptrace  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=60)
+    parser.add_argument("--quick", action="store_true", help="5 injections: checks the script")
     parser.add_argument("--old", help="path of an older single-file ptrace.py to compare with")
     args = parser.parse_args()
+    if args.quick:
+        args.n = 5
+    c.header(f"the ptrace injector's stop, {args.n} no-op injections into an idle target", sys.argv)
     injectors = {"helper": ptrace.inject}
     if args.old:
         spec = importlib.util.spec_from_file_location("old_ptrace", args.old)
@@ -45,7 +51,6 @@ def main() -> None:
     try:
         while not os.path.exists(ready):
             time.sleep(0.05)
-        print(f"# load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for _ in range(args.n):
             for name, inject in injectors.items():
                 began = time.perf_counter()
@@ -56,12 +61,14 @@ def main() -> None:
     finally:
         target.kill()
         target.wait()
+    rows = []
     for name in injectors:
         s = sorted(stops[name])
-        print(f"{name:10}  stop ms: median {statistics.median(s):.3f}  p90 {s[int(len(s) * 0.9)]:.3f}  "
-              f"max {s[-1]:.3f}   inject() ms: median {statistics.median(walls[name]):.1f}")
-    print(f"# load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        rows.append([name, f"{statistics.median(s):.3f} ms", f"{s[int(len(s) * 0.9)]:.3f} ms", f"{s[-1]:.3f} ms",
+                     f"{statistics.median(walls[name]):.1f} ms"])
+    print(c.table(["injector", "stop median", "stop p90", "stop max", "inject() median"], rows,
+                  title=f"{args.n} no-op injections (stop: the tracer's SEIZE to DETACH)"))
 
 
 if __name__ == "__main__":
-    main()
+    c.main_guard(main)

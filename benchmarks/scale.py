@@ -8,9 +8,12 @@ the CLI runs end to end, as an on-call engineer runs it, and this records:
   smallest size measured;
 - the owner model used (``heap.owner_model``, with its note when it fell back), and owner #1:
   its path, its retained bytes against the truth (``right``: the culprit's path, within 5%);
-- the target's worst event-loop lag during the inspection (its 5 ms heartbeat);
+- the target's worst event-loop lag during the inspection (its 5 ms heartbeat), and its
+  latest late ticks (``late``: [time.time(), lag ms], fixtures/_target.py) to line a lag up
+  with what ran then;
 - the target's extra memory: the snapshot's ``cost`` (VmHWM growth, and the payload's own
-  peak), as a share of the target's RSS;
+  peak), in bytes and as a share of the target's RSS (a fixed part, the payload's modules and
+  blocks, weighs most on small heaps);
 - leakhound's own peak RSS (/usr/bin/time's maximum resident set size of the CLI);
 - guppy3's ``str(hpy().heap())`` in the same target after leakhound, on its main thread, when
   it finishes within ``--peer-timeout`` (a separate venv: ``pip install guppy3``).
@@ -23,7 +26,11 @@ benchmarks/results/scale-<date>.json and the table of docs/performance.md's "At 
 them (``--no-doc``: not; ``--doc-from FILE``: only the table, from a results file).
 
     .venv/bin/python benchmarks/scale.py [--sizes 1M,5M,20M] [--shapes registry,requests]
-        [--no-guppy] [--peer-timeout 600] [--out FILE] [--no-doc] [--doc-from FILE]
+        [--no-guppy] [--peer-timeout 600] [--nice -10] [--out FILE] [--no-doc] [--doc-from FILE]
+
+``--nice N`` (root): the target, and with it its heartbeat, runs at niceness N (default -10):
+on a machine shared with other work the lag measured is then more the payload's than the
+machine's.
 
 50M objects is ~4-5 GB a target (and guppy3 needs as much again): it fits a 24 GiB machine,
 and takes several minutes to build.
@@ -88,7 +95,8 @@ def inspect_default(pid: int, timeout: float) -> tuple[float, int, subprocess.Co
     return wall, peak, proc
 
 
-def measure(objects: int, shape: str, *, guppy: Path | None, peer_timeout: float, cli_timeout: float) -> dict[str, Any]:
+def measure(objects: int, shape: str, *, guppy: Path | None, peer_timeout: float, cli_timeout: float,
+            nice: int | None = None) -> dict[str, Any]:
     env = {"SCALE_OBJECTS": str(objects), "SCALE_SHAPE": shape}
     if guppy is not None:
         env.update(BENCH_PEER="guppy3", PYTHONPATH=str(guppy))
@@ -96,11 +104,16 @@ def measure(objects: int, shape: str, *, guppy: Path | None, peer_timeout: float
     with c.target("scale_heap.py", env=env, ready_timeout=3600) as t:
         truth = t.doc["truth"]
         row.update(culprit=truth["culprit"], culprit_bytes=truth["culprit_bytes"], build_s=truth["build_seconds"])
+        if nice is not None:
+            t.renice(nice)
+            row["target_nice"] = nice
         t.settle(2.0)
         row["target_rss"] = c.proc_status(t.pid)["VmRSS"]
         t.reset_lag()
         wall, cli_peak, proc = inspect_default(t.pid, cli_timeout)
         row["lag_ms"] = t.lag_after()
+        row["late_ticks"] = sorted(t.doc.get("late") or [], key=lambda tick: -tick[1])[:8]
+        row["load_average"] = c.load_average()
         row.update(wall_s=wall, cli_peak_rss=cli_peak, exit=proc.returncode)
         if proc.returncode != 0:
             row["error"] = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]
@@ -131,8 +144,9 @@ def measure(objects: int, shape: str, *, guppy: Path | None, peer_timeout: float
     return row
 
 
-def _pct(part: float | None, whole: float | None) -> str:
-    return "-" if not part or not whole else f"{100.0 * part / whole:.1f}%"
+def _extra(part: float | None, whole: float | None) -> str:
+    """Extra memory in MiB and as a share of RSS: "15.5 MiB (13.0%)"."""
+    return "-" if not part or not whole else f"{part / 2**20:.1f} MiB ({100.0 * part / whole:.1f}%)"
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
@@ -148,7 +162,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
             r.get("owner_model") or f"exit {r['exit']}", owner,
             "-" if r.get("owner1_vs_truth") is None else f"{r['owner1_vs_truth']:.3f}",
             {True: "yes", False: "NO"}.get(r.get("owner1_right"), "-"), f"{r['lag_ms']:.0f} ms",
-            _pct(r.get("hwm_growth"), r.get("rss")), _pct(r.get("payload_peak"), r.get("rss")),
+            _extra(r.get("hwm_growth"), r.get("rss")), _extra(r.get("payload_peak"), r.get("rss")),
             c.mib(r["cli_peak_rss"]), c.secs(r.get("guppy_s")) if r.get("guppy_s") else r.get("guppy_note", "-"),
             c.ratio(r.get("guppy_s"), r["wall_s"]),
         ])
@@ -172,7 +186,7 @@ def doc_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
             f"{r['target_rss'] / 2**20:,.0f} MiB", c.secs(r["wall_s"]), r.get("owner_model") or f"exit {r['exit']}",
             "-" if r.get("owner1") is None else r["owner1"].replace("__main__.", ""),
             "-" if r.get("owner1_vs_truth") is None else f"{r['owner1_vs_truth']:.3f}",
-            f"{r['lag_ms']:.0f} ms", _pct(r.get("hwm_growth"), r.get("rss")), f"{r['cli_peak_rss'] / 2**20:,.0f} MiB",
+            f"{r['lag_ms']:.0f} ms", _extra(r.get("hwm_growth"), r.get("rss")), f"{r['cli_peak_rss'] / 2**20:,.0f} MiB",
             f"{r['guppy_s']:.3g} s" if r.get("guppy_s") else "-",
             f"{r['guppy_s'] / r['wall_s']:.1f}x" if r.get("guppy_s") else "-",
         ]
@@ -191,10 +205,9 @@ def main() -> int:
     parser.add_argument("--no-guppy", action="store_true")
     parser.add_argument("--peer-timeout", type=float, default=600.0, help="seconds guppy3 may take")
     parser.add_argument("--cli-timeout", type=float, default=3600.0, help="seconds before the CLI is killed")
+    parser.add_argument("--nice", type=int, default=-10, help="the target niceness (as root)")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--no-doc", action="store_true", help="leave docs/performance.md as it is")
-    parser.add_argument("--doc-from", type=Path, metavar="FILE",
-                        help="measure nothing: write docs/performance.md's table from this results file")
+    c.add_doc_options(parser)
     args = parser.parse_args()
     if args.doc_from is not None:
         write_doc(args.doc_from)
@@ -210,7 +223,8 @@ def main() -> int:
     started = time.time()
     for objects in sizes:
         for shape in shapes:
-            row = measure(objects, shape, guppy=guppy, peer_timeout=args.peer_timeout, cli_timeout=args.cli_timeout)
+            row = measure(objects, shape, guppy=guppy, peer_timeout=args.peer_timeout, cli_timeout=args.cli_timeout,
+                          nice=args.nice if os.geteuid() == 0 else None)
             rows.append(row)
             print(f"# {shape} {objects:,}: {json.dumps(row, default=str)}", flush=True)
     print()
@@ -228,4 +242,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    c.main_guard(main)
+    c.main_guard(main, results="")  # (its own results file, and its own table on the page)

@@ -1,4 +1,5 @@
-"""Spawning real target programs for integration tests (always killed afterwards)."""
+"""Spawning real target programs for integration tests (always killed afterwards), and
+running the CLI as an on-call engineer does."""
 
 from __future__ import annotations
 
@@ -9,16 +10,40 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 # An unprivileged user the tests act as (the target's owner, an attacker): nobody.
 NOBODY = 65534
 AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+T = TypeVar("T")
+# The console script of this venv.
+LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
+
+
+def wait_until(condition: Callable[[], T], *, timeout: float = 10.0, what: str = "") -> T:
+    """``condition()`` once it is true, asked every 20 ms; AssertionError after ``timeout``
+    seconds. For a state the target or the kernel reaches a moment later: a fixed sleep
+    before an assertion is too short on a loaded machine and too long on a quiet one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what or condition}"
+        time.sleep(0.02)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, prefix: list[str] | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``leakhound ARGS`` in a process of its own: its exit code, stdout and stderr. ``env``:
+    added to this environment; ``prefix``: the command it runs under (setpriv, prlimit)."""
+    return subprocess.run([*(prefix or []), LEAKHOUND, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """A hostile workload for the census walk: ``python -m tests.walk_hostile [--so PATH]``.
 
-Runs ``Census._claim_tree`` with the compiled walk and with the pure-Python loop over
+Runs ``ClaimWalk.claim_tree`` with the compiled walk and with the pure-Python loop over
 structures built to break it, each at several per-call budgets (1, 2, 7 and the default, so
 big containers are split and resumed through ``pending``), and compares the two loops'
 numbers where the structure cannot change under the walk. Exits 1 on any difference or
@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from leakhound.payload import census
-from leakhound.payload.objects import _type_name
+from leakhound.payload import census, census_walk
+from leakhound.payload.objects import type_name
 
 PER_CALLS = (1, 2, 7, census._WORK_PER_CALL)
 SIZEOF_CALLS = [0]  # a __sizeof__ written in Python must never run
@@ -44,8 +44,8 @@ ONLY = [""]
 COMPILED_ONLY = [False]
 
 
-def _wall_off_code(walk: census.Census) -> None:
-    """Claim modules, their dicts and every class up front (as Census._walk_roots does), so
+def _wall_off_code(walk: census_walk.ClaimWalk) -> None:
+    """Claim modules, their dicts and every class up front (as census_roots.walk_from_roots does), so
     a walk stays inside the structure it was given."""
     for module in list(sys.modules.values()):
         walk.claimed.add(id(module))
@@ -65,12 +65,12 @@ def _wall_off_code(walk: census.Census) -> None:
 
 def walk(root: Any, compiled: bool, per_call: int) -> tuple[int, int, dict[str, tuple[int, int]]]:
     census._WORK_PER_CALL = per_call
-    w = census.Census(timeout=60, compiled=compiled, progress=_between_calls)
+    w = census.Census(timeout=60, compiled=compiled, progress=_between_calls).walk
     assert w.walker == ("compiled" if compiled else "python")
     _wall_off_code(w)
-    w._claim_tree(w._owner("root", root), root)
+    w.claim_tree(w.owner_slot("root", root), root)
     t = w.types
-    return w.total_objects, w.total_bytes, {_type_name(tp): (t.counts[i], t.bytes[i])
+    return w.total_objects, w.total_bytes, {type_name(tp): (t.counts[i], t.bytes[i])
                                            for i, tp in enumerate(t.keys)}
 
 
@@ -390,7 +390,7 @@ def switch_threads() -> None:
 def limits(claim: Any) -> None:
     """limit <= 0 still makes progress and never drops what pending holds."""
     for limit in (0, -1):
-        w = census.Census(timeout=60)
+        w = census.Census(timeout=60).walk
         stack: list[Any] = [[list(range(10)), [1, 2]]]
         pending: list[Any] = []
         done = 0

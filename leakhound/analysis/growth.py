@@ -85,17 +85,34 @@ def estimate_owners(
 # -- the arithmetic ----------------------------------------------------------------------------
 
 
-def slope(points: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope (units per second); 0 for fewer than two distinct times."""
+@dataclass(frozen=True)
+class Fit:
+    """A least-squares line through (time, value) points."""
+
+    per_second: float  # its slope; 0 for fewer than two distinct times
+    stderr: float  # the slope's standard error; 0 below three points
+
+
+def least_squares(points: Sequence[tuple[float, float]]) -> Fit:
+    """The least-squares line through ``points`` (seconds, value)."""
     n = len(points)
     if n < 2:
-        return 0.0
+        return Fit(0.0, 0.0)
     mean_t = sum(t for t, _ in points) / n
     mean_v = sum(v for _, v in points) / n
-    var = sum((t - mean_t) ** 2 for t, _ in points)
-    if var == 0:
-        return 0.0
-    return sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread == 0:
+        return Fit(0.0, 0.0)
+    per_second = sum((t - mean_t) * (v - mean_v) for t, v in points) / spread
+    if n < 3:
+        return Fit(per_second, 0.0)
+    residual = sum((v - mean_v - per_second * (t - mean_t)) ** 2 for t, v in points)
+    return Fit(per_second, float((residual / (n - 2) / spread) ** 0.5))
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope (units per second); 0 for fewer than two distinct times."""
+    return least_squares(points).per_second
 
 
 def _recent(points: Sequence[tuple[float, float]], fraction: float, minimum: int) -> list[tuple[float, float]]:

@@ -3,7 +3,7 @@
 Rows: live Python objects (the census), the native buffers it attributed to owners (torch
 storages, mmaps, Pillow pixels), free space pymalloc keeps inside its arenas, free space glibc
 keeps (and the part of it ``malloc_trim`` can return), thread stacks and file-backed mappings
-(from /proc/PID/smaps), and the rest of RSS (interpreter and C extension state, allocator
+(from /proc/PID/pagemap), and the rest of RSS (interpreter and C extension state, allocator
 metadata). When the rows add up to more than RSS, the last row is not "other" but the
 overlap, "counted twice", negative: bytes the worker freed between the walk that counted them
 live and the allocator read that counted them free. A row the snapshot has no number for
@@ -56,7 +56,7 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
         LedgerRow("  of which trimmable", trimmable, trimmable / rss, "malloc_trim(0) would return it"),
     ]
     if stacks:
-        rows.append(LedgerRow("thread stacks", stacks, stacks / rss, "resident, from /proc/PID/smaps"))
+        rows.append(LedgerRow("thread stacks", stacks, stacks / rss, "resident, from /proc/PID/pagemap"))
     if files:
         rows.append(LedgerRow("mapped files", files, files / rss, "executable, libraries, mmapped files"))
     if rest >= 0:

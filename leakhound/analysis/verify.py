@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from leakhound.analysis.growth import slope
+from leakhound.analysis.growth import least_squares, slope
 from leakhound.model.units import MiB
 from leakhound.model.verify import (
     CountWindow,
@@ -60,39 +60,25 @@ class FixedOwner:
     object_id: int
 
 
-def stderr(points: Sequence[tuple[float, float]], per_second: float) -> float:
-    """The standard error of a least-squares slope (units per second); 0 below three points."""
-    n = len(points)
-    if n < 3:
-        return 0.0
-    mean_t = sum(t for t, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    spread = sum((t - mean_t) ** 2 for t, _ in points)
-    if spread == 0:
-        return 0.0
-    residual = sum((v - mean_v - per_second * (t - mean_t)) ** 2 for t, v in points)
-    return float((residual / (n - 2) / spread) ** 0.5)
-
-
 def window_stats(points: Sequence[VerifyPoint]) -> WindowStats | None:
     if not points:
         return None
     rss = [(p.taken_at, float(p.rss_bytes)) for p in points]
     heap = [(p.taken_at, float(p.heap_bytes)) for p in points if p.heap_bytes is not None]
-    rss_slope = slope(rss)
-    heap_slope = slope(heap) if len(heap) >= 2 else None
+    rss_fit = least_squares(rss)
+    heap_fit = least_squares(heap) if len(heap) >= 2 else None
     return WindowStats(
         started_at=points[0].taken_at,
         ended_at=points[-1].taken_at,
         samples=len(points),
         rss_first_bytes=points[0].rss_bytes,
         rss_last_bytes=points[-1].rss_bytes,
-        rss_bytes_per_min=rss_slope * 60.0,
+        rss_bytes_per_min=rss_fit.per_second * 60.0,
         heap_first_bytes=int(heap[0][1]) if heap else None,
         heap_last_bytes=int(heap[-1][1]) if heap else None,
-        heap_bytes_per_min=heap_slope * 60.0 if heap_slope is not None else None,
-        rss_stderr_bytes_per_min=stderr(rss, rss_slope) * 60.0,
-        heap_stderr_bytes_per_min=stderr(heap, heap_slope) * 60.0 if heap_slope is not None else None,
+        heap_bytes_per_min=heap_fit.per_second * 60.0 if heap_fit is not None else None,
+        rss_stderr_bytes_per_min=rss_fit.stderr * 60.0,
+        heap_stderr_bytes_per_min=heap_fit.stderr * 60.0 if heap_fit is not None else None,
     )
 
 

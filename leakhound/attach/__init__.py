@@ -55,17 +55,8 @@ def _quiet(_: str) -> None:
     pass
 
 
-def _method(name: Method | str) -> Method:
-    try:
-        return Method(name)
-    except ValueError:
-        raise MethodUnavailable(f"unknown method {name!r}; choose one of {', '.join(METHODS)}") from None
-
-
-def choose_method(target: Target, method: Method | str) -> Method:
-    """``method``, or for ``auto`` the first of ``AUTO_ORDER`` available for ``target``.
-    MethodUnavailable for a name that is not a method."""
-    method = _method(method)
+def choose_method(target: Target, method: Method) -> Method:
+    """``method``, or for ``auto`` the first of ``AUTO_ORDER`` available for ``target``."""
     if method != Method.AUTO:
         return method
     if agent.available(target.pid, target.uid):
@@ -85,7 +76,7 @@ def run_request(
     pid: int,
     request: dict[str, Any],
     *,
-    method: Method | str = Method.AUTO,
+    method: Method = Method.AUTO,
     timeout: float = FOLLOW_PROGRESS,
     progress: Progress | None = None,
     log: AttachLog | None = None,
@@ -133,7 +124,7 @@ def run_request(
         request["max_extra_bytes"] = budget
     meter = CostMeter(room, budget).start()
     try:
-        remote = _run(pid, request, method=_method(method), chosen=chosen, deadline=deadline, progress=progress,
+        remote = _run(pid, request, method=method, chosen=chosen, deadline=deadline, progress=progress,
                       log=log, target=target, on_partial=on_partial, meter=meter)
     finally:
         meter.stop()

@@ -32,7 +32,8 @@ from leakhound.errors import (
     TargetExited,
     TargetFilesystemUnreachable,
 )
-from leakhound.payload.agent_server import connect
+from leakhound.payload import wire
+from leakhound.payload.agent_server import refuses_connections
 
 _AGENT_SOCKET = re.compile(r"/leakhound-agent-\d+/agent-(\d+)\.sock$")
 _SOCKET_FD = re.compile(r"socket:\[(\d+)\]")
@@ -122,20 +123,6 @@ def _candidate_dirs(pid: int) -> list[str]:
     return list(dict.fromkeys([*dirs, "/tmp", "/var/tmp", "/usr/tmp"]))
 
 
-def _refused(path: str) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        connect(probe, path)
-    except ConnectionRefusedError:
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return False
-
-
 def remove_stale_sockets(pid: int) -> list[str]:
     """Remove the socket files named after ``pid`` that no agent listens on (its worker was
     killed before its atexit ran); returns them."""
@@ -163,7 +150,7 @@ def _remove_if_stale(path: str) -> bool:
         owner = os.fstat(dir_fd).st_uid
         entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if os.path.basename(directory) != f"leakhound-agent-{owner}" or entry.st_uid != owner \
-                or not stat.S_ISSOCK(entry.st_mode) or not _refused(f"/proc/self/fd/{dir_fd}/{name}"):
+                or not stat.S_ISSOCK(entry.st_mode) or not refuses_connections(f"/proc/self/fd/{dir_fd}/{name}"):
             return False
         os.unlink(name, dir_fd=dir_fd)
         return True
@@ -367,7 +354,7 @@ def _short(value: Any) -> str:
 def _send_cancel(sock: socket.socket) -> bool:
     try:
         sock.settimeout(CANCEL_GRACE)
-        sock.sendall(b'{"cancel": true}\n')
+        sock.sendall(json.dumps({wire.CANCEL: True}).encode() + b"\n")
     except OSError:
         pass
     return True

@@ -41,6 +41,7 @@ from leakhound.errors import (
     TargetExited,
     TargetFilesystemUnreachable,
 )
+from leakhound.payload import wire
 
 Progress = Callable[[str, int], None]
 # A document the payload hands over before its result: (name, doc, post), where
@@ -311,7 +312,7 @@ class PrivateChannel:
         cancel leakhound did not ask for is told apart."""
         self.cancel_requested = True
         try:
-            self.private.touch("cancel")
+            self.private.touch(wire.CANCEL)
         except OSError:
             pass
 

@@ -19,6 +19,7 @@ from leakhound.attach.channel import PrivateChannel
 from leakhound.attach.process import alive, stopped
 from leakhound.errors import AttachTimeout, OutcomeUnknown, PrivateDirTampered, TargetBlocked, TargetExited
 from leakhound.interrupts import deferred
+from leakhound.payload import wire
 
 T = TypeVar("T")
 
@@ -65,7 +66,8 @@ def _inside(channel: PrivateChannel) -> str:
 def _unasked_cancel(channel: PrivateChannel, pid: int, result: dict[str, Any]) -> None:
     """A ``Cancelled`` answer for a cancel leakhound never asked for: the payload found a
     ``cancel`` file (or its directory gone) that someone else made."""
-    if result.get("kind") == "Cancelled" and result.get("reason") == "cancel" and not channel.cancel_requested:
+    if result.get("kind") == wire.KIND_CANCELLED and result.get("reason") == wire.CANCEL \
+            and not channel.cancel_requested:
         raise PrivateDirTampered(
             f"process {pid}: the request was stopped by a cancel leakhound did not ask for (a `cancel` file "
             f"in its private directory, or the directory moved away, during {result.get('phase', '?')}): "

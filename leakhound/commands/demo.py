@@ -52,8 +52,8 @@ def run(*, request: RequestOptions, verify: float, reporter: Reporter) -> None:
             con.print(f"\n[bold]2. leakhound inspect {pid} --owners dominator[/bold] (the worker keeps running)\n")
             # dominator owners always (inspect's default, auto, falls back to the census when the
             # graph would hold more than its memory budget in the worker: this one is borderline)
-            snapshot = take_snapshot(pid, method=request.method, top=8, progress=reporter.progress,
-                                     log=request.log, owner_model=Owners.DOMINATOR)
+            snapshot = take_snapshot(pid, request=request, top=8, progress=reporter.progress,
+                                     owners=Owners.DOMINATOR)
             for _ in range(3):
                 if _delivered_bodies(snapshot) > 0:
                     break
@@ -62,8 +62,8 @@ def run(*, request: RequestOptions, verify: float, reporter: Reporter) -> None:
                 ticks = fleet.reports()[0]["stats_ticks"]
                 fleet.wait_for(lambda r, t=ticks: r["stats_ticks"] > t and r["intercepts"]["delivered"] >= 16,
                                timeout=60, what="deliver request bodies again")
-                snapshot = take_snapshot(pid, method=request.method, top=8, progress=reporter.progress,
-                                         log=request.log, owner_model=Owners.DOMINATOR)
+                snapshot = take_snapshot(pid, request=request, top=8, progress=reporter.progress,
+                                         owners=Owners.DOMINATOR)
             reporter.done()
             table.render_snapshot(snapshot, ledger(snapshot), top=8)
             con.print(f"\n[bold]3. leakhound patch {pid} --fix all --verify {verify:.0f}[/bold] "
@@ -79,7 +79,7 @@ def run(*, request: RequestOptions, verify: float, reporter: Reporter) -> None:
             patch_render.render_verify(proof)
             con.print(f"\n[bold]4. leakhound inspect {pid}[/bold] again: the fixes are known as applied "
                       "(what they leaked before stays until the worker restarts)\n")
-            after = take_snapshot(pid, method=request.method, top=8, progress=reporter.progress, log=request.log)
+            after = take_snapshot(pid, request=request, top=8, progress=reporter.progress)
             reporter.done()
             table.render_findings(after.findings, pid=pid)
     con.print("\n[bold]Next[/bold]: `leakhound inspect PID` on a real worker; `leakhound confirm` for the "

@@ -44,18 +44,8 @@ def run(
 ) -> Snapshot:
     if html_path is not None:
         check_report_path(html_path)
-    taken = capture(
-        pid,
-        method=request.method,
-        top=top,
-        timeout=request.timeout,
-        max_pause_ms=max_pause_ms,
-        progress=reporter.progress,
-        log=request.log,
-        owner_model=owners,
-        why=why,
-        force=request.force,
-    )
+    taken = capture(pid, request=request, top=top, max_pause_ms=max_pause_ms, progress=reporter.progress,
+                    owners=owners, why=why)
     # The renderers (rich and the rest, ~30 ms of imports) once there is something to render:
     # not before the attach, which an on-call engineer is waiting for.
     from leakhound.analysis.ledger import ledger  # noqa: PLC0415

@@ -12,17 +12,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakhound.analysis import dominators
 from leakhound.analysis.detectors import analyse
-from leakhound.attach import run_request
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Post, Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS as FOLLOW_PROGRESS  # the commands' default: they import no attach
 from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import process_stats, resolve_target
 from leakhound.core.decode import GraphOutcome, Holds, decode_graph_outcome, decode_names, decode_snapshot
+from leakhound.core.request import SNAPSHOT_REQUESTS, RequestOptions, ask
 from leakhound.core.targets import env_worker_children
 from leakhound.errors import ProtocolViolation
 from leakhound.model import Owner, ProcessStats, RequestCost, Snapshot
@@ -31,9 +31,13 @@ from leakhound.model.names import (
     PAYLOAD_PACKAGE,
     NotAttributed,
     OwnerModel,
+    Owners,
     not_attributed_owner,
 )
 from leakhound.payload import wire
+
+if TYPE_CHECKING:
+    from leakhound.payload.wire import SnapshotRequest
 
 # The pause budget every command's census keeps by default: the worst event-loop lag an
 # inspection may add (the hardening goal; docs/inspect.md).
@@ -64,13 +68,13 @@ MIN_GRAPH_MEMORY = 64 << 20
 MAX_GRAPH_MEMORY = 256 << 20
 
 
-def graph_node_budget(owner_model: str, environ: Mapping[str, str] | None = None) -> int:
-    """The node budget for ``owner_model``: ``LEAKHOUND_MAX_GRAPH_NODES`` when it is a positive
+def graph_node_budget(owners: Owners, environ: Mapping[str, str] | None = None) -> int:
+    """The node budget for ``owners``: ``LEAKHOUND_MAX_GRAPH_NODES`` when it is a positive
     integer (at most the ceiling), else the default."""
     text = (os.environ if environ is None else environ).get(MAX_GRAPH_NODES_ENV, "").strip().replace("_", "")
     if text.isdigit() and int(text) > 0:
         return min(int(text), MAX_GRAPH_NODES_CEILING)
-    return DOMINATOR_MAX_GRAPH_NODES if owner_model == "dominator" else DEFAULT_MAX_GRAPH_NODES
+    return DOMINATOR_MAX_GRAPH_NODES if owners == Owners.DOMINATOR else DEFAULT_MAX_GRAPH_NODES
 
 
 def graph_memory_budget(pid: int) -> int:
@@ -98,74 +102,57 @@ class Capture:
 def take_snapshot(
     pid: int,
     *,
-    method: str = "auto",
+    request: RequestOptions = SNAPSHOT_REQUESTS,
     top: int = 20,
-    timeout: float = FOLLOW_PROGRESS,
     progress: Progress | None = None,
-    log: AttachLog | None = None,
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
-    owner_model: str = "census",
-    force: bool = False,
+    owners: Owners = Owners.CENSUS,
 ) -> Snapshot:
-    """One census of ``pid``. ``max_pause_ms``: skip the one step of the census that cannot be
-    split (listing every gc-tracked object, needed to find objects no named root reaches)
-    when it would hold the target longer than this; None or 0: never skip it.
-    ``owner_model``: "census" (first reacher), "auto" (dominator owners when the graph fits
-    its budget, else the census's) or "dominator". ``force``: go ahead with less headroom
-    under the target's memory limit than the request's cost may reach (HeadroomTooSmall).
-    ``timeout``: a hard wall-clock limit, or ``FOLLOW_PROGRESS``: given up when the request
-    stops progressing or at a ceiling by the target's RSS (attach/deadline.py)."""
-    return capture(pid, method=method, top=top, timeout=timeout, progress=progress, log=log,
-                   max_pause_ms=max_pause_ms, owner_model=owner_model, force=force).snapshot
+    """One census of ``pid``, made the way ``request`` says. ``max_pause_ms``: skip the one
+    step of the census that cannot be split (listing every gc-tracked object, needed to find
+    objects no named root reaches) when it would hold the target longer than this; None or
+    0: never skip it. ``owners``: census (first reachers), auto (dominator owners when the
+    graph fits its budgets, else none named) or dominator (model/names.py ``Owners``)."""
+    return capture(pid, request=request, top=top, progress=progress, max_pause_ms=max_pause_ms,
+                   owners=owners).snapshot
 
 
 def capture(
     pid: int,
     *,
-    method: str = "auto",
+    request: RequestOptions = SNAPSHOT_REQUESTS,
     top: int = 20,
-    timeout: float = FOLLOW_PROGRESS,
     progress: Progress | None = None,
-    log: AttachLog | None = None,
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
-    owner_model: str = "auto",
+    owners: Owners = Owners.AUTO,
     max_graph_nodes: int | None = None,
     retainers: int = 3,
     why: str | None = None,
-    force: bool = False,
 ) -> Capture:
     """``take_snapshot``, keeping the object graph and its dominator tree when they were used."""
     target = resolve_target(pid)
     taken_at = time.time()
-    request: dict[str, object] = {"op": wire.OP_SNAPSHOT, "top_types": max(top, 50), "top_owners": max(top, 50)}
-    if owner_model != "census":
-        request["graph"] = True
-        request["census_owners"] = False  # a skipped graph's owners are not attributed (not_attributed)
+    owners = Owners(owners)
+    asked: SnapshotRequest = {"op": wire.OP_SNAPSHOT, "top_types": max(top, 50), "top_owners": max(top, 50)}
+    if owners != Owners.CENSUS:
+        asked["graph"] = True
+        asked["census_owners"] = False  # a skipped graph's owners are not attributed (not_attributed)
         if max_graph_nodes is None:
-            max_graph_nodes = graph_node_budget(owner_model)
-        request["max_graph_nodes"] = max_graph_nodes
-        if owner_model == "auto":
-            request["max_graph_bytes"] = graph_memory_budget(pid)
+            max_graph_nodes = graph_node_budget(owners)
+        asked["max_graph_nodes"] = max_graph_nodes
+        if owners == Owners.AUTO:
+            asked["max_graph_bytes"] = graph_memory_budget(pid)
     if max_pause_ms:
-        request["max_pause_ms"] = max_pause_ms
+        asked["max_pause_ms"] = max_pause_ms
     if os.environ.get("LEAKHOUND_WALKER") == "python":
         # The pure-Python census loop even where the compiled one loads (benchmarks, tests).
-        request["walker"] = "python"
-    deadline = Deadline.for_request(pid, timeout)
+        asked["walker"] = "python"
+    deadline = Deadline.for_request(pid, request.timeout)
     early = _EarlyOwners(top=max(top, 20), retainers=retainers, why=why, deadline=deadline, pid=pid) \
-        if "graph" in request else None
+        if "graph" in asked else None
     try:
-        remote = run_request(
-            pid,
-            request,
-            method=method,
-            progress=progress,
-            log=log,
-            target=target,
-            on_partial=early.on_partial if early is not None else None,
-            force=force,
-            deadline=deadline,
-        )
+        remote = ask(pid, dict(asked), request=request, progress=progress, target=target,
+                     on_partial=early.on_partial if early is not None else None, deadline=deadline)
         answer = decode_snapshot(pid, remote.result, method=remote.method, taken_at=taken_at,
                                  pause_ms=max(remote.attach_stop_ms, remote.main_thread_ms))
     except BaseException:
@@ -178,8 +165,7 @@ def capture(
     in_answer = graph is None and answer.graph is not None
     if in_answer:
         graph = answer.graph
-    if log is not None:
-        _log_holds(log, answer.holds, graph)
+    _log_holds(request.log, answer.holds, graph)
     # RSS is read right after the census so the ledger compares like with like (or, when the
     # graph's walk counted the heap, as the graph arrived: read while the CLI analyses it).
     process = early.counted_process() if early is not None else None
@@ -194,29 +180,29 @@ def capture(
         measured = {k: v for k, v in vars(remote.cost).items() if k != "note"}
         snap = replace(snap, cost=RequestCost(**measured),
                        warnings=snap.warnings + ((remote.cost.note,) if remote.cost.note else ()))
-    if owner_model == "census":
+    if owners == Owners.CENSUS:
         return _analysed(Capture(snap))
     if early is None or graph is None or graph.skipped:
         if early is not None:
             early.abandon()
-        return _analysed(Capture(not_attributed(snap, graph, owner_model=owner_model)))
+        return _analysed(Capture(not_attributed(snap, graph, owners=owners)))
     if in_answer:
         early.abandon()
 
         def names(paths: list[list[int]]) -> list[Any] | None:
             # The owners' paths walked again in the target, to name instance attributes there.
-            left = timeout if deadline.follows_progress else max(5.0, deadline.limit_left())
-            named = run_request(pid, {"op": wire.OP_NAMES, "paths": paths}, method=remote.method, timeout=left,
-                                log=log, target=target, force=force)
+            left = request.timeout if deadline.follows_progress else max(5.0, deadline.limit_left())
+            named = ask(pid, {"op": wire.OP_NAMES, "paths": paths}, request=request.via(remote.method).within(left),
+                        target=target)
             return decode_names(pid, named.result)
 
         object_graph, found = _owners_named_after(graph.doc, names, top=max(top, 20), retainers=retainers, why=why)
     else:
         # The dominator pass ran while the target counted; the names came with the answer.
         object_graph, found = early.finish(answer.names)
-    asked = tuple(_owner(o) for o in found.why)
     snap = replace(snap, taken_at=counted_at(answer.graph_started_at, snap.taken_at))
-    return _analysed(Capture(with_dominator_owners(snap, object_graph, found, graph), object_graph, found.tree, asked))
+    return _analysed(Capture(with_dominator_owners(snap, object_graph, found, graph), object_graph, found.tree,
+                             tuple(_owner(o) for o in found.why)))
 
 
 def _log_holds(log: AttachLog, holds: Holds, graph: GraphOutcome | None) -> None:
@@ -257,7 +243,7 @@ _WHAT_WOULD_ALLOW = {
 }
 
 
-def not_attributed(snap: Snapshot, graph: GraphOutcome | None, *, owner_model: str = "auto") -> Snapshot:
+def not_attributed(snap: Snapshot, graph: GraphOutcome | None, *, owners: Owners = Owners.AUTO) -> Snapshot:
     """``snap`` (the census's first-reacher owners) when the object graph was asked for and
     not walked or not finished (``graph``: why, ``skipped`` and ``skipped_code``, or None
     when none came): the heap's bytes are one owner, ``<not attributed: ...>``, never a
@@ -266,7 +252,7 @@ def not_attributed(snap: Snapshot, graph: GraphOutcome | None, *, owner_model: s
     and what would allow it; the per-type view stands."""
     code = graph.skipped_code if graph is not None else ""
     reason = NotAttributed(code) if code in {r.value for r in NotAttributed} else NotAttributed.NO_GRAPH
-    if reason == NotAttributed.GRAPH_OVER_MEMORY_BUDGET and owner_model == "dominator":
+    if reason == NotAttributed.GRAPH_OVER_MEMORY_BUDGET and owners == Owners.DOMINATOR:
         reason = NotAttributed.GRAPH_NO_HEADROOM  # (explicit dominators have no budget of their own)
     nodes = graph.max_nodes if graph is not None else 0
     why = graph.skipped if graph is not None else "the target sent no object graph"
@@ -354,7 +340,7 @@ class _EarlyOwners:
                 doc["records"] = self._records_error
         if graph.counts_heap and self.pid:
             # The graph's walk counted the heap (no census runs after it): the kernel's numbers
-            # now, /proc/PID/smaps read on one core while the dominator pass runs on the other.
+            # now, /proc/PID/pagemap read on one core while the dominator pass runs on the other.
             self._process_thread = threading.Thread(target=self._read_process, name="leakhound-process",
                                                     daemon=True)
             self._process_thread.start()
@@ -369,6 +355,10 @@ class _EarlyOwners:
 
     def _run(self, doc: dict[str, Any], post: Post) -> None:
         paths: list[list[int]] = []
+        # The target waits for the paths as long as these beats come (wire.names_working).
+        beating = threading.Event()
+        beats = threading.Thread(target=_beat, args=(post, beating), name="leakhound-names-beat", daemon=True)
+        beats.start()
         try:
             try:
                 graph = dominators.soften(dominators.decode_graph(doc))
@@ -379,6 +369,8 @@ class _EarlyOwners:
         except BaseException as exc:  # raised again on the caller's thread by finish()
             self._error = exc
         finally:
+            beating.set()
+            beats.join()  # its last beat must not land after the paths
             try:
                 post(wire.REPLY_NAMES, {"paths": paths})  # the target waits for it: never leave it waiting
             except Exception:  # names are a nicety: the graph's own labels stand in
@@ -429,6 +421,17 @@ class _EarlyOwners:
             self._labels.put_nowait(None)
         except queue.Full:
             pass
+
+
+def _beat(post: Post, stop: threading.Event) -> None:
+    """A new ``wire.names_working`` beat every ``wire.NAMES_BEAT_SECONDS`` until ``stop``."""
+    beat = 0
+    while not stop.wait(wire.NAMES_BEAT_SECONDS):
+        beat += 1
+        try:
+            post(wire.REPLY_NAMES, wire.names_working(beat))
+        except Exception:  # names are a nicety: the target's own wait stands
+            return
 
 
 def counted_at(value: object, default: float) -> float:

@@ -1,10 +1,11 @@
-"""The payload's answer to a snapshot request, decoded once into the model.
+"""The payload's answers (a snapshot, a sample, a patch, names), each decoded once into the model.
 
-The answer comes from inside the target, whose owner controls what runs there: it is read
+An answer comes from inside the target, whose owner controls what runs there: it is read
 here, field by field (their names and shapes are ``leakhound/payload/wire.py``), into a
-``Snapshot`` and the few facts beside it that the capture and its log use. A wrong answer
-is one clear error (ProtocolViolation), never a traceback from deep in the analysis; an
-answer of another payload version is refused by its version (PayloadVersionMismatch).
+``Snapshot``, a ``SampleOutcome`` or a checked patch document. A wrong answer is one clear
+error (ProtocolViolation), never a traceback from deep in the analysis; an answer of another
+payload version is refused by its version before anything of it is read
+(PayloadVersionMismatch).
 """
 
 from __future__ import annotations
@@ -15,12 +16,23 @@ from typing import TYPE_CHECKING, Any, cast
 
 from leakhound.errors import PayloadVersionMismatch, ProtocolViolation
 from leakhound.model import ArenaStats, CyclicGarbage, HeapStats, Owner, ProcessStats, Snapshot, TypeStat
+from leakhound.model.names import Method
 from leakhound.model.snapshot import SchemaError, snapshot_from_json, snapshot_to_json
+from leakhound.patches import FIXES, Measurement
 from leakhound.payload import wire
 
 if TYPE_CHECKING:
     from leakhound.payload.wire import CyclicGarbage as wire_CyclicGarbage
-    from leakhound.payload.wire import Graph, Heap, Names, SnapshotAnswer, TargetCollections, Unreached
+    from leakhound.payload.wire import (
+        Graph,
+        Heap,
+        Names,
+        PatchAnswer,
+        SampleAnswer,
+        SnapshotAnswer,
+        TargetCollections,
+        Unreached,
+    )
 
 # The payload versions this CLI reads.
 READABLE_VERSIONS = (wire.PAYLOAD_VERSION,)
@@ -104,7 +116,7 @@ def check_version(pid: int, answer: Mapping[str, Any]) -> int:
         f"{', '.join(map(str, READABLE_VERSIONS))}: the worker's agent was started by another leakhound")
 
 
-def decode_snapshot(pid: int, answer: Mapping[str, Any], *, method: str, taken_at: float,
+def decode_snapshot(pid: int, answer: Mapping[str, Any], *, method: Method, taken_at: float,
                     pause_ms: float) -> SnapshotOutcome:
     """``answer`` decoded (see the module's docstring); ProtocolViolation when it is not a
     snapshot answer of a version this CLI reads."""
@@ -126,6 +138,89 @@ def decode_snapshot(pid: int, answer: Mapping[str, Any], *, method: str, taken_a
     except (SchemaError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ProtocolViolation(f"process {pid} answered with a malformed snapshot "
                                 f"({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+@dataclass(frozen=True)
+class SampleOutcome:
+    """A sample answer (watch's cheap samples, verify's points), decoded."""
+
+    owners: tuple[tuple[bool, int | None], ...]  # (found, item count or None) per owner asked, in order
+    types: tuple[TypeStat, ...]
+    allocator_in_use_bytes: int | None
+    finished_entries: int | None  # the trajectory registries' finished entries, when asked and counted
+    max_step_ms: float
+    started_at: float | None  # the target's clock as the sample began
+
+
+def decode_sample(pid: int, answer: Mapping[str, Any], *, asked: int) -> SampleOutcome:
+    """``answer`` to a sample request for ``asked`` owners, decoded; PayloadVersionMismatch
+    for another payload version, ProtocolViolation when it is not a sample answer."""
+    check_version(pid, answer)
+    sample = cast("SampleAnswer", answer)
+    try:
+        owners = _owner_answers(sample.get("owners"), asked)
+        types = tuple(TypeStat(**t) for t in sample.get("types") or ())
+        if not all(isinstance(t.type, str) and isinstance(t.count, int) and isinstance(t.bytes, int)
+                   for t in types):
+            raise TypeError("a type stat is not (name, count, bytes)")
+        in_use = sample.get("allocator_in_use_bytes")
+        if in_use is not None and (type(in_use) is not int or in_use < 0):
+            raise TypeError("allocator_in_use_bytes is not a byte count")
+        registry = sample.get("registry")
+        finished = registry.get("finished_entries") if isinstance(registry, dict) else None
+        if finished is not None and (type(finished) is not int or finished < 0):
+            raise TypeError("registry.finished_entries is not a count")
+        return SampleOutcome(owners=owners, types=types, allocator_in_use_bytes=in_use, finished_entries=finished,
+                             max_step_ms=float(sample.get("max_step_ms", 0.0)),
+                             started_at=_time(sample.get("started_at")))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ProtocolViolation(f"process {pid} answered with a malformed sample "
+                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _owner_answers(doc: object, asked: int) -> tuple[tuple[bool, int | None], ...]:
+    """(found, item count or None) per owner asked for, in order; TypeError unless the
+    answer has that shape."""
+    if not isinstance(doc, list) or len(doc) != asked:
+        raise TypeError("owners is not one answer per owner asked for")
+    out: list[tuple[bool, int | None]] = []
+    for owner in doc:
+        if not isinstance(owner, dict) or not isinstance(owner.get("found"), bool):
+            raise TypeError("an owner's answer is not {found, items}")
+        items = owner.get("items")
+        if items is not None and (type(items) is not int or items < 0):
+            raise TypeError("an owner's item count is not a count")
+        out.append((owner["found"], items))
+    return tuple(out)
+
+
+def decode_patch(pid: int, answer: Mapping[str, Any]) -> PatchAnswer:
+    """``answer`` to a patch request, when it has the shape the patch commands read (each
+    result a known fix with a status, measurements that decode, names of applied fixes);
+    PayloadVersionMismatch for another payload version, else ProtocolViolation."""
+    check_version(pid, answer)
+    patch = cast("PatchAnswer", answer)
+    try:
+        results = patch["results"]
+        if not isinstance(results, list):
+            raise TypeError("results is not a list")
+        for result in results:
+            if not isinstance(result, dict) or result.get("fix") not in FIXES \
+                    or not isinstance(result.get("status"), str):
+                raise TypeError(f"a result is not a known fix with a status: {str(result)[:60]}")
+            if not isinstance(result.get("functions") or [], list):
+                raise TypeError("a result's functions are not a list")
+            if not isinstance(result.get("counters") or {}, dict):
+                raise TypeError("a result's counters are not an object")
+        for key in ("measure", "measure_before"):
+            if key in patch:
+                Measurement.from_payload(answer[key])
+        if not all(isinstance(name, str) for name in patch.get("applied") or ()):
+            raise TypeError("applied is not a list of fix names")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ProtocolViolation(f"process {pid} answered the patch request with a malformed document "
+                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
+    return patch
 
 
 def decode_names(pid: int, answer: Mapping[str, Any]) -> list[Any] | None:
@@ -167,7 +262,7 @@ def decode_graph_outcome(doc: dict[str, Any]) -> GraphOutcome:
     )
 
 
-def snapshot_from_answer(answer: Mapping[str, Any], *, pid: int = 0, method: str = "",
+def snapshot_from_answer(answer: Mapping[str, Any], *, pid: int = 0, method: Method | None = None,
                          process: ProcessStats = _NO_PROCESS, taken_at: float = 0.0,
                          pause_ms: float = 0.0) -> Snapshot:
     """The snapshot alone (tests, benchmarks); KeyError, TypeError or ValueError when the
@@ -176,7 +271,8 @@ def snapshot_from_answer(answer: Mapping[str, Any], *, pid: int = 0, method: str
     return Snapshot(**{**snap._shallow(), "pid": pid, "process": process})
 
 
-def _snapshot(answer: SnapshotAnswer, *, method: str, taken_at: float, pause_ms: float) -> tuple[Snapshot, Holds]:
+def _snapshot(answer: SnapshotAnswer, *, method: Method | None, taken_at: float,
+              pause_ms: float) -> tuple[Snapshot, Holds]:
     heap = answer["heap"]
     if not isinstance(heap, dict):
         raise SchemaError("heap is not an object")
@@ -200,7 +296,7 @@ def _snapshot(answer: SnapshotAnswer, *, method: str, taken_at: float, pause_ms:
         pid=0,
         taken_at=taken_at,
         python_version=str(answer.get("python_version", "")),
-        method=method,
+        method=str(method or ""),
         process=_NO_PROCESS,
         heap=HeapStats(
             objects=int(heap["objects"]),

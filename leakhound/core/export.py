@@ -132,10 +132,8 @@ class Exporter:
                 continue
             pid = exported.target.pid
             try:
-                asked = exported.request
-                snap = take_snapshot(pid, method=asked.method, top=max(self.top, 20), timeout=asked.timeout,
-                                     log=asked.log, max_pause_ms=self.max_pause_ms, force=asked.force,
-                                     owner_model=Owners.AUTO)
+                snap = take_snapshot(pid, request=exported.request, top=max(self.top, 20),
+                                     max_pause_ms=self.max_pause_ms, owners=Owners.AUTO)
             except HeadroomTooSmall as exc:
                 # Not a failure of the target's: skipped this round (its last snapshot stands).
                 self.note(f"leakhound: process {pid}: skipped this round: {exc}")
@@ -158,7 +156,8 @@ class Exporter:
             if snap.heap.owner_model == OwnerModel.NOT_ATTRIBUTED and (
                     last is None or last.heap.owner_model_reason != snap.heap.owner_model_reason):
                 # (its bytes are labelled "<not attributed: ...>"; said when the reason changes)
-                self.note(f"leakhound: process {pid}: owners not attributed: {snap.heap.owner_model_note}")
+                self.note(f"leakhound: process {pid}: owners not attributed: {snap.heap.owner_model_note} "
+                          f"(owner_model_reason: {snap.heap.owner_model_reason})")
             with self.lock:
                 exported.snapshot = snap
                 exported.history.append(labelled_sample(sample_from_snapshot(snap)))

@@ -19,15 +19,14 @@ from typing import Any
 
 from leakhound import __version__
 from leakhound.analysis.detectors.applied import applied_fix
-from leakhound.attach import run_request
 from leakhound.attach.process import resolve_target
-from leakhound.core.request import SHORT_REQUESTS, RequestOptions
+from leakhound.core.decode import decode_patch
+from leakhound.core.request import SHORT_REQUESTS, RequestOptions, ask
 from leakhound.errors import (
     AttachTimeout,
     OutcomeUnknown,
     PatchIncomplete,
     PatchRefused,
-    ProtocolViolation,
     RequestCancelled,
     TargetBlocked,
     TargetBusy,
@@ -45,17 +44,10 @@ def _request(pid: int, action: str, fixes: list[str], *, request: RequestOptions
         asked["options"] = options
     if action == PatchAction.APPLY:
         asked["by"] = applied_by()
-    remote = run_request(
-        pid,
-        asked,
-        method=request.method,
-        timeout=request.timeout,
-        log=request.log,
-        target=resolve_target(pid),
-        # a revert and --status take memory back or only read: never refused for headroom
-        force=request.force or action in (PatchAction.REVERT, PatchAction.STATUS),
-    )
-    return _checked_answer(pid, remote.result)
+    # a revert and --status take memory back or only read: never refused for headroom
+    remote = ask(pid, asked, request=request, target=resolve_target(pid),
+                 force=action in (PatchAction.REVERT, PatchAction.STATUS))
+    return dict(decode_patch(pid, remote.result))
 
 
 def applied_by() -> dict[str, Any]:
@@ -70,30 +62,6 @@ def applied_by() -> dict[str, Any]:
     if uid == 0 and sudo_user:
         user = f"{sudo_user} (sudo)"
     return {"uid": uid, "user": user, "leakhound_version": __version__}
-
-
-def _checked_answer(pid: int, doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc`` if it has the shape the patch commands read (each result a known fix with a
-    status, measurements that decode, names of applied fixes), else ProtocolViolation: it
-    comes from inside the target, whose owner controls it."""
-    try:
-        results = doc["results"]
-        if not isinstance(results, list):
-            raise TypeError("results is not a list")
-        for result in results:
-            if not isinstance(result, dict) or result.get("fix") not in FIXES \
-                    or not isinstance(result.get("status"), str):
-                raise TypeError(f"a result is not a known fix with a status: {str(result)[:60]}")
-            _outcome(pid, result)
-        for key in ("measure", "measure_before"):
-            if key in doc:
-                Measurement.from_payload(doc[key])
-        if not all(isinstance(name, str) for name in doc.get("applied") or ()):
-            raise TypeError("applied is not a list of fix names")
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ProtocolViolation(f"process {pid} answered the patch request with a malformed document "
-                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
-    return doc
 
 
 def patch_process(
@@ -237,8 +205,7 @@ def _outcome(pid: int, result: dict[str, Any]) -> PatchOutcome:
         status=result["status"],
         metric=spec.metric if spec else "",
         reason=str(result.get("reason") or result.get("warning") or ""),
-        # "targets": what a payload of an older leakhound called them
-        functions=tuple(result.get("functions") or result.get("targets") or ()),
+        functions=tuple(result.get("functions") or ()),
         counters=dict(result.get("counters") or {}),
     )
 

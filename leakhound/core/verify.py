@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from leakhound.analysis.verify import (
     OWNER_JUDGED,
@@ -31,19 +30,21 @@ from leakhound.analysis.verify import (
     rate,
     window_stats,
 )
-from leakhound.attach import choose_method, run_request
+from leakhound.attach import choose_method
 from leakhound.attach.channel import Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS
 from leakhound.attach.process import Target, resolve_target, rss_bytes
 from leakhound.core.capture import take_snapshot
+from leakhound.core.decode import decode_sample
 from leakhound.core.patch import _outcome, _raise_if_all_refused, _request, patch_process
-from leakhound.core.request import SHORT_REQUESTS, RequestOptions
-from leakhound.core.watch import _LENGTH_IS_ITEMS, _owner_answers
-from leakhound.errors import LeakhoundError, ProtocolViolation, TargetExited, TargetNotFound
+from leakhound.core.request import SHORT_REQUESTS, RequestOptions, ask
+from leakhound.core.watch import _LENGTH_IS_ITEMS
+from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
 from leakhound.model import Owner, PatchOutcome, Snapshot
 from leakhound.model.names import Fix, Owners, PatchAction
 from leakhound.model.units import fmt_bytes
 from leakhound.model.verify import VerifyPoint, VerifyReport
+from leakhound.payload import wire
 
 # Samples per window when the interval is not given, within these bounds (seconds).
 SAMPLES_PER_WINDOW = 10
@@ -113,31 +114,18 @@ class _Sampler:
         owners_doc = [{"ids": list(t.owner.path_ids), "type": t.owner.type, "path": t.owner.path}
                       for t in self.tracked]
         try:
-            remote = run_request(pid, {"op": "sample", "owners": owners_doc, "top_types": 0, "allocator": True,
-                                       "registry": self.count_registry},
-                                 method=self.request.method, timeout=self.request.timeout, log=self.request.log,
-                                 target=self.target, force=self.request.force)
+            remote = ask(pid, {"op": wire.OP_SAMPLE, "owners": owners_doc, "top_types": 0, "allocator": True,
+                               "registry": self.count_registry}, request=self.request, target=self.target)
         except (TargetNotFound, TargetExited):
             raise
         except LeakhoundError as exc:  # a busy or slow target misses a sample, as in watch
             self.notes.append(f"a sample was skipped: {exc}")
             self.request.log(f"process {pid}: sample skipped: {exc}")
             return None
-        result: dict[str, Any] = remote.result
-        try:  # from inside the target, whose owner controls it
-            answers = _owner_answers(result.get("owners"), len(self.tracked))
-            heap = result.get("allocator_in_use_bytes")
-            if heap is not None and (type(heap) is not int or heap < 0):
-                raise TypeError("allocator_in_use_bytes is not a byte count")
-            registry = result.get("registry")
-            finished = registry.get("finished_entries") if isinstance(registry, dict) else None
-            if finished is not None and (type(finished) is not int or finished < 0):
-                raise TypeError("registry.finished_entries is not a count")
-        except (TypeError, ValueError) as exc:
-            raise ProtocolViolation(f"process {pid} answered with a malformed sample "
-                                    f"({type(exc).__name__}: {str(exc)[:120]})") from None
+        sampled = decode_sample(pid, remote.result, asked=len(self.tracked))
+        heap, finished = sampled.allocator_in_use_bytes, sampled.finished_entries
         per_fix: dict[str, tuple[int, int]] = {}
-        for t, (found, items) in zip(self.tracked, answers, strict=True):
+        for t, (found, items) in zip(self.tracked, sampled.owners, strict=True):
             if not found or items is None:
                 continue
             if t.items_at_census is None:
@@ -215,8 +203,8 @@ def verify_process(
     say(f"pid {pid}: census before the fix (owners by dominator tree)")
     # As inspect's: given up when it stops progressing (a multi-GB heap's census outlasts the
     # patch's own --timeout, which bounds each short request here).
-    snapshot = take_snapshot(pid, method=request.method, top=50, timeout=FOLLOW_PROGRESS, log=request.log,
-                             owner_model=Owners.AUTO, progress=progress, force=request.force)
+    snapshot = take_snapshot(pid, request=request.within(FOLLOW_PROGRESS), top=50, owners=Owners.AUTO,
+                             progress=progress)
     found = fixed_owners(snapshot, owner_ids)
     tracked = [_Tracked(fix, o, o.items if o.type in _LENGTH_IS_ITEMS else None)
                for fix, owners in found.items() for o in owners if o.path_ids]

@@ -27,22 +27,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from leakhound.analysis.growth import DEFAULT_THRESHOLDS, analyse_growth, estimate_owners
-from leakhound.attach import RemoteResult, choose_method, death, run_request
+from leakhound.attach import RemoteResult, choose_method, death
 from leakhound.attach.channel import Progress
 from leakhound.attach.memory_limit import MemoryCost
 from leakhound.attach.process import Target, alive, match_processes, resolve_target, rss_bytes
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS, counted_at, take_snapshot
-from leakhound.core.request import SHORT_REQUESTS, RequestOptions
+from leakhound.core.decode import SampleOutcome, decode_sample
+from leakhound.core.request import SHORT_REQUESTS, RequestOptions, ask
 from leakhound.core.targets import no_process_matches
 from leakhound.errors import (
     Interrupted,
     LeakhoundError,
-    ProtocolViolation,
     TargetExited,
     TargetNotFound,
     TracerStuck,
 )
-from leakhound.model import Owner, RequestCost, Snapshot, TypeStat
+from leakhound.model import Owner, RequestCost, Snapshot
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded, sample_from_snapshot
 from leakhound.model.names import Method, OwnerModel, Owners
 from leakhound.payload import wire
@@ -112,9 +112,8 @@ def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | Non
     # RSS is read before the census: the series is the worker's, not the worker's plus what
     # the census itself briefly allocates in it.
     rss = rss_bytes(w.target.pid) - w.payload_resident
-    snapshot = take_snapshot(w.target.pid, method=w.request.method, top=top, timeout=w.request.timeout,
-                             log=w.request.log, max_pause_ms=max_pause_ms, progress=progress, force=w.request.force,
-                             owner_model=Owners.AUTO)
+    snapshot = take_snapshot(w.target.pid, request=w.request, top=top, max_pause_ms=max_pause_ms, progress=progress,
+                             owners=Owners.AUTO)
     w.payload_resident += _left_by_loading(snapshot.cost)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
@@ -134,11 +133,12 @@ def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | Non
             w.not_attributed.add(snapshot.heap.owner_model_reason)
             w.warnings.append(f"owners not attributed: {snapshot.heap.owner_model_note}" + (
                 "; cheap samples re-read the owners of the last dominator census" if w.reference is not sample
-                else ""))
+                else "") + f" (owner_model_reason: {snapshot.heap.owner_model_reason})")
     elif w.reference is not sample:
+        reason = snapshot.heap.owner_model_reason
         w.warnings.append(f"a full census fell back to {snapshot.heap.owner_model} owners "
                           f"({snapshot.heap.owner_model_note}); cheap samples re-read the owners of the last "
-                          "dominator census")
+                          "dominator census" + (f" (owner_model_reason: {reason})" if reason else ""))
     return sample
 
 
@@ -150,11 +150,11 @@ def _census_lengths(w: Watched, *, progress: Progress | None) -> dict[str, int]:
     if all(o.type in _LENGTH_IS_ITEMS for o in asked):
         return {}
     try:
-        _remote, measured, _types, _step = _read_owners(w, owners_doc, len(asked), top_types=0, progress=progress)
+        _remote, sampled = _read_owners(w, owners_doc, len(asked), top_types=0, progress=progress)
     except LeakhoundError as exc:  # those owners are left out of cheap samples until the next census
         w.request.log(f"process {w.target.pid}: lengths after the census not read: {exc}")
         return {}
-    return {o.path: items for o, (found, items) in zip(asked, measured, strict=True)
+    return {o.path: items for o, (found, items) in zip(asked, sampled.owners, strict=True)
             if found and items is not None and o.type not in _LENGTH_IS_ITEMS}
 
 
@@ -172,9 +172,9 @@ def _cheap(w: Watched, *, progress: Progress | None = None) -> Sample:
     asked, owners_doc = _owner_request(w.reference_snapshot.owners if w.reference_snapshot is not None else ())
     taken_at = time.time()
     rss = rss_bytes(w.target.pid) - w.payload_resident  # before the request (see _full)
-    remote, measured, type_stats, step_ms = _read_owners(w, owners_doc, len(asked), top_types=SAMPLED_TYPES,
-                                                         progress=progress)
-    taken_at = counted_at(remote.result.get("started_at"), taken_at)
+    remote, sampled = _read_owners(w, owners_doc, len(asked), top_types=SAMPLED_TYPES, progress=progress)
+    measured = sampled.owners
+    taken_at = counted_at(sampled.started_at, taken_at)
     return Sample(
         pid=w.target.pid,
         taken_at=taken_at,
@@ -182,11 +182,11 @@ def _cheap(w: Watched, *, progress: Progress | None = None) -> Sample:
         owners=estimate_owners([_counted(o, w.census_lengths) for o in asked], [
             answer if o.type in _LENGTH_IS_ITEMS or o.path in w.census_lengths else (answer[0], None)
             for o, answer in zip(asked, measured, strict=True)]),
-        types=type_stats,
+        types=sampled.types,
         name=w.target.name,
         method=str(remote.method),
-        pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms, step_ms), 2),
-        types_scope="tracked" if type_stats else "",
+        pause_ms=round(max(remote.attach_stop_ms, remote.main_thread_ms, sampled.max_step_ms), 2),
+        types_scope="tracked" if sampled.types else "",
         owner_model=reference.owner_model,
         unresolved=tuple(o.path for o, (found, _) in zip(asked, measured, strict=True) if not found),
     )
@@ -197,51 +197,13 @@ def _counted(owner: Owner, census_lengths: dict[str, int]) -> Owner:
     return dataclasses.replace(owner, items=census_lengths[owner.path]) if owner.path in census_lengths else owner
 
 
-def _read_owners(
-    w: Watched, owners_doc: list[dict[str, object]], asked: int, *, top_types: int, progress: Progress | None,
-) -> tuple[RemoteResult, list[tuple[bool, int | None]], tuple[TypeStat, ...], float]:
-    """The ``sample`` request: (its answer, per owner found and length, type counts, its
-    longest step in ms)."""
-    remote = run_request(
-        w.target.pid,
-        {"op": wire.OP_SAMPLE, "owners": owners_doc, "top_types": top_types},
-        method=w.request.method,
-        timeout=w.request.timeout,
-        log=w.request.log,
-        target=w.target,
-        progress=progress,
-        force=w.request.force,
-    )
+def _read_owners(w: Watched, owners_doc: list[dict[str, object]], asked: int, *, top_types: int,
+                 progress: Progress | None) -> tuple[RemoteResult, SampleOutcome]:
+    """The ``sample`` request: its answer, and that answer decoded."""
+    remote = ask(w.target.pid, {"op": wire.OP_SAMPLE, "owners": owners_doc, "top_types": top_types},
+                 request=w.request, target=w.target, progress=progress)
     w.payload_resident += _left_by_loading(remote.cost)
-    result = remote.result
-    try:  # the sample comes from inside the target, whose owner controls it
-        measured = _owner_answers(result.get("owners"), asked)
-        types = result.get("types")
-        type_stats = tuple(TypeStat(**t) for t in types) if types else ()
-        if not all(isinstance(t.type, str) and isinstance(t.count, int) and isinstance(t.bytes, int)
-                   for t in type_stats):
-            raise TypeError("a type stat is not (name, count, bytes)")
-        step_ms = float(result.get("max_step_ms", 0.0))
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise ProtocolViolation(f"process {w.target.pid} answered with a malformed sample "
-                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
-    return remote, measured, type_stats, step_ms
-
-
-def _owner_answers(doc: object, asked: int) -> list[tuple[bool, int | None]]:
-    """(found, item count or None) per owner asked for, in order; TypeError unless the
-    answer has that shape."""
-    if not isinstance(doc, list) or len(doc) != asked:
-        raise TypeError("owners is not one answer per owner asked for")
-    out: list[tuple[bool, int | None]] = []
-    for answer in doc:
-        if not isinstance(answer, dict) or not isinstance(answer.get("found"), bool):
-            raise TypeError("an owner's answer is not {found, items}")
-        items = answer.get("items")
-        if items is not None and (type(items) is not int or items < 0):
-            raise TypeError("an owner's item count is not a count")
-        out.append((answer["found"], items))
-    return out
+    return remote, decode_sample(w.target.pid, remote.result, asked=asked)
 
 
 def _left_by_loading(cost: RequestCost | MemoryCost | None) -> int:

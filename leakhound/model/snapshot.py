@@ -40,7 +40,7 @@ class ProcessStats:
     name: str = ""
     cmdline: str = ""
     # Resident bytes of the threads' stacks and of file-backed mappings (the executable,
-    # libraries, mmapped files), from /proc/PID/smaps; 0 when it could not be read.
+    # libraries, mmapped files), from /proc/PID/pagemap; 0 when it could not be read.
     stack_bytes: int = 0
     file_mapped_bytes: int = 0
 

@@ -1,5 +1,5 @@
 /*
- * The census's inner walk in C: an optional accelerator for census.Census._claim_tree.
+ * The census's inner walk in C: an optional accelerator for census_walk.ClaimWalk.claim_tree.
  *
  * It does what the pure-Python loop in census.py does, step for step, on the same data
  * structures, and computes the same numbers (the Python loop stays as the fallback and as
@@ -14,7 +14,7 @@
  *     bitmap: {address >> 20: bytearray(8192)}, one bit per 16-byte granule);
  *   - a leaf (str, bytes, int, float, bool, complex, None: no referents) held only by this
  *     container cannot be met again, so it is counted without being marked;
- *   - every other referent is marked; its size (census._getsizeof: sys.getsizeof when the
+ *   - every other referent is marked; its size (sizes.object_size: sys.getsizeof when the
  *     type's __sizeof__ is C code, else object.__sizeof__; 0 when that fails or returns more
  *     than any object can be) is added to the totals and to its type's slot in
  *     ``counts``/``sizes`` (array('q'), slot from ``type_index``, a new slot from calling

@@ -183,11 +183,13 @@ tracked_objects(PyObject *module, PyObject *args)
 PyDoc_STRVAR(frame_locals_doc,
 "frame_locals(frame, frame_type, code, nlocals, f_frame_offset, code_offset, frame_obj_offset,\n"
 "             localsplus_offset) -> list or None\n\n"
-"The first ``nlocals`` fast locals of a 3.11+ frame (None for an unbound one), read from its\n"
-"interpreter frame in this one call, holding the GIL: the frame's thread cannot move\n"
-"meanwhile. Never f_locals, which on a running 3.11/3.12 frame writes into it. None when the\n"
-"layout does not match: the interpreter frame must point back at ``frame`` and ``code``\n"
-"(census_roots.py gives the offsets per version). Runs no Python code.");
+"The first ``nlocals`` fast locals of a frame (None for an unbound one), read from its\n"
+"interpreter frame (3.11+) or, with ``f_frame_offset`` 0, from the frame object itself (3.10:\n"
+"``localsplus_offset`` is its f_localsplus, ``nlocals`` at most its size) in this one call,\n"
+"holding the GIL: the frame's thread cannot move meanwhile. Never f_locals, which on a\n"
+"running frame writes into it. None when the layout does not match: the interpreter frame\n"
+"must point back at ``frame`` (3.11+) and at ``code`` (roots.py gives the offsets per\n"
+"version). Runs no Python code.");
 
 static PyObject *
 frame_locals(PyObject *module, PyObject *args)
@@ -197,9 +199,12 @@ frame_locals(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOnnnnn", &frame, &frame_type, &code, &nlocals, &f_frame_off,
                           &code_off, &obj_off, &plus_off))
         return NULL;
+    /* 3.10: the frame object is its own interpreter frame, its locals at its end */
+    int own = f_frame_off == 0;
     if ((PyObject *)Py_TYPE(frame) != frame_type || nlocals < 0 || nlocals > 65536
-        || f_frame_off < 16 || f_frame_off > 64 || code_off < 0 || code_off > 64 || obj_off < 0
-        || obj_off > 64 || plus_off < 64 || plus_off > 128
+        || (own ? nlocals > Py_SIZE(frame) || plus_off < 64 || plus_off > 512
+                : f_frame_off < 16 || f_frame_off > 64 || plus_off < 64 || plus_off > 128)
+        || code_off < 0 || code_off > 64 || obj_off < 0 || obj_off > 64
         || (f_frame_off | code_off | obj_off | plus_off) % (Py_ssize_t)sizeof(void *)) {
         PyErr_SetString(PyExc_ValueError, "frame_locals: not a frame, or offsets out of range");
         return NULL;
@@ -209,9 +214,9 @@ frame_locals(PyObject *module, PyObject *args)
     PyObject *out = PyList_New(nlocals);
     if (out == NULL)
         return NULL;
-    char *iframe = *(char **)((char *)frame + f_frame_off);
+    char *iframe = own ? (char *)frame : *(char **)((char *)frame + f_frame_off);
     if (iframe == NULL || *(PyObject **)(iframe + code_off) != code
-        || *(PyObject **)(iframe + obj_off) != frame) {
+        || (!own && *(PyObject **)(iframe + obj_off) != frame)) {
         Py_DECREF(out);
         Py_RETURN_NONE;
     }

@@ -27,7 +27,7 @@
 #define TYPE_CACHE (1 << TYPE_CACHE_BITS)
 #define TYPE_PROBES 8
 /* A __sizeof__ larger than this (256 TiB, more than any machine's address space) is not a
- * size: it reads as 0, like a failing one (census.py: _MAX_OBJECT_BYTES). */
+ * size: it reads as 0, like a failing one (sizes.MAX_OBJECT_BYTES). */
 #define MAX_OBJECT_BYTES ((size_t)1 << 48)
 #define PENDING_NAME "leakhound._walk.pending"
 

@@ -45,7 +45,8 @@ def frame_locals(
     frame: object, frame_type: type, code: object, nlocals: int, f_frame_offset: int, code_offset: int,
     frame_obj_offset: int, localsplus_offset: int, /,
 ) -> list[object | None] | None:
-    """The first ``nlocals`` fast locals of a 3.11+ frame; None when the layout does not match."""
+    """The first ``nlocals`` fast locals of a frame (``f_frame_offset`` 0: of a 3.10 frame object
+    itself); None when the layout does not match."""
 
 # -- the census's walk (_census_walk.c) ----------------------------------------------------
 

@@ -204,7 +204,7 @@ slot_for(Walk *w, TypeInfo *info)
     PyObject *tp = (PyObject *)info->tp;
     Py_INCREF(tp);  /* the lookups below can run code that evicts this entry */
     /* Keyed by id(type), never the type itself: hashing a class runs its metaclass's
-     * __hash__, which may be Python code (census._TypeTally). */
+     * __hash__, which may be Python code (census_tallies.TypeTally). */
     PyObject *key = PyLong_FromVoidPtr((void *)tp);
     if (key == NULL) {
         Py_DECREF(tp);
@@ -246,7 +246,7 @@ slot_for(Walk *w, TypeInfo *info)
 
 /* Is tp's __sizeof__ C code (a method_descriptor: built-in and extension types, and
  * object.__sizeof__ for classes that do not define one) that counts no referent
- * (counts_referents)? As sizes._sizeof_is_builtin: the first class in the MRO whose dict
+ * (counts_referents)? As sizes.sizeof_is_builtin: the first class in the MRO whose dict
  * has __sizeof__ decides. Runs no code written in Python
  * (but a str key's comparison with a class dict's odd keys); 1 (and the method descriptor,
  * a new reference, in *found), 0, or -1 on error. */
@@ -379,7 +379,7 @@ getsizeof_full(PyObject *op)
     return call_long(sys_getsizeof, op);
 }
 
-/* census._getsizeof(op): sys.getsizeof(op, 0) when tp's __sizeof__ is C code, else
+/* sizes.object_size(op): sys.getsizeof(op, 0) when tp's __sizeof__ is C code, else
  * object.__sizeof__(op) (a __sizeof__ written in Python is never run: a mock's creates new
  * mocks for the walk to meet, without end); any Exception reads as 0 (not only TypeError),
  * and so does a size no object can have. An error that is not an Exception (SystemExit,
@@ -629,7 +629,7 @@ referents_of(Walk *w, PyObject *obj, Refs *r)
     if (PyModule_Check(obj)) {
         /* A module's dict only, never its tp_traverse: an extension's m_traverse may visit
          * freed memory (3.12's _asyncio visits its FutureIter free list, CPython gh-122695),
-         * and a reference to a freed object would free it twice (census._referents). */
+         * and a reference to a freed object would free it twice (objects.safe_referents). */
         PyObject *dict = PyModule_GetDict(obj);  /* borrowed */
         return dict == NULL ? 0 : refs_push(r, dict);
     }

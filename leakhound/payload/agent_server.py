@@ -304,10 +304,11 @@ def _by_directory(action, sock, path):
         os.close(fd)
 
 
-def _is_stale(path, listening):
-    """A socket file nobody accepts on: its process is gone (killed before atexit ran)."""
-    if path in listening:
-        return False
+def refuses_connections(path):
+    # type: (str) -> bool
+    """Whether the Unix socket at ``path`` refuses a connection: nobody accepts on it, its
+    process is gone (killed before its atexit ran). False when it accepts, or is not there
+    or not a socket (any other error): only a refused socket is stale."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
@@ -319,6 +320,11 @@ def _is_stale(path, listening):
     finally:
         probe.close()
     return False
+
+
+def _is_stale(path, listening):
+    """A socket file nobody accepts on: its process is gone (killed before atexit ran)."""
+    return path not in listening and refuses_connections(path)
 
 
 def remove_stale_sockets(directory, keep=None):

@@ -36,7 +36,7 @@ _PAGE = 4096
 _LIBC = []  # type: list
 
 
-def _libc():
+def process_libc():
     # One CDLL for the life of the process: every CDLL caches its function pointers, which
     # point back at it, so a fresh one per call would leave a reference cycle (garbage the
     # target's GC must collect) behind every inspection.
@@ -92,7 +92,7 @@ def trimmable_from_malloc_info(xml):
 
 
 def glibc_stats():
-    libc = _libc()
+    libc = process_libc()
     if libc is None or not hasattr(libc, "mallinfo2"):
         return None, "glibc mallinfo2 is not available in the target (not glibc >= 2.33?)"
     libc.mallinfo2.restype = _Mallinfo2
@@ -138,7 +138,7 @@ def pymalloc_stats():
         fn = ctypes.pythonapi._PyObject_DebugMallocStats
     except AttributeError:
         return None, "this Python has no _PyObject_DebugMallocStats"
-    libc = _libc()
+    libc = process_libc()
     if libc is None:
         return None, "no libc to capture pymalloc statistics"
     fn.argtypes = [ctypes.c_void_p]
@@ -210,7 +210,7 @@ def in_use_bytes():
     hblkhd``) plus pymalloc's allocated blocks (its arenas are mmapped, not malloc'd: not
     counted twice); None where mallinfo2 is missing. No ``malloc_info``: it walks every free
     chunk of every arena, and this is read every few seconds while a fix is verified."""
-    libc = _libc()
+    libc = process_libc()
     if not sys.platform.startswith("linux") or libc is None or not hasattr(libc, "mallinfo2"):
         return None
     libc.mallinfo2.restype = _Mallinfo2

@@ -94,7 +94,7 @@ def _release_page(directory):
         if ctypes.string_at(addr + offset, len(token)) != token.encode():
             return
         # The payload's one CDLL (a fresh CDLL per call would leave a reference cycle).
-        munmap = sys.modules["_leakhound_payload.arena"]._libc().munmap
+        munmap = sys.modules["_leakhound_payload.arena"].process_libc().munmap
         munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
         munmap(addr, size)
     except Exception:

@@ -15,24 +15,23 @@ therefore counted once. Tracked objects no named root reaches are split, with th
 arithmetic the cyclic GC uses (refcount minus references from inside the set), into objects
 held from C / untracked places (owners named ``<held from C: Type>``) and cyclic garbage.
 
-The census lives in rooms: ``census_tallies`` (marks, tallies, clock), ``census_walk`` (the
-walk: ``_claim_tree``, ``_claim_named``), ``census_roots`` (the walk from the named roots,
-which ``roots`` enumerates),
-``census_unreached`` (held from C, cyclic garbage); ``objects`` reads an object without running
-its code and ``sizes.object_size`` is the size of one object. This module holds ``Census``
-(its run and result).
+The census lives in rooms: ``census_tallies`` (marks, tallies), ``census_walk`` (``ClaimWalk``:
+the tallies and the walk that fills them, ``claim_tree``, ``claim_named``), ``census_roots``
+(the walk from the named roots, which ``roots`` enumerates), ``census_unreached`` (held from
+C, cyclic garbage); ``pacing.Clock`` paces it, ``objects`` reads an object without running its
+code and ``sizes.object_size`` is the size of one object. This module holds ``Census``: the
+order of its phases over one ``ClaimWalk``, and its result.
 """
 
 import gc
 import time
 
-from . import census_roots, census_unreached
+from . import census_roots, census_unreached, wire  # noqa: F401 - wire: its types, in type comments
 from .census_tallies import CensusCancelled, CensusTimeout
-from .census_walk import _LEAF_TYPE_IDS, _Walk
-from .objects import _type_name
-from .pacing import Clock
+from .census_walk import ClaimWalk
+from .objects import LEAF_TYPE_IDS, type_name
+from .pacing import UNSPLIT_STEP_MARGIN, Clock, unsplit_step_fits
 from .roots import frame_locals_unreadable
-from .sizes import SizeCache, object_size
 from .tracked import tracked_objects
 
 try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
@@ -43,7 +42,7 @@ except ImportError:  # CPython < 3.10, another implementation, or no compiler at
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
 
-__all__ = ["Census", "CensusCancelled", "CensusTimeout", "object_size"]
+__all__ = ["Census", "CensusCancelled", "CensusTimeout"]
 
 # Units of work (containers popped + referents seen) per call into the compiled walk: a
 # few milliseconds of holding the GIL.
@@ -67,11 +66,17 @@ _RELEASE_PER_STEP = 4096
 _RATE_MIN_OBJECTS = 200000
 
 
+def ns_per_object():
+    """What gc.get_objects() costs per tracked object here: the last census's measurement in
+    this process, or the default rate."""
+    return _measured["ns_per_object"] or _GET_OBJECTS_NS
+
+
 def unreached_over_budget(tracked, estimate_ms, max_pause_ms):
     """What a census says of what no root reaches when listing the ~``tracked`` gc-tracked
     objects (~``estimate_ms``) is over the pause budget: its ``unreached`` fields, the reason
     in words. Also for the census the object graph's walk made (runner._counted_in_graph)."""
-    ns = _measured["ns_per_object"] or _GET_OBJECTS_NS
+    ns = ns_per_object()
     rate = "measured" if _measured["ns_per_object"] else "default"
     return {
         "examined": False,
@@ -80,10 +85,11 @@ def unreached_over_budget(tracked, estimate_ms, max_pause_ms):
         "rate": rate,
         "reason": (
             "listing the ~%s gc-tracked objects (gc.get_objects(), one call that cannot "
-            "be split) would hold the target for ~%.0f ms (%.0f ns each, %s), over the "
-            "%.0f ms pause budget (--max-pause 0 lifts it)"
+            "be split) would hold the target for ~%.0f ms (%.0f ns each, %s), up to ~%.0f ms "
+            "on a loaded machine: over the %.0f ms pause budget (--max-pause 0 lifts it)"
             % (format(tracked, ","), estimate_ms, ns,
-               "as measured in this process" if rate == "measured" else "a default rate", max_pause_ms)
+               "as measured in this process" if rate == "measured" else "a default rate",
+               estimate_ms * UNSPLIT_STEP_MARGIN, max_pause_ms)
         ),
     }
 
@@ -94,10 +100,11 @@ def remember_tracked(tracked):
     _measured["tracked"] = tracked
 
 
-class Census(_Walk):
-    """One walk of the heap. Call :meth:`run`; read :meth:`result`. Its phases are plain
-    functions of it: census_roots (the walk from the named roots) and census_unreached (what
-    no root reached); _Walk (census_walk) is the walk they claim with."""
+class Census(object):
+    """One census of the heap. Call :meth:`run`; read :meth:`result`. ``walk`` (a
+    census_walk.ClaimWalk) holds the marks and tallies; the phases are plain functions of it:
+    census_roots (the walk from the named roots) and census_unreached (what no root
+    reached)."""
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
                  max_pause_ms=None, cancelled=None, owners=True, reached=None):
@@ -109,18 +116,14 @@ class Census(_Walk):
                            timeout_error=CensusTimeout, timeout_message="census did not finish within its time budget",
                            cancel_error=CensusCancelled, cancel_message="the census was cancelled",
                            track_gaps=True)
-        self.progress = progress or (lambda phase, done: None)
         self.is_stdlib = is_stdlib or (lambda name: False)
         self._exclude = exclude
-        # object_size with each type's answer kept for this census (sizes.SizeCache): the
-        # lookup allocates gc-tracked proxies, once per owner, tens of thousands of them
-        self._getsizeof = SizeCache()
-        self._get_referents = gc.get_referents
         self.seconds = 0.0
+        self.tracked = 0
         # The same walk in C when it is importable here (and not turned off): see _census_walk.c.
-        self._compiled = _walk.claim if compiled and _walk is not None else None  # type: Any
-        self.walker = "compiled" if self._compiled is not None else "python"
-        self._walk_module = _walk  # running frames' locals are read through it (census_roots)
+        self.walk = ClaimWalk(self.clock, progress or (lambda phase, done: None), walk_module=_walk,
+                              compiled=compiled, work_per_call=_WORK_PER_CALL)
+        self.walker = self.walk.walker
         # With a pause budget, the one step that cannot be split (gc.get_objects(), which the
         # split of unreached objects needs) is skipped when it would exceed the budget.
         self.max_pause_ms = max_pause_ms
@@ -128,16 +131,12 @@ class Census(_Walk):
         # from the list of every named root: _walk_all), for a request whose owners come
         # from the object graph's dominator tree (runner.py).
         self.with_owners = owners
-        self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}
-        self._reset()
+        self.unreached = {"examined": True, "estimated_pause_ms": None, "reason": ""}  # type: wire.Unreached
         # reached: what the object graph's walk just reached (its bitmap, in this census's
         # regions: graph_reached), with owners=False. No walk from the roots then: the census
         # only splits what the graph did not reach, and counts only that (runner.py adds
         # the graph's own tallies).
         self._reached = reached
-
-    def _work_per_call(self):
-        return _WORK_PER_CALL
 
     def run(self):
         started = time.perf_counter()
@@ -146,18 +145,18 @@ class Census(_Walk):
         known = _measured["tracked"]
         walked = False  # the census without owners walked before listing (below)
         if self._reached is not None:
-            self.claimed.regions.update(self._reached)
+            self.walk.claimed.regions.update(self._reached)
             self._reached = None
-            census_roots.claim_own(self, None)
+            census_roots.claim_own(self.walk, None, self._not_the_targets())
             self.unreached["sized_by"] = "the object graph's walk"
             walked = True
-        elif self.max_pause_ms is not None and known is not None and (
-                known * self._ns_per_object() / 1e6 * _TRACKED_HEADROOM <= self.max_pause_ms):
+        elif self.max_pause_ms is not None and known is not None and unsplit_step_fits(
+                known * ns_per_object() / 1e6 * _TRACKED_HEADROOM, self.max_pause_ms):
             # An earlier census in this process listed few enough tracked objects that even
             # _TRACKED_HEADROOM times as many fit the budget: no sizing walk (it doubled the
             # census's cost).
-            self.unreached["estimated_pause_ms"] = round(known * self._ns_per_object() / 1e6, 1)
-            self.unreached["ns_per_object"] = round(self._ns_per_object(), 1)
+            self.unreached["estimated_pause_ms"] = round(known * ns_per_object() / 1e6, 1)
+            self.unreached["ns_per_object"] = round(ns_per_object(), 1)
             self.unreached["rate"] = "measured" if _measured["ns_per_object"] else "default"
             self.unreached["sized_by"] = "the previous census"
         elif self.max_pause_ms is not None:
@@ -178,10 +177,10 @@ class Census(_Walk):
             self.unreached["estimated_pause_ms"] = skipped["estimated_pause_ms"]
             self.unreached["ns_per_object"] = skipped["ns_per_object"]
             self.unreached["rate"] = skipped["rate"]
-            if estimate > self.max_pause_ms:
+            if not unsplit_step_fits(estimate, self.max_pause_ms):
                 self.unreached.update(skipped)
                 if self.with_owners:
-                    self._reset()
+                    self.walk.reset()
                     self.clock.phase("sizing walk")
                     self._walk_roots(None)
                 # No list to count: the walk's own count of containers stands in for it.
@@ -190,7 +189,7 @@ class Census(_Walk):
                 self.seconds = time.perf_counter() - started
                 return
             if self.with_owners:
-                self._reset()
+                self.walk.reset()
             else:
                 # Without owners the walk stands: the list is taken now and what the walk did
                 # not reach is split as below (a second walk from the list cost the busy real
@@ -214,10 +213,9 @@ class Census(_Walk):
             took_ns = (time.perf_counter() - t0) * 1e9
             _measured["ns_per_object"] = min(500.0, max(30.0, took_ns / len(objects)))
         if walked:
-            self.claimed.add(id(objects))
-            if self._claim_args is not None:  # made by the walk (_claim_compiled): ours too
-                self.claimed.add(id(self._claim_args))
-            self.bookkeeping_bytes = census_roots.bookkeeping_bytes(self, objects)
+            self.walk.claimed.add(id(objects))
+            self.walk.mark_own()  # what the walk made since it was marked: ours too
+            self.walk.bookkeeping_bytes = self.walk.own_bytes(objects)
         elif self.with_owners:
             self._walk_roots(objects)
         else:
@@ -235,76 +233,80 @@ class Census(_Walk):
         self.seconds = time.perf_counter() - started
         del objects
 
+    def _not_the_targets(self):
+        """What a walk must not count: the caller's own objects, and this census."""
+        return tuple(self._exclude) + (self, self.__dict__)
+
     def _walk_roots(self, objects):
         """Claim everything the named roots reach, each for its owner (census_roots)."""
-        census_roots.walk_from_roots(self, objects)
+        census_roots.walk_from_roots(self.walk, objects, self.is_stdlib, self._not_the_targets())
 
     def _walk_all(self, objects):
         """Claim everything the named roots reach for one owner (census_roots)."""
-        census_roots.walk_all(self, objects)
+        census_roots.walk_all(self.walk, objects, self.is_stdlib, self._not_the_targets())
 
     def _split_unreached(self, objects):
         """Split what no named root reached: held from C, or cyclic garbage (census_unreached)."""
-        census_unreached.split_unreached(self, objects)
+        census_unreached.split_unreached(self.walk, objects, self.unreached)
 
     def _sizing_walk(self):
         """Claim what the roots reach (census_roots.roots_list: every module, every class, the asyncio
         tasks and their coroutines, the frames of the other threads' stacks) in one walk from
         the list of them, for one scratch owner: only the count of container-type objects is
-        used (_tracked_estimate), and _reset() drops the rest. A running frame's locals (3.11+)
+        used (_tracked_estimate), and walk.reset() drops the rest. A running frame's locals (3.11+)
         are not in it: a floor, as the estimate is anyway."""
-        claimed = self.claimed
-        for own in (self, self.__dict__, self.claimed.regions):
+        walk = self.walk
+        claimed = walk.claimed
+        for own in (self, self.__dict__, walk, walk.__dict__, claimed.regions):
             claimed.add(id(own))
-        roots = census_roots.roots_list(self, with_locals=False)
+        roots = census_roots.roots_list(walk, self.is_stdlib, with_locals=False)
         claimed.add(id(roots))
         # No native sizing: a buffer's bytes do not change the count, and what code objects
         # hold (their constants and names, read in Python) is mostly untracked.
-        self._native = {}
-        self._claim_tree(self._owner("<sizing walk>", roots), roots, root_claimed=True)
+        walk.native = {}
+        walk.claim_tree(walk.owner_slot("<sizing walk>", roots), roots, root_claimed=True)
         del roots
 
     def _tracked_estimate(self):
         """Objects of container types the walk claimed: about what gc.get_objects() lists."""
-        types = self.types
-        return sum(types.counts[i] for i, tp in enumerate(types.keys) if id(tp) not in _LEAF_TYPE_IDS)
-
-    def _ns_per_object(self):
-        return _measured["ns_per_object"] or _GET_OBJECTS_NS
+        types = self.walk.types
+        return sum(types.counts[i] for i, tp in enumerate(types.keys) if id(tp) not in LEAF_TYPE_IDS)
 
     def _universe_pause_ms(self):
         # gc.get_objects() follows the collector's linked lists: one cache miss per object,
         # ~55-60 ns on the machines measured (docs/performance.md), or what it cost here last
         # time; objects the named roots did not reach add to it, so this is a floor.
-        return self._tracked_estimate() * self._ns_per_object() / 1e6
+        return self._tracked_estimate() * ns_per_object() / 1e6
 
 
     def _notes(self):
         """What the census could not look at, said in the report."""
         notes = []
-        if self.unread_frames:
+        if self.walk.unread_frames:
             notes.append(
                 "the locals of %d running frame(s) were not read (%s): what only they hold is "
-                "counted under <held from C: ...>" % (self.unread_frames, frame_locals_unreadable(self._walk_module))
+                "counted under <held from C: ...>" % (self.walk.unread_frames,
+                                                      frame_locals_unreadable(self.walk.walk_module))
             )
         return notes
 
     def result(self, *, top_types=50, top_owners=50):
-        types = self.types
+        walk = self.walk
+        types = walk.types
         type_order = sorted(range(len(types.keys)), key=lambda i: -types.bytes[i])[:top_types]
-        owners = self.owners
+        owners = walk.owners
         owner_order = sorted(range(len(owners.keys)), key=lambda i: -owners.bytes[i])[:top_owners]
-        garbage = self.garbage_types
+        garbage = walk.garbage_types
         garbage_order = sorted(range(len(garbage.keys)), key=lambda i: -garbage.bytes[i])[:20]
-        return {
-            "objects": self.total_objects,
-            "bytes": self.total_bytes,
+        heap = {
+            "objects": walk.total_objects,
+            "bytes": walk.total_bytes,
             "gc_tracked": self.tracked,
-            "untracked": max(0, self.total_objects - self.tracked),
+            "untracked": max(0, walk.total_objects - self.tracked),
             "census_seconds": self.seconds,
             "walker": self.walker,
             "with_owners": self.with_owners,  # False: one owner, <named roots> (Census(owners=False))
-            "unreached": dict(self.unreached),
+            "unreached": self.unreached.copy(),
             "max_step_ms": self.clock.max_step * 1000.0,
             "max_pause_budget_ms": self.max_pause_ms or 0.0,  # the budget kept (0: none)
             # the longest the census ran between two yields of the GIL (its CPU time: an upper
@@ -323,18 +325,18 @@ class Census(_Walk):
                                zip(gc.get_stats(), getattr(self, "_gc_before", ()))],  # noqa: B905 - 3.8+
             # phase -> [wall s, CPU s of the census's thread]: wall minus CPU is waiting
             "phases": {k: [round(v[0], 4), round(v[1], 4)] for k, v in self.clock.phases.items()},
-            "payload_peak_bytes": self.bookkeeping_bytes,
-            "native_bytes": self.native_bytes,
+            "payload_peak_bytes": walk.bookkeeping_bytes,
+            "native_bytes": walk.native_bytes,
             "notes": self._notes(),
             "types": [
-                {"type": _type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}
+                {"type": type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}
                 for i in type_order
             ],
             "owners": [
                 {
                     "path": owners.keys[i],
-                    "type": _type_name(self.owner_types[i]),
-                    "items": self.owner_items[i],
+                    "type": type_name(walk.owner_types[i]),
+                    "items": walk.owner_items[i],
                     "retained_bytes": owners.bytes[i],
                     "retained_objects": owners.counts[i],
                 }
@@ -342,11 +344,12 @@ class Census(_Walk):
                 if owners.bytes[i] > 0
             ],
             "cyclic_garbage": {
-                "objects": self.garbage_objects,
-                "bytes": self.garbage_bytes,
+                "objects": walk.garbage_objects,
+                "bytes": walk.garbage_bytes,
                 "types": [
-                    {"type": _type_name(garbage.keys[i]), "count": garbage.counts[i], "bytes": garbage.bytes[i]}
+                    {"type": type_name(garbage.keys[i]), "count": garbage.counts[i], "bytes": garbage.bytes[i]}
                     for i in garbage_order
                 ],
             },
-        }
+        }  # type: wire.Heap
+        return heap

@@ -1,17 +1,17 @@
 """The census's walk from the named roots (roots.py), in the priority order it claims them in
 (first to reach an object owns it): every module's globals, ``__main__`` first, then
 non-stdlib, then stdlib; every class's attributes; every pending task's context variables and
-the coroutines along its await chain; every other thread's frames. Part of
-:class:`census.Census`.
+the coroutines along its await chain; every other thread's frames. Phases of
+:class:`census.Census`, each claiming through its ``walk`` (census_walk.ClaimWalk).
 """
 
 import gc
 import sys
 
 from . import roots
-from .objects import _instance_dict, _short_type_name, _type_name, is_payload_name
+from .objects import instance_dict, is_payload_name, short_type_name, type_name
 from .roots import frame_locals
-from .tasks import _c_future_class, await_chain, context_variables, event_loops, task_context
+from .tasks import await_chain, c_future_class, context_variables, event_loops, task_context
 
 
 def task_coroutines(tick=None):
@@ -39,7 +39,7 @@ def running_task_registries():
     out = []
     for name in ("_asyncio", "asyncio.tasks"):
         module = sys.modules.get(name)
-        d = _instance_dict(module) if module is not None else None
+        d = instance_dict(module) if module is not None else None
         registry = d.get("_current_tasks") if d is not None else None
         if type(registry) is dict:
             out.append(registry)
@@ -49,7 +49,7 @@ def running_task_registries():
 def modules_in_claim_order(is_stdlib, tick=None):
     """(name, module, module dict or None) for every module (roots.modules), in the census's
     priority order: ``__main__``, then non-stdlib, then stdlib, each by name."""
-    out = [(name, module, _instance_dict(module), tier) for module, name, _kind, tier in roots.modules(is_stdlib, tick)]
+    out = [(name, module, instance_dict(module), tier) for module, name, _kind, tier in roots.modules(is_stdlib, tick)]
     out.sort(key=lambda nmdt: (nmdt[3] != roots.TIER_MAIN, nmdt[3] == roots.TIER_STDLIB, nmdt[0]))
     return [(name, module, md) for name, module, md, _tier in out]
 
@@ -77,7 +77,7 @@ _MISSING = object()
 PAYLOAD_OWNER = "<leakhound payload>"
 
 
-def walk_all(census, objects):
+def walk_all(walk, objects, is_stdlib, exclude):
     """The census without owners (``Census(owners=False)``: the object graph names them,
     graph.py): every named root in one list, one walk from it for one owner,
     ``<named roots>``. The same totals and types as ``walk_from_roots`` (each object is
@@ -87,28 +87,28 @@ def walk_all(census, objects):
     through member descriptors, not seen by a referent walk) is left to the split of
     what no root reached, or, without gc.get_objects()'s list, not counted (0.56% of
     the bytes on the real verifiers worker's heap)."""
-    claim_own(census, objects)
-    owner = census._owner("<named roots>", sys)
-    found = roots_list(census, with_locals=True)
-    census.claimed.add(id(found))
-    census.progress("roots", 0)
-    census.clock.phase("roots")
-    census._claim_tree(owner, found, root_claimed=True)
+    claim_own(walk, objects, exclude)
+    owner = walk.owner_slot("<named roots>", sys)
+    found = roots_list(walk, is_stdlib, with_locals=True)
+    walk.claimed.add(id(found))
+    walk.progress("roots", 0)
+    walk.clock.phase("roots")
+    walk.claim_tree(owner, found, root_claimed=True)
     del found
-    census.clock.phase("walk")
-    census.progress("unreached", census.total_objects)
-    census.bookkeeping_bytes = bookkeeping_bytes(census, objects)
+    walk.clock.phase("walk")
+    walk.progress("unreached", walk.total_objects)
+    walk.bookkeeping_bytes = walk.own_bytes(objects)
 
 
-def roots_list(census, with_locals):
+def roots_list(walk, is_stdlib, with_locals):
     """Every named root in one list, for a walk from it (walk_all, Census._sizing_walk):
     modules and their dicts, asyncio's running-task registries, classes, tasks and their
     coroutines, event loops, the other threads' frames and, ``with_locals``, what their
     running frames' locals hold (3.11+: not a frame's referents; read as walk_from_roots
     does, a frame it cannot read counted in ``unread_frames``)."""
-    check = census.clock.check
+    check = walk.clock.check
     found = []  # type: list
-    for _name, module, md in modules_in_claim_order(census.is_stdlib, check):
+    for _name, module, md in modules_in_claim_order(is_stdlib, check):
         found.append(module)
         if md is not None:
             found.append(md)
@@ -125,9 +125,9 @@ def roots_list(census, with_locals):
         found.append(frame)
         if not with_locals:
             continue
-        local_values = frame_locals(frame, census._walk_module)
+        local_values = frame_locals(frame, walk.walk_module)
         if local_values is None:
-            census.unread_frames += 1
+            walk.unread_frames += 1
         else:
             found.extend(value for _name, value in local_values)
         del local_values
@@ -135,53 +135,56 @@ def roots_list(census, with_locals):
     return found
 
 
-def bookkeeping_bytes(census, objects):
-    """What the walk itself holds at its largest, the extra memory it costs the target:
-    the marks, the list from gc.get_objects(), the owner and type tables."""
-    return (
-        census.claimed.nbytes()
-        + (sys.getsizeof(objects) if objects is not None else 0)
-        + census.owners.nbytes()
-        + sys.getsizeof(census.owner_types)
-        + census.owner_items.buffer_info()[1] * 8
-        + census.types.nbytes()
-    )
-
-
-def claim_own(census, objects):
-    """Marks the census's own bookkeeping (and ``objects``, gc.get_objects()'s list):
-    not part of the target's heap."""
-    claimed = census.claimed
+def claim_own(walk, objects, exclude):
+    """Marks the walk's own bookkeeping, ``objects`` (gc.get_objects()'s list, or None) and
+    ``exclude`` (the caller's, the census itself): not part of the target's heap."""
+    walk.mark_own()
     if objects is not None:
-        claimed.add(id(objects))
-    for own in (census, census.__dict__, census.claimed, census.claimed.regions, census.owners,
-                census.owners.index, census.owners.keys, census.owner_types, census.types,
-                census.types.index, census.types.keys, census.garbage_types,
-                census.garbage_types.index, census.garbage_types.keys,
-                # array.array is gc-tracked since 3.11 (heap type): without these its
-                # tallies were "<held from C: array.array>" in the census's own report
-                census.owners.counts, census.owners.bytes, census.owner_items, census.types.counts,
-                census.types.bytes, census.garbage_types.counts, census.garbage_types.bytes,
-                census._native, census._native_bases, census._native_seen, census._holder,
-                census._sized_types, census._class_attrs, census._getsizeof, census._getsizeof.known):
-        claimed.add(id(own))
-    for obj in census._exclude:
-        claimed.add(id(obj))
+        walk.claimed.add(id(objects))
+    for obj in exclude:
+        walk.claimed.add(id(obj))
 
 
-def walk_from_roots(census, objects):
+def _unclaimed_attributes(d, claimed, check):
+    """(name, value) for each attribute in ``d`` (a module's or a class's dict: str keys,
+    dunders left out) whose value nobody claimed yet. The keys are listed, then each value
+    looked up: no (key, value) tuple per entry kept at once, and an entry the target's
+    threads removed meanwhile is passed over. Most values are claimed already (a class, a
+    function another module's global reached first): the mark is read here (as Marks does)
+    and ``check`` (the clock) called every few hundred of them; a walk runs the clock
+    itself."""
+    regions = claimed.regions
+    skipped = 0
+    for key in list(d):
+        if type(key) is not str or (key.startswith("__") and key.endswith("__")):
+            continue
+        value = d.get(key, _MISSING)
+        if value is _MISSING:
+            continue
+        address = id(value)
+        region = regions.get(address >> 20)
+        if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
+            skipped += 1
+            if skipped & 255 == 0:
+                check()
+            continue
+        yield key, value
+    value = None
+
+
+def walk_from_roots(walk, objects, is_stdlib, exclude):
     """Claim everything the named roots reach; ``objects`` is gc.get_objects()'s list, or
-    None when the census runs without it."""
-    claimed = census.claimed
-    claim_own(census, objects)
+    None when the census runs without it; ``exclude``: objects that are not the target's."""
+    claimed = walk.claimed
+    claim_own(walk, objects, exclude)
     # Code containers are walls between owners: modules, their dicts and classes are
     # claimed up front so no data owner walks through them into someone else's globals.
     # What hangs off the walls and no named root took (dunders, dict keys, method
     # objects) is swept into the wall owner once the named roots are done.
-    wall = census._owner("<modules and classes>", sys)
+    wall = walk.owner_slot("<modules and classes>", sys)
     walls = []
 
-    check = census.clock.check  # the duty cycle (and deadline) in these long Python loops
+    check = walk.clock.check  # the duty cycle (and deadline) in these long Python loops
 
     def add_wall(obj):
         check()
@@ -192,7 +195,7 @@ def walk_from_roots(census, objects):
             walls.append(obj)
 
     module_dicts = []
-    for name, module, md in modules_in_claim_order(census.is_stdlib, check):
+    for name, module, md in modules_in_claim_order(is_stdlib, check):
         add_wall(module)
         if md is not None:
             add_wall(md)
@@ -203,7 +206,7 @@ def walk_from_roots(census, objects):
     for registry in running_task_registries():
         if id(registry) not in claimed:
             claimed.add(id(registry))
-            census._count(registry, wall)
+            walk.count(registry, wall)
     # The classes, their dicts and __mro__/__bases__ tuples, in flat lists: a pair and a
     # list per class would be tens of thousands of gc-tracked objects alive at once, which
     # makes the target's collector run (a full collection, 130-250 ms in one step, in the
@@ -222,8 +225,8 @@ def walk_from_roots(census, objects):
                 add_wall(ref)
     del every_class
     cls = ref = None
-    census.progress("roots", 0)
-    census.clock.phase("roots")
+    walk.progress("roots", 0)
+    walk.clock.phase("roots")
 
     # Tasks and their coroutines are claimed up front, like the walls: a path from a module
     # global to a task (an event loop's ready queue and timers, a handle kept in a global,
@@ -242,59 +245,29 @@ def walk_from_roots(census, objects):
     for loop in loops:
         claimed.add(id(loop))
     # 1-3: module globals, __main__ first, then non-stdlib, then stdlib.
-    regions = claimed.regions
-    skipped = 0
     for name, md in module_dicts:
         check()
         ours = is_payload_name(name)  # the payload's own module: one owner for all of it
-        # the keys, then each value: no (key, value) tuple per global (as above)
-        for key in list(md):
-            if type(key) is not str or (key.startswith("__") and key.endswith("__")):
-                continue
-            value = md.get(key, _MISSING)
-            if value is _MISSING:  # removed meanwhile by the target's threads
-                continue
-            # Most are claimed already (a class, a function another module's global
-            # reached first): the mark is read here (as _Marks does) and the clock
-            # every few hundred of them; a walk runs the clock itself.
-            address = id(value)
-            region = regions.get(address >> 20)
-            if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
-                skipped += 1
-                if skipped & 255 == 0:
-                    check()
-                continue
+        for key, value in _unclaimed_attributes(md, claimed, check):
             if ours:
-                census._claim_tree(census._owner(PAYLOAD_OWNER, value), value)
+                walk.claim_tree(walk.owner_slot(PAYLOAD_OWNER, value), value)
                 continue
-            census._claim_named(name + "." + key, value, 1)
-    census.clock.phase("module globals")
+            walk.claim_named(name + "." + key, value, 1)
+    walk.clock.phase("module globals")
     # 4: class attributes.
     for k in range(0, len(class_dicts), 2):
         cls, cdict = class_dicts[k], class_dicts[k + 1]
         check()
         base = None
-        for key in list(cdict):
-            if type(key) is not str or (key.startswith("__") and key.endswith("__")):
-                continue
-            value = cdict.get(key, _MISSING)
-            if value is _MISSING:
-                continue
-            address = id(value)
-            region = regions.get(address >> 20)
-            if region is not None and region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
-                skipped += 1
-                if skipped & 255 == 0:
-                    check()
-                continue
+        for key, value in _unclaimed_attributes(cdict, claimed, check):
             if base is None:
-                base = _type_name(cls)
+                base = type_name(cls)
             if is_payload_name(base):
-                census._claim_tree(census._owner(PAYLOAD_OWNER, value), value)
+                walk.claim_tree(walk.owner_slot(PAYLOAD_OWNER, value), value)
                 continue
-            census._claim_named(base + "." + key, value, 1)
+            walk.claim_named(base + "." + key, value, 1)
     key = value = None
-    census.clock.phase("class attributes")
+    walk.clock.phase("class attributes")
     # The walls and what hangs off them, in one walk from the list of them (tens of
     # thousands of modules, classes and their dicts: one walk each was a second of the
     # census's CPU on a big worker): their marks are lifted and the walk marks and
@@ -305,8 +278,8 @@ def walk_from_roots(census, objects):
             check()
         discard(id(obj))
     obj = None
-    census._claim_tree(wall, walls, root_claimed=True)
-    census.clock.phase("walls")
+    walk.claim_tree(wall, walls, root_claimed=True)
+    walk.clock.phase("walls")
     # 5: asyncio tasks. First each task's context variables, by name: a pending future's
     # callback holds the context of the task that waits on it, and a path from another
     # task's coroutine to the future (a Queue.get's waiter, through the queue) named the
@@ -314,51 +287,51 @@ def walk_from_roots(census, objects):
     # coroutine's frames hold (no thread stack shows it). A suspended coroutine's locals
     # are visible through the coroutine object, not its frame (the frame object does not
     # own its data).
-    c_future = _c_future_class()
+    c_future = c_future_class()
     for label, task, _coro in task_coros:
         ctx = task_context(task, c_future) if task is not None else None
         for name, value in context_variables(ctx) if ctx is not None else ():
-            census._claim_named(label + ".<contextvar " + name + ">", value, 2)
+            walk.claim_named(label + ".<contextvar " + name + ">", value, 2)
         ctx = value = None
     for label, task, coro in task_coros:
-        owner = census._owner(label, coro)
+        owner = walk.owner_slot(label, coro)
         if task is not None:
-            census._count(task, owner)
-        census._count(coro, owner)
+            walk.count(task, owner)
+        walk.count(coro, owner)
         for ref in gc.get_referents(coro):
             if type(ref).__name__ in ("frame", "coroutine", "generator", "async_generator"):
                 continue
-            census._claim_named(label + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+            walk.claim_named(label + ".<" + short_type_name(type(ref)) + ">", ref, 2)
         if task is not None:
-            census._claim_tree(owner, task, root_claimed=True)
+            walk.claim_tree(owner, task, root_claimed=True)
     # 6: thread stacks, each frame its own root. The census's own thread is left out:
     # a local naming its frame would be a cycle (frame -> locals -> frame) holding
     # everything the census holds, gc.get_objects()'s list included, until the target's
     # next full collection.
-    census.clock.phase("tasks")
+    walk.clock.phase("tasks")
     frames = thread_frames()
     for _path, frame in frames:
         claimed.add(id(frame))
     for path, frame in frames:
-        owner = census._owner(path, frame)
-        census._count(frame, owner)
-        local_values = frame_locals(frame, census._walk_module)
+        owner = walk.owner_slot(path, frame)
+        walk.count(frame, owner)
+        local_values = frame_locals(frame, walk.walk_module)
         if local_values is None:
-            census.unread_frames += 1
+            walk.unread_frames += 1
         else:
             for name, value in local_values:
-                census._claim_named(path + "." + name, value, 2)
+                walk.claim_named(path + "." + name, value, 2)
         del local_values
         for ref in gc.get_referents(frame):
             if type(ref).__name__ == "frame":
                 continue
-            census._claim_named(path + ".<" + _short_type_name(type(ref)) + ">", ref, 2)
+            walk.claim_named(path + ".<" + short_type_name(type(ref)) + ">", ref, 2)
     del frames
     frame = None
-    census.clock.phase("frames")
+    walk.clock.phase("frames")
     for loop in loops:
         claimed.discard(id(loop))
-    census._claim_tree(wall, loops, root_claimed=True)
+    walk.claim_tree(wall, loops, root_claimed=True)
     del loops
-    census.progress("unreached", census.total_objects)
-    census.bookkeeping_bytes = bookkeeping_bytes(census, objects)
+    walk.progress("unreached", walk.total_objects)
+    walk.bookkeeping_bytes = walk.own_bytes(objects)

@@ -18,13 +18,13 @@ class CensusCancelled(Exception):
 
 
 
-class _Marks(object):
+class Marks(object):
     """The set of objects already claimed, as one bit per 16-byte address granule.
 
     Every CPython object is 16-byte aligned and at least 16 bytes long, so an address
     names one granule. A bitmap of ``bytearray`` regions is not a GC-tracked container
     and costs 1 bit per 16 bytes of heap instead of ~60 bytes per object for a set of
-    ids; the hot loop in ``Census._claim_tree`` inlines the same arithmetic.
+    ids; the hot loop in ``ClaimWalk.claim_tree`` inlines the same arithmetic.
     """
 
     __slots__ = ("regions",)
@@ -51,7 +51,7 @@ class _Marks(object):
         return len(self.regions) * _REGION_BYTES
 
 
-class _Tally(object):
+class Tally(object):
     """Counts and bytes per key, in ``array`` storage: no GC-tracked object per entry.
 
     A census that created one tracked object per owner or type would itself trigger
@@ -85,7 +85,7 @@ class _Tally(object):
                 + self.counts.buffer_info()[1] * 8 + self.bytes.buffer_info()[1] * 8)
 
 
-class _TypeTally(_Tally):
+class TypeTally(Tally):
     """A tally keyed by type, indexed by ``id(type)``: a class is never hashed (its
     metaclass's ``__hash__`` would run). ``keys`` holds the types, keeping their ids unique."""
 

@@ -2,7 +2,8 @@
 
 Tracked objects no named root reaches are split with the same arithmetic the cyclic GC uses
 (refcount minus references from inside the set) into objects held from C / untracked places
-(owners named ``<held from C: Type>``) and cyclic garbage. Part of :class:`census.Census`.
+(owners named ``<held from C: Type>``) and cyclic garbage. Phases of :class:`census.Census`,
+each claiming through its ``walk`` (census_walk.ClaimWalk).
 """
 
 import functools
@@ -11,7 +12,7 @@ import operator
 import sys
 import time
 
-from .objects import _ModuleType, _referents, _type_name, subclass_tree
+from .objects import ModuleType, safe_referents, subclass_tree, type_name
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
@@ -25,8 +26,8 @@ _CHUNK = 256
 
 def _module_type_ids():
     """ids of ModuleType and its subclasses: a module's referents are its dict only
-    (objects._referents), never its tp_traverse."""
-    return {id(cls) for cls in subclass_tree(_ModuleType)}
+    (objects.safe_referents), never its tp_traverse."""
+    return {id(cls) for cls in subclass_tree(ModuleType)}
 
 
 _NOT_NONE = functools.partial(operator.is_not, None)
@@ -36,7 +37,7 @@ def _internal_counts(members, index, tick=None):
     """[how many references members make to members[i]] (``index``: id -> position). The
     referents of 256 members at a time in one gc.get_referents call, looked up in ``index``
     8192 at a time with map/filter (C loops: the Python loop runs for the hits only), the
-    clock ticked after each slice; a module's referents are its dict (objects._referents)."""
+    clock ticked after each slice; a module's referents are its dict (objects.safe_referents)."""
     internal = [0] * len(members)
     get = index.get
     modules = _module_type_ids()
@@ -47,7 +48,7 @@ def _internal_counts(members, index, tick=None):
         else:
             refs = []
             for obj in chunk:
-                refs.extend(_referents(obj))
+                refs.extend(safe_referents(obj))
             obj = None
         chunk = None
         for at in range(0, len(refs), _TICK_WORK * 2):
@@ -59,7 +60,7 @@ def _internal_counts(members, index, tick=None):
     return internal
 
 
-def _referenced_from_outside(members, held, tick=None, counts=None):
+def referenced_from_outside(members, held, tick=None, counts=None):
     """Members with more references than the other members and our own ``held`` lists
     (``members`` itself among them) account for: referenced from C, a thread's stack, or
     anything else outside ``members``.
@@ -67,7 +68,7 @@ def _referenced_from_outside(members, held, tick=None, counts=None):
     The cyclic GC's own arithmetic (refcount minus internal references), without running
     a collection. ``tick``: called now and then (the census's duty cycle and deadline).
     ``counts``: a dict that receives ``index`` (id -> position) and ``internal`` (the
-    references from inside), for a caller that needs them again (_cyclic_only).
+    references from inside), for a caller that needs them again (cyclic_only).
     """
     index = {}  # type: dict
     for k, o in enumerate(members):
@@ -92,7 +93,7 @@ def _referenced_from_outside(members, held, tick=None, counts=None):
     return outside
 
 
-def _cyclic_only(candidates, tick=None, counts=None):
+def cyclic_only(candidates, tick=None, counts=None):
     """The candidates that reference counting cannot free: cycles and what hangs off them.
 
     A candidate no other candidate references is alive only through our own lists: it died
@@ -119,7 +120,7 @@ def _cyclic_only(candidates, tick=None, counts=None):
         # A big container among the candidates (one that died while the census ran) is a
         # long loop alone, and so are many of them: the busy real worker's census ran 87-103 ms
         # here between two looks at the clock.
-        refs = _referents(candidates[i])
+        refs = safe_referents(candidates[i])
         for m, ref in enumerate(refs):
             j = index.get(id(ref))
             if j is not None and not freed[j]:
@@ -136,11 +137,14 @@ def _cyclic_only(candidates, tick=None, counts=None):
     return [candidates[i] for i in range(len(candidates)) if not freed[i]]
 
 
-def split_unreached(census, objects):
-    claimed = census.claimed
+def split_unreached(walk, objects, report):
+    """Claim what no named root reached in ``objects`` (gc.get_objects()'s list): held from
+    outside the heap (owners ``<held from C: Type>``), or cyclic garbage; how many of each
+    it found go into ``report`` (the census's ``unreached``)."""
+    claimed = walk.claimed
     regions = claimed.regions
     unreached = []
-    tick = census.clock.check
+    tick = walk.clock.check
     for n, obj in enumerate(objects):
         if n & 4095 == 4095:
             tick()
@@ -149,19 +153,19 @@ def split_unreached(census, objects):
         if region is None or not region[(address & 0xFFFFF) >> 7] & (1 << ((address >> 4) & 7)):
             unreached.append(obj)
     obj = None
-    phase = census.clock.phase
+    phase = walk.clock.phase
     phase("unreached: listed")
     # Our own lists holding each: gc.get_objects()'s and ``unreached``.
-    roots = _referenced_from_outside(unreached, held=2, tick=tick)
+    roots = referenced_from_outside(unreached, held=2, tick=tick)
     phase("unreached: held from outside")
     for n, obj in enumerate(roots):
         if n & 1023 == 1023:
             tick()
         if id(obj) in claimed:
             continue
-        owner = census._owner("<held from C: %s>" % _type_name(type(obj)), obj)
-        census.owner_items[owner] = 0
-        census._claim_tree(owner, obj)
+        owner = walk.owner_slot("<held from C: %s>" % type_name(type(obj)), obj)
+        walk.owner_items[owner] = 0
+        walk.claim_tree(owner, obj)
     garbage = []
     for n, obj in enumerate(unreached):
         if n & 4095 == 4095:
@@ -172,38 +176,37 @@ def split_unreached(census, objects):
     phase("unreached: held from C")
     candidates = len(garbage)
     counts = {}  # type: Any
-    garbage = confirm_garbage(census, garbage, counts=counts)
+    garbage = confirm_garbage(walk, garbage, counts=counts)
     phase("unreached: confirmed")
-    garbage = _cyclic_only(garbage, tick=tick, counts=counts or None)
+    garbage = cyclic_only(garbage, tick=tick, counts=counts or None)
     counts = None
     phase("unreached: cyclic")
     # how many objects no named root reached, how many of them were held from outside
     # (each the root of an owner <held from C: ...> unless an earlier one took it), and
     # how many looked like garbage before the second look
-    census.unreached.update(objects=len(unreached), held_from_outside=len(roots),
-                          garbage_candidates=candidates)
-    if census._compiled is not None:
-        count_garbage_compiled(census, garbage)
+    report.update(objects=len(unreached), held_from_outside=len(roots), garbage_candidates=candidates)
+    if walk.compiled is not None:
+        count_garbage_compiled(walk, garbage)
         del unreached, garbage, roots
         return
     for n, obj in enumerate(garbage):
         if n & 1023 == 1023:
             tick()
-        size = census._size(obj)
-        census.garbage_objects += 1
-        census.garbage_bytes += size
-        census.garbage_types.add(type(obj), size)
+        size = walk.size(obj)
+        walk.garbage_objects += 1
+        walk.garbage_bytes += size
+        walk.garbage_types.add(type(obj), size)
         # Garbage still occupies memory: it is part of the census totals, under no owner.
-        census.types.add(type(obj), size)
-        census.total_bytes += size
-        census.total_objects += 1
+        walk.types.add(type(obj), size)
+        walk.total_bytes += size
+        walk.total_objects += 1
         claimed.add(id(obj))
     # Untracked objects hanging off garbage (e.g. strings in a dead cycle's dicts).
     stack = list(garbage)
     while stack:
         tick()
         obj = stack.pop()
-        refs = _referents(obj)
+        refs = safe_referents(obj)
         if issubclass(type(obj), dict):
             refs.extend(dict.keys(obj))
         for m, ref in enumerate(refs):
@@ -211,55 +214,55 @@ def split_unreached(census, objects):
                 tick()
             if id(ref) not in claimed and not gc.is_tracked(ref):
                 claimed.add(id(ref))
-                size = census._size(ref)
-                census.garbage_objects += 1
-                census.garbage_bytes += size
-                census.total_bytes += size
-                census.total_objects += 1
+                size = walk.size(ref)
+                walk.garbage_objects += 1
+                walk.garbage_bytes += size
+                walk.total_bytes += size
+                walk.total_objects += 1
                 stack.append(ref)
-                census.garbage_types.add(type(ref), size)
-                census.types.add(type(ref), size)  # in the census's type table too
+                walk.garbage_types.add(type(ref), size)
+                walk.types.add(type(ref), size)  # in the census's type table too
     del unreached, garbage, roots
 
 
-def count_garbage_compiled(census, garbage):
+def count_garbage_compiled(walk, garbage):
     """The loops above in the compiled walk: the garbage and the untracked objects hanging
     off it, claimed from the list of the garbage (every tracked object it references is
     claimed already: reached, held from C, or garbage), tallied by type in
     ``garbage_types`` and then added to the census's type table. Sized as the loops size
     (a 3.11+ instance's values; no native buffers). Over half a million dead objects
     were 1.5 s of Python here."""
-    claim = census._compiled
-    kinds = census.garbage_types
-    clock = census.clock
+    claim = walk.compiled
+    kinds = walk.garbage_types
+    clock = walk.clock
     perf_counter = time.perf_counter
     stack = [garbage]
     pending = []  # type: list
     found = []  # type: list
-    per_call = census._work_per_call()
-    native = census._native or None
+    per_call = walk.work_per_call
+    native = walk.native or None
     objects = nbytes = 0
     while stack or pending:
         t0 = perf_counter()
-        got, size = claim(stack, pending, census.claimed.regions, kinds.index, kinds.slot, kinds.counts,
+        got, size = claim(stack, pending, walk.claimed.regions, kinds.index, kinds.slot, kinds.counts,
                           kinds.bytes, per_call, native, found)
         clock.step(t0)
         del found[:]  # natively sized garbage: its buffers are not looked at (as above)
         objects += got
         nbytes += size
         clock.check()
-    census.garbage_objects += objects
-    census.garbage_bytes += nbytes
-    census.total_objects += objects
-    census.total_bytes += nbytes
-    types = census.types
+    walk.garbage_objects += objects
+    walk.garbage_bytes += nbytes
+    walk.total_objects += objects
+    walk.total_bytes += nbytes
+    types = walk.types
     for i, tp in enumerate(kinds.keys):
         slot = types.slot(tp)
         types.counts[slot] += kinds.counts[i]
         types.bytes[slot] += kinds.bytes[i]
 
 
-def confirm_garbage(census, candidates, pause=0.01, counts=None):
+def confirm_garbage(walk, candidates, pause=0.01, counts=None):
     """Look again, a moment later, at what seemed to be garbage.
 
     The main thread ran meanwhile; garbage cannot change (nothing references it), but
@@ -270,30 +273,30 @@ def confirm_garbage(census, candidates, pause=0.01, counts=None):
     if not candidates:
         return candidates
     time.sleep(pause)
-    census.clock.yielded()
+    walk.clock.yielded()
     # Held by gc.get_objects()'s list, ``unreached`` and ``candidates``.
     seen = {}  # type: dict
-    alive = _referenced_from_outside(candidates, held=3, tick=census.clock.check, counts=seen)
+    alive = referenced_from_outside(candidates, held=3, tick=walk.clock.check, counts=seen)
     if not alive:
         if counts is not None:
-            counts.update(seen)  # the same candidates: _cyclic_only counts no more
+            counts.update(seen)  # the same candidates: cyclic_only counts no more
         return candidates
     index = {id(o) for o in candidates}
     marked = {id(o) for o in alive}
     stack = list(alive)
     while stack:
-        census.clock.check()
-        for m, ref in enumerate(_referents(stack.pop())):
+        walk.clock.check()
+        for m, ref in enumerate(safe_referents(stack.pop())):
             if m & 4095 == 4095:
-                census.clock.check()
+                walk.clock.check()
             if id(ref) in index and id(ref) not in marked:
                 marked.add(id(ref))
                 stack.append(ref)
     for obj in alive:
-        if id(obj) not in census.claimed:
-            owner = census._owner("<held from C: %s>" % _type_name(type(obj)), obj)
-            census.owner_items[owner] = 0
-            census._claim_tree(owner, obj)
+        if id(obj) not in walk.claimed:
+            owner = walk.owner_slot("<held from C: %s>" % type_name(type(obj)), obj)
+            walk.owner_items[owner] = 0
+            walk.claim_tree(owner, obj)
     obj = None
     left = [o for o in candidates if id(o) not in marked]
     if counts is not None:
@@ -302,10 +305,10 @@ def confirm_garbage(census, candidates, pause=0.01, counts=None):
         get, internal = seen["index"].get, seen["internal"]
         for n, o in enumerate(candidates):
             if id(o) in marked:
-                for i in filter(_NOT_NONE, map(get, map(id, _referents(o)))):
+                for i in filter(_NOT_NONE, map(get, map(id, safe_referents(o)))):
                     internal[i] -= 1
             if n & 4095 == 4095:
-                census.clock.check()
+                walk.clock.check()
         o = None
         counts["internal"] = [internal[i] for i, c in enumerate(candidates) if id(c) not in marked]
         counts["index"] = {id(c): k for k, c in enumerate(left)}

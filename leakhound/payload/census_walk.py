@@ -1,27 +1,41 @@
 """The census's walk: claiming an object and everything it reaches for one owner.
 
-``_Walk._claim_tree`` is the hot loop (its compiled twin is ``_census_walk.c``, called in short
-steps by ``_claim_compiled``; the two must stay exactly equal); ``_claim_named`` extends an
-owner's path through instance attributes. The per-object size is :func:`sizes.object_size`.
-Part of :class:`census.Census`.
+``ClaimWalk`` holds what a census counts (the marks, the owner and type tallies, the totals)
+and the walk that fills it: ``claim_tree`` is the hot loop (its compiled twin is
+``_census_walk.c``, called in short steps by ``_claim_compiled``; the two must stay exactly
+equal); ``claim_named`` extends an owner's path through instance attributes. The per-object
+size is :func:`sizes.object_size`. A :class:`census.Census` holds one; its phases
+(``census_roots``, ``census_unreached``) claim through it.
 """
 
 import array
+import gc
 import sys
 import time
 
-from .census_tallies import _Marks, _Tally, _TypeTally
-from .objects import _SIZED, _class_dict, _items, _ModuleType, _referents
+from .census_tallies import Marks, Tally, TypeTally
+from .objects import (
+    LEAF_TYPE_IDS,
+    SIZED,
+    ModuleType,
+    dict_descriptor,
+    dict_via,
+    item_count,
+    safe_referents,
+    slot_members,
+    slots_via,
+)
 from .sizes import (
-    _MAX_OBJECT_BYTES,
+    MAX_OBJECT_BYTES,
     NATIVE_BUFFERS,
-    _object_sizeof,
-    _sizeof_is_builtin,
+    SizeCache,
     for_compiled_walk,
     instance_values_bytes,
     native_codes,
     native_extra,
     native_types,
+    object_sizeof,
+    sizeof_is_builtin,
 )
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -31,93 +45,119 @@ _SCALARS = (str, bytes, int, float, bool, complex, type(None))
 _MAX_CHAIN = 8  # attribute-chain depth after which a path stops being extended
 
 _FUNCTION_TYPES = (type(lambda: None), type(len), classmethod, staticmethod, property)
-# What _claim_named never extends a path through.
-_NOT_EXTENDED = _SCALARS + _SIZED + _FUNCTION_TYPES
+# What claim_named never extends a path through.
+_NOT_EXTENDED = _SCALARS + SIZED + _FUNCTION_TYPES
 
-# Leaves: objects with no referents. They are never pushed on the walk stack, and one whose
-# only reference is the container we found it in cannot be met again, so it is not marked.
-_LEAF_TYPES = frozenset((str, bytes, int, float, bool, complex, type(None)))
 # Types are looked up by id(), never hashed: hashing a class runs its metaclass's __hash__,
 # which may be Python code (or raise). The type tally keeps every type it saw alive, so an
 # id cannot be reused by another type during a census.
-_LEAF_TYPE_IDS = frozenset(id(tp) for tp in _LEAF_TYPES)
 # getrefcount of a referent inside the walk loop: its container, the referents list, the
 # loop variable and getrefcount's own argument.
 _ONLY_ONE_REFERENCE = 4
 _TIMED_IDS = frozenset(id(tp) for tp in (dict, list, tuple, set, frozenset))
 
 
-class _Walk(object):
-    """The census's state and its walk (the attributes below are set by ``Census.__init__``)."""
+class ClaimWalk(object):
+    """The marks and tallies of one census and the walk that claims into them.
 
-    clock = None  # type: Any
-    progress = None  # type: Any
-    is_stdlib = None  # type: Any
-    _exclude = ()  # type: Any
-    _getsizeof = None  # type: Any
-    _get_referents = None  # type: Any
-    _compiled = None  # type: Any
-    _walk_module = None  # type: Any
-    _native_kinds = None  # type: Any
-    _claim_args = None  # type: Any
-    unreached = None  # type: Any
+    ``clock``: the census's pacing.Clock (the duty cycle, the deadline, the cancel);
+    ``progress(phase, done)``: called now and then; ``walk_module``: the compiled module
+    (``_walk``) or None, whose ``claim`` is the walk's inner loop unless ``compiled`` is
+    False; ``work_per_call``: units of work per call into it."""
 
-    def _work_per_call(self):
-        """Units of work per call into the compiled walk (``census._WORK_PER_CALL``)."""
-        raise NotImplementedError
+    def __init__(self, clock, progress, walk_module=None, compiled=True, work_per_call=20000):
+        self.clock = clock
+        self.progress = progress
+        # object_size with each type's answer kept for this census (sizes.SizeCache): the
+        # lookup allocates gc-tracked proxies, once per owner, tens of thousands of them
+        self.getsizeof = SizeCache()
+        self._get_referents = gc.get_referents
+        self.walk_module = walk_module  # running frames' locals are read through it (census_roots)
+        self.compiled = walk_module.claim if compiled and walk_module is not None else None  # type: Any
+        self.walker = "compiled" if self.compiled is not None else "python"
+        self.work_per_call = work_per_call
+        self._native_kinds = None  # type: Any
+        self.reset()
 
-    def _reset(self):
-        self.claimed = _Marks()
+    def reset(self):
+        self.claimed = Marks()
         # Owners: path -> slot; per slot its type name and item count (lists of atomics and
         # arrays), objects and bytes in the tally.
-        self.owners = _Tally()
+        self.owners = Tally()
         self.owner_types = []
         self.owner_items = array.array("q")
-        self._sized_types = {}  # id(type) -> is it one of objects._SIZED (has items)
+        self._sized_types = {}  # id(type) -> is it one of objects.SIZED (has items)
         self._class_attrs = {}  # id(type) -> (type, its __dict__ descriptor, its slots' members)
         # The compiled walk's way in for a root not claimed yet: a list holding it alone,
         # walked from (the walk marks, sizes and tallies the root as any referent).
         self._holder = [None]
         self._claim_args = None  # what _claim_compiled passes claim(), once per census
         self._owners_walked = 0
-        self.types = _TypeTally()
+        self.types = TypeTally()
         self.total_bytes = 0
         self.total_objects = 0
-        self.tracked = 0
         self.garbage_objects = 0
         self.garbage_bytes = 0
-        self.garbage_types = _TypeTally()
+        self.garbage_types = TypeTally()
         self.bookkeeping_bytes = 0
         self.unread_frames = 0  # running frames whose locals could not be read safely
         # id(type) -> kind of natively sized types; kind -> the allowlisted C class
-        # Looked up once per census (a second _reset, after the sizing walk, keeps them): a
+        # Looked up once per census (a second reset, after the sizing walk, keeps them): a
         # walk over every class, run under the duty cycle (hold: no deadline check in here).
-        if getattr(self, "_native_kinds", None) is None:
+        if self._native_kinds is None:
             self._native_kinds, self._native_bases = native_types(self.clock.hold)
         # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
         # instances: their attribute values added to their size), as _census_walk.c reads it
-        self._native = native_codes(self._native_kinds)
+        self.native = native_codes(self._native_kinds)
         self._native_seen = set()  # buffer addresses counted (a storage shared by views: once)
         self.native_bytes = 0  # of total_bytes: native buffers (sizes.native_extra)
 
+    def mark_own(self):
+        """Mark the walk's own bookkeeping as claimed: it is not part of the target's heap."""
+        claimed = self.claimed
+        for own in (self, self.__dict__, claimed, claimed.regions, self.owners, self.owners.index,
+                    self.owners.keys, self.owner_types, self.types, self.types.index, self.types.keys,
+                    self.garbage_types, self.garbage_types.index, self.garbage_types.keys,
+                    # array.array is gc-tracked since 3.11 (heap type): without these its
+                    # tallies were "<held from C: array.array>" in the census's own report
+                    self.owners.counts, self.owners.bytes, self.owner_items, self.types.counts,
+                    self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes,
+                    self.native, self._native_bases, self._native_seen, self._holder,
+                    self._sized_types, self._class_attrs, self.getsizeof, self.getsizeof.known):
+            claimed.add(id(own))
+        if self._claim_args is not None:  # made by the first compiled claim
+            claimed.add(id(self._claim_args))
+
+    def own_bytes(self, objects):
+        """What the walk itself holds at its largest, the extra memory it costs the target:
+        the marks, ``objects`` (gc.get_objects()'s list, or None), the owner and type tables."""
+        return (
+            self.claimed.nbytes()
+            + (sys.getsizeof(objects) if objects is not None else 0)
+            + self.owners.nbytes()
+            + sys.getsizeof(self.owner_types)
+            + self.owner_items.buffer_info()[1] * 8
+            + self.types.nbytes()
+        )
+
     # -- accounting -------------------------------------------------------------------------
 
-    def _size(self, obj):
-        """``_getsizeof(obj)``, with a 3.11+ instance's attribute values (as the walk)."""
-        size = self._getsizeof(obj, 0)
-        if self._native.get(id(type(obj)), 0) > NATIVE_BUFFERS:
+    def size(self, obj):
+        """``getsizeof(obj)`` (sizes.SizeCache), with a 3.11+ instance's attribute values (as the walk)."""
+        size = self.getsizeof(obj, 0)
+        if self.native.get(id(type(obj)), 0) > NATIVE_BUFFERS:
             size += instance_values_bytes(obj)
         return size
 
-    def _count(self, obj, owner):
-        size = self._size(obj)
+    def count(self, obj, owner):
+        size = self.size(obj)
         self.types.add(type(obj), size)
         self.owners.counts[owner] += 1
         self.owners.bytes[owner] += size
         self.total_bytes += size
         self.total_objects += 1
 
-    def _owner(self, path, obj):
+    def owner_slot(self, path, obj):
         """The owner slot for ``path`` (created with ``obj``'s type and length)."""
         owners = self.owners
         slot = owners.index.get(path)
@@ -129,17 +169,17 @@ class _Walk(object):
             self.owner_types.append(tp)
             sized = self._sized_types.get(id(tp))
             if sized is None:
-                sized = self._sized_types[id(tp)] = any(issubclass(tp, base) for base in _SIZED)
-            self.owner_items.append(_items(obj) if sized else 1)
+                sized = self._sized_types[id(tp)] = any(issubclass(tp, base) for base in SIZED)
+            self.owner_items.append(item_count(obj) if sized else 1)
         return slot
 
-    def _claim_tree(self, owner, root, root_claimed=False):
+    def claim_tree(self, owner, root, root_claimed=False):
         """Claim ``root`` and everything reachable from it that nobody claimed yet."""
         claimed = self.claimed
-        if self._compiled is not None and not root_claimed:
+        if self.compiled is not None and not root_claimed:
             # One call into the walk from a list holding the root: it counts the root as it
             # counts every object (the size, the 3.11+ values, a native type's buffers),
-            # which _count did in Python: most owners of a big program are a function or a
+            # which count() did in Python: most owners of a big program are a function or a
             # small object, and that was most of their cost.
             address = id(root)  # ``id(root) in claimed``, inlined: this runs once per owner
             region = claimed.regions.get(address >> 20)
@@ -158,24 +198,24 @@ class _Walk(object):
             if id(root) in claimed:
                 return
             claimed.add(id(root))
-            self._count(root, owner)
+            self.count(root, owner)
         stack = [root]
-        native = self._native
+        native = self.native
         # Objects of natively sized types met on the way (sizes.native_types): their buffers
         # and the references gc does not show are added once the stack runs dry.
         found = [root] if native.get(id(type(root))) == NATIVE_BUFFERS else []
         native_get = native.get
-        if self._compiled is not None:
+        if self.compiled is not None:
             self._claim_compiled(owner, stack, found)
             return
         get_referents = self._get_referents
         getsizeof = sys.getsizeof
-        object_sizeof = _object_sizeof
+        base_sizeof = object_sizeof
         # Per type id (the type tally keeps the types alive): is its __sizeof__ C code; is it
         # a module type (walked through its dict only).
         builtin_sizeof = {}  # type: dict
         module_ids = set()  # type: set
-        max_size = _MAX_OBJECT_BYTES
+        max_size = MAX_OBJECT_BYTES
         getrefcount = sys.getrefcount
         dict_keys = dict.keys
         type_slot = self.types.index.get  # keyed by id(type)
@@ -183,9 +223,9 @@ class _Walk(object):
         type_counts = self.types.counts
         type_bytes = self.types.bytes
         regions = claimed.regions
-        leaf_ids = _LEAF_TYPE_IDS
+        leaf_ids = LEAF_TYPE_IDS
         timed_ids = _TIMED_IDS
-        module_type = _ModuleType
+        module_type = ModuleType
         only_one = _ONLY_ONE_REFERENCE
         pop = stack.pop
         push = stack.append
@@ -208,7 +248,7 @@ class _Walk(object):
             if big:
                 t0 = perf_counter()
             if obj_type is module_type or id(obj_type) in module_ids:
-                referents = _referents(obj)  # never a module's own traverse (see _referents)
+                referents = safe_referents(obj)  # never a module's own traverse (see safe_referents)
             else:
                 referents = get_referents(obj)
             # Not isinstance(): it reads obj.__class__, which a class (a mock, a proxy) can
@@ -232,17 +272,17 @@ class _Walk(object):
                     if region[index] & bit:
                         continue
                     region[index] |= bit
-                # _getsizeof(ref), inlined; leaves are built-in types
+                # getsizeof(ref), inlined; leaves are built-in types
                 try:
                     if leaf:
                         size = getsizeof(ref, 0)
                     else:
                         c_code = builtin_sizeof.get(tid)
                         if c_code is None:
-                            c_code = builtin_sizeof[tid] = _sizeof_is_builtin(tp)
+                            c_code = builtin_sizeof[tid] = sizeof_is_builtin(tp)
                             if issubclass(tp, module_type):
                                 module_ids.add(tid)
-                        size = getsizeof(ref, 0) if c_code else object_sizeof(ref)
+                        size = getsizeof(ref, 0) if c_code else base_sizeof(ref)
                 except Exception:
                     size = 0
                 if not 0 <= size <= max_size:
@@ -280,7 +320,7 @@ class _Walk(object):
         after the walls' walk, each a loop in Python here (150 ms between two looks at the
         clock on the busy real worker)."""
         claimed = self.claimed
-        native = self._native
+        native = self.native
         types = self.types
         added_objects = added_bytes = 0
         held = []  # type: list
@@ -302,11 +342,11 @@ class _Walk(object):
                 if id(ref) in claimed:
                     continue
                 claimed.add(id(ref))
-                size = self._size(ref)
+                size = self.size(ref)
                 types.add(type(ref), size)
                 added_objects += 1
                 added_bytes += size
-                if id(type(ref)) not in _LEAF_TYPE_IDS:
+                if id(type(ref)) not in LEAF_TYPE_IDS:
                     stack.append(ref)
                     if native.get(id(type(ref))) == NATIVE_BUFFERS:
                         found.append(ref)
@@ -319,7 +359,7 @@ class _Walk(object):
         return added_objects, added_bytes
 
     def _claim_compiled(self, owner, stack, found):
-        """``_claim_tree``'s loop in C, in short calls: between two, the interpreter can hand
+        """``claim_tree``'s loop in C, in short calls: between two, the interpreter can hand
         the GIL to the target's threads. Each call is one uninterruptible step. (Runs once per
         owner, tens of thousands of times in a big program: what it needs is looked up once
         per census.)"""
@@ -329,10 +369,10 @@ class _Walk(object):
             # A session keeps the walk's caches (the types it met, the bitmap's regions)
             # from one call to the next: one call per owner, each meeting a few types, spent
             # most of its time looking them up anew (0.66 s of CPU on the real worker's heap).
-            session = getattr(self._walk_module, "session", None)
-            args = self._claim_args = (self._compiled, self.claimed.regions, types.index, types.slot,
-                                       types.counts, types.bytes, self._work_per_call(),
-                                       for_compiled_walk(self._native, self._walk_module) or None,
+            session = getattr(self.walk_module, "session", None)
+            args = self._claim_args = (self.compiled, self.claimed.regions, types.index, types.slot,
+                                       types.counts, types.bytes, self.work_per_call,
+                                       for_compiled_walk(self.native, self.walk_module) or None,
                                        session() if session is not None else None)
         claim, regions, index, new_slot, counts, sizes, per_call, native, session = args
         clock = self.clock
@@ -374,47 +414,19 @@ class _Walk(object):
         self.total_objects += objects
 
     def _attributes(self, obj):
-        """(``objects._instance_dict(obj)``, ``objects._slot_values(obj)``), with what the two
+        """(``objects.instance_dict(obj)``, ``objects.slot_values(obj)``), with what the two
         look up in the class's MRO (the ``__dict__`` descriptor, the slots' member
         descriptors) looked up once per class: an instance of a class with a long MRO of
         big class dicts cost a loop over all of them each."""
         tp = type(obj)
         known = self._class_attrs.get(id(tp))
         if known is None:
-            descr = None
-            for klass in type.__dict__["__mro__"].__get__(tp, type):
-                descr = _class_dict(klass).get("__dict__")
-                if descr is not None:
-                    if type(descr).__name__ not in ("getset_descriptor", "member_descriptor"):
-                        descr = None
-                    break
-            slots = []
-            for klass in type.__dict__["__mro__"].__get__(tp, type):
-                if klass is object:
-                    continue
-                for name, member in list(_class_dict(klass).items()):
-                    if type(member).__name__ == "member_descriptor":
-                        slots.append((name, member))
             # the class itself too: its id is the key (the type tally keeps it as well)
-            known = self._class_attrs[id(tp)] = (tp, descr, slots)
+            known = self._class_attrs[id(tp)] = (tp, dict_descriptor(tp), slot_members(tp))
         _tp, descr, slots = known
-        d = None
-        if descr is not None:
-            try:
-                d = descr.__get__(obj, tp)
-            except Exception:
-                d = None
-            if type(d) is not dict:
-                d = None
-        values = []
-        for name, member in slots:
-            try:
-                values.append((name, member.__get__(obj, tp)))
-            except Exception:
-                continue
-        return d, values
+        return dict_via(descr, obj, tp), slots_via(slots, obj, tp)
 
-    def _claim_named(self, path, obj, depth):
+    def claim_named(self, path, obj, depth):
         """Give ``obj`` its own owner ``path``; extend the path through instance attributes."""
         if id(obj) in self.claimed:
             return
@@ -428,24 +440,24 @@ class _Walk(object):
             if slots:
                 attrs.extend(slots)
         if d is None and not attrs:
-            self._claim_tree(self._owner(path, obj), obj)
+            self.claim_tree(self.owner_slot(path, obj), obj)
             return
-        owner = self._owner(path, obj)
+        owner = self.owner_slot(path, obj)
         self.claimed.add(id(obj))
-        self._count(obj, owner)
+        self.count(obj, owner)
         if d is not None and id(d) not in self.claimed:
             self.claimed.add(id(d))
-            self._count(d, owner)
+            self.count(d, owner)
         parent_type = type(obj)
         for name, value in attrs:
             if id(value) in self.claimed:
                 continue
-            if type(value) is parent_type or issubclass(type(value), _SCALARS) and self._getsizeof(value, 0) < 4096:
+            if type(value) is parent_type or issubclass(type(value), _SCALARS) and self.getsizeof(value, 0) < 4096:
                 # Linked structures and small scalars stay with their parent.
-                self._claim_tree(owner, value)
+                self.claim_tree(owner, value)
             else:
-                self._claim_named(path + "." + name, value, depth + 1)
+                self.claim_named(path + "." + name, value, depth + 1)
         # Anything the instance references besides its attributes: its dict's keys, and what
         # it holds in C fields (an lru_cache's cache, a deque's items, a generator's frame).
         # ``obj`` is claimed already: walk from it, do not start at it (which would stop).
-        self._claim_tree(owner, obj, root_claimed=True)
+        self.claim_tree(owner, obj, root_claimed=True)

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The object graph behind retained sizes (the dominator tree), walked inside the target.
 
 Standard library only. The walk starts from the census's named roots (modules and their
@@ -32,6 +30,9 @@ Shape of the graph:
   path goes through it silently), ``t<Type>`` a coroutine's or frame's local of that type.
 """
 
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
+
 import array
 import gc
 import os
@@ -41,11 +42,12 @@ import types
 
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
-from .graph_roots import _LEAF_TYPE_IDS, add_roots, held_from_c
+from . import wire
+from .graph_roots import add_roots, add_thread_roots, held_from_c
 from .graph_wire import (
-    _FRAME_LIKE_IDS,
-    _MAX_LABEL_CHARS,
     BINARY_FILE,
+    FRAME_LIKE_IDS,
+    MAX_LABEL_CHARS,
     Binary,
     binary_pieces,
     frames,
@@ -53,8 +55,17 @@ from .graph_wire import (
     json_pieces,
     name_paths,
 )
-from .objects import _class_dict, _referents, _short_type_name, _type_name
-from .pacing import Clock
+from .objects import (
+    LEAF_TYPE_IDS,
+    SHARED_LEAF,
+    dict_descriptor,
+    dict_via,
+    safe_referents,
+    short_type_name,
+    slot_members,
+    type_name,
+)
+from .pacing import Clock, unsplit_step_fits
 from .sizes import (
     NATIVE_BUFFERS,
     SizeCache,
@@ -76,12 +87,7 @@ __all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphOve
            "GraphTooBig", "binary_pieces", "build", "census_lists_all", "compiled_available", "json_pieces",
            "name_paths"]
 
-# /2: the arrays travel raw after the JSON (graph_wire.Binary), not as base64 in it.
-# /3: ``roots`` is one flat list, four items a root (node, label, kind, tier), not a list per
-# root: tens of thousands of tracked lists brought the target's next collection forward.
-# /4: the records travel in frames (graph_wire.FRAME_COLUMNS); the compiled walk names nodes
-# by address (``node_keys``: "address"), leakhound gives them ids.
-GRAPH_FORMAT = "leakhound.graph/5"
+GRAPH_FORMAT = wire.GRAPH_FORMAT
 
 # A collection of at most this many entries folds only the entries that are collections
 # themselves; the others stay nodes: the owners' search goes down into an entry that holds most
@@ -127,9 +133,6 @@ _PLAIN_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, bytearray,
                                          types.MethodType, types.CodeType, types.CellType))
 _SIZED_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, dict))
 _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
-# A leaf referenced from more places than this (small ints, interned names) is shared by
-# everyone: no owner retains it, and edges to it would be most of the graph.
-_SHARED_LEAF = 64
 # Labels are mostly dict keys (attribute names come from slots; the owners' paths are named
 # by the target afterwards, name_paths): ~150 bytes each in the target with their index and
 # their JSON, 3 MiB at most. Dict keys take at most _MAX_KEY_LABELS of them: a heap's unique
@@ -186,6 +189,7 @@ class Graph(object):
     """One walk of the object graph. Call :meth:`run`, then :meth:`result`."""
 
     walker = "python"
+    walk_began = None  # a list of ours made as the walk begins (run)
 
     def __init__(self, *, timeout=60.0, progress=None, is_stdlib=None, exclude=(),
                  max_nodes=5000000, max_pause_ms=None, cancelled=None, max_bytes=0):
@@ -257,7 +261,7 @@ class Graph(object):
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
         self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
         self.unreached = {"examined": False, "estimated_pause_ms": None, "reason": "", "held": 0,
-                          "garbage_objects": 0}
+                          "garbage_objects": 0}  # type: wire.Unreached
         for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
                     self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
                     self.folds, self.fold_owner, self.namespaces, self.pending, self.given_leaves, self.leaf_groups,
@@ -312,7 +316,7 @@ class Graph(object):
         if t is None:
             t = self.type_index[id(tp)] = len(self.type_keys)
             self.type_keys.append(tp)
-            self.type_names.append(_type_name(tp))
+            self.type_names.append(type_name(tp))
         return t
 
     def _node(self, obj):
@@ -373,43 +377,25 @@ class Graph(object):
 
     def _tracked(self):
         """Nodes of types gc tracks (all but the leaves)."""
-        leaf_types = {t for t, tp in enumerate(self.type_keys) if id(tp) in _LEAF_TYPE_IDS}
+        leaf_types = {t for t, tp in enumerate(self.type_keys) if id(tp) in LEAF_TYPE_IDS}
         return sum(1 for t in self.types if t not in leaf_types)
 
     def _dict_of(self, obj, tp):
         """The instance ``__dict__`` through the built-in descriptor (cached per type)."""
         descr = self.dict_descrs.get(id(tp), _MISSING)
         if descr is _MISSING:
-            descr = None
             try:
-                for klass in type.__dict__["__mro__"].__get__(tp, type):
-                    found = _class_dict(klass).get("__dict__")
-                    if found is not None:
-                        if type(found).__name__ in ("getset_descriptor", "member_descriptor"):
-                            descr = found
-                        break
+                descr = dict_descriptor(tp)
             except Exception:
                 descr = None
             self.dict_descrs[id(tp)] = descr
-        if descr is None:
-            return None
-        try:
-            d = descr.__get__(obj, tp)
-        except Exception:
-            return None
-        return d if type(d) is dict else None
+        return dict_via(descr, obj, tp)
 
     def _slots_of(self, tp):
         names = self.slot_names.get(id(tp))
         if names is None:
-            found = []
             try:
-                for klass in type.__dict__["__mro__"].__get__(tp, type):
-                    if klass is object:
-                        continue
-                    for name, descr in list(_class_dict(klass).items()):
-                        if type(descr).__name__ == "member_descriptor" and type(name) is str:
-                            found.append((name, descr))
+                found = slot_members(tp)
             except Exception:
                 found = []
             names = self.slot_names[id(tp)] = tuple(found)
@@ -424,7 +410,12 @@ class Graph(object):
         self.gc_before = [g.get("collections", 0) for g in gc.get_stats()]
         stack = []
         self._own(stack)
+        # Tracked objects made after this one were made during the walk (tracked.made_after).
+        self.walk_began = []
+        self._own(self.walk_began)
         add_roots(self, stack)
+        self._walk(stack)
+        add_thread_roots(self, stack)
         self._walk(stack)
         held_from_c(self, stack)
         self._settle()
@@ -485,7 +476,7 @@ class Graph(object):
         src_append = self.src.append
         dst_append = self.dst.append
         lab_append = self.lab.append
-        leaf_ids = _LEAF_TYPE_IDS
+        leaf_ids = LEAF_TYPE_IDS
         only_one = _ONLY_ONE_REFERENCE
         getrefcount = sys.getrefcount
         get_referents = gc.get_referents
@@ -501,7 +492,7 @@ class Graph(object):
         d_label = self._label("d")
         dict_labels = self.dict_labels
         type_labels = {}  # id(type) -> label of "t<Type>"
-        frame_like = _FRAME_LIKE_IDS
+        frame_like = FRAME_LIKE_IDS
         plain = _PLAIN_IDS
         singleton_ids = _SINGLETON_IDS
         native = self.native
@@ -547,14 +538,14 @@ class Graph(object):
                 for k in range(len(keys) if len(keys) <= _BIG_DICT or tp is not dict else 0):
                     key = keys[k]
                     if type(key) is str:
-                        names.setdefault(id(refs[k]), label_of("k" + key[:_MAX_LABEL_CHARS]))
+                        names.setdefault(id(refs[k]), label_of("k" + key[:MAX_LABEL_CHARS]))
                 entries = len(keys)
                 refs.extend(keys)
                 key = keys = None
                 if tp is not dict:
                     refs.extend(get_referents(obj))
             elif issubclass(tp, module_type):
-                refs = _referents(obj)
+                refs = safe_referents(obj)
             else:
                 refs = get_referents(obj)
             if code == NATIVE_BUFFERS:
@@ -602,7 +593,7 @@ class Graph(object):
                     if count <= only_one:
                         folded += size_of(ref)
                         continue
-                    if count > _SHARED_LEAF or rid in singleton_ids or (rtp is int and -5 <= ref <= 256):
+                    if count > SHARED_LEAF or rid in singleton_ids or (rtp is int and -5 <= ref <= 256):
                         continue  # None, True, small ints, interned names: shared by everyone
                     if id(ref) not in index:
                         # held a few times: its bytes are the node's it is met from, if every
@@ -672,7 +663,7 @@ class Graph(object):
                 elif tag:
                     label = type_labels.get(rid)
                     if label is None:
-                        label = type_labels[rid] = label_of("t" + _short_type_name(rtp))
+                        label = type_labels[rid] = label_of("t" + short_type_name(rtp))
                 else:
                     label = -1
                 if folded_here and label >= 0:
@@ -742,12 +733,12 @@ class Graph(object):
             "max_held_where": list(self.clock.max_held_where),
             "yields": self.clock.yields,
             "payload_peak_bytes": payload_bytes,
-            "unreached": dict(self.unreached),
+            "unreached": self.unreached.copy(),
             "gc_collections": self._collections(),
             "dict_labels": bool(self.dict_labels),
             # The records themselves: written raw after the JSON (graph_wire), never in it.
             "_binary": binary,
-        }
+        }  # type: wire.Graph
         census = self._census()
         if census is not None:
             out["_census"] = census  # the runner's, never sent (graph_wire leaves it out)
@@ -812,7 +803,7 @@ class CompiledGraph(Graph):
         return found
 
     def _frame_label(self, tp):
-        label = self.frame_labels[id(tp)] = self._label("t" + _short_type_name(tp))
+        label = self.frame_labels[id(tp)] = self._label("t" + short_type_name(tp))
         return label
 
     def _native_extra(self, obj):
@@ -938,12 +929,12 @@ def compiled_available():
 def census_lists_all(unreached, max_pause_ms):
     """Whether a census after a graph walk (its ``unreached`` fields) lists every tracked
     object: the walk looked at what no root reaches itself, or the listing
-    (gc.get_objects()) fits the whole budget, where the walk kept to half of it. Otherwise
+    (gc.get_objects()) fits the budget (pacing.unsplit_step_fits). Otherwise
     the census could only walk the same roots again (runner._counted_in_graph)."""
     if unreached.get("examined"):
         return True
     estimate = unreached.get("estimated_pause_ms")
-    return max_pause_ms is not None and isinstance(estimate, (int, float)) and estimate <= max_pause_ms
+    return max_pause_ms is not None and isinstance(estimate, (int, float)) and unsplit_step_fits(estimate, max_pause_ms)
 
 
 def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, max_bytes=0,
@@ -983,7 +974,7 @@ def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, can
             code = SKIPPED_OVER_MEMORY_BUDGET
         reason = ("the object graph has more than %s nodes: over the graph budget" % format(max_nodes, ",")
                   if code == SKIPPED_OVER_NODES else "the object graph %s" % text)
-        return {"format": GRAPH_FORMAT, "skipped": reason, "skipped_code": code, "max_nodes": max_nodes}
+        return wire.skipped_graph(reason, code, max_nodes)
     finally:
         if spool is not None:  # no graph to send: nothing left behind
             os.close(spool[1])

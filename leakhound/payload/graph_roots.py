@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The object graph's roots, walked inside the target: the named roots (roots.py) with what is
 theirs by name (a module's and a class's dict, a task's context variables, a running frame's
 variables), and the objects held from C that no root reached.
@@ -8,43 +6,33 @@ Standard library only, as ``graph.py`` (whose ``Graph.run`` calls these, and whi
 imports this module, so that it is loaded with the payload).
 """
 
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
+
 import gc
 import sys
 import time
 
 from . import roots
-from .graph_wire import _MAX_LABEL_CHARS
-from .objects import _instance_dict, _type_name, is_payload_name
+from .census import ns_per_object
+from .census_unreached import referenced_from_outside
+from .graph_wire import MAX_LABEL_CHARS
+from .objects import LEAF_TYPE_IDS, SHARED_LEAF, ModuleType, instance_dict, is_payload_name, type_name
+from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
 from .roots import TIER_HELD
-from .tasks import _c_future_class, context_variables, task_context
-from .tracked import tracked_objects
+from .tasks import c_future_class, context_variables, task_context
+from .tracked import made_after, tracked_objects
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
     from . import _walk as _walk_module  # type: ignore[attr-defined]
 except Exception:
     _walk_module = None
 
-from .census_unreached import _referenced_from_outside
-
-_LEAF_TYPE_IDS = frozenset(id(tp) for tp in (str, bytes, int, float, bool, complex, type(None)))
-_ModuleType = type(sys)
-_GET_OBJECTS_NS = 60  # per tracked object, as the census assumes (docs/performance.md)
-
-
-def _ns_per_object():
-    """What gc.get_objects() costs per object here: the census's measurement when it has one."""
-    for name in ("census", "census_walk", "census_unreached", "census_tallies"):
-        module = sys.modules.get(__name__.rsplit(".", 1)[0] + "." + name)
-        measured = getattr(module, "_measured", None) if module is not None else None
-        if type(measured) is dict and measured.get("ns_per_object"):
-            return measured["ns_per_object"]
-    return _GET_OBJECTS_NS
-
 
 def add_roots(graph, stack):
-    """Every named root of ``graph`` (a ``Graph``) onto ``stack``, each an edge of the
-    super-root (roots.py), with what is theirs by name: a module's and a class's dict, a
-    task's context variables, a running frame's variables."""
+    """Every named root of ``graph`` (a ``Graph``) but the threads' frames (add_thread_roots)
+    onto ``stack``, each an edge of the super-root (roots.py), with what is theirs by name: a
+    module's and a class's dict, a task's context variables."""
     # The duty cycle, the deadline and the cancel every 256 modules and classes: thousands of
     # modules and tens of thousands of classes were one 170 ms stretch (the real verifiers
     # worker's heap; its heartbeat thread waited 182 ms).
@@ -53,7 +41,7 @@ def add_roots(graph, stack):
     tiers = {}
     for module, name, kind, tier in roots.modules(graph.is_stdlib, check, tiers):
         m = graph._root(module, name, kind, tier, wall=True)
-        d = _instance_dict(module)
+        d = instance_dict(module)
         if d is not None and m > 0:
             dn = graph._node(d)
             if dn > 0:
@@ -83,7 +71,7 @@ def add_roots(graph, stack):
     check()
     # Each task's context variables are its own, by name: what a pending future's callback
     # also reaches through the context (a Queue.get's waiter) is a back-reference (passes.py).
-    c_future = _c_future_class()
+    c_future = c_future_class()
     for task, name, kind, tier in roots.tasks(check):
         t = graph._root(task, name, kind, tier)
         if t > 0:
@@ -91,21 +79,37 @@ def add_roots(graph, stack):
             ctx = task_context(task, c_future)
             if ctx is not None:
                 for var_name, value in context_variables(ctx):
-                    _variable_edge(graph, stack, t, value, "c" + var_name[:_MAX_LABEL_CHARS])
+                    _variable_edge(graph, stack, t, value, "c" + var_name[:MAX_LABEL_CHARS])
                 value = None
             ctx = None
     task = None
-    # Thread stacks (not ours), each frame its own root, with what its variables hold (3.11+
-    # keep a running frame's variables outside the frame object: gc.get_referents does not
-    # show them, and without these edges they were "<held from C: ...>").
+    graph.progress("graph", graph._count())
+
+
+def add_thread_roots(graph, stack):
+    """The other threads' frames onto ``stack``, each a root (soft: passes.soften) with what
+    its variables hold. Called once every other root has been walked: a running function's
+    temporary (the simulated verifiers worker's report copies its registry,
+    ``dict(trajectories)``) dies within milliseconds, and the compiled walk names a node by
+    its address; walked first, its address was taken by a new object (a step's
+    ``tool_calls[0]``) that the rest of the walk then met as the copy, with the copy's edges
+    to every entry of the registry. Walked last, only other soft roots can meet that address."""
+    check = graph._check
+    check()
+    # Each frame its own root, with what its variables hold (3.11+ keep a running frame's
+    # variables outside the frame object: gc.get_referents does not show them, and without
+    # these edges they were "<held from C: ...>").
     for frame, name, kind, tier in roots.thread_frames():
+        # (a frame the walk met already, through a coroutine it runs: a root, not walked again)
+        known = graph._known(frame)
         f = graph._root(frame, name, kind, tier)
         if f > 0:
-            graph._push(stack, f, frame)
+            if not known:
+                graph._push(stack, f, frame)
             # (the agent's other thread runs the payload's code: its variables are ours)
             variables = roots.frame_locals(frame, _walk_module) if not _runs_payload_code(frame) else None
             for var_name, value in variables or ():
-                _variable_edge(graph, stack, f, value, "a" + var_name[:_MAX_LABEL_CHARS])
+                _variable_edge(graph, stack, f, value, "a" + var_name[:MAX_LABEL_CHARS])
             variables = value = None
             check()
     frame = None
@@ -125,16 +129,14 @@ def _variable_edge(graph, stack, src, value, label):
     """An edge labelled ``label`` from node ``src`` (a task, a frame) to ``value``, what one of
     its variables holds (read from the frame or the context, not a referent the walk would
     meet); ``value`` walked if it is new. Modules and classes are roots of their own; None,
-    True, False and a leaf shared by everyone (as the walk's ``_SHARED_LEAF``) belong to no
+    True, False and a leaf shared by everyone (``objects.SHARED_LEAF``) belong to no
     one; any other leaf (a big bytes in a local) is a node of its own."""
-    from .graph import _SHARED_LEAF  # noqa: PLC0415 - graph imports this module
-
     tp = type(value)
-    if issubclass(tp, type) or tp is _ModuleType or value is None or tp is bool:
+    if issubclass(tp, type) or tp is ModuleType or value is None or tp is bool:
         return
-    leaf = id(tp) in _LEAF_TYPE_IDS
+    leaf = id(tp) in LEAF_TYPE_IDS
     # the caller's variable, the list it came from, this call's argument, getrefcount's
-    if leaf and sys.getrefcount(value) > _SHARED_LEAF + 4:
+    if leaf and sys.getrefcount(value) > SHARED_LEAF + 4:
         return
     known = graph._known(value)
     j = graph._node(value)
@@ -156,7 +158,12 @@ def held_from_c_over_budget(tracked, estimate_ms, max_pause_ms):
     return ("listing the ~%s gc-tracked objects (gc.get_objects(), one call) takes ~%.0f ms "
             "here, up to ~%.0f ms on a loaded machine: over the %.0f ms pause budget, so objects "
             "held from C only were not looked for"
-            % (format(tracked, ","), estimate_ms, 2 * estimate_ms, max_pause_ms))
+            % (format(tracked, ","), estimate_ms, UNSPLIT_STEP_MARGIN * estimate_ms, max_pause_ms))
+
+
+def _older_collections():
+    """How many collections of generations 1 and 2 have run."""
+    return [generation.get("collections", 0) for generation in gc.get_stats()[1:]]
 
 
 def held_from_c(graph, stack):
@@ -164,38 +171,62 @@ def held_from_c(graph, stack):
     state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
     every tracked object, one call that cannot be split: skipped over the pause budget."""
     tracked = graph._tracked()
-    estimate = tracked * _ns_per_object() / 1e6
+    estimate = tracked * ns_per_object() / 1e6
     graph.unreached["estimated_pause_ms"] = round(estimate, 1)
-    # Half the budget: the census made the same call in this request already, and on a
-    # loaded machine the call took twice its estimate (benchmarks/, docs/performance.md).
-    if graph.max_pause_ms is not None and 2 * estimate > graph.max_pause_ms:
+    if not unsplit_step_fits(estimate, graph.max_pause_ms):
         graph.unreached["reason"] = held_from_c_over_budget(tracked, estimate, graph.max_pause_ms)
         return
     graph._check()
+    collections = _older_collections()
     t0 = time.perf_counter()
     objects = tracked_objects()
     took = time.perf_counter() - t0
     if took > graph.max_step:
         graph.max_step = took
     graph._own(objects)
+    # What was made after the walk began (its referrer walked already, the new reference
+    # not seen) is no more held from C than what the walk reached: named for what it is.
+    # Read after the list: anything in it made after the marker is in ``made`` or, with
+    # ``older``, after the marker in the list, unless a collection of the older generations
+    # moved the marker meanwhile, or a full one ran since the walk began (it appends
+    # generation 0, then 1, to the oldest: older objects after newer ones): then what follows
+    # the marker in the list is not known to be new, and is named as held from C.
+    marker = graph.walk_began
+    made, older = made_after(marker) if marker is not None else (set(), False)
+    graph._own(made)
+    if older and (_older_collections() != collections or collections[-1:] != graph.gc_before[2:3]):
+        older = False
     # In slices, the clock looked at between them: one pass over every tracked object (700k
     # on the busy real worker) and the arithmetic below were a 470 ms hold of the GIL.
     unreached = []
+    mark = id(marker) if older else None  # looked for in the oldest generation, the list's tail
     for start in range(0, len(objects), _SLICE):
         graph._check()
-        unreached.extend(graph._unknown(objects[start:start + _SLICE]))
+        piece = objects[start:start + _SLICE]
+        found = graph._unknown(piece)
+        if mark is not None:
+            ids = list(map(id, piece))
+            if mark in ids:
+                made.update(map(id, graph._unknown(piece[ids.index(mark) + 1:])))
+                mark = None
+            ids = None
+        elif older:
+            made.update(map(id, found))
+        unreached.extend(found)
+        piece = found = None
     graph._own(unreached)
     while objects:  # let go in pieces: the last reference to what died meanwhile
         graph._check()
         del objects[-_SLICE:]
     del objects
-    held = _referenced_from_outside(unreached, held=1, tick=graph._check)
+    held = referenced_from_outside(unreached, held=1, tick=graph._check)
     for n, obj in enumerate(held):
         if n & 255 == 255:
             graph._check()
         if graph._known(obj):
             continue
-        i = graph._root(obj, "<held from C: %s>" % _type_name(type(obj)), "held", TIER_HELD)
+        form = "<made during the walk: %s>" if id(obj) in made else "<held from C: %s>"
+        i = graph._root(obj, form % type_name(type(obj)), "held", TIER_HELD)
         if i > 0:
             graph._push(stack, i, obj)
             graph._walk(stack)
@@ -203,7 +234,7 @@ def held_from_c(graph, stack):
     graph.unreached["held"] = len(held)
     graph.unreached["garbage_objects"] = sum(len(graph._unknown(unreached[k:k + _SLICE]))
                                              for k in range(0, len(unreached), _SLICE))
-    del unreached, held
+    del unreached, held, made
     obj = None
 
 # -- the result ------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The object graph's wire: the labels its edges carry, the ``names`` request that labels the
 paths the CLI chose, and the result written as JSON in pieces.
 
 Runs inside the target with the standard library only, as ``graph.py`` (which imports it, so
 that it is loaded with the payload).
 """
+
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 
 import json
 import os
@@ -14,9 +15,9 @@ import sys
 import types
 
 from . import roots
-from .objects import _class_dict, _instance_dict, _referents, _short_type_name
+from .objects import class_dict, instance_dict, safe_referents, short_type_name
 from .roots import frame_locals
-from .tasks import _c_future_class, context_variables, task_context
+from .tasks import c_future_class, context_variables, task_context
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
     from . import _walk as _walk_module  # type: ignore[attr-defined]
@@ -24,9 +25,9 @@ except Exception:
     _walk_module = None
 
 _ModuleType = type(sys)
-_FRAME_LIKE_IDS = frozenset(id(tp) for tp in (types.FrameType, types.CoroutineType, types.GeneratorType,
+FRAME_LIKE_IDS = frozenset(id(tp) for tp in (types.FrameType, types.CoroutineType, types.GeneratorType,
                                                 types.AsyncGeneratorType))
-_MAX_LABEL_CHARS = 80
+MAX_LABEL_CHARS = 80
 
 
 # -- naming the owners' paths -------------------------------------------------------------------
@@ -62,14 +63,14 @@ def _frame_variable(obj, address):
     getter = _FRAME_GETTERS.get(id(type(obj)))
     if getter is not None:
         try:
-            frame = _class_dict(getter[0])[getter[1]].__get__(obj, getter[0])
+            frame = class_dict(getter[0])[getter[1]].__get__(obj, getter[0])
         except Exception:
             frame = None
     variables = frame_locals(frame, _walk_module) if type(frame) is types.FrameType else None
     frame = None
     for name, value in variables or ():
         if id(value) == address:
-            return "a" + name[:_MAX_LABEL_CHARS], value
+            return "a" + name[:MAX_LABEL_CHARS], value
     return None
 
 
@@ -79,17 +80,17 @@ def _context_variable(task, address, c_future):
     ctx = task_context(task, c_future)
     for name, value in context_variables(ctx) if ctx is not None else ():
         if id(value) == address:
-            return "c" + name[:_MAX_LABEL_CHARS], value
+            return "c" + name[:MAX_LABEL_CHARS], value
     return None
 
 
-def _step_label(obj, address):
+def step_label(obj, address):
     """(label, next object) for the referent or variable of ``obj`` whose id is ``address``;
     the label as the graph's (``a`` attribute, slot or frame variable, ``k`` dict key, ``d``
     instance dict, ``t`` an unnamed local's type, ``c`` a task's context variable, ``''``
     none); (None, None) when ``obj`` no longer references it."""
     tp = type(obj)
-    named = _frame_variable(obj, address) if id(tp) in _FRAME_LIKE_IDS else None
+    named = _frame_variable(obj, address) if id(tp) in FRAME_LIKE_IDS else None
     if named is not None:
         return named
     if issubclass(tp, dict):
@@ -102,9 +103,9 @@ def _step_label(obj, address):
                 key = keys[k] if len(keys) == len(values) else None
                 value = values[k]
                 keys = values = None
-                return ("k" + key[:_MAX_LABEL_CHARS] if type(key) is str else ""), value
+                return ("k" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
         values = None
-    refs = _referents(obj)
+    refs = safe_referents(obj)
     nxt = None
     for ref in refs:
         if id(ref) == address:
@@ -113,21 +114,21 @@ def _step_label(obj, address):
     refs = None
     if nxt is None:
         # A task's context variable: an edge of the task's root (graph_roots.add_roots).
-        c_future = _c_future_class()
+        c_future = c_future_class()
         if c_future is not None and issubclass(tp, c_future):
             return _context_variable(obj, address, c_future) or (None, None)
         # 3.11+ keep attributes inline until someone asks for __dict__: a path named before
         # this one may have made the dict, and then the values are in it, not referents.
         d = None
         if not issubclass(tp, (list, tuple, set, frozenset, type, _ModuleType)):
-            d = _instance_dict(obj)
+            d = instance_dict(obj)
         if d is not None:
             for key, value in list(dict.items(d)):
                 if id(value) == address:
-                    return ("a" + key[:_MAX_LABEL_CHARS] if type(key) is str else ""), value
+                    return ("a" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
         return None, None
-    if id(tp) in _FRAME_LIKE_IDS:
-        return "t" + _short_type_name(type(nxt)), nxt
+    if id(tp) in FRAME_LIKE_IDS:
+        return "t" + short_type_name(type(nxt)), nxt
     if issubclass(tp, (list, tuple, set, frozenset)):
         return "", nxt
     if issubclass(tp, type):
@@ -137,7 +138,7 @@ def _step_label(obj, address):
     for klass in type.__dict__["__mro__"].__get__(tp, type):
         if klass is object:
             continue
-        for name, descr in list(_class_dict(klass).items()):
+        for name, descr in list(class_dict(klass).items()):
             if type(descr).__name__ == "member_descriptor" and type(name) is str and name not in (
                     "__dict__", "__weakref__"):
                 try:
@@ -146,13 +147,13 @@ def _step_label(obj, address):
                 except Exception:
                     continue
     # One instance dict per step of a named path: what the census does along its chains.
-    d = _instance_dict(obj)
+    d = instance_dict(obj)
     if d is not None:
         if d is nxt:
             return "d", nxt
         for key, value in list(dict.items(d)):
             if value is nxt and type(key) is str:
-                return "a" + key[:_MAX_LABEL_CHARS], nxt
+                return "a" + key[:MAX_LABEL_CHARS], nxt
     return "", nxt
 
 
@@ -161,7 +162,7 @@ def _step_label(obj, address):
 _MAX_FOLDED_LOOKS = 4096
 
 
-def _folded_step_label(obj, address):
+def folded_step_label(obj, address):
     """(label, next object) for a step from a collection through one of its entries (folded
     into it by the walk, no node of its own) to the object whose id is ``address``: "f" and
     the entry's own label for it (rendered ``[].__self__``); (None, None) when none of the
@@ -175,7 +176,7 @@ def _folded_step_label(obj, address):
     for entry in entries:
         if type(entry) in (str, bytes, int, float, bool, type(None)) or isinstance(entry, (type, _ModuleType)):
             continue
-        label, nxt = _step_label(entry, address)
+        label, nxt = step_label(entry, address)
         if label is not None:
             entries = entry = None
             return "f" + label, nxt
@@ -201,9 +202,9 @@ def name_paths(request):
         for address in path[1:_MAX_PATH_STEPS]:
             if obj is None:
                 break
-            label, nxt = _step_label(obj, address)
+            label, nxt = step_label(obj, address)
             if label is None:
-                label, nxt = _folded_step_label(obj, address)
+                label, nxt = folded_step_label(obj, address)
             obj = nxt
             if label is None:
                 break

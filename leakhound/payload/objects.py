@@ -8,8 +8,16 @@ import gc
 import sys
 
 # Builtin containers whose length is read with the C slot, never a user ``__len__``.
-_SIZED = (dict, list, set, frozenset, tuple, bytes, bytearray, str)
-_ModuleType = type(sys)
+SIZED = (dict, list, set, frozenset, tuple, bytes, bytearray, str)
+ModuleType = type(sys)
+# Leaves: objects with no referents. A walk never pushes one on its stack, and one whose only
+# reference is the container it was found in cannot be met again, so it is not marked.
+LEAF_TYPES = (str, bytes, int, float, bool, complex, type(None))
+LEAF_TYPE_IDS = frozenset(id(tp) for tp in LEAF_TYPES)
+# A leaf referenced from more places than this (small ints, interned names) is shared by
+# everyone: no owner retains it, and edges to it would be most of the object graph
+# (_graph_walk.c's GRAPH_SHARED_LEAF).
+SHARED_LEAF = 64
 # The payload's own package: ``_leakhound_payload`` in a target (boot.py loads it under that
 # name), ``leakhound.payload`` when imported. What its modules hold is leakhound's.
 PAYLOAD_PACKAGE = __name__.rsplit(".", 1)[0]
@@ -20,7 +28,7 @@ def is_payload_name(name):
     return name == PAYLOAD_PACKAGE or name.startswith(PAYLOAD_PACKAGE + ".")
 
 
-def _referents(obj):
+def safe_referents(obj):
     """gc.get_referents(obj), except for modules: their dict only.
 
     A module's tp_traverse also runs its extension's ``m_traverse``, and some visit memory
@@ -31,8 +39,8 @@ def _referents(obj):
     (CPython gh-122695). What an extension module keeps in its state is found otherwise
     (classes from the subclass tree, the rest as held from C).
     """
-    if issubclass(type(obj), _ModuleType):
-        d = _instance_dict(obj)
+    if issubclass(type(obj), ModuleType):
+        d = instance_dict(obj)
         return [d] if d is not None else []
     return gc.get_referents(obj)
 
@@ -59,7 +67,7 @@ def subclass_tree(base=object, tick=None):
     return out
 
 
-def _type_name(tp):
+def type_name(tp):
     try:
         qual = type.__dict__["__qualname__"].__get__(tp, type)
         mod = type.__dict__["__module__"].__get__(tp, type)
@@ -70,57 +78,91 @@ def _type_name(tp):
     return "%s.%s" % (mod, qual)
 
 
-def _class_dict(klass):
+def class_dict(klass):
     return type.__dict__["__dict__"].__get__(klass, type)
 
 
-def _short_type_name(tp):
+def short_type_name(tp):
     try:
         return type.__dict__["__qualname__"].__get__(tp, type)
     except Exception:
         return "?"
 
 
-def _instance_dict(obj):
-    """The instance ``__dict__`` through the built-in descriptor only (no user code)."""
-    tp = type(obj)
+def dict_descriptor(tp):
+    """The descriptor of the ``__dict__`` of ``tp``'s instances (the first in its MRO) when it
+    is a built-in one; None when there is none, or it is written in Python (never run).
+    A walk looks it up once per type and reads each instance through it (``dict_via``)."""
     for klass in type.__dict__["__mro__"].__get__(tp, type):
-        descr = _class_dict(klass).get("__dict__")
-        if descr is None:
-            continue
-        if type(descr).__name__ not in ("getset_descriptor", "member_descriptor"):
-            return None
-        try:
-            d = descr.__get__(obj, tp)
-        except Exception:
-            return None
-        return d if type(d) is dict else None
+        descr = class_dict(klass).get("__dict__")
+        if descr is not None:
+            return descr if type(descr).__name__ in ("getset_descriptor", "member_descriptor") else None
     return None
 
 
-def _slot_values(obj):
-    """(name, value) for ``__slots__`` members, read through member descriptors only."""
+def slot_members(tp):
+    """(name, member descriptor) for every ``__slots__`` member along ``tp``'s MRO."""
     out = []
-    tp = type(obj)
     for klass in type.__dict__["__mro__"].__get__(tp, type):
         if klass is object:
             continue
-        for name, descr in list(_class_dict(klass).items()):
-            if type(descr).__name__ != "member_descriptor":
-                continue
-            try:
-                out.append((name, descr.__get__(obj, tp)))
-            except Exception:
-                continue
+        for name, descr in list(class_dict(klass).items()):
+            if type(descr).__name__ == "member_descriptor" and type(name) is str:
+                out.append((name, descr))
     return out
 
 
-def _items(obj):
-    for tp in _SIZED:
+def dict_via(descr, obj, tp):
+    """``obj``'s ``__dict__`` read through ``descr`` (``dict_descriptor(tp)``), or None."""
+    if descr is None:
+        return None
+    try:
+        d = descr.__get__(obj, tp)
+    except Exception:
+        return None
+    return d if type(d) is dict else None
+
+
+def slots_via(members, obj, tp):
+    """(name, value) of ``obj``'s ``__slots__`` read through ``members`` (``slot_members(tp)``);
+    a member not set is left out."""
+    out = []
+    for name, member in members:
+        try:
+            out.append((name, member.__get__(obj, tp)))
+        except Exception:
+            continue
+    return out
+
+
+def instance_dict(obj):
+    """The instance ``__dict__`` through the built-in descriptor only (no user code)."""
+    tp = type(obj)
+    return dict_via(dict_descriptor(tp), obj, tp)
+
+
+def slot_values(obj):
+    """(name, value) for ``__slots__`` members, read through member descriptors only."""
+    tp = type(obj)
+    return slots_via(slot_members(tp), obj, tp)
+
+
+def builtin_length(obj, kinds=SIZED):
+    """The length of ``obj`` read with the C slot of the built-in container among ``kinds``
+    it is; None for any other object, or when it cannot be read (never a user ``__len__``)."""
+    for tp in kinds:
         if issubclass(type(obj), tp):
             try:
                 return tp.__len__(obj)
             except Exception:
-                return 0
-    return 1
+                return None
+    return None
+
+
+def item_count(obj):
+    """An owner's items: the length of a built-in container (0 when unreadable), else 1."""
+    if not issubclass(type(obj), SIZED):
+        return 1
+    length = builtin_length(obj)
+    return 0 if length is None else length
 

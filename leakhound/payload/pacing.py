@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations)
 """The pacing of every walk of a request (the census, the object graph, the probes): how long
 the payload holds the GIL before it yields it, its deadline and cancel checks (``Clock``), and
 keeping the target's own collections that run in the payload's thread out of those measures.
@@ -23,6 +21,9 @@ thread's CPU time minus those collections'), so ``max_hold_ms`` says what the pa
 the collections are reported beside it. The entry is removed when the request ends (and in a
 child forked meanwhile, ``reset_after_fork``).
 """
+
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations)
 
 import gc
 import sys
@@ -108,6 +109,20 @@ def yield_gil():
     time.sleep(YIELD_SECONDS)
 
 
+# A step that cannot be split (gc.get_objects(): the list of every tracked object) is taken
+# under a pause budget only when this many times its estimate fits the budget: the estimate
+# is a quiet machine's rate (60 ns an object), and on a loaded one the call cost twice that
+# (465k objects at load ~15: 48 ms of CPU, 103 ns each; the census's longest hold 62 ms
+# against a 50 ms budget).
+UNSPLIT_STEP_MARGIN = 2.0
+
+
+def unsplit_step_fits(estimate_ms, max_pause_ms):
+    """Whether a step that cannot be split, estimated at ``estimate_ms``, may run under the
+    pause budget ``max_pause_ms`` (None: no budget, it may)."""
+    return max_pause_ms is None or estimate_ms * UNSPLIT_STEP_MARGIN <= max_pause_ms
+
+
 # How often a census's ``Clock.check`` looks at the deadline, the cancel hook and the duty
 # cycle: the checks cost system calls (thread_time, the cancel poll), and the census calls it
 # after every short step.
@@ -149,7 +164,10 @@ class Clock(object):
     measured in the walk thread's CPU time (``own_cpu``): a thread waiting for the GIL uses
     none, so time the interpreter gave to other threads inside a stretch does not count, while
     all the walk ran does (an upper bound on any one hold); a collection of the target's own
-    that ran in this thread is reported apart. ``max_held`` is the longest stretch between two
+    that ran in this thread is reported apart. A stretch also ends once ``max_hold`` has passed
+    on the wall clock: on a loaded machine the walk's thread is descheduled while it holds the
+    GIL, and its CPU time alone let a stretch of 25 ms of CPU last 60-130 ms (the target's
+    event loop late as long; 1M objects at load ~17). ``max_held`` is the longest stretch between two
     yields and ``max_held_where`` where it began and ended (file:line (function) of the walk's
     code: a stretch far over the budget points at a loop or C call without a check in it);
     ``yields`` counts the sleeps.
@@ -177,7 +195,9 @@ class Clock(object):
         self.track_gaps = track_gaps
         self.max_step = 0.0
         self.held_since = own_cpu()
+        self.held_since_wall = time.perf_counter()
         self.max_held = 0.0
+        self.max_held_wall = 0.0  # the longest stretch between two yields on the wall clock
         self.max_held_after = ""  # the phase marked last when the longest stretch ended
         self.last_phase = ""
         self.yields = 0
@@ -220,10 +240,19 @@ class Clock(object):
         yield_gil()
         self.yields += 1
 
+    def _began(self):
+        """A stretch begins: after a yield, or another release of the GIL."""
+        self.held_since = self._looked = own_cpu()
+        self.held_since_wall = time.perf_counter()
+
     def hold(self, before_yield=None):
-        """The duty cycle: yield the GIL once the walk has held it ``max_hold``."""
+        """The duty cycle: yield the GIL once the walk has held it ``max_hold`` (its CPU time)
+        or ``max_hold`` has passed since it last did (the wall clock)."""
         cpu = own_cpu()
         held = cpu - self.held_since
+        held_wall = time.perf_counter() - self.held_since_wall
+        if held_wall > self.max_held_wall:
+            self.max_held_wall = held_wall
         at = _UNKNOWN
         if self.track_gaps:
             at = _caller(self.wrappers)
@@ -239,11 +268,11 @@ class Clock(object):
             self.max_held = held
             self.max_held_after = self.last_phase
             self.max_held_where = (_where(self._began_at), _where(at))
-        if self.max_hold is not None and held >= self.max_hold:
+        if self.max_hold is not None and (held >= self.max_hold or held_wall >= self.max_hold):
             if at is _UNKNOWN:
                 at = _caller(self.wrappers)
             self._yield(before_yield)
-            self.held_since = self._looked = own_cpu()
+            self._began()
             self._began_at = at
 
     def yield_now(self):
@@ -252,12 +281,12 @@ class Clock(object):
         self.hold()
         if self.max_hold is not None and own_cpu() - self.held_since > 0.001:
             self._yield()
-            self.held_since = self._looked = own_cpu()
+            self._began()
             self._began_at = self._looked_at = _caller(self.wrappers)
 
     def yielded(self):
         """The walk released the GIL some other way (a sleep of its own): a new stretch."""
-        self.held_since = self._looked = own_cpu()
+        self._began()
         self._began_at = self._looked_at = _caller(self.wrappers)
 
     def check(self, before_yield=None):

@@ -42,8 +42,9 @@ import gc
 import sys
 import time
 
-from .census_tallies import _Marks
-from .objects import _instance_dict
+from . import wire  # noqa: F401 - its types, in type comments
+from .census_tallies import Marks
+from .objects import instance_dict
 from .pacing import Clock
 from .sizes import deep_size as _deep_size
 
@@ -134,7 +135,7 @@ class _PythonSizer(object):
 
 class _CompiledSizer(object):
     """``deep_size`` through the census's compiled walk: its bitmap of claimed addresses
-    (``census_tallies._Marks``, fresh per section) is the seen-set; a list holding the root is the walk's
+    (``census_tallies.Marks``, fresh per section) is the seen-set; a list holding the root is the walk's
     way in (it sizes and marks the root as any referent). Each call does at most
     ``WORK_PER_CALL`` units, the clock ticks between calls.
 
@@ -154,7 +155,7 @@ class _CompiledSizer(object):
         self.clock = clock
         self.claim = claim
         self.limit = limit
-        self.marks = _Marks()  # the walk's bitmap (its ``regions``): this section's seen-set
+        self.marks = Marks()  # the walk's bitmap (its ``regions``): this section's seen-set
         self.keys = list(_FOLLOWED + _LEAVES)  # keeps the types alive: their ids stay theirs
         self.index = {id(tp): slot for slot, tp in enumerate(self.keys)}
         self.counts = array.array("q", [0] * len(self.keys))
@@ -203,7 +204,7 @@ def _sizer(clock, compiled):
 
 def _attr(obj, name):
     """An instance attribute from its ``__dict__`` only (no descriptors, no getattr)."""
-    d = _instance_dict(obj)
+    d = instance_dict(obj)
     return dict.get(d, name) if d is not None else None
 
 
@@ -500,8 +501,10 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
             intercepts["pending"] += 1
     # which walk sized the registry and the intercept bodies: "compiled" or "python"; the
     # longest the probes ran between two yields of the GIL (CPU ms) and how often they yielded
-    pace = {"max_hold_ms": round(clock.max_held * 1000.0, 2), "yields": clock.yields}
-    return {"registry": registry, "steps": steps, "intercepts": intercepts, "sizing": walks, "pace": pace}
+    pace = {"max_hold_ms": round(clock.max_held * 1000.0, 2), "yields": clock.yields}  # type: wire.ProbePace
+    out = {"registry": registry, "steps": steps, "intercepts": intercepts, "sizing": walks,
+           "pace": pace}  # type: wire.VerifiersProbe
+    return out
 
 
 def registry_counts():
@@ -511,7 +514,9 @@ def registry_counts():
     registries = [list(dict.keys(_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
     live_ids = _live_trajectory_ids()
     keys = [str(k) for keys in registries for k in keys]
-    return {"entries": len(keys), "finished_entries": sum(1 for k in keys if k not in live_ids)}
+    counts = {"entries": len(keys),
+              "finished_entries": sum(1 for k in keys if k not in live_ids)}  # type: wire.RegistryCounts
+    return counts
 
 
 # patches/_state.STATE_MODULE (not imported: the patches package imports this module)
@@ -524,7 +529,7 @@ def patches_probe(clock=None, compiled=True, in_flight=(), registered=None):
     applied by a leakhound that recorded neither have ``applied_at`` None."""
     state = sys.modules.get(_PATCH_STATE_MODULE)
     fixes = getattr(state, "fixes", None)
-    applied = []
+    applied = []  # type: list[wire.AppliedEntry]
     if type(fixes) is dict:
         for name, entry in sorted(fixes.items()):
             if type(entry) is not dict:
@@ -537,7 +542,8 @@ def patches_probe(clock=None, compiled=True, in_flight=(), registered=None):
                 "applied_at": entry.get("applied_at"),
                 "applied_by": dict(by) if type(by) is dict else {},
             })
-    return {"applied": applied}
+    out = {"applied": applied}  # type: wire.PatchesProbe
+    return out
 
 
 # patches first: it is cheap, and a probe stopped on its budget ends those after it.
@@ -558,7 +564,7 @@ def run_all(stop=None, max_pause_ms=None, compiled=True, in_flight=(), registere
     if type(max_pause_ms) in (int, float) and max_pause_ms > 0:
         max_hold = min(max_hold, max_pause_ms / 2000.0)
     clock = _Clock(stop, max_hold)
-    out = {}
+    out = {}  # type: wire.Probes
     for name, probe in PROBES.items():
         try:
             out[name] = probe(clock=clock, compiled=compiled, in_flight=in_flight, registered=registered)

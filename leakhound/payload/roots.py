@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The named roots of the heap: what every walk starts from, each as (object, name, kind, tier).
 
 - ``modules``: every module in ``sys.modules``, once, under its first name;
@@ -23,9 +21,12 @@ frame's locals on 3.11+), are read by ``frame_locals``.
 Standard library only; runs inside the target and reads it without running its code.
 """
 
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
+
 import sys
 
-from .objects import _instance_dict, _type_name, is_payload_name, subclass_tree
+from .objects import instance_dict, is_payload_name, subclass_tree, type_name
 from .tasks import await_chain, named_tasks
 
 TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
@@ -40,7 +41,7 @@ def module_tier(name, module, is_stdlib):
         return TIER_OURS
     if is_stdlib(name):
         return TIER_STDLIB
-    d = _instance_dict(module)
+    d = instance_dict(module)
     path = d.get("__file__") if d is not None else None
     if type(path) is str and ("site-packages" in path or "dist-packages" in path):
         return TIER_LIBRARY
@@ -82,7 +83,7 @@ def classes(tiers=None, tick=None, named=True):
                 owner_module = None
             if type(owner_module) is str:
                 tier = tiers.get(owner_module, TIER_STDLIB)
-        yield cls, _type_name(cls) if named else None, "class", tier
+        yield cls, type_name(cls) if named else None, "class", tier
 
 
 def task_name(name, coro):
@@ -147,6 +148,9 @@ def every_root(is_stdlib, tick=None, named=True):
 # checks that the interpreter frame points back at the frame and its code before reading.
 _FRAME_LAYOUTS = {(3, 11): (24, 32, 40, 72), (3, 12): (24, 0, 48, 72), (3, 13): (24, 0, 48, 72)}
 _FrameType = type(sys._getframe())
+# 3.10: the frame object holds its variables (f_localsplus, at its end) after f_code (at 32,
+# past the object header and f_back); read in place (_walk.c: f_frame_offset 0).
+_FRAME_310 = (0, 32, 0, _FrameType.__basicsize__ - _FrameType.__itemsize__)
 
 
 def frame_locals(frame, walk_module):
@@ -159,9 +163,10 @@ def frame_locals(frame, walk_module):
     gc.get_referents(frame) does not show them, and ``f_locals`` on a running 3.11/3.12 frame
     writes them into a dict in the frame (PyFrame_FastToLocals). They are read in one C call
     of ``walk_module`` (_walk.c: frame_locals), which holds the GIL throughout. On 3.10 the
-    frame object owns its locals and gc.get_referents(frame) lists them: [] here."""
+    frame object owns its variables and gc.get_referents(frame) lists them, without their
+    names: read the same way from the frame object itself, else [] (they are still walked)."""
     if sys.version_info < (3, 11):
-        return []
+        return _frame_locals_310(frame, walk_module)
     if frame_locals_unreadable(walk_module) or type(frame) is not _FrameType:
         return None
     code = frame.f_code
@@ -173,6 +178,23 @@ def frame_locals(frame, walk_module):
         return None
     if values is None or len(values) > len(names):
         return None
+    return [(names[i], v) for i, v in enumerate(values) if v is not None]
+
+
+def _frame_locals_310(frame, walk_module):
+    if (sys.version_info[:2] != (3, 10) or sys.maxsize < 2**32 or walk_module is None
+            or not hasattr(walk_module, "frame_locals") or type(frame) is not _FrameType):
+        return []
+    code = frame.f_code
+    try:
+        # 3.10's slots: the locals, every cell (an argument a closure captures too: its local
+        # slot is then empty), the free variables
+        names = code.co_varnames + code.co_cellvars + code.co_freevars
+        values = walk_module.frame_locals(frame, _FrameType, code, len(names), *_FRAME_310)
+    except Exception:
+        return []
+    if values is None or len(values) > len(names):
+        return []
     return [(names[i], v) for i, v in enumerate(values) if v is not None]
 
 

@@ -175,7 +175,7 @@ class _Stop(object):
             if self.explicit is not None:
                 try:
                     if self.explicit():
-                        self.reason = "cancel"
+                        self.reason = wire.CANCEL
                 except Exception:
                     pass
             if self.beat is not None and self.reason is None:
@@ -374,11 +374,29 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
         # a CLI that died without a word (SIGKILL on the gdb path, no janitor) leaves the
         # request, and its lock, waiting that long, not until its deadline.
         wait = max(NAMES_WAIT_MIN, NAMES_WAIT_FACTOR * graph_seconds)
-        asked = exchange.receive(wire.REPLY_NAMES, stop, min(stop.deadline - 1.0, time.monotonic() + wait))
+        asked = _receive_paths(exchange, stop, wait)
         if asked is not None:
             out["names"] = graph.name_paths(asked)
         phase("names")
     return out
+
+
+def _receive_paths(exchange, stop, wait):
+    """The CLI's paths to name (its REPLY_NAMES), or None: waited for ``wait`` seconds, and
+    after that for as long as the CLI's beats say its dominator pass still runs (each new beat
+    gives it wire.NAMES_BEAT_GRACE seconds more), never past the request's deadline."""
+    until = min(stop.deadline - 1.0, time.monotonic() + wait)
+    last = None
+    while True:
+        doc = exchange.receive(wire.REPLY_NAMES, stop, until)
+        if doc is None or "working" not in doc:
+            return doc
+        beat = doc.get("working")
+        if beat != last:
+            last = beat
+            until = min(stop.deadline - 1.0, max(until, time.monotonic() + wire.NAMES_BEAT_GRACE))
+        else:
+            time.sleep(0.05)  # the debugger path's file says the same beat until the next one
 
 
 def _counted_in_graph(tallies, out_graph, max_pause, started_at, request):
@@ -399,14 +417,14 @@ def _counted_in_graph(tallies, out_graph, max_pause, started_at, request):
     seconds = float(out_graph.get("graph_seconds") or 0.0)
     _last_census["objects"] = tallies["objects"]
     _last_census["seconds"] = seconds
-    return {
+    heap = {
         "objects": tallies["objects"],
         "bytes": tallies["total_bytes"],
         "gc_tracked": tracked,
         "untracked": max(0, tallies["objects"] - tracked),
         "census_seconds": seconds,
         "walker": out_graph.get("walker", "compiled"),
-        "counted_in": "graph",  # no census walk ran: the graph's walk counted (HeapStats.counted_in)
+        "counted_in": wire.COUNTED_IN_GRAPH,  # no census walk ran: the graph's walk counted (HeapStats.counted_in)
         "with_owners": False,
         "unreached": census.unreached_over_budget(tracked, estimate, max_pause),
         "max_step_ms": float(out_graph.get("max_step_ms") or 0.0),
@@ -422,7 +440,8 @@ def _counted_in_graph(tallies, out_graph, max_pause, started_at, request):
         "owners": [],
         "cyclic_garbage": {"objects": 0, "bytes": 0, "types": []},
         "started_at": started_at,  # (graph_started_at: set by the caller, as for a census)
-    }
+    }  # type: wire.Heap
+    return heap
 
 
 def _top_types(tallies, more, request):
@@ -497,10 +516,10 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
     # heap's object count says little of its nodes (a registry of 2.4M sessions, 16.5M
     # objects: a few thousand nodes). The node budget is the walk's own count.
     if _last_graph["over_nodes"] and max_nodes <= _last_graph["over_nodes"]:
-        return {"format": graph.GRAPH_FORMAT, "skipped": "the last object graph walked in this process had more "
-                "than %s nodes: over the graph budget of %s nodes" % (format(_last_graph["over_nodes"], ","),
-                                                                     format(max_nodes, ",")),
-                "skipped_code": graph.SKIPPED_OVER_NODES, "max_nodes": max_nodes}
+        return wire.skipped_graph("the last object graph walked in this process had more than %s nodes: over the "
+                                  "graph budget of %s nodes" % (format(_last_graph["over_nodes"], ","),
+                                                                format(max_nodes, ",")),
+                                  graph.SKIPPED_OVER_NODES, max_nodes)
     if heap is not None and not heap.get("with_owners", True):
         census_seconds = float(heap.get("census_seconds") or 0.0)
     max_pause = request.get("max_pause_ms")
@@ -536,23 +555,23 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
             # The Python loop's tables (a dict and a list entry per object) grow by doubling:
             # one step of tens of MB between two looks at the budget (a 100 MB heap: +45 MB
             # before the first check, which the OOM killer did not wait for).
-            return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph's Python loop (the compiled walk "
-                    "is not loaded) cannot keep to the request's memory budget in the target (%.0f MiB, from the "
-                    "memory limit's headroom)" % (stop.memory.limit / 1048576.0),
-                    "skipped_code": graph.SKIPPED_NO_HEADROOM}
+            return wire.skipped_graph("the object graph's Python loop (the compiled walk is not loaded) cannot "
+                                      "keep to the request's memory budget in the target (%.0f MiB, from the "
+                                      "memory limit's headroom)" % (stop.memory.limit / 1048576.0),
+                                      graph.SKIPPED_NO_HEADROOM)
         need = int(resident_bytes(stop.memory.fd) * GRAPH_BITMAP_SHARE) if stop.memory.fd >= 0 else 0
         if need > left > 0:
             # Walked anyway, a 4 GB heap's graph spent its memory budget in its first 0.6 s and,
             # given up, left the census too little of it (exit 19).
-            return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph's bitmaps would take ~%.0f MiB in "
-                    "the target, over what the request's memory budget (%.0f MiB, from the memory limit's "
-                    "headroom) leaves for it" % (need / 1048576.0, stop.memory.limit / 1048576.0),
-                    "skipped_code": graph.SKIPPED_NO_HEADROOM}
+            return wire.skipped_graph("the object graph's bitmaps would take ~%.0f MiB in the target, over what "
+                                      "the request's memory budget (%.0f MiB, from the memory limit's headroom) "
+                                      "leaves for it" % (need / 1048576.0, stop.memory.limit / 1048576.0),
+                                      graph.SKIPPED_NO_HEADROOM)
         if left < GRAPH_MIN_BYTES:
-            return {"format": graph.GRAPH_FORMAT, "skipped": "the request's memory budget in the target (%.0f MiB, "
-                    "from the memory limit's headroom) had %.1f MiB left for the object graph"
-                    % (stop.memory.limit / 1048576.0, max(0, left) / 1048576.0),
-                    "skipped_code": graph.SKIPPED_NO_HEADROOM}
+            return wire.skipped_graph("the request's memory budget in the target (%.0f MiB, from the memory "
+                                      "limit's headroom) had %.1f MiB left for the object graph"
+                                      % (stop.memory.limit / 1048576.0, max(0, left) / 1048576.0),
+                                      graph.SKIPPED_NO_HEADROOM)
         headroom_bound = not max_bytes or left < max_bytes  # the walk's memory is the headroom's, not its own
         max_bytes = min(max_bytes, left) if max_bytes else left
 
@@ -575,9 +594,8 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
             _last_graph["seconds"] = float(out.get("graph_seconds") or 0.0)
         return out
     except graph.GraphTimeout:
-        return {"format": graph.GRAPH_FORMAT, "skipped": "the object graph did not finish within "
-                "%.0f s, its share of the request's time (a longer --timeout gives it more)" % budget,
-                "skipped_code": graph.SKIPPED_OUT_OF_TIME}
+        return wire.skipped_graph("the object graph did not finish within %.0f s, its share of the request's "
+                                  "time (a longer --timeout gives it more)" % budget, graph.SKIPPED_OUT_OF_TIME)
     except graph.GraphCancelled:
         stop.reason = stop.reason or "deadline"
         raise Cancelled(stop.reason, "graph") from None

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, unused-ignore"
-# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 """The cheap sample for ``leakhound watch``, run inside the target between full censuses.
 
 Standard library only. Given the owners of the last full snapshot, it finds each one again
@@ -13,6 +11,9 @@ which hands the GIL back to the main thread between bytecodes. No ``gc.collect()
 kept.
 """
 
+# mypy: disable-error-code="assignment, unused-ignore"
+# (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
+
 import collections
 import gc
 import re
@@ -20,9 +21,18 @@ import sys
 import threading
 import time
 
-from . import arena, probes
-from .graph_wire import _folded_step_label, _step_label
-from .objects import _SIZED, _class_dict, _instance_dict, _short_type_name, _slot_values, _type_name, subclass_tree
+from . import arena, probes, wire  # noqa: F401 - wire: its types, in type comments
+from .graph_wire import folded_step_label, step_label
+from .objects import (
+    SIZED,
+    builtin_length,
+    class_dict,
+    instance_dict,
+    short_type_name,
+    slot_values,
+    subclass_tree,
+    type_name,
+)
 from .tasks import await_chain, live_tasks
 from .tracked import tracked_objects
 
@@ -36,17 +46,17 @@ MAX_PATH_STEPS = 256
 _ModuleType = type(sys)
 # Containers whose length is an owner's item count (the graph's ``lengths``): read with the C
 # slot of the built-in type, never a user ``__len__``.
-_SAMPLED_SIZED = (*_SIZED, collections.deque)
+_SAMPLED_SIZED = (*SIZED, collections.deque)
 MAX_TRACKED = 5000000  # above this the type count is skipped (it would allocate a big list)
 
 
 def _child(obj, name):
     """``obj.name`` through the built-in ``__dict__`` descriptors only; raises KeyError."""
     if issubclass(type(obj), type):  # not isinstance(): it would read a user __class__
-        return _class_dict(obj)[name]
-    d = _instance_dict(obj)
+        return class_dict(obj)[name]
+    d = instance_dict(obj)
     if d is None:
-        for slot, value in _slot_values(obj):
+        for slot, value in slot_values(obj):
             if slot == name:
                 return value
         raise KeyError(name)
@@ -82,7 +92,7 @@ def _resolve_task_path(path):
     match = _TASK_PATH.match(path)
     if match is None:
         return None
-    task_name, coro_name, _where, type_name, chain = match.groups()
+    task_name, coro_name, _where, wanted_type, chain = match.groups()
     for task in live_tasks():
         try:
             if task.get_name() != task_name:
@@ -94,7 +104,7 @@ def _resolve_task_path(path):
             if code is None or code.co_name != coro_name:
                 continue
             for obj in gc.get_referents(coro):
-                if _short_type_name(type(obj)) != type_name:
+                if short_type_name(type(obj)) != wanted_type:
                     continue
                 try:
                     for name in chain.split(".") if chain else ():
@@ -142,22 +152,11 @@ def _by_ids(ids, roots):
     for address in ids[1:MAX_PATH_STEPS]:
         if obj is None:
             return None
-        label, nxt = _step_label(obj, address)
+        label, nxt = step_label(obj, address)
         if label is None:  # a step through an entry the graph folded into its collection
-            label, nxt = _folded_step_label(obj, address)
+            label, nxt = folded_step_label(obj, address)
         obj = nxt
     return obj
-
-
-def _sized_items(obj):
-    """The item count of a built-in container (its C length), None for any other object."""
-    for tp in _SAMPLED_SIZED:
-        if issubclass(type(obj), tp):
-            try:
-                return tp.__len__(obj)
-            except Exception:
-                return None
-    return None
 
 
 def owner_items(owners):
@@ -177,7 +176,7 @@ def owner_items(owners):
         if type(owner) is not dict:
             out.append({"found": False, "items": None})
             continue
-        ids, path, type_name = owner.get("ids"), owner.get("path"), owner.get("type")
+        ids, path, wanted_type = owner.get("ids"), owner.get("path"), owner.get("type")
         obj = None
         if type(ids) is list and ids and all(type(a) is int for a in ids):
             obj = _by_ids(ids, roots)
@@ -185,10 +184,10 @@ def owner_items(owners):
                 obj = None
         elif type(path) is str:
             obj = resolve(path)
-        if obj is None or (type(type_name) is str and type_name and _type_name(type(obj)) != type_name):
+        if obj is None or (type(wanted_type) is str and wanted_type and type_name(type(obj)) != wanted_type):
             out.append({"found": False, "items": None})
         else:
-            out.append({"found": True, "items": _sized_items(obj)})
+            out.append({"found": True, "items": builtin_length(obj, _SAMPLED_SIZED)})
         obj = None
     roots = None
     return out
@@ -214,7 +213,7 @@ def _type_counts(top):
         counts[tid] = n + 1
     del objects
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
-    return [{"type": _type_name(kinds[tid]), "count": n, "bytes": 0} for tid, n in ranked], took
+    return [{"type": type_name(kinds[tid]), "count": n, "bytes": 0} for tid, n in ranked], took
 
 
 def sample(request, progress):
@@ -240,7 +239,7 @@ def sample(request, progress):
             registry = probes.registry_counts()
         except Exception:
             registry = None  # not the verifiers shape the probe knows: not counted, not guessed
-    return {
+    out = {
         "registry": registry,
         "started_at": started_at,
         "owners": found,
@@ -248,4 +247,5 @@ def sample(request, progress):
         "types": types,
         "max_step_ms": get_objects_ms,
         "sample_seconds": time.perf_counter() - started,
-    }
+    }  # type: wire.SampleAnswer
+    return out

@@ -29,11 +29,11 @@ with Python code), slot wrappers, module dicts. No Python code of the target run
 import gc
 import sys
 
-from .objects import _class_dict, _instance_dict, subclass_tree
+from .objects import class_dict, instance_dict, subclass_tree
 
 # A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
 # 0, like one that raises (_walk.h: MAX_OBJECT_BYTES). Sums then stay far from int64 limits.
-_MAX_OBJECT_BYTES = 1 << 48
+MAX_OBJECT_BYTES = 1 << 48
 
 _METHOD_DESCRIPTOR = type(object.__sizeof__)
 _CODE_TYPE = type((lambda: 0).__code__)
@@ -48,7 +48,7 @@ _CODE_MEMBERS = tuple(
         "co_exceptiontable", "co_code", "co_varnames", "co_freevars", "co_cellvars")
     if type(_CODE_TYPE.__dict__.get(name)).__name__ == "member_descriptor")
 
-_object_sizeof = object.__sizeof__
+object_sizeof = object.__sizeof__
 _MISSING = object()
 
 
@@ -66,7 +66,7 @@ def _sizeofs_counting_referents():
         probe = _io.BytesIO()
         probe.write(b"\0" * 64)
         if any(type(ref) is bytes for ref in gc.get_referents(probe)):
-            descr = _class_dict(_io.BytesIO).get("__sizeof__")
+            descr = class_dict(_io.BytesIO).get("__sizeof__")
             if type(descr) is _METHOD_DESCRIPTOR:
                 found.append(descr)
     except Exception:
@@ -80,12 +80,12 @@ SIZEOF_COUNTS_REFERENTS = _sizeofs_counting_referents()
 _SIZEOF_COUNTS_REFERENTS_IDS = frozenset(id(descr) for descr in SIZEOF_COUNTS_REFERENTS)
 
 
-def _sizeof_is_builtin(tp):
+def sizeof_is_builtin(tp):
     """Is ``tp``'s ``__sizeof__`` C code (a method_descriptor: built-in and extension types,
     and ``object.__sizeof__`` for classes that do not define one) that counts no referent
     (``SIZEOF_COUNTS_REFERENTS``)? Reads the MRO's dicts only."""
     for klass in type.__dict__["__mro__"].__get__(tp, type):
-        descr = _class_dict(klass).get("__sizeof__", _MISSING)
+        descr = class_dict(klass).get("__sizeof__", _MISSING)
         if descr is not _MISSING:
             return type(descr) is _METHOD_DESCRIPTOR and id(descr) not in _SIZEOF_COUNTS_REFERENTS_IDS
     return False
@@ -96,9 +96,9 @@ def object_size(obj, default=0):
     ``object.__sizeof__(obj)``: a ``__sizeof__`` written in Python is never run (a mock's
     creates new mocks for the walk to meet, without end: gigabytes in seconds). Anything it
     raises (not only TypeError) and any size no object can have count as 0: one odd object
-    must not end the census. ``Census._claim_tree``'s hot loop and _census_walk.c do the same."""
+    must not end the census. ``ClaimWalk.claim_tree``'s hot loop and _census_walk.c do the same."""
     try:
-        builtin = _sizeof_is_builtin(type(obj))
+        builtin = sizeof_is_builtin(type(obj))
     except Exception:
         return 0
     return _size_as(obj, builtin, default)
@@ -108,13 +108,10 @@ def _size_as(obj, builtin, default=0):
     """``obj``'s size once it is known whether its type's ``__sizeof__`` is C code
     (``builtin``): object_size's and SizeCache's last step."""
     try:
-        size = sys.getsizeof(obj, default) if builtin else _object_sizeof(obj)
+        size = sys.getsizeof(obj, default) if builtin else object_sizeof(obj)
     except Exception:
         return 0
-    return size if 0 <= size <= _MAX_OBJECT_BYTES else 0
-
-
-_getsizeof = object_size  # the census's name for it
+    return size if 0 <= size <= MAX_OBJECT_BYTES else 0
 
 
 class SizeCache(object):
@@ -123,7 +120,7 @@ class SizeCache(object):
     allocated per call: tens of thousands of roots (classes, owners) made the target's
     collector run in the walk's thread, once a full collection of the busy real worker's
     2M-object heap, ~300 ms with the GIL held (py-spy: the graph's add_roots in
-    _sizeof_is_builtin). The cache holds the types it answers for (their ids cannot be
+    sizeof_is_builtin). The cache holds the types it answers for (their ids cannot be
     reused meanwhile) and goes with the walk that made it."""
 
     def __init__(self):
@@ -134,7 +131,7 @@ class SizeCache(object):
         known = self.known.get(id(tp))
         if known is None:
             try:
-                builtin = _sizeof_is_builtin(tp)
+                builtin = sizeof_is_builtin(tp)
             except Exception:
                 builtin = False
             known = self.known[id(tp)] = (tp, builtin)
@@ -159,7 +156,7 @@ configure_compiled(_compiled_walk)
 def _class_from(module_name, name):
     """``module.name`` read from the module's dict (no module __getattr__ runs), if a class."""
     module = sys.modules.get(module_name)
-    d = _instance_dict(module) if module is not None else None
+    d = instance_dict(module) if module is not None else None
     cls = d.get(name) if d is not None else None
     return cls if isinstance(cls, type) else None
 
@@ -173,7 +170,7 @@ def _imaging_core():
     for cls in type.__subclasses__(object):
         if type.__dict__["__qualname__"].__get__(cls, type) != "ImagingCore":
             continue
-        d = _class_dict(cls)
+        d = class_dict(cls)
         if type(d.get("mode")).__name__ == "getset_descriptor" and type(d.get("size")).__name__ == "getset_descriptor":
             return cls
     return None
@@ -264,7 +261,7 @@ def _plain_instance_classes(tick=None):
         mro = type.__dict__["__mro__"].__get__(cls, type)
         # A class with a __sizeof__ written in Python counts object.__sizeof__ alone (its
         # basic size, docs/inspect.md), as before.
-        if all(k is object or _flags(k) & _HEAPTYPE for k in mro) and _sizeof_is_builtin(cls):
+        if all(k is object or _flags(k) & _HEAPTYPE for k in mro) and sizeof_is_builtin(cls):
             out.append(cls)
     return out
 
@@ -302,13 +299,13 @@ def _overrides_torch_function(tp):
     default (torch.Tensor's own, or _disabled_torch_function_impl as nn.Parameter sets it)
     runs no such code for untyped_storage()."""
     torch_c = sys.modules.get("torch._C")
-    d = _instance_dict(torch_c) if torch_c is not None else None
+    d = instance_dict(torch_c) if torch_c is not None else None
     disabled = d.get("_disabled_torch_function_impl") if d is not None else None
     for klass in type.__dict__["__mro__"].__get__(tp, type):
         if type.__dict__["__qualname__"].__get__(klass, type) == "Tensor" and \
                 type.__dict__["__module__"].__get__(klass, type) == "torch":
             return False
-        impl = _class_dict(klass).get("__torch_function__")
+        impl = class_dict(klass).get("__torch_function__")
         if impl is not None:
             inner = getattr(impl, "__func__", impl) if type(impl) is classmethod else impl
             if inner is not disabled:
@@ -318,7 +315,7 @@ def _overrides_torch_function(tp):
 
 def _call(cls, name, obj):
     """``cls.__dict__[name]`` (a C getset or method of the allowlisted class) applied to obj."""
-    descr = _class_dict(cls)[name]
+    descr = class_dict(cls)[name]
     kind = type(descr).__name__
     if kind in ("getset_descriptor", "member_descriptor"):
         return descr.__get__(obj, cls)
@@ -374,7 +371,7 @@ def native_extra(obj, native, bases, seen_buffers):
                 return 0, []
             seen_buffers.add(address)
             nbytes = _call(storage_base, "nbytes", storage)
-            return (nbytes if 0 <= nbytes <= _MAX_OBJECT_BYTES else 0), []
+            return (nbytes if 0 <= nbytes <= MAX_OBJECT_BYTES else 0), []
         if kind == "instance":
             return instance_values_bytes(obj), []
         if kind == "code":
@@ -382,14 +379,14 @@ def native_extra(obj, native, bases, seen_buffers):
             return 0, [value for value in held if value is not None]
         if kind == "mmap":
             length = _call(cls, "__len__", obj)  # the slot wrapper: mmap's C length
-            return (length if 0 <= length <= _MAX_OBJECT_BYTES else 0), []
+            return (length if 0 <= length <= MAX_OBJECT_BYTES else 0), []
         if kind == "imaging":
             width, height = _call(cls, "size", obj)
             mode = _call(cls, "mode", obj)
             per_pixel = _PIXEL_BYTES.get(mode, 4) if type(mode) is str else 4
             # the pixel rows and the table of row pointers (libImaging/Storage.c)
             total = width * height * per_pixel + height * 8
-            return (total if 0 <= total <= _MAX_OBJECT_BYTES else 0), []
+            return (total if 0 <= total <= MAX_OBJECT_BYTES else 0), []
     except Exception:
         return 0, []
     return 0, []

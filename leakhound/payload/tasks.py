@@ -13,7 +13,7 @@ import contextvars
 import gc
 import sys
 
-from .objects import _class_dict, _instance_dict
+from .objects import class_dict, instance_dict
 
 COROUTINE_TYPES = ("coroutine", "generator")
 
@@ -59,10 +59,10 @@ def _natural(text):
     return (head, int(tail) if tail else -1, text)
 
 
-def _c_future_class():
+def c_future_class():
     """asyncio's C ``Future`` (``_asyncio.Future``, the base of its C ``Task``), or None."""
     module = sys.modules.get("_asyncio")
-    d = _instance_dict(module) if module is not None else None
+    d = instance_dict(module) if module is not None else None
     cls = d.get("Future") if d is not None else None
     return cls if type(cls) is type else None
 
@@ -73,16 +73,16 @@ _STATE_GETSETS = {}  # type: dict
 
 def is_pending(task, c_future=None):
     """Whether ``task`` has not finished: its ``_state`` read through the C Future's getset
-    (``c_future``, from ``_c_future_class()``), or a pure-Python future's instance dict. True
+    (``c_future``, from ``c_future_class()``), or a pure-Python future's instance dict. True
     when it cannot be read (a task of another kind stays a root)."""
     try:
         if c_future is not None and issubclass(type(task), c_future):
             known = _STATE_GETSETS.get(id(c_future))
             if known is None:
-                known = _STATE_GETSETS[id(c_future)] = (c_future, _class_dict(c_future)["_state"])
+                known = _STATE_GETSETS[id(c_future)] = (c_future, class_dict(c_future)["_state"])
             state = known[1].__get__(task, c_future)
         else:
-            d = _instance_dict(task)
+            d = instance_dict(task)
             state = d.get("_state") if d is not None else None
     except Exception:
         return True
@@ -93,8 +93,8 @@ def is_pending(task, c_future=None):
 # methods are read once, from the classes' own dicts.
 _Context = contextvars.Context
 _ContextVar = contextvars.ContextVar
-_CONTEXT_ITEMS = _class_dict(_Context)["items"]
-_VARIABLE_NAME = _class_dict(_ContextVar)["name"]
+_CONTEXT_ITEMS = class_dict(_Context)["items"]
+_VARIABLE_NAME = class_dict(_ContextVar)["name"]
 
 
 def task_context(task, c_future=None):
@@ -107,7 +107,7 @@ def task_context(task, c_future=None):
                 if type(ref) is _Context:
                     return ref
             return None
-        d = _instance_dict(task)
+        d = instance_dict(task)
         ctx = d.get("_context") if d is not None else None
     except Exception:
         return None
@@ -135,7 +135,7 @@ def named_tasks(tick=None):
     coroutine) first, in natural order: ties between owners go the same way every time.
     ``tick``: called every 256 tasks (a walk's duty cycle: 20,000 request tasks were 60 ms)."""
     named = []
-    c_future = _c_future_class()
+    c_future = c_future_class()
     for n, task in enumerate(live_tasks()):
         if tick is not None and n & 255 == 255:
             tick()

@@ -60,3 +60,24 @@ def tracked_objects(counts=None, kinds=None):
     objects = gc.get_objects()
     objects[:] = _without_held_once(objects, limit, counts, kinds)
     return objects
+
+
+def made_after(marker):
+    """(ids, older): the ids of the tracked objects in the young generations made after
+    ``marker`` (a tracked object made for this, e.g. a new list), and whether the marker is in
+    the oldest generation. A collection of generation 0 or 1 appends it to the next one's
+    tail, so within a generation the objects stay in the order they were made, and everything
+    in a generation younger than the marker's was made after it; ``older``: what follows the
+    marker in gc.get_objects()'s list (generation 0, 1, then the oldest, its tail) was made
+    after it too, unless a full collection ran since the marker was made (it appends
+    generation 0, then 1, to the oldest: the caller checks). Two short calls (the young
+    generations only); ids, no references kept."""
+    made = set()
+    mark = id(marker)
+    for generation in (0, 1):
+        ids = list(map(id, gc.get_objects(generation)))  # (ints compared: no object's __eq__ runs)
+        if mark in ids:
+            made.update(ids[ids.index(mark) + 1:])
+            return made, False
+        made.update(ids)
+    return made, True

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
-# (payload code, Python 3.8+ without annotations)
 """How a request and its answer travel between the CLI and the payload: the debugger path's
 private directory (``run_from_dir``: request.json in, progress.json and result.json out, each
 written by atomic rename; ``DirectoryExchange``: documents handed over before the result), the
@@ -9,6 +7,9 @@ runner.handle's.
 
 Standard library only; runs inside the target.
 """
+
+# mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
+# (payload code, Python 3.8+ without annotations)
 
 import json
 import os
@@ -61,7 +62,7 @@ def directory_cancelled(directory):
     """The debugger path's cancel: the CLI wrote ``cancel`` or removed the directory."""
 
     def cancelled():
-        return os.path.exists(os.path.join(directory, "cancel")) or not os.path.isdir(directory)
+        return os.path.exists(os.path.join(directory, wire.CANCEL)) or not os.path.isdir(directory)
 
     return cancelled
 
@@ -86,7 +87,7 @@ def socket_cancelled(conn):
             return False
         except (OSError, ValueError):
             return True
-        return b"cancel" in data
+        return wire.CANCEL.encode() in data
 
     return cancelled
 

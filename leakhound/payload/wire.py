@@ -34,6 +34,20 @@ PARTIAL_GRAPH = "graph"
 REPLY_NAMES = "names"
 CANCEL = "cancel"
 
+# While its dominator pass runs, the CLI replies ``names_working(beat)`` under REPLY_NAMES every
+# NAMES_BEAT_SECONDS (a new ``beat`` each time), then the paths: the payload waits for them as
+# long as the beats come, and gives up NAMES_BEAT_GRACE seconds after the last one (a CLI
+# killed mid-pass), never past its deadline. A fixed wait gave up at 10 s under load, and the
+# owners were named by type.
+NAMES_BEAT_SECONDS = 1.0
+NAMES_BEAT_GRACE = 5.0
+
+
+def names_working(beat):
+    # type: (int) -> Dict[str, int]
+    """The CLI's reply while its dominator pass still runs (``beat``: 1, 2, ...)."""
+    return {"working": beat}
+
 # ``kind`` of a failed answer (``ok`` false); any other kind is the exception the payload raised.
 KIND_BAD_REQUEST = "BadRequest"
 KIND_BUSY = "Busy"
@@ -44,9 +58,17 @@ KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
 COUNTED_IN_CENSUS = "census"
 COUNTED_IN_GRAPH = "graph"
 
+# The object graph's document (``Graph``); analysis.dominators.decode_graph reads it.
+# /2: the arrays travel raw after the JSON (graph_wire.Binary), not as base64 in it.
+# /3: ``roots`` is one flat list, four items a root (node, label, kind, tier), not a list per
+# root: tens of thousands of tracked lists brought the target's next collection forward.
+# /4: the records travel in frames (graph_wire.FRAME_COLUMNS); the compiled walk names nodes
+# by address (``node_keys``: "address"), leakhound gives them ids.
+GRAPH_FORMAT = "leakhound.graph/5"
+
 TYPE_CHECKING = False  # mypy reads the block below as reachable; the target never runs it
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Tuple, TypedDict
+    from typing import Any, Dict, List, Optional, TypedDict, Union
 
     class SnapshotRequest(TypedDict, total=False):
         op: str
@@ -104,15 +126,59 @@ if TYPE_CHECKING:
         retained_bytes: int
         retained_objects: int
 
+    class Skipped(TypedDict):
+        """A probe that could not run, and why (a result, not a failure)."""
+
+        skipped: str
+
+    class AppliedEntry(TypedDict):
+        fix: str
+        functions: List[str]
+        applied_at: Optional[float]
+        applied_by: Dict[str, object]  # uid, user, leakhound_version
+
+    class PatchesProbe(TypedDict):
+        """The fixes leakhound applied in the target (probes.patches_probe)."""
+
+        applied: List[AppliedEntry]
+
+    class RegistryCounts(TypedDict):
+        entries: int
+        finished_entries: int
+
+    class ProbePace(TypedDict):
+        max_hold_ms: float
+        yields: int
+
+    class VerifiersProbe(TypedDict):
+        """The verifiers runtime's facts (probes.verifiers_probe); their fields are the
+        detectors' (analysis/detectors)."""
+
+        registry: Dict[str, Any]
+        steps: Dict[str, int]
+        intercepts: Dict[str, int]
+        sizing: List[str]  # which walk sized the registry, then the bodies: "compiled" or "python"
+        pace: ProbePace
+
+    # by probe name (probes.PROBES): "patches", "verifiers"
+    Probes = Dict[str, Union[PatchesProbe, VerifiersProbe, Skipped]]
+
     class CyclicGarbage(TypedDict):
         objects: int
         bytes: int
         types: List[TypeRow]
 
     class Unreached(TypedDict, total=False):
+        """What no named root reaches: examined (gc.get_objects() listed), or why not."""
+
         examined: bool
         reason: str
-        estimated_pause_ms: float
+        estimated_pause_ms: Optional[float]
+        ns_per_object: float
+        rate: str  # "measured" or "default"
+        sized_by: str  # what sized the estimate
+        held: int  # the graph's walk: objects it held back as not reached
+        garbage_objects: int
 
     class Heap(TypedDict, total=False):
         """What the census (or the graph's walk, ``counted_in``) counted."""
@@ -130,12 +196,12 @@ if TYPE_CHECKING:
         max_pause_budget_ms: Optional[float]
         max_hold_ms: float
         max_hold_after: str
-        max_hold_where: Tuple[str, str]
+        max_hold_where: List[str]
         max_gap_ms: float
-        max_gap_where: Tuple[str, str]
+        max_gap_where: List[str]
         yields: int
         gc_collections: List[int]
-        phases: Dict[str, Tuple[float, float]]  # [wall s, CPU s]
+        phases: Dict[str, List[float]]  # [wall s, CPU s]
         payload_peak_bytes: int
         native_bytes: int
         notes: List[str]
@@ -149,15 +215,23 @@ if TYPE_CHECKING:
         """The object graph (graph.py; its arrays decoded by analysis.dominators.decode_graph),
         or why it was not walked (``skipped``)."""
 
-        format: int
+        format: str  # GRAPH_FORMAT
         skipped: str
         skipped_code: str  # graph.SKIPPED_...
         max_nodes: int
+        byteorder: str
         nodes: int
+        edges: int
+        node_keys: str
+        type_names: List[str]
+        labels: List[str]
+        roots: List[Any]  # node, label, kind, tier: four items a root
+        walker: str
+        dict_labels: bool
         graph_seconds: float
         max_step_ms: float
         max_held_ms: float
-        max_held_where: Tuple[str, str]
+        max_held_where: List[str]
         yields: int
         gc_collections: List[int]
         payload_peak_bytes: int
@@ -165,7 +239,10 @@ if TYPE_CHECKING:
         unreached: Unreached
         binary_file: str
         binary_bytes: int
+        records_streamed: int  # the CLI's count of the records that came as they were written
         payload_version: int  # handed over before the answer (partial_graph)
+        _binary: Any  # the records, written raw after the JSON (graph_wire), never in it
+        _census: Any  # the heap's counts the walk made, for the runner; never sent
 
     class Names(TypedDict):
         labels: List[Optional[List[str]]]  # one a path asked for, an edge's label a step
@@ -190,8 +267,8 @@ if TYPE_CHECKING:
     class SnapshotAnswer(Answer, total=False):
         heap: Heap
         arena: Dict[str, Any]  # model.ArenaStats's fields
-        probes: Dict[str, Any]
-        phases: Dict[str, Tuple[float, float]]  # the request's, [wall s, CPU s]
+        probes: Probes
+        phases: Dict[str, List[float]]  # the request's, [wall s, CPU s]
         graph: Graph  # in the answer when it was not handed over before it
         graph_sent: bool  # the graph was handed over before the answer (PARTIAL_GRAPH)
         names: Names  # the paths the CLI posted (REPLY_NAMES), named
@@ -199,15 +276,18 @@ if TYPE_CHECKING:
     class SampleAnswer(Answer, total=False):
         started_at: float
         owners: List[Dict[str, object]]  # {"found", "items"} each, in the order asked
-        types: List[TypeRow]
+        types: Optional[List[TypeRow]]
         allocator_in_use_bytes: Optional[int]
-        registry: Optional[Dict[str, object]]
+        registry: Optional[RegistryCounts]
         max_step_ms: float
         sample_seconds: float
 
     class PatchAnswer(Answer, total=False):
-        results: List[Dict[str, object]]
-        applied: List[str]
+        results: List[Dict[str, Any]]  # {"fix", "status", ...} per fix asked, in order
+        applied: List[AppliedEntry]
+        measure_before: Dict[str, Any]  # patches.Measurement's fields
+        measure: Dict[str, Any]
+        measure_skipped: str
 
 
 def python_version():
@@ -224,6 +304,15 @@ def snapshot_answer(heap, arena, probes, phases, graph=None, graph_sent=False, n
         out["graph_sent"] = True
     if names is not None:
         out["names"] = names
+    return out
+
+
+def skipped_graph(reason, code, max_nodes=None):
+    """The graph's document when it was not walked or not finished: why, in words and as a
+    code (graph.SKIPPED_..., the CLI's NotAttributed)."""
+    out = {"format": GRAPH_FORMAT, "skipped": reason, "skipped_code": code}  # type: Graph
+    if max_nodes is not None:
+        out["max_nodes"] = max_nodes
     return out
 
 

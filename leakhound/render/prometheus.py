@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from leakhound.model import Snapshot
 from leakhound.model.growth import UNKNOWN, GrowthReport, OwnerSample, Sample, normalized_path
-from leakhound.model.names import CODE_OWNER, Fix
+from leakhound.model.names import CODE_OWNER, Fix, NotAttributed, OwnerModel
 
 PREFIX = "leakhound"
 DEFAULT_TOP_OWNERS = 10
@@ -166,6 +166,9 @@ def collect_metrics(views: Sequence[ProcessView], *, top_owners: int = DEFAULT_T
                  base)
     taken = _g("snapshot_timestamp_seconds", "Unix time the last census of the process was taken.", base)
     pause = _g("snapshot_pause_seconds", "Longest time the last census held the process's main thread.", base)
+    not_attributed = _g("owners_not_attributed", "1 when the last census named no owner, for this reason "
+                        "(owner_model_reason: the object graph past a budget), else 0; one series per reason.",
+                        (*base, "reason"))
     owner_labels = (*base, "owner", "type")
     owner_bytes = _g("owner_retained_bytes", "Bytes a named owner retains: what freeing it would give back "
                      "(top owners, last census).", owner_labels)
@@ -197,6 +200,9 @@ def collect_metrics(views: Sequence[ProcessView], *, top_owners: int = DEFAULT_T
         garbage.add_metric(labels, float(snap.cyclic_garbage.bytes))
         taken.add_metric(labels, snap.taken_at)
         pause.add_metric(labels, snap.heap.max_pause_ms / 1000.0)
+        reason = snap.heap.owner_model_reason if snap.heap.owner_model == OwnerModel.NOT_ATTRIBUTED else None
+        for code in NotAttributed:
+            not_attributed.add_metric((*labels, code.value), 1.0 if code.value == reason else 0.0)
         top = [o for o in snap.owners if o.path not in _NOT_OWNERS][:top_owners]
         for key, value in _summed([((*labels, owner_label(o.path), o.type), float(o.retained_bytes))
                                    for o in top]).items():
@@ -220,7 +226,7 @@ def collect_metrics(views: Sequence[ProcessView], *, top_owners: int = DEFAULT_T
             for key, value in _summed([((*labels, owner_label(f.owner)), float(f.bytes)) for f in of_kind]).items():
                 bytes_family.add_metric(key, value)
     families: list[Metric] = [up, errors, rss, heap, objects, trimmable, malloc_free, pymalloc_free,
-                              garbage, taken, pause, owner_bytes, owner_items, growth,
+                              garbage, taken, pause, not_attributed, owner_bytes, owner_items, growth,
                               finding_bytes, finding_items, ended_at]
     for count_family, bytes_family in named.values():
         families.extend((count_family, bytes_family))

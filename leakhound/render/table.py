@@ -19,6 +19,7 @@ from leakhound.render.console import console
 # (prefix without its closing ">", meaning).
 _SPECIAL_NAMES = (
     ("<held from C", "referenced only by C code or the interpreter, no Python name reaches it"),
+    ("<made during the walk", "made while the graph was walked, after what holds it had been walked"),
     (CODE_OWNER[:-1], "module objects, their globals' dicts, classes and code"),
     ("<not attributed", "the whole heap, no owner computed (the owners line above says why)"),
 )
@@ -179,6 +180,8 @@ def held_as(path: str) -> str:
     """The last reference on an owner's path, in words (docs/snapshot-schema.md, "Paths")."""
     if path.startswith("<held from C:") and path.endswith(">"):
         return "referenced only by C code or the interpreter (no Python name reaches it)"
+    if path.startswith("<made during the walk:") and path.endswith(">"):
+        return "made while the graph was walked, after what holds it had been walked (its holder not known)"
     step = _LAST_STEP.match(path)
     if step is None:
         return f"a root of its own ({path})"

@@ -47,7 +47,8 @@ def owners_table(report: GrowthReport, *, top: int = 8) -> Group:
         f"pid {report.pid} {escape(report.name)}: {_verdict(report.verdict)}  "
         f"RSS {fmt_bytes(report.rss.last_bytes)} ({_rate(report.rss.bytes_per_min)})"
         f"{heap}  {report.samples} samples over {report.seconds:.0f} s"
-        + (f"  owners: {report.owner_model}" if report.owner_model else ""),
+        + (f"  owners: {report.owner_model}" if report.owner_model else "")
+        + (f" ({report.owner_model_reason})" if report.owner_model_reason else ""),
         overflow="fold",
     )
     table = Table(show_edge=False)

@@ -20,7 +20,7 @@ from leakhound.commands.common import SETTINGS, Reporter
 from leakhound.core.capture import FOLLOW_PROGRESS
 from leakhound.errors import FleetError, TargetNotFound
 from leakhound.model import PatchOutcome
-from leakhound.model.names import Method, PatchAction
+from leakhound.model.names import Method, Owners, PatchAction
 from leakhound.render import console as render_console
 from leakhound.render.patch import render_outcomes
 from tests.factories import make_snapshot
@@ -120,8 +120,9 @@ def test_inspect_options_reach_the_capture(monkeypatch: pytest.MonkeyPatch) -> N
     assert result.exit_code == 3
     (call,) = capture.calls
     assert call["args"] == (4242,)
-    assert (call["method"], call["top"], call["timeout"], call["max_pause_ms"]) == ("gdb", 7, 9.0, 0.0)
-    assert (call["owner_model"], call["why"]) == ("census", "builtins.dict")
+    assert (call["request"].method, call["top"], call["request"].timeout, call["max_pause_ms"]) == \
+        (Method.GDB, 7, 9.0, 0.0)
+    assert (call["owners"], call["why"]) == (Owners.CENSUS, "builtins.dict")
 
 
 def test_without_timeout_the_census_commands_follow_progress(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,7 +134,7 @@ def test_without_timeout_the_census_commands_follow_progress(monkeypatch: pytest
     _invoke(["inspect", "4242"])
     _invoke(["watch", "11", "-d", "1"])
     _invoke(["export", "21", "--listen", "127.0.0.1:0"])
-    assert [capture.calls[0]["timeout"], *(r.calls[0]["request"].timeout for r in (watch, export))] == \
+    assert [r.calls[0]["request"].timeout for r in (capture, watch, export)] == \
         [FOLLOW_PROGRESS] * 3
 
 

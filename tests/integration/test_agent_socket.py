@@ -20,6 +20,8 @@ import pytest
 
 from leakhound.attach.agent import find_socket
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method
 from leakhound.payload.agent_server import is_leakhound_cli, wanted
 from tests.namespaces import shared_dir, spawn_in_namespaces
 from tests.utils import FIXTURES, spawn_target, within
@@ -66,7 +68,7 @@ def test_socket_under_the_workers_tmpdir_is_found(tmp_path: Path, short_tmp: Pat
     env = {"LEAKHOUND_AGENT": "1", "TMPDIR": str(worker_tmp)}
     with spawn_target("growing_cache", tmp_path, env=env) as child:
         _wait_for(_agent_socket(worker_tmp, child.pid))
-        snap = take_snapshot(child.pid, method="auto", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.AUTO, timeout=60))
         truth = child.report()["truth"]
     assert snap.method == "agent"  # not ptrace, silently
     assert snap.owners[0].path == "__main__.CACHE"
@@ -85,7 +87,7 @@ def test_agent_in_its_own_mount_and_pid_namespaces(as_init: bool) -> None:
         assert nspid != child.pid
         _wait_for(child.inside(str(_agent_socket("/tmp/worker-tmp", nspid))))
         assert find_socket(child.pid) == str(child.inside(str(_agent_socket("/tmp/worker-tmp", nspid))))
-        snap = take_snapshot(child.pid, method="auto", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.AUTO, timeout=60))
         truth = child.report()["truth"]
     assert snap.method == "agent"
     assert snap.owners[0].path == "__main__.CACHE"
@@ -216,5 +218,5 @@ def test_a_tmpdir_too_deep_for_a_socket_path_puts_it_under_tmp(tmp_path: Path) -
     assert len(str(_agent_socket(deep, 4194304))) > 107
     with spawn_target("growing_cache", tmp_path, env={"LEAKHOUND_AGENT": "1", "TMPDIR": str(deep)}) as child:
         _wait_for(_agent_socket("/tmp", child.pid))
-        snap = take_snapshot(child.pid, method="auto", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.AUTO, timeout=60))
     assert snap.method == "agent"

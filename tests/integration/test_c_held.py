@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target, within
 
@@ -34,7 +35,7 @@ SHAPES = {
 
 def _census(tmp_path: Path, shape: str, version: str):  # type: ignore[no-untyped-def]
     with spawn_target("c_held", tmp_path, python=PYTHONS[version], env={"SHAPE": shape}) as child:
-        snap = take_snapshot(child.pid, timeout=60, max_pause_ms=None, top=10)
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60), max_pause_ms=None, top=10)
         truth = child.report()["truth"]
     return snap, truth
 

@@ -17,6 +17,8 @@ import pytest
 
 from leakhound.attach import run_request
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method
 from leakhound.payload import census
 from tests.utils import spawn_target, within
 
@@ -30,7 +32,7 @@ def test_compiled_and_python_walks_agree_in_a_live_target(tmp_path: Path) -> Non
     with spawn_target("instance_graph", tmp_path) as child:
         runs = {}
         for walker in ("python", "compiled"):
-            remote = run_request(child.pid, {"op": "snapshot", "walker": walker}, method="ptrace", timeout=60)
+            remote = run_request(child.pid, {"op": "snapshot", "walker": walker}, method=Method.PTRACE, timeout=60)
             runs[walker] = remote.result["heap"]
         truth = child.report()["truth"]
     assert runs["python"]["walker"] == "python" and runs["compiled"]["walker"] == "compiled"
@@ -83,7 +85,7 @@ def test_a_small_pause_budget_skips_the_unsplittable_step_and_says_so(tmp_path: 
 
 def test_the_budget_is_also_a_library_option(tmp_path: Path) -> None:
     with spawn_target("growing_cache", tmp_path) as child:
-        snap = take_snapshot(child.pid, timeout=60, max_pause_ms=0.5)
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60), max_pause_ms=0.5)
         truth = child.report()["truth"]
     assert not snap.heap.unreached_examined
     assert snap.owners[0].path == "__main__.CACHE"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.attach import run_request
+from leakhound.model.names import Method
 from tests.utils import spawn_target
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
@@ -19,8 +20,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 def test_a_census_in_a_busy_target_yields_the_gil_under_its_budget(tmp_path: Path) -> None:
     with spawn_target("busy_worker", tmp_path, env={"FIXTURE_C_THREADS": "1"}) as child:
         ticks_before = child.report()["ticks"]
-        budgeted = run_request(child.pid, {"op": "snapshot", "max_pause_ms": 2}, method="ptrace", timeout=60)
-        unbudgeted = run_request(child.pid, {"op": "snapshot"}, method="ptrace", timeout=60)
+        budgeted = run_request(child.pid, {"op": "snapshot", "max_pause_ms": 2}, method=Method.PTRACE, timeout=60)
+        unbudgeted = run_request(child.pid, {"op": "snapshot"}, method=Method.PTRACE, timeout=60)
         after = child.report()
     heap = budgeted.result["heap"]
     # 1 ms of running between two yields: a census of a few hundred thousand objects yields.

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Owners
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target, within
 
@@ -32,7 +34,7 @@ def test_the_task_owns_what_the_loop_also_reaches(tmp_path: Path, version: str, 
     else:
         monkeypatch.delenv("LEAKHOUND_WALKER", raising=False)
     with spawn_target("loop_reach", tmp_path, python=PYTHONS[version]) as child:
-        snap = take_snapshot(child.pid, timeout=60, max_pause_ms=None, owner_model="census")
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60), max_pause_ms=None, owners=Owners.CENSUS)
         truth = child.report()["truth"]
     top = snap.owners[0]
     # the task's (first reacher: through whichever of its locals the walk met first)
@@ -46,7 +48,7 @@ def test_the_dominator_owner_is_named_from_the_task_not_through_the_loop(tmp_pat
     # Task-1 (the fixture's main) has the loop in a local: a path through the loop's timers
     # is longer but starts at a better-ranked task; it pays a back-reference's cost.
     with spawn_target("loop_reach", tmp_path) as child:
-        snap = take_snapshot(child.pid, timeout=60, max_pause_ms=None, owner_model="dominator")
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60), max_pause_ms=None, owners=Owners.DOMINATOR)
         truth = child.report()["truth"]
     top = snap.owners[0]
     # (the app is a cell: the timer's closure shares it; the cell is named by its variable) --

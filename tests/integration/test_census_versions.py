@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target, within
 
@@ -23,7 +25,7 @@ PYTHONS = installed_pythons(minimum=(3, 8))
 @pytest.mark.parametrize("version", list(PYTHONS))
 def test_the_target_python_gets_the_compiled_walk_and_the_right_owner(tmp_path: Path, version: str) -> None:
     with spawn_target("growing_cache", tmp_path, python=PYTHONS[version], env={"LEAKHOUND_AGENT": ""}) as child:
-        snap = take_snapshot(child.pid, method="ptrace", timeout=120)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.PTRACE, timeout=120))
         truth = child.report()["truth"]
     assert snap.python_version.startswith(version + ".")
     compiled = tuple(int(p) for p in version.split(".")) >= (3, 10)

@@ -14,8 +14,13 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method, Owners
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target
+
+# ptrace whatever else the target offers: the graph's walk is what is measured
+BY_PTRACE = RequestOptions(method=Method.PTRACE, timeout=120)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -28,8 +33,9 @@ def test_the_graph_walk_counts_what_the_census_counts(tmp_path: Path, version: s
     with spawn_target("instances", tmp_path, python=PYTHONS[version],
                       env={"LEAKHOUND_AGENT": "", "FIXTURE_ITEMS": str(N)}) as child:
         # 0.5 ms: listing ~60k tracked objects (~60 ns each) is over it, for both walks
-        graph = take_snapshot(child.pid, method="ptrace", timeout=120, max_pause_ms=0.5, owner_model="dominator")
-        census = take_snapshot(child.pid, method="ptrace", timeout=120, max_pause_ms=0.5, owner_model="census")
+        graph = take_snapshot(child.pid, request=BY_PTRACE,
+                              max_pause_ms=0.5, owners=Owners.DOMINATOR)
+        census = take_snapshot(child.pid, request=BY_PTRACE, max_pause_ms=0.5, owners=Owners.CENSUS)
     assert graph.heap.owner_model == "dominator"
     assert graph.heap.counted_in == "graph" and census.heap.counted_in == "census"
     assert not graph.heap.unreached_examined and "pause budget" in graph.heap.unreached_note
@@ -57,8 +63,8 @@ def test_after_the_graph_the_census_splits_only_what_it_did_not_reach(tmp_path: 
     # split (held from C, cyclic garbage), by a census seeded with the graph's bitmap: no
     # walk of its own from the roots. The split must be the full census's, to the object.
     with spawn_target("instance_graph", tmp_path, python=PYTHONS[version], env={"LEAKHOUND_AGENT": ""}) as child:
-        graph = take_snapshot(child.pid, method="ptrace", timeout=120, owner_model="dominator")
-        census = take_snapshot(child.pid, method="ptrace", timeout=120, owner_model="census")
+        graph = take_snapshot(child.pid, request=BY_PTRACE, owners=Owners.DOMINATOR)
+        census = take_snapshot(child.pid, request=BY_PTRACE, owners=Owners.CENSUS)
         truth = child.report()["truth"]
     assert graph.heap.owner_model == "dominator" and graph.heap.counted_in == "graph"
     assert graph.heap.unreached_examined and census.heap.unreached_examined

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from leakhound.model import Finding, Snapshot
 from leakhound.simulate.fleet import start_fleet
 from tests.utils import within
@@ -22,7 +23,7 @@ def _idle_worker(tmp_path: Path, fixes: str) -> tuple[Snapshot, dict[str, Any]]:
                      hold=120, report_dir=tmp_path, stats_interval=1.0,
                      extra_args=["--park", "2", "--exact-sizes"]) as fleet:
         fleet.wait_idle(timeout=120, stats_ticks=1)
-        snap = take_snapshot(fleet.pids[0], timeout=60)
+        snap = take_snapshot(fleet.pids[0], request=RequestOptions(timeout=60))
         report = fleet.reports()[0]
         fleet.stop()
     return snap, report

@@ -15,7 +15,9 @@ from typer.testing import CliRunner
 from leakhound.analysis import dominators
 from leakhound.cli import app
 from leakhound.core.capture import capture
+from leakhound.core.request import RequestOptions
 from leakhound.errors import ProtocolViolation
+from leakhound.model.names import Method, Owners
 from tests.utils import spawn_target, wait_for_agent_socket
 
 pytestmark = pytest.mark.integration
@@ -71,7 +73,7 @@ def test_a_million_object_worker_gets_dominator_owners_by_default(tmp_path: Path
     """The 1M-object benchmark heap gets the dominator tree without asking; what a collection
     alone holds is folded into it, so its graph has far fewer nodes than objects."""
     with spawn_target("bench_heap", tmp_path, env={"BENCH_OBJECTS": "1000000"}, timeout=120) as child:
-        taken = capture(child.pid, timeout=120)
+        taken = capture(child.pid, request=RequestOptions(timeout=120))
     heap = taken.snapshot.heap
     assert heap.owner_model == "dominator", heap.owner_model_note
     assert 10_000 < heap.graph_nodes < heap.objects // 2, (heap.graph_nodes, heap.objects)
@@ -87,7 +89,7 @@ def test_auto_names_no_owner_over_the_graphs_memory_budget(tmp_path: Path, monke
     monkeypatch.setattr(capture_module, "GRAPH_MEMORY_SHARE", 0.001)
     with spawn_target("dominator_shapes", tmp_path, env={"SHAPE": "callbacks"}) as child:
         taken = capture(child.pid)
-        asked = capture(child.pid, owner_model="dominator")  # no memory budget when asked for
+        asked = capture(child.pid, owners=Owners.DOMINATOR)  # no memory budget when asked for
     heap = taken.snapshot.heap
     assert (heap.owner_model, heap.owner_model_reason) == ("not-attributed", "graph_over_memory_budget")
     assert "over its memory budget" in heap.owner_model_note and "--owners dominator" in heap.owner_model_note
@@ -106,7 +108,7 @@ def test_one_attach_the_dominator_pass_beside_the_census(tmp_path: Path, method:
     with spawn_target("dominator_shapes", tmp_path, env=env) as child:
         if method == "agent":
             wait_for_agent_socket(child.pid)
-        taken = capture(child.pid, top=10, method=method, log=lines.append)
+        taken = capture(child.pid, top=10, request=RequestOptions(method=Method(method), log=lines.append))
         truth = child.report()["truth"]
     assert sum(1 for line in lines if line.startswith("method:")) == 1, lines
     assert any("payload phases: graph " in line and ", names " in line for line in lines), lines
@@ -139,8 +141,8 @@ def test_a_failed_dominator_pass_leaves_the_target_waiting_for_nothing(tmp_path:
             patched.setattr(dominators, "plan_owners", broken)
             # A graph the passes cannot use is the target's to answer for: one clear error.
             with pytest.raises(ProtocolViolation, match="broken on purpose"):
-                capture(child.pid, timeout=60)
-        again = capture(child.pid, timeout=60)  # refused with TargetBusy if the first still ran
+                capture(child.pid, request=RequestOptions(timeout=60))
+        again = capture(child.pid, request=RequestOptions(timeout=60))  # refused with TargetBusy if the first still ran
     assert posted[0] == ("names", {"paths": []})
     assert again.snapshot.heap.owner_model == "dominator"
 

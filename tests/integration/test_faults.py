@@ -16,20 +16,14 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from leakhound.errors import LeakhoundError, TargetBusy, TargetExited, TargetNotFound
-from tests.utils import ROOT, assert_only_the_payload_stays, spawn_target, within
+from tests.utils import ROOT, assert_only_the_payload_stays, run_cli, spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
-LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
 SYSTEM_PYTHON = "/usr/bin/python3"
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-
-
-def _cli(*args: str, env: dict[str, str] | None = None, prefix: list[str] | None = None,
-         timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*(prefix or []), LEAKHOUND, *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def _clean(result: subprocess.CompletedProcess[str]) -> None:
@@ -40,7 +34,7 @@ def _clean(result: subprocess.CompletedProcess[str]) -> None:
 
 def test_main_thread_blocked_in_a_syscall_times_out_with_its_stack(tmp_path: Path) -> None:
     with spawn_target("blocked_main", tmp_path) as child:
-        result = _cli("inspect", str(child.pid), "--method", "gdb", "--timeout", "3")
+        result = run_cli("inspect", str(child.pid), "--method", "gdb", "--timeout", "3")
         assert child.proc.poll() is None, "the target must survive"
     assert result.returncode == 6, result.stderr
     _clean(result)
@@ -55,7 +49,7 @@ def test_zombie_is_reported_as_gone() -> None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     try:
-        result = _cli("inspect", str(child.pid))
+        result = run_cli("inspect", str(child.pid))
     finally:
         child.wait()
     assert result.returncode == 3
@@ -65,7 +59,7 @@ def test_zombie_is_reported_as_gone() -> None:
 
 def test_gdb_missing_is_a_clear_error(tmp_path: Path) -> None:
     with spawn_target("growing_cache", tmp_path) as child:
-        result = _cli("inspect", str(child.pid), "--method", "gdb", env={"PATH": str(tmp_path)})
+        result = run_cli("inspect", str(child.pid), "--method", "gdb", env={"PATH": str(tmp_path)})
     assert result.returncode == 7
     _clean(result)
     assert "gdb is not installed" in result.stderr
@@ -78,10 +72,10 @@ def test_another_users_target_on_another_python_build() -> None:
     shared = Path(tempfile.mkdtemp(prefix="leakhound-test-"))  # pytest's tmp is private to root
     os.chmod(shared, 0o777)
     with spawn_target("growing_cache", shared, python=SYSTEM_PYTHON, prefix=AS_NOBODY) as child:
-        snap = take_snapshot(child.pid, timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60))
         truth = child.report()["truth"]
         # Without CAP_SYS_PTRACE, root may not trace another user's process.
-        denied = _cli("inspect", str(child.pid), prefix=["setpriv", "--bounding-set=-sys_ptrace",
+        denied = run_cli("inspect", str(child.pid), prefix=["setpriv", "--bounding-set=-sys_ptrace",
                                                           "--inh-caps=-sys_ptrace"])
         assert child.proc.poll() is None
     shutil.rmtree(shared, ignore_errors=True)
@@ -169,7 +163,7 @@ def test_python_without_the_symbols_leakhound_calls(build: str, tmp_path: Path) 
     python, env, patched = _python_without_the_called_symbols(build, tmp_path)
     with spawn_target("growing_cache", tmp_path, python=python, env=env) as child:
         before = child.report()
-        results = {m: _cli("inspect", str(child.pid), "--method", m, "--timeout", "30")
+        results = {m: run_cli("inspect", str(child.pid), "--method", m, "--timeout", "30")
                    for m in ("ptrace", "gdb", "auto")}
         after = child.report()  # it still answers signals: running, not stopped
         assert child.proc.poll() is None
@@ -230,7 +224,7 @@ def test_target_exiting_mid_inspect(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         killer = threading.Timer(0.8, child.proc.kill)
         killer.start()
         with pytest.raises((TargetExited, TargetNotFound)):
-            take_snapshot(child.pid, timeout=60)
+            take_snapshot(child.pid, request=RequestOptions(timeout=60))
         killer.join()
 
 
@@ -243,7 +237,7 @@ def test_two_inspections_of_one_process_at_once(tmp_path: Path) -> None:
 
     def inspect(pid: int) -> None:
         try:
-            outcomes.append(take_snapshot(pid, timeout=60))
+            outcomes.append(take_snapshot(pid, request=RequestOptions(timeout=60)))
         except LeakhoundError as exc:
             outcomes.append(exc)
 
@@ -288,7 +282,7 @@ def test_a_target_ignoring_sigtrap_keeps_ignoring_it(tmp_path: Path) -> None:
     # before stopping anything; gdb's inferior calls leave the disposition alone (checked
     # here), so auto falls back to it.
     with spawn_target("ignores_sigtrap", tmp_path) as child:
-        results = {m: _cli("inspect", str(child.pid), "--method", m) for m in ("ptrace", "gdb", "auto")}
+        results = {m: run_cli("inspect", str(child.pid), "--method", m) for m in ("ptrace", "gdb", "auto")}
         with open(f"/proc/{child.pid}/status") as fh:
             ignored = next(int(line.split()[1], 16) for line in fh if line.startswith("SigIgn:"))
         report = child.report()

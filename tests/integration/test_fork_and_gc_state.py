@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method, Owners
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target
 
@@ -41,7 +43,7 @@ def test_children_forked_during_inspections_keep_the_collector_and_can_be_inspec
     env = {"FIXTURE_FORK_EVERY_MS": "20", "FIXTURE_CHILDREN": str(children), "FIXTURE_LINGER": "120"}
     with spawn_target("gc_state_worker", tmp_path, env=env, python=PYTHONS[version]) as target:
         for _ in range(3):
-            take_snapshot(target.pid, method="ptrace", timeout=90, owner_model="dominator")
+            take_snapshot(target.pid, request=RequestOptions(method=Method.PTRACE, timeout=90), owners=Owners.DOMINATOR)
             time.sleep(0.3)
         time.sleep(3.5)  # the last children look at their collector 3 s after birth
         born = _children(children)
@@ -74,7 +76,8 @@ def test_no_thread_of_the_target_sees_a_gc_state_it_did_not_set(tmp_path: Path, 
     env = {"FIXTURE_GC_POLL": "1", "FIXTURE_GC_SECTIONS": "1"}
     with spawn_target("gc_state_worker", tmp_path, env=env, python=PYTHONS[version]) as target:
         for i in range(5):
-            take_snapshot(target.pid, method="ptrace", timeout=90, owner_model="dominator" if i % 2 else "census")
+            take_snapshot(target.pid, request=RequestOptions(method=Method.PTRACE, timeout=90),
+                          owners=Owners.DOMINATOR if i % 2 else Owners.CENSUS)
         truth = target.report()["truth"]
     told = json.dumps(truth)
     print(told)

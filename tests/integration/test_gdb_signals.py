@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from leakhound.errors import LeakhoundError
+from leakhound.model.names import Method
 from tests.integration.test_ptrace_signals import (
     CLEAN_FAILURES,
     RT,
@@ -26,6 +28,8 @@ from tests.integration.test_ptrace_signals import (
 )
 from tests.utils import spawn_target
 
+QUICK = RequestOptions(method=Method.GDB, timeout=30)
+
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 
@@ -33,13 +37,13 @@ def test_signal_storm_during_20_gdb_inspections(tmp_path: Path) -> None:
     with spawn_target("signal_counter", tmp_path) as child:
         counts = Counts(Path(f"{child.ready_file}.counts"))
         stop = tmp_path / "stop"
-        take_snapshot(child.pid, method="gdb", top=5, timeout=30)  # warm-up: loads the payload
+        take_snapshot(child.pid, request=QUICK, top=5)  # warm-up: loads the payload
         sender = _start_sender(child.pid, Path(f"{child.ready_file}.counts"), stop)
         failures: list[str] = []
         try:
             for i in range(20):
                 try:
-                    assert take_snapshot(child.pid, method="gdb", top=5, timeout=30).method == "gdb"
+                    assert take_snapshot(child.pid, request=QUICK, top=5).method == "gdb"
                 except LeakhoundError as exc:
                     assert isinstance(exc, CLEAN_FAILURES), f"inspection {i}: {exc!r}"
                     failures.append(repr(exc))

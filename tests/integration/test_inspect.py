@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 
 from leakhound.cli import app
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method, Owners
 from tests.utils import assert_only_the_payload_stays, spawn_target, wait_for_agent_socket, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
@@ -42,7 +44,7 @@ def _user_owners(snapshot):  # noqa: ANN001, ANN202
 def test_module_cache_is_top_owner_with_its_own_size(tmp_path: Path, method: str) -> None:
     with spawn_target("growing_cache", tmp_path, env=_env(method)) as child:
         _wait_agent(child.pid, method)
-        snap = take_snapshot(child.pid, method=method, timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method(method), timeout=60))
         truth = child.report()["truth"]
     top = snap.owners[0]
     assert snap.method == method
@@ -55,7 +57,7 @@ def test_module_cache_is_top_owner_with_its_own_size(tmp_path: Path, method: str
 def test_attribute_chain_owners_and_cyclic_garbage(tmp_path: Path, method: str) -> None:
     with spawn_target("instance_graph", tmp_path, env=_env(method)) as child:
         _wait_agent(child.pid, method)
-        snap = take_snapshot(child.pid, method=method, timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method(method), timeout=60))
         truth = child.report()["truth"]
     owners = _user_owners(snap)
     assert owners[0].path == "__main__.APP.bus._listeners"
@@ -73,7 +75,7 @@ def test_attribute_chain_owners_and_cyclic_garbage(tmp_path: Path, method: str) 
 def test_trimmable_prediction_matches_what_trim_releases(tmp_path: Path, method: str) -> None:
     with spawn_target("fragmentation", tmp_path, env=_env(method)) as child:
         _wait_agent(child.pid, method)
-        snap = take_snapshot(child.pid, method=method, timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method(method), timeout=60))
         released = child.signal_and_report(signal.SIGUSR2)["truth"]["trim_released_bytes"]
     finding = next(f for f in snap.findings if f.kind == "arena_fragmentation")
     assert finding.fix == "trim"
@@ -88,7 +90,7 @@ def test_gdb_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))  # where the channel is made
     with spawn_target("growing_cache", tmp_path) as child:
         before = child.report()
-        take_snapshot(child.pid, method="gdb", timeout=60)
+        take_snapshot(child.pid, request=RequestOptions(method=Method.GDB, timeout=60))
         time.sleep(0.3)  # the payload thread exits right after writing its result
         after = child.report()
         assert len(os.listdir(f"/proc/{child.pid}/task")) == 1
@@ -111,7 +113,7 @@ def test_target_in_a_separate_venv_without_leakhound(tmp_path: Path, bare_venv: 
     check = subprocess.run([str(bare_venv), "-c", "import leakhound"], capture_output=True, cwd=tmp_path)
     assert check.returncode != 0, "the bare venv must not see leakhound"
     with spawn_target("growing_cache", tmp_path, python=str(bare_venv)) as child:
-        snap = take_snapshot(child.pid, method="auto", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.AUTO, timeout=60))
         truth = child.report()["truth"]
     assert snap.method == "ptrace"  # auto: no agent here, Python < 3.14, x86-64
     assert snap.owners[0].path == "__main__.CACHE"
@@ -160,7 +162,7 @@ def test_remote_exec_method_on_python_314(tmp_path: Path) -> None:
     python = _python314()
     assert python is not None
     with spawn_target("growing_cache", tmp_path, python=python) as child:
-        snap = take_snapshot(child.pid, method="remote-exec", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.REMOTE_EXEC, timeout=60))
         truth = child.report()["truth"]
     assert snap.method == "remote-exec"
     assert snap.owners[0].path == "__main__.CACHE"
@@ -177,8 +179,8 @@ def test_the_payload_is_one_owner_of_its_own(tmp_path: Path, owners: str) -> Non
 
     assert census_roots.PAYLOAD_OWNER == PAYLOAD_OWNER  # one name, spelt on both sides
     with spawn_target("growing_cache", tmp_path) as child:
-        take_snapshot(child.pid, owner_model=owners)
-        again = take_snapshot(child.pid, owner_model=owners, top=200)
+        take_snapshot(child.pid, owners=Owners(owners))
+        again = take_snapshot(child.pid, owners=Owners(owners), top=200)
     paths = [o.path for o in again.owners]
     assert not [p for p in paths if p.startswith(PAYLOAD_PACKAGE)], paths
     assert paths.count(PAYLOAD_OWNER) == 1, paths

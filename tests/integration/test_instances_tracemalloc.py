@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target, within
 
@@ -25,7 +26,7 @@ PYTHONS = {v: p for v, p in installed_pythons().items() if v in ("3.10", "3.11",
 @pytest.mark.parametrize("version", sorted(PYTHONS))
 def test_instances_agree_with_tracemalloc(tmp_path: Path, version: str) -> None:
     with spawn_target("instances", tmp_path, python=PYTHONS[version], env={"PYTHONTRACEMALLOC": "1"}) as child:
-        snap = take_snapshot(child.pid, timeout=60, max_pause_ms=None)
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60), max_pause_ms=None)
         truth = child.report()["truth"]
     top = snap.owners[0]
     assert top.path == "__main__.POINTS"

@@ -24,10 +24,11 @@ PYTHONS = installed_pythons()
 # The task and thread shapes on the versions workers run; BytesIO on every version (3.12+
 # list its buffer among its referents, 3.10 and 3.11 do not).
 CASES = [(shape, v) for shape in ("finished_tasks", "thread_local", "contextvar") for v in ("3.11", "3.12")]
+CASES += [("thread_local", "3.10")]  # 3.10's frame object holds its variables: named all the same
 CASES += [("bytesio", v) for v in ("3.10", "3.11", "3.12", "3.13")]
 
 
-def _truth(child: Child, timeout: float = 60.0) -> dict[str, Any]:
+def truth_once_built(child: Child, timeout: float = 60.0) -> dict[str, Any]:
     """The target's truth once its shape is built (tasks finished, the thread's list filled)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -51,7 +52,7 @@ def test_owner_one_is_the_culprit_by_its_root_with_what_freeing_it_returns(shape
     if version not in PYTHONS:
         pytest.skip(f"no Python {version} here")
     with spawn_target("root_shapes", tmp_path, python=PYTHONS[version], env={"SHAPE": shape}) as child:
-        truth = _truth(child)
+        truth = truth_once_built(child)
         doc = _inspect(child.pid)
         census = _inspect(child.pid, "--owners", "census")
         why = _inspect(child.pid, "--why", "_background") if shape == "finished_tasks" else None
@@ -77,7 +78,7 @@ def test_through_the_agent_the_main_threads_frames_are_roots_too(shape: str, tmp
     env = {"SHAPE": shape, "LEAKHOUND_AGENT": "1"}
     with spawn_target("root_shapes", tmp_path, env=env) as child:
         wait_for_agent_socket(child.pid)
-        truth = _truth(child)
+        truth = truth_once_built(child)
         doc = _inspect(child.pid, "--method", "agent")
     first = doc["owners"][0]
     assert first["path"] == truth["expected_path"], [o["path"] for o in doc["owners"][:5]]

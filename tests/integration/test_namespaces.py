@@ -16,6 +16,8 @@ import pytest
 from leakhound.attach import run_request
 from leakhound.attach.process import namespace_pid
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method
 from tests.namespaces import shared_dir, spawn_in_namespaces
 from tests.utils import assert_only_the_payload_stays, within
 
@@ -38,7 +40,7 @@ def test_inspect_a_target_with_its_own_tmp_and_pids(method: str, as_init: bool) 
         assert before["pid"] != child.pid
         assert namespace_pid(child.pid) == before["pid"]
         assert (before["pid"] == 1) == as_init
-        snap = take_snapshot(child.pid, method=method, timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method(method), timeout=60))
         after = child.report()
         assert _leakhound_entries(child.inside("/tmp")) == []
         assert child.proc.poll() is None
@@ -63,7 +65,7 @@ def test_inspect_across_namespaces_on_other_pythons(version: str) -> None:
     with shared_dir() as ready_dir, spawn_in_namespaces(
         "growing_cache", ready_dir, python=OTHER_PYTHONS[version]
     ) as child:
-        snap = take_snapshot(child.pid, method="ptrace", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.PTRACE, timeout=60))
         after = child.report()
         assert _leakhound_entries(child.inside("/tmp")) == []
     assert snap.python_version.startswith(version + ".")
@@ -84,7 +86,7 @@ def test_private_directory_is_the_targets_user_only_and_removed() -> None:
                 seen.append((st.st_uid, stat.S_IMODE(st.st_mode), sorted(os.listdir(tmp / name))))
 
         remote = run_request(child.pid, {"op": "snapshot", "top_types": 5, "top_owners": 5},
-                             method="ptrace", timeout=60, progress=progress)
+                             method=Method.PTRACE, timeout=60, progress=progress)
         truth = child.report()
         assert _leakhound_entries(tmp) == []
     assert remote.result["ok"]
@@ -109,7 +111,7 @@ def test_payload_loads_inside_a_target_that_cannot_see_leakhound() -> None:
         with spawn_in_namespaces("growing_cache", ready_dir, setup=check, python=base,
                                  fixtures=fixture_copy) as child:
             assert not child.inside(str(Path(__file__).parents[2] / "leakhound")).exists()
-            snap = take_snapshot(child.pid, method="ptrace", timeout=60)
+            snap = take_snapshot(child.pid, request=RequestOptions(method=Method.PTRACE, timeout=60))
             truth = child.report()["truth"]
             assert _leakhound_entries(child.inside("/tmp")) == []
     assert snap.owners[0].path == "__main__.CACHE"

@@ -17,7 +17,9 @@ import pytest
 
 from leakhound.analysis.ledger import ledger
 from leakhound.core.capture import capture
+from leakhound.core.request import RequestOptions
 from leakhound.model import Snapshot
+from leakhound.model.names import Owners
 from tests.native_target import native_python
 from tests.pythons import installed_pythons
 from tests.utils import ROOT, spawn_target, within
@@ -40,7 +42,8 @@ MMAP_VERSIONS = sorted(v for v in installed_pythons() if v in ("3.10", "3.11", "
 
 def _check(tmp_path: Path, shape: str, python: str, owner_model: str = "census") -> Snapshot:
     with spawn_target("native_buffers", tmp_path, python=python, env={"SHAPE": shape}, timeout=120) as child:
-        snap = capture(child.pid, timeout=120, max_pause_ms=None, top=10, owner_model=owner_model).snapshot
+        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
+                       owners=Owners(owner_model)).snapshot
         truth = child.report()["truth"]
     assert snap.heap.owner_model == ("dominator" if owner_model == "dominator" else "first-reacher")
     top = snap.owners[0]
@@ -76,7 +79,7 @@ WALKS_AGREE = r"""
 import gc, mmap, sys
 sys.path.insert(0, sys.argv[1])
 from leakhound.payload import census, roots
-from leakhound.payload.objects import _type_name
+from leakhound.payload.objects import type_name
 import numpy as np
 from PIL import Image
 try:
@@ -99,7 +102,7 @@ out = []
 for compiled in (True, False):
     for per_call in (census._WORK_PER_CALL, 7):
         census._WORK_PER_CALL = per_call
-        walk = census.Census(timeout=60, compiled=compiled)
+        walk = census.Census(timeout=60, compiled=compiled).walk
         # classes and modules are walls (as in a census): the walk stays inside ``heap``
         for cls, _name, _kind, _tier in roots.classes(named=False):
             for wall in [cls, *(r for r in gc.get_referents(cls) if type(r) is dict or type(r) is tuple)]:
@@ -107,10 +110,10 @@ for compiled in (True, False):
         for module, _name, _kind, _tier in roots.modules(lambda name: False):
             walk.claimed.add(id(module))
             walk.claimed.add(id(module.__dict__))
-        walk._claim_tree(walk._owner("root", heap), heap)
+        walk.claim_tree(walk.owner_slot("root", heap), heap)
         types = walk.types
         out.append((walk.total_objects, walk.total_bytes, sorted(
-            (_type_name(tp), types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys))))
+            (type_name(tp), types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys))))
 assert census._walk is not None
 diff = [sorted(set(o[2]) ^ set(out[0][2])) for o in out]
 assert all(o[:2] == out[0][:2] for o in out) and not any(diff), ([o[:2] for o in out], diff)

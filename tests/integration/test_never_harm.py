@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target, wait_for_agent_socket, within
 
@@ -73,10 +75,10 @@ def test_soak_200_inspections_keep_the_worker_alive_and_flat(tmp_path: Path, met
         # The target's own report allocates too (it sizes its cache): read it outside the window.
         served_before = child.report()["truth"]["requests"]
         for _ in range(10):  # warm-up: the first census grows the allocators once
-            take_snapshot(child.pid, method=method, timeout=60)
+            take_snapshot(child.pid, request=RequestOptions(method=Method(method), timeout=60))
         start = _status(child.pid)
         for _ in range(190):
-            take_snapshot(child.pid, method=method, timeout=60)
+            take_snapshot(child.pid, request=RequestOptions(method=Method(method), timeout=60))
         end = _status(child.pid)
         after = child.report()
         assert child.proc.poll() is None
@@ -88,7 +90,7 @@ def test_soak_200_inspections_keep_the_worker_alive_and_flat(tmp_path: Path, met
 
 def test_busy_c_threads_do_not_stop_an_inspection(tmp_path: Path) -> None:
     with spawn_target("busy_worker", tmp_path, env={"FIXTURE_C_THREADS": "6"}) as child:
-        snap = take_snapshot(child.pid, timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60))
         truth = child.report()["truth"]
     cache = next(o for o in snap.owners if o.path == "__main__.CACHE")
     assert within(cache.retained_bytes, truth["cache_bytes"])

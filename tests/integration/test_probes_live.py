@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target
 
@@ -30,7 +31,7 @@ def _probe_and_truth(tmp_path: Path, env: dict[str, str], python: str | None = N
         monkeypatch.setenv("LEAKHOUND_WALKER", walker)
     with spawn_target("probe_shapes", tmp_path, env=env, python=python, timeout=60) as target:
         before = target.report()["truth"]
-        snapshot = take_snapshot(target.pid, timeout=120)
+        snapshot = take_snapshot(target.pid, request=RequestOptions(timeout=120))
         after = target.report()["truth"]
     assert before == after  # nothing moves in this target
     probe = snapshot.probes["verifiers"]

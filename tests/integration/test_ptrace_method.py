@@ -10,12 +10,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from leakhound.attach import ptrace, run_request
 from leakhound.core.capture import take_snapshot
-from tests.utils import FIXTURES, assert_only_the_payload_stays, spawn_target, within
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method
+from tests.utils import FIXTURES, Child, assert_only_the_payload_stays, spawn_target, wait_until, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -38,6 +41,19 @@ def _one_page_mapping_at(pid: int, address: int) -> bool:
     return False
 
 
+
+def _once_the_payload_left(child: Child) -> dict[str, Any]:
+    """The target's report once the payload's thread (payload/boot.py) has exited: it does
+    right after writing its result, a moment after the CLI has that."""
+    reports: list[dict[str, Any]] = []
+
+    def left() -> bool:
+        reports.append(child.report())
+        return "leakhound-payload" not in reports[-1]["threads"]
+
+    wait_until(left, what="the payload's thread to exit")
+    return reports[-1]
+
 def _threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
@@ -56,10 +72,9 @@ def test_plan_resolves_the_addresses_this_interpreter_sees() -> None:
 
 def test_snapshot_matches_the_targets_own_truth(tmp_path: Path) -> None:
     with spawn_target("growing_cache", tmp_path) as child:
-        snap = take_snapshot(child.pid, method="ptrace", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.PTRACE, timeout=60))
         truth = child.report()["truth"]
-        time.sleep(0.3)  # the payload thread exits right after writing its result
-        after = child.report()
+        after = _once_the_payload_left(child)
         assert _threads(child.pid) == 1
     assert snap.method == "ptrace"
     top = snap.owners[0]
@@ -76,7 +91,7 @@ def test_static_libpython_target(tmp_path: Path) -> None:
     with spawn_target("growing_cache", tmp_path, python=SYSTEM_PYTHON) as child:
         plan = ptrace.plan(child.pid)
         assert plan.python_object == os.path.realpath(f"/proc/{child.pid}/exe")
-        snap = take_snapshot(child.pid, method="ptrace", timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(method=Method.PTRACE, timeout=60))
         truth = child.report()["truth"]
     assert snap.owners[0].path == "__main__.CACHE"
     assert snap.owners[0].items == truth["cache_items"]
@@ -86,20 +101,21 @@ def test_fifty_injections_into_a_busy_worker(tmp_path: Path) -> None:
     env = {"FIXTURE_C_THREADS": "6"}
     with spawn_target("busy_worker", tmp_path, env=env) as child:
         for _ in range(2):  # warm-up: the first census loads modules and grows the allocators
-            run_request(child.pid, LIGHT, method="ptrace", timeout=60)
-        time.sleep(0.3)
+            run_request(child.pid, LIGHT, method=Method.PTRACE, timeout=60)
+        # the baseline without the warm-up's payload thread, which exits right after its result
+        _once_the_payload_left(child)
         served_before = child.report()["truth"]["requests"]
         maps_before, threads_before = len(_maps(child.pid)), _threads(child.pid)
         stops, pages = [], []
         for _ in range(50):
             lines: list[str] = []
-            remote = run_request(child.pid, LIGHT, method="ptrace", timeout=60, log=lines.append)
+            remote = run_request(child.pid, LIGHT, method=Method.PTRACE, timeout=60, log=lines.append)
             assert remote.method == "ptrace"
             stops.append(remote.attach_stop_ms)
             found = re.search(r"bootstrap at (0x[0-9a-f]+)", "\n".join(lines))
             assert found, lines
             pages.append(int(found.group(1), 16))
-        time.sleep(0.3)
+        _once_the_payload_left(child)
         assert child.proc.poll() is None
         report = child.report()
         maps_after, threads_after = len(_maps(child.pid)), _threads(child.pid)
@@ -157,11 +173,9 @@ def test_interrupted_system_calls_restart_unharmed() -> None:
 def test_blocked_main_thread_stays_blocked_and_alive(tmp_path: Path) -> None:
     with spawn_target("blocked_main", tmp_path) as child:
         ptrace.inject(child.pid, "0", timeout=10, log=lambda _: None)
-        time.sleep(0.2)
+        # back in clock_nanosleep, or restart_syscall once the kernel has restarted it
+        wait_until(lambda: _syscall_of(child.pid, "230", timeout=0) in ("230", "219"), what="the sleep again")
         assert child.proc.poll() is None
-        with open(f"/proc/{child.pid}/syscall") as fh:
-            # clock_nanosleep, or restart_syscall once the kernel has restarted it
-            assert fh.read().split()[0] in ("230", "219")
 
 
 def test_permission_denied_is_classified(tmp_path: Path) -> None:
@@ -183,13 +197,20 @@ def _waits_that_do_not_come(monkeypatch: pytest.MonkeyPatch, late: range, **more
 
 
 def _let_go(pid: int) -> str:
-    """/proc/PID/status once leakhound is done: not traced, not stopped."""
-    time.sleep(0.3)
-    with open(f"/proc/{pid}/status") as fh:
-        status = fh.read()
-    assert "TracerPid:\t0" in status, status
-    assert re.search(r"State:\s+[RS]", status), status
-    return status
+    """/proc/PID/status once leakhound is done: not traced, not stopped (the helper detaches
+    a moment after leakhound returns)."""
+    def status() -> str:
+        with open(f"/proc/{pid}/status") as fh:
+            return fh.read()
+
+    def let_go() -> str:
+        now = status()
+        return now if "TracerPid:\t0" in now and re.search(r"State:\s+[RS]", now) else ""
+
+    try:
+        return wait_until(let_go, what="the thread let go")
+    except AssertionError:
+        raise AssertionError(status()) from None
 
 
 def test_a_stop_that_comes_late_is_still_let_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from leakhound.attach import run_request
 from leakhound.errors import AttachTimeout
+from leakhound.model.names import Method
 from tests.utils import spawn_target
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
@@ -63,7 +64,7 @@ def test_no_page_left_after_target_blocked_or_success(tmp_path: Path) -> None:
         for _ in range(3):
             lines: list[str] = []
             with pytest.raises(AttachTimeout):
-                run_request(child.pid, LIGHT, method="ptrace", timeout=2, log=lines.append)
+                run_request(child.pid, LIGHT, method=Method.PTRACE, timeout=2, log=lines.append)
             pages += [int(p, 16) for p in re.findall(r"bootstrap at (0x[0-9a-f]+)", "\n".join(lines))]
         assert len(pages) == 3
         # Still queued: the pages must stay until the main thread runs the calls.
@@ -95,7 +96,7 @@ def test_no_page_left_after_target_blocked_or_success(tmp_path: Path) -> None:
             os.kill(child.pid, 10)
             nudger.start()
             try:
-                remote = run_request(child.pid, LIGHT, method="ptrace", timeout=30, log=lines.append)
+                remote = run_request(child.pid, LIGHT, method=Method.PTRACE, timeout=30, log=lines.append)
             finally:
                 answered.set()
                 nudger.join()

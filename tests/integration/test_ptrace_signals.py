@@ -21,8 +21,12 @@ import pytest
 
 from leakhound.attach import ptrace
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from leakhound.errors import AttachFailed, AttachTimeout, LeakhoundError
+from leakhound.model.names import Method
 from tests.utils import ROOT, spawn_target
+
+QUICK = RequestOptions(method=Method.PTRACE, timeout=30)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -79,7 +83,7 @@ def test_signal_storm_during_150_inspections(tmp_path: Path) -> None:
     with spawn_target("signal_counter", tmp_path) as child:
         counts = Counts(Path(f"{child.ready_file}.counts"))
         stop = tmp_path / "stop"
-        take_snapshot(child.pid, method="ptrace", top=5, timeout=30)  # warm-up: loads the payload
+        take_snapshot(child.pid, request=QUICK, top=5)  # warm-up: loads the payload
         sender = _start_sender(child.pid, Path(f"{child.ready_file}.counts"), stop)
         try:
             forwarded, stops, failures, stalled = 0, [], [], 0
@@ -88,7 +92,8 @@ def test_signal_storm_during_150_inspections(tmp_path: Path) -> None:
                 ticks = counts[SLOT_TICKS]
                 lines: list[str] = []
                 try:
-                    snap = take_snapshot(child.pid, method="ptrace", top=5, timeout=30, log=lines.append)
+                    snap = take_snapshot(child.pid, top=5,
+                                         request=RequestOptions(method=Method.PTRACE, timeout=30, log=lines.append))
                     assert snap.method == "ptrace"
                 except LeakhoundError as exc:
                     assert isinstance(exc, CLEAN_FAILURES), f"inspection {i}: {exc!r}"

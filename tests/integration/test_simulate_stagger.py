@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from leakhound.simulate.fleet import start_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
@@ -31,7 +32,7 @@ def test_rollouts_are_staggered_and_inspect_always_sees_the_intercept_leak(tmp_p
         found = []
         for _ in range(4):
             time.sleep(0.7)
-            snapshot = take_snapshot(pid, timeout=60)
+            snapshot = take_snapshot(pid, request=RequestOptions(timeout=60))
             finding = next((f for f in snapshot.findings if f.kind == "intercepts"), None)
             found.append(0 if finding is None else finding.count)
         time.sleep(1.5)

@@ -12,15 +12,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
 from leakhound.errors import TargetDied
-from tests.utils import spawn_target
+from tests.utils import LEAKHOUND, run_cli, spawn_target
 
 pytestmark = [
     pytest.mark.integration,
@@ -28,18 +28,13 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit"),
 ]
 
-LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
 NO_CORE = ["prlimit", "--core=0", "--"]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([LEAKHOUND, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_a_crash_with_leakhound_inside_names_the_signal_and_says_it_may_be_leakhounds(tmp_path: Path) -> None:
     env = {"TRAP_AT": "progress", "TRAP": "segv"}
     with spawn_target("payload_trap", tmp_path, env=env, prefix=NO_CORE) as child:
-        result = _cli("inspect", str(child.pid), "--method", "gdb")
+        result = run_cli("inspect", str(child.pid), "--method", "gdb")
         # Ground truth: the kernel's own wait status of the child (this test is its parent).
         child.proc.wait(timeout=10)
         assert child.proc.returncode == -signal.SIGSEGV
@@ -54,7 +49,7 @@ def test_leakhound_as_the_parent_reads_the_exit_status_abort(tmp_path: Path) -> 
     env = {"TRAP_AT": "progress", "TRAP": "abort"}
     with spawn_target("payload_trap", tmp_path, env=env, prefix=NO_CORE) as child:
         with pytest.raises(TargetDied) as caught:
-            take_snapshot(child.pid, timeout=60)
+            take_snapshot(child.pid, request=RequestOptions(timeout=60))
         assert child.proc.wait(timeout=10) == -signal.SIGABRT  # not reaped by leakhound: still ours
     err = caught.value
     assert (err.signal, err.core_dumped, err.leakhound_inside) == (signal.SIGABRT, False, True)
@@ -127,7 +122,7 @@ def test_a_crash_reaped_by_another_parent_is_read_from_the_kernel_log(tmp_path: 
     with spawn_target("payload_trap", tmp_path, env=env, prefix=reaper) as child:
         pid = child.report(refresh=False)["pid"]
         assert pid != child.pid
-        result = _cli("inspect", str(pid), "--method", "gdb")
+        result = run_cli("inspect", str(pid), "--method", "gdb")
     assert result.returncode == 12, result.stderr
     assert "killed by SIGSEGV (from " in result.stderr  # the kernel log, or the zombie if not reaped yet
     assert "segfault at 0" in result.stderr
@@ -138,7 +133,7 @@ def test_a_crash_reaped_by_another_parent_is_read_from_the_kernel_log(tmp_path: 
 def test_a_target_that_exits_on_its_own_mid_inspection_is_said_so(tmp_path: Path, status: int) -> None:
     env = {"TRAP_AT": "progress", "TRAP": "exit", "TRAP_STATUS": str(status), "TRAP_SECONDS": "30"}
     with spawn_target("payload_trap", tmp_path, env=env, prefix=NO_CORE) as child:
-        result = _cli("inspect", str(child.pid), "--method", "gdb")
+        result = run_cli("inspect", str(child.pid), "--method", "gdb")
         assert child.proc.wait(timeout=10) == status  # ground truth: the kernel's wait status
     assert result.returncode == 12, result.stderr
     assert "Traceback" not in result.stderr

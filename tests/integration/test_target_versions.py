@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from leakhound.core.capture import take_snapshot
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target, within
 
@@ -23,7 +25,7 @@ VERSIONS = pytest.mark.parametrize("version", sorted(OTHER_PYTHONS))
 @VERSIONS
 def test_the_module_cache_is_top_owner_on_each_version(tmp_path: Path, version: str) -> None:
     with spawn_target("growing_cache", tmp_path, python=OTHER_PYTHONS[version]) as child:
-        snap = take_snapshot(child.pid, timeout=60)
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60))
         truth = child.report()["truth"]
     assert snap.python_version.startswith(version + ".")
     top = snap.owners[0]
@@ -35,7 +37,7 @@ def test_the_module_cache_is_top_owner_on_each_version(tmp_path: Path, version: 
 @VERSIONS
 def test_attribute_chains_and_cyclic_garbage_on_each_version(tmp_path: Path, version: str) -> None:
     with spawn_target("instance_graph", tmp_path, python=OTHER_PYTHONS[version]) as child:
-        snap = take_snapshot(child.pid, timeout=60, max_pause_ms=None)
+        snap = take_snapshot(child.pid, request=RequestOptions(timeout=60), max_pause_ms=None)
         truth = child.report()["truth"]
     owners = [o for o in snap.owners if not o.path.startswith("<")]
     assert owners[0].path == "__main__.APP.bus._listeners"
@@ -52,7 +54,7 @@ def test_repeated_inspections_leave_the_worker_alive_and_ticking(tmp_path: Path,
     with spawn_target("growing_cache", tmp_path, python=OTHER_PYTHONS[version]) as child:
         ticks = child.report()["ticks"]
         for _ in range(6):
-            take_snapshot(child.pid, method=method, timeout=60)
+            take_snapshot(child.pid, request=RequestOptions(method=Method(method), timeout=60))
             after = child.report()
             assert child.proc.poll() is None, f"the target died: exit {child.proc.returncode}"
             assert after["ticks"] > ticks, "the target's event loop stopped ticking"

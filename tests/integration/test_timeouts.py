@@ -10,24 +10,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.utils import Child, spawn_target
+from tests.utils import LEAKHOUND, Child, run_cli, spawn_target
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
-LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
 METHOD = "gdb"
-
-
-def _cli(*args: str, tmp: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([LEAKHOUND, *args, "--method", METHOD], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "TMPDIR": str(tmp)})
 
 
 def _private_tmp(tmp_path: Path) -> Path:
@@ -70,13 +63,15 @@ def test_a_census_past_its_deadline_is_cancelled_in_the_target_and_says_so(tmp_p
     # With the default owners the graph is walked first (handed to the CLI early, its
     # dominator pass beside the census): the stall is in it.
     with spawn_target("payload_trap", tmp_path, env=_trap("progress", 5)) as child:
-        result = _cli("inspect", str(child.pid), "--timeout", "6", "--owners", owners, tmp=tmp)
+        result = run_cli("inspect", str(child.pid), "--timeout", "6", "--owners", owners, "--method", METHOD,
+                         env={"TMPDIR": str(tmp)})
         assert result.returncode == 6, result.stderr
         assert f"stopped inside the target during {phase} (deadline)" in result.stderr
         assert "nothing of it is left running" in result.stderr
         assert "Traceback" not in result.stderr
         assert child.report()["truth"]["payload_threads"] == 0
-        again = _cli("inspect", str(child.pid), "--timeout", "60", "--json", tmp=tmp)
+        again = run_cli("inspect", str(child.pid), "--timeout", "60", "--json", "--method", METHOD,
+                        env={"TMPDIR": str(tmp)})
         assert again.returncode == 0, again.stderr  # not 9: the lock was released
         assert child.proc.poll() is None
     assert _left_behind(tmp) == []
@@ -86,12 +81,13 @@ def test_a_request_that_cannot_confirm_its_cancel_says_so_and_stops_once_it_runs
     tmp = _private_tmp(tmp_path)
     # Stalled longer than the CLI waits (3 s + the 5 s grace for the cancel).
     with spawn_target("payload_trap", tmp_path, env=_trap("progress", 10)) as child:
-        result = _cli("inspect", str(child.pid), "--timeout", "3", tmp=tmp)
+        result = run_cli("inspect", str(child.pid), "--timeout", "3", "--method", METHOD, env={"TMPDIR": str(tmp)})
         assert result.returncode == 14, result.stderr
         assert "told the request to stop" in result.stderr
         assert _left_behind(tmp) == []
         _nothing_left_running(child)
-        again = _cli("inspect", str(child.pid), "--timeout", "60", "--json", tmp=tmp)
+        again = run_cli("inspect", str(child.pid), "--timeout", "60", "--json", "--method", METHOD,
+                        env={"TMPDIR": str(tmp)})
         assert again.returncode == 0, again.stderr
 
 
@@ -100,13 +96,14 @@ def test_a_patch_that_times_out_before_landing_never_lands_and_is_read_back(tmp_
     tmp = _private_tmp(tmp_path)
     # Stalled 10 s in the measurement taken before the fix lands.
     with spawn_target("payload_trap", tmp_path, env=_trap("_measure", 10)) as child:
-        result = _cli("patch", str(child.pid), "--fix", "trim", "--timeout", "3", tmp=tmp)
+        result = run_cli("patch", str(child.pid), "--fix", "trim", "--timeout", "3", "--method", METHOD,
+                         env={"TMPDIR": str(tmp)})
         assert result.returncode == 6, result.stderr
         assert "nothing was changed (read back: applied now: none)" in result.stderr
-        _nothing_left_running(child)
-        time.sleep(1.0)
-        assert child.report()["truth"]["applied"] == []  # and it never lands later
-        status = _cli("patch", str(child.pid), "--status", "--fix", "trim", "--json", tmp=tmp)
+        _nothing_left_running(child)  # no payload thread is left that could land it later
+        assert child.report()["truth"]["applied"] == []
+        status = run_cli("patch", str(child.pid), "--status", "--fix", "trim", "--json", "--method", METHOD,
+                         env={"TMPDIR": str(tmp)})
         assert status.returncode == 0, status.stderr
         assert '"status": "not-applied"' in status.stdout
     assert _left_behind(tmp) == []
@@ -116,11 +113,13 @@ def test_a_patch_that_lands_and_runs_out_of_time_reports_what_is_applied(tmp_pat
     tmp = _private_tmp(tmp_path)
     # Stalled 5 s right after the fix landed (listing what is applied); deadline 4 s.
     with spawn_target("payload_trap", tmp_path, env=_trap("applied", 5)) as child:
-        result = _cli("patch", str(child.pid), "--fix", "trim", "--timeout", "6", tmp=tmp)
+        result = run_cli("patch", str(child.pid), "--fix", "trim", "--timeout", "6", "--method", METHOD,
+                         env={"TMPDIR": str(tmp)})
         assert result.returncode == 13, result.stderr
         assert "applied: trim" in result.stderr
         assert child.report()["truth"]["applied"] == ["trim"]
-        reverted = _cli("patch", str(child.pid), "--revert", "--fix", "trim", tmp=tmp)
+        reverted = run_cli("patch", str(child.pid), "--revert", "--fix", "trim", "--method", METHOD,
+                           env={"TMPDIR": str(tmp)})
         assert reverted.returncode == 0, reverted.stderr
         assert child.report()["truth"]["applied"] == []
 
@@ -156,7 +155,8 @@ def test_a_signal_to_leakhound_mid_census_cancels_it_and_leaves_nothing(tmp_path
         assert _left_behind(tmp) == []
         # The request stops at its next step once its thread runs: it never finishes unobserved.
         _nothing_left_running(child)
-        again = _cli("inspect", str(child.pid), "--timeout", "60", "--json", tmp=tmp)
+        again = run_cli("inspect", str(child.pid), "--timeout", "60", "--json", "--method", METHOD,
+                        env={"TMPDIR": str(tmp)})
         assert again.returncode == 0, again.stderr
         assert child.proc.poll() is None
 
@@ -166,7 +166,8 @@ def test_a_failure_on_a_later_worker_still_reports_what_landed_on_the_earlier_on
     gone = subprocess.Popen(["true"])
     gone.wait()  # a pid that runs nothing now
     with spawn_target("payload_trap", tmp_path) as child:
-        result = _cli("patch", str(child.pid), str(gone.pid), "--fix", "trim", "--json", tmp=tmp)
+        result = run_cli("patch", str(child.pid), str(gone.pid), "--fix", "trim", "--json", "--method", METHOD,
+                         env={"TMPDIR": str(tmp)})
         assert result.returncode == 3, result.stderr
         assert child.report()["truth"]["applied"] == ["trim"]
     assert '"fix": "trim"' in result.stdout and '"status": "applied"' in result.stdout

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from leakhound.core.capture import capture
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Owners
 from tests.utils import within
 from tests.verifiers_target import COUNTS_ONLY_ENV, ensure_verifiers_venv, spawn_verifiers_worker
 
@@ -42,7 +44,7 @@ def test_owner_one_is_the_trajectories_under_rollouts(tmp_path: Path) -> None:
         busy = threading.Thread(target=rollouts)
         busy.start()
         try:
-            during = capture(worker.worker_pid, timeout=180, top=10, owner_model="dominator",
+            during = capture(worker.worker_pid, request=RequestOptions(timeout=180), top=10, owners=Owners.DOMINATOR,
                              why="verifiers.v1.runtime.Runtime")
         finally:
             busy.join(timeout=320)
@@ -79,7 +81,7 @@ def test_owner_one_is_what_the_registry_alone_holds_in_an_idle_worker(tmp_path: 
     # freeing it returns is the probe's finished bytes (measured: 6,868,485 B against
     # 6,883,018 B, and the graph's reachable set against the probe's retained bytes: 0.03%).
     with spawn_verifiers_worker(tmp_path, rollouts=12, turns=3, park=1, screenshot_kb=64) as worker:
-        snap = capture(worker.worker_pid, timeout=180, top=10, owner_model="dominator").snapshot
+        snap = capture(worker.worker_pid, request=RequestOptions(timeout=180), top=10, owners=Owners.DOMINATOR).snapshot
     assert snap.heap.owner_model == "dominator", snap.heap.owner_model_note
     registry = snap.probes["verifiers"]["registry"]
     first = snap.owners[0]
@@ -100,7 +102,8 @@ def test_owner_one_with_prompts_of_many_tokens_is_the_registry_by_the_workers_ow
     with spawn_verifiers_worker(tmp_path, rollouts=4, turns=3, image_tokens=50_000,
                                 extra_env=COUNTS_ONLY_ENV) as worker:
         truth = worker.registry_freed()
-        snap = capture(worker.worker_pid, timeout=300, top=10, max_graph_nodes=1_200_000).snapshot
+        snap = capture(worker.worker_pid, request=RequestOptions(timeout=300), top=10,
+                       max_graph_nodes=1_200_000).snapshot
     assert snap.heap.owner_model == "dominator", snap.heap.owner_model_note
     first = snap.owners[0]
     print(f"\nowner #1 {first.path} {first.retained_bytes:,} B; the worker's truth {truth}; "

@@ -94,7 +94,7 @@ def test_detectors_match_the_workers_own_registry_intercepts_and_steps(tmp_path:
     with spawn_verifiers_worker(tmp_path, rollouts=3, turns=3, park=1) as worker:
         assert worker.ready["errors"] == []
         before = fresh_report(worker)
-        snapshot = take_snapshot(worker.worker_pid, timeout=120)
+        snapshot = take_snapshot(worker.worker_pid, request=RequestOptions(timeout=120))
         report = fresh_report(worker)
         # The worker is idle (everything finished or parked): nothing moved meanwhile.
         assert report["trajectory_registry"]["entries"] == before["trajectory_registry"]["entries"]
@@ -191,7 +191,7 @@ def test_patches_apply_live_move_their_numbers_and_revert_exactly(tmp_path: Path
         assert new["response_json_bytes"] < baseline["response_json_bytes"]
 
         # The probe agrees with the worker on what is slim now.
-        snapshot = take_snapshot(pid, timeout=120)
+        snapshot = take_snapshot(pid, request=RequestOptions(timeout=120))
         r_snap = fresh_report(worker)
         steps = snapshot.probes["verifiers"]["steps"]
         assert steps["bloated_steps"] == r_snap["trajectory_registry"]["heavy_steps"]
@@ -340,12 +340,12 @@ def test_the_real_worker_on_312_survives_inspections_while_it_runs_rollouts(tmp_
         busy = threading.Thread(target=rollouts)
         busy.start()
         # The default method and pause budget, as an on-call engineer runs it, mid-rollouts.
-        during = [take_snapshot(worker.worker_pid, timeout=120) for _ in range(3)]
+        during = [take_snapshot(worker.worker_pid, request=RequestOptions(timeout=120)) for _ in range(3)]
         busy.join(timeout=320)
         assert "error" not in outcome, f"{outcome.get('error')}\n{worker.log_tail()}"
         assert outcome["batch"]["errors"] == []
         before = fresh_report(worker)
-        idle = take_snapshot(worker.worker_pid, timeout=120)
+        idle = take_snapshot(worker.worker_pid, request=RequestOptions(timeout=120))
         report = fresh_report(worker)
         assert os.path.exists(f"/proc/{worker.worker_pid}")
     assert all(s.python_version.startswith("3.12.") for s in [*during, idle])

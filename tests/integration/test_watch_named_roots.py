@@ -7,7 +7,6 @@ each at a known time, before and after the watch)."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from leakhound.cli import app
+from tests.integration.test_named_roots import truth_once_built
 from tests.pythons import installed_pythons
-from tests.utils import Child, spawn_target, within
+from tests.utils import spawn_target, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -34,16 +34,6 @@ GROW_RATE = {"finished_tasks": "25", "bytesio": "25", "thread_local": "4000", "c
 WATCH = ["-i", "1", "-d", "10", "--full-every", "5", "--json"]
 
 
-def _truth(child: Child, timeout: float = 60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        truth: dict[str, Any] = child.report(timeout=30)["truth"]
-        if truth["ready"]:
-            return truth
-        assert time.monotonic() < deadline, "the target never built its shape"
-        time.sleep(0.2)
-
-
 def _per_min(before: dict[str, Any], after: dict[str, Any], key: str) -> float:
     return (after[key] - before[key]) * 60.0 / (after["at"] - before["at"])
 
@@ -55,11 +45,11 @@ def test_watch_names_the_growing_root_as_inspect_does(shape: str, version: str, 
     env = {"SHAPE": shape, "FIXTURE_GROW_RATE": GROW_RATE[shape], **SIZES}
     runner = CliRunner()
     with spawn_target("root_shapes", tmp_path, python=PYTHONS[version], env=env) as child:
-        _truth(child)
+        truth_once_built(child)
         inspected = runner.invoke(app, ["inspect", str(child.pid), "--json"])
-        before = _truth(child)
+        before = truth_once_built(child)
         watched = runner.invoke(app, ["watch", str(child.pid), *WATCH])
-        after = _truth(child)
+        after = truth_once_built(child)
     assert inspected.exit_code == 0 and watched.exit_code == 0, inspected.output + watched.output
     expected = before["expected_path"]
     doc = json.loads(inspected.stdout)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+from leakhound.model.names import Method
 from leakhound.payload import census
-from leakhound.payload.census_unreached import _cyclic_only, _referenced_from_outside
-from leakhound.payload.objects import _instance_dict, _slot_values
+from leakhound.payload.census_unreached import cyclic_only, referenced_from_outside
+from leakhound.payload.objects import instance_dict, slot_values
 
 
 def test_peeling_a_big_dead_container_ticks_the_clock() -> None:
@@ -20,7 +21,7 @@ def test_peeling_a_big_dead_container_ticks_the_clock() -> None:
     # tick (the busy real worker's census ran 87-103 ms there between two looks at the clock).
     big = list(range(100000))  # referents that are not candidates
     ticks = []
-    left = _cyclic_only([big], tick=lambda: ticks.append(1))
+    left = cyclic_only([big], tick=lambda: ticks.append(1))
     assert left == []  # refcounting frees it: not cyclic garbage
     # the first pass over its referents ticks every 8192 of them, the peeling pass every 4096
     # (before: the first pass only)
@@ -32,7 +33,7 @@ def test_many_small_containers_add_up_to_a_tick() -> None:
     # counter ticked every 1,024 objects only (4M referents between two ticks).
     members = [list(range(4000)) for _ in range(1000)]
     ticks = []
-    outside = _referenced_from_outside(members, held=2, tick=lambda: ticks.append(1))
+    outside = referenced_from_outside(members, held=2, tick=lambda: ticks.append(1))
     assert len(outside) == 0 or all(o in members for o in outside)
     assert len(ticks) >= 4000 * 1000 // 8192
 
@@ -61,14 +62,14 @@ class _DictProperty:
 
 
 def test_attributes_looked_up_once_per_class_match_the_per_object_lookup() -> None:
-    walk = census.Census()
+    walk = census.Census().walk
     child = _SlottedChild()
     child.d = (1,)
     for obj in (_Slotted(), child, _Plain(), _DictProperty(), object(), gc, [1], {"k": 1}):
         for _ in range(2):  # the class's entry made, then used
             d, slots = walk._attributes(obj)
-            assert d is _instance_dict(obj)
-            assert slots == _slot_values(obj)
+            assert d is instance_dict(obj)
+            assert slots == slot_values(obj)
 
 
 def test_the_result_says_where_the_longest_stretch_began_and_ended() -> None:
@@ -106,10 +107,11 @@ def test_the_walls_and_the_roots_counted_by_the_compiled_walk_match_the_python_w
                             "functions": [_make_function(i) for i in range(300)]}
     out = {}
     for compiled in (False, True):
-        walk = census.Census(compiled=compiled)
-        walk._walk_roots(None)
-        owner = walk._owner("root", root)
-        walk._claim_tree(owner, root)
+        taken = census.Census(compiled=compiled)
+        taken._walk_roots(None)
+        walk = taken.walk
+        owner = walk.owner_slot("root", root)
+        walk.claim_tree(owner, root)
         out[compiled] = (walk.owners.counts[owner], walk.owners.bytes[owner])
         assert walk.walker == ("compiled" if compiled else "python")
     assert out[True] == out[False]
@@ -126,7 +128,7 @@ def test_the_snapshot_keeps_the_pause_budget_and_how_the_census_kept_it() -> Non
     result = {"heap": heap, "python_version": "3.11.7", "probes": {},
               "arena": {"malloc_in_use_bytes": 0, "malloc_free_bytes": 0, "trimmable_bytes": 0,
                         "pymalloc_free_bytes": 0}}
-    snap = snapshot_from_answer(result, pid=1, method="agent", process=_process())
+    snap = snapshot_from_answer(result, pid=1, method=Method.AGENT, process=_process())
     assert snap.heap.max_pause_budget_ms == 20.0
     assert snap.heap.max_hold_ms == heap["max_hold_ms"] > 0
     assert snap.heap.yields == heap["yields"]
@@ -176,8 +178,9 @@ def test_the_hidden_references_of_many_found_objects_tick_the_clock() -> None:
     # Every code object a walk meets is sized natively (sizes.native_extra): after the walls'
     # one walk, tens of thousands of them were one loop with no look at the clock (150 ms on
     # the busy real worker).
-    walk = census.Census()
-    walk._walk_roots(None)
+    taken = census.Census()
+    taken._walk_roots(None)
+    walk = taken.walk
     checks = []
     real_check = walk.clock.check
 

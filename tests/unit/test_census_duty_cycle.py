@@ -121,6 +121,34 @@ def test_a_tiny_budget_yields_between_stretches_of_work_not_at_every_check() -> 
     classes = [type(f"Tiny{i}", (), {}) for i in range(3000)]
     walk = census.Census(max_pause_ms=0.001, timeout=120)
     walk.run()
-    assert 0 < walk.clock.yields < len(walk.owners.keys), (walk.clock.yields, len(walk.owners.keys))
+    assert 0 < walk.clock.yields < len(walk.walk.owners.keys), (walk.clock.yields, len(walk.walk.owners.keys))
     del classes, walk
     gc.collect()  # classes are reference cycles: out of the subclass tree of the tests after this
+
+
+def test_a_stretch_ends_on_the_wall_clock_too(monkeypatch) -> None:
+    # On a loaded machine the walk's thread is descheduled holding the GIL: 25 ms of its CPU
+    # lasted 60-130 ms, and the target's loop waited that long. A stretch also ends once the
+    # budget has passed on the wall clock.
+    from types import SimpleNamespace
+
+    from leakhound.payload import pacing
+
+    now = [1000.0]
+    fake_time = SimpleNamespace(perf_counter=lambda: now[0], thread_time=time.thread_time,
+                                monotonic=time.monotonic, sleep=lambda s: None)
+    monkeypatch.setattr(pacing, "time", fake_time)
+    cpu = [5.0]
+    monkeypatch.setattr(pacing, "own_cpu", lambda: cpu[0])
+    clock = Clock(time.monotonic() + 60, max_hold=0.025)
+    now[0] += 0.010
+    cpu[0] += 0.004
+    clock.hold()
+    assert clock.yields == 0
+    now[0] += 0.020  # descheduled: 30 ms of wall clock, 4 ms of CPU
+    clock.hold()
+    assert clock.yields == 1
+    assert clock.max_held < 0.025 and clock.max_held_wall > 0.029
+    cpu[0] += 0.025  # and still by CPU time alone
+    clock.hold()
+    assert clock.yields == 2

@@ -34,10 +34,10 @@ def _census_beside_a_thread(walk_module: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     def take() -> None:
-        walk = census.Census(timeout=60)
-        walk._walk_module = walk_module
-        walk.run()
-        out.update(walk.result(top_owners=100000))
+        taken = census.Census(timeout=60)
+        taken.walk.walk_module = walk_module
+        taken.run()
+        out.update(taken.result(top_owners=100000))
 
     try:
         runner = threading.Thread(target=take)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from leakhound.payload.census_unreached import _cyclic_only
-from leakhound.payload.objects import _referents
+from leakhound.payload.census_unreached import cyclic_only
+from leakhound.payload.objects import safe_referents
 
 REPO = Path(__file__).resolve().parents[2]
 PYENV = Path("/root/.pyenv/versions")
@@ -54,7 +54,7 @@ def test_walking_asyncio_never_revives_its_freed_future_iterators(python: str) -
 def test_modules_are_walked_through_their_dict_only() -> None:
     import _asyncio
 
-    assert _referents(_asyncio) == [_asyncio.__dict__]
+    assert safe_referents(_asyncio) == [_asyncio.__dict__]
 
 
 METACLASS_HASH = "census_metaclass_hash"  # fixtures/census_metaclass_hash.py
@@ -85,7 +85,7 @@ def test_a_dead_acyclic_structure_is_peeled_and_a_cycle_stays() -> None:
     cycle.append(cycle)
     hanger = [cycle, {"x": 1}]
     cycle.append(hanger)
-    left = _cyclic_only([head, chain, chain[0], chain[1], cycle, hanger, hanger[1]])
+    left = cyclic_only([head, chain, chain[0], chain[1], cycle, hanger, hanger[1]])
     assert [id(o) for o in left] == [id(cycle), id(hanger), id(hanger[1])]
 
 

@@ -25,11 +25,11 @@ class _Point:
 
 
 def _walk(root: Any, compiled: bool) -> tuple[int, int]:
-    walk = census.Census(timeout=60, compiled=compiled)
+    walk = census.Census(timeout=60, compiled=compiled).walk
     for cls, _name, _kind, _tier in roots.classes(named=False):  # classes are walls, as in a census
         for wall in [cls, *(r for r in gc.get_referents(cls) if type(r) is dict or type(r) is tuple)]:
             walk.claimed.add(id(wall))
-    walk._claim_tree(walk._owner("root", root), root)
+    walk.claim_tree(walk.owner_slot("root", root), root)
     return walk.total_objects, walk.total_bytes
 
 

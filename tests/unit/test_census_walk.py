@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from leakhound.payload import census
-from leakhound.payload.objects import _type_name
+from leakhound.payload.objects import type_name
 
 built = pytest.mark.skipif(census._walk is None, reason="the C walk was not built here")
 
@@ -32,11 +32,11 @@ def test_the_walk_is_built_where_a_compiler_is() -> None:
     # The one built for this package (the abi3 build beside the payload), and the census uses it.
     assert Path(census._walk.__file__).parent == Path(census.__file__).parent
     assert Path(census._walk.__file__).name.startswith("_walk.")
-    walk = census.Census(timeout=60)
+    walk = census.Census(timeout=60).walk
     assert walk.walker == "compiled"
     text = "y" * 100
     root = [text, (text,)]
-    walk._claim_tree(walk._owner("root", root), root)
+    walk.claim_tree(walk.owner_slot("root", root), root)
     assert walk.total_objects == 3  # the list, the tuple, the str once
     assert walk.total_bytes == sys.getsizeof(root) + sys.getsizeof(root[1]) + sys.getsizeof(text)
 
@@ -60,12 +60,12 @@ def _structure() -> Any:
 
 
 def _walk(root: Any, compiled: bool) -> tuple[int, int, dict[str, tuple[int, int]]]:
-    walk = census.Census(timeout=60, compiled=compiled)
+    walk = census.Census(timeout=60, compiled=compiled).walk
     assert walk.walker == ("compiled" if compiled else "python")
-    owner = walk._owner("root", root)
-    walk._claim_tree(owner, root)
+    owner = walk.owner_slot("root", root)
+    walk.claim_tree(owner, root)
     types = walk.types
-    by_type = {_type_name(tp): (types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys)}
+    by_type = {type_name(tp): (types.counts[i], types.bytes[i]) for i, tp in enumerate(types.keys)}
     return walk.total_objects, walk.total_bytes, by_type
 
 
@@ -112,7 +112,7 @@ def test_compiled_walk_counts_each_shared_object_once() -> None:
 
 @built
 def test_compiled_walk_rejects_malformed_state() -> None:
-    walk = census.Census(timeout=60)
+    walk = census.Census(timeout=60).walk
     with pytest.raises(TypeError):
         census._walk.claim([[1]], [[], "not an index"], {}, {}, walk.types.slot,
                            walk.types.counts, walk.types.bytes, 10)
@@ -123,7 +123,7 @@ def test_compiled_walk_rejects_malformed_state() -> None:
 def _owners_walked(session: Any, roots: list[Any], regions: dict[int, Any] | None = None
                    ) -> tuple[int, int, dict[int, tuple[int, int]]]:
     """One claim() per root, as the census calls it (an owner each), with or without a session."""
-    walk = census.Census(timeout=60)
+    walk = census.Census(timeout=60).walk
     regions = walk.claimed.regions if regions is None else regions
     objects = nbytes = 0
     for root in roots:
@@ -176,7 +176,7 @@ def test_a_sizeof_written_in_python_is_never_run(compiled: bool) -> None:
 @built
 def test_limit_below_one_still_makes_progress_and_keeps_pending() -> None:
     for limit in (0, -5):
-        walk = census.Census(timeout=60)
+        walk = census.Census(timeout=60).walk
         stack: list[Any] = [[list(range(100, 150)), "x" * 50]]
         pending: list[Any] = []
         objects = 0
@@ -213,10 +213,10 @@ def test_a_big_container_is_read_a_slice_per_call(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(census._walk, "claim", counting)
     totals = {}
     for compiled in (False, True):
-        walk = census.Census(timeout=60, compiled=compiled)
-        owner = walk._owner("big", big)
+        walk = census.Census(timeout=60, compiled=compiled).walk
+        owner = walk.owner_slot("big", big)
         tracemalloc.start()
-        walk._claim_tree(owner, big)
+        walk.claim_tree(owner, big)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         totals[compiled] = (walk.total_objects, walk.total_bytes)
@@ -262,18 +262,18 @@ def test_a_wide_container_of_objects_costs_no_reference_per_entry(monkeypatch: p
     totals = {}
     peak = bitmap = 0
     for compiled in (False, True):
-        walk = census.Census(timeout=60, compiled=compiled)
-        owner = walk._owner("wide", big)
+        walk = census.Census(timeout=60, compiled=compiled).walk
+        owner = walk.owner_slot("wide", big)
         if compiled:
             tracemalloc.start()
-        walk._claim_tree(owner, big)
+        walk.claim_tree(owner, big)
         if compiled:
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             # the marks: 8 KiB per MiB of the heap's addresses, whatever the walk's shape
             bitmap = len(walk.claimed.regions) * (8192 + 100)
         totals[compiled] = (walk.total_objects, walk.total_bytes, sorted(
-            (_type_name(tp), walk.types.counts[i], walk.types.bytes[i]) for i, tp in enumerate(walk.types.keys)))
+            (type_name(tp), walk.types.counts[i], walk.types.bytes[i]) for i, tp in enumerate(walk.types.keys)))
     assert totals[True] == totals[False]
     assert totals[True][0] >= 2 * n
     assert deepest[0] <= 16384 + 2, deepest[0]  # was n

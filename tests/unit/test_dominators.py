@@ -257,19 +257,28 @@ def test_schema_1_is_read_as_first_reacher_and_diffs_against_2() -> None:
         snapshot_from_json(json.dumps(old_doc))
 
 
-@pytest.mark.parametrize("compiled", [True, False])
-def test_a_frame_iterating_over_a_registry_does_not_take_its_entries(compiled: bool, monkeypatch: pytest.MonkeyPatch
-                                                                   ) -> None:
-    if not compiled:
+@pytest.fixture(params=[True, False])
+def both_passes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled passes (where they are built), then their pure-Python twin."""
+    if not request.param:
         monkeypatch.setattr(dom.passes, "_dominators", None)
     elif dom._dominators is None:
         pytest.skip("the C passes are not built here")
-    # 1 module dict -> 2 registry -> 4..13 entries; 3 a thread's frame -> 14 a list of the
-    # entries (a local) -> 4..13, and -> 15, what only the frame holds
+
+
+def _registry_and_a_second_holder(sizes: list[int], roots: list[tuple[int, str, str, int]]) -> dom.ObjectGraph:
+    """1 -> 2, a registry -> 4..13, its entries; 3 -> 14, a list of the same entries, and
+    3 -> 15, what only 3 holds (``roots``: what 1 and 3 are)."""
     entries = list(range(4, 14))
     edges = [(0, 1), (0, 3), (1, 2), *((2, e) for e in entries), (3, 14), *((14, e) for e in entries), (3, 15)]
-    sizes = [0, 100, 200, 50, *([1000] * 10), 80, 500]
-    graph = make_graph(16, edges, sizes, roots=[(1, "app", "module", 1), (3, "thread:Main/f", "thread", 2)])
+    return make_graph(16, edges, sizes, roots=roots)
+
+
+@pytest.mark.usefixtures("both_passes")
+def test_a_frame_iterating_over_a_registry_does_not_take_its_entries() -> None:
+    # 1 module dict; 3 a thread's frame, whose local (14) is a list of the registry's entries
+    graph = _registry_and_a_second_holder([0, 100, 200, 50, *([1000] * 10), 80, 500],
+                                          [(1, "app", "module", 1), (3, "thread:Main/f", "thread", 2)])
     assert dom.dominators(graph).retained[2] == 200  # the frame's list shares every entry
     soft = dom.soften(graph)
     tree = dom.dominators(soft)
@@ -278,21 +287,12 @@ def test_a_frame_iterating_over_a_registry_does_not_take_its_entries(compiled: b
     assert soft.info["soft_edges_dropped"] == 10
 
 
-@pytest.mark.parametrize("compiled", [True, False])
-def test_an_object_held_from_c_does_not_take_a_registrys_entries(compiled: bool, monkeypatch: pytest.MonkeyPatch
-                                                                 ) -> None:
-    if not compiled:
-        monkeypatch.setattr(dom.passes, "_dominators", None)
-    elif dom._dominators is None:
-        pytest.skip("the C passes are not built here")
-    # 1 Task-1 -> 2 registry -> 4..13 entries; 3 a list held from C (made after its referrer
-    # was walked) -> 14, a node at the address of a dead copy of the registry, with the copy's
-    # edges -> 4..13, and -> 15, what only the held list holds
-    entries = list(range(4, 14))
-    edges = [(0, 1), (0, 3), (1, 2), *((2, e) for e in entries), (3, 14), *((14, e) for e in entries), (3, 15)]
-    sizes = [0, 100, 200, 56, *([1000] * 10), 640, 500]
-    roots = [(1, "task:Task-1/run", "task", 1), (3, "<held from C: list>", "held", 5)]
-    graph = make_graph(16, edges, sizes, roots=roots)
+@pytest.mark.usefixtures("both_passes")
+def test_an_object_held_from_c_does_not_take_a_registrys_entries() -> None:
+    # 1 Task-1; 3 a list held from C (made after its referrer was walked), whose 14 is a node
+    # at the address of a dead copy of the registry, with the copy's edges
+    graph = _registry_and_a_second_holder([0, 100, 200, 56, *([1000] * 10), 640, 500],
+                                          [(1, "task:Task-1/run", "task", 1), (3, "<held from C: list>", "held", 5)])
     assert dom.dominators(graph).retained[2] == 200  # every entry shared with the held list
     soft = dom.soften(graph)
     tree = dom.dominators(soft)
@@ -304,13 +304,8 @@ def test_an_object_held_from_c_does_not_take_a_registrys_entries(compiled: bool,
     assert not any(o.path.startswith("<held from C") and o.retained_bytes > 56 + 640 + 500 for o in found.owners)
 
 
-@pytest.mark.parametrize("compiled", [True, False])
-def test_a_context_variable_is_named_by_its_task_not_by_a_waiters_callback(compiled: bool,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    if not compiled:
-        monkeypatch.setattr(dom.passes, "_dominators", None)
-    elif dom._dominators is None:
-        pytest.skip("the C passes are not built here")
+@pytest.mark.usefixtures("both_passes")
+def test_a_context_variable_is_named_by_its_task_not_by_a_waiters_callback() -> None:
     # 1 Task-1 (first in rank) -> 2 its coroutine -> 3 a cell -> 4 a Queue -> 5 its _getters
     # deque -> 6 the waiter future -> 7 its callbacks -> 8 (callback, context) -> 9 the
     # consumer's Context -> 10 hamt -> 11 the variable's list -> 12.. its entries; 13 the
@@ -335,13 +330,8 @@ def test_a_context_variable_is_named_by_its_task_not_by_a_waiters_callback(compi
     assert asked.why[0].path == "task:Task-1/main.queue"
 
 
-@pytest.mark.parametrize("compiled", [True, False])
-def test_a_frame_reached_from_a_running_generator_is_still_soft(compiled: bool, monkeypatch: pytest.MonkeyPatch
-                                                                ) -> None:
-    if not compiled:
-        monkeypatch.setattr(dom.passes, "_dominators", None)
-    elif dom._dominators is None:
-        pytest.skip("the C passes are not built here")
+@pytest.mark.usefixtures("both_passes")
+def test_a_frame_reached_from_a_running_generator_is_still_soft() -> None:
     # 1 module dict -> 2 registry -> 5..14 entries; 3 a thread's frame (measure) whose variable
     # holds the registry itself (-> 2) and -> 15, its own; 4 a generator held from C (a root of
     # its own) -> 16 its running frame (a thread's frame too) -> 3 (f_back)

@@ -436,6 +436,26 @@ def test_what_the_walk_reached_is_handed_over_as_the_census_bitmap() -> None:
 STEPS: dict[str, list[dict[str, Any]]] = {}
 
 
+# The compiled walk where it was built, and the Python loop.
+WALKS = pytest.mark.parametrize("compiled", [
+    pytest.param(True, marks=pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")),
+    False,
+])
+
+
+def _walked_steps(compiled: bool, exclude: tuple[object, ...]) -> tuple[dominators.ObjectGraph, int]:
+    """STEPS walked into an object graph, read as the CLI reads it, and the bytes STEPS alone
+    holds (``_deep``); STEPS is emptied after. ``exclude``: what the walk leaves out."""
+    try:
+        out = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=exclude, max_nodes=5_000_000,
+                          max_pause_ms=None, cancelled=None, compiled=compiled)
+        answer = {"result": {"ok": True, "graph": out}}
+        meta = json.loads("".join(json_pieces(answer)))["result"]["graph"]
+        return dominators.decode_graph({**meta, "binary": b"".join(binary_pieces(answer))}), _deep(STEPS)
+    finally:
+        STEPS.clear()
+
+
 def _deep(root: object) -> int:
     seen: set[int] = set()
     stack, total = [root], 0
@@ -459,13 +479,11 @@ def _list_length(compiled: bool) -> int:
     return 60_000 if compiled else 3_000
 
 
-@pytest.mark.parametrize("compiled", [True, False])
+@WALKS
 def test_leaves_two_lists_of_one_owner_share_are_folded_however_long_the_lists(compiled: bool) -> None:
     """Each int is held by two lists, both folded into STEPS: every reference is met from that
     node, so each is folded into it (no node), however many a list holds; STEPS retains what
     it alone holds."""
-    if compiled and graph._walk_module is None:
-        pytest.skip("the C walk was not built here")
     steps = []
     for r in range(6):
         ids = [1_000_000 + r * 100_000 + k for k in range(_list_length(compiled))]
@@ -473,30 +491,20 @@ def test_leaves_two_lists_of_one_owner_share_are_folded_however_long_the_lists(c
     STEPS["steps"] = steps
     leaf_ids = {id(x) for step in steps for x in step["tokens"]["prompt_ids"]}
     del steps, ids
-    try:
-        out = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(leaf_ids,), max_nodes=5_000_000,
-                          max_pause_ms=None, cancelled=None, compiled=compiled)
-        answer = {"result": {"ok": True, "graph": out}}
-        meta = json.loads("".join(json_pieces(answer)))["result"]["graph"]
-        g = dominators.decode_graph({**meta, "binary": b"".join(binary_pieces(answer))})
-        truth = _deep(STEPS)
-    finally:
-        STEPS.clear()
+    g, truth = _walked_steps(compiled, (leaf_ids,))
     assert len(leaf_ids & set(g.ids)) == 0
     tree = dominators.dominators(g)
     node = list(g.ids).index(id(STEPS))
     assert tree.retained[node] == truth
 
 
-@pytest.mark.parametrize("compiled", [True, False])
+@WALKS
 def test_leaves_whose_other_holder_is_never_met_are_their_first_nodes(
         compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A running rollout's steps: each int is also held by what the walk never meets (here a
     list it leaves out; in the worker, what is held from C). They wait for it until the walk
     ends, then are folded into the node they were met from; past the most that can wait
     (300,000 here), each is given to that node at once, and counted once however often met."""
-    if compiled and graph._walk_module is None:
-        pytest.skip("the C walk was not built here")
     leaves = 300_000  # past _graph_walk.c's PENDING_LEAVES_MAX (1 << 18)
     if not compiled:  # the Python loop's bound is a module constant: a smaller one, past it
         monkeypatch.setattr(graph, "_PENDING_LEAVES", 1 << 12)
@@ -506,43 +514,25 @@ def test_leaves_whose_other_holder_is_never_met_are_their_first_nodes(
     STEPS["steps"] = [{"prompt_ids": ids}, {"prompt_ids": ids}]  # one list, met twice
     leaf_ids = {id(x) for x in ids}
     del ids
-    try:
-        out = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(leaf_ids, hidden), max_nodes=5_000_000,
-                          max_pause_ms=None, cancelled=None, compiled=compiled)
-        answer = {"result": {"ok": True, "graph": out}}
-        meta = json.loads("".join(json_pieces(answer)))["result"]["graph"]
-        g = dominators.decode_graph({**meta, "binary": b"".join(binary_pieces(answer))})
-        truth = _deep(STEPS)
-    finally:
-        STEPS.clear()
+    g, truth = _walked_steps(compiled, (leaf_ids, hidden))
     assert len(leaf_ids & set(g.ids)) == 0
     tree = dominators.dominators(g)
     node = list(g.ids).index(id(STEPS))
     assert tree.retained[node] == truth
 
 
-@pytest.mark.parametrize("compiled", [True, False])
+@WALKS
 def test_leaves_two_nodes_share_are_one_node_for_the_pair(compiled: bool) -> None:
     """A running step's token ids: the same ints in two lists that are nodes (each held twice
     here; in the worker, the response model's list and the stored step's). Every int is
     dominated by what dominates both lists: one node for them all, with an edge from each list;
     the bytes what STEPS alone holds."""
-    if compiled and graph._walk_module is None:
-        pytest.skip("the C walk was not built here")
     ids = [7_000_000 + k for k in range(_list_length(compiled))]
     copy = list(ids)
     STEPS["steps"] = [{"response": ids, "again": ids, "tokens": copy, "also": copy}]
     leaf_ids = {id(x) for x in ids}
     del ids, copy
-    try:
-        out = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(leaf_ids,), max_nodes=5_000_000,
-                          max_pause_ms=None, cancelled=None, compiled=compiled)
-        answer = {"result": {"ok": True, "graph": out}}
-        meta = json.loads("".join(json_pieces(answer)))["result"]["graph"]
-        g = dominators.decode_graph({**meta, "binary": b"".join(binary_pieces(answer))})
-        truth = _deep(STEPS)
-    finally:
-        STEPS.clear()
+    g, truth = _walked_steps(compiled, (leaf_ids,))
     (group,) = leaf_ids & set(g.ids)
     node = list(g.ids).index(group)
     assert g.sizes[node] == _list_length(compiled) * sys.getsizeof(7_000_000)

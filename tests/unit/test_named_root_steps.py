@@ -16,7 +16,7 @@ import pytest
 from leakhound.payload import graph_wire, sampling
 from leakhound.payload.graph_roots import _walk_module
 from leakhound.payload.roots import frame_locals
-from leakhound.payload.tasks import _c_future_class, context_variables, task_context
+from leakhound.payload.tasks import c_future_class, context_variables, task_context
 
 REQUEST_LOG: contextvars.ContextVar[list[str]] = contextvars.ContextVar("request_log")
 needs_311 = pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 frames list their locals as referents")
@@ -60,7 +60,7 @@ def test_a_threads_variable_is_named_and_found_again(worker_frame: tuple[Any, li
     assert found == {"found": True, "items": 10}
     # a captured variable is its cell, named by the variable
     cell = dict(frame_locals(frame, _walk_module) or [])["seen"]
-    label, value = graph_wire._step_label(frame, id(cell))
+    label, value = graph_wire.step_label(frame, id(cell))
     assert label == "aseen" and value.cell_contents is seen
 
 
@@ -75,7 +75,7 @@ def test_a_tasks_context_variable_and_a_coroutines_variable_are_named_and_found_
         stop = asyncio.get_running_loop().create_future()
         task = asyncio.get_running_loop().create_task(consume(started, stop), name="consumer")
         await started.wait()
-        ctx = task_context(task, _c_future_class())
+        ctx = task_context(task, c_future_class())
         log = dict(context_variables(ctx) if ctx is not None else [])["request_log"]
         coro = task.get_coro()
         answer = graph_wire.name_paths({"paths": [[id(task), id(log)], [id(task), id(coro), id(stop)]]})

@@ -14,7 +14,7 @@ from leakhound.core import capture
 from leakhound.core.decode import decode_graph_outcome
 from leakhound.model import snapshot_from_json, snapshot_to_json
 from leakhound.model.growth import Sample, sample_from_snapshot
-from leakhound.model.names import NotAttributed, OwnerModel, not_attributed_owner
+from leakhound.model.names import NotAttributed, OwnerModel, Owners, not_attributed_owner
 from leakhound.payload import graph
 from leakhound.render import table
 from tests.factories import MB, make_snapshot
@@ -57,7 +57,7 @@ def test_the_heap_is_one_owner_not_attributed_with_why_and_what_would_allow_it(
 
 def test_explicit_dominators_over_memory_are_the_limits_not_a_budgets() -> None:
     over = decode_graph_outcome({"skipped": "x", "skipped_code": "graph_over_memory_budget"})
-    snap = capture.not_attributed(make_snapshot(), over, owner_model="dominator")
+    snap = capture.not_attributed(make_snapshot(), over, owners=Owners.DOMINATOR)
     assert snap.heap.owner_model_reason == "graph_no_headroom"
 
 
@@ -68,8 +68,8 @@ def test_explicit_dominators_over_memory_are_the_limits_not_a_budgets() -> None:
 ])
 def test_the_node_budget_follows_its_environment_variable(value: str | None, auto: int, dominator: int) -> None:
     env = {} if value is None else {"LEAKHOUND_MAX_GRAPH_NODES": value}
-    assert capture.graph_node_budget("auto", env) == auto
-    assert capture.graph_node_budget("dominator", env) == dominator
+    assert capture.graph_node_budget(Owners.AUTO, env) == auto
+    assert capture.graph_node_budget(Owners.DOMINATOR, env) == dominator
 
 
 def test_the_header_says_owners_are_not_attributed_and_why(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,14 +11,17 @@ from leakhound.attach import RemoteResult
 from leakhound.attach.process import Target
 from leakhound.core import patch
 from leakhound.errors import ProtocolViolation
+from leakhound.model.names import Method
 from leakhound.patches import FIXES
+from leakhound.payload import wire
 
 TARGET = Target(pid=4242, uid=1000, exe="/usr/bin/python3", version=(3, 11), name="python", cmdline="")
 FIX = next(iter(FIXES))
 
 
 def _status(monkeypatch: pytest.MonkeyPatch, doc: dict[str, Any]) -> object:
-    monkeypatch.setattr(patch, "run_request", lambda *a, **k: RemoteResult(TARGET, "agent", doc, 0.0, 0.0))
+    answer = {**doc, "payload_version": wire.PAYLOAD_VERSION}
+    monkeypatch.setattr(patch, "ask", lambda *a, **k: RemoteResult(TARGET, Method.AGENT, answer, 0.0, 0.0))
     monkeypatch.setattr(patch, "resolve_target", lambda pid: TARGET)
     return patch.patch_process(TARGET.pid, fixes=[FIX], action="status")
 

@@ -54,6 +54,7 @@ def test_a_page_without_the_section_is_left_alone(tmp_path: Path, capsys: pytest
 @pytest.mark.parametrize(("script", "name", "results"), [
     ("scale", "scale", "scale-1m-50m-pending-leaves.json"),
     ("html_report", "html-report", "html-report-2026-12-02.json"),
+    ("verifiers_scale", "verifiers-scale", "verifiers-scale-20261202.json"),
 ])
 def test_the_page_holds_the_table_its_script_writes(script: str, name: str, results: str, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,3 +74,41 @@ def test_the_page_is_one_page() -> None:
     text = DOC.read_text()
     assert len(text.splitlines()) <= 200
     assert "## At scale" in text  # the section other benchmarks' tables are added to
+
+
+def test_every_run_writes_its_results_file_and_the_page_shows_the_newest(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script's tables go to its results file with the commit and the load; the page's table
+    of the other benchmarks names the newest file of each, a full run before a smoke run."""
+    import _common
+
+    results = tmp_path / "results"
+    page = tmp_path / "performance.md"
+    page.write_text("# Page\n\n<!-- table:other-benchmarks -->\n<!-- /table:other-benchmarks -->\n\nafter\n")
+    monkeypatch.setattr(_common, "RESULTS", results)
+    monkeypatch.setattr(_common, "PERFORMANCE_DOC", page)
+    monkeypatch.setattr(_common.update_summary_table, "__kwdefaults__", {"doc": page, "results": results})
+    monkeypatch.setattr(_common, "_RUN", {"tables": [], "summary": "", "smoke": False})
+    written = []
+    for smoke in (False, True):  # the smoke run is newer, and not what the page quotes
+        monkeypatch.setattr(sys, "argv", ["benchmarks/ptrace_stop.py", *(["--quick"] if smoke else [])])
+        _common._RUN["tables"].clear()
+        _common.header("a title", sys.argv)
+        _common.table(["injector", "stop median"], [["helper", "0.7 ms" if not smoke else "9.9 ms"]])
+        written.append(_common.write_results("ptrace_stop", out=results / f"ptrace-stop-{int(smoke)}.json"))
+    full, smoke_run = (json.loads(p.read_text()) for p in written)
+    assert (full["smoke"], smoke_run["smoke"]) == (False, True)
+    assert full["tables"] == [{"title": "", "headers": ["injector", "stop median"], "rows": [["helper", "0.7 ms"]]}]
+    for key in ("commit", "machine", "date", "load_average_at_start", "load_average_at_end"):
+        assert full[key], key
+    text = page.read_text()
+    assert "| `ptrace_stop.py` | `ptrace-stop-0.json` |" in text and "helper: stop median 0.7 ms" in text
+    assert "| `attach.py` | no results file yet |" in text and text.endswith("\n\nafter\n")
+
+
+def test_the_page_holds_the_other_benchmarks_table_their_results_make() -> None:
+    import _common
+
+    page = DOC.read_text()
+    assert _table(page, "other-benchmarks").split("\n\n", 1)[1].strip() == _common.markdown_table(
+        ("script", "results file", "commit, date, load", "what it measured"), _common.summary_rows())

@@ -30,7 +30,7 @@ from tests.factories import make_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-LABELS = {"pid", "worker", "owner", "type", "kind", "how"}
+LABELS = {"pid", "worker", "owner", "type", "kind", "how", "reason"}
 
 
 def _promtool() -> str:

@@ -99,13 +99,13 @@ def test_an_owner_is_found_again_by_the_ids_along_its_path_not_by_its_name() -> 
         assert sampling.owner_items([{**owner, "ids": [*ids[:3], id(holder.items)], "type": "dict"}]) == [
             {"found": False, "items": None}]
         # An instance has no length: found, with no item count to scale bytes by.
-        assert sampling.owner_items([{"ids": ids[:3], "type": _type_name(_Holder)}]) == [
+        assert sampling.owner_items([{"ids": ids[:3], "type": type_name(_Holder)}]) == [
             {"found": True, "items": None}]
     finally:
         del sys.modules[module.__name__]
 
 
-def _type_name(tp: type) -> str:
-    from leakhound.payload.objects import _type_name as name
+def type_name(tp: type) -> str:
+    from leakhound.payload.objects import type_name as name
 
     return str(name(tp))

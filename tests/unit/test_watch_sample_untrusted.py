@@ -15,13 +15,15 @@ from leakhound.errors import ProtocolViolation
 from leakhound.model import Owner
 from leakhound.model.growth import Sample
 from leakhound.model.names import Method
+from leakhound.payload import wire
 from tests.factories import make_snapshot
 
 TARGET = Target(pid=4242, uid=1000, exe="/usr/bin/python3", version=(3, 11), name="python", cmdline="")
 
 
 def _cheap(monkeypatch: pytest.MonkeyPatch, result: dict[str, Any]) -> Sample:
-    monkeypatch.setattr(watch, "run_request", lambda *a, **k: RemoteResult(TARGET, Method.AGENT, result, 0.0, 0.0))
+    answer = {**result, "payload_version": wire.PAYLOAD_VERSION}
+    monkeypatch.setattr(watch, "ask", lambda *a, **k: RemoteResult(TARGET, Method.AGENT, answer, 0.0, 0.0))
     monkeypatch.setattr(watch, "rss_bytes", lambda pid: 1 << 20)
     reference = Sample(pid=TARGET.pid, taken_at=0.0, rss_bytes=1, full=True, owner_model="dominator")
     w = watch.Watched(target=TARGET, request=RequestOptions(method=Method.AGENT, timeout=5.0),

@@ -24,7 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-GRAPH_FORMAT = "leakhound.graph/5"
+from leakhound.payload import wire
+
+GRAPH_FORMAT = wire.GRAPH_FORMAT
 _FORMATS = ("leakhound.graph/1", "leakhound.graph/2", "leakhound.graph/3", "leakhound.graph/4", GRAPH_FORMAT)
 # /5 is /4 with the fold columns (9, 10): read alike
 _FRAMED = ("leakhound.graph/4", GRAPH_FORMAT)

@@ -35,6 +35,7 @@ from typing import Any
 
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir
 from leakhound.attach.ptrace import tracee as _t
+from leakhound.payload import wire
 
 _RETRIES = 30
 _STACK_SCAN = 512
@@ -247,7 +248,7 @@ def janitor(private: PrivateDir, pid: int, queued: bool, payload_timeout: float)
         # Nobody will read the answer: the payload stops at its next step (runner's
         # directory_cancelled) instead of running, or waiting for the CLI's names, to its end.
         try:
-            private.touch("cancel")
+            private.touch(wire.CANCEL)
         except OSError:
             pass
     while private.is_in_place() and time.monotonic() < deadline:

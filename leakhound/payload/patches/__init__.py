@@ -11,7 +11,7 @@ nothing sent to the target is executed.
 
 import time
 
-from .. import arena, probes
+from .. import arena, probes, wire  # noqa: F401 - wire: its types, in type comments
 from . import _state, intercepts, registry, steps, trim
 
 FIXES = {m.FIX: m for m in (steps, registry, intercepts, trim)}
@@ -204,7 +204,7 @@ def handle(request, check=_never):
         raise ValueError("unknown patch action")
     if type(names) is not list or not names or any(n not in FIXES for n in names):
         raise ValueError("fixes must be a non-empty list of: " + ", ".join(FIXES))
-    out = {}
+    out = {}  # type: wire.PatchAnswer
     if action == "apply":
         # Measured in the same request, right before: the worker keeps churning between
         # requests, so a separate "before" would be stale by the time the fix lands.

@@ -14,7 +14,7 @@ import threading
 import time
 
 from .. import arena
-from ..arena import _libc
+from ..arena import process_libc
 
 FIX = "trim"
 DESCRIPTION = "malloc_trim(0) once now and every 10 s (--trim-every) on a thread of its own (never gc.collect())"
@@ -25,7 +25,7 @@ JOIN_SECONDS = 5.0
 
 
 def _malloc_trim():
-    libc = _libc()  # one CDLL per process (see arena._libc); a CDLL call releases the GIL
+    libc = process_libc()  # one CDLL per process (see arena.process_libc); a CDLL call releases the GIL
     return getattr(libc, "malloc_trim", None) if libc is not None else None
 
 

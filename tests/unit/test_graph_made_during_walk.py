@@ -1,0 +1,85 @@
+"""An object made while the graph is walked, after what holds it was walked, is a root named
+``<made during the walk: Type>``; an object only C holds (an atexit callback's arguments, made
+before the walk) is still ``<held from C: Type>``. In-process, the new object made at a known
+point of the walk (once its holder has been walked)."""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from leakhound.payload import graph
+
+
+def _keep(rows: list[str]) -> int:
+    return len(rows)
+
+
+class _MakesOneDuringTheWalk(graph.Graph):
+    """The Python loop: ``log`` gets a new list once the walk has been through it."""
+
+    log: list[Any]
+    made: list[Any]
+
+    def _check(self) -> None:
+        graph.Graph._check(self)
+        if not self.made and id(self.log) in self.index and self.index[id(self.log)] > 0 and self._walked(self.log):
+            entry = [bytes(1000)]
+            self.log.append(entry)
+            self.made.append(id(entry))
+
+    def _walked(self, obj: Any) -> bool:
+        # walked: its entries are nodes or folded into it (the first entry is a node: held twice)
+        return id(self.log[0]) in self.index
+
+
+class _CompiledMakesOne(graph.CompiledGraph):
+    work_per_call = 1
+    log: list[Any]
+    made: list[Any]
+
+    def _check(self) -> None:
+        graph.CompiledGraph._check(self)
+        if not self.made and self.store is not None and self._known(self.log[0]):
+            entry = [bytes(1000)]
+            self.log.append(entry)
+            self.made.append(id(entry))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_an_object_made_during_the_walk_is_not_held_from_c(compiled: bool) -> None:
+    if compiled and graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    module = types.ModuleType("lh_made_during_walk")
+    first = [bytes(1000)]
+    module.LOG = [first]  # type: ignore[attr-defined]
+    module.FIRST = first  # type: ignore[attr-defined]  # held twice: a node, known once LOG is walked
+    sys.modules[module.__name__] = module
+    rows = [f"{i:06d}" * 50 for i in range(100)]
+    atexit.register(_keep, rows)
+    rows_id = id(rows)
+    del rows
+    try:
+        kind = _CompiledMakesOne if compiled else _MakesOneDuringTheWalk
+        walk = kind(timeout=120, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=None,
+                    cancelled=None)
+        walk.log, walk.made = module.LOG, []  # type: ignore[attr-defined]
+        walk.run()
+        by_id = {} if compiled else {walk.ids[walk.roots[k]]: walk.roots[k + 1] for k in range(0, len(walk.roots), 4)}
+        out = walk.result()
+    finally:
+        atexit.unregister(_keep)
+        sys.modules.pop(module.__name__, None)
+    assert walk.made, "nothing was made during the walk: nothing was tested"
+    roots = out["roots"]
+    labels = {roots[k + 1] for k in range(0, len(roots), 4) if roots[k + 2] == "held"}
+    assert "<made during the walk: list>" in labels, sorted(labels)
+    # the atexit arguments: the tuple (held once: left out of the list, tracked.py), its rows held from C
+    assert "<held from C: list>" in labels, sorted(labels)
+    if not compiled:
+        assert by_id[rows_id] == "<held from C: list>"
+        assert by_id[walk.made[0]] == "<made during the walk: list>"
