@@ -109,9 +109,11 @@ def test_a_frames_dead_temporary_does_not_split_the_registry() -> None:
         worker.join(10)
         sys.modules.pop(held.__name__, None)
         sys.modules.pop(other.__name__, None)
-    owner = found.owners[0]
-    assert "REGISTRY" in owner.path, [(o.path, o.retained_bytes) for o in found.owners]
-    assert owner.retained_bytes >= ENTRIES * ENTRY_BYTES
+    # REGISTRY's owner by its path, whole: in the fast tier's process another test module's
+    # global may be bigger (test_census_without_owners' PLANTED, 2.7 MB, ranks first there)
+    owner = next((o for o in found.owners if "REGISTRY" in o.path), None)
+    assert owner is not None, [(o.path, o.retained_bytes) for o in found.owners]
+    assert owner.retained_bytes >= ENTRIES * ENTRY_BYTES, [(o.path, o.retained_bytes) for o in found.owners]
 
 
 def gc_referents_or_locals(frame: Any) -> list[Any]:
