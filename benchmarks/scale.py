@@ -130,6 +130,8 @@ def measure(objects: int, shape: str, *, guppy: Path | None, peer_timeout: float
                 owner1_vs_truth=retained / truth["culprit_bytes"] if truth["culprit_bytes"] else None,
                 rss=snap["process"]["rss_bytes"], hwm_growth=cost.get("hwm_bytes"),
                 payload_peak=cost.get("payload_peak_bytes"),
+                # the payload's first load (its modules, kept for the next request): a fixed part
+                payload_load=cost.get("payload_load_bytes"),
             )
             row["owner1_right"] = (row["owner1"] == truth["culprit"]
                                    and abs(row["owner1_vs_truth"] - 1.0) <= RIGHT_WITHIN)

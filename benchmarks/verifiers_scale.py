@@ -320,8 +320,33 @@ def doc_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     return out
 
 
+PAUSE_HEADERS = ("Python", "inspect", "wall", "longest hold (CPU)", "longest step (wall)", "heartbeat (before)")
+
+
+def pause_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """docs/performance.md's pause table: each inspection's longest hold of the GIL (CPU), its
+    longest step (wall clock) and how late the worker's heartbeat thread woke meanwhile."""
+    out = []
+    for row in rows:
+        for label, keys in (("idle", ("inspect_idle",)), ("under rollouts", ("inspect_busy", "inspect_busy_2"))):
+            runs = [row[k] for k in keys if isinstance(row.get(k), dict) and "heartbeat_ms" in row[k]]
+            if runs:
+                out.append([row["python"], label, ", ".join(f"{r['wall_s']:.1f} s" for r in runs),
+                            ", ".join(f"{r['max_hold_ms']:,.0f} ms" for r in runs),
+                            ", ".join(f"{r['max_pause_ms']:,.0f} ms" for r in runs),
+                            ", ".join(f"{r['heartbeat_ms']:,.0f} ms ({r['heartbeat_before_ms']:,.0f} ms)"
+                                      for r in runs)])
+    return out
+
+
 def write_doc(results: Path) -> None:
-    c.update_doc_table("verifiers-scale", results, DOC_HEADERS, doc_rows(json.loads(results.read_text())["rows"]))
+    """The page's tables this run has the numbers of: the worker past 2 GB (inspect, watch,
+    export), and the pauses (the heartbeat read around each inspection)."""
+    rows = json.loads(results.read_text())["rows"]
+    if any("watch" in row or "export" in row for row in rows):
+        c.update_doc_table("verifiers-scale", results, DOC_HEADERS, doc_rows(rows))
+    if pause_rows(rows):
+        c.update_doc_table("verifiers-pause", results, PAUSE_HEADERS, pause_rows(rows))
 
 
 def main() -> int:

@@ -75,6 +75,7 @@ from .sizes import (
     native_extra,
     native_types,
 )
+from .tracked import young_ids
 
 try:  # the compiled walk (optional: the Python loop below computes the same graph)
     from . import _walk as _walk_module
@@ -190,6 +191,7 @@ class Graph(object):
 
     walker = "python"
     walk_began = None  # a list of ours made as the walk begins (run)
+    young_at_start = None  # the ids in the young generations then (tracked.young_ids)
 
     def __init__(self, *, timeout=60.0, progress=None, is_stdlib=None, exclude=(),
                  max_nodes=5000000, max_pause_ms=None, cancelled=None, max_bytes=0):
@@ -413,6 +415,9 @@ class Graph(object):
         # Tracked objects made after this one were made during the walk (tracked.made_after).
         self.walk_began = []
         self._own(self.walk_began)
+        self.young_at_start = young_ids()  # (None: too many to keep)
+        if self.young_at_start is not None:
+            self._own(self.young_at_start)
         add_roots(self, stack)
         self._walk(stack)
         add_thread_roots(self, stack)

@@ -190,9 +190,11 @@ def held_from_c(graph, stack):
     # ``older``, after the marker in the list, unless a collection of the older generations
     # moved the marker meanwhile, or a full one ran since the walk began (it appends
     # generation 0, then 1, to the oldest: older objects after newer ones): then what follows
-    # the marker in the list is not known to be new, and is named as held from C.
+    # the marker in the list is not known to be new, and is named as held from C. What was
+    # in a young generation as the walk began is old wherever a collection put it since.
     marker = graph.walk_began
-    made, older = made_after(marker) if marker is not None else (set(), False)
+    young = graph.young_at_start
+    made, older = made_after(marker) if marker is not None and young is not None else (set(), False)
     graph._own(made)
     if older and (_older_collections() != collections or collections[-1:] != graph.gc_before[2:3]):
         older = False
@@ -225,7 +227,7 @@ def held_from_c(graph, stack):
             graph._check()
         if graph._known(obj):
             continue
-        form = "<made during the walk: %s>" if id(obj) in made else "<held from C: %s>"
+        form = "<made during the walk: %s>" if id(obj) in made and id(obj) not in young else "<held from C: %s>"
         i = graph._root(obj, form % type_name(type(obj)), "held", TIER_HELD)
         if i > 0:
             graph._push(stack, i, obj)

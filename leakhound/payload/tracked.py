@@ -65,8 +65,10 @@ def tracked_objects(counts=None, kinds=None):
 def made_after(marker):
     """(ids, older): the ids of the tracked objects in the young generations made after
     ``marker`` (a tracked object made for this, e.g. a new list), and whether the marker is in
-    the oldest generation. A collection of generation 0 or 1 appends it to the next one's
-    tail, so within a generation the objects stay in the order they were made, and everything
+    the oldest generation; an object that was in a young generation when the marker was made
+    (``young_ids``) can be among them and is not new. A collection of generation 0 or 1
+    appends it to the next one's tail, so within a generation the objects stay in the order
+    they were made (but for what it moved to the tail: found reachable late), and everything
     in a generation younger than the marker's was made after it; ``older``: what follows the
     marker in gc.get_objects()'s list (generation 0, 1, then the oldest, its tail) was made
     after it too, unless a full collection ran since the marker was made (it appends
@@ -81,3 +83,20 @@ def made_after(marker):
             return made, False
         made.update(ids)
     return made, True
+
+
+# At most this many objects in the young generations as a walk begins for ``young_ids`` (a set
+# of their ids, ~70 bytes each in the target): more (collections disabled) and none is kept.
+YOUNG_IDS_MAX = 100000
+
+
+def young_ids(limit=YOUNG_IDS_MAX):
+    """The ids of the objects in generations 0 and 1 now, or None when there are more than
+    ``limit``. What a collection reorders (it moves an object it finds reachable only later to
+    its list's tail) is in the generation it collects: with these, an object older than a
+    marker made now is told from a new one (``made_after``) after any collection but a full one."""
+    if gc.get_count()[0] > limit:
+        return None
+    ids = set(map(id, gc.get_objects(0)))
+    ids.update(map(id, gc.get_objects(1)))
+    return ids if len(ids) <= limit else None

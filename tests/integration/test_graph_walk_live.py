@@ -12,6 +12,7 @@ import pytest
 
 from leakhound.analysis import dominators
 from leakhound.attach import run_request
+from leakhound.model.names import Method
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target
 
@@ -24,7 +25,7 @@ def _graph(pid: int, method: str, walker: str) -> tuple[dict[int, Any], collecti
     # max_pause_ms 1: the objects held from C are not looked for (each request leaves the
     # payload's own transient objects in the list of every tracked object)
     request = {"op": "graph", "max_graph_nodes": 2_000_000, "max_pause_ms": 1, "walker": walker}
-    remote = run_request(pid, request, method=method, timeout=120)
+    remote = run_request(pid, request, method=Method(method), timeout=120)
     doc = remote.result["graph"]
     assert "binary" in doc and "edge_src" not in doc  # the arrays came raw, not in the JSON
     g = dominators.decode_graph(doc)

@@ -12,6 +12,8 @@ import pytest
 
 from leakhound.analysis import dominators
 from leakhound.core.capture import capture
+from leakhound.core.request import RequestOptions
+from leakhound.model.names import Method
 from leakhound.payload import runner
 from tests.utils import spawn_target, wait_for_agent_socket
 
@@ -36,7 +38,7 @@ def test_a_slow_dominator_pass_still_gets_its_owners_named(tmp_path: Path, monke
         if method == "agent":
             wait_for_agent_socket(child.pid)
         started = time.monotonic()
-        taken = capture(child.pid, top=10, method=method)
+        taken = capture(child.pid, top=10, request=RequestOptions(method=Method(method)))
         took = time.monotonic() - started
         truth = child.report()["truth"]
     snap = taken.snapshot

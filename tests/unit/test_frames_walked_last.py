@@ -103,17 +103,18 @@ def test_a_frames_dead_temporary_does_not_split_the_registry() -> None:
         answer_doc = {"result": {"ok": True, "graph": out}}
         meta = json.loads("".join(json_pieces(answer_doc)))["result"]["graph"]
         raw = b"".join(binary_pieces(answer_doc))
-        found = dom.find_owners(dom.soften(dom.decode_graph({**meta, "binary": raw})), top=10)
+        found = dom.find_owners(dom.soften(dom.decode_graph({**meta, "binary": raw})), top=50)
     finally:
         done.set()
         worker.join(10)
         sys.modules.pop(held.__name__, None)
         sys.modules.pop(other.__name__, None)
-    # REGISTRY's owner by its path, whole: in the fast tier's process another test module's
-    # global may be bigger (test_census_without_owners' PLANTED, 2.7 MB, ranks first there)
-    owner = next((o for o in found.owners if "REGISTRY" in o.path), None)
-    assert owner is not None, [(o.path, o.retained_bytes) for o in found.owners]
-    assert owner.retained_bytes >= ENTRIES * ENTRY_BYTES, [(o.path, o.retained_bytes) for o in found.owners]
+    # The process is the test runner's: other tests' leftovers may outweigh the registry, so
+    # the registry is looked for by its name, not by rank; split, it retained next to nothing.
+    seen = [(o.path, o.retained_bytes) for o in found.owners]
+    (owner,) = [o for o in found.owners if o.path.endswith("lh_frames_last_registry.REGISTRY")] or [None]
+    assert owner is not None, seen
+    assert owner.retained_bytes >= ENTRIES * ENTRY_BYTES, seen
 
 
 def gc_referents_or_locals(frame: Any) -> list[Any]:
