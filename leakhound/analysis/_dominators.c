@@ -34,6 +34,16 @@ static const char *get_bytes(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t coun
     return PyBytes_AsString(obj);
 }
 
+/* Whether every one of ``count`` values lies in [lo, hi); else a ValueError "WHAT out of range". */
+static int all_within(const i32 *values, Py_ssize_t count, Py_ssize_t lo, Py_ssize_t hi, const char *what) {
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (values[i] < lo || values[i] >= hi) {
+            PyErr_Format(PyExc_ValueError, "%s out of range", what);
+            return 0;
+        }
+    return 1;
+}
+
 static PyObject *dominators(PyObject *self, PyObject *args) {
     Py_ssize_t n, m;
     PyObject *src_obj, *dst_obj, *sizes_obj;
@@ -67,12 +77,9 @@ static PyObject *dominators(PyObject *self, PyObject *args) {
         bad = 1;
         goto done;
     }
-    for (i = 0; i < m; i++) {
-        if (src[i] < 0 || src[i] >= n || dst[i] < 0 || dst[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "edge out of range");
-            bad = 1;
-            goto done;
-        }
+    if (!all_within(src, m, 0, n, "edge") || !all_within(dst, m, 0, n, "edge")) {
+        bad = 1;
+        goto done;
     }
     Py_BEGIN_ALLOW_THREADS
     /* CSR of successors and predecessors (counting sort, stable: edge order kept). */
@@ -270,21 +277,10 @@ static PyObject *paths(PyObject *self, PyObject *args) {
     const unsigned char *tc = (const unsigned char *)PyBytes_AsString(tc_o);
     const unsigned char *lc = (const unsigned char *)PyBytes_AsString(lc_o);
     Py_ssize_t i;
-    for (i = 0; i < m; i++)
-        if (src[i] < 0 || src[i] >= n || dst[i] < 0 || dst[i] >= n || lab[i] >= nlabels) {
-            PyErr_SetString(PyExc_ValueError, "edge out of range");
-            return NULL;
-        }
-    for (i = 0; i < n; i++)
-        if (types[i] < 0 || types[i] >= ntypes) {
-            PyErr_SetString(PyExc_ValueError, "type out of range");
-            return NULL;
-        }
-    for (i = 0; i < nroots; i++)
-        if (roots[i] < 0 || roots[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "root out of range");
-            return NULL;
-        }
+    if (!all_within(src, m, 0, n, "edge") || !all_within(dst, m, 0, n, "edge")
+            || !all_within(lab, m, INT32_MIN, nlabels, "edge") || !all_within(types, n, 0, ntypes, "type")
+            || !all_within(roots, nroots, 0, n, "root"))
+        return NULL;
     PyObject *via_out = PyBytes_FromStringAndSize(NULL, n * 4);
     PyObject *root_out = PyBytes_FromStringAndSize(NULL, n * 4);
     i32 *off = calloc(n + 1, 4), *ids = malloc((m ? m : 1) * 4), *pos = malloc(n * 4);
@@ -411,11 +407,8 @@ static PyObject *tree(PyObject *self, PyObject *args) {
     if (!ret)
         return NULL;
     Py_ssize_t i;
-    for (i = 0; i < n; i++)
-        if (idom[i] < -1 || idom[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "idom out of range");
-            return NULL;
-        }
+    if (!all_within(idom, n, -1, n, "idom"))
+        return NULL;
     PyObject *off_o = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
     PyObject *kids_o = PyBytes_FromStringAndSize(NULL, n * 4);
     PyObject *count_o = PyBytes_FromStringAndSize(NULL, n * 8);
@@ -496,11 +489,8 @@ static PyObject *csr(PyObject *self, PyObject *args) {
     const i32 *keys = (const i32 *)get_bytes(keys_o, 4, m, "keys");
     if (!keys)
         return NULL;
-    for (i = 0; i < m; i++)
-        if (keys[i] < 0 || keys[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "key out of range");
-            return NULL;
-        }
+    if (!all_within(keys, m, 0, n, "key"))
+        return NULL;
     PyObject *off_o = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
     PyObject *ids_o = PyBytes_FromStringAndSize(NULL, (m ? m : 1) * 4);
     i32 *pos = malloc(n * 4);
@@ -552,16 +542,9 @@ static PyObject *soft(PyObject *self, PyObject *args) {
     const i32 *softs = lab ? (const i32 *)get_bytes(soft_o, 4, nsoft, "soft_roots") : NULL;
     if (!softs)
         return NULL;
-    for (i = 0; i < m; i++)
-        if (src[i] < 0 || src[i] >= n || dst[i] < 0 || dst[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "edge out of range");
-            return NULL;
-        }
-    for (i = 0; i < nsoft; i++)
-        if (softs[i] < 0 || softs[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "root out of range");
-            return NULL;
-        }
+    if (!all_within(src, m, 0, n, "edge") || !all_within(dst, m, 0, n, "edge")
+            || !all_within(softs, nsoft, 0, n, "root"))
+        return NULL;
     unsigned char *is_soft = calloc(n, 1), *hard = calloc(n, 1);
     i32 *off = calloc(n + 1, 4), *ids = malloc((m ? m : 1) * 4), *pos = malloc(n * 4), *stack = malloc(n * 4);
     if (!is_soft || !hard || !off || !ids || !pos || !stack) {
