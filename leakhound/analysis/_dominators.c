@@ -44,6 +44,19 @@ static int all_within(const i32 *values, Py_ssize_t count, Py_ssize_t lo, Py_ssi
     return 1;
 }
 
+/* A counting sort of ``count`` items by their ``keys`` (each in [0, n)): ``ids`` the items in key
+   order, ``off`` (n + 1 zeroed ints) where each key's run starts in it; ``pos``: n ints of scratch. */
+static void group_by(const i32 *keys, Py_ssize_t count, Py_ssize_t n, i32 *off, i32 *ids, i32 *pos) {
+    Py_ssize_t i;
+    for (i = 0; i < count; i++)
+        off[keys[i] + 1]++;
+    for (i = 0; i < n; i++)
+        off[i + 1] += off[i];
+    memcpy(pos, off, n * 4);
+    for (i = 0; i < count; i++)
+        ids[pos[keys[i]]++] = (i32)i;
+}
+
 static PyObject *dominators(PyObject *self, PyObject *args) {
     Py_ssize_t n, m;
     PyObject *src_obj, *dst_obj, *sizes_obj;
@@ -295,13 +308,7 @@ static PyObject *paths(PyObject *self, PyObject *args) {
     }
     i32 *via = (i32 *)PyBytes_AsString(via_out), *root_of = (i32 *)PyBytes_AsString(root_out);
     Py_BEGIN_ALLOW_THREADS
-    for (i = 0; i < m; i++)
-        off[src[i] + 1]++;
-    for (i = 0; i < n; i++)
-        off[i + 1] += off[i];
-    memcpy(pos, off, n * 4);
-    for (i = 0; i < m; i++)
-        ids[pos[src[i]]++] = (i32)i;
+    group_by(src, m, n, off, ids, pos);
     for (i = 0; i < n; i++) {
         best[i] = -1;
         via[i] = -1;
@@ -478,7 +485,7 @@ static PyObject *tree(PyObject *self, PyObject *args) {
 /* csr(n, m, keys) -> (offsets int32 n + 1, edge ids int32 m): the edges grouped by key
  * (src: out-edges, dst: in-edges), each group in edge order. */
 static PyObject *csr(PyObject *self, PyObject *args) {
-    Py_ssize_t n, m, i;
+    Py_ssize_t n, m;
     PyObject *keys_o;
     if (!PyArg_ParseTuple(args, "nnO", &n, &m, &keys_o))
         return NULL;
@@ -501,13 +508,7 @@ static PyObject *csr(PyObject *self, PyObject *args) {
     }
     i32 *off = (i32 *)PyBytes_AsString(off_o), *ids = (i32 *)PyBytes_AsString(ids_o);
     memset(off, 0, (n + 1) * 4);
-    for (i = 0; i < m; i++)
-        off[keys[i] + 1]++;
-    for (i = 0; i < n; i++)
-        off[i + 1] += off[i];
-    memcpy(pos, off, n * 4);
-    for (i = 0; i < m; i++)
-        ids[pos[keys[i]]++] = (i32)i;
+    group_by(keys, m, n, off, ids, pos);
     free(pos);
     if (!m) { /* one spare int for malloc's sake: hand back no ids */
         Py_DECREF(ids_o);
@@ -553,13 +554,7 @@ static PyObject *soft(PyObject *self, PyObject *args) {
     }
     for (i = 0; i < nsoft; i++)
         is_soft[softs[i]] = 1;
-    for (i = 0; i < m; i++)
-        off[src[i] + 1]++;
-    for (i = 0; i < n; i++)
-        off[i + 1] += off[i];
-    memcpy(pos, off, n * 4);
-    for (i = 0; i < m; i++)
-        ids[pos[src[i]]++] = (i32)i;
+    group_by(src, m, n, off, ids, pos);
     /* what the hard roots reach: from node 0, not through a soft root */
     i32 top = 0;
     hard[0] = 1;
