@@ -25,4 +25,4 @@ def test_inspect_help_names_each_choice_and_the_owner_model_it_gives() -> None:
 
 def test_a_choice_that_is_not_one_is_refused_with_the_choices() -> None:
     result = CliRunner().invoke(app, ["inspect", "1", "--owners", "first-reacher"])
-    assert result.exit_code == 2 and "auto, dominator, census" in result.output
+    assert result.exit_code == 2 and "'auto', 'dominator', 'census'" in result.output
