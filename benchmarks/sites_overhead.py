@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -171,6 +172,7 @@ def simulated(args: argparse.Namespace) -> dict[str, Any]:
                       rate=args.rate)
     finally:
         kill_group(proc)
+        shutil.rmtree(report_dir, ignore_errors=True)
 
 
 def real(args: argparse.Namespace) -> dict[str, Any]:
@@ -183,17 +185,20 @@ def real(args: argparse.Namespace) -> dict[str, Any]:
     trackers = tmp / "trackers"
     trackers.mkdir()
     env = {"PYTHONPATH": str(SITE), "LEAKHOUND_BENCH_TRACKERS_DIR": str(trackers), **COUNTS_ONLY_ENV}
-    with spawn_verifiers_worker(tmp, rollouts=2, turns=3, extra_env=env) as vw, \
-            continuous_rollouts(vw, rollouts=4, turns=4):
+    try:
+        with spawn_verifiers_worker(tmp, rollouts=2, turns=3, extra_env=env) as vw, \
+                continuous_rollouts(vw, rollouts=4, turns=4):
 
-        def done() -> tuple[float, int]:
-            doc = vw.read_report()
-            return float(doc["written_at"]), int(doc["rollouts"]["finished"])
+            def done() -> tuple[float, int]:
+                doc = vw.read_report()
+                return float(doc["written_at"]), int(doc["rollouts"]["finished"])
 
-        worker = Worker(vw.worker_pid, done, trackers)
-        time.sleep(args.warm)
-        sites(worker.pid, wire.SITES_STATE)
-        return phases(worker, modes=MODES, rounds=args.rounds, phase=args.phase, rate=args.rate)
+            worker = Worker(vw.worker_pid, done, trackers)
+            time.sleep(args.warm)
+            sites(worker.pid, wire.SITES_STATE)
+            return phases(worker, modes=MODES, rounds=args.rounds, phase=args.phase, rate=args.rate)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # memray's files among them
 
 
 def main() -> int:
