@@ -27,6 +27,7 @@ from leakhound.core.request import RequestOptions
 from leakhound.core.watch import DEFAULT_SITES_RATE, SitesOptions, WatchResult, watch_processes
 from leakhound.errors import TargetExited
 from leakhound.model.growth import GrowthReport, Sample
+from leakhound.model.names import Method
 
 
 def command(
@@ -45,7 +46,7 @@ def command(
         help="gdb: at most one in-target sample per this many seconds (each gdb attach stops the "
              "worker ~40 ms; RSS is still read every interval). The agent, ptrace and remote-exec "
              "methods are sampled every interval.")] = 60.0,
-    method: MethodOpt = "auto",
+    method: MethodOpt = Method.AUTO,
     timeout: CensusTimeoutOpt = None,
     max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
     as_json: Annotated[bool, typer.Option(

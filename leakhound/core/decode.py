@@ -11,7 +11,7 @@ payload version is refused by its version before anything of it is read
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from leakhound.analysis.sites import SitesFound
@@ -269,7 +269,7 @@ def snapshot_from_answer(answer: Mapping[str, Any], *, pid: int = 0, method: Met
     """The snapshot alone (tests, benchmarks); KeyError, TypeError or ValueError when the
     answer is not a snapshot answer (``decode_snapshot`` says which field)."""
     snap, _ = _snapshot(cast("SnapshotAnswer", answer), method=method, taken_at=taken_at, pause_ms=pause_ms)
-    return Snapshot(**{**snap._shallow(), "pid": pid, "process": process})
+    return replace(snap, pid=pid, process=process)
 
 
 def _snapshot(answer: SnapshotAnswer, *, method: Method | None, taken_at: float,

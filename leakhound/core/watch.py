@@ -6,7 +6,7 @@ kinds of sample, from cheapest to dearest:
 * RSS only, read with psutil from outside (the target never notices), every ``interval``;
 * a cheap in-target sample (item counts of the owners the last dominator census named, each
   found again by the ids along its path, and gc-tracked type counts): every ``interval`` with
-  the agent and the ptrace injector (no stop, or ~0.3 ms); at most every ``attach_every``
+  the agent and the ptrace injector (no stop, or a median 0.5 ms); at most every ``attach_every``
   seconds with gdb, whose attach stops the target ~40 ms;
 * a full census (``take_snapshot`` with the owners ``inspect`` reads: dominator owners where
   the graph fits its budget): first, every ``full_every`` seconds, and last.

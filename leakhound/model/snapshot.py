@@ -13,7 +13,7 @@ import json
 import math
 import types
 import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from leakhound import __version__
@@ -324,10 +324,7 @@ class Snapshot:
     schema: str = SNAPSHOT_SCHEMA
 
     def with_findings(self, findings: tuple[Finding, ...]) -> Snapshot:
-        return Snapshot(**{**self._shallow(), "findings": findings})
-
-    def _shallow(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, findings=findings)
 
 
 def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:

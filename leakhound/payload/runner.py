@@ -84,6 +84,12 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _rss_at_boot = 0
 
 
+def set_rss_at_boot(rss):
+    """The RSS before boot.py loaded the payload, for the next request to measure from."""
+    global _rss_at_boot
+    _rss_at_boot = rss
+
+
 class _MemoryBudget(object):
     """What the request has cost the target so far, measured as it runs: the process's RSS
     (/proc/self/statm) over what it was as the request began (before the payload was loaded,

@@ -29,8 +29,8 @@ class _MakesOneDuringTheWalk(graph.Graph):
     made: list[Any]
     collect = False
 
-    def _check(self) -> None:
-        graph.Graph._check(self)
+    def check(self) -> None:
+        graph.Graph.check(self)
         if not self.made and id(self.log) in self.index and self.index[id(self.log)] > 0 and self._walked(self.log):
             entry = [bytes(1000)]
             self.log.append(entry)
@@ -49,9 +49,9 @@ class _CompiledMakesOne(graph.CompiledGraph):
     made: list[Any]
     collect = False
 
-    def _check(self) -> None:
-        graph.CompiledGraph._check(self)
-        if not self.made and self.store is not None and self._known(self.log[0]):
+    def check(self) -> None:
+        graph.CompiledGraph.check(self)
+        if not self.made and self.store is not None and self.known(self.log[0]):
             entry = [bytes(1000)]
             self.log.append(entry)
             self.made.append(id(entry))
