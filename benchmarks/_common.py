@@ -446,7 +446,7 @@ _RUN: dict[str, Any] = {"tables": [], "summary": "", "smoke": False}
 # (scale.py and html_report.py have tables of their own there).
 SUMMARIZED = ("dominators", "attach", "ptrace_stop", "gdb_stop", "census_1m", "census_versions", "peers",
               "memory_limit", "busy_real_worker", "busy_probes", "census_walk_variants", "census_walk_abi",
-              "profile_census", "verifiers_scale")
+              "profile_census", "verifiers_scale", "sites_overhead")
 
 
 def record(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

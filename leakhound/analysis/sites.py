@@ -67,6 +67,19 @@ def _top(rows: dict[int, list[int]], stacks: tuple[tuple[SiteFrame, ...], ...]) 
     return tuple(AllocationSite(stack=stacks[s], bytes=b, count=c, samples=n) for s, (b, c, n) in ordered)
 
 
+def merged_sites(groups: Sequence[Sequence[AllocationSite]]) -> tuple[AllocationSite, ...]:
+    """Several owners' sites as one owner's: the same stack's rows added, biggest first."""
+    rows: dict[tuple[SiteFrame, ...], list[int]] = {}
+    for sites in groups:
+        for site in sites:
+            row = rows.setdefault(site.stack, [0, 0, 0])
+            row[0] += site.bytes
+            row[1] += site.count
+            row[2] += site.samples
+    ordered = sorted(rows.items(), key=lambda item: -item[1][0])[:TOP_SITES]
+    return tuple(AllocationSite(stack=stack, bytes=b, count=c, samples=n) for stack, (b, c, n) in ordered)
+
+
 def attribute_sites(
     found: SitesFound, graph: ObjectGraph | None, tree: DominatorTree | None, owner_nodes: Mapping[int, str],
 ) -> tuple[dict[str, tuple[AllocationSite, ...]], SiteTracking]:
@@ -82,6 +95,7 @@ def attribute_sites(
     owner_by_node = owner_of_nodes(tree, owner_nodes, list(index.values())) if tree is not None else {}
     per_owner: dict[str, dict[int, list[int]]] = {}
     loose: dict[int, list[int]] = {}
+    everywhere: dict[int, list[int]] = {}
     attributed = not_attributed = 0
     for address, stack, nbytes, count, samples in found.samples:
         node = index.get(address)
@@ -92,10 +106,11 @@ def attribute_sites(
         else:
             rows = per_owner.setdefault(path, {})
             attributed += nbytes
-        row = rows.setdefault(stack, [0, 0, 0])
-        row[0] += nbytes
-        row[1] += count
-        row[2] += samples
+        for table in (rows, everywhere):
+            row = table.setdefault(stack, [0, 0, 0])
+            row[0] += nbytes
+            row[1] += count
+            row[2] += samples
     notes = list(found.notes)
     if found.expired:
         notes.append("the tracker's own deadline passed before the last census read it: no samples")
@@ -106,6 +121,6 @@ def attribute_sites(
         allocated_bytes=found.allocated_bytes, surviving=sum(r[4] for r in found.samples),
         attributed_bytes=attributed, not_attributed_bytes=not_attributed, table_bytes=found.table_bytes,
         dropped=found.dropped, expired=found.expired, not_attributed=_top(loose, found.stacks),
-        note="; ".join(notes),
+        note="; ".join(notes), process=_top(everywhere, found.stacks),
     )
     return {path: _top(rows, found.stacks) for path, rows in per_owner.items()}, tracking

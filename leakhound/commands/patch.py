@@ -28,6 +28,7 @@ from leakhound.core.request import RequestOptions
 from leakhound.core.simulated import leaking_simulated_worker
 from leakhound.core.targets import chosen_pids
 from leakhound.core.verify import verify_process
+from leakhound.core.watch import DEFAULT_SITES_RATE, SitesOptions
 from leakhound.errors import LeakhoundError, PatchPartlyRefused
 from leakhound.model import PatchOutcome
 from leakhound.model.names import FIX_NAMES, Method, PatchAction
@@ -66,6 +67,13 @@ def command(
     timeout: TimeoutOpt = 60.0,
     as_json: JsonOpt = False,
     force: ForceOpt = False,
+    sites: Annotated[bool, typer.Option(
+        "--sites", help="With --verify: also sample allocations in the worker for the window after the fix (a "
+                        "hook removed afterwards, and by itself if leakhound dies): the proof says which Python "
+                        "stacks allocated the fixed owner's growth that remains, and the process's.")] = False,
+    sites_rate: Annotated[int, typer.Option(
+        "--sites-rate", min=1024, metavar="BYTES",
+        help="With --sites: one sample per this many bytes allocated, on average.")] = DEFAULT_SITES_RATE,
 ) -> None:
     """Apply a known fix to a live worker as a runtime monkeypatch, and prove with numbers
     measured in the worker that it moves what it should. Without PID or --match, shows the fix
@@ -96,11 +104,15 @@ def command(
     if baseline is not None and not verify:
         raise typer.BadParameter("--baseline is the window before the fix that --verify compares with: "
                                  "give --verify SECONDS too", param_hint="--baseline")
+    if sites and live and not verify:
+        raise typer.BadParameter("--sites samples allocations for the window after the fix that --verify "
+                                 "measures: give --verify SECONDS too", param_hint="--sites")
     fixes = fixes_from(fix if fix is not None else "all")
     reporter = new_reporter(quiet=as_json and not SETTINGS["verbose"])
     run(pids=tuple(pids or ()), match=match, fixes=fixes, action=action, verify=verify,
         request=request_options(method=method, timeout=timeout, reporter=reporter, force=force),
-        as_json=as_json, trim_every=trim_every, baseline=baseline, reporter=reporter)
+        as_json=as_json, trim_every=trim_every, baseline=baseline, reporter=reporter,
+        sites_rate=sites_rate if sites else None)
 
 
 def run(
@@ -115,19 +127,23 @@ def run(
     reporter: Reporter,
     trim_every: float | None = None,
     baseline: float | None = None,
+    sites_rate: int | None = None,
 ) -> tuple[PatchOutcome, ...]:
+    """``sites_rate``: with ``verify``, the allocation-site tracker's rate (None: no tracker)."""
     targets = chosen_pids(pids, match)
     proofs: list[VerifyReport] = []
     if not targets:
         outcomes = _on_simulated_worker(fixes=fixes, verify=verify or 5.0, baseline=baseline, request=request,
-                                        reporter=reporter, trim_every=trim_every, proofs=proofs)
+                                        reporter=reporter, trim_every=trim_every, proofs=proofs,
+                                        sites_rate=sites_rate)
     else:
         done: list[PatchOutcome] = []
         for pid in targets:
             try:
                 if verify and action == PatchAction.APPLY:
                     outcomes, proof = _verified(pid, fixes=fixes, verify=verify, baseline=baseline,
-                                                request=request, reporter=reporter, trim_every=trim_every)
+                                                request=request, reporter=reporter, trim_every=trim_every,
+                                                sites_rate=sites_rate)
                     done.extend(outcomes)
                     proofs.append(proof)
                     continue
@@ -145,13 +161,15 @@ def run(
 
 
 def _verified(pid: int, *, fixes: Sequence[str], verify: float, baseline: float | None, request: RequestOptions,
-              reporter: Reporter, trim_every: float | None) -> tuple[tuple[PatchOutcome, ...], VerifyReport]:
+              reporter: Reporter, trim_every: float | None,
+              sites_rate: int | None = None) -> tuple[tuple[PatchOutcome, ...], VerifyReport]:
     before = baseline if baseline is not None else verify
     reporter.note(f"leakhound: pid {pid}: {before:.0f}s before applying {', '.join(fixes)}, then {verify:.0f}s after")
     try:
         return verify_process(pid, fixes=list(fixes), verify_seconds=verify, baseline_seconds=before,
                               request=request, say=reporter.status, progress=reporter.progress,
-                              trim_every=trim_every)
+                              trim_every=trim_every,
+                              sites=None if sites_rate is None else SitesOptions(mean_bytes=sites_rate, seconds=verify))
     finally:
         reporter.done()
 
@@ -185,6 +203,7 @@ def _render(outcomes: Sequence[PatchOutcome], proofs: Sequence[VerifyReport] = (
 def _on_simulated_worker(
     *, fixes: Sequence[str], verify: float, request: RequestOptions, reporter: Reporter,
     trim_every: float | None = None, baseline: float | None = None, proofs: list[VerifyReport],
+    sites_rate: int | None = None,
 ) -> tuple[PatchOutcome, ...]:
     """No target given: show what the fix does on a fresh simulated worker, then stop it."""
     # Said first and always (even with --json): no worker of the user's is touched.
@@ -194,6 +213,7 @@ def _on_simulated_worker(
         # A few rollouts in flight, so every leak has something to show.
         with leaking_simulated_worker(tmp, until=lambda r: r["intercepts"]["delivered"] >= 8) as fleet:
             outcomes, proof = _verified(fleet.pids[0], fixes=fixes, verify=verify, baseline=baseline,
-                                        request=request, reporter=reporter, trim_every=trim_every)
+                                        request=request, reporter=reporter, trim_every=trim_every,
+                                        sites_rate=sites_rate)
             proofs.append(proof)
             return outcomes

@@ -13,14 +13,19 @@ In order, in one process:
 4. the fix applied (``patch_process``), then the window after, sampled the same way, then
    the fix's own number measured (``patch_process``'s ``measure``);
 5. the verdict (``leakhound.analysis.verify``).
+
+With ``--sites``, the allocation-site tracker runs for the window after the fix (started as
+the fix lands, so its surviving samples are the growth the fix left, not what the window before
+added), and a census after that window reads it: the fixed owners' sites and the process's.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from leakhound.analysis.sites import merged_sites
 from leakhound.analysis.verify import (
     OWNER_JUDGED,
     FixedOwner,
@@ -38,12 +43,19 @@ from leakhound.core.capture import take_snapshot
 from leakhound.core.decode import decode_sample
 from leakhound.core.patch import _outcome, _raise_if_all_refused, _request, patch_process
 from leakhound.core.request import SHORT_REQUESTS, RequestOptions, ask
-from leakhound.core.watch import _LENGTH_IS_ITEMS
-from leakhound.errors import LeakhoundError, TargetExited, TargetNotFound
+from leakhound.core.watch import (
+    _LENGTH_IS_ITEMS,
+    SITES_GRACE_FACTOR,
+    SITES_GRACE_SECONDS,
+    SitesOptions,
+    start_site_tracker,
+    stop_site_tracker,
+)
+from leakhound.errors import LeakhoundError, SitesUnavailable, TargetExited, TargetNotFound
 from leakhound.model import Owner, PatchOutcome, Snapshot
 from leakhound.model.names import Fix, Owners, PatchAction
 from leakhound.model.units import fmt_bytes
-from leakhound.model.verify import VerifyPoint, VerifyReport
+from leakhound.model.verify import FixedOwnerSites, VerifyPoint, VerifyReport
 from leakhound.payload import wire
 
 # Samples per window when the interval is not given, within these bounds (seconds).
@@ -174,13 +186,15 @@ def verify_process(
     say: Say | None = None,
     progress: Progress | None = None,
     trim_every: float | None = None,
+    sites: SitesOptions | None = None,
 ) -> tuple[tuple[PatchOutcome, ...], VerifyReport]:
     """Apply ``fixes`` in ``pid`` between a window of ``baseline_seconds`` and one of
     ``verify_seconds``, sampled every ``interval`` seconds (default: a tenth of the longer
     window, 0.5 to 10 s), and judge what the slopes support. ``say``: a line per step and per
     sample; ``progress``: the census's phases. Raises PatchRefused (nothing changed, nothing
     waited for) when every fix is refused. ``request.timeout`` bounds each short request; the
-    census before the fix follows its progress, as inspect's."""
+    census before the fix follows its progress, as inspect's. ``sites``: the allocation-site
+    tracker over the window after the fix (a tracker that cannot run there is a note)."""
     say = say or (lambda line: None)
     target = resolve_target(pid)
     request = request.via(choose_method(target, request.method))
@@ -193,8 +207,9 @@ def verify_process(
     _raise_if_all_refused(pid, planned)
     # Only the fixes judged by their owner's growth have it sampled (steps shares registry's
     # owner but makes new entries smaller, not fewer: the live heap judges it).
-    owner_ids = {str(r["fix"]): [i for i in r.get("owner_ids") or () if type(i) is int]
-                 for r in dry["results"] if r.get("owner_ids") and r["fix"] in OWNER_JUDGED}
+    every_owner_ids = {str(r["fix"]): [i for i in r.get("owner_ids") or () if type(i) is int]
+                       for r in dry["results"] if r.get("owner_ids")}
+    owner_ids = {fix: ids for fix, ids in every_owner_ids.items() if fix in OWNER_JUDGED}
     already = [o.fix for o in planned if o.status == "already-applied"]
     if already:
         notes.append(f"already applied before this run: {', '.join(already)}; the window before is not "
@@ -203,8 +218,10 @@ def verify_process(
     say(f"pid {pid}: census before the fix (owners by dominator tree)")
     # As inspect's: given up when it stops progressing (a multi-GB heap's census outlasts the
     # patch's own --timeout, which bounds each short request here).
+    census_began = time.monotonic()
     snapshot = take_snapshot(pid, request=request.within(FOLLOW_PROGRESS), top=50, owners=Owners.AUTO,
                              progress=progress)
+    census_seconds = time.monotonic() - census_began
     found = fixed_owners(snapshot, owner_ids)
     tracked = [_Tracked(fix, o, o.items if o.type in _LENGTH_IS_ITEMS else None)
                for fix, owners in found.items() for o in owners if o.path_ids]
@@ -218,10 +235,21 @@ def verify_process(
                        count_registry=Fix.REGISTRY in fixes)
     before = sampler.window("before the fix", baseline_seconds)
     after: list[VerifyPoint] = []
+    with_sites: list[Snapshot] = []
 
     def after_window(seconds: float) -> None:
         say(f"pid {pid}: applied {', '.join(fixes)}")
-        after.extend(sampler.window("after the fix", seconds))
+        tracking = sites is not None and _start_tracker(target, request, sites, seconds=seconds,
+                                                         census_seconds=census_seconds, notes=notes)
+        try:
+            after.extend(sampler.window("after the fix", seconds))
+            if tracking:
+                say(f"pid {pid}: census after the fix, with the allocation sites")
+                with_sites.append(take_snapshot(pid, request=request.within(FOLLOW_PROGRESS), top=50,
+                                                owners=Owners.AUTO, progress=progress, sites=True))
+        finally:
+            if tracking and not with_sites:
+                stop_site_tracker(target, request)
         say(f"pid {pid}: measuring the fix's own number")
 
     outcomes = patch_process(pid, fixes=fixes, action=PatchAction.APPLY, verify_seconds=verify_seconds,
@@ -232,4 +260,32 @@ def verify_process(
     report = judge(pid=pid, fixes=[f for f in fixes if f in landed], owners=owners, before_points=before,
                    after_points=after, interval_seconds=every, next_fixes=next_fixes,
                    notes=[*notes, *dict.fromkeys(sampler.notes)])
+    if with_sites:
+        report = _with_owner_sites(report, with_sites[0], every_owner_ids)
     return outcomes, report
+
+
+def _start_tracker(target: Target, request: RequestOptions, sites: SitesOptions, *, seconds: float,
+                   census_seconds: float, notes: list[str]) -> bool:
+    """The tracker started for a window of ``seconds`` and the census after it; where it cannot
+    run, a note (the fix is applied by now: its proof goes on without sites)."""
+    try:
+        start_site_tracker(target, request, sites,
+                           seconds=seconds + max(SITES_GRACE_SECONDS, SITES_GRACE_FACTOR * census_seconds))
+    except SitesUnavailable as exc:
+        notes.append(f"no allocation sites: {exc}")
+        return False
+    return True
+
+
+def _with_owner_sites(report: VerifyReport, snapshot: Snapshot, owner_ids: dict[str, list[int]]) -> VerifyReport:
+    """``report`` with the tracker's totals and each fixed owner's sites, from the census after
+    the window (its owners found again by identity, as before the fix)."""
+    found = fixed_owners(snapshot, owner_ids)
+    owner_sites = tuple(
+        FixedOwnerSites(fix=fix, path=found[fix][0].path + (f" and {len(found[fix]) - 1} more"
+                                                          if len(found[fix]) > 1 else ""),
+                        sites=merged_sites([o.sites for o in found[fix]]))
+        if fix in found else FixedOwnerSites(fix=fix, path="")
+        for fix in report.fixes if fix in owner_ids)
+    return replace(report, sites=snapshot.sites, owner_sites=owner_sites)

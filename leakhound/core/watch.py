@@ -179,32 +179,39 @@ def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | Non
 def _start_sites(w: Watched, sites: SitesOptions, *, census_seconds: float, progress: Progress | None) -> None:
     """Start the allocation-site tracker in the target, for the window and the final census."""
     seconds = sites.seconds + max(SITES_GRACE_SECONDS, SITES_GRACE_FACTOR * census_seconds)
-    remote = ask(w.target.pid, {"op": wire.OP_SITES, "action": wire.SITES_START, "mean_bytes": sites.mean_bytes,
-                                "seconds": seconds, "max_samples": sites.max_samples},
-                 request=w.request, target=w.target, progress=progress)
-    w.payload_resident += _left_by_loading(remote.cost)
+    w.payload_resident += start_site_tracker(w.target, w.request, sites, seconds=seconds, progress=progress)
+    w.sites_started = True
+
+
+def start_site_tracker(target: Target, request: RequestOptions, sites: SitesOptions, *, seconds: float,
+                       progress: Progress | None = None) -> int:
+    """Start the allocation-site tracker in ``target``, removing itself in ``seconds``; the
+    resident bytes the request's loading left there. SitesUnavailable where it cannot run."""
+    remote = ask(target.pid, {"op": wire.OP_SITES, "action": wire.SITES_START, "mean_bytes": sites.mean_bytes,
+                              "seconds": seconds, "max_samples": sites.max_samples},
+                 request=request, target=target, progress=progress)
     answer = remote.result.get("sites")
     if not isinstance(answer, dict):
-        raise ProtocolViolation(f"process {w.target.pid} answered the tracker's start without its state")
+        raise ProtocolViolation(f"process {target.pid} answered the tracker's start without its state")
     if answer.get("started") is not True:
-        raise SitesUnavailable(f"process {w.target.pid}: the allocation-site tracker cannot run there: "
+        raise SitesUnavailable(f"process {target.pid}: the allocation-site tracker cannot run there: "
                                f"{str(answer.get('reason') or 'no reason given')[:300]}")
-    w.sites_started = True
     table = answer.get("table_bytes")
-    w.request.log(f"process {w.target.pid}: allocation-site tracker started (one sample per "
-                  f"{sites.mean_bytes:,} bytes, tables {table if isinstance(table, int) else '?'} bytes, "
-                  f"removes itself in {seconds:.0f} s)")
+    request.log(f"process {target.pid}: allocation-site tracker started (one sample per "
+                f"{sites.mean_bytes:,} bytes, tables {table if isinstance(table, int) else '?'} bytes, "
+                f"removes itself in {seconds:.0f} s)")
+    return _left_by_loading(remote.cost)
 
 
-def _stop_sites(w: Watched) -> None:
-    """The tracker stopped now (a watch that ends without its final census); it would stop by
+def stop_site_tracker(target: Target, request: RequestOptions) -> None:
+    """The tracker stopped now (a run that ends without its final census); it would stop by
     itself at its deadline anyway."""
     try:
-        ask(w.target.pid, {"op": wire.OP_SITES, "action": wire.SITES_STOP}, request=w.request.within(30.0),
-            target=w.target, force=True)
+        ask(target.pid, {"op": wire.OP_SITES, "action": wire.SITES_STOP}, request=request.within(30.0),
+            target=target, force=True)
     except LeakhoundError as exc:
-        w.request.log(f"process {w.target.pid}: the tracker was not stopped ({exc}); it removes itself at its "
-                      "deadline")
+        request.log(f"process {target.pid}: the tracker was not stopped ({exc}); it removes itself at its "
+                    "deadline")
 
 
 def _census_lengths(w: Watched, *, progress: Progress | None) -> dict[str, int]:
@@ -436,7 +443,7 @@ def watch_processes(
         samplers.close()
         for w in watched.values():
             if w.sites_started and not w.sites_read and not w.gone:
-                _stop_sites(w)
+                stop_site_tracker(w.target, w.request)
     for w in watched.values():
         if w.skipped_ticks:
             w.warnings.append(

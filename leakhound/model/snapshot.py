@@ -161,6 +161,8 @@ class SiteTracking:
     expired: bool = False  # its own deadline passed before it was read: no samples
     not_attributed: tuple[AllocationSite, ...] = ()  # the biggest of those in no owner
     note: str = ""
+    # the biggest sites of every surviving sample, in an owner or not: the whole process's
+    process: tuple[AllocationSite, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from leakhound.model.snapshot import AllocationSite, SiteTracking
+
 
 class VerifyVerdict(str, enum.Enum):
     """What the slopes before and after a fix support (docs/patch.md, "Verify")."""
@@ -103,6 +105,16 @@ class FixVerdict:
 
 
 @dataclass(frozen=True)
+class FixedOwnerSites:
+    """``--verify --sites``: where a fixed owner's bytes allocated after the fix and still alive
+    at the end were allocated (its growth the fix left), from the census after the window."""
+
+    fix: str
+    path: str  # the fixed owner in that census ("" when it named none: its sites are then empty)
+    sites: tuple[AllocationSite, ...] = ()
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     """One process's proof: both windows, each fix's verdict, and the verdict of them all."""
 
@@ -115,6 +127,10 @@ class VerifyReport:
     verdict: str
     summary: str
     notes: tuple[str, ...] = ()
+    # --sites: the tracker's totals over the window after the fix (``process``: the whole
+    # process's sites), and each fixed owner's sites
+    sites: SiteTracking | None = None
+    owner_sites: tuple[FixedOwnerSites, ...] = ()
 
 
 def verify_to_dict(report: VerifyReport) -> dict[str, Any]:

@@ -287,6 +287,31 @@ read_stack(Frame *out)
     return n;
 }
 
+/* An immortal object's count is never written: 3.13's ``_Py_InitCleanup`` (the shim frame of
+   a class's ``__init__`` call) is a ``const`` code object in read-only memory, and this module's
+   limited-API Py_INCREF is a plain increment (it killed a 3.13 target allocating in __init__
+   from threads). Immortal (3.12+): the low 32 bits of the count negative; it never dies, so
+   it needs no reference held. */
+static inline int
+is_immortal(PyObject *op)
+{
+    return minor >= 12 && (int32_t)Py_REFCNT(op) < 0;
+}
+
+static inline void
+keep_code(PyObject *code)
+{
+    if (!is_immortal(code))
+        Py_INCREF(code);
+}
+
+static inline void
+release_code(PyObject *code)
+{
+    if (!is_immortal(code))
+        Py_DECREF(code);
+}
+
 /* The interned stack for ``frame[0:depth]``: its index, or -1 when the table is full. */
 static long
 intern_stack(Frame *frame, int depth)
@@ -313,7 +338,7 @@ intern_stack(Frame *frame, int depth)
     if (n_stacks >= max_stacks || n_frames + (size_t)depth > max_frames)
         return -1;
     for (int i = 0; i < depth; i++) {
-        Py_INCREF(frame[i].code);
+        keep_code(frame[i].code);
         frames[n_frames + (size_t)i] = frame[i];
     }
     stacks[k].hash = h;
@@ -458,7 +483,7 @@ static void
 free_tables(void)
 {
     for (size_t i = 0; i < n_frames; i++)
-        Py_DECREF(frames[i].code);
+        release_code(frames[i].code);
     free(entries);
     free(stacks);
     free(frames);

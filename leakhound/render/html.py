@@ -12,7 +12,8 @@ What it shows: the findings with their fix commands (copyable), the memory ledge
 bar, the owners as a zoomable treemap (their paths from the roots as the nesting, capped at
 ``TREE_FANOUT`` children a node with the rest as "N others"), the top owners' retainer paths,
 and, for a watch, each process's RSS and owners over time, a gap in the samples drawn as a gap
-(the stretches ``--plot`` shades: ``render.plot.sample_gaps``).
+(the stretches ``--plot`` shades: ``render.plot.sample_gaps``), and with ``--sites`` a flame
+graph (an icicle: the owner on top, callers above callees) of each growing owner's sites.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from leakhound.errors import ReportFileError
 from leakhound.model import Finding, Owner, Snapshot
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded
 from leakhound.model.names import OwnerModel
+from leakhound.model.snapshot import AllocationSite
 from leakhound.model.units import fmt_bytes, percent
 from leakhound.render.plot import sample_gaps
 
@@ -444,5 +446,41 @@ def growth_section(report: GrowthReport, samples: Sequence[Sample]) -> dict[str,
         "owners": chart(owners, t0=t0, t1=t1, gaps=gaps),
         "findings": [_finding(f, report.pid) for f in report.findings],
         "warnings": [_cut(w) for w in report.warnings],
+        "flames": [flame_graph(f.owner, f.sites) for f in report.findings if f.sites],
     }
+
+
+def flame_graph(owner: str, sites: Sequence[AllocationSite]) -> dict[str, Any]:
+    """An icicle of ``owner``'s sites: the owner's box (depth 0) spans their bytes; under it
+    each stack's frames from the outermost in, a frame shared by several stacks one box of
+    their bytes; ``x`` and ``w`` are fractions of the whole. ``self``: the bytes of the sites
+    whose innermost frame a box is (a site ends there)."""
+    total = sum(site.bytes for site in sites) or 1
+    # node: [bytes, self bytes, {frame key: child node}, frame]
+    root: list[Any] = [0, 0, {}, None]
+    for site in sites:
+        node = root
+        node[0] += site.bytes
+        for frame in reversed(site.stack):
+            node = node[2].setdefault((frame.file, frame.line, frame.function), [0, 0, {}, frame])
+            node[0] += site.bytes
+        node[1] += site.bytes
+    boxes: list[dict[str, Any]] = []
+
+    def place(node: list[Any], parent: int, depth: int, x: float) -> None:
+        me = len(boxes)
+        frame = node[3]
+        where = f"{frame.file}:{frame.line} {frame.function}" if frame is not None else owner
+        label = f"{frame.function} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})" if frame is not None else owner
+        boxes.append({"id": me, "parent": parent, "depth": depth, "x": x / total, "w": node[0] / total,
+                      "bytes": node[0], "self": node[1], "frame": _cut(where), "label": _cut(label),
+                      "title": _cut(f"{where}: {fmt_bytes(node[0])} ({percent(node[0] / total)})")})
+        at = x
+        for child in sorted(node[2].values(), key=lambda n: -n[0]):
+            place(child, me, depth + 1, at)
+            at += child[0]
+
+    place(root, -1, 0, 0.0)
+    return {"owner": _cut(owner), "bytes": root[0], "text": fmt_bytes(root[0]), "sites": len(sites),
+            "depth": max(b["depth"] for b in boxes), "boxes": boxes}
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
+from rich.console import Console
 from rich.table import Table
 
 from leakhound.analysis.detectors.applied import when_and_who
@@ -117,6 +118,28 @@ def render_verify(report: VerifyReport, *, file: TextIO | None = None) -> None:
     con.print(f"[bold]verdict:[/bold] [{style}]{report.verdict}[/{style}]: {report.summary}")
     for note in report.notes:
         con.print(f"[dim]note: {note}[/dim]")
+    if report.sites is not None:
+        _render_verify_sites(report, con=con)
+
+
+def _render_verify_sites(report: VerifyReport, *, con: Console) -> None:
+    """``--verify --sites``: where the growth the fix left was allocated."""
+    from rich.markup import escape
+
+    from leakhound.render.watch import render_tracking, sites_table
+
+    assert report.sites is not None
+    for owned in report.owner_sites:
+        if owned.sites:
+            con.print(sites_table(f"allocation sites of the {owned.fix} owner {escape(owned.path)} (its bytes "
+                                  "allocated after the fix and still alive, estimated from samples)", owned.sites))
+        else:
+            con.print(f"[dim]{owned.fix} owner: no sampled allocation after the fix survives in it"
+                      + ("" if owned.path else " (the census after the window named no such owner)") + "[/dim]")
+    if report.sites.process:
+        con.print(sites_table("allocation sites of the whole process (bytes allocated after the fix and still "
+                              "alive, in any owner or none)", report.sites.process))
+    render_tracking(report.sites, con=con)
 
 
 def _mb(n: float) -> str:

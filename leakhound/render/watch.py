@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -15,6 +16,7 @@ from rich.text import Text
 from leakhound.analysis.diff import SnapshotDiff
 from leakhound.model.growth import GrowthReport, TargetEnded, Trend, report_to_dict
 from leakhound.model.names import CODE_OWNER, PAYLOAD_OWNER
+from leakhound.model.snapshot import AllocationSite, SiteTracking
 from leakhound.model.units import fmt_bytes
 from leakhound.render.console import console
 from leakhound.render.table import render_findings
@@ -152,20 +154,29 @@ def render_sites(report: GrowthReport, *, file: TextIO | None = None) -> None:
     tracking = report.sites
     assert tracking is not None
     for finding in report.findings:
-        if not finding.sites:
-            continue
-        total = sum(site.bytes for site in finding.sites) or 1
-        table = Table(title=f"allocation sites of {escape(finding.owner)} (its bytes allocated during the watch "
-                            "and still alive, estimated from samples)", title_justify="left", expand=False)
-        table.add_column("est. bytes", justify="right")
-        table.add_column("share", justify="right")
-        table.add_column("allocs", justify="right")
-        table.add_column("stack (innermost first)")
-        for site in finding.sites[:SITES_SHOWN]:
-            stack = " <- ".join(_frame(f.file, f.line, f.function) for f in site.stack[:SITE_FRAMES])
-            table.add_row(fmt_bytes(site.bytes), f"{100.0 * site.bytes / total:.0f}%", f"{site.count:,}",
-                          escape(stack))
-        con.print(table)
+        if finding.sites:
+            con.print(sites_table(f"allocation sites of {escape(finding.owner)} (its bytes allocated during the "
+                                  "watch and still alive, estimated from samples)", finding.sites))
+    render_tracking(tracking, con=con)
+
+
+def sites_table(title: str, sites: Sequence[AllocationSite]) -> Table:
+    """The first sites with their share of them all (``title``: already escaped)."""
+    total = sum(site.bytes for site in sites) or 1
+    table = Table(title=title, title_justify="left", expand=False)
+    table.add_column("est. bytes", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("allocs", justify="right")
+    table.add_column("stack (innermost first)")
+    for site in sites[:SITES_SHOWN]:
+        stack = " <- ".join(_frame(f.file, f.line, f.function) for f in site.stack[:SITE_FRAMES])
+        table.add_row(fmt_bytes(site.bytes), f"{100.0 * site.bytes / total:.0f}%", f"{site.count:,}",
+                      escape(stack))
+    return table
+
+
+def render_tracking(tracking: SiteTracking, *, con: Console) -> None:
+    """The tracker's totals in a line, and its note."""
     expired = " [yellow]expired before it was read: no samples[/yellow]" if tracking.expired else ""
     con.print(f"  allocation sites: one sample per {fmt_bytes(tracking.mean_bytes)} allocated, "
               f"{tracking.sampled:,} sampled of {fmt_bytes(tracking.allocated_bytes)} allocated over "

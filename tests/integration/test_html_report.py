@@ -270,6 +270,57 @@ def test_watch_html_draws_owners_over_time_with_a_gap(tmp_path: Path, browser: A
         _screenshot(page, tmp_path / "watch.png")
 
 
+def test_watch_sites_html_draws_each_growing_owners_sites_as_a_flame_graph(tmp_path: Path, browser: Any,
+                                                                           ptrace_ok: None) -> None:
+    page_file = tmp_path / "sites.html"
+    with spawn_target("sites_ratio", tmp_path) as child:
+        result = subprocess.run(
+            [sys.executable, "-m", "leakhound", "watch", str(child.pid), "-d", "8", "-i", "2", "--sites",
+             "--sites-rate", "16384", "--method", "ptrace", "--json", "--html", str(page_file)],
+            capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    final = json.loads(result.stdout.splitlines()[-1])
+    with_sites = [f for f in final["findings"] if f.get("sites")]
+    assert [f["owner"] for f in with_sites] == ["__main__.RUNTIME.trajectories"]
+
+    with opened(browser, page_file) as page:
+        section = f"section.process[data-pid='{child.pid}']"
+        flames = page.locator(f"{section} .flame")
+        assert flames.count() == len(with_sites)
+        for i, finding in enumerate(with_sites):
+            flame = flames.nth(i)
+            assert flame.get_attribute("data-owner") == finding["owner"]
+            boxes = {b["id"]: b for b in flame.locator(".flame-box").evaluate_all("""nodes => nodes.map(n => ({
+                id: Number(n.dataset.id), parent: Number(n.dataset.parent), depth: Number(n.dataset.depth),
+                bytes: Number(n.dataset.bytes), self: Number(n.dataset.self), frame: n.dataset.frame,
+                width: n.getBoundingClientRect().width, text: n.textContent}))""")}
+            root = boxes[0]
+            assert root["depth"] == 0 and root["bytes"] == sum(s["bytes"] for s in finding["sites"])
+            # every site is the box of its innermost frame, under its callers' boxes in order,
+            # its bytes that box's own, its width its share of the owner's
+            drawn: dict[tuple[str, ...], int] = {}
+            for box in boxes.values():
+                if box["self"]:
+                    path, at = [], box
+                    while at["depth"] > 0:
+                        path.append(at["frame"])
+                        at = boxes[at["parent"]]
+                    drawn[tuple(path)] = drawn.get(tuple(path), 0) + box["self"]
+                    assert abs(box["width"] / root["width"] - box["bytes"] / root["bytes"]) < 0.01, box
+            expected: dict[tuple[str, ...], int] = {}
+            for site in finding["sites"]:
+                key = tuple(f"{f['file']}:{f['line']} {f['function']}" for f in site["stack"])
+                expected[key] = expected.get(key, 0) + site["bytes"]
+            assert drawn == expected
+            # a box's bytes are its callees' and its own
+            for box in boxes.values():
+                below = sum(b["bytes"] for b in boxes.values() if b["parent"] == box["id"])
+                assert box["bytes"] == below + box["self"], box
+            labels = flame.locator(".flame-box").all_inner_texts()
+            assert any(text.startswith("record_step (sites_ratio.py:") for text in labels), labels
+        _screenshot(page, tmp_path / "sites.png")
+
+
 def test_unwritable_html_file_is_said_before_the_attach(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-dir" / "report.html"
     with spawn_target("static_table", tmp_path) as child:

@@ -27,6 +27,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 PYTHONS = {v: p for v, p in installed_pythons().items() if v in ("3.11", "3.12")}
 VERSIONS = pytest.mark.parametrize("version", sorted(PYTHONS))
+# every CPython the tracker supports (3.10's frames and 3.13's differ from 3.11's and 3.12's)
+EVERY_PYTHON = {v: p for v, p in installed_pythons().items() if v in ("3.10", "3.11", "3.12", "3.13")}
 
 
 def _report_line(output: str) -> dict:  # type: ignore[type-arg]
@@ -36,13 +38,13 @@ def _report_line(output: str) -> dict:  # type: ignore[type-arg]
 
 # ptrace on both; gdb and the in-process agent (leakhound importable in the target: this
 # interpreter's) once each.
-RATIO_CASES = [(v, "ptrace") for v in sorted(PYTHONS)] + [("3.12", "gdb"), ("agent", "agent")]
+RATIO_CASES = [(v, "ptrace") for v in sorted(EVERY_PYTHON)] + [("3.12", "gdb"), ("agent", "agent")]
 
 
-@pytest.mark.parametrize(("version", "method"), [c for c in RATIO_CASES if c[0] in PYTHONS or c[0] == "agent"])
+@pytest.mark.parametrize(("version", "method"), [c for c in RATIO_CASES if c[0] in EVERY_PYTHON or c[0] == "agent"])
 def test_two_sites_feeding_one_container_at_their_ratio_and_the_freed_one_absent(tmp_path: Path, version: str,
                                                                                  method: str) -> None:
-    python = sys.executable if method == "agent" else PYTHONS[version]
+    python = sys.executable if method == "agent" else EVERY_PYTHON[version]
     env = {"LEAKHOUND_AGENT": "1"} if method == "agent" else None
     with spawn_target("sites_ratio", tmp_path, python=python, env=env) as child:
         if method == "agent":
@@ -85,9 +87,9 @@ def _assert_unharmed(child: Child, truth: dict) -> None:  # type: ignore[type-ar
     assert truth["hooked"] is False, truth["allocators"]
 
 
-@VERSIONS
+@pytest.mark.parametrize("version", sorted(EVERY_PYTHON))
 def test_installed_and_removed_50_times_while_threads_allocate(tmp_path: Path, version: str) -> None:
-    with spawn_target("sites_churn", tmp_path, python=PYTHONS[version]) as child:
+    with spawn_target("sites_churn", tmp_path, python=EVERY_PYTHON[version]) as child:
         built = child.report()["truth"]["built"]
         hooked_seen = 0
         for cycle in range(50):
@@ -197,3 +199,42 @@ def test_a_hook_put_on_top_of_the_tracker_is_never_cut_off(version: str) -> None
     assert doc["passing_through"] is True
     assert doc["last"]["installed"] == 0 and doc["last"]["sampled"] > 0
     assert doc["restored"] is True and doc["intact"] is True
+
+
+def test_patch_verify_sites_name_the_code_behind_the_growth_the_fix_left(tmp_path: Path) -> None:
+    """steps makes new steps smaller, not fewer: Runtime.trajectories still grows after it, and
+    its sites are the simulated worker's own step code (leakhound/simulate/runtime.py)."""
+    from leakhound.simulate.fleet import start_fleet
+
+    with start_fleet(workers=1, concurrency=4, turns=12, rollouts=None, image_kb=24, group_size=1,
+                     fixes="none", hold=0, report_dir=tmp_path, stats_interval=0.5) as fleet:
+        fleet.wait_ready(timeout=60)
+        pid = fleet.pids[0]
+        result = subprocess.run(
+            [sys.executable, "-m", "leakhound", "patch", str(pid), "--fix", "steps", "--verify", "6", "--baseline",
+             "3", "--sites", "--sites-rate", "65536", "--method", "ptrace", "--json"],
+            capture_output=True, text=True, timeout=300)
+        assert fleet.report(pid) is not None
+        stopped = _sites_request(pid, wire.SITES_STOP)  # already stopped by the census after the window
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert stopped["installed"] == 0
+    (proof,) = json.loads(result.stdout)["verify"]
+    tracking = proof["sites"]
+    assert tracking["table_bytes"] > 0 and tracking["surviving"] > 0 and not tracking["expired"]
+    # it ran for the window after the fix (and the census that read it), not the one before
+    assert 6 <= tracking["seconds"] < 6 + 60, tracking
+    (steps,) = proof["owner_sites"]
+    assert steps["fix"] == "steps" and steps["path"].endswith("trajectories"), steps
+    sites = steps["sites"]
+    total = sum(s["bytes"] for s in sites)
+    assert total > 0 and all({"stack", "bytes", "count", "samples"} <= set(s) for s in sites)
+
+    def share(has: object) -> float:
+        return sum(s["bytes"] for s in sites if any(has(f) for f in s["stack"])) / total  # type: ignore[operator]
+
+    assert share(lambda f: "leakhound/simulate/" in f["file"]) >= 0.9, sites
+    assert share(lambda f: f["function"].endswith("submit_model_request")) >= 0.3, sites
+    # the whole process's sites hold the owner's biggest
+    process = tracking["process"]
+    assert process and process[0]["bytes"] >= sites[0]["bytes"]
+    assert sites[0]["stack"] in [s["stack"] for s in process]

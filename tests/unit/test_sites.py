@@ -49,6 +49,9 @@ def test_samples_go_to_their_owner_and_the_rest_is_not_attributed_never_guessed(
     assert tracking.attributed_bytes == 7000
     assert tracking.not_attributed_bytes == 1300
     assert {s.stack[0].function for s in tracking.not_attributed} == {"record_step", "record_meta"}
+    # the whole process's: every sample, in an owner or not
+    assert [(s.stack[0].function, s.bytes, s.samples) for s in tracking.process] == [("record_step", 6700, 3),
+                                                                                       ("record_meta", 1600, 3)]
     # without a graph (its walk skipped) nothing is attributed
     per_owner, tracking = attribute_sites(found, None, None, {})
     assert per_owner == {} and tracking.attributed_bytes == 0 and tracking.not_attributed_bytes == 8300
@@ -108,3 +111,45 @@ def test_a_snapshot_with_sites_is_read_back_as_written() -> None:
                                             attributed_bytes=10, not_attributed_bytes=0, table_bytes=5,
                                             not_attributed=(site,)))
     assert snapshot_from_json(snapshot_to_json(snap)) == snap
+
+
+def test_several_owners_sites_merge_by_stack() -> None:
+    from leakhound.analysis.sites import merged_sites
+    from leakhound.model.snapshot import AllocationSite
+
+    a, b = (SiteFrame("w.py", 1, "f"),), (SiteFrame("w.py", 2, "g"),)
+    merged = merged_sites([[AllocationSite(a, 10, 1, 1), AllocationSite(b, 15, 1, 1)], [AllocationSite(a, 10, 2, 1)]])
+    assert merged == (AllocationSite(a, 20, 3, 2), AllocationSite(b, 15, 1, 1))
+
+
+def test_a_verify_report_with_sites_on_screen_and_in_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import json
+
+    from leakhound.model.snapshot import AllocationSite, SiteTracking
+    from leakhound.model.verify import FixedOwnerSites, VerifyReport, verify_to_dict
+    from leakhound.render.patch import render_verify
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    site = AllocationSite(stack=(SiteFrame("/s/runtime.py", 209, "Runtime.submit_model_request"),),
+                          bytes=2_000_000, count=90, samples=4)
+    other = AllocationSite(stack=(SiteFrame("/s/cache.py", 7, "remember"),), bytes=500_000, count=9, samples=1)
+    tracking = SiteTracking(mean_bytes=65536, seconds=8.0, sampled=50, allocated_bytes=9_000_000, surviving=5,
+                            attributed_bytes=2_500_000, not_attributed_bytes=0, table_bytes=1_048_576,
+                            process=(site, other))
+    report = VerifyReport(pid=7, fixes=("steps", "intercepts"), interval_seconds=1.0, before=None, after=None,
+                          per_fix=(), verdict="not-proven", summary="too few samples", sites=tracking,
+                          owner_sites=(FixedOwnerSites("steps", "RUNTIME.trajectories", (site,)),
+                                       FixedOwnerSites("intercepts", "")))
+    out = io.StringIO()
+    render_verify(report, file=out)
+    text = " ".join(out.getvalue().replace("│", " ").split())
+    assert "allocation sites of the steps owner RUNTIME.trajectories" in text
+    assert "runtime.py:209 Runtime.submit_model_request" in text and "cache.py:7 remember" in text
+    assert "intercepts owner: no sampled allocation after the fix survives in it" in text
+    assert "tracker's extra memory in the target 1.0 MiB" in text
+    doc = json.loads(json.dumps(verify_to_dict(report)))
+    assert doc["owner_sites"][0]["sites"][0]["stack"][0] == {"file": "/s/runtime.py", "line": 209,
+                                                             "function": "Runtime.submit_model_request"}
+    assert [s["bytes"] for s in doc["sites"]["process"]] == [2_000_000, 500_000]
