@@ -171,6 +171,17 @@ class SnapshotFileError(LeakhoundError):
     HELP_TEXT = "Pass files written by `leakhound inspect --save` or `--json`."
 
 
+class SitesUnavailable(LeakhoundError):
+    """``--sites``: the allocation-site tracker cannot run in the target."""
+
+    EXIT_CODE = 22
+    HELP_TEXT = (
+        "The tracker is part of the payload's compiled module (_walk.abi3.so, built when leakhound is "
+        "installed with a C compiler and Python headers) and needs a target on CPython 3.10-3.13 with the "
+        "GIL. Reinstall leakhound where a compiler is available, or watch without --sites."
+    )
+
+
 class ReportFileError(LeakhoundError):
     """``--html FILE`` cannot be written (checked before the attach, and when written)."""
 

@@ -123,6 +123,23 @@ def wait_for_agent_socket(pid: int, timeout: float = 10.0) -> str:
     return path
 
 
+def agent_exchange(path: str, request: bytes, timeout: float, *, close_write: bool = False) -> bytes:
+    """Everything the agent at ``path`` sends back for ``request``, up to its end of the
+    connection (``close_write``: the request's end said by shutting the socket's write side)."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(request)
+        if close_write:
+            sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
 def within(actual: float, expected: float, tolerance: float = 0.10) -> bool:
     return abs(actual - expected) <= tolerance * abs(expected)
 

@@ -34,6 +34,29 @@ static const char *get_bytes(PyObject *obj, Py_ssize_t itemsize, Py_ssize_t coun
     return PyBytes_AsString(obj);
 }
 
+/* Whether every one of ``count`` values lies in [lo, hi); else a ValueError "WHAT out of range". */
+static int all_within(const i32 *values, Py_ssize_t count, Py_ssize_t lo, Py_ssize_t hi, const char *what) {
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (values[i] < lo || values[i] >= hi) {
+            PyErr_Format(PyExc_ValueError, "%s out of range", what);
+            return 0;
+        }
+    return 1;
+}
+
+/* A counting sort of ``count`` items by their ``keys`` (each in [0, n)): ``ids`` the items in key
+   order, ``off`` (n + 1 zeroed ints) where each key's run starts in it; ``pos``: n ints of scratch. */
+static void group_by(const i32 *keys, Py_ssize_t count, Py_ssize_t n, i32 *off, i32 *ids, i32 *pos) {
+    Py_ssize_t i;
+    for (i = 0; i < count; i++)
+        off[keys[i] + 1]++;
+    for (i = 0; i < n; i++)
+        off[i + 1] += off[i];
+    memcpy(pos, off, n * 4);
+    for (i = 0; i < count; i++)
+        ids[pos[keys[i]]++] = (i32)i;
+}
+
 static PyObject *dominators(PyObject *self, PyObject *args) {
     Py_ssize_t n, m;
     PyObject *src_obj, *dst_obj, *sizes_obj;
@@ -67,12 +90,9 @@ static PyObject *dominators(PyObject *self, PyObject *args) {
         bad = 1;
         goto done;
     }
-    for (i = 0; i < m; i++) {
-        if (src[i] < 0 || src[i] >= n || dst[i] < 0 || dst[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "edge out of range");
-            bad = 1;
-            goto done;
-        }
+    if (!all_within(src, m, 0, n, "edge") || !all_within(dst, m, 0, n, "edge")) {
+        bad = 1;
+        goto done;
     }
     Py_BEGIN_ALLOW_THREADS
     /* CSR of successors and predecessors (counting sort, stable: edge order kept). */
@@ -270,21 +290,10 @@ static PyObject *paths(PyObject *self, PyObject *args) {
     const unsigned char *tc = (const unsigned char *)PyBytes_AsString(tc_o);
     const unsigned char *lc = (const unsigned char *)PyBytes_AsString(lc_o);
     Py_ssize_t i;
-    for (i = 0; i < m; i++)
-        if (src[i] < 0 || src[i] >= n || dst[i] < 0 || dst[i] >= n || lab[i] >= nlabels) {
-            PyErr_SetString(PyExc_ValueError, "edge out of range");
-            return NULL;
-        }
-    for (i = 0; i < n; i++)
-        if (types[i] < 0 || types[i] >= ntypes) {
-            PyErr_SetString(PyExc_ValueError, "type out of range");
-            return NULL;
-        }
-    for (i = 0; i < nroots; i++)
-        if (roots[i] < 0 || roots[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "root out of range");
-            return NULL;
-        }
+    if (!all_within(src, m, 0, n, "edge") || !all_within(dst, m, 0, n, "edge")
+            || !all_within(lab, m, INT32_MIN, nlabels, "edge") || !all_within(types, n, 0, ntypes, "type")
+            || !all_within(roots, nroots, 0, n, "root"))
+        return NULL;
     PyObject *via_out = PyBytes_FromStringAndSize(NULL, n * 4);
     PyObject *root_out = PyBytes_FromStringAndSize(NULL, n * 4);
     i32 *off = calloc(n + 1, 4), *ids = malloc((m ? m : 1) * 4), *pos = malloc(n * 4);
@@ -299,13 +308,7 @@ static PyObject *paths(PyObject *self, PyObject *args) {
     }
     i32 *via = (i32 *)PyBytes_AsString(via_out), *root_of = (i32 *)PyBytes_AsString(root_out);
     Py_BEGIN_ALLOW_THREADS
-    for (i = 0; i < m; i++)
-        off[src[i] + 1]++;
-    for (i = 0; i < n; i++)
-        off[i + 1] += off[i];
-    memcpy(pos, off, n * 4);
-    for (i = 0; i < m; i++)
-        ids[pos[src[i]]++] = (i32)i;
+    group_by(src, m, n, off, ids, pos);
     for (i = 0; i < n; i++) {
         best[i] = -1;
         via[i] = -1;
@@ -411,11 +414,8 @@ static PyObject *tree(PyObject *self, PyObject *args) {
     if (!ret)
         return NULL;
     Py_ssize_t i;
-    for (i = 0; i < n; i++)
-        if (idom[i] < -1 || idom[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "idom out of range");
-            return NULL;
-        }
+    if (!all_within(idom, n, -1, n, "idom"))
+        return NULL;
     PyObject *off_o = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
     PyObject *kids_o = PyBytes_FromStringAndSize(NULL, n * 4);
     PyObject *count_o = PyBytes_FromStringAndSize(NULL, n * 8);
@@ -485,7 +485,7 @@ static PyObject *tree(PyObject *self, PyObject *args) {
 /* csr(n, m, keys) -> (offsets int32 n + 1, edge ids int32 m): the edges grouped by key
  * (src: out-edges, dst: in-edges), each group in edge order. */
 static PyObject *csr(PyObject *self, PyObject *args) {
-    Py_ssize_t n, m, i;
+    Py_ssize_t n, m;
     PyObject *keys_o;
     if (!PyArg_ParseTuple(args, "nnO", &n, &m, &keys_o))
         return NULL;
@@ -496,11 +496,8 @@ static PyObject *csr(PyObject *self, PyObject *args) {
     const i32 *keys = (const i32 *)get_bytes(keys_o, 4, m, "keys");
     if (!keys)
         return NULL;
-    for (i = 0; i < m; i++)
-        if (keys[i] < 0 || keys[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "key out of range");
-            return NULL;
-        }
+    if (!all_within(keys, m, 0, n, "key"))
+        return NULL;
     PyObject *off_o = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
     PyObject *ids_o = PyBytes_FromStringAndSize(NULL, (m ? m : 1) * 4);
     i32 *pos = malloc(n * 4);
@@ -511,13 +508,7 @@ static PyObject *csr(PyObject *self, PyObject *args) {
     }
     i32 *off = (i32 *)PyBytes_AsString(off_o), *ids = (i32 *)PyBytes_AsString(ids_o);
     memset(off, 0, (n + 1) * 4);
-    for (i = 0; i < m; i++)
-        off[keys[i] + 1]++;
-    for (i = 0; i < n; i++)
-        off[i + 1] += off[i];
-    memcpy(pos, off, n * 4);
-    for (i = 0; i < m; i++)
-        ids[pos[keys[i]]++] = (i32)i;
+    group_by(keys, m, n, off, ids, pos);
     free(pos);
     if (!m) { /* one spare int for malloc's sake: hand back no ids */
         Py_DECREF(ids_o);
@@ -552,16 +543,9 @@ static PyObject *soft(PyObject *self, PyObject *args) {
     const i32 *softs = lab ? (const i32 *)get_bytes(soft_o, 4, nsoft, "soft_roots") : NULL;
     if (!softs)
         return NULL;
-    for (i = 0; i < m; i++)
-        if (src[i] < 0 || src[i] >= n || dst[i] < 0 || dst[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "edge out of range");
-            return NULL;
-        }
-    for (i = 0; i < nsoft; i++)
-        if (softs[i] < 0 || softs[i] >= n) {
-            PyErr_SetString(PyExc_ValueError, "root out of range");
-            return NULL;
-        }
+    if (!all_within(src, m, 0, n, "edge") || !all_within(dst, m, 0, n, "edge")
+            || !all_within(softs, nsoft, 0, n, "root"))
+        return NULL;
     unsigned char *is_soft = calloc(n, 1), *hard = calloc(n, 1);
     i32 *off = calloc(n + 1, 4), *ids = malloc((m ? m : 1) * 4), *pos = malloc(n * 4), *stack = malloc(n * 4);
     if (!is_soft || !hard || !off || !ids || !pos || !stack) {
@@ -570,13 +554,7 @@ static PyObject *soft(PyObject *self, PyObject *args) {
     }
     for (i = 0; i < nsoft; i++)
         is_soft[softs[i]] = 1;
-    for (i = 0; i < m; i++)
-        off[src[i] + 1]++;
-    for (i = 0; i < n; i++)
-        off[i + 1] += off[i];
-    memcpy(pos, off, n * 4);
-    for (i = 0; i < m; i++)
-        ids[pos[src[i]]++] = (i32)i;
+    group_by(src, m, n, off, ids, pos);
     /* what the hard roots reach: from node 0, not through a soft root */
     i32 top = 0;
     hard[0] = 1;

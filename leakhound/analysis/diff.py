@@ -13,6 +13,7 @@ counts as zero there (it was below that snapshot's top-N or did not exist yet), 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,18 @@ def _match(
             for _, _, name, type_name, before_bytes, after_bytes, before_count, after_count, only in rows]
 
 
+def _enclosed_by(inner: dict[int, Owner], outer: dict[int, Owner]) -> Iterator[tuple[int, int]]:
+    """Each owner left in ``inner`` (deepest path first) with the owner left in ``outer`` whose
+    path encloses its path, each outer owner once. Lazy: ``outer`` is read as the caller pairs."""
+    outer_paths = {normalized_path(o.path): k for k, o in outer.items()}
+    for k, o in sorted(inner.items(), key=lambda ko: -len(ko[1].path)):
+        for prefix in enclosing_paths(normalized_path(o.path)):
+            hit = outer_paths.pop(prefix, None)
+            if hit is not None and hit in outer:
+                yield k, hit
+                break
+
+
 def _pair_owners(before: tuple[Owner, ...], after: tuple[Owner, ...],
                  same_process: bool) -> list[tuple[Owner | None, Owner | None]]:
     """Owners of the two snapshots paired by identity (see the module's docstring), each once."""
@@ -106,20 +119,10 @@ def _pair_owners(before: tuple[Owner, ...], after: tuple[Owner, ...],
             del by_path[normalized_path(o.path)]
             pair(hit, j)
     # The accumulation point moved along one chain: an owner inside the other's path.
-    outer_before = {normalized_path(o.path): i for i, o in left_before.items()}
-    for j, o in sorted(left_after.items(), key=lambda jo: -len(jo[1].path)):
-        for prefix in enclosing_paths(normalized_path(o.path)):
-            hit = outer_before.pop(prefix, None)
-            if hit is not None and hit in left_before:
-                pair(hit, j)
-                break
-    outer_after = {normalized_path(o.path): j for j, o in left_after.items()}
-    for i, o in sorted(left_before.items(), key=lambda io: -len(io[1].path)):
-        for prefix in enclosing_paths(normalized_path(o.path)):
-            hit = outer_after.pop(prefix, None)
-            if hit is not None and hit in left_after:
-                pair(i, hit)
-                break
+    for j, i in _enclosed_by(left_after, left_before):
+        pair(i, j)
+    for i, j in _enclosed_by(left_before, left_after):
+        pair(i, j)
     pairs.extend((o, None) for o in left_before.values())
     pairs.extend((None, o) for o in left_after.values())
     return pairs

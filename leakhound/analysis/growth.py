@@ -378,8 +378,19 @@ def analyse_growth(
         owner_model=model,
         owner_model_reason=reason,
         warnings=warnings,
+        sites=snapshot.sites if snapshot is not None else None,
     )
-    return GrowthReport(**{**_fields(report), "findings": growth_findings(report)})
+    return GrowthReport(**{**_fields(report), "findings": _with_sites(growth_findings(report), snapshot)})
+
+
+def _with_sites(findings: tuple[Finding, ...], snapshot: Snapshot | None) -> tuple[Finding, ...]:
+    """Growth findings with their owner's allocation sites from the last full snapshot
+    (``watch --sites``): the stacks that allocated what it still holds."""
+    if snapshot is None or snapshot.sites is None:
+        return findings
+    by_path = {o.path: o.sites for o in snapshot.owners if o.sites}
+    return tuple(replace(f, sites=by_path[f.owner]) if f.kind == KIND and f.owner in by_path else f
+                 for f in findings)
 
 
 # How the cyclic_garbage detector names what it counts (analysis/detectors/cyclic_garbage.py).

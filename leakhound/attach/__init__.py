@@ -34,7 +34,6 @@ from leakhound.errors import (
 from leakhound.model.names import METHOD_NAMES, Method
 from leakhound.payload import wire
 
-METHODS = METHOD_NAMES
 AUTO_ORDER = (Method.AGENT, Method.REMOTE_EXEC, Method.PTRACE, Method.GDB)
 # Seconds the main thread may take to reach a bytecode boundary after injection.
 SAFE_POINT_TIMEOUT = 10.0
@@ -163,7 +162,7 @@ def _run(
             pid, target.uid, request, deadline=deadline, progress=progress, log=log, on_partial=on_partial))
         return RemoteResult(target, chosen, result, 0.0, 0.0)
     if chosen not in (Method.PTRACE, Method.GDB, Method.REMOTE_EXEC):
-        raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
+        raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHOD_NAMES)}")
     with PrivateChannel(uid=target.uid, pid=pid, request=request) as channel:
         meter.on_over = channel.request_cancel
         code = channel.bootstrap_code()

@@ -33,9 +33,14 @@ from leakhound.errors import (
     TargetFilesystemUnreachable,
 )
 from leakhound.payload import wire
-from leakhound.payload.agent_server import refuses_connections
+from leakhound.payload.agent_server import (
+    SOCKET_DIR_PREFIX,
+    SOCKET_NAME,
+    refuses_connections,
+    socket_dir_name,
+    socket_name,
+)
 
-_AGENT_SOCKET = re.compile(r"/leakhound-agent-\d+/agent-(\d+)\.sock$")
 _SOCKET_FD = re.compile(r"socket:\[(\d+)\]")
 
 
@@ -82,8 +87,8 @@ def _listening_inside(pid: int) -> str | None:
     nspid = namespace_pid(pid)
     held = _held_sockets(pid)
     for inode, inside in _listening(pid).items():
-        match = _AGENT_SOCKET.search(inside)
-        if match is None or int(match.group(1)) != nspid:
+        match = SOCKET_NAME.search(inside)
+        if match is None or int(match.group("pid")) != nspid:
             continue
         if held is not None and inode not in held:
             continue  # another process's (a pid namespace of its own shares this directory)
@@ -103,7 +108,7 @@ def _reachable(pid: int, inside: str) -> str | None:
     at LEAKHOUND_AGENT_TMPDIR (a sidecar that may not enter the worker's root)."""
     if same_filesystem_view(pid):
         return inside
-    tail = os.path.join(*inside.rsplit("/", 2)[-2:])  # leakhound-agent-UID/agent-PID.sock
+    tail = os.path.join(*inside.rsplit("/", 2)[-2:])  # the socket's directory and name
     shared = os.environ.get("LEAKHOUND_AGENT_TMPDIR", "")
     candidates = (f"/proc/{pid}/root{inside}", inside, os.path.join(shared, tail) if shared else "")
     return next((path for path in candidates if path and _is_socket(path)), None)
@@ -131,7 +136,7 @@ def remove_stale_sockets(pid: int) -> list[str]:
     live = find_socket(pid)
     for inside in _candidate_dirs(pid):
         base = glob.escape(_from_here(pid, inside.rstrip("/")))
-        found = glob.glob(f"{base}/leakhound-agent-*/agent-{nspid}.sock")
+        found = glob.glob(f"{base}/{SOCKET_DIR_PREFIX}*/{socket_name(nspid)}")
         removed.extend(path for path in found if path != live and _remove_if_stale(path))
     return removed
 
@@ -149,7 +154,7 @@ def _remove_if_stale(path: str) -> bool:
     try:
         owner = os.fstat(dir_fd).st_uid
         entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if os.path.basename(directory) != f"leakhound-agent-{owner}" or entry.st_uid != owner \
+        if os.path.basename(directory) != socket_dir_name(owner) or entry.st_uid != owner \
                 or not stat.S_ISSOCK(entry.st_mode) or not refuses_connections(f"/proc/self/fd/{dir_fd}/{name}"):
             return False
         os.unlink(name, dir_fd=dir_fd)

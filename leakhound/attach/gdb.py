@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from leakhound.attach.base import AttachLog, Injection
-from leakhound.attach.process import tracer_pid
+from leakhound.attach.ptrace.tracee import tracer_pid
 from leakhound.errors import (
     AttachFailed,
     AttachTimeout,

@@ -432,18 +432,6 @@ def ignored_signals(pid: int) -> int:
         return 0
 
 
-def tracer_pid(pid: int) -> int:
-    """The pid ptrace-attached to ``pid`` right now (another gdb, py-spy, strace), or 0."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 def _parent_pids() -> dict[int, int]:
     """pid -> parent pid of every process, from /proc/PID/stat (the field after the name's
     closing parenthesis, which a name cannot fake: the last one is taken)."""

@@ -40,7 +40,7 @@ def command(
         "--worker-match", metavar="REGEX",
         help="With --worker-cmd: the worker to patch and measure, by title or command line (any case), among "
              "the command's processes (default: the command's own process).")] = None,
-    method: MethodOpt = "auto",
+    method: MethodOpt = Method.AUTO,
 ) -> None:
     """Run the same churn workload once per configuration (no fixes, each fix alone, all fixes)
     in fresh worker processes, and print peak RSS, resting RSS and what each leak retained,
@@ -49,7 +49,7 @@ def command(
     from leakhound.core.confirm_workload import WorkerCommand  # noqa: PLC0415
 
     if worker_cmd is not None:
-        run_worker(worker=WorkerCommand(command=worker_cmd, match=worker_match, method=Method(method)),
+        run_worker(worker=WorkerCommand(command=worker_cmd, match=worker_match, method=method),
                    as_json=as_json, reporter=new_reporter())
         return
     run(workload=Workload(rollouts=rollouts, turns=turns, concurrency=concurrency, image_kb=image_kb,

@@ -15,7 +15,7 @@ from leakhound.core.request import SHORT_REQUESTS, RequestOptions
 from leakhound.core.simulated import leaking_simulated_worker
 from leakhound.core.verify import verify_process
 from leakhound.model import Snapshot
-from leakhound.model.names import FIX_NAMES, Owners
+from leakhound.model.names import FIX_NAMES, Method, Owners
 from leakhound.render import patch as patch_render
 from leakhound.render import table
 from leakhound.render.console import console
@@ -26,7 +26,7 @@ WORKER_MATCH = "EnvWorker"
 
 
 def command(
-    method: MethodOpt = "auto",
+    method: MethodOpt = Method.AUTO,
     verify: Annotated[float, typer.Option(
         "--verify", min=1, callback=finite, metavar="SECONDS", help="Seconds to watch the fixes work.")] = 6.0,
 ) -> None:

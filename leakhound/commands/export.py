@@ -21,6 +21,7 @@ from leakhound.commands.options import (
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.export import export_processes
+from leakhound.model.names import Method
 from leakhound.render.prometheus import DEFAULT_TOP_OWNERS
 
 
@@ -34,7 +35,7 @@ def command(
     interval: Annotated[float, typer.Option(
         "--interval", "-i", min=1.0, callback=finite, metavar="SECONDS",
         help="Seconds between censuses of each worker.")] = 120.0,
-    method: MethodOpt = "auto",
+    method: MethodOpt = Method.AUTO,
     timeout: CensusTimeoutOpt = None,
     max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
     top: Annotated[int, typer.Option(

@@ -17,16 +17,10 @@ from leakhound.errors import ReportFileError
 from leakhound.model.names import FIX_NAMES, METHOD_NAMES, Method, parse_fixes
 
 
-def _method(value: str) -> str:
-    if value not in METHOD_NAMES:
-        raise typer.BadParameter(f"choose one of {', '.join(METHOD_NAMES)}", param_hint="--method")
-    return value
-
-
-def request_options(*, method: str, timeout: float, reporter: Reporter, force: bool = False) -> RequestOptions:
+def request_options(*, method: Method, timeout: float, reporter: Reporter, force: bool = False) -> RequestOptions:
     """The options of every request a command makes, from its ``--method``, ``--timeout`` and
     ``--force`` (its ``-v`` lines to ``reporter``): built once, passed down."""
-    return RequestOptions(method=Method(method), timeout=timeout, log=reporter.log, force=force)
+    return RequestOptions(method=method, timeout=timeout, log=reporter.log, force=force)
 
 
 def _match(value: str | None) -> str | None:
@@ -96,8 +90,8 @@ PidsArg = Annotated[list[int] | None, typer.Argument(
 MatchOpt = Annotated[str | None, typer.Option(
     "--match", metavar="REGEX", callback=_match,
     help="Every Python process whose title or command line matches this regular expression, ignoring case.")]
-MethodOpt = Annotated[str, typer.Option(
-    "--method", "-m", metavar="METHOD", callback=_method,
+MethodOpt = Annotated[Method, typer.Option(
+    "--method", "-m", metavar="METHOD",
     help=f"How to get into the target: {', '.join(METHOD_NAMES)}.")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", "-t", min=1.0, callback=finite, metavar="SECONDS", help="Give up after this many seconds.")]

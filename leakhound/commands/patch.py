@@ -30,7 +30,7 @@ from leakhound.core.targets import chosen_pids
 from leakhound.core.verify import verify_process
 from leakhound.errors import LeakhoundError, PatchPartlyRefused
 from leakhound.model import PatchOutcome
-from leakhound.model.names import FIX_NAMES, PatchAction
+from leakhound.model.names import FIX_NAMES, Method, PatchAction
 from leakhound.model.verify import VerifyReport, verify_to_dict
 from leakhound.render import json_doc as json_render
 from leakhound.render import patch as patch_render
@@ -62,7 +62,7 @@ def command(
     trim_every: Annotated[float, typer.Option(
         "--trim-every", min=1.0, max=3600.0, callback=finite, metavar="SECONDS",
         help="The trim fix's cadence: malloc_trim(0) every SECONDS.")] = 10.0,
-    method: MethodOpt = "auto",
+    method: MethodOpt = Method.AUTO,
     timeout: TimeoutOpt = 60.0,
     as_json: JsonOpt = False,
     force: ForceOpt = False,

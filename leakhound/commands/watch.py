@@ -24,9 +24,10 @@ from leakhound.commands.options import (
 )
 from leakhound.core.capture import DEFAULT_MAX_PAUSE_MS
 from leakhound.core.request import RequestOptions
-from leakhound.core.watch import WatchResult, watch_processes
+from leakhound.core.watch import DEFAULT_SITES_RATE, SitesOptions, WatchResult, watch_processes
 from leakhound.errors import TargetExited
 from leakhound.model.growth import GrowthReport, Sample
+from leakhound.model.names import Method
 
 
 def command(
@@ -45,7 +46,7 @@ def command(
         help="gdb: at most one in-target sample per this many seconds (each gdb attach stops the "
              "worker ~40 ms; RSS is still read every interval). The agent, ptrace and remote-exec "
              "methods are sampled every interval.")] = 60.0,
-    method: MethodOpt = "auto",
+    method: MethodOpt = Method.AUTO,
     timeout: CensusTimeoutOpt = None,
     max_pause: MaxPauseOpt = DEFAULT_MAX_PAUSE_MS,
     as_json: Annotated[bool, typer.Option(
@@ -54,6 +55,13 @@ def command(
         "--plot", metavar="FILE", help="Also draw RSS vs live heap vs top owners over time (PNG).")] = None,
     force: ForceOpt = False,
     html_path: HtmlOpt = None,
+    sites: Annotated[bool, typer.Option(
+        "--sites", help="Also sample allocations in the worker for the watch (a hook removed afterwards, "
+                        "and by itself if leakhound dies): each growing owner's finding says which Python "
+                        "stacks allocated its surviving bytes. Needs --duration.")] = False,
+    sites_rate: Annotated[int, typer.Option(
+        "--sites-rate", min=1024, metavar="BYTES",
+        help="With --sites: one sample per this many bytes allocated, on average.")] = DEFAULT_SITES_RATE,
 ) -> None:
     """Watch workers over time: which owners keep growing (a leak), which grew and plateaued
     (a bounded cache), which are big but static.
@@ -64,11 +72,15 @@ def command(
     A worker that ends during the watch is said with how it ended (OOM-killed, a signal, its
     own exit), and the watch exits 12.
     """
+    if sites and duration is None:
+        raise typer.BadParameter("--sites needs --duration: the tracker's own deadline in the worker comes "
+                                 "from it", param_hint="--sites")
     reporter = new_reporter(quiet=as_json and not SETTINGS["verbose"])
     run(pids=pids_or_match(pids, match), match=match, interval=interval, duration=duration,
         full_every=full_every, attach_every=attach_every, max_pause_ms=max_pause, as_json=as_json, plot=plot,
         request=request_options(method=method, timeout=wall_clock(timeout), reporter=reporter, force=force),
-        reporter=reporter, html_path=html_path)
+        reporter=reporter, html_path=html_path,
+        sites=SitesOptions(mean_bytes=sites_rate, seconds=duration) if sites and duration is not None else None)
 
 
 def run(
@@ -85,6 +97,7 @@ def run(
     reporter: Reporter,
     max_pause_ms: float = DEFAULT_MAX_PAUSE_MS,
     html_path: Path | None = None,
+    sites: SitesOptions | None = None,
 ) -> WatchResult:
     from leakhound.model.growth import sample_to_dict
     from leakhound.render import json_doc as json_render
@@ -110,7 +123,7 @@ def run(
         result = watch_processes(
             pids=pids, match=match, request=request, interval=interval, duration=duration,
             full_every=full_every, attach_every=attach_every, max_pause_ms=max_pause_ms,
-            on_sample=on_sample, on_tick=on_tick,
+            on_sample=on_sample, on_tick=on_tick, sites=sites,
         )
     finally:
         if view is not None:

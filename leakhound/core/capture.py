@@ -16,12 +16,20 @@ from typing import TYPE_CHECKING, Any
 
 from leakhound.analysis import dominators
 from leakhound.analysis.detectors import analyse
+from leakhound.analysis.sites import SitesFound, attribute_sites
 from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Post, Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS as FOLLOW_PROGRESS  # the commands' default: they import no attach
 from leakhound.attach.deadline import Deadline
 from leakhound.attach.process import process_stats, resolve_target
-from leakhound.core.decode import GraphOutcome, Holds, decode_graph_outcome, decode_names, decode_snapshot
+from leakhound.core.decode import (
+    GraphOutcome,
+    Holds,
+    decode_graph_outcome,
+    decode_names,
+    decode_sites,
+    decode_snapshot,
+)
 from leakhound.core.request import SNAPSHOT_REQUESTS, RequestOptions, ask
 from leakhound.core.targets import env_worker_children
 from leakhound.errors import ProtocolViolation
@@ -107,14 +115,17 @@ def take_snapshot(
     progress: Progress | None = None,
     max_pause_ms: float | None = DEFAULT_MAX_PAUSE_MS,
     owners: Owners = Owners.CENSUS,
+    sites: bool = False,
 ) -> Snapshot:
     """One census of ``pid``, made the way ``request`` says. ``max_pause_ms``: skip the one
     step of the census that cannot be split (listing every gc-tracked object, needed to find
     objects no named root reaches) when it would hold the target longer than this; None or
     0: never skip it. ``owners``: census (first reachers), auto (dominator owners when the
-    graph fits its budgets, else none named) or dominator (model/names.py ``Owners``)."""
+    graph fits its budgets, else none named) or dominator (model/names.py ``Owners``).
+    ``sites``: read (and stop) the allocation-site tracker a watch started in the target as
+    the graph's walk ends, and give each owner its sites."""
     return capture(pid, request=request, top=top, progress=progress, max_pause_ms=max_pause_ms,
-                   owners=owners).snapshot
+                   owners=owners, sites=sites).snapshot
 
 
 def capture(
@@ -128,6 +139,7 @@ def capture(
     max_graph_nodes: int | None = None,
     retainers: int = 3,
     why: str | None = None,
+    sites: bool = False,
 ) -> Capture:
     """``take_snapshot``, keeping the object graph and its dominator tree when they were used."""
     target = resolve_target(pid)
@@ -144,6 +156,8 @@ def capture(
             asked["max_graph_bytes"] = graph_memory_budget(pid)
     if max_pause_ms:
         asked["max_pause_ms"] = max_pause_ms
+    if sites:
+        asked["sites"] = True
     if os.environ.get("LEAKHOUND_WALKER") == "python":
         # The pure-Python census loop even where the compiled one loads (benchmarks, tests).
         asked["walker"] = "python"
@@ -180,12 +194,13 @@ def capture(
         measured = {k: v for k, v in vars(remote.cost).items() if k != "note"}
         snap = replace(snap, cost=RequestCost(**measured),
                        warnings=snap.warnings + ((remote.cost.note,) if remote.cost.note else ()))
+    found_sites = decode_sites(pid, remote.result.get("sites")) if sites else None
     if owners == Owners.CENSUS:
-        return _analysed(Capture(snap))
+        return _analysed(Capture(_with_sites(snap, found_sites, None, None, {})))
     if early is None or graph is None or graph.skipped:
         if early is not None:
             early.abandon()
-        return _analysed(Capture(not_attributed(snap, graph, owners=owners)))
+        return _analysed(Capture(_with_sites(not_attributed(snap, graph, owners=owners), found_sites, None, None, {})))
     if in_answer:
         early.abandon()
 
@@ -201,8 +216,19 @@ def capture(
         # The dominator pass ran while the target counted; the names came with the answer.
         object_graph, found = early.finish(answer.names)
     snap = replace(snap, taken_at=counted_at(answer.graph_started_at, snap.taken_at))
-    return _analysed(Capture(with_dominator_owners(snap, object_graph, found, graph), object_graph, found.tree,
-                             tuple(_owner(o) for o in found.why)))
+    snap = _with_sites(with_dominator_owners(snap, object_graph, found, graph), found_sites, object_graph, found.tree,
+                       {o.node: o.path for o in found.owners})
+    return _analysed(Capture(snap, object_graph, found.tree, tuple(_owner(o) for o in found.why)))
+
+
+def _with_sites(snap: Snapshot, found: SitesFound | None, graph: dominators.ObjectGraph | None,
+                tree: dominators.DominatorTree | None, owner_nodes: dict[int, str]) -> Snapshot:
+    """``snap`` with the tracker's surviving samples attributed to its owners (analysis/sites.py)."""
+    if found is None:
+        return snap
+    per_owner, tracking = attribute_sites(found, graph, tree, owner_nodes)
+    owners = tuple(replace(o, sites=per_owner[o.path]) if o.path in per_owner else o for o in snap.owners)
+    return replace(snap, owners=owners, sites=tracking)
 
 
 def _log_holds(log: AttachLog, holds: Holds, graph: GraphOutcome | None) -> None:

@@ -11,13 +11,14 @@ payload version is refused by its version before anything of it is read
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
+from leakhound.analysis.sites import SitesFound
 from leakhound.errors import PayloadVersionMismatch, ProtocolViolation
 from leakhound.model import ArenaStats, CyclicGarbage, HeapStats, Owner, ProcessStats, Snapshot, TypeStat
 from leakhound.model.names import Method
-from leakhound.model.snapshot import SchemaError, snapshot_from_json, snapshot_to_json
+from leakhound.model.snapshot import SchemaError, SiteFrame, snapshot_from_json, snapshot_to_json
 from leakhound.patches import FIXES, Measurement
 from leakhound.payload import wire
 
@@ -268,7 +269,7 @@ def snapshot_from_answer(answer: Mapping[str, Any], *, pid: int = 0, method: Met
     """The snapshot alone (tests, benchmarks); KeyError, TypeError or ValueError when the
     answer is not a snapshot answer (``decode_snapshot`` says which field)."""
     snap, _ = _snapshot(cast("SnapshotAnswer", answer), method=method, taken_at=taken_at, pause_ms=pause_ms)
-    return Snapshot(**{**snap._shallow(), "pid": pid, "process": process})
+    return replace(snap, pid=pid, process=process)
 
 
 def _snapshot(answer: SnapshotAnswer, *, method: Method | None, taken_at: float,
@@ -379,3 +380,57 @@ def _float(value: object) -> float:
 
 def _time(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# The most stacks and sample rows an answer may carry (the tracker keeps at most 4096
+# stacks and ~4M samples; grouped, far fewer rows): past it the answer is not the tracker's.
+_MAX_SITE_ROWS = 1 << 22
+_MAX_SITE_STACKS = 1 << 16
+
+
+def decode_sites(pid: int, doc: object) -> SitesFound | None:
+    """The allocation-site tracker's answer (wire.SitesFound) decoded; None when it was not
+    available in the target (``reason`` then says why: raised by the caller as it sees fit).
+    ProtocolViolation when it is malformed."""
+    try:
+        if not isinstance(doc, dict):
+            raise TypeError("not an object")
+        if doc.get("available") is not True:
+            return None
+        rows, stacks, tracker = doc["samples"], doc["stacks"], doc["tracker"]
+        if not isinstance(rows, list) or not isinstance(stacks, list) or not isinstance(tracker, dict):
+            raise TypeError("samples, stacks or tracker of the wrong type")
+        if len(rows) > _MAX_SITE_ROWS or len(stacks) > _MAX_SITE_STACKS:
+            raise ValueError("more rows than the tracker keeps")
+        frames = tuple(tuple(SiteFrame(file=str(f[0])[:4096], line=int(f[1]), function=str(f[2])[:1024])
+                             for f in stack) for stack in stacks)
+        samples = []
+        for row in rows:
+            node, stack, nbytes, count, n = (int(v) for v in row)
+            if not 0 <= stack < len(frames) or min(node, nbytes, count, n) < 0:
+                raise ValueError("a sample out of range")
+            samples.append((node, stack, nbytes, count, n))
+
+        def number(key: str) -> int:
+            value = tracker.get(key, 0)
+            if type(value) not in (int, float) or not 0 <= value < 2**63:
+                raise ValueError(f"tracker.{key} is not a count")
+            return int(value)
+
+        return SitesFound(samples=tuple(samples), stacks=frames, mean_bytes=number("mean_bytes"),
+                          sampled=number("sampled"), allocated_bytes=number("allocated_bytes"),
+                          table_bytes=number("table_bytes"), dropped=number("dropped") + number("dropped_stacks"),
+                          expired=bool(tracker.get("expired")),
+                          seconds=_site_seconds(tracker.get("seconds", 0.0)),
+                          notes=("the tracker could not unhook itself: another allocator hook was installed on "
+                                 "top of it, so it stays in the chain, only delegating",)
+                          if tracker.get("unhook_refused") else ())
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ProtocolViolation(f"process {pid} answered with malformed allocation sites "
+                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _site_seconds(value: object) -> float:
+    if type(value) not in (int, float) or not 0 <= value < 1e7:  # type: ignore[operator]
+        raise ValueError("tracker.seconds is not a duration")
+    return float(value)  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ kinds of sample, from cheapest to dearest:
 * RSS only, read with psutil from outside (the target never notices), every ``interval``;
 * a cheap in-target sample (item counts of the owners the last dominator census named, each
   found again by the ids along its path, and gc-tracked type counts): every ``interval`` with
-  the agent and the ptrace injector (no stop, or ~0.3 ms); at most every ``attach_every``
+  the agent and the ptrace injector (no stop, or a median 0.5 ms); at most every ``attach_every``
   seconds with gdb, whose attach stops the target ~40 ms;
 * a full census (``take_snapshot`` with the owners ``inspect`` reads: dominator owners where
   the graph fits its budget): first, every ``full_every`` seconds, and last.
@@ -38,6 +38,8 @@ from leakhound.core.targets import no_process_matches
 from leakhound.errors import (
     Interrupted,
     LeakhoundError,
+    ProtocolViolation,
+    SitesUnavailable,
     TargetExited,
     TargetNotFound,
     TracerStuck,
@@ -64,6 +66,27 @@ _NO_ROOT = "<"
 # read right after the census and is its item count in the watch, census and cheap samples
 # alike (an owner with no length has none, and cheap samples leave it out).
 _LENGTH_IS_ITEMS = frozenset({"list", "dict", "set", "frozenset", "tuple"})
+
+
+@dataclass(frozen=True)
+class SitesOptions:
+    """``watch --sites``: the allocation-site tracker's rate and its own deadline in the target."""
+
+    mean_bytes: int
+    # The tracker removes itself this long after the watch's window would end, whatever
+    # happens to leakhound: the final census must read it before then.
+    seconds: float
+    max_samples: int = 16384
+
+
+# One sample per this many bytes allocated on average (pprof's and Chrome's rate):
+# benchmarks/sites_overhead.py measures what it costs a worker (docs/watch.md).
+DEFAULT_SITES_RATE = 512 * 1024
+
+# Past the window, the time the final census has to read the tracker: at least this, or a few
+# times what the first census took (a 2 GB worker's census under load: 100 s).
+SITES_GRACE_SECONDS = 20.0
+SITES_GRACE_FACTOR = 3.0
 
 
 @dataclass
@@ -97,6 +120,10 @@ class Watched:
     payload_resident: int = 0
     # Read while it runs: what says how it ended if it dies (its cgroup's OOM kills, parent).
     facts: death.ProcessFacts | None = None
+    # --sites: the tracker's options; whether it was started in this process, and read.
+    sites: SitesOptions | None = None
+    sites_started: bool = False
+    sites_read: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,12 +135,19 @@ class WatchResult:
     ended: tuple[TargetEnded, ...] = ()
 
 
-def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | None = None) -> Sample:
+def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | None = None,
+          final: bool = False) -> Sample:
     # RSS is read before the census: the series is the worker's, not the worker's plus what
     # the census itself briefly allocates in it.
     rss = rss_bytes(w.target.pid) - w.payload_resident
+    read_sites = final and w.sites_started and not w.sites_read
+    began = time.monotonic()
     snapshot = take_snapshot(w.target.pid, request=w.request, top=top, max_pause_ms=max_pause_ms, progress=progress,
-                             owners=Owners.AUTO)
+                             owners=Owners.AUTO, sites=read_sites)
+    if read_sites:
+        w.sites_read = True
+    elif w.sites is not None and not w.sites_started and not final:
+        _start_sites(w, w.sites, census_seconds=time.monotonic() - began, progress=progress)
     w.payload_resident += _left_by_loading(snapshot.cost)
     w.last_snapshot = snapshot
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
@@ -140,6 +174,37 @@ def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | Non
                           f"({snapshot.heap.owner_model_note}); cheap samples re-read the owners of the last "
                           "dominator census" + (f" (owner_model_reason: {reason})" if reason else ""))
     return sample
+
+
+def _start_sites(w: Watched, sites: SitesOptions, *, census_seconds: float, progress: Progress | None) -> None:
+    """Start the allocation-site tracker in the target, for the window and the final census."""
+    seconds = sites.seconds + max(SITES_GRACE_SECONDS, SITES_GRACE_FACTOR * census_seconds)
+    remote = ask(w.target.pid, {"op": wire.OP_SITES, "action": wire.SITES_START, "mean_bytes": sites.mean_bytes,
+                                "seconds": seconds, "max_samples": sites.max_samples},
+                 request=w.request, target=w.target, progress=progress)
+    w.payload_resident += _left_by_loading(remote.cost)
+    answer = remote.result.get("sites")
+    if not isinstance(answer, dict):
+        raise ProtocolViolation(f"process {w.target.pid} answered the tracker's start without its state")
+    if answer.get("started") is not True:
+        raise SitesUnavailable(f"process {w.target.pid}: the allocation-site tracker cannot run there: "
+                               f"{str(answer.get('reason') or 'no reason given')[:300]}")
+    w.sites_started = True
+    table = answer.get("table_bytes")
+    w.request.log(f"process {w.target.pid}: allocation-site tracker started (one sample per "
+                  f"{sites.mean_bytes:,} bytes, tables {table if isinstance(table, int) else '?'} bytes, "
+                  f"removes itself in {seconds:.0f} s)")
+
+
+def _stop_sites(w: Watched) -> None:
+    """The tracker stopped now (a watch that ends without its final census); it would stop by
+    itself at its deadline anyway."""
+    try:
+        ask(w.target.pid, {"op": wire.OP_SITES, "action": wire.SITES_STOP}, request=w.request.within(30.0),
+            target=w.target, force=True)
+    except LeakhoundError as exc:
+        w.request.log(f"process {w.target.pid}: the tracker was not stopped ({exc}); it removes itself at its "
+                      "deadline")
 
 
 def _census_lengths(w: Watched, *, progress: Progress | None) -> dict[str, int]:
@@ -229,18 +294,19 @@ def _sample_one(
     stops_target = w.request.method == Method.GDB
     if w.last_full is None or final or now - w.last_full_at >= full_every:
         w.last_full_at = w.last_attach_at = now
-        return _full(w, top=top, max_pause_ms=max_pause_ms, progress=progress)
+        return _full(w, top=top, max_pause_ms=max_pause_ms, progress=progress, final=final)
     if not stops_target or now - w.last_attach_at >= attach_every:
         w.last_attach_at = now
         return _cheap(w, progress=progress)
     return _rss_only(w)
 
 
-def _add(pid: int, watched: dict[int, Watched], *, request: RequestOptions, explicit: bool) -> None:
+def _add(pid: int, watched: dict[int, Watched], *, request: RequestOptions, explicit: bool,
+         sites: SitesOptions | None = None) -> None:
     try:
         target = resolve_target(pid)
         watched[pid] = Watched(target=target, request=request.via(choose_method(target, request.method)),
-                               facts=death.read_facts(pid))
+                               facts=death.read_facts(pid), sites=sites)
     except LeakhoundError as exc:
         if explicit:
             raise
@@ -261,6 +327,7 @@ def watch_processes(
     on_sample: Callable[[Sample], None] | None = None,
     on_tick: Callable[[tuple[GrowthReport, ...]], None] | None = None,
     max_samplers: int = MAX_SAMPLERS,
+    sites: SitesOptions | None = None,
 ) -> WatchResult:
     """Sample every process until ``duration`` has passed (or Ctrl-C) and analyse growth.
 
@@ -276,11 +343,11 @@ def watch_processes(
     log = request.log
     watched: dict[int, Watched] = {}
     for pid in pids:
-        _add(pid, watched, request=request, explicit=True)
+        _add(pid, watched, request=request, explicit=True, sites=sites)
     explicit = set(pids)
     if match is not None:
         for pid in match_processes(match, exclude=frozenset(watched)):
-            _add(pid, watched, request=request, explicit=False)
+            _add(pid, watched, request=request, explicit=False, sites=sites)
     if not watched:
         raise no_process_matches(match) if match else TargetNotFound("no process to watch")
     samplers = _Samplers(max(1, min(max_samplers, len(watched))))
@@ -302,7 +369,7 @@ def watch_processes(
             final = duration is not None and now - started >= duration - 1e-6
             if match is not None and tick > 0:
                 for pid in match_processes(match, exclude=frozenset(watched)):
-                    _add(pid, watched, request=request, explicit=False)
+                    _add(pid, watched, request=request, explicit=False, sites=sites)
                 samplers.grow(min(max_samplers, len(watched)))
             for w in watched.values():
                 if w.gone:
@@ -367,6 +434,9 @@ def watch_processes(
         interrupted = True
     finally:
         samplers.close()
+        for w in watched.values():
+            if w.sites_started and not w.sites_read and not w.gone:
+                _stop_sites(w)
     for w in watched.values():
         if w.skipped_ticks:
             w.warnings.append(

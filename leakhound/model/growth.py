@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from leakhound.model.names import EndedHow
-from leakhound.model.snapshot import Finding, Snapshot, TypeStat
+from leakhound.model.snapshot import Finding, SiteTracking, Snapshot, TypeStat
 
 
 class Verdict(str, enum.Enum):
@@ -146,6 +146,8 @@ class GrowthReport:
     # "not-attributed", ""), and with "not-attributed" why (names.NotAttributed).
     owner_model: str = ""
     owner_model_reason: str = ""
+    # watch --sites: the allocation-site tracker's totals (the sites are on the growth findings).
+    sites: SiteTracking | None = None
 
     @property
     def verdict(self) -> str:
@@ -248,4 +250,5 @@ def report_to_dict(report: GrowthReport) -> dict[str, Any]:
         "owner_model_reason": report.owner_model_reason,
         "findings": [asdict(f) for f in report.findings],
         "warnings": list(report.warnings),
+        "sites": None if report.sites is None else asdict(report.sites),
     }

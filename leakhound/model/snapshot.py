@@ -13,7 +13,7 @@ import json
 import math
 import types
 import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from leakhound import __version__
@@ -124,6 +124,46 @@ class TypeStat:
 
 
 @dataclass(frozen=True)
+class SiteFrame:
+    """One frame of an allocation site's Python stack."""
+
+    file: str
+    line: int
+    function: str
+
+
+@dataclass(frozen=True)
+class AllocationSite:
+    """A Python stack that allocated bytes still alive at the end of a watch, estimated from
+    sampled allocations (``--sites``): ``bytes`` and ``count`` are the sampled blocks
+    scaled by their chance of being sampled; ``samples`` is how many were sampled. The
+    innermost frame comes first."""
+
+    stack: tuple[SiteFrame, ...]
+    bytes: int
+    count: int
+    samples: int = 0
+
+
+@dataclass(frozen=True)
+class SiteTracking:
+    """What the allocation-site tracker saw in the target over a watch (``--sites``)."""
+
+    mean_bytes: int  # one sample per this many bytes allocated, on average
+    seconds: float  # how long it ran in the target
+    sampled: int  # allocations sampled
+    allocated_bytes: int  # bytes allocated while it ran (the payload's own left out)
+    surviving: int  # samples still alive at the end
+    attributed_bytes: int  # their estimated bytes found in an owner
+    not_attributed_bytes: int  # ...in no owner (not in the graph, or no owner dominates them)
+    table_bytes: int  # the tracker's tables: its extra memory in the target
+    dropped: int = 0  # samples not kept (its table full)
+    expired: bool = False  # its own deadline passed before it was read: no samples
+    not_attributed: tuple[AllocationSite, ...] = ()  # the biggest of those in no owner
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class Owner:
     """Who holds memory and how much. With the dominator model (``HeapStats.owner_model``) an
     owner is an accumulation point of the dominator tree, named by a path from a root, and
@@ -143,6 +183,8 @@ class Owner:
     # snapshots of one process match owners by (object_id, type) before their paths.
     object_id: int = 0
     path_ids: tuple[int, ...] = ()
+    # With --sites: the stacks that allocated its bytes that survived the watch, biggest first.
+    sites: tuple[AllocationSite, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +227,8 @@ class Finding:
     # a file written before it was recorded); ``fix`` is then empty and the summary says what
     # stays until the worker restarts and which fix is next.
     applied: AppliedFix | None = None
+    # A growth finding of a watch with --sites: the owner's allocation sites (Owner.sites).
+    sites: tuple[AllocationSite, ...] = ()
 
     @property
     def skipped(self) -> bool:
@@ -271,15 +315,14 @@ class Snapshot:
     over_budget: tuple[OverBudget, ...] = ()
     # What taking it cost the target's memory (None in files written before it was measured).
     cost: RequestCost | None = None
+    # The allocation-site tracker's totals, with --sites (its sites are on the owners).
+    sites: SiteTracking | None = None
     # The leakhound that took it ("" in files written before it was recorded).
     leakhound_version: str = __version__
     schema: str = SNAPSHOT_SCHEMA
 
     def with_findings(self, findings: tuple[Finding, ...]) -> Snapshot:
-        return Snapshot(**{**self._shallow(), "findings": findings})
-
-    def _shallow(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, findings=findings)
 
 
 def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "_walk.h"
+#include "_sites.h"
 
 #define GRAPH_NAME "leakhound._walk.graph"
 #define GBLOCK_SHIFT 14
@@ -762,6 +763,7 @@ static int
 graph_record(GraphState *g, uintptr_t address, long long size, int32_t type_id, int32_t entries)
 {
     long long a = (long long)address;
+    sites_note_at(address, address);
     if (column_push(&g->ids, &a) < 0 || column_push(&g->sizes, &size) < 0
         || column_push(&g->types, &type_id) < 0 || column_push(&g->lengths, &entries) < 0)
         return -1;
@@ -1060,6 +1062,7 @@ static int
 pending_resolve(GraphState *g, PendingLeaf q, uintptr_t current)
 {
     if (q.owner[1] == 0) {
+        sites_note_at(q.key, q.owner[0]);
         if (q.owner[0] == current) {
             g->folded += q.size;
             return 0;
@@ -1081,8 +1084,10 @@ pending_resolve(GraphState *g, PendingLeaf q, uintptr_t current)
     for (int m = n; m < PENDING_OWNERS; m++)
         owners[m] = 0;
     LeafGroup *x = group_slot(g, owners, q.type);
-    if (x != NULL && x->owner[0] != 0)
+    if (x != NULL && x->owner[0] != 0) {
+        sites_note_at(q.key, x->node);
         return graph_fold(g, x->node, q.size);
+    }
     if (g->nodes > g->max_nodes) {
         PyErr_Format(g->too_big, "more than %zd nodes", g->max_nodes);
         return -1;
@@ -1641,6 +1646,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                 if (type_id < 0 || graph_tally(g, type_id, 1, size) < 0)
                     return -1;
                 if (!shared) {
+                    sites_note(ref, i);
                     g->folded += size;
                     continue;
                 }
@@ -1681,6 +1687,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                     int added = pending_add(g, address, i, size, (int32_t)type_id, (int32_t)(count - GRAPH_ONLY_ONE));
                     if (added < 0 || graph_tally(g, type_id, 1, size) < 0)
                         return -1;
+                    sites_note(ref, i);  /* until its other references are met (pending_resolve) */
                     if (!added) {
                         /* none more can wait: its bytes are this node's (an upper bound on what
                          * freeing it returns: a node each was past any graph budget, see
@@ -1764,6 +1771,7 @@ graph_finish(GraphState *g)
     long long size = g->cur_size;
     if (g->folded && size <= LLONG_MAX - g->folded)
         size += g->folded;
+    sites_note(c, g->cur_owner > STACK_NAMESPACE ? g->cur_owner : (uintptr_t)c);
     int failed = g->cur_owner > STACK_NAMESPACE ? graph_fold(g, g->cur_owner, size)
                                                 : graph_record(g, (uintptr_t)c, size, g->cur_type, entries);
     g->cur_owner = 0;

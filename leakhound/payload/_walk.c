@@ -20,6 +20,7 @@
 #pragma GCC visibility push(hidden)
 extern PyMethodDef census_walk_methods[];
 extern PyMethodDef graph_walk_methods[];
+extern PyMethodDef sites_methods[];
 #pragma GCC visibility pop
 
 static getsizeof_fn found_getsizeof;
@@ -353,7 +354,8 @@ PyInit__walk(void)
     if (module == NULL)
         return NULL;
     if (PyModule_AddFunctions(module, census_walk_methods) < 0
-        || PyModule_AddFunctions(module, graph_walk_methods) < 0) {
+        || PyModule_AddFunctions(module, graph_walk_methods) < 0
+        || PyModule_AddFunctions(module, sites_methods) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -116,3 +116,26 @@ def graph_settle(graph: _Graph, /) -> None:
 
 def graph_unknown(graph: _Graph, objects: list[object], /) -> list[object]:
     """The objects that are no node."""
+
+# -- the allocation-site tracker (_sites.c) -------------------------------------------------
+
+def sites_start(mean_bytes: float, seconds: float, max_samples: int, /) -> dict[str, float]:
+    """Hook PYMEM_DOMAIN_MEM and _OBJ: one sample per ``mean_bytes`` allocated on average, its
+    Python stack kept until the block is freed; the hook removes itself after ``seconds``.
+    RuntimeError (nothing hooked) on an interpreter whose frames it cannot read."""
+
+def sites_stop() -> dict[str, float]:
+    """Put the saved allocators back (unless another hook wraps ours) and free the tables; the last state."""
+
+def sites_state() -> dict[str, float]:
+    """installed, tracking, expired, unhook_refused, live, sampled, allocated_bytes, dropped,
+    dropped_stacks, stacks, table_bytes, seconds_left, mean_bytes, seconds."""
+
+def sites_ignore_thread(flag: object, /) -> None:
+    """The calling thread's allocations are (not) sampled; its frees are always seen."""
+
+def sites_noting(flag: object, /) -> None:
+    """While set, the graph's walk notes which node each surviving sample is part of."""
+
+def sites_read() -> tuple[list[tuple[int, int, int, int]], list[list[tuple[str, int, str]]], dict[str, float]]:
+    """(samples: (address, size, stack, node), stacks: (file, line, function) innermost first, state)."""

@@ -29,6 +29,7 @@ workers killed before their ``atexit`` ran).
 
 import json
 import os
+import re
 import socket
 import struct
 import sys
@@ -55,14 +56,36 @@ ENV_VAR = "LEAKHOUND_AGENT"
 _SUN_PATH_MAX = 107
 
 
+# The agent's socket is ``<tmp>/leakhound-agent-<uid>/agent-<pid>.sock``: named here once, for
+# the agent that binds it and for the CLI that finds and sweeps it (attach/agent.py).
+SOCKET_DIR_PREFIX = "leakhound-agent-"
+SOCKET_NAME = re.compile(r"/leakhound-agent-(?P<uid>\d+)/agent-(?P<pid>\d+)\.sock$")
+
+
+def socket_dir_name(uid):
+    # type: (int) -> str
+    return SOCKET_DIR_PREFIX + str(uid)
+
+
+def socket_name(pid):
+    # type: (int) -> str
+    return "agent-%d.sock" % pid
+
+
+def is_socket_name(name):
+    # type: (str) -> bool
+    """Whether ``name`` (a file in an agent's directory) is named like an agent's socket."""
+    return name.startswith("agent-") and name.endswith(".sock")
+
+
 def socket_dir(uid=None, pid=None):
     """The worker's TMPDIR's agent directory, or /tmp's when a socket there would not fit
     in sun_path (a deep TMPDIR): the client finds it in the kernel's list of listening
     sockets either way, which records the path the socket was bound to."""
     uid = os.getuid() if uid is None else uid
-    name = "leakhound-agent-%d" % uid
+    name = socket_dir_name(uid)
     preferred = os.path.join(tempfile.gettempdir(), name)
-    longest = os.path.join(preferred, "agent-%d.sock" % (pid or 4194304))
+    longest = os.path.join(preferred, socket_name(pid or 4194304))
     if len(os.fsencode(longest)) <= _SUN_PATH_MAX:
         return preferred
     return os.path.join("/tmp", name)
@@ -70,7 +93,7 @@ def socket_dir(uid=None, pid=None):
 
 def socket_path(pid=None, uid=None):
     pid = pid or os.getpid()
-    return os.path.join(socket_dir(uid, pid), "agent-%d.sock" % pid)
+    return os.path.join(socket_dir(uid, pid), socket_name(pid))
 
 
 def _peer_allowed(conn):
@@ -337,7 +360,7 @@ def remove_stale_sockets(directory, keep=None):
     listening = None
     for name in names:
         path = os.path.join(directory, name)
-        if not (name.startswith("agent-") and name.endswith(".sock")) or path == keep:
+        if not is_socket_name(name) or path == keep:
             continue
         if listening is None:
             listening = _listening_paths()

@@ -124,7 +124,7 @@ def _work(directory=LH_DIR):  # noqa: F821
             pass
         return
     _release_page(directory)
-    runner._rss_at_boot = rss
+    runner.set_rss_at_boot(rss)
     try:
         runner.run_from_dir(directory)
     finally:

@@ -200,7 +200,7 @@ class Graph(object):
         # look at the clock checks (the walk looks every _CHECK_EVERY steps or C call).
         self.clock = Clock(time.monotonic() + timeout, cancelled,
                            max_hold=max_pause_ms / 2000.0 if max_pause_ms else None, check_every=0.0,
-                           wrappers=("_check", "_duty"),
+                           wrappers=("check", "_duty"),
                            timeout_error=GraphTimeout,
                            timeout_message="the object graph did not finish within its time budget",
                            cancel_error=GraphCancelled, cancel_message="the object graph was cancelled")
@@ -288,11 +288,11 @@ class Graph(object):
     def _before_yield(self):
         pass
 
-    def _check(self):
+    def check(self):
         self._over_memory()
         self.clock.check(self._before_yield)
 
-    def _label(self, text):
+    def label(self, text):
         if type(text) is int:
             # (the compiled walk's way to ask for _fold_label: the one helper it calls for labels)
             return self._fold_label(text)
@@ -311,7 +311,7 @@ class Graph(object):
     def _fold_label(self, label):
         """The label of an edge from an entry folded into its collection, to what the entry
         names ``label``: "f" and that label (``__main__.CALLBACKS[].__self__``)."""
-        return self._label("f" + self.labels[label]) if 0 <= label < len(self.labels) else -1
+        return self.label("f" + self.labels[label]) if 0 <= label < len(self.labels) else -1
 
     def _type_id(self, tp):
         t = self.type_index.get(id(tp))
@@ -321,7 +321,7 @@ class Graph(object):
             self.type_names.append(type_name(tp))
         return t
 
-    def _node(self, obj):
+    def node(self, obj):
         """The node of ``obj``, added (not yet walked) if new; -1 for our own objects."""
         i = self.index.get(id(obj))
         if i is not None:
@@ -336,8 +336,8 @@ class Graph(object):
         self.lengths.append(0)
         return i
 
-    def _root(self, obj, label, kind, tier, wall=False):
-        i = self._node(obj)
+    def root(self, obj, label, kind, tier, wall=False):
+        i = self.node(obj)
         if i <= 0:
             return i
         roots = self.roots
@@ -345,39 +345,39 @@ class Graph(object):
         roots.append(label)
         roots.append(kind)
         roots.append(tier)
-        self._edge(0, i, -1)
+        self.edge(0, i, -1)
         if wall:
-            self._wall(i)
+            self.wall(i)
         return i
 
     # What graph_roots.py asks of a graph, whichever walks it.
 
-    def _wall(self, i):
+    def wall(self, i):
         self.walls.add(i)
 
-    def _push(self, stack, i, obj):
+    def push(self, stack, i, obj):
         """Node ``i`` (``obj``) to be walked (a dict root names its parts: nothing is folded
         into it, as the compiled walk's STACK_NAMESPACE)."""
         stack.append(i)
         if type(obj) is dict:
             self.namespaces.add(i)
 
-    def _count(self):
+    def node_count(self):
         return len(self.nodes)
 
-    def _own(self, obj):
+    def own(self, obj):
         """``obj`` is leakhound's: never a node."""
         self.index[id(obj)] = -1
 
-    def _known(self, obj):
+    def known(self, obj):
         return id(obj) in self.index
 
-    def _unknown(self, objects):
+    def unknown(self, objects):
         """The objects of a list that are no node (nor ours)."""
         index = self.index
         return [o for o in objects if id(o) not in index]
 
-    def _tracked(self):
+    def tracked_count(self):
         """Nodes of types gc tracks (all but the leaves)."""
         leaf_types = {t for t, tp in enumerate(self.type_keys) if id(tp) in LEAF_TYPE_IDS}
         return sum(1 for t in self.types if t not in leaf_types)
@@ -411,17 +411,17 @@ class Graph(object):
         # as long as the heap is big: the walk must not set one off).
         self.gc_before = [g.get("collections", 0) for g in gc.get_stats()]
         stack = []
-        self._own(stack)
+        self.own(stack)
         # Tracked objects made after this one were made during the walk (tracked.made_after).
         self.walk_began = []
-        self._own(self.walk_began)
+        self.own(self.walk_began)
         self.young_at_start = young_ids()  # (None: too many to keep)
         if self.young_at_start is not None:
-            self._own(self.young_at_start)
+            self.own(self.young_at_start)
         add_roots(self, stack)
-        self._walk(stack)
+        self.walk(stack)
         add_thread_roots(self, stack)
-        self._walk(stack)
+        self.walk(stack)
         held_from_c(self, stack)
         self._settle()
         self.seconds = time.perf_counter() - started
@@ -458,17 +458,17 @@ class Graph(object):
         self.ids.append(address)
         self.lengths.append(0)
         for owner in key[0]:
-            self._edge(owner, j, -1)
+            self.edge(owner, j, -1)
         if len(self.leaf_groups) < _LEAF_GROUPS:
             self.leaf_groups[key] = j
         return 0
 
-    def _edge(self, i, j, label):
+    def edge(self, i, j, label):
         self.src.append(i)
         self.dst.append(j)
         self.lab.append(label)
 
-    def _walk(self, stack):
+    def walk(self, stack):
         nodes = self.nodes
         index = self.index
         sizes = self.sizes
@@ -490,11 +490,11 @@ class Graph(object):
         dict_keys = _list_keys
         dict_values = _list_values
         type_id = self._type_id
-        label_of = self._label
+        label_of = self.label
         size_of = self.size_of
         max_nodes = self.max_nodes
         perf_counter = time.perf_counter
-        d_label = self._label("d")
+        d_label = self.label("d")
         dict_labels = self.dict_labels
         type_labels = {}  # id(type) -> label of "t<Type>"
         frame_like = FRAME_LIKE_IDS
@@ -681,7 +681,7 @@ class Graph(object):
             ref = refs = names = obj = None
             steps += 1
             if steps & _CHECK_EVERY == 0:
-                self._check()
+                self.check()
                 self.progress("graph", len(nodes))
 
     def _collections(self):
@@ -717,7 +717,7 @@ class Graph(object):
     node_keys = "id"  # how roots and edges name a node: its id here, its address in C
 
     def result(self):
-        n = self._count()
+        n = self.node_count()
         payload_bytes = self._payload_bytes()
         self._release()
         self.type_keys = None
@@ -784,7 +784,7 @@ class CompiledGraph(Graph):
         self.frame_labels = {}  # id(type) -> label of "t<Type>"
         self.spool = spool
         self.store = _walk_module.graph_new(
-            self.max_nodes, self.type_index, self._type_id, self.label_index, self._label,
+            self.max_nodes, self.type_index, self._type_id, self.label_index, self.label,
             self.slot_cache, self._slot_labels, self.frame_labels, self._frame_label,
             tuple(_FRAME_LIKE_TYPES), for_compiled_walk(self.native, _walk_module), self._native_extra, GraphTooBig)
         for own in self.index:
@@ -803,12 +803,12 @@ class CompiledGraph(Graph):
         if id(tp) in _PLAIN_IDS:
             found = ()
         else:
-            found = tuple((self._label("a" + name), descr) for name, descr in self._slots_of(tp))
+            found = tuple((self.label("a" + name), descr) for name, descr in self._slots_of(tp))
         self.slot_cache[id(tp)] = found
         return found
 
     def _frame_label(self, tp):
-        label = self.frame_labels[id(tp)] = self._label("t" + short_type_name(tp))
+        label = self.frame_labels[id(tp)] = self.label("t" + short_type_name(tp))
         return label
 
     def _native_extra(self, obj):
@@ -817,34 +817,34 @@ class CompiledGraph(Graph):
 
     # The building blocks, on the capsule.
 
-    def _node(self, obj):
+    def node(self, obj):
         i = _walk_module.graph_find(self.store, id(obj))
         if i is not None:
             return i
         return _walk_module.graph_node(self.store, obj, self.size_of(obj), self._type_id(type(obj)))
 
-    def _edge(self, i, j, label):
+    def edge(self, i, j, label):
         _walk_module.graph_edge(self.store, i, j, label)
 
-    def _wall(self, i):
+    def wall(self, i):
         _walk_module.graph_edge(self.store, 0, i, 0, True)
 
-    def _push(self, stack, i, obj):
+    def push(self, stack, i, obj):
         stack.append(obj)
 
-    def _count(self):
+    def node_count(self):
         return _walk_module.graph_info(self.store)[0]
 
-    def _own(self, obj):
+    def own(self, obj):
         _walk_module.graph_own(self.store, id(obj))
 
-    def _known(self, obj):
+    def known(self, obj):
         return _walk_module.graph_find(self.store, id(obj)) is not None
 
-    def _unknown(self, objects):
+    def unknown(self, objects):
         return _walk_module.graph_unknown(self.store, objects)
 
-    def _tracked(self):
+    def tracked_count(self):
         return _walk_module.graph_info(self.store)[2]
 
     def _settle(self):
@@ -857,13 +857,13 @@ class CompiledGraph(Graph):
         if self.store is not None:
             _walk_module.graph_flush(self.store)
 
-    def _check(self):
+    def check(self):
         if (self.clock.max_hold is None and self.spool is not None and self.store is not None
                 and _walk_module.graph_info(self.store)[5] > self.FLUSH_BYTES):
             _walk_module.graph_flush(self.store)
-        Graph._check(self)
+        Graph.check(self)
 
-    def _walk(self, stack):
+    def walk(self, stack):
         walk = _walk_module.graph_walk
         store = self.store
         perf_counter = time.perf_counter
@@ -878,8 +878,8 @@ class CompiledGraph(Graph):
                 self.max_step = took
             if not done:
                 return
-            self._check()
-            self.progress("graph", self._count())
+            self.check()
+            self.progress("graph", self.node_count())
 
     def run(self):
         try:

@@ -36,22 +36,22 @@ def add_roots(graph, stack):
     # The duty cycle, the deadline and the cancel every 256 modules and classes: thousands of
     # modules and tens of thousands of classes were one 170 ms stretch (the real verifiers
     # worker's heap; its heartbeat thread waited 182 ms).
-    check = graph._check
+    check = graph.check
     check()
     tiers = {}
     for module, name, kind, tier in roots.modules(graph.is_stdlib, check, tiers):
-        m = graph._root(module, name, kind, tier, wall=True)
+        m = graph.root(module, name, kind, tier, wall=True)
         d = instance_dict(module)
         if d is not None and m > 0:
-            dn = graph._node(d)
+            dn = graph.node(d)
             if dn > 0:
-                graph._wall(dn)
-                graph._edge(m, dn, graph._label("d"))
-                graph._push(stack, dn, d)
+                graph.wall(dn)
+                graph.edge(m, dn, graph.label("d"))
+                graph.push(stack, dn, d)
     module = d = None
     check()
     for cls, name, kind, tier in roots.classes(tiers, check):
-        c = graph._root(cls, name, kind, tier, wall=True)
+        c = graph.root(cls, name, kind, tier, wall=True)
         if c > 0:
             # The class's own dict (``__dict__`` would be a new mappingproxy).
             d = None
@@ -61,21 +61,21 @@ def add_roots(graph, stack):
                     break
             ref = None
             if d is not None:
-                dn = graph._node(d)
+                dn = graph.node(d)
                 if dn > 0:
-                    graph._wall(dn)
-                    graph._edge(c, dn, graph._label("d"))
-                    graph._push(stack, dn, d)
-            graph._push(stack, c, cls)
+                    graph.wall(dn)
+                    graph.edge(c, dn, graph.label("d"))
+                    graph.push(stack, dn, d)
+            graph.push(stack, c, cls)
     cls = d = None
     check()
     # Each task's context variables are its own, by name: what a pending future's callback
     # also reaches through the context (a Queue.get's waiter) is a back-reference (passes.py).
     c_future = c_future_class()
     for task, name, kind, tier in roots.tasks(check):
-        t = graph._root(task, name, kind, tier)
+        t = graph.root(task, name, kind, tier)
         if t > 0:
-            graph._push(stack, t, task)
+            graph.push(stack, t, task)
             ctx = task_context(task, c_future)
             if ctx is not None:
                 for var_name, value in context_variables(ctx):
@@ -83,7 +83,7 @@ def add_roots(graph, stack):
                 value = None
             ctx = None
     task = None
-    graph.progress("graph", graph._count())
+    graph.progress("graph", graph.node_count())
 
 
 def add_thread_roots(graph, stack):
@@ -94,18 +94,18 @@ def add_thread_roots(graph, stack):
     its address; walked first, its address was taken by a new object (a step's
     ``tool_calls[0]``) that the rest of the walk then met as the copy, with the copy's edges
     to every entry of the registry. Walked last, only other soft roots can meet that address."""
-    check = graph._check
+    check = graph.check
     check()
     # Each frame its own root, with what its variables hold (3.11+ keep a running frame's
     # variables outside the frame object: gc.get_referents does not show them, and without
     # these edges they were "<held from C: ...>").
     for frame, name, kind, tier in roots.thread_frames():
         # (a frame the walk met already, through a coroutine it runs: a root, not walked again)
-        known = graph._known(frame)
-        f = graph._root(frame, name, kind, tier)
+        known = graph.known(frame)
+        f = graph.root(frame, name, kind, tier)
         if f > 0:
             if not known:
-                graph._push(stack, f, frame)
+                graph.push(stack, f, frame)
             # (the agent's other thread runs the payload's code: its variables are ours)
             variables = roots.frame_locals(frame, _walk_module) if not _runs_payload_code(frame) else None
             for var_name, value in variables or ():
@@ -113,7 +113,7 @@ def add_thread_roots(graph, stack):
             variables = value = None
             check()
     frame = None
-    graph.progress("graph", graph._count())
+    graph.progress("graph", graph.node_count())
 
 
 def _runs_payload_code(frame):
@@ -138,13 +138,13 @@ def _variable_edge(graph, stack, src, value, label):
     # the caller's variable, the list it came from, this call's argument, getrefcount's
     if leaf and sys.getrefcount(value) > SHARED_LEAF + 4:
         return
-    known = graph._known(value)
-    j = graph._node(value)
+    known = graph.known(value)
+    j = graph.node(value)
     if j <= 0:
         return
-    graph._edge(src, j, graph._label(label))
+    graph.edge(src, j, graph.label(label))
     if not known and not leaf:
-        graph._push(stack, j, value)
+        graph.push(stack, j, value)
 
 
 # Objects per step when held_from_c goes over gc.get_objects()'s list.
@@ -170,20 +170,20 @@ def held_from_c(graph, stack):
     """Tracked objects no root reached but something outside the heap references (C
     state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
     every tracked object, one call that cannot be split: skipped over the pause budget."""
-    tracked = graph._tracked()
+    tracked = graph.tracked_count()
     estimate = tracked * ns_per_object() / 1e6
     graph.unreached["estimated_pause_ms"] = round(estimate, 1)
     if not unsplit_step_fits(estimate, graph.max_pause_ms):
         graph.unreached["reason"] = held_from_c_over_budget(tracked, estimate, graph.max_pause_ms)
         return
-    graph._check()
+    graph.check()
     collections = _older_collections()
     t0 = time.perf_counter()
     objects = tracked_objects()
     took = time.perf_counter() - t0
     if took > graph.max_step:
         graph.max_step = took
-    graph._own(objects)
+    graph.own(objects)
     # What was made after the walk began (its referrer walked already, the new reference
     # not seen) is no more held from C than what the walk reached: named for what it is.
     # Read after the list: anything in it made after the marker is in ``made`` or, with
@@ -195,7 +195,7 @@ def held_from_c(graph, stack):
     marker = graph.walk_began
     young = graph.young_at_start
     made, older = made_after(marker) if marker is not None and young is not None else (set(), False)
-    graph._own(made)
+    graph.own(made)
     if older and (_older_collections() != collections or collections[-1:] != graph.gc_before[2:3]):
         older = False
     # In slices, the clock looked at between them: one pass over every tracked object (700k
@@ -203,38 +203,38 @@ def held_from_c(graph, stack):
     unreached = []
     mark = id(marker) if older else None  # looked for in the oldest generation, the list's tail
     for start in range(0, len(objects), _SLICE):
-        graph._check()
+        graph.check()
         piece = objects[start:start + _SLICE]
-        found = graph._unknown(piece)
+        found = graph.unknown(piece)
         if mark is not None:
             ids = list(map(id, piece))
             if mark in ids:
-                made.update(map(id, graph._unknown(piece[ids.index(mark) + 1:])))
+                made.update(map(id, graph.unknown(piece[ids.index(mark) + 1:])))
                 mark = None
             ids = None
         elif older:
             made.update(map(id, found))
         unreached.extend(found)
         piece = found = None
-    graph._own(unreached)
+    graph.own(unreached)
     while objects:  # let go in pieces: the last reference to what died meanwhile
-        graph._check()
+        graph.check()
         del objects[-_SLICE:]
     del objects
-    held = referenced_from_outside(unreached, held=1, tick=graph._check)
+    held = referenced_from_outside(unreached, held=1, tick=graph.check)
     for n, obj in enumerate(held):
         if n & 255 == 255:
-            graph._check()
-        if graph._known(obj):
+            graph.check()
+        if graph.known(obj):
             continue
         form = "<made during the walk: %s>" if id(obj) in made and id(obj) not in young else "<held from C: %s>"
-        i = graph._root(obj, form % type_name(type(obj)), "held", TIER_HELD)
+        i = graph.root(obj, form % type_name(type(obj)), "held", TIER_HELD)
         if i > 0:
-            graph._push(stack, i, obj)
-            graph._walk(stack)
+            graph.push(stack, i, obj)
+            graph.walk(stack)
     graph.unreached["examined"] = True
     graph.unreached["held"] = len(held)
-    graph.unreached["garbage_objects"] = sum(len(graph._unknown(unreached[k:k + _SLICE]))
+    graph.unreached["garbage_objects"] = sum(len(graph.unknown(unreached[k:k + _SLICE]))
                                              for k in range(0, len(unreached), _SLICE))
     del unreached, held, made
     obj = None

@@ -202,7 +202,7 @@ def _sizer(clock, compiled):
     return _CompiledSizer(clock, claim) if claim is not None else _PythonSizer(clock)
 
 
-def _attr(obj, name):
+def own_attr(obj, name):
     """An instance attribute from its ``__dict__`` only (no descriptors, no getattr)."""
     d = instance_dict(obj)
     return dict.get(d, name) if d is not None else None
@@ -228,14 +228,14 @@ def _base64_chars(root, limit=200000, tick=None):
     return total
 
 
-def _runtimes():
+def find_runtimes():
     found = []
     for modname in RUNTIME_MODULES:
         module = sys.modules.get(modname)
         if module is None:
             continue
-        registry = _attr(module, "_RUNTIME_REGISTRY")
-        data = _attr(registry, "data") if registry is not None else None
+        registry = own_attr(module, "_RUNTIME_REGISTRY")
+        data = own_attr(registry, "data") if registry is not None else None
         if type(data) is not dict:
             continue
         for ref in gc.get_referents(data):
@@ -243,7 +243,7 @@ def _runtimes():
                 runtime = ref()
             except TypeError:
                 continue
-            if runtime is not None and type(_attr(runtime, "trajectories")) is dict:
+            if runtime is not None and type(own_attr(runtime, "trajectories")) is dict:
                 found.append((modname, runtime))
     return found
 
@@ -310,14 +310,14 @@ def _is_bloated(message):
     return not (set(dict.keys(message)) <= SIDECAR_MESSAGE_KEYS and token_keys <= SIDECAR_TOKEN_KEYS)
 
 
-def _servers(runtimes):
+def find_servers(runtimes):
     seen = set()
     out = []
     for _mod, runtime in runtimes:
-        harness = _attr(runtime, "harness")
-        endpoint = _attr(harness, "endpoint") if harness is not None else None
-        server = _attr(endpoint, "server") if endpoint is not None else None
-        if server is not None and id(server) not in seen and type(_attr(server, "intercepts")) is dict:
+        harness = own_attr(runtime, "harness")
+        endpoint = own_attr(harness, "endpoint") if harness is not None else None
+        server = own_attr(endpoint, "server") if endpoint is not None else None
+        if server is not None and id(server) not in seen and type(own_attr(server, "intercepts")) is dict:
             seen.add(id(server))
             out.append(server)
     return out
@@ -394,12 +394,12 @@ def registered_before():
     finished (with the graph walked before the census, seconds pass in between). None when
     there is no runtime or it cannot be read. Never raises."""
     try:
-        runtimes = _runtimes()
+        runtimes = find_runtimes()
         if not runtimes:
             return None
         out = set()  # type: set
         for _mod, runtime in runtimes:
-            out.update(str(k) for k in list(dict.keys(_attr(runtime, "trajectories"))))
+            out.update(str(k) for k in list(dict.keys(own_attr(runtime, "trajectories"))))
         return out
     except Exception:
         return None
@@ -411,7 +411,7 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
     loads (False: deep_size in Python, as a request's ``walker: python``); ``in_flight`` and
     ``registered``: what was in flight and registered as the owners' walk began."""
     clock = clock if clock is not None else _Clock()
-    runtimes = _runtimes()
+    runtimes = find_runtimes()
     if not runtimes:
         return {"skipped": "no verifiers v1 runtime in this process (no live Runtime in _RUNTIME_REGISTRY)"}
     # Registry first, live rollouts second: an entry registered in between is not in our
@@ -419,7 +419,7 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
     # read_at (the target's clock, as the snapshot's taken_at): the owners table counted the
     # same dicts earlier in the request, and a busy worker's counts move in between
     registry_read_at = time.time()
-    registries = [list(dict.items(_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
+    registries = [list(dict.items(own_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
     live_ids = _live_trajectory_ids(clock=clock) | set(in_flight)
     registry = {  # type: dict
         "runtimes": len(runtimes),
@@ -465,12 +465,12 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
         steps[key] = sized[key]
     intercepts = {"servers": 0, "entries": 0, "delivered": 0, "pending": 0, "body_bytes": 0,
                   "delivered_body_bytes": 0, "base64_bytes": 0}  # type: dict
-    servers = _servers(runtimes)
+    servers = find_servers(runtimes)
     intercepts["servers"] = len(servers)
     intercepts["read_at"] = round(time.time(), 3)
     held = []  # (intercept, delivered)
     for server in servers:
-        for n, intercept in enumerate(list(dict.values(_attr(server, "intercepts")))):
+        for n, intercept in enumerate(list(dict.values(own_attr(server, "intercepts")))):
             if not n & 255:
                 clock.tick()
             if not isinstance(intercept, dict):
@@ -510,8 +510,8 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
 def registry_counts():
     """Entries and finished entries of the trajectory registries, without sizing anything:
     cheap enough to read at the instant a fix is applied."""
-    runtimes = _runtimes()
-    registries = [list(dict.keys(_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
+    runtimes = find_runtimes()
+    registries = [list(dict.keys(own_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
     live_ids = _live_trajectory_ids()
     keys = [str(k) for keys in registries for k in keys]
     counts = {"entries": len(keys),

@@ -39,7 +39,7 @@ import traceback
 # is loaded from the request's private directory, which is removed once it is answered, and
 # the next request reuses the loaded package (same version): a module first imported then
 # would not be found ("cannot import name 'graph'").
-from . import arena, census, graph, pacing, patches, probes, sampling, transport, wire
+from . import arena, census, graph, pacing, patches, probes, sampling, sites, transport, wire
 from .graph_wire import BINARY_FILE
 from .wire import PAYLOAD_VERSION
 
@@ -82,6 +82,12 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # The RSS before the payload was loaded (boot.py sets it, the loading being part of what a
 # request costs the target); taken by the next request, which measures its cost from it.
 _rss_at_boot = 0
+
+
+def set_rss_at_boot(rss):
+    """The RSS before boot.py loaded the payload, for the next request to measure from."""
+    global _rss_at_boot
+    _rss_at_boot = rss
 
 
 class _MemoryBudget(object):
@@ -284,6 +290,9 @@ def _snapshot(request, progress, stop, exchange=None):
     if want_graph and exchange is not None and request.get("early_graph"):
         return _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, phases, max_pause,
                                      census_owners)
+    # Allocation sites (a watch's tracker) are read as the graph's walk ends: it noted which
+    # node each surviving sample is part of.
+    want_sites = bool(request.get("sites"))
     heap = census_run(not want_graph, (request,))
     phase("census")
     out_graph = None
@@ -292,6 +301,8 @@ def _snapshot(request, progress, stop, exchange=None):
         # The rollouts in flight as the graph's walk begins: one finished by the probes' time
         # is still its task's in the graph (the probes then count it in flight).
         in_flight, registered = probes.in_flight_before(), probes.registered_before()
+        if want_sites:
+            sites.noting(True)
         out_graph = _graph(request, progress, stop, heap, spool_dir=getattr(exchange, "spool_dir", None))
         phase("graph")
         if out_graph.get("skipped"):
@@ -301,10 +312,14 @@ def _snapshot(request, progress, stop, exchange=None):
                 del counted
                 phase("census (owners)")
             heap.pop("graph_started_at", None)
+    sites_found = sites.read_and_stop() if want_sites else None
     allocators, found = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
     stop.check("result")
     # phases: where the request's time went (docs/performance.md), [wall s, CPU s]
-    return wire.snapshot_answer(heap, allocators, found, phases, graph=out_graph)
+    out = wire.snapshot_answer(heap, allocators, found, phases, graph=out_graph)
+    if sites_found is not None:
+        out["sites"] = sites_found
+    return out
 
 
 def _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered):
@@ -335,9 +350,13 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
     graph_started_at = time.time()
     in_flight, registered = probes.in_flight_before(), probes.registered_before()
     reached = {}  # type: dict  # what the graph walk reached, as the census bitmap (graph_reached)
+    want_sites = bool(request.get("sites"))
+    if want_sites:
+        sites.noting(True)  # the walk notes which node each surviving sample is part of
     out_graph = _graph(request, progress, stop, census_seconds=_last_census["seconds"], spool_dir=exchange.spool_dir,
                        tallies=True,
                        reached=reached)
+    sites_found = sites.read_and_stop() if want_sites else None
     phase("graph")
     skipped = out_graph.get("skipped")
     graph_seconds = float(out_graph.get("graph_seconds") or 0.0)
@@ -367,6 +386,8 @@ def _snapshot_graph_first(request, progress, stop, exchange, census_run, phase, 
         heap["graph_started_at"] = graph_started_at  # dominator owners are counted from here
     allocators, found = _arena_and_probes(request, progress, stop, phase, max_pause, in_flight, registered)
     out = wire.snapshot_answer(heap, allocators, found, phases, graph_sent=True)
+    if sites_found is not None:
+        out["sites"] = sites_found
     if not skipped:
         # The owners' paths, once the CLI has chosen them: walked again here to name them.
         progress("names", 0)
@@ -624,13 +645,22 @@ def _sample(request, progress, stop):
     return sampling.sample(request, progress)
 
 
+def _sites(request, progress, stop):
+    action = request.get("action")
+    if action == wire.SITES_START:
+        return {"sites": sites.start(request), "python_version": wire.python_version()}
+    if action == wire.SITES_STOP:
+        return {"sites": sites.stop()}
+    return {"sites": sites.state()}
+
+
 def _names(request, progress, stop):
 
     return graph.name_paths(request)
 
 
 OPERATIONS = {wire.OP_SNAPSHOT: _snapshot, wire.OP_PING: _ping, wire.OP_PATCH: _patch, wire.OP_SAMPLE: _sample,
-              wire.OP_GRAPH: _graph_op, wire.OP_NAMES: _names}
+              wire.OP_GRAPH: _graph_op, wire.OP_NAMES: _names, wire.OP_SITES: _sites}
 
 
 def handle(request, progress=None, cancelled=None, exchange=None):
@@ -644,6 +674,7 @@ def handle(request, progress=None, cancelled=None, exchange=None):
     if not _busy.acquire(blocking=False):
         return wire.failed(wire.KIND_BUSY, "another leakhound request is running in this process")
     started = time.perf_counter()
+    sites.ignore_this_thread()  # the payload's allocations are not the target's sites
     global _rss_at_boot
     memory = _MemoryBudget(_max_extra_bytes(request), _rss_at_boot)
     _rss_at_boot = 0

@@ -24,6 +24,10 @@ OP_PATCH = "patch"
 OP_SAMPLE = "sample"  # watch: the asked owners' and the types' counts
 OP_GRAPH = "graph"  # the object graph alone
 OP_NAMES = "names"  # the owners' paths walked again in the target, to name them
+OP_SITES = "sites"  # the allocation-site tracker: ``action`` SITES_START, SITES_STOP or SITES_STATE
+SITES_START = "start"
+SITES_STOP = "stop"
+SITES_STATE = "state"
 
 # Documents handed over within a snapshot request, before its answer (``early_graph``):
 # the graph's records as they are written, the graph, and the CLI's reply naming the paths
@@ -83,6 +87,23 @@ if TYPE_CHECKING:
         early_graph: bool  # hand the graph over before the answer (attach sets it)
         timeout: float  # the payload's own deadline (attach sets it)
         max_extra_bytes: int  # the request's memory budget in the target (attach sets it)
+        sites: bool  # read the allocation-site tracker as the graph's walk ends, then stop it
+
+    class SitesRequest(TypedDict, total=False):
+        op: str
+        action: str  # SITES_START, SITES_STOP, SITES_STATE
+        mean_bytes: int  # one sample per this many bytes allocated, on average
+        seconds: float  # the tracker's own deadline
+        max_samples: int
+
+    class SitesFound(TypedDict, total=False):
+        """The tracker's surviving samples (sites.read_and_stop)."""
+
+        available: bool
+        reason: str
+        samples: List[List[int]]  # [node address (0: none), stack, bytes, count, samples]
+        stacks: List[List[List[object]]]  # [file, line, function] each, innermost first
+        tracker: Dict[str, Any]  # _sites.c's state: sampled, dropped, table_bytes, expired...
 
     class NamesRequest(TypedDict, total=False):
         op: str
@@ -272,6 +293,7 @@ if TYPE_CHECKING:
         graph: Graph  # in the answer when it was not handed over before it
         graph_sent: bool  # the graph was handed over before the answer (PARTIAL_GRAPH)
         names: Names  # the paths the CLI posted (REPLY_NAMES), named
+        sites: SitesFound  # with the request's ``sites``
 
     class SampleAnswer(Answer, total=False):
         started_at: float

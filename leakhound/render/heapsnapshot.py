@@ -13,6 +13,7 @@ leakhound's (tests/integration/test_dominator_owners.py reads it back with memla
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -28,6 +29,20 @@ _NODE_TYPE = {"str": 2, "bytes": 2, "list": 1, "tuple": 1, "set": 1, "frozenset"
 _PROPERTY = EDGE_TYPES.index("property")
 _ELEMENT = EDGE_TYPES.index("element")
 _ROW = 100_000  # values per write
+
+
+def _write_values(out: TextIO, values: Iterator[str]) -> None:
+    """``values`` joined by commas, written _ROW at a time (the file is too big for one string)."""
+    row: list[str] = []
+    written = False
+    for value in values:
+        row.append(value)
+        if len(row) >= _ROW:
+            out.write(("," if written else "") + ",".join(row))
+            written = True
+            row = []
+    if row:
+        out.write(("," if written else "") + ",".join(row))
 
 
 def _meta() -> dict[str, object]:
@@ -89,37 +104,26 @@ def write_to(out: TextIO, graph: ObjectGraph) -> None:
     out.write('{"snapshot":{"meta":')
     out.write(json.dumps(_meta()))
     out.write(f',"node_count":{n},"edge_count":{m},"trace_function_count":0}},\n"nodes":[')
-    row: list[str] = []
-    written = 0
-    for v in range(n):
-        t = graph.types[v]
-        kind = 9 if v == 0 else type_kind[t]
-        name = string("(leakhound roots)") if v == 0 else type_string[t]
-        row.append(f"{kind},{name},{2 * v + 1},{graph.sizes[v]},{counts[v + 1] - counts[v]},0,0")
-        if len(row) >= _ROW:
-            out.write(("," if written else "") + ",".join(row))
-            written += len(row)
-            row = []
-    if row:
-        out.write(("," if written else "") + ",".join(row))
+    def nodes() -> Iterator[str]:
+        for v in range(n):
+            t = graph.types[v]
+            kind = 9 if v == 0 else type_kind[t]
+            name = string("(leakhound roots)") if v == 0 else type_string[t]
+            yield f"{kind},{name},{2 * v + 1},{graph.sizes[v]},{counts[v + 1] - counts[v]},0,0"
+
+    def edges() -> Iterator[str]:
+        for k, e in enumerate(order):
+            s, d, lab = graph.src[e], graph.dst[e], graph.lab[e]
+            if s == 0:
+                yield f"{_PROPERTY},{string(root_names.get(d, '?'))},{d * 7}"
+            elif lab >= 0:
+                yield f"{_PROPERTY},{label_string[lab]},{d * 7}"
+            else:
+                yield f"{_ELEMENT},{k - counts[s]},{d * 7}"
+
+    _write_values(out, nodes())
     out.write('],\n"edges":[')
-    row = []
-    written = 0
-    for k, e in enumerate(order):
-        s, d, lab = graph.src[e], graph.dst[e], graph.lab[e]
-        if s == 0:
-            edge = f"{_PROPERTY},{string(root_names.get(d, '?'))},{d * 7}"
-        elif lab >= 0:
-            edge = f"{_PROPERTY},{label_string[lab]},{d * 7}"
-        else:
-            edge = f"{_ELEMENT},{k - counts[s]},{d * 7}"
-        row.append(edge)
-        if len(row) >= _ROW:
-            out.write(("," if written else "") + ",".join(row))
-            written += len(row)
-            row = []
-    if row:
-        out.write(("," if written else "") + ",".join(row))
+    _write_values(out, edges())
     out.write('],\n"trace_function_infos":[],"trace_tree":[],"samples":[],"locations":[],\n"strings":')
     out.write(json.dumps(strings))
     out.write("}\n")

@@ -123,6 +123,13 @@ def _mb(n: float) -> str:
     return fmt_bytes(n, "MiB", decimals=0)
 
 
+def _delta(base: dict[str, Any] | None, row: dict[str, Any], key: str) -> str:
+    """``row[key]`` against the first row (no fixes); blank on that row itself."""
+    if base is None or row is base or not base[key]:
+        return ""
+    return change(base[key], row[key])
+
+
 def render_confirm(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None) -> None:
     con = console(file)
     table = Table(title="confirm: each fix measured in fresh worker processes", title_justify="left",
@@ -134,14 +141,9 @@ def render_confirm(rows: Sequence[dict[str, Any]], *, file: TextIO | None = None
         table.add_column(name, justify=justify, no_wrap=name != "fixes", overflow="fold")  # type: ignore[arg-type]
     base = rows[0] if rows else None
     for row in rows:
-        def delta(key: str, row: dict[str, Any] = row) -> str:
-            if base is None or row is base or not base[key]:
-                return ""
-            return change(base[key], row[key])
-
         table.add_row(
-            row["fixes"], _mb(row["peak_rss_bytes"]), delta("peak_rss_bytes"),
-            _mb(row["resting_rss_bytes"]), delta("resting_rss_bytes"),
+            row["fixes"], _mb(row["peak_rss_bytes"]), _delta(base, row, "peak_rss_bytes"),
+            _mb(row["resting_rss_bytes"]), _delta(base, row, "resting_rss_bytes"),
             _mb(row["registry_retained_bytes"]), _mb(row["intercept_peak_body_bytes"]),
             _mb(row["step_redundant_bytes"]),
         )
@@ -162,13 +164,8 @@ def render_confirm_workload(rows: Sequence[dict[str, Any]], *, file: TextIO | No
                          overflow="fold")
     base = rows[0] if rows else None
     for row in rows:
-        def delta(key: str, row: dict[str, Any] = row) -> str:
-            if base is None or row is base or not base[key]:
-                return ""
-            return change(base[key], row[key])
-
-        table.add_row(row["fixes"], _mb(row["peak_rss_bytes"]), delta("peak_rss_bytes"),
-                      _mb(row["resting_rss_bytes"]), delta("resting_rss_bytes"),
+        table.add_row(row["fixes"], _mb(row["peak_rss_bytes"]), _delta(base, row, "peak_rss_bytes"),
+                      _mb(row["resting_rss_bytes"]), _delta(base, row, "resting_rss_bytes"),
                       ", ".join(row["applied"]) or "-", ", ".join(row["refused"]) or "-")
     con.print(table)
     con.print("[dim]peak: the worker's VmHWM; resting: its VmRSS once the workload is done (and a few "

@@ -133,6 +133,47 @@ def render_reports(reports: tuple[GrowthReport, ...], *, top: int = 10, file: Te
         for warning in report.warnings:
             con.print(f"  [yellow]warning:[/yellow] {warning}")
         render_findings(report.findings, pid=report.pid, file=file)
+        if report.sites is not None:
+            render_sites(report, file=file)
+
+
+# Frames of a site shown on screen (the JSON has all the tracker kept), innermost first.
+SITE_FRAMES = 3
+SITES_SHOWN = 5
+
+
+def _frame(file: str, line: int, function: str) -> str:
+    return f"{file.rsplit('/', 1)[-1]}:{line} {function}"
+
+
+def render_sites(report: GrowthReport, *, file: TextIO | None = None) -> None:
+    """Where each growing owner's surviving bytes were allocated (``watch --sites``)."""
+    con = console(file)
+    tracking = report.sites
+    assert tracking is not None
+    for finding in report.findings:
+        if not finding.sites:
+            continue
+        total = sum(site.bytes for site in finding.sites) or 1
+        table = Table(title=f"allocation sites of {escape(finding.owner)} (its bytes allocated during the watch "
+                            "and still alive, estimated from samples)", title_justify="left", expand=False)
+        table.add_column("est. bytes", justify="right")
+        table.add_column("share", justify="right")
+        table.add_column("allocs", justify="right")
+        table.add_column("stack (innermost first)")
+        for site in finding.sites[:SITES_SHOWN]:
+            stack = " <- ".join(_frame(f.file, f.line, f.function) for f in site.stack[:SITE_FRAMES])
+            table.add_row(fmt_bytes(site.bytes), f"{100.0 * site.bytes / total:.0f}%", f"{site.count:,}",
+                          escape(stack))
+        con.print(table)
+    expired = " [yellow]expired before it was read: no samples[/yellow]" if tracking.expired else ""
+    con.print(f"  allocation sites: one sample per {fmt_bytes(tracking.mean_bytes)} allocated, "
+              f"{tracking.sampled:,} sampled of {fmt_bytes(tracking.allocated_bytes)} allocated over "
+              f"{tracking.seconds:.0f} s, {tracking.surviving:,} alive at the end "
+              f"({fmt_bytes(tracking.attributed_bytes)} in owners, {fmt_bytes(tracking.not_attributed_bytes)} "
+              f"not attributed); tracker's extra memory in the target {fmt_bytes(tracking.table_bytes)}{expired}")
+    if tracking.note:
+        con.print(f"  [yellow]allocation sites:[/yellow] {escape(tracking.note)}")
 
 
 def report_document(reports: tuple[GrowthReport, ...], *, interrupted: bool = False,

@@ -25,7 +25,7 @@ import pytest
 
 from leakhound.analysis.dominators.graph import GRAPH_FORMAT
 from tests.pythons import installed_pythons
-from tests.utils import AS_NOBODY, NOBODY, ROOT, spawn_target, wait_for_agent_socket
+from tests.utils import AS_NOBODY, FIXTURES, NOBODY, ROOT, agent_exchange, spawn_target, wait_for_agent_socket
 
 pytestmark = pytest.mark.integration
 
@@ -129,16 +129,7 @@ def real_result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A snapshot result as the real agent sends it (the template the wrong ones are made from)."""
     with spawn_target("growing_cache", tmp_path_factory.mktemp("real"), env={"LEAKHOUND_AGENT": "1"}) as child:
         path = wait_for_agent_socket(child.pid)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(60)
-            sock.connect(path)
-            sock.sendall(b'{"op": "snapshot", "top_types": 5, "top_owners": 5, "timeout": 50}\n')
-            data = b""
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+        data = agent_exchange(path, b'{"op": "snapshot", "top_types": 5, "top_owners": 5, "timeout": 50}\n', 60)
     line = next(line for line in data.splitlines() if line.startswith(b'{"result"'))
     result: dict[str, Any] = json.loads(line)["result"]
     assert result["ok"] is True
@@ -351,23 +342,12 @@ def _ping(path: str, timeout: float) -> tuple[dict[str, object], float]:
 
 
 PYTHONS = installed_pythons(minimum=(3, 8))
-_AGENT_ONLY = """
-import sys, time
-sys.path.insert(0, sys.argv[1])
-from leakhound.payload import agent_server as agent
-path = agent.start()
-with open(sys.argv[2], "w") as fh:
-    fh.write(path)
-time.sleep(300)
-"""
-
-
 @pytest.mark.parametrize("python", list(PYTHONS.values()), ids=list(PYTHONS))
 def test_a_slow_client_does_not_stall_the_real_agent(tmp_path: Path, python: str) -> None:
     """A same-user client sends its request a byte every second: the agent answers another
     client meanwhile at once, and drops the slow one after REQUEST_READ_SECONDS."""
     ready = tmp_path / "socket"
-    agent_process = subprocess.Popen([python, "-c", _AGENT_ONLY, str(ROOT), str(ready)],
+    agent_process = subprocess.Popen([python, str(FIXTURES / "agent_only.py"), str(ROOT), str(ready)],
                                      env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         deadline = time.monotonic() + 30

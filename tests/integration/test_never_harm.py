@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from leakhound.core.capture import take_snapshot
 from leakhound.core.request import RequestOptions
 from leakhound.model.names import Method
 from tests.pythons import installed_pythons
-from tests.utils import spawn_target, wait_for_agent_socket, within
+from tests.utils import agent_exchange, spawn_target, wait_for_agent_socket, within
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -24,17 +23,7 @@ def _agent_target_socket(pid: int) -> str:
 
 
 def _ask(path: str, payload: bytes, timeout: float = 10.0) -> dict:  # type: ignore[type-arg]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        sock.sendall(payload)
-        sock.shutdown(socket.SHUT_WR)
-        data = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+    data = agent_exchange(path, payload, timeout, close_write=True)
     lines = [json.loads(line) for line in data.splitlines() if line.strip()]
     return lines[-1]["result"]
 

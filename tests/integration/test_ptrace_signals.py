@@ -24,7 +24,7 @@ from leakhound.core.capture import take_snapshot
 from leakhound.core.request import RequestOptions
 from leakhound.errors import AttachFailed, AttachTimeout, LeakhoundError
 from leakhound.model.names import Method
-from tests.utils import ROOT, spawn_target
+from tests.utils import FIXTURES, ROOT, spawn_target
 
 QUICK = RequestOptions(method=Method.PTRACE, timeout=30)
 
@@ -65,7 +65,7 @@ class Counts:
 
 def _start_sender(pid: int, counts: Path, stop: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.signal_sender", str(pid), str(counts), str(stop)],
+        [sys.executable, str(FIXTURES / "signal_sender.py"), str(pid), str(counts), str(stop)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )
 

@@ -10,7 +10,7 @@ import gc
 from typing import Any
 
 from leakhound.model.names import Method
-from leakhound.payload import census
+from leakhound.payload import census, pacing
 from leakhound.payload.census_unreached import cyclic_only, referenced_from_outside
 from leakhound.payload.objects import instance_dict, slot_values
 
@@ -205,12 +205,14 @@ def test_the_census_yields_right_before_listing_every_tracked_object(monkeypatch
     real = gc.get_objects
 
     def get_objects(*args: Any) -> Any:
-        seen.append(walk.clock._began_at)
+        seen.append((walk.clock._began_at, pacing.own_cpu() - walk.clock.held_since))
         return real(*args)
 
     monkeypatch.setitem(census._measured, "tracked", 10)  # no sizing walk: straight to the list
     monkeypatch.setattr(census.gc, "get_objects", get_objects)
     walk.run()
-    assert seen and seen[0] is not None
-    code, _line = seen[0]
-    assert code.co_name == "run" and code.co_filename.endswith("census.py")
+    assert seen and seen[0][0] is not None
+    (code, _line), held = seen[0]
+    # yielded right there, or the stretch before the step is under the 1 ms yield_now leaves
+    # alone (a yield elsewhere just before: on a loaded machine, the wall clock's)
+    assert (code.co_name == "run" and code.co_filename.endswith("census.py")) or held <= 0.001, (code, held)

@@ -63,8 +63,8 @@ class _SwapsTheCopy(graph.CompiledGraph):
     answer: queue.Queue[bool]
     swapped = False
 
-    def _check(self) -> None:
-        graph.CompiledGraph._check(self)
+    def check(self) -> None:
+        graph.CompiledGraph.check(self)
         if self.swapped or not self.address or self.store is None:
             return
         if graph._walk_module.graph_find(self.store, self.address) is None:

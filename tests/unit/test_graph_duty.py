@@ -29,8 +29,8 @@ def test_the_roots_are_added_under_the_clock(monkeypatch: pytest.MonkeyPatch, co
                                             classes: list[type]) -> None:
     since = [0]
     widest = [0]
-    real_root = graph.Graph._root
-    real_check = graph.Graph._check
+    real_root = graph.Graph.root
+    real_check = graph.Graph.check
 
     def root(self: Any, *args: Any, **kwargs: Any) -> Any:
         since[0] += 1
@@ -41,8 +41,8 @@ def test_the_roots_are_added_under_the_clock(monkeypatch: pytest.MonkeyPatch, co
         since[0] = 0
         real_check(self)
 
-    monkeypatch.setattr(graph.Graph, "_root", root)
-    monkeypatch.setattr(graph.Graph, "_check", check)
+    monkeypatch.setattr(graph.Graph, "root", root)
+    monkeypatch.setattr(graph.Graph, "check", check)
     out = graph.build(timeout=120, progress=None, is_stdlib=lambda name: False, exclude=(), max_nodes=5_000_000,
                       max_pause_ms=50, cancelled=None, compiled=compiled)
     assert out["nodes"] > len(classes)

@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from leakhound import patches
-from leakhound.model.names import CODE_OWNER, FIX_NAMES, METHOD_NAMES, parse_fixes
+from leakhound.model.names import CODE_OWNER, FIX_NAMES, Method, parse_fixes
 from leakhound.payload import census_roots
 from leakhound.payload import patches as payload_patches
 from leakhound.simulate import fixes as simulated_fixes
@@ -25,10 +25,10 @@ def test_the_payload_books_the_code_under_the_models_name() -> None:
     assert f'"{CODE_OWNER}"' in inspect.getsource(census_roots)
 
 
-def test_methods_match_attach() -> None:
-    from leakhound.attach import METHODS
+def test_auto_tries_every_method() -> None:
+    from leakhound.attach import AUTO_ORDER
 
-    assert tuple(METHODS) == METHOD_NAMES
+    assert set(AUTO_ORDER) == set(Method) - {Method.AUTO}
 
 
 @pytest.mark.parametrize(

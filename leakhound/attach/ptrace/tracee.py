@@ -132,6 +132,7 @@ def thread_state(pid: int) -> str:
 
 
 def tracer_pid(pid: int) -> int:
+    """The pid ptrace-attached to ``pid`` right now (another gdb, py-spy, strace), or 0."""
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:

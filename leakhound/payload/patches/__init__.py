@@ -43,11 +43,11 @@ def _owner_ids(name):
     ``InterceptionServer.intercepts``): how the CLI finds the fixed owner among a census's
     owners by identity, not by its path's wording. None for trim (no container)."""
     try:
-        runtimes = probes._runtimes()
+        runtimes = probes.find_runtimes()
         if name in ("registry", "steps"):
-            return [id(probes._attr(runtime, "trajectories")) for _mod, runtime in runtimes]
+            return [id(probes.own_attr(runtime, "trajectories")) for _mod, runtime in runtimes]
         if name == "intercepts":
-            return [id(probes._attr(server, "intercepts")) for server in probes._servers(runtimes)]
+            return [id(probes.own_attr(server, "intercepts")) for server in probes.find_servers(runtimes)]
     except Exception:
         pass  # no verifiers runtime to look at: the fix is refused anyway
     return []
