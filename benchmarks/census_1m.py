@@ -1,8 +1,9 @@
 """What one `leakhound inspect` costs a live worker with a ~1M-object heap, per attach method.
 
-For each method a fresh target (fixtures/bench_heap.py, asyncio loop with a 5 ms heartbeat)
-is built, left to settle, its peak RSS reset (/proc/PID/clear_refs), its worst loop lag reset,
-then `leakhound inspect PID --method M --json` runs once. Printed per method:
+For each method (ptrace, the default, then gdb, agent, remote-exec) a fresh target
+(fixtures/bench_heap.py, asyncio loop with a 5 ms heartbeat) is built, left to settle, its
+peak RSS reset (/proc/PID/clear_refs), its worst loop lag reset, then
+`leakhound inspect PID --method M --json` runs once. Printed per method:
 
 * census: the payload's own census time (snapshot heap.census_seconds)
 * attach->report: wall time of the whole CLI command (start-up, attach, census, output)
@@ -69,7 +70,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small heap (100k objects), fast smoke run")
     parser.add_argument("--objects", type=int, default=None, help="heap size (default 1,000,000)")
-    parser.add_argument("--methods", default="gdb,agent,remote-exec")
+    parser.add_argument("--methods", default="ptrace,gdb,agent,remote-exec")  # ptrace: the default path
     args = parser.parse_args()
     objects = args.objects or (100_000 if args.quick else 1_000_000)
     idle = 1.0 if args.quick else 3.0

@@ -155,6 +155,9 @@ def main() -> int:
     print()
 
     guppy = next((p for p in peers if p["name"] == "guppy3"), None)
+    if guppy is not None:  # the page's one line: each leakhound row against guppy3, in this run
+        c.summarize("; ".join(f"{lh['name']} {lh['wall']:.2f} s vs guppy3 {guppy['wall']:.2f} s = "
+                              f"{guppy['wall'] / lh['wall']:.2f}x, lag {lh['lag_ms']:.0f} ms" for lh in ours))
     for lh in ours:
         if guppy is not None:
             mem = lh["extra_peak"] / guppy["extra_peak"] if guppy["extra_peak"] else float("inf")
