@@ -39,7 +39,9 @@ def test_trim_runs_off_the_loop_on_a_fragmented_heap(tmp_path: Path) -> None:
     # ... and the loop did not wait for them: on the loop, its longest gap was at least the
     # longest trim (71 ms beside 67 ms trims before the trim thread).
     assert truth["max_gap_ms"] < 0.75 * counters["max_trim_ms"], (truth, counters)
-    assert truth["ticks_since_reset"] > 2000, truth
+    # ... and it kept ticking (a 1 ms sleep, ~2 ms a tick: ~2,700 in the window; 1,812 with
+    # the CI's three test workers beside it): a loop the trims stalled would tick a few hundred
+    assert truth["ticks_since_reset"] > 1000, truth
 
 
 def test_trim_thread_is_one_and_goes_with_the_revert(tmp_path: Path) -> None:
