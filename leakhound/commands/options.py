@@ -129,6 +129,9 @@ HtmlOpt = Annotated[Path | None, typer.Option(
     "--html", metavar="FILE",
     help="Also write one self-contained HTML page (no network) for the incident ticket: findings with their "
          "fix commands, the memory ledger, the owners as a zoomable treemap, their retainer paths.")]
+SitesRateOpt = Annotated[int, typer.Option(
+    "--sites-rate", min=1024, metavar="BYTES",
+    help="With --sites: one sample per this many bytes allocated, on average.")]
 
 
 def check_report_path(path: Path) -> None:

@@ -17,6 +17,7 @@ from leakhound.commands.options import (
     MatchOpt,
     MethodOpt,
     PidsArg,
+    SitesRateOpt,
     TimeoutOpt,
     complete_fixes,
     finite,
@@ -71,9 +72,7 @@ def command(
         "--sites", help="With --verify: also sample allocations in the worker for the window after the fix (a "
                         "hook removed afterwards, and by itself if leakhound dies): the proof says which Python "
                         "stacks allocated the fixed owner's growth that remains, and the process's.")] = False,
-    sites_rate: Annotated[int, typer.Option(
-        "--sites-rate", min=1024, metavar="BYTES",
-        help="With --sites: one sample per this many bytes allocated, on average.")] = DEFAULT_SITES_RATE,
+    sites_rate: SitesRateOpt = DEFAULT_SITES_RATE,
 ) -> None:
     """Apply a known fix to a live worker as a runtime monkeypatch, and prove with numbers
     measured in the worker that it moves what it should. Without PID or --match, shows the fix

@@ -16,6 +16,7 @@ from leakhound.commands.options import (
     MaxPauseOpt,
     MethodOpt,
     PidsArg,
+    SitesRateOpt,
     check_report_path,
     finite,
     pids_or_match,
@@ -59,9 +60,7 @@ def command(
         "--sites", help="Also sample allocations in the worker for the watch (a hook removed afterwards, "
                         "and by itself if leakhound dies): each growing owner's finding says which Python "
                         "stacks allocated its surviving bytes. Needs --duration.")] = False,
-    sites_rate: Annotated[int, typer.Option(
-        "--sites-rate", min=1024, metavar="BYTES",
-        help="With --sites: one sample per this many bytes allocated, on average.")] = DEFAULT_SITES_RATE,
+    sites_rate: SitesRateOpt = DEFAULT_SITES_RATE,
 ) -> None:
     """Watch workers over time: which owners keep growing (a leak), which grew and plateaued
     (a bounded cache), which are big but static.
