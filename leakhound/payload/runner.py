@@ -742,11 +742,13 @@ def _collections_since(before):
 def _after_fork_in_child():
     """A child forked while a request ran has none of its threads: it starts with the request
     lock free (else every later request of the child answered Busy, exit 9, for good), the
-    payload's ``gc.callbacks`` entry gone, and the fixes' helper threads running again."""
+    payload's ``gc.callbacks`` entry gone, the fixes' helper threads running again, and no
+    allocation tracker (its deadline's timer is the parent's thread)."""
     global _busy
     _busy = threading.Lock()
     pacing.reset_after_fork()
     patches.after_fork_in_child()
+    sites.after_fork_in_child()
 
 
 # Once per loaded payload (boot.py keeps it loaded and reuses it, request after request).

@@ -95,6 +95,14 @@ def stop():
     return _walk_module.sites_stop()
 
 
+def after_fork_in_child():
+    """A child forked while the tracker runs has its hook but not the deadline's timer thread (nor
+    anyone to read its samples): its allocators are put back and its tables freed at once."""
+    _timer[0] = None  # the parent's timer; its thread did not come along
+    if _walk_module is not None:
+        _walk_module.sites_stop()
+
+
 def state():
     if _walk_module is None:
         return {"installed": 0, "tracking": 0}
