@@ -151,6 +151,7 @@ class SampleOutcome:
     finished_entries: int | None  # the trajectory registries' finished entries, when asked and counted
     max_step_ms: float
     started_at: float | None  # the target's clock as the sample began
+    types_skipped: str = ""  # why there are no type counts (their listing was over the pause budget)
 
 
 def decode_sample(pid: int, answer: Mapping[str, Any], *, asked: int) -> SampleOutcome:
@@ -173,7 +174,8 @@ def decode_sample(pid: int, answer: Mapping[str, Any], *, asked: int) -> SampleO
             raise TypeError("registry.finished_entries is not a count")
         return SampleOutcome(owners=owners, types=types, allocator_in_use_bytes=in_use, finished_entries=finished,
                              max_step_ms=float(sample.get("max_step_ms", 0.0)),
-                             started_at=_time(sample.get("started_at")))
+                             started_at=_time(sample.get("started_at")),
+                             types_skipped=str(sample.get("types_skipped") or "")[:300])
     except (TypeError, ValueError, AttributeError) as exc:
         raise ProtocolViolation(f"process {pid} answered with a malformed sample "
                                 f"({type(exc).__name__}: {str(exc)[:120]})") from None

@@ -238,13 +238,16 @@ def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[st
     return asked, [{"ids": list(o.path_ids), "type": o.type, "path": o.path} for o in asked]
 
 
-def _cheap(w: Watched, *, progress: Progress | None = None) -> Sample:
+def _cheap(w: Watched, *, progress: Progress | None = None, max_pause_ms: float | None = None) -> Sample:
     assert w.reference is not None
     reference = w.reference
     asked, owners_doc = _owner_request(w.reference_snapshot.owners if w.reference_snapshot is not None else ())
     taken_at = time.time()
     rss = rss_bytes(w.target.pid) - w.payload_resident  # before the request (see _full)
-    remote, sampled = _read_owners(w, owners_doc, len(asked), top_types=SAMPLED_TYPES, progress=progress)
+    remote, sampled = _read_owners(w, owners_doc, len(asked), top_types=SAMPLED_TYPES, progress=progress,
+                                   max_pause_ms=max_pause_ms)
+    if sampled.types_skipped:
+        w.request.log(f"process {w.target.pid}: no type counts in this sample: {sampled.types_skipped}")
     measured = sampled.owners
     taken_at = counted_at(sampled.started_at, taken_at)
     return Sample(
@@ -270,10 +273,13 @@ def _counted(owner: Owner, census_lengths: dict[str, int]) -> Owner:
 
 
 def _read_owners(w: Watched, owners_doc: list[dict[str, object]], asked: int, *, top_types: int,
-                 progress: Progress | None) -> tuple[RemoteResult, SampleOutcome]:
-    """The ``sample`` request: its answer, and that answer decoded."""
-    remote = ask(w.target.pid, {"op": wire.OP_SAMPLE, "owners": owners_doc, "top_types": top_types},
-                 request=w.request, target=w.target, progress=progress)
+                 progress: Progress | None, max_pause_ms: float | None = None) -> tuple[RemoteResult, SampleOutcome]:
+    """The ``sample`` request: its answer, and that answer decoded. ``max_pause_ms``: the type
+    counts (one listing of every tracked object) are skipped when they would hold longer."""
+    asked_doc: dict[str, object] = {"op": wire.OP_SAMPLE, "owners": owners_doc, "top_types": top_types}
+    if max_pause_ms:
+        asked_doc["max_pause_ms"] = max_pause_ms
+    remote = ask(w.target.pid, asked_doc, request=w.request, target=w.target, progress=progress)
     w.payload_resident += _left_by_loading(remote.cost)
     return remote, decode_sample(w.target.pid, remote.result, asked=asked)
 
@@ -304,7 +310,7 @@ def _sample_one(
         return _full(w, top=top, max_pause_ms=max_pause_ms, progress=progress, final=final)
     if not stops_target or now - w.last_attach_at >= attach_every:
         w.last_attach_at = now
-        return _cheap(w, progress=progress)
+        return _cheap(w, progress=progress, max_pause_ms=max_pause_ms)
     return _rss_only(w)
 
 

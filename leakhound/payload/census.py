@@ -94,6 +94,13 @@ def unreached_over_budget(tracked, estimate_ms, max_pause_ms):
     }
 
 
+def listing_estimate_ms():
+    """What listing every tracked object (gc.get_objects()) would hold the target for, from the
+    last census's or graph walk's count in this process; None when none has counted yet."""
+    tracked = _measured["tracked"]
+    return None if tracked is None else tracked * ns_per_object() / 1e6
+
+
 def remember_tracked(tracked):
     """How many tracked objects the named roots reached, counted by another walk (the object
     graph's, runner._counted_in_graph): sizes the next census's budget as its own count would."""

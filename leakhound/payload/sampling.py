@@ -6,9 +6,10 @@ by identity: the ids along its path from the root, each step a referent of the l
 ``names`` request walks them, ``graph_wire``), and it is the owner only if the object at the
 end is of the owner's type; a first-reacher owner by its path (module global, class attribute
 or attribute chain, through built-in descriptors only). Optionally it counts gc-tracked
-objects by type: one ``gc.get_objects()`` call (a C list build) and a loop in this thread,
-which hands the GIL back to the main thread between bytecodes. No ``gc.collect()``, nothing
-kept.
+objects by type: one ``gc.get_objects()`` call (a C list build, skipped when the last count
+of tracked objects says it would be longer than the request's pause budget) and a loop in this
+thread, which hands the GIL back to the main thread between bytecodes. No ``gc.collect()``,
+nothing kept.
 """
 
 # mypy: disable-error-code="assignment, unused-ignore"
@@ -21,7 +22,7 @@ import sys
 import threading
 import time
 
-from . import arena, probes, wire  # noqa: F401 - wire: its types, in type comments
+from . import arena, census, probes, wire  # noqa: F401 - wire: its types, in type comments
 from .graph_wire import folded_step_label, step_label
 from .objects import (
     SIZED,
@@ -33,6 +34,7 @@ from .objects import (
     subclass_tree,
     type_name,
 )
+from .pacing import unsplit_step_fits
 from .tasks import await_chain, live_tasks
 from .tracked import tracked_objects
 
@@ -227,11 +229,20 @@ def sample(request, progress):
     owners = request.get("owners")
     found = owner_items(owners[:MAX_PATHS]) if type(owners) is list else []
     top = request.get("top_types")
-    types, get_objects_ms = None, 0.0
+    types, get_objects_ms, types_skipped = None, 0.0, None
     if type(top) is int and top > 0:
-        progress("types", 0)
-        types, took = _type_counts(min(top, 1000))
-        get_objects_ms = took * 1000.0
+        budget = request.get("max_pause_ms")
+        estimate = census.listing_estimate_ms()
+        if type(budget) in (int, float) and budget > 0 and estimate is not None and \
+                not unsplit_step_fits(estimate, budget):
+            # The type counts list every tracked object in one call that cannot be split
+            # (as the census does, under the same budget); the owners are still read.
+            types_skipped = "listing the tracked objects: ~%.0f ms, over the %.0f ms pause budget" % (
+                estimate, budget)
+        else:
+            progress("types", 0)
+            types, took = _type_counts(min(top, 1000))
+            get_objects_ms = took * 1000.0
     in_use = arena.in_use_bytes() if request.get("allocator") is True else None
     registry = None
     if request.get("registry") is True:
@@ -245,6 +256,7 @@ def sample(request, progress):
         "owners": found,
         "allocator_in_use_bytes": in_use,
         "types": types,
+        "types_skipped": types_skipped,
         "max_step_ms": get_objects_ms,
         "sample_seconds": time.perf_counter() - started,
     }  # type: wire.SampleAnswer

@@ -115,6 +115,7 @@ if TYPE_CHECKING:
         top_types: int
         allocator: bool  # the allocator's bytes in use too
         registry: bool  # the verifiers registry's counts too
+        max_pause_ms: float  # the type counts are skipped when their one listing would be longer
 
     class PatchRequest(TypedDict, total=False):
         op: str
@@ -299,6 +300,7 @@ if TYPE_CHECKING:
         started_at: float
         owners: List[Dict[str, object]]  # {"found", "items"} each, in the order asked
         types: Optional[List[TypeRow]]
+        types_skipped: Optional[str]  # why there are no type counts (the pause budget)
         allocator_in_use_bytes: Optional[int]
         registry: Optional[RegistryCounts]
         max_step_ms: float

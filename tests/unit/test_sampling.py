@@ -109,3 +109,18 @@ def type_name(tp: type) -> str:
     from leakhound.payload.objects import type_name as name
 
     return str(name(tp))
+
+
+def test_type_counts_are_skipped_when_their_listing_would_break_the_pause_budget(monkeypatch: Any) -> None:
+    # the last count in this process: 10M tracked objects, ~60 ns each to list: ~600 ms in one call
+    monkeypatch.setitem(census._measured, "tracked", 10_000_000)
+    monkeypatch.setitem(census._measured, "ns_per_object", 60.0)
+    out = sampling.sample({"op": "sample", "owners": [], "top_types": 20, "max_pause_ms": 50.0},
+                          lambda phase, done: None)
+    assert out["types"] is None and out["max_step_ms"] == 0.0
+    assert "600 ms" in out["types_skipped"] and "50 ms" in out["types_skipped"]
+    # within the budget (or with no budget asked) they are counted
+    monkeypatch.setitem(census._measured, "tracked", 10_000)
+    fits = sampling.sample({"op": "sample", "owners": [], "top_types": 20, "max_pause_ms": 50.0},
+                           lambda phase, done: None)
+    assert fits["types"] and fits["types_skipped"] is None
