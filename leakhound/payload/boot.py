@@ -43,10 +43,12 @@ def after_in_child():
             locks.pop(name, None)
     _idents.clear()
 """
-if "_leakhound_forks" not in sys.modules and hasattr(os, "register_at_fork"):
-    _guard = type(sys)("_leakhound_forks")
+# (Under the payload's name: what an inspection leaves in sys.modules is the payload package.)
+_FORK_GUARD_NAME = "_leakhound_payload.fork_guard"
+if _FORK_GUARD_NAME not in sys.modules and hasattr(os, "register_at_fork"):
+    _guard = type(sys)(_FORK_GUARD_NAME)
     exec(compile(_FORK_GUARD, "<leakhound fork guard>", "exec"), _guard.__dict__)
-    sys.modules["_leakhound_forks"] = _guard
+    sys.modules[_FORK_GUARD_NAME] = _guard
     os.register_at_fork(before=_guard.before, after_in_child=_guard.after_in_child)
 
 
@@ -82,7 +84,7 @@ def _load(directory):
         state = sys.modules.get("_leakhound_state")
         if complete and (getattr(loaded, "__payload_version__", None) == version or getattr(state, "fixes", None)):
             return sys.modules[name + ".runner"]
-        for old in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
+        for old in [n for n in sys.modules if (n == name or n.startswith(name + ".")) and n != _FORK_GUARD_NAME]:
             sys.modules.pop(old, None)
     import importlib.util
 
@@ -98,7 +100,7 @@ def _load(directory):
         __import__(name + ".runner")
         package.__payload_loaded__ = True
     except BaseException:
-        for loaded in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
+        for loaded in [n for n in sys.modules if (n == name or n.startswith(name + ".")) and n != _FORK_GUARD_NAME]:
             sys.modules.pop(loaded, None)
         raise
     return sys.modules[name + ".runner"]
