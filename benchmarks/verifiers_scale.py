@@ -156,6 +156,10 @@ def watch(pid: int, seconds: float, worker: VerifiersWorker) -> dict[str, Any]:
         row["error"] = (proc.stderr.strip().splitlines() or ["no report"])[-1]
         return row
     samples = [line for line in lines if line.get("event") == "sample"]
+    # what the watch said of samples it could not take (a run with too few samples for a trend)
+    row["warnings"] = [w for p in report.get("processes", []) for w in p.get("warnings", [])][-10:]
+    row["sample_times"] = [round(float(s.get("taken_at", 0.0)), 1) for s in samples]
+    row["stderr_tail"] = proc.stderr.strip().splitlines()[-8:]
     row["samples"] = len(samples)
     row["full_samples"] = sum(1 for s in samples if s.get("full"))
     row["owner_model"] = next((s.get("owner_model") for s in samples if s.get("full")), None)
