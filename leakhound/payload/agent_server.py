@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 
-from . import wire
+from . import fork_guard, wire
 
 MAX_REQUEST = 64 * 1024
 # A client has this long to send its whole request line, and at most MAX_READERS clients
@@ -397,6 +397,7 @@ def start():
     requests = []  # type: list
     _sockets.append(server)
     os.register_at_fork(after_in_child=_after_fork_in_child)
+    fork_guard.register()  # before the agent's threads import anything
     threading.Thread(target=_work, args=(requests,), name="leakhound-agent", daemon=True).start()
     threading.Thread(target=_accept, args=(server, requests), name="leakhound-agent-accept", daemon=True).start()
     _started.append(path)

@@ -17,39 +17,18 @@ if not stat.S_ISDIR(_st.st_mode) or _st.st_uid not in (0, os.getuid()) or _st.st
     raise PermissionError("leakhound: refusing a payload directory that is not private")
 
 
-# A child forked while a leakhound thread is importing a module would inherit the module half
-# run and its import lock held by a thread it does not have: its own next import of that module
-# hangs for good (measured on 3.8-3.13), or finds the half module (3.13: "cannot access submodule
-# 'util' of module 'importlib'"). Before a fork the idents of leakhound's threads are noted; in
-# the child, a module whose import lock one of them holds goes back to not imported. Registered
-# once per process, in a module of its own (this file's globals are cleared after a request).
-_FORK_GUARD = """
-import sys, threading
-_idents = set()
-def before():
-    _idents.clear()
-    _idents.update(t.ident for t in threading.enumerate() if t.name.startswith("leakhound"))
-def after_in_child():
-    bootstrap = sys.modules.get("_frozen_importlib")
-    locks = getattr(bootstrap, "_module_locks", None)
-    if not _idents or not isinstance(locks, dict):
-        return
-    for name, ref in list(locks.items()):
-        lock = ref() if callable(ref) else None
-        if getattr(lock, "owner", None) in _idents:
-            module = sys.modules.get(name)
-            if getattr(getattr(module, "__spec__", None), "_initializing", False):
-                sys.modules.pop(name, None)
-            locks.pop(name, None)
-    _idents.clear()
-"""
-# (Under the payload's name: what an inspection leaves in sys.modules is the payload package.)
+# A child forked while a leakhound thread imports a module must be able to import it itself
+# (payload/fork_guard.py): its guard is registered before the payload's thread starts, once
+# per process, under the payload's name (what an inspection leaves in sys.modules is the
+# payload package; a reload of the payload keeps it).
 _FORK_GUARD_NAME = "_leakhound_payload.fork_guard"
-if _FORK_GUARD_NAME not in sys.modules and hasattr(os, "register_at_fork"):
-    _guard = type(sys)(_FORK_GUARD_NAME)
-    exec(compile(_FORK_GUARD, "<leakhound fork guard>", "exec"), _guard.__dict__)
+if _FORK_GUARD_NAME not in sys.modules:
+    _guard_path = LH_DIR + "/payload/fork_guard.py"  # noqa: F821
+    with open(_guard_path) as _fh:
+        _guard = type(sys)(_FORK_GUARD_NAME)
+        exec(compile(_fh.read(), _guard_path, "exec"), _guard.__dict__)
     sys.modules[_FORK_GUARD_NAME] = _guard
-    os.register_at_fork(before=_guard.before, after_in_child=_guard.after_in_child)
+    _guard.register()
 
 
 def _write(directory, name, text):

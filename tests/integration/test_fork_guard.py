@@ -4,7 +4,6 @@ have holds: measured on 3.8-3.13; on 3.13 it may also find the half-run module).
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 from pathlib import Path
@@ -20,11 +19,7 @@ PYTHONS = installed_pythons(minimum=(3, 8))
 
 
 def _guard_source() -> str:
-    tree = ast.parse((ROOT / "leakhound" / "payload" / "boot.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["_FORK_GUARD"]:
-            return ast.literal_eval(node.value)  # type: ignore[no-any-return]
-    raise AssertionError("boot.py has no _FORK_GUARD")
+    return (ROOT / "leakhound" / "payload" / "fork_guard.py").read_text()
 
 
 def _child_import(python: str, *guard: str) -> dict:  # type: ignore[type-arg]
