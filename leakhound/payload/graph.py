@@ -887,11 +887,16 @@ class CompiledGraph(Graph):
             if self.reached is not None and census_lists_all(self.unreached, self.max_pause_ms):
                 _walk_module.graph_reached(self.store, self.reached)
         finally:
+            # What the walk held at its end (its bitmaps only grow), read before graph_close
+            # frees them: the result's payload_peak_bytes is read after.
+            self.held_at_end = _walk_module.graph_info(self.store)[3]
             # The helpers (bound methods of this graph) and the walk's table: the arrays stay.
             _walk_module.graph_close(self.store)
 
+    held_at_end = 0
+
     def _payload_bytes(self):
-        return _walk_module.graph_info(self.store)[3]
+        return max(self.held_at_end, _walk_module.graph_info(self.store)[3])
 
     def _binary(self):
         store = self.store
