@@ -96,12 +96,15 @@ def inspect_default(pid: int, timeout: float) -> tuple[float, int, subprocess.Co
 
 
 def measure(objects: int, shape: str, *, guppy: Path | None, peer_timeout: float, cli_timeout: float,
-            nice: int | None = None) -> dict[str, Any]:
+            nice: int | None = None, python: Path | None = None) -> dict[str, Any]:
     env = {"SCALE_OBJECTS": str(objects), "SCALE_SHAPE": shape}
     if guppy is not None:
         env.update(BENCH_PEER="guppy3", PYTHONPATH=str(guppy))
     row: dict[str, Any] = {"objects_asked": objects, "shape": shape}
-    with c.target("scale_heap.py", env=env, ready_timeout=3600) as t:
+    if python is not None:
+        row["python"] = str(python)
+    with c.target("scale_heap.py", env=env, ready_timeout=3600,
+                  **({"python": python} if python is not None else {})) as t:
         truth = t.doc["truth"]
         row.update(culprit=truth["culprit"], culprit_bytes=truth["culprit_bytes"], build_s=truth["build_seconds"])
         if nice is not None:
@@ -208,9 +211,13 @@ def main() -> int:
     parser.add_argument("--peer-timeout", type=float, default=600.0, help="seconds guppy3 may take")
     parser.add_argument("--cli-timeout", type=float, default=3600.0, help="seconds before the CLI is killed")
     parser.add_argument("--nice", type=int, default=-10, help="the target niceness (as root)")
+    parser.add_argument("--python", type=Path, default=None,
+                        help="the targets' interpreter (default: this venv's); guppy3 runs on this venv's only")
     parser.add_argument("--out", type=Path, default=None)
     c.add_doc_options(parser)
     args = parser.parse_args()
+    if args.python is not None:
+        args.no_guppy = True
     if args.doc_from is not None:
         write_doc(args.doc_from)
         return 0
@@ -226,7 +233,7 @@ def main() -> int:
     for objects in sizes:
         for shape in shapes:
             row = measure(objects, shape, guppy=guppy, peer_timeout=args.peer_timeout, cli_timeout=args.cli_timeout,
-                          nice=args.nice if os.geteuid() == 0 else None)
+                          nice=args.nice if os.geteuid() == 0 else None, python=args.python)
             rows.append(row)
             print(f"# {shape} {objects:,}: {json.dumps(row, default=str)}", flush=True)
     print()
