@@ -19,8 +19,13 @@ _idents = set()  # type: set
 
 
 def before():
+    # threading's table of running threads read without its lock (threading.enumerate takes
+    # it): a fork from a signal handler that interrupted Thread.start, which holds it, would
+    # wait for good. One C call copies the values, under the GIL.
     _idents.clear()
-    _idents.update(t.ident for t in threading.enumerate() if t.name.startswith("leakhound"))
+    running = getattr(threading, "_active", None)
+    threads = list(running.values()) if isinstance(running, dict) else threading.enumerate()
+    _idents.update(t.ident for t in threads if t.name.startswith("leakhound"))
 
 
 def after_in_child():
