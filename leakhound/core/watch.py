@@ -76,12 +76,11 @@ class SitesOptions:
     # The tracker removes itself this long after the watch's window would end, whatever
     # happens to leakhound: the final census must read it before then.
     seconds: float
-    max_samples: int = 16384
+    max_samples: int = wire.SITES_MAX_SAMPLES
 
 
-# One sample per this many bytes allocated on average (pprof's and Chrome's rate):
-# benchmarks/sites_overhead.py measures what it costs a worker (docs/watch.md).
-DEFAULT_SITES_RATE = 512 * 1024
+# One sample per this many bytes allocated on average (docs/watch.md).
+DEFAULT_SITES_RATE = wire.SITES_MEAN_BYTES
 
 # Past the window, the time the final census has to read the tracker: at least this, or a few
 # times what the first census took (a 2 GB worker's census under load: 100 s).

@@ -94,8 +94,8 @@ static Domain obj_domain = {{0}, DOMAIN_OBJ};
 static __thread int in_hook;
 
 /* Whether the hook is in the allocator chain (it stays there, only delegating, when another
- * hook was put on top of it), whether it records, whether it samples. */
-static int installed, tracking, sampling_paused;
+ * hook was put on top of it), and whether it records. */
+static int installed, tracking;
 int sites_noting;
 
 static double mean_bytes = 512.0 * 1024;
@@ -367,7 +367,7 @@ take_sample(void *ptr, size_t size)
 {
     consumed += interval - countdown;
     interval = countdown = next_interval();
-    if (sampling_paused || in_hook)
+    if (in_hook)
         return;  /* the payload's own thread (or the hook itself): not the target's */
     in_hook = 1;
     if (!past_deadline()) {
@@ -627,7 +627,6 @@ sites_start(PyObject *self, PyObject *args)
     started = now_seconds();
     deadline = started + seconds;
     expired = 0;
-    sampling_paused = 0;
     if (!installed) {
         Allocator hook;
         PyMem_GetAllocator(DOMAIN_MEM, &mem_domain.saved);
@@ -643,8 +642,7 @@ sites_start(PyObject *self, PyObject *args)
         installed = 1;
     }
     tracking = 1;
-    return Py_BuildValue("{s:n,s:d}", "table_bytes", (Py_ssize_t)table_bytes, "mean_bytes", mean_bytes,
-                         "seconds", started > 0 ? now_seconds() - started : 0.0);
+    return Py_BuildValue("{s:n,s:d}", "table_bytes", (Py_ssize_t)table_bytes, "mean_bytes", mean_bytes);
 }
 
 static PyObject *

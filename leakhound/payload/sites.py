@@ -13,6 +13,8 @@ its chance to be sampled (1 - exp(-size / mean_bytes)): the estimate pprof and t
 import math
 import threading
 
+from . import wire
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any  # noqa: F401 - in a type comment
@@ -25,11 +27,9 @@ except Exception:  # no build, or an interpreter older than 3.10
 if not hasattr(_walk_module, "sites_start"):
     _walk_module = None
 
-# One sample per this many bytes allocated, on average, unless the request says otherwise:
-# benchmarks/sites_overhead.py measures its cost (docs/watch.md).
-DEFAULT_MEAN_BYTES = 512 * 1024
-# The most samples alive at once (their table: 32 bytes a slot, two slots a sample).
-DEFAULT_MAX_SAMPLES = 16384
+# Unless the request says otherwise (docs/watch.md).
+DEFAULT_MEAN_BYTES = wire.SITES_MEAN_BYTES
+DEFAULT_MAX_SAMPLES = wire.SITES_MAX_SAMPLES
 # The timer fires this long after the deadline the hook itself checks.
 TIMER_GRACE_SECONDS = 1.0
 

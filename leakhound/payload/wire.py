@@ -28,6 +28,11 @@ OP_SITES = "sites"  # the allocation-site tracker: ``action`` SITES_START, SITES
 SITES_START = "start"
 SITES_STOP = "stop"
 SITES_STATE = "state"
+# The tracker's defaults, the CLI's and the payload's: one sample per this many bytes allocated
+# on average (pprof's and Chrome's rate; benchmarks/sites_overhead.py measures what it costs),
+# and the most samples alive at once (their table: 32 bytes a slot, two slots a sample).
+SITES_MEAN_BYTES = 512 * 1024
+SITES_MAX_SAMPLES = 16384
 
 # Documents handed over within a snapshot request, before its answer (``early_graph``):
 # the graph's records as they are written, the graph, and the CLI's reply naming the paths
