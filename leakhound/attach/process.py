@@ -193,7 +193,7 @@ def page_counts(pagemap: int, start: int, end: int) -> tuple[int, int]:
     return present, exclusive
 
 
-def _status_bytes(pid: int) -> dict[str, int]:
+def status_bytes(pid: int) -> dict[str, int]:
     """The ``kB`` counters of /proc/PID/status, in bytes ({} if it cannot be read)."""
     out = {}
     try:
@@ -259,7 +259,7 @@ def process_stats(pid: int) -> ProcessStats:
                 rss_bytes=int(info.rss),
                 uss_bytes=uss,
                 pss_bytes=pss,
-                swap_bytes=_status_bytes(pid).get("VmSwap", 0),
+                swap_bytes=status_bytes(pid).get("VmSwap", 0),
                 num_threads=proc.num_threads(),
                 name=proc.name(),
                 cmdline=" ".join(proc.cmdline())[:500],

@@ -33,6 +33,7 @@ from typing import Any
 
 import psutil
 
+from leakhound.attach.process import status_bytes
 from leakhound.core.confirm import CONFIGS
 from leakhound.core.patch import patch_process
 from leakhound.core.request import RequestOptions
@@ -71,17 +72,6 @@ def _argv(command: str, paths: dict[str, Path]) -> list[str]:
             word = word.replace("{" + key + "}", str(path))
         out.append(word)
     return out
-
-
-def _status_bytes(pid: int, key: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def _tail(log: Path, chars: int = 2000) -> str:
@@ -174,13 +164,15 @@ def run_workload_once(label: str, fixes: list[str], worker: WorkerCommand) -> di
             if "{done}" in worker.command:
                 _wait("create {done}", paths["done"].exists, process, log, worker.run_timeout)
                 time.sleep(worker.rest)
-                peak = _status_bytes(pid, "VmHWM") or 0
-                resting = _status_bytes(pid, "VmRSS") or 0
+                status = status_bytes(pid)
+                peak = status.get("VmHWM") or 0
+                resting = status.get("VmRSS") or 0
             else:
                 deadline = time.monotonic() + worker.run_timeout
                 while process.poll() is None and time.monotonic() < deadline:
-                    peak = _status_bytes(pid, "VmHWM") or peak
-                    resting = _status_bytes(pid, "VmRSS") or resting
+                    status = status_bytes(pid)
+                    peak = status.get("VmHWM") or peak
+                    resting = status.get("VmRSS") or resting
                     time.sleep(0.1)
             if not peak:
                 raise WorkloadFailed(f"the worker (pid {pid}) exited before its memory could be read; "
