@@ -45,8 +45,6 @@ from leakhound.core.patch import _outcome, _raise_if_all_refused, _request, patc
 from leakhound.core.request import SHORT_REQUESTS, RequestOptions, ask
 from leakhound.core.watch import (
     _LENGTH_IS_ITEMS,
-    SITES_GRACE_FACTOR,
-    SITES_GRACE_SECONDS,
     SitesOptions,
     start_site_tracker,
     stop_site_tracker,
@@ -270,8 +268,7 @@ def _start_tracker(target: Target, request: RequestOptions, sites: SitesOptions,
     """The tracker started for a window of ``seconds`` and the census after it; where it cannot
     run, a note (the fix is applied by now: its proof goes on without sites)."""
     try:
-        start_site_tracker(target, request, sites,
-                           seconds=seconds + max(SITES_GRACE_SECONDS, SITES_GRACE_FACTOR * census_seconds))
+        start_site_tracker(target, request, sites, window_seconds=seconds, census_seconds=census_seconds)
     except SitesUnavailable as exc:
         notes.append(f"no allocation sites: {exc}")
         return False

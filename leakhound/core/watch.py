@@ -177,15 +177,18 @@ def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | Non
 
 def _start_sites(w: Watched, sites: SitesOptions, *, census_seconds: float, progress: Progress | None) -> None:
     """Start the allocation-site tracker in the target, for the window and the final census."""
-    seconds = sites.seconds + max(SITES_GRACE_SECONDS, SITES_GRACE_FACTOR * census_seconds)
-    w.payload_resident += start_site_tracker(w.target, w.request, sites, seconds=seconds, progress=progress)
+    w.payload_resident += start_site_tracker(w.target, w.request, sites, window_seconds=sites.seconds,
+                                             census_seconds=census_seconds, progress=progress)
     w.sites_started = True
 
 
-def start_site_tracker(target: Target, request: RequestOptions, sites: SitesOptions, *, seconds: float,
-                       progress: Progress | None = None) -> int:
-    """Start the allocation-site tracker in ``target``, removing itself in ``seconds``; the
-    resident bytes the request's loading left there. SitesUnavailable where it cannot run."""
+def start_site_tracker(target: Target, request: RequestOptions, sites: SitesOptions, *, window_seconds: float,
+                       census_seconds: float, progress: Progress | None = None) -> int:
+    """Start the allocation-site tracker in ``target`` for a window of ``window_seconds`` and
+    the census after it (which took ``census_seconds`` before): it removes itself once both
+    should be over. The resident bytes the request's loading left there; SitesUnavailable where
+    it cannot run."""
+    seconds = window_seconds + max(SITES_GRACE_SECONDS, SITES_GRACE_FACTOR * census_seconds)
     remote = ask(target.pid, {"op": wire.OP_SITES, "action": wire.SITES_START, "mean_bytes": sites.mean_bytes,
                               "seconds": seconds, "max_samples": sites.max_samples},
                  request=request, target=target, progress=progress)
