@@ -25,7 +25,7 @@
  * when it is met, a container's when its walk is done (its folded leaves added); a node the
  * payload's Python code made (a root) has one when made and, if walked, a second: the last
  * one counts. An edge's record is (source address, destination address, label); 0 is the
- * super-root. The records go into columns of blocks of 16Ki items; with a spool (graph_spool:
+ * super-root. The records go into columns of blocks of 4Ki items; with a spool (graph_spool:
  * the file the CLI reads, on the debugger paths) every full block is written out and freed at
  * the next graph_flush (the payload calls it while it yields the GIL anyway), so what the walk
  * keeps in the target is the bitmaps and a few blocks, not the graph. On the wire each block
@@ -54,7 +54,7 @@
 #include "_sites.h"
 
 #define GRAPH_NAME "leakhound._walk.graph"
-#define GBLOCK_SHIFT 14
+#define GBLOCK_SHIFT 12
 #define GBLOCK_ITEMS ((Py_ssize_t)1 << GBLOCK_SHIFT)
 /* getrefcount() as the Python loop sees a referent: its container, its referents list, the
  * loop variable and getrefcount's own argument; here the buffer holds the second. */
@@ -63,7 +63,7 @@
 #define GRAPH_SHARED_LEAF 64
 #define GRAPH_MAX_LABEL_CHARS 80
 
-/* A column of records: blocks of 16Ki items (128 KiB of 8-byte items: what the target holds
+/* A column of records: blocks of 4Ki items (32 KiB of 8-byte items: what the target holds
  * of each column between two flushes); blocks [0, flushed) are written out and freed. */
 /* Blocks written out are kept for reuse, up to this many a column: a new block is fresh
  * memory the kernel has to fault in and zero (the columns are ~80 MB of records on a
@@ -535,7 +535,16 @@ typedef struct {
     uintptr_t fold_pending;
     long long fold_pending_bytes;
     long long folded_objects;
-    NodeBits marked;           /* the addresses of the nodes and of our own objects */
+    NodeBits marked;           /* the addresses of the nodes and of our own objects, and
+                                * of the containers folded while fold_marks_until allows */
+    /* Folded containers (held once: met once) are marked only for what lists every tracked
+     * object after the walk (graph_unknown, graph_reached): while the walk's tracked count
+     * is below this (-1: always). Past it that listing is over the pause budget and never
+     * runs, and their bits were a bit per 16 bytes of the heap (0.8% of it). A container
+     * that gains a reference after it was walked folded is then walked again when that
+     * reference is met (as a folded leaf already was): what the target changes during the
+     * walk, where a mark left an edge to no node. */
+    Py_ssize_t fold_marks_until;
     NodeBits walls;            /* nodes no edge but the super-root's leads to */
     NodeBits ownbits;          /* leakhound's own objects: never nodes */
     NodeBits madebits;         /* the addresses in ``made``: most containers are not, known
@@ -1706,7 +1715,8 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
             if (!leaf && fold_into && Py_REFCNT(ref) + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE
                 && (fold_any || is_collection(rtp))) {
                 /* held by this collection alone: part of it (see STACK_NAMESPACE), no edge */
-                if (nodebits_set(&g->marked, address) < 0 || graph_push(g, ref, fold_into) < 0)
+                if (((g->fold_marks_until < 0 || g->tracked < g->fold_marks_until)
+                     && nodebits_set(&g->marked, address) < 0) || graph_push(g, ref, fold_into) < 0)
                     return -1;
                 g->tracked++;
                 g->folded_objects++;
@@ -1868,6 +1878,7 @@ graph_new(PyObject *Py_UNUSED(module), PyObject *args)
     GraphState *g = PyMem_Calloc(1, sizeof(GraphState));
     if (g == NULL)
         return PyErr_NoMemory();
+    g->fold_marks_until = -1;
     g->sizes.itemsize = g->ids.itemsize = g->src.itemsize = g->dst.itemsize = 8;
     g->types.itemsize = g->lengths.itemsize = g->lab.itemsize = 4;
     g->fold_owner.itemsize = g->fold_bytes.itemsize = 8;
@@ -1981,6 +1992,25 @@ graph_own(PyObject *Py_UNUSED(module), PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(graph_fold_marks_doc,
+"graph_fold_marks(graph, until): mark the containers it folds only while fewer than ``until``\n"
+"tracked objects were met (-1, the default: always); past that, graph_unknown and\n"
+"graph_reached are not to be used (what lists every tracked object is over its budget).");
+
+static PyObject *
+graph_fold_marks(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *capsule;
+    Py_ssize_t until;
+    if (!PyArg_ParseTuple(args, "On:graph_fold_marks", &capsule, &until))
+        return NULL;
+    GraphState *g = graph_of(capsule);
+    if (g == NULL)
+        return NULL;
+    g->fold_marks_until = until < 0 ? -1 : until;
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(graph_edge_doc,
 "graph_edge(graph, src, dst, label[, wall]): an edge between two nodes (their addresses, 0\n"
 "the super-root); wall marks dst a wall instead (no edge but the super-root's leads to it)");
@@ -2057,7 +2087,8 @@ graph_walk(PyObject *Py_UNUSED(module), PyObject *args)
             PyObject *obj = g->stack.items[--g->stack.len];  /* its reference, ours now */
             uintptr_t owner = g->owners[g->stack.len];
             work += 1;
-            if (graph_find(g, (uintptr_t)obj) != FOUND_NODE) {  /* it cannot be: pushed as one */
+            /* pushed as a node, or folded (owner: its node; unmarked past fold_marks_until) */
+            if (owner <= STACK_NAMESPACE && graph_find(g, (uintptr_t)obj) != FOUND_NODE) {  /* it cannot be */
                 Py_DECREF(obj);
                 continue;
             }
@@ -2386,6 +2417,7 @@ PyMethodDef graph_walk_methods[] = {
     {"graph_node", graph_node, METH_VARARGS, graph_node_doc},
     {"graph_find", graph_find_py, METH_VARARGS, graph_find_doc},
     {"graph_own", graph_own, METH_VARARGS, graph_own_doc},
+    {"graph_fold_marks", graph_fold_marks, METH_VARARGS, graph_fold_marks_doc},
     {"graph_edge", graph_edge, METH_VARARGS, graph_edge_doc},
     {"graph_walk", graph_walk, METH_VARARGS, graph_walk_doc},
     {"graph_info", graph_info, METH_O, graph_info_doc},

@@ -81,6 +81,9 @@ def graph_find(graph: _Graph, address: int, /) -> int | None:
 def graph_own(graph: _Graph, address: int, /) -> None:
     """Never a node: leakhound's own object."""
 
+def graph_fold_marks(graph: _Graph, until: int, /) -> None:
+    """Mark folded containers only while fewer than ``until`` tracked objects were met (-1: always)."""
+
 def graph_edge(graph: _Graph, src: int, dst: int, label: int, wall: bool = ..., /) -> None:
     """An edge between two nodes; ``wall``: dst is reached from the super-root only."""
 

@@ -6,7 +6,6 @@ Standard library only (ctypes). Nothing is printed to the target's stderr: both 
 """
 
 import ctypes
-import ctypes.util
 import os
 import re
 import sys

@@ -43,7 +43,7 @@ import types
 # Loaded with this module, so with the payload (runner.py imports graph at load): the roots of
 # the walk, and the wire (the names request, the result in JSON pieces) callers reach here.
 from . import wire
-from .graph_roots import add_roots, add_thread_roots, held_from_c
+from .graph_roots import add_roots, add_thread_roots, held_from_c, listing_over_budget_at
 from .graph_wire import (
     BINARY_FILE,
     FRAME_LIKE_IDS,
@@ -882,6 +882,11 @@ class CompiledGraph(Graph):
             self.progress("graph", self.node_count())
 
     def run(self):
+        # Past the tracked count where listing every tracked object is over the pause budget
+        # (held_from_c skips it, and census_lists_all is false: no graph_reached), the
+        # containers folded are not marked: a bit per 16 bytes of the heap, what only that
+        # listing reads (a folded container is held once: the walk meets it once).
+        _walk_module.graph_fold_marks(self.store, listing_over_budget_at(self.max_pause_ms))
         try:
             Graph.run(self)
             if self.reached is not None and census_lists_all(self.unreached, self.max_pause_ms):

@@ -166,6 +166,16 @@ def _older_collections():
     return [generation.get("collections", 0) for generation in gc.get_stats()[1:]]
 
 
+def listing_over_budget_at(max_pause_ms):
+    """The tracked count from which held_from_c skips its listing (its estimate over the
+    budget: the rate it reads does not change during a walk), or -1: no budget, it never
+    skips. Past it the C walk need not mark the containers it folds (_graph_walk.c's
+    fold_marks_until)."""
+    if max_pause_ms is None:
+        return -1
+    return int(max_pause_ms * 1e6 / (ns_per_object() * UNSPLIT_STEP_MARGIN)) + 2
+
+
 def held_from_c(graph, stack):
     """Tracked objects no root reached but something outside the heap references (C
     state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of

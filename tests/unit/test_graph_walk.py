@@ -539,3 +539,64 @@ def test_leaves_two_nodes_share_are_one_node_for_the_pair(compiled: bool) -> Non
     assert sorted(g.type_of(g.src[e]) for e in range(g.edges) if g.dst[e] == node) == ["list", "list"]
     tree = dominators.dominators(g)
     assert tree.retained[list(g.ids).index(id(STEPS))] == truth
+
+
+_FOLD_MARKS = r"""
+import json, sys
+from leakhound.analysis import dominators
+from leakhound.payload import census, graph
+from leakhound.payload.graph_wire import binary_pieces, json_pieces
+
+class Session:
+    def __init__(self, i, shared):
+        self.name = "session-%06d" % i
+        self.meta = {"user": self.name, "hits": shared[i % 50]}
+        self.events = [shared[i % 47], [float(i)], (i * 1000003, "e%d" % i)]
+
+SHARED = [100000 + k for k in range(50)]
+REGISTRY = {}
+for i in range(20000):
+    REGISTRY["k%d" % i] = Session(i, SHARED)
+i = None
+
+def walk(marks_from):
+    real = graph.listing_over_budget_at
+    graph.listing_over_budget_at = lambda max_pause_ms: marks_from
+    try:
+        out = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000,
+                          max_pause_ms=50.0, cancelled=None)
+    finally:
+        graph.listing_over_budget_at = real
+    census_ = out.pop("_census")
+    answer = {"result": {"ok": True, "graph": out}}
+    meta = json.loads("".join(json_pieces(answer)))["result"]["graph"]
+    g = dominators.decode_graph({**meta, "binary": b"".join(binary_pieces(answer))})
+    tree = dominators.dominators(g)
+    node = list(g.ids).index(id(REGISTRY))
+    return {"nodes": len(g.ids), "retained": tree.retained[node], "objects": census_["objects"],
+            "bytes": census_["total_bytes"], "unreached": out["unreached"], "held": out["payload_peak_bytes"]}
+
+# held_from_c skips its listing in both walks: ~1 s a tracked object, over any budget
+census._measured["ns_per_object"] = 1e9
+threshold = graph.listing_over_budget_at(50.0)
+walk(-1)  # the payload's caches made by a first walk are there for both walks below
+print(json.dumps({"marked": walk(-1), "unmarked": walk(threshold), "threshold": threshold}))
+"""
+
+
+@pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
+def test_a_walk_past_the_listing_budget_does_not_mark_what_it_folds_and_finds_the_same() -> None:
+    """Once the tracked objects met put listing them over the pause budget (held_from_c
+    skips it), the C walk stops marking the containers it folds (their bits were 0.8% of
+    the heap); the graph, the owner's retained bytes and the walk's tallies are the same as
+    a walk that marks them all, and the listing did not run."""
+    run = subprocess.run([sys.executable, "-c", _FOLD_MARKS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["threshold"] == 2  # marks stop at once: 50 ms over 1 s an object
+    marked, unmarked = got["marked"], got["unmarked"]
+    for key in ("nodes", "retained", "objects", "bytes"):
+        assert unmarked[key] == marked[key], (key, marked, unmarked)
+    assert marked["retained"] > 20000 * 400  # the registry owns its sessions
+    assert unmarked["held"] < marked["held"], (marked["held"], unmarked["held"])  # fewer bitmap regions
+    assert not unmarked["unreached"]["examined"] and not marked["unreached"]["examined"]
