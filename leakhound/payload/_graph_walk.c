@@ -486,7 +486,7 @@ enum { COL_IDS = 0, COL_SIZES = 1, COL_TYPES = 2, COL_LENGTHS = 3, COL_LABELS = 
  * taken is given to that node at once (``counted``: met again, it is left out). Those whose
  * other holders are never met (held from C) are settled after the walk (graph_settle). No
  * reference is held: the address names it. */
-#define PENDING_LEAVES (1 << 14)
+#define PENDING_LEAVES (1 << 11)
 #define PENDING_LEAVES_MAX (1 << 18)
 #define PENDING_OWNERS 3
 typedef struct {
