@@ -101,6 +101,17 @@ def listing_estimate_ms():
     return None if tracked is None else tracked * ns_per_object() / 1e6
 
 
+def listing_fits(max_pause_ms):
+    """(whether listing every tracked object fits ``max_pause_ms``, the estimate in ms): the
+    last count must fit with the headroom a census gives it (the heap may have grown since
+    it was counted: _TRACKED_HEADROOM times as many). Fits when nothing has counted yet, or
+    with no budget."""
+    estimate = listing_estimate_ms()
+    if estimate is None or max_pause_ms is None:
+        return True, estimate
+    return unsplit_step_fits(estimate * _TRACKED_HEADROOM, max_pause_ms), estimate
+
+
 def remember_tracked(tracked):
     """How many tracked objects the named roots reached, counted by another walk (the object
     graph's, runner._counted_in_graph): sizes the next census's budget as its own count would."""

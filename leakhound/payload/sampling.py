@@ -34,7 +34,6 @@ from .objects import (
     subclass_tree,
     type_name,
 )
-from .pacing import unsplit_step_fits
 from .tasks import await_chain, live_tasks
 from .tracked import tracked_objects
 
@@ -232,13 +231,12 @@ def sample(request, progress):
     types, get_objects_ms, types_skipped = None, 0.0, None
     if type(top) is int and top > 0:
         budget = request.get("max_pause_ms")
-        estimate = census.listing_estimate_ms()
-        if type(budget) in (int, float) and budget > 0 and estimate is not None and \
-                not unsplit_step_fits(estimate, budget):
+        fits, estimate = census.listing_fits(budget if type(budget) in (int, float) and budget > 0 else None)
+        if not fits:
             # The type counts list every tracked object in one call that cannot be split
-            # (as the census does, under the same budget); the owners are still read.
-            types_skipped = "listing the tracked objects: ~%.0f ms, over the %.0f ms pause budget" % (
-                estimate, budget)
+            # (as the census does, under the same budget and headroom); the owners are still read.
+            types_skipped = ("listing the tracked objects: ~%.0f ms when last counted, up to twice that if the "
+                             "heap has doubled since, over the %.0f ms pause budget" % (estimate, budget))
         else:
             progress("types", 0)
             types, took = _type_counts(min(top, 1000))

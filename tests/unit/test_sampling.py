@@ -119,6 +119,11 @@ def test_type_counts_are_skipped_when_their_listing_would_break_the_pause_budget
                           lambda phase, done: None)
     assert out["types"] is None and out["max_step_ms"] == 0.0
     assert "600 ms" in out["types_skipped"] and "50 ms" in out["types_skipped"]
+    # fits once, not twice: the heap may have doubled since it was counted (as the census's headroom)
+    monkeypatch.setitem(census._measured, "tracked", 300_000)  # ~18 ms; 36 ms x the 2.0 margin: over 50 ms
+    doubled = sampling.sample({"op": "sample", "owners": [], "top_types": 20, "max_pause_ms": 50.0},
+                              lambda phase, done: None)
+    assert doubled["types"] is None and "18 ms" in doubled["types_skipped"]
     # within the budget (or with no budget asked) they are counted
     monkeypatch.setitem(census._measured, "tracked", 10_000)
     fits = sampling.sample({"op": "sample", "owners": [], "top_types": 20, "max_pause_ms": 50.0},
