@@ -21,7 +21,7 @@ from .objects import LEAF_TYPE_IDS, SHARED_LEAF, ModuleType, instance_dict, is_p
 from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
 from .roots import TIER_HELD
 from .tasks import c_future_class, context_variables, task_context
-from .tracked import made_after, tracked_objects
+from .tracked import among, made_after, tracked_objects
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
     from . import _walk as _walk_module  # type: ignore[attr-defined]
@@ -237,7 +237,7 @@ def held_from_c(graph, stack):
             graph.check()
         if graph.known(obj):
             continue
-        form = "<made during the walk: %s>" if id(obj) in made and id(obj) not in young else "<held from C: %s>"
+        form = "<made during the walk: %s>" if id(obj) in made and not among(young, id(obj)) else "<held from C: %s>"
         i = graph.root(obj, form % type_name(type(obj)), "held", TIER_HELD)
         if i > 0:
             graph.push(stack, i, obj)
