@@ -46,10 +46,15 @@ def test_workers_die_with_the_simulate_command(tmp_path: Path, signum: signal.Si
     # Before: SIGTERM (what `timeout`, `docker stop`, `kubectl delete` send) ended the parent at
     # once and left its workers running, reparented to init; SIGKILL always did.
     ready = tmp_path / "ready.json"
+    # Its temporary directories (the workers' reports, the import shim) in this test's own: a
+    # SIGKILLed `leakhound simulate` cannot remove them, and the test leaves nothing in /tmp.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
     proc = subprocess.Popen(
         [LEAKHOUND, "simulate", "--workers", "2", "--turns", "3", "--rollouts", "forever", "--image-kb", "8",
          "--ready-file", str(ready)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
     )
     pids: list[int] = []
     try:
