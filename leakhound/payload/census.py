@@ -160,7 +160,8 @@ class Census(object):
         started = time.perf_counter()
         self._gc_before = [g.get("collections", 0) for g in gc.get_stats()]
         self.clock.check()  # setting up (sizes.native_types) was a stretch of its own
-        known = _measured["tracked"]
+        # (an earlier count in this process, with the headroom for growth since; None: none)
+        last_fits, last_estimate = listing_fits(self.max_pause_ms)
         walked = False  # the census without owners walked before listing (below)
         if self._reached is not None:
             self.walk.claimed.regions.update(self._reached)
@@ -168,12 +169,11 @@ class Census(object):
             census_roots.claim_own(self.walk, None, self._not_the_targets())
             self.unreached["sized_by"] = "the object graph's walk"
             walked = True
-        elif self.max_pause_ms is not None and known is not None and unsplit_step_fits(
-                known * ns_per_object() / 1e6 * _TRACKED_HEADROOM, self.max_pause_ms):
+        elif self.max_pause_ms is not None and last_estimate is not None and last_fits:
             # An earlier census in this process listed few enough tracked objects that even
             # _TRACKED_HEADROOM times as many fit the budget: no sizing walk (it doubled the
             # census's cost).
-            self.unreached["estimated_pause_ms"] = round(known * ns_per_object() / 1e6, 1)
+            self.unreached["estimated_pause_ms"] = round(last_estimate, 1)
             self.unreached["ns_per_object"] = round(ns_per_object(), 1)
             self.unreached["rate"] = "measured" if _measured["ns_per_object"] else "default"
             self.unreached["sized_by"] = "the previous census"
