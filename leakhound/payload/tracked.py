@@ -110,7 +110,9 @@ def young_ids(limit=YOUNG_IDS_MAX):
 
 
 def among(ids, address):
-    """Whether ``address`` is in ``ids``, a sorted array of young_ids (a binary search)."""
+    """Whether ``address`` is in ``ids``, a sorted array of young_ids (a binary search; the
+    standard library's bisect would be one more module the payload leaves imported in the
+    target)."""
     lo, hi = 0, len(ids)
     while lo < hi:
         mid = (lo + hi) // 2
