@@ -144,11 +144,30 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         _interrupted(interrupts.received())
+    except Exception as exc:
+        # A signal that lands while a command imports a module lazily can surface wrapped:
+        # 3.11 turns an exception raised in a class's __set_name__ (a dataclass field) into
+        # "RuntimeError: Error calling __set_name__", the interrupt its cause. The unwinding
+        # ran every ``with`` and ``finally`` all the same: it is the interrupt, not a crash.
+        if interrupts.received() is not None and _caused_by_interrupt(exc):
+            _interrupted(interrupts.received())
+        raise
     except SystemExit as exc:
         # typer turns an interrupt that ended a command into exit 130, whichever the signal.
         if exc.code == 130 and interrupts.received() is not None:
             _interrupted(interrupts.received())
         raise
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def _interrupted(signum: int | None) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from leakhound import _entry
+from leakhound import _entry, interrupts
 
 
 def test_a_ctrl_c_while_the_cli_imports_exits_130_quietly(
@@ -84,3 +84,52 @@ def test_only_a_finished_command_skips_the_teardown(monkeypatch: pytest.MonkeyPa
         with pytest.raises(SystemExit):
             _entry.main()
         assert seen == asked
+
+
+def test_a_signal_during_a_commands_lazy_import_is_an_interrupt_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Seen in CI: a SIGTERM that landed while `patch --status` imported a module with a
+    # dataclass surfaced as 3.11's "RuntimeError: Error calling __set_name__" with a traceback.
+    import importlib
+
+    cli = importlib.import_module("leakhound.cli")
+
+    class Named:
+        def __set_name__(self, owner: type, name: str) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def command() -> None:
+        type("Measurement", (), {"arena": Named()})  # as a lazily imported module's class would
+
+    monkeypatch.setattr(cli, "app", command)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    monkeypatch.setitem(interrupts._state, "received", None)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert exit_info.value.code == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert "interrupted by SIGTERM" in err and "Traceback" not in err
+
+
+def test_an_error_with_no_signal_behind_it_is_not_taken_for_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    cli = importlib.import_module("leakhound.cli")
+
+    def command() -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "app", command)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    monkeypatch.setitem(interrupts._state, "received", None)
+    try:
+        with pytest.raises(RuntimeError, match="a bug"):
+            cli.main()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
