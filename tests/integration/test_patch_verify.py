@@ -54,12 +54,16 @@ def vm_rss(pid: int) -> int:
 @dataclass
 class GroundTruth:
     """The worker's own count of finished rollouts held (with the time it wrote it) and its RSS
-    from /proc, every 0.1 s, until stopped."""
+    from /proc, every 0.1 s, until stopped. A worker that also says when each entry it holds
+    finished (``finished_at``) gives the growth over a window exactly: its report is written
+    on its loop, after a pause of leakhound's may have held it back, so the count "as last
+    written" before an instant can miss a rollout that finished just before it."""
 
     pid: int
-    held: Callable[[], tuple[float, int] | None]
+    held: Callable[[], tuple[float, int, list[float] | None] | None]
     rss: list[tuple[float, int]] = field(default_factory=list)
     counts: list[tuple[float, int]] = field(default_factory=list)
+    finished_at: list[float] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -67,11 +71,13 @@ class GroundTruth:
             self.rss.append((time.time(), vm_rss(self.pid)))
             seen = self.held()
             if seen is not None and (not self.counts or seen[0] > self.counts[-1][0]):
-                self.counts.append(seen)
+                self.counts.append(seen[:2])
+                self.finished_at = seen[2]
 
     @classmethod
     @contextlib.contextmanager
-    def sampling(cls, pid: int, held: Callable[[], tuple[float, int] | None]) -> Iterator[GroundTruth]:
+    def sampling(cls, pid: int, held: Callable[[], tuple[float, int, list[float] | None] | None]
+                 ) -> Iterator[GroundTruth]:
         truth = cls(pid, held)
         thread = threading.Thread(target=truth.run, daemon=True)
         thread.start()
@@ -86,6 +92,17 @@ class GroundTruth:
         written = [n for at, n in self.counts if at <= t]
         assert written, f"no report of the worker's before {t}"
         return written[-1]
+
+    def grew(self, start: float, end: float) -> int:
+        """Finished rollouts held that finished within (start, end]: from when each finished,
+        as the latest report says (written after ``end``), or else from the reports' counts."""
+        if self.finished_at is not None:
+            deadline = time.monotonic() + 10
+            while self.counts[-1][0] <= end + 0.5 and time.monotonic() < deadline:
+                time.sleep(0.1)  # a report written after the window (and its settling) ended
+            assert self.counts[-1][0] > end, (end, self.counts[-3:])
+            return sum(1 for at in self.finished_at if start < at <= end)
+        return self.held_at(end) - self.held_at(start)
 
     def rss_per_min(self, start: float, end: float) -> float:
         points = [(t, float(b)) for t, b in self.rss if start <= t <= end]
@@ -119,8 +136,8 @@ def check_the_recipe(pid: int, truth: GroundTruth, window: int) -> dict[str, Any
     assert registry["judged_by"] == "finished-rollouts", proof
     assert registry["object_id"] > 0 and registry["path"].endswith("trajectories") and registry["type"] == "dict"
     # The worker's own count of finished rollouts held: grew before the fix, not after it.
-    grew_before = truth.held_at(before["ended_at"]) - truth.held_at(before["started_at"])
-    grew_after = truth.held_at(after["ended_at"]) - truth.held_at(after["started_at"])
+    grew_before = truth.grew(before["started_at"], before["ended_at"])
+    grew_after = truth.grew(after["started_at"], after["ended_at"])
     assert grew_before >= 2, (grew_before, truth.counts)
     assert grew_after <= 1, (grew_after, truth.counts)
     # leakhound's numbers move the same way, and its verdict says so.
@@ -175,9 +192,9 @@ def churning(tmp_path: Path) -> Iterator[Fleet]:
 def test_the_recipe_on_the_simulated_worker(churning: Fleet) -> None:
     pid = churning.pids[0]
 
-    def held() -> tuple[float, int] | None:
+    def held() -> tuple[float, int, list[float] | None] | None:
         report = churning.report(pid)
-        return (float(report["written_at"]), int(report["trajectories"]["finished_entries"])) if report else None
+        return (float(report["written_at"]), int(report["trajectories"]["finished_entries"]), None) if report else None
 
     with GroundTruth.sampling(pid, held) as truth:
         check_the_recipe(pid, truth, SIMULATED_WINDOW)
@@ -224,13 +241,16 @@ def test_the_recipe_on_the_real_verifiers_worker(tmp_path: Path) -> None:
     with spawn_verifiers_worker(tmp_path, rollouts=2, turns=2) as worker:
         pid = worker.worker_pid
 
-        def held() -> tuple[float, int] | None:
+        def held() -> tuple[float, int, list[float] | None] | None:
             try:
                 report = worker.read_report()
             except (OSError, ValueError):
                 return None  # being rewritten
             registry = report.get("trajectory_registry")
-            return (float(report["written_at"]), int(registry["finished_entries"])) if registry else None
+            if not registry:
+                return None
+            return (float(report["written_at"]), int(registry["finished_entries"]),
+                    [float(t) for t in registry["finished_entries_at"]])
 
         with continuous_rollouts(worker, rollouts=2, turns=2), GroundTruth.sampling(pid, held) as truth:
             time.sleep(2)
