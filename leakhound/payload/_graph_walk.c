@@ -801,7 +801,6 @@ graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
  * themselves; the others stay nodes (the owners' search goes down into an entry that holds
  * most of its collection: a logger's one handler, and its records). */
 #define FOLD_MIN_ENTRIES 16
-#define MANAGED_DICT_FLAG (1UL << 4)  /* Py_TPFLAGS_MANAGED_DICT, 3.11-3.13 */
 
 static inline int
 is_collection(PyTypeObject *tp)

@@ -37,6 +37,7 @@ PyObject *mro_descr;          /* type.__dict__["__mro__"] */
 PyObject *dict_descr;         /* type.__dict__["__dict__"] */
 PyObject *array_type;         /* array.array */
 PyObject *code_type;          /* types.CodeType */
+int inline_values_dicts;
 /* The names of the code type's member descriptors for what a code object holds (see
  * code_referents): code objects are not gc-tracked, gc.get_referents lists none of it. */
 PyObject *code_members;       /* tuple of str */
@@ -327,6 +328,7 @@ PyInit__walk(void)
         PyErr_SetString(PyExc_ImportError, "leakhound's compiled walk needs CPython 3.10 or later");
         return NULL;
     }
+    inline_values_dicts = mi == 13;
     if (sizeof_name == NULL) {
         sizeof_name = PyUnicode_InternFromString("__sizeof__");
         if (sizeof_name == NULL)

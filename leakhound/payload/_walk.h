@@ -49,6 +49,12 @@ extern PyObject *mro_descr;          /* type.__dict__["__mro__"] */
 extern PyObject *dict_descr;         /* type.__dict__["__dict__"] */
 extern PyObject *array_type;         /* array.array */
 extern PyObject *code_type;          /* types.CodeType */
+/* 3.13 keeps an instance's attribute values inline after it; a __dict__ made from them
+ * (vars(), obj.__dict__) is in the managed dict pointer, the word three before the object,
+ * and its type's traverse does not visit that dict while the inline values are valid: it
+ * is one of the object's referents all the same (referents_of adds it). */
+extern int inline_values_dicts;
+#define MANAGED_DICT_FLAG (1UL << 4)  /* Py_TPFLAGS_MANAGED_DICT, 3.11-3.13 */
 /* The names of the code type's member descriptors for what a code object holds (see
  * code_referents): code objects are not gc-tracked, gc.get_referents lists none of it. */
 extern PyObject *code_members;       /* tuple of str */

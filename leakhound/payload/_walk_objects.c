@@ -640,10 +640,38 @@ referents_of(Walk *w, PyObject *obj, Refs *r)
      * tp_traverse. Read before anything runs: info may be evicted below. */
     unsigned long flags = info->flags;
     traverseproc traverse = info->traverse;
+    Py_ssize_t before = r->len;
     if ((flags & Py_TPFLAGS_HAVE_GC) && traverse != NULL
         && (info->is_gc == NULL || info->is_gc(obj))) {
         if (traverse(obj, visit_referent, r))
             return -1;
+    }
+    if (inline_values_dicts && (flags & MANAGED_DICT_FLAG)) {
+        PyObject *d = ((PyObject **)obj)[-3];  /* 3.13: the made __dict__, or NULL */
+        if (d != NULL && PyDict_CheckExact(d)) {
+            Py_ssize_t k = before;
+            while (k < r->len && r->items[k] != d)
+                k++;
+            if (k == r->len) {
+                /* Not visited: the inline values were, which the dict holds too (with one
+                 * reference between them). The values are the dict's referents, and the
+                 * dict the object's, as on 3.11 and 3.12: met from both, a value held once
+                 * would be counted twice. Each value is taken out once. */
+                Py_ssize_t pos = 0;
+                PyObject *key, *value;
+                while (PyDict_Next(d, &pos, &key, &value)) {
+                    for (Py_ssize_t j = before; j < r->len; j++) {
+                        if (r->items[j] == value) {
+                            r->items[j] = r->items[--r->len];
+                            Py_DECREF(value);  /* the object still holds it */
+                            break;
+                        }
+                    }
+                }
+                if (refs_push(r, d) < 0)
+                    return -1;
+            }
+        }
     }
     if (flags & Py_TPFLAGS_DICT_SUBCLASS) {
         /* dict.keys(obj): the built-in view, never a subclass's keys() */
@@ -705,7 +733,7 @@ visit_attr(PyObject *op, void *arg)
 }
 
 /* The bytes of a 3.11+ instance's attribute values (sizes.instance_values_bytes, the same
- * estimate): its referents but types, plus 2; none when its dict was made (3.11/3.12). */
+ * estimate): its referents but types, plus 2; none when its dict was made. */
 long long
 instance_values_bytes(PyObject *obj, traverseproc traverse, long code)
 {
@@ -714,6 +742,8 @@ instance_values_bytes(PyObject *obj, traverseproc traverse, long code)
         return 0;
     if (code == 2 && c.n == 1 && PyDict_CheckExact(c.last))
         return 0;
+    if (code == 3 && ((PyObject **)obj)[-3] != NULL)
+        return 0;  /* 3.13: the dict made from them counts them (dict.__sizeof__) */
     long long size = (long long)c.n + 2;
     if (code == 3)
         return ((size + 7) & ~7LL) + 8 + 8 * size;

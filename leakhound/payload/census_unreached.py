@@ -12,7 +12,7 @@ import operator
 import sys
 import time
 
-from .objects import ModuleType, safe_referents, subclass_tree, type_name
+from .objects import INLINE_VALUES_DICTS, ModuleType, has_managed_dict, safe_referents, subclass_tree, type_name
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
@@ -43,14 +43,17 @@ def _internal_counts(members, index, tick=None):
     modules = _module_type_ids()
     for start in range(0, len(members), _CHUNK):
         chunk = members[start:start + _CHUNK]  # type: Any
-        if modules.isdisjoint(map(id, map(type, chunk))):
+        types = list(map(type, chunk))  # type: Any
+        # 3.13: an instance's made __dict__ is not among its traverse's referents
+        # (objects.INLINE_VALUES_DICTS): such a chunk is read one member at a time
+        if modules.isdisjoint(map(id, types)) and not (INLINE_VALUES_DICTS and any(map(has_managed_dict, types))):
             refs = gc.get_referents(*chunk)  # type: Any
         else:
             refs = []
             for obj in chunk:
                 refs.extend(safe_referents(obj))
             obj = None
-        chunk = None
+        chunk = types = None
         for at in range(0, len(refs), _TICK_WORK * 2):
             for i in filter(_NOT_NONE, map(get, map(id, refs[at:at + _TICK_WORK * 2]))):
                 internal[i] += 1

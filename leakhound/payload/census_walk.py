@@ -15,9 +15,12 @@ import time
 
 from .census_tallies import Marks, Tally, TypeTally
 from .objects import (
+    CAN_READ_MANAGED_DICTS,
+    INLINE_VALUES_DICTS,
     LEAF_TYPE_IDS,
     SIZED,
     ModuleType,
+    add_made_dict,
     dict_descriptor,
     dict_via,
     item_count,
@@ -209,6 +212,7 @@ class ClaimWalk(object):
             self._claim_compiled(owner, stack, found)
             return
         get_referents = self._get_referents
+        inline_dicts = INLINE_VALUES_DICTS and CAN_READ_MANAGED_DICTS
         getsizeof = sys.getsizeof
         base_sizeof = object_sizeof
         # Per type id (the type tally keeps the types alive): is its __sizeof__ C code; is it
@@ -251,6 +255,8 @@ class ClaimWalk(object):
                 referents = safe_referents(obj)  # never a module's own traverse (see safe_referents)
             else:
                 referents = get_referents(obj)
+                if inline_dicts:
+                    add_made_dict(obj, obj_type, referents)
             # Not isinstance(): it reads obj.__class__, which a class (a mock, a proxy) can
             # make a property that runs code, raises, or claims to be dict.
             if issubclass(obj_type, dict):

@@ -56,10 +56,15 @@ from .graph_wire import (
     name_paths,
 )
 from .objects import (
+    CAN_READ_MANAGED_DICTS,
+    INLINE_VALUES_DICTS,
     LEAF_TYPE_IDS,
+    MANAGED_DICTS,
     SHARED_LEAF,
+    add_made_dict,
     dict_descriptor,
     dict_via,
+    managed_dict_address,
     safe_referents,
     short_type_name,
     slot_members,
@@ -95,29 +100,6 @@ GRAPH_FORMAT = wire.GRAPH_FORMAT
 # of its collection (a logger's one handler, and its records).
 # As _graph_walk.c's FOLD_MIN_ENTRIES.
 _FOLD_MIN_ENTRIES = 16
-# 3.11-3.13 keep an instance's __dict__ (once made) in the word three before it when its type
-# has Py_TPFLAGS_MANAGED_DICT (_graph_walk.c reads it too); 3.12 tags its inline values there.
-_MANAGED_DICTS = (3, 11) <= sys.version_info[:2] <= (3, 13)
-_MANAGED_DICT_FLAG = 1 << 4
-_TYPE_FLAGS = type.__dict__["__flags__"]
-try:
-    import ctypes as _ctypes
-
-    _managed_dict_word = _ctypes.c_size_t.from_address
-    _WORD = _ctypes.sizeof(_ctypes.c_void_p)
-except Exception:  # (a payload without ctypes: no "d" labels, the result says so)
-    _managed_dict_word = None
-    _WORD = 8
-
-
-def _managed_dict(obj, tp):
-    """The address of ``obj``'s materialized __dict__ (3.11+), or 0."""
-    if not _TYPE_FLAGS.__get__(tp, type) & _MANAGED_DICT_FLAG:
-        return 0
-    word = _managed_dict_word(id(obj) - 3 * _WORD).value
-    return 0 if word & 1 else word
-
-
 # Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES_MAX): every leaf of a list whose
 # twin list (the same ints) comes later in the walk waits, ~55k a list on a 2 GB verifiers worker.
 _PENDING_LEAVES = 1 << 18
@@ -259,7 +241,7 @@ class Graph(object):
         # (sorted nodes, type id) -> the node of the leaves of that type met from those nodes
         self.leaf_groups = {}
         # 3.11+: an instance's materialized __dict__ labelled "d" (as _graph_walk.c)
-        self.dict_labels = _MANAGED_DICTS and _managed_dict_word is not None
+        self.dict_labels = CAN_READ_MANAGED_DICTS
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
         self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
         self.unreached = {"examined": False, "estimated_pause_ms": None, "reason": "", "held": 0,
@@ -496,6 +478,7 @@ class Graph(object):
         perf_counter = time.perf_counter
         d_label = self.label("d")
         dict_labels = self.dict_labels
+        inline_dicts = INLINE_VALUES_DICTS and CAN_READ_MANAGED_DICTS
         type_labels = {}  # id(type) -> label of "t<Type>"
         frame_like = FRAME_LIKE_IDS
         plain = _PLAIN_IDS
@@ -553,6 +536,8 @@ class Graph(object):
                 refs = safe_referents(obj)
             else:
                 refs = get_referents(obj)
+                if inline_dicts:
+                    add_made_dict(obj, tp, refs)
             if code == NATIVE_BUFFERS:
                 extra, hidden = native_extra(obj, self.native_kinds, self.native_bases, self.native_seen)
                 sizes[i] += extra
@@ -576,7 +561,7 @@ class Graph(object):
                 # makes one where 3.11+ keep attributes inline (a dict more in the target for
                 # every instance). The owners' paths are named afterwards (``name_paths``).
                 # A materialized one (3.11+) is read from its managed pointer: labelled "d".
-                d = _managed_dict(obj, tp) if dict_labels else 0
+                d = managed_dict_address(obj, tp) if dict_labels else 0
                 if d or slots:
                     names = {}
                     if d:
@@ -775,7 +760,7 @@ class CompiledGraph(Graph):
 
     def __init__(self, spool=None, reached=None, **kwargs):
         Graph.__init__(self, **kwargs)
-        self.dict_labels = _MANAGED_DICTS  # read in C, no ctypes needed
+        self.dict_labels = MANAGED_DICTS  # read in C, no ctypes needed
         # A dict that receives what the walk reached, as the census's bitmap (graph_reached),
         # when a census after it lists every tracked object (runner._snapshot_graph_first:
         # the census then splits only what the graph did not reach).

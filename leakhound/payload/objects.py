@@ -23,6 +23,64 @@ SHARED_LEAF = 64
 PAYLOAD_PACKAGE = __name__.rsplit(".", 1)[0]
 
 
+# 3.11-3.13 keep an instance's __dict__, once made, in the word three before it when its type
+# has Py_TPFLAGS_MANAGED_DICT (_walk_objects.c reads it too); 3.12 tags its inline values there.
+MANAGED_DICTS = (3, 11) <= sys.version_info[:2] <= (3, 13)
+# 3.13 keeps the attribute values inline after the object, and its traverse visits them, not
+# a __dict__ made from them (vars(), obj.__dict__), while they are valid: gc.get_referents
+# leaves that dict out. It is the instance's all the same (made_dict adds it).
+INLINE_VALUES_DICTS = sys.version_info[:2] == (3, 13)
+_MANAGED_DICT_FLAG = 1 << 4
+_TYPE_FLAGS = type.__dict__["__flags__"]
+try:
+    import ctypes as _ctypes
+
+    _word_at = _ctypes.c_size_t.from_address
+    _WORD = _ctypes.sizeof(_ctypes.c_void_p)
+except Exception:  # (a payload without ctypes: no "d" labels, the graph's result says so)
+    _word_at = None  # type: ignore[assignment]
+    _WORD = 8
+CAN_READ_MANAGED_DICTS = MANAGED_DICTS and _word_at is not None
+
+
+def has_managed_dict(tp):
+    """Does ``tp`` keep its instances' __dict__ in the managed pointer (3.11+)?"""
+    return bool(_TYPE_FLAGS.__get__(tp, type) & _MANAGED_DICT_FLAG)
+
+
+def managed_dict_address(obj, tp):
+    """The address of ``obj``'s made __dict__ (3.11-3.13, type ``tp``), or 0."""
+    if _word_at is None or not _TYPE_FLAGS.__get__(tp, type) & _MANAGED_DICT_FLAG:
+        return 0
+    word = _word_at(id(obj) - 3 * _WORD).value
+    return 0 if word & 1 else word
+
+
+def add_made_dict(obj, tp, refs):
+    """3.13: ``refs`` (``obj``'s gc.get_referents) with the __dict__ made from its inline
+    values added, when there is one and its traverse did not visit it. The dict is read
+    through the built-in descriptor only once it exists (asking makes one otherwise)."""
+    address = managed_dict_address(obj, tp)
+    if not address:
+        return refs
+    for ref in refs:
+        if id(ref) == address:
+            return refs
+    d = instance_dict(obj)
+    if d is not None and id(d) == address:
+        # The inline values were visited, which the dict holds too (with one reference
+        # between them): the values are the dict's referents, and the dict the object's, as
+        # on 3.11 and 3.12 (met from both, a value held once would be counted twice). Each
+        # is taken out once, found by identity (never ==, which could run its code).
+        for value in dict.values(d):
+            for j in range(len(refs)):
+                if refs[j] is value:
+                    del refs[j]
+                    break
+        refs.append(d)
+    return refs
+
+
 def is_payload_name(name):
     """Whether ``name`` (a module's, or a class's qualified name) is in the payload's package."""
     return name == PAYLOAD_PACKAGE or name.startswith(PAYLOAD_PACKAGE + ".")
@@ -42,6 +100,8 @@ def safe_referents(obj):
     if issubclass(type(obj), ModuleType):
         d = instance_dict(obj)
         return [d] if d is not None else []
+    if INLINE_VALUES_DICTS:
+        return add_made_dict(obj, type(obj), gc.get_referents(obj))
     return gc.get_referents(obj)
 
 

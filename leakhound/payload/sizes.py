@@ -29,7 +29,7 @@ with Python code), slot wrappers, module dicts. No Python code of the target run
 import gc
 import sys
 
-from .objects import class_dict, instance_dict, subclass_tree
+from .objects import INLINE_VALUES_DICTS, class_dict, instance_dict, managed_dict_address, subclass_tree
 
 # A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
 # 0, like one that raises (_walk.h: MAX_OBJECT_BYTES). Sums then stay far from int64 limits.
@@ -277,6 +277,8 @@ def instance_values_bytes(obj):
     values = [r for r in refs if not issubclass(type(r), type)]
     if sys.version_info < (3, 13) and len(values) == 1 and type(values[0]) is dict:
         return 0  # the dict was made: its own size counts the values
+    if INLINE_VALUES_DICTS and managed_dict_address(obj, type(obj)):
+        return 0  # 3.13: likewise (the dict is not among the referents there)
     size = len(values) + 2
     if sys.version_info >= (3, 13):
         return ((size + 7) & ~7) + 8 + 8 * size  # prefix, PyDictValues header, values
