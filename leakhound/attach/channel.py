@@ -31,6 +31,7 @@ from typing import Any
 
 import leakhound.payload
 from leakhound.attach.deadline import Deadline
+from leakhound.attach.payload_bytecode import missing_bytecode
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir, UnsafeEntry, open_dir_in_root
 from leakhound.attach.process import alive, environ_of, same_filesystem_view
 from leakhound.errors import (
@@ -272,8 +273,10 @@ class PrivateChannel:
     def _fill(self, uid: int, request: dict[str, Any]) -> None:
         owner = uid if os.geteuid() == 0 and uid != 0 else -1
         # Compiled .pyc files come along (their source mtimes are kept), so a target on the
-        # same Python version does not compile the payload.
-        self.private.copy_tree(str(PAYLOAD_SOURCE), "payload", uid=owner, skip=("agent.",))
+        # same Python version does not compile the payload; compiled here where the install
+        # has none that is valid (payload_bytecode).
+        self.private.copy_tree(str(PAYLOAD_SOURCE), "payload", uid=owner, skip=("agent.",),
+                               files=missing_bytecode(str(PAYLOAD_SOURCE), skip=("agent.",)))
         payload_fd = os.open("payload", DIR_FLAGS, dir_fd=self.private.fd)
         try:
             self.private.create("VERSION", payload_version().encode(), uid=owner, mode=0o644, dir_fd=payload_fd)

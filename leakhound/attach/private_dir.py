@@ -26,6 +26,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -144,24 +145,38 @@ class PrivateDir:
             raise
         return fd
 
-    def copy_tree(self, source: str, name: str, *, uid: int = -1, skip: tuple[str, ...] = ()) -> None:
+    def copy_tree(self, source: str, name: str, *, uid: int = -1, skip: tuple[str, ...] = (),
+                  files: Mapping[str, bytes] | None = None) -> None:
         """``source`` (a directory of leakhound's own) copied as ``name``, file times kept
-        (compiled .pyc files stay valid); names starting with one of ``skip`` are left out."""
-        self._copy_into(source, name, self.fd, uid, skip)
+        (compiled .pyc files stay valid); names starting with one of ``skip`` are left out.
+        ``files``: paths relative to ``source`` (``__pycache__/x.cpython-311.pyc``) written
+        with these bytes, in place of what ``source`` has there or beside it."""
+        self._copy_into(source, name, self.fd, uid, skip, dict(files or {}))
 
-    def _copy_into(self, source: str, name: str, parent: int, uid: int, skip: tuple[str, ...]) -> None:
+    def _copy_into(self, source: str | None, name: str, parent: int, uid: int, skip: tuple[str, ...],
+                   files: dict[str, bytes]) -> None:
         fd = self.mkdir(name, uid=uid, dir_fd=parent)
         try:
-            for entry in sorted(os.scandir(source), key=lambda e: e.name):
+            entries = sorted(os.scandir(source), key=lambda e: e.name) if source is not None else []
+            subdirs = {rel.split("/", 1)[0] for rel in files if "/" in rel}
+            for entry in entries:
                 if entry.name.startswith(skip):
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    self._copy_into(entry.path, entry.name, fd, uid, skip)
+                    subdirs.discard(entry.name)
+                    self._copy_into(entry.path, entry.name, fd, uid, skip, _under(files, entry.name))
                 elif entry.is_file(follow_symlinks=False):
+                    if entry.name in files:
+                        continue  # written below
                     with open(entry.path, "rb") as fh:
                         data = fh.read()
                     st = entry.stat(follow_symlinks=False)
                     self.create(entry.name, data, uid=uid, mode=0o644, mtime_ns=st.st_mtime_ns, dir_fd=fd)
+            for rel, data in files.items():
+                if "/" not in rel:
+                    self.create(rel, data, uid=uid, mode=0o644, dir_fd=fd)
+            for sub in sorted(subdirs):  # not in source: made for its files
+                self._copy_into(None, sub, fd, uid, skip, _under(files, sub))
         finally:
             os.close(fd)
 
@@ -428,3 +443,9 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except OSError:
         return False
+
+
+def _under(files: dict[str, bytes], name: str) -> dict[str, bytes]:
+    """The entries of ``files`` inside directory ``name``, relative to it."""
+    prefix = name + "/"
+    return {rel[len(prefix):]: data for rel, data in files.items() if rel.startswith(prefix)}

@@ -64,3 +64,38 @@ def test_a_child_forked_before_its_parent_imported_the_runner_loads_the_payload_
     """
     result = _boot(channel, half_loaded)
     assert result["ok"] is True, json.dumps(result)
+
+
+def test_a_target_on_leakhounds_cpython_compiles_none_of_the_payload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the install has no valid .pyc (here: a copy of the payload without them),
+    leakhound compiles them into the private directory: the target's import compiles nothing
+    of the payload (compiling holds its GIL for each module, and ~2 MiB of its memory)."""
+    import shutil
+
+    from leakhound.attach import channel as channel_module
+
+    source = tmp_path / "payload"
+    shutil.copytree(channel_module.PAYLOAD_SOURCE, source, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(channel_module, "PAYLOAD_SOURCE", source)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    compiled = tmp_path / "compiled.txt"
+    setup = f"""
+        import builtins
+        _compile = builtins.compile
+        def compile(source, filename, *args, **kwargs):
+            with open({str(compiled)!r}, "a") as fh:
+                fh.write(str(filename) + "\\n")
+            return _compile(source, filename, *args, **kwargs)
+        builtins.compile = compile
+    """
+    with PrivateChannel(uid=os.geteuid(), request={"op": "ping", "timeout": 10}) as made:
+        pycache = Path(f"/proc/self/fd/{made.private.fd}") / "payload" / "__pycache__"
+        assert (pycache / f"graph.{sys.implementation.cache_tag}.pyc").exists()
+        result = _boot(made, setup)
+    assert result.get("ok") is True, result
+    names = [Path(line).name for line in compiled.read_text().splitlines()] if compiled.exists() else []
+    # boot.py and the fork guard are compiled by the bootstrap itself (exec), by design
+    assert set(names) <= {"boot.py", "fork_guard.py"}, names
