@@ -1533,7 +1533,10 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
         g->refs.pos = 0;
     }
     else {
+        Py_ssize_t before = g->refs.len;
         failed = referents_of(w, obj, &g->refs) < 0;
+        if (!failed)
+            drop_dict_values(w, &g->refs, before);  /* the walk reads the dict's entries */
         g->entries = g->refs.len;
         if (!failed && !g->tag && g->managed_dicts && (PyType_GetFlags(tp) & MANAGED_DICT_FLAG)) {
             uintptr_t d = (uintptr_t)((PyObject **)obj)[-3];  /* a dict, NULL, or 3.12's tagged values */

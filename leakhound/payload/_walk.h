@@ -52,7 +52,7 @@ extern PyObject *code_type;          /* types.CodeType */
 /* 3.13 keeps an instance's attribute values inline after it; a __dict__ made from them
  * (vars(), obj.__dict__) is in the managed dict pointer, the word three before the object,
  * and its type's traverse does not visit that dict while the inline values are valid: it
- * is one of the object's referents all the same (referents_of adds it). */
+ * is one of the object's referents all the same (referents_of adds it: Walk.added_dict). */
 extern int inline_values_dicts;
 #define MANAGED_DICT_FLAG (1UL << 4)  /* Py_TPFLAGS_MANAGED_DICT, 3.11-3.13 */
 /* The names of the code type's member descriptors for what a code object holds (see
@@ -122,6 +122,11 @@ typedef struct {
     /* A session's (see ``session``): the dicts its caches were filled for (strong
      * references); a call with others starts them anew. NULL in a one-call Walk. */
     PyObject *for_regions, *for_type_index, *for_native;
+    /* 3.13: the made __dict__ the last referents_of added beside the inline values its
+     * object's traverse visited (NULL: none). A dict's traverse does not visit values
+     * embedded in their object, so the census keeps them as the object's referents; the
+     * graph reads the dict's entries and takes them out of the object's (drop_dict_values). */
+    PyObject *added_dict;
 } Walk;
 
 /* -- the helpers of both walks (_walk_objects.c) ------------------------------------------ */
@@ -141,6 +146,7 @@ int is_big(PyObject *op);
 Py_ssize_t read_slice(Refs *r, Py_ssize_t want);
 int visit_referent(PyObject *op, void *arg);
 int referents_of(Walk *w, PyObject *obj, Refs *r);
+void drop_dict_values(Walk *w, Refs *r, Py_ssize_t before);
 long native_for(Walk *w, PyTypeObject *tp);
 long long instance_values_bytes(PyObject *obj, traverseproc traverse, long code);
 

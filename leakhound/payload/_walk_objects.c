@@ -646,30 +646,17 @@ referents_of(Walk *w, PyObject *obj, Refs *r)
         if (traverse(obj, visit_referent, r))
             return -1;
     }
+    w->added_dict = NULL;
     if (inline_values_dicts && (flags & MANAGED_DICT_FLAG)) {
         PyObject *d = ((PyObject **)obj)[-3];  /* 3.13: the made __dict__, or NULL */
         if (d != NULL && PyDict_CheckExact(d)) {
             Py_ssize_t k = before;
             while (k < r->len && r->items[k] != d)
                 k++;
-            if (k == r->len) {
-                /* Not visited: the inline values were, which the dict holds too (with one
-                 * reference between them). The values are the dict's referents, and the
-                 * dict the object's, as on 3.11 and 3.12: met from both, a value held once
-                 * would be counted twice. Each value is taken out once. */
-                Py_ssize_t pos = 0;
-                PyObject *key, *value;
-                while (PyDict_Next(d, &pos, &key, &value)) {
-                    for (Py_ssize_t j = before; j < r->len; j++) {
-                        if (r->items[j] == value) {
-                            r->items[j] = r->items[--r->len];
-                            Py_DECREF(value);  /* the object still holds it */
-                            break;
-                        }
-                    }
-                }
+            if (k == r->len) {  /* not visited: the inline values were */
                 if (refs_push(r, d) < 0)
                     return -1;
+                w->added_dict = d;
             }
         }
     }
@@ -683,6 +670,29 @@ referents_of(Walk *w, PyObject *obj, Refs *r)
         }
     }
     return 0;
+}
+
+/* After referents_of(w, obj, r) added a made __dict__ (w->added_dict): its values taken out
+ * of r from ``before`` on, each once, for a walk that reads the dict's entries itself (the
+ * graph): met from both the object and its dict, a value held once would be counted twice. */
+void
+drop_dict_values(Walk *w, Refs *r, Py_ssize_t before)
+{
+    PyObject *d = w->added_dict;
+    if (d == NULL)
+        return;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(d, &pos, &key, &value)) {
+        for (Py_ssize_t j = before; j < r->len; j++) {
+            if (r->items[j] == value) {
+                memmove(&r->items[j], &r->items[j + 1], (size_t)(r->len - j - 1) * sizeof(PyObject *));
+                r->len--;
+                Py_DECREF(value);  /* the object still holds it */
+                break;
+            }
+        }
+    }
 }
 
 /* How ``tp`` is sized natively: its code in w->native (census_walk.py: 1 buffers and hidden

@@ -537,7 +537,7 @@ class Graph(object):
             else:
                 refs = get_referents(obj)
                 if inline_dicts:
-                    add_made_dict(obj, tp, refs)
+                    add_made_dict(obj, tp, refs, True)  # the dict's entries are read below
             if code == NATIVE_BUFFERS:
                 extra, hidden = native_extra(obj, self.native_kinds, self.native_bases, self.native_seen)
                 sizes[i] += extra

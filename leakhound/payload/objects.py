@@ -28,7 +28,7 @@ PAYLOAD_PACKAGE = __name__.rsplit(".", 1)[0]
 MANAGED_DICTS = (3, 11) <= sys.version_info[:2] <= (3, 13)
 # 3.13 keeps the attribute values inline after the object, and its traverse visits them, not
 # a __dict__ made from them (vars(), obj.__dict__), while they are valid: gc.get_referents
-# leaves that dict out. It is the instance's all the same (made_dict adds it).
+# leaves that dict out. It is the instance's all the same (add_made_dict adds it).
 INLINE_VALUES_DICTS = sys.version_info[:2] == (3, 13)
 _MANAGED_DICT_FLAG = 1 << 4
 _TYPE_FLAGS = type.__dict__["__flags__"]
@@ -56,10 +56,16 @@ def managed_dict_address(obj, tp):
     return 0 if word & 1 else word
 
 
-def add_made_dict(obj, tp, refs):
+def add_made_dict(obj, tp, refs, drop_values=False):
     """3.13: ``refs`` (``obj``'s gc.get_referents) with the __dict__ made from its inline
-    values added, when there is one and its traverse did not visit it. The dict is read
-    through the built-in descriptor only once it exists (asking makes one otherwise)."""
+    values added, when there is one and its traverse did not visit it (the dict is read
+    through the built-in descriptor only once it exists: asking makes one otherwise).
+
+    A dict's traverse does not visit values embedded in their object, so for a walk that
+    reads referents through gc (the census) the values stay the object's. ``drop_values``:
+    for a walk that reads the dict's entries itself (the graph), they are taken out of
+    ``refs``, each once, found by identity (never ==, which could run its code): met from
+    both the object and its dict, a value held once would be counted twice."""
     address = managed_dict_address(obj, tp)
     if not address:
         return refs
@@ -67,17 +73,15 @@ def add_made_dict(obj, tp, refs):
         if id(ref) == address:
             return refs
     d = instance_dict(obj)
-    if d is not None and id(d) == address:
-        # The inline values were visited, which the dict holds too (with one reference
-        # between them): the values are the dict's referents, and the dict the object's, as
-        # on 3.11 and 3.12 (met from both, a value held once would be counted twice). Each
-        # is taken out once, found by identity (never ==, which could run its code).
+    if d is None or id(d) != address:
+        return refs
+    if drop_values:
         for value in dict.values(d):
             for j in range(len(refs)):
                 if refs[j] is value:
                     del refs[j]
                     break
-        refs.append(d)
+    refs.append(d)
     return refs
 
 
