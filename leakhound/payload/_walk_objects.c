@@ -624,6 +624,7 @@ code_referents(PyObject *code, Refs *r)
 int
 referents_of(Walk *w, PyObject *obj, Refs *r)
 {
+    w->added_dict = NULL;  /* whatever returns below (drop_dict_values reads it) */
     if ((PyObject *)Py_TYPE(obj) == code_type)
         return code_referents(obj, r);
     if (PyModule_Check(obj)) {
@@ -646,7 +647,6 @@ referents_of(Walk *w, PyObject *obj, Refs *r)
         if (traverse(obj, visit_referent, r))
             return -1;
     }
-    w->added_dict = NULL;
     if (inline_values_dicts && (flags & MANAGED_DICT_FLAG)) {
         PyObject *d = ((PyObject **)obj)[-3];  /* 3.13: the made __dict__, or NULL */
         if (d != NULL && PyDict_CheckExact(d)) {
