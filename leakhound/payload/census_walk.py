@@ -15,7 +15,6 @@ import time
 
 from .census_tallies import Marks, Tally, TypeTally
 from .objects import (
-    CAN_READ_MANAGED_DICTS,
     INLINE_VALUES_DICTS,
     LEAF_TYPE_IDS,
     SIZED,
@@ -212,7 +211,7 @@ class ClaimWalk(object):
             self._claim_compiled(owner, stack, found)
             return
         get_referents = self._get_referents
-        inline_dicts = INLINE_VALUES_DICTS and CAN_READ_MANAGED_DICTS
+        inline_dicts = INLINE_VALUES_DICTS  # (add_made_dict finds none where ctypes cannot read)
         getsizeof = sys.getsizeof
         base_sizeof = object_sizeof
         # Per type id (the type tally keeps the types alive): is its __sizeof__ C code; is it

@@ -478,7 +478,7 @@ class Graph(object):
         perf_counter = time.perf_counter
         d_label = self.label("d")
         dict_labels = self.dict_labels
-        inline_dicts = INLINE_VALUES_DICTS and CAN_READ_MANAGED_DICTS
+        inline_dicts = INLINE_VALUES_DICTS  # (add_made_dict finds none where ctypes cannot read)
         type_labels = {}  # id(type) -> label of "t<Type>"
         frame_like = FRAME_LIKE_IDS
         plain = _PLAIN_IDS

@@ -50,7 +50,7 @@ def has_managed_dict(tp):
 
 def managed_dict_address(obj, tp):
     """The address of ``obj``'s made __dict__ (3.11-3.13, type ``tp``), or 0."""
-    if _word_at is None or not _TYPE_FLAGS.__get__(tp, type) & _MANAGED_DICT_FLAG:
+    if _word_at is None or not has_managed_dict(tp):
         return 0
     word = _word_at(id(obj) - 3 * _WORD).value
     return 0 if word & 1 else word

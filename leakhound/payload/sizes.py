@@ -29,7 +29,14 @@ with Python code), slot wrappers, module dicts. No Python code of the target run
 import gc
 import sys
 
-from .objects import INLINE_VALUES_DICTS, class_dict, instance_dict, managed_dict_address, subclass_tree
+from .objects import (
+    INLINE_VALUES_DICTS,
+    class_dict,
+    has_managed_dict,
+    instance_dict,
+    managed_dict_address,
+    subclass_tree,
+)
 
 # A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
 # 0, like one that raises (_walk.h: MAX_OBJECT_BYTES). Sums then stay far from int64 limits.
@@ -230,7 +237,6 @@ def for_compiled_walk(codes, walk):
     return {tid: code for tid, code in codes.items() if tid != id(_CODE_TYPE)}
 
 
-_MANAGED_DICT = 1 << 4  # Py_TPFLAGS_MANAGED_DICT (3.11+)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
 
 
@@ -252,7 +258,7 @@ def _plain_instance_classes(tick=None):
         if tick is not None and n & 255 == 255:
             tick()
         flags = _flags(cls)
-        if not flags & _MANAGED_DICT or not flags & _HEAPTYPE:
+        if not has_managed_dict(cls) or not flags & _HEAPTYPE:
             continue
         if type.__dict__["__itemsize__"].__get__(cls, type) != 0:
             continue
