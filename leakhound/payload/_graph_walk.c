@@ -25,7 +25,7 @@
  * when it is met, a container's when its walk is done (its folded leaves added); a node the
  * payload's Python code made (a root) has one when made and, if walked, a second: the last
  * one counts. An edge's record is (source address, destination address, label); 0 is the
- * super-root. The records go into columns of blocks of 4Ki items; with a spool (graph_spool:
+ * super-root. The records go into columns of blocks of 1Ki items; with a spool (graph_spool:
  * the file the CLI reads, on the debugger paths) every full block is written out and freed at
  * the next graph_flush (the payload calls it while it yields the GIL anyway), so what the walk
  * keeps in the target is the bitmaps and a few blocks, not the graph. On the wire each block
@@ -46,15 +46,107 @@
  * id, a type's slot descriptors, a native object's buffers), and C descriptors' getters.
  */
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1  /* mremap (as Python.h's pyconfig.h defines it) */
+#endif
 #include <errno.h>
 #include <stdint.h>
 #include <unistd.h>
+#include <sys/mman.h>
 
 #include "_walk.h"
 #include "_sites.h"
 
+
+/* The walk's own memory. A table of TABLE_MAP_MIN bytes or more is a mapping of its own,
+ * unmapped when it is freed or outgrown: the pages it touched go back to the kernel at once.
+ * From malloc, a freed table stays in the heap (glibc raises its mmap threshold to the size
+ * of the first mapped block freed, so a table doubled twice is three tables of the heap's),
+ * and the target's RSS kept what the walk had touched. A smaller one is PyMem's. Each has a
+ * 16-byte header: its mapping's length (0: PyMem's), the size asked. */
+#define TABLE_MAP_MIN ((size_t)64 << 10)
+#define TABLE_HEADER 16
+
+static void *
+table_malloc(size_t size)
+{
+    if (size > ((size_t)1 << 46))
+        return NULL;
+    size_t *p;
+    if (size + TABLE_HEADER < TABLE_MAP_MIN) {
+        p = PyMem_Malloc(size + TABLE_HEADER);
+        if (p == NULL)
+            return NULL;
+        p[0] = 0;
+    }
+    else {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t len = (size + TABLE_HEADER + page - 1) / page * page;
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        p[0] = len;
+    }
+    p[1] = size;
+    return (char *)p + TABLE_HEADER;
+}
+
+static void
+table_free(void *ptr)
+{
+    if (ptr == NULL)
+        return;
+    size_t *p = (size_t *)((char *)ptr - TABLE_HEADER);
+    if (p[0] == 0)
+        PyMem_Free(p);
+    else
+        munmap(p, p[0]);
+}
+
+static void *
+table_calloc(size_t count, size_t size)
+{
+    if (size != 0 && count > ((size_t)1 << 46) / size)
+        return NULL;
+    void *ptr = table_malloc(count * size);
+    if (ptr != NULL && ((size_t *)((char *)ptr - TABLE_HEADER))[0] == 0)
+        memset(ptr, 0, count * size);  /* (a new mapping is zeros) */
+    return ptr;
+}
+
+static void *
+table_realloc(void *ptr, size_t size)
+{
+    if (ptr == NULL)
+        return table_malloc(size);
+    size_t *p = (size_t *)((char *)ptr - TABLE_HEADER);
+    if (p[0] != 0 && size + TABLE_HEADER >= TABLE_MAP_MIN) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t len = (size + TABLE_HEADER + page - 1) / page * page;
+        size_t *q = mremap(p, p[0], len, MREMAP_MAYMOVE);  /* the pages move, not their bytes */
+        if (q == MAP_FAILED)
+            return NULL;
+        q[0] = len;
+        q[1] = size;
+        return (char *)q + TABLE_HEADER;
+    }
+    if (p[0] == 0 && size + TABLE_HEADER < TABLE_MAP_MIN) {
+        size_t *q = PyMem_Realloc(p, size + TABLE_HEADER);
+        if (q == NULL)
+            return NULL;
+        q[1] = size;
+        return (char *)q + TABLE_HEADER;
+    }
+    void *grown = table_malloc(size);
+    if (grown == NULL)
+        return NULL;
+    memcpy(grown, ptr, p[1] < size ? p[1] : size);
+    table_free(ptr);
+    return grown;
+}
+
 #define GRAPH_NAME "leakhound._walk.graph"
-#define GBLOCK_SHIFT 12
+#define GBLOCK_SHIFT 10
 #define GBLOCK_ITEMS ((Py_ssize_t)1 << GBLOCK_SHIFT)
 /* getrefcount() as the Python loop sees a referent: its container, its referents list, the
  * loop variable and getrefcount's own argument; here the buffer holds the second. */
@@ -63,7 +155,7 @@
 #define GRAPH_SHARED_LEAF 64
 #define GRAPH_MAX_LABEL_CHARS 80
 
-/* A column of records: blocks of 4Ki items (32 KiB of 8-byte items: what the target holds
+/* A column of records: blocks of 1Ki items (8 KiB of 8-byte items: what the target holds
  * of each column between two flushes); blocks [0, flushed) are written out and freed. */
 /* Blocks written out are kept for reuse, up to this many a column: a new block is fresh
  * memory the kernel has to fault in and zero (the columns are ~80 MB of records on a
@@ -72,7 +164,7 @@
 
 typedef struct {
     char **blocks;
-    Py_ssize_t nblocks;
+    Py_ssize_t nblocks, cap;
     Py_ssize_t len;
     Py_ssize_t flushed;
     int itemsize;
@@ -89,13 +181,17 @@ column_push(Column *c, const void *value)
         return -1;
     }
     if (c->len == c->nblocks * GBLOCK_ITEMS) {
-        char **blocks = PyMem_Realloc(c->blocks, (size_t)(c->nblocks + 1) * sizeof(char *));
-        if (blocks == NULL) {
-            PyErr_NoMemory();
-            return -1;
+        if (c->nblocks == c->cap) {
+            Py_ssize_t cap = c->cap < 16 ? 16 : 2 * c->cap;
+            char **blocks = table_realloc(c->blocks, (size_t)cap * sizeof(char *));
+            if (blocks == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            c->blocks = blocks;
+            c->cap = cap;
         }
-        c->blocks = blocks;
-        char *block = c->nspare > 0 ? c->spare[--c->nspare] : PyMem_Malloc((size_t)GBLOCK_ITEMS * (size_t)c->itemsize);
+        char *block = c->nspare > 0 ? c->spare[--c->nspare] : table_malloc((size_t)GBLOCK_ITEMS * (size_t)c->itemsize);
         if (block == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -131,12 +227,12 @@ static void
 column_free(Column *c)
 {
     for (Py_ssize_t b = c->flushed; b < c->nblocks; b++)
-        PyMem_Free(c->blocks[b]);
+        table_free(c->blocks[b]);
     while (c->nspare > 0)
-        PyMem_Free(c->spare[--c->nspare]);
-    PyMem_Free(c->blocks);
+        table_free(c->spare[--c->nspare]);
+    table_free(c->blocks);
     c->blocks = NULL;
-    c->nblocks = c->len = c->flushed = 0;
+    c->nblocks = c->cap = c->len = c->flushed = 0;
 }
 
 /* The whole of buf to fd (the GIL released by the caller): 0, or an errno. */
@@ -224,11 +320,11 @@ nodebits_region(NodeBits *nb, uintptr_t address, int create)
         return NULL;
     if (nb->keys == NULL || (size_t)(nb->used + 1) * 2 > nb->mask + 1) {
         size_t cap = nb->keys == NULL ? 256 : (nb->mask + 1) * 2;
-        uintptr_t *keys = PyMem_Calloc(cap, sizeof(uintptr_t));
-        unsigned char **bits = PyMem_Calloc(cap, sizeof(unsigned char *));
+        uintptr_t *keys = table_calloc(cap, sizeof(uintptr_t));
+        unsigned char **bits = table_calloc(cap, sizeof(unsigned char *));
         if (keys == NULL || bits == NULL) {
-            PyMem_Free(keys);
-            PyMem_Free(bits);
+            table_free(keys);
+            table_free(bits);
             PyErr_NoMemory();
             return NULL;
         }
@@ -241,13 +337,13 @@ nodebits_region(NodeBits *nb, uintptr_t address, int create)
             keys[k] = nb->keys[h];
             bits[k] = nb->bits[h];
         }
-        PyMem_Free(nb->keys);
-        PyMem_Free(nb->bits);
+        table_free(nb->keys);
+        table_free(nb->bits);
         nb->keys = keys;
         nb->bits = bits;
         nb->mask = cap - 1;
     }
-    unsigned char *region = PyMem_Calloc(NB_BYTES, 1);
+    unsigned char *region = table_calloc(NB_BYTES, 1);
     if (region == NULL) {
         PyErr_NoMemory();
         return NULL;
@@ -284,9 +380,9 @@ static void
 nodebits_free(NodeBits *nb)
 {
     for (size_t h = 0; nb->keys != NULL && h <= nb->mask; h++)
-        PyMem_Free(nb->bits[h]);
-    PyMem_Free(nb->keys);
-    PyMem_Free(nb->bits);
+        table_free(nb->bits[h]);
+    table_free(nb->keys);
+    table_free(nb->bits);
     memset(nb, 0, sizeof(*nb));
 }
 
@@ -295,8 +391,8 @@ labelmap_clear(LabelMap *m)
 {
     if (m->used && m->mask >= 1024) {
         /* Grown by a big dict: smaller again (clearing it for every container would cost). */
-        PyMem_Free(m->keys);
-        PyMem_Free(m->labels);
+        table_free(m->keys);
+        table_free(m->labels);
         m->keys = NULL;
         m->labels = NULL;
         m->mask = 0;
@@ -312,11 +408,11 @@ static int
 labelmap_grow(LabelMap *m)
 {
     size_t cap = m->keys == NULL ? 64 : (m->mask + 1) * 2;
-    uintptr_t *keys = PyMem_Calloc(cap, sizeof(uintptr_t));
-    int32_t *labels = PyMem_Malloc(cap * sizeof(int32_t));
+    uintptr_t *keys = table_calloc(cap, sizeof(uintptr_t));
+    int32_t *labels = table_malloc(cap * sizeof(int32_t));
     if (keys == NULL || labels == NULL) {
-        PyMem_Free(keys);
-        PyMem_Free(labels);
+        table_free(keys);
+        table_free(labels);
         PyErr_NoMemory();
         return -1;
     }
@@ -329,8 +425,8 @@ labelmap_grow(LabelMap *m)
         keys[k] = m->keys[h];
         labels[k] = m->labels[h];
     }
-    PyMem_Free(m->keys);
-    PyMem_Free(m->labels);
+    table_free(m->keys);
+    table_free(m->labels);
     m->keys = keys;
     m->labels = labels;
     m->mask = cap - 1;
@@ -385,9 +481,9 @@ typedef struct {
 static void
 addrmap_free(AddrMap *m)
 {
-    PyMem_Free(m->keys);
-    PyMem_Free(m->wide);
-    PyMem_Free(m->narrow);
+    table_free(m->keys);
+    table_free(m->wide);
+    table_free(m->narrow);
     memset(m, 0, sizeof(*m));
 }
 
@@ -406,8 +502,8 @@ addrmap_put(AddrMap *m, uintptr_t address, long long wide, int32_t narrow)
 {
     if (m->keys == NULL || (size_t)(m->used + 1) * 2 > m->mask + 1) {
         size_t cap = m->keys == NULL ? 1024 : (m->mask + 1) * 2;
-        AddrMap bigger = {PyMem_Calloc(cap, sizeof(uintptr_t)), PyMem_Malloc(cap * sizeof(long long)),
-                          PyMem_Malloc(cap * sizeof(int32_t)), cap - 1, 0};
+        AddrMap bigger = {table_calloc(cap, sizeof(uintptr_t)), table_malloc(cap * sizeof(long long)),
+                          table_malloc(cap * sizeof(int32_t)), cap - 1, 0};
         if (bigger.keys == NULL || bigger.wide == NULL || bigger.narrow == NULL) {
             addrmap_free(&bigger);
             PyErr_NoMemory();
@@ -616,7 +712,9 @@ typedef struct {
      * makes "k" labels in this walk), known without building its text (a cache's unique
      * keys); one whose hash is there is looked up. No reference to the keys: a reference
      * would change their counts, and what the walk folds. */
-    uint32_t *labelled;        /* open addressing, 0 empty; LABELLED_SLOTS of them */
+    uint32_t *labelled;        /* open addressing, 0 empty; labelled_mask + 1 slots */
+    size_t labelled_mask;
+    Py_ssize_t nlabelled;
     /* The census the walk makes on the way (graph_tallies): every object it counts, once,
      * by type id, at its own size (a container's before its folded leaves): the nodes, the
      * folded leaves, and the shared leaves (no node) the first time they are met. */
@@ -647,10 +745,10 @@ graph_drop_helpers(GraphState *g)
     Py_CLEAR(g->too_big);
     refs_free(&g->refs);
     refs_free(&g->stack);
-    PyMem_Free(g->owners);
+    table_free(g->owners);
     g->owners = NULL;
     g->owners_cap = 0;
-    PyMem_Free(g->fold_labels);
+    table_free(g->fold_labels);
     g->fold_labels = NULL;
     g->fold_labels_len = 0;
     while (g->nsuspended > 0) {
@@ -671,11 +769,11 @@ graph_drop_bits(GraphState *g)
     nodebits_free(&g->counted);
     nodebits_free(&g->madebits);
     addrmap_free(&g->made);
-    PyMem_Free(g->pending);
+    table_free(g->pending);
     g->pending = NULL;
     g->pending_mask = 0;
     g->npending = 0;
-    PyMem_Free(g->groups);
+    table_free(g->groups);
     g->groups = NULL;
     g->groups_mask = 0;
     g->ngroups = 0;
@@ -693,14 +791,16 @@ graph_capsule_free(PyObject *capsule)
     for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         column_free(cols[k]);
     graph_drop_bits(g);
-    PyMem_Free(g->names.keys);
-    PyMem_Free(g->names.labels);
+    table_free(g->names.keys);
+    table_free(g->names.labels);
     addrmap_free(&g->key_labels);
-    PyMem_Free(g->labelled);
+    table_free(g->labelled);
     g->labelled = NULL;
-    PyMem_Free(g->t_counts);
+    g->labelled_mask = 0;
+    g->nlabelled = 0;
+    PyMem_Free(g->t_counts);  /* grow_tallies (_walk_objects.c): PyMem's */
     PyMem_Free(g->t_bytes);
-    PyMem_Free(g);
+    table_free(g);
 }
 
 static GraphState *
@@ -816,7 +916,7 @@ graph_push(GraphState *g, PyObject *op, uintptr_t owner)
     if (refs_push(&g->stack, op) < 0)
         return -1;
     if (g->owners_cap < g->stack.cap) {
-        uintptr_t *owners = PyMem_Realloc(g->owners, (size_t)g->stack.cap * sizeof(uintptr_t));
+        uintptr_t *owners = table_realloc(g->owners, (size_t)g->stack.cap * sizeof(uintptr_t));
         if (owners == NULL) {
             g->stack.len--;
             Py_DECREF(op);
@@ -836,8 +936,8 @@ static long
 fold_label(GraphState *g, long label)
 {
     if (label >= g->fold_labels_len) {
-        Py_ssize_t n = label + 256;
-        int32_t *grown = PyMem_Realloc(g->fold_labels, (size_t)n * sizeof(int32_t));
+        Py_ssize_t n = label + 256 > 2 * g->fold_labels_len ? label + 256 : 2 * g->fold_labels_len;
+        int32_t *grown = table_realloc(g->fold_labels, (size_t)n * sizeof(int32_t));
         if (grown == NULL) {
             PyErr_NoMemory();
             return -2;
@@ -913,7 +1013,7 @@ static int
 pending_grow(GraphState *g, size_t leaves)
 {
     size_t mask = 2 * leaves - 1;
-    PendingLeaf *table = PyMem_Calloc(mask + 1, sizeof(PendingLeaf));
+    PendingLeaf *table = table_calloc(mask + 1, sizeof(PendingLeaf));
     if (table == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -926,7 +1026,7 @@ pending_grow(GraphState *g, size_t leaves)
             k = (k + 1) & mask;
         table[k] = g->pending[j];
     }
-    PyMem_Free(g->pending);
+    table_free(g->pending);
     g->pending = table;
     g->pending_mask = mask;
     return 0;
@@ -1035,7 +1135,7 @@ group_add(GraphState *g, const uintptr_t *owners, int32_t type, uintptr_t node)
         if (slots / 2 >= LEAF_GROUPS_MAX)
             return 0;
         size_t want = slots == 0 ? 2 * LEAF_GROUPS : 2 * slots;
-        LeafGroup *table = PyMem_Calloc(want, sizeof(LeafGroup));
+        LeafGroup *table = table_calloc(want, sizeof(LeafGroup));
         if (table == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -1049,7 +1149,7 @@ group_add(GraphState *g, const uintptr_t *owners, int32_t type, uintptr_t node)
                 k = (k + 1) & (want - 1);
             table[k] = *x;
         }
-        PyMem_Free(g->groups);
+        table_free(g->groups);
         g->groups = table;
         g->groups_mask = want - 1;
     }
@@ -1146,7 +1246,7 @@ graph_write_blocks(GraphState *g, int fd, int full_only)
             if (cols[c]->nspare < GBLOCK_SPARE)
                 cols[c]->spare[cols[c]->nspare++] = cols[c]->blocks[k];
             else
-                PyMem_Free(cols[c]->blocks[k]);
+                table_free(cols[c]->blocks[k]);
             cols[c]->blocks[k] = NULL;
         }
         cols[c]->flushed = written[c];
@@ -1194,8 +1294,9 @@ cached_int(GraphState *g, PyObject *cache, PyObject *key, PyObject *make, PyObje
 static long key_label_made(GraphState *g, PyObject *key);
 
 /* The set of labelled keys' hashes, 32 bits of each (a collision only sends a key the long
- * way, which is exact): at most graph.py's _MAX_KEY_LABELS (15,000) in LABELLED_SLOTS. */
-#define LABELLED_SLOTS (1 << 16)
+ * way, which is exact): at most graph.py's _MAX_KEY_LABELS (15,000). Open addressing from
+ * LABELLED_SLOTS slots, doubled when half full (a walk labels a few thousand keys). */
+#define LABELLED_SLOTS (1 << 10)
 
 static inline uint32_t
 labelled_value(Py_hash_t hash)
@@ -1204,45 +1305,51 @@ labelled_value(Py_hash_t hash)
     return v ? v : 1;
 }
 
+/* v's slot in a table of mask + 1 slots: its own, or the empty one it would take (there is
+ * always one: the table is at most half full). */
+static inline size_t
+labelled_slot(const uint32_t *table, size_t mask, uint32_t v)
+{
+    size_t k = (size_t)(v * 2654435761u) & mask;
+    while (table[k] != v && table[k] != 0)
+        k = (k + 1) & mask;
+    return k;
+}
+
 static int
 labelled_has(GraphState *g, Py_hash_t hash)
 {
     if (g->labelled == NULL)
         return 0;
     uint32_t v = labelled_value(hash);
-    for (size_t k = (size_t)(v * 2654435761u) & (LABELLED_SLOTS - 1), tries = 0; tries < LABELLED_SLOTS;
-         k = (k + 1) & (LABELLED_SLOTS - 1), tries++) {
-        if (g->labelled[k] == v)
-            return 1;
-        if (g->labelled[k] == 0)
-            return 0;
-    }
-    return 0;
+    return g->labelled[labelled_slot(g->labelled, g->labelled_mask, v)] == v;
 }
 
 static int
 labelled_add(GraphState *g, Py_hash_t hash)
 {
-    if (g->labelled == NULL) {
-        g->labelled = PyMem_Calloc(LABELLED_SLOTS, sizeof(uint32_t));
-        if (g->labelled == NULL) {
+    size_t slots = g->labelled == NULL ? 0 : g->labelled_mask + 1;
+    if ((size_t)(g->nlabelled + 1) * 2 > slots) {
+        size_t want = slots == 0 ? LABELLED_SLOTS : 2 * slots;
+        uint32_t *table = table_calloc(want, sizeof(uint32_t));
+        if (table == NULL) {
             PyErr_NoMemory();
             return -1;
         }
+        for (size_t j = 0; j < slots; j++)
+            if (g->labelled[j] != 0)
+                table[labelled_slot(table, want - 1, g->labelled[j])] = g->labelled[j];
+        table_free(g->labelled);
+        g->labelled = table;
+        g->labelled_mask = want - 1;
     }
     uint32_t v = labelled_value(hash);
-    for (size_t k = (size_t)(v * 2654435761u) & (LABELLED_SLOTS - 1), tries = 0; tries < LABELLED_SLOTS;
-         k = (k + 1) & (LABELLED_SLOTS - 1), tries++) {
-        if (g->labelled[k] == v)
-            return 0;
-        if (g->labelled[k] == 0) {
-            g->labelled[k] = v;
-            return 0;
-        }
+    size_t k = labelled_slot(g->labelled, g->labelled_mask, v);
+    if (g->labelled[k] == 0) {
+        g->labelled[k] = v;
+        g->nlabelled++;
     }
-    /* full (cannot be: more slots than labels): every key goes the long way from now on */
-    PyErr_SetString(PyExc_RuntimeError, "the labelled keys' table is full");
-    return -1;
+    return 0;
 }
 
 /* label_of("k" + key[:80]) for a str key: -2 on error. Cached by the key's address. */
@@ -1877,7 +1984,7 @@ graph_new(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_TypeError, "native must be a dict");
         return NULL;
     }
-    GraphState *g = PyMem_Calloc(1, sizeof(GraphState));
+    GraphState *g = table_calloc(1, sizeof(GraphState));
     if (g == NULL)
         return PyErr_NoMemory();
     g->fold_marks_until = -1;
@@ -1912,7 +2019,7 @@ graph_new(PyObject *Py_UNUSED(module), PyObject *args)
     PyObject *capsule = PyCapsule_New(g, GRAPH_NAME, graph_capsule_free);
     if (capsule == NULL) {
         graph_drop_helpers(g);
-        PyMem_Free(g);
+        table_free(g);
         return NULL;
     }
     g->nodes = 1;  /* the super-root */
@@ -2144,6 +2251,7 @@ graph_pending_bytes(GraphState *g)
     return bytes;
 }
 
+
 PyDoc_STRVAR(graph_info_doc,
 "graph_info(graph) -> (nodes, edges, tracked, bytes held, bytes written out, bytes of frames left,\n"
 "                      objects folded into their collections)");
@@ -2165,7 +2273,7 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     for (size_t k = 0; k < sizeof(maps) / sizeof(maps[0]); k++)
         held += maps[k]->keys ? (long long)(maps[k]->mask + 1) * (long long)(sizeof(uintptr_t) + sizeof(long long) + 4) : 0;
     /* the labelled keys, the tallies and the spare blocks */
-    held += g->labelled != NULL ? (long long)LABELLED_SLOTS * 4 : 0;
+    held += g->labelled != NULL ? (long long)(g->labelled_mask + 1) * 4 : 0;
     held += (long long)g->t_len * 16;
     for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         held += (long long)cols[k]->nspare * GBLOCK_ITEMS * cols[k]->itemsize;
@@ -2353,7 +2461,7 @@ graph_settle(PyObject *Py_UNUSED(module), PyObject *capsule)
     if (g->pending == NULL || g->npending == 0)
         Py_RETURN_NONE;
     Py_ssize_t n = 0;
-    PendingLeaf *left = PyMem_Malloc((size_t)g->npending * sizeof(PendingLeaf));
+    PendingLeaf *left = table_malloc((size_t)g->npending * sizeof(PendingLeaf));
     if (left == NULL)
         return PyErr_NoMemory();
     for (size_t k = 0; k <= g->pending_mask; k++) {
@@ -2365,11 +2473,11 @@ graph_settle(PyObject *Py_UNUSED(module), PyObject *capsule)
     qsort(left, (size_t)n, sizeof(PendingLeaf), pending_by_address);
     for (Py_ssize_t k = 0; k < n; k++) {
         if (nodebits_set(&g->counted, left[k].key) < 0 || pending_resolve(g, left[k], 0) < 0) {
-            PyMem_Free(left);
+            table_free(left);
             return NULL;
         }
     }
-    PyMem_Free(left);
+    table_free(left);
     Py_RETURN_NONE;
 }
 
