@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from leakhound.attach.process import status_bytes
+from leakhound.errors import FleetError
 from leakhound.simulate.fleet import start_fleet
 from leakhound.simulate.workload import Workload
 
@@ -32,14 +34,6 @@ CONFIRM_SCHEMA = "leakhound.confirm/1"
 STATS_INTERVAL = 2.0
 
 
-def _status_kb(pid: int, key: str) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def run_one(label: str, fixes: str, workload: Workload) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="leakhound-confirm-") as tmp:
         began = time.monotonic()
@@ -48,8 +42,10 @@ def run_one(label: str, fixes: str, workload: Workload) -> dict[str, Any]:
             # Idle, and one stats tick later (the trim cadence runs on it): resting state.
             (report,) = fleet.wait_idle(timeout=600, stats_ticks=1)
             pid = fleet.pids[0]
-            peak = _status_kb(pid, "VmHWM")
-            resting = _status_kb(pid, "VmRSS")
+            status = status_bytes(pid)  # one reading: the peak and the resting RSS together
+            if "VmHWM" not in status or "VmRSS" not in status:
+                raise FleetError(f"the {label} worker (pid {pid}) was gone before its RSS was read")
+            peak, resting = status["VmHWM"], status["VmRSS"]
             fleet.stop()
     traj = report.get("trajectories", {})
     held = report.get("intercepts", {})
