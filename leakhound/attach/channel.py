@@ -31,7 +31,7 @@ from typing import Any
 
 import leakhound.payload
 from leakhound.attach.deadline import Deadline
-from leakhound.attach.payload_bytecode import missing_bytecode
+from leakhound.attach.payload_bytecode import boot_bytecode, missing_bytecode
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir, UnsafeEntry, open_dir_in_root
 from leakhound.attach.process import alive, environ_of, same_filesystem_view
 from leakhound.errors import (
@@ -282,20 +282,29 @@ class PrivateChannel:
             self.private.create("VERSION", payload_version().encode(), uid=owner, mode=0o644, dir_fd=payload_fd)
         finally:
             os.close(payload_fd)
-        self.private.create("boot.py", (PAYLOAD_SOURCE / "boot.py").read_bytes(), uid=owner, mode=0o644)
+        boot = (PAYLOAD_SOURCE / "boot.py").read_bytes()
+        self.private.create("boot.py", boot, uid=owner, mode=0o644)
+        self.private.create("boot.pyc", boot_bytecode(boot, self.target_dir + "/boot.py"), uid=owner, mode=0o644)
         self.private.create("request.json", json.dumps(request).encode(), uid=owner)
         self.private.hand_over(owner)
 
     def bootstrap_code(self) -> str:
         """The one statement the debugger hands to PyRun_SimpleString.
 
-        It binds nothing in ``__main__`` and swallows every error, so a late or failed run
-        can never print into the target's stderr or change its globals.
+        It runs boot.pyc (payload_bytecode.boot_bytecode) where its magic number is the
+        target's own (leakhound's CPython), else compiles boot.py: the parser's memory was
+        ~0.5-1 MiB of the target's RSS at every inspection. It binds nothing in ``__main__``
+        and swallows every error, so a late or failed run can never print into the target's
+        stderr or change its globals.
         """
         inner = (
             "try:\n"
-            " exec(compile(open(D+'/boot.py').read(),D+'/boot.py','exec'),"
-            "{'__name__':'__leakhound_boot__','LH_DIR':D})\n"
+            " import marshal as m,sys as s\n"
+            " b=open(D+'/boot.pyc','rb').read()\n"
+            " c=m.loads(b[16:]) if b[:4]==getattr(s.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',0)"
+            " else compile(open(D+'/boot.py').read(),D+'/boot.py','exec')\n"
+            " del b\n"
+            " exec(c,{'__name__':'__leakhound_boot__','LH_DIR':D})\n"
             "except BaseException:\n"
             " pass\n"
         )
