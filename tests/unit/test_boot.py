@@ -43,6 +43,23 @@ def _boot(channel: PrivateChannel, setup: str = "") -> dict[str, object]:
     return result
 
 
+def _recording_compile(compiled: Path) -> str:
+    """Set-up for _boot: every compile() in the target appends its file name to ``compiled``."""
+    return f"""
+        import builtins
+        _compile = builtins.compile
+        def compile(source, filename, *args, **kwargs):
+            with open({str(compiled)!r}, "a") as fh:
+                fh.write(str(filename) + "\\n")
+            return _compile(source, filename, *args, **kwargs)
+        builtins.compile = compile
+    """
+
+
+def _compiled_names(compiled: Path) -> list[str]:
+    return [Path(line).name for line in compiled.read_text().splitlines()] if compiled.exists() else []
+
+
 def test_a_payload_that_cannot_load_is_a_load_error_in_json(channel: PrivateChannel) -> None:
     os.unlink(channel.dir / "payload" / "VERSION")
     result = _boot(channel)
@@ -82,21 +99,13 @@ def test_a_target_on_leakhounds_cpython_compiles_none_of_the_payload(
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)
     compiled = tmp_path / "compiled.txt"
-    setup = f"""
-        import builtins
-        _compile = builtins.compile
-        def compile(source, filename, *args, **kwargs):
-            with open({str(compiled)!r}, "a") as fh:
-                fh.write(str(filename) + "\\n")
-            return _compile(source, filename, *args, **kwargs)
-        builtins.compile = compile
-    """
+    setup = _recording_compile(compiled)
     with PrivateChannel(uid=os.geteuid(), request={"op": "ping", "timeout": 10}) as made:
         pycache = Path(f"/proc/self/fd/{made.private.fd}") / "payload" / "__pycache__"
         assert (pycache / f"graph.{sys.implementation.cache_tag}.pyc").exists()
         result = _boot(made, setup)
     assert result.get("ok") is True, result
-    names = [Path(line).name for line in compiled.read_text().splitlines()] if compiled.exists() else []
+    names = _compiled_names(compiled)
     # boot.py comes compiled too (boot.pyc: its parser's memory was ~0.5-1 MiB of the
     # target's RSS at every inspection); the fork guard is compiled by boot.py, by design
     assert set(names) <= {"fork_guard.py"}, names
@@ -108,19 +117,11 @@ def test_a_target_on_another_cpython_compiles_boot_py(tmp_path: Path, monkeypatc
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)
     compiled = tmp_path / "compiled.txt"
-    setup = f"""
-        import builtins
-        _compile = builtins.compile
-        def compile(source, filename, *args, **kwargs):
-            with open({str(compiled)!r}, "a") as fh:
-                fh.write(str(filename) + "\\n")
-            return _compile(source, filename, *args, **kwargs)
-        builtins.compile = compile
-    """
+    setup = _recording_compile(compiled)
     with PrivateChannel(uid=os.geteuid(), request={"op": "ping", "timeout": 10}) as made:
         boot = Path(f"/proc/self/fd/{made.private.fd}") / "boot.pyc"
         data = boot.read_bytes()
         boot.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])  # another version's magic number
         result = _boot(made, setup)
     assert result.get("ok") is True, result
-    assert "boot.py" in [Path(line).name for line in compiled.read_text().splitlines()]
+    assert "boot.py" in _compiled_names(compiled)
