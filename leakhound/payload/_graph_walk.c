@@ -289,34 +289,54 @@ addr_hash(uintptr_t address, size_t mask)
 
 /* One bit per 16-byte granule of every MiB of addresses holding a node or one of our own
  * objects (as the census's bitmap; objects are 16-byte aligned): most lookups are of objects
- * that are no node (a leaf to fold, a new object), answered here without the table. */
+ * that are no node (a leaf to fold, a new object), answered here without the table. A MiB
+ * holds a few hundred nodes when the leaves are folded (a 1M-object registry: ~160 in each of
+ * ~80 MiB), so a region's block is first a small set of its granules (NB_SET_MAX at most, at
+ * most half full: ~4 bytes a node) and becomes the bitmap (NB_BYTES) once it holds more: the
+ * bitmaps alone were ~0.9 MiB of the target's memory on that heap, ~50 bytes a node. */
 #define NB_SHIFT 20
 #define NB_BYTES ((1 << NB_SHIFT) >> 7)
 /* The census's regions (_walk.c) have this layout too: graph_reached copies into them. */
 typedef char nb_bytes_are_region_bytes[(NB_BYTES == REGION_BYTES && NB_SHIFT == REGION_SHIFT) ? 1 : -1];
+#define NB_SET_FIRST 32
+#define NB_SET_MAX 2048       /* slots: 4 KiB, half a bitmap */
+#define NB_SET_EMPTY 0xFFFFu  /* an empty slot; the region's last granule makes it a bitmap */
+
+typedef struct {
+    uint32_t cap;   /* the set's slots, a power of two; 0: ``data`` is the bitmap */
+    uint32_t used;  /* the granules in the set */
+    unsigned char data[];  /* cap uint16 granules, or NB_BYTES of bits */
+} NodeRegion;
 
 typedef struct {
     uintptr_t *keys;          /* address >> NB_SHIFT, + 1 (0: empty) */
-    unsigned char **bits;
+    NodeRegion **bits;
     size_t mask;
     Py_ssize_t used;
     uintptr_t last_key;
-    unsigned char *last_bits;
+    NodeRegion **last_slot;   /* &bits[k] of last_key */
+    long long bytes;          /* the regions' blocks */
 } NodeBits;
 
-static unsigned char *
+static inline size_t
+nb_set_slot(uint32_t granule, uint32_t cap)
+{
+    return (size_t)((granule * 2654435761u) >> 16) & (cap - 1);
+}
+
+static NodeRegion **
 nodebits_region(NodeBits *nb, uintptr_t address, int create)
 {
     uintptr_t key = (address >> NB_SHIFT) + 1;
     if (key == nb->last_key)
-        return nb->last_bits;
+        return nb->last_slot;
     if (nb->keys != NULL) {
         size_t k = addr_hash(key << 4, nb->mask);
         while (nb->keys[k] != 0) {
             if (nb->keys[k] == key) {
                 nb->last_key = key;
-                nb->last_bits = nb->bits[k];
-                return nb->last_bits;
+                nb->last_slot = &nb->bits[k];
+                return nb->last_slot;
             }
             k = (k + 1) & nb->mask;
         }
@@ -326,7 +346,7 @@ nodebits_region(NodeBits *nb, uintptr_t address, int create)
     if (nb->keys == NULL || (size_t)(nb->used + 1) * 2 > nb->mask + 1) {
         size_t cap = nb->keys == NULL ? 256 : (nb->mask + 1) * 2;
         uintptr_t *keys = table_calloc(cap, sizeof(uintptr_t));
-        unsigned char **bits = table_calloc(cap, sizeof(unsigned char *));
+        NodeRegion **bits = table_calloc(cap, sizeof(NodeRegion *));
         if (keys == NULL || bits == NULL) {
             table_free(keys);
             table_free(bits);
@@ -348,11 +368,15 @@ nodebits_region(NodeBits *nb, uintptr_t address, int create)
         nb->bits = bits;
         nb->mask = cap - 1;
     }
-    unsigned char *region = table_calloc(NB_BYTES, 1);
+    NodeRegion *region = table_malloc(sizeof(NodeRegion) + NB_SET_FIRST * sizeof(uint16_t));
     if (region == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
+    region->cap = NB_SET_FIRST;
+    region->used = 0;
+    memset(region->data, 0xFF, NB_SET_FIRST * sizeof(uint16_t));
+    nb->bytes += (long long)(sizeof(NodeRegion) + NB_SET_FIRST * sizeof(uint16_t));
     size_t k = addr_hash(key << 4, nb->mask);
     while (nb->keys[k] != 0)
         k = (k + 1) & nb->mask;
@@ -360,25 +384,115 @@ nodebits_region(NodeBits *nb, uintptr_t address, int create)
     nb->bits[k] = region;
     nb->used++;
     nb->last_key = key;
-    nb->last_bits = region;
-    return region;
+    nb->last_slot = &nb->bits[k];
+    return nb->last_slot;
+}
+
+static inline int
+noderegion_test(const NodeRegion *region, uint32_t granule)
+{
+    if (region->cap == 0)
+        return (region->data[granule >> 3] >> (granule & 7)) & 1;
+    if (granule == NB_SET_EMPTY)  /* never in a set: its region is a bitmap once it is */
+        return 0;
+    const uint16_t *set = (const uint16_t *)region->data;
+    for (size_t k = nb_set_slot(granule, region->cap);; k = (k + 1) & (region->cap - 1)) {
+        if (set[k] == granule)
+            return 1;
+        if (set[k] == NB_SET_EMPTY)
+            return 0;
+    }
 }
 
 static inline int
 nodebits_test(NodeBits *nb, uintptr_t address)
 {
-    unsigned char *region = nodebits_region(nb, address, 0);
-    return region != NULL && (region[(address & ((1 << NB_SHIFT) - 1)) >> 7] >> ((address >> 4) & 7)) & 1;
+    NodeRegion **slot = nodebits_region(nb, address, 0);
+    return slot != NULL && noderegion_test(*slot, (uint32_t)((address & ((1 << NB_SHIFT) - 1)) >> 4));
+}
+
+/* The region's set made twice as big, or its bitmap once that would pass NB_SET_MAX (or a
+ * granule is the empty slot's value): 0, or -1 with MemoryError. */
+static int
+noderegion_grow(NodeBits *nb, NodeRegion **slot, int to_bitmap)
+{
+    NodeRegion *old = *slot;
+    uint32_t cap = old->cap * 2;
+    if (cap > NB_SET_MAX)
+        to_bitmap = 1;
+    size_t size = sizeof(NodeRegion) + (to_bitmap ? (size_t)NB_BYTES : cap * sizeof(uint16_t));
+    NodeRegion *region = table_malloc(size);
+    if (region == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    region->cap = to_bitmap ? 0 : cap;
+    region->used = old->used;
+    memset(region->data, to_bitmap ? 0 : 0xFF, size - sizeof(NodeRegion));
+    const uint16_t *from = (const uint16_t *)old->data;
+    uint16_t *to = (uint16_t *)region->data;
+    for (uint32_t k = 0; k < old->cap; k++) {
+        uint32_t granule = from[k];
+        if (granule == NB_SET_EMPTY)
+            continue;
+        if (to_bitmap) {
+            region->data[granule >> 3] |= (unsigned char)(1u << (granule & 7));
+            continue;
+        }
+        size_t h = nb_set_slot(granule, cap);
+        while (to[h] != NB_SET_EMPTY)
+            h = (h + 1) & (cap - 1);
+        to[h] = (uint16_t)granule;
+    }
+    nb->bytes += (long long)size - (long long)(sizeof(NodeRegion) + old->cap * sizeof(uint16_t));
+    table_free(old);
+    *slot = region;
+    return 0;
 }
 
 static int
 nodebits_set(NodeBits *nb, uintptr_t address)
 {
-    unsigned char *region = nodebits_region(nb, address, 1);
-    if (region == NULL)
+    NodeRegion **slot = nodebits_region(nb, address, 1);
+    if (slot == NULL)
         return -1;
-    region[(address & ((1 << NB_SHIFT) - 1)) >> 7] |= (unsigned char)(1u << ((address >> 4) & 7));
+    uint32_t granule = (uint32_t)((address & ((1 << NB_SHIFT) - 1)) >> 4);
+    NodeRegion *region = *slot;
+    if (region->cap != 0) {
+        if (noderegion_test(region, granule))
+            return 0;
+        if (granule == NB_SET_EMPTY || (region->used + 1) * 2 > region->cap) {
+            if (noderegion_grow(nb, slot, granule == NB_SET_EMPTY) < 0)
+                return -1;
+            region = *slot;
+        }
+    }
+    if (region->cap == 0) {
+        region->data[granule >> 3] |= (unsigned char)(1u << (granule & 7));
+        return 0;
+    }
+    uint16_t *set = (uint16_t *)region->data;
+    size_t k = nb_set_slot(granule, region->cap);
+    while (set[k] != NB_SET_EMPTY)
+        k = (k + 1) & (region->cap - 1);
+    set[k] = (uint16_t)granule;
+    region->used++;
     return 0;
+}
+
+/* The region's granules as bits into ``to`` (NB_BYTES). */
+static void
+noderegion_or_into(const NodeRegion *region, unsigned char *to)
+{
+    if (region->cap == 0) {
+        for (size_t k = 0; k < NB_BYTES; k++)
+            to[k] |= region->data[k];
+        return;
+    }
+    const uint16_t *set = (const uint16_t *)region->data;
+    for (uint32_t k = 0; k < region->cap; k++)
+        if (set[k] != NB_SET_EMPTY)
+            to[set[k] >> 3] |= (unsigned char)(1u << (set[k] & 7));
 }
 
 static void
@@ -2273,7 +2387,7 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
         held += (long long)(cols[k]->nblocks - cols[k]->flushed) * GBLOCK_ITEMS * cols[k]->itemsize;
     NodeBits *bits[] = {&g->marked, &g->walls, &g->ownbits, &g->counted, &g->madebits};
     for (size_t k = 0; k < sizeof(bits) / sizeof(bits[0]); k++)
-        held += (long long)bits[k]->used * NB_BYTES + (long long)(bits[k]->mask + (bits[k]->keys ? 1 : 0)) * 16;
+        held += bits[k]->bytes + (long long)(bits[k]->mask + (bits[k]->keys ? 1 : 0)) * 16;
     AddrMap *maps[] = {&g->made, &g->key_labels};
     for (size_t k = 0; k < sizeof(maps) / sizeof(maps[0]); k++)
         held += maps[k]->keys ? (long long)(maps[k]->mask + 1) * (long long)(sizeof(uintptr_t) + sizeof(long long) + 4) : 0;
@@ -2314,9 +2428,7 @@ graph_reached(PyObject *Py_UNUSED(module), PyObject *args)
             if (region == NULL)
                 return NULL;
             unsigned char *to = (unsigned char *)PyByteArray_AsString(region);
-            const unsigned char *from = nb->bits[h];
-            for (size_t k = 0; k < NB_BYTES; k++)
-                to[k] |= from[k];
+            noderegion_or_into(nb->bits[h], to);
         }
     }
     return PyLong_FromSsize_t(PyDict_Size(regions));

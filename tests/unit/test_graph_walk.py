@@ -659,3 +659,38 @@ def test_the_walks_tables_go_back_to_the_kernel_when_it_is_done() -> None:
     got = json.loads(run.stdout)
     assert got["nodes"] > 1000 and got["held"] > 1 << 20, got
     assert got["at_end"] - got["after"] >= 512 << 10, got
+
+
+@pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
+def test_a_regions_marks_are_exact_as_a_set_as_it_grows_and_as_a_bitmap() -> None:
+    """A MiB of addresses keeps its marks in a small set of its 16-byte granules until it holds
+    more than half of NB_SET_MAX, then in a bitmap. Marked here through graph_own (any
+    address): what is marked is found, what is not is not, before and after each growth and
+    the switch, and the region's last granule (the set's empty value) is never found by
+    mistake (it was: the ASan walk's hostile heap had a list there, and left it out)."""
+    walk = graph._walk_module
+    g = graph.CompiledGraph(timeout=60, progress=None, is_stdlib=lambda n: False, exclude=(), max_nodes=10**6,
+                            max_pause_ms=None, cancelled=None)
+    try:
+        base = 0x7F0000000000
+        last = base + (1 << 20) - 16
+        rng = __import__("random").Random(7)
+        granules = rng.sample(range((1 << 16) - 1), 3000)
+        marked: set[int] = set()
+        held = [walk.graph_info(g.store)[3]]
+        for count in (1, 15, 16, 17, 100, 1024, 1025, 3000):
+            for granule in granules[len(marked):count]:
+                walk.graph_own(g.store, base + granule * 16)
+                marked.add(granule)
+            assert walk.graph_find(g.store, last) is None, count
+            found = {x for x in range(0, 1 << 16, 7) if walk.graph_find(g.store, base + x * 16) == -1}
+            wrong = sorted(found ^ {x for x in marked if x % 7 == 0})
+            assert not wrong, (count, wrong[:5])
+            held.append(walk.graph_info(g.store)[3])
+        # a few hundred marks cost a few KiB, not the bitmap's 8 KiB (two sets: marked, own)
+        assert held[4] - held[0] < 2 * 1024, held
+        walk.graph_own(g.store, last)
+        assert walk.graph_find(g.store, last) == -1
+        assert all(walk.graph_find(g.store, base + x * 16) == -1 for x in marked)
+    finally:
+        walk.graph_close(g.store)
