@@ -1611,6 +1611,22 @@ slot_names(GraphState *g, Walk *w, PyObject *obj, PyTypeObject *tp)
 
 /* -- a container's referents -------------------------------------------------------------- */
 
+/* None, a bool, a small int (shared leaves, left out), a class or a module no edge will lead
+ * to (graph_referents: one that is no node is a root of its own; a wall or our own is reached
+ * from the super-root only), so its dict key needs no label: a module's dict holds hundreds of classes and modules, and their names' labels were
+ * part of the ~1 MiB of labels every walk made in the target. */
+static int small_int(PyObject *ref);
+
+static inline int
+no_edge_to(GraphState *g, PyObject *value)
+{
+    if (value == Py_None || Py_TYPE(value) == &PyBool_Type || small_int(value))
+        return 1;  /* shared leaves: left out, wherever they are met */
+    if (!PyType_Check(value) && Py_TYPE(value) != &PyModule_Type)
+        return 0;
+    return graph_find(g, (uintptr_t)value) != FOUND_NODE || nodebits_test(&g->walls, (uintptr_t)value);
+}
+
 /* Up to ``want`` entries of a dict from g->pos: their values (``what`` 0), keys (1) or both
  * (2, each value then its key) into g->refs; with ``label``, a value's first str key labels it
  * (g->names). 0 when done. */
@@ -1624,7 +1640,7 @@ dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
         /* Borrowed from the dict: held before anything runs. */
         if (refs_push(&g->refs, what == 1 ? key : value) < 0 || (what == 2 && refs_push(&g->refs, key) < 0))
             return -1;
-        if (what == 0 && label && PyUnicode_CheckExact(key)) {
+        if (what == 0 && label && PyUnicode_CheckExact(key) && !no_edge_to(g, value)) {
             /* Only the address of the value is kept (as the Python loop's id()). */
             uintptr_t address = (uintptr_t)value;
             Py_INCREF(key);
