@@ -757,6 +757,10 @@ class CompiledGraph(Graph):
     node_keys = "address"
     # Without a duty cycle (no pause budget), the records written out past this many bytes.
     FLUSH_BYTES = 8 << 20
+    # With one, at each yield, or once past this many: a 25 ms stretch of a registry's walk
+    # made ~1.3 MiB of records (its folded sessions), the biggest part of what the walk held
+    # in the target (the GIL is released for the write, as for a yield).
+    FLUSH_HELD_BYTES = 256 << 10
 
     def __init__(self, spool=None, reached=None, **kwargs):
         Graph.__init__(self, **kwargs)
@@ -843,9 +847,12 @@ class CompiledGraph(Graph):
             _walk_module.graph_flush(self.store)
 
     def check(self):
-        if (self.clock.max_hold is None and self.spool is not None and self.store is not None
-                and _walk_module.graph_info(self.store)[5] > self.FLUSH_BYTES):
-            _walk_module.graph_flush(self.store)
+        if self.spool is not None and self.store is not None:
+            timed = self.clock.max_hold is not None
+            if _walk_module.graph_info(self.store)[5] > (self.FLUSH_HELD_BYTES if timed else self.FLUSH_BYTES):
+                _walk_module.graph_flush(self.store)
+                if timed:
+                    self.clock.yielded()
         Graph.check(self)
 
     def walk(self, stack):

@@ -156,6 +156,32 @@ def test_the_records_leave_the_target_as_the_walk_goes(tmp_path: Path) -> None:
         SPOOLED.clear()
 
 
+@pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
+def test_the_records_between_two_yields_leave_once_past_a_quarter_mib(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the default pause budget the walk yields every ~25 ms, and wrote its records out
+    only then: a registry's folded sessions made ~1.3 MiB of them in one stretch, the biggest
+    part of what the walk held in the target. Past FLUSH_HELD_BYTES they leave at once."""
+    SPOOLED["rows"] = {f"s{i}": [i, f"row{i}", (i, i)] for i in range(300_000)}  # each folded into it
+    most = [0]
+    check = graph.CompiledGraph.check
+
+    def watched(self: Any) -> None:
+        most[0] = max(most[0], graph._walk_module.graph_info(self.store)[5])
+        check(self)
+
+    monkeypatch.setattr(graph.CompiledGraph, "check", watched)
+    monkeypatch.setattr(graph.CompiledGraph, "work_per_call", 2000)  # a call's records: well under 256 KiB
+    try:
+        out = graph.build(timeout=120, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000,
+                          max_pause_ms=50, cancelled=None, spool_dir=str(tmp_path))
+        assert out["nodes"] > 0 and (tmp_path / BINARY_FILE).stat().st_size > 4 * graph.CompiledGraph.FLUSH_HELD_BYTES
+        # at most the threshold and what one call added to it
+        assert most[0] < graph.CompiledGraph.FLUSH_HELD_BYTES + (128 << 10), most[0]
+    finally:
+        SPOOLED.clear()
+
+
 def test_a_graph_not_sent_leaves_no_spool_behind(tmp_path: Path) -> None:
     if graph._walk_module is None:
         pytest.skip("the C walk was not built here")
