@@ -712,8 +712,11 @@ typedef struct {
 } PendingLeaf;
 
 /* The node of the leaves of one type met from the same two or three nodes (sorted, 0 after
- * the last): its first leaf's address. Open addressing, doubled when half full, up to
- * LEAF_GROUPS_MAX; past it a group is a node per leaf again. */
+ * the last): its first leaf's address. Open addressing, doubled when three quarters full (a
+ * group is looked up once a leaf's references are all met, far less often than a pending
+ * leaf: a plain process's ~4,800 groups, met walking its modules, took 16Ki slots at half
+ * full, 0.6 MiB of the target's peak), up to LEAF_GROUPS_MAX; past it a group is a node per
+ * leaf again. */
 #define LEAF_GROUPS 1024
 #define LEAF_GROUPS_MAX (1 << 20)
 typedef struct {
@@ -775,13 +778,25 @@ typedef struct {
     long long spooled;         /* bytes written there */
     /* The payload's helpers (strong references, dropped by graph_close). */
     PyObject *type_index, *type_id;      /* dict id(type) -> type id; callable(type) -> id */
-    PyObject *label_index, *label_of;    /* dict text -> label id; callable(text) -> id */
     PyObject *slot_cache, *slot_labels;  /* dict id(type) -> ((label, descr), ...); callable(type) */
     PyObject *frame_labels, *frame_label;  /* dict id(type) -> label; callable(type) -> label */
     PyObject *frame_types;               /* tuple: frames, coroutines, generators */
     PyObject *native, *native_extra;     /* dict id(type) -> code; callable(obj) -> (bytes, hidden) */
     PyObject *too_big;                   /* the exception over max_nodes */
-    int labels_full;                     /* label_of said -1: no new key label is made any more */
+    int labels_full;                     /* the key labels are all taken: no new one is made */
+    /* Every label of the compiled walk ("k" + a dict key, "a" + a slot's name, "t" + a frame's
+     * type, "f" + a folded entry's label, "d", the roots' names): their UTF-8 texts end to end
+     * in ``ltext`` (label k from loff[k] to loff[k + 1]), found by their text through
+     * ``lslots`` (open addressing, label + 1, 0: empty, at most half full). In the payload's
+     * Python dict each was a str, an int and an index entry: a plain process's ~7,500 labels
+     * (its modules' globals) were ~1 MiB of the target's peak there, ~0.2 MiB here. Kept
+     * after graph_close (graph_labels reads them), freed with the capsule. */
+    char *ltext;
+    size_t ltext_len, ltext_cap;
+    uint32_t *loff;
+    Py_ssize_t nlabels, loff_cap, nkey_labels, max_labels, max_key_labels;
+    int32_t *lslots;
+    size_t lslots_mask;
     Py_ssize_t called;                   /* calls into those helpers this call: work too */
     /* The container being walked (across calls when it is big): its record so far. */
     PyObject *cur;
@@ -852,8 +867,6 @@ graph_drop_helpers(GraphState *g)
 {
     Py_CLEAR(g->type_index);
     Py_CLEAR(g->type_id);
-    Py_CLEAR(g->label_index);
-    Py_CLEAR(g->label_of);
     Py_CLEAR(g->slot_cache);
     Py_CLEAR(g->slot_labels);
     Py_CLEAR(g->frame_labels);
@@ -913,6 +926,9 @@ graph_capsule_free(PyObject *capsule)
     table_free(g->names.keys);
     table_free(g->names.labels);
     addrmap_free(&g->key_labels);
+    table_free(g->ltext);
+    table_free(g->loff);
+    table_free(g->lslots);
     table_free(g->labelled);
     g->labelled = NULL;
     g->labelled_mask = 0;
@@ -1049,11 +1065,16 @@ graph_push(GraphState *g, PyObject *op, uintptr_t owner)
     return 0;
 }
 
-/* The label of an edge from a folded entry to what the entry names ``label`` (graph.py's
- * _fold_label, asked through label_of with the label's id): -2 on error. */
+static long label_of_text(GraphState *g, const char *s, size_t n);
+
+/* The label of an edge from a folded entry to what the entry names ``label``: "f" and that
+ * label's text (graph.py's _fold_label, the Python loop's), -1 if there is none (no such
+ * label, or they are all taken), -2 on error. */
 static long
 fold_label(GraphState *g, long label)
 {
+    if (label < 0 || label >= g->nlabels)
+        return -1;
     if (label >= g->fold_labels_len) {
         Py_ssize_t n = label + 256 > 2 * g->fold_labels_len ? label + 256 : 2 * g->fold_labels_len;
         int32_t *grown = table_realloc(g->fold_labels, (size_t)n * sizeof(int32_t));
@@ -1067,19 +1088,19 @@ fold_label(GraphState *g, long label)
         g->fold_labels_len = n;
     }
     if (g->fold_labels[label] == -2) {
-        PyObject *arg = PyLong_FromLong(label);
-        if (arg == NULL)
+        size_t n = g->loff[label + 1] - g->loff[label];
+        char *text = PyMem_Malloc(n + 1);
+        if (text == NULL) {
+            PyErr_NoMemory();
             return -2;
-        g->called++;
-        PyObject *got = PyObject_CallFunctionObjArgs(g->label_of, arg, NULL);
-        Py_DECREF(arg);
-        if (got == NULL)
+        }
+        text[0] = 'f';
+        memcpy(text + 1, g->ltext + g->loff[label], n);  /* (ltext may move: copied first) */
+        long value = label_of_text(g, text, n + 1);
+        PyMem_Free(text);
+        if (value == -2)
             return -2;
-        long value = PyLong_AsLong(got);
-        Py_DECREF(got);
-        if (value == -1 && PyErr_Occurred())
-            return -2;
-        g->fold_labels[label] = value < -1 || value > INT_MAX ? -1 : (int32_t)value;
+        g->fold_labels[label] = (int32_t)value;
     }
     return g->fold_labels[label];
 }
@@ -1250,8 +1271,8 @@ static int
 group_add(GraphState *g, const uintptr_t *owners, int32_t type, uintptr_t node)
 {
     size_t slots = g->groups == NULL ? 0 : g->groups_mask + 1;
-    if ((size_t)(g->ngroups + 1) * 2 > slots) {
-        if (slots / 2 >= LEAF_GROUPS_MAX)
+    if ((size_t)(g->ngroups + 1) * 4 > slots * 3) {
+        if (slots * 3 / 4 >= LEAF_GROUPS_MAX)
             return 0;
         size_t want = slots == 0 ? 2 * LEAF_GROUPS : 2 * slots;
         LeafGroup *table = table_calloc(want, sizeof(LeafGroup));
@@ -1380,6 +1401,101 @@ graph_write_blocks(GraphState *g, int fd, int full_only)
 
 /* -- labels ------------------------------------------------------------------------------ */
 
+static inline size_t
+text_slot(const char *s, size_t n, size_t mask)
+{
+    uint64_t h = 1469598103934665603ULL;  /* FNV-1a */
+    for (size_t k = 0; k < n; k++)
+        h = (h ^ (unsigned char)s[k]) * 1099511628211ULL;
+    return addr_hash((uintptr_t)h << 4, mask);
+}
+
+/* The label of the UTF-8 text s[:n], made if new: its id, -1 when the labels (or, for a
+ * "k" label, the key labels) are all taken (graph.py's _MAX_LABELS, _MAX_KEY_LABELS), -2 with
+ * MemoryError. */
+static long
+label_of_text(GraphState *g, const char *s, size_t n)
+{
+    if (g->lslots != NULL) {
+        for (size_t k = text_slot(s, n, g->lslots_mask);; k = (k + 1) & g->lslots_mask) {
+            int32_t v = g->lslots[k];
+            if (v == 0)
+                break;
+            uint32_t a = g->loff[v - 1], b = g->loff[v];
+            if (b - a == n && memcmp(g->ltext + a, s, n) == 0)
+                return v - 1;
+        }
+    }
+    int key = n > 0 && s[0] == 'k';
+    if (g->nlabels >= g->max_labels || (key && g->nkey_labels >= g->max_key_labels))
+        return -1;
+    if (g->ltext_len + n > UINT32_MAX)
+        return -1;
+    if (g->lslots == NULL || (size_t)(g->nlabels + 1) * 2 > g->lslots_mask + 1) {
+        size_t cap = g->lslots == NULL ? 1024 : (g->lslots_mask + 1) * 2;
+        int32_t *slots = table_calloc(cap, sizeof(int32_t));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        for (Py_ssize_t v = 1; v <= g->nlabels; v++) {
+            size_t k = text_slot(g->ltext + g->loff[v - 1], g->loff[v] - g->loff[v - 1], cap - 1);
+            while (slots[k] != 0)
+                k = (k + 1) & (cap - 1);
+            slots[k] = (int32_t)v;
+        }
+        table_free(g->lslots);
+        g->lslots = slots;
+        g->lslots_mask = cap - 1;
+    }
+    if (g->nlabels + 2 > g->loff_cap) {
+        Py_ssize_t cap = g->loff_cap < 512 ? 1024 : 2 * g->loff_cap;
+        uint32_t *grown = table_realloc(g->loff, (size_t)cap * sizeof(uint32_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        if (g->loff == NULL)
+            grown[0] = 0;
+        g->loff = grown;
+        g->loff_cap = cap;
+    }
+    if (g->ltext_len + n > g->ltext_cap) {
+        size_t cap = g->ltext_cap < 8192 ? 16384 : 2 * g->ltext_cap;
+        while (cap < g->ltext_len + n)
+            cap *= 2;
+        char *grown = table_realloc(g->ltext, cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        g->ltext = grown;
+        g->ltext_cap = cap;
+    }
+    memcpy(g->ltext + g->ltext_len, s, n);
+    g->ltext_len += n;
+    Py_ssize_t id = g->nlabels++;
+    g->loff[id + 1] = (uint32_t)g->ltext_len;
+    if (key)
+        g->nkey_labels++;
+    size_t k = text_slot(s, n, g->lslots_mask);
+    while (g->lslots[k] != 0)
+        k = (k + 1) & g->lslots_mask;
+    g->lslots[k] = (int32_t)(id + 1);
+    return (long)id;
+}
+
+/* label_of_text for a str (ours: its UTF-8 is cached in it). */
+static long
+label_of_str(GraphState *g, PyObject *text)
+{
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(text, &n);
+    if (s == NULL)
+        return -2;
+    return label_of_text(g, s, (size_t)n);
+}
+
 /* A call into the payload's Python helpers costs as much as this many referents. */
 #define GRAPH_CALL_WORK 16
 
@@ -1471,7 +1587,7 @@ labelled_add(GraphState *g, Py_hash_t hash)
     return 0;
 }
 
-/* label_of("k" + key[:80]) for a str key: -2 on error. Cached by the key's address. */
+/* The label of "k" + key[:80] for a str key: -2 on error. Cached by the key's address. */
 static long
 key_label(GraphState *g, PyObject *key)
 {
@@ -1510,7 +1626,7 @@ key_label_made(GraphState *g, PyObject *key)
     Py_DECREF(part);
     if (text == NULL)
         return -2;
-    long label = cached_int(g, g->label_index, text, g->labels_full ? NULL : g->label_of, text);
+    long label = label_of_str(g, text);  /* (full: a text already labelled is still found) */
     Py_DECREF(text);
     if (label == -1)
         g->labels_full = 1;  /* graph.py makes no key label any more (found labels are never -1) */
@@ -1785,7 +1901,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
             if (d != 0 && !(d & 1)) {
                 if (g->d_label == -2) {
                     PyObject *text = PyUnicode_FromString("d");
-                    g->d_label = text == NULL ? -2 : cached_int(g, g->label_index, text, g->label_of, text);
+                    g->d_label = text == NULL ? -2 : label_of_str(g, text);
                     Py_XDECREF(text);
                     if (g->d_label == -2)
                         failed = 1;
@@ -2097,7 +2213,7 @@ graph_resume(GraphState *g)
 /* -- the module's functions --------------------------------------------------------------- */
 
 PyDoc_STRVAR(graph_new_doc,
-"graph_new(max_nodes, type_index, type_id, label_index, label_of, slot_cache, slot_labels,\n"
+"graph_new(max_nodes, type_index, type_id, slot_cache, slot_labels,\n"
 "          frame_labels, frame_label, frame_types, native, native_extra, too_big) -> capsule\n\n"
 "A new object graph (the super-root's record first: address 0) and the payload's helpers its\n"
 "walk calls.");
@@ -2106,16 +2222,16 @@ static PyObject *
 graph_new(PyObject *Py_UNUSED(module), PyObject *args)
 {
     Py_ssize_t max_nodes;
-    PyObject *h[12];
-    if (!PyArg_ParseTuple(args, "nO!OO!OO!OO!OO!OOO:graph_new", &max_nodes,
-                          &PyDict_Type, &h[0], &h[1], &PyDict_Type, &h[2], &h[3], &PyDict_Type, &h[4],
-                          &h[5], &PyDict_Type, &h[6], &h[7], &PyTuple_Type, &h[8], &h[9], &h[10], &h[11]))
+    PyObject *h[10];
+    if (!PyArg_ParseTuple(args, "nO!OO!OO!OO!OOO:graph_new", &max_nodes,
+                          &PyDict_Type, &h[0], &h[1], &PyDict_Type, &h[2],
+                          &h[3], &PyDict_Type, &h[4], &h[5], &PyTuple_Type, &h[6], &h[7], &h[8], &h[9]))
         return NULL;
     if (max_nodes < 1 || max_nodes > INT_MAX - 2) {
         PyErr_SetString(PyExc_ValueError, "max_nodes out of range");
         return NULL;
     }
-    if (!PyDict_Check(h[9])) {
+    if (!PyDict_Check(h[7])) {
         PyErr_SetString(PyExc_TypeError, "native must be a dict");
         return NULL;
     }
@@ -2138,15 +2254,16 @@ graph_new(PyObject *Py_UNUSED(module), PyObject *args)
     g->max_nodes = max_nodes;
     g->spool = -1;
     g->d_label = -2;
+    g->max_labels = g->max_key_labels = INT32_MAX - 1;  /* graph_label sets graph.py's */
     {
         const char *v = Py_GetVersion();  /* "3.11.7 (main, ...": 3.11-3.13 keep dicts managed */
         int minor = v[0] == '3' && v[1] == '.' ? atoi(v + 2) : 0;
         g->managed_dicts = minor >= 11 && minor <= 13;
     }
-    PyObject **slots[] = {&g->type_index, &g->type_id, &g->label_index, &g->label_of, &g->slot_cache,
+    PyObject **slots[] = {&g->type_index, &g->type_id, &g->slot_cache,
                           &g->slot_labels, &g->frame_labels, &g->frame_label, &g->frame_types,
                           &g->native, &g->native_extra, &g->too_big};
-    for (int k = 0; k < 12; k++) {
+    for (int k = 0; k < 10; k++) {
         Py_INCREF(h[k]);
         *slots[k] = h[k];
     }
@@ -2415,6 +2532,7 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     held += (long long)g->owners_cap * (long long)sizeof(uintptr_t);
     held += g->pending != NULL ? (long long)(g->pending_mask + 1) * (long long)sizeof(PendingLeaf) : 0;
     held += g->groups != NULL ? (long long)(g->groups_mask + 1) * (long long)sizeof(LeafGroup) : 0;
+    held += (long long)g->ltext_cap + (long long)g->loff_cap * 4 + (g->lslots != NULL ? (long long)(g->lslots_mask + 1) * 4 : 0);
     return Py_BuildValue("nnnLLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g),
                          g->folded_objects);
 }
@@ -2630,6 +2748,57 @@ graph_close(PyObject *Py_UNUSED(module), PyObject *capsule)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(graph_label_doc,
+"graph_label(graph, text[, max_labels, max_key_labels]) -> the label of text (made if new), or -1\n"
+"when the labels are all taken (a \"k\" label: the key labels); with the limits, they are set\n"
+"first (text None: only that).");
+
+static PyObject *
+graph_label(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *capsule, *text;
+    Py_ssize_t max_labels = -1, max_key_labels = -1;
+    if (!PyArg_ParseTuple(args, "OO|nn:graph_label", &capsule, &text, &max_labels, &max_key_labels))
+        return NULL;
+    if (text != Py_None && !PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "a label is a str");
+        return NULL;
+    }
+    GraphState *g = graph_of(capsule);
+    if (g == NULL)
+        return NULL;
+    if (max_labels >= 0) {
+        g->max_labels = max_labels < INT32_MAX - 1 ? max_labels : INT32_MAX - 1;
+        g->max_key_labels = max_key_labels;
+    }
+    if (text == Py_None)
+        Py_RETURN_NONE;
+    long label = label_of_str(g, text);
+    return label == -2 ? NULL : PyLong_FromLong(label);
+}
+
+PyDoc_STRVAR(graph_labels_doc, "graph_labels(graph) -> every label's text, by label (valid after graph_close too)");
+
+static PyObject *
+graph_labels(PyObject *Py_UNUSED(module), PyObject *capsule)
+{
+    GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
+    if (g == NULL)
+        return NULL;
+    PyObject *out = PyList_New(g->nlabels);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < g->nlabels; k++) {
+        PyObject *text = PyUnicode_DecodeUTF8(g->ltext + g->loff[k], (Py_ssize_t)(g->loff[k + 1] - g->loff[k]),
+                                              "strict");
+        if (text == NULL || PyList_SetItem(out, k, text) < 0) {  /* (steals text) */
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 PyDoc_STRVAR(graph_unknown_doc, "graph_unknown(graph, objects) -> the objects that are no node");
 
 static PyObject *
@@ -2673,6 +2842,8 @@ PyMethodDef graph_walk_methods[] = {
     {"graph_close", graph_close, METH_O, graph_close_doc},
     {"graph_settle", graph_settle, METH_O, graph_settle_doc},
     {"graph_unknown", graph_unknown, METH_VARARGS, graph_unknown_doc},
+    {"graph_label", graph_label, METH_VARARGS, graph_label_doc},
+    {"graph_labels", graph_labels, METH_O, graph_labels_doc},
     {NULL, NULL, 0, NULL},
 };
 #pragma GCC visibility pop

@@ -64,8 +64,8 @@ def claim(
 # -- the object graph's walk (_graph_walk.c) -----------------------------------------------
 
 def graph_new(
-    max_nodes: int, type_index: dict[int, int], type_id: Callable[[type], int], label_index: dict[str, int],
-    label_of: Callable[[str | int], int], slot_cache: dict[int, tuple[tuple[int, object], ...]],
+    max_nodes: int, type_index: dict[int, int], type_id: Callable[[type], int],
+    slot_cache: dict[int, tuple[tuple[int, object], ...]],
     slot_labels: Callable[[type], tuple[tuple[int, object], ...]], frame_labels: dict[int, int],
     frame_label: Callable[[type], int], frame_types: tuple[type, ...], native: dict[int, int],
     native_extra: Callable[[object], tuple[int, list[object]]], too_big: type[BaseException], /,
@@ -119,6 +119,11 @@ def graph_settle(graph: _Graph, /) -> None:
 
 def graph_unknown(graph: _Graph, objects: list[object], /) -> list[object]:
     """The objects that are no node."""
+
+def graph_label(graph: _Graph, text: str | None, max_labels: int = ..., max_key_labels: int = ..., /) -> int | None:
+    """The label of ``text`` (made if new), or -1 when they are all taken; the limits, set first."""
+def graph_labels(graph: _Graph, /) -> list[str]:
+    """Every label's text, by label (after graph_close too)."""
 
 # -- the allocation-site tracker (_sites.c) -------------------------------------------------
 

@@ -275,9 +275,6 @@ class Graph(object):
         self.clock.check(self._before_yield)
 
     def label(self, text):
-        if type(text) is int:
-            # (the compiled walk's way to ask for _fold_label: the one helper it calls for labels)
-            return self._fold_label(text)
         i = self.label_index.get(text)
         if i is None:
             if len(self.labels) >= _MAX_LABELS:
@@ -294,6 +291,9 @@ class Graph(object):
         """The label of an edge from an entry folded into its collection, to what the entry
         names ``label``: "f" and that label (``__main__.CALLBACKS[].__self__``)."""
         return self.label("f" + self.labels[label]) if 0 <= label < len(self.labels) else -1
+
+    def _label_texts(self):
+        return self.labels
 
     def _type_id(self, tp):
         t = self.type_index.get(id(tp))
@@ -714,7 +714,7 @@ class Graph(object):
             "edges": self._edges(),
             "node_keys": self.node_keys,
             "type_names": self.type_names,
-            "labels": self.labels,
+            "labels": self._label_texts(),
             "roots": self.roots,
             "walker": self.walker,
             "graph_seconds": self.seconds,
@@ -773,7 +773,7 @@ class CompiledGraph(Graph):
         self.frame_labels = {}  # id(type) -> label of "t<Type>"
         self.spool = spool
         self.store = _walk_module.graph_new(
-            self.max_nodes, self.type_index, self._type_id, self.label_index, self.label,
+            self.max_nodes, self.type_index, self._type_id,
             self.slot_cache, self._slot_labels, self.frame_labels, self._frame_label,
             tuple(_FRAME_LIKE_TYPES), for_compiled_walk(self.native, _walk_module), self._native_extra, GraphTooBig)
         for own in self.index:
@@ -782,11 +782,22 @@ class CompiledGraph(Graph):
             _walk_module.graph_own(self.store, id(own))
         if spool is not None:
             _walk_module.graph_spool(self.store, spool[1])
+        # The labels are the walk's (its own table, not self.labels): their limits
+        _walk_module.graph_label(self.store, None, _MAX_LABELS, _MAX_KEY_LABELS)
         self.index = None
         self.nodes = None
         self.sizes = self.types = self.ids = self.lengths = self.src = self.dst = self.lab = None
 
     # The helpers the C walk calls (the payload's own code).
+
+    def label(self, text):
+        # Every label is the C walk's (_graph_walk.c's label store: UTF-8 texts in one table,
+        # no str, int and dict entry each in the target), made or found by its text; its fold
+        # labels ("f" + a label) are made there too.
+        return _walk_module.graph_label(self.store, text)
+
+    def _label_texts(self):
+        return _walk_module.graph_labels(self.store)
 
     def _slot_labels(self, tp):
         if id(tp) in _PLAIN_IDS:

@@ -743,3 +743,32 @@ def test_a_dict_key_gets_a_label_only_where_an_edge_can_carry_it() -> None:
     assert "klh_label_list" in labels
     assert not {"klh_label_class", "klh_label_module", "klh_label_none", "klh_label_true",
                 "klh_label_small_int"} & labels, sorted(x for x in labels if "lh_label" in x)
+
+
+@pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
+def test_the_compiled_walks_labels_are_one_table_of_texts_in_the_walk() -> None:
+    """Each label a text once (found again by its text, whatever str object says it), UTF-8
+    round trip, the limits of graph.py (all labels, key labels), and the result's labels
+    after graph_close: the table's bytes, not a str, an int
+    and a dict entry each (~130 bytes a label in the target before)."""
+    walk = graph._walk_module
+    g = graph.CompiledGraph(timeout=60, progress=None, is_stdlib=lambda n: False, exclude=(), max_nodes=10**6,
+                            max_pause_ms=None, cancelled=None)
+    try:
+        held = walk.graph_info(g.store)[3]
+        texts = [f"kkey_{i:05d}" for i in range(10_000)] + ["aname", "t<Session>", "kclé ✓", "d"]
+        ids = [g.label(t) for t in texts]
+        assert ids == list(range(len(texts)))
+        assert [g.label("".join(list(t))) for t in texts] == ids  # another str of the same text
+        assert g.label("fkclé ✓") == g.label("fkcl" + "é ✓") == len(texts)  # a fold label's text, once
+        assert walk.graph_labels(g.store)[ids[-2]] == "kclé ✓"
+        assert (walk.graph_info(g.store)[3] - held) / len(texts) < 40
+        walk.graph_label(g.store, None, len(texts) + 3, 10_002)
+        assert g.label("knew") == len(texts) + 1 and g.label("kanother") == -1  # the key labels' limit
+        assert g.label("aslot") == len(texts) + 2 and g.label("aone_more") == -1  # every label's
+        assert g.label("kkey_00007") == 7  # what is there is still found
+        walk.graph_close(g.store)
+        labels = g._label_texts()
+        assert labels[:len(texts)] == texts and labels[len(texts):] == ["fkclé ✓", "knew", "aslot"]
+    finally:
+        walk.graph_close(g.store)
