@@ -1599,10 +1599,15 @@ key_label(GraphState *g, PyObject *key)
     int32_t known_label;
     if (addrmap_get(c, (uintptr_t)key, &known_hash, &known_label) && known_hash == (long long)hash)
         return known_label;
+    /* Only a key met again is cached (its text's hash labelled before: the labelled set): the
+     * names of a module's globals are met once each, and were ~7,000 of a plain process's
+     * entries (0.3 MiB of the target's peak) for nothing. */
+    int again = labelled_has(g, hash);
     long label = key_label_made(g, key);
     /* Bounded (~2.6 MiB in the target): the keys that repeat (attribute names, a JSON
      * message's "role" and "content") come early; a cache's unique ids would only fill it. */
-    if (label >= 0 && c->used < KEY_LABELS_MAX && addrmap_put(c, (uintptr_t)key, (long long)hash, (int32_t)label) < 0)
+    if (label >= 0 && again && c->used < KEY_LABELS_MAX
+            && addrmap_put(c, (uintptr_t)key, (long long)hash, (int32_t)label) < 0)
         return -2;
     return label;
 }

@@ -760,7 +760,7 @@ class CompiledGraph(Graph):
     # With one, at each yield, or once past this many: a 25 ms stretch of a registry's walk
     # made ~1.3 MiB of records (its folded sessions), the biggest part of what the walk held
     # in the target (the GIL is released for the write, as for a yield).
-    FLUSH_HELD_BYTES = 256 << 10
+    FLUSH_HELD_BYTES = 128 << 10
 
     def __init__(self, spool=None, reached=None, **kwargs):
         Graph.__init__(self, **kwargs)
