@@ -28,7 +28,7 @@ class NotPython(LeakhoundError):
 
 class UnsupportedPython(LeakhoundError):
     EXIT_CODE = 4
-    HELP_TEXT = "Supported targets: CPython 3.8 or newer on Linux."
+    HELP_TEXT = "Supported targets: CPython 3.8 or newer on Linux, built with the GIL (not a free-threaded 3.13t)."
 
 
 class PermissionDenied(LeakhoundError):

@@ -30,6 +30,7 @@ from leakhound.errors import (
     RemoteError,
     RequestCancelled,
     TargetBusy,
+    UnsupportedPython,
 )
 from leakhound.model.names import METHOD_NAMES, Method
 from leakhound.payload import wire
@@ -211,6 +212,8 @@ def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:
         log(str(result["traceback"]))
     if result.get("kind") == wire.KIND_BUSY:
         raise TargetBusy(f"process {remote.target.pid}: {result.get('error')}")
+    if result.get("kind") == wire.KIND_UNSUPPORTED:
+        raise UnsupportedPython(f"process {remote.target.pid}: {result.get('error')}")
     if result.get("kind") == wire.KIND_CANCELLED and result.get("reason") == "memory":
         cost = remote.cost
         raise MemoryBudgetReached(

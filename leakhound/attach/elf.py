@@ -196,6 +196,17 @@ class ElfFile:
         return min(nxt, address + limit)
 
 
+# Exported by a free-threaded CPython only (3.13t on: built with Py_GIL_DISABLED), in every
+# version that has one: how it merges a per-thread reference count into the shared one.
+FREE_THREADED_SYMBOL = "_Py_MergeZeroLocalRefcount"
+
+
+def free_threaded(elf: ElfFile) -> bool:
+    """Whether ``elf`` (an executable or libpython) is a free-threaded CPython: no GIL, and
+    its objects' header (thread id, two reference counts) is not the one the payload reads."""
+    return FREE_THREADED_SYMBOL in elf.functions
+
+
 def python_version(elf: ElfFile) -> tuple[int, int] | None:
     """The CPython version ``elf`` (an executable or libpython) was built as, read from its
     data, or None when it has none of CPython's: the exported ``Py_Version`` (3.11+), else

@@ -102,6 +102,28 @@ def python_version(pid: int, *, known: ElfVersions | None = None) -> tuple[int, 
         return None
 
 
+def free_threaded(pid: int) -> bool:
+    """Whether a live process runs a free-threaded CPython (3.13t), read from the file
+    python_version reads (its libpython, else its executable), never by running it; a
+    libpython named so (``libpython3.13t.so``) is one even when its file cannot be read."""
+    mapped = _libpython_mapping(pid)
+    if mapped is not None:
+        span, path, inode, _named = mapped
+        if re.search(r"libpython\d\.\d+t", path):
+            return True
+        candidates = [f"/proc/{pid}/map_files/{span}", f"/proc/{pid}/root{path}"]
+    else:
+        candidates = [f"/proc/{pid}/exe"]
+    for candidate in candidates:
+        try:
+            if mapped is not None and os.stat(candidate).st_ino != mapped[2]:
+                continue
+            return elf.free_threaded(elf.ElfFile(candidate, exported_only=True))
+        except (OSError, elf.ElfError):
+            continue
+    return False
+
+
 def resolve_target(pid: int) -> Target:
     proc = _proc(pid)
     try:
@@ -118,6 +140,11 @@ def resolve_target(pid: int) -> Target:
         raise NotPython(f"process {pid} ({name}) is not a CPython process")
     if version < (3, 8):
         raise UnsupportedPython(f"process {pid} runs Python {version[0]}.{version[1]}")
+    if free_threaded(pid):
+        # Nothing is injected: the payload reads CPython's usual object header (one reference
+        # count, no thread id) and holds the GIL to pause the walk, neither of which is there.
+        raise UnsupportedPython(f"process {pid} runs a free-threaded CPython {version[0]}.{version[1]} "
+                                f"({version[0]}.{version[1]}t): not supported")
     return Target(pid=pid, uid=uid, exe=exe, version=version, name=name, cmdline=cmdline)
 
 

@@ -377,6 +377,8 @@ def start():
     """Start the agent once per process; returns the socket path."""
     if _started:
         return _started[0]
+    if wire.free_threaded():
+        raise RuntimeError("leakhound agent: a free-threaded CPython (%s) is not supported" % wire.python_version())
     path = socket_path()
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o700, exist_ok=True)

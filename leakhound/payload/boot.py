@@ -127,13 +127,22 @@ def _work(directory=LH_DIR):  # noqa: F821
     # Loading the payload the first time is part of what the request costs the target (~5 MB
     # of RSS): its memory budget is measured from before it.
     rss = _resident_bytes()
-    try:
-        runner = _load(directory)
-    except BaseException as exc:
+    kind = error = None
+    if "t" in getattr(sys, "abiflags", ""):
+        # A free-threaded build (3.13t): the payload reads another object header and pauses
+        # under a GIL it has not. leakhound refuses one before it attaches (attach/process.py):
+        # this is the last word, the payload not loaded.
+        kind, error = "Unsupported", "a free-threaded CPython (%s) is not supported" % sys.version.split()[0]
+    else:
+        try:
+            runner = _load(directory)
+        except BaseException as exc:
+            kind, error = "LoadError", repr(exc)
+    if kind is not None:
         import json
 
         try:
-            _write(directory, "result.json", json.dumps({"ok": False, "kind": "LoadError", "error": repr(exc)}))
+            _write(directory, "result.json", json.dumps({"ok": False, "kind": kind, "error": error}))
         except OSError:
             pass
         return

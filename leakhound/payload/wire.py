@@ -60,6 +60,7 @@ def names_working(beat):
 # ``kind`` of a failed answer (``ok`` false); any other kind is the exception the payload raised.
 KIND_BAD_REQUEST = "BadRequest"
 KIND_BUSY = "Busy"
+KIND_UNSUPPORTED = "Unsupported"  # boot.py: the interpreter is one the payload cannot read
 KIND_CANCELLED = "Cancelled"
 KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
 
@@ -317,6 +318,12 @@ if TYPE_CHECKING:
         measure_before: Dict[str, Any]  # patches.Measurement's fields
         measure: Dict[str, Any]
         measure_skipped: str
+
+
+def free_threaded():
+    """Whether this interpreter is a free-threaded build (3.13t: its ``sys.abiflags`` has a "t"):
+    no GIL, and its objects' header is not the one the payload reads."""
+    return "t" in getattr(sys, "abiflags", "")
 
 
 def python_version():

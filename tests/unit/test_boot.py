@@ -67,6 +67,24 @@ def test_a_payload_that_cannot_load_is_a_load_error_in_json(channel: PrivateChan
     assert str(result["error"]).startswith("FileNotFoundError(")
 
 
+def test_a_free_threaded_interpreter_is_answered_unsupported_and_loads_nothing(channel: PrivateChannel,
+                                                                              tmp_path: Path) -> None:
+    """A free-threaded build (3.13t: "t" in sys.abiflags) has another object header and no
+    GIL to pause under: the bootstrap loads none of the payload (leakhound refuses such a
+    process before attaching; this is the last word), and the CLI reads an Unsupported result.
+    No 3.13t is to be had here: this interpreter is told it is one."""
+    loaded = tmp_path / "loaded.json"
+    result = _boot(channel, setup=f"""
+        sys.abiflags = "t"
+        import atexit, json
+        atexit.register(lambda: open({str(loaded)!r}, "w").write(json.dumps(
+            sorted(m for m in sys.modules if m.startswith("_leakhound_payload")))))
+    """)
+    assert (result["ok"], result["kind"]) == (False, "Unsupported")
+    assert "free-threaded CPython" in str(result["error"])
+    assert json.loads(loaded.read_text()) == ["_leakhound_payload.fork_guard"]  # (registered before, by design)
+
+
 def test_a_child_forked_before_its_parent_imported_the_runner_loads_the_payload_again(
         channel: PrivateChannel) -> None:
     # What a child forked mid-load inherits: the package and a half-run submodule from its
