@@ -1485,15 +1485,26 @@ label_of_text(GraphState *g, const char *s, size_t n)
     return (long)id;
 }
 
-/* label_of_text for a str (ours: its UTF-8 is cached in it). */
+/* label_of_text for a str (ours: its UTF-8 is cached in it). A lone surrogate (a file name
+ * decoded with surrogateescape, as a dict key) has no UTF-8: its text is kept as
+ * "surrogatepass" writes it, and read back so (graph_labels). */
 static long
 label_of_str(GraphState *g, PyObject *text)
 {
     Py_ssize_t n;
     const char *s = PyUnicode_AsUTF8AndSize(text, &n);
-    if (s == NULL)
+    if (s != NULL)
+        return label_of_text(g, s, (size_t)n);
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
         return -2;
-    return label_of_text(g, s, (size_t)n);
+    PyErr_Clear();
+    PyObject *raw = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+    if (raw == NULL)
+        return -2;
+    char *bytes;
+    long label = PyBytes_AsStringAndSize(raw, &bytes, &n) < 0 ? -2 : label_of_text(g, bytes, (size_t)n);
+    Py_DECREF(raw);
+    return label;
 }
 
 /* A call into the payload's Python helpers costs as much as this many referents. */
@@ -2795,7 +2806,7 @@ graph_labels(PyObject *Py_UNUSED(module), PyObject *capsule)
         return NULL;
     for (Py_ssize_t k = 0; k < g->nlabels; k++) {
         PyObject *text = PyUnicode_DecodeUTF8(g->ltext + g->loff[k], (Py_ssize_t)(g->loff[k + 1] - g->loff[k]),
-                                              "strict");
+                                              "surrogatepass");
         if (text == NULL || PyList_SetItem(out, k, text) < 0) {  /* (steals text) */
             Py_DECREF(out);
             return NULL;

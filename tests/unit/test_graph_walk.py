@@ -729,7 +729,8 @@ class _OnlyHeldByName:
 
 # A module's dict as the walk meets them: the keys whose values no edge can lead to.
 NAMES_WITHOUT_EDGES = {"lh_label_class": _OnlyHeldByName, "lh_label_module": json, "lh_label_none": None,
-                       "lh_label_true": True, "lh_label_small_int": 7, "lh_label_list": [[1], [2]]}
+                       "lh_label_true": True, "lh_label_small_int": 7, "lh_label_list": [[1], [2]],
+                       "lh_label_file-\udcff": [[3]]}  # a name decoded with surrogateescape
 
 
 @pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
@@ -741,7 +742,7 @@ def test_a_dict_key_gets_a_label_only_where_an_edge_can_carry_it() -> None:
     out = graph.build(timeout=60, progress=None, is_stdlib=lambda n: False, exclude=(), max_nodes=10**7,
                       max_pause_ms=None, cancelled=None)
     labels = set(out["labels"])
-    assert "klh_label_list" in labels
+    assert "klh_label_list" in labels and "klh_label_file-\udcff" in labels
     assert not {"klh_label_class", "klh_label_module", "klh_label_none", "klh_label_true",
                 "klh_label_small_int"} & labels, sorted(x for x in labels if "lh_label" in x)
 
@@ -757,14 +758,15 @@ def test_the_compiled_walks_labels_are_one_table_of_texts_in_the_walk() -> None:
                             max_pause_ms=None, cancelled=None)
     try:
         held = walk.graph_info(g.store)[3]
-        texts = [f"kkey_{i:05d}" for i in range(10_000)] + ["aname", "t<Session>", "kclé ✓", "d"]
+        texts = [f"kkey_{i:05d}" for i in range(10_000)] + ["aname", "t<Session>", "kclé ✓", "d",
+                                                              "kfile-\udcff"]  # (a lone surrogate: surrogateescape)
         ids = [g.label(t) for t in texts]
         assert ids == list(range(len(texts)))
         assert [g.label("".join(list(t))) for t in texts] == ids  # another str of the same text
         assert g.label("fkclé ✓") == g.label("fkcl" + "é ✓") == len(texts)  # a fold label's text, once
-        assert walk.graph_labels(g.store)[ids[-2]] == "kclé ✓"
+        assert walk.graph_labels(g.store)[ids[-3]] == "kclé ✓"
         assert (walk.graph_info(g.store)[3] - held) / len(texts) < 40
-        walk.graph_label(g.store, None, len(texts) + 3, 10_002)
+        walk.graph_label(g.store, None, len(texts) + 3, 10_003)
         assert g.label("knew") == len(texts) + 1 and g.label("kanother") == -1  # the key labels' limit
         assert g.label("aslot") == len(texts) + 2 and g.label("aone_more") == -1  # every label's
         assert g.label("kkey_00007") == 7  # what is there is still found
