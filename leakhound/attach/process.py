@@ -78,6 +78,12 @@ def _elf_version(path: str, inode: int | None = None, known: ElfVersions | None 
         return None
 
 
+def _libpython_files(pid: int, span: str, path: str) -> tuple[str, str]:
+    """Where a libpython ``pid`` maps is read: the mapping itself, else its path under the
+    process's own root (never the path as leakhound's root would resolve it)."""
+    return f"/proc/{pid}/map_files/{span}", f"/proc/{pid}/root{path}"
+
+
 def python_version(pid: int, *, known: ElfVersions | None = None) -> tuple[int, int] | None:
     """The CPython version of a live process, read from its files and never by running
     anything of them: the libpython it maps (its data, else its name), else the executable
@@ -87,7 +93,7 @@ def python_version(pid: int, *, known: ElfVersions | None = None) -> tuple[int, 
     mapped = _libpython_mapping(pid)
     if mapped is not None:
         span, path, inode, named = mapped
-        for candidate in (f"/proc/{pid}/map_files/{span}", f"/proc/{pid}/root{path}"):
+        for candidate in _libpython_files(pid, span, path):
             version = _elf_version(candidate, inode, known)
             if version is not None:
                 return version
@@ -111,12 +117,12 @@ def free_threaded(pid: int) -> bool:
         span, path, inode, _named = mapped
         if re.search(r"libpython\d\.\d+t", path):
             return True
-        candidates = [f"/proc/{pid}/map_files/{span}", f"/proc/{pid}/root{path}"]
+        candidates: tuple[str, ...] = _libpython_files(pid, span, path)
     else:
-        candidates = [f"/proc/{pid}/exe"]
+        candidates = (f"/proc/{pid}/exe",)
     for candidate in candidates:
         try:
-            if mapped is not None and os.stat(candidate).st_ino != mapped[2]:
+            if mapped is not None and os.stat(candidate).st_ino != inode:
                 continue
             return elf.free_threaded(elf.ElfFile(candidate, exported_only=True))
         except (OSError, elf.ElfError):

@@ -324,6 +324,16 @@ nb_set_slot(uint32_t granule, uint32_t cap)
     return (size_t)((granule * 2654435761u) >> 16) & (cap - 1);
 }
 
+/* ``granule`` into a region's set of ``cap`` slots (not in it yet; an empty slot left). */
+static inline void
+noderegion_put(uint16_t *set, uint32_t cap, uint32_t granule)
+{
+    size_t k = nb_set_slot(granule, cap);
+    while (set[k] != NB_SET_EMPTY)
+        k = (k + 1) & (cap - 1);
+    set[k] = (uint16_t)granule;
+}
+
 static NodeRegion **
 nodebits_region(NodeBits *nb, uintptr_t address, int create)
 {
@@ -435,14 +445,10 @@ noderegion_grow(NodeBits *nb, NodeRegion **slot, int to_bitmap)
         uint32_t granule = from[k];
         if (granule == NB_SET_EMPTY)
             continue;
-        if (to_bitmap) {
+        if (to_bitmap)
             region->data[granule >> 3] |= (unsigned char)(1u << (granule & 7));
-            continue;
-        }
-        size_t h = nb_set_slot(granule, cap);
-        while (to[h] != NB_SET_EMPTY)
-            h = (h + 1) & (cap - 1);
-        to[h] = (uint16_t)granule;
+        else
+            noderegion_put(to, cap, granule);
     }
     nb->bytes += (long long)size - (long long)(sizeof(NodeRegion) + old->cap * sizeof(uint16_t));
     table_free(old);
@@ -471,11 +477,7 @@ nodebits_set(NodeBits *nb, uintptr_t address)
         region->data[granule >> 3] |= (unsigned char)(1u << (granule & 7));
         return 0;
     }
-    uint16_t *set = (uint16_t *)region->data;
-    size_t k = nb_set_slot(granule, region->cap);
-    while (set[k] != NB_SET_EMPTY)
-        k = (k + 1) & (region->cap - 1);
-    set[k] = (uint16_t)granule;
+    noderegion_put((uint16_t *)region->data, region->cap, granule);
     region->used++;
     return 0;
 }
@@ -1410,6 +1412,16 @@ text_slot(const char *s, size_t n, size_t mask)
     return addr_hash((uintptr_t)h << 4, mask);
 }
 
+/* Label ``id`` (its text s[:n]) into ``slots`` (mask + 1 of them, an empty one left). */
+static inline void
+lslot_put(int32_t *slots, size_t mask, Py_ssize_t id, const char *s, size_t n)
+{
+    size_t k = text_slot(s, n, mask);
+    while (slots[k] != 0)
+        k = (k + 1) & mask;
+    slots[k] = (int32_t)(id + 1);
+}
+
 /* The label of the UTF-8 text s[:n], made if new: its id, -1 when the labels (or, for a
  * "k" label, the key labels) are all taken (graph.py's _MAX_LABELS, _MAX_KEY_LABELS), -2 with
  * MemoryError. */
@@ -1438,12 +1450,8 @@ label_of_text(GraphState *g, const char *s, size_t n)
             PyErr_NoMemory();
             return -2;
         }
-        for (Py_ssize_t v = 1; v <= g->nlabels; v++) {
-            size_t k = text_slot(g->ltext + g->loff[v - 1], g->loff[v] - g->loff[v - 1], cap - 1);
-            while (slots[k] != 0)
-                k = (k + 1) & (cap - 1);
-            slots[k] = (int32_t)v;
-        }
+        for (Py_ssize_t id = 0; id < g->nlabels; id++)
+            lslot_put(slots, cap - 1, id, g->ltext + g->loff[id], g->loff[id + 1] - g->loff[id]);
         table_free(g->lslots);
         g->lslots = slots;
         g->lslots_mask = cap - 1;
@@ -1478,10 +1486,7 @@ label_of_text(GraphState *g, const char *s, size_t n)
     g->loff[id + 1] = (uint32_t)g->ltext_len;
     if (key)
         g->nkey_labels++;
-    size_t k = text_slot(s, n, g->lslots_mask);
-    while (g->lslots[k] != 0)
-        k = (k + 1) & g->lslots_mask;
-    g->lslots[k] = (int32_t)(id + 1);
+    lslot_put(g->lslots, g->lslots_mask, id, s, n);
     return (long)id;
 }
 
@@ -1745,8 +1750,9 @@ slot_names(GraphState *g, Walk *w, PyObject *obj, PyTypeObject *tp)
 
 /* None, a bool, a small int (shared leaves, left out), a class or a module no edge will lead
  * to (graph_referents: one that is no node is a root of its own; a wall or our own is reached
- * from the super-root only), so its dict key needs no label: a module's dict holds hundreds of classes and modules, and their names' labels were
- * part of the ~1 MiB of labels every walk made in the target. */
+ * from the super-root only), so its dict key needs no label: a module's dict holds hundreds
+ * of classes and modules, and their names' labels were part of the ~1 MiB of labels every
+ * walk made in the target. */
 static int small_int(PyObject *ref);
 
 static inline int
@@ -1916,9 +1922,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
             uintptr_t d = (uintptr_t)((PyObject **)obj)[-3];  /* a dict, NULL, or 3.12's tagged values */
             if (d != 0 && !(d & 1)) {
                 if (g->d_label == -2) {
-                    PyObject *text = PyUnicode_FromString("d");
-                    g->d_label = text == NULL ? -2 : label_of_str(g, text);
-                    Py_XDECREF(text);
+                    g->d_label = label_of_text(g, "d", 1);
                     if (g->d_label == -2)
                         failed = 1;
                 }
