@@ -164,7 +164,7 @@ def _run(
         return RemoteResult(target, chosen, result, 0.0, 0.0)
     if chosen not in (Method.PTRACE, Method.GDB, Method.REMOTE_EXEC):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHOD_NAMES)}")
-    with PrivateChannel(uid=target.uid, pid=pid, request=request) as channel:
+    with PrivateChannel(uid=target.uid, pid=pid, request=request, version=target.version) as channel:
         meter.on_over = channel.request_cancel
         code = channel.bootstrap_code()
         inject_timeout = min(deadline.left(), 30.0)

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import queue
+import sys
 import tempfile
 import threading
 import time
@@ -31,7 +32,7 @@ from typing import Any
 
 import leakhound.payload
 from leakhound.attach.deadline import Deadline
-from leakhound.attach.payload_bytecode import boot_bytecode, missing_bytecode
+from leakhound.attach.payload_bytecode import boot_bytecode, foreign_bytecode, missing_bytecode
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir, UnsafeEntry, open_dir_in_root
 from leakhound.attach.process import alive, environ_of, same_filesystem_view
 from leakhound.errors import (
@@ -249,7 +250,10 @@ class PrivateChannel:
     """The request's private directory, held as a descriptor (private_dir.PrivateDir): made
     root's and 0700, filled with the payload and ``request``, only then handed to ``uid``."""
 
-    def __init__(self, *, uid: int, pid: int | None = None, request: dict[str, Any] | None = None) -> None:
+    def __init__(self, *, uid: int, pid: int | None = None, request: dict[str, Any] | None = None,
+                 version: tuple[int, int] | None = None) -> None:
+        """``version``: the target's CPython (process.python_version), for the payload's .pyc
+        files; None: leakhound's own."""
         if pid is None or same_filesystem_view(pid):
             parent = tempfile.gettempdir()
             self.private = PrivateDir.make(os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
@@ -265,26 +269,35 @@ class PrivateChannel:
         self.request_timeout = _number(request.get("timeout"), 60.0)
         self.graph_bin_limit = graph_records_allowed(request)
         try:
-            self._fill(uid, request)
+            self._fill(uid, request, version or (sys.version_info[0], sys.version_info[1]))
         except BaseException:
             self.close()
             raise
 
-    def _fill(self, uid: int, request: dict[str, Any]) -> None:
+    def _fill(self, uid: int, request: dict[str, Any], version: tuple[int, int]) -> None:
         owner = uid if os.geteuid() == 0 and uid != 0 else -1
-        # Compiled .pyc files come along (their source mtimes are kept), so a target on the
-        # same Python version does not compile the payload; compiled here where the install
-        # has none that is valid (payload_bytecode).
-        self.private.copy_tree(str(PAYLOAD_SOURCE), "payload", uid=owner, skip=("agent.",),
-                               files=missing_bytecode(str(PAYLOAD_SOURCE), skip=("agent.",)))
+        boot = (PAYLOAD_SOURCE / "boot.py").read_bytes()
+        boot_path = self.target_dir + "/boot.py"
+        # Compiled .pyc files come along (their source mtimes are kept), so the target does
+        # not compile the payload: leakhound's CPython's (compiled here where the install has
+        # none that is valid), or the target's compiled by a trusted interpreter of its
+        # version where there is one (payload_bytecode).
+        foreign = None
+        if version != (sys.version_info[0], sys.version_info[1]):
+            foreign = foreign_bytecode(version, str(PAYLOAD_SOURCE), boot, boot_path, skip=("agent.",))
+        if foreign is not None:
+            files, boot_pyc = foreign
+        else:
+            files = missing_bytecode(str(PAYLOAD_SOURCE), skip=("agent.",))
+            boot_pyc = boot_bytecode(boot, boot_path)
+        self.private.copy_tree(str(PAYLOAD_SOURCE), "payload", uid=owner, skip=("agent.",), files=files)
         payload_fd = os.open("payload", DIR_FLAGS, dir_fd=self.private.fd)
         try:
             self.private.create("VERSION", payload_version().encode(), uid=owner, mode=0o644, dir_fd=payload_fd)
         finally:
             os.close(payload_fd)
-        boot = (PAYLOAD_SOURCE / "boot.py").read_bytes()
         self.private.create("boot.py", boot, uid=owner, mode=0o644)
-        self.private.create("boot.pyc", boot_bytecode(boot, self.target_dir + "/boot.py"), uid=owner, mode=0o644)
+        self.private.create("boot.pyc", boot_pyc, uid=owner, mode=0o644)
         self.private.create("request.json", json.dumps(request).encode(), uid=owner)
         self.private.hand_over(owner)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.attach.channel import PrivateChannel
+from tests.pythons import installed_pythons
 
 # The bootstrap as the debugger runs it, then the payload's thread waited for.
 RUN_BOOT = """
@@ -35,9 +36,9 @@ def channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Private
         yield made
 
 
-def _boot(channel: PrivateChannel, setup: str = "") -> dict[str, object]:
+def _boot(channel: PrivateChannel, setup: str = "", python: str = sys.executable) -> dict[str, object]:
     script = RUN_BOOT.format(setup=textwrap.dedent(setup), bootstrap=channel.bootstrap_code())
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    subprocess.run([python, "-c", script], check=True, timeout=60)
     result = channel.read_json("result.json")
     assert result is not None
     return result
@@ -126,6 +127,30 @@ def test_a_target_on_leakhounds_cpython_compiles_none_of_the_payload(
     names = _compiled_names(compiled)
     # boot.py comes compiled too (boot.pyc: its parser's memory was ~0.5-1 MiB of the
     # target's RSS at every inspection); the fork guard is compiled by boot.py, by design
+    assert set(names) <= {"fork_guard.py"}, names
+
+
+OTHER_PYTHONS = {v: p for v, p in installed_pythons().items() if v != "{}.{}".format(*sys.version_info[:2])}
+
+
+@pytest.mark.parametrize("version", sorted(OTHER_PYTHONS) or [pytest.param("none", marks=pytest.mark.skip(
+    reason="no CPython of another version installed"))])
+def test_a_target_on_another_cpython_compiles_none_of_the_payload(
+    version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For a target on another CPython the payload and boot.py are compiled by a trusted
+    interpreter of its version (trusted_python: here pyenv's, root's own): measured on a 3.12
+    target of 5M objects, VmHWM +6.2 MiB when it compiled them, +4.4 MiB with the .pyc."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    compiled = tmp_path / "compiled.txt"
+    major, minor = (int(part) for part in version.split("."))
+    with PrivateChannel(uid=os.geteuid(), request={"op": "ping", "timeout": 10}, version=(major, minor)) as made:
+        pycache = Path(f"/proc/self/fd/{made.private.fd}") / "payload" / "__pycache__"
+        assert (pycache / f"graph.cpython-{major}{minor}.pyc").exists()
+        result = _boot(made, _recording_compile(compiled), python=OTHER_PYTHONS[version])
+    assert result.get("ok") is True, result
+    names = _compiled_names(compiled)
     assert set(names) <= {"fork_guard.py"}, names
 
 
