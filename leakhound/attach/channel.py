@@ -304,6 +304,8 @@ class PrivateChannel:
     def bootstrap_code(self) -> str:
         """The one statement the debugger hands to PyRun_SimpleString.
 
+        Where the payload cannot start (its directory gone, a bootstrap that fails), it
+        unmaps the ptrace method's bootstrap pages listed so far (ptrace/stop.bootstrap_text).
         It runs boot.pyc (payload_bytecode.boot_bytecode) where its magic number is the
         target's own (leakhound's CPython), else compiles boot.py: the parser's memory was
         ~0.5-1 MiB of the target's RSS at every inspection. It binds nothing in ``__main__``
@@ -319,7 +321,13 @@ class PrivateChannel:
             " del b\n"
             " exec(c,{'__name__':'__leakhound_boot__','LH_DIR':D})\n"
             "except BaseException:\n"
-            " pass\n"
+            " try:\n"
+            f"  p=__import__('sys').__dict__.pop({wire.BOOTSTRAP_PAGES!r},())\n"
+            "  if p:\n"
+            "   import ctypes as t\n"
+            "   for a,n in p:t.pythonapi.munmap(t.c_void_p(a),t.c_size_t(n))\n"
+            " except BaseException:\n"
+            "  pass\n"
         )
         return f"exec({inner!r},{{'D':{self.target_dir!r}}})"
 

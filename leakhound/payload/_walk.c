@@ -21,6 +21,7 @@
 extern PyMethodDef census_walk_methods[];
 extern PyMethodDef graph_walk_methods[];
 extern PyMethodDef sites_methods[];
+extern PyMethodDef libc_methods[];
 #pragma GCC visibility pop
 
 static getsizeof_fn found_getsizeof;
@@ -357,7 +358,8 @@ PyInit__walk(void)
         return NULL;
     if (PyModule_AddFunctions(module, census_walk_methods) < 0
         || PyModule_AddFunctions(module, graph_walk_methods) < 0
-        || PyModule_AddFunctions(module, sites_methods) < 0) {
+        || PyModule_AddFunctions(module, sites_methods) < 0
+        || PyModule_AddFunctions(module, libc_methods) < 0) {
         Py_DECREF(module);
         return NULL;
     }

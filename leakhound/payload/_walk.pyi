@@ -147,3 +147,20 @@ def sites_noting(flag: object, /) -> None:
 
 def sites_read() -> tuple[list[tuple[int, int, int, int]], list[list[tuple[str, int, str]]], dict[str, float]]:
     """(samples: (address, size, stack, node), stacks: (file, line, function) innermost first, state)."""
+
+# -- libc and the interpreter, read without ctypes (_libc.c) ------------------------------
+
+def mallinfo2() -> tuple[int, int, int, int, int, int, int, int, int, int] | None:
+    """glibc's mallinfo2() fields in order; None where the libc has none."""
+
+def malloc_info() -> str | None:
+    """glibc's malloc_info(0, ...) XML, written into memory; None where the libc has none."""
+
+def pymalloc_stats() -> str | None:
+    """_PyObject_DebugMallocStats()'s text, written into memory; None where not exported."""
+
+def unmap(address: int, size: int, /) -> bool:
+    """munmap(address, size): a bootstrap page of the ptrace method (boot.py)."""
+
+def word_at(address: int, /) -> int:
+    """The machine word at ``address``."""

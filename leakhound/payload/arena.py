@@ -1,34 +1,24 @@
 """Allocator state of the target, read inside it: glibc malloc and CPython's pymalloc.
 
-Standard library only (ctypes). Nothing is printed to the target's stderr: both glibc's
-``malloc_info`` and CPython's ``_PyObject_DebugMallocStats`` write into an in-memory
-``open_memstream`` buffer that is freed afterwards.
+Read through the compiled extension where it loads (_libc.c), else through ctypes (imported
+only then: importing it was ~0.3 MiB of the target's memory). Nothing is printed to the
+target's stderr: both glibc's ``malloc_info`` and CPython's ``_PyObject_DebugMallocStats``
+write into an in-memory ``open_memstream`` buffer that is freed afterwards.
 """
 
-import ctypes
 import os
 import re
 import sys
 
+try:  # mallinfo2, malloc_info and the pymalloc statistics in C (_libc.c)
+    from . import _walk as _native
 
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
-    ]
+    _native.mallinfo2  # noqa: B018 - an extension built before they were there: ctypes
+except Exception:
+    _native = None  # type: ignore[assignment]
 
-
+_MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")
 _PAGE = 4096
 
 
@@ -36,19 +26,24 @@ _LIBC = []  # type: list
 
 
 def process_libc():
-    # One CDLL for the life of the process: every CDLL caches its function pointers, which
-    # point back at it, so a fresh one per call would leave a reference cycle (garbage the
-    # target's GC must collect) behind every inspection.
+    """The process's libc through ctypes (imported here, not at load: see the module's doc).
+    One CDLL for the life of the process: every CDLL caches its function pointers, which
+    point back at it, so a fresh one per call would leave a reference cycle (garbage the
+    target's GC must collect) behind every inspection."""
     if not _LIBC:
         try:
+            import ctypes  # noqa: PLC0415
+
             _LIBC.append(ctypes.CDLL(None))
-        except OSError:
+        except (OSError, ImportError):
             _LIBC.append(None)
     return _LIBC[0]
 
 
 def _capture(libc, write):
     """Run ``write(FILE*)`` against an open_memstream buffer and return what it wrote."""
+    import ctypes  # noqa: PLC0415
+
     buf = ctypes.c_char_p()
     size = ctypes.c_size_t()
     libc.open_memstream.restype = ctypes.c_void_p
@@ -67,6 +62,56 @@ def _capture(libc, write):
         libc.free.argtypes = [ctypes.c_void_p]
         libc.free(buf)
     return text
+
+
+def mallinfo2():
+    """glibc's mallinfo2() as {field: int}, or None where the libc has none."""
+    if _native is not None:
+        fields = _native.mallinfo2()
+        return None if fields is None else dict(zip(_MALLINFO2_FIELDS, fields))  # noqa: B905 - 3.8+
+    libc = process_libc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return None
+    import ctypes  # noqa: PLC0415
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+
+    libc.mallinfo2.restype = Mallinfo2
+    info = libc.mallinfo2()
+    return {name: int(getattr(info, name)) for name in _MALLINFO2_FIELDS}
+
+
+def _malloc_info_xml():
+    """glibc's malloc_info XML, "" where there is none."""
+    if _native is not None:
+        return _native.malloc_info() or ""
+    libc = process_libc()
+    if libc is None or not hasattr(libc, "malloc_info"):
+        return ""
+    import ctypes  # noqa: PLC0415
+
+    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    return _capture(libc, lambda fp: libc.malloc_info(0, fp))
+
+
+def _pymalloc_text():
+    """_PyObject_DebugMallocStats's text; None where the interpreter has none, "" where it
+    cannot be captured."""
+    if _native is not None:
+        return _native.pymalloc_stats()
+    try:
+        import ctypes  # noqa: PLC0415
+
+        fn = ctypes.pythonapi._PyObject_DebugMallocStats
+    except (AttributeError, ImportError):
+        return None
+    libc = process_libc()
+    if libc is None:
+        return ""
+    fn.argtypes = [ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return _capture(libc, fn)
 
 
 _SIZE_RE = re.compile(r'<size from="(\d+)" to="(\d+)" total="(\d+)" count="(\d+)"/>')
@@ -91,25 +136,20 @@ def trimmable_from_malloc_info(xml):
 
 
 def glibc_stats():
-    libc = process_libc()
-    if libc is None or not hasattr(libc, "mallinfo2"):
+    info = mallinfo2()
+    if info is None:
         return None, "glibc mallinfo2 is not available in the target (not glibc >= 2.33?)"
-    libc.mallinfo2.restype = _Mallinfo2
-    info = libc.mallinfo2()
-    xml = ""
-    if hasattr(libc, "malloc_info"):
-        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
-        xml = _capture(libc, lambda fp: libc.malloc_info(0, fp))
+    xml = _malloc_info_xml()
     trimmable = trimmable_from_malloc_info(xml) if xml else 0
     # The main arena's top chunk beyond the default 128 KiB pad is trimmable too, but the
     # malloc_info size rows already list the top chunk only in recent glibc; keepcost is it.
-    top = max(0, int(info.keepcost) - 128 * 1024)
+    top = max(0, info["keepcost"] - 128 * 1024)
     trimmable += top
-    free = int(info.fordblks)
+    free = info["fordblks"]
     return {
-        "malloc_in_use_bytes": int(info.uordblks) + int(info.hblkhd),
+        "malloc_in_use_bytes": info["uordblks"] + info["hblkhd"],
         "malloc_free_bytes": free,
-        "malloc_mmapped_bytes": int(info.hblkhd),
+        "malloc_mmapped_bytes": info["hblkhd"],
         "trimmable_bytes": min(trimmable, free),
     }, ""
 
@@ -133,16 +173,9 @@ def pymalloc_stats():
     Free blocks in partly used pools plus wholly unused pools: memory CPython holds for small
     objects that ``malloc_trim`` cannot return (arenas are mmap'd and freed only when empty).
     """
-    try:
-        fn = ctypes.pythonapi._PyObject_DebugMallocStats
-    except AttributeError:
+    text = _pymalloc_text()
+    if text is None:
         return None, "this Python has no _PyObject_DebugMallocStats"
-    libc = process_libc()
-    if libc is None:
-        return None, "no libc to capture pymalloc statistics"
-    fn.argtypes = [ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    text = _capture(libc, fn)
     if "pymalloc" not in text and "arenas" not in text:
         if _tracemalloc_tracing():
             # tracemalloc wraps the allocator, and CPython then prints no pymalloc statistics
@@ -209,13 +242,11 @@ def in_use_bytes():
     hblkhd``) plus pymalloc's allocated blocks (its arenas are mmapped, not malloc'd: not
     counted twice); None where mallinfo2 is missing. No ``malloc_info``: it walks every free
     chunk of every arena, and this is read every few seconds while a fix is verified."""
-    libc = process_libc()
-    if not sys.platform.startswith("linux") or libc is None or not hasattr(libc, "mallinfo2"):
+    info = mallinfo2() if sys.platform.startswith("linux") else None
+    if info is None:
         return None
-    libc.mallinfo2.restype = _Mallinfo2
-    info = libc.mallinfo2()
     pym, _why = pymalloc_stats()
-    return int(info.uordblks) + int(info.hblkhd) + (pym["pymalloc_in_use_bytes"] if pym else 0)
+    return info["uordblks"] + info["hblkhd"] + (pym["pymalloc_in_use_bytes"] if pym else 0)
 
 
 def rss_bytes():

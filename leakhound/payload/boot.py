@@ -61,7 +61,12 @@ def _load(directory):
         if not complete and loading_pid == os.getpid():
             raise RuntimeError("another leakhound request is loading the payload in this process")
         state = sys.modules.get("_leakhound_state")
-        if complete and (getattr(loaded, "__payload_version__", None) == version or getattr(state, "fixes", None)):
+        if complete and getattr(loaded, "__payload_version__", None) == version:
+            # Its modules imported later (the fixes, at the first patch request) are found in
+            # this request's directory: the first one's is gone.
+            loaded.__path__[:] = [directory + "/payload"]
+            return sys.modules[name + ".runner"]
+        if complete and getattr(state, "fixes", None):
             return sys.modules[name + ".runner"]
         for old in [n for n in sys.modules if (n == name or n.startswith(name + ".")) and n != _FORK_GUARD_NAME]:
             sys.modules.pop(old, None)
@@ -85,32 +90,25 @@ def _load(directory):
     return sys.modules[name + ".runner"]
 
 
-def _release_page(directory):
-    # The ptrace method handed the bootstrap over in a page it mapped here (no malloc while
-    # the target was stopped); nothing reads the page once the bootstrap runs. Unmapped only
-    # if it is still mapped and still holds the token written after the code.
+def _release_pages():
+    # The ptrace method's bootstrap pages (attach/ptrace/stop.py lists each in sys under
+    # wire.BOOTSTRAP_PAGES, spelled out here: the payload is not imported yet): every one
+    # listed was compiled before its code ran, so none is read again. Unmapped through the
+    # payload's extension (_libc.c) where it loaded; ctypes (~0.3 MiB, imported on this
+    # thread) only where it did not.
+    pages = sys.__dict__.pop("_leakhound_pages", ())
+    if not pages:
+        return
     try:
-        with open(os.path.join(directory, "page")) as fh:
-            fields = fh.read().split()
-        if len(fields) != 4:
+        native = sys.modules.get("_leakhound_payload._walk")
+        if native is not None and hasattr(native, "unmap"):
+            for address, size in pages:
+                native.unmap(address, size)
             return
-        addr, size, offset, token = int(fields[0], 16), int(fields[1]), int(fields[2]), fields[3]
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                span, perms = line.split()[:2]
-                lo, hi = (int(x, 16) for x in span.split("-"))
-                if lo <= addr and addr + size <= hi and perms.startswith("rw"):
-                    break
-            else:
-                return
         import ctypes
 
-        if ctypes.string_at(addr + offset, len(token)) != token.encode():
-            return
-        # The payload's one CDLL (a fresh CDLL per call would leave a reference cycle).
-        munmap = sys.modules["_leakhound_payload.arena"].process_libc().munmap
-        munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-        munmap(addr, size)
+        for address, size in pages:
+            ctypes.pythonapi.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))
     except Exception:
         pass
 
@@ -138,6 +136,7 @@ def _work(directory=LH_DIR):  # noqa: F821
             runner = _load(directory)
         except BaseException as exc:
             kind, error = "LoadError", repr(exc)
+    _release_pages()
     if kind is not None:
         import json
 
@@ -146,7 +145,6 @@ def _work(directory=LH_DIR):  # noqa: F821
         except OSError:
             pass
         return
-    _release_page(directory)
     runner.set_rss_at_boot(rss)
     try:
         runner.run_from_dir(directory)

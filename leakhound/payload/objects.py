@@ -32,14 +32,19 @@ MANAGED_DICTS = (3, 11) <= sys.version_info[:2] <= (3, 13)
 INLINE_VALUES_DICTS = sys.version_info[:2] == (3, 13)
 _MANAGED_DICT_FLAG = 1 << 4
 _TYPE_FLAGS = type.__dict__["__flags__"]
-try:
-    import ctypes as _ctypes
+_WORD = 8 if sys.maxsize > 2**32 else 4
+try:  # the compiled extension reads a word (_libc.c); ctypes only where it does not load
+    from . import _walk as _native
 
-    _word_at = _ctypes.c_size_t.from_address
-    _WORD = _ctypes.sizeof(_ctypes.c_void_p)
-except Exception:  # (a payload without ctypes: no "d" labels, the graph's result says so)
-    _word_at = None  # type: ignore[assignment]
-    _WORD = 8
+    _word_at = _native.word_at
+except Exception:
+    try:
+        import ctypes as _ctypes
+
+        def _word_at(address, _at=_ctypes.c_size_t.from_address):
+            return _at(address).value
+    except Exception:  # (a payload without either: no "d" labels, the graph's result says so)
+        _word_at = None  # type: ignore[assignment]
 CAN_READ_MANAGED_DICTS = MANAGED_DICTS and _word_at is not None
 
 
@@ -52,7 +57,7 @@ def managed_dict_address(obj, tp):
     """The address of ``obj``'s made __dict__ (3.11-3.13, type ``tp``), or 0."""
     if _word_at is None or not has_managed_dict(tp):
         return 0
-    word = _word_at(id(obj) - 3 * _WORD).value
+    word = _word_at(id(obj) - 3 * _WORD)
     return 0 if word & 1 else word
 
 

@@ -33,13 +33,14 @@ import os
 import sys
 import threading
 import time
-import traceback
 
-# Every module a request may need is imported here, at load: on the debugger path the package
-# is loaded from the request's private directory, which is removed once it is answered, and
-# the next request reuses the loaded package (same version): a module first imported then
-# would not be found ("cannot import name 'graph'").
-from . import arena, census, graph, pacing, patches, probes, sampling, sites, transport, wire
+# The modules a request may need are imported here, at load, but for the fixes (patches: with
+# the ``inspect`` module it imports, ~1 MiB of a target's memory that no inspection needs),
+# imported by the first ``patch`` request. On the debugger path the package is loaded from
+# the request's private directory, which is removed once it is answered: the next request
+# of the same payload version points the loaded package at its own directory (boot.py) before
+# it reuses it. (A payload kept for the fixes it applied, under another version, has them.)
+from . import arena, census, graph, pacing, probes, sampling, sites, transport, wire
 from .graph_wire import BINARY_FILE
 from .wire import PAYLOAD_VERSION
 
@@ -638,6 +639,8 @@ def _ping(request, progress, stop):
 
 
 def _patch(request, progress, stop):
+    from . import patches  # noqa: PLC0415 - see the imports at the top
+
     return patches.handle(request, stop.check)
 
 
@@ -699,6 +702,8 @@ def handle(request, progress=None, cancelled=None, exchange=None):
                            payload_seconds=time.perf_counter() - started,
                            memory_cost=wire.memory_cost(memory.peak, memory.limit, memory.loaded))
     except Exception as exc:  # remote errors travel back, they never print in the target
+        import traceback  # noqa: PLC0415 - only here: ~0.4 MiB of a target that never fails
+
         return wire.failed(type(exc).__name__, "%s: %s" % (type(exc).__name__, exc),
                            traceback=traceback.format_exc(limit=8))
     finally:
@@ -747,7 +752,9 @@ def _after_fork_in_child():
     global _busy
     _busy = threading.Lock()
     pacing.reset_after_fork()
-    patches.after_fork_in_child()
+    patches = sys.modules.get(__name__.rpartition(".")[0] + ".patches")
+    if patches is not None:  # none applied in a process that never had a patch request
+        patches.after_fork_in_child()
     sites.after_fork_in_child()
 
 

@@ -41,6 +41,11 @@ SITES_MAX_SAMPLES = 16384
 PARTIAL_RECORDS = "records"
 PARTIAL_GRAPH = "graph"
 REPLY_NAMES = "names"
+# The ptrace method's bootstrap pages, listed in ``sys`` under this name by the page's first
+# statement (attach/ptrace/stop.py) until the payload's thread unmaps them (boot.py, which
+# spells it out: it runs before the payload is imported) or the bootstrap does
+# (attach/channel.py) when the payload cannot start.
+BOOTSTRAP_PAGES = "_leakhound_pages"
 CANCEL = "cancel"
 
 # While its dominator pass runs, the CLI replies ``names_working(beat)`` under REPLY_NAMES every

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
 STEPS = ("start", "seized", "saved", "mapped", "written", "called", "restored", "detached", "reported")
-PAGE_TEXT = b"try:\n __import__('ctypes').pythonapi.munmap("
+PAGE_TEXT = b"try:\n __import__('sys').__dict__.setdefault("
 
 
 def main_thread_status(pid: int) -> dict[str, str]:

@@ -2,9 +2,10 @@
 thread never reached a safe point, the request gave up, the bootstrap stays queued), and
 not after successful requests.
 
-The bootstrap page is needed until the queued call runs; it then unmaps itself, whether or
-not the request's private directory still exists. Checked on the target's own
-/proc/PID/maps and memory.
+The bootstrap page is needed until the queued call runs; it is then unmapped, whether or
+not the request's private directory still exists: by the payload's thread once it loaded
+(through its extension), by the bootstrap itself (ctypes) when the payload cannot start.
+Checked on the target's own /proc/PID/maps and memory.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 LIGHT = {"op": "snapshot", "top_types": 5, "top_owners": 5}
 # How a bootstrap page starts: the self-unmapping statement (or, before it, the code).
-PAGE_STARTS = (b"try:\n __import__('ctypes').pythonapi.munmap(", b"exec(")
+PAGE_STARTS = (b"try:\n __import__('sys').__dict__.setdefault(", b"exec(")
 
 
 def mappings(pid: int) -> list[tuple[int, int]]:
-    """The target's mappings, but for ctypes' own libraries (the bootstrap's first statement
-    imports ctypes, as the payload does anyway)."""
+    """The target's mappings, but for ctypes' own libraries (a bootstrap whose payload cannot
+    start imports ctypes to unmap its page)."""
     with open(f"/proc/{pid}/maps") as fh:
         return [
             tuple(int(x, 16) for x in line.split()[0].split("-"))  # type: ignore[misc]

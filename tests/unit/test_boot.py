@@ -168,3 +168,80 @@ def test_a_target_on_another_cpython_compiles_boot_py(tmp_path: Path, monkeypatc
         result = _boot(made, setup)
     assert result.get("ok") is True, result
     assert "boot.py" in _compiled_names(compiled)
+
+
+# Set-up for _boot: a page mapped as the ptrace method maps its bootstrap's, listed in sys as
+# its first statement lists it (attach/ptrace/stop.py); at exit, whether it is still mapped.
+_LISTED_PAGE = """
+    import atexit, ctypes
+    _libc = ctypes.CDLL(None)
+    _libc.mmap.restype = ctypes.c_void_p
+    _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+    _page = _libc.mmap(None, 8192, 3, 0x22, -1, 0)
+    sys.__dict__.setdefault({pages!r}, []).append((_page, 8192))
+    def _report():
+        spans = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in open("/proc/self/maps")]
+        with open({out!r}, "w") as fh:
+            fh.write(repr((any(lo <= _page < hi for lo, hi in spans), {pages!r} in sys.__dict__)))
+    atexit.register(_report)
+    {after}
+"""
+
+
+def test_a_listed_bootstrap_page_is_unmapped_by_the_payload_without_ctypes(
+        channel: PrivateChannel, tmp_path: Path) -> None:
+    """The payload's thread unmaps the pages through its extension (_libc.c): with ctypes
+    made unimportable once the page is mapped, the page is gone all the same."""
+    from leakhound.payload import wire
+
+    out = tmp_path / "page.txt"
+    result = _boot(channel, _LISTED_PAGE.format(pages=wire.BOOTSTRAP_PAGES, out=str(out),
+                                                after='sys.modules["ctypes"] = None'))
+    assert result.get("ok") is True, result
+    assert out.read_text() == "(False, False)"  # not mapped, nothing left listed
+
+
+def test_a_listed_bootstrap_page_is_unmapped_when_the_payload_cannot_start(
+        channel: PrivateChannel, tmp_path: Path) -> None:
+    """Its directory gone (the CLI gave up before the main thread ran the bootstrap): the
+    bootstrap unmaps the listed pages itself, with ctypes."""
+    from leakhound.payload import wire
+
+    out = tmp_path / "page.txt"
+    os.unlink(channel.dir / "boot.pyc")
+    os.unlink(channel.dir / "boot.py")
+    script = RUN_BOOT.format(setup=textwrap.dedent(_LISTED_PAGE.format(
+        pages=wire.BOOTSTRAP_PAGES, out=str(out), after="")), bootstrap=channel.bootstrap_code())
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert out.read_text() == "(False, False)"
+
+
+def test_the_fixes_are_imported_by_the_first_patch_request_from_its_own_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The payload loads without its fixes (patches, and the ``inspect`` module they import:
+    ~1 MiB of a target's memory no inspection needs). A patch request after an inspection
+    imports them from its own private directory: the first request's is gone by then."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    script = ["import sys, threading, json"]
+    docs = []
+    with PrivateChannel(uid=os.geteuid(), request={"op": "ping", "timeout": 10}) as first:
+        script.append(f"exec({first.bootstrap_code()!r})")
+        script.append("[t.join(60) for t in threading.enumerate() if t.name == 'leakhound-payload']")
+        script.append("print(json.dumps(sorted(m for m in sys.modules if 'patches' in m or m == 'inspect')))")
+        first_dir = first.dir
+        with PrivateChannel(uid=os.geteuid(), request={"op": "patch", "action": "status", "fixes": ["trim"],
+                                                       "timeout": 10}) as second:
+            # the first request's directory gone between the two, as after an inspection
+            # (moved away: leakhound reads its answer through the directory's descriptor)
+            script.insert(3, f"__import__('os').rename({str(first_dir)!r}, {str(first_dir) + '.gone'!r})")
+            script.append(f"exec({second.bootstrap_code()!r})")
+            script.append("[t.join(60) for t in threading.enumerate() if t.name == 'leakhound-payload']")
+            done = subprocess.run([sys.executable, "-c", "\n".join(script)], capture_output=True, text=True,
+                                  timeout=60, check=True)
+            docs = [first.read_json("result.json"), second.read_json("result.json")]
+            os.rename(str(first_dir) + ".gone", first_dir)
+    assert docs[0] is not None and docs[0].get("ok") is True, docs[0]
+    assert json.loads(done.stdout.splitlines()[0]) == []  # nothing of the fixes after an inspection
+    assert docs[1] is not None and docs[1].get("ok") is True, docs[1]
+    assert [r.get("fix") for r in docs[1]["results"]] == ["trim"], docs[1]

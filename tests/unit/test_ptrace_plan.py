@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from leakhound.attach.elf import Symbol
 from leakhound.attach.ptrace.plan import Plan, choose_objects, parse_maps, syscall_offset, unnamed_callees
 from leakhound.attach.ptrace.stop import bootstrap_text, page_size_for
+from leakhound.payload import wire
 
 MAPS = """\
 55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 1311 /usr/bin/python3.11
@@ -93,11 +94,13 @@ def test_plan_is_plain_json() -> None:
                               "run_simple_string": 2, "syscall_insn": 3, "pending_ranges": ((4, 5),)}
 
 
-def test_the_bootstrap_page_unmaps_itself_and_binds_nothing() -> None:
+def test_the_bootstrap_page_is_listed_for_the_code_after_it_and_binds_nothing() -> None:
+    """The page's first statement lists it in sys (wire.BOOTSTRAP_PAGES) for the payload to
+    unmap (boot.py; the bootstrap with ctypes where the payload cannot start: test_boot)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
-    code = "__import__('sys')._leakhound_page_test = 1"
+    code = f"__import__('sys')._leakhound_page_test = list(__import__('sys').{wire.BOOTSTRAP_PAGES})"
     size = page_size_for(code)
     assert size % 4096 == 0
     page = libc.mmap(None, size, 3, 0x22, -1, 0)
@@ -107,9 +110,11 @@ def test_the_bootstrap_page_unmaps_itself_and_binds_nothing() -> None:
     main_before = set(vars(sys.modules["__main__"]))
     run = ctypes.pythonapi.PyRun_SimpleString
     run.argtypes = (ctypes.c_void_p,)
-    assert run(page) == 0
-    assert sys.__dict__.pop("_leakhound_page_test") == 1  # the code ran after the unmap
-    assert set(vars(sys.modules["__main__"])) == main_before
-    with open("/proc/self/maps") as fh:
-        spans = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in fh]
-    assert not any(lo <= page < hi for lo, hi in spans)
+    try:
+        assert run(page) == 0
+        assert sys.__dict__.pop("_leakhound_page_test") == [(page, size)]  # listed before the code ran
+        assert set(vars(sys.modules["__main__"])) == main_before
+    finally:
+        sys.__dict__.pop(wire.BOOTSTRAP_PAGES, None)
+        libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+        libc.munmap(page, size)

@@ -31,9 +31,12 @@ One stop, on the main thread only:
 3. Get a page for the bootstrap string with a raw ``mmap`` system call: the thread is
    single-stepped over the ``syscall`` instruction of libc's ``syscall()``. No malloc, no
    userspace lock. The string is written with ``process_vm_writev``; it begins with a
-   statement that unmaps its own page (PyRun_SimpleString compiles the whole string before
-   running it), so the page goes whenever the bootstrap runs, even after the CLI gave up
-   (TargetBlocked) and its directory is gone. Not queued, the helper unmaps it at once.
+   statement that lists its own page in ``sys`` (PyRun_SimpleString compiles the whole
+   string before running it, so nothing reads the page after): the payload's thread unmaps
+   it once loaded (through its extension, no ctypes), the bootstrap itself (ctypes) when
+   the payload cannot start, so the page goes whenever the bootstrap runs, even after the
+   CLI gave up (TargetBlocked) and its directory is gone (stop.bootstrap_text). Not
+   queued, the helper unmaps it at once.
 4. Call ``Py_AddPendingCall`` on the main thread: stack 16-byte aligned below the red zone,
    return address 0 (the return faults at pc 0, which is our "call done" trap; nothing is
    written into the target's code), ``orig_rax = -1`` so the kernel does not treat our call
