@@ -13,6 +13,8 @@ Standard library only; runs inside the target.
 
 import json
 import os
+import select
+import socket
 import time
 
 from . import wire
@@ -70,9 +72,6 @@ def socket_cancelled(conn):
     (the CLI gave up, or was killed). A client that only shut down its sending side (it sent
     the request and waits for the answer) has not cancelled: a closed connection is told from
     it by POLLHUP, set only once both directions are shut. Never blocks."""
-
-    import select  # noqa: PLC0415 - the agent's path only: a target inspected by a
-    import socket  # noqa: PLC0415 - debugger need not load them (~0.8 MiB with their modules)
 
     def cancelled():
         try:
