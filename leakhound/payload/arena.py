@@ -64,6 +64,22 @@ def _capture(libc, write):
     return text
 
 
+_MALLINFO2_TYPE = []  # type: list
+
+
+def _structure():
+    """ctypes' struct mallinfo2, made once per process: a class made at every call would
+    be a reference cycle (a class and its dict) left for the target's GC each time."""
+    if not _MALLINFO2_TYPE:
+        import ctypes  # noqa: PLC0415
+
+        class Mallinfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+
+        _MALLINFO2_TYPE.append(Mallinfo2)
+    return _MALLINFO2_TYPE[0]
+
+
 def mallinfo2():
     """glibc's mallinfo2() as {field: int}, or None where the libc has none."""
     if _native is not None:
@@ -72,12 +88,8 @@ def mallinfo2():
     libc = process_libc()
     if libc is None or not hasattr(libc, "mallinfo2"):
         return None
-    import ctypes  # noqa: PLC0415
-
-    class Mallinfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
-
-    libc.mallinfo2.restype = Mallinfo2
+    if libc.mallinfo2.restype is not _structure():
+        libc.mallinfo2.restype = _structure()
     info = libc.mallinfo2()
     return {name: int(getattr(info, name)) for name in _MALLINFO2_FIELDS}
 

@@ -60,3 +60,13 @@ def test_the_word_reader_is_the_extensions() -> None:
     assert objects._word_at is arena._native.word_at
     held = bytearray(16)
     assert objects._word_at(id(held)) == sys.getrefcount(held) - 1  # its first word: the count
+
+
+def test_the_ctypes_path_makes_its_structure_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ctypes class made at every read would be garbage for the target's GC each time."""
+    monkeypatch.setattr(arena, "_native", None)
+    if arena.mallinfo2() is None:
+        pytest.skip("no mallinfo2 in this libc")
+    first = arena._structure()
+    arena.mallinfo2()
+    assert arena._structure() is first and len(arena._MALLINFO2_TYPE) == 1
