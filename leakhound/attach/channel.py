@@ -277,19 +277,18 @@ class PrivateChannel:
     def _fill(self, uid: int, request: dict[str, Any], version: tuple[int, int]) -> None:
         owner = uid if os.geteuid() == 0 and uid != 0 else -1
         boot = (PAYLOAD_SOURCE / "boot.py").read_bytes()
-        boot_path = self.target_dir + "/boot.py"
         # Compiled .pyc files come along (their source mtimes are kept), so the target does
         # not compile the payload: leakhound's CPython's (compiled here where the install has
         # none that is valid), or the target's compiled by a trusted interpreter of its
         # version where there is one (payload_bytecode).
         foreign = None
         if version != (sys.version_info[0], sys.version_info[1]):
-            foreign = foreign_bytecode(version, str(PAYLOAD_SOURCE), boot, boot_path, skip=("agent.",))
+            foreign = foreign_bytecode(version, str(PAYLOAD_SOURCE), boot, skip=("agent.",))
         if foreign is not None:
             files, boot_pyc = foreign
         else:
             files = missing_bytecode(str(PAYLOAD_SOURCE), skip=("agent.",))
-            boot_pyc = boot_bytecode(boot, boot_path)
+            boot_pyc = boot_bytecode(boot)
         self.private.copy_tree(str(PAYLOAD_SOURCE), "payload", uid=owner, skip=("agent.",), files=files)
         payload_fd = os.open("payload", DIR_FLAGS, dir_fd=self.private.fd)
         try:

@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import struct
+import time
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -41,6 +42,14 @@ _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
+
+
+# Files whose tables are kept once read (the oldest dropped): an executable or libpython and
+# libc per target version, a few MiB each.
+_PARSED_FILES = 8
+_SETTLED_NS = 2_000_000_000
+_parsed: dict[tuple[int, int, int, int, int, bool],
+              tuple[int, int, tuple[Segment, ...], dict[str, Symbol], dict[str, Symbol], list[int]]] = {}
 
 
 class ElfError(Exception):
@@ -95,7 +104,17 @@ class ElfFile:
         libpython's unstripped ``.symtab`` is ten times its size)."""
         self.path = path
         with _open_regular(path) as fh:
-            self.size = os.fstat(fh.fileno()).st_size
+            st = os.fstat(fh.fileno())
+            self.size = st.st_size
+            # What was read from this very file before (by inode and its change time: a
+            # write changes st_ctime): a ptrace request read a libpython's ~2 MiB .symtab
+            # again each time (30 ms in Python, four files a request; watch asks every sample).
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, exported_only)
+            parsed = _parsed.get(key)
+            if parsed is not None:
+                _parsed[key] = _parsed.pop(key)  # the most recently used last
+                (self.type, self.machine, self.segments, self.functions, self.objects, self.starts) = parsed
+                return
             head = fh.read(_EHDR.size)
             if len(head) < _EHDR.size or head[:4] != b"\x7fELF":
                 raise ElfError(f"{path} is not an ELF file")
@@ -110,6 +129,12 @@ class ElfFile:
             self.functions, self.objects = self._symbols(fh, self.size, shoff, shnum, tables)
         # Function start addresses in order, to bound unnamed code by the next named one.
         self.starts = sorted({s.value for s in self.functions.values()})
+        # Not a file changed in the last seconds: a change time is coarse (the kernel's tick),
+        # so a rewrite of the same size right after could read as the same file.
+        if st.st_ctime_ns < time.time_ns() - _SETTLED_NS:
+            _parsed[key] = (self.type, self.machine, self.segments, self.functions, self.objects, self.starts)
+            while len(_parsed) > _PARSED_FILES:
+                del _parsed[next(iter(_parsed))]
 
     @staticmethod
     def _segments(fh: BinaryIO, file_size: int, phoff: int, count: int) -> tuple[Segment, ...]:

@@ -31,6 +31,11 @@ import sys
 
 from leakhound.attach import trusted_python
 
+# The file name boot.pyc's code carries (what a traceback through it shows): one name for
+# every request, not the request's directory, so that a foreign target's boot.pyc is compiled
+# once per leakhound process (a subprocess of ~0.1 s each request before: watch asks every
+# sample). In angle brackets: linecache reads no file for it.
+BOOT_FILENAME = "<leakhound payload boot.py>"
 _compiled: dict[tuple[str, int, int], bytes] = {}
 # (interpreter, version, the sources' keys) -> (the .pyc files, boot.pyc)
 _foreign: dict[tuple[str, tuple[int, int], tuple[tuple[str, int, int], ...], str], tuple[dict[str, bytes], bytes]] = {}
@@ -78,7 +83,7 @@ def _pyc_name(rel: str, tag: str) -> str:
     return os.path.join(directory, "__pycache__", f"{name[:-3]}.{tag}.pyc")
 
 
-def foreign_bytecode(version: tuple[int, int], source: str, boot: bytes, boot_filename: str, *,
+def foreign_bytecode(version: tuple[int, int], source: str, boot: bytes, boot_filename: str = BOOT_FILENAME, *,
                      skip: tuple[str, ...] = ()) -> tuple[dict[str, bytes], bytes] | None:
     """For a target on CPython ``version`` (not leakhound's): ({path relative to ``source``
     of a .pyc: its bytes} for every module under ``source``, boot.pyc's bytes), compiled by a
@@ -141,11 +146,11 @@ def missing_bytecode(source: str, *, skip: tuple[str, ...] = ()) -> dict[str, by
     return out
 
 
-def boot_bytecode(source: bytes, filename: str) -> bytes:
-    """boot.py compiled for leakhound's own CPython as ``filename`` (where the target will
-    read it), in a .pyc's layout (16-byte header, then the marshalled code): the bootstrap
-    (channel.bootstrap_code) runs it where the magic number is the target's own, and
-    compiles boot.py there otherwise. Compiling boot.py in the target cost it ~0.5-1 MiB of
-    RSS at every inspection (the parser's memory, on its main thread), measured."""
+def boot_bytecode(source: bytes, filename: str = BOOT_FILENAME) -> bytes:
+    """boot.py compiled for leakhound's own CPython as ``filename``, in a .pyc's layout
+    (16-byte header, then the marshalled code): the bootstrap (channel.bootstrap_code) runs
+    it where the magic number is the target's own, and compiles boot.py there otherwise.
+    Compiling boot.py in the target cost it ~0.5-1 MiB of RSS at every inspection (the
+    parser's memory, on its main thread), measured."""
     code = compile(source, filename, "exec", dont_inherit=True, optimize=0)
     return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)

@@ -156,3 +156,23 @@ def test_remote_exec_never_runs_the_targets_interpreter(monkeypatch: pytest.Monk
         private.remove()
         private.close()
     assert len(ran) == 1
+
+
+def test_a_file_read_again_is_not_parsed_again_unless_it_changed(tmp_path: Path) -> None:
+    """A ptrace request reads the target's executable or libpython and libc: their tables
+    are kept by inode and change time, so watch's samples do not parse them each time; a
+    file changed since (or too recently for its change time to tell) is read afresh."""
+    settled = os.path.realpath(sys.executable)
+    first, again = elf.ElfFile(settled), elf.ElfFile(settled)
+    assert again.functions is first.functions and again.starts is first.starts
+    assert elf.ElfFile(settled, exported_only=True).functions is not first.functions
+    copy = tmp_path / "python"
+    copy.write_bytes(Path(settled).read_bytes())
+    fresh = elf.ElfFile(str(copy))
+    assert fresh.functions == first.functions and fresh.functions is not first.functions
+    libc = next(p for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6")
+                if os.path.exists(p))
+    with open(copy, "r+b") as fh:  # the same inode, another file's bytes
+        fh.truncate(0)
+        fh.write(Path(libc).read_bytes())
+    assert "malloc_trim" in elf.ElfFile(str(copy)).functions

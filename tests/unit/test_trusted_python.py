@@ -119,3 +119,27 @@ def test_an_interpreter_that_says_it_is_another_version_is_not_used(monkeypatch:
     monkeypatch.setitem(trusted_python._found, (3, 99), os.path.realpath(sys.executable))
     source = str(payload_bytecode.__file__).rsplit("/attach/", 1)[0] + "/payload"
     assert payload_bytecode.foreign_bytecode((3, 99), source, b"", "/x/boot.py") is None
+
+
+@pytest.mark.skipif(OTHER is None, reason="no CPython of another version installed")
+def test_the_foreign_payload_is_compiled_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request of a watch or a soak carries the same .pyc files: boot.pyc's code is named
+    the same for every request (not by its directory), so the compiler runs once, not once
+    a request (~0.1 s each)."""
+    assert OTHER is not None
+    version = (OTHER[0], OTHER[1])
+    source = str(payload_bytecode.__file__).rsplit("/attach/", 1)[0] + "/payload"
+    boot = Path(source, "boot.py").read_bytes()
+    runs = []
+    real_run = payload_bytecode.subprocess.run
+
+    def counted(*args: object, **kwargs: object) -> object:
+        runs.append(args)
+        return real_run(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(payload_bytecode, "_foreign", {})
+    monkeypatch.setattr(payload_bytecode.subprocess, "run", counted)
+    made = [payload_bytecode.foreign_bytecode(version, source, boot, skip=("agent.",)) for _ in range(3)]
+    assert made[0] is not None and made[0] is made[1] is made[2]
+    assert len(runs) == 1
+    assert payload_bytecode.BOOT_FILENAME.encode() in made[0][1]
