@@ -41,6 +41,9 @@ def sizeof_counts_referents(descriptors: tuple[object, ...], /) -> None:
 def tracked_objects(
     get_objects: Callable[[], list[object]], counts: dict[int, int] = ..., kinds: dict[int, type] = ..., /,
 ) -> list[object]: ...
+def count_references(objects: list[object], start: int, stop: int, keys: list[int], /) -> list[int]:
+    """How many times objects[start:stop] reference each of ``keys`` (sorted addresses)."""
+
 def frame_locals(
     frame: object, frame_type: type, code: object, nlocals: int, f_frame_offset: int, code_offset: int,
     frame_obj_offset: int, localsplus_offset: int, /,

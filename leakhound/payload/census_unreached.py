@@ -12,6 +12,10 @@ import operator
 import sys
 import time
 
+try:
+    from . import _walk as _walk_module
+except ImportError:  # pragma: no cover - the payload runs without its C helpers too
+    _walk_module = None  # type: ignore[assignment]
 from .objects import INLINE_VALUES_DICTS, ModuleType, has_managed_dict, safe_referents, subclass_tree, type_name
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -22,6 +26,8 @@ if False:  # typing only; the payload imports nothing it does not need at run ti
 _TICK_WORK = 4096
 # Members whose referents are listed in one gc.get_referents call.
 _CHUNK = 256
+# Objects whose referents one count_references call looks at (still_outside).
+_COUNT_SLICE = 4096
 
 
 def _module_type_ids():
@@ -33,12 +39,13 @@ def _module_type_ids():
 _NOT_NONE = functools.partial(operator.is_not, None)
 
 
-def _internal_counts(members, index, tick=None):
-    """[how many references members make to members[i]] (``index``: id -> position). The
+def _internal_counts(members, index, tick=None, size=None):
+    """[how many references members make to members[i]] (``index``: id -> position; with
+    ``size``, the positions of another list that long, referenced by ``members``). The
     referents of 256 members at a time in one gc.get_referents call, looked up in ``index``
     8192 at a time with map/filter (C loops: the Python loop runs for the hits only), the
     clock ticked after each slice; a module's referents are its dict (objects.safe_referents)."""
-    internal = [0] * len(members)
+    internal = [0] * (len(members) if size is None else size)
     get = index.get
     modules = _module_type_ids()
     for start in range(0, len(members), _CHUNK):
@@ -93,6 +100,40 @@ def referenced_from_outside(members, held, tick=None, counts=None):
     if counts is not None:
         counts["index"] = index
         counts["internal"] = internal
+    return outside
+
+
+def still_outside(candidates, referrers, held, tick=None):
+    """The candidates (referenced_from_outside's) that ``referrers`` (every tracked object,
+    the candidates among them) do not account for: referenced from C, a thread's stack, or
+    anything else outside the heap. A candidate something tracked outside the candidates
+    references (a reference made after its holder was walked) is not. ``held``: our own
+    lists that hold each candidate, ``referrers`` among them. One pass over the referrers'
+    referents, in pieces (the clock ticked between)."""
+    count = getattr(_walk_module, "count_references", None)
+    if count is not None:
+        # In C: no list of referents made (a tracked dict of 400k entries was a list of 800k
+        # in the target at once), an object's referents looked up where they are.
+        keys = sorted(set(map(id, candidates)))
+        found = [0] * len(keys)
+        for start in range(0, len(referrers), _COUNT_SLICE):
+            found = list(map(operator.add, found, count(referrers, start, start + _COUNT_SLICE, keys)))
+            if tick is not None:
+                tick()
+        at = dict(zip(keys, found, strict=True))
+        counted = [at[id(o)] for o in candidates]
+        del keys, found, at
+    else:
+        index = {id(o): k for k, o in enumerate(candidates)}
+        counted = _internal_counts(referrers, index, tick, size=len(candidates))
+        del index
+    bias = held + 2  # (as referenced_from_outside's)
+    outside = []
+    for i in range(len(candidates)):
+        obj = candidates[i]
+        if sys.getrefcount(obj) - bias > counted[i]:
+            outside.append(obj)
+    obj = None
     return outside
 
 
