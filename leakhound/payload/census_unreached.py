@@ -103,13 +103,15 @@ def referenced_from_outside(members, held, tick=None, counts=None):
     return outside
 
 
-def still_outside(candidates, referrers, held, tick=None):
+def still_outside(candidates, referrers, held, tick=None, ours=()):
     """The candidates (referenced_from_outside's) that ``referrers`` (every tracked object,
     the candidates among them) do not account for: referenced from C, a thread's stack, or
     anything else outside the heap. A candidate something tracked outside the candidates
     references (a reference made after its holder was walked) is not. ``held``: our own
-    lists that hold each candidate, ``referrers`` among them. One pass over the referrers'
-    referents, in pieces (the clock ticked between)."""
+    lists that hold each candidate, ``referrers`` among them; ``ours``: those of them that
+    are among the referrers (made before their listing), whose references are not counted.
+    One pass over the referrers' referents, in pieces (the clock ticked between)."""
+    ours = set(map(id, ours))
     count = getattr(_walk_module, "count_references", None)
     if count is not None:
         # In C: no list of referents made (a tracked dict of 400k entries was a list of 800k
@@ -117,7 +119,11 @@ def still_outside(candidates, referrers, held, tick=None):
         keys = sorted(set(map(id, candidates)))
         found = [0] * len(keys)
         for start in range(0, len(referrers), _COUNT_SLICE):
-            found = list(map(operator.add, found, count(referrers, start, start + _COUNT_SLICE, keys)))
+            piece = referrers[start:start + _COUNT_SLICE]
+            if ours:
+                piece = [o for o in piece if id(o) not in ours]
+            found = list(map(operator.add, found, count(piece, 0, len(piece), keys)))
+            piece = None
             if tick is not None:
                 tick()
         at = dict(zip(keys, found, strict=True))
@@ -125,8 +131,9 @@ def still_outside(candidates, referrers, held, tick=None):
         del keys, found, at
     else:
         index = {id(o): k for k, o in enumerate(candidates)}
-        counted = _internal_counts(referrers, index, tick, size=len(candidates))
-        del index
+        mine = [o for o in referrers if id(o) not in ours] if ours else referrers
+        counted = _internal_counts(mine, index, tick, size=len(candidates))
+        del index, mine
     bias = held + 2  # (as referenced_from_outside's)
     outside = []
     for i in range(len(candidates)):
