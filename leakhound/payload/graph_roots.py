@@ -176,6 +176,18 @@ def listing_over_budget_at(max_pause_ms):
     return int(max_pause_ms * 1e6 / (ns_per_object() * UNSPLIT_STEP_MARGIN)) + 2
 
 
+def _listing(graph):
+    """Every tracked object (tracked_objects: one call, held_from_c's estimate found it within
+    the pause budget), its time one of the walk's steps (``max_step``), the list leakhound's."""
+    t0 = time.perf_counter()
+    objects = tracked_objects()
+    took = time.perf_counter() - t0
+    if took > graph.max_step:
+        graph.max_step = took
+    graph.own(objects)
+    return objects
+
+
 def held_from_c(graph, stack):
     """Tracked objects no root reached but something outside the heap references (C
     state, a thread's stack): roots named ``<held from C: Type>``. Needs the list of
@@ -188,12 +200,7 @@ def held_from_c(graph, stack):
         return
     graph.check()
     collections = _older_collections()
-    t0 = time.perf_counter()
-    objects = tracked_objects()
-    took = time.perf_counter() - t0
-    if took > graph.max_step:
-        graph.max_step = took
-    graph.own(objects)
+    objects = _listing(graph)
     # What was made after the walk began (its referrer walked already, the new reference
     # not seen) is no more held from C than what the walk reached: named for what it is.
     # Read after the list: anything in it made after the marker is in ``made`` or, with
@@ -244,12 +251,7 @@ def held_from_c(graph, stack):
     if unsure:
         graph.own(unsure)
         graph.check()
-        t0 = time.perf_counter()
-        referrers = tracked_objects()
-        took = time.perf_counter() - t0
-        if took > graph.max_step:
-            graph.max_step = took
-        graph.own(referrers)
+        referrers = _listing(graph)
         # (each candidate held by referrers, unreached, held and unsure: the last three listed)
         outside = set(map(id, still_outside(unsure, referrers, held=4, tick=graph.check,
                                             ours=(unreached, held, unsure))))
