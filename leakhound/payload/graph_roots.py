@@ -245,9 +245,9 @@ def held_from_c(graph, stack):
     # made after its holder was walked is no reference from C. A second listing (it fit the
     # budget a moment ago), made once referenced_from_outside's index is gone: kept through
     # it, the first was its ~110 bytes an unreached object on top of 8 a tracked one.
-    moved = set()  # type: set
-    graph.own(moved)
-    unsure = [obj for obj in held if not (id(obj) in made and not among(young, id(obj)))]
+    new = {id(obj) for obj in held if id(obj) in made and not among(young, id(obj))}  # known new
+    graph.own(new)
+    unsure = [obj for obj in held if id(obj) not in new]
     if unsure:
         graph.own(unsure)
         graph.check()
@@ -255,7 +255,7 @@ def held_from_c(graph, stack):
         # (each candidate held by referrers, unreached, held and unsure: the last three listed)
         outside = set(map(id, still_outside(unsure, referrers, held=4, tick=graph.check,
                                             ours=(unreached, held, unsure))))
-        moved.update(id(obj) for obj in unsure if id(obj) not in outside)
+        new.update(id(obj) for obj in unsure if id(obj) not in outside)
         outside = None
         while referrers:
             graph.check()
@@ -267,8 +267,7 @@ def held_from_c(graph, stack):
             graph.check()
         if graph.known(obj):
             continue
-        form = ("<made during the walk: %s>" if id(obj) in moved or (id(obj) in made and not among(young, id(obj)))
-                else "<held from C: %s>")
+        form = "<made during the walk: %s>" if id(obj) in new else "<held from C: %s>"
         i = graph.root(obj, form % type_name(type(obj)), "held", TIER_HELD)
         if i > 0:
             graph.push(stack, i, obj)
@@ -277,7 +276,7 @@ def held_from_c(graph, stack):
     graph.unreached["held"] = len(held)
     graph.unreached["garbage_objects"] = sum(len(graph.unknown(unreached[k:k + _SLICE]))
                                              for k in range(0, len(unreached), _SLICE))
-    del unreached, held, made, moved
+    del unreached, held, made, new
     obj = None
 
 # -- the result ------------------------------------------------------------------------
