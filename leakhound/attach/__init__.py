@@ -21,7 +21,7 @@ from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Partial, PrivateChannel, Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS, Deadline
 from leakhound.attach.memory_limit import CostMeter, MemoryCost, memory_room, request_budget
-from leakhound.attach.process import Target, resolve_target
+from leakhound.attach.process import Target, namespace_pid, resolve_target
 from leakhound.attach.pyspy import py_spy_dump
 from leakhound.errors import (
     MemoryBudgetReached,
@@ -166,7 +166,7 @@ def _run(
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHOD_NAMES)}")
     with PrivateChannel(uid=target.uid, pid=pid, request=request, version=target.version) as channel:
         meter.on_over = channel.request_cancel
-        code = channel.bootstrap_code()
+        code = channel.bootstrap_code(namespace_pid(pid))
         inject_timeout = min(deadline.left(), 30.0)
         if chosen == Method.PTRACE:
             try:

@@ -72,6 +72,28 @@ def test_children_forked_during_inspections_keep_the_collector_and_can_be_inspec
 
 
 @pytest.mark.parametrize("version", sorted(PYTHONS))
+def test_a_child_forked_while_the_bootstrap_is_queued_never_runs_it(tmp_path: Path, version: str) -> None:
+    """A pending call is part of the process's memory: a child forked after the debugger
+    queued the bootstrap and before the main thread ran it inherits it. The target's loop forks
+    while another thread holds the import lock, so its main thread waits inside os.fork (its
+    before-fork hooks done, the GIL released) where the tracer stops it. The child must not run
+    the parent's request (it did, in its at-fork handlers, with a payload thread of its own):
+    each child counts its threads in its first 0.5 s, and every one had only its own."""
+    children = tmp_path / "children.jsonl"
+    env = {"FIXTURE_FORK_EVERY_MS": "1", "FIXTURE_CHILDREN": str(children), "FIXTURE_LINGER": "1",
+           "FIXTURE_HOLD_IMPORT_LOCK": "1"}
+    with spawn_target("gc_state_worker", tmp_path, env=env, python=PYTHONS[version]) as target:
+        for _ in range(8):
+            take_snapshot(target.pid, request=RequestOptions(method=Method.PTRACE, timeout=90), owners=Owners.CENSUS)
+        time.sleep(3.5)
+        born = _children(children)
+        assert target.report()["truth"]["forks"] > 0
+    ran = [c for c in born if c["threads_max"] != 1]
+    print(f"{len(born)} children, {len(ran)} with a thread they did not start")
+    assert born and not ran, ran[:5]
+
+
+@pytest.mark.parametrize("version", sorted(PYTHONS))
 def test_no_thread_of_the_target_sees_a_gc_state_it_did_not_set(tmp_path: Path, version: str) -> None:
     env = {"FIXTURE_GC_POLL": "1", "FIXTURE_GC_SECTIONS": "1"}
     with spawn_target("gc_state_worker", tmp_path, env=env, python=PYTHONS[version]) as target:

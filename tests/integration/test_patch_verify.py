@@ -134,7 +134,8 @@ def check_the_recipe(pid: int, truth: GroundTruth, window: int) -> dict[str, Any
     # Runtime.trajectories (its id() in the worker), with its bytes.
     (registry,) = proof["per_fix"]
     assert registry["judged_by"] == "finished-rollouts", proof
-    assert registry["object_id"] > 0 and registry["path"].endswith("trajectories") and registry["type"] == "dict"
+    assert registry["object_id"] > 0 and registry["path"].endswith("trajectories") and registry["type"] == "dict", (
+        registry, doc.get("notes"), proof.get("notes"))
     # The worker's own count of finished rollouts held: grew before the fix, not after it.
     grew_before = truth.grew(before["started_at"], before["ended_at"])
     grew_after = truth.grew(after["started_at"], after["ended_at"])

@@ -216,6 +216,28 @@ def test_a_listed_bootstrap_page_is_unmapped_when_the_payload_cannot_start(
     assert out.read_text() == "(False, False)"
 
 
+def test_a_bootstrap_meant_for_another_process_only_takes_its_page_back(
+        channel: PrivateChannel, tmp_path: Path) -> None:
+    """A child forked while the bootstrap was queued in its parent runs it too (a pending call
+    is memory): there it loads nothing, starts no thread, writes nothing into the request's
+    directory, and unmaps its copy of the page."""
+    from leakhound.payload import wire
+
+    out = tmp_path / "page.txt"
+    listed = textwrap.dedent(_LISTED_PAGE.format(pages=wire.BOOTSTRAP_PAGES, out=str(out), after=""))
+    setup = listed + textwrap.dedent("""
+        def _loaded():
+            with open({loaded!r}, "w") as fh:
+                fh.write(repr(sorted(n for n in sys.modules if "leakhound" in n)))
+        atexit.register(_loaded)
+    """).format(loaded=str(tmp_path / "loaded.txt"))
+    script = RUN_BOOT.format(setup=textwrap.dedent(setup), bootstrap=channel.bootstrap_code(os.getpid()))
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert out.read_text() == "(False, False)"  # unmapped, nothing left listed
+    assert (tmp_path / "loaded.txt").read_text() == "[]"
+    assert channel.read_json("started.json") is None and channel.read_json("result.json") is None
+
+
 def test_the_fixes_are_imported_by_the_first_patch_request_from_its_own_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The payload loads without its fixes (patches, and the ``inspect`` module they import:
