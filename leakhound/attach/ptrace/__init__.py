@@ -49,11 +49,15 @@ Why the other threads keep running: ``Py_AddPendingCall`` does not need the GIL;
 one lock, the pending-calls lock, which any *running* thread releases after a few
 instructions, so waiting for it is fine. The only deadlock is the stopped main thread
 holding it itself, which step 2 rules out. As a last resort, a call that has not returned
-after ``CALL_TIMEOUT`` can only be blocked in ``sem_wait`` on that lock (before owning it):
-the thread is interrupted and its registers restored, abandoning the call, which leaves only
-glibc's semaphore waiter count one too high (its ``sem_post`` then always makes one extra
-futex wake-up). The mmap system call takes only kernel locks. Stopping every thread would
-make the stop longer and stall the worker's C threads for nothing.
+after ``CALL_TIMEOUT`` is interrupted: one that waits in a futex is blocked in ``sem_wait`` on
+that lock (before owning it, nothing queued yet): its registers are restored, abandoning
+the call, which leaves only glibc's semaphore waiter count one too high (its ``sem_post``
+then always makes one extra futex wake-up). A thread in a futex *wake* is releasing the lock
+after queueing the call: it is let finish (abandoned there, the call would stay queued with
+its page unmapped, or the lock held for good), as is one anywhere else, up to a second more;
+after that the stop fails with the page left mapped for the bootstrap to take back. The
+mmap system call takes only kernel locks. Stopping every thread would make the stop longer
+and stall the worker's C threads for nothing.
 
 Signals: one that arrives for the main thread while it is stopped for us stays pending in
 the kernel (blocked by the stop's mask) and is taken, with its ``siginfo``, when the mask is

@@ -126,10 +126,12 @@ def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
         except BaseException:
             tracee.syscall(regs, insn, _t.SYS_MUNMAP, page, size)
             raise
-        # If the call faults the page stays mapped: it may already be queued (it is unmapped once run).
+        # If the call faults, or does not return outside a lock wait, the page stays mapped:
+        # it may already be queued (it is unmapped once run).
         rc = tracee.call_function(regs, plan["add_pending_call"], plan["run_simple_string"], page)
         if rc is None or rc & 0xFFFFFFFF:
-            # Not queued: the page is ours to take back now.
+            # Not queued (abandoned in its lock wait, or the queue full): the page is ours to
+            # take back now.
             tracee.syscall(regs, insn, _t.SYS_MUNMAP, page, size)
             if rc is None:
                 raise _t.Abort("Py_AddPendingCall did not return (pending-calls lock held); call abandoned")

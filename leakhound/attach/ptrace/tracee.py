@@ -93,6 +93,16 @@ class Abort(Exception):
     """The injection failed; registers are restored and the target detached."""
 
 
+_FUTEX_CMD_MASK = 0x7F  # the operation without FUTEX_PRIVATE_FLAG / FUTEX_CLOCK_REALTIME
+_FUTEX_WAITS = (0, 9)  # FUTEX_WAIT, FUTEX_WAIT_BITSET (glibc's sem_wait, pthread waits)
+
+
+def futex_wait(regs: Regs) -> bool:
+    """Whether the thread stopped in a futex system call that waits (its operation, the
+    second argument, still in rsi), not one that wakes."""
+    return regs.orig_rax == SYS_FUTEX and (regs.rsi & _FUTEX_CMD_MASK) in _FUTEX_WAITS
+
+
 class TraceeGone(Exception):
     """The target exited (or is no longer traced by us)."""
 
@@ -376,6 +386,14 @@ class Tracee:
             self.call(_PTRACE_CONT, 0, 0)
 
     def _abandon(self, deadline: float) -> int | None:
+        """The call outlived CALL_TIMEOUT: interrupt it. None only where it waits in a futex
+        (the pending-calls lock taken by another thread, the call not made yet): its
+        registers restored, the call is abandoned, nothing queued. A thread in a futex *wake*
+        (its release of that lock, the call already queued: glibc's sem_post makes one for
+        good once an earlier abandoned wait left the waiter count one too high) or anywhere
+        else is on its way out and is let finish; one that has not returned a second later
+        raises Abort, its page left mapped (it may be queued: the bootstrap takes it back
+        when it runs)."""
         self.call(_PTRACE_INTERRUPT)
         hard = deadline + 1.0
         while True:
@@ -389,8 +407,11 @@ class Tracee:
             regs = self.get_regs()
             if regs.rip == 0 and status >> 16 == 0:
                 return int(regs.rax)  # it returned just now
-            if regs.orig_rax == SYS_FUTEX or time.monotonic() > hard:
+            if futex_wait(regs):
                 return None
+            if time.monotonic() > hard:
+                raise Abort("Py_AddPendingCall did not return within "
+                            f"{CALL_TIMEOUT + 1.0:.1f}s outside a lock wait; it may be queued")
             self.call(_PTRACE_CONT, 0, 0)
             time.sleep(0.01)
             self.call(_PTRACE_INTERRUPT)
