@@ -51,7 +51,7 @@ from leakhound.core.watch import (
 )
 from leakhound.errors import LeakhoundError, SitesUnavailable, TargetExited, TargetNotFound
 from leakhound.model import Owner, PatchOutcome, Snapshot
-from leakhound.model.names import Fix, Owners, PatchAction
+from leakhound.model.names import Fix, OwnerModel, Owners, PatchAction
 from leakhound.model.units import fmt_bytes
 from leakhound.model.verify import FixedOwnerSites, VerifyPoint, VerifyReport
 from leakhound.payload import wire
@@ -227,8 +227,12 @@ def verify_process(
                                                                else ""),
                               type=owners[0].type, object_id=owners[0].object_id)
               for fix, owners in found.items()}
-    notes.extend(f"{fix}: the census named no owner at the container it empties (below its top owners): "
-                 "judged by the live heap" for fix in fixes if fix in owner_ids and fix not in found)
+    unnamed = ("the census named no owner at the container it empties (below its top owners)"
+               if snapshot.heap.owner_model != OwnerModel.NOT_ATTRIBUTED.value else
+               f"the census attributed no owners ({snapshot.heap.owner_model_reason}: "
+               f"{snapshot.heap.owner_model_note})")
+    notes.extend(f"{fix}: {unnamed}: its owner is not followed" for fix in fixes
+                 if fix in owner_ids and fix not in found)
     sampler = _Sampler(target, request=request, interval=every, tracked=tracked, say=say,
                        count_registry=Fix.REGISTRY in fixes)
     before = sampler.window("before the fix", baseline_seconds)
