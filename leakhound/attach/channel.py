@@ -310,11 +310,12 @@ class PrivateChannel:
         own among them: the payload's thread it started was dropped from ``threading._active``
         and its request lock replaced under it; measured: 16 of 20 inspections of a 3.12 worker
         that forks while another thread holds the import lock). Anywhere but in ``pid`` it only
-        takes its page back.
+        takes its page back, through the payload's extension where it is loaded; else the page
+        stays listed for the child's own first inspection (no ctypes imported into a child).
 
-        Where the payload cannot start (its directory gone, a bootstrap that fails, another
-        process), it unmaps the ptrace method's bootstrap pages listed so far
-        (ptrace/stop.bootstrap_text): through the payload's extension where it is loaded, else
+        Where the payload cannot start (its directory gone, a bootstrap that fails), it
+        unmaps the ptrace method's bootstrap pages listed so far (ptrace/stop.bootstrap_text):
+        through the payload's extension where it is loaded, else
         with ctypes. It runs boot.pyc (payload_bytecode.boot_bytecode) where its magic number is
         the target's own (leakhound's CPython), else compiles boot.py: the parser's memory was
         ~0.5-1 MiB of the target's RSS at every inspection. It binds nothing in ``__main__``
@@ -324,12 +325,16 @@ class PrivateChannel:
         inner = (
             "try:\n"
             " import marshal as m,sys as s\n"
-            " if P is not None and __import__('os').getpid()!=P:raise ChildProcessError\n"
-            " b=open(D+'/boot.pyc','rb').read()\n"
-            " c=m.loads(b[16:]) if b[:4]==getattr(s.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',0)"
+            " if P is not None and __import__('os').getpid()!=P:\n"
+            "  w=s.modules.get('_leakhound_payload._walk')\n"
+            "  if hasattr(w,'unmap'):\n"
+            f"   for a,n in s.__dict__.pop({wire.BOOTSTRAP_PAGES!r},()):w.unmap(a,n)\n"
+            " else:\n"
+            "  b=open(D+'/boot.pyc','rb').read()\n"
+            "  c=m.loads(b[16:]) if b[:4]==getattr(s.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',0)"
             " else compile(open(D+'/boot.py').read(),D+'/boot.py','exec')\n"
-            " del b\n"
-            " exec(c,{'__name__':'__leakhound_boot__','LH_DIR':D})\n"
+            "  del b\n"
+            "  exec(c,{'__name__':'__leakhound_boot__','LH_DIR':D})\n"
             "except BaseException:\n"
             " try:\n"
             "  s=__import__('sys')\n"

@@ -216,25 +216,35 @@ def test_a_listed_bootstrap_page_is_unmapped_when_the_payload_cannot_start(
     assert out.read_text() == "(False, False)"
 
 
+@pytest.mark.parametrize("extension", [True, False], ids=["payload-extension-loaded", "no-payload-loaded"])
 def test_a_bootstrap_meant_for_another_process_only_takes_its_page_back(
-        channel: PrivateChannel, tmp_path: Path) -> None:
+        channel: PrivateChannel, tmp_path: Path, extension: bool) -> None:
     """A child forked while the bootstrap was queued in its parent runs it too (a pending call
-    is memory): there it loads nothing, starts no thread, writes nothing into the request's
-    directory, and unmaps its copy of the page."""
-    from leakhound.payload import wire
+    is memory): there it loads nothing, starts no thread and writes nothing into the request's
+    directory. It unmaps its copy of the page through the payload's extension where the parent
+    had loaded it; else the page stays listed for the child's own first inspection (no ctypes
+    imported into a child)."""
+    from leakhound.payload import _walk, wire
 
     out = tmp_path / "page.txt"
     listed = textwrap.dedent(_LISTED_PAGE.format(pages=wire.BOOTSTRAP_PAGES, out=str(out), after=""))
+    loaded = tmp_path / "loaded.txt"
     setup = listed + textwrap.dedent("""
+        import importlib.util
+        if {extension!r}:
+            _spec = importlib.util.spec_from_file_location("_leakhound_payload._walk", {so!r})
+            sys.modules["_leakhound_payload._walk"] = importlib.util.module_from_spec(_spec)
+            _spec.loader.exec_module(sys.modules["_leakhound_payload._walk"])
+        _before = set(sys.modules)
         def _loaded():
             with open({loaded!r}, "w") as fh:
-                fh.write(repr(sorted(n for n in sys.modules if "leakhound" in n)))
+                fh.write(repr(sorted(set(sys.modules) - _before)))
         atexit.register(_loaded)
-    """).format(loaded=str(tmp_path / "loaded.txt"))
-    script = RUN_BOOT.format(setup=textwrap.dedent(setup), bootstrap=channel.bootstrap_code(os.getpid()))
+    """).format(extension=extension, so=_walk.__file__, loaded=str(loaded))
+    script = RUN_BOOT.format(setup=setup, bootstrap=channel.bootstrap_code(os.getpid()))
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
-    assert out.read_text() == "(False, False)"  # unmapped, nothing left listed
-    assert (tmp_path / "loaded.txt").read_text() == "[]"
+    assert out.read_text() == ("(False, False)" if extension else "(True, True)")  # (mapped, listed)
+    assert loaded.read_text() == "[]"  # nothing imported by the bootstrap
     assert channel.read_json("started.json") is None and channel.read_json("result.json") is None
 
 
