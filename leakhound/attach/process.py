@@ -47,7 +47,7 @@ def _libpython_mapping(pid: int) -> tuple[str, str, int, tuple[int, int]] | None
                     return fields[0], path, int(fields[4]), (int(match.group(1)), int(match.group(2)))
     except PermissionError:
         raise PermissionDenied(f"cannot read /proc/{pid}/maps: permission denied") from None
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it exited while its maps were read
         raise TargetNotFound(f"no process with pid {pid}") from None
     return None
 
@@ -102,7 +102,7 @@ def python_version(pid: int, *, known: ElfVersions | None = None) -> tuple[int, 
         return _read_elf_version(f"/proc/{pid}/exe", known)
     except PermissionError:
         raise PermissionDenied(f"cannot read /proc/{pid}/exe: permission denied") from None
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         raise TargetNotFound(f"no process with pid {pid}") from None
     except (OSError, elf.ElfError):
         return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import leakhound.core.targets as targets
@@ -55,3 +57,25 @@ def test_a_process_without_runtime_names_its_env_worker_to_inspect() -> None:
 def test_without_named_workers_the_reason_is_as_the_target_said(children: object) -> None:
     # A saved file's section is someone else's input: a malformed one adds nothing.
     assert _skipped_reasons(_server_snapshot(children)) == {"no verifiers v1 runtime in this process"}
+
+
+def test_a_process_that_exits_while_its_maps_are_read_is_not_a_python_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading /proc/PID/maps of a process that is exiting fails with ESRCH (its memory is
+    gone, its pid not yet): shell completion over a machine whose workers fork and exit
+    raised it (CI, python_processes). It is a process that is gone."""
+    import builtins
+
+    from leakhound.attach import process
+    from leakhound.errors import TargetNotFound
+
+    real_open = builtins.open
+
+    def exiting(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).endswith("/maps"):
+            raise ProcessLookupError(3, "No such process")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", exiting)
+    with pytest.raises(TargetNotFound):
+        process.python_version(os.getpid())
+    assert not process._readable_python(os.getpid(), {}, named_python=True)
