@@ -315,36 +315,37 @@ class PrivateChannel:
 
         Where the payload cannot start (its directory gone, a bootstrap that fails), it
         unmaps the ptrace method's bootstrap pages listed so far (ptrace/stop.bootstrap_text):
-        through the payload's extension where it is loaded, else
-        with ctypes. It runs boot.pyc (payload_bytecode.boot_bytecode) where its magic number is
-        the target's own (leakhound's CPython), else compiles boot.py: the parser's memory was
+        through the payload's extension where it is loaded, else with ctypes (both ways in one
+        place: another process takes the first only). It runs boot.pyc
+        (payload_bytecode.boot_bytecode) where its magic number is the target's own
+        (leakhound's CPython), else compiles boot.py: the parser's memory was
         ~0.5-1 MiB of the target's RSS at every inspection. It binds nothing in ``__main__``
         and swallows every error, so a late or failed run can never print into the target's
         stderr or change its globals.
         """
         inner = (
+            "o=1\n"  # o: this is the process the bootstrap is meant for (until told otherwise)
             "try:\n"
+            " o=P is None or __import__('os').getpid()==P\n"
             " import marshal as m,sys as s\n"
-            " if P is not None and __import__('os').getpid()!=P:\n"
-            "  w=s.modules.get('_leakhound_payload._walk')\n"
-            "  if hasattr(w,'unmap'):\n"
-            f"   for a,n in s.__dict__.pop({wire.BOOTSTRAP_PAGES!r},()):w.unmap(a,n)\n"
-            " else:\n"
+            " if o:\n"
             "  b=open(D+'/boot.pyc','rb').read()\n"
             "  c=m.loads(b[16:]) if b[:4]==getattr(s.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',0)"
             " else compile(open(D+'/boot.py').read(),D+'/boot.py','exec')\n"
             "  del b\n"
             "  exec(c,{'__name__':'__leakhound_boot__','LH_DIR':D})\n"
+            " else:raise ChildProcessError\n"
             "except BaseException:\n"
             " try:\n"
             "  s=__import__('sys')\n"
-            f"  p=s.__dict__.pop({wire.BOOTSTRAP_PAGES!r},())\n"
             "  w=s.modules.get('_leakhound_payload._walk')\n"
-            "  if p and hasattr(w,'unmap'):\n"
-            "   for a,n in p:w.unmap(a,n)\n"
-            "  elif p:\n"
-            "   import ctypes as t\n"
-            "   for a,n in p:t.pythonapi.munmap(t.c_void_p(a),t.c_size_t(n))\n"
+            "  if hasattr(w,'unmap'):\n"
+            f"   for a,n in s.__dict__.pop({wire.BOOTSTRAP_PAGES!r},()):w.unmap(a,n)\n"
+            "  elif o:\n"
+            f"   p=s.__dict__.pop({wire.BOOTSTRAP_PAGES!r},())\n"
+            "   if p:\n"
+            "    import ctypes as t\n"
+            "    for a,n in p:t.pythonapi.munmap(t.c_void_p(a),t.c_size_t(n))\n"
             " except BaseException:\n"
             "  pass\n"
         )
