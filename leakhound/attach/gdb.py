@@ -1,8 +1,10 @@
 """The gdb method: inject the payload into an unmodified target at a safe point.
 
-gdb attaches, checks no thread is inside the allocator, queues the bootstrap with
-``Py_AddPendingCall(PyRun_SimpleString, code)`` and detaches at once; the target's main thread
-runs the bootstrap at its next bytecode boundary. The target is stopped only while gdb is
+gdb attaches, checks no thread is inside the pending-call machinery or fork, maps a
+page in the target and writes the bootstrap into it (attach/bootstrap_page.py: the page is
+unmapped once the bootstrap ran), queues it with ``Py_AddPendingCall(PyRun_SimpleString,
+page)`` and detaches at once; the target's main thread runs the bootstrap at its next
+bytecode boundary. The target is stopped only while gdb is
 attached (measured and reported as ``attach_stop_ms``).
 """
 
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 from leakhound.attach.base import AttachLog, Injection
+from leakhound.attach.bootstrap_page import PLACEHOLDER, bootstrap_text, page_size_for, placeholder_address
 from leakhound.attach.ptrace.tracee import tracer_pid
 from leakhound.errors import (
     AttachFailed,
@@ -81,14 +84,18 @@ def _classify(pid: int, output: str) -> None:
 
 
 def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
-    """Queue ``code`` as a pending call in ``pid``. Retries while the target is in malloc."""
+    """Queue ``code`` as a pending call in ``pid``. Retries while a thread of the target is in
+    the pending-call machinery or fork."""
     if gdb_path() is None:
         raise MethodUnavailable("gdb is not installed")
     deadline = time.monotonic() + timeout
     with tempfile.TemporaryDirectory(prefix="leakhound-gdb-") as tmp:
         status_path = os.path.join(tmp, "status.json")
         argv = command(pid, status_path)
-        env = {**os.environ, "LEAKHOUND_GDB_STATUS": status_path, "LEAKHOUND_GDB_CODE": code}
+        size = page_size_for(code)
+        text = bootstrap_text(code, PLACEHOLDER, size)[:-1].decode()  # the NUL: gdb's script adds it
+        env = {**os.environ, "LEAKHOUND_GDB_STATUS": status_path, "LEAKHOUND_GDB_CODE": text,
+               "LEAKHOUND_GDB_PLACEHOLDER": placeholder_address().decode(), "LEAKHOUND_GDB_PAGE_SIZE": str(size)}
         log(f"$ LEAKHOUND_GDB_CODE=... {shlex.join(argv)}")
         for attempt in range(1, _RETRIES + 1):
             remaining = deadline - time.monotonic()
@@ -115,6 +122,8 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
                     f"gdb could not run its script in process {pid}: "
                     + (output.strip().splitlines() or ["no output"])[-1]
                 ) from None
+            if status.get("page"):
+                log(f"bootstrap at {int(status['page']):#x} ({size} bytes)")
             if status.get("ok"):
                 return Injection(method=Method.GDB, attach_stop_ms=took, attempts=attempt)
             tracer = tracer_pid(pid)

@@ -2,9 +2,12 @@
 # gdb has already attached (-p) and stopped every thread. We queue the bootstrap as a
 # CPython "pending call", which the main thread runs at its next bytecode boundary: a safe
 # point where it holds the GIL and no C code is half way through. The only inferior calls we
-# make here are malloc (for the bootstrap string) and Py_AddPendingCall, so we first make
-# sure no thread is inside the allocator or the pending-call machinery, whose locks we could
-# otherwise deadlock on; if one is, we report "retry" and the CLI attaches again shortly.
+# make here are mmap (a page for the bootstrap string: no allocator lock, nothing of the
+# target's heap) and Py_AddPendingCall, so we first make sure no thread is inside the
+# pending-call machinery (or fork), whose lock we could otherwise deadlock on; if one is,
+# we report "retry" and the CLI attaches again shortly.
+# The page's text starts by listing the page for the payload to unmap once it ran
+# (attach/bootstrap_page.py): its address is written over the text's placeholder here.
 import json
 import os
 import time
@@ -12,12 +15,15 @@ import time
 import gdb  # noqa: F401 - provided by gdb
 
 STATUS = os.environ["LEAKHOUND_GDB_STATUS"]
-CODE = os.environ["LEAKHOUND_GDB_CODE"].encode()
-UNSAFE = (
-    "malloc", "free", "calloc", "realloc", "memalign", "_int_", "tcache", "arena_get",
-    "sysmalloc", "systrim", "PendingCall", "pending_call", "fork",
-)
-CALLED = ("Py_AddPendingCall", "PyRun_SimpleString")
+CODE = os.environ["LEAKHOUND_GDB_CODE"].encode()  # the page's text, its address a placeholder
+PLACEHOLDER = os.environ["LEAKHOUND_GDB_PLACEHOLDER"].encode()
+PAGE_SIZE = int(os.environ["LEAKHOUND_GDB_PAGE_SIZE"])
+MMAP = "((unsigned long(*)(unsigned long,unsigned long,int,int,int,long))mmap)"
+MUNMAP = "((int(*)(unsigned long,unsigned long))munmap)"
+# The pending-call machinery (its lock) and fork (a child must not inherit a half-queued
+# call). The allocator's locks no longer matter: nothing here calls malloc.
+UNSAFE = ("PendingCall", "pending_call", "fork")
+CALLED = ("Py_AddPendingCall", "PyRun_SimpleString", "mmap", "munmap")
 
 
 def python_object():
@@ -82,18 +88,27 @@ def main():
     for thread in inferior.threads():
         if thread.ptid[1] == inferior.pid:
             thread.switch()
-    addr = int(gdb.parse_and_eval("(unsigned long)malloc(%d)" % (len(CODE) + 1)))
-    if not addr:
-        report(ok=False, retry=False, reason="malloc in the target returned NULL")
+    # PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS
+    addr = int(gdb.parse_and_eval("%s(0, %d, 3, 0x22, -1, 0)" % (MMAP, PAGE_SIZE)))
+    if addr == 0 or addr >= (1 << 64) - 4096:
+        report(ok=False, retry=False, reason="mmap in the target failed")
         return
-    inferior.write_memory(addr, CODE + b"\0")
+    text = CODE.replace(PLACEHOLDER, b"%#018x" % addr, 1) + b"\0"
+    try:
+        inferior.write_memory(addr, text)
+    except BaseException:
+        gdb.parse_and_eval("%s(%d, %d)" % (MUNMAP, addr, PAGE_SIZE))
+        raise
+    # A call that did not return (an error here) may have queued the page: it stays mapped.
     rc = int(
         gdb.parse_and_eval(
             "(int)Py_AddPendingCall((int(*)(void*))PyRun_SimpleString, (void*)%d)" % addr
         )
     )
+    if rc != 0:  # not queued: nothing will run it or unmap it
+        gdb.parse_and_eval("%s(%d, %d)" % (MUNMAP, addr, PAGE_SIZE))
     report(ok=rc == 0, retry=rc != 0, reason="" if rc == 0 else "pending-call queue full",
-           check_ms=(time.monotonic() - t0) * 1e3)
+           check_ms=(time.monotonic() - t0) * 1e3, page=addr)
 
 
 try:

@@ -8,9 +8,9 @@ import ctypes
 import sys
 from dataclasses import dataclass
 
+from leakhound.attach.bootstrap_page import bootstrap_text, page_size_for
 from leakhound.attach.elf import Symbol
 from leakhound.attach.ptrace.plan import Plan, choose_objects, parse_maps, syscall_offset, unnamed_callees
-from leakhound.attach.ptrace.stop import bootstrap_text, page_size_for
 from leakhound.payload import wire
 
 MAPS = """\

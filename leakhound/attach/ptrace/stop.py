@@ -19,7 +19,7 @@ exits without removing it (killed), it waits for the payload to finish (``result
 the target gone, or the request's timeout) and removes it. The bootstrap string sits in a
 page mapped in the target; the string itself starts by listing that page for the payload
 to unmap (it is compiled before it runs; bootstrap_text), so a bootstrap that runs late,
-after a timeout, leaves nothing either.
+after a timeout, leaves nothing either (attach/bootstrap_page.py).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from leakhound.attach.bootstrap_page import bootstrap_text, page_size_for
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir
 from leakhound.attach.ptrace import tracee as _t
 from leakhound.payload import wire
@@ -46,7 +47,6 @@ _STACK_SCAN = 512
 LATE_STOP_TIMEOUT = 30.0
 _PROT_RW = 0x1 | 0x2
 _MAP_PRIVATE_ANON = 0x02 | 0x20
-_PAGE = 0x1000
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE,
             signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1, signal.SIGUSR2)
 STEPS = ("start", "seized", "saved", "mapped", "written", "called", "restored", "detached", "reported")
@@ -56,27 +56,6 @@ Hook = Callable[[str], None]
 
 def _no_hook(_: str) -> None:
     pass
-
-
-def bootstrap_text(code: str, page: int, size: int) -> bytes:
-    """What the page holds: a statement listing the page in ``sys._leakhound_pages``, then
-    ``code``. Both are compiled before either runs, so a listed page is free to go: the
-    payload's thread unmaps every listed page once the payload is loaded (through its
-    extension: no ctypes, ~0.3 MiB and ~2.4 ms of the main thread's GIL at a first
-    inspection), and the bootstrap does with ctypes when the payload cannot start (its
-    directory gone after a TargetBlocked, say). It binds no name in __main__."""
-    listed = (
-        "try:\n"
-        f" __import__('sys').__dict__.setdefault({wire.BOOTSTRAP_PAGES!r},[]).append(({page:#018x},{size}))\n"
-        "except BaseException:\n"
-        " pass\n"
-    )
-    return (listed + code).encode() + b"\0"
-
-
-def page_size_for(code: str) -> int:
-    length = len(bootstrap_text(code, 0, 1 << 40))  # fixed-width address, widest size
-    return (length + _PAGE - 1) & ~(_PAGE - 1)
 
 
 def may_hold_pending_lock(pid: int, regs: _t.Regs, ranges: list[tuple[int, int]]) -> str:

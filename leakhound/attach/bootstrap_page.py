@@ -1,0 +1,41 @@
+"""The page a bootstrap string is written into, for both injecting methods (ptrace, gdb).
+
+The debugger maps a page of its own in the target (an anonymous mapping: no allocator lock
+is taken, nothing of the target's heap is used) and writes into it a statement that lists
+the page in ``sys`` (wire.BOOTSTRAP_PAGES), then the bootstrap. PyRun_SimpleString compiles
+the whole string before it runs any of it, so a listed page is free to go: the payload's
+thread unmaps every listed page once it loaded (boot.py, through its extension), the
+bootstrap itself when the payload cannot start (channel.bootstrap_code). A bootstrap that
+runs late, after a timeout, leaves nothing behind either.
+"""
+
+from __future__ import annotations
+
+from leakhound.payload import wire
+
+PAGE = 0x1000
+# The address a text is made with before its page exists (gdb maps it inside gdb's script):
+# the same width as any address, so the text's length, and the page size, do not change.
+PLACEHOLDER = 0
+
+
+def bootstrap_text(code: str, page: int, size: int) -> bytes:
+    """What the page holds: a statement listing the page in ``sys._leakhound_pages``, then
+    ``code``; NUL-terminated. It binds no name in __main__."""
+    listed = (
+        "try:\n"
+        f" __import__('sys').__dict__.setdefault({wire.BOOTSTRAP_PAGES!r},[]).append(({page:#018x},{size}))\n"
+        "except BaseException:\n"
+        " pass\n"
+    )
+    return (listed + code).encode() + b"\0"
+
+
+def placeholder_address() -> bytes:
+    """How PLACEHOLDER is spelled in a text (its first occurrence is the page's address)."""
+    return f"{PLACEHOLDER:#018x}".encode()
+
+
+def page_size_for(code: str) -> int:
+    length = len(bootstrap_text(code, 0, 1 << 40))  # fixed-width address, widest size
+    return (length + PAGE - 1) & ~(PAGE - 1)
