@@ -10,6 +10,7 @@ attached (measured and reported as ``attach_stop_ms``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -83,6 +84,50 @@ def _classify(pid: int, output: str) -> None:
         raise TargetNotFound(f"process {pid} exited before gdb could attach")
 
 
+# How long gdb is let finish past the injection's timeout once its script has begun calling
+# into the target (gdb_inject.py writes LEAKHOUND_GDB_CALLING first): the calls take
+# milliseconds, but one waits for CPython's pending-calls lock if another thread holds it.
+CALL_GRACE = 10.0
+
+
+def run_gdb(argv: list[str], env: dict[str, str], timeout: float, calling: str,
+            log: AttachLog) -> tuple[int | None, str]:
+    """Run gdb: (its exit status, its output), or (None, output) when it was stopped at the
+    timeout. gdb killed while a function it called runs in the target (mmap,
+    Py_AddPendingCall) leaves the thread in gdb's dummy frame: on return it traps and the
+    target dies (measured: SIGKILL, SIGTERM or SIGHUP to gdb during a call killed a sleeping
+    3.11 target; SIGINT did not: gdb unwinds the call). So gdb runs in a session of its own
+    (a Ctrl-C, a hang-up or ``kill -- -PGID`` meant for leakhound never reaches it), and it
+    is killed at the timeout only before its script began calling into the target; after,
+    it is waited for CALL_GRACE seconds more, and killed then only if still not done.
+    Interrupted itself (it defers its signals meanwhile: finish.held), leakhound leaves a gdb
+    that is calling to finish on its own."""
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        try:
+            out, _ = proc.communicate(timeout=max(0.0, timeout))
+            return proc.returncode, out or ""
+        except subprocess.TimeoutExpired:
+            if not os.path.exists(calling):
+                proc.kill()
+                out, _ = proc.communicate()
+                return None, out or ""
+            log(f"gdb is calling into the target at the timeout: waited for up to {CALL_GRACE:.0f}s more")
+            try:
+                out, _ = proc.communicate(timeout=CALL_GRACE)
+                return proc.returncode, out or ""
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+                return None, out or ""
+    except BaseException:
+        if proc.poll() is None and not os.path.exists(calling):
+            proc.kill()
+            proc.wait()
+        raise
+
+
 def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
     """Queue ``code`` as a pending call in ``pid``. Retries while a thread of the target is in
     the pending-call machinery or fork."""
@@ -95,6 +140,7 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
         size = page_size_for(code)
         text = bootstrap_text(code, PLACEHOLDER, size)[:-1].decode()  # the NUL: gdb's script adds it
         env = {**os.environ, "LEAKHOUND_GDB_STATUS": status_path, "LEAKHOUND_GDB_CODE": text,
+               "LEAKHOUND_GDB_CALLING": os.path.join(tmp, "calling"),
                "LEAKHOUND_GDB_PLACEHOLDER": placeholder_address().decode(), "LEAKHOUND_GDB_PAGE_SIZE": str(size)}
         log(f"$ LEAKHOUND_GDB_CODE=... {shlex.join(argv)}")
         for attempt in range(1, _RETRIES + 1):
@@ -102,15 +148,13 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
             if remaining <= 0:
                 break
             began = time.monotonic()
-            try:
-                proc = subprocess.run(
-                    argv, env=env, capture_output=True, text=True, timeout=remaining,
-                    stdin=subprocess.DEVNULL,
-                )
-            except subprocess.TimeoutExpired:
-                raise AttachTimeout(f"gdb did not finish attaching to {pid} within {timeout:.0f}s") from None
+            calling = env["LEAKHOUND_GDB_CALLING"]
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(calling)  # an earlier attempt's: this one has not called yet
+            returncode, output = run_gdb(argv, env, remaining, calling, log)
+            if returncode is None:
+                raise AttachTimeout(f"gdb did not finish attaching to {pid} within {timeout:.0f}s")
             took = (time.monotonic() - began) * 1000.0
-            output = (proc.stdout or "") + (proc.stderr or "")
             log(output.strip())
             try:
                 with open(status_path) as fh:

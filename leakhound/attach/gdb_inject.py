@@ -15,6 +15,7 @@ import time
 import gdb  # noqa: F401 - provided by gdb
 
 STATUS = os.environ["LEAKHOUND_GDB_STATUS"]
+CALLING = os.environ["LEAKHOUND_GDB_CALLING"]
 CODE = os.environ["LEAKHOUND_GDB_CODE"].encode()  # the page's text, its address a placeholder
 PLACEHOLDER = os.environ["LEAKHOUND_GDB_PLACEHOLDER"].encode()
 PAGE_SIZE = int(os.environ["LEAKHOUND_GDB_PAGE_SIZE"])
@@ -88,6 +89,10 @@ def main():
     for thread in inferior.threads():
         if thread.ptid[1] == inferior.pid:
             thread.switch()
+    # From here gdb calls functions in the target: killed now, it would leave a thread in
+    # its dummy frame (the target traps on return). The CLI kills a gdb at its timeout only
+    # before this file exists (attach/gdb.py run_gdb).
+    open(CALLING, "w").close()
     # PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS
     addr = int(gdb.parse_and_eval("%s(0, %d, 3, 0x22, -1, 0)" % (MMAP, PAGE_SIZE)))
     if addr == 0 or addr >= (1 << 64) - 4096:
