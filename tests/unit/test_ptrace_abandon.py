@@ -60,3 +60,20 @@ def test_a_call_that_never_returns_outside_a_lock_wait_fails_without_saying_it_w
     running = _regs(orig_rax=t.NO_SYSCALL, rip=0x1234)
     with pytest.raises(t.Abort, match="may be queued"):
         Scripted([(_INTERRUPTED, running)])._abandon(deadline=0.0)
+
+
+def test_a_call_parked_on_a_pymutex_is_never_abandoned_and_returns_its_value() -> None:
+    """3.13+ (plan.lock_parks): a PyMutex wait parks the thread (a wait entry on its stack,
+    the GIL let go): registers restored there, the target would run corrupted. It is waited
+    for, however long its futex wait lasts within PARKED_CALL_TIMEOUT."""
+    parked = _regs(orig_rax=t.SYS_FUTEX, rsi=9 | 128, rip=0x1234)
+    returned = _regs(rip=0, rax=0)
+    tracee = Scripted([(_INTERRUPTED, parked), (_INTERRUPTED, parked), (_TRAP, returned)])
+    assert tracee._abandon(deadline=1e18, abandon_lock_wait=False) == 0
+    assert tracee.requests.count(t._PTRACE_CONT) == 2
+
+
+def test_a_parked_call_past_its_timeout_fails_without_saying_it_was_not_queued() -> None:
+    parked = _regs(orig_rax=t.SYS_FUTEX, rsi=9 | 128, rip=0x1234)
+    with pytest.raises(t.Abort, match="may be queued"):
+        Scripted([(_INTERRUPTED, parked)])._abandon(deadline=-t.PARKED_CALL_TIMEOUT - 1.0, abandon_lock_wait=False)

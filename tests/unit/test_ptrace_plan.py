@@ -5,11 +5,15 @@ and the page text that unmaps itself (run here, in this process, by PyRun_Simple
 from __future__ import annotations
 
 import ctypes
+import glob
+import os
 import sys
 from dataclasses import dataclass
 
+import pytest
+
 from leakhound.attach.bootstrap_page import bootstrap_text, page_size_for
-from leakhound.attach.elf import Symbol
+from leakhound.attach.elf import ElfFile, Symbol
 from leakhound.attach.ptrace.plan import Plan, choose_objects, parse_maps, syscall_offset, unnamed_callees
 from leakhound.payload import wire
 
@@ -91,7 +95,8 @@ def test_plan_is_plain_json() -> None:
     plan = Plan(pid=7, python_object="/x", add_pending_call=1, run_simple_string=2, syscall_insn=3,
                 pending_ranges=((4, 5),))
     assert plan.to_json() == {"pid": 7, "python_object": "/x", "add_pending_call": 1,
-                              "run_simple_string": 2, "syscall_insn": 3, "pending_ranges": ((4, 5),)}
+                              "run_simple_string": 2, "syscall_insn": 3, "pending_ranges": ((4, 5),),
+                              "lock_parks": False}
 
 
 def test_the_bootstrap_page_is_listed_for_the_code_after_it_and_binds_nothing() -> None:
@@ -118,3 +123,16 @@ def test_the_bootstrap_page_is_listed_for_the_code_after_it_and_binds_nothing() 
         sys.__dict__.pop(wire.BOOTSTRAP_PAGES, None)
         libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
         libc.munmap(page, size)
+
+
+def test_the_lock_parks_from_313_on() -> None:
+    """plan.lock_parks: CPython 3.13's pending-calls lock is a PyMutex (its libpython exports
+    PyMutex_Lock), whose wait the stop never abandons (tracee.Tracee._abandon); 3.10-3.12's
+    is a PyThread lock. Read from the libpythons of the CPythons here."""
+    seen = {}
+    for path in glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-9]*/lib/libpython3.*.so.1.0")):
+        version = tuple(int(x) for x in os.path.basename(path)[len("libpython"):-len(".so.1.0")].split("."))
+        seen[version] = "PyMutex_Lock" in ElfFile(path).functions
+    if not seen:
+        pytest.skip("no pyenv libpython here")
+    assert seen == {v: v >= (3, 13) for v in seen}, seen

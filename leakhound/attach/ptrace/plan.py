@@ -52,6 +52,9 @@ class Plan:
     run_simple_string: int
     syscall_insn: int
     pending_ranges: tuple[tuple[int, int], ...]
+    # The pending-calls lock is a PyMutex (3.13+: its libpython exports PyMutex_Lock), whose
+    # wait parks the thread and may not be abandoned (tracee.Tracee._abandon).
+    lock_parks: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -215,4 +218,5 @@ def plan(pid: int) -> Plan:
         run_simple_string=run_simple,
         syscall_insn=syscall_insn,
         pending_ranges=pending_ranges(python, python_bias),
+        lock_parks="PyMutex_Lock" in python.functions,
     )

@@ -107,7 +107,8 @@ def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
             raise
         # If the call faults, or does not return outside a lock wait, the page stays mapped:
         # it may already be queued (it is unmapped once run).
-        rc = tracee.call_function(regs, plan["add_pending_call"], plan["run_simple_string"], page)
+        rc = tracee.call_function(regs, plan["add_pending_call"], plan["run_simple_string"], page,
+                                  abandon_lock_wait=not plan.get("lock_parks", False))
         if rc is None or rc & 0xFFFFFFFF:
             # Not queued (abandoned in its lock wait, or the queue full): the page is ours to
             # take back now.

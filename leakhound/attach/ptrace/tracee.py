@@ -49,6 +49,9 @@ _RED_ZONE = 128
 
 # Seconds Py_AddPendingCall may take before we conclude it waits on the pending-calls lock.
 CALL_TIMEOUT = 0.2
+# How long a call parked on a PyMutex (3.13+'s pending-calls lock) is waited for: it is never
+# abandoned while it waits (see Tracee._abandon).
+PARKED_CALL_TIMEOUT = 10.0
 STOP_TIMEOUT = 1.0  # for each ptrace stop to be reported
 
 _JOB_CONTROL = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
@@ -356,9 +359,10 @@ class Tracee:
             self.defer_signal(sig)
         raise Abort("too many signals while running a system call")
 
-    def call_function(self, base: Regs, function: int, *args: int) -> int | None:
+    def call_function(self, base: Regs, function: int, *args: int, abandon_lock_wait: bool = True) -> int | None:
         """Call ``function(*args)`` on the thread; its return value, or None when it had to be
-        abandoned (blocked past CALL_TIMEOUT in the pending-calls lock's sem_wait)."""
+        abandoned (blocked past CALL_TIMEOUT in the pending-calls lock's sem_wait; never where
+        ``abandon_lock_wait`` is False: _abandon)."""
         regs = Regs.from_buffer_copy(base)
         sp = ((base.rsp - _RED_ZONE - 256) & ~0xF) - 8
         self.call(_PTRACE_POKEDATA, sp, 0)  # return address 0: the return faults, our trap
@@ -371,7 +375,7 @@ class Tracee:
         while True:
             status = self.wait(max(0.0, deadline - time.monotonic()))
             if status is None:
-                return self._abandon(deadline)
+                return self._abandon(deadline, abandon_lock_wait)
             sig = os.WSTOPSIG(status)
             if status >> 16:
                 self.call(_PTRACE_CONT, 0, 0)
@@ -385,7 +389,7 @@ class Tracee:
             self.defer_signal(sig)
             self.call(_PTRACE_CONT, 0, 0)
 
-    def _abandon(self, deadline: float) -> int | None:
+    def _abandon(self, deadline: float, abandon_lock_wait: bool = True) -> int | None:
         """The call outlived CALL_TIMEOUT: interrupt it. None only where it waits in a futex
         (the pending-calls lock taken by another thread, the call not made yet): its
         registers restored, the call is abandoned, nothing queued. A thread in a futex *wake*
@@ -393,9 +397,16 @@ class Tracee:
         good once an earlier abandoned wait left the waiter count one too high) or anywhere
         else is on its way out and is let finish; one that has not returned a second later
         raises Abort, its page left mapped (it may be queued: the bootstrap takes it back
-        when it runs)."""
+        when it runs).
+
+        ``abandon_lock_wait`` False (3.13+: the lock is a PyMutex): a wait is never abandoned.
+        A contended PyMutex parks the thread with a wait entry on its stack, linked into
+        CPython's parking lot, and lets the GIL go while parked; registers restored there, the
+        thread would run on believing it holds the GIL, and the lock's holder would later wake
+        an entry on a stack reused since. The call is waited for, PARKED_CALL_TIMEOUT at most
+        (the holder keeps the lock for the time of a list push)."""
         self.call(_PTRACE_INTERRUPT)
-        hard = deadline + 1.0
+        hard = deadline + (1.0 if abandon_lock_wait else PARKED_CALL_TIMEOUT)
         while True:
             status = self.wait(STOP_TIMEOUT)
             if status is None:
@@ -407,11 +418,12 @@ class Tracee:
             regs = self.get_regs()
             if regs.rip == 0 and status >> 16 == 0:
                 return int(regs.rax)  # it returned just now
-            if futex_wait(regs):
+            if futex_wait(regs) and abandon_lock_wait:
                 return None
             if time.monotonic() > hard:
+                where = "outside a lock wait" if abandon_lock_wait else "(parked on the pending-calls PyMutex or not)"
                 raise Abort("Py_AddPendingCall did not return within "
-                            f"{CALL_TIMEOUT + 1.0:.1f}s outside a lock wait; it may be queued")
+                            f"{hard - deadline + CALL_TIMEOUT:.1f}s {where}; it may be queued")
             self.call(_PTRACE_CONT, 0, 0)
             time.sleep(0.01)
             self.call(_PTRACE_INTERRUPT)
