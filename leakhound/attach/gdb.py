@@ -166,9 +166,8 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
                     f"gdb could not run its script in process {pid}: "
                     + (output.strip().splitlines() or ["no output"])[-1]
                 ) from None
-            if status.get("page"):
-                log(f"bootstrap at {int(status['page']):#x} ({size} bytes)")
             if status.get("ok"):
+                log(f"bootstrap at {int(status.get('page') or 0):#x} ({size} bytes)")
                 return Injection(method=Method.GDB, attach_stop_ms=took, attempts=attempt)
             tracer = tracer_pid(pid)
             if status.get("kind") == "attach" and tracer:

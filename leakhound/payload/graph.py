@@ -803,7 +803,9 @@ class CompiledGraph(Graph):
         if id(tp) in _PLAIN_IDS:
             found = ()
         else:
-            found = tuple((self.label("a" + name), descr) for name, descr in self._slots_of(tp))
+            # a list first (tracked.py: a tuple built from a generator is resized as it
+            # grows, which fails while another thread's gc.get_objects() list holds it)
+            found = tuple([(self.label("a" + name), descr) for name, descr in self._slots_of(tp)])
         self.slot_cache[id(tp)] = found
         return found
 

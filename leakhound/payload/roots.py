@@ -202,7 +202,8 @@ def _variable_names(code):
     """The names of a 3.11+ frame's variables in the order of its slots (``localsplus``): the
     locals (arguments first), the cells that are not arguments, the free variables."""
     varnames = code.co_varnames
-    return varnames + tuple(name for name in code.co_cellvars if name not in varnames) + code.co_freevars
+    # a list first: tuple(generator) fails while another thread lists gc.get_objects() (tracked.py)
+    return varnames + tuple([name for name in code.co_cellvars if name not in varnames]) + code.co_freevars
 
 
 def frame_locals_unreadable(walk_module):

@@ -629,9 +629,9 @@ def _graph_op(request, progress, stop, exchange=None):
 
 
 # What the census raises when it stops early: its own deadline, and the cancel hook.
-_CENSUS_STOPPED = tuple(
+_CENSUS_STOPPED = tuple([
     c for c in (getattr(census, "CensusTimeout", None), getattr(census, "CensusCancelled", None)) if c is not None
-)
+])
 
 
 def _ping(request, progress, stop):

@@ -49,11 +49,11 @@ _CODE_TYPE = type((lambda: 0).__code__)
 # string, reached only through getters that build new objects: not read).
 # In _walk.c's order (init_code_members): the compiled graph walk numbers nodes as the
 # Python loop does only if both meet the members in one order.
-_CODE_MEMBERS = tuple(
+_CODE_MEMBERS = tuple([
     _CODE_TYPE.__dict__[name] for name in (
         "co_consts", "co_names", "co_filename", "co_name", "co_qualname", "co_linetable",
         "co_exceptiontable", "co_code", "co_varnames", "co_freevars", "co_cellvars")
-    if type(_CODE_TYPE.__dict__.get(name)).__name__ == "member_descriptor")
+    if type(_CODE_TYPE.__dict__.get(name)).__name__ == "member_descriptor"])
 
 object_sizeof = object.__sizeof__
 _MISSING = object()

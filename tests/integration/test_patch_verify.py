@@ -119,9 +119,11 @@ def check_the_recipe(pid: int, truth: GroundTruth, window: int) -> dict[str, Any
     assert recommended["registry"]["fix"] == "registry" and recommended["registry"]["applied"] is None
 
     asked_at = time.time()
-    patched = cli("patch", str(pid), "--fix", "registry", "--verify", str(window), "--baseline", str(window), "--json")
+    # -v: a payload failure's traceback in the message (a SystemError once in CI, none since)
+    patched = cli("-v", "patch", str(pid), "--fix", "registry", "--verify", str(window), "--baseline", str(window),
+                  "--json")
     answered_at = time.time()
-    assert patched.returncode == 0, patched.stderr
+    assert patched.returncode == 0, patched.stderr[-6000:]
     doc = json.loads(patched.stdout)
     (outcome,) = doc["outcomes"]
     assert outcome["status"] == "applied"
