@@ -109,18 +109,14 @@ def run_gdb(argv: list[str], env: dict[str, str], timeout: float, calling: str,
             out, _ = proc.communicate(timeout=max(0.0, timeout))
             return proc.returncode, out or ""
         except subprocess.TimeoutExpired:
-            if not os.path.exists(calling):
-                proc.kill()
-                out, _ = proc.communicate()
-                return None, out or ""
-            log(f"gdb is calling into the target at the timeout: waited for up to {CALL_GRACE:.0f}s more")
-            try:
-                out, _ = proc.communicate(timeout=CALL_GRACE)
-                return proc.returncode, out or ""
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, _ = proc.communicate()
-                return None, out or ""
+            if os.path.exists(calling):
+                log(f"gdb is calling into the target at the timeout: waited for up to {CALL_GRACE:.0f}s more")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    out, _ = proc.communicate(timeout=CALL_GRACE)
+                    return proc.returncode, out or ""
+        proc.kill()
+        out, _ = proc.communicate()
+        return None, out or ""
     except BaseException:
         if proc.poll() is None and not os.path.exists(calling):
             proc.kill()
@@ -139,8 +135,9 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
         argv = command(pid, status_path)
         size = page_size_for(code)
         text = bootstrap_text(code, PLACEHOLDER, size)[:-1].decode()  # the NUL: gdb's script adds it
+        calling = os.path.join(tmp, "calling")
         env = {**os.environ, "LEAKHOUND_GDB_STATUS": status_path, "LEAKHOUND_GDB_CODE": text,
-               "LEAKHOUND_GDB_CALLING": os.path.join(tmp, "calling"),
+               "LEAKHOUND_GDB_CALLING": calling,
                "LEAKHOUND_GDB_PLACEHOLDER": placeholder_address().decode(), "LEAKHOUND_GDB_PAGE_SIZE": str(size)}
         log(f"$ LEAKHOUND_GDB_CODE=... {shlex.join(argv)}")
         for attempt in range(1, _RETRIES + 1):
@@ -148,7 +145,6 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
             if remaining <= 0:
                 break
             began = time.monotonic()
-            calling = env["LEAKHOUND_GDB_CALLING"]
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(calling)  # an earlier attempt's: this one has not called yet
             returncode, output = run_gdb(argv, env, remaining, calling, log)

@@ -421,7 +421,7 @@ class Tracee:
             if futex_wait(regs) and abandon_lock_wait:
                 return None
             if time.monotonic() > hard:
-                where = "outside a lock wait" if abandon_lock_wait else "(parked on the pending-calls PyMutex or not)"
+                where = "outside a lock wait" if abandon_lock_wait else "(a parked wait is never abandoned)"
                 raise Abort("Py_AddPendingCall did not return within "
                             f"{hard - deadline + CALL_TIMEOUT:.1f}s {where}; it may be queued")
             self.call(_PTRACE_CONT, 0, 0)
