@@ -39,7 +39,7 @@
  * pushed is walked (GRAPH_SUSPEND_AT).
  *
  * An entry a collection alone holds (any, or in a collection of at most FOLD_MIN_ENTRIES, a
- * collection) is folded into it, with all it alone holds (see STACK_NAMESPACE): no node, its bytes a (collection's address, bytes) record, its other
+ * collection; in such a tuple, a collection of at most FOLD_MIN_ENTRIES) is folded into it, with all it alone holds (see STACK_NAMESPACE): no node, its bytes a (collection's address, bytes) record, its other
  * referents edges from the collection labelled "f" and the entry's own name for them.
  *
  * Python code it calls: the payload's own helpers given to graph_new (a type's id, a label's
@@ -2019,6 +2019,10 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
     /* a dict held by what is no collection (an instance's __dict__, a frame's locals) names
      * that object's parts: its entries are not folded into it */
     uintptr_t child_owner = collection ? 0 : STACK_NAMESPACE;
+    /* a small tuple of its own (a function's defaults, a callback's arguments) never grows: a
+     * big collection it holds stays a node, the owner the owners' search finds (its items
+     * are what grows) */
+    int small_tuple = !fold_any && owner == 0 && Py_TYPE(g->cur) == &PyTuple_Type;
     for (Py_ssize_t k = start; k < stop; k++) {
         PyObject *ref = r->items[k];  /* owned by r */
         PyTypeObject *rtp = Py_TYPE(ref);
@@ -2093,7 +2097,8 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
             if (PyType_Check(ref) || rtp == &PyModule_Type)
                 continue;  /* classes and modules are roots of their own */
             if (!leaf && fold_into && Py_REFCNT(ref) + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE
-                && (fold_any || is_collection(rtp))) {
+                && (fold_any || (is_collection(rtp)
+                                 && !(small_tuple && PyObject_Length(ref) > FOLD_MIN_ENTRIES)))) {
                 /* held by this collection alone: part of it (see STACK_NAMESPACE), no edge */
                 if (((g->fold_marks_until < 0 || g->tracked < g->fold_marks_until)
                      && nodebits_set(&g->marked, address) < 0) || graph_push(g, ref, fold_into) < 0)

@@ -504,6 +504,8 @@ class Graph(object):
             collection = id(tp) in sized
             fold_into = i if folded_here or (collection and i not in namespaces) else 0
             fold_any = folded_here or (fold_into and len(obj) > _FOLD_MIN_ENTRIES)
+            # a small tuple of its own keeps a big collection it holds a node (_graph_walk.c)
+            small_tuple = not fold_any and tp is tuple
             child_namespace = not collection
             t0 = perf_counter()
             names = None
@@ -627,7 +629,7 @@ class Graph(object):
                     if issubclass(rtp, type) or rtp is module_type:
                         continue  # classes and modules are roots of their own
                     if (fold_into and rid not in leaf_ids and getrefcount(ref) <= only_one
-                            and (fold_any or rid in sized)):
+                            and (fold_any or (rid in sized and not (small_tuple and len(ref) > _FOLD_MIN_ENTRIES)))):
                         index[id(ref)] = -2  # held by this collection alone: part of it, no edge
                         folds.append(ref)
                         fold_owner.append(fold_into)

@@ -8,6 +8,9 @@ that it is loaded with the payload).
 # mypy: disable-error-code="assignment, var-annotated, arg-type, unused-ignore"
 # (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 
+import _thread
+import _weakref
+import functools
 import json
 import os
 import struct
@@ -135,6 +138,9 @@ def step_label(obj, address):
         return ("d" if type(nxt) is dict else ""), nxt
     if issubclass(tp, _ModuleType):
         return "d", nxt
+    field = _c_field(obj, tp, nxt)
+    if field:
+        return field, nxt
     for klass in type.__dict__["__mro__"].__get__(tp, type):
         if klass is object:
             continue
@@ -155,6 +161,41 @@ def step_label(obj, address):
             if value is nxt and type(key) is str:
                 return "a" + key[:MAX_LABEL_CHARS], nxt
     return "", nxt
+
+
+_FunctionType = types.FunctionType
+# A function's defaults are C fields behind getset descriptors (read here through them: they
+# return the field, run no code); ``__annotations__``'s would make a dict, and is not read.
+_FUNCTION_FIELDS = [(name, _FunctionType.__dict__[name]) for name in ("__defaults__", "__kwdefaults__")]
+_LRU_WRAPPER = getattr(functools, "_lru_cache_wrapper", None)  # None: the pure-Python fallback
+_THREAD_LOCAL = getattr(_thread, "_local", None)
+
+
+def _c_field(obj, tp, nxt):
+    """The label of a C field that no member descriptor names, for the few built-in types whose
+    fields hold what leaks: a function's mutable default (``.__defaults__``), an
+    ``lru_cache``'s cache (``.<lru cache>``), a ``threading.local``'s per-thread dicts
+    (``.<per-thread dicts>``); "" for any other."""
+    if tp is _FunctionType:
+        for name, descr in _FUNCTION_FIELDS:
+            try:
+                if descr.__get__(obj, tp) is nxt:
+                    return "a" + name
+            except Exception:
+                continue
+        return ""
+    if type(nxt) is not dict:
+        return ""
+    if _LRU_WRAPPER is not None and issubclass(tp, _LRU_WRAPPER) and nxt is not instance_dict(obj):
+        return "tlru cache"
+    if _THREAD_LOCAL is not None and issubclass(tp, _THREAD_LOCAL) and nxt is not instance_dict(obj):
+        # its dicts by thread (keyed by the threads' dummies: weak references to them up to
+        # 3.12, the dummies on 3.13), not the keyword arguments it was made with
+        for key in list(dict.keys(nxt))[:1]:
+            if not isinstance(key, _weakref.ref) and short_type_name(type(key)) != "_localdummy":
+                return ""
+        return "tper-thread dicts"
+    return ""
 
 
 # Entries of a collection looked through for a step that went through one of them (folded into

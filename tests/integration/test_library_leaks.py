@@ -1,0 +1,70 @@
+"""Leaks as libraries and everyday code make them (fixtures/library_leaks.py): caught exceptions
+and their frames, an lru_cache, a mutable default, a WeakKeyDictionary whose values hold their
+keys, suspended generators, an undrained queue, a class-level registry, a threading.local. Owner
+#1 is named by what holds the memory (C fields of functions, lru_cache wrappers and locals
+included) with the bytes freeing it returns, measured by the target; watch names the same owner
+growing at the rate the target measures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from leakhound.cli import app
+from tests.integration.test_named_roots import truth_once_built
+from tests.integration.test_watch_named_roots import _per_min
+from tests.pythons import installed_pythons
+from tests.utils import spawn_target, within
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
+
+PYTHONS = installed_pythons()
+SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generators", "queue_backlog",
+          "class_registry", "thread_locals"]
+# Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
+# threading.local keys its dicts by the threads' dummies) on the other versions workers run.
+CASES = [(shape, "3.11") for shape in SHAPES]
+CASES += [(shape, v) for shape in ("lru_cache", "mutable_default", "thread_locals") for v in ("3.10", "3.12", "3.13")]
+
+
+@pytest.mark.parametrize(("shape", "version"), CASES)
+def test_owner_one_is_what_holds_it_with_what_freeing_it_returns(shape: str, version: str, tmp_path: Path) -> None:
+    if version not in PYTHONS:
+        pytest.skip(f"no Python {version} here")
+    with spawn_target("library_leaks", tmp_path, python=PYTHONS[version], env={"SHAPE": shape}) as child:
+        truth = truth_once_built(child)
+        done = CliRunner().invoke(app, ["inspect", str(child.pid), "--json"])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.stdout)
+    assert truth["python"] == version
+    assert doc["heap"]["owner_model"] == "dominator", doc["heap"]["owner_model_note"]
+    first = doc["owners"][0]
+    assert first["path"] == truth["expected_path"], [o["path"] for o in doc["owners"][:5]]
+    assert within(first["retained_bytes"], truth["owner_bytes"]), (first["retained_bytes"], truth)
+
+
+@pytest.mark.parametrize("shape", ["mutable_default", "lru_cache"])
+def test_watch_names_it_growing_at_the_targets_rate(shape: str, tmp_path: Path) -> None:
+    """The owner inside a C field found again by its ids in every cheap sample, its items those
+    of the collection that grows (a function's defaults tuple never does)."""
+    env = {"SHAPE": shape, "FIXTURE_ITEMS": "120", "FIXTURE_GROW_RATE": "25"}  # ~2.2 MB/s
+    with spawn_target("library_leaks", tmp_path, env=env) as child:
+        before = truth_once_built(child)
+        watched = CliRunner().invoke(app, ["watch", str(child.pid), "-i", "1", "-d", "10", "--full-every", "5",
+                                           "--json"])
+        after = truth_once_built(child)
+    assert watched.exit_code == 0, watched.output
+    lines = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
+    samples, report = lines[:-1], lines[-1]
+    (process,) = report["processes"]
+    expected = before["expected_path"]
+    assert process["owner_model"] == "dominator" and process["verdict"] == "growing"
+    warnings = [f for f in report["findings"] if f["severity"] == "warning"]
+    assert [(f["kind"], f["owner"]) for f in warnings] == [("growth", expected)], warnings
+    owner = next(t for t in process["owners"] if t["name"] == expected)
+    assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 5, owner
+    assert within(owner["items_per_min"], _per_min(before, after, "items"), 0.10), (owner, before, after)
+    assert within(owner["bytes_per_min"], _per_min(before, after, "owner_bytes"), 0.20), (owner, before, after)
