@@ -83,18 +83,25 @@ def spawn_target(
     wait_for: Path | None = None,
     timeout: float = 30.0,
     prefix: list[str] | None = None,
+    python_args: list[str] | None = None,
+    stderr: Path | None = None,
 ) -> Iterator[Child]:
     """Start ``fixtures/FIXTURE.py`` (optionally under ``prefix``, e.g. setpriv to run it as
-    another user) and wait for its ready file."""
+    another user; ``python_args`` before the script, e.g. ``-X dev``; its stderr to the file
+    ``stderr``) and wait for its ready file."""
     ready = tmp_path / f"{fixture}.ready.json"
     full_env = {**os.environ, **(env or {})}
     full_env.pop("LEAKHOUND_READY_FILE", None)
+    err = open(stderr, "wb") if stderr is not None else None  # noqa: SIM115 - the child's, closed below
     proc = subprocess.Popen(
-        [*(prefix or []), python or sys.executable, str(FIXTURES / f"{fixture}.py"), str(ready)],
+        [*(prefix or []), python or sys.executable, *(python_args or []), str(FIXTURES / f"{fixture}.py"), str(ready)],
         env=full_env,
         stdin=subprocess.DEVNULL,
+        stderr=err,
         start_new_session=True,
     )
+    if err is not None:
+        err.close()
     try:
         deadline = time.monotonic() + timeout
         while not ready.exists() or (wait_for is not None and not wait_for.exists()):

@@ -321,7 +321,9 @@ class PrivateChannel:
         (leakhound's CPython), else compiles boot.py: the parser's memory was
         ~0.5-1 MiB of the target's RSS at every inspection. It binds nothing in ``__main__``
         and swallows every error, so a late or failed run can never print into the target's
-        stderr or change its globals.
+        stderr or change its globals; it closes what it opens (an unclosed file is a
+        ResourceWarning in the target's stderr under ``-X dev`` or ``-W default``, an
+        exception its unraisable hook sees under ``-W error``).
         """
         inner = (
             "o=1\n"  # o: this is the process the bootstrap is meant for (until told otherwise)
@@ -329,10 +331,11 @@ class PrivateChannel:
             " o=P is None or __import__('os').getpid()==P\n"
             " import marshal as m,sys as s\n"
             " if o:\n"
-            "  b=open(D+'/boot.pyc','rb').read()\n"
-            "  c=m.loads(b[16:]) if b[:4]==getattr(s.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',0)"
-            " else compile(open(D+'/boot.py').read(),D+'/boot.py','exec')\n"
-            "  del b\n"
+            "  with open(D+'/boot.pyc','rb') as f:b=f.read()\n"
+            "  if b[:4]==getattr(s.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',0):c=m.loads(b[16:])\n"
+            "  else:\n"
+            "   with open(D+'/boot.py') as f:c=compile(f.read(),D+'/boot.py','exec')\n"
+            "  del b,f\n"
             "  exec(c,{'__name__':'__leakhound_boot__','LH_DIR':D})\n"
             " else:raise ChildProcessError\n"
             "except BaseException:\n"
