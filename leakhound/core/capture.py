@@ -490,10 +490,13 @@ def _analysed(taken: Capture) -> Capture:
     return taken
 
 
-def _owner(o: dominators.DominatorOwner, graph: dominators.ObjectGraph | None = None) -> Owner:
+def _owner(o: dominators.DominatorOwner, graph: dominators.ObjectGraph | None = None,
+           groups: frozenset[int] = frozenset()) -> Owner:
+    # a group of objects held from C is no object of the target: matched by its path
+    object_id = int(graph.ids[o.node]) if graph is not None and o.node not in groups else 0
     return Owner(path=o.path, type=o.type, items=o.items, retained_bytes=o.retained_bytes,
                  retained_objects=o.retained_objects, retainers=o.retainers,
-                 object_id=int(graph.ids[o.node]) if graph is not None else 0, path_ids=o.path_ids)
+                 object_id=object_id, path_ids=o.path_ids)
 
 
 def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph, found: dominators.DominatorOwners,
@@ -516,7 +519,8 @@ def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph, found: 
         max_hold_ms=round(max(snap.heap.max_hold_ms, walked.max_held_ms), 2),
         payload_peak_bytes=max(snap.heap.payload_peak_bytes, walked.payload_peak_bytes),
     )
-    return replace(snap, heap=heap, owners=_payload_grouped([_owner(o, graph) for o in found.owners]))
+    groups = graph.held_groups()
+    return replace(snap, heap=heap, owners=_payload_grouped([_owner(o, graph, groups) for o in found.owners]))
 
 
 _PAYLOAD_PREFIX = PAYLOAD_PACKAGE + "."

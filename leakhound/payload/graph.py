@@ -303,8 +303,9 @@ class Graph(object):
             self.type_names.append(type_name(tp))
         return t
 
-    def node(self, obj):
-        """The node of ``obj``, added (not yet walked) if new; -1 for our own objects."""
+    def node(self, obj, size=None):
+        """The node of ``obj``, added (not yet walked) if new, of ``size`` bytes (None: its
+        own); -1 for our own objects."""
         i = self.index.get(id(obj))
         if i is not None:
             return i
@@ -312,14 +313,14 @@ class Graph(object):
         if i > self.max_nodes:
             raise GraphTooBig("more than %d nodes" % self.max_nodes)
         self.nodes.append(obj)
-        self.sizes.append(self.size_of(obj))
+        self.sizes.append(self.size_of(obj) if size is None else size)
         self.types.append(self._type_id(type(obj)))
         self.ids.append(id(obj))
         self.lengths.append(0)
         return i
 
-    def root(self, obj, label, kind, tier, wall=False):
-        i = self.node(obj)
+    def root(self, obj, label, kind, tier, wall=False, size=None):
+        i = self.node(obj, size)
         if i <= 0:
             return i
         roots = self.roots
@@ -821,11 +822,12 @@ class CompiledGraph(Graph):
 
     # The building blocks, on the capsule.
 
-    def node(self, obj):
+    def node(self, obj, size=None):
         i = _walk_module.graph_find(self.store, id(obj))
         if i is not None:
             return i
-        return _walk_module.graph_node(self.store, obj, self.size_of(obj), self._type_id(type(obj)))
+        return _walk_module.graph_node(self.store, obj, self.size_of(obj) if size is None else size,
+                                       self._type_id(type(obj)))
 
     def edge(self, i, j, label):
         _walk_module.graph_edge(self.store, i, j, label)

@@ -231,5 +231,7 @@ def test_instances_whose_dict_was_made_are_sized_on_every_cpython(version: str, 
     first = snap.owners[0]
     assert first.path == truth["culprit"], [(o.path, o.retained_bytes) for o in snap.owners]
     assert within(first.retained_bytes, truth["culprit_bytes"], 0.02), (first.retained_bytes, truth)
+    # (what the interpreter holds from C, grouped by type: ~400 dicts, ~0.45 MB on 3.11; the
+    # instances' dicts, were they missed, would be a third of the culprit)
     held_from_c = [o for o in snap.owners if o.path.startswith("<held from C")]
-    assert all(o.retained_bytes < 0.01 * truth["culprit_bytes"] for o in held_from_c), held_from_c
+    assert sum(o.retained_bytes for o in held_from_c) < 0.05 * truth["culprit_bytes"], held_from_c

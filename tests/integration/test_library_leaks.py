@@ -1,9 +1,10 @@
 """Leaks as libraries and everyday code make them (fixtures/library_leaks.py): caught exceptions
 and their frames, an lru_cache, a mutable default, a WeakKeyDictionary whose values hold their
-keys, suspended generators, an undrained queue, a class-level registry, a threading.local. Owner
-#1 is named by what holds the memory (C fields of functions, lru_cache wrappers and locals
-included) with the bytes freeing it returns, measured by the target; watch names the same owner
-growing at the rate the target measures."""
+keys, suspended generators, an undrained queue, a class-level registry, a threading.local,
+atexit callbacks' arguments (C state only), weakref.finalize's registry, the warnings registry.
+Owner #1 is named by what holds the memory (C fields of functions, lru_cache wrappers and locals
+included; the objects of a type held from C together) with the bytes freeing it returns,
+measured by the target; watch names the same owner growing at the rate the target measures."""
 
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 PYTHONS = installed_pythons()
 SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generators", "queue_backlog",
-          "class_registry", "thread_locals"]
+          "class_registry", "thread_locals", "atexit_args", "finalizers", "warnings"]
 # Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
-# threading.local keys its dicts by the threads' dummies) on the other versions workers run.
+# threading.local keys its dicts by the threads' dummies) and C state on the other versions.
 CASES = [(shape, "3.11") for shape in SHAPES]
-CASES += [(shape, v) for shape in ("lru_cache", "mutable_default", "thread_locals") for v in ("3.10", "3.12", "3.13")]
+CASES += [(shape, v) for shape in ("lru_cache", "mutable_default", "thread_locals", "atexit_args")
+          for v in ("3.10", "3.12", "3.13")]
 
 
 @pytest.mark.parametrize(("shape", "version"), CASES)
@@ -46,10 +48,11 @@ def test_owner_one_is_what_holds_it_with_what_freeing_it_returns(shape: str, ver
     assert within(first["retained_bytes"], truth["owner_bytes"]), (first["retained_bytes"], truth)
 
 
-@pytest.mark.parametrize("shape", ["mutable_default", "lru_cache"])
+@pytest.mark.parametrize("shape", ["mutable_default", "lru_cache", "atexit_args"])
 def test_watch_names_it_growing_at_the_targets_rate(shape: str, tmp_path: Path) -> None:
     """The owner inside a C field found again by its ids in every cheap sample, its items those
-    of the collection that grows (a function's defaults tuple never does)."""
+    of the collection that grows (a function's defaults tuple never does); the lists held from C
+    one owner from full sample to full sample (no object of the target: matched by name)."""
     env = {"SHAPE": shape, "FIXTURE_ITEMS": "120", "FIXTURE_GROW_RATE": "25"}  # ~2.2 MB/s
     with spawn_target("library_leaks", tmp_path, env=env) as child:
         before = truth_once_built(child)
@@ -65,6 +68,10 @@ def test_watch_names_it_growing_at_the_targets_rate(shape: str, tmp_path: Path) 
     warnings = [f for f in report["findings"] if f["severity"] == "warning"]
     assert [(f["kind"], f["owner"]) for f in warnings] == [("growth", expected)], warnings
     owner = next(t for t in process["owners"] if t["name"] == expected)
-    assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 5, owner
+    full = len([s for s in samples if s["method"] != "rss" and s.get("full")])
+    if shape == "atexit_args":  # found again in the full samples only (its group is remade each time)
+        assert owner["points"] >= 2, owner
+    else:
+        assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 5, (owner, full)
     assert within(owner["items_per_min"], _per_min(before, after, "items"), 0.10), (owner, before, after)
     assert within(owner["bytes_per_min"], _per_min(before, after, "owner_bytes"), 0.20), (owner, before, after)

@@ -93,6 +93,12 @@ class ObjectGraph:
     def type_of(self, node: int) -> str:
         return self.type_names[self.types[node]]
 
+    def held_groups(self) -> frozenset[int]:
+        """The roots that group the objects of one type held from C (or made during the walk):
+        a list of the payload's (payload/graph_roots.py held_from_c), no bytes of its own and
+        no object of the target (its id is gone once the walk is done)."""
+        return frozenset(node for node, _label, kind, _tier in self.roots if kind == "held" and self.sizes[node] == 0)
+
 
 def _decode(chunks: Iterable[str], code: str, byteorder: str) -> array.array[int]:
     arr: array.array[int] = array.array(code)

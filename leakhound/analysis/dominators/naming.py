@@ -81,9 +81,13 @@ def render_edges(graph: ObjectGraph, path: RetainerPath, names: list[str] | None
     is stable across snapshots."""
     if path.root < 0:
         return "<unreached>"
-    text = graph.roots[path.root][1]
+    root_node, text, kind, _tier = graph.roots[path.root]
     attribute_dict = False
     for step, e in enumerate(path.edges):
+        if step == 0 and kind == "held" and graph.sizes[root_node] == 0:
+            # from a group of the objects of one type held from C (ObjectGraph.held_groups):
+            # each is named as the group
+            continue
         if names is not None and step < len(names) and names[step]:
             label = names[step]
         else:

@@ -55,6 +55,7 @@ class OwnerFinder:
         self.offsets, self.kids, counts = tree_csr(graph, tree)
         self._paths: Paths | None = None
         self.root_kind = {node: kind for node, _label, kind, _tier in graph.roots}
+        self.held_groups = graph.held_groups()
         self._counts: Sequence[int] | None = counts
         self._pred: tuple[Sequence[int], Sequence[int]] | None = None
         self._out: Sequence[int] | None = None
@@ -81,8 +82,12 @@ class OwnerFinder:
     def _namespace(self, v: int) -> bool:
         """Nodes whose children are distinct named parts (modules, classes, instances, tasks,
         frames, attribute dicts), not the entries of one collection."""
-        if v == 0 or v in self.root_kind:
+        if v == 0:
             return True
+        if v in self.root_kind:
+            # a group of the objects of one type held from C is a collection of alike
+            # objects, each no part with a name
+            return v not in self.held_groups
         name = self.graph.type_of(v)
         if name == "dict":
             # A module's or class's dict, or an instance's attribute dict (the instance's only
