@@ -192,7 +192,8 @@ def _c_field(obj, tp, nxt):
         # its dicts by thread (keyed by the threads' dummies: weak references to them up to
         # 3.12, the dummies on 3.13), not the keyword arguments it was made with
         for key in list(dict.keys(nxt))[:1]:
-            if not isinstance(key, _weakref.ref) and short_type_name(type(key)) != "_localdummy":
+            # (issubclass of its type: isinstance would read a __class__ the key's class defines)
+            if not issubclass(type(key), _weakref.ref) and short_type_name(type(key)) != "_localdummy":
                 return ""
         return "tper-thread dicts"
     return ""
@@ -215,7 +216,7 @@ def folded_step_label(obj, address):
     else:
         return None, None
     for entry in entries:
-        if type(entry) in (str, bytes, int, float, bool, type(None)) or isinstance(entry, (type, _ModuleType)):
+        if type(entry) in (str, bytes, int, float, bool, type(None)) or issubclass(type(entry), (type, _ModuleType)):
             continue
         label, nxt = step_label(entry, address)
         if label is not None:

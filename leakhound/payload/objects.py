@@ -204,6 +204,31 @@ def slots_via(members, obj, tp):
     return out
 
 
+def plain_text(value):
+    """``value`` as text by built-in conversions only: a str itself, an int's digits, anything
+    else ``<Type at 0x...>`` (its ``__str__`` is never called; the address keeps two apart)."""
+    tp = type(value)
+    if tp is str:
+        return value
+    if tp is int:
+        return int.__repr__(value)
+    return "<%s at 0x%x>" % (short_type_name(tp), id(value))
+
+
+_ITERABLE_BASES = (list, tuple, set, frozenset)
+
+
+def builtin_iter(obj):
+    """An iterator over the entries of a list, tuple, set or frozenset (a subclass's too) by
+    the built-in type's own ``__iter__`` (never one its subclass defines); None for any other
+    object. ``list.extend(obj)`` and ``for x in obj`` would call a subclass's."""
+    tp = type(obj)
+    for base in _ITERABLE_BASES:
+        if tp is base or issubclass(tp, base):
+            return base.__iter__(obj)
+    return None
+
+
 def instance_dict(obj):
     """The instance ``__dict__`` through the built-in descriptor only (no user code)."""
     tp = type(obj)

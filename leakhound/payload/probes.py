@@ -44,7 +44,7 @@ import time
 
 from . import wire  # noqa: F401 - its types, in type comments
 from .census_tallies import Marks
-from .objects import instance_dict
+from .objects import builtin_iter, builtin_length, instance_dict, plain_text
 from .pacing import Clock
 from .sizes import deep_size as _deep_size
 
@@ -221,10 +221,10 @@ def _base64_chars(root, limit=200000, tick=None):
             at = obj.find(_BASE64_MARK)
             if at >= 0:
                 total += len(obj) - at - len(_BASE64_MARK)
-        elif isinstance(obj, dict):
+        elif issubclass(type(obj), dict):
             stack.extend(dict.values(obj))
-        elif isinstance(obj, (list, tuple)):
-            stack.extend(obj)
+        elif issubclass(type(obj), (list, tuple)):
+            stack.extend(builtin_iter(obj))  # not its subclass's __iter__
     return total
 
 
@@ -274,10 +274,10 @@ def _live_trajectory_ids_once(tick=None):
     ids = set()  # type: set
 
     def note_state(value):
-        if isinstance(value, dict) and dict.__contains__(value, "trajectory_id"):
+        if issubclass(type(value), dict) and dict.__contains__(value, "trajectory_id"):
             tid = dict.get(value, "trajectory_id")
             if tid is not None:
-                ids.add(str(tid))
+                ids.add(plain_text(tid))
 
     for n, task in enumerate(live_tasks()):
         if tick is not None and not n & 63:
@@ -290,24 +290,30 @@ def _live_trajectory_ids_once(tick=None):
                 held = [r for h in held for r in (gc.get_referents(h) if type(h) is _FRAME_TYPE else (h,))]
             for local in held:
                 note_state(local)
-                if isinstance(local, (list, tuple)) and len(local) < 10000:
-                    for item in local:
+                entries = builtin_iter(local) if issubclass(type(local), (list, tuple)) else None
+                if entries is not None and (builtin_length(local) or 0) < 10000:
+                    for item in entries:
                         note_state(item)
+                entries = None
     return ids
 
 
 def _message(step):
     """The ``response["message"]`` dict a trajectory step stores, or None."""
-    response = dict.get(step, "response") if isinstance(step, dict) else None
-    message = dict.get(response, "message") if isinstance(response, dict) else None
-    return message if isinstance(message, dict) else None
+    response = dict.get(step, "response") if issubclass(type(step), dict) else None
+    message = dict.get(response, "message") if response is not None and issubclass(type(response), dict) else None
+    return message if issubclass(type(message), dict) else None
 
 
 def _is_bloated(message):
     """More than the steps fix's truncation sidecar."""
     tokens = dict.get(message, "tokens")
-    token_keys = set(dict.keys(tokens)) if isinstance(tokens, dict) else set()
-    return not (set(dict.keys(message)) <= SIDECAR_MESSAGE_KEYS and token_keys <= SIDECAR_TOKEN_KEYS)
+    # (str keys only: a set of any other would call its __hash__)
+    token_keys = ({k for k in dict.keys(tokens) if type(k) is str}
+                  if tokens is not None and issubclass(type(tokens), dict) else set())
+    message_keys = {k for k in dict.keys(message) if type(k) is str}
+    return not (len(message_keys) == dict.__len__(message) and message_keys <= SIDECAR_MESSAGE_KEYS
+                and token_keys <= SIDECAR_TOKEN_KEYS)
 
 
 def find_servers(runtimes):
@@ -399,7 +405,7 @@ def registered_before():
             return None
         out = set()  # type: set
         for _mod, runtime in runtimes:
-            out.update(str(k) for k in list(dict.keys(own_attr(runtime, "trajectories"))))
+            out.update(plain_text(k) for k in list(dict.keys(own_attr(runtime, "trajectories"))))
         return out
     except Exception:
         return None
@@ -439,9 +445,9 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
     for items in registries:
         registry["entries"] += len(items)
         for tid, trajectory in items:
-            finished = str(tid) not in live_ids and (registered is None or str(tid) in registered)
+            finished = plain_text(tid) not in live_ids and (registered is None or plain_text(tid) in registered)
             registry["finished_entries" if finished else "inflight_entries"] += 1
-            if isinstance(trajectory, list) and id(trajectory) not in seen_lists:
+            if issubclass(type(trajectory), list) and id(trajectory) not in seen_lists:
                 seen_lists.add(id(trajectory))
                 unique.append((list(trajectory), finished))
     messages = []  # (message, finished, bloated)
@@ -473,7 +479,7 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
         for n, intercept in enumerate(list(dict.values(own_attr(server, "intercepts")))):
             if not n & 255:
                 clock.tick()
-            if not isinstance(intercept, dict):
+            if not issubclass(type(intercept), dict):
                 continue
             future = dict.get(intercept, "response_future")
             try:
@@ -513,7 +519,7 @@ def registry_counts():
     runtimes = find_runtimes()
     registries = [list(dict.keys(own_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
     live_ids = _live_trajectory_ids()
-    keys = [str(k) for keys in registries for k in keys]
+    keys = [plain_text(k) for keys in registries for k in keys]
     counts = {"entries": len(keys),
               "finished_entries": sum(1 for k in keys if k not in live_ids)}  # type: wire.RegistryCounts
     return counts

@@ -31,6 +31,7 @@ import sys
 
 from .objects import (
     INLINE_VALUES_DICTS,
+    builtin_iter,
     class_dict,
     has_managed_dict,
     instance_dict,
@@ -165,7 +166,7 @@ def _class_from(module_name, name):
     module = sys.modules.get(module_name)
     d = instance_dict(module) if module is not None else None
     cls = d.get(name) if d is not None else None
-    return cls if isinstance(cls, type) else None
+    return cls if issubclass(type(cls), type) else None
 
 
 def _imaging_core():
@@ -413,7 +414,7 @@ def deep_size(root, seen=None, limit=5000000, tick=None):
     seen = set() if seen is None else seen
     total = 0
     stack = [root]
-    getsizeof = sys.getsizeof
+    getsizeof = SizeCache()  # no __sizeof__ written in Python runs
     seen_add = seen.add
     pop = stack.pop
     extend = stack.extend
@@ -431,11 +432,14 @@ def deep_size(root, seen=None, limit=5000000, tick=None):
         if tick is not None and not steps & 0x3FF:
             tick()
         tp = type(obj)
-        if tp is list or tp is tuple:  # the common cases first; the same as isinstance below
+        if tp is list or tp is tuple:  # the common cases first
             extend(obj)
-        elif tp is dict or isinstance(obj, dict):
+        elif tp is dict or issubclass(tp, dict):  # (issubclass of its type: isinstance reads __class__)
             extend(dict_keys(obj))
             extend(dict_values(obj))
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            extend(obj)
+        else:
+            entries = builtin_iter(obj)  # a subclass's own __iter__ never runs
+            if entries is not None:
+                extend(entries)
+            entries = None
     return total

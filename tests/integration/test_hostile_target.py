@@ -1,7 +1,7 @@
 """A live target full of objects built to break the census walk (fixtures/hostile_heap.py),
 with a thread mutating big containers throughout, inspected again and again the default way:
 every inspection succeeds, the target stays alive and keeps working, no ``__sizeof__``
-written in Python runs, and the target does not grow."""
+written in Python runs, no ``__class__`` property is read, and the target does not grow."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ def test_a_hostile_heap_is_inspected_repeatedly_without_harm(tmp_path: Path) -> 
         after = child.report()
     assert doc["heap"]["walker"] == "compiled"
     assert after["truth"]["sizeof_calls"] == 0
+    assert after["truth"]["class_reads"] == 0  # no isinstance() on the target's objects
     assert after["truth"]["churns"] > before["truth"]["churns"]  # the churn thread kept going
     assert after["ticks"] > before["ticks"]  # and so did the event loop
     # A mock's __sizeof__, were it run, grows its process by gigabytes in seconds.
