@@ -39,8 +39,10 @@
  * pushed is walked (GRAPH_SUSPEND_AT).
  *
  * An entry a collection alone holds (any, or in a collection of at most FOLD_MIN_ENTRIES, a
- * collection; in such a tuple, a collection of at most FOLD_MIN_ENTRIES) is folded into it, with all it alone holds (see STACK_NAMESPACE): no node, its bytes a (collection's address, bytes) record, its other
- * referents edges from the collection labelled "f" and the entry's own name for them.
+ * collection; in such a tuple, a collection of at most FOLD_MIN_ENTRIES) is folded into it,
+ * with all it alone holds (see STACK_NAMESPACE): no node, its bytes a (collection's address,
+ * bytes) record, its other referents edges from the collection labelled "f" and the entry's
+ * own name for them.
  *
  * Python code it calls: the payload's own helpers given to graph_new (a type's id, a label's
  * id, a type's slot descriptors, a native object's buffers), and C descriptors' getters.

@@ -290,10 +290,11 @@ def held_from_c(graph, stack):
             tried.append(members)
             members = list(members)
         tried = None
-        for one in ([members] if len(members) > 1 and not graph.known(members) else members):
-            if one is not members and graph.known(one):  # reached from a group walked before it
+        group = len(members) > 1 and not graph.known(members)  # else its objects one by one
+        for one in ([members] if group else members):
+            if not group and graph.known(one):  # reached from a group walked before it
                 continue
-            i = graph.root(one, name, "held", TIER_HELD, size=0 if one is members else None)
+            i = graph.root(one, name, "held", TIER_HELD, size=0 if group else None)
             if i > 0:
                 graph.push(stack, i, one)
                 graph.walk(stack)

@@ -402,7 +402,8 @@ def native_extra(obj, native, bases, seen_buffers):
 
 
 def deep_size(root, seen=None, limit=5000000, tick=None):
-    """sys.getsizeof over everything ``root`` reaches through containers, each object once.
+    """The size (object_size: no ``__sizeof__`` written in Python runs) of everything ``root``
+    reaches through containers, each object once.
 
     ``seen`` (ids) may be shared by the caller so that objects shared between measured parts
     count once. Dict keys are followed too (gc.get_referents skips str keys). Only built-in
@@ -414,7 +415,7 @@ def deep_size(root, seen=None, limit=5000000, tick=None):
     seen = set() if seen is None else seen
     total = 0
     stack = [root]
-    getsizeof = SizeCache()  # no __sizeof__ written in Python runs
+    size_of = SizeCache()  # no __sizeof__ written in Python runs
     seen_add = seen.add
     pop = stack.pop
     extend = stack.extend
@@ -427,7 +428,7 @@ def deep_size(root, seen=None, limit=5000000, tick=None):
         if oid in seen:
             continue
         seen_add(oid)
-        total += getsizeof(obj, 0)
+        total += size_of(obj, 0)
         steps += 1
         if tick is not None and not steps & 0x3FF:
             tick()

@@ -93,11 +93,17 @@ class ObjectGraph:
     def type_of(self, node: int) -> str:
         return self.type_names[self.types[node]]
 
+    def is_held_group(self, r: int) -> bool:
+        """Whether root ``r`` (an index in ``roots``) groups the objects of one type held from C
+        (or made during the walk): a list of the payload's (payload/graph_roots.py
+        held_from_c), no bytes of its own and no object of the target (its id is gone once the
+        walk is done)."""
+        node, _label, kind, _tier = self.roots[r]
+        return kind == "held" and self.sizes[node] == 0
+
     def held_groups(self) -> frozenset[int]:
-        """The roots that group the objects of one type held from C (or made during the walk):
-        a list of the payload's (payload/graph_roots.py held_from_c), no bytes of its own and
-        no object of the target (its id is gone once the walk is done)."""
-        return frozenset(node for node, _label, kind, _tier in self.roots if kind == "held" and self.sizes[node] == 0)
+        """The nodes of the roots that are groups (``is_held_group``)."""
+        return frozenset(self.roots[r][0] for r in range(len(self.roots)) if self.is_held_group(r))
 
 
 def _decode(chunks: Iterable[str], code: str, byteorder: str) -> array.array[int]:

@@ -81,12 +81,12 @@ def render_edges(graph: ObjectGraph, path: RetainerPath, names: list[str] | None
     is stable across snapshots."""
     if path.root < 0:
         return "<unreached>"
-    root_node, text, kind, _tier = graph.roots[path.root]
+    text = graph.roots[path.root][1]
+    group = graph.is_held_group(path.root)
     attribute_dict = False
     for step, e in enumerate(path.edges):
-        if step == 0 and kind == "held" and graph.sizes[root_node] == 0:
-            # from a group of the objects of one type held from C (ObjectGraph.held_groups):
-            # each is named as the group
+        if step == 0 and group:
+            # from a group of the objects of one type held from C: each is named as the group
             continue
         if names is not None and step < len(names) and names[step]:
             label = names[step]
