@@ -147,6 +147,14 @@ def agent_exchange(path: str, request: bytes, timeout: float, *, close_write: bo
     return data
 
 
+def block_size(obj: object) -> int:
+    """sys.getsizeof(obj) as the blocks the allocators give it in this process (the payload's
+    sizes.object_block): the size a walk counts for one object."""
+    from leakhound.payload.sizes import object_block  # noqa: PLC0415
+
+    return int(object_block(type(obj), sys.getsizeof(obj)))
+
+
 def within(actual: float, expected: float, tolerance: float = 0.10) -> bool:
     return abs(actual - expected) <= tolerance * abs(expected)
 

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leakhound.payload import census, census_walk
+from leakhound.payload import sizes as payload_sizes
 from leakhound.payload.objects import type_name
 
 PER_CALLS = (1, 2, 7, census._WORK_PER_CALL)
@@ -410,6 +411,7 @@ def load_walk(path: str) -> Any:
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
+    payload_sizes.configure_compiled(module)  # as the payload's own (sizes.py) at its import
     return module
 
 

@@ -58,6 +58,10 @@ class HeapStats:
     payload_peak_bytes: int = 0
     # "compiled" (the C walk, payload/_census_walk.c) or "python" (its pure-Python twin)
     walker: str = ""
+    # What an object's bytes are: the blocks the target's allocators give it ("pymalloc+glibc",
+    # "glibc", "pymalloc": payload/sizes.py heap_block) or its __sizeof__ as "requested" (another
+    # allocator, debug hooks, or a payload from before the rounding: "").
+    sizes: str = ""
     # Of ``bytes``: memory outside the Python heap sized natively (torch storages, mmaps,
     # Pillow pixels; payload/sizes.py), attributed to owners like any object.
     native_bytes: int = 0

@@ -46,6 +46,13 @@ PyObject *code_members;       /* tuple of str */
  * SIZEOF_COUNTS_REFERENTS, set by sizeof_counts_referents): their types are sized by
  * object.__sizeof__, the referent counted once, on its own. NULL: none. */
 PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
+/* The allocators' rounding (sizes.HEAP_BLOCKS, set by heap_blocks): a request of at most
+ * block_small_max bytes takes a multiple of block_small_align (pymalloc's size classes), a
+ * bigger one block_big_overhead more, rounded up to block_big_align, at least block_big_min
+ * (glibc's malloc chunks). block_small_align 0: sizes as requested (no model). */
+long long block_small_max, block_small_align, block_big_overhead, block_big_align, block_big_min;
+/* sys.getsizeof([]): a list's header, its items a block of their own (0: one block) */
+long long block_list_head;
 
 PyDoc_STRVAR(use_private_doc,
 "use_private(on) -> bool\n\n"
@@ -95,6 +102,43 @@ sizeof_counts_referents(PyObject *module, PyObject *arg)
     Py_INCREF(arg);
     sizeof_counts_refs = arg;
     Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(heap_blocks_doc,
+"heap_blocks(model) -> None\n\n"
+"How the target's allocators round a request (sizes.HEAP_BLOCKS): a tuple (small_max,\n"
+"small_align, big_overhead, big_align, big_min, list_head) of non-negative ints, or None for\n"
+"sizes as requested. From the next walk on, every object's size is the blocks it takes (a\n"
+"list's: its list_head bytes and its items, two blocks).");
+
+static PyObject *
+heap_blocks(PyObject *module, PyObject *arg)
+{
+    long long v[6] = {0, 0, 0, 0, 0, 0};
+    if (arg != Py_None) {
+        if (!PyTuple_Check(arg) || PyTuple_Size(arg) != 6) {
+            PyErr_SetString(PyExc_TypeError, "heap_blocks: None or a tuple of 6 ints");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < 6; i++) {
+            PyObject *item = PyTuple_GetItem(arg, i);
+            v[i] = item != NULL && PyLong_CheckExact(item) ? PyLong_AsLongLong(item) : -1;
+            if (v[i] < 0 || v[i] > 1 << 20 || ((i == 1 || i == 3) && v[i] & (v[i] - 1))) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError, "heap_blocks: small non-negative ints, alignments powers of 2");
+                return NULL;
+            }
+        }
+        if (v[1] == 0 || v[3] == 0)
+            v[1] = 0;
+    }
+    block_small_max = v[0];
+    block_small_align = v[1];
+    block_big_overhead = v[2];
+    block_big_align = v[3];
+    block_big_min = v[4];
+    block_list_head = v[5];
     Py_RETURN_NONE;
 }
 
@@ -326,6 +370,7 @@ static PyMethodDef walk_methods[] = {
     {"tracked_objects", tracked_objects, METH_VARARGS, tracked_objects_doc},
     {"count_references", count_references, METH_VARARGS, count_references_doc},
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
+    {"heap_blocks", heap_blocks, METH_O, heap_blocks_doc},
     {NULL, NULL, 0, NULL},
 };
 

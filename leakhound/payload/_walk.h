@@ -141,6 +141,19 @@ unsigned char * region_for(Walk *w, uintptr_t address);
 TypeInfo * type_info(Walk *w, PyTypeObject *tp);
 Py_ssize_t slot_for(Walk *w, TypeInfo *info);
 int size_of(PyObject *op, TypeInfo *info, long long *size);
+/* The block a request of ``bytes`` takes from the target's allocators (heap_blocks). */
+extern long long block_small_max, block_small_align, block_big_overhead, block_big_align, block_big_min;
+extern long long block_list_head;
+static inline long long
+heap_block(long long bytes)
+{
+    if (bytes <= 0 || block_small_align == 0)
+        return bytes;
+    if (bytes <= block_small_max)
+        return (bytes + block_small_align - 1) & ~(block_small_align - 1);
+    bytes = (bytes + block_big_overhead + block_big_align - 1) & ~(block_big_align - 1);
+    return bytes < block_big_min ? block_big_min : bytes;
+}
 int grow_tallies(long long **counts, long long **sizes, Py_ssize_t *len, Py_ssize_t slot, Py_ssize_t first);
 int is_big(PyObject *op);
 Py_ssize_t read_slice(Refs *r, Py_ssize_t want);

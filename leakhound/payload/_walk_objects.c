@@ -444,7 +444,13 @@ size_of(PyObject *op, TypeInfo *info, long long *size)
         PyErr_Clear();
         bytes = 0;
     }
-    *size = bytes < 0 || bytes > (long long)MAX_OBJECT_BYTES ? 0 : bytes;
+    /* the block it takes in the target's allocators (heap_blocks; sizes.heap_block) */
+    if (bytes < 0 || bytes > (long long)MAX_OBJECT_BYTES)
+        *size = 0;
+    else if (block_list_head > 0 && bytes > block_list_head && Py_IS_TYPE(op, &PyList_Type))
+        *size = heap_block(block_list_head) + heap_block(bytes - block_list_head);  /* its items: a block */
+    else
+        *size = heap_block(bytes);
     return 0;
 }
 
@@ -743,7 +749,9 @@ visit_attr(PyObject *op, void *arg)
 }
 
 /* The bytes of a 3.11+ instance's attribute values (sizes.instance_values_bytes, the same
- * estimate): its referents but types, plus 2; none when its dict was made. */
+ * estimate): its referents but types, plus 1; none when its dict was made. As a block of
+ * its own (3.11/3.12: it is one; 3.13: inline after the object, whose own size is a
+ * multiple of the alignment, so the sum rounds as the two do). */
 long long
 instance_values_bytes(PyObject *obj, traverseproc traverse, long code)
 {
@@ -754,8 +762,8 @@ instance_values_bytes(PyObject *obj, traverseproc traverse, long code)
         return 0;
     if (code == 3 && ((PyObject **)obj)[-3] != NULL)
         return 0;  /* 3.13: the dict made from them counts them (dict.__sizeof__) */
-    long long size = (long long)c.n + 2;
+    long long size = (long long)c.n + 1;
     if (code == 3)
-        return ((size + 7) & ~7LL) + 8 + 8 * size;
-    return ((size + 2 + 7) & ~7LL) + 8 * size;
+        return heap_block(((size + 7) & ~7LL) + 8 + 8 * size);
+    return heap_block(((size + 2 + 7) & ~7LL) + 8 * size);
 }

@@ -32,6 +32,7 @@ from .census_walk import ClaimWalk
 from .objects import LEAF_TYPE_IDS, type_name
 from .pacing import UNSPLIT_STEP_MARGIN, Clock, unsplit_step_fits
 from .roots import frame_locals_unreadable
+from .sizes import SIZE_MODEL
 from .tracked import tracked_objects
 
 try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
@@ -323,6 +324,7 @@ class Census(object):
             "untracked": max(0, walk.total_objects - self.tracked),
             "census_seconds": self.seconds,
             "walker": self.walker,
+            "sizes": SIZE_MODEL,  # what a size is: the allocators' blocks (sizes.heap_block) or as requested
             "with_owners": self.with_owners,  # False: one owner, <named roots> (Census(owners=False))
             "unreached": self.unreached.copy(),
             "max_step_ms": self.clock.max_step * 1000.0,

@@ -36,6 +36,7 @@ from .sizes import (
     native_codes,
     native_extra,
     native_types,
+    object_block,
     object_sizeof,
     sizeof_is_builtin,
 )
@@ -219,6 +220,7 @@ class ClaimWalk(object):
         builtin_sizeof = {}  # type: dict
         module_ids = set()  # type: set
         max_size = MAX_OBJECT_BYTES
+        block = object_block
         getrefcount = sys.getrefcount
         dict_keys = dict.keys
         type_slot = self.types.index.get  # keyed by id(type)
@@ -290,8 +292,7 @@ class ClaimWalk(object):
                         size = getsizeof(ref, 0) if c_code else base_sizeof(ref)
                 except Exception:
                     size = 0
-                if not 0 <= size <= max_size:
-                    size = 0
+                size = block(tp, size) if 0 <= size <= max_size else 0
                 code = native_get(tid, 0) if native and not leaf else 0
                 if code > NATIVE_BUFFERS:
                     size += instance_values_bytes(ref)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from leakhound.payload import census
+from tests.utils import block_size
 
 needs_311 = pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 frames own their locals")
 
@@ -24,7 +25,7 @@ def _census_beside_a_thread(walk_module: Any) -> dict[str, Any]:
 
     def hold_rows() -> None:
         rows = [f"row-{i:06d}-" * 20 for i in range(3000)]
-        truth["bytes"] = sys.getsizeof(rows) + sum(sys.getsizeof(r) for r in rows)
+        truth["bytes"] = block_size(rows) + sum(block_size(r) for r in rows)
         started.set()
         stop.wait(30)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ import pytest
 
 from leakhound.payload import census
 from leakhound.payload.objects import type_name
+from leakhound.payload.sizes import heap_block
+from tests.utils import block_size
 
 built = pytest.mark.skipif(census._walk is None, reason="the C walk was not built here")
 
@@ -38,7 +39,7 @@ def test_the_walk_is_built_where_a_compiler_is() -> None:
     root = [text, (text,)]
     walk.claim_tree(walk.owner_slot("root", root), root)
     assert walk.total_objects == 3  # the list, the tuple, the str once
-    assert walk.total_bytes == sys.getsizeof(root) + sys.getsizeof(root[1]) + sys.getsizeof(text)
+    assert walk.total_bytes == block_size(root) + block_size(root[1]) + block_size(text)
 
 
 def _structure() -> Any:
@@ -98,7 +99,7 @@ def test_more_types_than_the_type_cache_holds_are_counted_the_same() -> None:
     compiled = _walk(instances, compiled=True)
     assert compiled == python
     by_type = {name.rpartition(".")[2]: tally for name, tally in python[2].items()}
-    assert all(by_type[f"Kind{i}"] == (3, 3 * sys.getsizeof(instances[i])) for i in range(1000))
+    assert all(by_type[f"Kind{i}"] == (3, 3 * block_size(instances[i])) for i in range(1000))
 
 
 @built
@@ -106,7 +107,7 @@ def test_compiled_walk_counts_each_shared_object_once() -> None:
     text = "x" * 1000
     root = [text, [text, text], {"k": text}]
     objects, nbytes, by_type = _walk(root, compiled=True)
-    assert by_type["str"] == (2, sys.getsizeof(text) + sys.getsizeof("k"))  # text and the key
+    assert by_type["str"] == (2, block_size(text) + block_size("k"))  # text and the key
     assert by_type["list"][0] == 2 and by_type["dict"][0] == 1
 
 
@@ -170,7 +171,7 @@ def test_a_sizeof_written_in_python_is_never_run(compiled: bool) -> None:
     root = [_PythonSizeof(), mock.MagicMock(), [1, 2]]
     objects, nbytes, by_type = _walk(root, compiled=compiled)
     assert _PythonSizeof.calls == 0
-    assert by_type[f"{__name__}._PythonSizeof"] == (1, object.__sizeof__(root[0]))
+    assert by_type[f"{__name__}._PythonSizeof"] == (1, heap_block(object.__sizeof__(root[0])))
 
 
 @built

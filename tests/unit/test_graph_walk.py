@@ -18,6 +18,7 @@ from leakhound.payload import graph
 from leakhound.payload.graph_wire import BINARY_FILE, binary_pieces, json_pieces
 from tests.pythons import installed_pythons
 from tests.unit.test_walk_versions import _asan_runtime, build_asan_walk
+from tests.utils import block_size
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONS = installed_pythons()
@@ -86,8 +87,8 @@ def test_the_arrays_travel_raw_and_read_back(compiled: bool, tmp_path: Path) -> 
     alone = KEEP["graph_walk_test"][1500:]
     assert not {id(x) for x in alone} & set(g.ids)
     whole = list(g.ids).index(id(KEEP))  # (the list is a collection: folded into KEEP too)
-    assert g.sizes[whole] == sys.getsizeof(KEEP) + sys.getsizeof(KEEP["graph_walk_test"]) + sum(
-        sys.getsizeof(x) + sys.getsizeof(x[1]) + (sys.getsizeof(x[0]) if x[0] > 256 else 0) for x in alone)
+    assert g.sizes[whole] == block_size(KEEP) + block_size(KEEP["graph_walk_test"]) + sum(
+        block_size(x) + block_size(x[1]) + (block_size(x[0]) if x[0] > 256 else 0) for x in alone)
     with pytest.raises(dominators.GraphError):
         dominators.decode_graph({**meta, "binary": raw[:-8]})
 
@@ -301,6 +302,10 @@ def test_a_spooled_graph_dropped_unsent_closes_its_file(tmp_path: Path) -> None:
 _TALLIES = r"""
 import collections, json, sys
 from leakhound.payload import graph
+from leakhound.payload.sizes import object_block
+
+def block_size(obj):
+    return object_block(type(obj), sys.getsizeof(obj))
 
 def walk():
     out = graph.build(timeout=60, progress=None, is_stdlib=lambda n: False, exclude=(), max_nodes=5_000_000,
@@ -340,8 +345,8 @@ print(json.dumps({"probe": [after["__main__.Probe"] - before["__main__.Probe"],
                   "float_bytes": after_bytes["float"] - before_bytes["float"],
                   "pair": after["__main__.Pair"] - before["__main__.Pair"],
                   "complex": after["complex"] - before["complex"],
-                  "probe_size": sys.getsizeof(Probe()), "float_size": sys.getsizeof(0.5),
-                  "tuple_size": sys.getsizeof((1, 2)),
+                  "probe_size": block_size(Probe()), "float_size": block_size(0.5),
+                  "tuple_size": block_size((1, 2)),
                   "objects": t["objects"], "sum": sum(t["counts"]), "total": t["total_bytes"],
                   "sum_bytes": sum(t["bytes"])}))
 """
@@ -490,7 +495,7 @@ def _deep(root: object) -> int:
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        total += sys.getsizeof(obj)
+        total += block_size(obj)
         if isinstance(obj, dict):
             stack.extend(obj.values())  # (the keys are interned constants, shared)
         elif isinstance(obj, list):
@@ -561,7 +566,7 @@ def test_leaves_two_nodes_share_are_one_node_for_the_pair(compiled: bool) -> Non
     g, truth = _walked_steps(compiled, (leaf_ids,))
     (group,) = leaf_ids & set(g.ids)
     node = list(g.ids).index(group)
-    assert g.sizes[node] == _list_length(compiled) * sys.getsizeof(7_000_000)
+    assert g.sizes[node] == _list_length(compiled) * block_size(7_000_000)
     assert sorted(g.type_of(g.src[e]) for e in range(g.edges) if g.dst[e] == node) == ["list", "list"]
     tree = dominators.dominators(g)
     assert tree.retained[list(g.ids).index(id(STEPS))] == truth
