@@ -222,6 +222,7 @@ if TYPE_CHECKING:
         untracked: int
         census_seconds: float
         walker: str
+        sizes: str  # sizes.SIZE_MODEL: the allocators' blocks, or "requested"
         counted_in: str  # COUNTED_IN_...
         with_owners: bool
         unreached: Unreached
