@@ -40,7 +40,7 @@ import time
 # the request's private directory, which is removed once it is answered: the next request
 # of the same payload version points the loaded package at its own directory (boot.py) before
 # it reuses it. (A payload kept for the fixes it applied, under another version, has them.)
-from . import arena, census, graph, pacing, probes, sampling, sites, transport, wire
+from . import arena, census, graph, pacing, probes, sampling, sites, sizes, transport, wire
 from .graph_wire import BINARY_FILE
 from .wire import PAYLOAD_VERSION
 
@@ -446,6 +446,7 @@ def _counted_in_graph(tallies, out_graph, max_pause, started_at, request):
         "untracked": max(0, tallies["objects"] - tracked),
         "census_seconds": seconds,
         "walker": out_graph.get("walker", "compiled"),
+        "sizes": sizes.SIZE_MODEL,
         "counted_in": wire.COUNTED_IN_GRAPH,  # no census walk ran: the graph's walk counted (HeapStats.counted_in)
         "with_owners": False,
         "unreached": census.unreached_over_budget(tracked, estimate, max_pause),
