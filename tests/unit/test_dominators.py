@@ -119,6 +119,24 @@ def test_owner_is_the_accumulation_point_not_the_first_reacher() -> None:
     assert all(o.path != "__main__.CALLBACKS" or o.retained_bytes < 1000 for o in found.owners)
 
 
+def test_a_dominant_owner_does_not_hide_the_rest() -> None:
+    # 1 module __main__, 2 its dict, 3 LEAK (85% of the heap), 4 CACHE (8%), 5 module logging,
+    # 6 its dict, 7 HANDLERS (5%) and a small leaf of each; 8.. LEAK's items
+    types = ["<root>", "module", "dict", "list"]
+    edges = [(0, 1), (1, 2), (2, 3), (2, 4), (0, 5), (5, 6), (6, 7)]
+    n = 8 + 850
+    edges += [(3, i) for i in range(8, n)]
+    labels = ["d", "kLEAK", "kCACHE", "kHANDLERS"]
+    lab = [-1, 0, 1, 2, -1, 0, 3] + [-1] * 850
+    type_of = [0, 1, 2, 3, 3, 1, 2, 3] + [0] * 850
+    sizes = [0, 72, 1000, 8000, 80_000, 72, 1000, 50_000] + [1000] * 850
+    graph = make_graph(n, edges, sizes, roots=[(1, "__main__", "module", 0), (5, "logging", "module", 0)],
+                       labels=labels, lab=lab, type_names=types, types=type_of)
+    found = dom.find_owners(graph, top=5)
+    assert [(o.path, o.retained_bytes) for o in found.owners[:3]] == [
+        ("__main__.LEAK", 8000 + 850_000), ("__main__.CACHE", 80_000), ("logging.HANDLERS", 50_000)]
+
+
 def test_why_lists_distinct_retainer_paths() -> None:
     graph = callbacks_graph()
     found = dom.find_owners(graph, top=5, why="App")
