@@ -78,6 +78,16 @@ def test_different_processes_and_reversed_order_warn() -> None:
     assert len(diff.warnings) == 2
 
 
+def test_sizes_measured_two_ways_warn() -> None:
+    import dataclasses
+
+    blocks = dataclasses.replace(AFTER, heap=dataclasses.replace(AFTER.heap, sizes="pymalloc+glibc"))
+    assert not diff_snapshots(BEFORE, AFTER).warnings  # "" is an older payload's: as requested
+    assert not diff_snapshots(dataclasses.replace(BEFORE, heap=blocks.heap), blocks).warnings
+    (warning,) = diff_snapshots(BEFORE, blocks).warnings
+    assert "sizes measured two ways (before: requested, after: pymalloc+glibc)" in warning, warning
+
+
 def test_a_delta_as_json_has_every_field_of_the_delta() -> None:
     from dataclasses import fields
 
