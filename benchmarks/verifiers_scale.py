@@ -5,11 +5,11 @@ Per Python: spawn the worker (tests/verifiers_target.py: the real env server and
 fake model server on loopback), grow it with batches of rollouts until its RSS passes
 ``--rss-gb``, then, with the worker idle:
 
-- the truth, measured by the worker in a forked child (leakhound_vf_truth.py): sys.getsizeof
-  over what every runtime's ``trajectories`` reaches (each object once: what it alone holds
-  when no rollout runs, sized as leakhound sizes objects; "sized"), and what clearing them
-  gives back to the heap (the allocators' bytes in use before and after; "freed": pymalloc's
-  16-byte classes round a 28-byte int to 32);
+- the truth, measured by the worker in a forked child (leakhound_vf_truth.py): the blocks
+  sys.getsizeof's sizes take (fixtures/_target.py ``allocated``) over what every runtime's
+  ``trajectories`` reaches (each object once: what it alone holds when no rollout runs, sized
+  as leakhound sizes objects; "sized"), and what clearing them gives back to the heap (the
+  allocators' bytes in use before and after; "freed");
 - ``leakhound inspect PID --json``: wall clock (attach to report), ``heap.max_pause_ms``, the
   owner model, owner #1 and its retained bytes against both;
 
