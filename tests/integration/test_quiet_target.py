@@ -6,6 +6,7 @@ boot.pyc in it at every request."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,14 @@ def test_requests_leave_nothing_in_a_dev_mode_workers_stderr(version: str, tmp_p
         assert child.proc.poll() is None
     for done in runs:
         assert done.exit_code == 0, done.output
-    assert stderr.read_text() == ""
+    said = stderr.read_text().splitlines()
+    if version == "3.12":
+        # gdb stops the whole process while it injects (docs/inspect.md, "Methods"): a callback
+        # of the worker's loop it stopped in the middle of can last past asyncio's debug
+        # threshold (100 ms; CI once saw 176 ms on a loaded machine), which -X dev logs. That
+        # line is the worker measuring gdb's stop, not something leakhound said in it.
+        said = [line for line in said if not re.fullmatch(r"Executing <.*> took \d+\.\d+ seconds", line)]
+    assert said == []
 
 
 def test_the_agent_and_a_patch_leave_nothing_in_a_dev_mode_workers_stderr(tmp_path: Path) -> None:
