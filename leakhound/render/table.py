@@ -46,6 +46,8 @@ def render_snapshot(
     h = snapshot.heap
     # the pure-Python walk is the compiled one's slower twin, used when that cannot load
     walk = " (the Python walk: the compiled one did not load)" if h.walker == "python" else ""
+    if h.sizes == "requested":  # not the allocators' blocks (docs/inspect.md): said where it is read
+        walk += ", sizes as requested (debug allocator hooks: not the blocks they take)"
     con.print(f"measured: {h.objects:,} live Python objects ({fmt_bytes(h.bytes)}) in {h.census_seconds:.1f} s, "
               f"the worker running{walk}")
     con.print(_waited_line(snapshot))

@@ -125,3 +125,18 @@ def test_the_table_prints_the_ledger_it_is_given(monkeypatch: pytest.MonkeyPatch
     rows = [line for line in buf.getvalue().splitlines() if "│" in line and "MiB" in line]
     assert rows[0].split("│")[0].strip() == "as computed" and "3.0 MiB" in rows[0]
     assert not [line for line in buf.getvalue().splitlines() if "│" in line and "live Python objects" in line]
+
+
+def test_sizes_as_requested_are_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    snap = make_snapshot()
+    shown = {}
+    for sizes in ("pymalloc+glibc", "requested", ""):
+        buf = io.StringIO()
+        one = dataclasses.replace(snap, heap=dataclasses.replace(snap.heap, sizes=sizes))
+        table.render_snapshot(one, ledger(one), top=5, file=buf)
+        shown[sizes] = "sizes as requested (debug allocator hooks" in buf.getvalue()
+    assert shown == {"pymalloc+glibc": False, "requested": True, "": False}
