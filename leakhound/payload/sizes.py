@@ -124,7 +124,9 @@ def _heap_blocks():
         preload = preload if type(preload) is bytes else b"malloc"
         if sys.flags.dev_mode or hasattr(sys, "gettotalrefcount") or b"debug" in malloc:
             return None  # debug hooks: guard bytes around every block
-        pymalloc = malloc in (b"", b"pymalloc") and "t" not in getattr(sys, "abiflags", "")
+        if "t" in getattr(sys, "abiflags", ""):
+            return None  # free-threaded: objects are mimalloc's
+        pymalloc = malloc in (b"", b"pymalloc")
         try:
             glibc = bool(posix.confstr("CS_GNU_LIBC_VERSION"))
         except (ValueError, OSError, AttributeError):
