@@ -751,7 +751,8 @@ visit_attr(PyObject *op, void *arg)
 /* The bytes of a 3.11+ instance's attribute values (sizes.instance_values_bytes, the same
  * estimate): its referents but types, plus 1; none when its dict was made. As a block of
  * its own (3.11/3.12: it is one; 3.13: inline after the object, whose own size is a
- * multiple of the alignment, so the sum rounds as the two do). */
+ * multiple of the alignment, so the sum rounds as the two do up to 512 bytes, a pymalloc
+ * block; past that it is one malloc chunk, 8-16 bytes less than the two). */
 long long
 instance_values_bytes(PyObject *obj, traverseproc traverse, long code)
 {

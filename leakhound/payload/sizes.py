@@ -366,7 +366,8 @@ def instance_values_bytes(obj):
         return 0  # 3.13: likewise (the dict is not among the referents there)
     size = len(values) + 1
     # As a block of its own (3.13: inline after the object, whose size is a multiple of the
-    # alignment: the sum rounds as the two do)
+    # alignment: the sum rounds as the two do while it stays a pymalloc block, up to 512 bytes;
+    # past that it is one malloc chunk, 8-16 bytes less than the two)
     if sys.version_info >= (3, 13):
         return heap_block(((size + 7) & ~7) + 8 + 8 * size)  # prefix, PyDictValues header, values
     return heap_block(((size + 2 + 7) & ~7) + 8 * size)  # prefix (with its two bytes), values
