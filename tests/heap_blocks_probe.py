@@ -10,6 +10,7 @@ import gc
 import importlib.util
 import json
 import sys
+from collections import deque
 
 sys.path.insert(0, sys.argv[1])
 from leakhound.payload import sizes  # noqa: E402
@@ -38,6 +39,8 @@ SHAPES = {
     "bytes 1k": lambda: [b"%d" % i + b"x" * 1000 for i in range(5000)],
     "bytes 200k": lambda: [b"%d" % i + b"x" * 200000 for i in range(40)],
     "instance": lambda: [Point(i) for i in range(50000)],
+    "deque": lambda: [deque(range(i % 700)) for i in range(2000)],
+    "bytearray": lambda: [bytearray(b"x" * (i % 3000)) for i in range(20000)],
 }
 
 
@@ -46,7 +49,7 @@ def model(objs):
     seen = set()
     for obj in objs:
         total += sizes.object_size(obj)
-        parts = list(obj) if type(obj) in (tuple, list) else []
+        parts = list(obj) if type(obj) in (tuple, list, deque) else []
         if type(obj) is Point:
             parts = [obj.x]
             if sys.version_info >= (3, 11):

@@ -51,8 +51,11 @@ PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
  * bigger one block_big_overhead more, rounded up to block_big_align, at least block_big_min
  * (glibc's malloc chunks). block_small_align 0: sizes as requested (no model). */
 long long block_small_max, block_small_align, block_big_overhead, block_big_align, block_big_min;
-/* sys.getsizeof([]): a list's header, its items a block of their own (0: one block) */
-long long block_list_head;
+/* sys.getsizeof([]): a list's header, its items a block of their own (0: one block); the
+ * same for a bytearray (its buffer) and a deque (its blocks of block_deque_block bytes, of
+ * the type block_deque_type: _collections' own, not exported) */
+long long block_list_head, block_bytearray_head, block_deque_head, block_deque_block;
+PyTypeObject *block_deque_type;
 
 PyDoc_STRVAR(use_private_doc,
 "use_private(on) -> bool\n\n"
@@ -106,22 +109,33 @@ sizeof_counts_referents(PyObject *module, PyObject *arg)
 }
 
 PyDoc_STRVAR(heap_blocks_doc,
-"heap_blocks(model) -> None\n\n"
+"heap_blocks(model, deque=None) -> None\n\n"
 "How the target's allocators round a request (sizes.HEAP_BLOCKS): a tuple (small_max,\n"
-"small_align, big_overhead, big_align, big_min, list_head) of non-negative ints, or None for\n"
-"sizes as requested. From the next walk on, every object's size is the blocks it takes (a\n"
-"list's: its list_head bytes and its items, two blocks).");
+"small_align, big_overhead, big_align, big_min, list_head, bytearray_head, deque_head,\n"
+"deque_block) of non-negative ints, or None for sizes as requested. From the next walk on,\n"
+"every object's size is the blocks it takes (a list's: its list_head bytes and its items, two\n"
+"blocks; a bytearray's: its header and its buffer; a deque's, of the type ``deque``: its\n"
+"header and its blocks of deque_block bytes).");
+
+#define HEAP_BLOCKS_INTS 9
 
 static PyObject *
-heap_blocks(PyObject *module, PyObject *arg)
+heap_blocks(PyObject *module, PyObject *args)
 {
-    long long v[6] = {0, 0, 0, 0, 0, 0};
+    PyObject *arg, *deque = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:heap_blocks", &arg, &deque))
+        return NULL;
+    if (deque != Py_None && !PyType_Check(deque)) {
+        PyErr_SetString(PyExc_TypeError, "heap_blocks: deque is a type or None");
+        return NULL;
+    }
+    long long v[HEAP_BLOCKS_INTS] = {0};
     if (arg != Py_None) {
-        if (!PyTuple_Check(arg) || PyTuple_Size(arg) != 6) {
-            PyErr_SetString(PyExc_TypeError, "heap_blocks: None or a tuple of 6 ints");
+        if (!PyTuple_Check(arg) || PyTuple_Size(arg) != HEAP_BLOCKS_INTS) {
+            PyErr_SetString(PyExc_TypeError, "heap_blocks: None or a tuple of 9 ints");
             return NULL;
         }
-        for (Py_ssize_t i = 0; i < 6; i++) {
+        for (Py_ssize_t i = 0; i < HEAP_BLOCKS_INTS; i++) {
             PyObject *item = PyTuple_GetItem(arg, i);
             v[i] = item != NULL && PyLong_CheckExact(item) ? PyLong_AsLongLong(item) : -1;
             if (v[i] < 0 || v[i] > 1 << 20 || ((i == 1 || i == 3) && v[i] & (v[i] - 1))) {
@@ -132,6 +146,8 @@ heap_blocks(PyObject *module, PyObject *arg)
         }
         if (v[1] == 0 || v[3] == 0)
             v[1] = 0;
+        if (v[8] == 0)
+            v[7] = 0;
     }
     block_small_max = v[0];
     block_small_align = v[1];
@@ -139,6 +155,13 @@ heap_blocks(PyObject *module, PyObject *arg)
     block_big_align = v[3];
     block_big_min = v[4];
     block_list_head = v[5];
+    block_bytearray_head = v[6];
+    block_deque_head = v[7];
+    block_deque_block = v[8];
+    PyTypeObject *old = block_deque_type;
+    block_deque_type = deque != Py_None && v[8] > 0 ? (PyTypeObject *)deque : NULL;
+    Py_XINCREF(block_deque_type);
+    Py_XDECREF(old);
     Py_RETURN_NONE;
 }
 
@@ -370,7 +393,7 @@ static PyMethodDef walk_methods[] = {
     {"tracked_objects", tracked_objects, METH_VARARGS, tracked_objects_doc},
     {"count_references", count_references, METH_VARARGS, count_references_doc},
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
-    {"heap_blocks", heap_blocks, METH_O, heap_blocks_doc},
+    {"heap_blocks", heap_blocks, METH_VARARGS, heap_blocks_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -143,7 +143,8 @@ Py_ssize_t slot_for(Walk *w, TypeInfo *info);
 int size_of(PyObject *op, TypeInfo *info, long long *size);
 /* The block a request of ``bytes`` takes from the target's allocators (heap_blocks). */
 extern long long block_small_max, block_small_align, block_big_overhead, block_big_align, block_big_min;
-extern long long block_list_head;
+extern long long block_list_head, block_bytearray_head, block_deque_head, block_deque_block;
+extern PyTypeObject *block_deque_type;
 static inline long long
 heap_block(long long bytes)
 {

@@ -449,6 +449,11 @@ size_of(PyObject *op, TypeInfo *info, long long *size)
         *size = 0;
     else if (block_list_head > 0 && bytes > block_list_head && Py_IS_TYPE(op, &PyList_Type))
         *size = heap_block(block_list_head) + heap_block(bytes - block_list_head);  /* its items: a block */
+    else if (block_bytearray_head > 0 && bytes > block_bytearray_head && Py_IS_TYPE(op, &PyByteArray_Type))
+        *size = heap_block(block_bytearray_head) + heap_block(bytes - block_bytearray_head);  /* its buffer */
+    else if (block_deque_type != NULL && bytes > block_deque_head && Py_IS_TYPE(op, block_deque_type))
+        *size = heap_block(block_deque_head)
+                + (bytes - block_deque_head) / block_deque_block * heap_block(block_deque_block);  /* its blocks */
     else
         *size = heap_block(bytes);
     return 0;

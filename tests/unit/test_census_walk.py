@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tracemalloc
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,9 @@ def _structure() -> Any:
         "shared": [shared_text, shared_text, (shared_text, None, True, 1j)],
         "bytes": [bytes(range(i % 256)) * 3 for i in range(400)],
         "sets": {frozenset(range(i)) for i in range(30)},
+        # parts __sizeof__ adds up, blocks of their own (sizes.object_block)
+        "deques": [deque(range(i * 37 % 400)) for i in range(40)],
+        "bytearrays": [bytearray(i * 53 % 3000) for i in range(40)],
     }
 
 
