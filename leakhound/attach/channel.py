@@ -32,7 +32,7 @@ from typing import Any
 
 import leakhound.payload
 from leakhound.attach.deadline import Deadline
-from leakhound.attach.payload_bytecode import boot_bytecode, foreign_bytecode, missing_bytecode
+from leakhound.attach.payload_bytecode import boot_bytecode, foreign_bytecode, payload_bytecode
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir, UnsafeEntry, open_dir_in_root
 from leakhound.attach.process import alive, environ_of, same_filesystem_view
 from leakhound.errors import (
@@ -287,7 +287,7 @@ class PrivateChannel:
         if foreign is not None:
             files, boot_pyc = foreign
         else:
-            files = missing_bytecode(str(PAYLOAD_SOURCE), skip=("agent.",))
+            files = payload_bytecode(str(PAYLOAD_SOURCE), skip=("agent.",))
             boot_pyc = boot_bytecode(boot)
         self.private.copy_tree(str(PAYLOAD_SOURCE), "payload", uid=owner, skip=("agent.",), files=files)
         payload_fd = os.open("payload", DIR_FLAGS, dir_fd=self.private.fd)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,3 +145,41 @@ def test_the_foreign_payload_is_compiled_once_per_process(monkeypatch: pytest.Mo
     assert made[0] is not None and made[0] is made[1] is made[2]
     assert len(runs) == 1
     assert payload_bytecode.BOOT_FILENAME.encode() in made[0][1]
+
+
+def _has_docstrings(code: Any) -> bool:
+    """Whether a module's code (or any code within) keeps a docstring: the text of sizes.py's."""
+    for const in code.co_consts:
+        if isinstance(const, str) and "How this process's allocators round a request" in const:
+            return True
+        if hasattr(const, "co_consts") and _has_docstrings(const):
+            return True
+    return False
+
+
+def test_the_payload_sent_has_no_docstrings() -> None:
+    """What a target keeps loaded after its first inspection is the payload's code: compiled
+    without docstrings (the payload reads none), for leakhound's CPython as for another."""
+    import marshal
+
+    source = str(payload_bytecode.__file__).rsplit("/attach/", 1)[0] + "/payload"
+    with open(Path(source, "sizes.py"), "rb") as fh:
+        assert _has_docstrings(compile(fh.read(), "sizes.py", "exec"))  # the check sees them
+    files = payload_bytecode.payload_bytecode(source, skip=("agent.",))
+    tag = sys.implementation.cache_tag
+    assert not _has_docstrings(marshal.loads(files[f"__pycache__/sizes.{tag}.pyc"][16:]))
+    assert f"__pycache__/graph.{tag}.pyc" in files and not any("agent." in name for name in files)
+    if OTHER is not None:
+        made = payload_bytecode.foreign_bytecode((OTHER[0], OTHER[1]), source, b"", "/x/boot.py", skip=("agent.",))
+        assert made is not None
+        pyc = made[0][f"__pycache__/sizes.cpython-{OTHER[0]}{OTHER[1]}.pyc"]
+        program = ("import marshal, sys\n"
+                   "seen = [marshal.loads(sys.stdin.buffer.read()[16:])]; n = 0\n"
+                   "while seen:\n"
+                   " c = seen.pop()\n"
+                   " n += sum(isinstance(k, str) and 'allocators round a request' in k for k in c.co_consts)\n"
+                   " seen += [k for k in c.co_consts if hasattr(k, 'co_consts')]\n"
+                   "print(n)")
+        check = subprocess.run([trusted_python.find((OTHER[0], OTHER[1])) or "", "-I", "-c", program],
+                               input=pyc, capture_output=True, timeout=60)
+        assert check.stdout.strip() == b"0", check.stderr
