@@ -130,6 +130,9 @@ def inspect(pid: int, beats: Path | None = None) -> dict[str, Any]:
         # the longest run between two yields (its thread's CPU time), and the target's own
         # collections that ran in the payload's thread (on 3.11 inside a step: in max_pause_ms)
         max_hold_ms=heap.get("max_hold_ms"),
+        # where the longest stretch began and ended, and the phase marked last before it
+        max_hold_where=heap.get("max_hold_where"),
+        max_hold_after=heap.get("max_hold_after"),
         target_gc_in_payload_thread=heap.get("target_gc_in_payload_thread"),
         target_gc_in_payload_thread_max_ms=heap.get("target_gc_in_payload_thread_max_ms"),
         owners=[{"path": o["path"], "retained_bytes": o.get("retained_bytes")} for o in doc["owners"][:5]],
