@@ -93,6 +93,9 @@ def graph_edge(graph: _Graph, src: int, dst: int, label: int, wall: bool = ..., 
 def graph_walk(graph: _Graph, stack: list[object], limit: int, /) -> int:
     """Walk from the nodes on ``stack`` for about ``limit`` units of work; 0 when all is done."""
 
+def graph_reserve(graph: _Graph, limit: int, /) -> bool:
+    """Between two walks: room now for what ``limit`` units may add (moved without the GIL)."""
+
 def graph_info(graph: _Graph, /) -> tuple[int, int, int, int, int, int, int]:
     """(nodes, edges, tracked, bytes held, bytes written out, bytes of frames left, objects folded)."""
 

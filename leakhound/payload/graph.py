@@ -874,12 +874,17 @@ class CompiledGraph(Graph):
 
     def walk(self, stack):
         walk = _walk_module.graph_walk
+        reserve = _walk_module.graph_reserve
         store = self.store
         perf_counter = time.perf_counter
         # A new int, only this frame's: the module's constant, held by the call too, would
         # look referenced twice to the walk, and not be folded into the module's dict.
         per_call = (self.work_per_call or _WORK_PER_CALL) * 1
         while True:
+            # Tables the next call could fill grow now, moved with the GIL released: not a
+            # hold of the target's (a new stretch begins after it).
+            if reserve(store, per_call):
+                self.clock.yielded()
             t0 = perf_counter()
             done = walk(store, stack, per_call)
             took = perf_counter() - t0
