@@ -573,7 +573,7 @@ def test_the_pending_leaves_grow_between_steps_without_the_gil(monkeypatch: pyte
     leaf_ids = {id(x) for x in ids}
     del ids
     g, truth = _walked_steps(True, (leaf_ids, hidden))
-    assert sum(released) >= 5  # 2,048 -> 262,144 slots for 200k leaves: grown between steps
+    assert sum(released) >= 3  # rooms of 16k leaves and more (to 262,144 for 200k): grown between steps
     assert len(leaf_ids & set(g.ids)) == 0
     node = list(g.ids).index(id(STEPS))
     assert dominators.dominators(g).retained[node] == truth
