@@ -46,14 +46,14 @@ _foreign: dict[tuple[str, tuple[int, int], tuple[tuple[str, int, int], ...], str
 FOREIGN_TIMEOUT = 20.0
 FOREIGN_OUTPUT_LIMIT = 64 << 20  # far more than the payload's .pyc files (~1 MB)
 
-# Run by the trusted interpreter (python -I -S -c): reads the sources as JSON on stdin, writes
+# Run by the trusted interpreter (python -I -S -c): reads the sources (and OPTIMIZE) as JSON on stdin, writes
 # each compiled in a timestamp .pyc's layout (PEP 552), base64, as JSON on stdout.
 _COMPILER = r"""
 import base64, importlib.util, json, marshal, sys
 req = json.load(sys.stdin)
 magic = importlib.util.MAGIC_NUMBER
 def pyc(text, filename, header):
-    code = compile(text, filename, "exec", dont_inherit=True, optimize=2)
+    code = compile(text, filename, "exec", dont_inherit=True, optimize=req["optimize"])
     return base64.b64encode(header + marshal.dumps(code)).decode()
 out = {"version": list(sys.version_info[:2]), "tag": sys.implementation.cache_tag,
        "files": [pyc(text, filename, magic + bytes(4) + (mtime & 0xFFFFFFFF).to_bytes(4, "little")
@@ -104,7 +104,8 @@ def foreign_bytecode(version: tuple[int, int], source: str, boot: bytes, boot_fi
     for _, path, st in modules:
         with open(path, "rb") as fh:
             texts.append([path, int(st.st_mtime), st.st_size, fh.read().decode("utf-8")])
-    request = json.dumps({"modules": texts, "boot": [boot_filename, boot.decode("utf-8")]}).encode()
+    request = json.dumps({"modules": texts, "boot": [boot_filename, boot.decode("utf-8")],
+                          "optimize": OPTIMIZE}).encode()
     try:
         # -X no_debug_ranges (3.11+; an older one keeps it in sys._xoptions): no column
         # positions in the code's location table, ~5% of it
