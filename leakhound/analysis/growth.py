@@ -38,7 +38,7 @@ from leakhound.model.growth import (
     enclosing_paths,
     normalized_path,
 )
-from leakhound.model.names import CODE_OWNER, NOT_ATTRIBUTED_PREFIX, PAYLOAD_OWNER
+from leakhound.model.names import CODE_OWNER, MADE_DURING_WALK_PREFIX, NOT_ATTRIBUTED_PREFIX, PAYLOAD_OWNER
 from leakhound.model.units import fmt_bytes
 
 KIND = "growth"
@@ -516,8 +516,10 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
     heap or RSS grew by (from the window's first sample to its last), each finding's growth
     is scaled down to fit."""
     # The code owner grows with every import, and the payload's own is leakhound's: no leak
-    # anyone can fix in the worker.
-    candidates = [t for t in report.owners if t.verdict in (GROWING, PLATEAUED) and t.name not in _NOT_LEAKS]
+    # anyone can fix in the worker. What was made during a walk is no owner: its bytes grow
+    # with the walk's length (a growing heap takes longer to walk) while the target allocates.
+    candidates = [t for t in report.owners if t.verdict in (GROWING, PLATEAUED) and t.name not in _NOT_LEAKS
+                  and not t.name.startswith(MADE_DURING_WALK_PREFIX)]
     chosen = _counted_once(candidates)
     garbage = report.cyclic_garbage
     if garbage is not None and garbage.verdict in (GROWING, PLATEAUED):

@@ -161,6 +161,12 @@ class NotAttributed(Name):
 NOT_ATTRIBUTED_PREFIX = "<not attributed: "
 
 
+#: How the objects of one type made while the graph was walked, after what holds them had been
+#: walked, are named (payload/graph_roots.py): ``<made during the walk: logging.LogRecord>``.
+#: Their bytes follow the walk's length and the target's allocation rate, not an owner.
+MADE_DURING_WALK_PREFIX = "<made during the walk: "
+
+
 def not_attributed_owner(reason: NotAttributed, max_nodes: int = 0) -> str:
     """The owner name of a heap's unattributed bytes, for ``reason``."""
     what = {

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from leakhound.analysis.ledger import LedgerRow
 from leakhound.model import Finding, Owner, RequestCost, Snapshot
-from leakhound.model.names import CODE_OWNER
+from leakhound.model.names import CODE_OWNER, MADE_DURING_WALK_PREFIX
 from leakhound.model.units import count, fmt_bytes, percent
 from leakhound.render.console import console
 
@@ -182,7 +182,7 @@ def held_as(path: str) -> str:
     """The last reference on an owner's path, in words (docs/snapshot-schema.md, "Paths")."""
     if path.startswith("<held from C:") and path.endswith(">"):
         return "referenced only by C code or the interpreter (no Python name reaches it)"
-    if path.startswith("<made during the walk:") and path.endswith(">"):
+    if path.startswith(MADE_DURING_WALK_PREFIX) and path.endswith(">"):
         return "made while the graph was walked, after what holds it had been walked (its holder not known)"
     step = _LAST_STEP.match(path)
     if step is None:
