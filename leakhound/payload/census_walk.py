@@ -111,7 +111,7 @@ class ClaimWalk(object):
             self._native_kinds, self._native_bases = native_types(self.clock.hold)
         # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
         # instances: their attribute values added to their size), as _census_walk.c reads it
-        self.native = native_codes(self._native_kinds)
+        self.native = native_codes(self._native_kinds, self.clock.hold)
         self._native_seen = set()  # buffer addresses counted (a storage shared by views: once)
         self.native_bytes = 0  # of total_bytes: native buffers (sizes.native_extra)
 
@@ -378,7 +378,7 @@ class ClaimWalk(object):
             session = getattr(self.walk_module, "session", None)
             args = self._claim_args = (self.compiled, self.claimed.regions, types.index, types.slot,
                                        types.counts, types.bytes, self.work_per_call,
-                                       for_compiled_walk(self.native, self.walk_module) or None,
+                                       for_compiled_walk(self.native, self.walk_module, self.clock.hold) or None,
                                        session() if session is not None else None)
         claim, regions, index, new_slot, counts, sizes, per_call, native, session = args
         clock = self.clock

@@ -212,7 +212,7 @@ class Graph(object):
         # instance's attribute values. Without them a dominator owner would miss those bytes.
         # (A walk of every class, tens of thousands in a big program: under the duty cycle.)
         self.native_kinds, self.native_bases = native_types(self._duty)
-        self.native = native_codes(self.native_kinds)
+        self.native = native_codes(self.native_kinds, self._duty)
         self.native_seen = set()  # buffer addresses counted: a storage shared by views, once
         self.size_of = SizeCache()  # object_size, each type looked up once (sizes.SizeCache)
         self.src = array.array("i")
@@ -778,7 +778,8 @@ class CompiledGraph(Graph):
         self.store = _walk_module.graph_new(
             self.max_nodes, self.type_index, self._type_id,
             self.slot_cache, self._slot_labels, self.frame_labels, self._frame_label,
-            tuple(_FRAME_LIKE_TYPES), for_compiled_walk(self.native, _walk_module), self._native_extra, GraphTooBig)
+            tuple(_FRAME_LIKE_TYPES), for_compiled_walk(self.native, _walk_module, self._duty), self._native_extra,
+            GraphTooBig)
         for own in self.index:
             _walk_module.graph_own(self.store, own)
         for own in (self.slot_cache, self.frame_labels):

@@ -306,9 +306,18 @@ def native_types(tick=None):
             out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
     if sys.version_info >= (3, 11):
         bases["instance"] = object
-        for cls in _plain_instance_classes(tick):
+        for n, cls in enumerate(_plain_instance_classes(tick)):
+            if tick is not None and n & _TICK_MASK == _TICK_MASK:
+                tick()
             out.setdefault(id(cls), "instance")
     return out, bases
+
+
+# The tables of classes below are tens of thousands of entries in a big program (the real
+# verifiers worker: 40k): walked in one go after the walk of the classes, they were one
+# stretch of 34-49 ms of CPU without a yield (the busy real worker's longest). With ``tick``
+# (the census's or the graph's duty cycle), it is looked at every 4,096 entries.
+_TICK_MASK = 4095
 
 
 # How the walks (census_walk.py, graph.py and their compiled twins) treat a native type: its buffers and hidden
@@ -318,18 +327,30 @@ NATIVE_BUFFERS = 1
 NATIVE_VALUES = 3 if sys.version_info >= (3, 13) else 2
 
 
-def native_codes(native):
+def native_codes(native, tick=None):
     """{id(type): NATIVE_BUFFERS or NATIVE_VALUES} for ``native`` (from native_types())."""
-    return {tid: NATIVE_VALUES if kind == "instance" else NATIVE_BUFFERS for tid, kind in native.items()}
+    out = {}
+    for n, (tid, kind) in enumerate(native.items()):
+        if tick is not None and n & _TICK_MASK == _TICK_MASK:
+            tick()
+        out[tid] = NATIVE_VALUES if kind == "instance" else NATIVE_BUFFERS
+    return out
 
 
-def for_compiled_walk(codes, walk):
+def for_compiled_walk(codes, walk, tick=None):
     """``codes`` (from native_codes()) as a compiled walk module ``walk`` takes them: without
     code objects when it reads their members itself (_walk.c: ``READS_CODE``), which spares a
     call back into Python per code object (tens of thousands in a big program)."""
     if walk is None or not getattr(walk, "READS_CODE", 0) or id(_CODE_TYPE) not in codes:
         return codes
-    return {tid: code for tid, code in codes.items() if tid != id(_CODE_TYPE)}
+    out = {}
+    code_type = id(_CODE_TYPE)
+    for n, (tid, code) in enumerate(codes.items()):
+        if tick is not None and n & _TICK_MASK == _TICK_MASK:
+            tick()
+        if tid != code_type:
+            out[tid] = code
+    return out
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
