@@ -63,3 +63,17 @@ def test_young_generations_past_the_limit_are_not_listed(monkeypatch: pytest.Mon
         gc.set_threshold(*old)
         keep.clear()
         gc.collect()
+
+
+@pytest.mark.parametrize("max_pause_ms", [5, 20, 50, 100, 1000])
+def test_the_young_generations_listed_fit_the_pause_budget(max_pause_ms: float) -> None:
+    # Listing them is one step no yield splits (100k objects: 45 ms of the busy real worker's
+    # CPU, its longest hold against a 50 ms budget): no more of them than the budget's margin
+    # lets such a step take, at that rate.
+    from leakhound.payload.pacing import unsplit_step_fits
+
+    limit = tracked.young_limit(max_pause_ms)
+    assert 0 < limit <= tracked.YOUNG_IDS_MAX
+    assert unsplit_step_fits(limit * tracked.YOUNG_NS_PER_OBJECT / 1e6, max_pause_ms)
+    assert tracked.young_limit(None) == tracked.YOUNG_IDS_MAX
+    assert tracked.young_limit(50) < 60_000  # the busy worker's 100k were 45 ms: over the hold of 25
