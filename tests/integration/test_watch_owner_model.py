@@ -100,8 +100,9 @@ def test_watch_names_the_growing_owner_inspect_names(tmp_path: Path, fixture: st
     owner = next(t for t in process["owners"] if t["name"] == inspected)
     assert owner["verdict"] == "growing"
     # Cheap samples re-read the same owner (by its ids) between the censuses: every sample has it.
-    # (at least 5: a loaded CI machine takes fewer samples in the window)
-    assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 5
+    # (at least 3, first, one between and last: a loaded CI machine took 4 in the 6 s window, on a
+    # quiet one there are 13)
+    assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 3
     assert all(s["unresolved"] == [] for s in samples), [s["unresolved"] for s in samples]
     assert within(owner["items_per_min"], truth["items_per_min"], 0.10), (owner, truth)
     assert within(owner["bytes_per_min"], truth["bytes_per_min"], 0.25), (owner, truth)
