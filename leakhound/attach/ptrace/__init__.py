@@ -70,7 +70,9 @@ the single step) are signals the kernel forces: a forced signal that is blocked 
 and its handler reset to SIG_DFL, process-wide, so the stop's mask leaves them unblocked,
 and a process that ignores SIGSEGV or SIGTRAP is declined before any stop. A system call
 that the stop interrupts and the kernel does not restart (epoll_wait, sigtimedwait) returns
-EINTR, as it does under any ptrace attach; Python retries it (PEP 475). A fault inside the
+EINTR, as it does under any ptrace attach; Python retries it (PEP 475). But an idle loop's
+long epoll_wait made by CPython's select module returns 0 ("no events"), so that the loop
+runs Python code and with it the bootstrap (stop.idle_wait). A fault inside the
 injected code is never forwarded (it would kill the worker for our mistake): the registers
 are restored and the injection fails. The helper blocks its own signals during the stop.
 """

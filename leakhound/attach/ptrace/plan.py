@@ -28,6 +28,9 @@ PENDING_FUNCTIONS = (
 )
 LIBPYTHON = re.compile(r"/libpython\d\.\d+[^/]*\.so[^/]*$")
 LIBC = re.compile(r"/(libc\.so(\.\d+)*|libc-[\d.]+\.so|ld-musl-[^/]*\.so[^/]*)$")
+# The stdlib's select extension (lib-dynload/select.cpython-311-x86_64-linux-gnu.so ...): its
+# epoll.poll is the one caller of epoll_wait in CPython (stop.idle_wait).
+SELECT_MODULE = re.compile(r"/select\.[^/]*\.so$")
 # glibc's syscall(): "syscall; cmp $-4095,%rax"; musl and others: the first syscall opcode.
 _GLIBC_SYSCALL = b"\x0f\x05\x48\x3d\x01\xf0\xff\xff"
 
@@ -55,6 +58,12 @@ class Plan:
     # The pending-calls lock is a PyMutex (3.13+: its libpython exports PyMutex_Lock), whose
     # wait parks the thread and may not be abandoned (tracee.Tracee._abandon).
     lock_parks: bool = False
+    # CPython's own code, where a call of epoll_wait comes from its select module (the select
+    # extension's text, and the python object's, which holds the module when it is built in),
+    # and every other executable mapping but libc's: how stop.idle_wait tells who called
+    # the epoll_wait the main thread is blocked in.
+    wake_ranges: tuple[tuple[int, int], ...] = ()
+    other_code_ranges: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -174,6 +183,21 @@ def pending_ranges(elf: ElfFile, bias: int) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(set(ranges)))
 
 
+def code_ranges(maps: list[Mapping], python_path: str, libc_path: str) -> tuple[
+        tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """The executable mappings of CPython's select module (its extension, or the python object
+    it is built into), and those of everything else but libc."""
+    wake, other = [], []
+    for m in maps:
+        if "x" not in m.perms or m.path == libc_path:
+            continue
+        if m.path == python_path or SELECT_MODULE.search(m.path.removesuffix(" (deleted)")):
+            wake.append((m.start, m.end))
+        else:
+            other.append((m.start, m.end))
+    return tuple(wake), tuple(other)
+
+
 def plan(pid: int) -> Plan:
     if not available():
         raise MethodUnavailable(f"the ptrace method supports x86-64 Linux only, not {platform.machine()}")
@@ -211,6 +235,7 @@ def plan(pid: int) -> Plan:
     syscall_insn = _checked_address(
         pid, libc, libc_bias, Symbol("syscall instruction", syscall_fn.value + at, 2)
     )
+    wake, other = code_ranges(maps, python_path, libc_path)
     return Plan(
         pid=pid,
         python_object=python_path,
@@ -219,4 +244,6 @@ def plan(pid: int) -> Plan:
         syscall_insn=syscall_insn,
         pending_ranges=pending_ranges(python, python_bias),
         lock_parks="PyMutex_Lock" in python.functions,
+        wake_ranges=wake,
+        other_code_ranges=other,
     )

@@ -77,6 +77,56 @@ def may_hold_pending_lock(pid: int, regs: _t.Regs, ranges: list[tuple[int, int]]
     return ""
 
 
+# An idle main thread blocked in epoll_wait(2) for longer than this (ms; or with no timeout),
+# called from CPython's select module, is woken as the bootstrap is queued (idle_wait).
+WAKE_AFTER_MS = 200
+_SYS_EPOLL_WAIT = 232
+_SYS_EPOLL_PWAIT = 281
+_EINTR = (1 << 64) - 4  # rax: -EINTR, what an epoll_wait the stop interrupted returns
+_RETURN_SCAN = 128
+
+
+def idle_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
+    """Why the main thread may be woken with no events, or "" to leave it be.
+
+    An asyncio worker at rest has its main thread in epoll_wait with no timeout (nothing
+    scheduled) or a long one: the queued bootstrap waits for its next bytecode, which may
+    not come for hours (TargetBlocked). The stop interrupted the wait, which returns EINTR,
+    and CPython's select module retries it without running Python code (PEP 475). Ending it
+    with 0, "no events, the timeout passed", returns an empty list to the select module's
+    caller instead (selectors, asyncio's loop: the loop goes round once and waits again),
+    and the bootstrap runs. Only then: an epoll_wait (no signal mask of its own) that the
+    stop interrupted, waiting more than WAKE_AFTER_MS, whose caller is CPython's code (the
+    first return address on the stack outside libc lies in the select module; see
+    plan.code_ranges). A wait of a C library's (libzmq's poll, libuv's epoll) may not take
+    an early 0 as a timeout: it is left alone."""
+    if regs.rax != _EINTR or regs.orig_rax not in (_SYS_EPOLL_WAIT, _SYS_EPOLL_PWAIT):
+        return ""
+    if regs.orig_rax == _SYS_EPOLL_PWAIT and regs.r8:
+        return ""  # its own signal mask, which the kernel puts back as the call returns
+    timeout = regs.r10 & 0xFFFFFFFF
+    timeout = timeout - (1 << 32) if timeout >= 1 << 31 else timeout
+    if 0 <= timeout <= WAKE_AFTER_MS:
+        return ""
+
+    def within(address: int, ranges: list[list[int]]) -> bool:
+        return any(lo <= address < hi for lo, hi in ranges)
+
+    try:
+        stack = _t.read_memory(pid, regs.rsp, _RETURN_SCAN)
+    except OSError:
+        return ""
+    wake, other = plan.get("wake_ranges") or [], plan.get("other_code_ranges") or []
+    for i in range(0, len(stack) - 7, 8):
+        word = int.from_bytes(stack[i:i + 8], "little")
+        if within(word, wake):
+            return (f"the main thread waits in epoll_wait ({'no timeout' if timeout < 0 else f'{timeout} ms'}) "
+                    "for CPython's select module: woken with no events")
+        if within(word, other):
+            return ""
+    return ""
+
+
 def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
             tracee_class: type[_t.Tracee] = _t.Tracee) -> dict[str, Any]:
     """One stop. Returns {queued, stop_ms, reason, retry, page}; raises OSError only when
@@ -118,6 +168,11 @@ def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
             raise _t.Retry("the pending-call queue is full")
         outcome["queued"], outcome["page"] = True, page
         hook("called")
+        woken = idle_wait(pid, tracee.saved_regs, plan) if tracee.saved_regs is not None else ""
+        if woken and tracee.saved_regs is not None:
+            # Restored as having returned 0, not to be restarted (orig_rax -1).
+            tracee.saved_regs.rax, tracee.saved_regs.orig_rax = 0, _t.NO_SYSCALL
+            outcome["woke"] = woken
     except _t.Retry as exc:
         outcome["reason"], outcome["retry"] = str(exc), True
     except _t.Abort as exc:
@@ -195,6 +250,7 @@ def run(request: dict[str, Any], log: _t.Log, hook: Hook,
             raise Failure("AttachFailed", f"ptrace on process {pid} failed: {exc}") from None
         log(f"attempt {number}: stopped {outcome['stop_ms']:.3f} ms"
             + (f", bootstrap at {outcome['page']:#x}" if outcome["queued"] else "")
+            + (f"; {outcome['woke']}" if outcome.get("woke") else "")
             + (f" ({outcome['reason']})" if outcome["reason"] else ""))
         if outcome["queued"]:
             return {"ok": True, "stop_ms": outcome["stop_ms"], "attempts": number, "page": outcome["page"]}

@@ -1,0 +1,95 @@
+"""A worker at rest: its main thread blocked in epoll_wait with nothing to do.
+
+Before, every method failed there (TargetBlocked after 10 s: the queued bootstrap waits for a
+bytecode that an idle asyncio loop with nothing scheduled never runs). The ptrace stop now
+ends such a wait with "no events" when CPython's select module made it (stop.idle_wait): the
+loop goes round once and the bootstrap runs. A wait of a C library's is never ended early.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.pythons import installed_pythons
+from tests.utils import assert_only_the_payload_stays, run_cli, spawn_target, wait_until, within
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
+
+_PYTHONS = installed_pythons()
+_THIS = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _ask(path: Path) -> dict[str, Any]:
+    """The idle loop's report, through its own server: it answers only if its loop runs."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(path))
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return dict(json.loads(data))
+
+
+def _idle_wait(pid: int) -> list[int]:
+    """The main thread's system call and its first four arguments, once it is blocked in one
+    (/proc/PID/syscall says "running" while it runs)."""
+    def blocked() -> list[str]:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+        return fields if fields[0].isdigit() else []
+
+    fields = wait_until(blocked, what="the main thread blocked in a system call")
+    return [int(fields[0])] + [int(f, 16) for f in fields[1:5]]
+
+
+@pytest.mark.parametrize(("mode", "version"), [
+    ("timer", _THIS),
+    *(("forever", version) for version in _PYTHONS),
+])
+def test_an_idle_asyncio_worker_is_inspected_and_keeps_serving(tmp_path: Path, mode: str, version: str) -> None:
+    sock = tmp_path / "idle.sock"
+    env = {"FIXTURE_IDLE": mode, "FIXTURE_SOCKET": str(sock)}
+    with spawn_target("idle_loop", tmp_path, python=_PYTHONS[version], env=env) as child:
+        truth = child.report(refresh=False)["truth"]
+        call = _idle_wait(child.pid)
+        assert call[0] == 232, call  # epoll_wait(epfd, events, maxevents, timeout)
+        assert (call[4] == 2**32 - 1) if mode == "forever" else (3_590_000 < call[4] <= 3_600_000), call
+        began = time.monotonic()
+        done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
+        took = time.monotonic() - began
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "for CPython's select module: woken with no events" in done.stderr, done.stderr[-3000:]
+        doc = json.loads(done.stdout)
+        after = _ask(sock)  # the loop still serves
+        # ... and waits again as it did, its hour-long timer not run early
+        assert _idle_wait(child.pid)[0] == 232
+    assert took < 10.0, took  # (it was TargetBlocked at the 10 s safe-point wait)
+    assert after["fired"] is False
+    assert_only_the_payload_stays(after["modules"])
+    assert doc["heap"]["owner_model"] == "dominator"
+    owner = doc["owners"][0]
+    assert owner["path"] == "__main__.REGISTRY", [o["path"] for o in doc["owners"][:5]]
+    assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
+
+
+def test_a_wait_of_a_c_librarys_is_never_ended_early(tmp_path: Path) -> None:
+    # epoll_wait called through ctypes (libffi's code returns to it, not the select module):
+    # the stop interrupts it (EINTR, as any ptrace attach does) and leaves it at that; ctypes
+    # hands the EINTR to the Python code that called it, whose next bytecode runs the
+    # bootstrap.
+    with spawn_target("idle_loop", tmp_path, env={"FIXTURE_IDLE": "libc"}) as child:
+        assert _idle_wait(child.pid)[0] == 232
+        done = run_cli("-v", "inspect", str(child.pid), "--method", "ptrace", timeout=60)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "woken" not in done.stderr
+        report = child.signal_and_report(signal.SIGUSR1)
+    returns = report["returns"]
+    assert returns and all(rc == -1 and err == 4 for rc, err in returns), returns  # EINTR only, never a 0
+    assert_only_the_payload_stays(report["modules"])

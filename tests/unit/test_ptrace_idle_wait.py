@@ -1,0 +1,80 @@
+"""Which blocked waits the ptrace stop ends with "no events" (stop.idle_wait), without a
+target: the registers of an interrupted epoll_wait, and a stack in this process's memory
+(read back with process_vm_readv, as the helper reads the target's)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import pytest
+
+from leakhound.attach.ptrace import stop
+from leakhound.attach.ptrace.plan import code_ranges, parse_maps
+from leakhound.attach.ptrace.tracee import NO_SYSCALL, Regs
+
+SELECT_SO = "/opt/py/lib/python3.11/lib-dynload/select.cpython-311-x86_64-linux-gnu.so"
+MAPS = f"""\
+55d0c0a00000-55d0c0a01000 r-xp 00000000 08:01 1311 /opt/py/bin/python3.11
+7f1000028000-7f10001bd000 r-xp 00028000 08:01 2001 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f2000000000-7f2000100000 r-xp 00000000 08:01 3001 /opt/py/lib/libpython3.11.so.1.0
+7f3000000000-7f3000008000 r-xp 00002000 08:01 4001 {SELECT_SO}
+7f3000008000-7f300000a000 r--p 0000a000 08:01 4001 {SELECT_SO}
+7f4000000000-7f4000040000 r-xp 00000000 08:01 5001 /opt/venv/lib/libzmq.so.5
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+"""
+LIBC, PYTHON = "/usr/lib/x86_64-linux-gnu/libc.so.6", "/opt/py/lib/libpython3.11.so.1.0"
+IN_LIBC, IN_SELECT, IN_ZMQ, IN_PYTHON = 0x7F1000030000, 0x7F3000001234, 0x7F4000001234, 0x7F2000004321
+EINTR = (1 << 64) - 4
+
+
+def test_code_ranges_are_the_select_module_and_python_then_all_else_but_libc() -> None:
+    wake, other = code_ranges(parse_maps(MAPS), PYTHON, LIBC)
+    assert wake == ((0x7F2000000000, 0x7F2000100000), (0x7F3000000000, 0x7F3000008000))
+    assert other == ((0x55D0C0A00000, 0x55D0C0A01000), (0x7F4000000000, 0x7F4000040000))
+
+
+def _plan() -> dict[str, object]:
+    wake, other = code_ranges(parse_maps(MAPS), PYTHON, LIBC)
+    return {"wake_ranges": [list(r) for r in wake], "other_code_ranges": [list(r) for r in other]}
+
+
+def _regs(stack: ctypes.Array[ctypes.c_uint64], *, nr: int = 232, rax: int = EINTR, timeout: int = -1,
+          sigmask: int = 0) -> Regs:
+    regs = Regs()
+    regs.orig_rax, regs.rax, regs.r10, regs.r8 = nr, rax, timeout & 0xFFFFFFFF, sigmask
+    regs.rsp = ctypes.addressof(stack)
+    return regs
+
+
+def _stack(*words: int) -> ctypes.Array[ctypes.c_uint64]:
+    return (ctypes.c_uint64 * 16)(*words)
+
+
+def test_an_interrupted_epoll_wait_of_the_select_module_is_woken() -> None:
+    stack = _stack(0, 7, IN_LIBC, 0x1234, IN_SELECT, IN_ZMQ)  # libc's own words are skipped
+    said = stop.idle_wait(os.getpid(), _regs(stack), _plan())
+    assert said.startswith("the main thread waits in epoll_wait (no timeout) for CPython's select module")
+    long = stop.idle_wait(os.getpid(), _regs(stack, timeout=3_600_000), _plan())
+    assert "(3600000 ms)" in long
+    # built into the python object (no select extension), the same
+    assert stop.idle_wait(os.getpid(), _regs(_stack(IN_PYTHON)), _plan())
+    # epoll_pwait without a signal mask of its own, the same
+    assert stop.idle_wait(os.getpid(), _regs(stack, nr=281), _plan())
+
+
+@pytest.mark.parametrize("case", ["another library's", "no caller found", "short timeout", "zero timeout",
+                                  "not interrupted", "another call", "not in a call", "own mask"])
+def test_every_other_wait_is_left_alone(case: str) -> None:
+    stack = _stack(0, IN_SELECT)
+    regs = {
+        "another library's": lambda: _regs(_stack(IN_ZMQ, IN_SELECT)),  # libzmq's: its return comes first
+        "no caller found": lambda: _regs(_stack(1, 2, 3)),
+        "short timeout": lambda: _regs(stack, timeout=stop.WAKE_AFTER_MS),
+        "zero timeout": lambda: _regs(stack, timeout=0),
+        "not interrupted": lambda: _regs(stack, rax=(1 << 64) - 514),  # -ERESTARTNOHAND: restarted
+        "another call": lambda: _regs(stack, nr=7),  # poll(2): a 0 there is not "no events" for all callers
+        "not in a call": lambda: _regs(stack, nr=NO_SYSCALL),
+        "own mask": lambda: _regs(stack, nr=281, sigmask=0x7FFD00001000),
+    }[case]()
+    assert stop.idle_wait(os.getpid(), regs, _plan()) == ""
