@@ -1,9 +1,13 @@
-"""A worker at rest: its main thread blocked in epoll_wait with nothing to do.
+"""A worker at rest: its main thread blocked in epoll_wait, or in a lock's futex wait, with
+nothing to do.
 
 Before, every method failed there (TargetBlocked after 10 s: the queued bootstrap waits for a
-bytecode that an idle asyncio loop with nothing scheduled never runs). The ptrace stop now
-ends such a wait with "no events" when CPython's select module made it (stop.idle_wait): the
-loop goes round once and the bootstrap runs. A wait of a C library's is never ended early.
+bytecode that an idle asyncio loop with nothing scheduled, or a sync worker in
+``Event().wait()``, ``Queue().get()`` or ``join()``, never runs). The ptrace stop now ends an
+epoll_wait of CPython's select module with "no events" (the loop goes round once), and a futex
+wait of CPython's lock acquisition with EINTR, as when a signal's handler ran (the lock wait
+runs the pending calls and waits again): stop.idle_wait. A wait of a C library's is never
+ended early.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ _PYTHONS = installed_pythons()
 _THIS = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def _ask(path: Path) -> dict[str, Any]:
-    """The idle loop's report, through its own server: it answers only if its loop runs."""
+def _ask(path: Path, command: bytes = b"") -> dict[str, Any]:
+    """The idle worker's report, through its own server (the loop's: it answers only if the
+    loop runs), after ``command``."""
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(10)
         s.connect(str(path))
+        s.sendall(command)
+        s.shutdown(socket.SHUT_WR)
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -76,6 +83,37 @@ def test_an_idle_asyncio_worker_is_inspected_and_keeps_serving(tmp_path: Path, m
     assert doc["heap"]["owner_model"] == "dominator"
     owner = doc["owners"][0]
     assert owner["path"] == "__main__.REGISTRY", [o["path"] for o in doc["owners"][:5]]
+    assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
+
+
+@pytest.mark.parametrize(("mode", "version"), [
+    ("queue", _THIS),
+    *(("event", version) for version in _PYTHONS),
+])
+def test_a_sync_worker_waiting_for_a_lock_is_inspected_and_its_wait_goes_on(tmp_path: Path, mode: str,
+                                                                            version: str) -> None:
+    # The main thread in Event().wait() / Queue().get(): a futex wait under CPython's lock
+    # acquisition, which the stop ends with EINTR; lock.acquire runs the pending calls (the
+    # bootstrap) and waits again: it returns only when the event is set, the item put.
+    sock = tmp_path / "idle.sock"
+    env = {"FIXTURE_IDLE": mode, "FIXTURE_SOCKET": str(sock)}
+    with spawn_target("idle_loop", tmp_path, python=_PYTHONS[version], env=env) as child:
+        truth = child.report(refresh=False)["truth"]
+        assert _idle_wait(child.pid)[0] == 202  # futex
+        began = time.monotonic()
+        done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
+        took = time.monotonic() - began
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "in CPython's lock wait: woken with EINTR" in done.stderr, done.stderr[-3000:]
+        waiting = _ask(sock)
+        assert waiting["returned"] is None  # still waiting: nothing returned early
+        assert _idle_wait(child.pid)[0] == 202
+        done_waiting = _ask(sock, b"set")
+    assert took < 10.0, took
+    assert done_waiting["returned"] == (True if mode == "event" else "item")
+    assert_only_the_payload_stays(waiting["modules"])
+    owner = json.loads(done.stdout)["owners"][0]
+    assert owner["path"] == "__main__.REGISTRY"
     assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
 
 

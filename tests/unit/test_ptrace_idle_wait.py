@@ -1,5 +1,5 @@
-"""Which blocked waits the ptrace stop ends with "no events" (stop.idle_wait), without a
-target: the registers of an interrupted epoll_wait, and a stack in this process's memory
+"""Which blocked waits the ptrace stop ends, and how (stop.idle_wait), without a target: the
+registers of an interrupted epoll_wait or futex wait, and a stack in this process's memory
 (read back with process_vm_readv, as the helper reads the target's)."""
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ MAPS = f"""\
 """
 LIBC, PYTHON = "/usr/lib/x86_64-linux-gnu/libc.so.6", "/opt/py/lib/libpython3.11.so.1.0"
 IN_LIBC, IN_SELECT, IN_ZMQ, IN_PYTHON = 0x7F1000030000, 0x7F3000001234, 0x7F4000001234, 0x7F2000004321
-EINTR = (1 << 64) - 4
+LOCK_WAIT = (0x7F2000002000, 0x7F2000002200)  # PyThread_acquire_lock_timed, say
+IN_LOCK_WAIT = 0x7F2000002070
+EINTR, ERESTARTSYS = (1 << 64) - 4, (1 << 64) - 512
+FUTEX_WAIT_BITSET_PRIVATE, FUTEX_WAKE_PRIVATE = 0x189, 0x81
 
 
 def test_code_ranges_are_the_select_module_and_python_then_all_else_but_libc() -> None:
@@ -36,13 +39,14 @@ def test_code_ranges_are_the_select_module_and_python_then_all_else_but_libc() -
 
 def _plan() -> dict[str, object]:
     wake, other = code_ranges(parse_maps(MAPS), PYTHON, LIBC)
-    return {"wake_ranges": [list(r) for r in wake], "other_code_ranges": [list(r) for r in other]}
+    return {"wake_ranges": [list(r) for r in wake], "other_code_ranges": [list(r) for r in other],
+            "lock_wait_ranges": [list(LOCK_WAIT)]}
 
 
 def _regs(stack: ctypes.Array[ctypes.c_uint64], *, nr: int = 232, rax: int = EINTR, timeout: int = -1,
-          sigmask: int = 0) -> Regs:
+          sigmask: int = 0, op: int = 0) -> Regs:
     regs = Regs()
-    regs.orig_rax, regs.rax, regs.r10, regs.r8 = nr, rax, timeout & 0xFFFFFFFF, sigmask
+    regs.orig_rax, regs.rax, regs.r10, regs.r8, regs.rsi = nr, rax, timeout & 0xFFFFFFFF, sigmask, op
     regs.rsp = ctypes.addressof(stack)
     return regs
 
@@ -54,20 +58,28 @@ def _stack(*words: int) -> ctypes.Array[ctypes.c_uint64]:
 def test_an_interrupted_epoll_wait_of_the_select_module_is_woken() -> None:
     stack = _stack(0, 7, IN_LIBC, 0x1234, IN_SELECT, IN_ZMQ)  # libc's own words are skipped
     said = stop.idle_wait(os.getpid(), _regs(stack), _plan())
-    assert said.startswith("the main thread waits in epoll_wait (no timeout) for CPython's select module")
+    assert said is not None and said[1] == 0  # returns 0: no events
+    assert said[0].startswith("the main thread waits in epoll_wait (no timeout) for CPython's select module")
     long = stop.idle_wait(os.getpid(), _regs(stack, timeout=3_600_000), _plan())
-    assert "(3600000 ms)" in long
+    assert long is not None and "(3600000 ms)" in long[0]
     # built into the python object (no select extension), the same
     assert stop.idle_wait(os.getpid(), _regs(_stack(IN_PYTHON)), _plan())
     # epoll_pwait without a signal mask of its own, the same
     assert stop.idle_wait(os.getpid(), _regs(stack, nr=281), _plan())
 
 
+def test_a_futex_wait_of_cpythons_lock_acquisition_returns_eintr() -> None:
+    stack = _stack(IN_LIBC, 5, IN_LIBC, IN_LOCK_WAIT, IN_PYTHON)
+    said = stop.idle_wait(os.getpid(), _regs(stack, nr=202, rax=ERESTARTSYS, op=FUTEX_WAIT_BITSET_PRIVATE), _plan())
+    assert said is not None and said[1] == EINTR and "lock wait" in said[0]
+
+
 @pytest.mark.parametrize("case", ["another library's", "no caller found", "short timeout", "zero timeout",
-                                  "not interrupted", "another call", "not in a call", "own mask"])
+                                  "not interrupted", "another call", "not in a call", "own mask",
+                                  "futex of the GIL", "futex of a library", "futex wake", "futex not interrupted"])
 def test_every_other_wait_is_left_alone(case: str) -> None:
     stack = _stack(0, IN_SELECT)
-    regs = {
+    regs: Regs = {
         "another library's": lambda: _regs(_stack(IN_ZMQ, IN_SELECT)),  # libzmq's: its return comes first
         "no caller found": lambda: _regs(_stack(1, 2, 3)),
         "short timeout": lambda: _regs(stack, timeout=stop.WAKE_AFTER_MS),
@@ -76,5 +88,11 @@ def test_every_other_wait_is_left_alone(case: str) -> None:
         "another call": lambda: _regs(stack, nr=7),  # poll(2): a 0 there is not "no events" for all callers
         "not in a call": lambda: _regs(stack, nr=NO_SYSCALL),
         "own mask": lambda: _regs(stack, nr=281, sigmask=0x7FFD00001000),
+        # a futex wait elsewhere in CPython (the GIL's condition variable) or a library's
+        "futex of the GIL": lambda: _regs(_stack(IN_PYTHON, IN_LOCK_WAIT), nr=202, rax=ERESTARTSYS,
+                                          op=FUTEX_WAIT_BITSET_PRIVATE),
+        "futex of a library": lambda: _regs(_stack(IN_ZMQ, IN_LOCK_WAIT), nr=202, rax=ERESTARTSYS, op=0x80),
+        "futex wake": lambda: _regs(_stack(IN_LOCK_WAIT), nr=202, rax=ERESTARTSYS, op=FUTEX_WAKE_PRIVATE),
+        "futex not interrupted": lambda: _regs(_stack(IN_LOCK_WAIT), nr=202, rax=0, op=FUTEX_WAIT_BITSET_PRIVATE),
     }[case]()
-    assert stop.idle_wait(os.getpid(), regs, _plan()) == ""
+    assert stop.idle_wait(os.getpid(), regs, _plan()) is None

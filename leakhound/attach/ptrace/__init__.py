@@ -71,8 +71,9 @@ and its handler reset to SIG_DFL, process-wide, so the stop's mask leaves them u
 and a process that ignores SIGSEGV or SIGTRAP is declined before any stop. A system call
 that the stop interrupts and the kernel does not restart (epoll_wait, sigtimedwait) returns
 EINTR, as it does under any ptrace attach; Python retries it (PEP 475). But an idle loop's
-long epoll_wait made by CPython's select module returns 0 ("no events"), so that the loop
-runs Python code and with it the bootstrap (stop.idle_wait). A fault inside the
+long epoll_wait made by CPython's select module returns 0 ("no events"), and a futex wait of
+CPython's lock acquisition returns EINTR (as after a signal's handler), so that the main
+thread runs the bootstrap (stop.idle_wait). A fault inside the
 injected code is never forwarded (it would kill the worker for our mistake): the registers
 are restored and the injection fails. The helper blocks its own signals during the stop.
 """

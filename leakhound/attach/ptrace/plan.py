@@ -30,6 +30,9 @@ LIBPYTHON = re.compile(r"/libpython\d\.\d+[^/]*\.so[^/]*$")
 LIBC = re.compile(r"/(libc\.so(\.\d+)*|libc-[\d.]+\.so|ld-musl-[^/]*\.so[^/]*)$")
 # The stdlib's select extension (lib-dynload/select.cpython-311-x86_64-linux-gnu.so ...): its
 # epoll.poll is the one caller of epoll_wait in CPython (stop.idle_wait).
+# Where CPython waits for a lock, a futex wait that handles EINTR as a signal (3.13: under its
+# parking lot).
+LOCK_WAIT_FUNCTIONS = ("PyThread_acquire_lock_timed", "_PySemaphore_Wait")
 SELECT_MODULE = re.compile(r"/select\.[^/]*\.so$")
 # glibc's syscall(): "syscall; cmp $-4095,%rax"; musl and others: the first syscall opcode.
 _GLIBC_SYSCALL = b"\x0f\x05\x48\x3d\x01\xf0\xff\xff"
@@ -64,6 +67,9 @@ class Plan:
     # the epoll_wait the main thread is blocked in.
     wake_ranges: tuple[tuple[int, int], ...] = ()
     other_code_ranges: tuple[tuple[int, int], ...] = ()
+    # CPython's lock waits (LOCK_WAIT_FUNCTIONS), where a futex wait the stop interrupts may
+    # return EINTR (stop.idle_wait).
+    lock_wait_ranges: tuple[tuple[int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -246,4 +252,6 @@ def plan(pid: int) -> Plan:
         lock_parks="PyMutex_Lock" in python.functions,
         wake_ranges=wake,
         other_code_ranges=other,
+        lock_wait_ranges=tuple((python_bias + f.value, python_bias + python.end_of(f)) for name in LOCK_WAIT_FUNCTIONS
+                               if (f := python.functions.get(name)) is not None),
     )

@@ -82,49 +82,71 @@ def may_hold_pending_lock(pid: int, regs: _t.Regs, ranges: list[tuple[int, int]]
 WAKE_AFTER_MS = 200
 _SYS_EPOLL_WAIT = 232
 _SYS_EPOLL_PWAIT = 281
-_EINTR = (1 << 64) - 4  # rax: -EINTR, what an epoll_wait the stop interrupted returns
-_RETURN_SCAN = 128
+_NEG = 1 << 64
+_EINTR = _NEG - 4  # rax: -EINTR, what an epoll_wait the stop interrupted returns
+# -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND, -ERESTART_RESTARTBLOCK, -EINTR: a system
+# call the stop interrupted (the kernel restarts the first four as the thread resumes)
+_INTERRUPTED = (_NEG - 512, _NEG - 513, _NEG - 514, _NEG - 516, _EINTR)
+_RETURN_SCAN = 512
 
 
-def idle_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
-    """Why the main thread may be woken with no events, or "" to leave it be.
-
-    An asyncio worker at rest has its main thread in epoll_wait with no timeout (nothing
-    scheduled) or a long one: the queued bootstrap waits for its next bytecode, which may
-    not come for hours (TargetBlocked). The stop interrupted the wait, which returns EINTR,
-    and CPython's select module retries it without running Python code (PEP 475). Ending it
-    with 0, "no events, the timeout passed", returns an empty list to the select module's
-    caller instead (selectors, asyncio's loop: the loop goes round once and waits again),
-    and the bootstrap runs. Only then: an epoll_wait (no signal mask of its own) that the
-    stop interrupted, waiting more than WAKE_AFTER_MS, whose caller is CPython's code (the
-    first return address on the stack outside libc lies in the select module; see
-    plan.code_ranges). A wait of a C library's (libzmq's poll, libuv's epoll) may not take
-    an early 0 as a timeout: it is left alone."""
-    if regs.rax != _EINTR or regs.orig_rax not in (_SYS_EPOLL_WAIT, _SYS_EPOLL_PWAIT):
-        return ""
-    if regs.orig_rax == _SYS_EPOLL_PWAIT and regs.r8:
-        return ""  # its own signal mask, which the kernel puts back as the call returns
-    timeout = regs.r10 & 0xFFFFFFFF
-    timeout = timeout - (1 << 32) if timeout >= 1 << 31 else timeout
-    if 0 <= timeout <= WAKE_AFTER_MS:
-        return ""
-
-    def within(address: int, ranges: list[list[int]]) -> bool:
-        return any(lo <= address < hi for lo, hi in ranges)
+def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
+    """Who made the system call: "select" (CPython's select module), "lock" (CPython's lock
+    wait), or "" (someone else, or not found). The first word on the stack that points into
+    code outside libc (whose own frames come first) is taken as the return address."""
+    def within(address: int, key: str) -> bool:
+        return any(lo <= address < hi for lo, hi in plan.get(key) or ())
 
     try:
         stack = _t.read_memory(pid, regs.rsp, _RETURN_SCAN)
     except OSError:
         return ""
-    wake, other = plan.get("wake_ranges") or [], plan.get("other_code_ranges") or []
     for i in range(0, len(stack) - 7, 8):
         word = int.from_bytes(stack[i:i + 8], "little")
-        if within(word, wake):
-            return (f"the main thread waits in epoll_wait ({'no timeout' if timeout < 0 else f'{timeout} ms'}) "
-                    "for CPython's select module: woken with no events")
-        if within(word, other):
+        if within(word, "lock_wait_ranges"):
+            return "lock"
+        if within(word, "wake_ranges"):
+            return "select"
+        if within(word, "other_code_ranges"):
             return ""
     return ""
+
+
+def idle_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> tuple[str, int] | None:
+    """How to end the main thread's blocking wait so that it runs the bootstrap: (why, the
+    value the system call returns instead), or None to leave it be.
+
+    A worker at rest has its main thread blocked: an asyncio loop with nothing scheduled in
+    epoll_wait with no timeout (or a long one), a sync worker in ``thread.join()``,
+    ``Event.wait()``, ``queue.get()`` (a lock's futex wait). The queued bootstrap waits for
+    Python code that may not run for hours (TargetBlocked). The stop interrupted the wait;
+    CPython retries it as it resumes without running Python code (the kernel restarts the
+    futex wait; the select module retries an epoll_wait's EINTR, PEP 475). So:
+
+    - an epoll_wait of CPython's select module (no signal mask of its own, waiting more than
+      WAKE_AFTER_MS) returns 0, "no events, the timeout passed": the select module's caller
+      (selectors, asyncio's loop) gets an empty list, goes round once and waits again;
+    - a futex wait of CPython's lock acquisition (PyThread_acquire_lock_timed, 3.13's
+      _PySemaphore_Wait) returns EINTR, as when a signal's handler ran: ``lock.acquire``
+      runs the pending calls (Py_MakePendingCalls, as it does for signal handlers) and waits
+      again for the time left; a wait that does not handle signals just waits again.
+
+    Nothing else: a wait of a C library's (libzmq's poll, libuv's epoll) may not take an
+    early 0 as a timeout, and ``time.sleep`` would end early."""
+    if regs.rax not in _INTERRUPTED:
+        return None
+    if regs.orig_rax in (_SYS_EPOLL_WAIT, _SYS_EPOLL_PWAIT):
+        if regs.rax != _EINTR or (regs.orig_rax == _SYS_EPOLL_PWAIT and regs.r8):
+            return None  # not interrupted as expected, or its own signal mask to put back
+        timeout = regs.r10 & 0xFFFFFFFF
+        timeout = timeout - (1 << 32) if timeout >= 1 << 31 else timeout
+        if 0 <= timeout <= WAKE_AFTER_MS or _caller(pid, regs, plan) != "select":
+            return None
+        waits = "no timeout" if timeout < 0 else f"{timeout} ms"
+        return f"the main thread waits in epoll_wait ({waits}) for CPython's select module: woken with no events", 0
+    if _t.futex_wait(regs) and _caller(pid, regs, plan) == "lock":
+        return "the main thread waits for a lock (a futex) in CPython's lock wait: woken with EINTR", _EINTR
+    return None
 
 
 def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
@@ -168,11 +190,11 @@ def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
             raise _t.Retry("the pending-call queue is full")
         outcome["queued"], outcome["page"] = True, page
         hook("called")
-        woken = idle_wait(pid, tracee.saved_regs, plan) if tracee.saved_regs is not None else ""
-        if woken and tracee.saved_regs is not None:
-            # Restored as having returned 0, not to be restarted (orig_rax -1).
-            tracee.saved_regs.rax, tracee.saved_regs.orig_rax = 0, _t.NO_SYSCALL
-            outcome["woke"] = woken
+        woken = idle_wait(pid, tracee.saved_regs, plan) if tracee.saved_regs is not None else None
+        if woken is not None and tracee.saved_regs is not None:
+            # Restored as having returned that value, not to be restarted (orig_rax -1).
+            tracee.saved_regs.rax, tracee.saved_regs.orig_rax = woken[1], _t.NO_SYSCALL
+            outcome["woke"] = woken[0]
     except _t.Retry as exc:
         outcome["reason"], outcome["retry"] = str(exc), True
     except _t.Abort as exc:
