@@ -21,7 +21,7 @@ from leakhound.attach.base import AttachLog
 from leakhound.attach.channel import Partial, PrivateChannel, Progress
 from leakhound.attach.deadline import FOLLOW_PROGRESS, Deadline
 from leakhound.attach.memory_limit import CostMeter, MemoryCost, memory_room, request_budget
-from leakhound.attach.process import Target, namespace_pid, resolve_target
+from leakhound.attach.process import Target, main_thread_sleep, namespace_pid, resolve_target
 from leakhound.attach.pyspy import py_spy_dump
 from leakhound.errors import (
     MemoryBudgetReached,
@@ -29,6 +29,7 @@ from leakhound.errors import (
     ProtocolViolation,
     RemoteError,
     RequestCancelled,
+    TargetBlocked,
     TargetBusy,
     UnsupportedPython,
 )
@@ -164,6 +165,7 @@ def _run(
         return RemoteResult(target, chosen, result, 0.0, 0.0)
     if chosen not in (Method.PTRACE, Method.GDB, Method.REMOTE_EXEC):
         raise MethodUnavailable(f"unknown method {chosen!r}; choose one of {', '.join(METHOD_NAMES)}")
+    start_timeout = _safe_point_wait(pid, chosen, deadline, progress, log)
     with PrivateChannel(uid=target.uid, pid=pid, request=request, version=target.version) as channel:
         meter.on_over = channel.request_cancel
         code = channel.bootstrap_code(namespace_pid(pid))
@@ -189,7 +191,7 @@ def _run(
         deadline.progressed("injected")
         started, result = finish.wait_debugger(channel, pid, facts, lambda: channel.wait(
             pid=pid,
-            start_timeout=min(SAFE_POINT_TIMEOUT, deadline.left()),
+            start_timeout=min(start_timeout, deadline.left()),
             deadline=deadline,
             progress=progress,
             blocked_hint=lambda: py_spy_dump(pid),
@@ -202,6 +204,28 @@ def _run(
         injection.attach_stop_ms,
         float(started.get("main_thread_ms", 0.0)),
     )
+
+
+def _safe_point_wait(pid: int, chosen: Method, deadline: Deadline, progress: Progress | None,
+                     log: AttachLog) -> float:
+    """How long the bootstrap may take to start once queued: SAFE_POINT_TIMEOUT, or, when the
+    main thread sleeps in ``time.sleep`` past that (nothing wakes it for the bootstrap: it
+    would end early), until it wakes. A sleep that ends past the request's limit is said at
+    once (TargetBlocked), before anything is queued."""
+    if chosen not in (Method.PTRACE, Method.GDB):
+        return SAFE_POINT_TIMEOUT
+    sleeping = main_thread_sleep(pid)
+    if sleeping is None or sleeping + 1.0 <= SAFE_POINT_TIMEOUT:
+        return SAFE_POINT_TIMEOUT
+    if sleeping + 1.0 > deadline.limit_left():
+        raise TargetBlocked(
+            f"process {pid}'s main thread sleeps in time.sleep for {sleeping:,.0f} s more, past the request's "
+            f"time ({deadline.limit_left():,.0f} s left); nothing was injected")
+    log(f"the main thread sleeps in time.sleep for up to {sleeping:.1f} s more: the payload starts as it wakes")
+    if progress is not None:
+        progress(f"waiting {sleeping:.0f} s for the main thread's time.sleep", 0)
+    deadline.waits_until(sleeping + 1.0)
+    return sleeping + SAFE_POINT_TIMEOUT
 
 
 def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:

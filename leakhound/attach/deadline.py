@@ -112,6 +112,12 @@ class Deadline:
             if phase:
                 self.last_phase = phase
 
+    def waits_until(self, seconds: float) -> None:
+        """A wait whose end is known (the main thread's ``time.sleep``): the stall window
+        starts when it ends, ``seconds`` from now."""
+        with self._lock:
+            self.last_progress = max(self.last_progress, self.clock() + seconds)
+
     def begin_hold(self) -> None:
         """leakhound itself works on what the request handed over (the payload waits for it
         meanwhile): no stall until ``end_hold``, and the window starts again then."""

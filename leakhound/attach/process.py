@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 
 import psutil
@@ -388,6 +389,67 @@ def _read_bounded(path: str, limit: int) -> bytes:
         return b""
     finally:
         os.close(fd)
+
+
+_SYS_CLOCK_NANOSLEEP = 230
+_SYS_PSELECT6 = 270
+_CLOCK_MONOTONIC = 1
+_TIMER_ABSTIME = 1
+_SYSCALL_BYTES = 512
+
+
+def _timespec(pid: int, address: int) -> float | None:
+    """The ``struct timespec`` at ``address`` in the target, in seconds (None: unreadable)."""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        raw = os.pread(fd, 16, address)
+    except (OSError, OverflowError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) != 16:
+        return None
+    sec, nsec = int.from_bytes(raw[:8], "little", signed=True), int.from_bytes(raw[8:], "little", signed=True)
+    return sec + nsec / 1e9 if sec >= 0 and 0 <= nsec < 1_000_000_000 else None
+
+
+def _monotonic_offset(pid: int) -> float:
+    """How far the target's CLOCK_MONOTONIC is ahead of ours (its time namespace's offset)."""
+    for line in _read_bounded(f"/proc/{pid}/timens_offsets", 256).decode(errors="replace").splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0] in ("monotonic", "1"):
+            try:
+                return int(fields[1]) + int(fields[2]) / 1e9
+            except ValueError:
+                return 0.0
+    return 0.0
+
+
+def main_thread_sleep(pid: int) -> float | None:
+    """Seconds the main thread still sleeps in ``time.sleep`` (at most that: a relative sleep
+    says only what it asked for), or None when it is not sleeping so. ``time.sleep`` is
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) on 3.11+, a select() with no descriptors
+    (pselect6) before; the bootstrap runs when it returns."""
+    fields = _read_bounded(f"/proc/{pid}/syscall", _SYSCALL_BYTES).decode(errors="replace").split()
+    if len(fields) < 7 or not fields[0].isdigit():
+        return None
+    try:
+        nr, args = int(fields[0]), [int(f, 16) for f in fields[1:7]]
+    except ValueError:
+        return None
+    if nr == _SYS_CLOCK_NANOSLEEP and args[0] == _CLOCK_MONOTONIC:
+        at = _timespec(pid, args[2])
+        if at is None:
+            return None
+        if args[1] & _TIMER_ABSTIME:
+            return max(0.0, at - _monotonic_offset(pid) - time.clock_gettime(time.CLOCK_MONOTONIC))
+        return at
+    if nr == _SYS_PSELECT6 and args[0] == 0 and args[4]:
+        return _timespec(pid, args[4])
+    return None
 
 
 def title(pid: int) -> str:

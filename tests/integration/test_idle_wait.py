@@ -117,6 +117,36 @@ def test_a_sync_worker_waiting_for_a_lock_is_inspected_and_its_wait_goes_on(tmp_
     assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
 
 
+@pytest.mark.parametrize("version", sorted({_THIS, "3.10"} & set(_PYTHONS)))
+def test_a_main_thread_in_time_sleep_is_waited_for_not_woken(tmp_path: Path, version: str) -> None:
+    # time.sleep cannot be ended early: the bootstrap waits for it (past the 10 s it would
+    # wait for a safe point), the deadline's stall window with it. clock_nanosleep on 3.11+,
+    # pselect6 with no descriptors on 3.10.
+    env = {"FIXTURE_IDLE": "sleep", "FIXTURE_SLEEP": "13"}
+    with spawn_target("idle_loop", tmp_path, python=_PYTHONS[version], env=env) as child:
+        done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "the main thread sleeps in time.sleep for up to" in done.stderr, done.stderr[-3000:]
+        assert "woken" not in done.stderr
+        truth = child.report(refresh=False)["truth"]
+    owner = json.loads(done.stdout)["owners"][0]
+    assert owner["path"] == "__main__.REGISTRY"
+    assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02)
+
+
+def test_a_sleep_past_the_requests_time_is_said_at_once(tmp_path: Path) -> None:
+    env = {"FIXTURE_IDLE": "sleep", "FIXTURE_SLEEP": "3600"}
+    with spawn_target("idle_loop", tmp_path, env=env) as child:
+        began = time.monotonic()
+        done = run_cli("inspect", str(child.pid), "--method", "ptrace", timeout=120)
+        took = time.monotonic() - began
+        still = _idle_wait(child.pid)[0]
+    assert done.returncode == 6, done.stderr
+    assert "main thread sleeps in time.sleep for 3,5" in done.stderr and "nothing was injected" in done.stderr
+    assert still in (230, 270)  # still asleep, untouched
+    assert took < 10.0, took  # not the 10 s safe-point wait: nothing was queued to wait for
+
+
 def test_a_wait_of_a_c_librarys_is_never_ended_early(tmp_path: Path) -> None:
     # epoll_wait called through ctypes (libffi's code returns to it, not the select module):
     # the stop interrupts it (EINTR, as any ptrace attach does) and leaves it at that; ctypes

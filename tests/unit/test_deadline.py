@@ -101,6 +101,21 @@ def test_leakhounds_own_work_on_a_partial_is_no_stall() -> None:
     assert deadline.expired()
 
 
+def test_a_known_wait_starts_the_stall_window_when_it_ends() -> None:
+    """The main thread's time.sleep, 40 s more: no stall before it wakes, then the window."""
+    clock = Clock()
+    deadline = Deadline.following_progress(GIB, stall=30.0, clock=clock)
+    deadline.waits_until(40.0)
+    clock.now += 69.0
+    assert not deadline.expired()
+    clock.now += 1.0
+    assert deadline.expired()
+    fixed = Deadline.fixed(20.0, clock=clock)  # an explicit --timeout stays what it is
+    fixed.waits_until(40.0)
+    clock.now += 20.0
+    assert fixed.expired()
+
+
 def test_a_hold_does_not_pass_the_ceiling() -> None:
     clock = Clock()
     deadline = Deadline.following_progress(0, stall=30.0, clock=clock)
