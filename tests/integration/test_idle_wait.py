@@ -86,6 +86,27 @@ def test_an_idle_asyncio_worker_is_inspected_and_keeps_serving(tmp_path: Path, m
     assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
 
 
+def test_a_watch_wakes_an_idle_loop_at_every_sample_and_leaves_it_as_it_was(tmp_path: Path) -> None:
+    # Every sample is an injection into the idle loop (woken each time): a few dozen of them,
+    # then the loop still serves, its timer an hour away not run, nothing of leakhound's left
+    # but the payload, and its RSS as it was (within what the payload's first load keeps).
+    sock = tmp_path / "idle.sock"
+    env = {"FIXTURE_IDLE": "timer", "FIXTURE_SOCKET": str(sock)}
+    with spawn_target("idle_loop", tmp_path, env=env) as child:
+        done = run_cli("watch", str(child.pid), "-i", "0.2", "-d", "6", "--full-every", "3", "--json",
+                       "--method", "ptrace", timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        after = _ask(sock)
+        assert _idle_wait(child.pid)[0] == 232
+    samples = [json.loads(line) for line in done.stdout.splitlines() if '"sample"' in line]
+    in_target = [s for s in samples if s["method"] != "rss"]
+    assert len(in_target) >= 10, len(in_target)  # ~25 on a quiet machine
+    assert after["fired"] is False
+    assert_only_the_payload_stays(after["modules"])
+    rss = [s["rss_bytes"] for s in samples]
+    assert max(rss[1:]) - rss[1] < 4 << 20, rss  # (the first sample's request loads the payload)
+
+
 @pytest.mark.parametrize(("mode", "version"), [
     ("queue", _THIS),
     *(("event", version) for version in _PYTHONS),
