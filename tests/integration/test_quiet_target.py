@@ -37,12 +37,14 @@ def test_requests_leave_nothing_in_a_dev_mode_workers_stderr(version: str, tmp_p
     for done in runs:
         assert done.exit_code == 0, done.output
     said = stderr.read_text().splitlines()
-    if version == "3.12":
-        # gdb stops the whole process while it injects (docs/inspect.md, "Methods"): a callback
-        # of the worker's loop it stopped in the middle of can last past asyncio's debug
-        # threshold (100 ms; CI once saw 176 ms on a loaded machine), which -X dev logs. That
-        # line is the worker measuring gdb's stop, not something leakhound said in it.
-        said = [line for line in said if not re.fullmatch(r"Executing <.*> took \d+\.\d+ seconds", line)]
+    # asyncio's debug mode logs a callback of the worker's loop that lasted past 100 ms: the
+    # worker timing the pause it felt (gdb stops the whole process while it injects; the
+    # bootstrap's turn on the main thread), which a loaded machine stretches (CI saw 176 ms
+    # under gdb on 3.12, 116 ms under ptrace on 3.13). That line is a clock, not something
+    # leakhound said in the worker: it is let be, unless it says a pause of a second or more.
+    slow = [line for line in said if re.fullmatch(r"Executing <.*> took \d+\.\d+ seconds", line)]
+    assert all(float(line.rsplit(" took ", 1)[1].split()[0]) < 1.0 for line in slow), slow
+    said = [line for line in said if line not in slow]
     assert said == []
 
 
