@@ -30,10 +30,10 @@ LIBPYTHON = re.compile(r"/libpython\d\.\d+[^/]*\.so[^/]*$")
 LIBC = re.compile(r"/(libc\.so(\.\d+)*|libc-[\d.]+\.so|ld-musl-[^/]*\.so[^/]*)$")
 # The stdlib's select extension (lib-dynload/select.cpython-311-x86_64-linux-gnu.so ...): its
 # epoll.poll is the one caller of epoll_wait in CPython (stop.idle_wait).
+SELECT_MODULE = re.compile(r"/select\.[^/]*\.so$")
 # Where CPython waits for a lock, a futex wait that handles EINTR as a signal (3.13: under its
 # parking lot).
 LOCK_WAIT_FUNCTIONS = ("PyThread_acquire_lock_timed", "_PySemaphore_Wait")
-SELECT_MODULE = re.compile(r"/select\.[^/]*\.so$")
 # glibc's syscall(): "syscall; cmp $-4095,%rax"; musl and others: the first syscall opcode.
 _GLIBC_SYSCALL = b"\x0f\x05\x48\x3d\x01\xf0\xff\xff"
 

@@ -100,7 +100,10 @@ def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
     try:
         stack = _t.read_memory(pid, regs.rsp, _RETURN_SCAN)
     except OSError:
-        return ""
+        try:  # the stack's top mapping may end sooner
+            stack = _t.read_memory(pid, regs.rsp, 128)
+        except OSError:
+            return ""
     for i in range(0, len(stack) - 7, 8):
         word = int.from_bytes(stack[i:i + 8], "little")
         if within(word, "lock_wait_ranges"):
