@@ -164,6 +164,8 @@ def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
                 ) from None
             if status.get("ok"):
                 log(f"bootstrap at {int(status.get('page') or 0):#x} ({size} bytes)")
+                if status.get("woke"):
+                    log(f"gdb: {status['woke']}")
                 return Injection(method=Method.GDB, attach_stop_ms=took, attempts=attempt)
             tracer = tracer_pid(pid)
             if status.get("kind") == "attach" and tracer:

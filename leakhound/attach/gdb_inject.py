@@ -10,6 +10,7 @@
 # (attach/bootstrap_page.py): its address is written over the text's placeholder here.
 import json
 import os
+import re
 import time
 
 import gdb  # noqa: F401 - provided by gdb
@@ -25,6 +26,15 @@ MUNMAP = "((int(*)(unsigned long,unsigned long))munmap)"
 # call). The allocator's locks no longer matter: nothing here calls malloc.
 UNSAFE = ("PendingCall", "pending_call", "fork")
 CALLED = ("Py_AddPendingCall", "PyRun_SimpleString", "mmap", "munmap")
+# A worker at rest (ptrace/stop.py idle_wait, the same rules): an epoll_wait of CPython's
+# select module waiting more than WAKE_AFTER_MS returns 0, "no events"; a futex wait of
+# CPython's lock acquisition returns EINTR, as after a signal's handler. Nothing else.
+WAKE_AFTER_MS = 200
+EINTR = -4
+INTERRUPTED = (-512, -513, -514, -516, EINTR)  # -ERESTART*, -EINTR: interrupted by the stop
+SYS_EPOLL_WAIT, SYS_EPOLL_PWAIT, SYS_FUTEX = 232, 281, 202
+SELECT_MODULE = re.compile(r"/select\.[^/]*\.so$")
+LOCK_WAITS = ("PyThread_acquire_lock_timed", "_PySemaphore_Wait")
 
 
 def python_object():
@@ -65,6 +75,68 @@ def unsafe_frames():
                 break
             depth += 1
     return found
+
+
+def _code_mappings(pid):
+    """(start, end, path) of each executable mapping of the target (/proc/PID/maps)."""
+    out = []
+    with open("/proc/%d/maps" % pid, "rb") as fh:
+        text = fh.read(8 << 20).decode("utf-8", "replace")
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) >= 5 and "x" in fields[1]:
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            out.append((lo, hi, fields[5].strip() if len(fields) > 5 else ""))
+    return out
+
+
+def caller(pid, python):
+    """Who made the main thread's system call: "lock", "select" or "" (see WAKE_AFTER_MS):
+    the first word on its stack that points into code outside libc, taken as the return
+    address (gdb started with --readnever does not unwind libc's frames)."""
+    sp = int(gdb.parse_and_eval("$rsp"))
+    stack = bytes(gdb.selected_inferior().read_memory(sp, 512))
+    code = _code_mappings(pid)
+    for i in range(0, len(stack) - 7, 8):
+        word = int.from_bytes(stack[i:i + 8], "little")
+        path = next((p for lo, hi, p in code if lo <= word < hi), None)
+        if path is None or re.search(r"/libc(\.so[.\d]*|-[\d.]+\.so)$", path):
+            continue
+        if path == python or "libpython" in os.path.basename(path):
+            said = gdb.execute("info symbol %#x" % word, to_string=True)
+            return "lock" if said.split(" ")[0] in LOCK_WAITS else "select"
+        return "select" if SELECT_MODULE.search(path) else ""
+    return ""
+
+
+def idle_wait(pid):
+    """End the main thread's wait for the bootstrap if it is one of a worker at rest: set
+    what its system call returns, not restarted. Returns why, or ""."""
+    frame = gdb.newest_frame()
+
+    def reg(name):
+        return int(frame.read_register(name))
+
+    rax, nr = reg("rax"), reg("orig_rax")
+    if rax not in INTERRUPTED:
+        return ""
+    if nr in (SYS_EPOLL_WAIT, SYS_EPOLL_PWAIT):
+        timeout = reg("r10") & 0xFFFFFFFF
+        timeout = timeout - (1 << 32) if timeout >= 1 << 31 else timeout
+        if rax != EINTR or (nr == SYS_EPOLL_PWAIT and reg("r8")) or 0 <= timeout <= WAKE_AFTER_MS:
+            return ""
+        if caller(pid, python_object()) != "select":
+            return ""
+        value, why = 0, "epoll_wait for CPython's select module: woken with no events"
+    elif nr == SYS_FUTEX and (reg("rsi") & 0x7F) in (0, 9):
+        if caller(pid, python_object()) != "lock":
+            return ""
+        value, why = EINTR, "a lock (a futex) in CPython's lock wait: woken with EINTR"
+    else:
+        return ""
+    gdb.execute("set $rax = %d" % value)
+    gdb.execute("set $orig_rax = -1")
+    return "the main thread waits in " + why
 
 
 def main():
@@ -112,8 +184,14 @@ def main():
     )
     if rc != 0:  # not queued: nothing will run it or unmap it
         gdb.parse_and_eval("%s(%d, %d)" % (MUNMAP, addr, PAGE_SIZE))
+    woke = ""
+    if rc == 0:
+        try:
+            woke = idle_wait(inferior.pid)
+        except (gdb.error, OSError, ValueError):  # a register or a frame it could not read: left as it was
+            woke = ""
     report(ok=rc == 0, retry=rc != 0, reason="" if rc == 0 else "pending-call queue full",
-           check_ms=(time.monotonic() - t0) * 1e3, page=addr)
+           check_ms=(time.monotonic() - t0) * 1e3, page=addr, woke=woke)
 
 
 try:

@@ -138,6 +138,25 @@ def test_a_sync_worker_waiting_for_a_lock_is_inspected_and_its_wait_goes_on(tmp_
     assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
 
 
+@pytest.mark.parametrize("mode", ["forever", "event"])
+def test_the_gdb_fallback_wakes_a_worker_at_rest_by_the_same_rules(tmp_path: Path, mode: str) -> None:
+    # gdb_inject.py: the same registers, the same return-address rule (gdb run --readnever does
+    # not unwind libc's frames), set through gdb's $rax / $orig_rax.
+    sock = tmp_path / "idle.sock"
+    env = {"FIXTURE_IDLE": mode, "FIXTURE_SOCKET": str(sock)}
+    with spawn_target("idle_loop", tmp_path, env=env) as child:
+        wait = _idle_wait(child.pid)[0]
+        done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "gdb", timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        said = "woken with no events" if mode == "forever" else "woken with EINTR"
+        assert "gdb: the main thread waits in " in done.stderr and said in done.stderr, done.stderr[-3000:]
+        after = _ask(sock)
+        assert _idle_wait(child.pid)[0] == wait
+    assert after.get("fired") is not True and after.get("returned") is None
+    assert_only_the_payload_stays(after["modules"])
+    assert json.loads(done.stdout)["owners"][0]["path"] == "__main__.REGISTRY"
+
+
 @pytest.mark.parametrize("version", sorted({_THIS, "3.10"} & set(_PYTHONS)))
 def test_a_main_thread_in_time_sleep_is_waited_for_not_woken(tmp_path: Path, version: str) -> None:
     # time.sleep cannot be ended early: the bootstrap waits for it (past the 10 s it would
@@ -168,14 +187,15 @@ def test_a_sleep_past_the_requests_time_is_said_at_once(tmp_path: Path) -> None:
     assert took < 10.0, took  # not the 10 s safe-point wait: nothing was queued to wait for
 
 
-def test_a_wait_of_a_c_librarys_is_never_ended_early(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["ptrace", "gdb"])
+def test_a_wait_of_a_c_librarys_is_never_ended_early(tmp_path: Path, method: str) -> None:
     # epoll_wait called through ctypes (libffi's code returns to it, not the select module):
     # the stop interrupts it (EINTR, as any ptrace attach does) and leaves it at that; ctypes
     # hands the EINTR to the Python code that called it, whose next bytecode runs the
     # bootstrap.
     with spawn_target("idle_loop", tmp_path, env={"FIXTURE_IDLE": "libc"}) as child:
         assert _idle_wait(child.pid)[0] == 232
-        done = run_cli("-v", "inspect", str(child.pid), "--method", "ptrace", timeout=60)
+        done = run_cli("-v", "inspect", str(child.pid), "--method", method, timeout=60)
         assert done.returncode == 0, done.stderr[-3000:]
         assert "woken" not in done.stderr
         report = child.signal_and_report(signal.SIGUSR1)
