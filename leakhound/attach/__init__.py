@@ -218,9 +218,11 @@ def _safe_point_wait(pid: int, chosen: Method, deadline: Deadline, progress: Pro
     if sleeping is None or sleeping + 1.0 <= SAFE_POINT_TIMEOUT:
         return SAFE_POINT_TIMEOUT
     if sleeping + 1.0 > deadline.limit_left():
+        where = py_spy_dump(pid)
         raise TargetBlocked(
             f"process {pid}'s main thread sleeps in time.sleep for {sleeping:,.0f} s more, past the request's "
-            f"time ({deadline.limit_left():,.0f} s left); nothing was injected")
+            f"time ({deadline.limit_left():,.0f} s left); nothing was injected"
+            + (f"; it is in:\n{where}" if where else ""))
     log(f"the main thread sleeps in time.sleep for up to {sleeping:.1f} s more: the payload starts as it wakes")
     if progress is not None:
         progress(f"waiting {sleeping:.0f} s for the main thread's time.sleep", 0)

@@ -33,7 +33,8 @@ def _clean(result: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_main_thread_blocked_in_a_syscall_times_out_with_its_stack(tmp_path: Path) -> None:
-    with spawn_target("blocked_main", tmp_path) as child:
+    # (a read nobody answers: a time.sleep is refused at once, test_idle_wait.py)
+    with spawn_target("blocked_main", tmp_path, env={"FIXTURE_BLOCK": "read"}) as child:
         result = run_cli("inspect", str(child.pid), "--method", "gdb", "--timeout", "3")
         assert child.proc.poll() is None, "the target must survive"
     assert result.returncode == 6, result.stderr
