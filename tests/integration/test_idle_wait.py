@@ -38,8 +38,12 @@ def _ask(path: Path, command: bytes = b"") -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(10)
         s.connect(str(path))
-        s.sendall(command)
-        s.shutdown(socket.SHUT_WR)
+        try:  # (the loop's server answers at once and closes: it may be gone already)
+            if command:
+                s.sendall(command)
+            s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
         data = b""
         while chunk := s.recv(65536):
             data += chunk
