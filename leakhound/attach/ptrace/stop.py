@@ -58,6 +58,16 @@ def _no_hook(_: str) -> None:
     pass
 
 
+def _stack_words(pid: int, rsp: int, short: int) -> list[int]:
+    """The words at the top of the stopped thread's stack: _STACK_SCAN bytes of it, or
+    ``short`` where fewer are mapped (OSError if not even those)."""
+    try:
+        stack = _t.read_memory(pid, rsp, _STACK_SCAN)
+    except OSError:
+        stack = _t.read_memory(pid, rsp, short)
+    return [int.from_bytes(stack[i:i + 8], "little") for i in range(0, len(stack) - 7, 8)]
+
+
 def may_hold_pending_lock(pid: int, regs: _t.Regs, ranges: list[tuple[int, int]]) -> str:
     def pending(address: int) -> bool:
         return any(lo <= address < hi for lo, hi in ranges)
@@ -66,12 +76,7 @@ def may_hold_pending_lock(pid: int, regs: _t.Regs, ranges: list[tuple[int, int]]
         return f"main thread at {regs.rip:#x}, in the pending-call code"
     if regs.orig_rax != _t.NO_SYSCALL:
         return ""  # blocked in a system call: it holds no pending-calls lock (see __init__)
-    try:
-        stack = _t.read_memory(pid, regs.rsp, _STACK_SCAN)
-    except OSError:
-        stack = _t.read_memory(pid, regs.rsp, 64)
-    for i in range(0, len(stack) - 7, 8):
-        word = int.from_bytes(stack[i:i + 8], "little")
+    for word in _stack_words(pid, regs.rsp, 64):
         if pending(word):
             return f"main thread called from the pending-call code ({word:#x} on its stack)"
     return ""
@@ -87,7 +92,6 @@ _EINTR = _NEG - 4  # rax: -EINTR, what an epoll_wait the stop interrupted return
 # -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND, -ERESTART_RESTARTBLOCK, -EINTR: a system
 # call the stop interrupted (the kernel restarts the first four as the thread resumes)
 _INTERRUPTED = (_NEG - 512, _NEG - 513, _NEG - 514, _NEG - 516, _EINTR)
-_RETURN_SCAN = 512
 
 
 def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
@@ -98,14 +102,10 @@ def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
         return any(lo <= address < hi for lo, hi in plan.get(key) or ())
 
     try:
-        stack = _t.read_memory(pid, regs.rsp, _RETURN_SCAN)
+        words = _stack_words(pid, regs.rsp, 128)
     except OSError:
-        try:  # the stack's top mapping may end sooner
-            stack = _t.read_memory(pid, regs.rsp, 128)
-        except OSError:
-            return ""
-    for i in range(0, len(stack) - 7, 8):
-        word = int.from_bytes(stack[i:i + 8], "little")
+        return ""
+    for word in words:
         if within(word, "lock_wait_ranges"):
             return "lock"
         if within(word, "wake_ranges"):
