@@ -1,4 +1,5 @@
-"""Target venvs with numpy, pandas, Pillow (and torch on 3.11) for the native-buffer tests.
+"""Target venvs with numpy, pandas, Pillow (and torch on 3.11) for the native-buffer tests, and
+with uvloop for the idle-loop tests.
 
 ``native_python(version)`` builds (once, under a lock) a venv for the pyenv CPython ``version``
 holding those packages and not leakhound, cached under ``~/.cache/leakhound/native-pyX.Y-venv``,
@@ -27,27 +28,38 @@ def _cache() -> Path:
 
 
 def native_python(version: str, *, torch: bool = False) -> str:
+    if torch and version != "3.11":
+        pytest.skip("torch's CPU wheel on this machine's disk is for Python 3.11 only")
+    steps = [(".complete", PACKAGES)]
+    if torch:
+        steps.append((".torch", (TORCH,)))
+    return _venv_python(version, f"native-py{version}-venv", steps)
+
+
+def uvloop_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
+    as ``uvloop-pyX.Y-venv``."""
+    return _venv_python(version, f"uvloop-py{version}-venv", [(".complete", ("uvloop",))])
+
+
+def _venv_python(version: str, name: str, steps: list[tuple[str, tuple[str, ...]]]) -> str:
     base = installed_pythons().get(version)
     if base is None:
         pytest.skip(f"no CPython {version} installed here")
-    if torch and version != "3.11":
-        pytest.skip("torch's CPU wheel on this machine's disk is for Python 3.11 only")
-    venv = _cache() / f"native-py{version}-venv"
+    venv = _cache() / name
     python = venv / "bin" / "python"
     _cache().mkdir(parents=True, exist_ok=True)
     with open(str(venv) + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        steps: list[tuple[Path, list[str]]] = []
-        if not (venv / ".complete").exists():
-            steps.append((venv / ".complete", [str(python), "-m", "pip", "install", "-q", *PACKAGES]))
-        if torch and not (venv / ".torch").exists():
-            steps.append((venv / ".torch", [str(python), "-m", "pip", "install", "-q", TORCH]))
-        for marker, command in steps:
+        for marker, packages in steps:
+            if (venv / marker).exists():
+                continue
             if not python.exists():
                 subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=300)
-            done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+            done = subprocess.run([str(python), "-m", "pip", "install", "-q", *packages],
+                                  capture_output=True, text=True, timeout=1800)
             if done.returncode != 0:
-                pytest.skip(f"could not install {' '.join(command[5:])} for Python {version}: "
+                pytest.skip(f"could not install {' '.join(packages)} for Python {version}: "
                             f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-            marker.touch()
+            (venv / marker).touch()
     return str(python)

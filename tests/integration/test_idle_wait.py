@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.native_target import uvloop_python
 from tests.pythons import installed_pythons
 from tests.utils import assert_only_the_payload_stays, run_cli, spawn_target, wait_until, within
 
@@ -112,6 +113,53 @@ def test_a_watch_wakes_an_idle_loop_at_every_sample_and_leaves_it_as_it_was(tmp_
     assert max(rss[1:]) - rss[1] < 4 << 20, rss  # (the first sample's request loads the payload)
 
 
+@pytest.mark.parametrize("version", list(_PYTHONS))
+def test_an_idle_uvloop_worker_runs_the_bootstrap_in_its_wait(tmp_path: Path, version: str) -> None:
+    # libuv retries an interrupted epoll_wait in C and runs no Python code until an event
+    # comes (TargetBlocked at the 10 s safe-point wait before): the stop runs the bootstrap in
+    # the wait, as a libuv callback runs (PyGILState_Ensure, the code, PyGILState_Release).
+    sock = tmp_path / "idle.sock"
+    env = {"FIXTURE_IDLE": "uvloop", "FIXTURE_SOCKET": str(sock)}
+    with spawn_target("idle_loop", tmp_path, python=uvloop_python(version), env=env) as child:
+        truth = child.report(refresh=False)["truth"]
+        call = _idle_wait(child.pid)
+        assert call[0] in (232, 281) and call[4] == 2**32 - 1, call  # epoll_(p)wait, no timeout
+        began = time.monotonic()
+        done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
+        took = time.monotonic() - began
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "for a C library, the GIL let go: the bootstrap ran there" in done.stderr, done.stderr[-3000:]
+        doc = json.loads(done.stdout)
+        after = _ask(sock)  # the loop still serves ...
+        assert _idle_wait(child.pid)[0] == call[0]  # ... and waits again as it did
+    assert took < 10.0, took
+    assert_only_the_payload_stays(after["modules"])
+    assert doc["heap"]["owner_model"] == "dominator"
+    owner = doc["owners"][0]
+    assert owner["path"] == "__main__.REGISTRY", [o["path"] for o in doc["owners"][:5]]
+    assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
+
+
+def test_a_watch_runs_in_an_idle_uvloop_at_every_sample(tmp_path: Path) -> None:
+    # A few dozen runs in the wait: the loop still serves and waits as before, nothing of
+    # leakhound's left but the payload, its RSS as it was.
+    sock = tmp_path / "idle.sock"
+    env = {"FIXTURE_IDLE": "uvloop", "FIXTURE_SOCKET": str(sock)}
+    with spawn_target("idle_loop", tmp_path, python=uvloop_python(_THIS), env=env) as child:
+        call = _idle_wait(child.pid)
+        done = run_cli("watch", str(child.pid), "-i", "0.2", "-d", "6", "--full-every", "3", "--json",
+                       "--method", "ptrace", timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        after = _ask(sock)
+        assert _idle_wait(child.pid)[0] == call[0]
+    samples = [json.loads(line) for line in done.stdout.splitlines() if '"sample"' in line]
+    in_target = [s for s in samples if s["method"] != "rss"]
+    assert len(in_target) >= 10, len(in_target)
+    assert_only_the_payload_stays(after["modules"])
+    rss = [s["rss_bytes"] for s in samples]
+    assert max(rss[1:]) - rss[1] < 4 << 20, rss
+
+
 @pytest.mark.parametrize(("mode", "version"), [
     ("queue", _THIS),
     *(("event", version) for version in _PYTHONS),
@@ -194,18 +242,51 @@ def test_a_sleep_past_the_requests_time_is_said_at_once(tmp_path: Path) -> None:
     assert took < 10.0, took  # not the 10 s safe-point wait: nothing was queued to wait for
 
 
-@pytest.mark.parametrize("method", ["ptrace", "gdb"])
-def test_a_wait_of_a_c_librarys_is_never_ended_early(tmp_path: Path, method: str) -> None:
+@pytest.mark.parametrize(("method", "mode"), [("ptrace", "libc"), ("gdb", "libc"), ("ptrace", "libc-gil")])
+def test_a_wait_of_a_c_librarys_is_never_ended_early(tmp_path: Path, method: str, mode: str) -> None:
     # epoll_wait called through ctypes (libffi's code returns to it, not the select module):
-    # the stop interrupts it (EINTR, as any ptrace attach does) and leaves it at that; ctypes
-    # hands the EINTR to the Python code that called it, whose next bytecode runs the
-    # bootstrap.
-    with spawn_target("idle_loop", tmp_path, env={"FIXTURE_IDLE": "libc"}) as child:
+    # the stop interrupts it (EINTR, as any ptrace attach does) and never makes it return
+    # early. ptrace runs the bootstrap inside the wait (ctypes let the GIL go, as libuv does);
+    # through PyDLL the call keeps the GIL, so it is queued, and ctypes hands the EINTR to the
+    # Python code that called it, whose next bytecode runs it (so does gdb's).
+    with spawn_target("idle_loop", tmp_path, env={"FIXTURE_IDLE": mode}) as child:
         assert _idle_wait(child.pid)[0] == 232
-        done = run_cli("-v", "inspect", str(child.pid), "--method", method, timeout=60)
-        assert done.returncode == 0, done.stderr[-3000:]
+        frozen = mode == "libc-gil"  # no thread runs Python code: the payload's does not either
+        done = run_cli("-v", "inspect", str(child.pid), "--method", method, *(("--timeout", "6") if frozen else ()),
+                       timeout=60)
+        assert done.returncode == (14 if frozen else 0), done.stderr[-3000:]
         assert "woken" not in done.stderr
-        report = child.signal_and_report(signal.SIGUSR1)
+        ran_there = "for a C library, the GIL let go: the bootstrap ran there" in done.stderr
+        assert ran_there is ((method, mode) == ("ptrace", "libc")), done.stderr[-3000:]
+        if frozen:
+            assert "holding the GIL (PyGILState_Check): the bootstrap is queued" in done.stderr
+        report = child.signal_and_report(signal.SIGUSR1)  # (the payload then sees it was cancelled)
     returns = report["returns"]
     assert returns and all(rc == -1 and err == 4 for rc, err in returns), returns  # EINTR only, never a 0
     assert_only_the_payload_stays(report["modules"])
+
+
+@pytest.mark.parametrize("mode", ["uvloop", "forever"])
+def test_killing_leakhound_while_it_wakes_or_runs_in_a_resting_loop_leaves_it_unharmed(tmp_path: Path,
+                                                                                    mode: str) -> None:
+    # The CLI SIGKILLed right after each step of a stop that ends an idle wait (asyncio's) or
+    # runs the bootstrap in it (uvloop's): the helper finishes the stop, the loop serves and
+    # waits again as before, its main thread untraced with its signal mask as it was, and
+    # nothing is left (no private directory, no bootstrap page).
+    from tests.integration.test_ptrace_kills import check_nothing_left, kill_at, main_thread_status
+
+    sock = tmp_path / "idle.sock"
+    env = {"FIXTURE_IDLE": mode, "FIXTURE_SOCKET": str(sock)}
+    python = uvloop_python(_THIS) if mode == "uvloop" else _PYTHONS[_THIS]
+    with spawn_target("idle_loop", tmp_path, python=python, env=env) as child:
+        call = _idle_wait(child.pid)
+        mask = main_thread_status(child.pid)["SigBlk"]
+        for step in ("written", "called", "restored", "detached"):
+            log = kill_at(child, tmp_path, step, signal.SIGKILL, ["-v", "inspect"])
+            assert ("the bootstrap ran there" if mode == "uvloop" else "woken with no events") in log, log
+            check_nothing_left(child, log)
+            status = main_thread_status(child.pid)
+            assert status["TracerPid"].strip() == "0" and status["SigBlk"] == mask, status
+            after = _ask(sock)
+            assert_only_the_payload_stays(after["modules"])
+            assert _idle_wait(child.pid)[0] == call[0]

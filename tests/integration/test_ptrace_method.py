@@ -64,6 +64,9 @@ def test_plan_resolves_the_addresses_this_interpreter_sees() -> None:
     api = ctypes.pythonapi
     assert plan.add_pending_call == ctypes.cast(api.Py_AddPendingCall, ctypes.c_void_p).value
     assert plan.run_simple_string == ctypes.cast(api.PyRun_SimpleString, ctypes.c_void_p).value
+    for field, name in (("gil_check", "PyGILState_Check"), ("gil_ensure", "PyGILState_Ensure"),
+                        ("gil_release", "PyGILState_Release")):
+        assert getattr(plan, field) == ctypes.cast(getattr(api, name), ctypes.c_void_p).value, field
     assert any(lo <= plan.add_pending_call < hi for lo, hi in plan.pending_ranges)
     with open(f"/proc/{os.getpid()}/mem", "rb") as mem:
         mem.seek(plan.syscall_insn)

@@ -96,3 +96,41 @@ def test_every_other_wait_is_left_alone(case: str) -> None:
         "futex not interrupted": lambda: _regs(_stack(IN_LOCK_WAIT), nr=202, rax=0, op=FUTEX_WAIT_BITSET_PRIVATE),
     }[case]()
     assert stop.idle_wait(os.getpid(), regs, _plan()) is None
+
+
+GIL = {"gil_check": 0x7F2000003000, "gil_ensure": 0x7F2000003100, "gil_release": 0x7F2000003200}
+
+
+def test_a_c_librarys_long_epoll_wait_runs_the_bootstrap_there() -> None:
+    # uvloop's libuv (here libzmq's mapping stands in): epoll_pwait, no mask, no timeout, its
+    # return address first past libc's frames. Never woken (idle_wait): called into instead.
+    stack = _stack(IN_LIBC, 9, IN_ZMQ, IN_SELECT)
+    for regs in (_regs(stack, nr=281), _regs(stack), _regs(stack, timeout=3_600_000)):
+        said = stop.call_in_wait(os.getpid(), regs, {**_plan(), **GIL})
+        assert said is not None and said.endswith("for a C library"), said
+        assert stop.idle_wait(os.getpid(), regs, _plan()) is None
+    assert "(no timeout)" in (stop.call_in_wait(os.getpid(), _regs(stack), {**_plan(), **GIL}) or "")
+
+
+@pytest.mark.parametrize("case", ["the select module's", "python's own", "no caller found", "short timeout",
+                                  "zero timeout", "own mask", "not interrupted", "a futex wait", "poll(2)",
+                                  "no GIL functions"])
+def test_no_other_wait_is_called_into(case: str) -> None:
+    lib = _stack(IN_ZMQ)
+    select, python, nothing = _stack(IN_LIBC, IN_SELECT), _stack(IN_PYTHON, IN_ZMQ), _stack(1, 2, 3)  # kept alive
+    plan = {**_plan(), **GIL}
+    regs = {
+        "the select module's": lambda: _regs(select),  # woken instead (idle_wait)
+        "python's own": lambda: _regs(python),
+        "no caller found": lambda: _regs(nothing),
+        "short timeout": lambda: _regs(lib, timeout=stop.WAKE_AFTER_MS),
+        "zero timeout": lambda: _regs(lib, timeout=0),
+        "own mask": lambda: _regs(lib, nr=281, sigmask=0x7FFD00001000),
+        "not interrupted": lambda: _regs(lib, rax=(1 << 64) - 514),
+        "a futex wait": lambda: _regs(lib, nr=202, rax=ERESTARTSYS, op=FUTEX_WAIT_BITSET_PRIVATE),
+        "poll(2)": lambda: _regs(lib, nr=7),
+        "no GIL functions": lambda: _regs(lib),
+    }[case]()
+    if case == "no GIL functions":
+        plan = _plan()
+    assert stop.call_in_wait(os.getpid(), regs, plan) is None

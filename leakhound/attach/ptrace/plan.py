@@ -20,6 +20,9 @@ from leakhound.errors import MethodUnavailable, MissingSymbols, PermissionDenied
 
 # What the injection calls in the target: Py_AddPendingCall(PyRun_SimpleString, code).
 CALLED_FUNCTIONS = ("Py_AddPendingCall", "PyRun_SimpleString")
+# What a main thread idle in a C library's epoll_wait, the GIL let go, is given to run the
+# bootstrap there (stop.call_in_wait): what a C library's callback into Python does.
+GIL_FUNCTIONS = ("PyGILState_Check", "PyGILState_Ensure", "PyGILState_Release")
 # Functions inside which a thread may hold the pending-calls lock (3.8 - 3.13 names).
 PENDING_FUNCTIONS = (
     "Py_AddPendingCall", "_PyEval_AddPendingCall", "Py_MakePendingCalls",
@@ -70,6 +73,10 @@ class Plan:
     # CPython's lock waits (LOCK_WAIT_FUNCTIONS), where a futex wait the stop interrupts may
     # return EINTR (stop.idle_wait).
     lock_wait_ranges: tuple[tuple[int, int], ...] = ()
+    # PyGILState_Check, _Ensure, _Release (GIL_FUNCTIONS; 0: not exported): stop.call_in_wait.
+    gil_check: int = 0
+    gil_ensure: int = 0
+    gil_release: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -242,6 +249,10 @@ def plan(pid: int) -> Plan:
         pid, libc, libc_bias, Symbol("syscall instruction", syscall_fn.value + at, 2)
     )
     wake, other = code_ranges(maps, python_path, libc_path)
+    gil = [_checked_address(pid, python, python_bias, python.functions[name]) if name in python.functions else 0
+           for name in GIL_FUNCTIONS]
+    if not all(gil):
+        gil = [0, 0, 0]
     return Plan(
         pid=pid,
         python_object=python_path,
@@ -254,4 +265,7 @@ def plan(pid: int) -> Plan:
         other_code_ranges=other,
         lock_wait_ranges=tuple((python_bias + f.value, python_bias + python.end_of(f)) for name in LOCK_WAIT_FUNCTIONS
                                if (f := python.functions.get(name)) is not None),
+        gil_check=gil[0],
+        gil_ensure=gil[1],
+        gil_release=gil[2],
     )

@@ -96,8 +96,9 @@ _INTERRUPTED = (_NEG - 512, _NEG - 513, _NEG - 514, _NEG - 516, _EINTR)
 
 def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
     """Who made the system call: "select" (CPython's select module), "lock" (CPython's lock
-    wait), or "" (someone else, or not found). The first word on the stack that points into
-    code outside libc (whose own frames come first) is taken as the return address."""
+    wait), "other" (any other code but libc's: a C library's), or "" (not found). The first
+    word on the stack that points into code outside libc (whose own frames come first) is
+    taken as the return address."""
     def within(address: int, key: str) -> bool:
         return any(lo <= address < hi for lo, hi in plan.get(key) or ())
 
@@ -111,8 +112,61 @@ def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
         if within(word, "wake_ranges"):
             return "select"
         if within(word, "other_code_ranges"):
-            return ""
+            return "other"
     return ""
+
+
+def _epoll_timeout(regs: _t.Regs) -> int | None:
+    """The timeout (ms, -1: none) of the epoll_wait the stop interrupted (EINTR), or None
+    where the thread is not in one as expected (or in one with a signal mask of its own to
+    put back: epoll_pwait's fifth argument)."""
+    if regs.rax != _EINTR or regs.orig_rax not in (_SYS_EPOLL_WAIT, _SYS_EPOLL_PWAIT):
+        return None
+    if regs.orig_rax == _SYS_EPOLL_PWAIT and regs.r8:
+        return None
+    timeout = int(regs.r10) & 0xFFFFFFFF
+    return timeout - (1 << 32) if timeout >= 1 << 31 else timeout
+
+
+def _waits(timeout: int) -> str:
+    return "no timeout" if timeout < 0 else f"{timeout} ms"
+
+
+def call_in_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str | None:
+    """Why the bootstrap is to run inside the main thread's wait, or None.
+
+    An event loop of a C library's (uvloop's libuv, gevent's libev) at rest waits in
+    epoll_wait, the GIL let go, and retries an interruption in C without running Python code:
+    a queued bootstrap would wait for its next event, maybe hours away (an early 0 is not a
+    timeout to it either: libuv asserts). It calls into Python only from its callbacks, each
+    taking the GIL with PyGILState_Ensure and letting it go with PyGILState_Release. The stop
+    does the same where the thread is in such a wait (longer than WAKE_AFTER_MS, called from
+    code that is neither libc's nor CPython's) and PyGILState_Check says it holds no GIL:
+    Ensure, PyRun_SimpleString(bootstrap), Release, each a call on the stopped thread, then
+    its registers back as the stop found them (the wait returns EINTR, which it retries).
+    Nothing is queued. A thread that holds the GIL in such a wait (a C call that never let
+    it go: Python is stopped everywhere) is left to the queued bootstrap as before."""
+    if not (plan.get("gil_check") and plan.get("gil_ensure") and plan.get("gil_release")):
+        return None
+    timeout = _epoll_timeout(regs)
+    if timeout is None or 0 <= timeout <= WAKE_AFTER_MS or _caller(pid, regs, plan) != "other":
+        return None
+    return f"the main thread waits in epoll_wait ({_waits(timeout)}) for a C library"
+
+
+def run_in_wait(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], page: int) -> int:
+    """The bootstrap run on the stopped thread as a C library's callback runs (call_in_wait):
+    PyRun_SimpleString's return value. Each call is waited for however long it takes
+    (``patient``): a wait for the GIL may never be taken back halfway. The GIL is let go
+    again even when the run failed."""
+    state = tracee.call_function(regs, plan["gil_ensure"], patient=True)
+    if state is None:  # (never: a patient call is not abandoned)
+        raise _t.Abort("PyGILState_Ensure did not return")
+    try:
+        rc = tracee.call_function(regs, plan["run_simple_string"], page, patient=True)
+    finally:
+        tracee.call_function(regs, plan["gil_release"], state & 0xFFFFFFFF, patient=True)
+    return -1 if rc is None else rc
 
 
 def idle_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> tuple[str, int] | None:
@@ -139,17 +193,48 @@ def idle_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> tuple[str, int] 
     if regs.rax not in _INTERRUPTED:
         return None
     if regs.orig_rax in (_SYS_EPOLL_WAIT, _SYS_EPOLL_PWAIT):
-        if regs.rax != _EINTR or (regs.orig_rax == _SYS_EPOLL_PWAIT and regs.r8):
-            return None  # not interrupted as expected, or its own signal mask to put back
-        timeout = regs.r10 & 0xFFFFFFFF
-        timeout = timeout - (1 << 32) if timeout >= 1 << 31 else timeout
-        if 0 <= timeout <= WAKE_AFTER_MS or _caller(pid, regs, plan) != "select":
+        timeout = _epoll_timeout(regs)
+        if timeout is None or 0 <= timeout <= WAKE_AFTER_MS or _caller(pid, regs, plan) != "select":
             return None
-        waits = "no timeout" if timeout < 0 else f"{timeout} ms"
-        return f"the main thread waits in epoll_wait ({waits}) for CPython's select module: woken with no events", 0
+        return (f"the main thread waits in epoll_wait ({_waits(timeout)}) for CPython's select module: "
+                "woken with no events", 0)
     if _t.futex_wait(regs) and _caller(pid, regs, plan) == "lock":
         return "the main thread waits for a lock (a futex) in CPython's lock wait: woken with EINTR", _EINTR
     return None
+
+
+def _gil_let_go(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], why: str, log: _t.Log) -> bool:
+    """Whether PyGILState_Check, called on the stopped thread, says it holds no GIL."""
+    holds = tracee.call_function(regs, plan["gil_check"])
+    if holds is not None and holds & 0xFFFFFFFF == 0:
+        return True
+    log(f"ptrace: {why}, holding the GIL (PyGILState_Check): the bootstrap is queued, and no thread of "
+        "the target runs Python code until that wait ends")
+    return False
+
+
+def _queue(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], page: int, size: int,
+           outcome: dict[str, Any]) -> None:
+    """Py_AddPendingCall(PyRun_SimpleString, page), and the main thread woken where it rests
+    (idle_wait)."""
+    pid, insn = plan["pid"], plan["syscall_insn"]
+    # If the call faults, or does not return outside a lock wait, the page stays mapped:
+    # it may already be queued (it is unmapped once run).
+    rc = tracee.call_function(regs, plan["add_pending_call"], plan["run_simple_string"], page,
+                              abandon_lock_wait=not plan.get("lock_parks", False))
+    if rc is None or rc & 0xFFFFFFFF:
+        # Not queued (abandoned in its lock wait, or the queue full): the page is ours to
+        # take back now.
+        tracee.syscall(regs, insn, _t.SYS_MUNMAP, page, size)
+        if rc is None:
+            raise _t.Abort("Py_AddPendingCall did not return (pending-calls lock held); call abandoned")
+        raise _t.Retry("the pending-call queue is full")
+    outcome["queued"], outcome["page"] = True, page
+    woken = idle_wait(pid, tracee.saved_regs, plan) if tracee.saved_regs is not None else None
+    if woken is not None and tracee.saved_regs is not None:
+        # Restored as having returned that value, not to be restarted (orig_rax -1).
+        tracee.saved_regs.rax, tracee.saved_regs.orig_rax = woken[1], _t.NO_SYSCALL
+        outcome["woke"] = woken[0]
 
 
 def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
@@ -180,24 +265,16 @@ def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
         except BaseException:
             tracee.syscall(regs, insn, _t.SYS_MUNMAP, page, size)
             raise
-        # If the call faults, or does not return outside a lock wait, the page stays mapped:
-        # it may already be queued (it is unmapped once run).
-        rc = tracee.call_function(regs, plan["add_pending_call"], plan["run_simple_string"], page,
-                                  abandon_lock_wait=not plan.get("lock_parks", False))
-        if rc is None or rc & 0xFFFFFFFF:
-            # Not queued (abandoned in its lock wait, or the queue full): the page is ours to
-            # take back now.
-            tracee.syscall(regs, insn, _t.SYS_MUNMAP, page, size)
-            if rc is None:
-                raise _t.Abort("Py_AddPendingCall did not return (pending-calls lock held); call abandoned")
-            raise _t.Retry("the pending-call queue is full")
-        outcome["queued"], outcome["page"] = True, page
+        into = call_in_wait(pid, regs, plan)
+        if into is not None and _gil_let_go(tracee, regs, plan, into, log):
+            outcome["page"] = page  # the bootstrap's to take back once run (it lists it)
+            rc = run_in_wait(tracee, regs, plan, page)
+            outcome["queued"] = True
+            outcome["woke"] = f"{into}, the GIL let go: the bootstrap ran there, as a callback runs" + (
+                "" if rc & 0xFFFFFFFF == 0 else f" (PyRun_SimpleString returned {rc & 0xFFFFFFFF:#x})")
+        else:
+            _queue(tracee, regs, plan, page, size, outcome)
         hook("called")
-        woken = idle_wait(pid, tracee.saved_regs, plan) if tracee.saved_regs is not None else None
-        if woken is not None and tracee.saved_regs is not None:
-            # Restored as having returned that value, not to be restarted (orig_rax -1).
-            tracee.saved_regs.rax, tracee.saved_regs.orig_rax = woken[1], _t.NO_SYSCALL
-            outcome["woke"] = woken[0]
     except _t.Retry as exc:
         outcome["reason"], outcome["retry"] = str(exc), True
     except _t.Abort as exc:

@@ -9,6 +9,7 @@ target exited, ``Abort`` / ``Retry`` for the injection, ``Stuck`` when a stop ne
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import signal
 import time
@@ -359,10 +360,14 @@ class Tracee:
             self.defer_signal(sig)
         raise Abort("too many signals while running a system call")
 
-    def call_function(self, base: Regs, function: int, *args: int, abandon_lock_wait: bool = True) -> int | None:
+    def call_function(self, base: Regs, function: int, *args: int, abandon_lock_wait: bool = True,
+                      patient: bool = False) -> int | None:
         """Call ``function(*args)`` on the thread; its return value, or None when it had to be
         abandoned (blocked past CALL_TIMEOUT in the pending-calls lock's sem_wait; never where
-        ``abandon_lock_wait`` is False: _abandon)."""
+        ``abandon_lock_wait`` is False: _abandon). ``patient``: never abandoned nor given up
+        on, however long it takes (a wait for the GIL: taken back halfway, its condition
+        variable and mutex would be left with a waiter that is gone; the thread would have
+        waited as long for any callback)."""
         regs = Regs.from_buffer_copy(base)
         sp = ((base.rsp - _RED_ZONE - 256) & ~0xF) - 8
         self.call(_PTRACE_POKEDATA, sp, 0)  # return address 0: the return faults, our trap
@@ -375,7 +380,8 @@ class Tracee:
         while True:
             status = self.wait(max(0.0, deadline - time.monotonic()))
             if status is None:
-                return self._abandon(deadline, abandon_lock_wait)
+                return self._abandon(deadline, abandon_lock_wait and not patient,
+                                     math.inf if patient else None)
             sig = os.WSTOPSIG(status)
             if status >> 16:
                 self.call(_PTRACE_CONT, 0, 0)
@@ -389,7 +395,7 @@ class Tracee:
             self.defer_signal(sig)
             self.call(_PTRACE_CONT, 0, 0)
 
-    def _abandon(self, deadline: float, abandon_lock_wait: bool = True) -> int | None:
+    def _abandon(self, deadline: float, abandon_lock_wait: bool = True, patience: float | None = None) -> int | None:
         """The call outlived CALL_TIMEOUT: interrupt it. None only where it waits in a futex
         (the pending-calls lock taken by another thread, the call not made yet): its
         registers restored, the call is abandoned, nothing queued. A thread in a futex *wake*
@@ -406,9 +412,11 @@ class Tracee:
         an entry on a stack reused since. The call is waited for, PARKED_CALL_TIMEOUT at most
         (the holder keeps the lock for the time of a list push)."""
         self.call(_PTRACE_INTERRUPT)
-        hard = deadline + (1.0 if abandon_lock_wait else PARKED_CALL_TIMEOUT)
+        hard = deadline + (patience if patience is not None else 1.0 if abandon_lock_wait else PARKED_CALL_TIMEOUT)
         while True:
             status = self.wait(STOP_TIMEOUT)
+            if status is None and hard == math.inf:
+                continue  # (in uninterruptible sleep, say) its stop comes when it wakes
             if status is None:
                 raise Abort("the injected call neither returned nor stopped")
             if status >> 16 == 0 and os.WSTOPSIG(status) not in (signal.SIGSEGV, signal.SIGTRAP):
