@@ -52,7 +52,7 @@ def _regs(stack: ctypes.Array[ctypes.c_uint64], *, nr: int = 232, rax: int = EIN
 
 
 def _stack(*words: int) -> ctypes.Array[ctypes.c_uint64]:
-    return (ctypes.c_uint64 * 16)(*words)
+    return (ctypes.c_uint64 * 64)(*words)  # as much as the helper reads (_STACK_SCAN): no neighbour read
 
 
 def test_an_interrupted_epoll_wait_of_the_select_module_is_woken() -> None:
@@ -109,26 +109,55 @@ def test_a_c_librarys_long_epoll_wait_runs_the_bootstrap_there() -> None:
         said = stop.call_in_wait(os.getpid(), regs, {**_plan(), **GIL})
         assert said is not None and said.endswith("for a C library"), said
         assert stop.idle_wait(os.getpid(), regs, _plan()) is None
-    assert "(no timeout)" in (stop.call_in_wait(os.getpid(), _regs(stack), {**_plan(), **GIL}) or "")
+    assert "epoll_wait (no timeout)" in (stop.call_in_wait(os.getpid(), _regs(stack), {**_plan(), **GIL}) or "")
 
 
-@pytest.mark.parametrize("case", ["the select module's", "python's own", "no caller found", "short timeout",
-                                  "zero timeout", "own mask", "not interrupted", "a futex wait", "poll(2)",
-                                  "no GIL functions"])
+@pytest.mark.parametrize(("nr", "name"), [(0, "read"), (45, "recvfrom"), (43, "accept"), (288, "accept4"),
+                                          (61, "wait4"), (23, "select"), (270, "pselect6"), (34, "pause")])
+def test_a_blocking_call_of_cpythons_or_a_librarys_runs_the_bootstrap_there(nr: int, name: str) -> None:
+    # os.read (a pool worker's next task), socket.recv, accept, os.waitpid, select.select ...:
+    # restarted by the kernel after the stop (-ERESTARTSYS) and never ending for us.
+    cpython, library = _stack(IN_LIBC, IN_PYTHON), _stack(IN_LIBC, IN_ZMQ)
+    for stack, whose in ((cpython, "CPython"), (library, "a C library")):
+        regs = _regs(stack, nr=nr, rax=ERESTARTSYS)
+        regs.rdi = 5  # (pselect6: five descriptors, not a sleep)
+        said = stop.call_in_wait(os.getpid(), regs, {**_plan(), **GIL})
+        assert said == f"the main thread waits in {name} for {whose}", said
+
+
+def test_poll_runs_the_bootstrap_there_past_its_short_timeouts() -> None:
+    stack = _stack(IN_PYTHON)
+    regs = _regs(stack, nr=7, rax=(1 << 64) - 516)  # -ERESTART_RESTARTBLOCK
+    for timeout, said in ((-1, "the main thread waits in poll (no timeout) for CPython"),
+                          (5000, "the main thread waits in poll (5000 ms) for CPython"), (50, None), (0, None)):
+        regs.rdx = timeout & 0xFFFFFFFF
+        assert stop.call_in_wait(os.getpid(), regs, {**_plan(), **GIL}) == said
+
+
+@pytest.mark.parametrize("case", ["the select module's", "python's epoll", "no caller found", "short timeout",
+                                  "zero timeout", "own mask", "not interrupted", "a futex wait of CPython's",
+                                  "a futex wait of a library's", "the lock wait", "a sleep (3.10)",
+                                  "clock_nanosleep", "a libc-only stack", "no GIL functions"])
 def test_no_other_wait_is_called_into(case: str) -> None:
     lib = _stack(IN_ZMQ)
     select, python, nothing = _stack(IN_LIBC, IN_SELECT), _stack(IN_PYTHON, IN_ZMQ), _stack(1, 2, 3)  # kept alive
+    lock, only_libc = _stack(IN_LIBC, IN_LOCK_WAIT), _stack(IN_LIBC, IN_LIBC)
     plan = {**_plan(), **GIL}
     regs = {
         "the select module's": lambda: _regs(select),  # woken instead (idle_wait)
-        "python's own": lambda: _regs(python),
-        "no caller found": lambda: _regs(nothing),
+        "python's epoll": lambda: _regs(python),
+        "no caller found": lambda: _regs(nothing, nr=0, rax=ERESTARTSYS),
         "short timeout": lambda: _regs(lib, timeout=stop.WAKE_AFTER_MS),
         "zero timeout": lambda: _regs(lib, timeout=0),
         "own mask": lambda: _regs(lib, nr=281, sigmask=0x7FFD00001000),
-        "not interrupted": lambda: _regs(lib, rax=(1 << 64) - 514),
-        "a futex wait": lambda: _regs(lib, nr=202, rax=ERESTARTSYS, op=FUTEX_WAIT_BITSET_PRIVATE),
-        "poll(2)": lambda: _regs(lib, nr=7),
+        "not interrupted": lambda: _regs(lib, rax=0),
+        # the GIL's own wait among CPython's: a second wait for the GIL inside it would break it
+        "a futex wait of CPython's": lambda: _regs(python, nr=202, rax=ERESTARTSYS, op=FUTEX_WAIT_BITSET_PRIVATE),
+        "a futex wait of a library's": lambda: _regs(lib, nr=202, rax=ERESTARTSYS, op=FUTEX_WAIT_BITSET_PRIVATE),
+        "the lock wait": lambda: _regs(lock, nr=0, rax=ERESTARTSYS),
+        "a sleep (3.10)": lambda: _regs(python, nr=270, rax=ERESTARTSYS),  # pselect6, no descriptors
+        "clock_nanosleep": lambda: _regs(python, nr=230, rax=(1 << 64) - 516),
+        "a libc-only stack": lambda: _regs(only_libc, nr=0, rax=ERESTARTSYS),
         "no GIL functions": lambda: _regs(lib),
     }[case]()
     if case == "no GIL functions":

@@ -132,26 +132,56 @@ def _waits(timeout: int) -> str:
     return "no timeout" if timeout < 0 else f"{timeout} ms"
 
 
-def call_in_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str | None:
-    """Why the bootstrap is to run inside the main thread's wait, or None.
+# The blocking calls a main thread at rest may sit in, with the GIL let go, that the stop may
+# run the bootstrap inside (call_in_wait): reads and receives (a multiprocessing pool's
+# worker, a queue consumer on a socket), accept, waiting for a child, poll and select, an
+# event loop's epoll_wait, pause(). Not futex waits (the GIL's own among them: a second
+# wait for the GIL inside the first would break its condition variable; a C library's may
+# hold a lock of libc's) nor sleeps (time.sleep is waited for: process.main_thread_sleep).
+_CALL_IN = {0: "read", 7: "poll", 23: "select", 34: "pause", 43: "accept", 45: "recvfrom", 47: "recvmsg",
+            61: "wait4", 232: "epoll_wait", 247: "waitid", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait",
+            288: "accept4"}
+_SYS_POLL, _SYS_PSELECT6 = 7, 270
 
-    An event loop of a C library's (uvloop's libuv, gevent's libev) at rest waits in
-    epoll_wait, the GIL let go, and retries an interruption in C without running Python code:
-    a queued bootstrap would wait for its next event, maybe hours away (an early 0 is not a
-    timeout to it either: libuv asserts). It calls into Python only from its callbacks, each
-    taking the GIL with PyGILState_Ensure and letting it go with PyGILState_Release. The stop
-    does the same where the thread is in such a wait (longer than WAKE_AFTER_MS, called from
-    code that is neither libc's nor CPython's) and PyGILState_Check says it holds no GIL:
-    Ensure, PyRun_SimpleString(bootstrap), Release, each a call on the stopped thread, then
-    its registers back as the stop found them (the wait returns EINTR, which it retries).
-    Nothing is queued. A thread that holds the GIL in such a wait (a C call that never let
-    it go: Python is stopped everywhere) is left to the queued bootstrap as before."""
+
+def call_in_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str | None:
+    """Why the bootstrap is to run inside the main thread's blocking wait, or None.
+
+    A main thread at rest in a wait that nothing ends early for us runs no Python code until
+    the wait ends, maybe hours away: an event loop of a C library's (uvloop's libuv retries
+    an interrupted epoll_wait in C; an early 0 is not a timeout to it either: libuv asserts),
+    a multiprocessing pool's worker reading its next task, a consumer in ``socket.recv``, a
+    server in ``accept``, a parent in ``os.waitpid``. Each let the GIL go for the wait, as
+    C code does around a blocking call; a C library's callbacks take it back with
+    PyGILState_Ensure, run Python code, and let it go with PyGILState_Release, from inside
+    such waits. The stop does the same where the thread is in one of those calls (_CALL_IN:
+    interrupted, with no signal mask of its own, a timeout of poll's or epoll_wait's longer
+    than WAKE_AFTER_MS) and PyGILState_Check says it holds no GIL: Ensure,
+    PyRun_SimpleString(bootstrap), Release, each a call on the stopped thread, then its
+    registers back as the stop found them (the call restarts, or returns EINTR where the
+    kernel never restarts it, which its caller retries). Nothing is queued. An epoll_wait of
+    CPython's select module is woken instead (idle_wait), as before. A thread that holds the
+    GIL in its wait (a C call that never let it go: no thread runs Python code) is left to
+    the queued bootstrap."""
     if not (plan.get("gil_check") and plan.get("gil_ensure") and plan.get("gil_release")):
         return None
-    timeout = _epoll_timeout(regs)
-    if timeout is None or 0 <= timeout <= WAKE_AFTER_MS or _caller(pid, regs, plan) != "other":
+    name = _CALL_IN.get(regs.orig_rax)
+    if name is None or regs.rax not in _INTERRUPTED or _t.temporary_mask(pid, regs):
         return None
-    return f"the main thread waits in epoll_wait ({_waits(timeout)}) for a C library"
+    waits = ""
+    if regs.orig_rax in (_SYS_EPOLL_WAIT, _SYS_EPOLL_PWAIT, _SYS_POLL):
+        timeout = int(regs.r10 if regs.orig_rax != _SYS_POLL else regs.rdx) & 0xFFFFFFFF
+        timeout = timeout - (1 << 32) if timeout >= 1 << 31 else timeout
+        if 0 <= timeout <= WAKE_AFTER_MS:
+            return None
+        waits = f" ({_waits(timeout)})"
+    if regs.orig_rax == _SYS_PSELECT6 and regs.rdi == 0:
+        return None  # no descriptors: a sleep (time.sleep on 3.10)
+    caller = _caller(pid, regs, plan)
+    if caller not in ("select", "other") or (caller == "select" and name.startswith("epoll")):
+        return None  # not found; or an epoll_wait of CPython's select module: woken instead
+    whose = "a C library" if caller == "other" else "CPython"
+    return f"the main thread waits in {name}{waits} for {whose}"
 
 
 def run_in_wait(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], page: int) -> int:
