@@ -106,7 +106,7 @@ def test_a_watch_wakes_an_idle_loop_at_every_sample_and_leaves_it_as_it_was(tmp_
         assert _idle_wait(child.pid)[0] == 232
     samples = [json.loads(line) for line in done.stdout.splitlines() if '"sample"' in line]
     in_target = [s for s in samples if s["method"] != "rss"]
-    assert len(in_target) >= 10, len(in_target)  # ~25 on a quiet machine
+    assert len(in_target) >= 5, len(in_target)  # ~25 on a quiet machine (8 under CI's load)
     assert after["fired"] is False
     assert_only_the_payload_stays(after["modules"])
     rss = [s["rss_bytes"] for s in samples]
@@ -147,34 +147,40 @@ def test_an_idle_uvloop_worker_runs_the_bootstrap_in_its_wait(tmp_path: Path, ve
 ])
 def test_a_main_thread_blocked_in_a_read_runs_the_bootstrap_in_it(tmp_path: Path, mode: str, version: str) -> None:
     # os.read of a pipe nobody writes to, select.select with no timeout, and a multiprocessing
-    # pool's worker reading its next task: the kernel restarts the call after any stop and no
-    # Python code runs until data comes (TargetBlocked at the 10 s safe-point wait before). The
-    # bootstrap runs inside the call; the call goes on and returns what is written after.
+    # pool's idle workers (one reading the next task, the other in sem_wait for that read's
+    # SemLock): the kernel restarts the call after any stop and no Python code runs until data
+    # comes (TargetBlocked at the 10 s safe-point wait before). The bootstrap runs inside the
+    # call; the call goes on and returns what is written after.
     sock = tmp_path / "idle.sock"
     with spawn_target("idle_loop", tmp_path, python=_PYTHONS[version],
                       env={"FIXTURE_IDLE": mode, "FIXTURE_SOCKET": str(sock)}) as child:
         ready = child.report(refresh=False)
-        pid = ready.get("worker_pid", child.pid)
-        call = _idle_wait(pid)
-        assert call[0] in (0, 23, 270), call  # read; select or pselect6
-        began = time.monotonic()
-        done = run_cli("-v", "inspect", str(pid), "--json", "--method", "ptrace", timeout=120)
-        took = time.monotonic() - began
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert re.search(r"the main thread waits in (read|select|pselect6) for CPython, the GIL let go: "
-                         r"the bootstrap ran there", done.stderr), done.stderr[-3000:]
-        doc = json.loads(done.stdout)
-        assert _idle_wait(pid)[0] == call[0]  # in the same call again
-        answer = _ask(sock, b"set")  # data comes: the call returns it (the pool's worker runs a task)
-    assert took < 10.0, took
+        docs, calls = [], []
+        for pid in ready.get("worker_pids", [child.pid]):
+            call = _idle_wait(pid)
+            assert call[0] in (0, 23, 270, 202), call  # read; select or pselect6; a SemLock's futex
+            calls.append(call[0])
+            began = time.monotonic()
+            done = run_cli("-v", "inspect", str(pid), "--json", "--method", "ptrace", timeout=120)
+            took = time.monotonic() - began
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert re.search(r"the main thread waits (in (read|select|pselect6) for CPython|for a multiprocessing "
+                             r"lock \(sem_wait\)), the GIL let go: the bootstrap ran there", done.stderr), \
+                done.stderr[-3000:]
+            assert took < 10.0, took
+            docs.append(json.loads(done.stdout))
+            assert _idle_wait(pid)[0] == call[0]  # in the same call again
+        answer = _ask(sock, b"set")  # data comes: the call returns it (a pool's worker runs a task)
     if mode == "pool":
-        assert_only_the_payload_stays(answer["returned"])  # the worker's own modules, from its task
+        assert sorted(calls) == [0, 202], calls
+        assert_only_the_payload_stays(answer["returned"])  # a worker's own modules, from its task
     else:
         assert answer["returned"] == ("x" if mode == "read" else 1), answer
         assert_only_the_payload_stays(answer["modules"])
-    owner = doc["owners"][0]
-    assert owner["path"] == "__main__.REGISTRY", [o["path"] for o in doc["owners"][:5]]
-    assert within(owner["retained_bytes"], ready["truth"]["registry_bytes"], 0.02), (owner, ready["truth"])
+    for doc in docs:
+        owner = doc["owners"][0]
+        assert owner["path"] == "__main__.REGISTRY", [o["path"] for o in doc["owners"][:5]]
+        assert within(owner["retained_bytes"], ready["truth"]["registry_bytes"], 0.02), (owner, ready["truth"])
 
 
 def test_a_watch_runs_in_an_idle_uvloop_at_every_sample(tmp_path: Path) -> None:
@@ -191,7 +197,7 @@ def test_a_watch_runs_in_an_idle_uvloop_at_every_sample(tmp_path: Path) -> None:
         assert _idle_wait(child.pid)[0] == call[0]
     samples = [json.loads(line) for line in done.stdout.splitlines() if '"sample"' in line]
     in_target = [s for s in samples if s["method"] != "rss"]
-    assert len(in_target) >= 10, len(in_target)
+    assert len(in_target) >= 5, len(in_target)
     assert_only_the_payload_stays(after["modules"])
     rss = [s["rss_bytes"] for s in samples]
     assert max(rss[1:]) - rss[1] < 4 << 20, rss

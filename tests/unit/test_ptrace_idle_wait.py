@@ -125,6 +125,26 @@ def test_a_blocking_call_of_cpythons_or_a_librarys_runs_the_bootstrap_there(nr: 
         assert said == f"the main thread waits in {name} for {whose}", said
 
 
+SEMLOCK = (0x7F5000000000, 0x7F5000010000)  # _multiprocessing.cpython-311-x86_64-linux-gnu.so's text
+IN_SEMLOCK = 0x7F5000000400
+
+
+def test_a_multiprocessing_semaphore_wait_runs_the_bootstrap_there() -> None:
+    # a pool's idle worker waits in SemLock.acquire (sem_wait: a futex wait) for the one that
+    # reads the next task; any other futex wait is never called into
+    sem, python, lib = _stack(IN_LIBC, IN_SEMLOCK), _stack(IN_LIBC, IN_PYTHON), _stack(IN_LIBC, IN_ZMQ)
+    _wake, other = code_ranges(parse_maps(MAPS), PYTHON, LIBC)
+    plan = {**_plan(), **GIL, "semlock_ranges": [list(SEMLOCK)],
+            "other_code_ranges": [list(r) for r in (*other, SEMLOCK)]}  # (it is other code too)
+    said = stop.call_in_wait(os.getpid(), _regs(sem, nr=202, rax=ERESTARTSYS, op=FUTEX_WAIT_BITSET_PRIVATE), plan)
+    assert said == "the main thread waits for a multiprocessing lock (sem_wait)"
+    for stack in (python, lib):
+        assert stop.call_in_wait(os.getpid(), _regs(stack, nr=202, rax=ERESTARTSYS, op=FUTEX_WAIT_BITSET_PRIVATE),
+                                 plan) is None
+    assert stop.call_in_wait(os.getpid(), _regs(sem, nr=202, rax=0, op=FUTEX_WAIT_BITSET_PRIVATE), plan) is None
+    assert stop.call_in_wait(os.getpid(), _regs(sem, nr=202, rax=ERESTARTSYS, op=FUTEX_WAKE_PRIVATE), plan) is None
+
+
 def test_poll_runs_the_bootstrap_there_past_its_short_timeouts() -> None:
     stack = _stack(IN_PYTHON)
     regs = _regs(stack, nr=7, rax=(1 << 64) - 516)  # -ERESTART_RESTARTBLOCK

@@ -34,6 +34,9 @@ LIBC = re.compile(r"/(libc\.so(\.\d+)*|libc-[\d.]+\.so|ld-musl-[^/]*\.so[^/]*)$"
 # The stdlib's select extension (lib-dynload/select.cpython-311-x86_64-linux-gnu.so ...): its
 # epoll.poll is the one caller of epoll_wait in CPython (stop.idle_wait).
 SELECT_MODULE = re.compile(r"/select\.[^/]*\.so$")
+# multiprocessing's semaphores (lib-dynload/_multiprocessing.cpython-311-x86_64-linux-gnu.so):
+# SemLock.acquire waits in sem_wait with the GIL let go (stop.call_in_wait).
+SEMLOCK_MODULE = re.compile(r"/_multiprocessing\.[^/]*\.so$")
 # Where CPython waits for a lock, a futex wait that handles EINTR as a signal (3.13: under its
 # parking lot).
 LOCK_WAIT_FUNCTIONS = ("PyThread_acquire_lock_timed", "_PySemaphore_Wait")
@@ -73,6 +76,9 @@ class Plan:
     # CPython's lock waits (LOCK_WAIT_FUNCTIONS), where a futex wait the stop interrupts may
     # return EINTR (stop.idle_wait).
     lock_wait_ranges: tuple[tuple[int, int], ...] = ()
+    # The _multiprocessing extension's code (SEMLOCK_MODULE): a futex wait it made is a
+    # SemLock's sem_wait (stop.call_in_wait).
+    semlock_ranges: tuple[tuple[int, int], ...] = ()
     # PyGILState_Check, _Ensure, _Release (GIL_FUNCTIONS; 0: not exported): stop.call_in_wait.
     gil_check: int = 0
     gil_ensure: int = 0
@@ -265,6 +271,8 @@ def plan(pid: int) -> Plan:
         other_code_ranges=other,
         lock_wait_ranges=tuple((python_bias + f.value, python_bias + python.end_of(f)) for name in LOCK_WAIT_FUNCTIONS
                                if (f := python.functions.get(name)) is not None),
+        semlock_ranges=tuple((m.start, m.end) for m in maps
+                             if "x" in m.perms and SEMLOCK_MODULE.search(m.path.removesuffix(" (deleted)"))),
         gil_check=gil[0],
         gil_ensure=gil[1],
         gil_release=gil[2],

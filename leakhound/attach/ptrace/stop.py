@@ -95,8 +95,9 @@ _INTERRUPTED = (_NEG - 512, _NEG - 513, _NEG - 514, _NEG - 516, _EINTR)
 
 
 def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
-    """Who made the system call: "select" (CPython's select module), "lock" (CPython's lock
-    wait), "other" (any other code but libc's: a C library's), or "" (not found). The first
+    """Who made the system call: "select" (CPython's select module, or the python object),
+    "lock" (CPython's lock wait), "semlock" (multiprocessing's semaphores), "other" (any
+    other code but libc's: a C library's), or "" (not found). The first
     word on the stack that points into code outside libc (whose own frames come first) is
     taken as the return address."""
     def within(address: int, key: str) -> bool:
@@ -111,6 +112,8 @@ def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
             return "lock"
         if within(word, "wake_ranges"):
             return "select"
+        if within(word, "semlock_ranges"):
+            return "semlock"
         if within(word, "other_code_ranges"):
             return "other"
     return ""
@@ -135,9 +138,10 @@ def _waits(timeout: int) -> str:
 # The blocking calls a main thread at rest may sit in, with the GIL let go, that the stop may
 # run the bootstrap inside (call_in_wait): reads and receives (a multiprocessing pool's
 # worker, a queue consumer on a socket), accept, waiting for a child, poll and select, an
-# event loop's epoll_wait, pause(). Not futex waits (the GIL's own among them: a second
-# wait for the GIL inside the first would break its condition variable; a C library's may
-# hold a lock of libc's) nor sleeps (time.sleep is waited for: process.main_thread_sleep).
+# event loop's epoll_wait, pause(); and a futex wait of multiprocessing's SemLock. No other
+# futex wait (the GIL's own among CPython's: a second wait for the GIL inside the first would
+# break its condition variable; a C library's may hold a lock of libc's) nor sleeps
+# (time.sleep is waited for: process.main_thread_sleep).
 _CALL_IN = {0: "read", 7: "poll", 23: "select", 34: "pause", 43: "accept", 45: "recvfrom", 47: "recvmsg",
             61: "wait4", 232: "epoll_wait", 247: "waitid", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait",
             288: "accept4"}
@@ -165,6 +169,10 @@ def call_in_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str | None:
     the queued bootstrap."""
     if not (plan.get("gil_check") and plan.get("gil_ensure") and plan.get("gil_release")):
         return None
+    if _t.futex_wait(regs) and regs.rax in _INTERRUPTED and _caller(pid, regs, plan) == "semlock":
+        # A SemLock.acquire (a pool's idle workers wait for the one reading the next task):
+        # sem_wait with the GIL let go and no lock of anyone's held.
+        return "the main thread waits for a multiprocessing lock (sem_wait)"
     name = _CALL_IN.get(regs.orig_rax)
     if name is None or regs.rax not in _INTERRUPTED or _t.temporary_mask(pid, regs):
         return None
@@ -517,13 +525,16 @@ def sweep(parent_fd: int) -> list[str]:
 
 class _Test:
     """LEAKHOUND_PTRACE_TEST (JSON), for the tests only: kill the CLI right after a step,
-    copy the log to a file, let given waits report no stop, shorten the late-stop timeout."""
+    copy the log to a file, let given waits report no stop, shorten the late-stop timeout,
+    never run the bootstrap inside a wait (``call_in`` false: it is queued, as where
+    call_in_wait says no)."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.kill_after = spec.get("kill_cli_after")
         self.kill_signal = int(spec.get("kill_signal", signal.SIGKILL))
         self.log_file = spec.get("log_file")
         self.late_waits = set(spec.get("late_waits", ()))
+        self.call_in = bool(spec.get("call_in", True))
         if "late_stop_timeout" in spec:
             global LATE_STOP_TIMEOUT
             LATE_STOP_TIMEOUT = float(spec["late_stop_timeout"])
@@ -613,6 +624,8 @@ def main() -> None:
         if request is None and private is not None:
             private.remove()
         return
+    if test is not None and not test.call_in:
+        request["plan"]["gil_check"] = 0
     if private is not None:
         try:
             private.create(HELPER_FILE, str(os.getpid()).encode())
