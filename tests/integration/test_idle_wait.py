@@ -183,6 +183,34 @@ def test_a_main_thread_blocked_in_a_read_runs_the_bootstrap_in_it(tmp_path: Path
         assert within(owner["retained_bytes"], ready["truth"]["registry_bytes"], 0.02), (owner, ready["truth"])
 
 
+def test_running_in_a_read_waits_for_the_gil_another_thread_holds(tmp_path: Path) -> None:
+    # A thread of the target's holds the GIL ~0.3 s at a time (a long C call): PyGILState_Ensure
+    # on the stopped main thread waits for it, past the 0.2 s an injected call is given before
+    # it is looked at, and is waited for (never taken back halfway), then the run goes on.
+    sock = tmp_path / "idle.sock"
+    env = {"FIXTURE_IDLE": "read", "FIXTURE_HOG": "1", "FIXTURE_SOCKET": str(sock)}
+    with spawn_target("idle_loop", tmp_path, env=env) as child:
+        truth = child.report(refresh=False)["truth"]
+        stops: list[float] = []
+        for _ in range(4):  # the stop lands in a hold ~94% of the time
+            call = _idle_wait(child.pid)
+            done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert "the GIL let go: the bootstrap ran there" in done.stderr, done.stderr[-3000:]
+            owner = json.loads(done.stdout)["owners"][0]
+            assert owner["path"] == "__main__.REGISTRY", owner
+            assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner, truth)
+            assert _idle_wait(child.pid)[0] == call[0] == 0
+            stops += [float(ms) for ms in re.findall(r"attempt 1: stopped ([\d.]+) ms", done.stderr)]
+            if max(stops) > 200:
+                break
+        answer = _ask(sock, b"set")
+    print(f"\nstops (ms): {stops}")
+    assert max(stops) > 200, stops  # it waited for the GIL at least once
+    assert answer["returned"] == "x"
+    assert_only_the_payload_stays(answer["modules"])
+
+
 def test_a_watch_runs_in_an_idle_uvloop_at_every_sample(tmp_path: Path) -> None:
     # A few dozen runs in the wait: the loop still serves and waits as before, nothing of
     # leakhound's left but the payload, its RSS as it was.
