@@ -13,9 +13,11 @@ ended early.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 _PYTHONS = installed_pythons()
 _THIS = f"{sys.version_info[0]}.{sys.version_info[1]}"
+LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
 
 
 def _ask(path: Path, command: bytes = b"") -> dict[str, Any]:
@@ -62,6 +65,23 @@ def _idle_wait(pid: int) -> list[int]:
     return [int(fields[0])] + [int(f, 16) for f in fields[1:5]]
 
 
+def _inspect(pid: int) -> tuple[dict[str, Any], str, float]:
+    """``inspect -v --json`` by ptrace, which must succeed: its document, its stderr, seconds."""
+    began = time.monotonic()
+    done = run_cli("-v", "inspect", str(pid), "--json", "--method", "ptrace", timeout=120)
+    took = time.monotonic() - began
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout)), done.stderr, took
+
+
+def _assert_registry_first(doc: dict[str, Any], truth: dict[str, Any]) -> None:
+    """Owner #1 is the fixture's REGISTRY, its bytes within 2% of the target's deep size."""
+    assert doc["heap"]["owner_model"] == "dominator"
+    owner = doc["owners"][0]
+    assert owner["path"] == "__main__.REGISTRY", [o["path"] for o in doc["owners"][:5]]
+    assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
+
+
 @pytest.mark.parametrize(("mode", "version"), [
     ("timer", _THIS),
     *(("forever", version) for version in _PYTHONS),
@@ -74,22 +94,15 @@ def test_an_idle_asyncio_worker_is_inspected_and_keeps_serving(tmp_path: Path, m
         call = _idle_wait(child.pid)
         assert call[0] == 232, call  # epoll_wait(epfd, events, maxevents, timeout)
         assert (call[4] == 2**32 - 1) if mode == "forever" else (3_590_000 < call[4] <= 3_600_000), call
-        began = time.monotonic()
-        done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
-        took = time.monotonic() - began
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert "for CPython's select module: woken with no events" in done.stderr, done.stderr[-3000:]
-        doc = json.loads(done.stdout)
+        doc, stderr, took = _inspect(child.pid)
+        assert "for CPython's select module: woken with no events" in stderr, stderr[-3000:]
         after = _ask(sock)  # the loop still serves
         # ... and waits again as it did, its hour-long timer not run early
         assert _idle_wait(child.pid)[0] == 232
     assert took < 10.0, took  # (it was TargetBlocked at the 10 s safe-point wait)
     assert after["fired"] is False
     assert_only_the_payload_stays(after["modules"])
-    assert doc["heap"]["owner_model"] == "dominator"
-    owner = doc["owners"][0]
-    assert owner["path"] == "__main__.REGISTRY", [o["path"] for o in doc["owners"][:5]]
-    assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
+    _assert_registry_first(doc, truth)
 
 
 def test_a_watch_wakes_an_idle_loop_at_every_sample_and_leaves_it_as_it_was(tmp_path: Path) -> None:
@@ -124,20 +137,13 @@ def test_an_idle_uvloop_worker_runs_the_bootstrap_in_its_wait(tmp_path: Path, ve
         truth = child.report(refresh=False)["truth"]
         call = _idle_wait(child.pid)
         assert call[0] in (232, 281) and call[4] == 2**32 - 1, call  # epoll_(p)wait, no timeout
-        began = time.monotonic()
-        done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
-        took = time.monotonic() - began
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert "for a C library, the GIL let go: the bootstrap ran there" in done.stderr, done.stderr[-3000:]
-        doc = json.loads(done.stdout)
+        doc, stderr, took = _inspect(child.pid)
+        assert "for a C library, the GIL let go: the bootstrap ran there" in stderr, stderr[-3000:]
         after = _ask(sock)  # the loop still serves ...
         assert _idle_wait(child.pid)[0] == call[0]  # ... and waits again as it did
     assert took < 10.0, took
     assert_only_the_payload_stays(after["modules"])
-    assert doc["heap"]["owner_model"] == "dominator"
-    owner = doc["owners"][0]
-    assert owner["path"] == "__main__.REGISTRY", [o["path"] for o in doc["owners"][:5]]
-    assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
+    _assert_registry_first(doc, truth)
 
 
 @pytest.mark.parametrize(("mode", "version"), [
@@ -160,15 +166,11 @@ def test_a_main_thread_blocked_in_a_read_runs_the_bootstrap_in_it(tmp_path: Path
             call = _idle_wait(pid)
             assert call[0] in (0, 23, 270, 202), call  # read; select or pselect6; a SemLock's futex
             calls.append(call[0])
-            began = time.monotonic()
-            done = run_cli("-v", "inspect", str(pid), "--json", "--method", "ptrace", timeout=120)
-            took = time.monotonic() - began
-            assert done.returncode == 0, done.stderr[-3000:]
+            doc, stderr, took = _inspect(pid)
             assert re.search(r"the main thread waits (in (read|select|pselect6) for CPython|for a multiprocessing "
-                             r"lock \(sem_wait\)), the GIL let go: the bootstrap ran there", done.stderr), \
-                done.stderr[-3000:]
+                             r"lock \(sem_wait\)), the GIL let go: the bootstrap ran there", stderr), stderr[-3000:]
             assert took < 10.0, took
-            docs.append(json.loads(done.stdout))
+            docs.append(doc)
             assert _idle_wait(pid)[0] == call[0]  # in the same call again
         answer = _ask(sock, b"set")  # data comes: the call returns it (a pool's worker runs a task)
     if mode == "pool":
@@ -178,37 +180,65 @@ def test_a_main_thread_blocked_in_a_read_runs_the_bootstrap_in_it(tmp_path: Path
         assert answer["returned"] == ("x" if mode == "read" else 1), answer
         assert_only_the_payload_stays(answer["modules"])
     for doc in docs:
-        owner = doc["owners"][0]
-        assert owner["path"] == "__main__.REGISTRY", [o["path"] for o in doc["owners"][:5]]
-        assert within(owner["retained_bytes"], ready["truth"]["registry_bytes"], 0.02), (owner, ready["truth"])
+        _assert_registry_first(doc, ready["truth"])
+
+
+def _traced(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as fh:
+        return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in fh)
+
+
+def _inspect_while_hogged(pid: int, sock: Path, *, signal_in_stop: int = 0) -> str:
+    """``inspect -v`` by ptrace started while a thread of the target's holds the GIL ~1.5 s
+    (the fixture's ``hog``); ``signal_in_stop`` sent to the target once its main thread is
+    stopped (traced): stderr."""
+    _ask(sock, b"hog")
+    cli = subprocess.Popen([LEAKHOUND, "-v", "inspect", str(pid), "--method", "ptrace"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if signal_in_stop:
+        wait_until(lambda: _traced(pid), what="the stop", timeout=30)
+        time.sleep(0.02)  # (its signals blocked by then)
+        os.kill(pid, signal_in_stop)
+    stderr = cli.communicate(timeout=120)[1]
+    assert cli.returncode == 0, stderr[-3000:]
+    assert "the GIL let go: the bootstrap ran there" in stderr, stderr[-3000:]
+    return stderr
 
 
 def test_running_in_a_read_waits_for_the_gil_another_thread_holds(tmp_path: Path) -> None:
-    # A thread of the target's holds the GIL ~0.3 s at a time (a long C call): PyGILState_Ensure
-    # on the stopped main thread waits for it, past the 0.2 s an injected call is given before
-    # it is looked at, and is waited for (never taken back halfway), then the run goes on.
+    # PyGILState_Ensure on the stopped main thread waits for the GIL a thread of the target's
+    # holds in a long C call, past the 0.2 s an injected call is given before it is looked at,
+    # and is waited for (never taken back halfway); then the run goes on and the read with it.
     sock = tmp_path / "idle.sock"
-    env = {"FIXTURE_IDLE": "read", "FIXTURE_HOG": "1", "FIXTURE_SOCKET": str(sock)}
-    with spawn_target("idle_loop", tmp_path, env=env) as child:
-        truth = child.report(refresh=False)["truth"]
+    with spawn_target("idle_loop", tmp_path, env={"FIXTURE_IDLE": "read", "FIXTURE_SOCKET": str(sock)}) as child:
         stops: list[float] = []
-        for _ in range(4):  # the stop lands in a hold ~94% of the time
-            call = _idle_wait(child.pid)
-            done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
-            assert done.returncode == 0, done.stderr[-3000:]
-            assert "the GIL let go: the bootstrap ran there" in done.stderr, done.stderr[-3000:]
-            owner = json.loads(done.stdout)["owners"][0]
-            assert owner["path"] == "__main__.REGISTRY", owner
-            assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner, truth)
-            assert _idle_wait(child.pid)[0] == call[0] == 0
-            stops += [float(ms) for ms in re.findall(r"attempt 1: stopped ([\d.]+) ms", done.stderr)]
+        for _ in range(3):
+            _idle_wait(child.pid)
+            stderr = _inspect_while_hogged(child.pid, sock)
+            stops += [float(ms) for ms in re.findall(r"attempt 1: stopped ([\d.]+) ms", stderr)]
+            assert _idle_wait(child.pid)[0] == 0
             if max(stops) > 200:
                 break
         answer = _ask(sock, b"set")
     print(f"\nstops (ms): {stops}")
-    assert max(stops) > 200, stops  # it waited for the GIL at least once
+    assert max(stops) > 200, stops  # it waited for the GIL
     assert answer["returned"] == "x"
     assert_only_the_payload_stays(answer["modules"])
+
+
+def test_a_signal_that_comes_while_the_bootstrap_runs_in_a_read_has_its_handler_run(tmp_path: Path) -> None:
+    # While the main thread runs the bootstrap inside its read (here waiting for the GIL), it
+    # blocks signals: SIGUSR2 sent then is taken by another thread, and its Python handler (a
+    # counter) runs at the main thread's next bytecode: the bootstrap's first. The read goes on.
+    sock = tmp_path / "idle.sock"
+    with spawn_target("idle_loop", tmp_path, env={"FIXTURE_IDLE": "read", "FIXTURE_SOCKET": str(sock)}) as child:
+        _idle_wait(child.pid)
+        _inspect_while_hogged(child.pid, sock, signal_in_stop=signal.SIGUSR2)
+        report = wait_until(lambda: (r := _ask(sock))["signals"] and r, what="the handler run", timeout=5)
+        assert report["signals"] == 1 and report["returned"] is None  # the read goes on
+        assert _idle_wait(child.pid)[0] == 0
+        assert _ask(sock, b"set")["returned"] == "x"
+    assert_only_the_payload_stays(report["modules"])
 
 
 def test_a_watch_runs_in_an_idle_uvloop_at_every_sample(tmp_path: Path) -> None:
@@ -245,11 +275,8 @@ def test_a_sync_worker_waiting_for_a_lock_is_inspected_and_its_wait_goes_on(tmp_
     with spawn_target("idle_loop", tmp_path, python=_PYTHONS[version], env=env) as child:
         truth = child.report(refresh=False)["truth"]
         assert _idle_wait(child.pid)[0] == 202  # futex
-        began = time.monotonic()
-        done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
-        took = time.monotonic() - began
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert "in CPython's lock wait: woken with EINTR" in done.stderr, done.stderr[-3000:]
+        doc, stderr, took = _inspect(child.pid)
+        assert "in CPython's lock wait: woken with EINTR" in stderr, stderr[-3000:]
         waiting = _ask(sock)
         assert waiting["returned"] is None  # still waiting: nothing returned early
         assert _idle_wait(child.pid)[0] == 202
@@ -257,9 +284,7 @@ def test_a_sync_worker_waiting_for_a_lock_is_inspected_and_its_wait_goes_on(tmp_
     assert took < 10.0, took
     assert done_waiting["returned"] == (True if mode == "event" else "item")
     assert_only_the_payload_stays(waiting["modules"])
-    owner = json.loads(done.stdout)["owners"][0]
-    assert owner["path"] == "__main__.REGISTRY"
-    assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02), (owner["retained_bytes"], truth)
+    _assert_registry_first(doc, truth)
 
 
 @pytest.mark.parametrize("mode", ["forever", "event"])
@@ -288,14 +313,11 @@ def test_a_main_thread_in_time_sleep_is_waited_for_not_woken(tmp_path: Path, ver
     # pselect6 with no descriptors on 3.10.
     env = {"FIXTURE_IDLE": "sleep", "FIXTURE_SLEEP": "13"}
     with spawn_target("idle_loop", tmp_path, python=_PYTHONS[version], env=env) as child:
-        done = run_cli("-v", "inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert "the main thread sleeps in time.sleep for up to" in done.stderr, done.stderr[-3000:]
-        assert "woken" not in done.stderr
+        doc, stderr, _took = _inspect(child.pid)
+        assert "the main thread sleeps in time.sleep for up to" in stderr, stderr[-3000:]
+        assert "woken" not in stderr and "ran there" not in stderr
         truth = child.report(refresh=False)["truth"]
-    owner = json.loads(done.stdout)["owners"][0]
-    assert owner["path"] == "__main__.REGISTRY"
-    assert within(owner["retained_bytes"], truth["registry_bytes"], 0.02)
+    _assert_registry_first(doc, truth)
 
 
 def test_a_sleep_past_the_requests_time_is_said_at_once(tmp_path: Path) -> None:
