@@ -127,7 +127,12 @@ def _epoll_timeout(regs: _t.Regs) -> int | None:
         return None
     if regs.orig_rax == _SYS_EPOLL_PWAIT and regs.r8:
         return None
-    timeout = int(regs.r10) & 0xFFFFFFFF
+    return _int_ms(regs.r10)
+
+
+def _int_ms(register: int) -> int:
+    """A timeout argument (a C int of milliseconds, -1: none) from its 64-bit register."""
+    timeout = int(register) & 0xFFFFFFFF
     return timeout - (1 << 32) if timeout >= 1 << 31 else timeout
 
 
@@ -178,8 +183,7 @@ def call_in_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str | None:
         return None
     waits = ""
     if regs.orig_rax in (_SYS_EPOLL_WAIT, _SYS_EPOLL_PWAIT, _SYS_POLL):
-        timeout = int(regs.r10 if regs.orig_rax != _SYS_POLL else regs.rdx) & 0xFFFFFFFF
-        timeout = timeout - (1 << 32) if timeout >= 1 << 31 else timeout
+        timeout = _int_ms(regs.r10 if regs.orig_rax != _SYS_POLL else regs.rdx)
         if 0 <= timeout <= WAKE_AFTER_MS:
             return None
         waits = f" ({_waits(timeout)})"
