@@ -21,6 +21,7 @@ from .objects import (
     ModuleType,
     add_made_dict,
     dict_descriptor,
+    dict_pairs,
     dict_via,
     item_count,
     safe_referents,
@@ -442,7 +443,7 @@ class ClaimWalk(object):
         if depth < _MAX_CHAIN and not issubclass(type(obj), _NOT_EXTENDED):
             d, slots = self._attributes(obj)
             if d is not None:
-                attrs.extend((k, v) for k, v in list(d.items()) if type(k) is str)
+                attrs.extend((k, v) for k, v in dict_pairs(d) if type(k) is str)
             if slots:
                 attrs.extend(slots)
         if d is None and not attrs:

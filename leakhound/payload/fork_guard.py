@@ -33,7 +33,10 @@ def after_in_child():
     locks = getattr(bootstrap, "_module_locks", None)
     if not _idents or not isinstance(locks, dict):
         return
-    for name, ref in list(locks.items()):
+    # The names first, then each entry: a tuple per entry made while the dict is read could
+    # start a collection whose weakref callbacks take entries out of it.
+    for name in list(locks):
+        ref = locks.get(name) if type(name) is str else None
         lock = ref() if callable(ref) else None
         if getattr(lock, "owner", None) in _idents:
             module = sys.modules.get(name)

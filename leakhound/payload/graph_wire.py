@@ -18,7 +18,7 @@ import sys
 import types
 
 from . import roots
-from .objects import class_dict, instance_dict, safe_referents, short_type_name
+from .objects import class_dict, dict_pairs, instance_dict, safe_referents, short_type_name
 from .roots import frame_locals
 from .tasks import c_future_class, context_variables, task_context
 
@@ -126,7 +126,7 @@ def step_label(obj, address):
         if not issubclass(tp, (list, tuple, set, frozenset, type, _ModuleType)):
             d = instance_dict(obj)
         if d is not None:
-            for key, value in list(dict.items(d)):
+            for key, value in dict_pairs(d):
                 if id(value) == address:
                     return ("a" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
         return None, None
@@ -144,7 +144,7 @@ def step_label(obj, address):
     for klass in type.__dict__["__mro__"].__get__(tp, type):
         if klass is object:
             continue
-        for name, descr in list(class_dict(klass).items()):
+        for name, descr in dict_pairs(class_dict(klass)):
             if type(descr).__name__ == "member_descriptor" and type(name) is str and name not in (
                     "__dict__", "__weakref__"):
                 try:
@@ -157,7 +157,7 @@ def step_label(obj, address):
     if d is not None:
         if d is nxt:
             return "d", nxt
-        for key, value in list(dict.items(d)):
+        for key, value in dict_pairs(d):
             if value is nxt and type(key) is str:
                 return "a" + key[:MAX_LABEL_CHARS], nxt
     return "", nxt

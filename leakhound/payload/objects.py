@@ -81,13 +81,39 @@ def add_made_dict(obj, tp, refs, drop_values=False):
     if d is None or id(d) != address:
         return refs
     if drop_values:
-        for value in dict.values(d):
+        for value in list(dict.values(d)):  # a list first: a finalizer may change d
             for j in range(len(refs)):
                 if refs[j] is value:
                     del refs[j]
                     break
     refs.append(d)
     return refs
+
+
+def dict_pairs(d):
+    """[(key, value)] of a live dict (or a class's mappingproxy) as it was at one moment;
+    [] if it never holds still.
+
+    Never ``list(d.items())``: a tuple made per entry while the dict is read can start a
+    collection (3.10, 3.11: inside that allocation) whose finalizers change the dict, or let
+    another thread run that does: RuntimeError, dictionary changed size during iteration.
+    Its keys, its values, its keys again: each list made by one C call that makes no tracked
+    object while it reads, and the same keys twice (by identity) make the three one
+    moment's. No lookup (a key's ``__eq__`` is the target's code)."""
+    if type(d) is dict:
+        keys_of, values_of = dict.keys, dict.values
+    else:
+        keys_of, values_of = type(d).keys, type(d).values
+    for _ in range(8):
+        try:
+            keys = list(keys_of(d))
+            values = list(values_of(d))
+            again = list(keys_of(d))
+        except RuntimeError:
+            continue
+        if len(keys) == len(values) == len(again) and list(map(id, keys)) == list(map(id, again)):
+            return list(zip(keys, values))  # noqa: B905 - 3.8+
+    return []
 
 
 def is_payload_name(name):
@@ -175,7 +201,7 @@ def slot_members(tp):
     for klass in type.__dict__["__mro__"].__get__(tp, type):
         if klass is object:
             continue
-        for name, descr in list(class_dict(klass).items()):
+        for name, descr in dict_pairs(class_dict(klass)):
             if type(descr).__name__ == "member_descriptor" and type(name) is str:
                 out.append((name, descr))
     return out

@@ -44,7 +44,7 @@ import time
 
 from . import wire  # noqa: F401 - its types, in type comments
 from .census_tallies import Marks
-from .objects import builtin_iter, builtin_length, instance_dict, plain_text
+from .objects import builtin_iter, builtin_length, dict_pairs, instance_dict, plain_text
 from .pacing import Clock
 from .sizes import deep_size as _deep_size
 
@@ -309,9 +309,9 @@ def _is_bloated(message):
     """More than the steps fix's truncation sidecar."""
     tokens = dict.get(message, "tokens")
     # (str keys only: a set of any other would call its __hash__)
-    token_keys = ({k for k in dict.keys(tokens) if type(k) is str}
+    token_keys = ({k for k in list(dict.keys(tokens)) if type(k) is str}
                   if tokens is not None and issubclass(type(tokens), dict) else set())
-    message_keys = {k for k in dict.keys(message) if type(k) is str}
+    message_keys = {k for k in list(dict.keys(message)) if type(k) is str}
     return not (len(message_keys) == dict.__len__(message) and message_keys <= SIDECAR_MESSAGE_KEYS
                 and token_keys <= SIDECAR_TOKEN_KEYS)
 
@@ -425,7 +425,7 @@ def verifiers_probe(clock=None, compiled=True, in_flight=(), registered=None):
     # read_at (the target's clock, as the snapshot's taken_at): the owners table counted the
     # same dicts earlier in the request, and a busy worker's counts move in between
     registry_read_at = time.time()
-    registries = [list(dict.items(own_attr(runtime, "trajectories"))) for _mod, runtime in runtimes]
+    registries = [dict_pairs(own_attr(runtime, "trajectories")) for _mod, runtime in runtimes]
     live_ids = _live_trajectory_ids(clock=clock) | set(in_flight)
     registry = {  # type: dict
         "runtimes": len(runtimes),

@@ -26,7 +26,7 @@ Standard library only; runs inside the target and reads it without running its c
 
 import sys
 
-from .objects import instance_dict, is_payload_name, subclass_tree, type_name
+from .objects import dict_pairs, instance_dict, is_payload_name, subclass_tree, type_name
 from .tasks import await_chain, named_tasks
 
 TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
@@ -52,7 +52,7 @@ def modules(is_stdlib, tick=None, tiers=None):
     """(module, name, "module", tier) for every module, by tier, then name. ``tiers``: a dict
     filled with name -> tier (``classes`` tiers a class as its module)."""
     names_of = {}
-    for name, module in list(sys.modules.items()):
+    for name, module in dict_pairs(sys.modules):
         if type(module) is _ModuleType and type(name) is str:
             names_of.setdefault(id(module), (name, module))
     tiers = {} if tiers is None else tiers

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from leakhound.payload.census_unreached import cyclic_only
-from leakhound.payload.objects import safe_referents
+from leakhound.payload.objects import dict_pairs, safe_referents
 
 REPO = Path(__file__).resolve().parents[2]
 PYENV = Path("/root/.pyenv/versions")
@@ -99,3 +99,35 @@ def test_the_census_leaves_no_cyclic_garbage_behind(python: str) -> None:
     out = _run(python, NO_GARBAGE)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[[], [], []]"
+
+
+def test_a_dicts_pairs_are_read_as_one_moment_with_no_lookup() -> None:
+    class Key(str):
+        def __eq__(self, other: object) -> bool:  # the target's code: never run
+            raise AssertionError("__eq__ ran")
+
+        __hash__ = str.__hash__
+
+    key = Key("a")
+    pairs = dict_pairs({key: 1, "b": [2]})
+    assert pairs[0][0] is key and [v for _k, v in pairs] == [1, [2]]
+
+    class Klass:
+        x = 3
+
+    assert ("x", 3) in dict_pairs(type.__dict__["__dict__"].__get__(Klass, type))
+
+    # A dict whose keys change at every read: no pairs, never wrong ones.
+    restless = {"k": 0}
+    reads = iter(range(100))
+
+    def restless_keys(_d: object) -> list[str]:
+        restless.clear()
+        restless[f"k{next(reads)}"] = 0
+        return list(dict.keys(restless))
+
+    class Proxy:
+        keys = staticmethod(restless_keys)
+        values = staticmethod(lambda d: list(dict.values(restless)))
+
+    assert dict_pairs(Proxy()) == []
