@@ -90,6 +90,9 @@ def add_made_dict(obj, tp, refs, drop_values=False):
     return refs
 
 
+_MAPPING_PROXY = type(type.__dict__)
+
+
 def dict_pairs(d):
     """[(key, value)] of a live dict (or a class's mappingproxy) as it was at one moment;
     [] if it never holds still.
@@ -100,10 +103,12 @@ def dict_pairs(d):
     Its keys, its values, its keys again: each list made by one C call that makes no tracked
     object while it reads, and the same keys twice (by identity) make the three one
     moment's. No lookup (a key's ``__eq__`` is the target's code)."""
-    if type(d) is dict:
+    if issubclass(type(d), dict):  # (a subclass's own keys() never runs)
         keys_of, values_of = dict.keys, dict.values
+    elif type(d) is _MAPPING_PROXY:  # a class's: over its dict
+        keys_of, values_of = _MAPPING_PROXY.keys, _MAPPING_PROXY.values
     else:
-        keys_of, values_of = type(d).keys, type(d).values
+        return []
     for _ in range(8):
         try:
             keys = list(keys_of(d))
