@@ -4,6 +4,7 @@ running the CLI as an on-call engineer does."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -163,3 +164,19 @@ def assert_only_the_payload_stays(modules: list[str]) -> None:
     """What an inspection may leave in a target's sys.modules: the payload package, loaded
     once under one private name and reused (no patch state, nothing of leakhound's CLI)."""
     assert all(m == "_leakhound_payload" or m.startswith("_leakhound_payload.") for m in modules), modules
+
+
+@functools.cache
+def gdb_calls_broken() -> str | None:
+    """Why gdb cannot call a function in a process here (leakhound's own check, gdb.calls_broken),
+    or None; None too where gdb is missing (those tests fail, as before, with that reason)."""
+    from leakhound.attach.gdb import calls_broken, gdb_path  # noqa: PLC0415 - only the gdb tests ask
+
+    path = gdb_path()
+    return None if path is None else calls_broken(path)
+
+
+def gdb_or_ptrace() -> str:
+    """The method for tests written against gdb whose subject is not gdb (timeouts, a target's
+    death, patches): gdb where it can call functions in a process here, else ptrace."""
+    return "ptrace" if gdb_calls_broken() else "gdb"

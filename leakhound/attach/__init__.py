@@ -177,7 +177,13 @@ def _run(
                     private_path=str(channel.dir), payload_timeout=channel.request_timeout,
                 ))
             except MethodUnavailable as exc:
-                if method != Method.AUTO or gdb.gdb_path() is None:
+                gdb_binary = gdb.gdb_path()
+                if method != Method.AUTO or gdb_binary is None:
+                    raise
+                broken = gdb.calls_broken(gdb_binary)
+                if broken is not None:  # (ptrace's reason is the one to read)
+                    log(f"ptrace declined before stopping the target ({exc}); gdb cannot call functions in a "
+                        f"process on this machine ({broken}): not used")
                     raise
                 log(f"ptrace declined before stopping the target ({exc}); using gdb")
                 chosen = Method.GDB

@@ -11,11 +11,14 @@ attached (measured and reported as ``attach_stop_ms``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +43,44 @@ _RETRIES = 20
 
 def gdb_path() -> str | None:
     return shutil.which("gdb")
+
+
+_CALLED = re.compile(r"^\$1 = (\d+)$", re.MULTILINE)
+
+
+@functools.cache
+def calls_broken(gdb: str) -> str | None:
+    """Why ``gdb`` cannot call a function in a process on this machine, or None when it can.
+
+    Tried once per CLI run, before gdb touches the target, on a process of leakhound's own (its
+    interpreter, asleep): ``call (int)getpid()``. Some gdb and kernel pairs cannot put back the
+    registers' extended state after a call (gdb 13.1 on a 6.18 kernel: "Couldn't write
+    extended state status: Bad address"); gdb then detaches from a thread whose interrupted
+    system call returns -516 (ERESTART_RESTARTBLOCK) to the program (measured: a ``sleep``
+    died of it; every gdb inspection failed so, its target left that way). Nothing decided
+    when gdb cannot attach at all: the inspection says why (ptrace rights, _classify)."""
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", "import time; time.sleep(60)"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.1)  # its libc loaded: getpid is there to call
+        argv = [gdb, "-nx", "-batch", "--readnever", "-iex", "set debuginfod enabled off",
+                "-iex", "set auto-load off", "-p", str(child.pid), "-ex", "call (int)getpid()"]
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return "a call in a process of leakhound's own did not finish within 30 s"
+    finally:
+        child.kill()
+        child.wait()
+    text = out.stdout + out.stderr
+    called = _CALLED.search(text)
+    if called is not None and int(called.group(1)) == child.pid:
+        return None
+    if "ptrace:" in text or "Operation not permitted" in text:
+        return None  # not attached at all: said when it attaches to the target
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith("Couldn't") or "rror" in line), None) or (
+        lines[-1] if lines else "no answer")
 
 
 def command(pid: int, status_path: str) -> list[str]:
@@ -127,9 +168,17 @@ def run_gdb(argv: list[str], env: dict[str, str], timeout: float, calling: str,
 def inject(pid: int, code: str, *, timeout: float, log: AttachLog) -> Injection:
     """Queue ``code`` as a pending call in ``pid``. Retries while a thread of the target is in
     the pending-call machinery or fork."""
-    if gdb_path() is None:
+    gdb = gdb_path()
+    if gdb is None:
         raise MethodUnavailable("gdb is not installed")
     deadline = time.monotonic() + timeout
+    broken = calls_broken(gdb)
+    if broken is not None:
+        raise MethodUnavailable(
+            f"gdb cannot call functions in a process on this machine ({broken.rstrip('.')}; tried on a process "
+            "of leakhound's own): a call in the target would leave its interrupted system call broken, "
+            f"so process {pid} was not touched. Use --method ptrace (x86-64) or the agent"
+        )
     with tempfile.TemporaryDirectory(prefix="leakhound-gdb-") as tmp:
         status_path = os.path.join(tmp, "status.json")
         argv = command(pid, status_path)

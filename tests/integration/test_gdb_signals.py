@@ -33,6 +33,7 @@ QUICK = RequestOptions(method=Method.GDB, timeout=30)
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 
+@pytest.mark.gdb
 def test_signal_storm_during_20_gdb_inspections(tmp_path: Path) -> None:
     with spawn_target("signal_counter", tmp_path) as child:
         counts = Counts(Path(f"{child.ready_file}.counts"))

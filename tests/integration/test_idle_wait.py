@@ -210,6 +210,36 @@ def _inspect_while_hogged(pid: int, sock: Path, *, signal_in_stop: int = 0) -> t
     return stderr, sent
 
 
+def test_a_ctrl_c_that_comes_during_the_stop_is_raised_in_the_targets_own_read(tmp_path: Path) -> None:
+    # SIGINT sent while the main thread is stopped (its signals blocked, here while it waits
+    # for the GIL) is taken by another thread, whose C handler trips it. Its Python handler
+    # (the default: KeyboardInterrupt) used to run at the bootstrap's first bytecode, outside
+    # any try: the traceback printed in the target's stderr, the Ctrl-C lost, no bootstrap.
+    # Now the handlers run first (PyErr_CheckSignals); the raised one is handed back (a spare
+    # signal's one-shot handler, tripped from C) and the read returns EINTR: os.read raises
+    # the KeyboardInterrupt in the target's own frame, once, and the next stop runs inside.
+    sock = tmp_path / "idle.sock"
+    stderr_file = tmp_path / "target.stderr"
+    with spawn_target("idle_loop", tmp_path, env={"FIXTURE_IDLE": "read", "FIXTURE_SOCKET": str(sock)},
+                      stderr=stderr_file) as child:
+        for _ in range(3):
+            _idle_wait(child.pid)
+            stderr, sent = _inspect_while_hogged(child.pid, sock, signal_in_stop=signal.SIGINT)
+            if sent:
+                break
+        else:
+            pytest.skip("the stop was never seen on this loaded machine: no signal sent in it")
+        assert "its exception handed back to the target's own frame" in stderr, stderr[-3000:]
+        report = wait_until(lambda: (r := _ask(sock))["interrupts"] and r, what="the KeyboardInterrupt", timeout=5)
+        assert report["interrupts"] == 1 and report["returned"] is None  # raised once; the read goes on
+        assert _idle_wait(child.pid)[0] == 0
+        answer = _ask(sock, b"set")
+        assert answer["returned"] == "x"
+        assert_only_the_payload_stays(answer["modules"])
+    printed = stderr_file.read_text()
+    assert "KeyboardInterrupt" not in printed and "Traceback" not in printed, printed
+
+
 def test_running_in_a_read_waits_for_the_gil_another_thread_holds(tmp_path: Path) -> None:
     # PyGILState_Ensure on the stopped main thread waits for the GIL a thread of the target's
     # holds in a long C call, past the 0.2 s an injected call is given before it is looked at,
@@ -297,6 +327,7 @@ def test_a_sync_worker_waiting_for_a_lock_is_inspected_and_its_wait_goes_on(tmp_
     _assert_registry_first(doc, truth)
 
 
+@pytest.mark.gdb
 @pytest.mark.parametrize("mode", ["forever", "event"])
 def test_the_gdb_fallback_wakes_a_worker_at_rest_by_the_same_rules(tmp_path: Path, mode: str) -> None:
     # gdb_inject.py: the same registers, the same return-address rule (gdb run --readnever does

@@ -84,6 +84,7 @@ def test_trimmable_prediction_matches_what_trim_releases(tmp_path: Path, method:
     assert snap.heap.bytes < snap.process.rss_bytes - released * 0.8
 
 
+@pytest.mark.gdb
 def test_gdb_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()

@@ -21,12 +21,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 
 def test_trim_runs_off_the_loop_on_a_fragmented_heap(tmp_path: Path) -> None:
-    # 8000 x 20 KB freed every 0.5 s: each trim hands back ~160 MB of fresh pages (tens of ms).
+    # 16000 x 20 KB freed every 0.5 s: each trim hands back ~320 MB of fresh pages (tens of ms;
+    # 8000 gave trims of 15 ms on a fast machine, too short to tell from its own gaps).
     # A loop that waits for the trims waits in every window; a loaded machine's own gaps come
     # and go (one of 101 ms beside 60 ms trims in a CI run, a 200-inspection soak beside it):
     # up to three windows, each with the fix applied afresh (its counters are the window's),
     # and the first whose loop outran its trims is the one checked.
-    with spawn_target("trim_lag", tmp_path, env={"FIXTURE_BUFFERS": "8000"}) as child:
+    with spawn_target("trim_lag", tmp_path, env={"FIXTURE_BUFFERS": "16000"}) as child:
         for _window in range(3):
             (applied,) = patch_process(child.pid, fixes=["trim"], trim_every=1.0)
             os.kill(child.pid, signal.SIGUSR2)  # the probe's window starts with the cadence

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from leakhound.cli import app
 from tests.pythons import installed_pythons
-from tests.utils import spawn_target, wait_for_agent_socket
+from tests.utils import gdb_calls_broken, spawn_target, wait_for_agent_socket
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
@@ -31,7 +31,7 @@ def test_requests_leave_nothing_in_a_dev_mode_workers_stderr(version: str, tmp_p
     with spawn_target("steady_leak", tmp_path, python=PYTHONS[version], python_args=LOUD, stderr=stderr) as child:
         runs = [runner.invoke(app, ["inspect", str(child.pid), "--json"]),
                 runner.invoke(app, ["watch", str(child.pid), "-i", "1", "-d", "3", "--full-every", "2", "--json"])]
-        if version == "3.12":  # the fallback injector once (gdb: ~3 s a request)
+        if version == "3.12" and not gdb_calls_broken():  # the fallback injector once (gdb: ~3 s a request)
             runs.append(runner.invoke(app, ["inspect", str(child.pid), "--method", "gdb", "--json"]))
         assert child.proc.poll() is None
     for done in runs:

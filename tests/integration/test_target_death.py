@@ -20,7 +20,7 @@ import pytest
 from leakhound.core.capture import take_snapshot
 from leakhound.core.request import RequestOptions
 from leakhound.errors import TargetDied
-from tests.utils import LEAKHOUND, run_cli, spawn_target
+from tests.utils import LEAKHOUND, gdb_or_ptrace, run_cli, spawn_target
 
 pytestmark = [
     pytest.mark.integration,
@@ -29,12 +29,13 @@ pytestmark = [
 ]
 
 NO_CORE = ["prlimit", "--core=0", "--"]
+METHOD = gdb_or_ptrace()  # (of a target's death, not of gdb)
 
 
 def test_a_crash_with_leakhound_inside_names_the_signal_and_says_it_may_be_leakhounds(tmp_path: Path) -> None:
     env = {"TRAP_AT": "progress", "TRAP": "segv"}
     with spawn_target("payload_trap", tmp_path, env=env, prefix=NO_CORE) as child:
-        result = run_cli("inspect", str(child.pid), "--method", "gdb")
+        result = run_cli("inspect", str(child.pid), "--method", METHOD)
         # Ground truth: the kernel's own wait status of the child (this test is its parent).
         child.proc.wait(timeout=10)
         assert child.proc.returncode == -signal.SIGSEGV
@@ -61,7 +62,7 @@ def test_a_kill_from_outside_while_leakhound_waits_is_not_blamed_on_leakhound(tm
     tmp = tmp_path / "cli-tmp"
     tmp.mkdir()
     with spawn_target("payload_trap", tmp_path, env=env, prefix=NO_CORE) as child:
-        cli = subprocess.Popen([LEAKHOUND, "inspect", str(child.pid), "--method", "gdb", "--timeout", "60"],
+        cli = subprocess.Popen([LEAKHOUND, "inspect", str(child.pid), "--method", METHOD, "--timeout", "60"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "TMPDIR": str(tmp)})
         try:
@@ -122,7 +123,7 @@ def test_a_crash_reaped_by_another_parent_is_read_from_the_kernel_log(tmp_path: 
     with spawn_target("payload_trap", tmp_path, env=env, prefix=reaper) as child:
         pid = child.report(refresh=False)["pid"]
         assert pid != child.pid
-        result = run_cli("inspect", str(pid), "--method", "gdb")
+        result = run_cli("inspect", str(pid), "--method", METHOD)
     assert result.returncode == 12, result.stderr
     assert "killed by SIGSEGV (from " in result.stderr  # the kernel log, or the zombie if not reaped yet
     assert "segfault at 0" in result.stderr
@@ -133,7 +134,7 @@ def test_a_crash_reaped_by_another_parent_is_read_from_the_kernel_log(tmp_path: 
 def test_a_target_that_exits_on_its_own_mid_inspection_is_said_so(tmp_path: Path, status: int) -> None:
     env = {"TRAP_AT": "progress", "TRAP": "exit", "TRAP_STATUS": str(status), "TRAP_SECONDS": "30"}
     with spawn_target("payload_trap", tmp_path, env=env, prefix=NO_CORE) as child:
-        result = run_cli("inspect", str(child.pid), "--method", "gdb")
+        result = run_cli("inspect", str(child.pid), "--method", METHOD)
         assert child.proc.wait(timeout=10) == status  # ground truth: the kernel's wait status
     assert result.returncode == 12, result.stderr
     assert "Traceback" not in result.stderr

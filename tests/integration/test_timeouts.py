@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from tests.utils import LEAKHOUND, Child, run_cli, spawn_target
+from tests.utils import LEAKHOUND, Child, gdb_or_ptrace, run_cli, spawn_target
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
-METHOD = "gdb"
+METHOD = gdb_or_ptrace()  # (these tests are of timeouts, not of gdb)
 
 
 def _private_tmp(tmp_path: Path) -> Path:

@@ -25,7 +25,7 @@ from leakhound.core.request import RequestOptions
 from leakhound.errors import PatchRefused
 from leakhound.model import Finding, Snapshot
 from tests.pythons import installed_pythons
-from tests.utils import spawn_target
+from tests.utils import gdb_or_ptrace, spawn_target
 from tests.verifiers_target import (
     VerifiersWorker,
     ensure_verifiers_venv,
@@ -198,7 +198,7 @@ def test_patches_apply_live_move_their_numbers_and_revert_exactly(tmp_path: Path
         assert steps["sidecar_steps"] == r_snap["trajectory_registry"]["sidecar_steps"]
         assert findings(snapshot)["steps"].count == r_snap["trajectory_registry"]["heavy_steps"]
 
-        status = cli("patch", str(pid), "--fix", "all", "--status", "--method", "gdb", "--json")
+        status = cli("patch", str(pid), "--fix", "all", "--status", "--method", gdb_or_ptrace(), "--json")
         assert status.returncode == 0, status.stderr
         listed = {o["fix"]: o for o in json.loads(status.stdout)["outcomes"]}
         assert {fix: o["status"] for fix, o in listed.items()} == {
@@ -215,7 +215,7 @@ def test_patches_apply_live_move_their_numbers_and_revert_exactly(tmp_path: Path
         assert listed["steps"]["counters"]["sidecars"] == new["sidecar_steps"] * (rollouts + park)
 
         reverted = cli("patch", str(pid), "--fix", "steps,registry,intercepts", "--revert",
-                       "--method", "gdb", "--json")
+                       "--method", gdb_or_ptrace(), "--json")
         assert reverted.returncode == 0, reverted.stderr
         assert {o["status"] for o in json.loads(reverted.stdout)["outcomes"]} == {"reverted"}
         r_reverted = fresh_report(worker)
@@ -299,7 +299,7 @@ def test_fixed_upstream_code_is_refused_and_left_alone(tmp_path: Path) -> None:
         with pytest.raises(PatchRefused) as refused:
             patch_process(target.pid, fixes=["registry", "intercepts"], request=RequestOptions(timeout=120))
         assert str(refused.value).count("fixed upstream") == 2, refused.value
-        result = cli("patch", str(target.pid), "--fix", "registry", "--method", "gdb", "--json")
+        result = cli("patch", str(target.pid), "--fix", "registry", "--method", gdb_or_ptrace(), "--json")
         assert result.returncode == REFUSED_EXIT_CODE, result.stdout + result.stderr
         after = target.report()
 
@@ -316,7 +316,7 @@ def test_process_without_verifiers_is_refused(tmp_path: Path) -> None:
         with pytest.raises(PatchRefused) as refused:
             patch_process(target.pid, fixes=["registry"], request=RequestOptions(timeout=120))
         assert "no verifiers v1 Runtime" in str(refused.value)
-        result = cli("patch", str(target.pid), "--fix", "registry", "--method", "gdb", "--json")
+        result = cli("patch", str(target.pid), "--fix", "registry", "--method", gdb_or_ptrace(), "--json")
         assert result.returncode == REFUSED_EXIT_CODE, result.stdout + result.stderr
 
 

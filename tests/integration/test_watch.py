@@ -78,6 +78,7 @@ def test_watch_calls_only_the_leak_a_leak(tmp_path: Path) -> None:
     assert leak.samples >= 12 and leak.full_samples <= 4
 
 
+@pytest.mark.gdb
 def test_cli_match_gdb_json_lines_and_plot(tmp_path: Path) -> None:
     plot = tmp_path / "watch.png"
     with spawn_target("steady_leak", tmp_path) as child:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from leakhound.attach.elf import EM_X86_64, ElfError, ElfFile, Symbol
@@ -23,6 +23,12 @@ CALLED_FUNCTIONS = ("Py_AddPendingCall", "PyRun_SimpleString")
 # What a main thread idle in a C library's epoll_wait, the GIL let go, is given to run the
 # bootstrap there (stop.call_in_wait): what a C library's callback into Python does.
 GIL_FUNCTIONS = ("PyGILState_Check", "PyGILState_Ensure", "PyGILState_Release")
+# What hands a signal's exception back to the target's own frame when a handler raised while
+# the bootstrap was to run inside a wait (stop.hand_back): every one, or none is used.
+HANDBACK_FUNCTIONS = (
+    "PyErr_CheckSignals", "PyErr_Fetch", "PyErr_NormalizeException", "PyException_SetTraceback",
+    "PySys_SetObject", "PySys_GetObject", "Py_DecRef", "PyErr_SetInterruptEx",
+)
 # Functions inside which a thread may hold the pending-calls lock (3.8 - 3.13 names).
 PENDING_FUNCTIONS = (
     "Py_AddPendingCall", "_PyEval_AddPendingCall", "Py_MakePendingCalls",
@@ -83,6 +89,8 @@ class Plan:
     gil_check: int = 0
     gil_ensure: int = 0
     gil_release: int = 0
+    # HANDBACK_FUNCTIONS by name, each address (empty: one is not exported): stop.hand_back.
+    handback: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -259,6 +267,10 @@ def plan(pid: int) -> Plan:
            for name in GIL_FUNCTIONS]
     if not all(gil):
         gil = [0, 0, 0]
+    handback = {name: _checked_address(pid, python, python_bias, python.functions[name])
+                for name in HANDBACK_FUNCTIONS if name in python.functions}
+    if len(handback) != len(HANDBACK_FUNCTIONS):
+        handback = {}
     return Plan(
         pid=pid,
         python_object=python_path,
@@ -276,4 +288,5 @@ def plan(pid: int) -> Plan:
         gil_check=gil[0],
         gil_ensure=gil[1],
         gil_release=gil[2],
+        handback=handback,
     )

@@ -196,19 +196,98 @@ def call_in_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str | None:
     return f"the main thread waits in {name}{waits} for {whose}"
 
 
-def run_in_wait(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], page: int) -> int:
+def run_in_wait(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], page: int,
+                size: int) -> tuple[int, str]:
     """The bootstrap run on the stopped thread as a C library's callback runs (call_in_wait):
-    PyRun_SimpleString's return value. Each call is waited for however long it takes
+    (PyRun_SimpleString's return value, ""), or (0, why) when a signal's handler raised first
+    and its exception was handed back instead (hand_back: the bootstrap did not run; the
+    caller makes the wait return EINTR). Each call is waited for however long it takes
     (``patient``): a wait for the GIL may never be taken back halfway. The GIL is let go
     again even when the run failed."""
     state = tracee.call_function(regs, plan["gil_ensure"], patient=True)
     if state is None:  # (never: a patient call is not abandoned)
         raise _t.Abort("PyGILState_Ensure did not return")
     try:
+        handback = plan.get("handback") or {}
+        if handback:
+            # Signals that came during the stop (another thread's C handler tripped them)
+            # have their handlers run now, before any bytecode of ours: the bootstrap's first
+            # would run them outside its try, and a raised KeyboardInterrupt or SystemExit
+            # would be printed in the target's stderr (and SystemExit end the process here).
+            raised = tracee.call_function(regs, handback["PyErr_CheckSignals"], patient=True)
+            if raised is not None and raised & 0xFFFFFFFF:
+                return 0, hand_back(tracee, regs, plan, page, size)
         rc = tracee.call_function(regs, plan["run_simple_string"], page, patient=True)
     finally:
         tracee.call_function(regs, plan["gil_release"], state & 0xFFFFFFFF, patient=True)
-    return -1 if rc is None else rc
+    return (-1 if rc is None else rc), ""
+
+
+# A spare real-time signal (SIGRTMAX - 2 on Linux) whose handler hand_back sets for one
+# delivery; and the names it passes the exception and the answer by, in sys.
+HANDBACK_SIGNAL = 62
+_RAISED, _ARMED = "_leakhound_raised", "_leakhound_armed"
+# Runs in a dict of its own (binds nothing in __main__): takes the exception out of sys and,
+# where the spare signal has no handler, sets one that puts the default back and raises it.
+_HANDBACK_PAGE = (
+    "exec(" + repr(
+        "try:\n"
+        " import sys as s,_signal as g\n"
+        f" e=s.__dict__.pop({_RAISED!r},None)\n"
+        f" if e is not None and g.getsignal({HANDBACK_SIGNAL})==g.SIG_DFL:\n"
+        "  def h(*a,e=e,g=g):\n"
+        f"   g.signal({HANDBACK_SIGNAL},g.SIG_DFL)\n"
+        "   raise e\n"
+        f"  g.signal({HANDBACK_SIGNAL},h)\n"
+        f"  s.__dict__[{_ARMED!r}]=1\n"
+        "except BaseException:\n"
+        " pass\n"
+    ) + ",{})"
+)
+
+
+def hand_back(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], page: int, size: int) -> str:
+    """A signal's handler raised on the stopped thread (PyErr_CheckSignals returned -1), the
+    GIL held, its exception set there: hand it back to the target's own frame. The exception
+    is taken off the thread (PyErr_Fetch, normalized, its traceback set on it) into sys; a
+    page run in place of the bootstrap (which never runs: its text is written over) sets a
+    handler on a spare signal that raises it, once; PyErr_SetInterruptEx trips that signal
+    from C, so no bytecode runs it here; the wait then returns EINTR (the caller), and the
+    call's own loop (PEP 475's PyErr_CheckSignals) raises it in the target's frame, as if the
+    signal had come a moment later. Where the spare signal has a handler of the target's,
+    the exception is dropped (said so). Returns why, for the log."""
+    pid, functions = plan["pid"], plan["handback"]
+    blob = _HANDBACK_PAGE.encode() + b"\0"
+    raised_name, armed_name = page + len(blob), page + len(blob) + len(_RAISED) + 1
+    blob += _RAISED.encode() + b"\0" + _ARMED.encode() + b"\0"
+    scratch = page + size - 32
+    _t.write_memory(pid, page, blob + bytes(size - 32 - len(blob)) + bytes(32))
+    slots = (scratch, scratch + 8, scratch + 16)
+
+    def call(name: str, *args: int) -> int:
+        return tracee.call_function(regs, functions[name], *args, patient=True) or 0
+
+    call("PyErr_Fetch", *slots)
+    call("PyErr_NormalizeException", *slots)
+    words = _t.read_memory(pid, scratch, 24)
+    kind, value, traceback = (int.from_bytes(words[i:i + 8], "little") for i in (0, 8, 16))
+    if value and traceback:
+        call("PyException_SetTraceback", value, traceback)
+    if value:
+        call("PySys_SetObject", raised_name, value)
+    for obj in (kind, value, traceback):
+        if obj:
+            call("Py_DecRef", obj)
+    call_rc = tracee.call_function(regs, plan["run_simple_string"], page, patient=True)
+    armed = call("PySys_GetObject", armed_name)
+    if not armed:
+        return ("a signal's handler raised during the stop, and its exception could not be handed back "
+                f"(signal {HANDBACK_SIGNAL} has a handler of the target's; the page returned "
+                f"{(call_rc or 0) & 0xFFFFFFFF:#x})")
+    call("PySys_SetObject", armed_name, 0)
+    call("PyErr_SetInterruptEx", HANDBACK_SIGNAL)
+    return ("a signal's handler raised during the stop: its exception handed back to the target's own frame "
+            "(its wait returns EINTR); the bootstrap did not run")
 
 
 def idle_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> tuple[str, int] | None:
@@ -310,7 +389,13 @@ def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
         into = call_in_wait(pid, regs, plan)
         if into is not None and _gil_let_go(tracee, regs, plan, into, log):
             outcome["page"] = page  # the bootstrap's to take back once run (it lists it)
-            rc = run_in_wait(tracee, regs, plan, page)
+            rc, handed = run_in_wait(tracee, regs, plan, page, size)
+            if handed:
+                outcome["page"] = 0
+                tracee.syscall(regs, insn, _t.SYS_MUNMAP, page, size)  # (its pages ran and are done)
+                if tracee.saved_regs is not None:
+                    tracee.saved_regs.rax, tracee.saved_regs.orig_rax = _EINTR, _t.NO_SYSCALL
+                raise _t.Retry(handed)
             outcome["queued"] = True
             outcome["woke"] = f"{into}, the GIL let go: the bootstrap ran there, as a callback runs" + (
                 "" if rc & 0xFFFFFFFF == 0 else f" (PyRun_SimpleString returned {rc & 0xFFFFFFFF:#x})")
