@@ -43,7 +43,8 @@ def test_trim_runs_off_the_loop_on_a_fragmented_heap(tmp_path: Path) -> None:
     assert counters["trims"] >= 5, counters
     # The trims had real work, longer than a loaded machine's own gaps (up to ~32 ms seen with
     # three test workers: the probe would prove nothing otherwise; 48-133 ms measured) ...
-    assert counters["max_trim_ms"] >= 20, (truth, counters)
+    # (15-19 ms on a fast machine, 320 MB a trim: a loop that waited would show gaps as long.)
+    assert counters["max_trim_ms"] >= 10, (truth, counters)
     # ... and the loop did not wait for them: on the loop, its longest gap was at least the
     # longest trim (71 ms beside 67 ms trims before the trim thread).
     assert truth["max_gap_ms"] < 0.75 * counters["max_trim_ms"], (truth, counters)
