@@ -76,8 +76,8 @@ def calls_broken(gdb: str) -> str | None:
     called = _CALLED.search(text)
     if called is not None and int(called.group(1)) == child.pid:
         return None
-    if "ptrace:" in text or "Operation not permitted" in text:
-        return None  # not attached at all: said when it attaches to the target
+    if "ptrace:" in text or "Operation not permitted" in text or "No symbol" in text:
+        return None  # not attached, or no call tried: nothing decided here (the target's run says why)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return next((line for line in lines if line.startswith("Couldn't") or "rror" in line), None) or (
         lines[-1] if lines else "no answer")
