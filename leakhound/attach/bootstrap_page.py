@@ -14,6 +14,11 @@ from __future__ import annotations
 from leakhound.payload import wire
 
 PAGE = 0x1000
+# A spare real-time signal (SIGRTMAX - 2 on Linux) on which an exception a target's signal
+# handler raised on the main thread while leakhound's code ran there is handed back: a
+# one-shot handler that puts the default back and raises it, set only where the target has
+# none (ptrace/stop.hand_back; the bootstrap's own, channel.bootstrap_code).
+HANDBACK_SIGNAL = 62
 # The address a text is made with before its page exists (gdb maps it inside gdb's script):
 # the same width as any address, so the text's length, and the page size, do not change.
 PLACEHOLDER = 0

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import leakhound.payload
+from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL
 from leakhound.attach.deadline import Deadline
 from leakhound.attach.payload_bytecode import boot_bytecode, foreign_bytecode, payload_bytecode
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir, UnsafeEntry, open_dir_in_root
@@ -338,7 +339,35 @@ class PrivateChannel:
             "  del b,f\n"
             "  exec(c,{'__name__':'__leakhound_boot__','LH_DIR':D})\n"
             " else:raise ChildProcessError\n"
-            "except BaseException:\n"
+            "except BaseException as x:\n"
+            # A KeyboardInterrupt or SystemExit is never the bootstrap's own: a signal's
+            # handler raised it on the main thread while the bootstrap ran there. Handed back
+            # (attach/bootstrap_page.py HANDBACK_SIGNAL): a one-shot handler on a spare signal
+            # that raises it, and a thread that sends the main thread that signal once it left
+            # the bootstrap's frames (a real signal: a blocking call returns EINTR).
+            " if isinstance(x,(KeyboardInterrupt,SystemExit)):\n"
+            "  try:\n"
+            "   import _signal as g,_thread as t,sys as s\n"
+            f"   if g.getsignal({HANDBACK_SIGNAL})==g.SIG_DFL:\n"
+            "    def h(*a,e=x,g=g):\n"
+            f"     g.signal({HANDBACK_SIGNAL},g.SIG_DFL)\n"
+            "     raise e\n"
+            f"    g.signal({HANDBACK_SIGNAL},h)\n"
+            "    def k(m=t.get_ident(),g=g,s=s,D=D):\n"
+            "     try:\n"
+            "      import time\n"
+            "      for _ in range(400):\n"
+            "       f=s._current_frames().get(m)\n"
+            "       n=f.f_code.co_filename if f is not None else ''\n"
+            "       f=None\n"
+            "       if not(n=='<string>' or n.startswith(D)):break\n"
+            "       time.sleep(0.005)\n"
+            f"      g.pthread_kill(m,{HANDBACK_SIGNAL})\n"
+            "     except BaseException:\n"
+            "      pass\n"
+            "    t.start_new_thread(k,())\n"
+            "  except BaseException:\n"
+            "   pass\n"
             " try:\n"
             "  s=__import__('sys')\n"
             "  w=s.modules.get('_leakhound_payload._walk')\n"

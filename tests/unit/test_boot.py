@@ -277,3 +277,37 @@ def test_the_fixes_are_imported_by_the_first_patch_request_from_its_own_director
     assert json.loads(done.stdout.splitlines()[0]) == []  # nothing of the fixes after an inspection
     assert docs[1] is not None and docs[1].get("ok") is True, docs[1]
     assert [r.get("fix") for r in docs[1]["results"]] == ["trim"], docs[1]
+
+
+_INTERRUPTED_BOOT = """
+import builtins, json, sys, time, _signal
+_open = builtins.open
+def open(name, *args, **kwargs):
+    if str(name).endswith("boot.pyc"):  # as if a signal's handler raised right there
+        builtins.open = _open
+        raise KeyboardInterrupt("during the bootstrap")
+    return _open(name, *args, **kwargs)
+builtins.open = open
+exec({bootstrap!r})
+try:
+    for _ in range(300):
+        time.sleep(0.01)  # (a sleep: the handed-back signal ends it with EINTR, PEP 475)
+    out = {{"raised": None}}
+except KeyboardInterrupt as exc:
+    out = {{"raised": str(exc), "default_back": _signal.getsignal({spare}) == _signal.SIG_DFL}}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("version", list(installed_pythons()))
+def test_a_keyboardinterrupt_raised_in_the_bootstrap_is_handed_back_to_the_main_frame(
+        channel: PrivateChannel, version: str, tmp_path: Path) -> None:
+    # A signal's handler that raised on the main thread while the bootstrap ran there: the
+    # bootstrap's own except used to swallow it (a Ctrl-C lost; a SystemExit not obeyed).
+    from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL
+
+    script = tmp_path / "worker.py"  # (a file: its frames are told from the bootstrap's "<string>")
+    script.write_text(_INTERRUPTED_BOOT.format(bootstrap=channel.bootstrap_code(), spare=HANDBACK_SIGNAL))
+    done = subprocess.run([installed_pythons()[version], str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert json.loads(done.stdout) == {"raised": "during the bootstrap", "default_back": True}

@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from leakhound.attach.ptrace.stop import _ARMED, _HANDBACK_PAGE, _RAISED, HANDBACK_SIGNAL
+from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL
+from leakhound.attach.ptrace.stop import _ARMED, _HANDBACK_PAGE, _RAISED
 from tests.pythons import installed_pythons
 
 PYTHONS = installed_pythons()

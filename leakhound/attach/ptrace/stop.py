@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from leakhound.attach.bootstrap_page import bootstrap_text, page_size_for
+from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL, bootstrap_text, page_size_for
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir
 from leakhound.attach.ptrace import tracee as _t
 from leakhound.payload import wire
@@ -223,9 +223,8 @@ def run_in_wait(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], page: in
     return (-1 if rc is None else rc), ""
 
 
-# A spare real-time signal (SIGRTMAX - 2 on Linux) whose handler hand_back sets for one
-# delivery; and the names it passes the exception and the answer by, in sys.
-HANDBACK_SIGNAL = 62
+# The names hand_back passes the exception and the answer by, in sys (HANDBACK_SIGNAL: the
+# spare signal, bootstrap_page.py).
 _RAISED, _ARMED = "_leakhound_raised", "_leakhound_armed"
 # Runs in a dict of its own (binds nothing in __main__): takes the exception out of sys and,
 # where the spare signal has no handler, sets one that puts the default back and raises it.
