@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from leakhound.attach import ptrace, run_request
+from leakhound.attach.ptrace import trampoline
 from leakhound.attach.ptrace.plan import HANDBACK_FUNCTIONS
 from leakhound.core.capture import take_snapshot
 from leakhound.core.request import RequestOptions
@@ -68,6 +69,10 @@ def test_plan_resolves_the_addresses_this_interpreter_sees() -> None:
     for field, name in (("gil_check", "PyGILState_Check"), ("gil_ensure", "PyGILState_Ensure"),
                         ("gil_release", "PyGILState_Release")):
         assert getattr(plan, field) == ctypes.cast(getattr(api, name), ctypes.c_void_p).value, field
+    assert set(plan.trampoline) == {*trampoline.FUNCTIONS, "munmap"}
+    for name, address in plan.trampoline.items():
+        source = ctypes.CDLL(None) if name == "munmap" else api
+        assert address == ctypes.cast(getattr(source, name), ctypes.c_void_p).value, name
     assert set(plan.handback) == set(HANDBACK_FUNCTIONS)
     for name, address in plan.handback.items():
         assert address == ctypes.cast(getattr(api, name), ctypes.c_void_p).value, name

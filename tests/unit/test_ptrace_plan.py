@@ -98,7 +98,7 @@ def test_plan_is_plain_json() -> None:
                               "run_simple_string": 2, "syscall_insn": 3, "pending_ranges": ((4, 5),),
                               "lock_parks": False, "wake_ranges": (), "other_code_ranges": (),
                               "lock_wait_ranges": (), "semlock_ranges": (),
-                              "gil_check": 0, "gil_ensure": 0, "gil_release": 0, "handback": {}}
+                              "gil_check": 0, "gil_ensure": 0, "gil_release": 0, "handback": {}, "trampoline": {}}
 
 
 def test_the_bootstrap_page_is_listed_for_the_code_after_it_and_binds_nothing() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from leakhound.attach.elf import EM_X86_64, ElfError, ElfFile, Symbol
 from leakhound.attach.process import ignored_signals
+from leakhound.attach.ptrace import trampoline
 from leakhound.attach.ptrace.tracee import TRAPS, read_memory
 from leakhound.errors import MethodUnavailable, MissingSymbols, PermissionDenied, TargetNotFound
 
@@ -91,6 +92,9 @@ class Plan:
     gil_release: int = 0
     # HANDBACK_FUNCTIONS by name, each address (empty: one is not exported): stop.hand_back.
     handback: dict[str, int] = field(default_factory=dict)
+    # trampoline.FUNCTIONS and libc's munmap by name (empty: one is missing): the pending
+    # call's function (stop._queue).
+    trampoline: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -271,6 +275,12 @@ def plan(pid: int) -> Plan:
                 for name in HANDBACK_FUNCTIONS if name in python.functions}
     if len(handback) != len(HANDBACK_FUNCTIONS):
         handback = {}
+    jumps = {name: _checked_address(pid, python, python_bias, python.functions[name])
+             for name in trampoline.FUNCTIONS if name in python.functions}
+    if "munmap" in libc.functions:
+        jumps["munmap"] = _checked_address(pid, libc, libc_bias, libc.functions["munmap"])
+    if len(jumps) != len(trampoline.FUNCTIONS) + 1:
+        jumps = {}
     return Plan(
         pid=pid,
         python_object=python_path,
@@ -289,4 +299,5 @@ def plan(pid: int) -> Plan:
         gil_ensure=gil[1],
         gil_release=gil[2],
         handback=handback,
+        trampoline=jumps,
     )

@@ -37,6 +37,7 @@ from typing import Any
 from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL, bootstrap_text, page_size_for
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir
 from leakhound.attach.ptrace import tracee as _t
+from leakhound.attach.ptrace import trampoline
 from leakhound.payload import wire
 
 _RETRIES = 30
@@ -46,6 +47,7 @@ _STACK_SCAN = 512
 # go (a seized thread with a stop requested is released when its tracer exits).
 LATE_STOP_TIMEOUT = 30.0
 _PROT_RW = 0x1 | 0x2
+_SYS_MPROTECT = 10
 _MAP_PRIVATE_ANON = 0x02 | 0x20
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE,
             signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1, signal.SIGUSR2)
@@ -338,14 +340,17 @@ def _queue(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], page: int, si
     """Py_AddPendingCall(PyRun_SimpleString, page), and the main thread woken where it rests
     (idle_wait)."""
     pid, insn = plan["pid"], plan["syscall_insn"]
-    # If the call faults, or does not return outside a lock wait, the page stays mapped:
-    # it may already be queued (it is unmapped once run).
-    rc = tracee.call_function(regs, plan["add_pending_call"], plan["run_simple_string"], page,
+    code = _trampoline_page(tracee, regs, plan) if plan.get("trampoline") else 0
+    # If the call faults, or does not return outside a lock wait, the pages stay mapped:
+    # they may already be queued (each is unmapped once run).
+    rc = tracee.call_function(regs, plan["add_pending_call"], code or plan["run_simple_string"], page,
                               abandon_lock_wait=not plan.get("lock_parks", False))
     if rc is None or rc & 0xFFFFFFFF:
-        # Not queued (abandoned in its lock wait, or the queue full): the page is ours to
+        # Not queued (abandoned in its lock wait, or the queue full): the pages are ours to
         # take back now.
         tracee.syscall(regs, insn, _t.SYS_MUNMAP, page, size)
+        if code:
+            tracee.syscall(regs, insn, _t.SYS_MUNMAP, code, trampoline.PAGE)
         if rc is None:
             raise _t.Abort("Py_AddPendingCall did not return (pending-calls lock held); call abandoned")
         raise _t.Retry("the pending-call queue is full")
@@ -355,6 +360,24 @@ def _queue(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any], page: int, si
         # Restored as having returned that value, not to be restarted (orig_rax -1).
         tracee.saved_regs.rax, tracee.saved_regs.orig_rax = woken[1], _t.NO_SYSCALL
         outcome["woke"] = woken[0]
+
+
+def _trampoline_page(tracee: _t.Tracee, regs: _t.Regs, plan: dict[str, Any]) -> int:
+    """A page of the target's holding the pending call's function (trampoline.py), made
+    read-and-execute; 0 where it cannot be (the old pending call, PyRun_SimpleString, then)."""
+    pid, insn, functions = plan["pid"], plan["syscall_insn"], plan["trampoline"]
+    at = tracee.syscall(regs, insn, _t.SYS_MMAP, 0, trampoline.PAGE, _PROT_RW, _MAP_PRIVATE_ANON, -1, 0)
+    if at >= (1 << 64) - 4096:
+        return 0
+    try:
+        _t.write_memory(pid, at, trampoline.code(at, functions, functions["munmap"]))
+        made = tracee.syscall(regs, insn, _SYS_MPROTECT, at, trampoline.PAGE, trampoline.PROT_RX) == 0
+    except OSError:
+        made = False
+    if not made:  # (a policy that refuses executable anonymous memory, say)
+        tracee.syscall(regs, insn, _t.SYS_MUNMAP, at, trampoline.PAGE)
+        return 0
+    return at
 
 
 def attempt(plan: dict[str, Any], code: str, log: _t.Log, hook: Hook,
