@@ -34,12 +34,12 @@ def code(page: int, addresses: dict[str, int], munmap: int) -> bytes:
     def movabs(reg: int, value: int) -> bytes:  # mov r64, imm64 (rax 0, rdi 7)
         return bytes([0x48, 0xB8 + reg]) + struct.pack("<Q", value)
 
-    call_rax, test_rax, jz = b"\xff\xd0", b"\x48\x85\xc0", b"\x74\x00"
-    main_name = len(b"\x53\x48\x89\xfb") + 2           # the movabs rdi's immediate
+    call_rax, test_rax, jz, main_name = b"\xff\xd0", b"\x48\x85\xc0", b"\x74\x00", movabs(7, 0)
     pieces = [
+        b"\xf3\x0f\x1e\xfa",                        # endbr64 (a nop where no CET checks it)
         b"\x53",                                    # push rbx (the stack 16-aligned for the calls)
         b"\x48\x89\xfb",                            # mov rbx, rdi (the text)
-        movabs(7, 0),                               # mov rdi, "__main__" (set below)
+        main_name,                                  # mov rdi, "__main__" (set below)
         movabs(0, addresses["PyImport_AddModule"]), call_rax,
         test_rax, jz,                               # jz fail (set below)
         b"\x48\x89\xc7",                            # mov rdi, rax
@@ -57,17 +57,19 @@ def code(page: int, addresses: dict[str, int], munmap: int) -> bytes:
         b"\xbe" + struct.pack("<I", PAGE),          # mov esi, PAGE
         movabs(0, munmap), b"\xff\xe0",             # jmp munmap: its 0 is the call's
     ]
-    jumps, at = [], 0
+    jumps, at, name_imm = [], 0, 0
     for piece in pieces:
         if piece is jz:
             jumps.append(at)
+        if piece is main_name:
+            name_imm = at + 2
         at += len(piece)
     body = bytearray(b"".join(pieces))
     fail = len(body)
     body += b"\xb8\xff\xff\xff\xff\x5b\xc3"         # fail: mov eax, -1; pop rbx; ret
     name_at = (len(body) + 15) & ~15
     body += bytes(name_at - len(body)) + _MAIN
-    body[main_name:main_name + 8] = struct.pack("<Q", page + name_at)
+    body[name_imm:name_imm + 8] = struct.pack("<Q", page + name_at)
     for jump in jumps:
         assert 0 < fail - (jump + 2) < 128
         body[jump + 1] = fail - (jump + 2)
