@@ -62,6 +62,7 @@ from .objects import (
     MANAGED_DICTS,
     SHARED_LEAF,
     add_made_dict,
+    dict_columns,
     dict_descriptor,
     dict_via,
     managed_dict_address,
@@ -158,10 +159,6 @@ SKIPPED_OVER_NODES = "graph_over_nodes"
 SKIPPED_OVER_MEMORY_BUDGET = "graph_over_memory_budget"
 SKIPPED_NO_HEADROOM = "graph_no_headroom"
 SKIPPED_OUT_OF_TIME = "graph_out_of_time"
-
-
-def _list_keys(d):
-    return list(dict.keys(d))
 
 
 def _list_values(d):
@@ -477,8 +474,6 @@ class Graph(object):
         getrefcount = sys.getrefcount
         get_referents = gc.get_referents
         module_type = _ModuleType
-        dict_items = dict.items
-        dict_keys = _list_keys
         dict_values = _list_values
         type_id = self._type_id
         label_of = self.label
@@ -522,14 +517,11 @@ class Graph(object):
             if issubclass(tp, dict):
                 # Two lists, not dict.items(): a pair per entry would be thousands of tracked
                 # objects at once, which outlive young collections and count towards the
-                # target's next full collection (measured: a 300-500 ms gen-2 pause).
-                keys = dict_keys(obj)
-                refs = dict_values(obj)
-                if len(keys) != len(refs):  # changed in between (another thread): again, as pairs
-                    pairs = list(dict_items(obj))
-                    keys = [pair[0] for pair in pairs]
-                    refs = [pair[1] for pair in pairs]
-                    pairs = None
+                # target's next full collection (measured: a 300-500 ms gen-2 pause). One
+                # moment's (dict_columns); a dict that never holds still: its values, unlabelled.
+                columns = dict_columns(obj)
+                keys, refs = columns if columns is not None else ([], dict_values(obj))
+                columns = None
                 names = {}
                 # A big dict's keys label nothing (ids and names of a registry or a cache, a
                 # label each; its entries are named by the target afterwards: name_paths). As

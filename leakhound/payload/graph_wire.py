@@ -18,7 +18,7 @@ import sys
 import types
 
 from . import roots
-from .objects import class_dict, dict_pairs, instance_dict, safe_referents, short_type_name
+from .objects import class_dict, dict_columns, dict_pairs, instance_dict, safe_referents, short_type_name
 from .roots import frame_locals
 from .tasks import c_future_class, context_variables, task_context
 
@@ -97,17 +97,15 @@ def step_label(obj, address):
     if named is not None:
         return named
     if issubclass(tp, dict):
-        # Two lists, not dict.items(): a pair per entry of a big registry would be as many
-        # tracked tuples at once (young collections, a step as long as the dict).
-        values = list(dict.values(obj))
+        # Two lists, one moment's, not dict.items() (dict_columns); a dict that never holds
+        # still is looked at below, unlabelled.
+        keys, values = dict_columns(obj) or ((), ())
         for k in range(len(values)):
             if id(values[k]) == address:
-                keys = list(dict.keys(obj))
-                key = keys[k] if len(keys) == len(values) else None
-                value = values[k]
+                key, value = keys[k], values[k]
                 keys = values = None
                 return ("k" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
-        values = None
+        keys = values = None
     refs = safe_referents(obj)
     nxt = None
     for ref in refs:

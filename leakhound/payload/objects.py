@@ -6,6 +6,7 @@ Used by the census (``census*.py``) and by any payload operation that walks the 
 
 import gc
 import sys
+from _operator import is_ as _is
 
 # Builtin containers whose length is read with the C slot, never a user ``__len__``.
 SIZED = (dict, list, set, frozenset, tuple, bytes, bytearray, str)
@@ -93,32 +94,39 @@ def add_made_dict(obj, tp, refs, drop_values=False):
 _MAPPING_PROXY = type(type.__dict__)
 
 
-def dict_pairs(d):
-    """[(key, value)] of a live dict (or a class's mappingproxy) as it was at one moment;
-    [] if it never holds still.
+def dict_columns(d):
+    """(keys, values) of a live dict (or a class's mappingproxy) as it was at one moment, two
+    lists in entry order; None if it never holds still (or ``d`` is neither).
 
     Never ``list(d.items())``: a tuple made per entry while the dict is read can start a
     collection (3.10, 3.11: inside that allocation) whose finalizers change the dict, or let
-    another thread run that does: RuntimeError, dictionary changed size during iteration.
-    Its keys, its values, its keys again: each list made by one C call that makes no tracked
-    object while it reads, and the same keys twice (by identity) make the three one
-    moment's. No lookup (a key's ``__eq__`` is the target's code)."""
+    another thread run that does: RuntimeError, dictionary changed size during iteration;
+    and a big registry's pairs would be as many tracked tuples at once. Its keys, then its
+    values, each list made by one C call that makes no tracked object while it reads, then
+    its keys read again and compared by identity (``is``: no object made, no ``__eq__`` of
+    the target's run): the same keys before and after make the two lists one moment's."""
     if issubclass(type(d), dict):  # (a subclass's own keys() never runs)
-        keys_of, values_of = dict.keys, dict.values
+        keys_of, values_of, size = dict.keys, dict.values, dict.__len__
     elif type(d) is _MAPPING_PROXY:  # a class's: over its dict
-        keys_of, values_of = _MAPPING_PROXY.keys, _MAPPING_PROXY.values
+        keys_of, values_of, size = _MAPPING_PROXY.keys, _MAPPING_PROXY.values, _MAPPING_PROXY.__len__
     else:
-        return []
+        return None
     for _ in range(8):
         try:
             keys = list(keys_of(d))
             values = list(values_of(d))
-            again = list(keys_of(d))
+            if len(keys) == len(values) == size(d) and all(map(_is, keys, keys_of(d))):
+                return keys, values
         except RuntimeError:
             continue
-        if len(keys) == len(values) == len(again) and list(map(id, keys)) == list(map(id, again)):
-            return list(zip(keys, values))  # noqa: B905 - 3.8+
-    return []
+    return None
+
+
+def dict_pairs(d):
+    """[(key, value)] of a live dict or a class's mappingproxy, one moment's (dict_columns);
+    [] if it never holds still."""
+    columns = dict_columns(d)
+    return list(zip(*columns)) if columns is not None else []  # noqa: B905 - 3.8+
 
 
 def is_payload_name(name):
