@@ -1015,6 +1015,414 @@ static PyObject *records_finish(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* shared()'s memo, kept from one call to the next (a capsule: ``shared_state(n, roots)``): per
+ * node its part of v, its depth under v and its row, valid while ``stamp`` is the call's
+ * ``gen`` (no pass over every node per call: owners.py asks for one namespace after another). */
+#define SHARED_STATE "leakhound.dominators.shared_state"
+typedef struct {
+    Py_ssize_t n;
+    i32 gen;
+    i32 *stamp, *part, *depth, *row;
+    unsigned char *is_root;
+} shared_memo;
+
+static void shared_memo_free(PyObject *capsule) {
+    shared_memo *st = PyCapsule_GetPointer(capsule, SHARED_STATE);
+    if (st == NULL)
+        return;
+    free(st->stamp); free(st->part); free(st->depth); free(st->row); free(st->is_root);
+    free(st);
+}
+
+/* The node's memo made current (part -2: not known yet, -1: not under v; depth -1; row -1). */
+static inline void memo_touch(shared_memo *st, i32 x) {
+    if (st->stamp[x] != st->gen) {
+        st->stamp[x] = st->gen;
+        st->part[x] = -2;
+        st->depth[x] = -1;
+        st->row[x] = -1;
+    }
+}
+
+/* The depth of x under v in the dominator tree (depth[v] = 0); x lies under v. */
+static i32 depth_under(const i32 *idom, shared_memo *st, i32 x) {
+    i32 at = x;
+    for (;;) {
+        memo_touch(st, at);
+        if (st->depth[at] >= 0)
+            break;
+        at = idom[at];
+    }
+    i32 d = st->depth[at], steps = 0;
+    for (i32 y = x; y != at; y = idom[y])
+        steps++;
+    for (i32 y = x; y != at; y = idom[y])
+        st->depth[y] = d + steps--;
+    return st->depth[x];
+}
+
+static i32 common_under(const i32 *idom, shared_memo *st, i32 a, i32 b) {
+    if (a == b)
+        return a;
+    i32 da = depth_under(idom, st, a), db = depth_under(idom, st, b);
+    while (da > db) { a = idom[a]; da--; }
+    while (db > da) { b = idom[b]; db--; }
+    while (a != b) { a = idom[a]; b = idom[b]; }
+    return a;
+}
+
+/* shared_state(n, roots) -> the memo shared() keeps between calls over one graph of n nodes
+ * (``roots``: int32 node ids, never a kid held together). */
+static PyObject *shared_state(PyObject *self, PyObject *args) {
+    Py_ssize_t n;
+    PyObject *roots_o;
+    if (!PyArg_ParseTuple(args, "nO", &n, &roots_o))
+        return NULL;
+    if (n < 1 || n >= INT32_MAX || !PyBytes_Check(roots_o)) {
+        PyErr_SetString(PyExc_ValueError, "bad arguments");
+        return NULL;
+    }
+    Py_ssize_t nr = PyBytes_Size(roots_o) / 4;
+    const i32 *roots = (const i32 *)PyBytes_AsString(roots_o);
+    if (!all_within(roots, nr, 0, n, "root"))
+        return NULL;
+    shared_memo *st = calloc(1, sizeof(shared_memo));
+    if (st == NULL)
+        return PyErr_NoMemory();
+    st->n = n;
+    st->stamp = calloc((size_t)n, 4);  /* gen starts at 1: nothing current */
+    st->part = malloc((size_t)n * 4);
+    st->depth = malloc((size_t)n * 4);
+    st->row = malloc((size_t)n * 4);
+    st->is_root = calloc((size_t)n, 1);
+    if (!st->stamp || !st->part || !st->depth || !st->row || !st->is_root) {
+        free(st->stamp); free(st->part); free(st->depth); free(st->row); free(st->is_root); free(st);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < nr; i++)
+        st->is_root[roots[i]] = 1;
+    PyObject *capsule = PyCapsule_New(st, SHARED_STATE, shared_memo_free);
+    if (capsule == NULL) {
+        free(st->stamp); free(st->part); free(st->depth); free(st->row); free(st->is_root); free(st);
+    }
+    return capsule;
+}
+
+/* How deep shared(): a part that is itself shared (a session's name, held by the session and
+ * by the index of names) is replaced by that one's parts, this many times over at most. */
+#define SHARED_RESOLVE_DEPTH 4
+
+typedef struct {
+    i32 group, type;
+    int64_t bytes;
+} typed_share;
+
+static int typed_share_cmp(const void *a, const void *b) {
+    const typed_share *x = a, *y = b;
+    if (x->group != y->group)
+        return x->group < y->group ? -1 : 1;
+    return x->type < y->type ? -1 : x->type > y->type;
+}
+
+/* Room for ``want`` more in a growing i32 buffer pair (parts and anchors): 0, or -1. */
+static int grow_pair(i32 **a, i32 **b, Py_ssize_t *cap, Py_ssize_t used, Py_ssize_t want) {
+    if (used + want <= *cap)
+        return 0;
+    Py_ssize_t cap2 = *cap ? *cap : 1024;
+    while (cap2 < used + want)
+        cap2 *= 2;
+    i32 *a2 = realloc(*a, (size_t)cap2 * 4);
+    if (!a2)
+        return -1;
+    *a = a2;
+    i32 *b2 = realloc(*b, (size_t)cap2 * 4);
+    if (!b2)
+        return -1;
+    *b = b2;
+    *cap = cap2;
+    return 0;
+}
+
+/* Adds (q, anchor) to the set [start, *used) of out/anc (merging anchors): 0, or -1. */
+static int add_part(i32 **out, i32 **anc, Py_ssize_t *cap, Py_ssize_t start, Py_ssize_t *used, i32 q, i32 anchor,
+                    const i32 *idom, shared_memo *depth) {
+    for (Py_ssize_t s = start; s < *used; s++)
+        if ((*out)[s] == q) {
+            (*anc)[s] = common_under(idom, depth, (*anc)[s], anchor);
+            return 0;
+        }
+    if (grow_pair(out, anc, cap, *used, 1))
+        return -1;
+    (*out)[*used] = q;
+    (*anc)[*used] = anchor;
+    (*used)++;
+    return 0;
+}
+
+/* shared(state, n, m, v, idom, src, pred_off, pred_ids, kids, retained, counts, types)
+ *   -> (group of each kid, group offsets, parts, anchors, items, bytes, objects, type, first):
+ * what v's parts hold together (owners.py ``_shared``). A kid of v (its child in the dominator
+ * tree) that v does not refer to itself, no root, is held by two or more of v's parts (v's
+ * children on its referrers' dominator paths); a part itself so held stands for its own parts.
+ * Kids held by the same parts are one group: its parts ascending, each with the nearest common
+ * dominator of the referrers under it (what names it), its kids' count (those held by another
+ * of its kids not counted: a session's name is no item beside the session), retained bytes, dominated
+ * objects, the type holding most of those bytes and its first kid. -1: a kid in no group. */
+static PyObject *shared(PyObject *self, PyObject *args) {
+    Py_ssize_t n, m, v, nk;
+    PyObject *state_o, *idom_o, *src_o, *poff_o, *pids_o, *kids_o, *ret_o, *cnt_o, *types_o;
+    if (!PyArg_ParseTuple(args, "OnnnOOOOOOOO", &state_o, &n, &m, &v, &idom_o, &src_o, &poff_o, &pids_o, &kids_o,
+                          &ret_o, &cnt_o, &types_o))
+        return NULL;
+    shared_memo *st = PyCapsule_GetPointer(state_o, SHARED_STATE);
+    if (st == NULL)
+        return NULL;
+    if (n < 1 || n != st->n || m < 0 || m >= INT32_MAX || v < 0 || v >= n || !PyBytes_Check(kids_o)
+            || st->gen == INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "bad arguments");
+        return NULL;
+    }
+    nk = PyBytes_Size(kids_o) / 4;
+    const i32 *idom = (const i32 *)get_bytes(idom_o, 4, n, "idom");
+    const i32 *src = idom ? (const i32 *)get_bytes(src_o, 4, m, "src") : NULL;
+    const i32 *poff = src ? (const i32 *)get_bytes(poff_o, 4, n + 1, "pred_off") : NULL;
+    const i32 *pids = poff ? (const i32 *)get_bytes(pids_o, 4, m, "pred_ids") : NULL;
+    const int64_t *ret = pids ? (const int64_t *)get_bytes(ret_o, 8, n, "retained") : NULL;
+    const int64_t *cnt = ret ? (const int64_t *)get_bytes(cnt_o, 8, n, "counts") : NULL;
+    const i32 *types = cnt ? (const i32 *)get_bytes(types_o, 4, n, "types") : NULL;
+    const i32 *kids = (const i32 *)PyBytes_AsString(kids_o);
+    if (!types || !all_within(idom, n, -1, n, "idom") || !all_within(src, m, 0, n, "src")
+            || !all_within(pids, m, 0, m, "pred id") || !all_within(kids, nk, 0, n, "kid"))
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (poff[i] < 0 || poff[i] > poff[i + 1] || poff[i + 1] > m) {
+            PyErr_SetString(PyExc_ValueError, "pred_off out of range");
+            return NULL;
+        }
+    /* the dominator tree must lead every node up to the super-root (no cycle): a depth each */
+    st->gen++;
+    shared_memo *depth = st;  /* (common_under's memo) */
+    i32 *part = st->part, *row_of = st->row;
+    const unsigned char *is_root = st->is_root;
+    i32 *roff = malloc((size_t)(nk + 1) * 4), *gid = malloc((size_t)(nk ? nk : 1) * 4);
+    i32 *seen = calloc((size_t)(nk ? nk : 1), 4);  /* rows expanded for kid k: k + 1 */
+    unsigned char *within = calloc((size_t)(nk ? nk : 1), 1);
+    i32 *rp = NULL, *ra = NULL, *gp = NULL, *ga = NULL, *tmp_p = NULL, *tmp_a = NULL, *slots = NULL;
+    i32 *nxt_p = NULL, *nxt_a = NULL;
+    Py_ssize_t rcap = 0, rused = 0, gcap = 0, gused = 0, tcap = 0, ncap = 0;
+    i32 *goff = NULL, *gtype = NULL, *gfirst = NULL;
+    int64_t *gitems = NULL, *gall = NULL, *gbytes = NULL, *gobjects = NULL;
+    typed_share *shares = NULL;
+    Py_ssize_t ng = 0, gslots = 0, nshares = 0;
+    int failed = !roff || !gid || !seen || !within;
+    if (failed)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    memo_touch(st, (i32)v);
+    st->depth[v] = 0;
+    /* 1. each kid's parts, as its referrers give them */
+    for (Py_ssize_t k = 0; k < nk && !failed; k++) {
+        i32 c = kids[k];
+        roff[k] = (i32)rused;
+        if (is_root[c] || idom[c] != v)
+            continue;
+        Py_ssize_t start = rused;
+        int keep = 1;
+        for (i32 j = poff[c]; j < poff[c + 1] && keep && !failed; j++) {
+            i32 p = src[pids[j]];
+            if (p == v) {  /* one of v's own parts */
+                keep = 0;
+                break;
+            }
+            i32 at = p;
+            while (at >= 0 && at != v) {
+                memo_touch(st, at);
+                if (part[at] != -2 || idom[at] == v)
+                    break;
+                at = idom[at];
+            }
+            i32 q = at < 0 || at == v ? -1 : part[at] != -2 ? part[at] : at;
+            for (i32 y = p; y >= 0 && y != at; y = idom[y])
+                part[y] = q;  /* (each touched on the way up) */
+            if (at >= 0 && part[at] == -2)
+                part[at] = q;
+            if (q < 0) {
+                keep = 0;
+                break;
+            }
+            failed = add_part(&rp, &ra, &rcap, start, &rused, q, p, idom, depth) != 0;
+        }
+        if (!keep || rused - start < 2) {
+            rused = start;
+        }
+        else {
+            memo_touch(st, c);
+            row_of[c] = (i32)k;
+        }
+    }
+    if (!failed)
+        roff[nk] = (i32)rused;
+    /* 2. parts that are shared kids themselves stand for their own parts; 3. kids grouped by
+     * their parts (open addressing on the sorted parts) */
+    gslots = 1024;
+    while (gslots < 2 * (nk + 1))
+        gslots *= 2;
+    slots = failed ? NULL : malloc((size_t)gslots * 4);
+    goff = failed ? NULL : malloc((size_t)(nk + 1) * 4);
+    failed = failed || !slots || !goff;
+    if (!failed) {
+        memset(slots, 0xff, (size_t)gslots * 4);
+        goff[0] = 0;
+    }
+    for (Py_ssize_t k = 0; k < nk && !failed; k++) {
+        gid[k] = -1;
+        if (roff[k + 1] == roff[k])
+            continue;
+        Py_ssize_t used = 0;
+        for (i32 r = roff[k]; r < roff[k + 1] && !failed; r++)
+            failed = add_part(&tmp_p, &tmp_a, &tcap, 0, &used, rp[r], ra[r], idom, depth) != 0;
+        /* level by level into the other pair: a shared part's own parts in its place (the
+         * kid itself, or a part met again through a cycle, left out) */
+        for (int level = 0; level < SHARED_RESOLVE_DEPTH && !failed; level++) {
+            int changed = 0;
+            Py_ssize_t next = 0;
+            for (Py_ssize_t s = 0; s < used && !failed; s++) {
+                i32 q = tmp_p[s];
+                memo_touch(st, q);
+                i32 row = row_of[q];
+                if (row < 0) {
+                    failed = add_part(&nxt_p, &nxt_a, &ncap, 0, &next, q, tmp_a[s], idom, depth) != 0;
+                    continue;
+                }
+                changed = 1;
+                if (row == (i32)k || seen[row] == (i32)k + 1)  /* met again through a cycle */
+                    continue;
+                seen[row] = (i32)k + 1;
+                for (i32 r = roff[row]; r < roff[row + 1] && !failed; r++)
+                    failed = add_part(&nxt_p, &nxt_a, &ncap, 0, &next, rp[r], ra[r], idom, depth) != 0;
+            }
+            if (!changed)
+                break;
+            if (level == 0) {
+                /* held by another kid held together and by fewer than two parts besides: a part
+                 * of that one (a session's name), no item of its own */
+                Py_ssize_t direct = 0;
+                for (Py_ssize_t s = 0; s < used; s++)
+                    direct += st->stamp[tmp_p[s]] != st->gen || row_of[tmp_p[s]] < 0;
+                within[k] = direct < 2;
+            }
+            i32 *swap = tmp_p; tmp_p = nxt_p; nxt_p = swap;
+            swap = tmp_a; tmp_a = nxt_a; nxt_a = swap;
+            Py_ssize_t cap_swap = tcap; tcap = ncap; ncap = cap_swap;
+            used = next;
+        }
+        if (failed || used < 2)
+            continue;
+        for (Py_ssize_t a = 1; a < used; a++) {  /* ascending: an insertion sort (few) */
+            i32 kp = tmp_p[a], ka = tmp_a[a];
+            Py_ssize_t b = a;
+            for (; b > 0 && tmp_p[b - 1] > kp; b--) {
+                tmp_p[b] = tmp_p[b - 1];
+                tmp_a[b] = tmp_a[b - 1];
+            }
+            tmp_p[b] = kp;
+            tmp_a[b] = ka;
+        }
+        uint64_t h = 1469598103934665603ULL;
+        for (Py_ssize_t s = 0; s < used; s++)
+            h = (h ^ (uint64_t)(uint32_t)tmp_p[s]) * 1099511628211ULL;
+        Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(gslots - 1));
+        i32 g = -1;
+        while (slots[slot] >= 0) {
+            i32 x = slots[slot];
+            if (goff[x + 1] - goff[x] == used && memcmp(gp + goff[x], tmp_p, (size_t)used * 4) == 0) {
+                g = x;
+                break;
+            }
+            slot = (slot + 1) & (gslots - 1);
+        }
+        if (g < 0) {
+            if (grow_pair(&gp, &ga, &gcap, gused, used)) {
+                failed = 1;
+                break;
+            }
+            g = (i32)ng++;
+            slots[slot] = g;
+            goff[g] = (i32)gused;
+            memcpy(gp + gused, tmp_p, (size_t)used * 4);
+            memcpy(ga + gused, tmp_a, (size_t)used * 4);
+            gused += used;
+            goff[g + 1] = (i32)gused;
+        }
+        else {
+            for (Py_ssize_t s = 0; s < used; s++)
+                ga[goff[g] + s] = common_under(idom, depth, ga[goff[g] + s], tmp_a[s]);
+        }
+        gid[k] = g;
+    }
+    /* 4. each group's count, bytes, objects, first kid, and the type holding most bytes */
+    gitems = failed ? NULL : calloc((size_t)(ng ? ng : 1), 8);
+    gall = failed ? NULL : calloc((size_t)(ng ? ng : 1), 8);
+    gbytes = failed ? NULL : calloc((size_t)(ng ? ng : 1), 8);
+    gobjects = failed ? NULL : calloc((size_t)(ng ? ng : 1), 8);
+    gtype = failed ? NULL : malloc((size_t)(ng ? ng : 1) * 4);
+    gfirst = failed ? NULL : malloc((size_t)(ng ? ng : 1) * 4);
+    shares = failed ? NULL : malloc((size_t)(nk ? nk : 1) * sizeof(typed_share));
+    failed = failed || !gitems || !gall || !gbytes || !gobjects || !gtype || !gfirst || !shares;
+    if (!failed) {
+        memset(gfirst, 0xff, (size_t)(ng ? ng : 1) * 4);
+        for (Py_ssize_t k = 0; k < nk; k++) {
+            i32 g = gid[k];
+            if (g < 0)
+                continue;
+            i32 c = kids[k];
+            gitems[g] += within[k] ? 0 : 1;
+            gall[g]++;
+            gbytes[g] += ret[c];
+            gobjects[g] += cnt[c];
+            if (gfirst[g] < 0)
+                gfirst[g] = c;
+            shares[nshares].group = g;
+            shares[nshares].type = types[c];
+            shares[nshares].bytes = ret[c];
+            nshares++;
+        }
+        for (Py_ssize_t g = 0; g < ng; g++)  /* (all of them within one another: a cycle) */
+            if (gitems[g] == 0)
+                gitems[g] = gall[g];
+        qsort(shares, (size_t)nshares, sizeof(typed_share), typed_share_cmp);
+        int64_t best = -1;
+        for (Py_ssize_t a = 0; a < nshares;) {
+            Py_ssize_t b = a;
+            int64_t sum = 0;
+            while (b < nshares && shares[b].group == shares[a].group && shares[b].type == shares[a].type)
+                sum += shares[b++].bytes;
+            if (a == 0 || shares[a].group != shares[a - 1].group)
+                best = -1;
+            if (sum > best) {
+                best = sum;
+                gtype[shares[a].group] = shares[a].type;
+            }
+            a = b;
+        }
+    }
+    Py_END_ALLOW_THREADS
+done:;
+    PyObject *out = NULL;
+    if (failed)
+        PyErr_NoMemory();
+    else
+        out = Py_BuildValue("(y#y#y#y#y#y#y#y#y#)",
+                            (const char *)gid, nk * 4, (const char *)goff, (ng + 1) * 4,
+                            (const char *)(gp ? gp : gid), gused * 4, (const char *)(ga ? ga : gid), gused * 4,
+                            (const char *)gitems, ng * 8, (const char *)gbytes, ng * 8,
+                            (const char *)gobjects, ng * 8, (const char *)gtype, ng * 4, (const char *)gfirst, ng * 4);
+    free(roff); free(gid); free(seen); free(within); free(rp); free(ra); free(gp);
+    free(ga); free(tmp_p); free(tmp_a); free(nxt_p); free(nxt_a); free(slots); free(goff); free(gitems); free(gall); free(gbytes); free(gobjects);
+    free(gtype); free(gfirst); free(shares);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"records_new", records_new, METH_NOARGS, "records_new() -> records: a graph's frames read as they come"},
     {"records_feed", records_feed, METH_VARARGS, "records_feed(records, piece) -> None: frames taken in"},
@@ -1022,6 +1430,10 @@ static PyMethodDef methods[] = {
      "records_finish(records, r, roots) -> (cut, by_address, n, ids, sizes, types, lengths, e, src, dst, lab, roots, m)"},
     {"soft", soft, METH_VARARGS, "soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab) without soft roots' edges into the rest"},
     {"csr", csr, METH_VARARGS, "csr(n, m, keys) -> (offsets, edge ids): edges grouped by key"},
+    {"shared_state", shared_state, METH_VARARGS, "shared_state(n, roots) -> the memo shared() keeps between calls"},
+    {"shared", shared, METH_VARARGS,
+     "shared(state, n, m, v, idom, src, pred_off, pred_ids, kids, retained, counts, types) -> groups: what v's parts "
+     "hold together"},
     {"paths", paths, METH_VARARGS, "paths(...) -> (via int32 bytes, root_of int32 bytes): cheapest paths from roots"},
     {"tree", tree, METH_VARARGS, "tree(n, idom, retained) -> (offsets, children, dominated counts)"},
     {"dominators", dominators, METH_VARARGS,

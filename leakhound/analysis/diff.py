@@ -4,7 +4,8 @@ Pure arithmetic over two ``Snapshot``s (e.g. two files saved with ``inspect --sa
 are matched by name. Owners are matched by what they are, not by the path they were named by:
 in two snapshots of one process, the same object (its id() in the target and its type); where
 an object is not known (another process, a first-reacher owner), the same path without the
-numbers that change while the worker runs (a task's, a line); else an owner whose path lies
+numbers that change while the worker runs (a task's, a line), or, for two objects, the same
+names from a module (the name rebound: ``named_binding``); else an owner whose path lies
 inside the other's (the owner model's accumulation point moved down or
 up the same chain). A renamed owner says its old path in ``renamed_from``. One missing on a side
 counts as zero there (it was below that snapshot's top-N or did not exist yet), flagged by
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from leakhound.model import Owner, Snapshot
-from leakhound.model.growth import enclosing_paths, normalized_path
+from leakhound.model.growth import enclosing_paths, named_binding, normalized_path
 
 DIFF_SCHEMA = "leakhound.diff/1"
 
@@ -108,14 +109,17 @@ def _pair_owners(before: tuple[Owner, ...], after: tuple[Owner, ...],
             if found is not None:
                 pair(found, j)
     # By path where either object is not known (ids of two processes say nothing): two known
-    # objects are two owners, whatever they were named (two short-lived tasks' lists).
+    # objects are two owners, whatever they were named (two short-lived tasks' lists), but
+    # for one name from a module rebound to another object of its type (named_binding).
     by_path: dict[str, int] = {}
     for i, o in left_before.items():
         by_path.setdefault(normalized_path(o.path), i)
     for j, o in list(left_after.items()):
         hit = by_path.get(normalized_path(o.path))
         if hit is not None and hit in left_before and not (
-                same_process and o.object_id and left_before[hit].object_id):
+                same_process and o.object_id and left_before[hit].object_id
+                and not (named_binding(o.path) and left_before[hit].path == o.path
+                         and left_before[hit].type == o.type)):
             del by_path[normalized_path(o.path)]
             pair(hit, j)
     # The accumulation point moved along one chain: an owner inside the other's path.

@@ -36,6 +36,7 @@ from leakhound.model.growth import (
     Sample,
     Trend,
     enclosing_paths,
+    named_binding,
     normalized_path,
 )
 from leakhound.model.names import CODE_OWNER, MADE_DURING_WALK_PREFIX, NOT_ATTRIBUTED_PREFIX, PAYLOAD_OWNER
@@ -227,7 +228,9 @@ def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
     owners, owners merged under one label), the same normalized path. A path renamed between
     samples (another preferred path to the same object) is the same owner; two objects are
     never one owner (the lists of two short-lived tasks both named ``task:Task-*/fetch.<list>``
-    are two owners)."""
+    are two owners), but where the same names from a module reach an object of the same type
+    (``named_binding``): the program rebound the name (a linked list's new head, ``HISTORY =
+    Entry(HISTORY, ...)``; ``CACHE = CACHE | {...}``), and what it holds is what grows."""
     series: list[_OwnerSeries] = []
     by_object: dict[tuple[int, str], int] = {}
     by_path: dict[str, int] = {}
@@ -239,7 +242,8 @@ def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
             if k is None or k in claimed:
                 k = by_path.get(norm)
                 if k is not None and (k in claimed or series[k].type != owner.type
-                                      or (owner.object_id and series[k].object_id)):
+                                      or (owner.object_id and series[k].object_id
+                                          and not (named_binding(owner.path) and series[k].paths[-1] == owner.path))):
                     k = None
             if k is None:
                 k = len(series)

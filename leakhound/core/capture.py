@@ -493,7 +493,8 @@ def _analysed(taken: Capture) -> Capture:
 def _owner(o: dominators.DominatorOwner, graph: dominators.ObjectGraph | None = None,
            groups: frozenset[int] = frozenset()) -> Owner:
     # a group of objects held from C is no object of the target: matched by its path
-    object_id = int(graph.ids[o.node]) if graph is not None and o.node not in groups else 0
+    # (nor is a shared owner, node < -1: what several objects hold together)
+    object_id = int(graph.ids[o.node]) if graph is not None and o.node >= 0 and o.node not in groups else 0
     return Owner(path=o.path, type=o.type, items=o.items, retained_bytes=o.retained_bytes,
                  retained_objects=o.retained_objects, retainers=o.retainers,
                  object_id=object_id, path_ids=o.path_ids)

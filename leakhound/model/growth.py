@@ -45,6 +45,14 @@ def normalized_path(path: str) -> str:
     return _AUTO_NAME.sub(r"\1-*", _LINE.sub(r"(\1)", path))
 
 
+def named_binding(path: str) -> bool:
+    """Whether ``path`` names its object by names alone, from a module: attributes and keys
+    (``app.state.history``, ``REGISTRY['x']``), no position in a collection, no task, thread
+    or object held from C. What such a name holds is one owner whichever object it is now (a
+    linked list's new head, a table rebuilt and rebound): what watch and diff follow."""
+    return not path.startswith(("<", "task:", "thread:")) and "[]" not in path and "<" not in path
+
+
 def enclosing_paths(path: str) -> list[str]:
     """The owner paths ``path`` extends (cut before each ``.`` or ``[``), longest first."""
     return [path[:i] for i in range(len(path) - 1, 0, -1) if path[i] in ".["]

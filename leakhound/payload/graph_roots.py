@@ -83,6 +83,11 @@ def add_roots(graph, stack):
                 value = None
             ctx = None
     task = None
+    for handler, name, kind, tier in roots.signal_handlers():
+        h = graph.root(handler, name, kind, tier)
+        if h > 0:
+            graph.push(stack, h, handler)
+    handler = None
     graph.progress("graph", graph.node_count())
 
 

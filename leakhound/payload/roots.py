@@ -5,9 +5,11 @@
   classes a worker ``gc.freeze()``-d), tiered as the module that defines it;
 - ``tasks``: every pending asyncio task (a finished one is owned by whoever holds it), named
   after its outermost coroutine, Task-1 (usually the main coroutine) first;
+- ``signal_handlers``: every Python handler ``signal.signal`` installed (the interpreter
+  keeps it in C state: a closure's captured data was ``<held from C: ...>``), by its signal;
 - ``thread_frames``: every frame of every thread's stack but the caller's, innermost first.
 
-The kinds are "module", "class", "task" and "thread". A root of a lower tier names an owner
+The kinds are "module", "class", "task", "signal" and "thread". A root of a lower tier names an owner
 before any other: the app's own globals and tasks before a library's registry that also
 reaches them. No line number is in a name: a paused coroutine's or a running frame's line
 changes between snapshots, its owner must not (a walk that wants the line adds it).
@@ -104,6 +106,28 @@ def tasks(tick=None):
         yield task, label, "task", TIER_APP
 
 
+def signal_handlers():
+    """(handler, "signal:<SIGNAME>", "signal", TIER_APP) for every signal whose handler is an
+    object of the program's (not SIG_DFL, SIG_IGN or the interpreter's own SIGINT handler),
+    read from the interpreter's table (``_signal.getsignal``: no code of the program runs)."""
+    import _signal  # type: ignore[import-not-found]  # noqa: PLC0415 - built in, initialized at startup
+
+    names = {}
+    for name in list(vars(_signal)):
+        if name.startswith("SIG") and not name.startswith("SIG_") and type(getattr(_signal, name, None)) is int:
+            names.setdefault(getattr(_signal, name), name)
+    default = getattr(_signal, "default_int_handler", None)
+    for number in range(1, getattr(_signal, "NSIG", 65)):
+        try:
+            handler = _signal.getsignal(number)
+        except (ValueError, OSError):
+            continue
+        if handler is None or type(handler) is int or handler is default:
+            continue
+        yield handler, "signal:%s" % names.get(number, number), "signal", TIER_APP
+    handler = None
+
+
 def thread_frames():
     """(frame, "thread:<thread name>/<function>", "thread", TIER_THREAD) for every frame of
     every thread's stack, innermost first, except the calling thread's. Nothing here binds
@@ -135,6 +159,8 @@ def every_root(is_stdlib, tick=None, named=True):
     for root in classes(tiers, tick, named):
         yield root
     for root in tasks(tick):
+        yield root
+    for root in signal_handlers():
         yield root
     for root in thread_frames():
         yield root

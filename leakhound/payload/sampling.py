@@ -34,6 +34,7 @@ from .objects import (
     subclass_tree,
     type_name,
 )
+from .roots import signal_handlers
 from .tasks import await_chain, live_tasks
 from .tracked import tracked_objects
 
@@ -119,7 +120,7 @@ def _resolve_task_path(path):
 
 def _roots_among(wanted):
     """id -> object for the roots whose ids are in ``wanted`` (a set): modules first, then
-    tasks and other threads' frames, then classes, each looked at only while some root is
+    tasks, other threads' frames and signal handlers, then classes, each looked at only while some root is
     still missing (every class of a big program is tens of thousands of objects to list)."""
     found = {}
     for module in list(sys.modules.values()):
@@ -138,6 +139,10 @@ def _roots_among(wanted):
                     found[id(frame)] = frame
                 frame = frame.f_back
         current = top = frame = None
+        for handler, _name, _kind, _tier in signal_handlers():
+            if id(handler) in wanted:
+                found[id(handler)] = handler
+        handler = None
     if len(found) < len(wanted):
         for cls in subclass_tree():
             if id(cls) in wanted:

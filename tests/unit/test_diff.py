@@ -110,11 +110,22 @@ def test_an_owner_renamed_between_snapshots_is_the_same_owner() -> None:
     diff = diff_snapshots(before, after)
     assert [(d.name, d.bytes, d.only_in, d.renamed_from) for d in diff.owners] == [
         ("m.RECORDER.responses", 3_000_000, "", "m.client._event_hooks"),
-        ("m.TABLE", 800, "after", ""),  # another object by the same path (rebuilt): another owner
         ("m.CACHE", 200, "", ""),  # an object not known on one side: matched by its path
-        ("m.TABLE", -700, "before", ""),
+        ("m.TABLE", 100, "", ""),  # another object by the same name (rebuilt and rebound): that name's
     ]
     assert diff_to_dict(diff)["owners"][0]["renamed_from"] == "m.client._event_hooks"
+
+
+def test_two_objects_by_one_name_are_one_owner_but_not_by_one_position_or_task() -> None:
+    before = _snap(1000.0, 1, [Owner("m.HISTORY", "m.Entry", 40, 4_000, object_id=1),
+                               Owner("m.QUEUES[]", "list", 5, 500, object_id=2),
+                               Owner("task:Task-3/run.rows", "list", 5, 500, object_id=3)], [])
+    after = _snap(1060.0, 1, [Owner("m.HISTORY", "m.Entry", 90, 9_000, object_id=4),
+                              Owner("m.QUEUES[]", "list", 6, 600, object_id=5),
+                              Owner("task:Task-3/run.rows", "list", 6, 600, object_id=6)], [])
+    rows = [(d.name, d.bytes, d.only_in) for d in diff_snapshots(before, after).owners]
+    assert ("m.HISTORY", 5_000, "") in rows  # a linked list's new head: the list grew
+    assert ("m.QUEUES[]", 600, "after") in rows and ("task:Task-3/run.rows", 600, "after") in rows
 
 
 def test_ids_match_only_within_one_process_and_an_owner_moving_down_its_chain_is_matched() -> None:

@@ -137,6 +137,126 @@ def test_a_dominant_owner_does_not_hide_the_rest() -> None:
         ("__main__.LEAK", 8000 + 850_000), ("__main__.CACHE", 80_000), ("logging.HANDLERS", 50_000)]
 
 
+def _chain_graph(links: int, kind: str, tail: int) -> dom.ObjectGraph:
+    """__main__.HEAD -> link -> link ... (``links`` of type ``kind``, each with a 100-byte str,
+    ``.next`` the next); the last link holds a dict CACHE of ``tail`` 1000-byte strs."""
+    types = ["<root>", "module", "dict", kind, "str"]
+    # 1 module __main__, 2 its dict, 3.. the links, then each link's str, then the cache and its strs
+    edges = [(0, 1), (1, 2), (2, 3)]
+    lab = [-1, 0, 1]
+    first, strs = 3, 3 + links
+    for k in range(links):
+        if k + 1 < links:
+            edges.append((first + k, first + k + 1))
+            lab.append(2)
+        edges.append((first + k, strs + k))
+        lab.append(3)
+    cache = strs + links
+    edges.append((first + links - 1, cache))
+    lab.append(4)
+    edges += [(cache, cache + 1 + i) for i in range(tail)]
+    lab += [-1] * tail
+    n = cache + 1 + tail
+    type_of = [0, 1, 2] + [3] * links + [4] * links + [2] + [4] * tail
+    sizes = [0, 72, 1000] + [56] * links + [100] * links + [4000] + [1000] * tail
+    return make_graph(n, edges, sizes, roots=[(1, "__main__", "module", 0)],
+                      labels=["d", "kHEAD", "anext", "apayload", "acache"], lab=lab, type_names=types, types=type_of)
+
+
+@pytest.mark.usefixtures("both_passes")
+@pytest.mark.parametrize("kind", ["__main__.Node", "tuple"])
+def test_a_linked_list_is_owned_by_its_head(kind: str) -> None:
+    """Each link retains most of what the one before it does (all the rest of the list): the
+    descent to the child holding most went down 5,000 links to where what was left fell
+    under the threshold, and the list was in no owner listed. Its head holds it."""
+    found = dom.find_owners(_chain_graph(5000, kind, 0), top=5)
+    first = found.owners[0]
+    assert (first.path, first.type, first.items) == ("__main__.HEAD", kind, 5000)
+    assert first.retained_bytes == 5000 * (56 + 100) + 4000  # (and the last link's empty cache)
+
+
+def test_a_chain_that_only_leads_to_a_big_table_is_descended() -> None:
+    """Wrappers of wrappers (middleware holding the next app) whose last one holds a big cache:
+    the links hold little, the chain is a way to the owner, not the owner."""
+    found = dom.find_owners(_chain_graph(3, "__main__.Layer", 2000), top=5)
+    first = found.owners[0]
+    assert first.path == "__main__.HEAD.next.next.cache"
+    assert first.retained_bytes == 4000 + 2000 * 1000
+
+
+def _two_indexes(modules: int) -> dom.ObjectGraph:
+    """1000 sessions (each 100 bytes and a 1000-byte str of its own) in two dicts, ``BY_ID``
+    and ``BY_NAME``: globals of __main__ (``modules`` 1), or of two modules (2: ``a.BY_ID``,
+    ``b.BY_NAME``). Beside them ``SMALL``, a global of the first module holding 2000 bytes."""
+    types = ["<root>", "module", "dict", "__main__.Session", "str"]
+    # 1 module, 2 its dict; 3 and 4 the second module and its dict (or unused); 5 BY_ID,
+    # 6 BY_NAME, 7 SMALL; 8.. the sessions, then their strs
+    second = 3 if modules == 2 else 1
+    edges = [(0, 1), (1, 2), (2, 5), (2, 7)]
+    lab = [-1, 0, 1, 3]
+    if modules == 2:
+        edges += [(0, 3), (3, 4), (4, 6)]
+        lab += [-1, 0, 2]
+    else:
+        edges.append((2, 6))
+        lab.append(2)
+    first = 8
+    for k in range(1000):
+        edges += [(5, first + k), (6, first + k), (first + k, first + 1000 + k)]
+        lab += [-1, -1, -1]
+    n = first + 2000
+    type_of = [0, 1, 2, 1, 2, 2, 2, 4] + [3] * 1000 + [4] * 1000
+    sizes = [0, 72, 1000, 72, 1000, 36_000, 36_000, 2000] + [100] * 1000 + [1000] * 1000
+    roots = [(1, "__main__" if modules == 1 else "a", "module", 0)]
+    if modules == 2:
+        roots.append((second, "b", "module", 0))
+    return make_graph(n, edges, sizes, roots=roots, labels=["d", "kBY_ID", "kBY_NAME", "kSMALL"], lab=lab,
+                      type_names=types, types=type_of)
+
+
+@pytest.mark.usefixtures("both_passes")
+@pytest.mark.parametrize(("modules", "named"), [
+    (1, "<shared by __main__.BY_ID, __main__.BY_NAME>"), (2, "<shared by a.BY_ID, b.BY_NAME>")])
+def test_what_two_registries_both_hold_is_an_owner_named_by_both(modules: int, named: str) -> None:
+    """Each session is held by both indexes: neither dominates it, only the module both are
+    globals of (or, in two modules, the super-root), which is split into its parts. The
+    sessions were in no owner; they are one, whose bytes are what freeing both returns."""
+    graph = _two_indexes(modules)
+    found = dom.find_owners(graph, top=5)
+    first = found.owners[0]
+    assert (first.path, first.type, first.items) == (named, "__main__.Session", 1000)
+    assert first.retained_bytes == 1000 * (100 + 1000) and first.retained_objects == 2000
+    # each index is an owner of its own bytes besides: nothing counted twice
+    by_id = named[len("<shared by "):].split(", ")[0]
+    assert [(o.path, o.retained_bytes) for o in found.owners if o.path == by_id] == [(by_id, 36_000)]
+    assert sum(o.retained_bytes for o in found.owners) <= sum(graph.sizes)
+    why = dom.find_owners(graph, top=5, why="<shared by").why
+    assert [o.path for o in why] == [named]
+
+
+@pytest.mark.usefixtures("both_passes")
+def test_what_a_shared_object_and_a_registry_hold_together_joins_its_group() -> None:
+    """Each session's str (its name) is held by the session and by BY_NAME (its key): a part of
+    the module shared by a session that is itself shared stands for that session's parts (the
+    names are held by BY_ID and BY_NAME too, as far as freeing goes); and a pair of sessions
+    holding each other (a cycle) does not run on forever."""
+    graph = _two_indexes(1)
+    edges = list(zip(graph.src, graph.dst, strict=True))
+    lab = list(graph.lab)
+    for k in range(1000):
+        edges.append((6, 1008 + k))  # BY_NAME -> the session's str (a key)
+        lab.append(-1)
+    edges += [(8, 9), (9, 8)]  # sessions 0 and 1 hold each other
+    lab += [-1, -1]
+    graph = make_graph(graph.nodes, edges, list(graph.sizes), roots=graph.roots, labels=graph.labels, lab=lab,
+                       type_names=graph.type_names, types=list(graph.types))
+    first = dom.find_owners(graph, top=5).owners[0]
+    assert first.path == "<shared by __main__.BY_ID, __main__.BY_NAME>"
+    # the names are no items beside the sessions; the type is that of the objects holding most
+    # of the bytes (the names, here)
+    assert (first.retained_bytes, first.items, first.type) == (1000 * (100 + 1000), 1000, "str")
+
+
 def test_why_lists_distinct_retainer_paths() -> None:
     graph = callbacks_graph()
     found = dom.find_owners(graph, top=5, why="App")

@@ -220,6 +220,20 @@ def test_an_owner_renamed_between_samples_is_one_series() -> None:
     assert finding.owner == "m.RECORDER.responses"
 
 
+def test_a_name_rebound_to_a_new_object_is_one_series_a_position_or_task_is_not() -> None:
+    # A linked list's head: every full sample another object by the same module name; beside it
+    # a list at a position and a task's list, each another object every time.
+    samples = [_owned(t, [("m.HISTORY", 1000 * (1000 + 100 * t), 1000 + 100 * t, 0x100 + t),
+                          ("m.QUEUES[]", 5000, 5, 0x200 + t), ("task:Task-7/run.rows", 5000, 5, 0x300 + t)],
+                      full=True, heap=2_000_000 + 100_000 * t)
+               for t in range(0, 12, 3)]
+    report = analyse_growth(samples)
+    history = [o for o in report.owners if o.name == "m.HISTORY"]
+    assert len(history) == 1 and history[0].points == 4 and history[0].verdict == GROWING
+    assert len([o for o in report.owners if o.name == "m.QUEUES[]"]) == 4
+    assert len([o for o in report.owners if o.name.startswith("task:")]) == 4
+
+
 def test_owners_nested_in_one_another_are_one_finding_and_findings_fit_the_heap() -> None:
     # The census named the registry's runtime at first, its trajectories later: the same bytes
     # under two names, never owners in one census. One finding, the inner one (it grew by all).

@@ -4,11 +4,13 @@ by its preferred path from a root and a few distinct retainer paths; ``--why``'s
 
 from __future__ import annotations
 
+import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from leakhound.analysis.dominators.graph import ObjectGraph
+from leakhound.analysis.dominators import passes
+from leakhound.analysis.dominators.graph import ObjectGraph, ints, raw_of
 from leakhound.analysis.dominators.naming import (
     _CONTAINERS,
     RetainerPath,
@@ -30,6 +32,32 @@ from leakhound.analysis.dominators.passes import (
 # to it: the owner is further down (MAT's "accumulation point").
 DESCEND_SHARE = 0.8
 _LEAVES = frozenset({"str", "bytes", "bytearray", "int", "float", "complex", "array.array", "memoryview"})
+# References looked at to find what a namespace's parts hold together (``_shared``): a bound
+# on the work, whatever the namespace (the super-root's children on a big heap).
+SHARED_WORK = 2_000_000
+# Parts named in a shared owner's path; the rest are counted ("and 3 more").
+SHARED_NAMED = 3
+# How many times over a part that is itself held together stands for its own parts (keep
+# SHARED_RESOLVE_DEPTH in _dominators.c the same).
+SHARED_RESOLVE_DEPTH = 4
+
+
+@dataclass
+class SharedGroup:
+    """Objects a namespace's parts hold together (``BY_ID`` and ``BY_NAME`` both hold every
+    session): dominated by the namespace, by none of the parts. No object of the target: an
+    owner of its own, named by the parts (``<shared by m.BY_ID, m.BY_NAME>``), whose bytes are
+    what freeing all those parts returns."""
+
+    parts: tuple[int, ...]  # the namespace's children that reach them, biggest first
+    # part -> what under it holds them all (the dominator tree's nearest common ancestor of
+    # their referrers there: the part itself, or the registry inside it): what names them
+    anchors: dict[int, int]
+    items: int  # the objects held together (each with what it dominates)
+    retained: int
+    objects: int  # dominated objects, over all of them
+    type: str  # the type of those holding most of the bytes
+    first: int  # one of them
 
 
 @dataclass(frozen=True)
@@ -60,6 +88,13 @@ class OwnerFinder:
         self._pred: tuple[Sequence[int], Sequence[int]] | None = None
         self._out: Sequence[int] | None = None
         self._out_ids: Sequence[int] | None = None
+        # a linked list's head (see ``_chain``) -> its links: its items
+        self.links: dict[int, int] = {}
+        # owners no single object is (``_shared``): by a number below -1 in place of a node
+        self.shared: dict[int, SharedGroup] = {}
+        self.less: dict[int, int] = {}  # a namespace -> the bytes of the shared owners listed from it
+        self.shared_work = SHARED_WORK  # left for ``_shared``, over every namespace
+        self._shared_state: Any = None  # the C pass's memo, kept from one namespace to the next
 
     @property
     def paths(self) -> Paths:
@@ -134,27 +169,264 @@ class OwnerFinder:
         stack = [0]
         while stack:
             v = stack.pop()
+            head = False
             while True:
                 kids = self.children(v)
                 if kids and retained[kids[0]] >= DESCEND_SHARE * retained[v] and retained[kids[0]] >= threshold:
-                    for c in kids[1:]:  # biggest first (tree_csr)
-                        if retained[c] < threshold:
-                            break
-                        stack.append(c)
-                    v = kids[0]
+                    links = self._chain(v, threshold)
+                    if links and retained[links[-1]] < DESCEND_SHARE * retained[v]:
+                        head = True  # a linked list: its head holds what its links hold
+                        self.links[v] = 1 + len(links) + self._tail_links(links[-1])
+                        break
+                    for link in (v, *links[:-1]):
+                        for c in self.children(link)[1:]:  # biggest first (tree_csr)
+                            if retained[c] < threshold:
+                                break
+                            stack.append(c)
+                    v = links[-1] if links else kids[0]
                     continue
                 break
+            if head and v != 0:
+                found.append(v)
+                continue
             big = []
             for c in self.children(v):  # biggest first (tree_csr): the rest are smaller still
                 if retained[c] < threshold:
                     break
                 big.append(c)
-            if v != 0 and (not big or not self._namespace(v)):
-                found.append(v)
+            namespace = v == 0 or self._namespace(v)
+            shared, taken = self._shared(v, threshold) if namespace else ([], set())
+            if taken:
+                big = [c for c in big if c not in taken]
+            found.extend(shared)
+            if v != 0 and (not big or not namespace):
+                if shared:  # the namespace is then the rest of it (its own small parts)
+                    self.less[v] = sum(self.shared[k].retained for k in shared)
+                if not shared or self.retained_of(v) >= threshold:
+                    found.append(v)
                 continue
             stack.extend(big)
-        found.sort(key=lambda v: -retained[v])
+        found.sort(key=lambda v: -self.retained_of(v))
         return found[:top]
+
+    def retained_of(self, v: int) -> int:
+        """What ``v`` retains as an owner: a shared owner's members, a namespace's own bytes but
+        what the shared owners listed from it hold (``less``)."""
+        return self.shared[v].retained if v < -1 else int(self.tree.retained[v]) - self.less.get(v, 0)
+
+    def _shared(self, v: int, threshold: int) -> tuple[list[int], set[int]]:
+        """What ``v``'s parts hold together, as owners (``SharedGroup``): the groups holding
+        ``threshold`` or more, but a big object alone in its group (looked at in its own right,
+        named by its own path); and the big children of ``v`` they take. Objects two registries
+        both hold are dominated by neither, only by the module both are globals of, which is
+        split into its parts: 40 MB of sessions indexed twice were in no owner (or, each over
+        the threshold, 450 owners of 88 KiB, none listed)."""
+        kids = self.children(v)
+        group_of, groups = self._shared_groups(v, kids)
+        retained = self.tree.retained
+        keys: dict[int, int] = {}
+        for g, group in groups.items():
+            if group.retained >= threshold and not (group.items == 1 and retained[group.first] >= threshold):
+                key = -2 - len(self.shared)
+                self.shared[key] = group
+                keys[g] = key
+        taken = set()
+        for k, c in enumerate(kids):  # (biggest first: only the big ones matter here)
+            if retained[c] < threshold:
+                break
+            if group_of[k] in keys:
+                taken.add(c)
+        return list(keys.values()), taken
+
+    def _shared_groups(self, v: int, kids: Sequence[int]) -> tuple[Sequence[int], dict[int, SharedGroup]]:
+        """Each of ``kids`` (``v``'s children)'s group (-1: none) and the groups by number: a
+        kid ``v`` does not refer to itself is held by the parts of ``v`` its referrers lie under
+        (``v``'s children on their dominator paths), a part itself so held standing for its own
+        parts (a session's name, held by the session and the index of names); kids held by the
+        same parts are one group. In C where it is built (one pass); else here, within
+        ``shared_work`` references."""
+        graph, tree = self.graph, self.tree
+        offsets, edge_ids = self._preds()
+        compiled = passes.compiled()
+        if compiled is not None:
+            counts = self._counts if self._counts is not None else subtree_counts(graph, tree, self.children)
+            self._counts = counts
+            if self._shared_state is None:
+                self._shared_state = compiled.shared_state(graph.nodes, array.array("i", self.root_kind).tobytes())
+            found = compiled.shared(
+                self._shared_state, graph.nodes, graph.edges, v, raw_of(tree.idom), raw_of(graph.src),
+                raw_of(offsets), raw_of(edge_ids), raw_of(array.array("i", kids)), raw_of(tree.retained),
+                raw_of(counts), raw_of(graph.types))
+            gid, goff, gp, ga = (ints(found[k], "i") for k in range(4))
+            items, size, objects = (ints(found[k], "q") for k in range(4, 7))
+            gtype, first = ints(found[7], "i"), ints(found[8], "i")
+            groups = {}
+            for g in range(len(items)):
+                parts = tuple(gp[goff[g]:goff[g + 1]])
+                groups[g] = SharedGroup(
+                    parts=tuple(sorted(parts, key=lambda q: -tree.retained[q])),
+                    anchors=dict(zip(parts, ga[goff[g]:goff[g + 1]], strict=True)), items=items[g],
+                    retained=size[g], objects=objects[g], type=graph.type_names[gtype[g]], first=first[g])
+            return gid, groups
+        return self._shared_groups_python(v, kids, offsets, edge_ids)
+
+    def _shared_groups_python(self, v: int, kids: Sequence[int], offsets: Sequence[int], edge_ids: Sequence[int],
+                              ) -> tuple[Sequence[int], dict[int, SharedGroup]]:
+        """``_shared_groups`` without the C pass: the same, in at most ``shared_work`` steps."""
+        graph, retained, idom, src = self.graph, self.tree.retained, self.tree.idom, self.graph.src
+        depth_of: dict[int, int] = {v: 0}
+        part_of: dict[int, int] = {}  # a referrer -> v's child it lies under (-1: none)
+
+        def depth(x: int) -> int:
+            climbed = []
+            while x not in depth_of:
+                climbed.append(x)
+                x = idom[x]
+            d = depth_of[x]
+            for y in reversed(climbed):
+                d += 1
+                depth_of[y] = d
+            return d
+
+        def common(a: int, b: int) -> int:
+            """The nearest common dominator of ``a`` and ``b`` (both under ``v``)."""
+            if a == b:
+                return a
+            da, db = depth(a), depth(b)
+            while da > db:
+                a, da = idom[a], da - 1
+            while db > da:
+                b, db = idom[b], db - 1
+            while a != b:
+                a, b = idom[a], idom[b]
+            return a
+
+        def part(p: int) -> int:
+            climbed = []
+            while p >= 0 and p != v and p not in part_of and idom[p] != v:
+                climbed.append(p)
+                p = idom[p]
+            found = -1 if p < 0 or p == v else part_of.get(p, p)
+            for q in (*climbed, p):
+                if q >= 0:
+                    part_of[q] = found
+            return found
+
+        rows: dict[int, dict[int, int]] = {}  # kid -> its parts -> the common dominator of its referrers there
+        for c in kids:
+            if self.shared_work <= 0:
+                break
+            if c in self.root_kind or idom[c] != v:
+                continue
+            held: dict[int, int] = {}
+            for k in range(offsets[c], offsets[c + 1]):
+                p = src[edge_ids[k]]
+                q = part(p) if p != v else -1  # (v itself: one of its own parts)
+                if q < 0:
+                    held.clear()
+                    break
+                held[q] = common(held[q], p) if q in held else p
+            self.shared_work -= offsets[c + 1] - offsets[c] + 1
+            if len(held) >= 2:
+                rows[c] = held
+        group_of = [-1] * len(kids)
+        groups: dict[int, SharedGroup] = {}
+        by_parts: dict[tuple[int, ...], int] = {}
+        by_type: dict[int, dict[str, int]] = {}
+        every: dict[int, int] = {}
+        for k, c in enumerate(kids):
+            if c not in rows:
+                continue
+            held = dict(rows[c])
+            # held by another kid held together and by fewer than two parts besides: a part of
+            # that one (a session's name), no item of its own
+            within = any(q in rows for q in held) and sum(q not in rows for q in held) < 2
+            expanded = {c}  # (a part met again through a cycle is left out)
+            for _level in range(SHARED_RESOLVE_DEPTH):
+                if not any(q in rows for q in held):
+                    break
+                resolved: dict[int, int] = {}
+                for q, at in held.items():
+                    if q in rows:
+                        if q in expanded:
+                            continue
+                        expanded.add(q)
+                    for q2, at2 in (rows[q].items() if q in rows else ((q, at),)):
+                        resolved[q2] = common(resolved[q2], at2) if q2 in resolved else at2
+                held = resolved
+            if len(held) < 2:
+                continue
+            key = tuple(sorted(held))
+            g = by_parts.setdefault(key, len(by_parts))
+            group = groups.get(g)
+            if group is None:
+                group = groups[g] = SharedGroup(parts=tuple(sorted(key, key=lambda q: -retained[q])), anchors=held,
+                                                items=0, retained=0, objects=0, type="", first=c)
+                by_type[g] = {}
+            else:
+                for q, at in held.items():
+                    group.anchors[q] = common(group.anchors[q], at)
+            group_of[k] = g
+            group.items += 0 if within else 1
+            every[g] = every.get(g, 0) + 1
+            group.retained += int(retained[c])
+            group.objects += self.dominated_objects(c)
+            kind = graph.type_of(c)
+            by_type[g][kind] = by_type[g].get(kind, 0) + int(retained[c])
+        for g, group in groups.items():
+            group.type = max(by_type[g].items(), key=lambda kv: kv[1])[0]
+            group.items = group.items or every[g]  # (all of them within one another: a cycle)
+        return group_of, groups
+
+    def _next_link(self, v: int, kind: str, threshold: int) -> int:
+        """The node after ``v`` in a chain of ``kind`` (each link holding the next as most of
+        what it retains: a linked list's ``next``, a cons list's tail), through the link's
+        attribute dict where it has one; -1 where the chain ends."""
+        retained = self.tree.retained
+        for _hop in range(2):
+            kids = self.children(v)
+            if not kids or retained[kids[0]] < DESCEND_SHARE * retained[v] or retained[kids[0]] < threshold:
+                return -1
+            c = kids[0]
+            name = self.graph.type_of(c)
+            if name == kind:
+                return c
+            if name != "dict" or kind in _CONTAINERS:
+                return -1
+            v = c  # an instance's __dict__ (3.10's, or one made real): its attribute is the link
+        return -1
+
+    def _chain(self, v: int, threshold: int) -> list[int]:
+        """Where ``v`` heads a chain of links of its own type (see ``_next_link``): the links
+        after it, else []. A chain whose last link still retains most of what its head does is
+        only a way to what that link holds (a wrapper's wrapper's cache: descend past it); one
+        whose bytes drop link by link is one structure, owned by its head: MAT's descent
+        (one child holding most: go down) walked a 100,000-link list to the link where what
+        is left fell under the threshold, and the list was in no owner listed."""
+        if v == 0 or v in self.root_kind:
+            return []
+        kind = self.graph.type_of(v)
+        if kind in _LEAVES or kind in ("module", "type"):
+            return []
+        links = []
+        at = self._next_link(v, kind, threshold)
+        while at >= 0:
+            links.append(at)
+            at = self._next_link(at, kind, threshold)
+        return links
+
+    def _tail_links(self, v: int) -> int:
+        """The links after ``v`` that retain too little for ``_chain`` to follow (the list's
+        last few): counted as items all the same."""
+        kind, n, type_of = self.graph.type_of(v), 0, self.graph.type_of
+        while True:
+            nxt = next((c for c in self.children(v) if type_of(c) == kind), -1)
+            if nxt < 0 and kind not in _CONTAINERS:  # through the link's attribute dict
+                nxt = next((c for d in self.children(v) if type_of(d) == "dict"
+                            for c in self.children(d) if type_of(c) == kind), -1)
+            if nxt < 0:
+                return n
+            v, n = nxt, n + 1
 
     def dominated_objects(self, v: int) -> int:
         if self._counts is None:
@@ -204,14 +476,36 @@ class OwnerFinder:
     def render(self, path: RetainerPath, names: list[str] | None = None) -> str:
         return render_edges(self.graph, path, names)
 
+    def part_paths(self, v: int) -> list[RetainerPath]:
+        """A shared owner's parts' preferred paths (the first ``SHARED_NAMED``)."""
+        group = self.shared[v]
+        return [self.preferred(group.anchors.get(q, q)) for q in group.parts[:SHARED_NAMED]]
+
+    def shared_name(self, v: int, part_texts: Sequence[str]) -> str:
+        """``<shared by A, B>``: its parts' paths (``part_paths``) in order of their names, so
+        that the name stays the same while which part is bigger changes."""
+        more = len(self.shared[v].parts) - len(part_texts)
+        rest = f" and {more} more" if more > 0 else ""
+        return f"<shared by {', '.join(sorted(part_texts))}{rest}>"
+
     def owner(self, v: int, path: str, retainers: tuple[str, ...] = ()) -> DominatorOwner:
+        if v < -1:
+            group = self.shared[v]
+            return DominatorOwner(
+                node=v,
+                path=path,
+                type=group.type,
+                retained_bytes=group.retained,
+                retained_objects=group.objects,
+                items=group.items,
+            )
         return DominatorOwner(
             node=v,
             path=path,
             type=self.graph.type_of(v),
-            retained_bytes=int(self.tree.retained[v]),
+            retained_bytes=self.retained_of(v),
             retained_objects=self.dominated_objects(v),
-            items=self.graph.lengths[v] or len(self.children(v)),
+            items=self.links.get(v) or self.graph.lengths[v] or len(self.children(v)),
             retainers=retainers,
         )
 
@@ -287,16 +581,24 @@ def plan_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, compil
     of_type = why_of_type(finder, why) if why else []
     # Paths only for what will be named: the owners, the objects asked about, and the
     # referrers their retainer paths go through.
-    targets = set(nodes) | set(of_type)
+    targets = {v for v in nodes if v >= 0} | set(of_type)
     for v in [*nodes[:5], *of_type]:
-        targets.update(finder.referrers(v))
+        if v >= 0:
+            targets.update(finder.referrers(v))
+    for v in nodes:
+        if v < -1:
+            group = finder.shared[v]
+            targets.update(group.anchors.get(q, q) for q in group.parts[:SHARED_NAMED])
     finder.settle(targets)
     if why:
-        unnamed = [render_edges(graph, finder.preferred(v)) for v in nodes]
+        unnamed = [finder.shared_name(v, [render_edges(graph, p) for p in finder.part_paths(v)]) if v < -1
+                   else render_edges(graph, finder.preferred(v)) for v in nodes]
         asked += why_nodes(finder, nodes, unnamed, why, of_type)
-    plans = [finder.retainer_paths(v, limit=retainers) if i < 5 and retainers > 1 else [finder.preferred(v)]
+    plans = [finder.part_paths(v) if v < -1 else
+             finder.retainer_paths(v, limit=retainers) if i < 5 and retainers > 1 else [finder.preferred(v)]
              for i, v in enumerate(nodes)]
-    plans += [finder.retainer_paths(v, limit=max(retainers, 5)) for v in asked[len(nodes):]]
+    plans += [finder.part_paths(v) if v < -1 else finder.retainer_paths(v, limit=max(retainers, 5))
+              for v in asked[len(nodes):]]
     return OwnerPlan(finder=finder, nodes=nodes, asked=asked, plans=plans,
                      analysis_seconds=time.perf_counter() - started)
 
@@ -316,6 +618,9 @@ def name_owners(plan: OwnerPlan, labels: Sequence[Any] | None = None) -> Dominat
     for v, paths in zip(plan.asked, plan.plans, strict=True):
         mine = texts[k:k + len(paths)]
         k += len(paths)
+        if v < -1:  # no object: named by its parts, no path of ids to walk again
+            owners.append(finder.owner(v, finder.shared_name(v, mine)))
+            continue
         distinct = tuple(dict.fromkeys(mine))
         found = finder.owner(v, mine[0], distinct if len(paths) > 1 else ())
         owners.append(replace(found, path_ids=tuple(finder.ids_of(paths[0]))))

@@ -11,6 +11,7 @@ import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from leakhound.analysis.dominators.graph import Ints, ObjectGraph, ints, raw_of
 
@@ -49,6 +50,12 @@ _BACK_REFERENCE_NAMES = frozenset({
 })
 
 
+
+def compiled() -> Any:
+    """The C passes where they were built, else None (looked up at each call: the tests run
+    the pure-Python passes by setting ``_dominators`` to None)."""
+    return _dominators
+
 @dataclass
 class DominatorTree:
     idom: Ints  # per node; -1 for the root and unreachable nodes
@@ -58,8 +65,9 @@ class DominatorTree:
     engine: str = ""
 
 
-# Roots that dominate only what no other root reaches (soften).
-SOFT_ROOT_KINDS = frozenset({"thread", "held"})
+# Roots that dominate only what no other root reaches (soften): a signal handler that is the
+# app's bound method (``server.handle_exit``) does not take the server from ``__main__``.
+SOFT_ROOT_KINDS = frozenset({"thread", "held", "signal"})
 
 
 def soften(graph: ObjectGraph) -> ObjectGraph:
