@@ -563,15 +563,21 @@ static PyObject *soft(PyObject *self, PyObject *args) {
         i32 v = stack[--top];
         for (i32 k = off[v]; k < off[v + 1]; k++) {
             i32 w = dst[ids[k]];
+            if (is_soft[w] && v != 0)
+                is_soft[w] = 2;  /* a soft root something named holds */
             if (hard[w] || is_soft[w])
                 continue;
             hard[w] = 1;
             stack[top++] = w;
         }
     }
+    /* kept: edges from what the hard roots reach, and edges into what they do not; but not the
+     * super-root's edge to a soft root they reach (a class a list holds, a generator's frame):
+     * that one is an object like any other, held by what holds it */
+#define SOFT_KEPT(i) ((hard[src[i]] || !hard[dst[i]]) && !(src[i] == 0 && is_soft[dst[i]] == 2))
     Py_ssize_t kept = 0;
     for (i = 0; i < m; i++)
-        if (hard[src[i]] || !hard[dst[i]])
+        if (SOFT_KEPT(i))
             kept++;
     PyObject *s2 = PyBytes_FromStringAndSize(NULL, kept * 4), *d2 = PyBytes_FromStringAndSize(NULL, kept * 4);
     PyObject *l2 = PyBytes_FromStringAndSize(NULL, kept * 4);
@@ -579,7 +585,7 @@ static PyObject *soft(PyObject *self, PyObject *args) {
         i32 *a = (i32 *)PyBytes_AsString(s2), *b = (i32 *)PyBytes_AsString(d2), *c = (i32 *)PyBytes_AsString(l2);
         Py_ssize_t k = 0;
         for (i = 0; i < m; i++)
-            if (hard[src[i]] || !hard[dst[i]]) {
+            if (SOFT_KEPT(i)) {
                 a[k] = src[i];
                 b[k] = dst[i];
                 c[k] = lab[i];
@@ -1167,7 +1173,7 @@ static int add_part(i32 **out, i32 **anc, Py_ssize_t *cap, Py_ssize_t start, Py_
  * Kids held by the same parts are one group: its parts ascending, each with the nearest common
  * dominator of the referrers under it (what names it), its kids' count (those held by another
  * of its kids not counted: a session's name is no item beside the session), retained bytes, dominated
- * objects, the type holding most of those bytes and its first kid. -1: a kid in no group. */
+ * objects, the type holding most of those bytes and its biggest kid. -1: a kid in no group. */
 static PyObject *shared(PyObject *self, PyObject *args) {
     Py_ssize_t n, m, v, nk;
     PyObject *state_o, *idom_o, *src_o, *poff_o, *pids_o, *kids_o, *ret_o, *cnt_o, *types_o;
@@ -1360,7 +1366,7 @@ static PyObject *shared(PyObject *self, PyObject *args) {
         }
         gid[k] = g;
     }
-    /* 4. each group's count, bytes, objects, first kid, and the type holding most bytes */
+    /* 4. each group's count, bytes, objects, biggest kid, and the type holding most bytes */
     gitems = failed ? NULL : calloc((size_t)(ng ? ng : 1), 8);
     gall = failed ? NULL : calloc((size_t)(ng ? ng : 1), 8);
     gbytes = failed ? NULL : calloc((size_t)(ng ? ng : 1), 8);
@@ -1380,8 +1386,8 @@ static PyObject *shared(PyObject *self, PyObject *args) {
             gall[g]++;
             gbytes[g] += ret[c];
             gobjects[g] += cnt[c];
-            if (gfirst[g] < 0)
-                gfirst[g] = c;
+            if (gfirst[g] < 0 || ret[c] > ret[gfirst[g]])
+                gfirst[g] = c;  /* its biggest */
             shares[nshares].group = g;
             shares[nshares].type = types[c];
             shares[nshares].bytes = ret[c];

@@ -1793,11 +1793,11 @@ slot_names(GraphState *g, Walk *w, PyObject *obj, PyTypeObject *tp)
 
 /* -- a container's referents -------------------------------------------------------------- */
 
-/* None, a bool, a small int (shared leaves, left out), a class or a module no edge will lead
- * to (graph_referents: one that is no node is a root of its own; a wall or our own is reached
- * from the super-root only), so its dict key needs no label: a module's dict holds hundreds
- * of classes and modules, and their names' labels were part of the ~1 MiB of labels every
- * walk made in the target. */
+/* None, a bool, a small int (shared leaves, left out), a module no edge will lead to
+ * (graph_referents: one that is no node is a root of its own; a wall or our own is reached
+ * from the super-root only) or a class that is no root, so its dict key needs no label: a
+ * module's dict holds hundreds of modules, and their names' labels were part of the ~1 MiB of
+ * labels every walk made in the target. (A class root is held by what holds it: an edge.) */
 static int small_int(PyObject *ref);
 
 static inline int
@@ -1807,6 +1807,8 @@ no_edge_to(GraphState *g, PyObject *value)
         return 1;  /* shared leaves: left out, wherever they are met */
     if (!PyType_Check(value) && Py_TYPE(value) != &PyModule_Type)
         return 0;
+    if (PyType_Check(value))  /* a class (a wall, a root of its own) is held by the dict: an edge */
+        return !nodebits_test(&g->walls, (uintptr_t)value);
     return graph_find(g, (uintptr_t)value) != FOUND_NODE || nodebits_test(&g->walls, (uintptr_t)value);
 }
 
@@ -2165,7 +2167,10 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                 return -1;  /* its record is made when it is walked (graph_finish) */
             }
         }
-        else if (found == FOUND_OWN || nodebits_test(&g->walls, address)) {
+        else if (found == FOUND_OWN || (nodebits_test(&g->walls, address)
+                                         && (ref == (PyObject *)Py_TYPE(g->cur) || !PyType_Check(ref)))) {
+            /* (a class, met from what is not its instance, is held by it: an edge; a class is
+             * a soft root, an object like any other where something holds it) */
             continue;
         }
         long label = -1;

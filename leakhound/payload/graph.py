@@ -649,7 +649,9 @@ class Graph(object):
                         stack.append(j)
                         if child_namespace and rtp is dict:
                             namespaces.add(j)
-                elif j < 0 or j in walls:
+                elif j < 0 or (j in walls and (ref is tp or not issubclass(rtp, type))):
+                    # (a class, met from what is not its instance, is held by it: an edge; a
+                    # class is a soft root, an object like any other where something holds it)
                     continue
                 if names is not None:
                     label = names.get(id(ref), -1)

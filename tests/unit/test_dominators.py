@@ -257,6 +257,36 @@ def test_what_a_shared_object_and_a_registry_hold_together_joins_its_group() -> 
     assert (first.retained_bytes, first.items, first.type) == (1000 * (100 + 1000), 1000, "str")
 
 
+@pytest.mark.usefixtures("both_passes")
+def test_a_few_big_objects_two_roots_share_are_each_looked_into() -> None:
+    """Five workers two tasks both hold, each with a registry of its own (the simulated verifiers
+    worker's env workers, each with its runtime's trajectories): one worker holds a fifth of
+    what they hold together, so they are looked at one by one and the registries are the
+    owners, not the group of workers."""
+    types = ["<root>", "task", "m.Worker", "dict", "bytes"]
+    # 1, 2 the tasks; 3..7 the workers; 8..12 their registries; then 100 entries a registry
+    edges = [(0, 1), (0, 2)]
+    lab = [-1, -1]
+    for w in range(5):
+        edges += [(1, 3 + w), (2, 3 + w), (3 + w, 8 + w)]
+        lab += [0, 0, 1]
+    first = 13
+    for w in range(5):
+        for _e in range(100 + 10 * w):
+            edges.append((8 + w, first))
+            lab.append(-1)
+            first += 1
+    n = first
+    type_of = [0, 1, 1] + [2] * 5 + [3] * 5 + [4] * (n - 13)
+    sizes = [0, 100, 100] + [100] * 5 + [4000] * 5 + [1000] * (n - 13)
+    graph = make_graph(n, edges, sizes, roots=[(1, "task:Task-1/run", "task", 1), (2, "task:Task-3/stats", "task", 1)],
+                       labels=["aworker", "atrajectories"], lab=lab, type_names=types, types=type_of)
+    found = dom.find_owners(graph, top=8)
+    assert [o.type for o in found.owners[:5]] == ["dict"] * 5, [o.path for o in found.owners]
+    assert found.owners[0].retained_bytes == 4000 + 140 * 1000
+    assert not any(o.path.startswith("<shared") for o in found.owners[:5])
+
+
 def test_why_lists_distinct_retainer_paths() -> None:
     graph = callbacks_graph()
     found = dom.find_owners(graph, top=5, why="App")

@@ -37,6 +37,9 @@ _LEAVES = frozenset({"str", "bytes", "bytearray", "int", "float", "complex", "ar
 SHARED_WORK = 2_000_000
 # Parts named in a shared owner's path; the rest are counted ("and 3 more").
 SHARED_NAMED = 3
+# A group of objects held together is an owner only where its bytes are spread: one object of
+# it holding this share or more, its big objects are looked at one by one.
+SHARED_SPREAD = 0.1
 # How many times over a part that is itself held together stands for its own parts (keep
 # SHARED_RESOLVE_DEPTH in _dominators.c the same).
 SHARED_RESOLVE_DEPTH = 4
@@ -57,7 +60,7 @@ class SharedGroup:
     retained: int
     objects: int  # dominated objects, over all of them
     type: str  # the type of those holding most of the bytes
-    first: int  # one of them
+    first: int  # the biggest of them
 
 
 @dataclass(frozen=True)
@@ -224,17 +227,33 @@ class OwnerFinder:
         kids = self.children(v)
         group_of, groups = self._shared_groups(v, kids)
         retained = self.tree.retained
+        # A group where one object holds a tenth or more is few big objects (five env workers
+        # two tasks share, each with its registry of trajectories): each is looked at in its
+        # own right (the owner is inside), the group keeps only its small ones.
+        apart: dict[int, list[int]] = {}
+        for k, c in enumerate(kids):  # (biggest first: only the big ones matter here)
+            if retained[c] < threshold:
+                break
+            g = group_of[k]
+            if g >= 0 and retained[groups[g].first] >= SHARED_SPREAD * groups[g].retained:
+                apart.setdefault(g, []).append(c)
+        for g, big in apart.items():
+            group = groups[g]
+            group.retained -= sum(int(retained[c]) for c in big)
+            group.objects -= sum(self.dominated_objects(c) for c in big)
+            group.items = max(1, group.items - len(big))
         keys: dict[int, int] = {}
         for g, group in groups.items():
-            if group.retained >= threshold and not (group.items == 1 and retained[group.first] >= threshold):
+            if group.retained >= threshold and not (group.items == 1 and g not in apart
+                                                    and retained[group.first] >= threshold):
                 key = -2 - len(self.shared)
                 self.shared[key] = group
                 keys[g] = key
         taken = set()
-        for k, c in enumerate(kids):  # (biggest first: only the big ones matter here)
+        for k, c in enumerate(kids):
             if retained[c] < threshold:
                 break
-            if group_of[k] in keys:
+            if group_of[k] in keys and group_of[k] not in apart:
                 taken.add(c)
         return list(keys.values()), taken
 
@@ -367,6 +386,8 @@ class OwnerFinder:
                 for q, at in held.items():
                     group.anchors[q] = common(group.anchors[q], at)
             group_of[k] = g
+            if retained[c] > retained[group.first]:
+                group.first = c
             group.items += 0 if within else 1
             every[g] = every.get(g, 0) + 1
             group.retained += int(retained[c])

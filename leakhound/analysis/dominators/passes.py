@@ -67,7 +67,7 @@ class DominatorTree:
 
 # Roots that dominate only what no other root reaches (soften): a signal handler that is the
 # app's bound method (``server.handle_exit``) does not take the server from ``__main__``.
-SOFT_ROOT_KINDS = frozenset({"thread", "held", "signal"})
+SOFT_ROOT_KINDS = frozenset({"thread", "held", "signal", "class"})
 
 
 def soften(graph: ObjectGraph) -> ObjectGraph:
@@ -91,7 +91,12 @@ def soften(graph: ObjectGraph) -> ObjectGraph:
     (a running frame's variable when the roots were read) gave every trajectory a second
     path from ``<held from C: dict>``: each a per-entry owner, the registry none, in 3 of 8
     inspections. A value-stack temporary of a running frame or a C call in flight (json's
-    encoder, ``sorted()``) holds what it holds for as long as the frame, as a frame does."""
+    encoder, ``sorted()``) holds what it holds for as long as the frame, as a frame does.
+
+    A soft root the other roots reach is no root at all: an object like any other, held by what
+    holds it. Classes are soft roots (the subclass tree that lists them holds none: its
+    references are weak), so that 200 classes made with ``type()`` and kept in a list are that
+    list's, not 200 owners of their own caches."""
     soft_roots = [node for node, _label, kind, _tier in graph.roots if kind in SOFT_ROOT_KINDS]
     if not soft_roots:
         return graph
@@ -108,15 +113,18 @@ def soften(graph: ObjectGraph) -> ObjectGraph:
         hard = bytearray(graph.nodes)
         hard[0] = 1
         stack = [0]
+        held = set()  # soft roots something named holds
         while stack:
             v = stack.pop()
             for k in range(succ_off[v], succ_off[v + 1]):
                 w = graph.dst[edge_ids[k]]
+                if w in soft and v != 0:
+                    held.add(w)
                 if not hard[w] and w not in soft:
                     hard[w] = 1
                     stack.append(w)
         for s, d, lb in zip(graph.src, graph.dst, graph.lab, strict=True):
-            if hard[s] or not hard[d]:
+            if (hard[s] or not hard[d]) and not (s == 0 and d in held):
                 src.append(s)
                 dst.append(d)
                 lab.append(lb)
