@@ -1026,18 +1026,27 @@ static PyObject *records_finish(PyObject *self, PyObject *args) {
  * ``gen`` (no pass over every node per call: owners.py asks for one namespace after another). */
 #define SHARED_STATE "leakhound.dominators.shared_state"
 typedef struct {
-    Py_ssize_t n;
+    Py_ssize_t n, m;
     i32 gen;
     i32 *stamp, *part, *depth, *row;
     unsigned char *is_root;
+    /* the graph's columns, checked once (held: bytes objects, immutable) */
+    PyObject *held[7];
+    const i32 *idom, *src, *poff, *pids, *types;
+    const int64_t *ret, *cnt;
 } shared_memo;
+
+static void shared_memo_drop(shared_memo *st) {
+    free(st->stamp); free(st->part); free(st->depth); free(st->row); free(st->is_root);
+    for (int k = 0; k < 7; k++)
+        Py_XDECREF(st->held[k]);
+    free(st);
+}
 
 static void shared_memo_free(PyObject *capsule) {
     shared_memo *st = PyCapsule_GetPointer(capsule, SHARED_STATE);
-    if (st == NULL)
-        return;
-    free(st->stamp); free(st->part); free(st->depth); free(st->row); free(st->is_root);
-    free(st);
+    if (st != NULL)
+        shared_memo_drop(st);
 }
 
 /* The node's memo made current (part -2: not known yet, -1: not under v; depth -1; row -1). */
@@ -1077,46 +1086,70 @@ static i32 common_under(const i32 *idom, shared_memo *st, i32 a, i32 b) {
     return a;
 }
 
-/* shared_state(n, roots) -> the memo shared() keeps between calls over one graph of n nodes
- * (``roots``: int32 node ids, never a kid held together). */
+/* shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types) -> the memo
+ * shared() keeps between calls over one graph of n nodes and m edges: its columns checked once
+ * (each a bytes object; ``roots``: int32 node ids, never a kid held together). */
 static PyObject *shared_state(PyObject *self, PyObject *args) {
-    Py_ssize_t n;
-    PyObject *roots_o;
-    if (!PyArg_ParseTuple(args, "nO", &n, &roots_o))
+    Py_ssize_t n, m;
+    PyObject *o[7], *roots_o;  /* idom, src, pred_off, pred_ids, retained, counts, types */
+    if (!PyArg_ParseTuple(args, "nnOOOOOOOO", &n, &m, &o[0], &o[1], &o[2], &o[3], &roots_o, &o[4], &o[5], &o[6]))
         return NULL;
-    if (n < 1 || n >= INT32_MAX || !PyBytes_Check(roots_o)) {
+    if (n < 1 || n >= INT32_MAX || m < 0 || m >= INT32_MAX || !PyBytes_Check(roots_o)) {
         PyErr_SetString(PyExc_ValueError, "bad arguments");
         return NULL;
     }
     Py_ssize_t nr = PyBytes_Size(roots_o) / 4;
     const i32 *roots = (const i32 *)PyBytes_AsString(roots_o);
-    if (!all_within(roots, nr, 0, n, "root"))
+    const i32 *idom = (const i32 *)get_bytes(o[0], 4, n, "idom");
+    const i32 *src = idom ? (const i32 *)get_bytes(o[1], 4, m, "src") : NULL;
+    const i32 *poff = src ? (const i32 *)get_bytes(o[2], 4, n + 1, "pred_off") : NULL;
+    const i32 *pids = poff ? (const i32 *)get_bytes(o[3], 4, m, "pred_ids") : NULL;
+    const int64_t *ret = pids ? (const int64_t *)get_bytes(o[4], 8, n, "retained") : NULL;
+    const int64_t *cnt = ret ? (const int64_t *)get_bytes(o[5], 8, n, "counts") : NULL;
+    const i32 *types = cnt ? (const i32 *)get_bytes(o[6], 4, n, "types") : NULL;
+    if (!types || !all_within(roots, nr, 0, n, "root") || !all_within(idom, n, -1, n, "idom")
+            || !all_within(src, m, 0, n, "src") || !all_within(pids, m, 0, m, "pred id"))
         return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (poff[i] < 0 || poff[i] > poff[i + 1] || poff[i + 1] > m) {
+            PyErr_SetString(PyExc_ValueError, "pred_off out of range");
+            return NULL;
+        }
     shared_memo *st = calloc(1, sizeof(shared_memo));
     if (st == NULL)
         return PyErr_NoMemory();
     st->n = n;
+    st->m = m;
     st->stamp = calloc((size_t)n, 4);  /* gen starts at 1: nothing current */
     st->part = malloc((size_t)n * 4);
     st->depth = malloc((size_t)n * 4);
     st->row = malloc((size_t)n * 4);
     st->is_root = calloc((size_t)n, 1);
     if (!st->stamp || !st->part || !st->depth || !st->row || !st->is_root) {
-        free(st->stamp); free(st->part); free(st->depth); free(st->row); free(st->is_root); free(st);
+        shared_memo_drop(st);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < nr; i++)
         st->is_root[roots[i]] = 1;
-    PyObject *capsule = PyCapsule_New(st, SHARED_STATE, shared_memo_free);
-    if (capsule == NULL) {
-        free(st->stamp); free(st->part); free(st->depth); free(st->row); free(st->is_root); free(st);
+    for (int k = 0; k < 7; k++) {
+        Py_INCREF(o[k]);
+        st->held[k] = o[k];
     }
+    st->idom = idom; st->src = src; st->poff = poff; st->pids = pids; st->ret = ret; st->cnt = cnt;
+    st->types = types;
+    PyObject *capsule = PyCapsule_New(st, SHARED_STATE, shared_memo_free);
+    if (capsule == NULL)
+        shared_memo_drop(st);
     return capsule;
 }
 
 /* How deep shared(): a part that is itself shared (a session's name, held by the session and
  * by the index of names) is replaced by that one's parts, this many times over at most. */
 #define SHARED_RESOLVE_DEPTH 4
+/* An object more parts than this hold together (a base class its subclasses in fifty modules
+ * hold, a function imported everywhere) is the program's fabric, no owner's: left out (the
+ * work per object, sets kept unsorted, grows with the square of its parts). */
+#define SHARED_MAX_PARTS 16
 
 typedef struct {
     i32 group, type;
@@ -1165,7 +1198,7 @@ static int add_part(i32 **out, i32 **anc, Py_ssize_t *cap, Py_ssize_t start, Py_
     return 0;
 }
 
-/* shared(state, n, m, v, idom, src, pred_off, pred_ids, kids, retained, counts, types)
+/* shared(state, v, kids)
  *   -> (group of each kid, group offsets, parts, anchors, items, bytes, objects, type, first):
  * what v's parts hold together (owners.py ``_shared``). A kid of v (its child in the dominator
  * tree) that v does not refer to itself, no root, is held by two or more of v's parts (v's
@@ -1175,37 +1208,24 @@ static int add_part(i32 **out, i32 **anc, Py_ssize_t *cap, Py_ssize_t start, Py_
  * of its kids not counted: a session's name is no item beside the session), retained bytes, dominated
  * objects, the type holding most of those bytes and its biggest kid. -1: a kid in no group. */
 static PyObject *shared(PyObject *self, PyObject *args) {
-    Py_ssize_t n, m, v, nk;
-    PyObject *state_o, *idom_o, *src_o, *poff_o, *pids_o, *kids_o, *ret_o, *cnt_o, *types_o;
-    if (!PyArg_ParseTuple(args, "OnnnOOOOOOOO", &state_o, &n, &m, &v, &idom_o, &src_o, &poff_o, &pids_o, &kids_o,
-                          &ret_o, &cnt_o, &types_o))
+    Py_ssize_t v, nk;
+    PyObject *state_o, *kids_o;
+    if (!PyArg_ParseTuple(args, "OnO", &state_o, &v, &kids_o))
         return NULL;
     shared_memo *st = PyCapsule_GetPointer(state_o, SHARED_STATE);
     if (st == NULL)
         return NULL;
-    if (n < 1 || n != st->n || m < 0 || m >= INT32_MAX || v < 0 || v >= n || !PyBytes_Check(kids_o)
-            || st->gen == INT32_MAX) {
+    Py_ssize_t n = st->n;
+    if (v < 0 || v >= n || !PyBytes_Check(kids_o) || st->gen == INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "bad arguments");
         return NULL;
     }
     nk = PyBytes_Size(kids_o) / 4;
-    const i32 *idom = (const i32 *)get_bytes(idom_o, 4, n, "idom");
-    const i32 *src = idom ? (const i32 *)get_bytes(src_o, 4, m, "src") : NULL;
-    const i32 *poff = src ? (const i32 *)get_bytes(poff_o, 4, n + 1, "pred_off") : NULL;
-    const i32 *pids = poff ? (const i32 *)get_bytes(pids_o, 4, m, "pred_ids") : NULL;
-    const int64_t *ret = pids ? (const int64_t *)get_bytes(ret_o, 8, n, "retained") : NULL;
-    const int64_t *cnt = ret ? (const int64_t *)get_bytes(cnt_o, 8, n, "counts") : NULL;
-    const i32 *types = cnt ? (const i32 *)get_bytes(types_o, 4, n, "types") : NULL;
+    const i32 *idom = st->idom, *src = st->src, *poff = st->poff, *pids = st->pids, *types = st->types;
+    const int64_t *ret = st->ret, *cnt = st->cnt;
     const i32 *kids = (const i32 *)PyBytes_AsString(kids_o);
-    if (!types || !all_within(idom, n, -1, n, "idom") || !all_within(src, m, 0, n, "src")
-            || !all_within(pids, m, 0, m, "pred id") || !all_within(kids, nk, 0, n, "kid"))
+    if (!all_within(kids, nk, 0, n, "kid"))
         return NULL;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (poff[i] < 0 || poff[i] > poff[i + 1] || poff[i + 1] > m) {
-            PyErr_SetString(PyExc_ValueError, "pred_off out of range");
-            return NULL;
-        }
-    /* the dominator tree must lead every node up to the super-root (no cycle): a depth each */
     st->gen++;
     shared_memo *depth = st;  /* (common_under's memo) */
     i32 *part = st->part, *row_of = st->row;
@@ -1257,6 +1277,8 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                 break;
             }
             failed = add_part(&rp, &ra, &rcap, start, &rused, q, p, idom, depth) != 0;
+            if (rused - start > SHARED_MAX_PARTS)
+                keep = 0;
         }
         if (!keep || rused - start < 2) {
             rused = start;
@@ -1306,6 +1328,10 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                 seen[row] = (i32)k + 1;
                 for (i32 r = roff[row]; r < roff[row + 1] && !failed; r++)
                     failed = add_part(&nxt_p, &nxt_a, &ncap, 0, &next, rp[r], ra[r], idom, depth) != 0;
+            }
+            if (next > SHARED_MAX_PARTS) {
+                used = 0;  /* (left out, as above) */
+                break;
             }
             if (!changed)
                 break;
@@ -1436,9 +1462,10 @@ static PyMethodDef methods[] = {
      "records_finish(records, r, roots) -> (cut, by_address, n, ids, sizes, types, lengths, e, src, dst, lab, roots, m)"},
     {"soft", soft, METH_VARARGS, "soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab) without soft roots' edges into the rest"},
     {"csr", csr, METH_VARARGS, "csr(n, m, keys) -> (offsets, edge ids): edges grouped by key"},
-    {"shared_state", shared_state, METH_VARARGS, "shared_state(n, roots) -> the memo shared() keeps between calls"},
+    {"shared_state", shared_state, METH_VARARGS,
+     "shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types) -> the memo shared() keeps"},
     {"shared", shared, METH_VARARGS,
-     "shared(state, n, m, v, idom, src, pred_off, pred_ids, kids, retained, counts, types) -> groups: what v's parts "
+     "shared(state, v, kids) -> groups: what v's parts "
      "hold together"},
     {"paths", paths, METH_VARARGS, "paths(...) -> (via int32 bytes, root_of int32 bytes): cheapest paths from roots"},
     {"tree", tree, METH_VARARGS, "tree(n, idom, retained) -> (offsets, children, dominated counts)"},

@@ -43,6 +43,10 @@ SHARED_SPREAD = 0.1
 # How many times over a part that is itself held together stands for its own parts (keep
 # SHARED_RESOLVE_DEPTH in _dominators.c the same).
 SHARED_RESOLVE_DEPTH = 4
+# An object more parts than this hold together (a base class its subclasses in fifty modules
+# hold, a function imported everywhere) is the program's fabric, no owner's: left out (keep
+# SHARED_MAX_PARTS in _dominators.c the same).
+SHARED_MAX_PARTS = 16
 
 
 @dataclass
@@ -225,7 +229,7 @@ class OwnerFinder:
         split into its parts: 40 MB of sessions indexed twice were in no owner (or, each over
         the threshold, 450 owners of 88 KiB, none listed)."""
         kids = self.children(v)
-        group_of, groups = self._shared_groups(v, kids)
+        group_of, groups = self._shared_groups(v, kids, threshold)
         retained = self.tree.retained
         # A group where one object holds a tenth or more is few big objects (five env workers
         # two tasks share, each with its registry of trajectories): each is looked at in its
@@ -235,7 +239,7 @@ class OwnerFinder:
             if retained[c] < threshold:
                 break
             g = group_of[k]
-            if g >= 0 and retained[groups[g].first] >= SHARED_SPREAD * groups[g].retained:
+            if g in groups and retained[groups[g].first] >= SHARED_SPREAD * groups[g].retained:
                 apart.setdefault(g, []).append(c)
         for g, big in apart.items():
             group = groups[g]
@@ -257,8 +261,11 @@ class OwnerFinder:
                 taken.add(c)
         return list(keys.values()), taken
 
-    def _shared_groups(self, v: int, kids: Sequence[int]) -> tuple[Sequence[int], dict[int, SharedGroup]]:
-        """Each of ``kids`` (``v``'s children)'s group (-1: none) and the groups by number: a
+    def _shared_groups(self, v: int, kids: Sequence[int], threshold: int,
+                       ) -> tuple[Sequence[int], dict[int, SharedGroup]]:
+        """Each of ``kids`` (``v``'s children)'s group (-1: none) and the groups holding
+        ``threshold`` or more by number (the others are of no use, and at the super-root of
+        a big program tens of thousands: a function two modules import is one): a
         kid ``v`` does not refer to itself is held by the parts of ``v`` its referrers lie under
         (``v``'s children on their dominator paths), a part itself so held standing for its own
         parts (a session's name, held by the session and the index of names); kids held by the
@@ -270,24 +277,27 @@ class OwnerFinder:
         if compiled is not None:
             counts = self._counts if self._counts is not None else subtree_counts(graph, tree, self.children)
             self._counts = counts
-            if self._shared_state is None:
-                self._shared_state = compiled.shared_state(graph.nodes, array.array("i", self.root_kind).tobytes())
-            found = compiled.shared(
-                self._shared_state, graph.nodes, graph.edges, v, raw_of(tree.idom), raw_of(graph.src),
-                raw_of(offsets), raw_of(edge_ids), raw_of(array.array("i", kids)), raw_of(tree.retained),
-                raw_of(counts), raw_of(graph.types))
+            if self._shared_state is None:  # (the columns checked once, not at each namespace)
+                self._shared_state = compiled.shared_state(
+                    graph.nodes, graph.edges, raw_of(tree.idom), raw_of(graph.src), raw_of(offsets),
+                    raw_of(edge_ids), array.array("i", self.root_kind).tobytes(), raw_of(tree.retained),
+                    raw_of(counts), raw_of(graph.types))
+            found = compiled.shared(self._shared_state, v, raw_of(array.array("i", kids)))
             gid, goff, gp, ga = (ints(found[k], "i") for k in range(4))
             items, size, objects = (ints(found[k], "q") for k in range(4, 7))
             gtype, first = ints(found[7], "i"), ints(found[8], "i")
             groups = {}
             for g in range(len(items)):
+                if size[g] < threshold:
+                    continue
                 parts = tuple(gp[goff[g]:goff[g + 1]])
                 groups[g] = SharedGroup(
                     parts=tuple(sorted(parts, key=lambda q: -tree.retained[q])),
                     anchors=dict(zip(parts, ga[goff[g]:goff[g + 1]], strict=True)), items=items[g],
                     retained=size[g], objects=objects[g], type=graph.type_names[gtype[g]], first=first[g])
             return gid, groups
-        return self._shared_groups_python(v, kids, offsets, edge_ids)
+        group_of, every = self._shared_groups_python(v, kids, offsets, edge_ids)
+        return group_of, {g: group for g, group in every.items() if group.retained >= threshold}
 
     def _shared_groups_python(self, v: int, kids: Sequence[int], offsets: Sequence[int], edge_ids: Sequence[int],
                               ) -> tuple[Sequence[int], dict[int, SharedGroup]]:
@@ -346,7 +356,7 @@ class OwnerFinder:
                     break
                 held[q] = common(held[q], p) if q in held else p
             self.shared_work -= offsets[c + 1] - offsets[c] + 1
-            if len(held) >= 2:
+            if 2 <= len(held) <= SHARED_MAX_PARTS:
                 rows[c] = held
         group_of = [-1] * len(kids)
         groups: dict[int, SharedGroup] = {}
@@ -373,7 +383,9 @@ class OwnerFinder:
                     for q2, at2 in (rows[q].items() if q in rows else ((q, at),)):
                         resolved[q2] = common(resolved[q2], at2) if q2 in resolved else at2
                 held = resolved
-            if len(held) < 2:
+                if len(held) > SHARED_MAX_PARTS:
+                    break
+            if not 2 <= len(held) <= SHARED_MAX_PARTS:
                 continue
             key = tuple(sorted(held))
             g = by_parts.setdefault(key, len(by_parts))
