@@ -521,22 +521,27 @@ static PyObject *csr(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NN)", off_o, ids_o);
 }
 
-/* soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab): the edges without those from
- * what only soft roots (threads' frames, objects held from C) reach into what the other roots
- * reach. A soft root then dominates only what nothing else holds: a function iterating over a
+/* soft(n, m, src, dst, lab, soft_roots[, yielding_roots]) -> (src, dst, lab): the edges without
+ * those from what only soft roots (threads' frames, objects held from C) reach into what the
+ * other roots reach; a yielding root (a class, a signal handler) is soft until the other roots
+ * reach it, then no root at all. A soft root then dominates only what nothing else holds: a function iterating over a
  * registry (a list of its entries in a local) does not take the registry's entries from it
  * (passes.py soften: why objects held from C are soft too). A soft root is soft however it
  * is reached: a running generator's frame links to its caller's (f_back). */
 static PyObject *soft(PyObject *self, PyObject *args) {
-    Py_ssize_t n, m, nsoft, i;
-    PyObject *src_o, *dst_o, *lab_o, *soft_o;
-    if (!PyArg_ParseTuple(args, "nnOOOO", &n, &m, &src_o, &dst_o, &lab_o, &soft_o))
+    Py_ssize_t n, m, nsoft, nyield, i;
+    PyObject *src_o, *dst_o, *lab_o, *soft_o, *yield_o = NULL;
+    if (!PyArg_ParseTuple(args, "nnOOOO|O", &n, &m, &src_o, &dst_o, &lab_o, &soft_o, &yield_o))
         return NULL;
-    if (n < 1 || n >= INT32_MAX || m < 0 || !PyBytes_Check(soft_o)) {
+    if (n < 1 || n >= INT32_MAX || m < 0 || !PyBytes_Check(soft_o) || (yield_o && !PyBytes_Check(yield_o))) {
         PyErr_SetString(PyExc_ValueError, "bad arguments");
         return NULL;
     }
     nsoft = PyBytes_Size(soft_o) / 4;
+    nyield = yield_o ? PyBytes_Size(yield_o) / 4 : 0;
+    const i32 *yields = yield_o ? (const i32 *)PyBytes_AsString(yield_o) : NULL;
+    if (yields && !all_within(yields, nyield, 0, n, "root"))
+        return NULL;
     const i32 *src = (const i32 *)get_bytes(src_o, 4, m, "src");
     const i32 *dst = src ? (const i32 *)get_bytes(dst_o, 4, m, "dst") : NULL;
     const i32 *lab = dst ? (const i32 *)get_bytes(lab_o, 4, m, "lab") : NULL;
@@ -554,6 +559,8 @@ static PyObject *soft(PyObject *self, PyObject *args) {
     }
     for (i = 0; i < nsoft; i++)
         is_soft[softs[i]] = 1;
+    for (i = 0; i < nyield; i++)
+        is_soft[yields[i]] = 3;  /* soft until something named holds it */
     group_by(src, m, n, off, ids, pos);
     /* what the hard roots reach: from node 0, not through a soft root */
     i32 top = 0;
@@ -563,17 +570,17 @@ static PyObject *soft(PyObject *self, PyObject *args) {
         i32 v = stack[--top];
         for (i32 k = off[v]; k < off[v + 1]; k++) {
             i32 w = dst[ids[k]];
-            if (is_soft[w] && v != 0)
-                is_soft[w] = 2;  /* a soft root something named holds */
-            if (hard[w] || is_soft[w])
+            if (is_soft[w] == 3 && v != 0)
+                is_soft[w] = 2;  /* a yielding root something named holds: an object like any other */
+            if (hard[w] || (is_soft[w] && is_soft[w] != 2))
                 continue;
             hard[w] = 1;
             stack[top++] = w;
         }
     }
     /* kept: edges from what the hard roots reach, and edges into what they do not; but not the
-     * super-root's edge to a soft root they reach (a class a list holds, a generator's frame):
-     * that one is an object like any other, held by what holds it */
+     * super-root's edge to a yielding root they reach (a class its module or a list holds): that
+     * one is an object like any other, held by what holds it, and walked as one */
 #define SOFT_KEPT(i) ((hard[src[i]] || !hard[dst[i]]) && !(src[i] == 0 && is_soft[dst[i]] == 2))
     Py_ssize_t kept = 0;
     for (i = 0; i < m; i++)

@@ -26,6 +26,9 @@ LEAKHOUND = str(Path(sys.executable).with_name("leakhound"))
 # A ~1 GB request log (11.7M objects): its inspection under a 5 ms pause budget takes 4-5 s
 # here, reporting progress every few hundred ms.
 HEAP_MB = "1000"
+# The heap whose inspection must outlast the stall window: 1 GB took 1.48 s on a fast machine
+# (under the 1.5 s window, so the test proved nothing and failed), 2.2-2.9 s on others.
+LONG_HEAP_MB = "2000"
 
 
 def _inspect(pid: int, tmp: Path, *args: str, stall: float, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -44,7 +47,7 @@ def _cli_tmp(tmp_path: Path) -> Path:
 def test_an_inspection_that_keeps_progressing_runs_past_the_stall_window(tmp_path: Path, method: str) -> None:
     stall = 1.5
     tmp = _cli_tmp(tmp_path)
-    env = {"FIXTURE_HEAP_MB": HEAP_MB, "LEAKHOUND_AGENT": "1" if method == "agent" else ""}
+    env = {"FIXTURE_HEAP_MB": LONG_HEAP_MB, "LEAKHOUND_AGENT": "1" if method == "agent" else ""}
     with spawn_target("heap_of_size", tmp_path, env=env, timeout=120) as child:
         records = child.report()["truth"]["records"]
         began = time.monotonic()

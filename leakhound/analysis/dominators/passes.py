@@ -65,9 +65,13 @@ class DominatorTree:
     engine: str = ""
 
 
-# Roots that dominate only what no other root reaches (soften): a signal handler that is the
-# app's bound method (``server.handle_exit``) does not take the server from ``__main__``.
-SOFT_ROOT_KINDS = frozenset({"thread", "held", "signal", "class"})
+# Roots that dominate only what no other root reaches (soften), however reached.
+SOFT_ROOT_KINDS = frozenset({"thread", "held"})
+# Roots soft until another root reaches them, then objects like any other (held, and walked
+# through, as any): a class (the subclass tree that lists it holds none), a signal handler (one
+# that is the app's bound method, ``server.handle_exit``, does not take the server from
+# ``__main__``).
+YIELDING_ROOT_KINDS = frozenset({"class", "signal"})
 
 
 def soften(graph: ObjectGraph) -> ObjectGraph:
@@ -93,22 +97,27 @@ def soften(graph: ObjectGraph) -> ObjectGraph:
     inspections. A value-stack temporary of a running frame or a C call in flight (json's
     encoder, ``sorted()``) holds what it holds for as long as the frame, as a frame does.
 
-    A soft root the other roots reach is no root at all: an object like any other, held by what
-    holds it. Classes are soft roots (the subclass tree that lists them holds none: its
-    references are weak), so that 200 classes made with ``type()`` and kept in a list are that
-    list's, not 200 owners of their own caches."""
+    A yielding root (a class, a signal handler) is soft until the other roots reach it, then no
+    root at all: an object like any other, held by what holds it and walked through as any (the
+    subclass tree that lists a class holds none: its references are weak), so that 200 classes
+    made with ``type()`` and kept in a list are that list's, not 200 owners of their own caches,
+    and ``logging.Logger.manager`` still names the manager (walked through its class, not cut
+    off as a soft root's edge into what the named roots reach)."""
     soft_roots = [node for node, _label, kind, _tier in graph.roots if kind in SOFT_ROOT_KINDS]
-    if not soft_roots:
+    yielding = [node for node, _label, kind, _tier in graph.roots if kind in YIELDING_ROOT_KINDS]
+    if not soft_roots and not yielding:
         return graph
     if _dominators is not None:
         s_b, d_b, l_b = _dominators.soft(graph.nodes, graph.edges, raw_of(graph.src), raw_of(graph.dst),
-                                         raw_of(graph.lab), array.array("i", soft_roots).tobytes())
+                                         raw_of(graph.lab), array.array("i", soft_roots).tobytes(),
+                                         array.array("i", yielding).tobytes())
         src: Ints = ints(s_b, "i")
         dst: Ints = ints(d_b, "i")
         lab: Ints = ints(l_b, "i")
     else:
         src, dst, lab = array.array("i"), array.array("i"), array.array("i")
-        soft = set(soft_roots)
+        soft = set(soft_roots) | set(yielding)
+        yields = set(yielding)
         succ_off, edge_ids = _csr_edges(graph.nodes, graph.src)
         hard = bytearray(graph.nodes)
         hard[0] = 1
@@ -118,9 +127,9 @@ def soften(graph: ObjectGraph) -> ObjectGraph:
             v = stack.pop()
             for k in range(succ_off[v], succ_off[v + 1]):
                 w = graph.dst[edge_ids[k]]
-                if w in soft and v != 0:
-                    held.add(w)
-                if not hard[w] and w not in soft:
+                if w in yields and v != 0:
+                    held.add(w)  # a yielding root something named holds: an object like any other
+                if not hard[w] and (w not in soft or w in held):
                     hard[w] = 1
                     stack.append(w)
         for s, d, lb in zip(graph.src, graph.dst, graph.lab, strict=True):
