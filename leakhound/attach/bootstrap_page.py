@@ -19,6 +19,18 @@ PAGE = 0x1000
 # one-shot handler that puts the default back and raises it, set only where the target has
 # none (ptrace/stop.hand_back; the bootstrap's own, channel.bootstrap_code).
 HANDBACK_SIGNAL = 62
+
+
+def handback_handler(exception: str, indent: str) -> str:
+    """The lines that set the one-shot handler on HANDBACK_SIGNAL raising ``exception`` (a name
+    bound where they run; ``_signal`` bound as ``g``), each indented by ``indent``: it puts the
+    default back, then raises. The caller checks the signal has no handler of the target's."""
+    return (f"{indent}def h(*a,e={exception},g=g):\n"
+            f"{indent} g.signal({HANDBACK_SIGNAL},g.SIG_DFL)\n"
+            f"{indent} raise e\n"
+            f"{indent}g.signal({HANDBACK_SIGNAL},h)\n")
+
+
 # The address a text is made with before its page exists (gdb maps it inside gdb's script):
 # the same width as any address, so the text's length, and the page size, do not change.
 PLACEHOLDER = 0

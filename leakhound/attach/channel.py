@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import leakhound.payload
-from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL
+from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL, handback_handler
 from leakhound.attach.deadline import Deadline
 from leakhound.attach.payload_bytecode import boot_bytecode, foreign_bytecode, payload_bytecode
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir, UnsafeEntry, open_dir_in_root
@@ -349,11 +349,8 @@ class PrivateChannel:
             "  try:\n"
             "   import _signal as g,_thread as t,sys as s\n"
             f"   if g.getsignal({HANDBACK_SIGNAL})==g.SIG_DFL:\n"
-            "    def h(*a,e=x,g=g):\n"
-            f"     g.signal({HANDBACK_SIGNAL},g.SIG_DFL)\n"
-            "     raise e\n"
-            f"    g.signal({HANDBACK_SIGNAL},h)\n"
-            "    def k(m=t.get_ident(),g=g,s=s,D=D):\n"
+            + handback_handler("x", "    ")
+            + "    def k(m=t.get_ident(),g=g,s=s,D=D):\n"
             "     try:\n"
             "      import time\n"
             "      for _ in range(400):\n"

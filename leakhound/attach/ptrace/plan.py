@@ -229,6 +229,16 @@ def code_ranges(maps: list[Mapping], python_path: str, libc_path: str) -> tuple[
     return tuple(wake), tuple(other)
 
 
+def _exported(pid: int, wanted: list[tuple[ElfFile, int, str]]) -> dict[str, int]:
+    """Each function of ``wanted`` (the object it is in, that object's bias, its name) by name,
+    at its checked address in the target; all of them or none (``{}``): a step that calls them
+    is taken whole or not at all (the GIL's functions for a call in a wait, the hand-back's,
+    the trampoline's)."""
+    if any(name not in elf.functions for elf, _bias, name in wanted):
+        return {}
+    return {name: _checked_address(pid, elf, bias, elf.functions[name]) for elf, bias, name in wanted}
+
+
 def plan(pid: int) -> Plan:
     if not available():
         raise MethodUnavailable(f"the ptrace method supports x86-64 Linux only, not {platform.machine()}")
@@ -267,20 +277,10 @@ def plan(pid: int) -> Plan:
         pid, libc, libc_bias, Symbol("syscall instruction", syscall_fn.value + at, 2)
     )
     wake, other = code_ranges(maps, python_path, libc_path)
-    gil = [_checked_address(pid, python, python_bias, python.functions[name]) if name in python.functions else 0
-           for name in GIL_FUNCTIONS]
-    if not all(gil):
-        gil = [0, 0, 0]
-    handback = {name: _checked_address(pid, python, python_bias, python.functions[name])
-                for name in HANDBACK_FUNCTIONS if name in python.functions}
-    if len(handback) != len(HANDBACK_FUNCTIONS):
-        handback = {}
-    jumps = {name: _checked_address(pid, python, python_bias, python.functions[name])
-             for name in trampoline.FUNCTIONS if name in python.functions}
-    if "munmap" in libc.functions:
-        jumps["munmap"] = _checked_address(pid, libc, libc_bias, libc.functions["munmap"])
-    if len(jumps) != len(trampoline.FUNCTIONS) + 1:
-        jumps = {}
+    gil = _exported(pid, [(python, python_bias, name) for name in GIL_FUNCTIONS])
+    handback = _exported(pid, [(python, python_bias, name) for name in HANDBACK_FUNCTIONS])
+    jumps = _exported(pid, [*((python, python_bias, name) for name in trampoline.FUNCTIONS),
+                            (libc, libc_bias, "munmap")])
     return Plan(
         pid=pid,
         python_object=python_path,
@@ -295,9 +295,9 @@ def plan(pid: int) -> Plan:
                                if (f := python.functions.get(name)) is not None),
         semlock_ranges=tuple((m.start, m.end) for m in maps
                              if "x" in m.perms and SEMLOCK_MODULE.search(m.path.removesuffix(" (deleted)"))),
-        gil_check=gil[0],
-        gil_ensure=gil[1],
-        gil_release=gil[2],
+        gil_check=gil.get("PyGILState_Check", 0),
+        gil_ensure=gil.get("PyGILState_Ensure", 0),
+        gil_release=gil.get("PyGILState_Release", 0),
         handback=handback,
         trampoline=jumps,
     )

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL, bootstrap_text, page_size_for
+from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL, bootstrap_text, handback_handler, page_size_for
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir
 from leakhound.attach.ptrace import tracee as _t
 from leakhound.attach.ptrace import trampoline
@@ -236,11 +236,8 @@ _HANDBACK_PAGE = (
         " import sys as s,_signal as g\n"
         f" e=s.__dict__.pop({_RAISED!r},None)\n"
         f" if e is not None and g.getsignal({HANDBACK_SIGNAL})==g.SIG_DFL:\n"
-        "  def h(*a,e=e,g=g):\n"
-        f"   g.signal({HANDBACK_SIGNAL},g.SIG_DFL)\n"
-        "   raise e\n"
-        f"  g.signal({HANDBACK_SIGNAL},h)\n"
-        f"  s.__dict__[{_ARMED!r}]=1\n"
+        + handback_handler("e", "  ")
+        + f"  s.__dict__[{_ARMED!r}]=1\n"
         "except BaseException:\n"
         " pass\n"
     ) + ",{})"
