@@ -234,6 +234,23 @@ def test_what_two_registries_both_hold_is_an_owner_named_by_both(modules: int, n
     assert [o.path for o in why] == [named]
 
 
+def test_what_groups_held_from_c_hold_together_is_held_from_c() -> None:
+    """Objects only two groups held from C (a dict type's and a function type's) reach: named
+    as held from C by both types, not ``<shared by <held from C: dict>, ...>``."""
+    types = ["<root>", "dict", "function", "bytes"]
+    # 1, 2 the groups (no bytes of their own); 3 a dict, 4 a function; 5.. what both hold
+    edges = [(0, 1), (0, 2), (1, 3), (2, 4)]
+    first = 5
+    for k in range(200):
+        edges += [(3, first + k), (4, first + k)]
+    n = first + 200
+    graph = make_graph(n, edges, [0, 0, 0, 100, 100] + [1000] * 200,
+                       roots=[(1, "<held from C: dict>", "held", 5), (2, "<held from C: function>", "held", 5)],
+                       type_names=types, types=[0, 1, 2, 1, 2] + [3] * 200)
+    first_owner = dom.find_owners(graph, top=5).owners[0]
+    assert (first_owner.path, first_owner.retained_bytes) == ("<held from C: dict, function>", 200 * 1000)
+
+
 @pytest.mark.usefixtures("both_passes")
 def test_what_a_shared_object_and_a_registry_hold_together_joins_its_group() -> None:
     """Each session's str (its name) is held by the session and by BY_NAME (its key): a part of

@@ -519,6 +519,10 @@ class OwnerFinder:
         that the name stays the same while which part is bigger changes."""
         more = len(self.shared[v].parts) - len(part_texts)
         rest = f" and {more} more" if more > 0 else ""
+        held = "<held from C: "
+        if more <= 0 and all(t.startswith(held) and t.endswith(">") for t in part_texts):
+            # what only groups of objects held from C hold together is held from C too
+            return f"{held}{', '.join(sorted(t[len(held):-1] for t in part_texts))}>"
         return f"<shared by {', '.join(sorted(part_texts))}{rest}>"
 
     def owner(self, v: int, path: str, retainers: tuple[str, ...] = ()) -> DominatorOwner:
