@@ -2170,7 +2170,8 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
         else if (found == FOUND_OWN || (nodebits_test(&g->walls, address)
                                          && (ref == (PyObject *)Py_TYPE(g->cur) || !PyType_Check(ref)))) {
             /* (a class, met from what is not its instance, is held by it: an edge; a class is
-             * a soft root, an object like any other where something holds it) */
+             * a root only until something named holds it, then an object like any other:
+             * passes.soften's yielding roots) */
             continue;
         }
         long label = -1;

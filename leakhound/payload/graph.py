@@ -651,7 +651,8 @@ class Graph(object):
                             namespaces.add(j)
                 elif j < 0 or (j in walls and (ref is tp or not issubclass(rtp, type))):
                     # (a class, met from what is not its instance, is held by it: an edge; a
-                    # class is a soft root, an object like any other where something holds it)
+                    # class is a root only until something named holds it, then an object like
+                    # any other: passes.soften's yielding roots)
                     continue
                 if names is not None:
                     label = names.get(id(ref), -1)
