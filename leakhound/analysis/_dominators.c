@@ -1035,6 +1035,9 @@ static PyObject *records_finish(PyObject *self, PyObject *args) {
 typedef struct {
     Py_ssize_t n, m;
     i32 gen;
+    /* owners.py SHARED_MAX_PARTS (more parts hold it: the program's fabric, left out) and
+     * SHARED_RESOLVE_DEPTH (how many times over a shared part stands for its own parts) */
+    int max_parts, resolve_depth;
     i32 *stamp, *part, *depth, *row;
     unsigned char *is_root;
     /* the graph's columns, checked once (held: bytes objects, immutable) */
@@ -1093,15 +1096,19 @@ static i32 common_under(const i32 *idom, shared_memo *st, i32 a, i32 b) {
     return a;
 }
 
-/* shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types) -> the memo
- * shared() keeps between calls over one graph of n nodes and m edges: its columns checked once
- * (each a bytes object; ``roots``: int32 node ids, never a kid held together). */
+/* shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types, max_parts,
+ * resolve_depth) -> the memo shared() keeps between calls over one graph of n nodes and m
+ * edges: its columns checked once (each a bytes object; ``roots``: int32 node ids, never a kid
+ * held together), and owners.py's bounds. */
 static PyObject *shared_state(PyObject *self, PyObject *args) {
     Py_ssize_t n, m;
     PyObject *o[7], *roots_o;  /* idom, src, pred_off, pred_ids, retained, counts, types */
-    if (!PyArg_ParseTuple(args, "nnOOOOOOOO", &n, &m, &o[0], &o[1], &o[2], &o[3], &roots_o, &o[4], &o[5], &o[6]))
+    int max_parts, resolve_depth;
+    if (!PyArg_ParseTuple(args, "nnOOOOOOOOii", &n, &m, &o[0], &o[1], &o[2], &o[3], &roots_o, &o[4], &o[5], &o[6],
+                          &max_parts, &resolve_depth))
         return NULL;
-    if (n < 1 || n >= INT32_MAX || m < 0 || m >= INT32_MAX || !PyBytes_Check(roots_o)) {
+    if (n < 1 || n >= INT32_MAX || m < 0 || m >= INT32_MAX || !PyBytes_Check(roots_o) || max_parts < 2
+            || resolve_depth < 0) {
         PyErr_SetString(PyExc_ValueError, "bad arguments");
         return NULL;
     }
@@ -1127,6 +1134,8 @@ static PyObject *shared_state(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     st->n = n;
     st->m = m;
+    st->max_parts = max_parts;
+    st->resolve_depth = resolve_depth;
     st->stamp = calloc((size_t)n, 4);  /* gen starts at 1: nothing current */
     st->part = malloc((size_t)n * 4);
     st->depth = malloc((size_t)n * 4);
@@ -1150,13 +1159,6 @@ static PyObject *shared_state(PyObject *self, PyObject *args) {
     return capsule;
 }
 
-/* How deep shared(): a part that is itself shared (a session's name, held by the session and
- * by the index of names) is replaced by that one's parts, this many times over at most. */
-#define SHARED_RESOLVE_DEPTH 4
-/* An object more parts than this hold together (a base class its subclasses in fifty modules
- * hold, a function imported everywhere) is the program's fabric, no owner's: left out (the
- * work per object, sets kept unsorted, grows with the square of its parts). */
-#define SHARED_MAX_PARTS 16
 
 typedef struct {
     i32 group, type;
@@ -1284,7 +1286,7 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                 break;
             }
             failed = add_part(&rp, &ra, &rcap, start, &rused, q, p, idom, depth) != 0;
-            if (rused - start > SHARED_MAX_PARTS)
+            if (rused - start > st->max_parts)
                 keep = 0;
         }
         if (!keep || rused - start < 2) {
@@ -1318,7 +1320,7 @@ static PyObject *shared(PyObject *self, PyObject *args) {
             failed = add_part(&tmp_p, &tmp_a, &tcap, 0, &used, rp[r], ra[r], idom, depth) != 0;
         /* level by level into the other pair: a shared part's own parts in its place (the
          * kid itself, or a part met again through a cycle, left out) */
-        for (int level = 0; level < SHARED_RESOLVE_DEPTH && !failed; level++) {
+        for (int level = 0; level < st->resolve_depth && !failed; level++) {
             int changed = 0;
             Py_ssize_t next = 0;
             for (Py_ssize_t s = 0; s < used && !failed; s++) {
@@ -1336,7 +1338,7 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                 for (i32 r = roff[row]; r < roff[row + 1] && !failed; r++)
                     failed = add_part(&nxt_p, &nxt_a, &ncap, 0, &next, rp[r], ra[r], idom, depth) != 0;
             }
-            if (next > SHARED_MAX_PARTS) {
+            if (next > st->max_parts) {
                 used = 0;  /* (left out, as above) */
                 break;
             }
@@ -1470,7 +1472,8 @@ static PyMethodDef methods[] = {
     {"soft", soft, METH_VARARGS, "soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab) without soft roots' edges into the rest"},
     {"csr", csr, METH_VARARGS, "csr(n, m, keys) -> (offsets, edge ids): edges grouped by key"},
     {"shared_state", shared_state, METH_VARARGS,
-     "shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types) -> the memo shared() keeps"},
+     "shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types, max_parts, resolve_depth)"
+     " -> the memo shared() keeps"},
     {"shared", shared, METH_VARARGS,
      "shared(state, v, kids) -> groups: what v's parts "
      "hold together"},

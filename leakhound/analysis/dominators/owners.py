@@ -40,12 +40,12 @@ SHARED_NAMED = 3
 # A group of objects held together is an owner only where its bytes are spread: one object of
 # it holding this share or more, its big objects are looked at one by one.
 SHARED_SPREAD = 0.1
-# How many times over a part that is itself held together stands for its own parts (keep
-# SHARED_RESOLVE_DEPTH in _dominators.c the same).
+# How many times over a part that is itself held together stands for its own parts (the C
+# pass is given it).
 SHARED_RESOLVE_DEPTH = 4
 # An object more parts than this hold together (a base class its subclasses in fifty modules
-# hold, a function imported everywhere) is the program's fabric, no owner's: left out (keep
-# SHARED_MAX_PARTS in _dominators.c the same).
+# hold, a function imported everywhere) is the program's fabric, no owner's: left out (the C
+# pass is given it; the work per object, sets kept unsorted, grows with the square of its parts).
 SHARED_MAX_PARTS = 16
 
 
@@ -281,7 +281,7 @@ class OwnerFinder:
                 self._shared_state = compiled.shared_state(
                     graph.nodes, graph.edges, raw_of(tree.idom), raw_of(graph.src), raw_of(offsets),
                     raw_of(edge_ids), array.array("i", self.root_kind).tobytes(), raw_of(tree.retained),
-                    raw_of(counts), raw_of(graph.types))
+                    raw_of(counts), raw_of(graph.types), SHARED_MAX_PARTS, SHARED_RESOLVE_DEPTH)
             found = compiled.shared(self._shared_state, v, raw_of(array.array("i", kids)))
             gid, goff, gp, ga = (ints(found[k], "i") for k in range(4))
             items, size, objects = (ints(found[k], "q") for k in range(4, 7))

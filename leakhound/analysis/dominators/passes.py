@@ -50,11 +50,11 @@ _BACK_REFERENCE_NAMES = frozenset({
 })
 
 
-
 def compiled() -> Any:
     """The C passes where they were built, else None (looked up at each call: the tests run
     the pure-Python passes by setting ``_dominators`` to None)."""
     return _dominators
+
 
 @dataclass
 class DominatorTree:
@@ -122,7 +122,7 @@ def soften(graph: ObjectGraph) -> ObjectGraph:
         hard = bytearray(graph.nodes)
         hard[0] = 1
         stack = [0]
-        held = set()  # soft roots something named holds
+        held = set()  # yielding roots something named holds
         while stack:
             v = stack.pop()
             for k in range(succ_off[v], succ_off[v + 1]):
