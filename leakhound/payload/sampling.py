@@ -34,14 +34,18 @@ from .objects import (
     subclass_tree,
     type_name,
 )
-from .roots import signal_handlers
-from .tasks import await_chain, live_tasks
+from .roots import signal_handlers, task_name
+from .tasks import await_chain, live_tasks, named_tasks
 from .tracked import tracked_objects
 
 # "task:NAME/CORO (FILE:LINE).<Type>.attr...": an owner the census found under a coroutine
 # of a task (census_roots.task_coroutines). The line is where the coroutine was paused then: it is
 # not used to find it again.
 _TASK_PATH = re.compile(r"^task:(.*)/([^/ ]+) \(([^)]*)\)\.<([^>]+)>(?:\.(.*))?$")
+
+# "task:Task-*/CORO": the tasks running one coroutine, one owner (the dominator owners' roots
+# alike, analysis/dominators/owners.py): "*" stands for what asyncio numbers.
+_TASK_GROUP = re.compile(r"^task:([^/]*\*[^/]*)/([^/ .\[<(]+)$")
 
 MAX_PATHS = 200
 MAX_PATH_STEPS = 256
@@ -165,6 +169,28 @@ def _by_ids(ids, roots):
     return obj
 
 
+def task_group_items(path, wanted_type):
+    """How many pending tasks of ``wanted_type`` a ``task:Task-*/CORO`` owner counts now (their
+    root names, ``roots.task_name``, matching it, "*" any part of a name), or None when ``path``
+    names no such group."""
+    match = _TASK_GROUP.match(path) if type(path) is str else None
+    if match is None:
+        return None
+    name = re.compile("[^/]*".join(re.escape(part) for part in match.group(1).split("*")) + "$")
+    count = 0
+    for task_label, task in named_tasks():
+        if type(wanted_type) is str and wanted_type and type_name(type(task)) != wanted_type:
+            continue
+        if not name.match(task_label):
+            continue
+        chain = await_chain(task, limit=1)
+        if task_name(task_label, chain[0] if chain else None) == "task:%s/%s" % (task_label, match.group(2)):
+            count += 1
+        chain = None
+    task = None
+    return count
+
+
 def owner_items(owners):
     """``[{"ids": [...], "type": T, "path": P}, ...]`` -> one ``{"found": bool, "items": n}``
     each: found when the object at the end of its ids (else, with no ids, the object its path
@@ -189,6 +215,10 @@ def owner_items(owners):
             if obj is not None and id(obj) != ids[-1]:
                 obj = None
         elif type(path) is str:
+            count = task_group_items(path, wanted_type)
+            if count is not None:
+                out.append({"found": True, "items": count})
+                continue
             obj = resolve(path)
         if obj is None or (type(wanted_type) is str and wanted_type and type_name(type(obj)) != wanted_type):
             out.append({"found": False, "items": None})

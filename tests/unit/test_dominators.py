@@ -304,6 +304,48 @@ def test_a_few_big_objects_two_roots_share_are_each_looked_into() -> None:
     assert not any(o.path.startswith("<shared") for o in found.owners[:5])
 
 
+def _tasks(sizes_of_tasks: list[int], coroutine: str = "wait_for_reply") -> dom.ObjectGraph:
+    """A module (1, 50 KB) and tasks 2.. running ``coroutine`` (then one running ``main``), each
+    holding a body of its size."""
+    k = len(sizes_of_tasks)
+    edges = [(0, 1)] + [(0, 2 + t) for t in range(k + 1)] + [(2 + t, 3 + k + t) for t in range(k + 1)]
+    sizes = [0, 50_000] + [100] * (k + 1) + [*sizes_of_tasks, 1000]
+    roots = [(1, "app", "module", 1)] + [(2 + t, f"task:Task-{7 + t}/{coroutine}", "task", 1) for t in range(k)]
+    roots.append((2 + k, "task:Task-1/main", "task", 1))
+    types = [0, 1] + [2] * (k + 1) + [3] * (k + 1)
+    return make_graph(len(sizes), edges, sizes, roots=roots, type_names=["<root>", "dict", "_asyncio.Task", "bytes"],
+                      types=types)
+
+
+@pytest.mark.usefixtures("both_passes")
+def test_tasks_running_one_coroutine_are_one_owner() -> None:
+    """2,000 tasks stuck awaiting a reply, each under the owners' threshold: together the first
+    owner, named by what they run, their bytes the sum (their subtrees are apart)."""
+    found = dom.find_owners(dom_graph := _tasks([20_000] * 2000), top=5)
+    first = found.owners[0]
+    assert (first.path, first.type, first.items) == ("task:Task-*/wait_for_reply", "_asyncio.Task", 2000)
+    assert first.retained_bytes == 2000 * 20_100 and first.retained_objects == 4000
+    assert dom_graph.nodes > 4000
+    # each task over the threshold, none holding a tenth of them all: still one owner
+    owners = dom.find_owners(_tasks([90_000] * 40), top=50).owners
+    first = owners[0]
+    assert (first.path, first.items, first.retained_bytes) == ("task:Task-*/wait_for_reply", 40, 40 * 90_100)
+    assert [o.path for o in owners[1:] if "wait_for_reply" in o.path] == []  # none of them again
+
+
+@pytest.mark.usefixtures("both_passes")
+def test_a_task_holding_most_of_its_kind_is_looked_into_alone() -> None:
+    """The task whose registry is the leak among a few running the same coroutine: named in its
+    own right (its path into it), not as the group; the small ones grouped; a lone task is no
+    group."""
+    owners = dom.find_owners(_tasks([5_000_000, 3_000, 3_000, 3_000, 3_000]), top=5).owners
+    assert owners[0].path == "task:Task-7/wait_for_reply.<bytes>", [o.path for o in owners]
+    group = next(o for o in owners if o.path == "task:Task-*/wait_for_reply")
+    assert (group.items, group.retained_bytes) == (4, 4 * 3_100)
+    paths = [o.path for o in dom.find_owners(_tasks([5_000_000]), top=5).owners]
+    assert not any("*" in p for p in paths), paths
+
+
 def test_why_lists_distinct_retainer_paths() -> None:
     graph = callbacks_graph()
     found = dom.find_owners(graph, top=5, why="App")

@@ -129,3 +129,38 @@ def test_type_counts_are_skipped_when_their_listing_would_break_the_pause_budget
     fits = sampling.sample({"op": "sample", "owners": [], "top_types": 20, "max_pause_ms": 50.0},
                            lambda phase, done: None)
     assert fits["types"] and fits["types_skipped"] is None
+
+
+def test_tasks_running_one_coroutine_are_counted_again_as_one_owner() -> None:
+    """``task:Task-*/CORO`` (the dominator owners' tasks alike): the pending tasks of that type
+    whose root names it matches, each sample; another coroutine's, a finished one's, another
+    name's are not counted, and a path of one task names no group."""
+    counted: dict[str, Any] = {}
+
+    async def main() -> None:
+        never = asyncio.get_running_loop().create_future()
+
+        async def wait_for_reply() -> None:
+            await never
+
+        async def other() -> None:
+            await never
+
+        async def quick() -> None:
+            return None
+
+        tasks = [asyncio.create_task(wait_for_reply()) for _ in range(5)]
+        tasks.append(asyncio.create_task(wait_for_reply(), name="named-by-hand"))
+        tasks += [asyncio.create_task(other()), asyncio.create_task(quick())]
+        await asyncio.sleep(0.01)
+        for path in ("task:Task-*/wait_for_reply", "task:*/wait_for_reply", "task:Task-*/other",
+                     "task:Task-*/quick", "task:Task-1/wait_for_reply"):
+            counted[path] = sampling.task_group_items(path, "_asyncio.Task")
+        counted["another type"] = sampling.task_group_items("task:Task-*/wait_for_reply", "m.Task")
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+    assert counted == {"task:Task-*/wait_for_reply": 5, "task:*/wait_for_reply": 6, "task:Task-*/other": 1,
+                       "task:Task-*/quick": 0, "task:Task-1/wait_for_reply": None, "another type": 0}

@@ -27,6 +27,7 @@ from leakhound.analysis.dominators.passes import (
     subtree_counts,
     tree_csr,
 )
+from leakhound.model.growth import normalized_path
 
 # Where one child holds this share of its parent's retained bytes, the parent is only a way
 # to it: the owner is further down (MAT's "accumulation point").
@@ -47,6 +48,9 @@ SHARED_RESOLVE_DEPTH = 4
 # hold, a function imported everywhere) is the program's fabric, no owner's: left out (the C
 # pass is given it; the work per object, sets kept unsorted, grows with the square of its parts).
 SHARED_MAX_PARTS = 16
+# Root kinds whose roots are many alike (tasks running one coroutine, threads running one
+# function): those each under the owners' threshold are one owner together (``_alike_roots``).
+ALIKE_ROOT_KINDS = ("task", "thread")
 
 
 @dataclass
@@ -65,6 +69,8 @@ class SharedGroup:
     objects: int  # dominated objects, over all of them
     type: str  # the type of those holding most of the bytes
     first: int  # the biggest of them
+    # roots alike (``_alike_roots``): named so, no parts to name it by
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,7 +178,9 @@ class OwnerFinder:
         retained = self.tree.retained
         total = retained[0]
         threshold = min_bytes if min_bytes is not None else max(total // 500, 4096)
-        found: list[int] = []
+        # roots alike (tasks running one coroutine) first: whichever way the search goes from the
+        # super-root (straight into a child holding most of the heap), they are one owner
+        found, grouped = self._alike_roots(threshold)
         stack = [0]
         while stack:
             v = stack.pop()
@@ -189,7 +197,8 @@ class OwnerFinder:
                         for c in self.children(link)[1:]:  # biggest first (tree_csr)
                             if retained[c] < threshold:
                                 break
-                            stack.append(c)
+                            if c not in grouped:
+                                stack.append(c)
                     v = links[-1] if links else kids[0]
                     continue
                 break
@@ -206,6 +215,8 @@ class OwnerFinder:
             if taken:
                 big = [c for c in big if c not in taken]
             found.extend(shared)
+            if v == 0:
+                big = [c for c in big if c not in grouped]
             if v != 0 and (not big or not namespace):
                 if shared:  # the namespace is then the rest of it (its own small parts)
                     self.less[v] = sum(self.shared[k].retained for k in shared)
@@ -260,6 +271,42 @@ class OwnerFinder:
             if group_of[k] in keys and group_of[k] not in apart:
                 taken.add(c)
         return list(keys.values()), taken
+
+    def _alike_roots(self, threshold: int) -> tuple[list[int], set[int]]:
+        """Tasks running the same coroutine (threads' frames running the same function) as one
+        owner where together they retain ``threshold`` or more: ``task:Task-*/waiter``, its
+        items the roots; and the big roots it takes. 2,000 tasks stuck awaiting a future that
+        never resolves, 20 KB each, were 40 MB in no owner listed (each was its own root:
+        freeing one returns its 20 KB, freeing them all the sum, their dominator subtrees being
+        apart). As for objects held together (``SHARED_SPREAD``), where one root holds a tenth
+        of it or more the big ones are looked at in their own right (the task whose registry
+        is the leak), the group keeps the small ones."""
+        retained = self.tree.retained
+        labels = {node: label for node, label, kind, _tier in self.graph.roots if kind in ALIKE_ROOT_KINDS}
+        alike: dict[tuple[str, str], list[int]] = {}
+        for c in self.children(0):  # (biggest first)
+            if c in labels:
+                kind, _sep, rest = labels[c].partition(":")
+                alike.setdefault((kind, rest.rpartition("/")[2]), []).append(c)
+        keys: list[int] = []
+        taken: set[int] = set()
+        for (kind, code), members in alike.items():
+            total = sum(int(retained[c]) for c in members)
+            if retained[members[0]] >= SHARED_SPREAD * total:
+                members = [c for c in members if retained[c] < threshold]
+                total = sum(int(retained[c]) for c in members)
+            if len(members) < 2 or total < threshold:
+                continue
+            taken.update(members)
+            names = {normalized_path(labels[c]) for c in members}
+            name = names.pop() if len(names) == 1 else f"{kind}:*/{code}"
+            key = -2 - len(self.shared)
+            self.shared[key] = SharedGroup(
+                parts=(), anchors={}, items=len(members), retained=total,
+                objects=sum(self.dominated_objects(c) for c in members), type=self.graph.type_of(members[0]),
+                first=members[0], name=name)
+            keys.append(key)
+        return keys, taken
 
     def _shared_groups(self, v: int, kids: Sequence[int], threshold: int,
                        ) -> tuple[Sequence[int], dict[int, SharedGroup]]:
@@ -517,6 +564,8 @@ class OwnerFinder:
     def shared_name(self, v: int, part_texts: Sequence[str]) -> str:
         """``<shared by A, B>``: its parts' paths (``part_paths``) in order of their names, so
         that the name stays the same while which part is bigger changes."""
+        if self.shared[v].name:
+            return self.shared[v].name
         more = len(self.shared[v].parts) - len(part_texts)
         rest = f" and {more} more" if more > 0 else ""
         held = "<held from C: "
