@@ -278,6 +278,24 @@ def _imaging_core():
     return None
 
 
+def _ctypes_data():
+    """ctypes' base of every C data class (``_ctypes._CData``, not exported by name): the
+    second class of ``_ctypes.Array``'s MRO, once ``_ctypes`` is loaded."""
+    array = _class_from("_ctypes", "Array")
+    if array is None:
+        return None
+    for cls in type.__dict__["__mro__"].__get__(array, type):
+        if type.__dict__["__qualname__"].__get__(cls, type) == "_CData" and \
+                type(class_dict(cls).get("_b_needsfree_")).__name__ == "member_descriptor":
+            return cls
+    return None
+
+
+# A ctypes object's value is inline up to this many bytes (_ctypes.h: ``union value``); a
+# bigger one it owns is a block of its own (``b_ptr``, ``b_size`` bytes).
+_CTYPES_INLINE = 16
+
+
 def _native_bases():
     """(kind, allowlisted C class) for each one loaded in this process."""
     out = []
@@ -286,6 +304,7 @@ def _native_bases():
         ("tensor", _class_from("torch._C", "TensorBase") or _class_from("torch._C", "_TensorBase")),
         ("mmap", _class_from("mmap", "mmap")),
         ("imaging", _imaging_core()),
+        ("ctypes", _ctypes_data()),
         ("code", _CODE_TYPE),
     ):
         if cls is not None:
@@ -296,7 +315,7 @@ def _native_bases():
 def native_types(tick=None):
     """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
-    of numpy, torch, mmap or Pillow is loaded. (Flat dicts of ints, strs and classes: nothing
+    of numpy, torch, mmap, Pillow or ctypes is loaded. (Flat dicts of ints, strs and classes: nothing
     in them is a gc-tracked object of the census's own.)"""
     out = {}  # type: dict
     bases = {}
@@ -509,6 +528,17 @@ def native_extra(obj, native, bases, seen_buffers):
         if kind == "mmap":
             length = _call(cls, "__len__", obj)  # the slot wrapper: mmap's C length
             return (length if 0 <= length <= MAX_OBJECT_BYTES else 0), []
+        if kind == "ctypes":
+            # A buffer the object owns (``_b_needsfree_``; one made over another object's
+            # memory, ``from_buffer``, does not), its size read by _ctypes.sizeof (a C
+            # function: an instance's ``b_size``): ``create_string_buffer(20480)`` is 20 KB
+            # that sys.getsizeof's 136 bytes leave out.
+            ctypes_module = sys.modules.get("_ctypes")
+            size_of = instance_dict(ctypes_module).get("sizeof") if ctypes_module is not None else None
+            if type(size_of).__name__ != "builtin_function_or_method" or not _call(cls, "_b_needsfree_", obj):
+                return 0, []
+            size = size_of(obj)
+            return (heap_block(size) if _CTYPES_INLINE < size <= MAX_OBJECT_BYTES else 0), []
         if kind == "imaging":
             width, height = _call(cls, "size", obj)
             mode = _call(cls, "mode", obj)

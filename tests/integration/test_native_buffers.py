@@ -1,4 +1,4 @@
-"""Native buffers (issue 11): numpy, Pillow, torch, mmap and pandas memory, under its owner.
+"""Native buffers (issue 11): numpy, Pillow, torch, mmap, ctypes and pandas memory, under its owner.
 
 Each shape of ``fixtures/native_buffers.py`` holds 10-40 MB in one global; the target computes
 the truth with its own libraries (``nbytes``, the distinct storages' ``nbytes()``, ``len(mmap)``,
@@ -34,8 +34,9 @@ OWNERS = {
     "torch": "__main__.TENSORS",
     "pandas": "__main__.FRAME._mgr",
     "mmap": "__main__.MAP",
+    "ctypes": "__main__.BUFFERS",
 }
-CASES = [(shape, version) for version in ("3.11", "3.12", "3.13") for shape in OWNERS if shape != "mmap"
+CASES = [(shape, version) for version in ("3.11", "3.12", "3.13") for shape in OWNERS if shape not in ("mmap", "ctypes")
          if shape != "torch" or version == "3.11"]
 MMAP_VERSIONS = sorted(v for v in installed_pythons() if v in ("3.10", "3.11", "3.12", "3.13"))
 
@@ -73,6 +74,14 @@ def test_native_buffers_belong_to_their_dominator_owner(tmp_path: Path, shape: s
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
 def test_an_anonymous_mmap_is_its_length(tmp_path: Path, version: str) -> None:
     _check(tmp_path, "mmap", installed_pythons()[version])
+
+
+@pytest.mark.parametrize("version", MMAP_VERSIONS)
+@pytest.mark.parametrize("owner_model", ["census", "dominator"])
+def test_a_ctypes_buffer_is_its_size(tmp_path: Path, version: str, owner_model: str) -> None:
+    """``sys.getsizeof(create_string_buffer(200000))`` is 136: the buffer the object owns is
+    its ``b_size`` (a view made ``from_buffer`` owns none)."""
+    _check(tmp_path, "ctypes", installed_pythons()[version], owner_model=owner_model)
 
 
 WALKS_AGREE = r"""
