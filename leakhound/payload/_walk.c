@@ -387,6 +387,71 @@ frame_locals(PyObject *module, PyObject *args)
     return out;
 }
 
+PyDoc_STRVAR(stringio_parts_doc,
+"stringio_parts(obj, stringio_type, basicsize, layout) -> (bytes, (object or None, ...)) or None\n\n"
+"An io.StringIO's storage, which its __sizeof__ and gc.get_referents leave out: its buffer\n"
+"of UCS4 characters (``buf_size`` of them, the bytes requested) and, while it accumulates\n"
+"writes, what holds them: 3.10/3.11 (layout 1) its _PyAccu's two lists, 3.12/3.13 (layout\n"
+"2) its _PyUnicodeWriter's str. The fields are read in this one call, holding the GIL, at\n"
+"the offsets every one of those versions has on a 64-bit build (buf, pos, string_size,\n"
+"buf_size, state, then the accumulator); ``basicsize`` is the type's, checked by the caller\n"
+"(sizes.py). None when the object does not look as expected. Runs no Python code.");
+
+static PyObject *
+stringio_parts(PyObject *module, PyObject *args)
+{
+    PyObject *obj, *type;
+    Py_ssize_t basicsize;
+    int layout;
+    if (!PyArg_ParseTuple(args, "OOni", &obj, &type, &basicsize, &layout))
+        return NULL;
+    if (!PyType_Check(type) || !PyObject_TypeCheck(obj, (PyTypeObject *)type) || (layout != 1 && layout != 2)
+        || sizeof(void *) != 8 || basicsize != (layout == 1 ? 120 : 168)) {
+        PyErr_SetString(PyExc_ValueError, "stringio_parts: not a StringIO of a known layout");
+        return NULL;
+    }
+    /* Allocated before the object is read (an allocation can run a collection, and with it
+     * finalizers that may let another thread write to it). Nothing below allocates. */
+    PyObject *held = PyTuple_New(2);
+    if (held == NULL)
+        return NULL;
+    PyObject *found[2] = {NULL, NULL};
+    const char *p = (const char *)obj;
+    const void *buf = *(void *const *)(p + 16);
+    Py_ssize_t pos = *(const Py_ssize_t *)(p + 24), size = *(const Py_ssize_t *)(p + 32);
+    size_t buf_size = *(const size_t *)(p + 40);
+    int state = *(const int *)(p + 48);
+    if ((state != 1 && state != 2) || pos < 0 || size < 0 || buf_size > ((size_t)1 << 40)) {
+        Py_DECREF(held);
+        Py_RETURN_NONE;
+    }
+    if (state == 2) {  /* accumulating */
+        PyObject *first = *(PyObject *const *)(p + 56);
+        if (layout == 1) {  /* _PyAccu: large, small (lists, either may be NULL) */
+            PyObject *second = *(PyObject *const *)(p + 64);
+            if ((first != NULL && !PyList_CheckExact(first)) || (second != NULL && !PyList_CheckExact(second))) {
+                Py_DECREF(held);
+                Py_RETURN_NONE;
+            }
+            found[0] = first;
+            found[1] = second;
+        } else {  /* _PyUnicodeWriter: its buffer, a str (NULL before the first write) */
+            if (first != NULL && !PyUnicode_CheckExact(first)) {
+                Py_DECREF(held);
+                Py_RETURN_NONE;
+            }
+            found[0] = first;
+        }
+    }
+    long long bytes = buf != NULL ? (long long)buf_size * 4 : 0;
+    for (int k = 0; k < 2; k++) {
+        PyObject *one = found[k] != NULL ? found[k] : Py_None;
+        Py_INCREF(one);
+        PyTuple_SetItem(held, k, one);  /* (no allocation: the references are ours from here) */
+    }
+    return Py_BuildValue("(LN)", bytes, held);
+}
+
 static PyMethodDef walk_methods[] = {
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
@@ -394,6 +459,7 @@ static PyMethodDef walk_methods[] = {
     {"count_references", count_references, METH_VARARGS, count_references_doc},
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
     {"heap_blocks", heap_blocks, METH_VARARGS, heap_blocks_doc},
+    {"stringio_parts", stringio_parts, METH_VARARGS, stringio_parts_doc},
     {NULL, NULL, 0, NULL},
 };
 

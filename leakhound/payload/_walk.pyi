@@ -50,6 +50,12 @@ def frame_locals(
 ) -> list[object | None] | None:
     """The first ``nlocals`` fast locals of a frame (``f_frame_offset`` 0: of a 3.10 frame object
     itself); None when the layout does not match."""
+def stringio_parts(
+    obj: object, stringio_type: type, basicsize: int, layout: int, /,
+) -> tuple[int, tuple[object | None, object | None]] | None:
+    """An io.StringIO's buffer bytes (requested) and what holds its accumulated writes (3.10/3.11:
+    its accumulator's two lists; 3.12/3.13: its writer's str); None when it does not look as
+    expected."""
 
 # -- the census's walk (_census_walk.c) ----------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Native buffers (issue 11): numpy, Pillow, torch, mmap, ctypes and pandas memory, under its owner.
+"""Native buffers (issue 11): numpy, Pillow, torch, mmap, ctypes, io.StringIO and pandas memory, under its owner.
 
 Each shape of ``fixtures/native_buffers.py`` holds 10-40 MB in one global; the target computes
 the truth with its own libraries (``nbytes``, the distinct storages' ``nbytes()``, ``len(mmap)``,
@@ -35,8 +35,11 @@ OWNERS = {
     "pandas": "__main__.FRAME._mgr",
     "mmap": "__main__.MAP",
     "ctypes": "__main__.BUFFERS",
+    "stringio": "__main__.LOGS",
 }
-CASES = [(shape, version) for version in ("3.11", "3.12", "3.13") for shape in OWNERS if shape not in ("mmap", "ctypes")
+# (the standard library's types on every installed version, below)
+STANDARD = ("mmap", "ctypes", "stringio")
+CASES = [(shape, version) for version in ("3.11", "3.12", "3.13") for shape in OWNERS if shape not in STANDARD
          if shape != "torch" or version == "3.11"]
 MMAP_VERSIONS = sorted(v for v in installed_pythons() if v in ("3.10", "3.11", "3.12", "3.13"))
 
@@ -82,6 +85,16 @@ def test_a_ctypes_buffer_is_its_size(tmp_path: Path, version: str, owner_model: 
     """``sys.getsizeof(create_string_buffer(200000))`` is 136: the buffer the object owns is
     its ``b_size`` (a view made ``from_buffer`` owns none)."""
     _check(tmp_path, "ctypes", installed_pythons()[version], owner_model=owner_model)
+
+
+@pytest.mark.parametrize("version", MMAP_VERSIONS)
+@pytest.mark.parametrize("owner_model", ["census", "dominator"])
+def test_a_stringio_is_its_characters(tmp_path: Path, version: str, owner_model: str) -> None:
+    """An ``io.StringIO``'s characters are in none of its ``__sizeof__`` and referents: 3.10/3.11
+    keep what it accumulates in two lists only it references (they were ``<held from C:
+    list>``), 3.12+ in a str only it references (in no owner at all), and one read back in a
+    buffer of its own (nowhere, on every version)."""
+    _check(tmp_path, "stringio", installed_pythons()[version], owner_model=owner_model)
 
 
 WALKS_AGREE = r"""
