@@ -47,6 +47,9 @@ _TASK_PATH = re.compile(r"^task:(.*)/([^/ ]+) \(([^)]*)\)\.<([^>]+)>(?:\.(.*))?$
 # alike, analysis/dominators/owners.py): "*" stands for what asyncio numbers.
 _TASK_GROUP = re.compile(r"^task:([^/]*\*[^/]*)/([^/ .\[<(]+)$")
 
+# "plugin_*": the modules named so but for numbers, one owner likewise.
+_MODULE_GROUP = re.compile(r"^[\w.]*\*[\w.*]*$")
+
 MAX_PATHS = 200
 MAX_PATH_STEPS = 256
 _ModuleType = type(sys)
@@ -191,6 +194,16 @@ def task_group_items(path, wanted_type):
     return count
 
 
+def module_group_items(path):
+    """How many modules in sys.modules a ``plugin_*`` owner counts now ("*" a number), or None
+    when ``path`` names no such group."""
+    if type(path) is not str or _MODULE_GROUP.match(path) is None:
+        return None
+    name = re.compile(r"\d+".join(re.escape(part) for part in path.split("*")) + "$")
+    return sum(1 for key, module in list(sys.modules.items())
+               if type(key) is str and type(module) is _ModuleType and name.match(key))
+
+
 def owner_items(owners):
     """``[{"ids": [...], "type": T, "path": P}, ...]`` -> one ``{"found": bool, "items": n}``
     each: found when the object at the end of its ids (else, with no ids, the object its path
@@ -216,6 +229,8 @@ def owner_items(owners):
                 obj = None
         elif type(path) is str:
             count = task_group_items(path, wanted_type)
+            if count is None:
+                count = module_group_items(path)
             if count is not None:
                 out.append({"found": True, "items": count})
                 continue

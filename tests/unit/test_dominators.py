@@ -346,6 +346,23 @@ def test_a_task_holding_most_of_its_kind_is_looked_into_alone() -> None:
     assert not any("*" in p for p in paths), paths
 
 
+@pytest.mark.usefixtures("both_passes")
+def test_modules_named_alike_but_for_numbers_are_one_owner() -> None:
+    """500 plugins each a module of its own in sys.modules (``plugin_17``): ``plugin_*``; two
+    modules with a number in their names, each a name of its own, are no group."""
+    k = 500
+    edges = [(0, 1), (0, 2), (0, 3)] + [(0, 4 + m) for m in range(k)] + [(4 + m, 4 + k + m) for m in range(k)]
+    sizes = [0, 30_000, 30_000, 30_000] + [1000] * k + [80_000] * k
+    roots = [(1, "app", "module", 1), (2, "http2.client", "module", 1), (3, "base64", "module", 1)]
+    roots += [(4 + m, f"plugin_{m}", "module", 1) for m in range(k)]
+    graph = make_graph(len(sizes), edges, sizes, roots=roots, type_names=["<root>", "module", "bytes"],
+                       types=[0, 1, 1, 1] + [1] * k + [2] * k)
+    owners = dom.find_owners(graph, top=10).owners
+    assert (owners[0].path, owners[0].type, owners[0].items, owners[0].retained_bytes) == (
+        "plugin_*", "module", k, k * 81_000)
+    assert not any(o.path.startswith("plugin_") and o.path != "plugin_*" for o in owners)
+
+
 def test_why_lists_distinct_retainer_paths() -> None:
     graph = callbacks_graph()
     found = dom.find_owners(graph, top=5, why="App")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from typing import Any
 
@@ -164,3 +165,16 @@ def test_tasks_running_one_coroutine_are_counted_again_as_one_owner() -> None:
     asyncio.run(main())
     assert counted == {"task:Task-*/wait_for_reply": 5, "task:*/wait_for_reply": 6, "task:Task-*/other": 1,
                        "task:Task-*/quick": 0, "task:Task-1/wait_for_reply": None, "another type": 0}
+
+
+def test_modules_named_alike_are_counted_again_as_one_owner(monkeypatch: Any) -> None:
+    """``plugin_*``: the modules of sys.modules named so, "*" a number; a plain module path names
+    no group."""
+    import types
+
+    for i in range(3):
+        monkeypatch.setitem(sys.modules, f"plugin_{i}", types.ModuleType(f"plugin_{i}"))
+    monkeypatch.setitem(sys.modules, "plugin_x", types.ModuleType("plugin_x"))
+    assert sampling.module_group_items("plugin_*") == 3
+    assert sampling.module_group_items("sys.path") is None
+    assert sampling.owner_items([{"ids": [], "type": "module", "path": "plugin_*"}]) == [{"found": True, "items": 3}]

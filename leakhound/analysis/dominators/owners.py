@@ -5,6 +5,7 @@ by its preferred path from a root and a few distinct retainer paths; ``--why``'s
 from __future__ import annotations
 
 import array
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -49,8 +50,9 @@ SHARED_RESOLVE_DEPTH = 4
 # pass is given it; the work per object, sets kept unsorted, grows with the square of its parts).
 SHARED_MAX_PARTS = 16
 # Root kinds whose roots are many alike (tasks running one coroutine, threads running one
-# function): those each under the owners' threshold are one owner together (``_alike_roots``).
-ALIKE_ROOT_KINDS = ("task", "thread")
+# function, modules named alike but for numbers): one owner together (``_alike_roots``).
+ALIKE_ROOT_KINDS = ("task", "thread", "module")
+_NUMBERS = re.compile(r"\d+")
 
 
 @dataclass
@@ -280,14 +282,21 @@ class OwnerFinder:
         freeing one returns its 20 KB, freeing them all the sum, their dominator subtrees being
         apart). As for objects held together (``SHARED_SPREAD``), where one root holds a tenth
         of it or more the big ones are looked at in their own right (the task whose registry
-        is the leak), the group keeps the small ones."""
+        is the leak), the group keeps the small ones. Modules made per plugin or request
+        (``plugin_17`` in sys.modules) are alike by their names with the numbers left out:
+        ``plugin_*``."""
         retained = self.tree.retained
-        labels = {node: label for node, label, kind, _tier in self.graph.roots if kind in ALIKE_ROOT_KINDS}
+        labels = {node: (kind, label) for node, label, kind, _tier in self.graph.roots if kind in ALIKE_ROOT_KINDS}
         alike: dict[tuple[str, str], list[int]] = {}
         for c in self.children(0):  # (biggest first)
-            if c in labels:
-                kind, _sep, rest = labels[c].partition(":")
-                alike.setdefault((kind, rest.rpartition("/")[2]), []).append(c)
+            if c not in labels:
+                continue
+            kind, label = labels[c]
+            if kind == "module":
+                if _NUMBERS.search(label):
+                    alike.setdefault((kind, _NUMBERS.sub("*", label)), []).append(c)
+            else:
+                alike.setdefault((kind, label.partition(":")[2].rpartition("/")[2]), []).append(c)
         keys: list[int] = []
         taken: set[int] = set()
         for (kind, code), members in alike.items():
@@ -298,8 +307,8 @@ class OwnerFinder:
             if len(members) < 2 or total < threshold:
                 continue
             taken.update(members)
-            names = {normalized_path(labels[c]) for c in members}
-            name = names.pop() if len(names) == 1 else f"{kind}:*/{code}"
+            names = {normalized_path(labels[c][1]) for c in members}
+            name = code if kind == "module" else names.pop() if len(names) == 1 else f"{kind}:*/{code}"
             key = -2 - len(self.shared)
             self.shared[key] = SharedGroup(
                 parts=(), anchors={}, items=len(members), retained=total,
