@@ -1,5 +1,5 @@
-"""Target venvs with numpy, pandas, Pillow (and torch on 3.11) for the native-buffer tests, and
-with uvloop for the idle-loop tests.
+"""Target venvs with numpy, pandas, Pillow (and torch on 3.11) for the native-buffer tests, with
+pandas and pyarrow for the Arrow ones, and with uvloop for the idle-loop tests.
 
 ``native_python(version)`` builds (once, under a lock) a venv for the pyenv CPython ``version``
 holding those packages and not leakhound, cached under ``~/.cache/leakhound/native-pyX.Y-venv``,
@@ -34,6 +34,12 @@ def native_python(version: str, *, torch: bool = False) -> str:
     if torch:
         steps.append((".torch", (TORCH,)))
     return _venv_python(version, f"native-py{version}-venv", steps)
+
+
+def arrow_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with pandas and pyarrow (pandas 3 then keeps its
+    strings in Arrow arrays), cached as ``arrow-pyX.Y-venv``."""
+    return _venv_python(version, f"arrow-py{version}-venv", [(".complete", ("pandas", "pyarrow"))])
 
 
 def uvloop_python(version: str) -> str:

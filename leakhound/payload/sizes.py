@@ -322,6 +322,10 @@ def _native_bases():
         ("mmap", _class_from("mmap", "mmap")),
         ("imaging", _imaging_core()),
         ("ctypes", _ctypes_data()),
+        ("arrow_tabular", _class_from("pyarrow.lib", "_Tabular")),
+        ("arrow_chunked", _class_from("pyarrow.lib", "ChunkedArray")),
+        ("arrow_array", _class_from("pyarrow.lib", "Array")),
+        ("arrow_buffer", _class_from("pyarrow.lib", "Buffer")),
         ("stringio", _stringio()),
         ("code", _CODE_TYPE),
     ):
@@ -333,7 +337,7 @@ def _native_bases():
 def native_types(tick=None):
     """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
-    of numpy, torch, mmap, Pillow, ctypes or io is loaded. (Flat dicts of ints, strs and classes: nothing
+    of numpy, torch, mmap, Pillow, ctypes, pyarrow or io is loaded. (Flat dicts of ints, strs and classes: nothing
     in them is a gc-tracked object of the census's own.)"""
     out = {}  # type: dict
     bases = {}
@@ -479,15 +483,70 @@ def _overrides_torch_function(tp):
     return False
 
 
-def _call(cls, name, obj):
-    """``cls.__dict__[name]`` (a C getset or method of the allowlisted class) applied to obj."""
+def _call(cls, name, obj, *args):
+    """``cls.__dict__[name]`` (a C getset or method of the allowlisted class, or a method
+    Cython compiled in pyarrow's) applied to obj."""
     descr = class_dict(cls)[name]
     kind = type(descr).__name__
     if kind in ("getset_descriptor", "member_descriptor"):
         return descr.__get__(obj, cls)
-    if kind in ("method_descriptor", "wrapper_descriptor"):
-        return descr(obj)
+    if kind in ("method_descriptor", "wrapper_descriptor") or (
+            kind == "cython_function_or_method" and _module_of(cls).startswith("pyarrow.")):
+        return descr(obj, *args)
     raise TypeError("%s.%s is not a C descriptor" % (cls.__name__, name))
+
+
+def _module_of(cls):
+    name = type.__dict__["__module__"].__get__(cls, type)
+    return name if type(name) is str else ""
+
+
+# Buffers an Arrow object is read through at most (a table of thousands of chunks a column):
+# past it, it counts what it has read.
+_ARROW_MAX_BUFFERS = 100000
+
+
+def _arrow_bytes(kind, obj, bases, seen_buffers):
+    """The bytes of an Arrow table's, record batch's, chunked array's or array's buffers that
+    no object sized before shares (by address: a slice or a table built from another's
+    columns shares their buffers), through pyarrow's own getsets and compiled methods on its
+    base classes (``_Tabular.columns``, ``ChunkedArray.chunks``, ``Array.buffers``,
+    ``Buffer.address``/``size``). Its memory is the Arrow memory pool's (mimalloc or jemalloc),
+    outside the Python heap; ``__sizeof__`` (Cython) is not one the walk runs."""
+    array, buffer = bases.get("arrow_array"), bases.get("arrow_buffer")
+    if array is None or buffer is None:
+        return 0
+    columns = [obj]
+    if kind == "arrow_tabular":
+        columns = list(_call(bases[kind], "columns", obj))
+    arrays = []
+    for column in columns:
+        if kind != "arrow_array" and not isinstance_of(column, array):
+            arrays.extend(_call(bases["arrow_chunked"], "chunks", column))
+        else:
+            arrays.append(column)
+    del columns
+    total = seen = 0
+    for one in arrays:
+        for buf in _call(array, "buffers", one):
+            if buf is None:
+                continue
+            seen += 1
+            if seen > _ARROW_MAX_BUFFERS:
+                return total
+            address = _call(buffer, "address", buf)
+            if address in seen_buffers:
+                continue
+            seen_buffers.add(address)
+            size = _call(buffer, "size", buf)
+            if 0 < size <= MAX_OBJECT_BYTES:
+                total += size
+    return total
+
+
+def isinstance_of(obj, cls):
+    """Whether ``cls`` is in the MRO of obj's type (never the object's own ``__class__``)."""
+    return cls in type.__dict__["__mro__"].__get__(type(obj), type)
 
 
 def native_extra(obj, native, bases, seen_buffers):
@@ -558,6 +617,8 @@ def native_extra(obj, native, bases, seen_buffers):
                 return 0, []
             size = size_of(obj)
             return (heap_block(size) if _CTYPES_INLINE < size <= MAX_OBJECT_BYTES else 0), []
+        if kind in ("arrow_tabular", "arrow_chunked", "arrow_array"):
+            return _arrow_bytes(kind, obj, bases, seen_buffers), []
         if kind == "stringio":
             # Its characters (a UCS4 buffer, in either state) and, while it accumulates
             # writes, the lists (3.10/3.11) or the str (3.12+) holding them: none of them is
