@@ -347,6 +347,26 @@ def test_a_task_holding_most_of_its_kind_is_looked_into_alone() -> None:
 
 
 @pytest.mark.usefixtures("both_passes")
+def test_the_frames_of_threads_named_alike_are_one_owner() -> None:
+    """A thread per connection, each with two frames (``serve``, holding the buffers, and the
+    ``wait`` it is blocked in): one owner named by the function whose frames hold the most, its
+    items the threads; a thread whose frame holds most of the heap is looked into alone."""
+    k = 200
+    edges, sizes, roots = [(0, 1)], [0, 50_000], [(1, "app", "module", 1)]
+    for t in range(k):
+        serve, wait, body = len(sizes), len(sizes) + 1, len(sizes) + 2
+        edges += [(0, serve), (0, wait), (serve, body)]
+        sizes += [500, 300, 200_000]
+        roots += [(serve, f"thread:Thread-{t + 2} (serve)/serve", "thread", 2),
+                  (wait, f"thread:Thread-{t + 2} (serve)/wait", "thread", 2)]
+    graph = make_graph(len(sizes), edges, sizes, roots=roots)
+    owners = dom.find_owners(graph, top=10).owners
+    assert (owners[0].path, owners[0].items, owners[0].retained_bytes) == (
+        "thread:Thread-* (serve)/serve", k, k * 200_800)
+    assert not any(o.path.startswith("thread:") for o in owners[1:]), [o.path for o in owners]
+
+
+@pytest.mark.usefixtures("both_passes")
 def test_modules_named_alike_but_for_numbers_are_one_owner() -> None:
     """500 plugins each a module of its own in sys.modules (``plugin_17``): ``plugin_*``; two
     modules with a number in their names, each a name of its own, are no group."""

@@ -275,7 +275,8 @@ class OwnerFinder:
         return list(keys.values()), taken
 
     def _alike_roots(self, threshold: int) -> tuple[list[int], set[int]]:
-        """Tasks running the same coroutine (threads' frames running the same function) as one
+        """Tasks running the same coroutine (the frames of threads named alike, named by the
+        function whose frames hold the most: ``thread:Thread-* (serve)/serve``) as one
         owner where together they retain ``threshold`` or more: ``task:Task-*/waiter``, its
         items the roots; and the big roots it takes. 2,000 tasks stuck awaiting a future that
         never resolves, 20 KB each, were 40 MB in no owner listed (each was its own root:
@@ -295,6 +296,8 @@ class OwnerFinder:
             if kind == "module":
                 if _NUMBERS.search(label):
                     alike.setdefault((kind, _NUMBERS.sub("*", label)), []).append(c)
+            elif kind == "thread":  # every frame of the threads named alike
+                alike.setdefault((kind, normalized_path(label.rpartition("/")[0])), []).append(c)
             else:
                 alike.setdefault((kind, label.partition(":")[2].rpartition("/")[2]), []).append(c)
         keys: list[int] = []
@@ -308,10 +311,21 @@ class OwnerFinder:
                 continue
             taken.update(members)
             names = {normalized_path(labels[c][1]) for c in members}
-            name = code if kind == "module" else names.pop() if len(names) == 1 else f"{kind}:*/{code}"
+            if kind == "module":
+                name = code
+            elif kind == "thread":  # named by the function whose frames hold the most
+                by_function: dict[str, int] = {}
+                for c in members:
+                    function = labels[c][1].rpartition("/")[2]
+                    by_function[function] = by_function.get(function, 0) + int(retained[c])
+                name = f"{code}/{max(by_function, key=lambda f: (by_function[f], f))}"
+            else:
+                name = names.pop() if len(names) == 1 else f"{kind}:*/{code}"
+            # (its items: the tasks or modules; the threads, by name, not their frames)
+            items = len({labels[c][1].rpartition("/")[0] for c in members}) if kind == "thread" else len(members)
             key = -2 - len(self.shared)
             self.shared[key] = SharedGroup(
-                parts=(), anchors={}, items=len(members), retained=total,
+                parts=(), anchors={}, items=items, retained=total,
                 objects=sum(self.dominated_objects(c) for c in members), type=self.graph.type_of(members[0]),
                 first=members[0], name=name)
             keys.append(key)
