@@ -26,6 +26,7 @@ called on the object (never looked up on the object's class, which a subclass co
 with Python code), slot wrappers, module dicts. No Python code of the target runs.
 """
 
+import bisect
 import gc
 import sys
 
@@ -343,8 +344,12 @@ def native_types(tick=None):
     bases = {}
     for kind, base in _native_bases():
         bases[kind] = base
+        if kind in _READ_THROUGH_ONLY:
+            continue
         for cls in subclass_tree(base):
             out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
+    if "arrow_array" in bases:
+        bases["arrow_files"] = _file_backed_ranges()
     if sys.version_info >= (3, 11):
         bases["instance"] = object
         for n, cls in enumerate(_plain_instance_classes(tick)):
@@ -483,7 +488,7 @@ def _overrides_torch_function(tp):
     return False
 
 
-def _call(cls, name, obj, *args):
+def _call(cls, name, obj):
     """``cls.__dict__[name]`` (a C getset or method of the allowlisted class, or a method
     Cython compiled in pyarrow's) applied to obj."""
     descr = class_dict(cls)[name]
@@ -492,13 +497,49 @@ def _call(cls, name, obj, *args):
         return descr.__get__(obj, cls)
     if kind in ("method_descriptor", "wrapper_descriptor") or (
             kind == "cython_function_or_method" and _module_of(cls).startswith("pyarrow.")):
-        return descr(obj, *args)
+        return descr(obj)
     raise TypeError("%s.%s is not a C descriptor" % (cls.__name__, name))
 
 
 def _module_of(cls):
     name = type.__dict__["__module__"].__get__(cls, type)
     return name if type(name) is str else ""
+
+
+# Allowlisted classes the sizers read others through, never sized themselves (an Arrow
+# buffer a program holds is memory of its array's, its bytes object's or its file's).
+_READ_THROUGH_ONLY = ("arrow_buffer",)
+# /proc/self/maps read at most (tens of thousands of mappings are ~2 MB)
+_MAPS_LIMIT = 16 << 20
+
+
+def _file_backed_ranges():
+    """(starts, ends) of this process's mappings of files, sorted, from /proc/self/maps (the
+    kernel's text): an Arrow table read from a file it memory-maps (a ``datasets`` cache) has
+    its buffers there, the page cache's, not Arrow's pool's, however big the file."""
+    starts = []  # type: list
+    ends = []  # type: list
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            text = fh.read(_MAPS_LIMIT)
+    except OSError:
+        return starts, ends
+    for line in text.split(b"\n"):
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith(b"/"):
+            low, _sep, high = fields[0].partition(b"-")
+            try:
+                starts.append(int(low, 16))
+                ends.append(int(high, 16))
+            except ValueError:
+                continue
+    return starts, ends
+
+
+def _in_ranges(address, ranges):
+    starts, ends = ranges
+    k = bisect.bisect_right(starts, address) - 1
+    return k >= 0 and address < ends[k]
 
 
 # Buffers an Arrow object is read through at most (a table of thousands of chunks a column):
@@ -512,8 +553,10 @@ def _arrow_bytes(kind, obj, bases, seen_buffers):
     columns shares their buffers), through pyarrow's own getsets and compiled methods on its
     base classes (``_Tabular.columns``, ``ChunkedArray.chunks``, ``Array.buffers``,
     ``Buffer.address``/``size``). Its memory is the Arrow memory pool's (mimalloc or jemalloc),
-    outside the Python heap; ``__sizeof__`` (Cython) is not one the walk runs."""
+    outside the Python heap; ``__sizeof__`` (Cython) is not one the walk runs. A buffer in a
+    memory-mapped file is the file's (``_file_backed_ranges``): not counted."""
     array, buffer = bases.get("arrow_array"), bases.get("arrow_buffer")
+    files = bases.get("arrow_files") or ([], [])  # type: tuple
     if array is None or buffer is None:
         return 0
     columns = [obj]
@@ -535,7 +578,7 @@ def _arrow_bytes(kind, obj, bases, seen_buffers):
             if seen > _ARROW_MAX_BUFFERS:
                 return total
             address = _call(buffer, "address", buf)
-            if address in seen_buffers:
+            if address in seen_buffers or _in_ranges(address, files):
                 continue
             seen_buffers.add(address)
             size = _call(buffer, "size", buf)

@@ -192,7 +192,7 @@ def test_native_sizers_run_no_python_code_of_the_target() -> None:
 def test_arrow_buffers_belong_to_their_owner(tmp_path: Path, shape: str, version: str, owner_model: str) -> None:
     """pyarrow's tables and arrays (and pandas 3's strs, kept in Arrow arrays where pyarrow is
     installed) hold their memory in Arrow's pool, outside the Python heap; their ``__sizeof__``
-    is Cython the walk does not run: 40 tables were an owner of 40 KB for 47 MB. A slice
+    is Cython the walk does not run: 100 tables were an owner of 40 KB for 47 MB. A slice
     sharing the first table's buffers counts none of them again."""
     # (the dominator owner is the blocks' tuple the manager holds, as its only other part is small)
     path = "__main__.FRAME._mgr.<tuple>" if shape == "pandas_arrow" and owner_model == "dominator" else ""
