@@ -9,7 +9,7 @@ shared leaves, cycles, deep nesting, non-str keys) plus what only the graph read
 classes (their labels), big dicts, lists and sets read in slices, generators and coroutines
 (their locals labelled by type), a metaclass whose ``__hash__`` must not run, dict subclasses,
 and what only the roots read (a thread's frame variables, pending tasks' context variables,
-finished tasks in a set, BytesIO buffers).
+finished tasks in a set, BytesIO buffers, StringIO characters: _walk.c stringio_parts under ASan).
 The graphs must be identical: the same nodes (by address: size, type, entries), the same
 edges with the same labels, the same roots. Then a churn case: a thread mutates big shared
 containers while the C walk reads them (no comparison: it must not crash; run under
@@ -74,6 +74,7 @@ HEAP: dict[str, Any] = {}
 REQUEST_LOG: contextvars.ContextVar[Any] = contextvars.ContextVar("request_log")
 ROOTS_DONE = threading.Event()
 BYTESIO: list[Any] = []
+STRINGIO: list[Any] = []
 
 
 def _thread_with_variables(ready: threading.Event) -> None:
@@ -126,6 +127,14 @@ def build_roots() -> None:
     HEAP["bytesio"] = BYTESIO
     for buf in BYTESIO[:10]:
         buf.write(b"more")  # a buffer of its own, not the bytes it was made from
+    # StringIO: made with a value (a UCS4 buffer), and written to (what accumulates: 3.10/3.11
+    # an accumulator's lists, 3.12+ a writer's str), none in its __sizeof__ or referents
+    STRINGIO.extend(io.StringIO("x" * 3000) for _ in range(10))
+    for i in range(10):
+        stream = io.StringIO()
+        stream.write("y" * 3000 + str(i))
+        STRINGIO.append(stream)
+    HEAP["stringio"] = STRINGIO
 
 
 def build_heap() -> None:
@@ -241,6 +250,10 @@ def roots_problems(graph_: Any) -> list[str]:
     held = nodes.get(id(BYTESIO))
     if held is None or not 20 * 3000 < held[0] < 20 * (3000 + 1000):
         problems.append(f"roots: the BytesIO list's size {held}")
+    # each StringIO's characters: 10 buffers of 3,001 UCS4 characters, 10 strs of 3,000 or more
+    held = nodes.get(id(STRINGIO))
+    if held is None or not 10 * 12000 + 10 * 3000 < held[0] < 10 * 13000 + 10 * 8000:
+        problems.append(f"roots: the StringIO list's size {held}")
     return problems
 
 
