@@ -140,3 +140,14 @@ def test_sizes_as_requested_are_said(monkeypatch: pytest.MonkeyPatch) -> None:
         table.render_snapshot(one, ledger(one), top=5, file=buf)
         shown[sizes] = "sizes as requested (debug allocator hooks" in buf.getvalue()
     assert shown == {"pymalloc+glibc": False, "requested": True, "": False}
+
+
+@pytest.mark.parametrize(("path", "said"), [
+    ("task:Task-*/wait_for_reply", "each a root of its own: the tasks running wait_for_reply, together"),
+    ("thread:Thread-* (serve)/serve", "each a root of its own: the threads running serve, together"),
+    ("plugin_*", "each a root of its own: the modules named plugin_*, together"),
+    ("task:Task-1/run", "a root of its own (task:Task-1/run)"),
+    ("app.CACHE", "the attribute CACHE of app"),
+])
+def test_held_as_says_what_roots_alike_are(path: str, said: str) -> None:
+    assert table.held_as(path) == said
