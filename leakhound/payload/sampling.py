@@ -47,6 +47,9 @@ _TASK_PATH = re.compile(r"^task:(.*)/([^/ ]+) \(([^)]*)\)\.<([^>]+)>(?:\.(.*))?$
 # alike, analysis/dominators/owners.py): "*" stands for what asyncio numbers.
 _TASK_GROUP = re.compile(r"^task:([^/]*\*[^/]*)/([^/ .\[<(]+)$")
 
+# "thread:Thread-* (serve)/serve": the frames of the threads named so, one owner likewise.
+_THREAD_GROUP = re.compile(r"^thread:([^/]*\*[^/]*)/([^/ .\[<(]+)$")
+
 # "plugin_*": the modules named so but for numbers, one owner likewise.
 _MODULE_GROUP = re.compile(r"^[\w.]*\*[\w.*]*$")
 
@@ -194,6 +197,25 @@ def task_group_items(path, wanted_type):
     return count
 
 
+def thread_group_items(path):
+    """How many live threads a ``thread:Thread-* (serve)/serve`` owner counts now (their names
+    matching it, "*" any part of a name, as roots.thread_frames reads them), or None when
+    ``path`` names no such group."""
+    match = _THREAD_GROUP.match(path) if type(path) is str else None
+    if match is None:
+        return None
+    import threading as _threading  # noqa: PLC0415 - as roots.thread_frames: the target may not use threads
+
+    name = re.compile("[^/]*".join(re.escape(part) for part in match.group(1).split("*")) + "$")
+    count = 0
+    for thread in list(_threading._active.values()):  # type: ignore[attr-defined]
+        thread_name = thread.name
+        if type(thread_name) is str and name.match(thread_name):
+            count += 1
+    thread = None
+    return count
+
+
 def module_group_items(path):
     """How many modules in sys.modules a ``plugin_*`` owner counts now ("*" a number), or None
     when ``path`` names no such group."""
@@ -229,6 +251,8 @@ def owner_items(owners):
                 obj = None
         elif type(path) is str:
             count = task_group_items(path, wanted_type)
+            if count is None:
+                count = thread_group_items(path)
             if count is None:
                 count = module_group_items(path)
             if count is not None:

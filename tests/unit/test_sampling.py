@@ -178,3 +178,21 @@ def test_modules_named_alike_are_counted_again_as_one_owner(monkeypatch: Any) ->
     assert sampling.module_group_items("plugin_*") == 3
     assert sampling.module_group_items("sys.path") is None
     assert sampling.owner_items([{"ids": [], "type": "module", "path": "plugin_*"}]) == [{"found": True, "items": 3}]
+
+
+def test_threads_named_alike_are_counted_again_as_one_owner() -> None:
+    """``thread:Thread-* (serve)/serve``: the live threads whose names match ("*" any part of a
+    name), whatever frame they are in now."""
+    stop = threading.Event()
+    threads = [threading.Thread(target=stop.wait, name=f"Thread-{90 + i} (serve)") for i in range(3)]
+    threads.append(threading.Thread(target=stop.wait, name="other"))
+    for t in threads:
+        t.start()
+    try:
+        assert sampling.thread_group_items("thread:Thread-* (serve)/serve") == 3
+        assert sampling.thread_group_items("thread:*/wait") == len(threading.enumerate())
+        assert sampling.thread_group_items("thread:other/wait") is None
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
