@@ -28,7 +28,7 @@ Standard library only; runs inside the target and reads it without running its c
 
 import sys
 
-from .objects import dict_pairs, instance_dict, is_payload_name, subclass_tree, type_name
+from .objects import class_dict, dict_pairs, instance_dict, is_payload_name, subclass_tree, type_name
 from .tasks import await_chain, named_tasks
 
 TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
@@ -128,6 +128,20 @@ def signal_handlers():
     handler = None
 
 
+def thread_name_of(thread, ident):
+    """A ``threading.Thread``'s name, its ``_name`` attribute read as the instance has it (no
+    property of a subclass runs, and a 3.11+ instance's attributes are not made a dict), else
+    its ident."""
+    for klass in type.__dict__["__mro__"].__get__(type(thread), type):
+        if "_name" in class_dict(klass):  # a descriptor or class attribute of that name: not read
+            return str(ident)
+    try:
+        name = object.__getattribute__(thread, "_name")
+    except Exception:
+        return str(ident)
+    return name if type(name) is str else str(ident)
+
+
 def thread_frames():
     """(frame, "thread:<thread name>/<function>", "thread", TIER_THREAD) for every frame of
     every thread's stack, innermost first, except the calling thread's. Nothing here binds
@@ -135,8 +149,8 @@ def thread_frames():
     import threading  # noqa: PLC0415 - imported lazily: the target may not use threads
 
     names = {}
-    for thread in list(threading._active.values()):  # type: ignore[attr-defined]
-        names[thread.ident] = thread.name
+    for ident, thread in list(threading._active.items()):  # type: ignore[attr-defined]
+        names[ident] = thread_name_of(thread, ident)
     current = sys._current_frames()
     current.pop(threading.get_ident(), None)
     stacks = list(current.items())

@@ -34,7 +34,7 @@ from .objects import (
     subclass_tree,
     type_name,
 )
-from .roots import signal_handlers, task_name
+from .roots import signal_handlers, task_name, thread_name_of
 from .tasks import await_chain, live_tasks, named_tasks
 from .tracked import tracked_objects
 
@@ -199,7 +199,7 @@ def task_group_items(path, wanted_type):
 
 def thread_group_items(path):
     """How many live threads a ``thread:Thread-* (serve)/serve`` owner counts now (their names
-    matching it, "*" any part of a name, as roots.thread_frames reads them), or None when
+    matching it, "*" any part of a name, read as roots.thread_frames reads them), or None when
     ``path`` names no such group."""
     match = _THREAD_GROUP.match(path) if type(path) is str else None
     if match is None:
@@ -208,9 +208,8 @@ def thread_group_items(path):
 
     name = re.compile("[^/]*".join(re.escape(part) for part in match.group(1).split("*")) + "$")
     count = 0
-    for thread in list(_threading._active.values()):  # type: ignore[attr-defined]
-        thread_name = thread.name
-        if type(thread_name) is str and name.match(thread_name):
+    for ident, thread in list(_threading._active.items()):  # type: ignore[attr-defined]
+        if name.match(thread_name_of(thread, ident)):
             count += 1
     thread = None
     return count

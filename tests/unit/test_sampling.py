@@ -196,3 +196,25 @@ def test_threads_named_alike_are_counted_again_as_one_owner() -> None:
         stop.set()
         for t in threads:
             t.join()
+
+
+def test_a_threads_name_is_read_without_running_its_class_code() -> None:
+    """The thread frames' root names and the threads counted again read ``_name`` as the instance
+    holds it: a class that makes ``_name`` a property (code of the program's) is named by its
+    ident, the property never run."""
+    from leakhound.payload import roots
+
+    ran = []
+
+    class Odd(threading.Thread):
+        @property
+        def _name(self) -> str:  # type: ignore[override]
+            ran.append(1)
+            return "odd"
+
+        @_name.setter
+        def _name(self, value: str) -> None:
+            pass
+
+    assert roots.thread_name_of(threading.current_thread(), 1) == threading.current_thread().name
+    assert roots.thread_name_of(Odd(), 7) == "7" and ran == []
