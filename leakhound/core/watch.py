@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import queue
-import re
 import signal
 import threading
 import time
@@ -47,7 +46,7 @@ from leakhound.errors import (
 )
 from leakhound.model import Owner, RequestCost, Snapshot
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded, sample_from_snapshot
-from leakhound.model.names import Method, OwnerModel, Owners
+from leakhound.model.names import ROOTS_ALIKE, Method, OwnerModel, Owners
 from leakhound.payload import wire
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
@@ -60,8 +59,6 @@ MAX_SAMPLERS = 8
 # first-reacher owner without ids is re-read only by its name. Owners named "<...>" start at
 # no named root (held from C, unreached, the payload's own): full censuses alone count them.
 _UNRESOLVABLE = ("<", "thread:")
-# but the threads named alike (the dominator owners' roots alike): counted again by name
-_THREADS_ALIKE = re.compile(r"^thread:[^/]*\*[^/]*/[^/ .\[<(]+$")
 _NO_ROOT = "<"
 # Owner types whose census item count is their C length, as a cheap sample reads it (the
 # graph's entries of these built-in containers). Any other owner's census count is not (an
@@ -235,11 +232,17 @@ def _census_lengths(w: Watched, *, progress: Progress | None) -> dict[str, int]:
             if found and items is not None and o.type not in _LENGTH_IS_ITEMS}
 
 
+def _threads_alike(path: str) -> bool:
+    """The threads named alike (``ROOTS_ALIKE``): counted again by name, unlike a thread's frame."""
+    alike = ROOTS_ALIKE.match(path)
+    return alike is not None and alike["kind"] == "thread"
+
+
 def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[str, object]]]:
     """The owners a cheap sample re-reads (ids for dominator owners, names for the census's)
     and how they are asked for."""
     asked = [o for o in owners if not o.path.startswith(_NO_ROOT) and (
-        o.path_ids or not o.path.startswith(_UNRESOLVABLE) or _THREADS_ALIKE.match(o.path))][:SAMPLED_OWNERS]
+        o.path_ids or not o.path.startswith(_UNRESOLVABLE) or _threads_alike(o.path))][:SAMPLED_OWNERS]
     return asked, [{"ids": list(o.path_ids), "type": o.type, "path": o.path} for o in asked]
 
 

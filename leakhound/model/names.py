@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import re
 from collections.abc import Iterable
 
 
@@ -165,6 +166,14 @@ NOT_ATTRIBUTED_PREFIX = "<not attributed: "
 #: walked, are named (payload/graph_roots.py): ``<made during the walk: logging.LogRecord>``.
 #: Their bytes follow the walk's length and the target's allocation rate, not an owner.
 MADE_DURING_WALK_PREFIX = "<made during the walk: "
+
+#: Owners the dominator owners make of roots alike (analysis/dominators/owners.py
+#: ``_alike_roots``), no object of the target: ``task:Task-*/CORO`` (the tasks running a
+#: coroutine), ``thread:Thread-* (serve)/FUNC`` (the threads named so), ``plugin_*`` (the
+#: modules named so but for numbers); ``*`` stands for what was numbered. (The payload's cheap
+#: samples read the same grammar back: payload/sampling.py ``_ROOTS_ALIKE``.)
+ROOTS_ALIKE = re.compile(r"^(?:(?P<kind>task|thread):(?P<name>[^/]*\*[^/]*)/(?P<what>[^/ .\[<(]+)"
+                         r"|(?P<modules>[\w.]*\*[\w.*]*))$")
 
 
 def not_attributed_owner(reason: NotAttributed, max_nodes: int = 0) -> str:

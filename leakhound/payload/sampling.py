@@ -43,15 +43,12 @@ from .tracked import tracked_objects
 # not used to find it again.
 _TASK_PATH = re.compile(r"^task:(.*)/([^/ ]+) \(([^)]*)\)\.<([^>]+)>(?:\.(.*))?$")
 
-# "task:Task-*/CORO": the tasks running one coroutine, one owner (the dominator owners' roots
-# alike, analysis/dominators/owners.py): "*" stands for what asyncio numbers.
-_TASK_GROUP = re.compile(r"^task:([^/]*\*[^/]*)/([^/ .\[<(]+)$")
-
-# "thread:Thread-* (serve)/serve": the frames of the threads named so, one owner likewise.
-_THREAD_GROUP = re.compile(r"^thread:([^/]*\*[^/]*)/([^/ .\[<(]+)$")
-
-# "plugin_*": the modules named so but for numbers, one owner likewise.
-_MODULE_GROUP = re.compile(r"^[\w.]*\*[\w.*]*$")
+# The owners the dominator owners make of roots alike (analysis/dominators/owners.py), as
+# leakhound names them (model/names.py ROOTS_ALIKE, the same grammar): "task:Task-*/CORO" (the
+# tasks running a coroutine), "thread:Thread-* (serve)/FUNC" (the threads named so), "plugin_*"
+# (the modules named so but for numbers); "*" stands for what was numbered.
+_ROOTS_ALIKE = re.compile(r"^(?:(?P<kind>task|thread):(?P<name>[^/]*\*[^/]*)/(?P<what>[^/ .\[<(]+)"
+                          r"|(?P<modules>[\w.]*\*[\w.*]*))$")
 
 MAX_PATHS = 200
 MAX_PATH_STEPS = 256
@@ -175,54 +172,40 @@ def _by_ids(ids, roots):
     return obj
 
 
-def task_group_items(path, wanted_type):
-    """How many pending tasks of ``wanted_type`` a ``task:Task-*/CORO`` owner counts now (their
-    root names, ``roots.task_name``, matching it, "*" any part of a name), or None when ``path``
-    names no such group."""
-    match = _TASK_GROUP.match(path) if type(path) is str else None
-    if match is None:
+def alike_items(path, wanted_type):
+    """How many roots a roots-alike owner (``_ROOTS_ALIKE``) counts now, or None when ``path``
+    names no such owner: the pending tasks of ``wanted_type`` whose root names
+    (``roots.task_name``) match it, the live threads whose names (read as roots.thread_frames
+    reads them) match it ("*" any part of a name), the modules in sys.modules whose names
+    match it ("*" a number)."""
+    alike = _ROOTS_ALIKE.match(path) if type(path) is str else None
+    if alike is None:
         return None
-    name = re.compile("[^/]*".join(re.escape(part) for part in match.group(1).split("*")) + "$")
+    if alike["modules"] is not None:
+        name = re.compile(r"\d+".join(re.escape(part) for part in path.split("*")) + "$")
+        return sum(1 for key, module in list(sys.modules.items())
+                   if type(key) is str and type(module) is _ModuleType and name.match(key))
+    name = re.compile("[^/]*".join(re.escape(part) for part in alike["name"].split("*")) + "$")
     count = 0
+    if alike["kind"] == "thread":
+        import threading as _threading  # noqa: PLC0415 - as roots.thread_frames: the target may not use threads
+
+        for ident, thread in list(_threading._active.items()):  # type: ignore[attr-defined]
+            if name.match(thread_name_of(thread, ident)):
+                count += 1
+        thread = None
+        return count
     for task_label, task in named_tasks():
         if type(wanted_type) is str and wanted_type and type_name(type(task)) != wanted_type:
             continue
         if not name.match(task_label):
             continue
         chain = await_chain(task, limit=1)
-        if task_name(task_label, chain[0] if chain else None) == "task:%s/%s" % (task_label, match.group(2)):
+        if task_name(task_label, chain[0] if chain else None) == "task:%s/%s" % (task_label, alike["what"]):
             count += 1
         chain = None
     task = None
     return count
-
-
-def thread_group_items(path):
-    """How many live threads a ``thread:Thread-* (serve)/serve`` owner counts now (their names
-    matching it, "*" any part of a name, read as roots.thread_frames reads them), or None when
-    ``path`` names no such group."""
-    match = _THREAD_GROUP.match(path) if type(path) is str else None
-    if match is None:
-        return None
-    import threading as _threading  # noqa: PLC0415 - as roots.thread_frames: the target may not use threads
-
-    name = re.compile("[^/]*".join(re.escape(part) for part in match.group(1).split("*")) + "$")
-    count = 0
-    for ident, thread in list(_threading._active.items()):  # type: ignore[attr-defined]
-        if name.match(thread_name_of(thread, ident)):
-            count += 1
-    thread = None
-    return count
-
-
-def module_group_items(path):
-    """How many modules in sys.modules a ``plugin_*`` owner counts now ("*" a number), or None
-    when ``path`` names no such group."""
-    if type(path) is not str or _MODULE_GROUP.match(path) is None:
-        return None
-    name = re.compile(r"\d+".join(re.escape(part) for part in path.split("*")) + "$")
-    return sum(1 for key, module in list(sys.modules.items())
-               if type(key) is str and type(module) is _ModuleType and name.match(key))
 
 
 def owner_items(owners):
@@ -249,11 +232,7 @@ def owner_items(owners):
             if obj is not None and id(obj) != ids[-1]:
                 obj = None
         elif type(path) is str:
-            count = task_group_items(path, wanted_type)
-            if count is None:
-                count = thread_group_items(path)
-            if count is None:
-                count = module_group_items(path)
+            count = alike_items(path, wanted_type)
             if count is not None:
                 out.append({"found": True, "items": count})
                 continue

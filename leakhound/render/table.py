@@ -11,7 +11,7 @@ from rich.table import Table
 
 from leakhound.analysis.ledger import LedgerRow
 from leakhound.model import Finding, Owner, RequestCost, Snapshot
-from leakhound.model.names import CODE_OWNER, MADE_DURING_WALK_PREFIX
+from leakhound.model.names import CODE_OWNER, MADE_DURING_WALK_PREFIX, ROOTS_ALIKE
 from leakhound.model.units import count, fmt_bytes, percent
 from leakhound.render.console import console
 
@@ -178,19 +178,15 @@ _LAST_STEP = re.compile(
     r"^(?P<parent>.+?)(?:\[(?P<key>'[^']*'|\"[^\"]*\")\]|(?P<entry>\[\])|\.<(?P<unnamed>[^<>]+)>|\.(?P<attr>[A-Za-z_]\w*))$")
 
 
-# "task:Task-*/waiter", "thread:Thread-* (serve)/serve", "plugin_*": roots alike, one owner
-_ALIKE_ROOTS = re.compile(r"^(?:(?P<kind>task:|thread:)[^/]*\*[^/]*/(?P<what>[^/.\[<]+)|[\w.]*\*[\w.*]*)$")
-
-
 def held_as(path: str) -> str:
     """The last reference on an owner's path, in words (docs/snapshot-schema.md, "Paths")."""
     if path.startswith("<held from C:") and path.endswith(">"):
         return "referenced only by C code or the interpreter (no Python name reaches it)"
     if path.startswith(MADE_DURING_WALK_PREFIX) and path.endswith(">"):
         return "made while the graph was walked, after what holds it had been walked (its holder not known)"
-    alike = _ALIKE_ROOTS.match(path)
-    if alike is not None:  # (the dominator owners' roots alike: no object of the target)
-        what = {"task:": "tasks running", "thread:": "threads running"}.get(alike["kind"] or "", "modules named")
+    alike = ROOTS_ALIKE.match(path)
+    if alike is not None:
+        what = {"task": "tasks running", "thread": "threads running"}.get(alike["kind"] or "", "modules named")
         return f"each a root of its own: the {what} {alike['what'] or path}, together"
     step = _LAST_STEP.match(path)
     if step is None:

@@ -7,6 +7,8 @@ import sys
 import threading
 from typing import Any
 
+import pytest
+
 from leakhound.payload import census, sampling
 
 
@@ -156,8 +158,8 @@ def test_tasks_running_one_coroutine_are_counted_again_as_one_owner() -> None:
         await asyncio.sleep(0.01)
         for path in ("task:Task-*/wait_for_reply", "task:*/wait_for_reply", "task:Task-*/other",
                      "task:Task-*/quick", "task:Task-1/wait_for_reply"):
-            counted[path] = sampling.task_group_items(path, "_asyncio.Task")
-        counted["another type"] = sampling.task_group_items("task:Task-*/wait_for_reply", "m.Task")
+            counted[path] = sampling.alike_items(path, "_asyncio.Task")
+        counted["another type"] = sampling.alike_items("task:Task-*/wait_for_reply", "m.Task")
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -175,8 +177,8 @@ def test_modules_named_alike_are_counted_again_as_one_owner(monkeypatch: Any) ->
     for i in range(3):
         monkeypatch.setitem(sys.modules, f"plugin_{i}", types.ModuleType(f"plugin_{i}"))
     monkeypatch.setitem(sys.modules, "plugin_x", types.ModuleType("plugin_x"))
-    assert sampling.module_group_items("plugin_*") == 3
-    assert sampling.module_group_items("sys.path") is None
+    assert sampling.alike_items("plugin_*", "module") == 3
+    assert sampling.alike_items("sys.path", "module") is None
     assert sampling.owner_items([{"ids": [], "type": "module", "path": "plugin_*"}]) == [{"found": True, "items": 3}]
 
 
@@ -189,9 +191,9 @@ def test_threads_named_alike_are_counted_again_as_one_owner() -> None:
     for t in threads:
         t.start()
     try:
-        assert sampling.thread_group_items("thread:Thread-* (serve)/serve") == 3
-        assert sampling.thread_group_items("thread:*/wait") == len(threading.enumerate())
-        assert sampling.thread_group_items("thread:other/wait") is None
+        assert sampling.alike_items("thread:Thread-* (serve)/serve", "frame") == 3
+        assert sampling.alike_items("thread:*/wait", "frame") == len(threading.enumerate())
+        assert sampling.alike_items("thread:other/wait", "frame") is None
     finally:
         stop.set()
         for t in threads:
@@ -218,3 +220,16 @@ def test_a_threads_name_is_read_without_running_its_class_code() -> None:
 
     assert roots.thread_name_of(threading.current_thread(), 1) == threading.current_thread().name
     assert roots.thread_name_of(Odd(), 7) == "7" and ran == []
+
+
+@pytest.mark.parametrize("path", ["task:Task-*/wait_for_reply", "task:*/serve", "thread:Thread-* (serve)/serve",
+                                  "plugin_*", "app.v*.models", "task:Task-1/run", "thread:MainThread/main",
+                                  "app.CACHE", "<held from C: list>", "task:Task-*/run.self.x", "<shared by a, b>"])
+def test_the_payload_reads_roots_alike_as_leakhound_names_them(path: str) -> None:
+    """One grammar on both sides of the wire: what leakhound calls roots alike (model/names.py)
+    is what the payload's cheap samples count again, and nothing else."""
+    from leakhound.model.names import ROOTS_ALIKE
+
+    ours, theirs = ROOTS_ALIKE.match(path), sampling._ROOTS_ALIKE.match(path)
+    assert (ours is None) == (theirs is None)
+    assert ours is None or ours.groupdict() == theirs.groupdict()

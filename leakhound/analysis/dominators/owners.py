@@ -310,7 +310,6 @@ class OwnerFinder:
             if len(members) < 2 or total < threshold:
                 continue
             taken.update(members)
-            names = {normalized_path(labels[c][1]) for c in members}
             if kind == "module":
                 name = code
             elif kind == "thread":  # named by the function whose frames hold the most
@@ -320,6 +319,7 @@ class OwnerFinder:
                     by_function[function] = by_function.get(function, 0) + int(retained[c])
                 name = f"{code}/{max(by_function, key=lambda f: (by_function[f], f))}"
             else:
+                names = {normalized_path(labels[c][1]) for c in members}
                 name = names.pop() if len(names) == 1 else f"{kind}:*/{code}"
             # (its items: the tasks or modules; the threads, by name, not their frames)
             items = len({labels[c][1].rpartition("/")[0] for c in members}) if kind == "thread" else len(members)
