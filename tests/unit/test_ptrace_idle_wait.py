@@ -183,3 +183,53 @@ def test_no_other_wait_is_called_into(case: str) -> None:
     if case == "no GIL functions":
         plan = _plan()
     assert stop.call_in_wait(os.getpid(), regs, plan) is None
+
+
+def _code(data: bytes) -> tuple[ctypes.Array[ctypes.c_char], int]:
+    buf = ctypes.create_string_buffer(data, len(data))
+    return buf, ctypes.addressof(buf)
+
+
+def _rel32(frm: int, to: int) -> bytes:
+    return (to - frm).to_bytes(4, "little", signed=True)
+
+
+@pytest.mark.parametrize("call", ["direct", "plt", "plt with endbr64 and bnd", "got"])
+def test_the_caller_is_the_return_address_of_a_call_into_libc_not_a_stale_word_before_it(call: str) -> None:
+    # Above the read's own frame in libc, a word nobody wrote for this call (padding, or the
+    # upper half of a 32-bit argument's slot) points into a C library's code; the word after
+    # it is the return address of a call into libc from CPython's code: that one is the caller.
+    libc, libc_at = _code(b"\x90" * 32)
+    slot, slot_at = _code((libc_at + 8).to_bytes(8, "little"))
+    stale, stale_at = _code(b"\x90" * 32)
+    caller, caller_at = _code(b"\x90" * 64)
+    after = caller_at + 16  # the return address: the call instruction ends there
+    if call == "got":
+        ctypes.memmove(after - 6, b"\xff\x15" + _rel32(after, slot_at), 6)
+    else:
+        stub_code = {"direct": b"", "plt": b"\xff\x25",
+                     "plt with endbr64 and bnd": b"\xf3\x0f\x1e\xfa\xf2\xff\x25"}[call]
+        stub, stub_at = _code(stub_code + b"\0" * 4 + b"\x90" * 8)
+        if stub_code:
+            ctypes.memmove(stub_at + len(stub_code), _rel32(stub_at + len(stub_code) + 4, slot_at), 4)
+        ctypes.memmove(after - 5, b"\xe8" + _rel32(after, libc_at + 4 if call == "direct" else stub_at), 5)
+    plan = {"wake_ranges": [[caller_at, caller_at + 64]], "other_code_ranges": [[stale_at, stale_at + 32]],
+            "libc_code_ranges": [[libc_at, libc_at + 32]]}
+    stack = _stack(7, stale_at + 8, after)
+    regs = _regs(stack, nr=0, rax=ERESTARTSYS)
+    regs.rip = libc_at + 2
+    assert stop._caller(os.getpid(), regs, plan) == "select"
+    # with no return address of a call into libc found, the first word into code, as before
+    assert stop._caller(os.getpid(), _regs(_stack(7, stale_at + 8, stale_at + 16)), plan) == "other"
+    assert stop._caller(os.getpid(), _regs(_stack(7, stale_at + 8, caller_at + 8)), plan) == "other"
+
+
+@pytest.mark.parametrize(("code", "call"), [
+    ("ffd0", True), ("41ffd3", True), ("ff5008", True), ("ff1424", True), ("ff542408", True),
+    ("ff9424f0000000", True), ("41ff9210000000", True), ("ff10", True), ("ff142500100000", True),
+    ("ffe0", False), ("ff2510000000", False), ("90", False), ("ff15", False), ("0f05", False),
+])
+def test_an_indirect_call_is_told_by_its_encoding(code: str, call: bool) -> None:
+    # call rax, call r11 (libffi's), call [rax+8], call [rsp], call [rsp+8], call [rsp+0xf0],
+    # call [r10+0x10], call [rax], call [0x1000]; not jmp rax, jmp [rip+x], nops, a bare FF 15, syscall
+    assert stop._indirect_call_ends(bytes.fromhex(code).rjust(7, b"\x90")) is call

@@ -80,6 +80,8 @@ class Plan:
     # the epoll_wait the main thread is blocked in.
     wake_ranges: tuple[tuple[int, int], ...] = ()
     other_code_ranges: tuple[tuple[int, int], ...] = ()
+    # libc's executable mappings: a return address on the stack is one of a call into them.
+    libc_code_ranges: tuple[tuple[int, int], ...] = ()
     # CPython's lock waits (LOCK_WAIT_FUNCTIONS), where a futex wait the stop interrupts may
     # return EINTR (stop.idle_wait).
     lock_wait_ranges: tuple[tuple[int, int], ...] = ()
@@ -291,6 +293,7 @@ def plan(pid: int) -> Plan:
         lock_parks="PyMutex_Lock" in python.functions,
         wake_ranges=wake,
         other_code_ranges=other,
+        libc_code_ranges=tuple((m.start, m.end) for m in maps if "x" in m.perms and m.path == libc_path),
         lock_wait_ranges=tuple((python_bias + f.value, python_bias + python.end_of(f)) for name in LOCK_WAIT_FUNCTIONS
                                if (f := python.functions.get(name)) is not None),
         semlock_ranges=tuple((m.start, m.end) for m in maps

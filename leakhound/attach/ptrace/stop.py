@@ -99,9 +99,16 @@ _INTERRUPTED = (_NEG - 512, _NEG - 513, _NEG - 514, _NEG - 516, _EINTR)
 def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
     """Who made the system call: "select" (CPython's select module, or the python object),
     "lock" (CPython's lock wait), "semlock" (multiprocessing's semaphores), "other" (any
-    other code but libc's: a C library's), or "" (not found). The first
-    word on the stack that points into code outside libc (whose own frames come first) is
-    taken as the return address."""
+    other code but libc's: a C library's), or "" (not found).
+
+    The caller's return address is above libc's own frames, which keep words nobody wrote
+    for this call (padding; the upper half of a 64-bit slot a 32-bit argument was saved in,
+    the descriptor below a stale pointer's high half: 0x7f1a00000003), and such a word may
+    point into some library's code. So the first word that is a return address is taken:
+    one just after a call instruction, whose destination (through a PLT stub or a GOT slot)
+    is libc's code or that of the object the thread is stopped in, or unknown (a call
+    through a register, libffi's); only where there is none, the first word that points into
+    code outside libc at all."""
     def within(address: int, key: str) -> bool:
         return any(lo <= address < hi for lo, hi in plan.get(key) or ())
 
@@ -109,16 +116,77 @@ def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
         words = _stack_words(pid, regs.rsp, 128)
     except OSError:
         return ""
-    for word in words:
-        if within(word, "lock_wait_ranges"):
-            return "lock"
-        if within(word, "wake_ranges"):
-            return "select"
-        if within(word, "semlock_ranges"):
-            return "semlock"
-        if within(word, "other_code_ranges"):
-            return "other"
-    return ""
+    into = [*(plan.get("libc_code_ranges") or ()),
+            *(r for key in ("wake_ranges", "other_code_ranges") for r in plan.get(key) or ()
+              if r[0] <= regs.rip < r[1])]
+    kinds = (("lock_wait_ranges", "lock"), ("wake_ranges", "select"), ("semlock_ranges", "semlock"),
+             ("other_code_ranges", "other"))
+    found = [(word, kind) for word in words for kind in (next((k for key, k in kinds if within(word, key)), ""),)
+             if kind]
+    if into:
+        for word, kind in found:
+            dest = _call_destination(pid, word)
+            if dest == _INDIRECT or (dest is not None and any(lo <= dest < hi for lo, hi in into)):
+                return kind
+    return found[0][1] if found else ""
+
+
+_MASK = (1 << 64) - 1
+_INDIRECT = -1
+
+
+def _call_destination(pid: int, word: int) -> int | None:
+    """Where the call instruction that ends at ``word`` went: ``call rel32``'s destination
+    (where that is a PLT stub, the address in its GOT slot), ``call *[rip+disp32]``'s GOT
+    slot's address, _INDIRECT for a call through a register or other memory (not known
+    here), None where no call instruction ends there (or a read fails)."""
+    try:
+        code = _t.read_memory(pid, word - 7, 7)
+        if code[2] == 0xE8:  # call rel32
+            dest = (word + int.from_bytes(code[3:7], "little", signed=True)) & _MASK
+            return _plt_destination(pid, dest) or dest
+        if code[1] == 0xFF and code[2] == 0x15:  # call *[rip+disp32]
+            slot = (word + int.from_bytes(code[3:7], "little", signed=True)) & _MASK
+            return int.from_bytes(_t.read_memory(pid, slot, 8), "little")
+    except OSError:
+        return None
+    return _INDIRECT if _indirect_call_ends(code) else None
+
+
+def _indirect_call_ends(code: bytes) -> bool:
+    """Whether an indirect call (``call`` FF /2, through a register or memory other than
+    [rip+disp32], with or without a REX prefix) ends at the end of ``code`` (7 bytes)."""
+    for length in range(2, 8):
+        at = 7 - length
+        rex = 0x40 <= code[at] <= 0x4F
+        op = at + rex
+        if op + 1 >= 7 or code[op] != 0xFF:
+            continue
+        modrm = code[op + 1]
+        mod, reg, rm = modrm >> 6, (modrm >> 3) & 7, modrm & 7
+        if reg != 2 or (mod == 0 and rm == 5):
+            continue
+        size = 2 + (rm == 4 and mod != 3) + {0: 0, 1: 1, 2: 4, 3: 0}[mod]
+        if mod == 0 and rm == 4 and code[op + 2] & 7 == 5:
+            size += 4  # SIB with no base: disp32
+        if rex + size == length:
+            return True
+    return False
+
+
+def _plt_destination(pid: int, stub: int) -> int:
+    """Where the PLT stub at ``stub`` jumps (its GOT slot's address; 0: not a stub): ``jmp
+    *[rip+disp32]``, after an ``endbr64`` and a ``bnd`` prefix where there are."""
+    try:
+        code = _t.read_memory(pid, stub, 16)
+    except OSError:
+        return 0
+    at = 4 if code[:4] == b"\xf3\x0f\x1e\xfa" else 0  # endbr64
+    at += code[at] == 0xF2  # bnd
+    if code[at:at + 2] != b"\xff\x25":
+        return 0
+    slot = (stub + at + 6 + int.from_bytes(code[at + 2:at + 6], "little", signed=True)) & _MASK
+    return int.from_bytes(_t.read_memory(pid, slot, 8), "little")
 
 
 def _epoll_timeout(regs: _t.Regs) -> int | None:
