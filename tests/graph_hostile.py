@@ -28,6 +28,7 @@ import json
 import sys
 import threading
 import time
+import zlib
 from typing import Any
 
 from leakhound.payload import graph
@@ -75,6 +76,7 @@ REQUEST_LOG: contextvars.ContextVar[Any] = contextvars.ContextVar("request_log")
 ROOTS_DONE = threading.Event()
 BYTESIO: list[Any] = []
 STRINGIO: list[Any] = []
+ZLIB: list[Any] = []
 
 
 def _thread_with_variables(ready: threading.Event) -> None:
@@ -135,6 +137,14 @@ def build_roots() -> None:
         stream.write("y" * 3000 + str(i))
         STRINGIO.append(stream)
     HEAP["stringio"] = STRINGIO
+    # zlib streams: a compressor (~262 KB of zlib's state outside it), a decompressor with a
+    # window, one ended (flushed: no state left to read)
+    deflate, inflate, ended = zlib.compressobj(), zlib.decompressobj(), zlib.compressobj()
+    deflate.compress(b"z" * 5000)
+    inflate.decompress(zlib.compress(b"w" * 5000))
+    ended.flush()
+    ZLIB.extend((deflate, inflate, ended))
+    HEAP["zlib"] = ZLIB
 
 
 def build_heap() -> None:
@@ -254,6 +264,12 @@ def roots_problems(graph_: Any) -> list[str]:
     held = nodes.get(id(STRINGIO))
     if held is None or not 10 * 12000 + 10 * 3000 < held[0] < 10 * 13000 + 10 * 8000:
         problems.append(f"roots: the StringIO list's size {held}")
+    # the zlib streams' state: 5,936 + 4 x 65,536 deflating, 7,144 inflating (a stream inflated
+    # to its end in one call never needed a window), none ended
+    held = [nodes.get(id(ZLIB))] + [nodes.get(id(stream)) for stream in ZLIB]
+    total = sum(node[0] for node in held if node is not None)
+    if not 262144 + 5936 + 7144 < total < 262144 + 5936 + 7144 + 4000:
+        problems.append(f"roots: the zlib streams' sizes {held}")
     return problems
 
 

@@ -452,6 +452,95 @@ stringio_parts(PyObject *module, PyObject *args)
     return Py_BuildValue("(LN)", bytes, held);
 }
 
+/* zlib's internal states (deflate.h, inflate.h of zlib 1.2.9 to 1.3.1, 64-bit): the bytes of
+ * each struct as zlib 1.2.13 allocates it, and the fields read. Every block is zlib's
+ * ZALLOC, which CPython's zlib module routes to PyMem_RawMalloc. */
+#define ZLIB_DEFLATE_STATE 5936
+#define ZLIB_INFLATE_STATE 7144
+#define ZLIB_STREAM_STATE 56        /* z_stream.state */
+#define ZLIB_MODE_FIRST 16180       /* inflate_mode HEAD .. SYNC (zlib 1.2.9+) */
+#define ZLIB_MODE_LAST 16211
+
+PyDoc_STRVAR(zlib_state_blocks_doc,
+"zlib_state_blocks(obj, zlib_type, basicsize, kind) -> (int, ...) or None\n\n"
+"The blocks a zlib stream object's C state holds, which its __sizeof__ leaves out (a\n"
+"compressobj() is ~262 KB of them): kind 1, a zlib.Compress (deflate's state, window, prev,\n"
+"head and pending buffer); 2, a zlib.Decompress (inflate's state and window, once it has\n"
+"one); 3, a zlib._ZlibDecompressor (the same, and the input it keeps). ``obj``'s type must\n"
+"be ``zlib_type`` exactly, whose basic size (the caller's check, sizes.py) is the layout's\n"
+"(168; 184 for kind 3); its\n"
+"z_stream sits after the object's head. The state is read only where it points back to\n"
+"that z_stream and its fields agree with each other (a window of 1 << bits bytes, its mask,\n"
+"the hash table's size, bits and mask): another zlib's layout gives None. Runs no Python\n"
+"code, holding the GIL (zlib's state is made and freed only under it).");
+
+static PyObject *
+zlib_state_blocks(PyObject *module, PyObject *args)
+{
+    PyObject *obj, *type;
+    Py_ssize_t basicsize;
+    int kind;
+    if (!PyArg_ParseTuple(args, "OOni", &obj, &type, &basicsize, &kind))
+        return NULL;
+    if (!PyType_Check(type) || Py_TYPE(obj) != (PyTypeObject *)type || kind < 1 || kind > 3
+        || sizeof(void *) != 8 || basicsize != (kind == 3 ? 184 : 168)) {
+        PyErr_SetString(PyExc_ValueError, "zlib_state_blocks: not a zlib stream object of a known layout");
+        return NULL;
+    }
+    const char *zst = (const char *)obj + 16;
+    const char *s = *(const char *const *)(zst + ZLIB_STREAM_STATE);
+    if (s == NULL || ((uintptr_t)s & 7) != 0 || *(const char *const *)s != zst)
+        Py_RETURN_NONE;  /* ended (flushed), or not a state of this stream */
+    unsigned long long blocks[5] = {0, 0, 0, 0, 0};
+    int n;
+    if (kind == 1) {
+        uint32_t w_size = *(const uint32_t *)(s + 80), w_bits = *(const uint32_t *)(s + 84);
+        uint32_t w_mask = *(const uint32_t *)(s + 88), hash_size = *(const uint32_t *)(s + 132);
+        uint32_t hash_bits = *(const uint32_t *)(s + 136), hash_mask = *(const uint32_t *)(s + 140);
+        unsigned long long window_size = *(const unsigned long long *)(s + 104);
+        unsigned long long pending_size = *(const unsigned long long *)(s + 24);
+        if (w_bits < 8 || w_bits > 16 || w_size != (1u << w_bits) || w_mask != w_size - 1
+            || window_size != 2ull * w_size || hash_bits < 7 || hash_bits > 16 || hash_size != (1u << hash_bits)
+            || hash_mask != hash_size - 1 || pending_size > (1ull << 20))
+            Py_RETURN_NONE;
+        blocks[0] = ZLIB_DEFLATE_STATE;
+        blocks[1] = 2ull * w_size;     /* window: 2 * w_size bytes */
+        blocks[2] = 2ull * w_size;     /* prev: w_size Pos (ush) */
+        blocks[3] = 2ull * hash_size;  /* head: hash_size Pos */
+        blocks[4] = pending_size;
+        n = 5;
+    }
+    else {
+        uint32_t mode = *(const uint32_t *)(s + 8), wbits = *(const uint32_t *)(s + 56);
+        uint32_t wsize = *(const uint32_t *)(s + 60), whave = *(const uint32_t *)(s + 64);
+        const void *window = *(const void *const *)(s + 72);
+        if (mode < ZLIB_MODE_FIRST || mode > ZLIB_MODE_LAST || wbits > 15 || (wsize != 0 && wsize != (1u << wbits))
+            || whave > wsize)
+            Py_RETURN_NONE;
+        blocks[0] = ZLIB_INFLATE_STATE;
+        blocks[1] = window != NULL ? (1ull << wbits) : 0;
+        n = 2;
+        if (kind == 3) {  /* input_buffer, input_buffer_size: after zdict, lock, unused_data */
+            const void *input = *(const void *const *)((const char *)obj + 152);
+            Py_ssize_t size = *(const Py_ssize_t *)((const char *)obj + 160);
+            blocks[2] = input != NULL && size > 0 && size < ((Py_ssize_t)1 << 40) ? (unsigned long long)size : 0;
+            n = 3;
+        }
+    }
+    PyObject *out = PyTuple_New(n);  /* (the fields are copied: an allocation may run code) */
+    if (out == NULL)
+        return NULL;
+    for (int k = 0; k < n; k++) {
+        PyObject *one = PyLong_FromUnsignedLongLong(blocks[k]);
+        if (one == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SetItem(out, k, one);
+    }
+    return out;
+}
+
 static PyMethodDef walk_methods[] = {
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
@@ -460,6 +549,7 @@ static PyMethodDef walk_methods[] = {
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
     {"heap_blocks", heap_blocks, METH_VARARGS, heap_blocks_doc},
     {"stringio_parts", stringio_parts, METH_VARARGS, stringio_parts_doc},
+    {"zlib_state_blocks", zlib_state_blocks, METH_VARARGS, zlib_state_blocks_doc},
     {NULL, NULL, 0, NULL},
 };
 

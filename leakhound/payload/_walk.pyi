@@ -57,6 +57,10 @@ def stringio_parts(
     its accumulator's two lists; 3.12/3.13: its writer's str); None when it does not look as
     expected."""
 
+def zlib_state_blocks(obj: object, zlib_type: type, basicsize: int, kind: int, /) -> tuple[int, ...] | None:
+    """The blocks of a zlib stream object's C state (1: Compress, 2: Decompress, 3:
+    _ZlibDecompressor); None where it is ended or its layout is not the one read."""
+
 # -- the census's walk (_census_walk.c) ----------------------------------------------------
 
 def session() -> _Session:

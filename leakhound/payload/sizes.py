@@ -314,9 +314,40 @@ def _stringio():
     return cls
 
 
+# zlib's stream objects: kind -> (the class's name, zlib_state_blocks' kind, its basic size).
+_ZLIB_KINDS = {"zlib_deflate": ("Compress", 1, 168), "zlib_inflate": ("Decompress", 2, 168),
+               "zlib_decompressor": ("_ZlibDecompressor", 3, 184)}
+
+
+def _zlib_classes():
+    """[(kind, class)] of zlib's stream objects whose C state the compiled walk reads (_walk.c:
+    zlib_state_blocks), once zlib is loaded. The classes are not exported by name (but
+    _ZlibDecompressor): they are taken from the module's own C state, which gc.get_referents
+    of the module lists (zlib's traverse; a module of another kind named zlib lists only its
+    dict), and kept only with the basic size the layout has and no subclass possible."""
+    module = sys.modules.get("zlib")
+    if (module is None or type(module) is not type(sys) or sys.maxsize < 2 ** 32 or _compiled_walk is None
+            or not hasattr(_compiled_walk, "zlib_state_blocks")):
+        return []
+    found = {}
+    for ref in gc.get_referents(module):
+        if type(ref) is type and not type.__dict__["__flags__"].__get__(ref, type) & _BASETYPE \
+                and type.__dict__["__module__"].__get__(ref, type) == "zlib":
+            found[type.__dict__["__qualname__"].__get__(ref, type)] = ref
+    out = []
+    for kind, (name, _code, basicsize) in _ZLIB_KINDS.items():
+        cls = found.get(name)
+        if cls is not None and type.__dict__["__basicsize__"].__get__(cls, type) == basicsize:
+            out.append((kind, cls))
+    return out
+
+
+_BASETYPE = 1 << 10  # Py_TPFLAGS_BASETYPE
+
+
 def _native_bases():
     """(kind, allowlisted C class) for each one loaded in this process."""
-    out = []
+    out = _zlib_classes()
     for kind, cls in (
         ("ndarray", _class_from("numpy", "ndarray")),
         ("tensor", _class_from("torch._C", "TensorBase") or _class_from("torch._C", "_TensorBase")),
@@ -338,7 +369,7 @@ def _native_bases():
 def native_types(tick=None):
     """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
-    of numpy, torch, mmap, Pillow, ctypes, pyarrow or io is loaded. (Flat dicts of ints, strs and classes: nothing
+    of numpy, torch, mmap, Pillow, ctypes, pyarrow, zlib or io is loaded. (Flat dicts of ints, strs and classes: nothing
     in them is a gc-tracked object of the census's own.)"""
     out = {}  # type: dict
     bases = {}
@@ -674,6 +705,15 @@ def native_extra(obj, native, bases, seen_buffers):
             size, accumulated = parts
             return ((heap_block(size) if 0 < size <= MAX_OBJECT_BYTES else 0),
                     [o for o in accumulated if o is not None])
+        if kind in _ZLIB_KINDS:
+            # zlib's state, window, hash chains and pending output, outside the object: a
+            # compressobj() is ~262 KB (a websocket connection's per-message deflate), which
+            # sys.getsizeof's 168 bytes leave out; a decompressobj 7 KB, 39 KB once it has
+            # a window. Ended streams (flushed) hold none.
+            _name, code, basicsize = _ZLIB_KINDS[kind]
+            blocks = _compiled_walk.zlib_state_blocks(obj, cls, basicsize, code)
+            total = sum(heap_block(block) for block in blocks or () if block > 0)
+            return (total if total <= MAX_OBJECT_BYTES else 0), []
         if kind == "imaging":
             width, height = _call(cls, "size", obj)
             mode = _call(cls, "mode", obj)
