@@ -145,6 +145,8 @@ def build_roots() -> None:
     ended.flush()
     ZLIB.extend((deflate, inflate, ended))
     HEAP["zlib"] = ZLIB
+    # locks: each its object and its semaphore, sized alike by both walks (sizes.LOCK_TYPES)
+    HEAP["locks"] = [threading.Lock() for _ in range(20)] + [threading.RLock() for _ in range(20)]
 
 
 def build_heap() -> None:

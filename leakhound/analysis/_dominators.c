@@ -1428,9 +1428,12 @@ static PyObject *shared(PyObject *self, PyObject *args) {
             shares[nshares].bytes = ret[c];
             nshares++;
         }
-        for (Py_ssize_t g = 0; g < ng; g++)  /* (all of them within one another: a cycle) */
-            if (gitems[g] == 0)
-                gitems[g] = gall[g];
+        /* the kids within another of the group are no items of their own, but where they
+         * outnumber the rest they are the items (owners.py _shared_groups_python); all within
+         * one another (a cycle): all */
+        for (Py_ssize_t g = 0; g < ng; g++)
+            if (gall[g] - gitems[g] > gitems[g])
+                gitems[g] = gall[g] - gitems[g];
         qsort(shares, (size_t)nshares, sizeof(typed_share), typed_share_cmp);
         int64_t best = -1;
         for (Py_ssize_t a = 0; a < nshares;) {

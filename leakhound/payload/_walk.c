@@ -56,6 +56,10 @@ long long block_small_max, block_small_align, block_big_overhead, block_big_alig
  * the type block_deque_type: _collections' own, not exported) */
 long long block_list_head, block_bytearray_head, block_deque_head, block_deque_block;
 PyTypeObject *block_deque_type;
+/* _thread's lock classes whose lock is a block apart (sizes.LOCK_TYPES: a semaphore on
+ * 3.10-3.12), each object block_lock_extra bytes more than its own block; NULL: none */
+PyTypeObject *block_lock_types[2];
+long long block_lock_extra;
 
 PyDoc_STRVAR(use_private_doc,
 "use_private(on) -> bool\n\n"
@@ -109,25 +113,42 @@ sizeof_counts_referents(PyObject *module, PyObject *arg)
 }
 
 PyDoc_STRVAR(heap_blocks_doc,
-"heap_blocks(model, deque=None) -> None\n\n"
+"heap_blocks(model, deque=None, locks=None, lock_block=0) -> None\n\n"
 "How the target's allocators round a request (sizes.HEAP_BLOCKS): a tuple (small_max,\n"
 "small_align, big_overhead, big_align, big_min, list_head, bytearray_head, deque_head,\n"
 "deque_block) of non-negative ints, or None for sizes as requested. From the next walk on,\n"
 "every object's size is the blocks it takes (a list's: its list_head bytes and its items, two\n"
 "blocks; a bytearray's: its header and its buffer; a deque's, of the type ``deque``: its\n"
-"header and its blocks of deque_block bytes).");
+"header and its blocks of deque_block bytes; a lock of one of the types ``locks``: its block\n"
+"and lock_block bytes more, its semaphore's).");
 
 #define HEAP_BLOCKS_INTS 9
 
 static PyObject *
 heap_blocks(PyObject *module, PyObject *args)
 {
-    PyObject *arg, *deque = Py_None;
-    if (!PyArg_ParseTuple(args, "O|O:heap_blocks", &arg, &deque))
+    PyObject *arg, *deque = Py_None, *locks = Py_None;
+    long long lock_extra = 0;
+    if (!PyArg_ParseTuple(args, "O|OOL:heap_blocks", &arg, &deque, &locks, &lock_extra))
         return NULL;
     if (deque != Py_None && !PyType_Check(deque)) {
         PyErr_SetString(PyExc_TypeError, "heap_blocks: deque is a type or None");
         return NULL;
+    }
+    PyObject *lock_types[2] = {NULL, NULL};
+    if (locks != Py_None) {
+        if (!PyTuple_Check(locks) || PyTuple_Size(locks) > 2 || lock_extra < 0 || lock_extra > 4096) {
+            PyErr_SetString(PyExc_TypeError, "heap_blocks: locks is a tuple of at most 2 types, or None");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_Size(locks); i++) {
+            lock_types[i] = PyTuple_GetItem(locks, i);
+            if (lock_types[i] == NULL || !PyType_Check(lock_types[i])) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_TypeError, "heap_blocks: locks is a tuple of at most 2 types, or None");
+                return NULL;
+            }
+        }
     }
     long long v[HEAP_BLOCKS_INTS] = {0};
     if (arg != Py_None) {
@@ -162,6 +183,13 @@ heap_blocks(PyObject *module, PyObject *args)
     block_deque_type = deque != Py_None && v[8] > 0 ? (PyTypeObject *)deque : NULL;
     Py_XINCREF(block_deque_type);
     Py_XDECREF(old);
+    for (int i = 0; i < 2; i++) {
+        PyTypeObject *was = block_lock_types[i];
+        block_lock_types[i] = lock_extra > 0 ? (PyTypeObject *)lock_types[i] : NULL;
+        Py_XINCREF(block_lock_types[i]);
+        Py_XDECREF(was);
+    }
+    block_lock_extra = block_lock_types[0] != NULL ? lock_extra : 0;
     Py_RETURN_NONE;
 }
 

@@ -145,6 +145,8 @@ int size_of(PyObject *op, TypeInfo *info, long long *size);
 extern long long block_small_max, block_small_align, block_big_overhead, block_big_align, block_big_min;
 extern long long block_list_head, block_bytearray_head, block_deque_head, block_deque_block;
 extern PyTypeObject *block_deque_type;
+extern PyTypeObject *block_lock_types[2];
+extern long long block_lock_extra;
 static inline long long
 heap_block(long long bytes)
 {

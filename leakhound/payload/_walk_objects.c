@@ -454,6 +454,9 @@ size_of(PyObject *op, TypeInfo *info, long long *size)
     else if (block_deque_type != NULL && bytes > block_deque_head && Py_IS_TYPE(op, block_deque_type))
         *size = heap_block(block_deque_head)
                 + (bytes - block_deque_head) / block_deque_block * heap_block(block_deque_block);  /* its blocks */
+    else if (block_lock_extra > 0 && (Py_IS_TYPE(op, block_lock_types[0])
+                                      || (block_lock_types[1] != NULL && Py_IS_TYPE(op, block_lock_types[1]))))
+        *size = heap_block(bytes) + block_lock_extra;  /* and its semaphore, a block apart */
     else
         *size = heap_block(bytes);
     return 0;

@@ -304,6 +304,34 @@ def test_a_few_big_objects_two_roots_share_are_each_looked_into() -> None:
     assert not any(o.path.startswith("<shared") for o in found.owners[:5])
 
 
+@pytest.mark.usefixtures("both_passes")
+def test_what_a_shared_object_holds_with_a_list_of_its_own_is_an_owner_of_many_items() -> None:
+    """A metric (a global of __main__, and in the registry of a metrics module) keeps its 2,000
+    children in its table, and the program lists them too (``HC``): the children are held by
+    the metric, which is held together, and by __main__. Counted as parts of the metric (a
+    session's name is of its session) they were no items, the group one item as big as the
+    metric alone, and dropped: 85 MB in no owner. They outnumber the rest: they are the items."""
+    types = ["<root>", "module", "dict", "Histogram", "list", "HistogramChild", "lock"]
+    # 1 __main__, 2 its dict; 3 the registry's module, 4 its dict; 5 the metric, 6 its table;
+    # 7 HC; 8.. the children, then a lock each
+    edges = [(0, 1), (1, 2), (0, 3), (3, 4), (2, 5), (4, 5), (5, 6), (2, 7)]
+    lab = [-1, 0, -1, 0, 1, 2, 3, 4]
+    first, n_children = 8, 2000
+    for k in range(n_children):
+        edges += [(6, first + k), (7, first + k), (first + k, first + n_children + k)]
+        lab += [-1, -1, -1]
+    n = first + 2 * n_children
+    type_of = [0, 1, 2, 1, 2, 3, 2, 4] + [5] * n_children + [6] * n_children
+    sizes = [0, 72, 1000, 72, 1000, 500, 80_000, 16_000] + [4000] * n_children + [120] * n_children
+    graph = make_graph(n, edges, sizes, roots=[(1, "__main__", "module", 0), (3, "metrics", "module", 0)],
+                       labels=["d", "kLAT", "kREGISTRY", "a_metrics", "kHC"], lab=lab, type_names=types,
+                       types=type_of)
+    first_owner = dom.find_owners(graph, top=5).owners[0]
+    assert first_owner.path.startswith("<shared by "), first_owner.path
+    assert (first_owner.items, first_owner.type) == (n_children, "HistogramChild")
+    assert first_owner.retained_bytes == n_children * 4120 + 500 + 80_000  # (the metric and its table too)
+
+
 def _tasks(sizes_of_tasks: list[int], coroutine: str = "wait_for_reply") -> dom.ObjectGraph:
     """A module (1, 50 KB) and tasks 2.. running ``coroutine`` (then one running ``main``), each
     holding a body of its size."""

@@ -262,7 +262,8 @@ class OwnerFinder:
         keys: dict[int, int] = {}
         for g, group in groups.items():
             if group.retained >= threshold and not (group.items == 1 and g not in apart
-                                                    and retained[group.first] >= threshold):
+                                                    and retained[group.first] >= threshold
+                                                    and group.retained - retained[group.first] < threshold):
                 key = -2 - len(self.shared)
                 self.shared[key] = group
                 keys[g] = key
@@ -478,7 +479,12 @@ class OwnerFinder:
             by_type[g][kind] = by_type[g].get(kind, 0) + int(retained[c])
         for g, group in groups.items():
             group.type = max(by_type[g].items(), key=lambda kv: kv[1])[0]
-            group.items = group.items or every[g]  # (all of them within one another: a cycle)
+            # the objects held by one of the group (a session's name, held by the session and the
+            # index of names) are no items of their own, but where they outnumber the rest they are
+            # the items (20,000 metric children a program lists, also in their metric's table,
+            # the metric a global and the registry's: one item, it was); all within one another
+            # (a cycle): all
+            group.items = max(group.items, every[g] - group.items)
         return group_of, groups
 
     def _next_link(self, v: int, kind: str, threshold: int) -> int:
