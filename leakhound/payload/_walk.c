@@ -57,7 +57,7 @@ long long block_small_max, block_small_align, block_big_overhead, block_big_alig
 long long block_list_head, block_bytearray_head, block_deque_head, block_deque_block;
 PyTypeObject *block_deque_type;
 /* _thread's lock classes whose lock is a block apart (sizes.LOCK_TYPES: a semaphore on
- * 3.10-3.12), each object block_lock_extra bytes more than its own block; NULL: none */
+ * 3.10-3.13), each object block_lock_extra bytes more than its own block; NULL: none */
 PyTypeObject *block_lock_types[2];
 long long block_lock_extra;
 
@@ -496,8 +496,7 @@ PyDoc_STRVAR(zlib_state_blocks_doc,
 "head and pending buffer); 2, a zlib.Decompress (inflate's state and window, once it has\n"
 "one); 3, a zlib._ZlibDecompressor (the same, and the input it keeps). ``obj``'s type must\n"
 "be ``zlib_type`` exactly, whose basic size (the caller's check, sizes.py) is the layout's\n"
-"(168; 184 for kind 3); its\n"
-"z_stream sits after the object's head. The state is read only where it points back to\n"
+"(168; 184 for kind 3); its z_stream sits after the object's head. The state is read only where it points back to\n"
 "that z_stream and its fields agree with each other (a window of 1 << bits bytes, its mask,\n"
 "the hash table's size, bits and mask): another zlib's layout gives None. Runs no Python\n"
 "code, holding the GIL (zlib's state is made and freed only under it).");

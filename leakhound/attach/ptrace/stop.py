@@ -137,8 +137,8 @@ _INDIRECT = -1
 
 def _call_destination(pid: int, word: int) -> int | None:
     """Where the call instruction that ends at ``word`` went: ``call rel32``'s destination
-    (where that is a PLT stub, the address in its GOT slot), ``call *[rip+disp32]``'s GOT
-    slot's address, _INDIRECT for a call through a register or other memory (not known
+    (where that is a PLT stub, the address in its GOT slot), the address in ``call
+    *[rip+disp32]``'s GOT slot, _INDIRECT for a call through a register or other memory (not known
     here), None where no call instruction ends there (or a read fails)."""
     try:
         code = _t.read_memory(pid, word - 7, 7)
@@ -175,7 +175,7 @@ def _indirect_call_ends(code: bytes) -> bool:
 
 
 def _plt_destination(pid: int, stub: int) -> int:
-    """Where the PLT stub at ``stub`` jumps (its GOT slot's address; 0: not a stub): ``jmp
+    """Where the PLT stub at ``stub`` jumps (the address in its GOT slot; 0: not a stub): ``jmp
     *[rip+disp32]``, after an ``endbr64`` and a ``bnd`` prefix where there are."""
     try:
         code = _t.read_memory(pid, stub, 16)
