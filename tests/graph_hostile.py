@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextvars
+import gc
 import io
 import json
 import sys
@@ -147,6 +148,46 @@ def build_roots() -> None:
     HEAP["zlib"] = ZLIB
     # locks: each its object and its semaphore, sized alike by both walks (sizes.LOCK_TYPES)
     HEAP["locks"] = [threading.Lock() for _ in range(20)] + [threading.RLock() for _ in range(20)]
+
+
+class _Value:
+    def __init__(self, i: int) -> None:
+        self._value = i + 0.5
+        self._exemplar_rare = None  # a name few objects reference: met once per instance's dict
+
+
+class _Child:
+    def __init__(self, i: int) -> None:
+        self._values = [_Value(i * 16 + k) for k in range(16)]
+        self._created = i + 0.25
+
+
+# A metric's children, held by its table alone (folded into it): on 3.10 each instance's dict
+# is split, its keys the class's (one reference for all the dicts), yet the walk meets them in
+# every dict; a key met more often than its references was counted again each few meetings.
+METRIC = {1000 + i: _Child(i) for i in range(300)}
+
+
+def split_keys_problems(graph_: Any) -> list[str]:
+    """The table's node is what its objects take, each counted once (sizes.object_size over
+    what gc.get_referents reaches from it), not more."""
+    from leakhound.payload import sizes
+
+    nodes, _edges, _roots = graph_
+    seen, stack, exact = {id(METRIC)}, [METRIC], sizes.object_size(METRIC)
+    while stack:
+        for ref in gc.get_referents(stack.pop()):
+            if isinstance(ref, type) or ref is None or id(ref) in seen:
+                continue
+            seen.add(id(ref))
+            stack.append(ref)
+            exact += sizes.object_size(ref)
+            if sys.version_info >= (3, 11) and type(ref) in (_Value, _Child):
+                exact += sizes.instance_values_bytes(ref)  # (3.11+: its values, no dict)
+    held = nodes.get(id(METRIC))
+    if held is None or not 0.98 * exact <= held[0] <= 1.005 * exact:
+        return [f"split keys: the metric's table is {held} for {exact} bytes"]
+    return []
 
 
 def build_heap() -> None:
@@ -341,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.extend(walk(compiled, per_call) for compiled, per_call in ((False, default),
                                                                        *((True, b) for b in budgets)))
     python = canonical(*RESULTS[0])
+    problems += split_keys_problems(python)
     if sys.version_info >= (3, 11):
         problems += roots_problems(python)
     for per_call, result in zip(budgets, RESULTS[1:], strict=True):

@@ -428,6 +428,9 @@ class Graph(object):
         group's node (as _graph_walk.c's pending_resolve), and 0."""
         owners, _left, size, t = p
         if len(owners) == 1:
+            # met again (more often than its references: a 3.10 split dict's keys are the
+            # class's, one reference for every instance's dict), it is left out (given)
+            self.given_leaves.add(address)
             if owners[0] == current:
                 return size
             self.sizes[owners[0]] += size
