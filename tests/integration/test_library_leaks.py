@@ -26,7 +26,7 @@ PYTHONS = installed_pythons()
 SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generators", "queue_backlog",
           "class_registry", "thread_locals", "atexit_args", "finalizers", "warnings", "linked_list",
           "two_indexes", "signal_closure", "dynamic_classes", "stuck_tasks",
-          "plugin_modules", "connection_threads"]
+          "plugin_modules", "connection_threads", "metric_labels"]
 # Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
 # threading.local keys its dicts by the threads' dummies) and C state on the other versions.
 CASES = [(shape, "3.11") for shape in SHAPES]
@@ -40,6 +40,8 @@ CASES += [("dynamic_classes", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("stuck_tasks", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("plugin_modules", v) for v in ("3.10", "3.13")]
 CASES += [("connection_threads", v) for v in ("3.10", "3.12", "3.13")]
+# (3.10: a value's attribute names are met once per value's dict; 3.10-3.13: each lock's semaphore)
+CASES += [("metric_labels", v) for v in ("3.10", "3.12", "3.13")]
 
 
 @pytest.mark.parametrize(("shape", "version"), CASES)
@@ -60,7 +62,7 @@ def test_owner_one_is_what_holds_it_with_what_freeing_it_returns(shape: str, ver
 
 @pytest.mark.parametrize("shape", ["mutable_default", "lru_cache", "atexit_args", "linked_list", "two_indexes",
                                    "signal_closure", "dynamic_classes", "stuck_tasks",
-                                   "plugin_modules", "connection_threads"])
+                                   "plugin_modules", "connection_threads", "metric_labels"])
 def test_watch_names_it_growing_at_the_targets_rate(shape: str, tmp_path: Path) -> None:
     """The owner inside a C field found again by its ids in every cheap sample, its items those
     of the collection that grows (a function's defaults tuple never does); the lists held from C
