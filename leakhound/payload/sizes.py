@@ -37,6 +37,7 @@ from .objects import (
     has_managed_dict,
     instance_dict,
     managed_dict_address,
+    short_type_name,
     subclass_tree,
 )
 
@@ -358,9 +359,9 @@ def _zlib_classes():
         return []
     found = {}
     for ref in gc.get_referents(module):
-        if type(ref) is type and not type.__dict__["__flags__"].__get__(ref, type) & _BASETYPE \
-                and type.__dict__["__module__"].__get__(ref, type) == "zlib":
-            found[type.__dict__["__qualname__"].__get__(ref, type)] = ref
+        if (type(ref) is type and not _flags(ref) & _BASETYPE
+                and type.__dict__["__module__"].__get__(ref, type) == "zlib"):
+            found[short_type_name(ref)] = ref
     out = []
     for kind, (name, _code, basicsize) in _ZLIB_KINDS.items():
         cls = found.get(name)
@@ -368,8 +369,6 @@ def _zlib_classes():
             out.append((kind, cls))
     return out
 
-
-_BASETYPE = 1 << 10  # Py_TPFLAGS_BASETYPE
 
 
 def _native_bases():
@@ -458,6 +457,7 @@ def for_compiled_walk(codes, walk, tick=None):
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+_BASETYPE = 1 << 10  # Py_TPFLAGS_BASETYPE
 
 
 def _flags(cls):

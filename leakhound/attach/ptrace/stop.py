@@ -71,15 +71,12 @@ def _stack_words(pid: int, rsp: int, short: int) -> list[int]:
 
 
 def may_hold_pending_lock(pid: int, regs: _t.Regs, ranges: list[tuple[int, int]]) -> str:
-    def pending(address: int) -> bool:
-        return any(lo <= address < hi for lo, hi in ranges)
-
-    if pending(regs.rip):
+    if _inside(regs.rip, ranges):
         return f"main thread at {regs.rip:#x}, in the pending-call code"
     if regs.orig_rax != _t.NO_SYSCALL:
         return ""  # blocked in a system call: it holds no pending-calls lock (see __init__)
     for word in _stack_words(pid, regs.rsp, 64):
-        if pending(word):
+        if _inside(word, ranges):
             return f"main thread called from the pending-call code ({word:#x} on its stack)"
     return ""
 
@@ -109,8 +106,8 @@ def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
     is libc's code or that of the object the thread is stopped in, or unknown (a call
     through a register, libffi's); only where there is none, the first word that points into
     code outside libc at all."""
-    def within(address: int, key: str) -> bool:
-        return any(lo <= address < hi for lo, hi in plan.get(key) or ())
+    def kind_of(word: int) -> str:
+        return next((kind for key, kind in _CALLERS if _inside(word, plan.get(key) or ())), "")
 
     try:
         words = _stack_words(pid, regs.rsp, 128)
@@ -119,16 +116,23 @@ def _caller(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str:
     into = [*(plan.get("libc_code_ranges") or ()),
             *(r for key in ("wake_ranges", "other_code_ranges") for r in plan.get(key) or ()
               if r[0] <= regs.rip < r[1])]
-    kinds = (("lock_wait_ranges", "lock"), ("wake_ranges", "select"), ("semlock_ranges", "semlock"),
-             ("other_code_ranges", "other"))
-    found = [(word, kind) for word in words for kind in (next((k for key, k in kinds if within(word, key)), ""),)
-             if kind]
+    found = [(word, kind) for word in words if (kind := kind_of(word))]
     if into:
         for word, kind in found:
             dest = _call_destination(pid, word)
-            if dest == _INDIRECT or (dest is not None and any(lo <= dest < hi for lo, hi in into)):
+            if dest == _INDIRECT or (dest is not None and _inside(dest, into)):
                 return kind
     return found[0][1] if found else ""
+
+
+# The plan's ranges a caller's return address may lie in, in the order they are tried (a lock
+# wait is CPython's code too), and what each says of it.
+_CALLERS = (("lock_wait_ranges", "lock"), ("wake_ranges", "select"), ("semlock_ranges", "semlock"),
+            ("other_code_ranges", "other"))
+
+
+def _inside(address: int, ranges: Any) -> bool:
+    return any(lo <= address < hi for lo, hi in ranges)
 
 
 _MASK = (1 << 64) - 1
