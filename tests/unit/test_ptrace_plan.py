@@ -138,3 +138,19 @@ def test_the_lock_parks_from_313_on() -> None:
     if not seen:
         pytest.skip("no pyenv libpython here")
     assert seen == {v: v >= (3, 13) for v in seen}, seen
+
+
+def test_a_target_gone_while_its_code_is_read_has_exited() -> None:
+    # (killed between reading its maps and checking a symbol's code: the inspection ends as
+    # the target's exit, not as a method that cannot work, which an `auto` attach would take
+    # for a reason to try the next one)
+    import subprocess
+
+    from leakhound.attach.ptrace.plan import _checked_address
+    from leakhound.errors import TargetExited
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    elf = _Elf(text=b"\x90" * 32, base=0x1000, functions={})
+    with pytest.raises(TargetExited, match="exited while leakhound read its code"):
+        _checked_address(gone.pid, elf, 0, Symbol("Py_AddPendingCall", 0x1000, 16))  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ address is the file's. The plan is plain data, handed to the tracer helper as JS
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import re
@@ -17,7 +18,7 @@ from leakhound.attach.elf import EM_X86_64, ElfError, ElfFile, Symbol
 from leakhound.attach.process import ignored_signals
 from leakhound.attach.ptrace import trampoline
 from leakhound.attach.ptrace.tracee import TRAPS, read_memory
-from leakhound.errors import MethodUnavailable, MissingSymbols, PermissionDenied, TargetNotFound
+from leakhound.errors import MethodUnavailable, MissingSymbols, PermissionDenied, TargetExited, TargetNotFound
 
 # What the injection calls in the target: Py_AddPendingCall(PyRun_SimpleString, code).
 CALLED_FUNCTIONS = ("Py_AddPendingCall", "PyRun_SimpleString")
@@ -179,8 +180,10 @@ def _checked_address(pid: int, elf: ElfFile, bias: int, symbol: Symbol) -> int:
     try:
         same = read_memory(pid, address, length) == elf.read(symbol.value, length)
     except OSError as exc:
-        if exc.errno == 1:
+        if exc.errno == errno.EPERM:
             raise PermissionDenied(f"cannot read process {pid}'s memory: operation not permitted") from None
+        if exc.errno == errno.ESRCH:  # (gone meanwhile: no other method can do better)
+            raise TargetExited(f"process {pid} exited while leakhound read its code") from None
         raise MethodUnavailable(f"cannot read {symbol.name} in process {pid}: {exc}") from None
     if not same:
         raise MethodUnavailable(f"{symbol.name} in process {pid} does not match {elf.path}")
