@@ -21,11 +21,13 @@ AddressSanitizer by tests/unit/test_graph_walk.py). Prints ``ok``; exits 1 on a 
 from __future__ import annotations
 
 import argparse
+import bz2
 import collections
 import contextvars
 import gc
 import io
 import json
+import lzma
 import sys
 import threading
 import time
@@ -78,6 +80,7 @@ ROOTS_DONE = threading.Event()
 BYTESIO: list[Any] = []
 STRINGIO: list[Any] = []
 ZLIB: list[Any] = []
+ARCHIVES: list[Any] = []
 
 
 def _thread_with_variables(ready: threading.Event) -> None:
@@ -146,6 +149,17 @@ def build_roots() -> None:
     ended.flush()
     ZLIB.extend((deflate, inflate, ended))
     HEAP["zlib"] = ZLIB
+    # bz2 and lzma streams: a level-1 compressor (its state and 3 blocks), a decompressor
+    # that has read a block, an lzma decompressor midway (liblzma's count), one flushed (bz2
+    # frees its blocks only with the object: a flushed compressor keeps them)
+    writer, reader, ended_bz2 = bz2.BZ2Compressor(1), bz2.BZ2Decompressor(), bz2.BZ2Compressor()
+    xz = lzma.LZMADecompressor()
+    writer.compress(b"b" * 5000)
+    reader.decompress(bz2.compress(bytes(range(256)) * 2000)[:20000], max_length=10)
+    xz.decompress(lzma.compress(bytes(range(256)) * 2000)[:20000], max_length=10)
+    ended_bz2.flush()
+    ARCHIVES.extend((writer, reader, xz, ended_bz2))
+    HEAP["archives"] = ARCHIVES
     # locks: each its object and its semaphore, sized alike by both walks (sizes.LOCK_TYPES)
     HEAP["locks"] = [threading.Lock() for _ in range(20)] + [threading.RLock() for _ in range(20)]
 
@@ -313,6 +327,14 @@ def roots_problems(graph_: Any) -> list[str]:
     total = sum(node[0] for node in held if node is not None)
     if not 262144 + 5936 + 7144 < total < 262144 + 5936 + 7144 + 4000:
         problems.append(f"roots: the zlib streams' sizes {held}")
+    # bz2's: 2 x 400,136 + 262,148 + ~55,800 writing at level 1 (7.5 MB at level 9, flushed
+    # or not), ~64,000 + 3.6 MB reading a block of bz2.compress's (level 9); lzma's: its
+    # dictionary (8 MiB) and coders
+    held = [nodes.get(id(ARCHIVES))] + [nodes.get(id(stream)) for stream in ARCHIVES]
+    total = sum(node[0] for node in held if node is not None)
+    least = 1118000 + 7518000 + 3664000 + 8388608
+    if not least < total < least + 200000:
+        problems.append(f"roots: the bz2/lzma streams' sizes {held}")
     return problems
 
 

@@ -13,9 +13,15 @@
  * where one is missing the walk uses its stable-ABI equivalent (``mode`` says which).
  */
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1  /* process_vm_readv */
+#endif
 #include <dlfcn.h>
 
 #include "_walk.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
 
 #pragma GCC visibility push(hidden)
 extern PyMethodDef census_walk_methods[];
@@ -568,6 +574,176 @@ zlib_state_blocks(PyObject *module, PyObject *args)
     return out;
 }
 
+/* The C state of bz2's and lzma's stream objects, which their __sizeof__ leaves out: a
+ * BZ2Compressor(9) holds ~7.5 MB of blocks, a BZ2Decompressor ~3.7 MB once it has read a
+ * block, an LZMADecompressor of the default preset's streams ~8.4 MB. bz2's are read from
+ * its state's fields (bzlib_private.h of bzip2 1.0.6-1.0.8, 64-bit: EState's arr1, arr2 and
+ * ftab; DState's tt, ll16 and ll4), each a glibc chunk checked as such (its header and, in
+ * an arena, the next chunk's "previous in use" bit, inside the heap's ranges this process
+ * has: ``ranges``, the main arena's and the anonymous mappings, where the other arenas and
+ * the mmapped chunks are), so that a field of another layout counts nothing; every read goes
+ * through process_vm_readv on this process (a wrong address reads nothing: no fault; where a
+ * seccomp profile refuses it, nothing is counted). lzma's are liblzma's own count
+ * (lzma_memusage, which decoders keep: their dictionary and coders). */
+typedef struct {
+    uint64_t start, end, main;
+} HeapRange;
+
+static int
+self_read(void *to, uintptr_t from, size_t n)
+{
+    struct iovec local = {to, n}, remote = {(void *)from, n};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
+}
+
+static const HeapRange *
+heap_range_of(const HeapRange *ranges, Py_ssize_t n, uintptr_t address)
+{
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (ranges[mid].end <= address)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && ranges[lo].start <= address ? &ranges[lo] : NULL;
+}
+
+/* The bytes of the live glibc chunk whose user pointer is ``p`` (as mallinfo counts them: the
+ * chunk's size, an mmapped chunk's mapping), 0 if ``p`` starts none. */
+static unsigned long long
+glibc_chunk_bytes(uintptr_t p, const HeapRange *ranges, Py_ssize_t n)
+{
+    if ((p & 15) != 0 || p < 16)
+        return 0;
+    uintptr_t chunk = p - 16;
+    const HeapRange *r = heap_range_of(ranges, n, chunk);
+    uint64_t head[2];
+    if (r == NULL || self_read(head, chunk, 16) < 0)
+        return 0;
+    uint64_t size = head[1] & ~(uint64_t)7, flags = head[1] & 7;
+    if (flags & 2) {  /* mmapped: prev_size is its offset in its mapping, the size a page multiple */
+        uint64_t offset = head[0];
+        if (r->main || (offset & 15) != 0 || offset >= 65536 || ((chunk - offset) & 4095) != 0
+            || (size & 4095) != 0 || size == 0 || chunk - offset < r->start || chunk + size > r->end)
+            return 0;
+        return size + offset;
+    }
+    /* in an arena: the main one in the main heap, the others in anonymous mappings */
+    if (size < 32 || (size & 15) != 0 || size > ((uint64_t)1 << 36) || (!(flags & 4)) != (r->main != 0)
+        || chunk + size + 16 > r->end)
+        return 0;
+    uint64_t next;
+    if (self_read(&next, chunk + size + 8, 8) < 0 || !(next & 1) || (next & ~(uint64_t)7) < 16
+        || ((next & ~(uint64_t)7) & 15) != 0 || chunk + size + (next & ~(uint64_t)7) > r->end)
+        return 0;
+    return size;
+}
+
+/* The chunks of the pointers at ``state + offsets[k]``, each at least ``least[k]`` bytes if
+ * not NULL; -1 if one is not such a chunk. */
+static long long
+field_chunks(uintptr_t state, const int *offsets, const unsigned long long *least, int count,
+             const HeapRange *ranges, Py_ssize_t n)
+{
+    long long total = 0;
+    for (int k = 0; k < count; k++) {
+        uintptr_t p;
+        if (self_read(&p, state + (uintptr_t)offsets[k], 8) < 0)
+            return -1;
+        if (p == 0)
+            continue;
+        unsigned long long size = glibc_chunk_bytes(p, ranges, n);
+        if (size == 0 || size < least[k])
+            return -1;
+        total += (long long)size;
+    }
+    return total;
+}
+
+typedef uint64_t (*lzma_memusage_fn)(const void *);
+
+PyDoc_STRVAR(stream_state_bytes_doc,
+"stream_state_bytes(obj, type, basicsize, kind, ranges) -> (int, int) or None\n\n"
+"The bytes of the C state of a compression stream object, and the size of the input it\n"
+"keeps (its ``input_buffer``): kind 1, an _lzma.LZMADecompressor (basic size 224: liblzma's\n"
+"lzma_memusage of its stream, found in the liblzma.so.5 this process has loaded); 2, a\n"
+"_bz2.BZ2Compressor (112); 3, a _bz2.BZ2Decompressor (152). ``obj``'s type must be ``type``\n"
+"exactly (the caller's check of the class, sizes.py). bz2's state is read only where it\n"
+"points back to the object's stream and its block size agrees; ``ranges``: bytes of\n"
+"(start, end, main) uint64 triples, sorted, disjoint. None: no state (ended), another\n"
+"layout, or nothing read. Runs no Python code.");
+
+static PyObject *
+stream_state_bytes(PyObject *module, PyObject *args)
+{
+    PyObject *obj, *type, *ranges;
+    Py_ssize_t basicsize;
+    int kind;
+    static const Py_ssize_t basicsizes[] = {0, 224, 112, 152};
+    static lzma_memusage_fn lzma_memusage;
+    static int looked_up;
+    if (!PyArg_ParseTuple(args, "OOniO!", &obj, &type, &basicsize, &kind, &PyBytes_Type, &ranges))
+        return NULL;
+    if (!PyType_Check(type) || Py_TYPE(obj) != (PyTypeObject *)type || kind < 1 || kind > 3
+        || sizeof(void *) != 8 || basicsize != basicsizes[kind] || PyBytes_Size(ranges) % (Py_ssize_t)sizeof(HeapRange) != 0) {
+        PyErr_SetString(PyExc_ValueError, "stream_state_bytes: not a stream object of a known layout");
+        return NULL;
+    }
+    const char *o = (const char *)obj;
+    const HeapRange *heap = (const HeapRange *)PyBytes_AsString(ranges);
+    Py_ssize_t n = PyBytes_Size(ranges) / (Py_ssize_t)sizeof(HeapRange);
+    long long bytes = -1, input = 0;
+    if (kind == 1) {  /* lzma_allocator at 16, lzma_stream at 40: its allocator (+48), internal (+56) */
+        if (!looked_up) {
+            void *lib = dlopen("liblzma.so.5", RTLD_NOW | RTLD_NOLOAD);
+            if (lib != NULL) {
+                lzma_memusage = (lzma_memusage_fn)dlsym(lib, "lzma_memusage");
+                dlclose(lib);  /* the module's reference keeps it loaded */
+            }
+            looked_up = 1;
+        }
+        if (lzma_memusage != NULL && *(const void *const *)(o + 88) == (const void *)(o + 16)
+            && *(const void *const *)(o + 96) != NULL)
+            bytes = (long long)lzma_memusage(o + 40);
+        if (*(const void *const *)(o + 200) != NULL)
+            input = *(const long long *)(o + 208);
+    }
+    else {  /* bz_stream at 16: its state (+48), whose first field is the stream */
+        uintptr_t state = *(const uintptr_t *)(o + 64), back;
+        unsigned long long state_bytes = state != 0 ? glibc_chunk_bytes(state, heap, n) : 0;
+        if (state_bytes < 4096 || self_read(&back, state, 8) < 0 || back != (uintptr_t)(o + 16))
+            Py_RETURN_NONE;
+        int32_t fields[2];
+        if (kind == 2) {  /* EState: nblockMAX (112), blockSize100k (664); arr1, arr2, ftab */
+            static const int offsets[] = {24, 32, 40};
+            if (self_read(&fields[0], state + 112, 4) < 0 || self_read(&fields[1], state + 664, 4) < 0
+                || fields[1] < 1 || fields[1] > 9 || fields[0] != 100000 * fields[1] - 19)
+                Py_RETURN_NONE;
+            unsigned long long items = 100000ull * (unsigned long long)fields[1];
+            const unsigned long long least[] = {items * 4, items * 4, 65537 * 4};
+            bytes = field_chunks(state, offsets, least, 3, heap, n);
+        }
+        else {  /* DState: blockSize100k (40), smallDecompress (44, a byte); tt, ll16, ll4 */
+            static const int offsets[] = {3152, 3160, 3168};
+            if (self_read(fields, state + 40, 8) < 0 || fields[0] < 0 || fields[0] > 9 || (fields[1] & 0xff) > 1)
+                Py_RETURN_NONE;
+            static const unsigned long long least[] = {0, 0, 0};
+            bytes = field_chunks(state, offsets, least, 3, heap, n);
+            if (*(const void *const *)(o + 120) != NULL)
+                input = *(const long long *)(o + 128);
+        }
+        if (bytes >= 0)
+            bytes += (long long)state_bytes;
+    }
+    if (bytes < 0)
+        Py_RETURN_NONE;
+    if (input < 0 || input > ((long long)1 << 40))
+        input = 0;
+    return Py_BuildValue("(LL)", bytes, input);
+}
+
 static PyMethodDef walk_methods[] = {
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
@@ -577,6 +753,7 @@ static PyMethodDef walk_methods[] = {
     {"heap_blocks", heap_blocks, METH_VARARGS, heap_blocks_doc},
     {"stringio_parts", stringio_parts, METH_VARARGS, stringio_parts_doc},
     {"zlib_state_blocks", zlib_state_blocks, METH_VARARGS, zlib_state_blocks_doc},
+    {"stream_state_bytes", stream_state_bytes, METH_VARARGS, stream_state_bytes_doc},
     {NULL, NULL, 0, NULL},
 };
 

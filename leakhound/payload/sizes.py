@@ -26,6 +26,7 @@ called on the object (never looked up on the object's class, which a subclass co
 with Python code), slot wrappers, module dicts. No Python code of the target runs.
 """
 
+import array
 import bisect
 import gc
 import sys
@@ -370,10 +371,59 @@ def _zlib_classes():
     return out
 
 
+# bz2's and lzma's stream objects whose C state the compiled walk reads (_walk.c:
+# stream_state_bytes): kind -> (module, class, stream_state_bytes' kind, its basic size).
+# bz2's are read as glibc chunks (HEAP_BLOCKS models glibc); an LZMACompressor keeps no count
+# of its own (liblzma's lzma_memusage answers 0 for encoders): not sized.
+_STREAM_KINDS = {"lzma_decompressor": ("_lzma", "LZMADecompressor", 1, 224),
+                 "bz2_compressor": ("_bz2", "BZ2Compressor", 2, 112),
+                 "bz2_decompressor": ("_bz2", "BZ2Decompressor", 3, 152)}
+# liblzma adds a nominal 32 KiB (LZMA_MEMUSAGE_BASE) for its structures to every count: a
+# decompressor that has read nothing takes ~250 bytes of them
+_LZMA_MEMUSAGE_BASE = 1 << 15
+
+
+def _stream_classes():
+    """[(kind, class)] of the stream objects of _STREAM_KINDS loaded in this process, each with
+    the basic size its layout has and no subclass possible."""
+    if sys.maxsize < 2 ** 32 or _compiled_walk is None or not hasattr(_compiled_walk, "stream_state_bytes"):
+        return []
+    out = []
+    for kind, (module, name, _code, basicsize) in _STREAM_KINDS.items():
+        cls = _class_from(module, name)
+        if (cls is not None and not _flags(cls) & _BASETYPE
+                and type.__dict__["__basicsize__"].__get__(cls, type) == basicsize
+                and (kind.startswith("lzma") or HEAP_BLOCKS[2])):
+            out.append((kind, cls))
+    return out
+
+
+def _heap_ranges():
+    """This process's heap, as stream_state_bytes reads it: (start, end, main) uint64 triples,
+    sorted, of the main arena's mapping ([heap]) and the anonymous writable ones (glibc's other
+    arenas, its mmapped chunks), from /proc/self/maps."""
+    ranges = []
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            text = fh.read(_MAPS_LIMIT)
+    except OSError:
+        return b""
+    for line in text.split(b"\n"):
+        fields = line.split(None, 5)
+        if len(fields) < 5 or not fields[1].startswith(b"rw") or (len(fields) == 6 and fields[5] != b"[heap]"):
+            continue
+        low, _sep, high = fields[0].partition(b"-")
+        try:
+            ranges.append((int(low, 16), int(high, 16), len(fields) == 6))
+        except ValueError:
+            continue
+    ranges.sort()
+    return array.array("Q", [value for triple in ranges for value in triple]).tobytes()
+
 
 def _native_bases():
     """(kind, allowlisted C class) for each one loaded in this process."""
-    out = _zlib_classes()
+    out = _zlib_classes() + _stream_classes()
     for kind, cls in (
         ("ndarray", _class_from("numpy", "ndarray")),
         ("tensor", _class_from("torch._C", "TensorBase") or _class_from("torch._C", "_TensorBase")),
@@ -395,8 +445,9 @@ def _native_bases():
 def native_types(tick=None):
     """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
-    of numpy, torch, mmap, Pillow, ctypes, pyarrow, zlib or io is loaded. (Flat dicts of ints, strs and classes: nothing
-    in them is a gc-tracked object of the census's own.)"""
+    of numpy, torch, mmap, Pillow, ctypes, pyarrow, zlib, bz2, lzma or io is loaded. (Flat
+    dicts of ints, strs and classes: nothing in them is a gc-tracked object of the census's
+    own.)"""
     out = {}  # type: dict
     bases = {}
     for kind, base in _native_bases():
@@ -407,6 +458,8 @@ def native_types(tick=None):
             out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
     if "arrow_array" in bases:
         bases["arrow_files"] = _file_backed_ranges()
+    if any(kind in bases for kind in _STREAM_KINDS):
+        bases["heap_ranges"] = _heap_ranges()
     if sys.version_info >= (3, 11):
         bases["instance"] = object
         for n, cls in enumerate(_plain_instance_classes(tick)):
@@ -740,6 +793,19 @@ def native_extra(obj, native, bases, seen_buffers):
             _name, code, basicsize = _ZLIB_KINDS[kind]
             blocks = _compiled_walk.zlib_state_blocks(obj, cls, basicsize, code)
             total = sum(heap_block(block) for block in blocks or () if block > 0)
+            return (total if total <= MAX_OBJECT_BYTES else 0), []
+        if kind in _STREAM_KINDS:
+            # bz2's blocks (a BZ2Compressor(9) 7.5 MB, a decompressor 3.7 MB once it has
+            # read a block) and an LZMADecompressor's (8.4 MB for the default preset's
+            # streams), which sys.getsizeof's 112-224 bytes leave out, and the input it keeps
+            code, basicsize = _STREAM_KINDS[kind][2:]
+            got = _compiled_walk.stream_state_bytes(obj, cls, basicsize, code, bases.get("heap_ranges", b""))
+            if got is None:
+                return 0, []
+            state, kept = got
+            if kind == "lzma_decompressor":
+                state = max(0, state - _LZMA_MEMUSAGE_BASE)
+            total = state + (heap_block(kept) if kept > 0 else 0)
             return (total if total <= MAX_OBJECT_BYTES else 0), []
         if kind == "imaging":
             width, height = _call(cls, "size", obj)
