@@ -744,6 +744,120 @@ stream_state_bytes(PyObject *module, PyObject *args)
     return Py_BuildValue("(LL)", bytes, input);
 }
 
+/* The interpreter's atexit callbacks (3.10-3.13: PyInterpreterState.atexit, a struct of
+ * ``atexit_py_callback **callbacks; int ncallbacks; int callback_len;``, each callback
+ * {func, args, kwargs}): held from C only, no referent of any object, so a callback's data
+ * (a bound method registered per connection) was ``<held from C: ...>``, or in no owner on a
+ * heap too big to list every tracked object. The struct's place in the interpreter's state
+ * differs by version: it is looked for, word by word, as the one triple whose count is the
+ * module's own (atexit._ncallbacks()), whose length is 32 grown by 16 some times (as the
+ * module grows it) and whose callbacks are each a callable object with a tuple or NULL and a dict or
+ * NULL. Every read goes through process_vm_readv (self_read): a word that is no pointer
+ * reads nothing. */
+#define ATEXIT_SCAN_BYTES (512 * 1024)
+#define ATEXIT_MAX_LEN (1 << 24)
+
+static int
+is_object_of(uintptr_t address, PyTypeObject *type)
+{
+    uintptr_t tp;
+    return address != 0 && (address & 7) == 0 && self_read(&tp, address + 8, 8) == 0 && tp == (uintptr_t)type;
+}
+
+/* A callable object's address: its type's type is a type (``type`` or a metaclass of it). */
+static int
+is_plain_object(uintptr_t address)
+{
+    uintptr_t tp, meta, metameta;
+    return address != 0 && (address & 7) == 0 && self_read(&tp, address + 8, 8) == 0 && tp != 0
+        && self_read(&meta, tp + 8, 8) == 0
+        && (meta == (uintptr_t)&PyType_Type
+            || (self_read(&metameta, meta + 8, 8) == 0 && metameta == (uintptr_t)&PyType_Type));
+}
+
+/* 1 if ``table`` (``len`` slots, ``count`` used) holds callbacks only, with ``out`` (a list,
+ * or NULL: only checked) given each one's func, args and kwargs (None where NULL); 0 if not;
+ * -1 on an error. */
+static int
+atexit_table(uintptr_t table, int count, int len, PyObject *out)
+{
+    for (int k = 0; k < count; k++) {
+        uintptr_t entry, fields[3];
+        if (self_read(&entry, table + 8 * (uintptr_t)k, 8) < 0)
+            return 0;
+        if (entry == 0)
+            continue;  /* unregistered */
+        if (self_read(fields, entry, 24) < 0 || !is_plain_object(fields[0])
+            || (fields[1] != 0 && !is_object_of(fields[1], &PyTuple_Type))
+            || (fields[2] != 0 && !is_object_of(fields[2], &PyDict_Type)))
+            return 0;
+        for (int f = 0; out != NULL && f < 3; f++)
+            if (PyList_Append(out, fields[f] != 0 ? (PyObject *)fields[f] : Py_None) < 0)
+                return -1;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(atexit_callbacks_doc,
+"atexit_callbacks(ncallbacks) -> list or None\n\n"
+"The interpreter's atexit callbacks, as many as ``ncallbacks()`` (atexit._ncallbacks, a C\n"
+"function: called here, with no other thread running between it and the reading), as a flat list\n"
+"of func, args, kwargs (None where unset) each: read from the interpreter's state where one\n"
+"place only has them (3.10-3.13's layout of the struct); None where none or several do.\n"
+"Runs no Python code; holding the GIL (the module changes them only under it).");
+
+static PyObject *
+atexit_callbacks(PyObject *module, PyObject *ncallbacks)
+{
+    if (!PyCFunction_Check(ncallbacks)) {
+        PyErr_SetString(PyExc_TypeError, "atexit_callbacks: ncallbacks must be a built-in function");
+        return NULL;
+    }
+    PyObject *counted = PyObject_CallObject(ncallbacks, NULL);
+    if (counted == NULL)
+        return NULL;
+    long count = PyLong_AsLong(counted);
+    Py_DECREF(counted);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    if (count <= 0 || count > ATEXIT_MAX_LEN || sizeof(void *) != 8)
+        Py_RETURN_NONE;
+    uintptr_t base = (uintptr_t)PyInterpreterState_Get();
+    uint64_t words[512];
+    uintptr_t found = 0;
+    int found_len = 0, matches = 0;
+    for (uintptr_t at = 0; at < ATEXIT_SCAN_BYTES && matches < 2; at += sizeof(words) - 16) {
+        if (self_read(words, base + at, sizeof(words)) < 0)
+            break;
+        for (size_t w = 0; w + 1 < sizeof(words) / 8 && matches < 2; w++) {
+            int32_t n = (int32_t)(words[w + 1] & 0xffffffffu), len = (int32_t)(words[w + 1] >> 32);
+            if (n != count || len < n || len < 32 || len > ATEXIT_MAX_LEN || (len - 32) % 16 != 0
+                || words[w] == 0 || (words[w] & 7) != 0)
+                continue;
+            if (found == words[w])
+                continue;  /* the same triple, read again where two pieces overlap */
+            if (atexit_table(words[w], (int)count, len, NULL) == 1) {
+                found = words[w];
+                found_len = len;
+                matches++;
+            }
+        }
+    }
+    if (matches != 1)
+        Py_RETURN_NONE;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    int got = atexit_table(found, (int)count, found_len, out);
+    if (got != 1) {
+        Py_DECREF(out);
+        if (got < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 static PyMethodDef walk_methods[] = {
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
@@ -754,6 +868,7 @@ static PyMethodDef walk_methods[] = {
     {"stringio_parts", stringio_parts, METH_VARARGS, stringio_parts_doc},
     {"zlib_state_blocks", zlib_state_blocks, METH_VARARGS, zlib_state_blocks_doc},
     {"stream_state_bytes", stream_state_bytes, METH_VARARGS, stream_state_bytes_doc},
+    {"atexit_callbacks", atexit_callbacks, METH_O, atexit_callbacks_doc},
     {NULL, NULL, 0, NULL},
 };
 

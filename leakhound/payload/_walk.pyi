@@ -61,6 +61,10 @@ def zlib_state_blocks(obj: object, zlib_type: type, basicsize: int, kind: int, /
     """The blocks of a zlib stream object's C state (1: Compress, 2: Decompress, 3:
     _ZlibDecompressor); None where it is ended or its layout is not the one read."""
 
+def atexit_callbacks(ncallbacks: object, /) -> list[object] | None:
+    """The interpreter's atexit callbacks (as many as ``ncallbacks()``, atexit's C function), a
+    flat list of func, args, kwargs each; None where they cannot be found."""
+
 def stream_state_bytes(obj: object, type: type, basicsize: int, kind: int, ranges: bytes, /) -> tuple[int, int] | None:
     """(bytes of its C state, size of the input it keeps) of a compression stream object (1:
     _lzma.LZMADecompressor, liblzma's count; 2: _bz2.BZ2Compressor; 3: _bz2.BZ2Decompressor,

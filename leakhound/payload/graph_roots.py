@@ -88,7 +88,23 @@ def add_roots(graph, stack):
         if h > 0:
             graph.push(stack, h, handler)
     handler = None
+    # atexit's callbacks, which the interpreter holds in C state: one group, as the objects of
+    # a type held from C are (a list of the payload's at no size of its own: an owner of the
+    # callbacks, not a root apiece), walked after every other named root but the threads'
+    parts = roots.atexit_callbacks(_walk_module)
+    tried = 0
+    while parts and graph.known(parts) and tried < 8:
+        parts = list(parts)  # (where an object of leakhound's was: never a node)
+        tried += 1
+    a = graph.root(parts, ATEXIT_OWNER, "held", TIER_HELD, size=0) if parts and not graph.known(parts) else 0
+    if a > 0:
+        graph.push(stack, a, parts)
+    parts = None
     graph.progress("graph", graph.node_count())
+
+
+# The owner atexit's callbacks are (roots.atexit_callbacks)
+ATEXIT_OWNER = "atexit.<callbacks>"
 
 
 def add_thread_roots(graph, stack):

@@ -7,6 +7,9 @@
   after its outermost coroutine, Task-1 (usually the main coroutine) first;
 - ``signal_handlers``: every Python handler ``signal.signal`` installed (the interpreter
   keeps it in C state: a closure's captured data was ``<held from C: ...>``), by its signal;
+- ``atexit_callbacks``: every callback ``atexit.register`` keeps (in the interpreter's C state
+  too: a bound method registered per connection held its connection as ``<held from C: ...>``,
+  or in no owner at all on a heap too big to list), its func, args and kwargs;
 - ``thread_frames``: every frame of every thread's stack but the caller's, innermost first.
 
 The kinds are "module", "class", "task", "signal" and "thread". A root of a lower tier names an owner
@@ -126,6 +129,33 @@ def signal_handlers():
             continue
         yield handler, "signal:%s" % names.get(number, number), "signal", TIER_APP
     handler = None
+
+
+def atexit_callbacks(walk_module):
+    """What the callbacks the atexit module keeps hold, read from the interpreter's state by
+    the compiled walk (_walk.c ``atexit_callbacks``: no code of the program runs): each
+    callback's function (once, however many callbacks call it), its arguments and keyword
+    arguments where it has any, so that a callback registered per connection
+    (``atexit.register(conn.close)`` or ``atexit.register(flush, buffer)``) is one item; []
+    where there are none or they cannot be read. The list is the caller's (leakhound's own)."""
+    module = sys.modules.get("atexit")
+    count = instance_dict(module).get("_ncallbacks") if type(module) is _ModuleType else None
+    if type(count).__name__ != "builtin_function_or_method" or not hasattr(walk_module, "atexit_callbacks"):
+        return []
+    flat = walk_module.atexit_callbacks(count) or []
+    out = []
+    functions = set()
+    for k in range(0, len(flat) - 2, 3):
+        func, args, kwargs = flat[k], flat[k + 1], flat[k + 2]
+        if id(func) not in functions:
+            functions.add(id(func))
+            out.append(func)
+        if type(args) is tuple and tuple.__len__(args):  # (the empty tuple: everyone's)
+            out.append(args)
+        if type(kwargs) is dict and dict.__len__(kwargs):
+            out.append(kwargs)
+    flat = func = args = kwargs = None
+    return out
 
 
 def thread_name_of(thread, ident):

@@ -1,6 +1,6 @@
 """Objects made while the object graph is walked, after what holds them was walked, look like
 nothing named reaches them: they are named ``<made during the walk: Type>``, never ``<held from
-C: Type>``, while an object only C holds (an atexit callback's arguments) still is."""
+C: Type>``, while an object only C holds (a reference a C extension took) still is."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_what_a_fast_allocating_target_makes_during_the_walk_is_not_held_from_c(
         assert snap.heap.owner_model == "dominator", snap.heap.owner_model_note
         paths = [(o.path, o.items, o.retained_bytes) for o in snap.owners]
         held = [o for o in snap.owners if o.path.startswith("<held from C:")]
-        # the atexit callback's rows: held from C, all their bytes
+        # the rows C holds: held from C, all their bytes
         rows = [o for o in held if o.path == "<held from C: list>" and o.items == ROWS]
         assert rows and within(rows[0].retained_bytes, truth["held_bytes"]), (paths, truth)
         # LOG's new entries ([bytes(CHUNK)], one item each)
