@@ -296,6 +296,7 @@ addr_hash(uintptr_t address, size_t mask)
  * ~80 MiB), so a region's block is first a small set of its granules (NB_SET_MAX at most, at
  * most half full: ~4 bytes a node) and becomes the bitmap (NB_BYTES) once it holds more: the
  * bitmaps alone were ~0.9 MiB of the target's memory on that heap, ~50 bytes a node. */
+#define GRAPH_KEPT_TYPES 16  /* graph_keep_types' types at most */
 #define NB_SHIFT 20
 #define NB_BYTES ((1 << NB_SHIFT) >> 7)
 /* The census's regions (_walk.c) have this layout too: graph_reached copies into them. */
@@ -788,6 +789,10 @@ typedef struct {
     PyObject *frame_types;               /* tuple: frames, coroutines, generators */
     PyObject *native, *native_extra;     /* dict id(type) -> code; callable(obj) -> (bytes, hidden) */
     PyObject *too_big;                   /* the exception over max_nodes */
+    /* Types never folded (graph_keep_types): a node each, that ``--why TYPE`` can name (their
+     * objects hold a C library's memory no size counts: wire.OPAQUE_NATIVE_TYPES) */
+    PyTypeObject *kept_types[GRAPH_KEPT_TYPES];
+    int nkept_types;
     int labels_full;                     /* the key labels are all taken: no new one is made */
     /* Every label of the compiled walk ("k" + a dict key, "a" + a slot's name, "t" + a frame's
      * type, "f" + a folded entry's label, "d", the roots' names): their UTF-8 texts end to end
@@ -880,6 +885,8 @@ graph_drop_helpers(GraphState *g)
     Py_CLEAR(g->native);
     Py_CLEAR(g->native_extra);
     Py_CLEAR(g->too_big);
+    while (g->nkept_types > 0)
+        Py_CLEAR(g->kept_types[--g->nkept_types]);
     refs_free(&g->refs);
     refs_free(&g->stack);
     table_free(g->owners);
@@ -957,6 +964,16 @@ graph_of(PyObject *capsule)
 /* -- nodes and edges ---------------------------------------------------------------------- */
 
 enum { FOUND_NONE = 0, FOUND_NODE = 1, FOUND_OWN = 2 };
+
+/* Whether objects of ``tp`` are never folded (graph_keep_types). */
+static inline int
+graph_kept_type(const GraphState *g, const PyTypeObject *tp)
+{
+    for (int k = 0; k < g->nkept_types; k++)
+        if (g->kept_types[k] == tp)
+            return 1;
+    return 0;
+}
 
 /* What is at ``address``: a node, one of leakhound's own objects, or neither. */
 static inline int
@@ -2148,7 +2165,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
         if (found == FOUND_NONE) {
             if (PyType_Check(ref) || rtp == &PyModule_Type)
                 continue;  /* classes and modules are roots of their own */
-            if (!leaf && fold_into && Py_REFCNT(ref) + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE
+            if (!leaf && fold_into && Py_REFCNT(ref) + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE && !graph_kept_type(g, rtp)
                 && (fold_any || (is_collection(rtp)
                                  && !(small_tuple && PyObject_Length(ref) > FOLD_MIN_ENTRIES)))) {
                 /* held by this collection alone: part of it (see STACK_NAMESPACE), no edge */
@@ -2450,6 +2467,39 @@ graph_fold_marks(PyObject *Py_UNUSED(module), PyObject *args)
     if (g == NULL)
         return NULL;
     g->fold_marks_until = until < 0 ? -1 : until;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(graph_keep_types_doc,
+"graph_keep_types(graph, types): objects of these types (a tuple of at most 16 classes, exactly\n"
+"these) are never folded into what holds them: a node each (graph.py's keep_types).");
+
+static PyObject *
+graph_keep_types(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *capsule, *types;
+    if (!PyArg_ParseTuple(args, "OO!:graph_keep_types", &capsule, &PyTuple_Type, &types))
+        return NULL;
+    GraphState *g = graph_of(capsule);
+    if (g == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_Size(types);
+    if (n > GRAPH_KEPT_TYPES) {
+        PyErr_SetString(PyExc_ValueError, "graph_keep_types: too many types");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (!PyType_Check(PyTuple_GetItem(types, k))) {
+            PyErr_SetString(PyExc_TypeError, "graph_keep_types: not a class");
+            return NULL;
+        }
+    while (g->nkept_types > 0)
+        Py_CLEAR(g->kept_types[--g->nkept_types]);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *tp = PyTuple_GetItem(types, k);
+        Py_INCREF(tp);
+        g->kept_types[g->nkept_types++] = (PyTypeObject *)tp;
+    }
     Py_RETURN_NONE;
 }
 
@@ -2933,6 +2983,7 @@ PyMethodDef graph_walk_methods[] = {
     {"graph_find", graph_find_py, METH_VARARGS, graph_find_doc},
     {"graph_own", graph_own, METH_VARARGS, graph_own_doc},
     {"graph_fold_marks", graph_fold_marks, METH_VARARGS, graph_fold_marks_doc},
+    {"graph_keep_types", graph_keep_types, METH_VARARGS, graph_keep_types_doc},
     {"graph_edge", graph_edge, METH_VARARGS, graph_edge_doc},
     {"graph_walk", graph_walk, METH_VARARGS, graph_walk_doc},
     {"graph_reserve", graph_reserve, METH_VARARGS, graph_reserve_doc},

@@ -107,6 +107,9 @@ def graph_own(graph: _Graph, address: int, /) -> None:
 def graph_fold_marks(graph: _Graph, until: int, /) -> None:
     """Mark folded containers only while fewer than ``until`` tracked objects were met (-1: always)."""
 
+def graph_keep_types(graph: _Graph, types: tuple[type, ...], /) -> None:
+    """Objects of exactly these classes (16 at most) are never folded: a node each."""
+
 def graph_edge(graph: _Graph, src: int, dst: int, label: int, wall: bool = ..., /) -> None:
     """An edge between two nodes; ``wall``: dst is reached from the super-root only."""
 

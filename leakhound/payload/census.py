@@ -313,6 +313,10 @@ class Census(object):
         walk = self.walk
         types = walk.types
         type_order = sorted(range(len(types.keys)), key=lambda i: -types.bytes[i])[:top_types]
+        # and the types holding a C library's memory no size counts, whatever their rank
+        listed = set(type_order)
+        type_order += [i for i in range(len(types.keys)) if i not in listed
+                       and type_name(types.keys[i]) in wire.OPAQUE_NATIVE_TYPES]
         owners = walk.owners
         owner_order = sorted(range(len(owners.keys)), key=lambda i: -owners.bytes[i])[:top_owners]
         garbage = walk.garbage_types

@@ -75,6 +75,7 @@ from .pacing import Clock, unsplit_step_fits
 from .sizes import (
     NATIVE_BUFFERS,
     SizeCache,
+    class_from,
     for_compiled_walk,
     instance_values_bytes,
     native_codes,
@@ -197,6 +198,10 @@ class Graph(object):
         self.lengths = array.array("i", [0])  # entries of a container (folded leaves included)
         self.type_index = {}  # id(type) -> type id
         self.type_keys = [None]  # the types (keeps their ids unique)
+        # never folded: a node each, that ``--why TYPE`` names (their C library's memory is
+        # no size's: wire.OPAQUE_NATIVE_TYPES, detectors/native_state.py)
+        self.kept_types = kept_types()
+        self.kept_type_ids = frozenset(id(tp) for tp in self.kept_types)
         self.type_names = ["<root>"]
         # The leaves' types up front, in both walks: the compiled one counts every shared
         # leaf by type (no node), and would otherwise call _type_id for them mid-walk where
@@ -473,6 +478,7 @@ class Graph(object):
         dst_append = self.dst.append
         lab_append = self.lab.append
         leaf_ids = LEAF_TYPE_IDS
+        kept_ids = self.kept_type_ids
         only_one = _ONLY_ONE_REFERENCE
         getrefcount = sys.getrefcount
         get_referents = gc.get_referents
@@ -632,7 +638,7 @@ class Graph(object):
                 if j is None:
                     if issubclass(rtp, type) or rtp is module_type:
                         continue  # classes and modules are roots of their own
-                    if (fold_into and rid not in leaf_ids and getrefcount(ref) <= only_one
+                    if (fold_into and rid not in leaf_ids and getrefcount(ref) <= only_one and rid not in kept_ids
                             and (fold_any or (rid in sized and not (small_tuple and len(ref) > _FOLD_MIN_ENTRIES)))):
                         index[id(ref)] = -2  # held by this collection alone: part of it, no edge
                         folds.append(ref)
@@ -903,6 +909,7 @@ class CompiledGraph(Graph):
             self.progress("graph", self.node_count())
 
     def run(self):
+        _walk_module.graph_keep_types(self.store, self.kept_types)
         # Past the tracked count where listing every tracked object is over the pause budget
         # (held_from_c skips it, and census_lists_all is false: no graph_reached), the
         # containers folded are not marked: a bit per 16 bytes of the heap, what only that
@@ -952,6 +959,18 @@ class CompiledGraph(Graph):
 
     def _release(self):
         pass
+
+
+def kept_types():
+    """The classes of wire.OPAQUE_NATIVE_TYPES loaded in this process (read from their modules'
+    dicts, kept where the class's name is the one listed), a tuple."""
+    found = []
+    for name in wire.OPAQUE_NATIVE_TYPES:
+        module, _dot, qualname = name.rpartition(".")
+        cls = class_from(module, qualname)
+        if cls is not None and type_name(cls) == name and cls not in found:
+            found.append(cls)
+    return tuple(found)
 
 
 _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)

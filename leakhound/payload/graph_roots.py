@@ -17,7 +17,7 @@ from . import roots
 from .census import ns_per_object
 from .census_unreached import referenced_from_outside, still_outside
 from .graph_wire import MAX_LABEL_CHARS
-from .objects import LEAF_TYPE_IDS, SHARED_LEAF, ModuleType, class_dict, instance_dict, is_payload_name, type_name
+from .objects import LEAF_TYPE_IDS, SHARED_LEAF, ModuleType, instance_dict, is_payload_name, type_name
 from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
 from .roots import TIER_HELD
 from .tasks import c_future_class, context_variables, task_context
@@ -53,20 +53,12 @@ def add_roots(graph, stack):
     for cls, name, kind, tier in roots.classes(tiers, check):
         c = graph.root(cls, name, kind, tier, wall=True)
         if c > 0:
-            # The class's own dict (``__dict__`` would be a new mappingproxy). A static type
-            # (int, a C extension's class) is no gc object and lists no referent: its dict is
-            # the one its mappingproxy lists (~200 of them, 0.5 MB, were one owner
-            # "<held from C: dict>", the first of a small worker's table).
+            # The class's own dict (``__dict__`` would be a new mappingproxy).
             d = None
             for ref in gc.get_referents(cls):
                 if type(ref) is dict:
                     d = ref
                     break
-            if d is None and not type.__dict__["__flags__"].__get__(cls, type) & _HEAPTYPE:
-                for ref in gc.get_referents(class_dict(cls)):
-                    if type(ref) is dict:
-                        d = ref
-                        break
             ref = None
             if d is not None:
                 dn = graph.node(d)
@@ -110,8 +102,6 @@ def add_roots(graph, stack):
     parts = None
     graph.progress("graph", graph.node_count())
 
-
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
 
 # The owner atexit's callbacks are (roots.atexit_callbacks)
 ATEXIT_OWNER = "atexit.<callbacks>"

@@ -469,7 +469,7 @@ def _counted_in_graph(tallies, out_graph, max_pause, started_at, request):
 
 def _top_types(tallies, more, request):
     """The type table: the graph's tallies by type name, plus ``more`` (a census's rows), the
-    biggest ``top_types`` by bytes."""
+    biggest ``top_types`` by bytes, then the types of wire.OPAQUE_NATIVE_TYPES there are."""
     counts, sizes, names = tallies["counts"], tallies["bytes"], tallies["names"]
     by_name = {}  # type: dict
     for i in range(len(counts)):
@@ -482,6 +482,9 @@ def _top_types(tallies, more, request):
         mine[0] += row["count"]
         mine[1] += row["bytes"]
     order = sorted(by_name.items(), key=lambda item: -item[1][1])[:_int(request.get("top_types"), 50, 1, 10000)]
+    # and the types holding memory of a C library's that no size counts, whatever their rank
+    listed = {name for name, _row in order}
+    order += [(name, by_name[name]) for name in wire.OPAQUE_NATIVE_TYPES if name in by_name and name not in listed]
     return [{"type": name, "count": count, "bytes": size} for name, (count, size) in order]
 
 

@@ -285,7 +285,7 @@ except Exception:
 configure_compiled(_compiled_walk)
 
 
-def _class_from(module_name, name):
+def class_from(module_name, name):
     """``module.name`` read from the module's dict (no module __getattr__ runs), if a class."""
     module = sys.modules.get(module_name)
     d = instance_dict(module) if module is not None else None
@@ -311,7 +311,7 @@ def _imaging_core():
 def _ctypes_data():
     """ctypes' base of every C data class (``_ctypes._CData``, not exported by name): the
     second class of ``_ctypes.Array``'s MRO, once ``_ctypes`` is loaded."""
-    array = _class_from("_ctypes", "Array")
+    array = class_from("_ctypes", "Array")
     if array is None:
         return None
     for cls in type.__dict__["__mro__"].__get__(array, type):
@@ -335,7 +335,7 @@ def _stringio():
     """``_io.StringIO`` where its layout is known and the compiled walk reads it (_walk.c:
     stringio_parts), else None."""
     known = _STRINGIO_LAYOUTS.get(sys.version_info[:2])
-    cls = _class_from("_io", "StringIO")
+    cls = class_from("_io", "StringIO")
     if (known is None or cls is None or sys.maxsize < 2 ** 32 or _compiled_walk is None
             or not hasattr(_compiled_walk, "stringio_parts")
             or type.__dict__["__basicsize__"].__get__(cls, type) != known[1]):
@@ -390,7 +390,7 @@ def _stream_classes():
         return []
     out = []
     for kind, (module, name, _code, basicsize) in _STREAM_KINDS.items():
-        cls = _class_from(module, name)
+        cls = class_from(module, name)
         if (cls is not None and not _flags(cls) & _BASETYPE
                 and type.__dict__["__basicsize__"].__get__(cls, type) == basicsize
                 and (kind.startswith("lzma") or HEAP_BLOCKS[2])):
@@ -425,15 +425,15 @@ def _native_bases():
     """(kind, allowlisted C class) for each one loaded in this process."""
     out = _zlib_classes() + _stream_classes()
     for kind, cls in (
-        ("ndarray", _class_from("numpy", "ndarray")),
-        ("tensor", _class_from("torch._C", "TensorBase") or _class_from("torch._C", "_TensorBase")),
-        ("mmap", _class_from("mmap", "mmap")),
+        ("ndarray", class_from("numpy", "ndarray")),
+        ("tensor", class_from("torch._C", "TensorBase") or class_from("torch._C", "_TensorBase")),
+        ("mmap", class_from("mmap", "mmap")),
         ("imaging", _imaging_core()),
         ("ctypes", _ctypes_data()),
-        ("arrow_tabular", _class_from("pyarrow.lib", "_Tabular")),
-        ("arrow_chunked", _class_from("pyarrow.lib", "ChunkedArray")),
-        ("arrow_array", _class_from("pyarrow.lib", "Array")),
-        ("arrow_buffer", _class_from("pyarrow.lib", "Buffer")),
+        ("arrow_tabular", class_from("pyarrow.lib", "_Tabular")),
+        ("arrow_chunked", class_from("pyarrow.lib", "ChunkedArray")),
+        ("arrow_array", class_from("pyarrow.lib", "Array")),
+        ("arrow_buffer", class_from("pyarrow.lib", "Buffer")),
         ("stringio", _stringio()),
         ("code", _CODE_TYPE),
     ):
@@ -721,7 +721,7 @@ def native_extra(obj, native, bases, seen_buffers):
             if base is not None:
                 refs.append(base)
             dtype = _call(cls, "dtype", obj)
-            dtype_class = _class_from("numpy", "dtype")
+            dtype_class = class_from("numpy", "dtype")
             if (type(obj) is cls and dtype_class is not None and _call(dtype_class, "num", dtype) == _NPY_OBJECT
                     and _call(cls, "size", obj) <= _MAX_OBJECT_ELEMENTS):
                 # An object array's elements (numpy arrays have no tp_traverse): ravel (a

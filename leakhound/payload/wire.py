@@ -69,6 +69,14 @@ KIND_UNSUPPORTED = "Unsupported"  # boot.py: the interpreter is one the payload 
 KIND_CANCELLED = "Cancelled"
 KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
 
+# Types whose objects hold a C library's memory that leakhound cannot size (no layout read, no
+# count the library keeps): their objects' bytes are what sys.getsizeof says, the library's are
+# in the ledger's "other". The type table lists them whatever their rank (runner._top_types), the
+# graph keeps each a node (graph.kept_types: ``--why TYPE`` names who holds them), and
+# analysis/detectors/native_state.py says what each holds.
+OPAQUE_NATIVE_TYPES = ("ssl.SSLContext", "_ssl._SSLContext", "_ssl._SSLSocket", "_hashlib.HASH", "_hashlib.HMAC",
+                       "sqlite3.Connection", "_lzma.LZMACompressor", "pyexpat.xmlparser")
+
 # ``heap.counted_in``: which walk counted the heap
 COUNTED_IN_CENSUS = "census"
 COUNTED_IN_GRAPH = "graph"

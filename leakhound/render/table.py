@@ -9,6 +9,7 @@ from typing import TextIO
 
 from rich.table import Table
 
+from leakhound.analysis.detectors.native_state import HOLDS
 from leakhound.analysis.ledger import LedgerRow
 from leakhound.model import Finding, Owner, RequestCost, Snapshot
 from leakhound.model.names import CODE_OWNER, MADE_DURING_WALK_PREFIX, ROOTS_ALIKE
@@ -163,7 +164,12 @@ def render_why(query: str, found: tuple[Owner, ...], snapshot: Snapshot, *, file
     for owner in found:
         items = f", {count(owner.items, 'item')}" if owner.items else ""
         con.print(f"[bold]{owner.path}[/bold] ({owner.type}{items})")
-        con.print(f"  retains {fmt_bytes(owner.retained_bytes)}: what freeing it would give back")
+        opaque = HOLDS.get(owner.type)
+        if opaque:
+            con.print(f"  retains {fmt_bytes(owner.retained_bytes)} of Python objects, and {opaque} (not counted: "
+                      "no size of it can be read)")
+        else:
+            con.print(f"  retains {fmt_bytes(owner.retained_bytes)}: what freeing it would give back")
         con.print(f"  held as: {held_as(owner.path)}")
         others = [path for path in owner.retainers if path != owner.path]
         for path in others:

@@ -84,3 +84,25 @@ def test_a_saved_snapshot_is_re_analysed_from_its_facts() -> None:
     doc["findings"] = [{"kind": "step_bloat", "severity": "critical", "bytes": 1, "count": 1, "owner": "",
                         "fix": "steps", "summary": "old"}]
     assert analyse(snapshot_from_json(json.dumps(doc))).findings == expected
+
+
+def test_objects_holding_a_c_librarys_memory_are_named_when_other_is_big() -> None:
+    """100 ``ssl.SSLContext`` and 60 MiB of RSS in no row: the finding names them, what they
+    hold and how to find who holds them, and says no bytes (none were measured)."""
+    from leakhound.analysis.detectors import native_state
+    from leakhound.payload.wire import OPAQUE_NATIVE_TYPES
+
+    assert set(native_state.HOLDS) == set(OPAQUE_NATIVE_TYPES)
+    arena = ArenaStats(malloc_in_use_bytes=0, malloc_free_bytes=MB, trimmable_bytes=0, pymalloc_free_bytes=MB)
+    types = (TypeStat("str", 600_000, 70 * MB), TypeStat("ssl.SSLContext", 100, 14_400),
+             TypeStat("_hashlib.HASH", 3, 300))
+    snap = make_snapshot(arena=arena, types=types)  # RSS 300 MiB, 100 MiB live: 198 MiB "other"
+    (finding,) = native_state.detect(snap)
+    assert (finding.severity, finding.bytes, finding.count) == ("info", 0, 103)
+    assert "100 ssl.SSLContext (OpenSSL's context" in finding.summary
+    assert finding.summary.endswith("--why ssl.SSLContext")
+    # none of those types, or little memory outside the heap: nothing to say
+    assert native_state.detect(make_snapshot(arena=arena)) == []
+    small = make_snapshot(arena=arena, types=types, heap=HeapStats(objects=1, bytes=290 * MB, census_seconds=1.0,
+                                                                     max_pause_ms=1.0))
+    assert native_state.detect(small) == []

@@ -14,6 +14,7 @@ from leakhound.analysis.detectors import (
     arena_fragmentation,
     cyclic_garbage,
     intercepts,
+    native_state,
     registry,
     steps,
 )
@@ -23,6 +24,7 @@ from leakhound.model import Finding, Snapshot
 DETECTORS: dict[str, Callable[[Snapshot], list[Finding]]] = {
     arena_fragmentation.KIND: arena_fragmentation.detect,
     cyclic_garbage.KIND: cyclic_garbage.detect,
+    native_state.KIND: native_state.detect,
     registry.KIND: registry.detect,
     intercepts.KIND: intercepts.detect,
     steps.KIND: steps.detect,

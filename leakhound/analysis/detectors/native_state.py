@@ -1,0 +1,58 @@
+"""Memory a C library holds for objects whose size leakhound cannot read.
+
+An ``ssl.SSLContext`` is 144 bytes to ``sys.getsizeof`` and OpenSSL's context behind it (its
+certificates, its session cache) is outside every Python size: 100 contexts a program kept
+were 83 MiB of RSS in the ledger's "other" and in no owner. Where the heap has objects of such
+types (payload/wire.py OPAQUE_NATIVE_TYPES: the type table lists them whatever their rank, the
+graph keeps each a node) and "other" is big, this names them and how to find who holds them.
+It says no bytes for them: none were measured.
+"""
+
+from __future__ import annotations
+
+from leakhound.analysis.ledger import ledger
+from leakhound.model import Finding, Snapshot
+from leakhound.model.units import MiB, fmt_bytes
+from leakhound.payload.wire import OPAQUE_NATIVE_TYPES
+
+KIND = "native_state"
+# What each type of wire.OPAQUE_NATIVE_TYPES holds, in words (render/table.py's ``--why`` says it too)
+HOLDS = {
+    "ssl.SSLContext": "OpenSSL's context: its certificates and session cache",
+    "_ssl._SSLContext": "OpenSSL's context: its certificates and session cache",
+    "_ssl._SSLSocket": "an OpenSSL connection: its buffers",
+    "_hashlib.HASH": "OpenSSL's digest state",
+    "_hashlib.HMAC": "OpenSSL's digest state",
+    "sqlite3.Connection": "SQLite's connection: its page cache, schema and statements",
+    "_lzma.LZMACompressor": "liblzma's encoder: its dictionary and match finder",
+    "pyexpat.xmlparser": "expat's parser: its buffers",
+}
+# "other" under this is an interpreter's and its libraries' own (a bare 3.11: ~10 MiB)
+MIN_OTHER_BYTES = 32 * MiB
+
+
+def detect(snapshot: Snapshot) -> list[Finding]:
+    found = [t for t in snapshot.types if t.type in OPAQUE_NATIVE_TYPES and t.count > 0]
+    other = next((row.bytes for row in ledger(snapshot) if row.name == "other"), 0)
+    if not found or other < MIN_OTHER_BYTES:
+        return []
+    found.sort(key=lambda t: -t.count)
+    held = "; ".join(f"{t.count:,} {t.type} ({HOLDS.get(t.type, 'a C library')})" for t in found[:4])
+    return [
+        Finding(
+            kind=KIND,
+            severity="info",
+            bytes=0,
+            count=sum(t.count for t in found),
+            owner="",
+            fix="",
+            summary=(
+                f"{fmt_bytes(other)} of RSS is outside every Python object and allocator ('other' in the "
+                f"ledger), and these objects hold a C library's memory no size here counts: {held}; "
+                f"who holds them: leakhound inspect {snapshot.pid} --why {found[0].type}"
+            ),
+            details={"types": [{"type": t.type, "count": t.count, "holds": HOLDS.get(t.type, 'a C library')}
+                               for t in found],
+                     "other_bytes": other},
+        )
+    ]
