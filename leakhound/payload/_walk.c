@@ -664,11 +664,91 @@ field_chunks(uintptr_t state, const int *offsets, const unsigned long long *leas
 
 typedef uint64_t (*lzma_memusage_fn)(const void *);
 
+/* An lzma encoder's count: liblzma keeps none for encoders (lzma_memusage answers 0), but it
+ * computes one for a filter chain (lzma_raw_encoder_memusage, which lzma_easy_encoder_memusage
+ * is: 97,620,491 bytes for the default preset, 97,594,160 freed by ending such a stream). The
+ * xz stream encoder keeps its chain (lzma_stream_coder.filters, after its block encoder and
+ * block options): looked for in the coder's first bytes as the one run of (filter id, options)
+ * pairs ending with LZMA_VLI_UNKNOWN whose last filter is LZMA2 with options of sane values
+ * (dictionary, lc/lp/pb, mode, nice_len, match finder). The count is asked of a chain of our
+ * own (LZMA2 with a copy of those options): the library reads nothing of the target's. */
+#define LZMA_FILTER_LZMA2 0x21ull
+#define LZMA_VLI_UNKNOWN (~0ull)
+#define LZMA_OPTIONS_BYTES 96     /* lzma_options_lzma, 64-bit */
+#define LZMA_CODER_SCAN 1536      /* the stream coder's bytes looked at */
+
+static int
+lzma_filter_id_known(uint64_t id)
+{
+    return (id >= 0x03 && id <= 0x0B) || id == LZMA_FILTER_LZMA2 || id == 0x4000000000000001ull
+        || id == 0x4000000000000002ull;
+}
+
+/* Whether ``opts`` (LZMA_OPTIONS_BYTES) are an lzma_options_lzma's of sane values. */
+static int
+lzma_options_sane(const unsigned char *opts)
+{
+    uint32_t f[12];
+    memcpy(f, opts + 16, sizeof(f));  /* preset_dict_size, lc, lp, pb, mode, nice_len, mf, depth, ... */
+    uint32_t dict_size;
+    memcpy(&dict_size, opts, 4);
+    uint32_t lc = f[1], lp = f[2], pb = f[3], mode = f[4], nice_len = f[5], mf = f[6];
+    return dict_size >= 4096 && dict_size <= (1u << 30) + (1u << 29) && lc <= 4 && lp <= 4 && lc + lp <= 4
+        && pb <= 4 && (mode == 1 || mode == 2) && nice_len >= 2 && nice_len <= 273
+        && (mf == 0x03 || mf == 0x04 || mf == 0x12 || mf == 0x13 || mf == 0x14);
+}
+
+/* liblzma's count for the chain the stream coder ``coder`` keeps, -1 where none is found. */
+static long long
+lzma_encoder_bytes(uintptr_t coder, uint64_t (*raw_memusage)(const void *), const HeapRange *ranges, Py_ssize_t n)
+{
+    unsigned long long size = glibc_chunk_bytes(coder, ranges, n);
+    size_t len = size > 16 ? (size_t)(size - 16) : 0;
+    if (len > LZMA_CODER_SCAN)
+        len = LZMA_CODER_SCAN;
+    uint64_t words[LZMA_CODER_SCAN / 8];
+    if (len < 64 || self_read(words, coder, len) < 0)
+        return -1;
+    size_t count = len / 8;
+    unsigned char found_opts[LZMA_OPTIONS_BYTES];
+    int matches = 0;
+    for (size_t w = 0; w + 3 < count && matches < 2; w++) {
+        size_t k = w, filters = 0;
+        uint64_t last = 0, last_opts = 0;
+        while (k + 1 < count && filters < 4 && lzma_filter_id_known(words[k])) {
+            last = words[k];
+            last_opts = words[k + 1];
+            filters++;
+            k += 2;
+        }
+        if (filters == 0 || k >= count || words[k] != LZMA_VLI_UNKNOWN || last != LZMA_FILTER_LZMA2 || last_opts == 0)
+            continue;
+        unsigned char opts[LZMA_OPTIONS_BYTES];
+        if (self_read(opts, (uintptr_t)last_opts, sizeof(opts)) < 0 || !lzma_options_sane(opts))
+            continue;
+        memcpy(found_opts, opts, sizeof(opts));
+        matches++;
+        w = k;  /* past this chain */
+    }
+    if (matches != 1)
+        return -1;
+    memset(found_opts + 8, 0, 8);    /* preset_dict: none (it is not counted) */
+    memset(found_opts + 80, 0, 16);  /* the reserved pointers */
+    struct {
+        uint64_t id;
+        void *options;
+    } chain[2] = {{LZMA_FILTER_LZMA2, found_opts}, {LZMA_VLI_UNKNOWN, NULL}};
+    uint64_t bytes = raw_memusage(chain);
+    return bytes == UINT64_MAX || bytes > ((uint64_t)1 << 40) ? -1 : (long long)bytes;
+}
+
 PyDoc_STRVAR(stream_state_bytes_doc,
 "stream_state_bytes(obj, type, basicsize, kind, ranges) -> (int, int) or None\n\n"
 "The bytes of the C state of a compression stream object, and the size of the input it\n"
 "keeps (its ``input_buffer``): kind 1, an _lzma.LZMADecompressor (basic size 224: liblzma's\n"
-"lzma_memusage of its stream, found in the liblzma.so.5 this process has loaded); 2, a\n"
+"lzma_memusage of its stream, found in the liblzma.so.5 this process has loaded); 4, an\n"
+"_lzma.LZMACompressor of the xz format (192: liblzma's lzma_raw_encoder_memusage of the chain\n"
+"its stream encoder keeps, lzma_encoder_bytes); 2, a\n"
 "_bz2.BZ2Compressor (112); 3, a _bz2.BZ2Decompressor (152). ``obj``'s type must be ``type``\n"
 "exactly (the caller's check of the class, sizes.py). bz2's state is read only where it\n"
 "points back to the object's stream and its block size agrees; ``ranges``: bytes of\n"
@@ -681,12 +761,13 @@ stream_state_bytes(PyObject *module, PyObject *args)
     PyObject *obj, *type, *ranges;
     Py_ssize_t basicsize;
     int kind;
-    static const Py_ssize_t basicsizes[] = {0, 224, 112, 152};
+    static const Py_ssize_t basicsizes[] = {0, 224, 112, 152, 192};
     static lzma_memusage_fn lzma_memusage;
+    static uint64_t (*raw_memusage)(const void *);
     static int looked_up;
     if (!PyArg_ParseTuple(args, "OOniO!", &obj, &type, &basicsize, &kind, &PyBytes_Type, &ranges))
         return NULL;
-    if (!PyType_Check(type) || Py_TYPE(obj) != (PyTypeObject *)type || kind < 1 || kind > 3
+    if (!PyType_Check(type) || Py_TYPE(obj) != (PyTypeObject *)type || kind < 1 || kind > 4
         || sizeof(void *) != 8 || basicsize != basicsizes[kind] || PyBytes_Size(ranges) % (Py_ssize_t)sizeof(HeapRange) != 0) {
         PyErr_SetString(PyExc_ValueError, "stream_state_bytes: not a stream object of a known layout");
         return NULL;
@@ -695,20 +776,28 @@ stream_state_bytes(PyObject *module, PyObject *args)
     const HeapRange *heap = (const HeapRange *)PyBytes_AsString(ranges);
     Py_ssize_t n = PyBytes_Size(ranges) / (Py_ssize_t)sizeof(HeapRange);
     long long bytes = -1, input = 0;
-    if (kind == 1) {  /* lzma_allocator at 16, lzma_stream at 40: its allocator (+48), internal (+56) */
+    if (kind == 1 || kind == 4) {  /* lzma_allocator at 16, lzma_stream at 40: its allocator (+48), internal (+56) */
         if (!looked_up) {
             void *lib = dlopen("liblzma.so.5", RTLD_NOW | RTLD_NOLOAD);
             if (lib != NULL) {
                 lzma_memusage = (lzma_memusage_fn)dlsym(lib, "lzma_memusage");
+                raw_memusage = (uint64_t (*)(const void *))dlsym(lib, "lzma_raw_encoder_memusage");
                 dlclose(lib);  /* the module's reference keeps it loaded */
             }
             looked_up = 1;
         }
-        if (lzma_memusage != NULL && *(const void *const *)(o + 88) == (const void *)(o + 16)
-            && *(const void *const *)(o + 96) != NULL)
-            bytes = (long long)lzma_memusage(o + 40);
-        if (*(const void *const *)(o + 200) != NULL)
-            input = *(const long long *)(o + 208);
+        uintptr_t internal = *(const uintptr_t *)(o + 96), coder;
+        if (*(const void *const *)(o + 88) != (const void *)(o + 16) || internal == 0)
+            Py_RETURN_NONE;
+        if (kind == 1) {
+            if (lzma_memusage != NULL)
+                bytes = (long long)lzma_memusage(o + 40);
+            if (*(const void *const *)(o + 200) != NULL)
+                input = *(const long long *)(o + 208);
+        }
+        else if (raw_memusage != NULL && self_read(&coder, internal, 8) == 0 && coder != 0) {
+            bytes = lzma_encoder_bytes(coder, raw_memusage, heap, n);  /* (lzma_internal.next.coder) */
+        }
     }
     else {  /* bz_stream at 16: its state (+48), whose first field is the stream */
         uintptr_t state = *(const uintptr_t *)(o + 64), back;

@@ -67,7 +67,8 @@ def atexit_callbacks(ncallbacks: object, /) -> list[object] | None:
 
 def stream_state_bytes(obj: object, type: type, basicsize: int, kind: int, ranges: bytes, /) -> tuple[int, int] | None:
     """(bytes of its C state, size of the input it keeps) of a compression stream object (1:
-    _lzma.LZMADecompressor, liblzma's count; 2: _bz2.BZ2Compressor; 3: _bz2.BZ2Decompressor,
+    _lzma.LZMADecompressor, liblzma's count; 4: _lzma.LZMACompressor of the xz format, liblzma's
+    count for its filter chain; 2: _bz2.BZ2Compressor; 3: _bz2.BZ2Decompressor,
     their blocks as glibc chunks inside ``ranges``); None where it is ended, its layout is not
     the one read, or nothing could be read."""
 

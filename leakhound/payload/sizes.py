@@ -373,9 +373,11 @@ def _zlib_classes():
 
 # bz2's and lzma's stream objects whose C state the compiled walk reads (_walk.c:
 # stream_state_bytes): kind -> (module, class, stream_state_bytes' kind, its basic size).
-# bz2's are read as glibc chunks (HEAP_BLOCKS models glibc); an LZMACompressor keeps no count
-# of its own (liblzma's lzma_memusage answers 0 for encoders): not sized.
+# bz2's are read as glibc chunks (HEAP_BLOCKS models glibc); lzma's are liblzma's counts (an
+# LZMACompressor's: of the filter chain its xz stream encoder keeps; of the alone and raw
+# formats, none).
 _STREAM_KINDS = {"lzma_decompressor": ("_lzma", "LZMADecompressor", 1, 224),
+                 "lzma_compressor": ("_lzma", "LZMACompressor", 4, 192),
                  "bz2_compressor": ("_bz2", "BZ2Compressor", 2, 112),
                  "bz2_decompressor": ("_bz2", "BZ2Decompressor", 3, 152)}
 # liblzma adds a nominal 32 KiB (LZMA_MEMUSAGE_BASE) for its structures to every count: a
@@ -796,8 +798,9 @@ def native_extra(obj, native, bases, seen_buffers):
             return (total if total <= MAX_OBJECT_BYTES else 0), []
         if kind in _STREAM_KINDS:
             # bz2's blocks (a BZ2Compressor(9) 7.5 MB, a decompressor 3.7 MB once it has
-            # read a block) and an LZMADecompressor's (8.4 MB for the default preset's
-            # streams), which sys.getsizeof's 112-224 bytes leave out, and the input it keeps
+            # read a block), an LZMADecompressor's (8.4 MB for the default preset's streams)
+            # and an LZMACompressor's (97.6 MB at the default preset), which sys.getsizeof's
+            # 112-224 bytes leave out, and the input a decompressor keeps
             code, basicsize = _STREAM_KINDS[kind][2:]
             got = _compiled_walk.stream_state_bytes(obj, cls, basicsize, code, bases.get("heap_ranges", b""))
             if got is None:

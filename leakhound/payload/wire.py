@@ -75,7 +75,7 @@ KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
 # graph keeps each a node (graph.kept_types: ``--why TYPE`` names who holds them), and
 # analysis/detectors/native_state.py says what each holds.
 OPAQUE_NATIVE_TYPES = ("ssl.SSLContext", "_ssl._SSLContext", "_ssl._SSLSocket", "_hashlib.HASH", "_hashlib.HMAC",
-                       "sqlite3.Connection", "_lzma.LZMACompressor", "pyexpat.xmlparser")
+                       "sqlite3.Connection", "pyexpat.xmlparser")
 
 # ``heap.counted_in``: which walk counted the heap
 COUNTED_IN_CENSUS = "census"

@@ -24,7 +24,6 @@ HOLDS = {
     "_hashlib.HASH": "OpenSSL's digest state",
     "_hashlib.HMAC": "OpenSSL's digest state",
     "sqlite3.Connection": "SQLite's connection: its page cache, schema and statements",
-    "_lzma.LZMACompressor": "liblzma's encoder: its dictionary and match finder",
     "pyexpat.xmlparser": "expat's parser: its buffers",
 }
 # "other" under this is an interpreter's and its libraries' own (a bare 3.11: ~10 MiB)
