@@ -395,7 +395,7 @@ def _stream_classes():
         cls = class_from(module, name)
         if (cls is not None and not _flags(cls) & _BASETYPE
                 and type.__dict__["__basicsize__"].__get__(cls, type) == basicsize
-                and (kind.startswith("lzma") or HEAP_BLOCKS[2])):
+                and (kind.startswith("lzma") or (HEAP_BLOCKS is not None and HEAP_BLOCKS[2]))):
             out.append((kind, cls))
     return out
 

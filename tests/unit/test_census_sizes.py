@@ -64,3 +64,19 @@ def test_plain_classes_only() -> None:
     assert kinds.get(id(type("Late", (), {}))) is None  # made after: not known
     for builtin_based in others:
         assert id(builtin_based) not in kinds
+
+
+@pytest.mark.parametrize("flags", [["-X", "dev"], ["-X", "dev", "-W", "error"]])
+def test_the_native_classes_are_found_under_the_debug_allocator(flags: list[str]) -> None:
+    """``-X dev`` puts the debug hooks on the allocators: no block model (sizes.HEAP_BLOCKS is
+    None), so no glibc chunk is read (bz2's streams are not sized), and lzma's counts still are
+    (liblzma's own): a dev-mode worker's inspection failed in native_types."""
+    import subprocess
+    from pathlib import Path
+
+    code = ("import bz2, lzma, zlib; from leakhound.payload import sizes; "
+            "assert sizes.HEAP_BLOCKS is None; kinds, bases = sizes.native_types(); "
+            "assert 'lzma_compressor' in bases and 'bz2_compressor' not in bases, sorted(bases)")
+    done = subprocess.run([sys.executable, *flags, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
