@@ -45,6 +45,9 @@ PyObject *dict_descr;         /* type.__dict__["__dict__"] */
 PyObject *array_type;         /* array.array */
 PyObject *code_type;          /* types.CodeType */
 int inline_values_dicts;
+/* 3.10: an instance's split dict's keys are met in every instance's dict (one reference, the
+ * class's keys): a leaf can be met more often than its references (_graph_walk.c pending_resolve) */
+int split_keys_met;
 /* The names of the code type's member descriptors for what a code object holds (see
  * code_referents): code objects are not gc-tracked, gc.get_referents lists none of it. */
 PyObject *code_members;       /* tuple of str */
@@ -1051,6 +1054,7 @@ PyInit__walk(void)
         return NULL;
     }
     inline_values_dicts = mi == 13;
+    split_keys_met = mi == 10;
     if (sizeof_name == NULL) {
         sizeof_name = PyUnicode_InternFromString("__sizeof__");
         if (sizeof_name == NULL)

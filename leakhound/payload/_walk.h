@@ -54,6 +54,7 @@ extern PyObject *code_type;          /* types.CodeType */
  * and its type's traverse does not visit that dict while the inline values are valid: it
  * is one of the object's referents all the same (referents_of adds it: Walk.added_dict). */
 extern int inline_values_dicts;
+extern int split_keys_met;
 #define MANAGED_DICT_FLAG (1UL << 4)  /* Py_TPFLAGS_MANAGED_DICT, 3.11-3.13 */
 /* The names of the code type's member descriptors for what a code object holds (see
  * code_referents): code objects are not gc-tracked, gc.get_referents lists none of it. */

@@ -125,6 +125,8 @@ _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 # and types met later (what back-references are known by: passes.py). 50,000 were ~5 MiB
 # more in the target on the 4.8M-object heap, a fifth of what the inspection cost it.
 _MAX_LABELS = 20000
+# 3.10: a split dict's keys are met in every instance's dict (graph._resolve)
+_SPLIT_KEYS_MET = sys.version_info < (3, 11)
 _MAX_KEY_LABELS = 15000
 _BIG_DICT = 2048  # _walk.h's BIG_CONTAINER / 2: read in slices there
 _CHECK_EVERY = 0x7FF
@@ -434,8 +436,10 @@ class Graph(object):
         owners, _left, size, t = p
         if len(owners) == 1:
             # met again (more often than its references: a 3.10 split dict's keys are the
-            # class's, one reference for every instance's dict), it is left out (given)
-            self.given_leaves.add(address)
+            # class's, one reference for every instance's dict), it is left out (given); only
+            # on 3.10, and only a str can be such a key (as _graph_walk.c's pending_resolve)
+            if _SPLIT_KEYS_MET and t == self.type_index.get(id(str)):
+                self.given_leaves.add(address)
             if owners[0] == current:
                 return size
             self.sizes[owners[0]] += size
