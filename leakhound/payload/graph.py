@@ -125,9 +125,9 @@ _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 # and types met later (what back-references are known by: passes.py). 50,000 were ~5 MiB
 # more in the target on the 4.8M-object heap, a fifth of what the inspection cost it.
 _MAX_LABELS = 20000
-# 3.10: a split dict's keys are met in every instance's dict (graph._resolve)
-_SPLIT_KEYS_MET = sys.version_info < (3, 11)
 _MAX_KEY_LABELS = 15000
+# 3.10: a split dict's keys are met in every instance's dict (Graph._resolve)
+_SPLIT_KEYS_MET = sys.version_info < (3, 11)
 _BIG_DICT = 2048  # _walk.h's BIG_CONTAINER / 2: read in slices there
 _CHECK_EVERY = 0x7FF
 # Units of work (a container, a referent) per call into the compiled walk: ~1 ms of CPU (the
