@@ -404,22 +404,8 @@ def _heap_ranges():
     """This process's heap, as stream_state_bytes reads it: (start, end, main) uint64 triples,
     sorted, of the main arena's mapping ([heap]) and the anonymous writable ones (glibc's other
     arenas, its mmapped chunks), from /proc/self/maps."""
-    ranges = []
-    try:
-        with open("/proc/self/maps", "rb") as fh:
-            text = fh.read(_MAPS_LIMIT)
-    except OSError:
-        return b""
-    for line in text.split(b"\n"):
-        fields = line.split(None, 5)
-        if len(fields) < 5 or not fields[1].startswith(b"rw") or (len(fields) == 6 and fields[5] != b"[heap]"):
-            continue
-        low, _sep, high = fields[0].partition(b"-")
-        try:
-            ranges.append((int(low, 16), int(high, 16), len(fields) == 6))
-        except ValueError:
-            continue
-    ranges.sort()
+    ranges = sorted((low, high, path == b"[heap]") for low, high, perms, path in _mappings()
+                    if perms.startswith(b"rw") and path in (None, b"[heap]"))
     return array.array("Q", [value for triple in ranges for value in triple]).tobytes()
 
 
@@ -626,26 +612,36 @@ _READ_THROUGH_ONLY = ("arrow_buffer",)
 _MAPS_LIMIT = 16 << 20
 
 
+def _mappings():
+    """(start, end, permissions, path or None) of each of this process's mappings, from
+    /proc/self/maps (the kernel's text, read once and bounded); none where it cannot be read."""
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            text = fh.read(_MAPS_LIMIT)
+    except OSError:
+        return
+    for line in text.split(b"\n"):
+        fields = line.split(None, 5)
+        if len(fields) < 5:
+            continue
+        low, _sep, high = fields[0].partition(b"-")
+        try:
+            start, end = int(low, 16), int(high, 16)
+        except ValueError:
+            continue
+        yield start, end, fields[1], fields[5] if len(fields) == 6 else None
+
+
 def _file_backed_ranges():
     """(starts, ends) of this process's mappings of files, sorted, from /proc/self/maps (the
     kernel's text): an Arrow table read from a file it memory-maps (a ``datasets`` cache) has
     its buffers there, the page cache's, not Arrow's pool's, however big the file."""
     starts = []  # type: list
     ends = []  # type: list
-    try:
-        with open("/proc/self/maps", "rb") as fh:
-            text = fh.read(_MAPS_LIMIT)
-    except OSError:
-        return starts, ends
-    for line in text.split(b"\n"):
-        fields = line.split(None, 5)
-        if len(fields) == 6 and fields[5].startswith(b"/"):
-            low, _sep, high = fields[0].partition(b"-")
-            try:
-                starts.append(int(low, 16))
-                ends.append(int(high, 16))
-            except ValueError:
-                continue
+    for start, end, _perms, path in _mappings():
+        if path is not None and path.startswith(b"/"):
+            starts.append(start)
+            ends.append(end)
     return starts, ends
 
 
