@@ -37,7 +37,9 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     malloc_free = arena.malloc_free_bytes
     trimmable = arena.trimmable_bytes
     stacks = snapshot.process.stack_bytes
-    files = snapshot.process.file_mapped_bytes
+    # mmaps' pages in mapped files or shared maps are in native buffers (under their owners):
+    # counted there once
+    files = max(0, snapshot.process.file_mapped_bytes - snapshot.heap.native_mapped_bytes)
     rest = rss - live - native - pymalloc_free - malloc_free - stacks - files
     rows = [
         LedgerRow(
@@ -59,7 +61,8 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     if stacks:
         rows.append(LedgerRow("thread stacks", stacks, stacks / rss, "resident, from /proc/PID/pagemap"))
     if files:
-        rows.append(LedgerRow("mapped files", files, files / rss, "executable, libraries, mmapped files"))
+        rows.append(LedgerRow("mapped files", files, files / rss,
+                              "executable, libraries, mmapped files (an mmap object's: in native buffers)"))
     if rest >= 0:
         rows.append(LedgerRow("other", rest, rest / rss,
                               "interpreter, C" if stacks or files else "interpreter, C, stacks"))

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE 1  /* process_vm_readv */
 #endif
 #include <dlfcn.h>
+#include <fcntl.h>
 
 #include "_walk.h"
 
@@ -950,6 +951,66 @@ atexit_callbacks(PyObject *module, PyObject *ncallbacks)
     return out;
 }
 
+/* The resident bytes of an mmap.mmap's mapping: the pages of it this process has in RAM, from
+ * /proc/self/pagemap (bit 63: present), which is what unmapping it takes off the RSS. Its
+ * length alone (what it was sized by) is the address space: a memory-mapped file of GBs read
+ * in a few places (numpy.memmap, np.load(mmap_mode=...)), or an anonymous map never written,
+ * holds a fraction of it. The mapping's address is read from the object (CPython's
+ * mmap_object: ``data``, then ``size``, right after the object's header, 3.8-3.13), trusted
+ * only where ``size`` is the length the object's own __len__ gave and ``data`` a page's
+ * start; the address is only an index into pagemap, never read through. The reads release
+ * the GIL (the map may be closed meanwhile: its pages then read as absent). -1 where it
+ * cannot be read (another layout, no pagemap: a seccomp profile or an old kernel), or the map
+ * is over MAPPED_MAX_PAGES (its length is counted then). */
+#define MAPPED_MAX_PAGES ((uint64_t)1 << 22)
+#define MAPPED_CHUNK 1024
+
+PyDoc_STRVAR(mapped_resident_doc,
+"mapped_resident(mmap, length, basicsize) -> (resident bytes of its mapping, its address), or (-1, 0)\n\n"
+"``length``: len(mmap), read through mmap's own __len__; ``basicsize``: its class's\n"
+"__basicsize__ (the fields read are inside it). Runs no Python code.");
+
+static PyObject *
+mapped_resident(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *obj;
+    Py_ssize_t length, basicsize;
+    if (!PyArg_ParseTuple(args, "Onn:mapped_resident", &obj, &length, &basicsize))
+        return NULL;
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || length <= 0 || sizeof(void *) != 8
+        || basicsize < (Py_ssize_t)(sizeof(PyObject) + 2 * sizeof(void *)))
+        return Py_BuildValue("(ii)", length == 0 ? 0 : -1, 0);
+    uintptr_t data = *(const uintptr_t *)((const char *)obj + sizeof(PyObject));
+    Py_ssize_t size = *(const Py_ssize_t *)((const char *)obj + sizeof(PyObject) + sizeof(void *));
+    uint64_t pages = ((uint64_t)length + (uint64_t)page - 1) / (uint64_t)page;
+    if (data == 0 || data % (uintptr_t)page != 0 || size != length || pages > MAPPED_MAX_PAGES)
+        return Py_BuildValue("(ii)", -1, 0);
+    long long resident = -1;
+    Py_BEGIN_ALLOW_THREADS
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        uint64_t entries[MAPPED_CHUNK], first = data / (uintptr_t)page, done = 0, present = 0;
+        while (done < pages) {
+            uint64_t want = pages - done < MAPPED_CHUNK ? pages - done : MAPPED_CHUNK;
+            ssize_t got = pread(fd, entries, want * 8, (off_t)((first + done) * 8));
+            if (got != (ssize_t)(want * 8))
+                break;
+            for (uint64_t k = 0; k < want; k++)
+                present += entries[k] >> 63;
+            done += want;
+        }
+        close(fd);
+        if (done == pages) {
+            resident = (long long)(present * (uint64_t)page);
+            if (resident > (long long)length)
+                resident = (long long)length;  /* the last page, partly the map's */
+        }
+    }
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(LK)", resident, (unsigned long long)(resident < 0 ? 0 : data));
+}
+
 static PyMethodDef walk_methods[] = {
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
@@ -961,6 +1022,7 @@ static PyMethodDef walk_methods[] = {
     {"zlib_state_blocks", zlib_state_blocks, METH_VARARGS, zlib_state_blocks_doc},
     {"stream_state_bytes", stream_state_bytes, METH_VARARGS, stream_state_bytes_doc},
     {"atexit_callbacks", atexit_callbacks, METH_O, atexit_callbacks_doc},
+    {"mapped_resident", mapped_resident, METH_VARARGS, mapped_resident_doc},
     {NULL, NULL, 0, NULL},
 };
 

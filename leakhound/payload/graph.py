@@ -78,6 +78,7 @@ from .sizes import (
     class_from,
     for_compiled_walk,
     instance_values_bytes,
+    mapped_native_bytes,
     native_codes,
     native_extra,
     native_types,
@@ -959,6 +960,7 @@ class CompiledGraph(Graph):
         counts, sizes, objects, total, native = _walk_module.graph_tallies(self.store)
         return {"counts": array.array("q", counts), "bytes": array.array("q", sizes), "names": self.type_names,
                 "objects": objects, "total_bytes": total, "native_bytes": native,
+                "native_mapped_bytes": mapped_native_bytes(self.native_bases),
                 "tracked": _walk_module.graph_info(self.store)[2]}
 
     def _release(self):

@@ -11,7 +11,7 @@ collector does not show, for an allowlist of types (and their subclasses) only:
   array's ``__sizeof__`` already counts its data) and an object array's elements;
 - ``torch`` tensors (``torch._C.TensorBase``): the bytes of their CPU storage, once per storage
   however many tensors view it;
-- ``mmap.mmap``: the length of the mapping;
+- ``mmap.mmap``: the pages of its mapping in RAM (its length where they cannot be read);
 - Pillow's ``ImagingCore`` (an ``Image``'s ``_im``/``im``): its pixel memory;
 - pandas: through its arrays (a DataFrame's blocks hold ndarrays and extension arrays);
 - 3.11+ instances of plain classes: their attribute values array, which ``sys.getsizeof``
@@ -446,6 +446,9 @@ def native_types(tick=None):
             out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
     if "arrow_array" in bases:
         bases["arrow_files"] = _file_backed_ranges()
+    if "mmap" in bases:
+        # [bytes of mmaps in mappings with a path, those mappings (read at the first mmap)]
+        bases["mapped"] = [0, None]
     if any(kind in bases for kind in _STREAM_KINDS):
         bases["heap_ranges"] = _heap_ranges()
     if sys.version_info >= (3, 11):
@@ -696,6 +699,31 @@ def _arrow_bytes(kind, obj, bases, seen_buffers):
     return total
 
 
+def _mapped_bytes(obj, length, bases):
+    """An mmap's bytes: the pages of its mapping in RAM (what unmapping it takes off the RSS;
+    _walk.c mapped_resident), its length where they cannot be read. Those in a mapping with a
+    path (a file, or ``/dev/zero (deleted)``: an anonymous shared map) are in the ledger's
+    "mapped files" too: tallied in ``bases["mapped"]`` (native_types), which it takes them from."""
+    resident, address = -1, 0
+    if _compiled_walk is not None and hasattr(_compiled_walk, "mapped_resident"):
+        basicsize = type.__dict__["__basicsize__"].__get__(type(obj), type)
+        resident, address = _compiled_walk.mapped_resident(obj, length, basicsize)
+    tally = bases.get("mapped")
+    if tally is not None and resident > 0:
+        if tally[1] is None:
+            tally[1] = _file_backed_ranges()  # read once a walk, at its first mmap
+        if _in_ranges(address, tally[1]):
+            tally[0] += resident
+    return length if resident < 0 else resident
+
+
+def mapped_native_bytes(bases):
+    """Of a walk's native bytes (``bases``: its native_types()'s), those of mmaps in a mapping
+    with a path (_mapped_bytes)."""
+    tally = (bases or {}).get("mapped")
+    return tally[0] if tally is not None else 0
+
+
 def isinstance_of(obj, cls):
     """Whether ``cls`` is in the MRO of obj's type (never the object's own ``__class__``)."""
     return cls in type.__dict__["__mro__"].__get__(type(obj), type)
@@ -756,7 +784,9 @@ def native_extra(obj, native, bases, seen_buffers):
             return 0, [value for value in held if value is not None]
         if kind == "mmap":
             length = _call(cls, "__len__", obj)  # the slot wrapper: mmap's C length
-            return (length if 0 <= length <= MAX_OBJECT_BYTES else 0), []
+            if not 0 <= length <= MAX_OBJECT_BYTES:
+                return 0, []
+            return _mapped_bytes(obj, length, bases), []
         if kind == "ctypes":
             # A buffer the object owns (``_b_needsfree_``; one made over another object's
             # memory, ``from_buffer``, does not), its size read by _ctypes.sizeof (a C

@@ -86,6 +86,27 @@ def test_an_anonymous_mmap_is_its_length(tmp_path: Path, version: str) -> None:
 
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
 @pytest.mark.parametrize("owner_model", ["census", "dominator"])
+def test_a_mapped_file_is_its_pages_in_ram(tmp_path: Path, version: str, owner_model: str) -> None:
+    """A 256 MiB memory-mapped file read in one page of 64 holds the pages it has in RAM, not
+    its length (which made it owner #1 over a 40 MB cache that is): the map is what the kernel's
+    smaps says of its mapping, and the ledger counts those pages once (native buffers, not
+    mapped files too)."""
+    with spawn_target("native_buffers", tmp_path, python=installed_pythons()[version],
+                      env={"SHAPE": "mmap_file"}, timeout=120) as child:
+        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
+                       owners=Owners(owner_model)).snapshot
+        truth = child.report()["truth"]
+    owners = {o.path: o.retained_bytes for o in snap.owners}
+    assert snap.owners[0].path == "__main__.CACHE", owners
+    assert within(snap.owners[0].retained_bytes, truth["bytes"]), (owners, truth)
+    assert truth["map_bytes"] and within(owners["__main__.MAP"], truth["map_bytes"]), (owners, truth)
+    assert within(snap.heap.native_mapped_bytes, truth["map_bytes"]), (snap.heap.native_mapped_bytes, truth)
+    rows = {row.name: row.bytes for row in ledger(snap)}
+    assert rows["mapped files"] <= snap.process.file_mapped_bytes - 0.9 * truth["map_bytes"], (rows, truth)
+
+
+@pytest.mark.parametrize("version", MMAP_VERSIONS)
+@pytest.mark.parametrize("owner_model", ["census", "dominator"])
 def test_a_ctypes_buffer_is_its_size(tmp_path: Path, version: str, owner_model: str) -> None:
     """``sys.getsizeof(create_string_buffer(200000))`` is 136: the buffer the object owns is
     its ``b_size`` (a view made ``from_buffer`` owns none)."""

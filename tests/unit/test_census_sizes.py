@@ -80,3 +80,22 @@ def test_the_native_classes_are_found_under_the_debug_allocator(flags: list[str]
     done = subprocess.run([sys.executable, *flags, "-c", code], cwd=Path(__file__).resolve().parents[2],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_an_mmap_is_its_pages_in_ram_and_those_with_a_path_are_tallied() -> None:
+    """An mmap counts the pages of its mapping this process has in RAM (pagemap), not its
+    length; those of a mapping with a path (an anonymous shared map is ``/dev/zero (deleted)``)
+    are tallied apart, for the ledger's "mapped files" (counted there too)."""
+    import mmap
+
+    shared = mmap.mmap(-1, 8 << 20)
+    shared.write(b"x" * (3 << 20))
+    private = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_PRIVATE)
+    private.write(b"y" * ((1 << 20) + 1))
+    kinds, bases = sizes.native_types()
+    got_shared, _ = sizes.native_extra(shared, kinds, bases, set())
+    got_private, _ = sizes.native_extra(private, kinds, bases, set())
+    assert (got_shared, got_private) == (3 << 20, (1 << 20) + mmap.PAGESIZE)
+    assert sizes.mapped_native_bytes(bases) == 3 << 20  # the shared map's only: private ones are anonymous
+    shared.close()
+    assert sizes.native_extra(shared, kinds, bases, set())[0] == 0
