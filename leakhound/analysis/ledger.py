@@ -2,12 +2,12 @@
 
 Rows: live Python objects (the census), the native buffers it attributed to owners (torch
 storages, mmaps, Pillow pixels), free space pymalloc keeps inside its arenas, free space glibc
-keeps (and the part of it ``malloc_trim`` can return), thread stacks and file-backed mappings
-(from /proc/PID/pagemap), and the rest of RSS (interpreter and C extension state, allocator
-metadata). When the rows add up to more than RSS, the last row is not "other" but the
-overlap, "counted twice", negative: bytes the worker freed between the walk that counted them
-live and the allocator read that counted them free. A row the snapshot has no number for
-(older snapshots) is left out. Pure arithmetic.
+keeps (and the part of it ``malloc_trim`` can return), tracemalloc's tables while it traces,
+thread stacks and file-backed mappings (from /proc/PID/pagemap), and the rest of RSS
+(interpreter and C extension state, allocator metadata). When the rows add up to more than
+RSS, the last row is not "other" but the overlap, "counted twice", negative: bytes the worker
+freed between the walk that counted them live and the allocator read that counted them free.
+A row the snapshot has no number for (older snapshots) is left out. Pure arithmetic.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from leakhound.model import Snapshot
 
 # The row that takes the place of "other" when the rows above add up to more than RSS.
 COUNTED_TWICE = "counted twice"
+# tracemalloc's own tables while it traces the worker (PYTHONTRACEMALLOC left on)
+TRACEMALLOC = "tracemalloc"
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,12 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     pymalloc_free = arena.pymalloc_free_bytes
     malloc_free = arena.malloc_free_bytes
     trimmable = arena.trimmable_bytes
+    tracing = arena.tracemalloc_bytes
     stacks = snapshot.process.stack_bytes
     # mmaps' pages in mapped files or shared maps are in native buffers (under their owners):
     # counted there once
     files = max(0, snapshot.process.file_mapped_bytes - snapshot.heap.native_mapped_bytes)
-    rest = rss - live - native - pymalloc_free - malloc_free - stacks - files
+    rest = rss - live - native - pymalloc_free - malloc_free - tracing - stacks - files
     rows = [
         LedgerRow(
             "live Python objects",
@@ -58,6 +61,9 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
         LedgerRow("glibc free", malloc_free, malloc_free / rss, "freed, still held by malloc"),
         LedgerRow("  of which trimmable", trimmable, trimmable / rss, "malloc_trim(0) would return it"),
     ]
+    if tracing:
+        rows.append(LedgerRow(TRACEMALLOC, tracing, tracing / rss,
+                              "its traces of every allocation: tracemalloc.stop() frees them"))
     if stacks:
         rows.append(LedgerRow("thread stacks", stacks, stacks / rss, "resident, from /proc/PID/pagemap"))
     if files:

@@ -120,6 +120,8 @@ class ArenaStats:
     pymalloc_in_use_bytes: int = 0
     pymalloc_arenas: int = 0
     malloc_mmapped_bytes: int = 0
+    # tracemalloc's own tables (its traces of every allocation) while it traces; 0 when not
+    tracemalloc_bytes: int = 0
     available: bool = True
     reason: str = ""
 

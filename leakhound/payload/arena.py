@@ -216,6 +216,24 @@ def _tracemalloc_tracing():
         return False
 
 
+def tracemalloc_bytes():
+    """What tracemalloc holds for its traces of every allocation (its own malloc'd tables, in
+    glibc's "in use" and nowhere in the Python heap), 0 when it is not tracing: read through
+    the built-in module's C functions from its dict (no Python code of the target runs)."""
+    module = sys.modules.get("_tracemalloc")
+    functions = getattr(module, "__dict__", None) if type(module) is type(sys) else None
+    if type(functions) is not dict:
+        return 0
+    tracing, memory = functions.get("is_tracing"), functions.get("get_tracemalloc_memory")
+    if not (callable(tracing) and callable(memory)) or {type(tracing).__name__, type(memory).__name__} != {
+            "builtin_function_or_method"}:
+        return 0
+    try:
+        return int(memory()) if tracing() else 0
+    except Exception:
+        return 0
+
+
 def arena_stats():
     """The ``arena`` section of a snapshot (see docs/snapshot-schema.md)."""
     out = {
@@ -246,6 +264,7 @@ def arena_stats():
     else:
         out.update(pym)
     out["reason"] = "; ".join(reasons)
+    out["tracemalloc_bytes"] = tracemalloc_bytes()
     return out
 
 

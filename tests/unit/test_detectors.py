@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from leakhound.analysis.detectors import arena_fragmentation, cyclic_garbage, run_detectors
 from leakhound.analysis.ledger import ledger
-from leakhound.model import ArenaStats, CyclicGarbage, HeapStats, TypeStat
+from leakhound.model import ArenaStats, CyclicGarbage, HeapStats, Snapshot, TypeStat
 from tests.factories import MB, make_snapshot
 
 
@@ -106,3 +106,25 @@ def test_objects_holding_a_c_librarys_memory_are_named_when_other_is_big() -> No
     small = make_snapshot(arena=arena, types=types, heap=HeapStats(objects=1, bytes=290 * MB, census_seconds=1.0,
                                                                      max_pause_ms=1.0))
     assert native_state.detect(small) == []
+
+
+def test_tracemalloc_tracing_is_a_ledger_row_and_a_finding() -> None:
+    """tracemalloc's tables (read in the target) are their own ledger row, out of "other", and a
+    finding: a warning from 64 MiB or 10% of RSS, info under, nothing when it is not tracing."""
+    from leakhound.analysis.detectors import tracemalloc_on
+    from leakhound.analysis.ledger import TRACEMALLOC, ledger
+
+    def with_traces(n: int) -> Snapshot:
+        return make_snapshot(arena=ArenaStats(malloc_in_use_bytes=0, malloc_free_bytes=MB, trimmable_bytes=0,
+                                              pymalloc_free_bytes=MB, tracemalloc_bytes=n))
+
+    snap = with_traces(70 * MB)  # RSS 300 MiB
+    rows = {row.name: row.bytes for row in ledger(snap)}
+    before = {row.name: row.bytes for row in ledger(with_traces(0))}
+    assert rows[TRACEMALLOC] == 70 * MB and TRACEMALLOC not in before
+    assert rows["other"] == before["other"] - 70 * MB
+    (finding,) = tracemalloc_on.detect(snap)
+    assert (finding.severity, finding.bytes, finding.owner) == ("warning", 70 * MB, "<tracemalloc>")
+    assert "tracemalloc.stop()" in finding.summary
+    assert tracemalloc_on.detect(with_traces(2 * MB))[0].severity == "info"
+    assert tracemalloc_on.detect(with_traces(0)) == []

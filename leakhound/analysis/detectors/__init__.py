@@ -17,6 +17,7 @@ from leakhound.analysis.detectors import (
     native_state,
     registry,
     steps,
+    tracemalloc_on,
 )
 from leakhound.analysis.ranking import rank
 from leakhound.model import Finding, Snapshot
@@ -28,6 +29,7 @@ DETECTORS: dict[str, Callable[[Snapshot], list[Finding]]] = {
     registry.KIND: registry.detect,
     intercepts.KIND: intercepts.detect,
     steps.KIND: steps.detect,
+    tracemalloc_on.KIND: tracemalloc_on.detect,
 }
 
 
