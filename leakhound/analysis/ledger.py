@@ -3,6 +3,7 @@
 Rows: live Python objects (the census), the native buffers it attributed to owners (torch
 storages, mmaps, Pillow pixels), free space pymalloc keeps inside its arenas, free space glibc
 keeps (and the part of it ``malloc_trim`` can return), tracemalloc's tables while it traces,
+SQLite's memory by its own count,
 thread stacks and file-backed mappings (from /proc/PID/pagemap), and the rest of RSS
 (interpreter and C extension state, allocator metadata). When the rows add up to more than
 RSS, the last row is not "other" but the overlap, "counted twice", negative: bytes the worker
@@ -20,6 +21,8 @@ from leakhound.model import Snapshot
 COUNTED_TWICE = "counted twice"
 # tracemalloc's own tables while it traces the worker (PYTHONTRACEMALLOC left on)
 TRACEMALLOC = "tracemalloc"
+# SQLite's own memory (every connection's), by its own count
+SQLITE = "SQLite"
 
 
 @dataclass(frozen=True)
@@ -39,11 +42,12 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     malloc_free = arena.malloc_free_bytes
     trimmable = arena.trimmable_bytes
     tracing = arena.tracemalloc_bytes
+    sqlite = arena.sqlite_bytes
     stacks = snapshot.process.stack_bytes
     # mmaps' pages in mapped files or shared maps are in native buffers (under their owners):
     # counted there once
     files = max(0, snapshot.process.file_mapped_bytes - snapshot.heap.native_mapped_bytes)
-    rest = rss - live - native - pymalloc_free - malloc_free - tracing - stacks - files
+    rest = rss - live - native - pymalloc_free - malloc_free - tracing - sqlite - stacks - files
     rows = [
         LedgerRow(
             "live Python objects",
@@ -64,6 +68,9 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     if tracing:
         rows.append(LedgerRow(TRACEMALLOC, tracing, tracing / rss,
                               "its traces of every allocation: tracemalloc.stop() frees them"))
+    if sqlite:
+        rows.append(LedgerRow(SQLITE, sqlite, sqlite / rss,
+                              "its connections' page caches, schemas, statements: sqlite3_memory_used()"))
     if stacks:
         rows.append(LedgerRow("thread stacks", stacks, stacks / rss, "resident, from /proc/PID/pagemap"))
     if files:

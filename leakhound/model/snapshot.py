@@ -122,6 +122,8 @@ class ArenaStats:
     malloc_mmapped_bytes: int = 0
     # tracemalloc's own tables (its traces of every allocation) while it traces; 0 when not
     tracemalloc_bytes: int = 0
+    # SQLite's own count of what it holds (sqlite3_memory_used), where sqlite3 is loaded; 0 when not
+    sqlite_bytes: int = 0
     available: bool = True
     reason: str = ""
 

@@ -951,6 +951,46 @@ atexit_callbacks(PyObject *module, PyObject *ncallbacks)
     return out;
 }
 
+/* SQLite's own count of the memory it holds (sqlite3_memory_used: every connection's page
+ * cache, schema and statements, through its allocator), from the SQLite already loaded: the
+ * system's libsqlite3 (CPython's _sqlite3 links it) or, where _sqlite3 has it built in, that
+ * module's own (``module_file``). Nothing is loaded (RTLD_NOLOAD). Called with the GIL released
+ * (it takes SQLite's memory mutex for a moment). -1 where there is none, or its count is off
+ * (SQLITE_DEFAULT_MEMSTATUS=0 builds say 0). */
+typedef long long (*sqlite_used_fn)(void);
+
+PyDoc_STRVAR(sqlite_memory_used_doc,
+"sqlite_memory_used(module_file) -> bytes, or -1\n\n"
+"``module_file``: _sqlite3's file (a str), or None. Runs no Python code.");
+
+static PyObject *
+sqlite_memory_used(PyObject *Py_UNUSED(module), PyObject *module_file)
+{
+    sqlite_used_fn used = NULL;
+    const char *names[2] = {"libsqlite3.so.0", NULL};
+    if (PyUnicode_Check(module_file)) {
+        names[1] = PyUnicode_AsUTF8AndSize(module_file, NULL);
+        if (names[1] == NULL)
+            return NULL;
+    }
+    for (int k = 0; k < 2 && used == NULL; k++) {
+        if (names[k] == NULL)
+            continue;
+        void *lib = dlopen(names[k], RTLD_NOW | RTLD_NOLOAD);
+        if (lib != NULL) {
+            used = (sqlite_used_fn)dlsym(lib, "sqlite3_memory_used");
+            dlclose(lib);  /* the module's reference keeps it loaded */
+        }
+    }
+    if (used == NULL)
+        return PyLong_FromLong(-1);
+    long long bytes;
+    Py_BEGIN_ALLOW_THREADS
+    bytes = used();
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLongLong(bytes > 0 ? bytes : -1);
+}
+
 /* The resident bytes of an mmap.mmap's mapping: the pages of it this process has in RAM, from
  * /proc/self/pagemap (bit 63: present), which is what unmapping it takes off the RSS. Its
  * length alone (what it was sized by) is the address space: a memory-mapped file of GBs read
@@ -1023,6 +1063,7 @@ static PyMethodDef walk_methods[] = {
     {"stream_state_bytes", stream_state_bytes, METH_VARARGS, stream_state_bytes_doc},
     {"atexit_callbacks", atexit_callbacks, METH_O, atexit_callbacks_doc},
     {"mapped_resident", mapped_resident, METH_VARARGS, mapped_resident_doc},
+    {"sqlite_memory_used", sqlite_memory_used, METH_O, sqlite_memory_used_doc},
     {NULL, NULL, 0, NULL},
 };
 

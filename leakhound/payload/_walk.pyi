@@ -61,6 +61,7 @@ def zlib_state_blocks(obj: object, zlib_type: type, basicsize: int, kind: int, /
     """The blocks of a zlib stream object's C state (1: Compress, 2: Decompress, 3:
     _ZlibDecompressor); None where it is ended or its layout is not the one read."""
 
+def sqlite_memory_used(module_file: str | None, /) -> int: ...
 def mapped_resident(mmap: object, length: int, basicsize: int, /) -> tuple[int, int]: ...
 def atexit_callbacks(ncallbacks: object, /) -> list[object] | None:
     """The interpreter's atexit callbacks (as many as ``ncallbacks()``, atexit's C function), a

@@ -234,6 +234,20 @@ def tracemalloc_bytes():
         return 0
 
 
+def sqlite_bytes():
+    """SQLite's own count of what it holds (_walk.c sqlite_memory_used: every connection's page
+    cache, schema and statements), where the sqlite3 module is loaded; 0 where it is not, or
+    SQLite keeps no count."""
+    module = sys.modules.get("_sqlite3")
+    if module is None or type(module) is not type(sys) or _native is None or not hasattr(_native, "sqlite_memory_used"):
+        return 0
+    path = module.__dict__.get("__file__")
+    try:
+        return max(0, _native.sqlite_memory_used(path if type(path) is str else None))
+    except Exception:
+        return 0
+
+
 def arena_stats():
     """The ``arena`` section of a snapshot (see docs/snapshot-schema.md)."""
     out = {
@@ -265,6 +279,7 @@ def arena_stats():
         out.update(pym)
     out["reason"] = "; ".join(reasons)
     out["tracemalloc_bytes"] = tracemalloc_bytes()
+    out["sqlite_bytes"] = sqlite_bytes()
     return out
 
 

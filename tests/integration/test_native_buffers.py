@@ -126,6 +126,24 @@ def test_tracemalloc_tracing_the_worker_is_its_own_ledger_row_and_a_finding(tmp_
 
 
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
+def test_sqlites_memory_is_its_own_count_in_the_ledger_and_the_finding(tmp_path: Path, version: str) -> None:
+    """100 sqlite3 connections hold ~70 MB of SQLite's page caches that no Python size counts
+    (they were "other" and a finding with no bytes): SQLite's own count, read in the target, is
+    the ledger's "SQLite" row and the native_state finding's bytes, against what freeing the
+    connections returns (measured by the target in a forked child)."""
+    with spawn_target("native_buffers", tmp_path, python=installed_pythons()[version],
+                      env={"SHAPE": "sqlite"}, timeout=120) as child:
+        snap = analyse(capture(child.pid, request=RequestOptions(timeout=120), top=10).snapshot)
+        truth = child.report()["truth"]
+    assert within(snap.arena.sqlite_bytes, truth["bytes"]), (snap.arena.sqlite_bytes, truth)
+    rows = {row.name: row.bytes for row in ledger(snap)}
+    assert rows["SQLite"] == snap.arena.sqlite_bytes, rows
+    (finding,) = [f for f in snap.findings if f.kind == "native_state"]
+    assert finding.bytes == snap.arena.sqlite_bytes and "SQLite's own count" in finding.summary, finding
+    assert finding.summary.endswith("--why sqlite3.Connection")
+
+
+@pytest.mark.parametrize("version", MMAP_VERSIONS)
 @pytest.mark.parametrize("owner_model", ["census", "dominator"])
 def test_a_ctypes_buffer_is_its_size(tmp_path: Path, version: str, owner_model: str) -> None:
     """``sys.getsizeof(create_string_buffer(200000))`` is 136: the buffer the object owns is
