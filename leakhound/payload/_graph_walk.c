@@ -1951,6 +1951,8 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
             *size += extra;
             g->native_bytes += extra;
         }
+        else if (extra < 0 && *size + extra >= 0)
+            *size += extra;  /* of its own size, what is not in RAM (sizes.py _untouched_data) */
     }
     else if (code >= 2) {
         *size += instance_values_bytes(obj, traverse, code);

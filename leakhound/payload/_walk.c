@@ -991,20 +991,77 @@ sqlite_memory_used(PyObject *Py_UNUSED(module), PyObject *module_file)
     return PyLong_FromLongLong(bytes > 0 ? bytes : -1);
 }
 
-/* The resident bytes of an mmap.mmap's mapping: the pages of it this process has in RAM, from
- * /proc/self/pagemap (bit 63: present), which is what unmapping it takes off the RSS. Its
- * length alone (what it was sized by) is the address space: a memory-mapped file of GBs read
- * in a few places (numpy.memmap, np.load(mmap_mode=...)), or an anonymous map never written,
- * holds a fraction of it. The mapping's address is read from the object (CPython's
- * mmap_object: ``data``, then ``size``, right after the object's header, 3.8-3.13), trusted
- * only where ``size`` is the length the object's own __len__ gave and ``data`` a page's
- * start; the address is only an index into pagemap, never read through. The reads release
- * the GIL (the map may be closed meanwhile: its pages then read as absent). -1 where it
- * cannot be read (another layout, no pagemap: a seccomp profile or an old kernel), or the map
- * is over MAPPED_MAX_PAGES (its length is counted then). */
-#define MAPPED_MAX_PAGES ((uint64_t)1 << 22)
-#define MAPPED_CHUNK 1024
+/* The bytes of [start, start + length) on pages this process has in RAM, from
+ * /proc/self/pagemap (bit 63: present): what freeing a buffer of that range takes off the
+ * RSS. Called with the GIL released: the address is only an index into pagemap, never read
+ * through (a range freed meanwhile reads as absent). -1 where pagemap cannot be read (a
+ * seccomp profile, an old kernel) or the range is over RESIDENT_MAX_PAGES. */
+#define RESIDENT_MAX_PAGES ((uint64_t)1 << 22)
+#define RESIDENT_CHUNK 1024
 
+static long long
+count_resident(uintptr_t start, uint64_t length)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || length == 0)
+        return length == 0 ? 0 : -1;
+    uint64_t first = start / (uint64_t)page, last = (start + length - 1) / (uint64_t)page;
+    uint64_t pages = last - first + 1;
+    if (pages > RESIDENT_MAX_PAGES)
+        return -1;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    uint64_t entries[RESIDENT_CHUNK], done = 0;
+    long long bytes = 0;
+    while (done < pages) {
+        uint64_t want = pages - done < RESIDENT_CHUNK ? pages - done : RESIDENT_CHUNK;
+        if (pread(fd, entries, want * 8, (off_t)((first + done) * 8)) != (ssize_t)(want * 8))
+            break;
+        for (uint64_t k = 0; k < want; k++) {
+            if (!(entries[k] >> 63))
+                continue;
+            /* the part of this page in the range (the first and last may be partly outside) */
+            uint64_t low = (first + done + k) * (uint64_t)page, high = low + (uint64_t)page;
+            if (low < start)
+                low = start;
+            if (high > start + length)
+                high = start + length;
+            bytes += (long long)(high - low);
+        }
+        done += want;
+    }
+    close(fd);
+    return done == pages ? bytes : -1;
+}
+
+PyDoc_STRVAR(resident_bytes_doc,
+"resident_bytes(address, length) -> the bytes of that range in RAM, or -1\n\n"
+"Reads /proc/self/pagemap with the GIL released; never reads the range itself.");
+
+static PyObject *
+resident_bytes(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    unsigned long long address, length;
+    if (!PyArg_ParseTuple(args, "KK:resident_bytes", &address, &length))
+        return NULL;
+    if (sizeof(void *) != 8 || address == 0 || length > ((unsigned long long)1 << 46))
+        return PyLong_FromLong(-1);
+    long long bytes;
+    Py_BEGIN_ALLOW_THREADS
+    bytes = count_resident((uintptr_t)address, (uint64_t)length);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLongLong(bytes);
+}
+
+/* The resident bytes of an mmap.mmap's mapping (count_resident): what unmapping it takes off
+ * the RSS. Its length alone (what it was sized by) is the address space: a memory-mapped file
+ * of GBs read in a few places (numpy.memmap, np.load(mmap_mode=...)), or an anonymous map
+ * never written, holds a fraction of it. The mapping's address is read from the object
+ * (CPython's mmap_object: ``data``, then ``size``, right after the object's header,
+ * 3.8-3.13), trusted only where ``size`` is the length the object's own __len__ gave and
+ * ``data`` a page's start. (-1, 0) where it cannot be read (another layout, no pagemap) or
+ * the map is over RESIDENT_MAX_PAGES (its length is counted then). */
 PyDoc_STRVAR(mapped_resident_doc,
 "mapped_resident(mmap, length, basicsize) -> (resident bytes of its mapping, its address), or (-1, 0)\n\n"
 "``length``: len(mmap), read through mmap's own __len__; ``basicsize``: its class's\n"
@@ -1023,30 +1080,11 @@ mapped_resident(PyObject *Py_UNUSED(module), PyObject *args)
         return Py_BuildValue("(ii)", length == 0 ? 0 : -1, 0);
     uintptr_t data = *(const uintptr_t *)((const char *)obj + sizeof(PyObject));
     Py_ssize_t size = *(const Py_ssize_t *)((const char *)obj + sizeof(PyObject) + sizeof(void *));
-    uint64_t pages = ((uint64_t)length + (uint64_t)page - 1) / (uint64_t)page;
-    if (data == 0 || data % (uintptr_t)page != 0 || size != length || pages > MAPPED_MAX_PAGES)
+    if (data == 0 || data % (uintptr_t)page != 0 || size != length)
         return Py_BuildValue("(ii)", -1, 0);
-    long long resident = -1;
+    long long resident;
     Py_BEGIN_ALLOW_THREADS
-    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        uint64_t entries[MAPPED_CHUNK], first = data / (uintptr_t)page, done = 0, present = 0;
-        while (done < pages) {
-            uint64_t want = pages - done < MAPPED_CHUNK ? pages - done : MAPPED_CHUNK;
-            ssize_t got = pread(fd, entries, want * 8, (off_t)((first + done) * 8));
-            if (got != (ssize_t)(want * 8))
-                break;
-            for (uint64_t k = 0; k < want; k++)
-                present += entries[k] >> 63;
-            done += want;
-        }
-        close(fd);
-        if (done == pages) {
-            resident = (long long)(present * (uint64_t)page);
-            if (resident > (long long)length)
-                resident = (long long)length;  /* the last page, partly the map's */
-        }
-    }
+    resident = count_resident(data, (uint64_t)length);
     Py_END_ALLOW_THREADS
     return Py_BuildValue("(LK)", resident, (unsigned long long)(resident < 0 ? 0 : data));
 }
@@ -1063,6 +1101,7 @@ static PyMethodDef walk_methods[] = {
     {"stream_state_bytes", stream_state_bytes, METH_VARARGS, stream_state_bytes_doc},
     {"atexit_callbacks", atexit_callbacks, METH_O, atexit_callbacks_doc},
     {"mapped_resident", mapped_resident, METH_VARARGS, mapped_resident_doc},
+    {"resident_bytes", resident_bytes, METH_VARARGS, resident_bytes_doc},
     {"sqlite_memory_used", sqlite_memory_used, METH_O, sqlite_memory_used_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -339,9 +339,10 @@ class ClaimWalk(object):
             obj = found.pop()
             extra, refs = native_extra(obj, self._native_kinds, self._native_bases, self._native_seen)
             if extra:
+                # (negative: of the object's own size, what is not in RAM; sizes._untouched_data)
                 types.bytes[types.slot(type(obj))] += extra
                 added_bytes += extra
-                self.native_bytes += extra
+                self.native_bytes += max(0, extra)
             if compiled:
                 held.extend(refs)
                 continue

@@ -106,6 +106,26 @@ def test_a_mapped_file_is_its_pages_in_ram(tmp_path: Path, version: str, owner_m
     assert rows["mapped files"] <= snap.process.file_mapped_bytes - 0.9 * truth["map_bytes"], (rows, truth)
 
 
+@pytest.mark.parametrize("version", ["3.11", "3.12", "3.13"])
+@pytest.mark.parametrize("owner_model", ["census", "dominator"])
+def test_a_preallocated_array_is_what_was_written_of_it(tmp_path: Path, version: str, owner_model: str) -> None:
+    """An RL replay buffer made with np.zeros for 1.4 GB and filled 35 MB so far, and an np.empty
+    of 800 MB never written, take that much address space and what was written of RAM: sized
+    by their capacity they were owners #1 and #2 (1.3 GiB, 763 MiB) over the 60 MB cache
+    that was the leak, and "live Python objects" 1720% of RSS. The truth of RAM is the
+    kernel's: the target's RSS grown by making and filling them."""
+    with spawn_target("native_buffers", tmp_path, python=native_python(version), env={"SHAPE": "numpy_prealloc"},
+                      timeout=120) as child:
+        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
+                       owners=Owners(owner_model)).snapshot
+        truth = child.report()["truth"]
+    owners = {o.path: o.retained_bytes for o in snap.owners}
+    assert snap.owners[0].path == "__main__.CACHE" and within(owners["__main__.CACHE"], truth["bytes"]), owners
+    arrays = owners.get("__main__.REPLAY", 0) + owners.get("__main__.EMPTY", 0)
+    assert within(arrays, truth["replay_bytes"]), (owners, truth)
+    assert snap.heap.bytes < snap.process.rss_bytes, (snap.heap.bytes, snap.process.rss_bytes)
+
+
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
 def test_tracemalloc_tracing_the_worker_is_its_own_ledger_row_and_a_finding(tmp_path: Path, version: str) -> None:
     """A worker tracemalloc traces carries its tables (a trace per live allocation): ~70 MiB
