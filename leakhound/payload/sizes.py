@@ -447,8 +447,8 @@ def native_types(tick=None):
             out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
     if "arrow_array" in bases:
         bases["arrow_files"] = _file_backed_ranges()
-    if "mmap" in bases:
-        # [bytes of mmaps in mappings with a path, those mappings (read at the first mmap)]
+    if "mmap" in bases or "tensor" in bases:
+        # [native bytes in mappings with a path, those mappings (read at the first one)]
         bases["mapped"] = [0, None]
     if any(kind in bases for kind in _STREAM_KINDS):
         bases["heap_ranges"] = _heap_ranges()
@@ -709,13 +709,22 @@ def _mapped_bytes(obj, length, bases):
     if _compiled_walk is not None and hasattr(_compiled_walk, "mapped_resident"):
         basicsize = type.__dict__["__basicsize__"].__get__(type(obj), type)
         resident, address = _compiled_walk.mapped_resident(obj, length, basicsize)
-    tally = bases.get("mapped")
-    if tally is not None and resident > 0:
-        if tally[1] is None:
-            tally[1] = _file_backed_ranges()  # read once a walk, at its first mmap
-        if _in_ranges(address, tally[1]):
-            tally[0] += resident
+    if resident > 0:
+        _tally_mapped(bases, address, resident)
     return length if resident < 0 else resident
+
+
+def _tally_mapped(bases, address, size):
+    """``size`` bytes at ``address`` counted as native: tallied in ``bases["mapped"]`` too when
+    they are in a mapping with a path (the ledger's "mapped files" counts them as well): an
+    mmap's pages, a torch storage loaded with ``torch.load(mmap=True)``."""
+    tally = bases.get("mapped")
+    if tally is None or size <= 0:
+        return
+    if tally[1] is None:
+        tally[1] = _file_backed_ranges()  # read once a walk, at the first one
+    if _in_ranges(address, tally[1]):
+        tally[0] += size
 
 
 # A buffer this big or bigger counts its pages in RAM (_in_ram): malloc maps it apart, and
@@ -754,8 +763,8 @@ def _untouched_data(ndarray, obj):
 
 
 def mapped_native_bytes(bases):
-    """Of a walk's native bytes (``bases``: its native_types()'s), those of mmaps in a mapping
-    with a path (_mapped_bytes)."""
+    """Of a walk's native bytes (``bases``: its native_types()'s), those in a mapping with a
+    path (_tally_mapped)."""
     tally = (bases or {}).get("mapped")
     return tally[0] if tally is not None else 0
 
@@ -815,7 +824,9 @@ def native_extra(obj, native, bases, seen_buffers):
             nbytes = _call(storage_base, "nbytes", storage)
             if not 0 <= nbytes <= MAX_OBJECT_BYTES:
                 return 0, []
-            return _in_ram(address, nbytes), []
+            size = _in_ram(address, nbytes)
+            _tally_mapped(bases, address, size)
+            return size, []
         if kind == "instance":
             return instance_values_bytes(obj), []
         if kind == "code":

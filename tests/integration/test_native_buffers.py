@@ -126,6 +126,23 @@ def test_a_preallocated_array_is_what_was_written_of_it(tmp_path: Path, version:
     assert snap.heap.bytes < snap.process.rss_bytes, (snap.heap.bytes, snap.process.rss_bytes)
 
 
+def test_a_checkpoint_loaded_with_mmap_is_its_pages_in_ram_counted_once(tmp_path: Path) -> None:
+    """A torch checkpoint loaded with ``torch.load(mmap=True)`` keeps its storages in the
+    file's mapping: they count the pages of it in RAM (the kernel's smaps ``Rss`` of the
+    mapping) and the ledger's "mapped files" leaves them out (they are native buffers)."""
+    with spawn_target("native_buffers", tmp_path, python=native_python("3.11", torch=True),
+                      env={"SHAPE": "torch_mmap"}, timeout=180) as child:
+        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
+                       owners=Owners("dominator")).snapshot
+        truth = child.report()["truth"]
+    owners = {o.path: o.retained_bytes for o in snap.owners}
+    assert snap.owners[0].path == "__main__.CACHE" and within(owners["__main__.CACHE"], truth["bytes"]), owners
+    assert truth["map_bytes"] and within(owners["__main__.MODEL['w']"], truth["map_bytes"]), (owners, truth)
+    assert within(snap.heap.native_mapped_bytes, truth["map_bytes"]), (snap.heap.native_mapped_bytes, truth)
+    rows = {row.name: row.bytes for row in ledger(snap)}
+    assert rows["mapped files"] <= snap.process.file_mapped_bytes - 0.9 * truth["map_bytes"], (rows, truth)
+
+
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
 def test_tracemalloc_tracing_the_worker_is_its_own_ledger_row_and_a_finding(tmp_path: Path, version: str) -> None:
     """A worker tracemalloc traces carries its tables (a trace per live allocation): ~70 MiB
