@@ -105,7 +105,8 @@ def roots_list(walk, is_stdlib, with_locals):
     modules and their dicts, asyncio's running-task registries, classes, tasks and their
     coroutines, event loops, the other threads' frames and, ``with_locals``, what their
     running frames' locals hold (3.11+: not a frame's referents; read as walk_from_roots
-    does, a frame it cannot read counted in ``unread_frames``)."""
+    does, a frame it cannot read counted in ``unread_frames``), signal handlers and what
+    atexit's callbacks hold."""
     check = walk.clock.check
     found = []  # type: list
     for _name, module, md in modules_in_claim_order(is_stdlib, check):
@@ -132,6 +133,8 @@ def roots_list(walk, is_stdlib, with_locals):
             found.extend(value for _name, value in local_values)
         del local_values
     frame = None
+    found.extend(handler for handler, _name, _kind, _tier in roots.signal_handlers())
+    found.extend(roots.atexit_callbacks(walk.walk_module))
     return found
 
 
@@ -329,6 +332,16 @@ def walk_from_roots(walk, objects, is_stdlib, exclude):
     del frames
     frame = None
     walk.clock.phase("frames")
+    # 7: what the interpreter keeps for the program in C state: signal handlers, by signal,
+    # and atexit's callbacks, one owner (as the graph's owners name them): a closure
+    # registered per connection was ``<held from C: function>``
+    for handler, name, _kind, _tier in roots.signal_handlers():
+        walk.claim_named(name, handler, 2)
+    handler = None
+    callbacks = roots.atexit_callbacks(walk.walk_module)  # (a list of leakhound's: not counted)
+    if callbacks:
+        walk.claim_tree(walk.owner_slot(roots.ATEXIT_OWNER, callbacks), callbacks, root_claimed=True)
+    callbacks = None
     for loop in loops:
         claimed.discard(id(loop))
     walk.claim_tree(wall, loops, root_claimed=True)

@@ -19,7 +19,7 @@ from .census_unreached import referenced_from_outside, still_outside
 from .graph_wire import MAX_LABEL_CHARS
 from .objects import LEAF_TYPE_IDS, SHARED_LEAF, ModuleType, instance_dict, is_payload_name, type_name
 from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
-from .roots import TIER_HELD
+from .roots import ATEXIT_OWNER, TIER_HELD
 from .tasks import c_future_class, context_variables, task_context
 from .tracked import among, made_after, tracked_objects
 
@@ -102,9 +102,6 @@ def add_roots(graph, stack):
     parts = None
     graph.progress("graph", graph.node_count())
 
-
-# The owner atexit's callbacks are (roots.atexit_callbacks)
-ATEXIT_OWNER = "atexit.<callbacks>"
 
 
 def add_thread_roots(graph, stack):

@@ -131,6 +131,10 @@ def signal_handlers():
     handler = None
 
 
+# The owner atexit's callbacks are (atexit_callbacks), in the graph's and the census's owners
+ATEXIT_OWNER = "atexit.<callbacks>"
+
+
 def atexit_callbacks(walk_module):
     """What the callbacks the atexit module keeps hold, read from the interpreter's state by
     the compiled walk (_walk.c ``atexit_callbacks``: no code of the program runs): each

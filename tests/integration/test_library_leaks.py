@@ -60,6 +60,20 @@ def test_owner_one_is_what_holds_it_with_what_freeing_it_returns(shape: str, ver
     assert within(first["retained_bytes"], truth["owner_bytes"]), (first["retained_bytes"], truth)
 
 
+@pytest.mark.parametrize("shape", ["atexit_args", "signal_closure"])
+def test_the_census_owners_name_what_the_interpreter_keeps_for_the_program(shape: str, tmp_path: Path) -> None:
+    """``--owners census`` names the interpreter's C-state roots as the graph's owners do: atexit's
+    callbacks one owner, ``atexit.<callbacks>``, a signal handler by its signal (both were
+    ``<held from C: function>``)."""
+    with spawn_target("library_leaks", tmp_path, python=PYTHONS["3.11"], env={"SHAPE": shape}) as child:
+        truth = truth_once_built(child)
+        done = CliRunner().invoke(app, ["inspect", str(child.pid), "--json", "--owners", "census"])
+    assert done.exit_code == 0, done.output
+    first = json.loads(done.stdout)["owners"][0]
+    assert first["path"] == {"atexit_args": "atexit.<callbacks>", "signal_closure": "signal:SIGUSR2"}[shape], first
+    assert within(first["retained_bytes"], truth["owner_bytes"]), (first["retained_bytes"], truth)
+
+
 @pytest.mark.parametrize("shape", ["mutable_default", "lru_cache", "atexit_args", "linked_list", "two_indexes",
                                    "signal_closure", "dynamic_classes", "stuck_tasks",
                                    "plugin_modules", "connection_threads", "metric_labels"])
