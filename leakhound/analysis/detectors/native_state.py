@@ -30,6 +30,10 @@ HOLDS = {
 }
 # "other" under this is an interpreter's and its libraries' own (a bare 3.11: ~10 MiB)
 MIN_OTHER_BYTES = 32 * MiB
+# Fewer objects of these types than this are a program's usual few (an HTTP client's one or
+# two SSL contexts: ~1 MB each at most) and no reason for a big "other": not named. SQLite's
+# connections are named by SQLite's measured bytes instead, however few.
+MIN_OBJECTS = 10
 
 
 def detect(snapshot: Snapshot) -> list[Finding]:
@@ -37,7 +41,8 @@ def detect(snapshot: Snapshot) -> list[Finding]:
     other = next((row.bytes for row in ledger(snapshot) if row.name == "other"), 0)
     # SQLite's memory is measured (its own count, the ledger's "SQLite" row): said, and out of "other"
     sqlite = snapshot.arena.sqlite_bytes if any(t.type == "sqlite3.Connection" for t in found) else 0
-    if not found or other + sqlite < MIN_OTHER_BYTES:
+    many = sum(t.count for t in found if t.type != "sqlite3.Connection") >= MIN_OBJECTS and other >= MIN_OTHER_BYTES
+    if not found or not (many or sqlite >= MIN_OTHER_BYTES):
         return []
     found.sort(key=lambda t: -t.count)
     held = "; ".join(f"{t.count:,} {t.type} ({HOLDS.get(t.type, 'a C library')}"
