@@ -512,6 +512,11 @@ def _counted_once(candidates: list[Trend]) -> list[Trend]:
     return kept
 
 
+# An owner of unknown verdict growing at this share of RSS's rate or more is named in the RSS
+# finding (growth_findings)
+UNSURE_SHARE = 0.5
+
+
 def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
     """``growing`` owners are warnings, ``plateaued`` ones info, growing unreachable cycles a
     warning; RSS growth that none explains is a warning of its own (fragmentation or memory
@@ -597,16 +602,33 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
             if report.heap is not None and report.heap.verdict != UNKNOWN
             else "live heap not measured"
         )
+        # An owner that grows in bytes alone (an array filling, a buffer appended to) is
+        # measured by the full censuses only: with two of them (a watch shorter than
+        # --full-every) it grew, but no trend can be told from two points.
+        unsure = [t for t in report.owners if t.verdict == UNKNOWN and t.name not in _NOT_LEAKS
+                  and not t.name.startswith(MADE_DURING_WALK_PREFIX)
+                  and t.bytes_per_min >= UNSURE_SHARE * r.bytes_per_min > 0]
+        if unsure:
+            top = max(unsure, key=lambda t: t.bytes_per_min)
+            summary = (
+                f"RSS keeps growing ({_mb(r.bytes_per_min)}/min over {_minutes(r.seconds)}), and {top.name} "
+                f"({top.type}) grew {_mb(top.bytes_per_min)}/min from one full census to the next (now "
+                f"{_mb(top.last_bytes)}) in bytes alone, which only full censuses measure: {report.full_samples} "
+                "are too few to tell growth from a plateau; watch longer, or with a shorter --full-every"
+            )
+        else:
+            summary = (
+                f"RSS keeps growing ({_mb(r.bytes_per_min)}/min over {_minutes(r.seconds)}) "
+                f"but no Python owner does ({heap_note}): look at allocator fragmentation "
+                "and memory held by C extensions"
+            )
         findings.append(
             Finding(
                 kind=KIND, severity="warning", bytes=r.last_bytes, count=0, owner="<rss>", fix="",
-                summary=(
-                    f"RSS keeps growing ({_mb(r.bytes_per_min)}/min over {_minutes(r.seconds)}) "
-                    f"but no Python owner does ({heap_note}): look at allocator fragmentation "
-                    "and memory held by C extensions"
-                ),
+                summary=summary,
                 details={"pid": report.pid, "verdict": GROWING,
-                         "bytes_per_min": round(r.bytes_per_min, 1), "window_seconds": round(r.seconds, 2)},
+                         "bytes_per_min": round(r.bytes_per_min, 1), "window_seconds": round(r.seconds, 2),
+                         **({"unsure_owner": top.name} if unsure else {})},
             )
         )
     return rank(findings)

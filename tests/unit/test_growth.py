@@ -119,6 +119,23 @@ def test_rss_growth_no_owner_explains_is_a_finding() -> None:
     assert "no Python owner" in finding.summary
 
 
+def test_an_owner_grown_between_two_full_censuses_in_bytes_alone_is_named_in_the_rss_finding() -> None:
+    """A replay buffer filling (bytes, no items) is measured by the full censuses only: in a
+    watch shorter than --full-every, two points, no verdict. The RSS finding names it rather
+    than saying no Python owner grows."""
+    samples = []
+    for i in range(10):
+        full = i in (0, 9)
+        owners = {"m.REPLAY": (10_000_000 + i * 2_000_000, 0)} if full else {}
+        samples.append(_sample(i * 10, owners, rss=50_000_000 + i * 2_000_000, full=full))
+    report = analyse_growth(samples)
+    assert report.rss.verdict == GROWING and report.owners[0].verdict == UNKNOWN
+    (finding,) = report.findings
+    assert finding.owner == "<rss>" and finding.details["unsure_owner"] == "m.REPLAY"
+    assert "m.REPLAY (dict) grew 11.4 MiB/min" in finding.summary and "2 are too few" in finding.summary
+    assert "no Python owner" not in finding.summary
+
+
 def test_verdict_follows_items_when_bytes_are_flat() -> None:
     points = [(float(t), 1_000_000, 100 + 50 * t) for t in range(10)]
     assert trend("m.Q", "owner", points).verdict == GROWING

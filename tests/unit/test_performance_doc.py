@@ -54,8 +54,8 @@ def test_a_page_without_the_section_is_left_alone(tmp_path: Path, capsys: pytest
 @pytest.mark.parametrize(("script", "name", "results"), [
     ("scale", "scale", "scale-1m-50m-20261204.json"),
     ("html_report", "html-report", "html-report-2026-12-02.json"),
-    ("verifiers_scale", "verifiers-scale", "verifiers-scale-20261203-blocks.json"),
-    ("verifiers_scale", "verifiers-pause", "verifiers-pause-20261204-young.json"),
+    ("verifiers_scale", "verifiers-scale", "verifiers-scale-20261205.json"),
+    ("verifiers_scale", "verifiers-pause", "verifiers-scale-20261205.json"),
 ])
 def test_the_page_holds_the_table_its_script_writes(script: str, name: str, results: str, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
