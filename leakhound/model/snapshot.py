@@ -65,9 +65,10 @@ class HeapStats:
     # Of ``bytes``: memory outside the Python heap sized natively (torch storages, mmaps,
     # Pillow pixels; payload/sizes.py), attributed to owners like any object.
     native_bytes: int = 0
-    # Of ``native_bytes``: mmaps' resident pages in mappings with a path (a file, or an
-    # anonymous shared map's ``/dev/zero (deleted)``), which ProcessStats.file_mapped_bytes
-    # counts too: the ledger takes them out of its "mapped files".
+    # Of ``native_bytes``: resident pages of mmaps and torch storages that are a file's or
+    # shared memory's (a mapping with a path: a file, an anonymous shared map's ``/dev/zero
+    # (deleted)``), which ProcessStats.file_mapped_bytes counts too: the ledger takes them out
+    # of its "mapped files".
     native_mapped_bytes: int = 0
     # False when a pause budget ruled out listing every gc-tracked object: then objects no
     # named root reaches (held from C, cyclic garbage) were not looked for; the note says why.

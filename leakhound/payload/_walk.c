@@ -993,15 +993,18 @@ sqlite_memory_used(PyObject *Py_UNUSED(module), PyObject *module_file)
 
 /* The bytes of [start, start + length) on pages this process has in RAM, from
  * /proc/self/pagemap (bit 63: present): what freeing a buffer of that range takes off the
- * RSS. Called with the GIL released: the address is only an index into pagemap, never read
- * through (a range freed meanwhile reads as absent). -1 where pagemap cannot be read (a
- * seccomp profile, an old kernel) or the range is over RESIDENT_MAX_PAGES. */
+ * RSS; in ``*shared``, those of them on pages of a file or of shared memory (bit 61: in the
+ * ledger's "mapped files" too, a mapping with a path). Called with the GIL released: the
+ * address is only an index into pagemap, never read through (a range freed meanwhile reads
+ * as absent). -1 where pagemap cannot be read (a seccomp profile, an old kernel) or the
+ * range is over RESIDENT_MAX_PAGES. */
 #define RESIDENT_MAX_PAGES ((uint64_t)1 << 22)
 #define RESIDENT_CHUNK 1024
 
 static long long
-count_resident(uintptr_t start, uint64_t length)
+count_resident(uintptr_t start, uint64_t length, long long *shared)
 {
+    *shared = 0;
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0 || length == 0)
         return length == 0 ? 0 : -1;
@@ -1028,6 +1031,8 @@ count_resident(uintptr_t start, uint64_t length)
             if (high > start + length)
                 high = start + length;
             bytes += (long long)(high - low);
+            if ((entries[k] >> 61) & 1)
+                *shared += (long long)(high - low);
         }
         done += want;
     }
@@ -1036,7 +1041,8 @@ count_resident(uintptr_t start, uint64_t length)
 }
 
 PyDoc_STRVAR(resident_bytes_doc,
-"resident_bytes(address, length) -> the bytes of that range in RAM, or -1\n\n"
+"resident_bytes(address, length) -> (the bytes of that range in RAM, those of them a file's\n"
+"or shared memory's), or (-1, 0)\n\n"
 "Reads /proc/self/pagemap with the GIL released; never reads the range itself.");
 
 static PyObject *
@@ -1046,12 +1052,12 @@ resident_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     if (!PyArg_ParseTuple(args, "KK:resident_bytes", &address, &length))
         return NULL;
     if (sizeof(void *) != 8 || address == 0 || length > ((unsigned long long)1 << 46))
-        return PyLong_FromLong(-1);
-    long long bytes;
+        return Py_BuildValue("(ii)", -1, 0);
+    long long bytes, shared;
     Py_BEGIN_ALLOW_THREADS
-    bytes = count_resident((uintptr_t)address, (uint64_t)length);
+    bytes = count_resident((uintptr_t)address, (uint64_t)length, &shared);
     Py_END_ALLOW_THREADS
-    return PyLong_FromLongLong(bytes);
+    return Py_BuildValue("(LL)", bytes, bytes < 0 ? 0LL : shared);
 }
 
 /* The resident bytes of an mmap.mmap's mapping (count_resident): what unmapping it takes off
@@ -1063,7 +1069,8 @@ resident_bytes(PyObject *Py_UNUSED(module), PyObject *args)
  * ``data`` a page's start. (-1, 0) where it cannot be read (another layout, no pagemap) or
  * the map is over RESIDENT_MAX_PAGES (its length is counted then). */
 PyDoc_STRVAR(mapped_resident_doc,
-"mapped_resident(mmap, length, basicsize) -> (resident bytes of its mapping, its address), or (-1, 0)\n\n"
+"mapped_resident(mmap, length, basicsize) -> (resident bytes of its mapping, those of them a\n"
+"file's or shared memory's), or (-1, 0)\n\n"
 "``length``: len(mmap), read through mmap's own __len__; ``basicsize``: its class's\n"
 "__basicsize__ (the fields read are inside it). Runs no Python code.");
 
@@ -1082,11 +1089,11 @@ mapped_resident(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t size = *(const Py_ssize_t *)((const char *)obj + sizeof(PyObject) + sizeof(void *));
     if (data == 0 || data % (uintptr_t)page != 0 || size != length)
         return Py_BuildValue("(ii)", -1, 0);
-    long long resident;
+    long long resident, shared;
     Py_BEGIN_ALLOW_THREADS
-    resident = count_resident(data, (uint64_t)length);
+    resident = count_resident(data, (uint64_t)length, &shared);
     Py_END_ALLOW_THREADS
-    return Py_BuildValue("(LK)", resident, (unsigned long long)(resident < 0 ? 0 : data));
+    return Py_BuildValue("(LL)", resident, resident < 0 ? 0LL : shared);
 }
 
 static PyMethodDef walk_methods[] = {

@@ -448,8 +448,7 @@ def native_types(tick=None):
     if "arrow_array" in bases:
         bases["arrow_files"] = _file_backed_ranges()
     if "mmap" in bases or "tensor" in bases:
-        # [native bytes in mappings with a path, those mappings (read at the first one)]
-        bases["mapped"] = [0, None]
+        bases["mapped"] = [0]  # native bytes on a file's or shared memory's pages (_tally_mapped)
     if any(kind in bases for kind in _STREAM_KINDS):
         bases["heap_ranges"] = _heap_ranges()
     if sys.version_info >= (3, 11):
@@ -702,29 +701,24 @@ def _arrow_bytes(kind, obj, bases, seen_buffers):
 
 def _mapped_bytes(obj, length, bases):
     """An mmap's bytes: the pages of its mapping in RAM (what unmapping it takes off the RSS;
-    _walk.c mapped_resident), its length where they cannot be read. Those in a mapping with a
-    path (a file, or ``/dev/zero (deleted)``: an anonymous shared map) are in the ledger's
-    "mapped files" too: tallied in ``bases["mapped"]`` (native_types), which it takes them from."""
-    resident, address = -1, 0
+    _walk.c mapped_resident), its length where they cannot be read. Those that are a file's
+    or shared memory's pages (a file's map, or an anonymous shared one: ``/dev/zero
+    (deleted)``) are in the ledger's "mapped files" too: tallied (_tally_mapped)."""
+    resident, shared = -1, 0
     if _compiled_walk is not None and hasattr(_compiled_walk, "mapped_resident"):
         basicsize = type.__dict__["__basicsize__"].__get__(type(obj), type)
-        resident, address = _compiled_walk.mapped_resident(obj, length, basicsize)
-    if resident > 0:
-        _tally_mapped(bases, address, resident)
+        resident, shared = _compiled_walk.mapped_resident(obj, length, basicsize)
+    _tally_mapped(bases, shared)
     return length if resident < 0 else resident
 
 
-def _tally_mapped(bases, address, size):
-    """``size`` bytes at ``address`` counted as native: tallied in ``bases["mapped"]`` too when
-    they are in a mapping with a path (the ledger's "mapped files" counts them as well): an
+def _tally_mapped(bases, shared):
+    """Native bytes on a file's or shared memory's pages (pagemap's bit 61: in a mapping with a
+    path, which the ledger's "mapped files" counts as well), tallied in ``bases["mapped"]``: an
     mmap's pages, a torch storage loaded with ``torch.load(mmap=True)``."""
     tally = bases.get("mapped")
-    if tally is None or size <= 0:
-        return
-    if tally[1] is None:
-        tally[1] = _file_backed_ranges()  # read once a walk, at the first one
-    if _in_ranges(address, tally[1]):
-        tally[0] += size
+    if tally is not None and shared > 0:
+        tally[0] += shared
 
 
 # A buffer this big or bigger counts its pages in RAM (_in_ram): malloc maps it apart, and
@@ -733,15 +727,16 @@ RESIDENT_MIN = 1 << 20
 
 
 def _in_ram(address, nbytes):
-    """The bytes of the buffer at ``address`` in RAM (_walk.c resident_bytes), for one of
-    RESIDENT_MIN bytes or more; ``nbytes`` where they cannot be read, and for a smaller one. A
-    replay buffer made with ``np.zeros`` (calloc) or ``np.empty`` and filled as it goes takes
-    its capacity of address space and only what was written of RAM: sized by its capacity,
-    it was owner #1 at 1.3 GiB in a 127 MiB process."""
+    """(the bytes of the buffer at ``address`` in RAM, those of them on a file's or shared
+    memory's pages) (_walk.c resident_bytes), for one of RESIDENT_MIN bytes or more;
+    (``nbytes``, 0) where they cannot be read, and for a smaller one. A replay buffer made with
+    ``np.zeros`` (calloc) or ``np.empty`` and filled as it goes takes its capacity of address
+    space and only what was written of RAM: sized by its capacity, it was owner #1 at 1.3 GiB
+    in a 127 MiB process."""
     if nbytes < RESIDENT_MIN or _compiled_walk is None or not hasattr(_compiled_walk, "resident_bytes"):
-        return nbytes
-    resident = _compiled_walk.resident_bytes(address, nbytes)
-    return nbytes if resident < 0 else min(resident, nbytes)
+        return nbytes, 0
+    resident, shared = _compiled_walk.resident_bytes(address, nbytes)
+    return (nbytes, 0) if resident < 0 else (min(resident, nbytes), shared)
 
 
 def _untouched_data(ndarray, obj):
@@ -759,12 +754,12 @@ def _untouched_data(ndarray, obj):
     data = interface.get("data") if type(interface) is dict else None
     if type(data) is not tuple or not data or type(data[0]) is not int or not data[0]:
         return 0
-    return _in_ram(data[0], nbytes) - nbytes
+    return _in_ram(data[0], nbytes)[0] - nbytes
 
 
 def mapped_native_bytes(bases):
-    """Of a walk's native bytes (``bases``: its native_types()'s), those in a mapping with a
-    path (_tally_mapped)."""
+    """Of a walk's native bytes (``bases``: its native_types()'s), those on a file's or shared
+    memory's pages (_tally_mapped)."""
     tally = (bases or {}).get("mapped")
     return tally[0] if tally is not None else 0
 
@@ -824,8 +819,8 @@ def native_extra(obj, native, bases, seen_buffers):
             nbytes = _call(storage_base, "nbytes", storage)
             if not 0 <= nbytes <= MAX_OBJECT_BYTES:
                 return 0, []
-            size = _in_ram(address, nbytes)
-            _tally_mapped(bases, address, size)
+            size, shared = _in_ram(address, nbytes)
+            _tally_mapped(bases, shared)
             return size, []
         if kind == "instance":
             return instance_values_bytes(obj), []

@@ -246,7 +246,7 @@ if TYPE_CHECKING:
         phases: Dict[str, List[float]]  # [wall s, CPU s]
         payload_peak_bytes: int
         native_bytes: int
-        native_mapped_bytes: int  # of native_bytes: mmaps' pages in mappings with a path (in "mapped files" too)
+        native_mapped_bytes: int  # of native_bytes: on a file's or shared memory's pages (in "mapped files" too)
         notes: List[str]
         types: List[TypeRow]
         owners: List[OwnerRow]
