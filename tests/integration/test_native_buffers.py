@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,6 +86,15 @@ def test_an_anonymous_mmap_is_its_length(tmp_path: Path, version: str) -> None:
     _check(tmp_path, "mmap", installed_pythons()[version])
 
 
+def _look(tmp_path: Path, shape: str, python: str, owner_model: str = "") -> tuple[Snapshot, dict[str, Any]]:
+    """The analysed snapshot of a fixture shape's target, and its truth (read after)."""
+    with spawn_target("native_buffers", tmp_path, python=python, env={"SHAPE": shape}, timeout=180) as child:
+        owners = {"owners": Owners(owner_model)} if owner_model else {}
+        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10, **owners).snapshot
+        truth = child.report()["truth"]
+    return analyse(snap), truth
+
+
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
 @pytest.mark.parametrize("owner_model", ["census", "dominator"])
 def test_a_mapped_file_is_its_pages_in_ram(tmp_path: Path, version: str, owner_model: str) -> None:
@@ -92,11 +102,7 @@ def test_a_mapped_file_is_its_pages_in_ram(tmp_path: Path, version: str, owner_m
     its length (which made it owner #1 over a 40 MB cache that is): the map is what the kernel's
     smaps says of its mapping, and the ledger counts those pages once (native buffers, not
     mapped files too)."""
-    with spawn_target("native_buffers", tmp_path, python=installed_pythons()[version],
-                      env={"SHAPE": "mmap_file"}, timeout=120) as child:
-        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
-                       owners=Owners(owner_model)).snapshot
-        truth = child.report()["truth"]
+    snap, truth = _look(tmp_path, "mmap_file", installed_pythons()[version], owner_model)
     owners = {o.path: o.retained_bytes for o in snap.owners}
     assert snap.owners[0].path == "__main__.CACHE", owners
     assert within(snap.owners[0].retained_bytes, truth["bytes"]), (owners, truth)
@@ -114,11 +120,7 @@ def test_a_preallocated_array_is_what_was_written_of_it(tmp_path: Path, version:
     by their capacity they were owners #1 and #2 (1.3 GiB, 763 MiB) over the 60 MB cache
     that was the leak, and "live Python objects" 1720% of RSS. The truth of RAM is the
     kernel's: the target's RSS grown by making and filling them."""
-    with spawn_target("native_buffers", tmp_path, python=native_python(version), env={"SHAPE": "numpy_prealloc"},
-                      timeout=120) as child:
-        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
-                       owners=Owners(owner_model)).snapshot
-        truth = child.report()["truth"]
+    snap, truth = _look(tmp_path, "numpy_prealloc", native_python(version), owner_model)
     owners = {o.path: o.retained_bytes for o in snap.owners}
     assert snap.owners[0].path == "__main__.CACHE" and within(owners["__main__.CACHE"], truth["bytes"]), owners
     arrays = owners.get("__main__.REPLAY", 0) + owners.get("__main__.EMPTY", 0)
@@ -130,11 +132,7 @@ def test_a_checkpoint_loaded_with_mmap_is_its_pages_in_ram_counted_once(tmp_path
     """A torch checkpoint loaded with ``torch.load(mmap=True)`` keeps its storages in the
     file's mapping: they count the pages of it in RAM (the kernel's smaps ``Rss`` of the
     mapping) and the ledger's "mapped files" leaves them out (they are native buffers)."""
-    with spawn_target("native_buffers", tmp_path, python=native_python("3.11", torch=True),
-                      env={"SHAPE": "torch_mmap"}, timeout=180) as child:
-        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
-                       owners=Owners("dominator")).snapshot
-        truth = child.report()["truth"]
+    snap, truth = _look(tmp_path, "torch_mmap", native_python("3.11", torch=True), "dominator")
     owners = {o.path: o.retained_bytes for o in snap.owners}
     assert snap.owners[0].path == "__main__.CACHE" and within(owners["__main__.CACHE"], truth["bytes"]), owners
     assert truth["map_bytes"] and within(owners["__main__.MODEL['w']"], truth["map_bytes"]), (owners, truth)
@@ -150,10 +148,7 @@ def test_tracemalloc_tracing_the_worker_is_its_own_ledger_row_and_a_finding(tmp_
     the ledger's ``tracemalloc`` row and a ``tracemalloc_on`` warning; the truth is the
     target's own ``get_tracemalloc_memory()`` (read after: the payload's allocations were
     traced too)."""
-    with spawn_target("native_buffers", tmp_path, python=installed_pythons()[version],
-                      env={"SHAPE": "tracemalloc"}, timeout=120) as child:
-        snap = analyse(capture(child.pid, request=RequestOptions(timeout=120), top=10).snapshot)
-        truth = child.report()["truth"]
+    snap, truth = _look(tmp_path, "tracemalloc", installed_pythons()[version])
     assert within(snap.arena.tracemalloc_bytes, truth["bytes"]), (snap.arena.tracemalloc_bytes, truth)
     rows = {row.name: row.bytes for row in ledger(snap)}
     assert rows["tracemalloc"] == snap.arena.tracemalloc_bytes, rows
@@ -168,10 +163,7 @@ def test_sqlites_memory_is_its_own_count_in_the_ledger_and_the_finding(tmp_path:
     (they were "other" and a finding with no bytes): SQLite's own count, read in the target, is
     the ledger's "SQLite" row and the native_state finding's bytes, against what freeing the
     connections returns (measured by the target in a forked child)."""
-    with spawn_target("native_buffers", tmp_path, python=installed_pythons()[version],
-                      env={"SHAPE": "sqlite"}, timeout=120) as child:
-        snap = analyse(capture(child.pid, request=RequestOptions(timeout=120), top=10).snapshot)
-        truth = child.report()["truth"]
+    snap, truth = _look(tmp_path, "sqlite", installed_pythons()[version])
     assert within(snap.arena.sqlite_bytes, truth["bytes"]), (snap.arena.sqlite_bytes, truth)
     rows = {row.name: row.bytes for row in ledger(snap)}
     assert rows["SQLite"] == snap.arena.sqlite_bytes, rows
