@@ -3,9 +3,9 @@
 Rows: live Python objects (the census), the native buffers it attributed to owners (torch
 storages, mmaps, Pillow pixels), free space pymalloc keeps inside its arenas, free space glibc
 keeps (and the part of it ``malloc_trim`` can return), tracemalloc's tables while it traces,
-SQLite's memory by its own count,
-thread stacks and file-backed mappings (from /proc/PID/pagemap), and the rest of RSS
-(interpreter and C extension state, allocator metadata). When the rows add up to more than
+SQLite's memory by its own count, thread stacks and file-backed mappings (from
+/proc/PID/pagemap), and the rest of RSS (interpreter and C extension state, allocator
+metadata). When the rows add up to more than
 RSS, the last row is not "other" but the overlap, "counted twice", negative: bytes the worker
 freed between the walk that counted them live and the allocator read that counted them free.
 A row the snapshot has no number for (older snapshots) is left out. Pure arithmetic.
@@ -44,8 +44,8 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     tracing = arena.tracemalloc_bytes
     sqlite = arena.sqlite_bytes
     stacks = snapshot.process.stack_bytes
-    # mmaps' pages in mapped files or shared maps are in native buffers (under their owners):
-    # counted there once
+    # the pages of mmaps and torch storages that are a file's or shared memory's are in native
+    # buffers (under their owners): counted there once
     files = max(0, snapshot.process.file_mapped_bytes - snapshot.heap.native_mapped_bytes)
     rest = rss - live - native - pymalloc_free - malloc_free - tracing - sqlite - stacks - files
     rows = [

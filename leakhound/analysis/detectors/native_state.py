@@ -30,9 +30,9 @@ HOLDS = {
 }
 # "other" under this is an interpreter's and its libraries' own (a bare 3.11: ~10 MiB)
 MIN_OTHER_BYTES = 32 * MiB
-# Fewer objects of these types than this are a program's usual few (an HTTP client's one or
-# two SSL contexts: ~1 MB each at most) and no reason for a big "other": not named. SQLite's
-# connections are named by SQLite's measured bytes instead, however few.
+# Fewer objects of these types than this are a program's usual few (the real verifiers
+# worker's HTTP clients: 3 SSL contexts, ~1 MB each at most) and no reason for a big "other":
+# not named. SQLite's connections are named by SQLite's measured bytes instead, however few.
 MIN_OBJECTS = 10
 
 
