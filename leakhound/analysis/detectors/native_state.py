@@ -6,7 +6,7 @@ were 83 MiB of RSS in the ledger's "other" and in no owner. Where the heap has o
 types (payload/wire.py OPAQUE_NATIVE_TYPES: the type table lists them whatever their rank, the
 graph keeps each a node) and "other" is big, this names them and how to find who holds them.
 It says no bytes for them (none were measured), but SQLite's: its own count of what every
-connection holds (``sqlite3_memory_used``, the ledger's "SQLite" row), within 2% of what
+connection holds (``sqlite3_memory_used``, the ledger's "SQLite" row), within 5% of what
 closing them returns.
 """
 
