@@ -207,29 +207,38 @@ def pymalloc_stats():
     }, ""
 
 
-def _tracemalloc_tracing():
+def _tracemalloc_functions():
+    """(is_tracing, get_tracemalloc_memory) of the built-in _tracemalloc, imported as built in
+    (PYTHONTRACEMALLOC starts tracing without importing it: it is in no sys.modules then),
+    each read from the module's dict and checked a C function (no Python code of the target
+    runs); None where they are not."""
     try:
-        import _tracemalloc  # noqa: PLC0415 - built in; PYTHONTRACEMALLOC starts it without an import
+        import _tracemalloc  # noqa: PLC0415 - built in
+    except Exception:
+        return None
+    functions = getattr(_tracemalloc, "__dict__", None) if type(_tracemalloc) is type(sys) else None
+    if type(functions) is not dict:
+        return None
+    found = functions.get("is_tracing"), functions.get("get_tracemalloc_memory")
+    if any(type(function).__name__ != "builtin_function_or_method" for function in found):
+        return None
+    return found
 
-        return bool(_tracemalloc.is_tracing())
+
+def _tracemalloc_tracing():
+    functions = _tracemalloc_functions()
+    try:
+        return functions is not None and bool(functions[0]())
     except Exception:
         return False
 
 
 def tracemalloc_bytes():
     """What tracemalloc holds for its traces of every allocation (its own malloc'd tables, in
-    glibc's "in use" and nowhere in the Python heap), 0 when it is not tracing: read through
-    the built-in module's C functions from its dict (no Python code of the target runs)."""
-    module = sys.modules.get("_tracemalloc")
-    functions = getattr(module, "__dict__", None) if type(module) is type(sys) else None
-    if type(functions) is not dict:
-        return 0
-    tracing, memory = functions.get("is_tracing"), functions.get("get_tracemalloc_memory")
-    if not (callable(tracing) and callable(memory)) or {type(tracing).__name__, type(memory).__name__} != {
-            "builtin_function_or_method"}:
-        return 0
+    glibc's "in use" and nowhere in the Python heap), 0 when it is not tracing."""
+    functions = _tracemalloc_functions()
     try:
-        return int(memory()) if tracing() else 0
+        return int(functions[1]()) if functions is not None and functions[0]() else 0
     except Exception:
         return 0
 

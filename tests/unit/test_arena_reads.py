@@ -70,3 +70,18 @@ def test_the_ctypes_path_makes_its_structure_once(monkeypatch: pytest.MonkeyPatc
     first = arena._structure()
     arena.mallinfo2()
     assert arena._structure() is first and len(arena._MALLINFO2_TYPE) == 1
+
+
+def test_tracemalloc_started_by_the_environment_is_read_with_nothing_imported_before() -> None:
+    """PYTHONTRACEMALLOC traces a worker whose sys.modules has no _tracemalloc: its tables are
+    read all the same, first thing (no other read imported it before), and 0 without it."""
+    import os
+    import subprocess
+
+    code = ("import sys; from leakhound.payload import arena; "
+            "assert '_tracemalloc' not in sys.modules; print(arena.tracemalloc_bytes())")
+    for env, traced in (({"PYTHONTRACEMALLOC": "1"}, True), ({}, False)):
+        full = {k: v for k, v in os.environ.items() if k != "PYTHONTRACEMALLOC"}
+        done = subprocess.run([sys.executable, "-c", code], env={**full, **env}, capture_output=True, text=True,
+                              timeout=60, check=True)
+        assert (int(done.stdout) > 0) is traced, done.stdout
