@@ -517,6 +517,14 @@ def _counted_once(candidates: list[Trend]) -> list[Trend]:
 UNSURE_SHARE = 0.5
 
 
+def _may_leak(t: Trend) -> bool:
+    """An owner a growth finding may name. The code owner grows with every import, and the
+    payload's own is leakhound's: no leak anyone can fix in the worker. What was made during a
+    walk is no owner: its bytes grow with the walk's length (a growing heap takes longer to
+    walk) while the target allocates."""
+    return t.name not in _NOT_LEAKS and not t.name.startswith(MADE_DURING_WALK_PREFIX)
+
+
 def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
     """``growing`` owners are warnings, ``plateaued`` ones info, growing unreachable cycles a
     warning; RSS growth that none explains is a warning of its own (fragmentation or memory
@@ -524,11 +532,7 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
     one finding, and when the owners' growth (estimated in cheap samples) sums past what the
     heap or RSS grew by (from the window's first sample to its last), each finding's growth
     is scaled down to fit."""
-    # The code owner grows with every import, and the payload's own is leakhound's: no leak
-    # anyone can fix in the worker. What was made during a walk is no owner: its bytes grow
-    # with the walk's length (a growing heap takes longer to walk) while the target allocates.
-    candidates = [t for t in report.owners if t.verdict in (GROWING, PLATEAUED) and t.name not in _NOT_LEAKS
-                  and not t.name.startswith(MADE_DURING_WALK_PREFIX)]
+    candidates = [t for t in report.owners if t.verdict in (GROWING, PLATEAUED) and _may_leak(t)]
     chosen = _counted_once(candidates)
     garbage = report.cyclic_garbage
     if garbage is not None and garbage.verdict in (GROWING, PLATEAUED):
@@ -605,8 +609,7 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
         # An owner that grows in bytes alone (an array filling, a buffer appended to) is
         # measured by the full censuses only: with two of them (a watch shorter than
         # --full-every) it grew, but no trend can be told from two points.
-        unsure = [t for t in report.owners if t.verdict == UNKNOWN and t.name not in _NOT_LEAKS
-                  and not t.name.startswith(MADE_DURING_WALK_PREFIX)
+        unsure = [t for t in report.owners if t.verdict == UNKNOWN and _may_leak(t)
                   and t.bytes_per_min >= UNSURE_SHARE * r.bytes_per_min > 0]
         if unsure:
             top = max(unsure, key=lambda t: t.bytes_per_min)
