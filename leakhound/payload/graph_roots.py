@@ -103,7 +103,6 @@ def add_roots(graph, stack):
     graph.progress("graph", graph.node_count())
 
 
-
 def add_thread_roots(graph, stack):
     """The other threads' frames onto ``stack``, each a root (soft: passes.soften) with what
     its variables hold. Called once every other root has been walked: a running function's
