@@ -1,5 +1,6 @@
 """Target venvs with numpy, pandas, Pillow (and torch on 3.11) for the native-buffer tests, with
-pandas and pyarrow for the Arrow ones, and with uvloop for the idle-loop tests.
+pandas and pyarrow for the Arrow ones, with protobuf for its messages, and with uvloop for the
+idle-loop tests.
 
 ``native_python(version)`` builds (once, under a lock) a venv for the pyenv CPython ``version``
 holding those packages and not leakhound, cached under ``~/.cache/leakhound/native-pyX.Y-venv``,
@@ -40,6 +41,15 @@ def arrow_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with pandas and pyarrow (pandas 3 then keeps its
     strings in Arrow arrays), cached as ``arrow-pyX.Y-venv``."""
     return _venv_python(version, f"arrow-py{version}-venv", [(".complete", ("pandas", "pyarrow"))])
+
+
+def protobuf_python(version: str, protobuf: str = "protobuf") -> str:
+    """A venv of the pyenv CPython ``version`` with protobuf alone (its upb backend), the newest
+    or ``protobuf`` (a pip requirement: an older release's arena layout), cached as
+    ``protobuf-pyX.Y-venv`` or ``protobuf-<release>-pyX.Y-venv``."""
+    release = protobuf.partition("==")[2]
+    name = f"protobuf-{release}-py{version}-venv" if release else f"protobuf-py{version}-venv"
+    return _venv_python(version, name, [(".complete", (protobuf,))])
 
 
 def uvloop_python(version: str) -> str:

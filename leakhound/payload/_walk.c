@@ -1096,6 +1096,159 @@ mapped_resident(PyObject *Py_UNUSED(module), PyObject *args)
     return Py_BuildValue("(LL)", resident, resident < 0 ? 0LL : shared);
 }
 
+/* protobuf's messages in its C core (upb, ``google._upb._message``, the default backend since
+ * protobuf 4.21) keep their fields in upb arenas: chains of malloc'd blocks no __sizeof__ and
+ * no tp_traverse shows (a Struct of 20 strings of 300 bytes: 64 bytes by sys.getsizeof, 10 KB
+ * freed with it). A message, and each of its repeated and map fields' containers, holds its
+ * arena's Python object right after its header (PyUpb_Message, PyUpb_RepeatedContainer,
+ * PyUpb_MapContainer: ``arena``), which holds the ``upb_Arena *`` right after its own
+ * (PyUpb_Arena). The arena starts with the bump pointer of its newest block and that block's
+ * end (after its allocator's pointer before protobuf 4.22). Where it keeps its list of blocks
+ * (each ``{next, size}``, then its bytes; the size a size_t since protobuf 6, 32 bits before)
+ * changed across upb's versions, so it is found, not assumed: the word (and the size's width)
+ * that starts a chain (read through process_vm_readv: a wrong guess reads nothing, no fault)
+ * that ends, has a block whose end is the arena's end with the bump pointer in it, and a block
+ * the arena itself lives in or right after (upb puts an arena's state in its first malloc'd
+ * block: at its start since protobuf 6, its end before). Found once, that word is looked at
+ * first. */
+#define UPB_ARENA_WORDS 12
+#define UPB_MAX_BLOCKS (1 << 18)
+static int upb_blocks_word = -1, upb_narrow_size = 0, upb_head_word = 0;
+
+/* The bytes of the blocks in the chain starting at ``block`` and their count in *count, -1 if
+ * it is not the chain of the arena at ``arena`` (bump pointer ``ptr``, end ``end``) or of the
+ * object at ``inside`` that lives in it. */
+static long long
+upb_chain_bytes(uintptr_t block, int narrow, uintptr_t ptr, uintptr_t end, uintptr_t inside, long long *count)
+{
+    long long total = 0, n = 0;
+    int has_end = 0, has_inside = 0;
+    while (block != 0) {
+        uint64_t head[2];
+        if ((block & 7) != 0 || n >= UPB_MAX_BLOCKS || self_read(head, block, sizeof head) < 0)
+            return -1;
+        uint64_t size = narrow ? (uint64_t)(uint32_t)head[1] : head[1];
+        if (size < sizeof head || size > ((uint64_t)1 << 40) || block + size < block)
+            return -1;
+        if (block + size == end && ptr >= block && ptr <= end)
+            has_end = 1;
+        if (inside >= block && inside <= block + size)  /* protobuf 4/5: an arena right after its first block */
+            has_inside = 1;
+        total += (long long)size;
+        n++;
+        block = (uintptr_t)head[0];
+    }
+    *count = n;
+    return has_end && has_inside ? total : -1;
+}
+
+/* The bytes of the blocks of the upb_Arena at ``arena`` (their count in *count), -1 where its
+ * chain is not found; ``inside``: an address that must be in one of them (the arena's own, or
+ * that of a structure upb allocated in it). */
+static long long
+upb_arena_blocks(uintptr_t arena, uintptr_t inside, long long *count)
+{
+    uint64_t words[UPB_ARENA_WORDS];
+    if (arena == 0 || (arena & 7) != 0 || sizeof(void *) != 8 || self_read(words, arena, sizeof words) < 0)
+        return -1;
+    int known = upb_blocks_word, narrow = upb_narrow_size, head = upb_head_word;
+    if (known >= 2 && words[head] <= words[head + 1]) {
+        long long got = upb_chain_bytes((uintptr_t)words[known], narrow, words[head], words[head + 1], inside, count);
+        if (got >= 0)
+            return got;
+    }
+    /* the bump pointer and the end first (protobuf 5+), or after the allocator's (4.x) */
+    for (int h = 0; h < 2; h++) {
+        if (words[h] > words[h + 1])
+            continue;
+        for (int width = 0; width < 2; width++) {
+            for (int k = h + 2; k < UPB_ARENA_WORDS; k++) {
+                if ((k == known && width == narrow && h == head) || words[k] == 0)
+                    continue;
+                long long got = upb_chain_bytes((uintptr_t)words[k], width, words[h], words[h + 1], inside, count);
+                if (got >= 0) {
+                    upb_blocks_word = k;
+                    upb_narrow_size = width;
+                    upb_head_word = h;
+                    return got;
+                }
+            }
+        }
+    }
+    return -1;
+}
+
+/* The upb_Arena of an arena object (its type checked by the caller) */
+static uintptr_t
+upb_arena_of(PyObject *arena_obj)
+{
+    uintptr_t arena = 0;
+    if (self_read(&arena, (uintptr_t)arena_obj + sizeof(PyObject), sizeof arena) < 0)
+        return 0;
+    return arena;
+}
+
+PyDoc_STRVAR(upb_arena_bytes_doc,
+"upb_arena_bytes(arena) -> (bytes of its blocks, their count), or None\n\n"
+"``arena``: a ``google._upb._message.Arena`` (its exact type checked by the caller). None where\n"
+"its chain of blocks is not found. Runs no Python code.");
+
+static PyObject *
+upb_arena_bytes(PyObject *Py_UNUSED(module), PyObject *arena_obj)
+{
+    uintptr_t arena = upb_arena_of(arena_obj);
+    long long bytes, count = 0;
+    /* the caller's reference keeps the arena; another thread may add a block meanwhile */
+    Py_BEGIN_ALLOW_THREADS
+    bytes = upb_arena_blocks(arena, arena, &count);
+    Py_END_ALLOW_THREADS
+    if (bytes < 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", bytes, count);
+}
+
+PyDoc_STRVAR(upb_held_doc,
+"upb_held(obj, arena_type, weakmap_offset) -> (its arena object or None, bytes of its own\n"
+"arena of unset fields, their blocks' count)\n\n"
+"``obj``: a upb message or container (the caller checked its class is one, its basic size\n"
+"large enough); its arena object is returned only if the word after its header is an object\n"
+"of type ``arena_type``. ``weakmap_offset`` (a message's, 0 for none): where a message keeps\n"
+"the map of its unset submessages' objects, which upb allocates in an arena of its own (one\n"
+"block of ~350 bytes a message): counted only where that arena's chain has the map in it.\n"
+"Runs no Python code.");
+
+static PyObject *
+upb_held(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *obj, *arena_type;
+    Py_ssize_t weakmap_offset;
+    if (!PyArg_ParseTuple(args, "OOn:upb_held", &obj, &arena_type, &weakmap_offset))
+        return NULL;
+    uintptr_t held = 0, held_type = 0;
+    PyObject *arena_obj = Py_None;
+    if (self_read(&held, (uintptr_t)obj + sizeof(PyObject), sizeof held) == 0 && held != 0 && (held & 7) == 0
+        && self_read(&held_type, held + sizeof(PyObject) - sizeof(void *), sizeof held_type) == 0
+        && held_type == (uintptr_t)arena_type)
+        arena_obj = (PyObject *)held;
+    long long own = 0, count = 0;
+    uintptr_t map = 0;
+    if (weakmap_offset >= (Py_ssize_t)(sizeof(PyObject) + sizeof(void *)) && (weakmap_offset & 7) == 0
+        && self_read(&map, (uintptr_t)obj + (uintptr_t)weakmap_offset, sizeof map) == 0 && map != 0) {
+        uint64_t words[6];
+        if (self_read(words, map, sizeof words) == 0) {
+            for (int k = 0; k < 6; k++) {
+                long long n = 0, got = upb_arena_blocks((uintptr_t)words[k], map, &n);
+                if (got >= 0) {
+                    own = got;
+                    count = n;
+                    break;
+                }
+            }
+        }
+    }
+    return Py_BuildValue("(OLL)", arena_obj, own, count);
+}
+
 static PyMethodDef walk_methods[] = {
     {"use_private", use_private, METH_O, use_private_doc},
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
@@ -1110,6 +1263,8 @@ static PyMethodDef walk_methods[] = {
     {"mapped_resident", mapped_resident, METH_VARARGS, mapped_resident_doc},
     {"resident_bytes", resident_bytes, METH_VARARGS, resident_bytes_doc},
     {"sqlite_memory_used", sqlite_memory_used, METH_O, sqlite_memory_used_doc},
+    {"upb_arena_bytes", upb_arena_bytes, METH_O, upb_arena_bytes_doc},
+    {"upb_held", upb_held, METH_VARARGS, upb_held_doc},
     {NULL, NULL, 0, NULL},
 };
 

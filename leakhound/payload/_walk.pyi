@@ -74,6 +74,11 @@ def stream_state_bytes(obj: object, type: type, basicsize: int, kind: int, range
     count for its filter chain; 2: _bz2.BZ2Compressor; 3: _bz2.BZ2Decompressor,
     their blocks as glibc chunks inside ``ranges``); None where it is ended, its layout is not
     the one read, or nothing could be read."""
+def upb_arena_bytes(arena: object, /) -> tuple[int, int] | None:
+    """A protobuf upb arena object's blocks: (their bytes, their count); None where not found."""
+def upb_held(obj: object, arena_type: type, weakmap_offset: int, /) -> tuple[object | None, int, int]:
+    """A upb message's or container's arena object (None if not one of ``arena_type``), and the
+    bytes and count of the blocks of a message's own arena of unset fields."""
 
 # -- the census's walk (_census_walk.c) ----------------------------------------------------
 

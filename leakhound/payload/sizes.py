@@ -14,6 +14,8 @@ collector does not show, for an allowlist of types (and their subclasses) only:
   more: its pages in RAM), once per storage however many tensors view it;
 - ``mmap.mmap``: the pages of its mapping in RAM (its length where they cannot be read);
 - Pillow's ``ImagingCore`` (an ``Image``'s ``_im``/``im``): its pixel memory;
+- protobuf's messages in upb (``google._upb._message``): the arena they and their repeated and
+  map fields' containers hold (a referent), sized by its blocks (:func:`_upb_classes`);
 - pandas: through its arrays (a DataFrame's blocks hold ndarrays and extension arrays);
 - 3.11+ instances of plain classes: their attribute values array, which ``sys.getsizeof``
   leaves out (:func:`instance_values_bytes`; the walks add it as they size the object);
@@ -309,6 +311,49 @@ def _imaging_core():
     return None
 
 
+# protobuf's upb message and container classes (google._upb._message), by name, each with the
+# least basic size the fields read need (its header and the arena object after it)
+_UPB_MODULE = "google._upb._message"
+_UPB_CONTAINERS = ("RepeatedCompositeContainer", "RepeatedScalarContainer", "MessageMapContainer",
+                   "ScalarMapContainer")
+# Where a message (PyUpb_Message: header, arena, def, ptr, ext_dict, unset_subobj_map) keeps the
+# map of its unset submessages' objects: its own arena is counted only where it is found there
+# (_walk.c upb_held)
+_UPB_WEAKMAP_OFFSET = 48
+
+
+def _upb_classes():
+    """[(kind, class)] of protobuf's upb types, once ``google._upb._message`` is loaded: its
+    ``Arena`` (sized by its blocks, _walk.c upb_arena_bytes), ``Message`` (the base of every
+    generated message class) and the repeated and map fields' containers (each holding an
+    arena: their referent). Read from the module's dict; the map containers, which are not in
+    it, among ``object``'s direct subclasses by name and module. (What is read of them is
+    checked in C: a class of another layout counts nothing.)"""
+    if _UPB_MODULE not in sys.modules or _compiled_walk is None or not hasattr(_compiled_walk, "upb_held"):
+        return []
+    found = {name: class_from(_UPB_MODULE, name) for name in ("Arena", "Message") + _UPB_CONTAINERS[:2]}
+    for cls in type.__subclasses__(object):
+        name = type.__dict__["__qualname__"].__get__(cls, type)
+        if name in _UPB_CONTAINERS[2:] and found.get(name) is None \
+                and type.__dict__["__module__"].__get__(cls, type) == _UPB_MODULE:
+            found[name] = cls
+    arena, message = found.get("Arena"), found.get("Message")
+    header = object_sizeof(object())
+    if arena is None or message is None or _flags(arena) & _BASETYPE or _basicsize(arena) < header + 8 \
+            or _basicsize(message) < _UPB_WEAKMAP_OFFSET + 8:
+        return []
+    out = [("upb_arena", arena), ("upb_message", message)]
+    for name in _UPB_CONTAINERS:
+        container = found.get(name)
+        if container is not None and not _flags(container) & _BASETYPE and _basicsize(container) >= header + 8:
+            out.append(("upb_container", container))
+    return out
+
+
+def _basicsize(cls):
+    return type.__dict__["__basicsize__"].__get__(cls, type)
+
+
 def _ctypes_data():
     """ctypes' base of every C data class (``_ctypes._CData``, not exported by name): the
     second class of ``_ctypes.Array``'s MRO, once ``_ctypes`` is loaded."""
@@ -412,7 +457,7 @@ def _heap_ranges():
 
 def _native_bases():
     """(kind, allowlisted C class) for each one loaded in this process."""
-    out = _zlib_classes() + _stream_classes()
+    out = _zlib_classes() + _stream_classes() + _upb_classes()
     for kind, cls in (
         ("ndarray", class_from("numpy", "ndarray")),
         ("tensor", class_from("torch._C", "TensorBase") or class_from("torch._C", "_TensorBase")),
@@ -434,7 +479,8 @@ def _native_bases():
 def native_types(tick=None):
     """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
-    of numpy, torch, mmap, Pillow, ctypes, pyarrow, zlib, bz2, lzma or io is loaded. (Flat
+    of numpy, torch, mmap, Pillow, ctypes, pyarrow, zlib, bz2, lzma, io or protobuf's upb is
+    loaded. (Flat
     dicts of ints, strs and classes: nothing in them is a gc-tracked object of the census's
     own.)"""
     out = {}  # type: dict
@@ -881,6 +927,15 @@ def native_extra(obj, native, bases, seen_buffers):
                 state = max(0, state - _LZMA_MEMUSAGE_BASE)
             total = state + (heap_block(kept) if kept > 0 else 0)
             return (total if total <= MAX_OBJECT_BYTES else 0), []
+        if kind in ("upb_message", "upb_container"):
+            # the arena object it holds (several objects of one message tree hold one), and a
+            # message's arena of unset fields, which only it holds
+            arena, own_bytes, own_blocks = _compiled_walk.upb_held(
+                obj, bases["upb_arena"], _UPB_WEAKMAP_OFFSET if kind == "upb_message" else 0)
+            return _blocks_bytes(own_bytes, own_blocks), ([arena] if arena is not None else [])
+        if kind == "upb_arena":
+            got = _compiled_walk.upb_arena_bytes(obj)
+            return (_blocks_bytes(*got) if got is not None else 0), []
         if kind == "imaging":
             width, height = _call(cls, "size", obj)
             mode = _call(cls, "mode", obj)
@@ -891,6 +946,15 @@ def native_extra(obj, native, bases, seen_buffers):
     except Exception:
         return 0, []
     return 0, []
+
+
+def _blocks_bytes(total, count):
+    """``count`` blocks of ``total`` bytes requested from malloc (not pymalloc: a C library's),
+    as malloc's blocks (their mean size's block each)."""
+    if count <= 0 or not 0 < total <= MAX_OBJECT_BYTES:
+        return 0
+    malloc = None if HEAP_BLOCKS is None else (0, 1) + tuple(HEAP_BLOCKS[2:])
+    return heap_block(total // count, malloc) * count
 
 
 def deep_size(root, seen=None, limit=5000000, tick=None):
