@@ -9,7 +9,7 @@ import gc
 import sys
 
 from . import roots
-from .objects import instance_dict, is_payload_name, short_type_name, type_name
+from .objects import instance_dict, is_payload_name, own_class_dict, short_type_name, type_name
 from .roots import frame_locals
 from .tasks import await_chain, c_future_class, context_variables, event_loops, task_context
 
@@ -220,12 +220,13 @@ def walk_from_roots(walk, objects, is_stdlib, exclude):
     class_dicts = []  # class, its dict, class, its dict...
     for cls in every_class:
         for ref in gc.get_referents(cls):
-            if type(ref) is dict:
-                class_dicts.append(cls)
-                class_dicts.append(ref)
+            if type(ref) is tuple:
                 add_wall(ref)
-            elif type(ref) is tuple:
-                add_wall(ref)
+        ref = own_class_dict(cls)
+        if ref is not None:
+            class_dicts.append(cls)
+            class_dicts.append(ref)
+            add_wall(ref)
     del every_class
     cls = ref = None
     walk.progress("roots", 0)

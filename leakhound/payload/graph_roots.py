@@ -17,7 +17,15 @@ from . import roots
 from .census import ns_per_object
 from .census_unreached import referenced_from_outside, still_outside
 from .graph_wire import MAX_LABEL_CHARS
-from .objects import LEAF_TYPE_IDS, SHARED_LEAF, ModuleType, instance_dict, is_payload_name, type_name
+from .objects import (
+    LEAF_TYPE_IDS,
+    SHARED_LEAF,
+    ModuleType,
+    instance_dict,
+    is_payload_name,
+    own_class_dict,
+    type_name,
+)
 from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
 from .roots import ATEXIT_OWNER, TIER_HELD
 from .tasks import c_future_class, context_variables, task_context
@@ -53,13 +61,7 @@ def add_roots(graph, stack):
     for cls, name, kind, tier in roots.classes(tiers, check):
         c = graph.root(cls, name, kind, tier, wall=True)
         if c > 0:
-            # The class's own dict (``__dict__`` would be a new mappingproxy).
-            d = None
-            for ref in gc.get_referents(cls):
-                if type(ref) is dict:
-                    d = ref
-                    break
-            ref = None
+            d = own_class_dict(cls)
             if d is not None:
                 dn = graph.node(d)
                 if dn > 0:

@@ -190,6 +190,25 @@ def class_dict(klass):
     return type.__dict__["__dict__"].__get__(klass, type)
 
 
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+
+
+def own_class_dict(klass):
+    """The dict a class keeps its attributes in (not a mappingproxy of it), or None. A class
+    made in Python (a heap type) lists it among its referents; a static type (int, a C
+    extension's classes) lists none, and its dict was an owner of its own: 400 of them,
+    ``<held from C: dict>`` ~0.5 MiB, third on a small worker's first screen. Read then
+    through the mappingproxy ``__dict__`` makes (it references the dict, and dies here)."""
+    if type.__dict__["__flags__"].__get__(klass, type) & _HEAPTYPE:
+        refs = gc.get_referents(klass)
+    else:
+        refs = gc.get_referents(class_dict(klass))
+    for ref in refs:
+        if type(ref) is dict:
+            return ref
+    return None
+
+
 def short_type_name(tp):
     try:
         return type.__dict__["__qualname__"].__get__(tp, type)
