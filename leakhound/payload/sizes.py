@@ -491,8 +491,8 @@ def native_types(tick=None):
             continue
         for cls in subclass_tree(base):
             out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
-    if "arrow_array" in bases:
-        bases["arrow_files"] = _file_backed_ranges()
+    if "arrow_array" in bases or "tensor" in bases:
+        bases["files"] = _file_backed_ranges()
     if "mmap" in bases or "tensor" in bases:
         bases["mapped"] = [0]  # native bytes on a file's or shared memory's pages (_tally_mapped)
     if any(kind in bases for kind in _STREAM_KINDS):
@@ -714,7 +714,7 @@ def _arrow_bytes(kind, obj, bases, seen_buffers):
     outside the Python heap; ``__sizeof__`` (Cython) is not one the walk runs. A buffer in a
     memory-mapped file is the file's (``_file_backed_ranges``): not counted."""
     array, buffer = bases.get("arrow_array"), bases.get("arrow_buffer")
-    files = bases.get("arrow_files") or ([], [])  # type: tuple
+    files = bases.get("files") or ([], [])  # type: tuple
     if array is None or buffer is None:
         return 0
     columns = [obj]
@@ -772,14 +772,16 @@ def _tally_mapped(bases, shared):
 RESIDENT_MIN = 1 << 20
 
 
-def _in_ram(address, nbytes):
+def _in_ram(address, nbytes, files=None):
     """(the bytes of the buffer at ``address`` in RAM, those of them on a file's or shared
-    memory's pages) (_walk.c resident_bytes), for one of RESIDENT_MIN bytes or more;
-    (``nbytes``, 0) where they cannot be read, and for a smaller one. A replay buffer made with
-    ``np.zeros`` (calloc) or ``np.empty`` and filled as it goes takes its capacity of address
-    space and only what was written of RAM: sized by its capacity, it was owner #1 at 1.3 GiB
-    in a 127 MiB process."""
-    if nbytes < RESIDENT_MIN or _compiled_walk is None or not hasattr(_compiled_walk, "resident_bytes"):
+    memory's pages) (_walk.c resident_bytes), for one of RESIDENT_MIN bytes or more, or in a
+    mapping of a file (``files``: _file_backed_ranges(); a torch checkpoint's small tensors,
+    which the ledger's "mapped files" counts too); (``nbytes``, 0) where they cannot be read,
+    and for a smaller one elsewhere. A replay buffer made with ``np.zeros`` (calloc) or
+    ``np.empty`` and filled as it goes takes its capacity of address space and only what was
+    written of RAM: sized by its capacity, it was owner #1 at 1.3 GiB in a 127 MiB process."""
+    if (nbytes < RESIDENT_MIN and not (files and _in_ranges(address, files))) \
+            or _compiled_walk is None or not hasattr(_compiled_walk, "resident_bytes"):
         return nbytes, 0
     resident, shared = _compiled_walk.resident_bytes(address, nbytes)
     return (nbytes, 0) if resident < 0 else (min(resident, nbytes), shared)
@@ -865,8 +867,8 @@ def native_extra(obj, native, bases, seen_buffers):
             nbytes = _call(storage_base, "nbytes", storage)
             if not 0 <= nbytes <= MAX_OBJECT_BYTES:
                 return 0, []
-            size, shared = _in_ram(address, nbytes)
-            _tally_mapped(bases, shared)
+            size, shared = _in_ram(address, nbytes, bases.get("files"))
+            _tally_mapped(bases, min(shared, size))
             return size, []
         if kind == "instance":
             return instance_values_bytes(obj), []
