@@ -1,5 +1,5 @@
 """Target venvs with numpy, pandas, Pillow (and torch on 3.11) for the native-buffer tests, with
-pandas and pyarrow for the Arrow ones, with protobuf for its messages, and with uvloop for the
+pandas and pyarrow for the Arrow ones, with protobuf for its messages, cffi for its buffers, and with uvloop for the
 idle-loop tests.
 
 ``native_python(version)`` builds (once, under a lock) a venv for the pyenv CPython ``version``
@@ -50,6 +50,11 @@ def protobuf_python(version: str, protobuf: str = "protobuf") -> str:
     release = protobuf.partition("==")[2]
     name = f"protobuf-{release}-py{version}-venv" if release else f"protobuf-py{version}-venv"
     return _venv_python(version, name, [(".complete", (protobuf,))])
+
+
+def cffi_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with cffi alone, cached as ``cffi-pyX.Y-venv``."""
+    return _venv_python(version, f"cffi-py{version}-venv", [(".complete", ("cffi",))])
 
 
 def uvloop_python(version: str) -> str:

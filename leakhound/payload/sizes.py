@@ -14,6 +14,7 @@ collector does not show, for an allowlist of types (and their subclasses) only:
   more: its pages in RAM), once per storage however many tensors view it;
 - ``mmap.mmap``: the pages of its mapping in RAM (its length where they cannot be read);
 - Pillow's ``ImagingCore`` (an ``Image``'s ``_im``/``im``): its pixel memory;
+- cffi's owning cdata (``ffi.new()``'s): the array or the pointed-to item it was allocated with;
 - protobuf's messages in upb (``google._upb._message``): the arena they and their repeated and
   map fields' containers hold (a referent), sized by its blocks (:func:`_upb_classes`);
 - pandas: through its arrays (a DataFrame's blocks hold ndarrays and extension arrays);
@@ -367,6 +368,39 @@ def _ctypes_data():
     return None
 
 
+def _cffi_owning():
+    """cffi's owning cdata class (``ffi.new()``'s, ``__CDataOwn``: its data allocated with the
+    object, in one malloc block), not exported by name: among the direct subclasses of
+    ``_cffi_backend._CDataBase``, once cffi's backend is loaded."""
+    base = class_from("_cffi_backend", "_CDataBase")
+    if base is None:
+        return None
+    for cls in type.__subclasses__(base):
+        if type.__dict__["__qualname__"].__get__(cls, type) == "__CDataOwn" and not _flags(cls) & _BASETYPE:
+            return cls
+    return None
+
+
+def _cffi_data_bytes(obj):
+    """The bytes an owning cdata was allocated with: an array's (``sizeof(obj)``), or the item a
+    pointer points to (``ffi.new("struct big *")``: ``sizeof`` of its type's ``item``), read
+    through _cffi_backend's C functions ``typeof`` and ``sizeof`` and its ctype's getsets; 0
+    for another kind."""
+    functions = instance_dict(sys.modules["_cffi_backend"])
+    typeof, sizeof = functions.get("typeof"), functions.get("sizeof")
+    if type(typeof).__name__ != "builtin_function_or_method" or type(sizeof).__name__ != "builtin_function_or_method":
+        return 0
+    ctype = typeof(obj)
+    kind = _call(type(ctype), "kind", ctype)
+    if kind == "array":
+        size = sizeof(obj)
+    elif kind == "pointer":
+        size = sizeof(_call(type(ctype), "item", ctype))
+    else:
+        return 0
+    return size if type(size) is int and 0 <= size <= MAX_OBJECT_BYTES else 0
+
+
 # A ctypes object's value is inline up to this many bytes (_ctypes.h: ``union value``); a
 # bigger one it owns is a block of its own (``b_ptr``, ``b_size`` bytes).
 _CTYPES_INLINE = 16
@@ -464,6 +498,7 @@ def _native_bases():
         ("mmap", class_from("mmap", "mmap")),
         ("imaging", _imaging_core()),
         ("ctypes", _ctypes_data()),
+        ("cffi", _cffi_owning()),
         ("arrow_tabular", class_from("pyarrow.lib", "_Tabular")),
         ("arrow_chunked", class_from("pyarrow.lib", "ChunkedArray")),
         ("arrow_array", class_from("pyarrow.lib", "Array")),
@@ -479,9 +514,9 @@ def _native_bases():
 def native_types(tick=None):
     """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
-    of numpy, torch, mmap, Pillow, ctypes, pyarrow, zlib, bz2, lzma, io or protobuf's upb is
-    loaded. (Flat
-    dicts of ints, strs and classes: nothing in them is a gc-tracked object of the census's
+    of numpy, torch, mmap, Pillow, ctypes, cffi, pyarrow, zlib, bz2, lzma, io or protobuf's
+    upb is loaded. (Flat dicts of ints, strs and classes: nothing in them is a gc-tracked
+    object of the census's
     own.)"""
     out = {}  # type: dict
     bases = {}
@@ -892,6 +927,14 @@ def native_extra(obj, native, bases, seen_buffers):
                 return 0, []
             size = size_of(obj)
             return (heap_block(size) if _CTYPES_INLINE < size <= MAX_OBJECT_BYTES else 0), []
+        if kind == "cffi":
+            # one malloc block of the object and its data: sys.getsizeof's 40 bytes (a 1 MB
+            # ``ffi.new("char[]", 10**6)`` too) and the data
+            data = _cffi_data_bytes(obj)
+            if data <= 0:
+                return 0, []
+            basic = object_sizeof(obj)
+            return max(0, _blocks_bytes(basic + data, 1) - heap_block(basic)), []
         if kind in ("arrow_tabular", "arrow_chunked", "arrow_array"):
             return _arrow_bytes(kind, obj, bases, seen_buffers), []
         if kind == "stringio":

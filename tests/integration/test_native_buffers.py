@@ -22,7 +22,7 @@ from leakhound.core.capture import capture
 from leakhound.core.request import RequestOptions
 from leakhound.model import Snapshot
 from leakhound.model.names import Owners
-from tests.native_target import arrow_python, native_python, protobuf_python
+from tests.native_target import arrow_python, cffi_python, native_python, protobuf_python
 from tests.pythons import installed_pythons
 from tests.utils import ROOT, spawn_target, within
 
@@ -357,5 +357,19 @@ def test_protobuf_messages_hold_their_arenas(tmp_path: Path, version: str, relea
     snap, truth = _look(tmp_path, "protobuf", python, "census" if (version, release) == ("3.12", "") else "")
     owners = {o.path: o.retained_bytes for o in snap.owners}
     assert snap.owners[0].path == "__main__.MESSAGES", owners
+    assert within(snap.owners[0].retained_bytes, truth["bytes"], 0.05), (owners, truth)
+    assert within(owners["__main__.CACHE"], truth["cache_bytes"]), (owners, truth)
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.11", "3.12", "3.13"])
+def test_cffi_buffers_are_what_they_were_allocated_with(tmp_path: Path, version: str) -> None:
+    """``ffi.new()`` allocates the object and its data in one block, and sys.getsizeof says 40
+    bytes of it (a 100 KB buffer too): 200 such buffers, 100 structs of 20 KB and 1,000 small
+    arrays were an owner of ~60 KB behind a 5 MB list of dicts. Now each is its array's or
+    pointed-to item's size (cffi's own typeof/sizeof); views made from_buffer own nothing.
+    The truth is what freeing them returns (the target's heap, in a forked child)."""
+    snap, truth = _look(tmp_path, "cffi", cffi_python(version), "census" if version == "3.12" else "")
+    owners = {o.path: o.retained_bytes for o in snap.owners}
+    assert snap.owners[0].path == "__main__.BUFFERS", owners
     assert within(snap.owners[0].retained_bytes, truth["bytes"], 0.05), (owners, truth)
     assert within(owners["__main__.CACHE"], truth["cache_bytes"]), (owners, truth)
