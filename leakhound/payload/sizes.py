@@ -516,8 +516,7 @@ def native_types(tick=None):
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
     of numpy, torch, mmap, Pillow, ctypes, cffi, pyarrow, zlib, bz2, lzma, io or protobuf's
     upb is loaded. (Flat dicts of ints, strs and classes: nothing in them is a gc-tracked
-    object of the census's
-    own.)"""
+    object of the census's own.)"""
     out = {}  # type: dict
     bases = {}
     for kind, base in _native_bases():
