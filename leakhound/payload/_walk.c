@@ -1113,40 +1113,84 @@ mapped_resident(PyObject *Py_UNUSED(module), PyObject *args)
  * first. */
 #define UPB_ARENA_WORDS 12
 #define UPB_MAX_BLOCKS (1 << 18)
-static int upb_blocks_word = -1, upb_narrow_size = 0, upb_head_word = 0;
+/* The block the bump pointer is in is among a chain's first ones (upb_chain_bytes): a chain
+ * whose first blocks are not it is given up there, and a word that is no chain's start (a
+ * count, a pointer into a cycle of other structures) costs a few reads, not a walk. */
+#define UPB_END_WITHIN 8
+/* Searches for the layout at most, in a process's life: each reads a few words of up to 40
+ * candidates; once found the layout is read alone. */
+#define UPB_MAX_SEARCHES 64
+#define UPB_WEAKMAP_WORDS 6
+static int upb_blocks_word = -1, upb_narrow_size = 0, upb_head_word = 0, upb_searches = 0;
+static int upb_weakmap_word = -1;
+
+#define UPB_BLOCK_SIZE(word, narrow) ((narrow) ? (uint64_t)(uint32_t)(word) : (uint64_t)(word))
+
+/* Whether ``block`` is the block in use with the bump pointer ``ptr`` in it, its size field a
+ * hint for the next block's size (protobuf 6.3x: ``size_or_hint``): its glibc chunk (the
+ * header before it: 8 bytes of overhead, 16 mmapped) ends at ``end``. */
+static int
+upb_hinted_block_in_use(uintptr_t block, uintptr_t ptr, uintptr_t end)
+{
+    uint64_t header;
+    if (block < 16 || ptr < block || ptr > end || end - block < 16 || self_read(&header, block - 8, sizeof header) < 0)
+        return 0;
+    uint64_t chunk = header & ~(uint64_t)7;
+    if (chunk < 32 || (chunk & 15) != 0)
+        return 0;
+    uint64_t usable = chunk - ((header & 2) ? 16 : 8);
+    return end - block <= usable && usable - (end - block) < 32;
+}
 
 /* The bytes of the blocks in the chain starting at ``block`` and their count in *count, -1 if
  * it is not the chain of the arena at ``arena`` (bump pointer ``ptr``, end ``end``) or of the
- * object at ``inside`` that lives in it. */
+ * object at ``inside`` that lives in it; a chain that meets itself again (Brent's check) or
+ * goes on past UPB_MAX_BLOCKS is none. The block in use, which ends at ``end``, is one of the
+ * first UPB_END_WITHIN (a big allocation's block of its own comes before it); or it is the
+ * first and its size field a hint (upb_hinted_block_in_use), its size ``end`` less its start. */
 static long long
 upb_chain_bytes(uintptr_t block, int narrow, uintptr_t ptr, uintptr_t end, uintptr_t inside, long long *count)
 {
-    long long total = 0, n = 0;
-    int has_end = 0, has_inside = 0;
+    if (block == 0 || (block & 7) != 0)
+        return -1;
+    int hinted = upb_hinted_block_in_use(block, ptr, end), in_use = hinted;
+    long long total = 0, n = 0, lap = 0, power = 1;
+    int has_inside = 0;
+    uintptr_t mark = block;
     while (block != 0) {
         uint64_t head[2];
         if ((block & 7) != 0 || n >= UPB_MAX_BLOCKS || self_read(head, block, sizeof head) < 0)
             return -1;
-        uint64_t size = narrow ? (uint64_t)(uint32_t)head[1] : head[1];
+        uint64_t size = hinted && n == 0 ? end - block : UPB_BLOCK_SIZE(head[1], narrow);
         if (size < sizeof head || size > ((uint64_t)1 << 40) || block + size < block)
             return -1;
         if (block + size == end && ptr >= block && ptr <= end)
-            has_end = 1;
+            in_use = 1;
         if (inside >= block && inside <= block + size)  /* protobuf 4/5: an arena right after its first block */
             has_inside = 1;
         total += (long long)size;
         n++;
+        if (!in_use && n >= UPB_END_WITHIN)
+            return -1;
         block = (uintptr_t)head[0];
+        if (block == mark)
+            return -1;
+        if (++lap == power) {
+            mark = block;
+            power <<= 1;
+            lap = 0;
+        }
     }
     *count = n;
-    return has_end && has_inside ? total : -1;
+    return in_use && has_inside ? total : -1;
 }
 
 /* The bytes of the blocks of the upb_Arena at ``arena`` (their count in *count), -1 where its
  * chain is not found; ``inside``: an address that must be in one of them (the arena's own, or
- * that of a structure upb allocated in it). */
+ * that of a structure upb allocated in it). The layout found is read; ``search``: where it is
+ * not known yet or does not fit, look for it (UPB_MAX_SEARCHES at most). */
 static long long
-upb_arena_blocks(uintptr_t arena, uintptr_t inside, long long *count)
+upb_arena_blocks(uintptr_t arena, uintptr_t inside, long long *count, int search)
 {
     uint64_t words[UPB_ARENA_WORDS];
     if (arena == 0 || (arena & 7) != 0 || sizeof(void *) != 8 || self_read(words, arena, sizeof words) < 0)
@@ -1154,9 +1198,12 @@ upb_arena_blocks(uintptr_t arena, uintptr_t inside, long long *count)
     int known = upb_blocks_word, narrow = upb_narrow_size, head = upb_head_word;
     if (known >= 2 && words[head] <= words[head + 1]) {
         long long got = upb_chain_bytes((uintptr_t)words[known], narrow, words[head], words[head + 1], inside, count);
-        if (got >= 0)
+        if (got >= 0 || !search)
             return got;
     }
+    if (!search || upb_searches >= UPB_MAX_SEARCHES)
+        return -1;
+    upb_searches++;
     /* the bump pointer and the end first (protobuf 5+), or after the allocator's (4.x) */
     for (int h = 0; h < 2; h++) {
         if (words[h] > words[h + 1])
@@ -1200,11 +1247,38 @@ upb_arena_bytes(PyObject *Py_UNUSED(module), PyObject *arena_obj)
     long long bytes, count = 0;
     /* the caller's reference keeps the arena; another thread may add a block meanwhile */
     Py_BEGIN_ALLOW_THREADS
-    bytes = upb_arena_blocks(arena, arena, &count);
+    bytes = upb_arena_blocks(arena, arena, &count, 1);
     Py_END_ALLOW_THREADS
     if (bytes < 0)
         Py_RETURN_NONE;
     return Py_BuildValue("(LL)", bytes, count);
+}
+
+/* The bytes of the blocks of the arena the map of a message's unset submessages lives in (a
+ * word of the map, UPB_WEAKMAP_WORDS at most: the one found is looked at first), read with
+ * the arenas' layout already found; -1 where there is none. */
+static long long
+upb_weakmap_blocks(uintptr_t map, long long *count)
+{
+    uint64_t words[UPB_WEAKMAP_WORDS];
+    if (upb_blocks_word < 0 || self_read(words, map, sizeof words) < 0)
+        return -1;
+    int known = upb_weakmap_word;
+    if (known >= 0) {
+        long long got = upb_arena_blocks((uintptr_t)words[known], map, count, 0);
+        if (got >= 0)
+            return got;
+    }
+    for (int k = 0; k < UPB_WEAKMAP_WORDS; k++) {
+        if (k == known)
+            continue;
+        long long got = upb_arena_blocks((uintptr_t)words[k], map, count, 0);
+        if (got >= 0) {
+            upb_weakmap_word = k;
+            return got;
+        }
+    }
+    return -1;
 }
 
 PyDoc_STRVAR(upb_held_doc,
@@ -1214,8 +1288,9 @@ PyDoc_STRVAR(upb_held_doc,
 "large enough); its arena object is returned only if the word after its header is an object\n"
 "of type ``arena_type``. ``weakmap_offset`` (a message's, 0 for none): where a message keeps\n"
 "the map of its unset submessages' objects, which upb allocates in an arena of its own (one\n"
-"block of ~350 bytes a message): counted only where that arena's chain has the map in it.\n"
-"Runs no Python code.");
+"block of ~350 bytes a message): counted only where that arena's chain has the map in it,\n"
+"read with the layout of the arenas (found from its arena object's first). Runs no Python\n"
+"code.");
 
 static PyObject *
 upb_held(PyObject *Py_UNUSED(module), PyObject *args)
@@ -1234,16 +1309,15 @@ upb_held(PyObject *Py_UNUSED(module), PyObject *args)
     uintptr_t map = 0;
     if (weakmap_offset >= (Py_ssize_t)(sizeof(PyObject) + sizeof(void *)) && (weakmap_offset & 7) == 0
         && self_read(&map, (uintptr_t)obj + (uintptr_t)weakmap_offset, sizeof map) == 0 && map != 0) {
-        uint64_t words[6];
-        if (self_read(words, map, sizeof words) == 0) {
-            for (int k = 0; k < 6; k++) {
-                long long n = 0, got = upb_arena_blocks((uintptr_t)words[k], map, &n);
-                if (got >= 0) {
-                    own = got;
-                    count = n;
-                    break;
-                }
-            }
+        if (upb_blocks_word < 0 && arena_obj != Py_None) {  /* the layout, from its own arena */
+            long long n = 0;
+            uintptr_t arena = upb_arena_of(arena_obj);
+            (void)upb_arena_blocks(arena, arena, &n, 1);
+        }
+        long long n = 0, got = upb_weakmap_blocks(map, &n);
+        if (got >= 0) {
+            own = got;
+            count = n;
         }
     }
     return Py_BuildValue("(OLL)", arena_obj, own, count);

@@ -343,7 +343,8 @@ def test_ssl_contexts_are_named_with_who_holds_them_and_no_bytes_said(tmp_path: 
 
 
 # (Python, protobuf release: the newest, and older ones whose arenas are laid out otherwise)
-PROTOBUFS = [("3.10", ""), ("3.11", ""), ("3.12", ""), ("3.13", ""), ("3.11", "4.21.12"), ("3.12", "5.29.5")]
+PROTOBUFS = [("3.10", ""), ("3.11", ""), ("3.12", ""), ("3.13", ""), ("3.11", "4.21.12"), ("3.12", "5.29.5"),
+             ("3.13", "6.31.1")]
 
 
 @pytest.mark.parametrize(("version", "release"), PROTOBUFS)
@@ -351,8 +352,9 @@ def test_protobuf_messages_hold_their_arenas(tmp_path: Path, version: str, relea
     """2,000 Struct replies kept (20 strs of 300 bytes each, in upb arenas: 64 bytes by
     sys.getsizeof) and 200 repeated fields kept without their message were 172 KiB, owner #5
     behind a 5 MB list of dicts; now their arenas' blocks, found in each protobuf's layout (4.21:
-    its allocator first, sizes of 32 bits; 5.x: the arena after its first block; 6+: inside it),
-    are what freeing them returns (the target's heap, in a forked child)."""
+    its allocator first, sizes of 32 bits; 5.x: the arena after its first block; 6+: inside it;
+    6.3x: the block in use with a hint in its size's place), are what freeing them returns (the
+    target's heap, in a forked child)."""
     python = protobuf_python(version, f"protobuf=={release}" if release else "protobuf")
     snap, truth = _look(tmp_path, "protobuf", python, "census" if (version, release) == ("3.12", "") else "")
     owners = {o.path: o.retained_bytes for o in snap.owners}
