@@ -292,6 +292,22 @@ class Graph(object):
             self.labels.append(text)
         return i
 
+    def _no_edge_to(self, value):
+        """Whether no edge will lead to ``value`` from a dict, so its key needs no label (as
+        _graph_walk.c's no_edge_to, which the labels' budget is spent in step with): None, a
+        bool, a small int (shared leaves), a module that is no node or a wall, a class that is
+        no wall (a class root is held by what holds it: an edge)."""
+        tp = type(value)
+        if value is None or tp is bool or (tp is int and -5 <= value <= 256):
+            return True
+        if issubclass(tp, type):
+            j = self.index.get(id(value))
+            return j is None or j not in self.walls
+        if tp is not _ModuleType:
+            return False
+        j = self.index.get(id(value))
+        return j is None or j < 0 or j in self.walls
+
     def _fold_label(self, label):
         """The label of an edge from an entry folded into its collection, to what the entry
         names ``label``: "f" and that label (``__main__.CALLBACKS[].__self__``)."""
@@ -542,7 +558,7 @@ class Graph(object):
                 # _graph_walk.c, which reads a big exact dict in slices.
                 for k in range(len(keys) if len(keys) <= _BIG_DICT or tp is not dict else 0):
                     key = keys[k]
-                    if type(key) is str:
+                    if type(key) is str and not self._no_edge_to(refs[k]):
                         names.setdefault(id(refs[k]), label_of("k" + key[:MAX_LABEL_CHARS]))
                 entries = len(keys)
                 refs.extend(keys)
