@@ -26,6 +26,10 @@ from leakhound.model.verify import (
 
 # Fixes judged by the growth of the owner they act on (the container they empty).
 OWNER_JUDGED = frozenset({"registry", "intercepts"})
+# Of those, the fixes whose owner fills and empties with each rollout (intercepts: a rollout's
+# request bodies, kept until it ends): where it did not grow over the window before, they are
+# judged by its level, its mean before against its mean once the fix has settled.
+LEVEL_JUDGED = frozenset({"intercepts"})
 # Fixes judged by the live heap when it was measured (else RSS).
 HEAP_JUDGED = frozenset({"steps"})
 
@@ -86,6 +90,7 @@ def owner_window(points: Sequence[VerifyPoint], fix: str) -> OwnerWindow | None:
     series = [(p.taken_at, items, size) for p in points for f, items, size in p.owner_items if f == fix]
     if len(series) < 2:
         return None
+    late = series[len(series) // 2:]
     return OwnerWindow(
         samples=len(series),
         items_first=series[0][1],
@@ -94,6 +99,8 @@ def owner_window(points: Sequence[VerifyPoint], fix: str) -> OwnerWindow | None:
         bytes_first=series[0][2],
         bytes_last=series[-1][2],
         bytes_per_min=slope([(t, float(b)) for t, _, b in series]) * 60.0,
+        items_mean=sum(i for _, i, _ in series) / len(series),
+        items_late_mean=sum(i for _, i, _ in late) / len(late),
     )
 
 
@@ -129,6 +136,20 @@ def _compare(before: float, after: float, before_s: float, after_s: float, floor
     if after <= noise.slowed_ratio * before:
         return VerifyVerdict.SLOWED
     return VerifyVerdict.STILL_GROWING
+
+
+def _level(before: OwnerWindow, after: OwnerWindow, noise: Noise) -> VerifyVerdict | None:
+    """The verdict of an owner that rises and falls with each rollout (LEVEL_JUDGED) by its
+    level: its mean items before against its mean over the second half of after (a request
+    body delivered before the fix stays until its rollout ends). None where it held too few
+    before for a level to say anything (under twice the items' noise floor)."""
+    if before.items_mean < 2 * noise.owner_items:
+        return None
+    if after.items_late_mean <= noise.stopped_ratio * before.items_mean:
+        return VerifyVerdict.STOPPED
+    if after.items_late_mean <= noise.slowed_ratio * before.items_mean:
+        return VerifyVerdict.SLOWED
+    return VerifyVerdict.NOT_PROVEN
 
 
 _WORDS = {VerifyVerdict.STOPPED: "growth stopped", VerifyVerdict.SLOWED: "growth slowed",
@@ -173,6 +194,14 @@ def judge_fix(fix: str, owner: FixedOwner | None, before_points: Sequence[Verify
             verdict = _compare(ob.bytes_per_min, oa.bytes_per_min, before.seconds, after.seconds,
                                noise.owner_bytes, noise)
         numbers = f"{owner_numbers}, {ob.items_per_min:+.0f} -> {oa.items_per_min:+.0f} items/min"
+        if verdict == VerifyVerdict.NOT_PROVEN and fix in LEVEL_JUDGED:
+            level = _level(ob, oa, noise)
+            if level is not None:
+                held = (f"{name} held {ob.items_mean:.0f} items on average before, "
+                        f"{oa.items_late_mean:.0f} once the fix settled")
+                text = (f"{fix}: the level fell: {held} ({numbers})" if level != VerifyVerdict.NOT_PROVEN
+                        else f"{fix}: not proven: {name} neither grew nor fell ({held}; {numbers})")
+                return verdict_of(level, text, "owner-level")
         if verdict == VerifyVerdict.NOT_PROVEN:
             text = f"{fix}: not proven: {name} did not grow before the fix ({numbers})"
         else:

@@ -73,6 +73,10 @@ class OwnerWindow:
     bytes_first: int
     bytes_last: int
     bytes_per_min: float
+    # the mean item count over the window, and over its second half (where a fix's effect has
+    # settled: what it let go is gone)
+    items_mean: float = 0.0
+    items_late_mean: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class FixVerdict:
     fix: str
     verdict: str
     summary: str
-    judged_by: str  # finished-rollouts | owner | heap | rss
+    judged_by: str  # finished-rollouts | owner | owner-level | heap | rss
     path: str = ""
     type: str = ""
     object_id: int = 0

@@ -234,3 +234,56 @@ def test_the_fixed_owner_is_found_by_identity_not_by_its_path() -> None:
     # A container the census split into owners inside it: those owners (its id on their path).
     assert fixed_owners(snap, {"intercepts": [333]}) == {"intercepts": [inside]}
     assert fixed_owners(snap, {"registry": [999]}) == {}
+
+
+INTERCEPTS = FixedOwner(fix="intercepts", path="__main__.WORKER.server.intercepts", type="dict", object_id=88)
+
+
+def _intercept_points(start: float, items: list[int]) -> list[VerifyPoint]:
+    """One sample a second, the intercept dict holding ``items`` bodies in turn (RSS flat)."""
+    return [VerifyPoint(taken_at=start + s, rss_bytes=500 * MiB, heap_bytes=300 * MiB,
+                        owner_items=(("intercepts", n, n * ITEM),)) for s, n in enumerate(items)]
+
+
+# What the demo's worker showed (6 s windows): its intercept dict rises and falls with each
+# rollout's turns and ends, 33-53 bodies before the fix; after it, the bodies delivered before
+# drain as their rollouts end and it holds the 2-4 requests in flight.
+BEFORE = [53, 38, 51, 45, 36, 41, 33, 40, 46, 49, 42]
+AFTER = [26, 12, 4, 2, 4, 4, 3, 3, 3, 2, 3]
+
+
+def test_intercepts_that_rise_and_fall_with_rollouts_are_judged_by_their_level() -> None:
+    """The dict did not grow over the 10 s before (its slope within noise): by slope alone the
+    fix was "not proven" in 4 of 10 of the demo's runs, though its level fell from ~43 bodies to
+    3. Judged by its level: its mean before, against its mean over the second half of after."""
+    report = judge(pid=7, fixes=["intercepts"], owners={"intercepts": INTERCEPTS},
+                   before_points=_intercept_points(0, BEFORE), after_points=_intercept_points(20, AFTER),
+                   interval_seconds=1.0)
+    (fix,) = report.per_fix
+    assert fix.verdict == "stopped" and fix.judged_by == "owner-level", fix
+    assert fix.before is not None and fix.after is not None
+    assert fix.before.items_mean == pytest.approx(sum(BEFORE) / len(BEFORE))
+    assert fix.after.items_late_mean == pytest.approx(sum(AFTER[5:]) / len(AFTER[5:]))
+    assert fix.summary.startswith("intercepts: the level fell: intercepts held 43 items on average before, "
+                                  "3 once the fix settled (")
+    doc = json.loads(json.dumps(verify_to_dict(report)))
+    assert doc["per_fix"][0]["after"]["items_late_mean"] == pytest.approx(fix.after.items_late_mean)
+
+
+def test_intercepts_that_neither_grew_nor_fell_are_not_proven() -> None:
+    report = judge(pid=7, fixes=["intercepts"], owners={"intercepts": INTERCEPTS},
+                   before_points=_intercept_points(0, BEFORE), after_points=_intercept_points(20, BEFORE),
+                   interval_seconds=1.0)
+    (fix,) = report.per_fix
+    assert fix.verdict == "not-proven" and fix.judged_by == "owner-level"
+    assert "neither grew nor fell" in fix.summary
+
+
+def test_a_level_of_a_few_items_says_nothing() -> None:
+    # under twice the items' noise floor before: no level to judge by, the slope's verdict stays
+    report = judge(pid=7, fixes=["intercepts"], owners={"intercepts": INTERCEPTS},
+                   before_points=_intercept_points(0, [3, 2, 3, 3, 2, 3]), after_points=_intercept_points(20, [0] * 6),
+                   interval_seconds=1.0)
+    (fix,) = report.per_fix
+    assert fix.verdict == "not-proven" and fix.judged_by == "owner"
+    assert "did not grow before the fix" in fix.summary
