@@ -219,16 +219,17 @@ def walk_from_roots(walk, objects, is_stdlib, exclude):
         add_wall(cls)
     class_dicts = []  # class, its dict, class, its dict...
     for cls in every_class:
-        for ref in gc.get_referents(cls):
+        refs = gc.get_referents(cls)
+        for ref in refs:
             if type(ref) is tuple:
                 add_wall(ref)
-        ref = own_class_dict(cls)
+        ref = own_class_dict(cls, refs)
         if ref is not None:
             class_dicts.append(cls)
             class_dicts.append(ref)
             add_wall(ref)
     del every_class
-    cls = ref = None
+    cls = ref = refs = None  # type: ignore[assignment]  # (the last class's referents: let go)
     walk.progress("roots", 0)
     walk.clock.phase("roots")
 

@@ -190,17 +190,24 @@ def class_dict(klass):
     return type.__dict__["__dict__"].__get__(klass, type)
 
 
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+BASETYPE = 1 << 10  # Py_TPFLAGS_BASETYPE
 
 
-def own_class_dict(klass):
+def type_flags(cls):
+    """A class's ``tp_flags``, read through type's own getset (never the class's)."""
+    return type.__dict__["__flags__"].__get__(cls, type)
+
+
+def own_class_dict(klass, referents=None):
     """The dict a class keeps its attributes in (not a mappingproxy of it), or None. A class
     made in Python (a heap type) lists it among its referents; a static type (int, a C
     extension's classes) lists none, and its dict was an owner of its own: 400 of them,
     ``<held from C: dict>`` ~0.5 MiB, third on a small worker's first screen. Read then
-    through the mappingproxy ``__dict__`` makes (it references the dict, and dies here)."""
-    if type.__dict__["__flags__"].__get__(klass, type) & _HEAPTYPE:
-        refs = gc.get_referents(klass)
+    through the mappingproxy ``__dict__`` makes (it references the dict, and dies here).
+    ``referents``: the class's gc.get_referents, where the caller has them already."""
+    if type_flags(klass) & HEAPTYPE:
+        refs = gc.get_referents(klass) if referents is None else referents
     else:
         refs = gc.get_referents(class_dict(klass))
     for ref in refs:

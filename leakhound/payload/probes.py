@@ -44,7 +44,7 @@ import time
 
 from . import wire  # noqa: F401 - its types, in type comments
 from .census_tallies import Marks
-from .objects import builtin_iter, builtin_length, dict_pairs, instance_dict, plain_text
+from .objects import HEAPTYPE, builtin_iter, builtin_length, dict_pairs, instance_dict, plain_text, type_flags
 from .pacing import Clock
 from .sizes import deep_size as _deep_size
 
@@ -99,7 +99,6 @@ class _Clock(Clock):
 
 
 _HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
 _CODE_TYPE = type((lambda: 0).__code__)
 # What deep_size walks into, as the compiled walk does only for these exact types (a
 # container's tp_traverse lists what iterating it gives; a dict's keys are added to it).
@@ -162,8 +161,7 @@ class _CompiledSizer(object):
         self.sizes = array.array("q", [0] * len(self.keys))
 
     def new_slot(self, tp):
-        flags = type.__dict__["__flags__"].__get__(tp, type)
-        if flags & (_HAVE_GC | _HEAPTYPE) or tp is _CODE_TYPE:
+        if type_flags(tp) & (_HAVE_GC | HEAPTYPE) or tp is _CODE_TYPE:
             raise _Diverged(type.__dict__["__name__"].__get__(tp, type))
         slot = len(self.keys)
         self.keys.append(tp)

@@ -36,6 +36,8 @@ import gc
 import sys
 
 from .objects import (
+    BASETYPE,
+    HEAPTYPE,
     INLINE_VALUES_DICTS,
     builtin_iter,
     class_dict,
@@ -44,6 +46,7 @@ from .objects import (
     managed_dict_address,
     short_type_name,
     subclass_tree,
+    type_flags,
 )
 
 # A __sizeof__ above this (256 TiB, more than any address space) is not a size; it counts as
@@ -340,13 +343,13 @@ def _upb_classes():
             found[name] = cls
     arena, message = found.get("Arena"), found.get("Message")
     header = object_sizeof(object())
-    if arena is None or message is None or _flags(arena) & _BASETYPE or _basicsize(arena) < header + 8 \
+    if arena is None or message is None or type_flags(arena) & BASETYPE or _basicsize(arena) < header + 8 \
             or _basicsize(message) < _UPB_WEAKMAP_OFFSET + 8:
         return []
     out = [("upb_arena", arena), ("upb_message", message)]
     for name in _UPB_CONTAINERS:
         container = found.get(name)
-        if container is not None and not _flags(container) & _BASETYPE and _basicsize(container) >= header + 8:
+        if container is not None and not type_flags(container) & BASETYPE and _basicsize(container) >= header + 8:
             out.append(("upb_container", container))
     return out
 
@@ -376,20 +379,29 @@ def _cffi_owning():
     if base is None:
         return None
     for cls in type.__subclasses__(base):
-        if type.__dict__["__qualname__"].__get__(cls, type) == "__CDataOwn" and not _flags(cls) & _BASETYPE:
+        if type.__dict__["__qualname__"].__get__(cls, type) == "__CDataOwn" and not type_flags(cls) & BASETYPE:
             return cls
     return None
 
 
-def _cffi_data_bytes(obj):
+def _cffi_functions():
+    """(typeof, sizeof): _cffi_backend's C functions, from its module's dict, each checked a
+    C function; None where they are not."""
+    functions = instance_dict(sys.modules["_cffi_backend"])
+    found = functions.get("typeof"), functions.get("sizeof")
+    if any(type(function).__name__ != "builtin_function_or_method" for function in found):
+        return None
+    return found
+
+
+def _cffi_data_bytes(obj, functions):
     """The bytes an owning cdata was allocated with: an array's (``sizeof(obj)``), or the item a
     pointer points to (``ffi.new("struct big *")``: ``sizeof`` of its type's ``item``), read
-    through _cffi_backend's C functions ``typeof`` and ``sizeof`` and its ctype's getsets; 0
-    for another kind."""
-    functions = instance_dict(sys.modules["_cffi_backend"])
-    typeof, sizeof = functions.get("typeof"), functions.get("sizeof")
-    if type(typeof).__name__ != "builtin_function_or_method" or type(sizeof).__name__ != "builtin_function_or_method":
+    through _cffi_backend's C functions ``typeof`` and ``sizeof`` (``functions``:
+    _cffi_functions()) and its ctype's getsets; 0 for another kind."""
+    if functions is None:
         return 0
+    typeof, sizeof = functions
     ctype = typeof(obj)
     kind = _call(type(ctype), "kind", ctype)
     if kind == "array":
@@ -418,7 +430,7 @@ def _stringio():
     cls = class_from("_io", "StringIO")
     if (known is None or cls is None or sys.maxsize < 2 ** 32 or _compiled_walk is None
             or not hasattr(_compiled_walk, "stringio_parts")
-            or type.__dict__["__basicsize__"].__get__(cls, type) != known[1]):
+            or _basicsize(cls) != known[1]):
         return None
     return cls
 
@@ -440,13 +452,13 @@ def _zlib_classes():
         return []
     found = {}
     for ref in gc.get_referents(module):
-        if (type(ref) is type and not _flags(ref) & _BASETYPE
+        if (type(ref) is type and not type_flags(ref) & BASETYPE
                 and type.__dict__["__module__"].__get__(ref, type) == "zlib"):
             found[short_type_name(ref)] = ref
     out = []
     for kind, (name, _code, basicsize) in _ZLIB_KINDS.items():
         cls = found.get(name)
-        if cls is not None and type.__dict__["__basicsize__"].__get__(cls, type) == basicsize:
+        if cls is not None and _basicsize(cls) == basicsize:
             out.append((kind, cls))
     return out
 
@@ -473,8 +485,8 @@ def _stream_classes():
     out = []
     for kind, (module, name, _code, basicsize) in _STREAM_KINDS.items():
         cls = class_from(module, name)
-        if (cls is not None and not _flags(cls) & _BASETYPE
-                and type.__dict__["__basicsize__"].__get__(cls, type) == basicsize
+        if (cls is not None and not type_flags(cls) & BASETYPE
+                and _basicsize(cls) == basicsize
                 and (kind.startswith("lzma") or (HEAP_BLOCKS is not None and HEAP_BLOCKS[2]))):
             out.append((kind, cls))
     return out
@@ -527,6 +539,8 @@ def native_types(tick=None):
             out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
     if "arrow_array" in bases or "tensor" in bases:
         bases["files"] = _file_backed_ranges()
+    if "cffi" in bases:
+        bases["cffi_functions"] = _cffi_functions()
     if "mmap" in bases or "tensor" in bases:
         bases["mapped"] = [0]  # native bytes on a file's or shared memory's pages (_tally_mapped)
     if any(kind in bases for kind in _STREAM_KINDS):
@@ -580,13 +594,6 @@ def for_compiled_walk(codes, walk, tick=None):
     return out
 
 
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
-_BASETYPE = 1 << 10  # Py_TPFLAGS_BASETYPE
-
-
-def _flags(cls):
-    return type.__dict__["__flags__"].__get__(cls, type)
-
 
 def _plain_instance_classes(tick=None):
     """Classes whose instances keep their attributes as 3.11+ values (no ``__dict__`` object
@@ -594,24 +601,24 @@ def _plain_instance_classes(tick=None):
     on ``object`` alone (every class in the MRO but object a Python class, no slots, no
     items). A subclass of dict, list, an exception... is left alone: its referents are not
     only its attributes."""
-    object_size = type.__dict__["__basicsize__"].__get__(object, type)
+    object_size = _basicsize(object)
     out = []
     # tick: the census's or the graph's duty cycle (tens of thousands of classes are ~25 ms
     # to list and as long again to look at)
     for n, cls in enumerate(subclass_tree(object, tick)):
         if tick is not None and n & 255 == 255:
             tick()
-        flags = _flags(cls)
-        if not has_managed_dict(cls) or not flags & _HEAPTYPE:
+        flags = type_flags(cls)
+        if not has_managed_dict(cls) or not flags & HEAPTYPE:
             continue
         if type.__dict__["__itemsize__"].__get__(cls, type) != 0:
             continue
-        if type.__dict__["__basicsize__"].__get__(cls, type) > object_size + 8:  # 3.11: a weakref slot
+        if _basicsize(cls) > object_size + 8:  # 3.11: a weakref slot
             continue
         mro = type.__dict__["__mro__"].__get__(cls, type)
         # A class with a __sizeof__ written in Python counts object.__sizeof__ alone (its
         # basic size, docs/inspect.md), as before.
-        if all(k is object or _flags(k) & _HEAPTYPE for k in mro) and sizeof_is_builtin(cls):
+        if all(k is object or type_flags(k) & HEAPTYPE for k in mro) and sizeof_is_builtin(cls):
             out.append(cls)
     return out
 
@@ -786,7 +793,7 @@ def _mapped_bytes(obj, length, bases):
     (deleted)``) are in the ledger's "mapped files" too: tallied (_tally_mapped)."""
     resident, shared = -1, 0
     if _compiled_walk is not None and hasattr(_compiled_walk, "mapped_resident"):
-        basicsize = type.__dict__["__basicsize__"].__get__(type(obj), type)
+        basicsize = _basicsize(type(obj))
         resident, shared = _compiled_walk.mapped_resident(obj, length, basicsize)
     _tally_mapped(bases, shared)
     return length if resident < 0 else resident
@@ -929,7 +936,7 @@ def native_extra(obj, native, bases, seen_buffers):
         if kind == "cffi":
             # one malloc block of the object and its data: sys.getsizeof's 40 bytes (a 1 MB
             # ``ffi.new("char[]", 10**6)`` too) and the data
-            data = _cffi_data_bytes(obj)
+            data = _cffi_data_bytes(obj, bases.get("cffi_functions"))
             if data <= 0:
                 return 0, []
             basic = object_sizeof(obj)
@@ -992,13 +999,16 @@ def native_extra(obj, native, bases, seen_buffers):
     return 0, []
 
 
+# HEAP_BLOCKS without pymalloc's small blocks: how malloc alone rounds a request
+_MALLOC_BLOCKS = None if HEAP_BLOCKS is None else (0, 1) + tuple(HEAP_BLOCKS[2:])
+
+
 def _blocks_bytes(total, count):
     """``count`` blocks of ``total`` bytes requested from malloc (not pymalloc: a C library's),
     as malloc's blocks (their mean size's block each)."""
     if count <= 0 or not 0 < total <= MAX_OBJECT_BYTES:
         return 0
-    malloc = None if HEAP_BLOCKS is None else (0, 1) + tuple(HEAP_BLOCKS[2:])
-    return heap_block(total // count, malloc) * count
+    return heap_block(total // count, _MALLOC_BLOCKS) * count
 
 
 def deep_size(root, seen=None, limit=5000000, tick=None):
