@@ -57,7 +57,8 @@ def command(
     verify: Annotated[float, typer.Option(
         "--verify", min=0, callback=finite, metavar="SECONDS",
         help="Prove the fix in memory: sample RSS, the live heap and the fixed owner for --baseline "
-             "seconds before applying and this many after, and say what the slopes support.")] = 0.0,
+             "seconds before applying and this many after, and say what their slopes (the intercept "
+             "dict's level, where it shows none) support.")] = 0.0,
     baseline: Annotated[float | None, typer.Option(
         "--baseline", min=1.0, callback=finite, metavar="SECONDS",
         help="With --verify: the window measured before applying (default: as long as --verify).")] = None,
@@ -85,8 +86,9 @@ def command(
     and nothing changes; when some fixes apply and others are refused, the exit code is 16.
 
     --verify SECONDS proves it in memory: RSS, the live heap and the fixed owner sampled in a
-    window before the fix (--baseline) and one after, their slopes in MiB/min, and a verdict
-    (stopped, slowed, still-growing, not-proven; docs/patch.md). --dry-run says which function
+    window before the fix (--baseline) and one after, their slopes in MiB/min (the intercept
+    dict's level where it rises and falls with no slope), and a verdict (stopped, slowed,
+    still-growing, not-proven; docs/patch.md). --dry-run says which function
     each fix replaces, what changes from then on, and what stays until the worker restarts.
     """
     if sum((revert, status, dry_run)) > 1:
