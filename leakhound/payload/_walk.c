@@ -1128,17 +1128,36 @@ static int upb_weakmap_word = -1;
 
 /* Whether ``block`` is the block in use with the bump pointer ``ptr`` in it, its size field a
  * hint for the next block's size (protobuf 6.3x: ``size_or_hint``): its glibc chunk (the
- * header before it: 8 bytes of overhead, 16 mmapped) ends at ``end``. */
+ * header before it: 8 bytes of overhead, 16 mmapped) ends at ``end``. The header is checked
+ * as glibc_chunk_bytes checks one (no range of mappings here): an mmapped chunk's offset in
+ * its page-aligned mapping and its page-multiple size, an arena chunk's size and the next
+ * chunk's header after it (its previous-in-use bit set, a size of 16-byte granules). */
 static int
 upb_hinted_block_in_use(uintptr_t block, uintptr_t ptr, uintptr_t end)
 {
-    uint64_t header;
-    if (block < 16 || ptr < block || ptr > end || end - block < 16 || self_read(&header, block - 8, sizeof header) < 0)
+    uint64_t head[2];
+    if (block < 32 || (block & 15) != 0 || ptr < block || ptr > end || end - block < 16
+            || self_read(head, block - 16, sizeof head) < 0)
         return 0;
-    uint64_t chunk = header & ~(uint64_t)7;
-    if (chunk < 32 || (chunk & 15) != 0)
+    uintptr_t chunk_start = block - 16;
+    uint64_t chunk = head[1] & ~(uint64_t)7;
+    if (chunk < 32 || (chunk & 15) != 0 || chunk > ((uint64_t)1 << 40) || chunk_start + chunk < chunk_start)
         return 0;
-    uint64_t usable = chunk - ((header & 2) ? 16 : 8);
+    uint64_t usable;
+    if (head[1] & 2) {  /* mmapped: prev_size is its offset in its mapping */
+        uint64_t offset = head[0];
+        if ((offset & 15) != 0 || offset >= 65536 || chunk_start < offset
+                || ((chunk_start - offset) & 4095) != 0 || (chunk & 4095) != 0)
+            return 0;
+        usable = chunk - 16;
+    }
+    else {
+        uint64_t next;
+        if (self_read(&next, chunk_start + chunk + 8, sizeof next) < 0 || !(next & 1)
+                || (next & ~(uint64_t)7) < 16 || ((next & ~(uint64_t)7) & 15) != 0)
+            return 0;
+        usable = chunk - 8;
+    }
     return end - block <= usable && usable - (end - block) < 32;
 }
 
