@@ -210,14 +210,18 @@ done:
 
 /* ---- naming: cheapest paths from the roots ------------------------------------------------
  *
- * paths(n, m, src, dst, types, lab, type_back, label_back, roots, root_dist, blocked, back_cost, targets)
- *   types int32 per node, lab int32 per edge (-1: none), type_back / label_back one byte per
- *   type / label (1: a back-reference), roots int32 per root (node), root_dist
+ * paths(n, m, src, dst, types, lab, type_back, label_back, roots, root_dist, blocked, back_cost, targets,
+ *       named_cost, unnamed_cost, pass_cost)
+ *   types int32 per node, lab int32 per edge (-1: none), type_back one byte per type (1: a
+ *   back-reference), label_back one byte per label (1: a back-reference, 2: no name, a local
+ *   named by its type, 3: a step a name passes through: an instance's __dict__), roots int32 per root (node), root_dist
  *   int64 per root, blocked one byte per node (1: never entered by an edge: a root)
  * returns (via int32 per node: the edge it is best reached by, -1 for roots and unreached;
  *          root_of int32 per node: the index of its root, -1 unreached)
  * Dijkstra with a binary heap of (distance, node); an edge costs back_cost when it leaves a
- * back-reference type or carries a back-reference label, else 1. ``targets``: one byte per
+ * back-reference type or carries a back-reference label, unnamed_cost when it has no name (no
+ * label: a container's entry; a label of kind 2), pass_cost for kind 3, else named_cost (of
+ * two paths as long, the one with fewer unnamed steps). ``targets``: one byte per
  * node (1: its path is wanted), or empty for all: the search stops once every target is
  * settled (a path's nodes settle before its end, so their ``via`` is final too).
  */
@@ -255,10 +259,11 @@ static entry heap_pop(entry *h, Py_ssize_t *len) {
 
 static PyObject *paths(PyObject *self, PyObject *args) {
     Py_ssize_t n, m, ntypes, nlabels, nroots;
-    long long back_cost;
+    long long back_cost, named_cost = 1, unnamed_cost = 1, pass_cost = 1;
     PyObject *src_o, *dst_o, *types_o, *lab_o, *tc_o, *lc_o, *roots_o, *rd_o, *blocked_o, *targets_o;
-    if (!PyArg_ParseTuple(args, "nnOOOOOOOOOLO", &n, &m, &src_o, &dst_o, &types_o, &lab_o, &tc_o, &lc_o, &roots_o,
-                          &rd_o, &blocked_o, &back_cost, &targets_o))
+    if (!PyArg_ParseTuple(args, "nnOOOOOOOOOLO|LLL", &n, &m, &src_o, &dst_o, &types_o, &lab_o, &tc_o, &lc_o, &roots_o,
+                          &rd_o, &blocked_o, &back_cost, &targets_o, &named_cost, &unnamed_cost,
+                          &pass_cost))
         return NULL;
     if (n < 1 || n >= INT32_MAX || m < 0 || !PyBytes_Check(tc_o) || !PyBytes_Check(lc_o) || !PyBytes_Check(roots_o)) {
         PyErr_SetString(PyExc_ValueError, "bad arguments");
@@ -337,7 +342,9 @@ static PyObject *paths(PyObject *self, PyObject *args) {
             i32 e = ids[k], w = dst[e];
             if (done[w] || blocked[w])
                 continue;
-            int64_t d = x.dist + ((out || (lab[e] >= 0 && lc[lab[e]])) ? back_cost : 1);
+            int kind = lab[e] >= 0 ? lc[lab[e]] : 2;
+            int64_t d = x.dist + ((out || kind == 1) ? back_cost : kind == 2 ? unnamed_cost
+                                  : kind == 3 ? pass_cost : named_cost);
             if (best[w] < 0 || d < best[w]) {
                 best[w] = d;
                 via[w] = e;

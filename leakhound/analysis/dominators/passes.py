@@ -20,11 +20,21 @@ try:
 except ImportError:  # no compiler at install: the pure-Python pass below
     _dominators = None
 
-# Naming an owner, paths compare as (root tier, back-references, task rank, length): an edge
-# out of a back-reference costs more than any task rank and path length; each later task's
-# root costs more than any path length (Task-1's name before a request task's, a stable one).
-BACK_REFERENCE_COST = 1 << 24
-TASK_RANK_COST = 1 << 12
+# Naming an owner, paths compare as (root tier, back-references, task rank, length, unnamed
+# steps): an edge out of a back-reference costs more than any task rank and path length; each
+# later task's root costs more than any path length (Task-1's name before a request task's, a
+# stable one); an instance's materialized ``__dict__`` is a step its attributes' names pass
+# through (3.10 materializes every one, 3.11+ some), which costs next to nothing: a path is not
+# longer for the dicts it passes through; of two paths as long, the one with fewer steps
+# without a name (a container's entry, a local named by its type) names the owner. (A watch of
+# the verifiers worker named its Runtime's registry, in one sample in several, through a
+# rollout in flight's ``<coroutine>.<coroutine>.<set>[]``, not the task's
+# ``self.env.harness.runtime``.)
+NAMED_STEP_COST = 16
+UNNAMED_STEP_COST = NAMED_STEP_COST + 1
+PASS_STEP_COST = 1
+BACK_REFERENCE_COST = NAMED_STEP_COST << 24
+TASK_RANK_COST = NAMED_STEP_COST << 12
 _BACK_REFERENCE_TYPES = frozenset({
     "method", "builtin_function_or_method", "functools.partial", "weakref.WeakKeyDictionary",
     "weakref.WeakValueDictionary", "weakref.WeakSet", "weakref.WeakMethod", "weakref.finalize",
@@ -252,6 +262,23 @@ class Paths:
     root_of: Ints  # index in graph.roots
 
 
+_NAMED, _BACK, _UNNAMED, _PASS = 0, 1, 2, 3
+
+
+def _label_kind(label: str) -> int:
+    """An edge label's kind for the path costs: a back-reference (``_BACK``), a step with a
+    name (an attribute, a variable, a key, a context variable, an entry folded into its
+    collection then what names it), one a name passes through (an instance's ``__dict__``:
+    ``_PASS``), or one without a name (a local named by its type, ``t``)."""
+    if len(label) > 1 and label[0] in "ak" and label[1:] in _BACK_REFERENCE_NAMES:
+        return _BACK
+    if label == "d":
+        return _PASS
+    if label[:1] in ("a", "k", "c") or label[:2] in ("fa", "fk"):
+        return _NAMED
+    return _UNNAMED
+
+
 def _root_distances(graph: ObjectGraph) -> list[int]:
     tier_span = 1 << 40
     tasks = 0
@@ -280,7 +307,7 @@ def preferred_paths(graph: ObjectGraph, *, compiled: bool = True, targets: Itera
         wanted = bytes(marks) if any(marks) else b""
     if compiled and _dominators is not None:
         type_back = bytes(_is_back_reference_type(name) for name in graph.type_names)
-        label_back = bytes(len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels)
+        label_back = bytes(_label_kind(t) for t in graph.labels)
         blocked = bytearray(graph.nodes)
         for node, _label, _kind, _tier in graph.roots:
             blocked[node] = 1
@@ -288,7 +315,8 @@ def preferred_paths(graph: ObjectGraph, *, compiled: bool = True, targets: Itera
             graph.nodes, graph.edges, raw_of(graph.src), raw_of(graph.dst), raw_of(graph.types),
             raw_of(graph.lab), type_back, label_back or b"\x00",
             array.array("i", [r[0] for r in graph.roots]).tobytes(),
-            array.array("q", _root_distances(graph)).tobytes(), bytes(blocked), BACK_REFERENCE_COST, wanted)
+            array.array("q", _root_distances(graph)).tobytes(), bytes(blocked), BACK_REFERENCE_COST, wanted,
+            NAMED_STEP_COST, UNNAMED_STEP_COST, PASS_STEP_COST)
         return Paths(via=ints(via_b, "i"), root_of=ints(root_b, "i"))
     return _preferred_paths_python(graph)
 
@@ -297,7 +325,7 @@ def _preferred_paths_python(graph: ObjectGraph) -> Paths:
     n = graph.nodes
     succ_off, edge_ids = _csr_edges(n, graph.src)
     back_types = [_is_back_reference_type(name) for name in graph.type_names]
-    back_labels = [len(t) > 1 and t[0] in "ak" and t[1:] in _BACK_REFERENCE_NAMES for t in graph.labels]
+    label_kinds = [_label_kind(t) for t in graph.labels]
     types, dst, lab = graph.types, graph.dst, graph.lab
     best = [-1] * n
     via = [-1] * n
@@ -324,7 +352,9 @@ def _preferred_paths_python(graph: ObjectGraph) -> Paths:
             w = dst[e]
             if done[w]:
                 continue  # settled, or a root
-            cost = BACK_REFERENCE_COST if back or (lab[e] >= 0 and back_labels[lab[e]]) else 1
+            kind = label_kinds[lab[e]] if lab[e] >= 0 else _UNNAMED
+            cost = (BACK_REFERENCE_COST if back or kind == _BACK else UNNAMED_STEP_COST if kind == _UNNAMED
+                    else PASS_STEP_COST if kind == _PASS else NAMED_STEP_COST)
             nd = dist + cost
             if best[w] < 0 or nd < best[w]:
                 best[w] = nd
