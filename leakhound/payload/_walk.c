@@ -837,6 +837,88 @@ stream_state_bytes(PyObject *module, PyObject *args)
     return Py_BuildValue("(LL)", bytes, input);
 }
 
+/* hashlib's OpenSSL digest objects (_hashlib.HASH, HASHXOF: ``EVP_MD_CTX *ctx`` after the
+ * header; then, before 3.13, a ``PyThread_type_lock`` made once the object has hashed a big
+ * buffer): sys.getsizeof says 32 bytes, and the context and the provider's digest state (a
+ * sha256's 128 bytes, a sha3's 432) are outside it. The context is a glibc chunk (checked as
+ * such); what it owns is each word of it that starts another chunk (the provider's state, a
+ * legacy digest's md_data), but the digest method it points to (EVP_MD_CTX_get0_md: a fetched
+ * method every context of that algorithm shares) and words equal to it. Every read goes
+ * through process_vm_readv. */
+#define EVP_CTX_MAX_BYTES 512
+#define EVP_OWN_MAX_BYTES 65536
+typedef const void *(*evp_md_of_fn)(const void *);
+
+PyDoc_STRVAR(evp_digest_bytes_doc,
+"evp_digest_bytes(obj, type, basicsize, has_lock, ranges) -> int or None\n\n"
+"The bytes of the OpenSSL digest context of a _hashlib.HASH (or HASHXOF) object ``obj`` of\n"
+"exactly ``type`` (basic size ``basicsize``: 32), and of the chunks it owns, and of its lock\n"
+"(``has_lock``: before 3.13, a pointer after the context's); ``ranges`` as for\n"
+"stream_state_bytes. None where the context is not a glibc chunk of a digest context's size,\n"
+"or OpenSSL's EVP_MD_CTX_get0_md (EVP_MD_CTX_md before 3.0) is not found. Runs no Python code.");
+
+static PyObject *
+evp_digest_bytes(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *obj, *type, *ranges;
+    Py_ssize_t basicsize;
+    int has_lock;
+    static evp_md_of_fn md_of;
+    static int looked_up;
+    if (!PyArg_ParseTuple(args, "OOnpO!", &obj, &type, &basicsize, &has_lock, &PyBytes_Type, &ranges))
+        return NULL;
+    if (!PyType_Check(type) || Py_TYPE(obj) != (PyTypeObject *)type || basicsize != 32 || sizeof(void *) != 8
+        || PyBytes_Size(ranges) % (Py_ssize_t)sizeof(HeapRange) != 0) {
+        PyErr_SetString(PyExc_ValueError, "evp_digest_bytes: not a digest object of a known layout");
+        return NULL;
+    }
+    if (!looked_up) {
+        static const char *libs[] = {"libcrypto.so.3", "libcrypto.so.1.1"};
+        for (size_t k = 0; k < sizeof(libs) / sizeof(libs[0]) && md_of == NULL; k++) {
+            void *lib = dlopen(libs[k], RTLD_NOW | RTLD_NOLOAD);
+            if (lib == NULL)
+                continue;
+            md_of = (evp_md_of_fn)dlsym(lib, k == 0 ? "EVP_MD_CTX_get0_md" : "EVP_MD_CTX_md");
+            dlclose(lib);  /* _hashlib's reference keeps it loaded */
+        }
+        looked_up = 1;
+    }
+    const HeapRange *heap = (const HeapRange *)PyBytes_AsString(ranges);
+    Py_ssize_t n = PyBytes_Size(ranges) / (Py_ssize_t)sizeof(HeapRange);
+    uintptr_t ctx = *(const uintptr_t *)((const char *)obj + 16);
+    uintptr_t lock = has_lock ? *(const uintptr_t *)((const char *)obj + 24) : 0;
+    if (md_of == NULL)
+        Py_RETURN_NONE;
+    unsigned long long total = 0;
+    if (ctx != 0) {
+        unsigned long long size = glibc_chunk_bytes(ctx, heap, n);
+        if (size < 48 || size > EVP_CTX_MAX_BYTES)
+            Py_RETURN_NONE;
+        uint64_t words[EVP_CTX_MAX_BYTES / 8];
+        size_t nwords = (size_t)(size - 8) / 8;  /* its usable words (an arena chunk's) */
+        if (self_read(words, ctx, nwords * 8) < 0)
+            Py_RETURN_NONE;
+        /* the object's reference keeps the context; a thread hashing with the GIL released
+         * writes its state, not which method it is */
+        uintptr_t md = (uintptr_t)md_of((const void *)ctx);
+        total = size;
+        for (size_t k = 0; k < nwords; k++) {
+            uintptr_t w = (uintptr_t)words[k];
+            if (w == 0 || w == md || w == ctx)
+                continue;
+            unsigned long long own = glibc_chunk_bytes(w, heap, n);
+            if (own > 0 && own <= EVP_OWN_MAX_BYTES)
+                total += own;
+        }
+    }
+    if (lock != 0) {
+        unsigned long long size = glibc_chunk_bytes(lock, heap, n);
+        if (size > 0 && size <= 256)
+            total += size;
+    }
+    return PyLong_FromUnsignedLongLong(total);
+}
+
 /* The interpreter's atexit callbacks (3.10-3.13: PyInterpreterState.atexit, a struct of
  * ``atexit_py_callback **callbacks; int ncallbacks; int callback_len;``, each callback
  * {func, args, kwargs}): held from C only, no referent of any object, so a callback's data
@@ -1352,6 +1434,7 @@ static PyMethodDef walk_methods[] = {
     {"stringio_parts", stringio_parts, METH_VARARGS, stringio_parts_doc},
     {"zlib_state_blocks", zlib_state_blocks, METH_VARARGS, zlib_state_blocks_doc},
     {"stream_state_bytes", stream_state_bytes, METH_VARARGS, stream_state_bytes_doc},
+    {"evp_digest_bytes", evp_digest_bytes, METH_VARARGS, evp_digest_bytes_doc},
     {"atexit_callbacks", atexit_callbacks, METH_O, atexit_callbacks_doc},
     {"mapped_resident", mapped_resident, METH_VARARGS, mapped_resident_doc},
     {"resident_bytes", resident_bytes, METH_VARARGS, resident_bytes_doc},

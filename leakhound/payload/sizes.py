@@ -492,6 +492,27 @@ def _stream_classes():
     return out
 
 
+def _hashlib_classes():
+    """[(kind, class)] of hashlib's OpenSSL digest objects (_hashlib.HASH and its HASHXOF) whose
+    context the compiled walk reads (_walk.c: evp_digest_bytes), each kept only with the basic
+    size the layout has; the extendable-output one first (a subclass of the other). Each is
+    sized as the exact class it is, never a subclass of it (HASH can be one's base)."""
+    if sys.maxsize < 2 ** 32 or _compiled_walk is None or not hasattr(_compiled_walk, "evp_digest_bytes"):
+        return []
+    if HEAP_BLOCKS is None or not HEAP_BLOCKS[2]:  # glibc's chunks, which the context is read as
+        return []
+    out = []
+    for kind, name in (("hashlib_xof", "HASHXOF"), ("hashlib", "HASH")):
+        cls = class_from("_hashlib", name)
+        if cls is not None and _basicsize(cls) == _HASHLIB_BASICSIZE:
+            out.append((kind, cls))
+    return out
+
+
+_HASHLIB_BASICSIZE = 32
+_HASHLIB_KINDS = ("hashlib", "hashlib_xof")
+
+
 def _heap_ranges():
     """This process's heap, as stream_state_bytes reads it: (start, end, main) uint64 triples,
     sorted, of the main arena's mapping ([heap]) and the anonymous writable ones (glibc's other
@@ -503,7 +524,7 @@ def _heap_ranges():
 
 def _native_bases():
     """(kind, allowlisted C class) for each one loaded in this process."""
-    out = _zlib_classes() + _stream_classes() + _upb_classes()
+    out = _zlib_classes() + _stream_classes() + _upb_classes() + _hashlib_classes()
     for kind, cls in (
         ("ndarray", class_from("numpy", "ndarray")),
         ("tensor", class_from("torch._C", "TensorBase") or class_from("torch._C", "_TensorBase")),
@@ -543,7 +564,7 @@ def native_types(tick=None):
         bases["cffi_functions"] = _cffi_functions()
     if "mmap" in bases or "tensor" in bases:
         bases["mapped"] = [0]  # native bytes on a file's or shared memory's pages (_tally_mapped)
-    if any(kind in bases for kind in _STREAM_KINDS):
+    if any(kind in bases for kind in tuple(_STREAM_KINDS) + _HASHLIB_KINDS):
         bases["heap_ranges"] = _heap_ranges()
     if sys.version_info >= (3, 11):
         bases["instance"] = object
@@ -978,6 +999,15 @@ def native_extra(obj, native, bases, seen_buffers):
                 state = max(0, state - _LZMA_MEMUSAGE_BASE)
             total = state + (heap_block(kept) if kept > 0 else 0)
             return (total if total <= MAX_OBJECT_BYTES else 0), []
+        if kind in _HASHLIB_KINDS:
+            # OpenSSL's digest context and the provider's state it owns (a sha256's ~210
+            # bytes: 20,000 hashers were 5 MB freed and 0.8 MB by sys.getsizeof), and the
+            # lock one made before 3.13 once it hashed a big buffer
+            if type(obj) is not cls:
+                return 0, []
+            digest = _compiled_walk.evp_digest_bytes(obj, cls, _HASHLIB_BASICSIZE, sys.version_info < (3, 13),
+                                                      bases.get("heap_ranges", b""))
+            return (digest if digest is not None and digest <= MAX_OBJECT_BYTES else 0), []
         if kind in ("upb_message", "upb_container"):
             # the arena object it holds (several objects of one message tree hold one), and a
             # message's arena of unset fields, which only it holds
