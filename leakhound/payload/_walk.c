@@ -843,7 +843,8 @@ stream_state_bytes(PyObject *module, PyObject *args)
  * sha256's 128 bytes, a sha3's 432) are outside it. The context is a glibc chunk (checked as
  * such); what it owns is each word of it that starts another chunk (the provider's state, a
  * legacy digest's md_data), but the digest method it points to (EVP_MD_CTX_get0_md: a fetched
- * method every context of that algorithm shares) and words equal to it. Every read goes
+ * method every context of that algorithm shares) and any word it holds twice (the method it
+ * runs and the one it fetched, where the one asked for was another). Every read goes
  * through process_vm_readv. */
 #define EVP_CTX_MAX_BYTES 512
 #define EVP_OWN_MAX_BYTES 65536
@@ -905,6 +906,13 @@ evp_digest_bytes(PyObject *Py_UNUSED(module), PyObject *args)
         for (size_t k = 0; k < nwords; k++) {
             uintptr_t w = (uintptr_t)words[k];
             if (w == 0 || w == md || w == ctx)
+                continue;
+            /* a word the context holds twice is a method's too (the digest it runs and the
+             * one it fetched, where the one asked for was another: a legacy static one) */
+            int again = 0;
+            for (size_t j = 0; j < nwords && !again; j++)
+                again = j != k && (uintptr_t)words[j] == w;
+            if (again)
                 continue;
             unsigned long long own = glibc_chunk_bytes(w, heap, n);
             if (own > 0 && own <= EVP_OWN_MAX_BYTES)
