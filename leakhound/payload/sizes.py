@@ -504,7 +504,9 @@ def _hashlib_classes():
     out = []
     for kind, name in (("hashlib_xof", "HASHXOF"), ("hashlib", "HASH")):
         cls = class_from("_hashlib", name)
-        if cls is not None and _basicsize(cls) == _HASHLIB_BASICSIZE:
+        # a C type's methods (a class of Python's with two slots is 32 bytes too)
+        if (cls is not None and _basicsize(cls) == _HASHLIB_BASICSIZE
+                and type(class_dict(cls).get("digest")).__name__ == "method_descriptor"):
             out.append((kind, cls))
     return out
 

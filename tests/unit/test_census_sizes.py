@@ -99,3 +99,26 @@ def test_an_mmap_is_its_pages_in_ram_and_those_with_a_path_are_tallied() -> None
     assert sizes.mapped_native_bytes(bases) == 3 << 20  # the shared map's only: private ones are anonymous
     shared.close()
     assert sizes.native_extra(shared, kinds, bases, set())[0] == 0
+
+
+def test_a_hasher_is_sized_only_as_hashlibs_own_c_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """_hashlib.HASH is read as a C layout (the digest context's pointer after the header):
+    a class of Python's of the same basic size (two slots) under that name is not."""
+    import hashlib
+    import types
+
+    kinds = dict(sizes._hashlib_classes())
+    if sizes._compiled_walk is None or "hashlib" not in kinds:
+        pytest.skip("no compiled walk, or no OpenSSL hashlib here")
+    native, bases = sizes.native_types()
+    extra, _refs = sizes.native_extra(hashlib.sha256(b"x"), native, bases, set())
+    assert 150 <= extra <= 400, extra  # the context (80) and a sha256's state (128) on OpenSSL 3.0
+
+    class HASH:
+        __slots__ = ("a", "b")
+
+    fake = types.ModuleType("_hashlib")
+    fake.HASH = HASH  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "_hashlib", fake)
+    assert sizes._basicsize(HASH) == sizes._HASHLIB_BASICSIZE
+    assert sizes._hashlib_classes() == []
