@@ -59,7 +59,7 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     ]
     if native:
         rows.append(LedgerRow("native buffers", native, native / rss,
-                              "sized natively (torch, mmap, Pillow, ctypes, cffi, StringIO, zlib, protobuf): "
+                              "sized natively (torch, mmap, Pillow, ctypes, cffi, StringIO, zlib, protobuf, hashlib): "
                               "under their owners"))
     rows += [
         LedgerRow("pymalloc free", pymalloc_free, pymalloc_free / rss, "in arenas; trim cannot return it"),
