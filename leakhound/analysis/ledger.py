@@ -42,7 +42,9 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     malloc_free = arena.malloc_free_bytes
     trimmable = arena.trimmable_bytes
     tracing = arena.tracemalloc_bytes
-    sqlite = arena.sqlite_bytes
+    # what SQLite counts for the connections sized natively is in native buffers (under their
+    # owners): the rest of its count is its row
+    sqlite = max(0, arena.sqlite_bytes - snapshot.heap.native_sqlite_bytes)
     stacks = snapshot.process.stack_bytes
     # the pages of mmaps and torch storages that are a file's or shared memory's are in native
     # buffers (under their owners): counted there once
@@ -59,8 +61,8 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     ]
     if native:
         rows.append(LedgerRow("native buffers", native, native / rss,
-                              "sized natively (torch, mmap, Pillow, ctypes, cffi, StringIO, zlib, protobuf, hashlib): "
-                              "under their owners"))
+                              "sized natively (torch, mmap, Pillow, ctypes, cffi, StringIO, zlib, protobuf, hashlib, "
+                              "SQLite): under their owners"))
     rows += [
         LedgerRow("pymalloc free", pymalloc_free, pymalloc_free / rss, "in arenas; trim cannot return it"),
         LedgerRow("glibc free", malloc_free, malloc_free / rss, "freed, still held by malloc"),
@@ -71,7 +73,8 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
                               "its traces of every allocation: tracemalloc.stop() frees them"))
     if sqlite:
         rows.append(LedgerRow(SQLITE, sqlite, sqlite / rss,
-                              "its connections' page caches, schemas, statements: sqlite3_memory_used()"))
+                              "its connections' page caches, schemas, statements: sqlite3_memory_used(), "
+                              "but what their owners hold"))
     if stacks:
         rows.append(LedgerRow("thread stacks", stacks, stacks / rss, "resident, from /proc/PID/pagemap"))
     if files:

@@ -70,6 +70,10 @@ class HeapStats:
     # (deleted)``), which ProcessStats.file_mapped_bytes counts too: the ledger takes them out
     # of its "mapped files".
     native_mapped_bytes: int = 0
+    # Of ``native_bytes``: what SQLite counts for the connections sized (their page caches,
+    # schemas and statements), which ArenaStats.sqlite_bytes counts too: the ledger takes them
+    # out of its "SQLite" row.
+    native_sqlite_bytes: int = 0
     # False when a pause budget ruled out listing every gc-tracked object: then objects no
     # named root reaches (held from C, cyclic garbage) were not looked for; the note says why.
     unreached_examined: bool = True

@@ -1081,6 +1081,133 @@ sqlite_memory_used(PyObject *Py_UNUSED(module), PyObject *module_file)
     return PyLong_FromLongLong(bytes > 0 ? bytes : -1);
 }
 
+/* A connection's own memory, as SQLite counts it (sqlite3_db_status: its page cache, its
+ * schemas, its prepared statements): what sqlite3_memory_used counts for all connections,
+ * one connection's share. Read only where nothing can wait on it: the connection's mutex
+ * taken with sqlite3_mutex_try (a connection another thread is using, inside a query with
+ * the GIL released, is skipped; one without a mutex, of a library built without threads, too),
+ * and every database of it known to have a cache of its own (one opened with
+ * ``cache=shared`` has btree mutexes other connections take too, which the counts take: an
+ * in-memory database, whose name cannot say, is not read; before SQLite 3.39, which cannot
+ * list the attached ones, main's and temp's are looked at). The GIL is released while the counts
+ * run: a thread closing the connection waits for its mutex (3.11+ clear the object's pointer
+ * before closing with the GIL released; 3.10 closes with the GIL held). */
+typedef int (*sqlite_db_status_fn)(void *, int, int *, int *, int);
+typedef void *(*sqlite_db_mutex_fn)(void *);
+typedef int (*sqlite_mutex_try_fn)(void *);
+typedef void (*sqlite_mutex_leave_fn)(void *);
+typedef const char *(*sqlite_db_filename_fn)(void *, const char *);
+typedef const char *(*sqlite_db_name_fn)(void *, int);
+typedef const char *(*sqlite_uri_parameter_fn)(const char *, const char *);
+#define SQLITE_DBSTATUS_CACHE_USED 1
+#define SQLITE_DBSTATUS_SCHEMA_USED 2
+#define SQLITE_DBSTATUS_STMT_USED 3
+#define SQLITE_MAX_ATTACHED_SEEN 125
+
+static struct {
+    int looked_up;
+    sqlite_db_status_fn db_status;
+    sqlite_db_mutex_fn db_mutex;
+    sqlite_mutex_try_fn mutex_try;
+    sqlite_mutex_leave_fn mutex_leave;
+    sqlite_db_filename_fn db_filename;
+    sqlite_db_name_fn db_name;  /* 3.39+; without it, main and temp only */
+    sqlite_uri_parameter_fn uri_parameter;
+} sqlite_api;
+
+/* 1 unless every database of the connection is known to have a cache of its own: a file's
+ * opened without ``cache=shared``, or the temporary one (the connection's alone). An
+ * in-memory one has no file name to read that in (``file::memory:?cache=shared``'s neither):
+ * not known. */
+static int
+sqlite_shares_a_cache(void *db)
+{
+    for (int i = 0; i < SQLITE_MAX_ATTACHED_SEEN; i++) {
+        const char *name = sqlite_api.db_name != NULL ? sqlite_api.db_name(db, i) : (i == 0 ? "main" : i == 1 ? "temp" : NULL);
+        if (name == NULL)
+            return 0;
+        if (i == 1)
+            continue;  /* temp */
+        const char *file = sqlite_api.db_filename(db, name);
+        if (file == NULL || file[0] == 0)
+            return 1;
+        const char *cache = sqlite_api.uri_parameter(file, "cache");
+        if (cache != NULL && strcmp(cache, "private") != 0)
+            return 1;
+    }
+    return 1;  /* more databases than looked at: not known */
+}
+
+PyDoc_STRVAR(sqlite_connection_bytes_doc,
+"sqlite_connection_bytes(obj, connection_type, module_file) -> bytes, or None\n\n"
+"``obj``: an instance of ``connection_type`` (_sqlite3's Connection, checked by the caller: a\n"
+"C type whose ``sqlite3 *`` is its word after the header, 3.10-3.13; NULL once closed);\n"
+"``module_file``: _sqlite3's file. The connection's page cache, schemas and statements as\n"
+"SQLite counts them; None where the connection is closed, in use by another thread, has no\n"
+"mutex, shares a cache, or the library is not found. Runs no Python code.");
+
+static PyObject *
+sqlite_connection_bytes(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *obj, *type, *module_file;
+    if (!PyArg_ParseTuple(args, "OOO", &obj, &type, &module_file))
+        return NULL;
+    if (!PyType_Check(type) || !PyObject_TypeCheck(obj, (PyTypeObject *)type) || sizeof(void *) != 8) {
+        PyErr_SetString(PyExc_ValueError, "sqlite_connection_bytes: not a connection");
+        return NULL;
+    }
+    if (!sqlite_api.looked_up) {
+        const char *names[2] = {"libsqlite3.so.0", NULL};
+        if (PyUnicode_Check(module_file)) {
+            names[1] = PyUnicode_AsUTF8AndSize(module_file, NULL);
+            if (names[1] == NULL)
+                return NULL;
+        }
+        for (int k = 0; k < 2 && sqlite_api.db_status == NULL; k++) {
+            void *lib = names[k] != NULL ? dlopen(names[k], RTLD_NOW | RTLD_NOLOAD) : NULL;
+            if (lib == NULL)
+                continue;
+            sqlite_api.db_status = (sqlite_db_status_fn)dlsym(lib, "sqlite3_db_status");
+            sqlite_api.db_mutex = (sqlite_db_mutex_fn)dlsym(lib, "sqlite3_db_mutex");
+            sqlite_api.mutex_try = (sqlite_mutex_try_fn)dlsym(lib, "sqlite3_mutex_try");
+            sqlite_api.mutex_leave = (sqlite_mutex_leave_fn)dlsym(lib, "sqlite3_mutex_leave");
+            sqlite_api.db_filename = (sqlite_db_filename_fn)dlsym(lib, "sqlite3_db_filename");
+            sqlite_api.db_name = (sqlite_db_name_fn)dlsym(lib, "sqlite3_db_name");
+            sqlite_api.uri_parameter = (sqlite_uri_parameter_fn)dlsym(lib, "sqlite3_uri_parameter");
+            dlclose(lib);  /* the module's reference keeps it loaded */
+            if (sqlite_api.db_mutex == NULL || sqlite_api.mutex_try == NULL || sqlite_api.mutex_leave == NULL
+                || sqlite_api.db_filename == NULL || sqlite_api.uri_parameter == NULL)
+                sqlite_api.db_status = NULL;
+        }
+        sqlite_api.looked_up = 1;
+    }
+    void *db = *(void *const *)((const char *)obj + 16);
+    if (db == NULL || sqlite_api.db_status == NULL)
+        Py_RETURN_NONE;
+    /* the GIL held: the connection is not closed while its mutex is looked at */
+    void *mutex = sqlite_api.db_mutex(db);
+    if (mutex == NULL || sqlite_api.mutex_try(mutex) != 0)
+        Py_RETURN_NONE;
+    long long total = -1;
+    Py_BEGIN_ALLOW_THREADS
+    if (!sqlite_shares_a_cache(db)) {
+        static const int ops[] = {SQLITE_DBSTATUS_CACHE_USED, SQLITE_DBSTATUS_SCHEMA_USED, SQLITE_DBSTATUS_STMT_USED};
+        total = 0;
+        for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]) && total >= 0; k++) {
+            int current = 0, highest = 0;
+            if (sqlite_api.db_status(db, ops[k], &current, &highest, 0) != 0 || current < 0)
+                total = -1;
+            else
+                total += current;
+        }
+    }
+    sqlite_api.mutex_leave(mutex);
+    Py_END_ALLOW_THREADS
+    if (total < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(total);
+}
+
 /* The bytes of [start, start + length) on pages this process has in RAM, from
  * /proc/self/pagemap (bit 63: present): what freeing a buffer of that range takes off the
  * RSS; in ``*shared``, those of them on pages of a file or of shared memory (bit 61: in the
@@ -1447,6 +1574,7 @@ static PyMethodDef walk_methods[] = {
     {"mapped_resident", mapped_resident, METH_VARARGS, mapped_resident_doc},
     {"resident_bytes", resident_bytes, METH_VARARGS, resident_bytes_doc},
     {"sqlite_memory_used", sqlite_memory_used, METH_O, sqlite_memory_used_doc},
+    {"sqlite_connection_bytes", sqlite_connection_bytes, METH_VARARGS, sqlite_connection_bytes_doc},
     {"upb_arena_bytes", upb_arena_bytes, METH_O, upb_arena_bytes_doc},
     {"upb_held", upb_held, METH_VARARGS, upb_held_doc},
     {NULL, NULL, 0, NULL},

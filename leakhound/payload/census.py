@@ -32,7 +32,7 @@ from .census_walk import ClaimWalk
 from .objects import LEAF_TYPE_IDS, type_name
 from .pacing import UNSPLIT_STEP_MARGIN, Clock, unsplit_step_fits
 from .roots import frame_locals_unreadable
-from .sizes import SIZE_MODEL, mapped_native_bytes
+from .sizes import SIZE_MODEL, mapped_native_bytes, sqlite_native_bytes
 from .tracked import tracked_objects
 
 try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
@@ -352,6 +352,7 @@ class Census(object):
             "payload_peak_bytes": walk.bookkeeping_bytes,
             "native_bytes": walk.native_bytes,
             "native_mapped_bytes": mapped_native_bytes(walk._native_bases),
+            "native_sqlite_bytes": sqlite_native_bytes(walk._native_bases),
             "notes": self._notes(),
             "types": [
                 {"type": type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}

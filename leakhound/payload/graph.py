@@ -82,6 +82,7 @@ from .sizes import (
     native_codes,
     native_extra,
     native_types,
+    sqlite_native_bytes,
 )
 from .tracked import young_estimate, young_ids, young_limit
 
@@ -977,6 +978,7 @@ class CompiledGraph(Graph):
         return {"counts": array.array("q", counts), "bytes": array.array("q", sizes), "names": self.type_names,
                 "objects": objects, "total_bytes": total, "native_bytes": native,
                 "native_mapped_bytes": mapped_native_bytes(self.native_bases),
+                "native_sqlite_bytes": sqlite_native_bytes(self.native_bases),
                 "tracked": _walk_module.graph_info(self.store)[2]}
 
     def _release(self):

@@ -248,6 +248,7 @@ if TYPE_CHECKING:
         payload_peak_bytes: int
         native_bytes: int
         native_mapped_bytes: int  # of native_bytes: on a file's or shared memory's pages (in "mapped files" too)
+        native_sqlite_bytes: int  # of native_bytes: SQLite's for its connections (in sqlite3_memory_used too)
         notes: List[str]
         types: List[TypeRow]
         owners: List[OwnerRow]

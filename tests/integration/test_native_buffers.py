@@ -11,6 +11,7 @@ them); torch only on 3.11 (the CPU wheel on this machine's disk).
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,8 @@ def test_an_anonymous_mmap_is_its_length(tmp_path: Path, version: str) -> None:
 
 def _look(tmp_path: Path, shape: str, python: str, owner_model: str = "") -> tuple[Snapshot, dict[str, Any]]:
     """The analysed snapshot of a fixture shape's target, and its truth (read after)."""
-    with spawn_target("native_buffers", tmp_path, python=python, env={"SHAPE": shape}, timeout=180) as child:
+    env = {"SHAPE": shape, "SQLITE_DIR": str(tmp_path)}
+    with spawn_target("native_buffers", tmp_path, python=python, env=env, timeout=180) as child:
         owners = {"owners": Owners(owner_model)} if owner_model else {}
         snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10, **owners).snapshot
         truth = child.report()["truth"]
@@ -161,18 +163,42 @@ def test_tracemalloc_tracing_the_worker_is_its_own_ledger_row_and_a_finding(tmp_
 
 
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
-def test_sqlites_memory_is_its_own_count_in_the_ledger_and_the_finding(tmp_path: Path, version: str) -> None:
+@pytest.mark.parametrize("owner_model", ["census", "dominator"])
+def test_a_sqlite_connection_is_what_sqlite_counts_for_it(tmp_path: Path, version: str, owner_model: str) -> None:
     """100 sqlite3 connections hold ~70 MB of SQLite's page caches that no Python size counts
-    (they were "other" and a finding with no bytes): SQLite's own count, read in the target, is
-    the ledger's "SQLite" row and the native_state finding's bytes, against what freeing the
-    connections returns (measured by the target in a forked child)."""
-    snap, truth = _look(tmp_path, "sqlite", installed_pythons()[version])
+    (they were "other", then the ledger's "SQLite" row and a finding, in no owner): each
+    connection now holds what SQLite counts for it (sqlite3_db_status: its page cache, schemas
+    and statements), so their list is owner #1 with what freeing it returns (measured by the
+    target in a forked child), and the ledger's "SQLite" row keeps only the rest of SQLite's
+    own count (sqlite3_memory_used), no byte twice."""
+    snap, truth = _look(tmp_path, "sqlite", installed_pythons()[version], owner_model)
     assert within(snap.arena.sqlite_bytes, truth["bytes"]), (snap.arena.sqlite_bytes, truth)
+    top = snap.owners[0]
+    assert top.path == "__main__.CONNS", [(o.path, o.retained_bytes) for o in snap.owners[:5]]
+    assert within(top.retained_bytes, truth["bytes"], 0.1), (top.retained_bytes, truth)
+    assert 0.9 * snap.arena.sqlite_bytes <= snap.heap.native_sqlite_bytes <= snap.arena.sqlite_bytes, snap.heap
     rows = {row.name: row.bytes for row in ledger(snap)}
-    assert rows["SQLite"] == snap.arena.sqlite_bytes, rows
-    (finding,) = [f for f in snap.findings if f.kind == "native_state"]
-    assert finding.bytes == snap.arena.sqlite_bytes and "SQLite's own count" in finding.summary, finding
-    assert finding.summary.endswith("--why sqlite3.Connection")
+    assert rows.get("SQLite", 0) == snap.arena.sqlite_bytes - snap.heap.native_sqlite_bytes, rows
+    assert not [f for f in snap.findings if f.kind == "native_state" and f.bytes], snap.findings
+
+
+@pytest.mark.parametrize("version", MMAP_VERSIONS)
+def test_a_sqlite_connection_in_use_or_sharing_a_cache_is_not_read(tmp_path: Path, version: str) -> None:
+    """SQLite's counts take the connection's mutex, and a shared cache's btree mutexes (other
+    connections' too): a connection another thread is querying (the GIL released, its mutex
+    held for minutes) is not waited for, and connections of a shared cache (or in memory,
+    whose cache cannot be told shared or not) are not read; the others are."""
+    with spawn_target("native_buffers", tmp_path, python=installed_pythons()[version],
+                      env={"SHAPE": "sqlite", "SQLITE_GUARDS": "1", "SQLITE_DIR": str(tmp_path)}, timeout=180) as child:
+        started = time.monotonic()
+        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=20).snapshot
+        took = time.monotonic() - started
+        truth = child.report()["truth"]
+    assert "busy_started" in truth and took < 60, took
+    owners = {o.path: o.retained_bytes for o in snap.owners}
+    assert within(owners["__main__.CONNS"], truth["bytes"], 0.1), (owners, truth)
+    # ~0.7 MB each of SQLite's, none counted: their objects' own few hundred bytes each
+    assert owners.get("__main__.BUSY", 0) < 50_000 and owners.get("__main__.SHARED", 0) < 50_000, owners
 
 
 @pytest.mark.parametrize("version", MMAP_VERSIONS)

@@ -55,6 +55,29 @@ def test_ledger_rows_add_up_to_rss() -> None:
     assert rows["live Python objects"] == 100 * MB
 
 
+def test_sqlites_bytes_its_connections_owners_hold_leave_its_row() -> None:
+    """SQLite's own count (its row) less what it counts for the connections sized natively
+    (under their owners, in the native buffers row): no byte twice, the rows still RSS."""
+    from dataclasses import replace
+
+    from leakhound.analysis.detectors import native_state
+
+    arena = ArenaStats(malloc_in_use_bytes=0, malloc_free_bytes=MB, trimmable_bytes=0, pymalloc_free_bytes=MB,
+                       sqlite_bytes=80 * MB)
+    heap = HeapStats(objects=1, bytes=100 * MB, census_seconds=1.0, max_pause_ms=1.0, native_bytes=70 * MB,
+                     native_sqlite_bytes=70 * MB)
+    types = (TypeStat("sqlite3.Connection", 100, 22_000),)
+    snap = make_snapshot(arena=arena, heap=heap, types=types)
+    rows = {row.name: row.bytes for row in ledger(snap)}
+    assert (rows["SQLite"], rows["native buffers"]) == (10 * MB, 70 * MB), rows
+    assert sum(v for k, v in rows.items() if not k.startswith("  ")) == 300 * MB
+    # the finding says SQLite's bytes in no owner, and nothing under 32 MiB of them
+    assert native_state.detect(snap) == []
+    unsized = replace(snap, heap=replace(heap, native_bytes=0, native_sqlite_bytes=0))
+    (finding,) = native_state.detect(unsized)
+    assert finding.bytes == 80 * MB
+
+
 def test_a_census_under_pause_budget_says_what_it_did_not_look_at() -> None:
     heap = HeapStats(objects=1_000_000, bytes=100 * MB, census_seconds=0.5, max_pause_ms=12.0,
                      unreached_examined=False, unreached_note="over the 50 ms pause budget")

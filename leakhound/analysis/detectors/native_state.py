@@ -7,7 +7,8 @@ types (payload/wire.py OPAQUE_NATIVE_TYPES: the type table lists them whatever t
 graph keeps each a node) and "other" is big, this names them and how to find who holds them.
 It says no bytes for them (none were measured), but SQLite's: its own count of what every
 connection holds (``sqlite3_memory_used``, the ledger's "SQLite" row), within 5% of what
-closing them returns.
+closing them returns, less what the connections sized natively hold (payload/sizes.py: under
+their owners, ``heap.native_sqlite_bytes``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def detect(snapshot: Snapshot) -> list[Finding]:
     found = [t for t in snapshot.types if t.type in OPAQUE_NATIVE_TYPES and t.count > 0]
     other = next((row.bytes for row in ledger(snapshot) if row.name == "other"), 0)
     # SQLite's memory is measured (its own count, the ledger's "SQLite" row): said, and out of "other"
-    sqlite = snapshot.arena.sqlite_bytes if any(t.type == "sqlite3.Connection" for t in found) else 0
+    # (but what its connections' owners hold: SQLite's count for them, sized natively)
+    sqlite = (max(0, snapshot.arena.sqlite_bytes - snapshot.heap.native_sqlite_bytes)
+              if any(t.type == "sqlite3.Connection" for t in found) else 0)
     many = sum(t.count for t in found if t.type != "sqlite3.Connection") >= MIN_OBJECTS and other >= MIN_OTHER_BYTES
     if not found or not (many or sqlite >= MIN_OTHER_BYTES):
         return []
