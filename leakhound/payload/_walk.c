@@ -848,25 +848,60 @@ stream_state_bytes(PyObject *module, PyObject *args)
  * through process_vm_readv. */
 #define EVP_CTX_MAX_BYTES 512
 #define EVP_OWN_MAX_BYTES 65536
+#define HMAC_CTX_MAX_BYTES 128
 typedef const void *(*evp_md_of_fn)(const void *);
 
+/* The bytes of the digest context at ``ctx`` (a glibc chunk of a context's size) and of the
+ * chunks it owns: each word that starts one, but the method ``md`` and a word it holds twice;
+ * -1 if ``ctx`` is no such chunk. */
+static long long
+evp_ctx_bytes(uintptr_t ctx, uintptr_t md, const HeapRange *heap, Py_ssize_t n)
+{
+    unsigned long long size = glibc_chunk_bytes(ctx, heap, n);
+    if (size < 48 || size > EVP_CTX_MAX_BYTES)
+        return -1;
+    uint64_t words[EVP_CTX_MAX_BYTES / 8];
+    size_t nwords = (size_t)(size - 8) / 8;  /* its usable words (an arena chunk's) */
+    if (self_read(words, ctx, nwords * 8) < 0)
+        return -1;
+    long long total = (long long)size;
+    for (size_t k = 0; k < nwords; k++) {
+        uintptr_t w = (uintptr_t)words[k];
+        if (w == 0 || w == md || w == ctx)
+            continue;
+        /* a word the context holds twice is a method's too (the digest it runs and the one it
+         * fetched, where the one asked for was another: a legacy static one) */
+        int again = 0;
+        for (size_t j = 0; j < nwords && !again; j++)
+            again = j != k && (uintptr_t)words[j] == w;
+        if (again)
+            continue;
+        unsigned long long own = glibc_chunk_bytes(w, heap, n);
+        if (own > 0 && own <= EVP_OWN_MAX_BYTES)
+            total += (long long)own;
+    }
+    return total;
+}
+
 PyDoc_STRVAR(evp_digest_bytes_doc,
-"evp_digest_bytes(obj, type, basicsize, has_lock, ranges) -> int or None\n\n"
+"evp_digest_bytes(obj, type, basicsize, has_lock, ranges[, hmac]) -> int or None\n\n"
 "The bytes of the OpenSSL digest context of a _hashlib.HASH (or HASHXOF) object ``obj`` of\n"
 "exactly ``type`` (basic size ``basicsize``: 32), and of the chunks it owns, and of its lock\n"
 "(``has_lock``: before 3.13, a pointer after the context's); ``ranges`` as for\n"
-"stream_state_bytes. None where the context is not a glibc chunk of a digest context's size,\n"
-"or OpenSSL's EVP_MD_CTX_get0_md (EVP_MD_CTX_md before 3.0) is not found. Runs no Python code.");
+"stream_state_bytes. ``hmac``: a _hashlib.HMAC, whose HMAC_CTX holds three digest contexts\n"
+"(and the method, HMAC_CTX_get_md, which is shared). None where a context is not a glibc\n"
+"chunk of a context's size, or OpenSSL's getters (EVP_MD_CTX_get0_md, EVP_MD_CTX_md before\n"
+"3.0) are not found. Runs no Python code.");
 
 static PyObject *
 evp_digest_bytes(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *obj, *type, *ranges;
     Py_ssize_t basicsize;
-    int has_lock;
-    static evp_md_of_fn md_of;
+    int has_lock, hmac = 0;
+    static evp_md_of_fn md_of, hmac_md_of;
     static int looked_up;
-    if (!PyArg_ParseTuple(args, "OOnpO!", &obj, &type, &basicsize, &has_lock, &PyBytes_Type, &ranges))
+    if (!PyArg_ParseTuple(args, "OOnpO!|p", &obj, &type, &basicsize, &has_lock, &PyBytes_Type, &ranges, &hmac))
         return NULL;
     if (!PyType_Check(type) || Py_TYPE(obj) != (PyTypeObject *)type || basicsize != 32 || sizeof(void *) != 8
         || PyBytes_Size(ranges) % (Py_ssize_t)sizeof(HeapRange) != 0) {
@@ -880,6 +915,7 @@ evp_digest_bytes(PyObject *Py_UNUSED(module), PyObject *args)
             if (lib == NULL)
                 continue;
             md_of = (evp_md_of_fn)dlsym(lib, k == 0 ? "EVP_MD_CTX_get0_md" : "EVP_MD_CTX_md");
+            hmac_md_of = (evp_md_of_fn)dlsym(lib, "HMAC_CTX_get_md");
             dlclose(lib);  /* _hashlib's reference keeps it loaded */
         }
         looked_up = 1;
@@ -888,43 +924,40 @@ evp_digest_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t n = PyBytes_Size(ranges) / (Py_ssize_t)sizeof(HeapRange);
     uintptr_t ctx = *(const uintptr_t *)((const char *)obj + 16);
     uintptr_t lock = has_lock ? *(const uintptr_t *)((const char *)obj + 24) : 0;
-    if (md_of == NULL)
+    if (md_of == NULL || (hmac && hmac_md_of == NULL))
         Py_RETURN_NONE;
-    unsigned long long total = 0;
-    if (ctx != 0) {
+    long long total = 0;
+    /* the object's reference keeps its context; a thread hashing with the GIL released
+     * writes its state, not which method it is */
+    if (ctx != 0 && !hmac) {
+        if (glibc_chunk_bytes(ctx, heap, n) == 0)
+            Py_RETURN_NONE;
+        total = evp_ctx_bytes(ctx, (uintptr_t)md_of((const void *)ctx), heap, n);
+    }
+    else if (ctx != 0) {  /* HMAC_CTX: the method, then its digest contexts */
         unsigned long long size = glibc_chunk_bytes(ctx, heap, n);
-        if (size < 48 || size > EVP_CTX_MAX_BYTES)
+        uint64_t words[HMAC_CTX_MAX_BYTES / 8];
+        size_t nwords = (size_t)(size - 8) / 8;
+        if (size < 32 || size > HMAC_CTX_MAX_BYTES || self_read(words, ctx, nwords * 8) < 0)
             Py_RETURN_NONE;
-        uint64_t words[EVP_CTX_MAX_BYTES / 8];
-        size_t nwords = (size_t)(size - 8) / 8;  /* its usable words (an arena chunk's) */
-        if (self_read(words, ctx, nwords * 8) < 0)
-            Py_RETURN_NONE;
-        /* the object's reference keeps the context; a thread hashing with the GIL released
-         * writes its state, not which method it is */
-        uintptr_t md = (uintptr_t)md_of((const void *)ctx);
-        total = size;
-        for (size_t k = 0; k < nwords; k++) {
+        uintptr_t md = (uintptr_t)hmac_md_of((const void *)ctx);
+        total = (long long)size;
+        for (size_t k = 0; k < nwords && total >= 0; k++) {
             uintptr_t w = (uintptr_t)words[k];
-            if (w == 0 || w == md || w == ctx)
+            if (w == 0 || w == md || w == ctx || glibc_chunk_bytes(w, heap, n) == 0)
                 continue;
-            /* a word the context holds twice is a method's too (the digest it runs and the
-             * one it fetched, where the one asked for was another: a legacy static one) */
-            int again = 0;
-            for (size_t j = 0; j < nwords && !again; j++)
-                again = j != k && (uintptr_t)words[j] == w;
-            if (again)
-                continue;
-            unsigned long long own = glibc_chunk_bytes(w, heap, n);
-            if (own > 0 && own <= EVP_OWN_MAX_BYTES)
-                total += own;
+            long long one = evp_ctx_bytes(w, (uintptr_t)md_of((const void *)w), heap, n);
+            total = one < 0 ? -1 : total + one;
         }
     }
+    if (total < 0)
+        Py_RETURN_NONE;
     if (lock != 0) {
         unsigned long long size = glibc_chunk_bytes(lock, heap, n);
         if (size > 0 && size <= 256)
-            total += size;
+            total += (long long)size;
     }
-    return PyLong_FromUnsignedLongLong(total);
+    return PyLong_FromLongLong(total);
 }
 
 /* The interpreter's atexit callbacks (3.10-3.13: PyInterpreterState.atexit, a struct of

@@ -69,7 +69,8 @@ def atexit_callbacks(ncallbacks: object, /) -> list[object] | None:
     """The interpreter's atexit callbacks (as many as ``ncallbacks()``, atexit's C function), a
     flat list of func, args, kwargs each; None where they cannot be found."""
 
-def evp_digest_bytes(obj: object, type: type, basicsize: int, has_lock: bool, ranges: bytes, /) -> int | None: ...
+def evp_digest_bytes(obj: object, type: type, basicsize: int, has_lock: bool, ranges: bytes, hmac: bool = ...,
+                     /) -> int | None: ...
 
 def stream_state_bytes(obj: object, type: type, basicsize: int, kind: int, ranges: bytes, /) -> tuple[int, int] | None:
     """(bytes of its C state, size of the input it keeps) of a compression stream object (1:

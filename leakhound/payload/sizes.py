@@ -493,7 +493,7 @@ def _stream_classes():
 
 
 def _hashlib_classes():
-    """[(kind, class)] of hashlib's OpenSSL digest objects (_hashlib.HASH and its HASHXOF) whose
+    """[(kind, class)] of hashlib's OpenSSL digest objects (_hashlib.HASH, its HASHXOF, HMAC) whose
     context the compiled walk reads (_walk.c: evp_digest_bytes), each kept only with the basic
     size the layout has; the extendable-output one first (a subclass of the other). Each is
     sized as the exact class it is, never a subclass of it (HASH can be one's base)."""
@@ -502,7 +502,7 @@ def _hashlib_classes():
     if HEAP_BLOCKS is None or not HEAP_BLOCKS[2]:  # glibc's chunks, which the context is read as
         return []
     out = []
-    for kind, name in (("hashlib_xof", "HASHXOF"), ("hashlib", "HASH")):
+    for kind, name in (("hashlib_xof", "HASHXOF"), ("hashlib", "HASH"), ("hashlib_hmac", "HMAC")):
         cls = class_from("_hashlib", name)
         # a C type's methods (a class of Python's with two slots is 32 bytes too)
         if (cls is not None and _basicsize(cls) == _HASHLIB_BASICSIZE
@@ -530,7 +530,7 @@ def _sqlite_file():
 
 
 _HASHLIB_BASICSIZE = 32
-_HASHLIB_KINDS = ("hashlib", "hashlib_xof")
+_HASHLIB_KINDS = ("hashlib", "hashlib_xof", "hashlib_hmac")
 
 
 def _heap_ranges():
@@ -1042,12 +1042,12 @@ def native_extra(obj, native, bases, seen_buffers):
             return counted, []
         if kind in _HASHLIB_KINDS:
             # OpenSSL's digest context and the provider's state it owns (a sha256's ~210
-            # bytes: 20,000 hashers were 5 MB freed and 0.8 MB by sys.getsizeof), and the
-            # lock one made before 3.13 once it hashed a big buffer
+            # bytes: 20,000 hashers were 5 MB freed and 0.8 MB by sys.getsizeof; an HMAC's
+            # three, ~670), and the lock one made before 3.13 once it hashed a big buffer
             if type(obj) is not cls:
                 return 0, []
             digest = _compiled_walk.evp_digest_bytes(obj, cls, _HASHLIB_BASICSIZE, sys.version_info < (3, 13),
-                                                      bases.get("heap_ranges", b""))
+                                                      bases.get("heap_ranges", b""), kind == "hashlib_hmac")
             return (digest if digest is not None and digest <= MAX_OBJECT_BYTES else 0), []
         if kind in ("upb_message", "upb_container"):
             # the arena object it holds (several objects of one message tree hold one), and a

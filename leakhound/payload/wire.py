@@ -74,9 +74,9 @@ KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
 # in the ledger's "other". The type table lists them whatever their rank (runner._top_types), the
 # graph keeps each a node (graph.kept_types: ``--why TYPE`` names who holds them), and
 # analysis/detectors/native_state.py says what each holds.
-# (hashlib's hashers, _hashlib.HASH, are sized: sizes.py evp_digest_bytes; its HMAC is not.)
-OPAQUE_NATIVE_TYPES = ("ssl.SSLContext", "_ssl._SSLContext", "_ssl._SSLSocket", "_hashlib.HMAC",
-                       "sqlite3.Connection", "pyexpat.xmlparser")
+# (hashlib's hashers and HMACs, _hashlib.HASH and HMAC, are sized: sizes.py evp_digest_bytes.)
+OPAQUE_NATIVE_TYPES = ("ssl.SSLContext", "_ssl._SSLContext", "_ssl._SSLSocket", "sqlite3.Connection",
+                       "pyexpat.xmlparser")
 
 # ``heap.counted_in``: which walk counted the heap
 COUNTED_IN_CENSUS = "census"

@@ -24,7 +24,6 @@ HOLDS = {
     "ssl.SSLContext": "OpenSSL's context: its certificates and session cache",
     "_ssl._SSLContext": "OpenSSL's context: its certificates and session cache",
     "_ssl._SSLSocket": "an OpenSSL connection: its buffers",
-    "_hashlib.HMAC": "OpenSSL's digest state",
     "sqlite3.Connection": "SQLite's connection: its page cache, schema and statements",
     "pyexpat.xmlparser": "expat's parser: its buffers",
 }
