@@ -259,6 +259,10 @@ class Graph(object):
                     self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen,
                     self.size_of, self.size_of.known, self.clock, self.clock.__dict__, self.clock.phases):
             self.index[id(own)] = -1
+        # the native sizers' tallies (lists of one int) and tables in their bases: ours too
+        for own in self.native_bases.values():
+            if type(own) is list:
+                self.index[id(own)] = -1
         for obj in exclude:
             self.index[id(obj)] = -1
 
