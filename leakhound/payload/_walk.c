@@ -614,6 +614,39 @@ heap_range_of(const HeapRange *ranges, Py_ssize_t n, uintptr_t address)
     return lo < n && ranges[lo].start <= address ? &ranges[lo] : NULL;
 }
 
+/* The size of the glibc chunk whose header is at ``chunk`` (prev_size, or an mmapped chunk's
+ * offset in its mapping, then size and flags), its offset in *offset (-1: a chunk in an
+ * arena); 0 if the header, or after an arena chunk the next chunk's (its previous-in-use bit
+ * set, a size of 16-byte granules), is no chunk's. ``r``: the heap range it lies in, whose
+ * bounds and kind (the main arena's heap, anonymous mappings) it must fit; NULL where none is
+ * known (every read goes through process_vm_readv all the same). */
+static uint64_t
+glibc_chunk_header(uintptr_t chunk, const HeapRange *r, int64_t *offset)
+{
+    uint64_t head[2];
+    if (self_read(head, chunk, 16) < 0)
+        return 0;
+    uint64_t size = head[1] & ~(uint64_t)7, flags = head[1] & 7;
+    if (flags & 2) {  /* mmapped: prev_size is its offset in its mapping, the size a page multiple */
+        uint64_t at = head[0];
+        if ((at & 15) != 0 || at >= 65536 || chunk < at || ((chunk - at) & 4095) != 0 || (size & 4095) != 0
+            || size == 0 || (r != NULL && (r->main || chunk - at < r->start || chunk + size > r->end)))
+            return 0;
+        *offset = (int64_t)at;
+        return size;
+    }
+    /* in an arena: the main one in the main heap, the others in anonymous mappings */
+    if (size < 32 || (size & 15) != 0 || size > ((uint64_t)1 << 36)
+        || (r != NULL && ((!(flags & 4)) != (r->main != 0) || chunk + size + 16 > r->end)))
+        return 0;
+    uint64_t next;
+    if (self_read(&next, chunk + size + 8, 8) < 0 || !(next & 1) || (next & ~(uint64_t)7) < 16
+        || ((next & ~(uint64_t)7) & 15) != 0 || (r != NULL && chunk + size + (next & ~(uint64_t)7) > r->end))
+        return 0;
+    *offset = -1;
+    return size;
+}
+
 /* The bytes of the live glibc chunk whose user pointer is ``p`` (as mallinfo counts them: the
  * chunk's size, an mmapped chunk's mapping), 0 if ``p`` starts none. */
 static unsigned long long
@@ -621,28 +654,10 @@ glibc_chunk_bytes(uintptr_t p, const HeapRange *ranges, Py_ssize_t n)
 {
     if ((p & 15) != 0 || p < 16)
         return 0;
-    uintptr_t chunk = p - 16;
-    const HeapRange *r = heap_range_of(ranges, n, chunk);
-    uint64_t head[2];
-    if (r == NULL || self_read(head, chunk, 16) < 0)
-        return 0;
-    uint64_t size = head[1] & ~(uint64_t)7, flags = head[1] & 7;
-    if (flags & 2) {  /* mmapped: prev_size is its offset in its mapping, the size a page multiple */
-        uint64_t offset = head[0];
-        if (r->main || (offset & 15) != 0 || offset >= 65536 || ((chunk - offset) & 4095) != 0
-            || (size & 4095) != 0 || size == 0 || chunk - offset < r->start || chunk + size > r->end)
-            return 0;
-        return size + offset;
-    }
-    /* in an arena: the main one in the main heap, the others in anonymous mappings */
-    if (size < 32 || (size & 15) != 0 || size > ((uint64_t)1 << 36) || (!(flags & 4)) != (r->main != 0)
-        || chunk + size + 16 > r->end)
-        return 0;
-    uint64_t next;
-    if (self_read(&next, chunk + size + 8, 8) < 0 || !(next & 1) || (next & ~(uint64_t)7) < 16
-        || ((next & ~(uint64_t)7) & 15) != 0 || chunk + size + (next & ~(uint64_t)7) > r->end)
-        return 0;
-    return size;
+    const HeapRange *r = heap_range_of(ranges, n, p - 16);
+    int64_t offset;
+    uint64_t size = r != NULL ? glibc_chunk_header(p - 16, r, &offset) : 0;
+    return size + (size != 0 && offset > 0 ? (uint64_t)offset : 0);
 }
 
 /* The chunks of the pointers at ``state + offsets[k]``, each at least ``least[k]`` bytes if
@@ -851,19 +866,20 @@ stream_state_bytes(PyObject *module, PyObject *args)
 #define HMAC_CTX_MAX_BYTES 128
 typedef const void *(*evp_md_of_fn)(const void *);
 
-/* The bytes of the digest context at ``ctx`` (a glibc chunk of a context's size) and of the
- * chunks it owns: each word that starts one, but the method ``md`` and a word it holds twice;
- * -1 if ``ctx`` is no such chunk. */
+/* The bytes of the digest context at ``ctx`` (a glibc chunk of ``size`` bytes: a context's
+ * size, else -1) and of the chunks it owns: each word that starts one, but its method
+ * (``md_of(ctx)``, asked once the chunk is known to be a context's size) and a word it holds
+ * twice. */
 static long long
-evp_ctx_bytes(uintptr_t ctx, uintptr_t md, const HeapRange *heap, Py_ssize_t n)
+evp_ctx_bytes(uintptr_t ctx, unsigned long long size, evp_md_of_fn md_of, const HeapRange *heap, Py_ssize_t n)
 {
-    unsigned long long size = glibc_chunk_bytes(ctx, heap, n);
     if (size < 48 || size > EVP_CTX_MAX_BYTES)
         return -1;
     uint64_t words[EVP_CTX_MAX_BYTES / 8];
     size_t nwords = (size_t)(size - 8) / 8;  /* its usable words (an arena chunk's) */
     if (self_read(words, ctx, nwords * 8) < 0)
         return -1;
+    uintptr_t md = (uintptr_t)md_of((const void *)ctx);
     long long total = (long long)size;
     for (size_t k = 0; k < nwords; k++) {
         uintptr_t w = (uintptr_t)words[k];
@@ -930,9 +946,7 @@ evp_digest_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     /* the object's reference keeps its context; a thread hashing with the GIL released
      * writes its state, not which method it is */
     if (ctx != 0 && !hmac) {
-        if (glibc_chunk_bytes(ctx, heap, n) == 0)
-            Py_RETURN_NONE;
-        total = evp_ctx_bytes(ctx, (uintptr_t)md_of((const void *)ctx), heap, n);
+        total = evp_ctx_bytes(ctx, glibc_chunk_bytes(ctx, heap, n), md_of, heap, n);
     }
     else if (ctx != 0) {  /* HMAC_CTX: the method, then its digest contexts */
         unsigned long long size = glibc_chunk_bytes(ctx, heap, n);
@@ -944,9 +958,10 @@ evp_digest_bytes(PyObject *Py_UNUSED(module), PyObject *args)
         total = (long long)size;
         for (size_t k = 0; k < nwords && total >= 0; k++) {
             uintptr_t w = (uintptr_t)words[k];
-            if (w == 0 || w == md || w == ctx || glibc_chunk_bytes(w, heap, n) == 0)
+            unsigned long long context = w == 0 || w == md || w == ctx ? 0 : glibc_chunk_bytes(w, heap, n);
+            if (context == 0)
                 continue;
-            long long one = evp_ctx_bytes(w, (uintptr_t)md_of((const void *)w), heap, n);
+            long long one = evp_ctx_bytes(w, context, md_of, heap, n);
             total = one < 0 ? -1 : total + one;
         }
     }
@@ -1086,24 +1101,44 @@ PyDoc_STRVAR(sqlite_memory_used_doc,
 "sqlite_memory_used(module_file) -> bytes, or -1\n\n"
 "``module_file``: _sqlite3's file (a str), or None. Runs no Python code.");
 
+/* The handle of the SQLite library this process has loaded that has ``symbol``:
+ * libsqlite3.so.0, else _sqlite3's own file (``module_file``, a str or None: a build with
+ * SQLite linked in), never loading one; NULL where none has it. The caller dlcloses it (the
+ * module's reference keeps it loaded). *error: 1 where ``module_file`` cannot be read (a
+ * Python error set). */
+static void *
+sqlite_library(PyObject *module_file, const char *symbol, int *error)
+{
+    const char *names[2] = {"libsqlite3.so.0", NULL};
+    *error = 0;
+    if (PyUnicode_Check(module_file)) {
+        names[1] = PyUnicode_AsUTF8AndSize(module_file, NULL);
+        if (names[1] == NULL) {
+            *error = 1;
+            return NULL;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        void *lib = names[k] != NULL ? dlopen(names[k], RTLD_NOW | RTLD_NOLOAD) : NULL;
+        if (lib != NULL && dlsym(lib, symbol) != NULL)
+            return lib;
+        if (lib != NULL)
+            dlclose(lib);
+    }
+    return NULL;
+}
+
 static PyObject *
 sqlite_memory_used(PyObject *Py_UNUSED(module), PyObject *module_file)
 {
     sqlite_used_fn used = NULL;
-    const char *names[2] = {"libsqlite3.so.0", NULL};
-    if (PyUnicode_Check(module_file)) {
-        names[1] = PyUnicode_AsUTF8AndSize(module_file, NULL);
-        if (names[1] == NULL)
-            return NULL;
-    }
-    for (int k = 0; k < 2 && used == NULL; k++) {
-        if (names[k] == NULL)
-            continue;
-        void *lib = dlopen(names[k], RTLD_NOW | RTLD_NOLOAD);
-        if (lib != NULL) {
-            used = (sqlite_used_fn)dlsym(lib, "sqlite3_memory_used");
-            dlclose(lib);  /* the module's reference keeps it loaded */
-        }
+    int error;
+    void *lib = sqlite_library(module_file, "sqlite3_memory_used", &error);
+    if (error)
+        return NULL;
+    if (lib != NULL) {
+        used = (sqlite_used_fn)dlsym(lib, "sqlite3_memory_used");
+        dlclose(lib);
     }
     if (used == NULL)
         return PyLong_FromLong(-1);
@@ -1190,16 +1225,11 @@ sqlite_connection_bytes(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     }
     if (!sqlite_api.looked_up) {
-        const char *names[2] = {"libsqlite3.so.0", NULL};
-        if (PyUnicode_Check(module_file)) {
-            names[1] = PyUnicode_AsUTF8AndSize(module_file, NULL);
-            if (names[1] == NULL)
-                return NULL;
-        }
-        for (int k = 0; k < 2 && sqlite_api.db_status == NULL; k++) {
-            void *lib = names[k] != NULL ? dlopen(names[k], RTLD_NOW | RTLD_NOLOAD) : NULL;
-            if (lib == NULL)
-                continue;
+        int error;
+        void *lib = sqlite_library(module_file, "sqlite3_db_status", &error);
+        if (error)
+            return NULL;
+        if (lib != NULL) {
             sqlite_api.db_status = (sqlite_db_status_fn)dlsym(lib, "sqlite3_db_status");
             sqlite_api.db_mutex = (sqlite_db_mutex_fn)dlsym(lib, "sqlite3_db_mutex");
             sqlite_api.mutex_try = (sqlite_mutex_try_fn)dlsym(lib, "sqlite3_mutex_try");
@@ -1379,35 +1409,17 @@ static int upb_weakmap_word = -1;
 /* Whether ``block`` is the block in use with the bump pointer ``ptr`` in it, its size field a
  * hint for the next block's size (protobuf 6.3x: ``size_or_hint``): its glibc chunk (the
  * header before it: 8 bytes of overhead, 16 mmapped) ends at ``end``. The header is checked
- * as glibc_chunk_bytes checks one (no range of mappings here): an mmapped chunk's offset in
- * its page-aligned mapping and its page-multiple size, an arena chunk's size and the next
- * chunk's header after it (its previous-in-use bit set, a size of 16-byte granules). */
+ * as glibc_chunk_bytes checks one (glibc_chunk_header, no range of mappings known here). */
 static int
 upb_hinted_block_in_use(uintptr_t block, uintptr_t ptr, uintptr_t end)
 {
-    uint64_t head[2];
-    if (block < 32 || (block & 15) != 0 || ptr < block || ptr > end || end - block < 16
-            || self_read(head, block - 16, sizeof head) < 0)
+    if (block < 32 || (block & 15) != 0 || ptr < block || ptr > end || end - block < 16)
         return 0;
-    uintptr_t chunk_start = block - 16;
-    uint64_t chunk = head[1] & ~(uint64_t)7;
-    if (chunk < 32 || (chunk & 15) != 0 || chunk > ((uint64_t)1 << 40) || chunk_start + chunk < chunk_start)
+    int64_t offset;
+    uint64_t chunk = glibc_chunk_header(block - 16, NULL, &offset);
+    if (chunk == 0 || chunk > ((uint64_t)1 << 40) || block - 16 + chunk < block - 16)
         return 0;
-    uint64_t usable;
-    if (head[1] & 2) {  /* mmapped: prev_size is its offset in its mapping */
-        uint64_t offset = head[0];
-        if ((offset & 15) != 0 || offset >= 65536 || chunk_start < offset
-                || ((chunk_start - offset) & 4095) != 0 || (chunk & 4095) != 0)
-            return 0;
-        usable = chunk - 16;
-    }
-    else {
-        uint64_t next;
-        if (self_read(&next, chunk_start + chunk + 8, sizeof next) < 0 || !(next & 1)
-                || (next & ~(uint64_t)7) < 16 || ((next & ~(uint64_t)7) & 15) != 0)
-            return 0;
-        usable = chunk - 8;
-    }
+    uint64_t usable = chunk - (offset >= 0 ? 16 : 8);
     return end - block <= usable && usable - (end - block) < 32;
 }
 

@@ -10,6 +10,8 @@ import os
 import re
 import sys
 
+from .objects import module_file
+
 try:  # mallinfo2, malloc_info and the pymalloc statistics in C (_libc.c)
     from . import _walk as _native
 
@@ -250,9 +252,8 @@ def sqlite_bytes():
     module = sys.modules.get("_sqlite3")
     if module is None or type(module) is not type(sys) or _native is None or not hasattr(_native, "sqlite_memory_used"):
         return 0
-    path = module.__dict__.get("__file__")
     try:
-        return max(0, _native.sqlite_memory_used(path if type(path) is str else None))
+        return max(0, _native.sqlite_memory_used(module_file(module)))
     except Exception:
         return 0
 

@@ -300,6 +300,14 @@ def instance_dict(obj):
     return dict_via(dict_descriptor(tp), obj, tp)
 
 
+def module_file(module):
+    """A module's ``__file__`` read from its dict (a str), or None (none, or no module)."""
+    if type(module) is not type(sys):
+        return None
+    path = instance_dict(module).get("__file__")
+    return path if type(path) is str else None
+
+
 def slot_values(obj):
     """(name, value) for ``__slots__`` members, read through member descriptors only."""
     tp = type(obj)

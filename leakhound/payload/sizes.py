@@ -44,6 +44,7 @@ from .objects import (
     has_managed_dict,
     instance_dict,
     managed_dict_address,
+    module_file,
     short_type_name,
     subclass_tree,
     type_flags,
@@ -523,12 +524,6 @@ def _sqlite_connection():
     return cls
 
 
-def _sqlite_file():
-    module = sys.modules.get("_sqlite3")
-    path = instance_dict(module).get("__file__") if module is not None and type(module) is type(sys) else None
-    return path if type(path) is str else None
-
-
 _HASHLIB_BASICSIZE = 32
 _HASHLIB_KINDS = ("hashlib", "hashlib_xof", "hashlib_hmac")
 
@@ -587,7 +582,7 @@ def native_types(tick=None):
         bases["mapped"] = [0]  # native bytes on a file's or shared memory's pages (_tally_mapped)
     if "sqlite_connection" in bases:
         bases["sqlite"] = [0]  # native bytes SQLite counts for its connections (sqlite_native_bytes)
-        bases["sqlite_file"] = _sqlite_file()
+        bases["sqlite_file"] = module_file(sys.modules.get("_sqlite3"))
     if any(kind in bases for kind in tuple(_STREAM_KINDS) + _HASHLIB_KINDS):
         bases["heap_ranges"] = _heap_ranges()
     if sys.version_info >= (3, 11):

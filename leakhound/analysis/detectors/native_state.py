@@ -13,7 +13,7 @@ their owners, ``heap.native_sqlite_bytes``).
 
 from __future__ import annotations
 
-from leakhound.analysis.ledger import ledger
+from leakhound.analysis.ledger import SQLITE, ledger
 from leakhound.model import Finding, Snapshot
 from leakhound.model.units import MiB, fmt_bytes
 from leakhound.payload.wire import OPAQUE_NATIVE_TYPES
@@ -37,11 +37,11 @@ MIN_OBJECTS = 10
 
 def detect(snapshot: Snapshot) -> list[Finding]:
     found = [t for t in snapshot.types if t.type in OPAQUE_NATIVE_TYPES and t.count > 0]
-    other = next((row.bytes for row in ledger(snapshot) if row.name == "other"), 0)
-    # SQLite's memory is measured (its own count, the ledger's "SQLite" row): said, and out of "other"
-    # (but what its connections' owners hold: SQLite's count for them, sized natively)
-    sqlite = (max(0, snapshot.arena.sqlite_bytes - snapshot.heap.native_sqlite_bytes)
-              if any(t.type == "sqlite3.Connection" for t in found) else 0)
+    rows = {row.name: row.bytes for row in ledger(snapshot)}
+    other = rows.get("other", 0)
+    # SQLite's memory is measured (its own count, the ledger's "SQLite" row: but what its
+    # connections' owners hold, sized natively): said, and out of "other"
+    sqlite = rows.get(SQLITE, 0) if any(t.type == "sqlite3.Connection" for t in found) else 0
     many = sum(t.count for t in found if t.type != "sqlite3.Connection") >= MIN_OBJECTS and other >= MIN_OTHER_BYTES
     if not found or not (many or sqlite >= MIN_OTHER_BYTES):
         return []
