@@ -62,7 +62,7 @@ def ledger(snapshot: Snapshot) -> tuple[LedgerRow, ...]:
     if native:
         rows.append(LedgerRow("native buffers", native, native / rss,
                               "sized natively (torch, mmap, Pillow, ctypes, cffi, StringIO, zlib, protobuf, hashlib, "
-                              "SQLite): under their owners"))
+                              "OpenSSL, SQLite): under their owners"))
     rows += [
         LedgerRow("pymalloc free", pymalloc_free, pymalloc_free / rss, "in arenas; trim cannot return it"),
         LedgerRow("glibc free", malloc_free, malloc_free / rss, "freed, still held by malloc"),

@@ -2893,6 +2893,31 @@ graph_settle(PyObject *Py_UNUSED(module), PyObject *capsule)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(graph_add_bytes_doc,
+"graph_add_bytes(graph, address, type_id, bytes) -> bool\n\n"
+"``bytes`` more of the node at ``address`` (what a C library holds for it, measured after the walk:\n"
+"sizes.ssl_context_sizes), in its size and in its type's native bytes; False where it is no node.");
+
+static PyObject *
+graph_add_bytes(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *capsule;
+    unsigned long long address;
+    Py_ssize_t type_id;
+    long long size;
+    if (!PyArg_ParseTuple(args, "OKnL:graph_add_bytes", &capsule, &address, &type_id, &size))
+        return NULL;
+    GraphState *g = graph_of(capsule);
+    if (g == NULL)
+        return NULL;
+    if (address == 0 || size <= 0 || (size_t)size > MAX_OBJECT_BYTES || graph_find(g, (uintptr_t)address) != FOUND_NODE)
+        Py_RETURN_FALSE;
+    if (graph_tally(g, type_id, 0, size) < 0 || graph_fold(g, (uintptr_t)address, size) < 0)
+        return NULL;
+    g->native_bytes += size;
+    Py_RETURN_TRUE;
+}
+
 PyDoc_STRVAR(graph_close_doc, "graph_close(graph): drop the helpers, the bitmaps and the walk in progress (not the records)");
 
 static PyObject *
@@ -3003,6 +3028,7 @@ PyMethodDef graph_walk_methods[] = {
     {"graph_flush", graph_flush, METH_O, graph_flush_doc},
     {"graph_write", graph_write, METH_VARARGS, graph_write_doc},
     {"graph_close", graph_close, METH_O, graph_close_doc},
+    {"graph_add_bytes", graph_add_bytes, METH_VARARGS, graph_add_bytes_doc},
     {"graph_settle", graph_settle, METH_O, graph_settle_doc},
     {"graph_unknown", graph_unknown, METH_VARARGS, graph_unknown_doc},
     {"graph_label", graph_label, METH_VARARGS, graph_label_doc},

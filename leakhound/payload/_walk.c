@@ -29,6 +29,7 @@ extern PyMethodDef census_walk_methods[];
 extern PyMethodDef graph_walk_methods[];
 extern PyMethodDef sites_methods[];
 extern PyMethodDef libc_methods[];
+extern PyMethodDef ssl_scan_methods[];
 #pragma GCC visibility pop
 
 static getsizeof_fn found_getsizeof;
@@ -589,18 +590,14 @@ zlib_state_blocks(PyObject *module, PyObject *args)
  * through process_vm_readv on this process (a wrong address reads nothing: no fault; where a
  * seccomp profile refuses it, nothing is counted). lzma's are liblzma's own count
  * (lzma_memusage, which decoders keep: their dictionary and coders). */
-typedef struct {
-    uint64_t start, end, main;
-} HeapRange;
-
-static int
+int
 self_read(void *to, uintptr_t from, size_t n)
 {
     struct iovec local = {to, n}, remote = {(void *)from, n};
     return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
 }
 
-static const HeapRange *
+const HeapRange *
 heap_range_of(const HeapRange *ranges, Py_ssize_t n, uintptr_t address)
 {
     Py_ssize_t lo = 0, hi = n;
@@ -620,7 +617,7 @@ heap_range_of(const HeapRange *ranges, Py_ssize_t n, uintptr_t address)
  * set, a size of 16-byte granules), is no chunk's. ``r``: the heap range it lies in, whose
  * bounds and kind (the main arena's heap, anonymous mappings) it must fit; NULL where none is
  * known (every read goes through process_vm_readv all the same). */
-static uint64_t
+uint64_t
 glibc_chunk_header(uintptr_t chunk, const HeapRange *r, int64_t *offset)
 {
     uint64_t head[2];
@@ -635,16 +632,34 @@ glibc_chunk_header(uintptr_t chunk, const HeapRange *r, int64_t *offset)
         *offset = (int64_t)at;
         return size;
     }
-    /* in an arena: the main one in the main heap, the others in anonymous mappings */
-    if (size < 32 || (size & 15) != 0 || size > ((uint64_t)1 << 36)
-        || (r != NULL && ((!(flags & 4)) != (r->main != 0) || chunk + size + 16 > r->end)))
-        return 0;
+    size = glibc_arena_size(chunk, r, head[1]);
     uint64_t next;
-    if (self_read(&next, chunk + size + 8, 8) < 0 || !(next & 1) || (next & ~(uint64_t)7) < 16
-        || ((next & ~(uint64_t)7) & 15) != 0 || (r != NULL && chunk + size + (next & ~(uint64_t)7) > r->end))
+    if (size == 0 || self_read(&next, chunk + size + 8, 8) < 0 || !glibc_arena_next_ok(chunk, size, r, next))
         return 0;
     *offset = -1;
     return size;
+}
+
+/* The size of the arena chunk at ``chunk`` whose size word is ``word`` (flags in its low bits),
+ * 0 if it is no arena chunk's (mmapped, or not of ``r``'s kind and bounds: the main arena in the
+ * main heap, the others in anonymous mappings). */
+uint64_t
+glibc_arena_size(uintptr_t chunk, const HeapRange *r, uint64_t word)
+{
+    uint64_t size = word & ~(uint64_t)7, flags = word & 7;
+    if ((flags & 2) || size < 32 || (size & 15) != 0 || size > ((uint64_t)1 << 36)
+        || (r != NULL && ((!(flags & 4)) != (r->main != 0) || chunk + size + 16 > r->end)))
+        return 0;
+    return size;
+}
+
+/* Whether ``next``, the size word after the arena chunk at ``chunk`` of ``size`` bytes, is a
+ * chunk's whose previous one is in use, inside ``r``. */
+int
+glibc_arena_next_ok(uintptr_t chunk, uint64_t size, const HeapRange *r, uint64_t next)
+{
+    uint64_t next_size = next & ~(uint64_t)7;
+    return (next & 1) && next_size >= 16 && (next_size & 15) == 0 && (r == NULL || chunk + size + next_size <= r->end);
 }
 
 /* The bytes of the live glibc chunk whose user pointer is ``p`` (as mallinfo counts them: the
@@ -1745,7 +1760,8 @@ PyInit__walk(void)
     if (PyModule_AddFunctions(module, census_walk_methods) < 0
         || PyModule_AddFunctions(module, graph_walk_methods) < 0
         || PyModule_AddFunctions(module, sites_methods) < 0
-        || PyModule_AddFunctions(module, libc_methods) < 0) {
+        || PyModule_AddFunctions(module, libc_methods) < 0
+        || PyModule_AddFunctions(module, ssl_scan_methods) < 0) {
         Py_DECREF(module);
         return NULL;
     }

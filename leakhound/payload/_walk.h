@@ -167,6 +167,22 @@ void drop_dict_values(Walk *w, Refs *r, Py_ssize_t before);
 long native_for(Walk *w, PyTypeObject *tp);
 long long instance_values_bytes(PyObject *obj, traverseproc traverse, long code);
 
+/* -- reading this process's heap without a fault (_walk.c) ------------------------------- */
+
+/* A range of the heap: the main arena's mapping ([heap], ``main``) or an anonymous writable
+ * one (glibc's other arenas, its mmapped chunks), as sizes._heap_ranges lists them. */
+typedef struct {
+    uint64_t start, end, main;
+} HeapRange;
+
+/* ``n`` bytes at ``from`` of this process into ``to`` through process_vm_readv (an address
+ * unmapped meanwhile reads nothing: -1, no fault). */
+int self_read(void *to, uintptr_t from, size_t n);
+const HeapRange *heap_range_of(const HeapRange *ranges, Py_ssize_t n, uintptr_t address);
+uint64_t glibc_chunk_header(uintptr_t chunk, const HeapRange *r, int64_t *offset);
+uint64_t glibc_arena_size(uintptr_t chunk, const HeapRange *r, uint64_t word);
+int glibc_arena_next_ok(uintptr_t chunk, uint64_t size, const HeapRange *r, uint64_t next);
+
 /* Containers with more entries than this are read in slices (is_big, read_slice). */
 #define BIG_CONTAINER 4096
 

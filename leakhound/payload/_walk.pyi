@@ -72,6 +72,10 @@ def atexit_callbacks(ncallbacks: object, /) -> list[object] | None:
 def evp_digest_bytes(obj: object, type: type, basicsize: int, has_lock: bool, ranges: bytes, hmac: bool = ...,
                      /) -> int | None: ...
 
+def ssl_context_bytes(contexts: list[object], type: type, ranges: bytes, ssl_file: str | None, max_chunks: int,
+                      max_bytes: int, seconds: float, /) -> bytes | None:
+    """What each context's SSL_CTX reaches first in OpenSSL's heap (int64s), None if not done."""
+
 def stream_state_bytes(obj: object, type: type, basicsize: int, kind: int, ranges: bytes, /) -> tuple[int, int] | None:
     """(bytes of its C state, size of the input it keeps) of a compression stream object (1:
     _lzma.LZMADecompressor, liblzma's count; 4: _lzma.LZMACompressor of the xz format, liblzma's
@@ -155,6 +159,9 @@ def graph_write(graph: _Graph, fd: int, /) -> int:
 
 def graph_close(graph: _Graph, /) -> None:
     """Drop the helpers, the bitmaps and the walk in progress (not the records)."""
+
+def graph_add_bytes(graph: _Graph, address: int, type_id: int, size: int, /) -> bool:
+    """``size`` more bytes of the node at ``address`` and of its type's tally; False: no node."""
 
 def graph_settle(graph: _Graph, /) -> None:
     """The leaves still pending made nodes, with their edge. After the walk."""

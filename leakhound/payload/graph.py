@@ -83,6 +83,8 @@ from .sizes import (
     native_extra,
     native_types,
     sqlite_native_bytes,
+    ssl_context_sizes,
+    ssl_native_bytes,
 )
 from .tracked import young_estimate, young_ids, young_limit
 
@@ -217,7 +219,8 @@ class Graph(object):
         # object's buffers and the references gc does not show (a view's base), a 3.11+
         # instance's attribute values. Without them a dominator owner would miss those bytes.
         # (A walk of every class, tens of thousands in a big program: under the duty cycle.)
-        self.native_kinds, self.native_bases = native_types(self._duty)
+        # (and OpenSSL's contexts, sized once the walk is over: _size_after_walk)
+        self.native_kinds, self.native_bases = native_types(self._duty, after_walk=True)
         self.native = native_codes(self.native_kinds, self._duty)
         self.native_seen = set()  # buffer addresses counted: a storage shared by views, once
         self.size_of = SizeCache()  # object_size, each type looked up once (sizes.SizeCache)
@@ -440,8 +443,32 @@ class Graph(object):
         add_thread_roots(self, stack)
         self.walk(stack)
         held_from_c(self, stack)
+        self._size_after_walk()
         self._settle()
         self.seconds = time.perf_counter() - started
+
+    def _size_after_walk(self):
+        """What the objects sized after the walk hold (OpenSSL's contexts: every one met, at
+        once, with the GIL released), added to their nodes and their types' tallies; within
+        the walk's deadline and what is left of its memory budget."""
+        if not self.native_bases.get("ssl_contexts"):
+            return
+        self.check()
+        left = min(self.max_bytes - self._payload_bytes() if self.max_bytes else _AFTER_WALK_BYTES, _AFTER_WALK_BYTES)
+        if left <= 0:
+            del self.native_bases["ssl_contexts"][:]
+            return
+        sized = ssl_context_sizes(self.native_bases, self.clock.deadline - time.monotonic(), left)
+        self.clock.yielded()  # (the scan ran with the GIL released)
+        for obj, size in sized:
+            self._add_bytes(obj, size)
+        del sized
+        self.check()
+
+    def _add_bytes(self, obj, size):
+        i = self.index.get(id(obj))
+        if i is not None and i > 0:
+            self.sizes[i] += size
 
     def _settle(self):
         """The leaves still pending (a reference never met: held from C or by a frame) given
@@ -895,6 +922,9 @@ class CompiledGraph(Graph):
     def _settle(self):
         _walk_module.graph_settle(self.store)
 
+    def _add_bytes(self, obj, size):
+        _walk_module.graph_add_bytes(self.store, id(obj), self._type_id(type(obj)), size)
+
     store = None  # the capsule, once Graph.__init__ has run
 
     def _before_yield(self):
@@ -983,6 +1013,7 @@ class CompiledGraph(Graph):
                 "objects": objects, "total_bytes": total, "native_bytes": native,
                 "native_mapped_bytes": mapped_native_bytes(self.native_bases),
                 "native_sqlite_bytes": sqlite_native_bytes(self.native_bases),
+                "native_ssl_bytes": ssl_native_bytes(self.native_bases),
                 "tracked": _walk_module.graph_info(self.store)[2]}
 
     def _release(self):
@@ -1000,6 +1031,10 @@ def kept_types():
             found.append(cls)
     return tuple(found)
 
+
+# What sizing after the walk may hold in the target at most (the contexts' scan: ~1.2 MiB of
+# its own, and ~1 MB a million chunks seen), within what is left of the walk's budget
+_AFTER_WALK_BYTES = 64 << 20
 
 _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
 

@@ -460,6 +460,7 @@ def _counted_in_graph(tallies, out_graph, max_pause, started_at, request):
         "native_bytes": tallies["native_bytes"],
         "native_mapped_bytes": tallies.get("native_mapped_bytes", 0),
         "native_sqlite_bytes": tallies.get("native_sqlite_bytes", 0),
+        "native_ssl_bytes": tallies.get("native_ssl_bytes", 0),
         "notes": [],
         "types": _top_types(tallies, [], request),
         "owners": [],
@@ -499,6 +500,7 @@ def _with_graph_tallies(heap, tallies, graph_seconds, request):
     heap["native_bytes"] = heap.get("native_bytes", 0) + tallies["native_bytes"]
     heap["native_mapped_bytes"] = heap.get("native_mapped_bytes", 0) + tallies.get("native_mapped_bytes", 0)
     heap["native_sqlite_bytes"] = heap.get("native_sqlite_bytes", 0) + tallies.get("native_sqlite_bytes", 0)
+    heap["native_ssl_bytes"] = heap.get("native_ssl_bytes", 0) + tallies.get("native_ssl_bytes", 0)
     heap["untracked"] = max(0, heap["objects"] - heap.get("gc_tracked", 0))
     heap["census_seconds"] = float(heap.get("census_seconds") or 0.0) + graph_seconds
     heap["counted_in"] = "graph"  # the census split what no root reaches; the graph counted the rest

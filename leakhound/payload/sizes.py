@@ -524,6 +524,21 @@ def _sqlite_connection():
     return cls
 
 
+def _ssl_context():
+    """_ssl._SSLContext, whose SSL_CTX (the word after its header, 3.10-3.13) _walk.c's
+    ssl_context_bytes reads, where the compiled walk has it (64-bit: glibc's chunks)."""
+    if sys.maxsize < 2 ** 32 or _compiled_walk is None or not hasattr(_compiled_walk, "ssl_context_bytes"):
+        return None
+    if HEAP_BLOCKS is None or not HEAP_BLOCKS[2]:  # glibc's chunks, which OpenSSL's heap is read as
+        return None
+    cls = class_from("_ssl", "_SSLContext")
+    # a C type's methods (a class of Python's with a slot there is no context)
+    if (cls is None or _basicsize(cls) < 24
+            or type(class_dict(cls).get("load_verify_locations")).__name__ != "method_descriptor"):
+        return None
+    return cls
+
+
 _HASHLIB_BASICSIZE = 32
 _HASHLIB_KINDS = ("hashlib", "hashlib_xof", "hashlib_hmac")
 
@@ -560,15 +575,22 @@ def _native_bases():
     return out
 
 
-def native_types(tick=None):
+def native_types(tick=None, after_walk=False):
     """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none
     of numpy, torch, mmap, Pillow, ctypes, cffi, pyarrow, zlib, bz2, lzma, io or protobuf's
     upb is loaded. (Flat dicts of ints, strs and classes: nothing in them is a gc-tracked
-    object of the census's own.)"""
+    object of the census's own.) ``after_walk``: with the kinds sized once the walk is over
+    (OpenSSL's contexts: ssl_context_sizes), whose objects native_extra lists meanwhile."""
     out = {}  # type: dict
-    bases = {}
-    for kind, base in _native_bases():
+    bases = {}  # type: dict
+    found = _native_bases()
+    ssl_context = _ssl_context() if after_walk else None
+    if ssl_context is not None:
+        found.append(("ssl_context", ssl_context))
+        bases["ssl_contexts"] = []  # the contexts the walk met, sized after it
+        bases["ssl"] = [0]  # native bytes of OpenSSL's contexts (ssl_native_bytes)
+    for kind, base in found:
         bases[kind] = base
         if kind in _READ_THROUGH_ONLY:
             continue
@@ -583,7 +605,7 @@ def native_types(tick=None):
     if "sqlite_connection" in bases:
         bases["sqlite"] = [0]  # native bytes SQLite counts for its connections (sqlite_native_bytes)
         bases["sqlite_file"] = module_file(sys.modules.get("_sqlite3"))
-    if any(kind in bases for kind in tuple(_STREAM_KINDS) + _HASHLIB_KINDS):
+    if any(kind in bases for kind in tuple(_STREAM_KINDS) + _HASHLIB_KINDS + ("ssl_context",)):
         bases["heap_ranges"] = _heap_ranges()
     if sys.version_info >= (3, 11):
         bases["instance"] = object
@@ -893,6 +915,55 @@ def mapped_native_bytes(bases):
     return tally[0] if tally is not None else 0
 
 
+def ssl_native_bytes(bases):
+    """Of a walk's native bytes (``bases``: its native_types()'s), those of OpenSSL's contexts
+    (ssl_context_sizes): 0 where none was sized (none met, or no scan)."""
+    tally = (bases or {}).get("ssl")
+    return tally[0] if tally is not None else 0
+
+
+# OpenSSL's contexts' scan: at most this many chunks (100 contexts are ~1.1M), this long
+_SSL_MAX_CHUNKS = 8 << 20
+_SSL_MAX_SECONDS = 20.0
+
+
+def ssl_context_sizes(bases, seconds, max_bytes):
+    """[(context, bytes)] of the OpenSSL contexts a walk met (native_extra listed them in
+    ``bases``), each what its SSL_CTX reaches first in OpenSSL's heap (_ssl_scan.c: all at
+    once, breadth first, none of what OpenSSL's globals reach); their tally goes to
+    ssl_native_bytes. Empty where none was met or the scan could not finish (``seconds``,
+    ``max_bytes`` of its tables: the contexts are then the 144 bytes sys.getsizeof says)."""
+    met = bases.get("ssl_contexts")
+    cls = bases.get("ssl_context")
+    if not met or cls is None or _compiled_walk is None:
+        return []
+    contexts = []  # type: list
+    seen = set()
+    for obj in met:
+        if id(obj) not in seen:
+            seen.add(id(obj))
+            contexts.append(obj)
+    del met[:]
+    if seconds <= 0:
+        return []
+    # (OpenSSL's globals, whose chunks are no context's: libssl's and libcrypto's data, or
+    # _ssl's own where it has OpenSSL linked in)
+    ssl_file = module_file(sys.modules.get("_ssl"))
+    try:
+        got = _compiled_walk.ssl_context_bytes(contexts, cls, bases.get("heap_ranges", b""),
+                                               ssl_file if type(ssl_file) is str else None, _SSL_MAX_CHUNKS,
+                                               max_bytes, min(seconds, _SSL_MAX_SECONDS))
+    except (ValueError, UnicodeError):  # a file name with a NUL or a lone surrogate
+        return []
+    if got is None:
+        return []
+    sizes = array.array("q")
+    sizes.frombytes(got)
+    out = [(obj, size) for obj, size in zip(contexts, sizes) if 0 < size <= MAX_OBJECT_BYTES]  # noqa: B905 - 3.8+
+    bases["ssl"][0] += sum(size for _obj, size in out)
+    return out
+
+
 def sqlite_native_bytes(bases):
     """Of a walk's native bytes (``bases``: its native_types()'s), those SQLite counts for its
     connections (in sqlite3_memory_used, the ledger's SQLite row, too)."""
@@ -1035,6 +1106,12 @@ def native_extra(obj, native, bases, seen_buffers):
                 return 0, []
             bases["sqlite"][0] += counted
             return counted, []
+        if kind == "ssl_context":
+            # OpenSSL's context (its certificate store: ~850 KB for create_default_context(),
+            # 144 bytes by sys.getsizeof) is sized once the walk is over, every context's at
+            # once (ssl_context_sizes): listed here
+            bases["ssl_contexts"].append(obj)
+            return 0, []
         if kind in _HASHLIB_KINDS:
             # OpenSSL's digest context and the provider's state it owns (a sha256's ~210
             # bytes: 20,000 hashers were 5 MB freed and 0.8 MB by sys.getsizeof; an HMAC's

@@ -362,22 +362,50 @@ def test_arrow_buffers_belong_to_their_owner(tmp_path: Path, shape: str, version
 
 
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
-def test_ssl_contexts_are_named_with_who_holds_them_and_no_bytes_said(tmp_path: Path, version: str) -> None:
-    """An ``ssl.SSLContext`` is 144 bytes to ``sys.getsizeof`` and OpenSSL's context behind it
-    (the system's certificates) is no size leakhound can read: 100 of them were 83 MiB in the
-    ledger's "other" and in no owner. The type table lists them, a finding says what they hold
-    and how to find who holds them, and ``--why`` names the holder (the graph keeps each a node)."""
+def test_an_ssl_context_is_what_openssl_holds_for_it(tmp_path: Path, version: str) -> None:
+    """An ``ssl.SSLContext`` is 144 bytes to ``sys.getsizeof``; OpenSSL's context behind it (the
+    system's certificates: ~850 KB) was in the ledger's "other" and in no owner (100 of them:
+    83 MiB). Each context now holds what its SSL_CTX reaches first in OpenSSL's heap, every
+    context scanned at once (two groups made apart, other allocations between: each group's
+    owner is what freeing it returns, in a forked child); the type table says their bytes, no
+    finding calls them unmeasured, and ``--why`` names who holds them."""
     with spawn_target("native_buffers", tmp_path, python=installed_pythons()[version],
                       env={"SHAPE": "ssl_contexts"}, timeout=120) as child:
-        capture_ = capture(child.pid, request=RequestOptions(timeout=120), why="ssl.SSLContext")
+        capture_ = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
+                           why="ssl.SSLContext")
         truth = child.report()["truth"]
     snap = capture_.snapshot
+    owners = {o.path: o.retained_bytes for o in snap.owners}
+    assert snap.heap.owner_model == "dominator" and snap.owners[0].path == "__main__.CLIENTS", owners
+    assert within(owners["__main__.CLIENTS"], truth["bytes"], 0.05), (owners, truth)
+    assert within(owners["__main__.POOL"], truth["pool_bytes"], 0.05), (owners, truth)
+    assert within(owners["__main__.CACHE"], truth["cache_bytes"]), (owners, truth)
+    contexts = truth["bytes"] + truth["pool_bytes"]
+    row = {t.type: t for t in snap.types}["ssl.SSLContext"]
+    assert row.count == 60 and within(row.bytes, contexts, 0.05), (row, truth)
+    assert within(snap.heap.native_ssl_bytes, contexts, 0.05), (snap.heap, truth)
+    assert not [f for f in snap.findings if f.kind == "native_state"], snap.findings
+    other = sum(row.bytes for row in ledger(snap) if row.name == "other")  # (no row: none left)
+    assert other < 0.1 * contexts, (other, truth)
+    assert capture_.why and "__main__.CLIENTS[].ctx" in {o.path for o in capture_.why}, capture_.why
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.13"])
+def test_ssl_contexts_the_census_cannot_size_are_named(tmp_path: Path, version: str) -> None:
+    """The first reachers' census does not scan OpenSSL's heap (its walk has no end where every
+    context is known): there the contexts are the 144 bytes sys.getsizeof says, the type table
+    lists them, and a finding says what they hold and how to find who holds them."""
+    with spawn_target("native_buffers", tmp_path, python=installed_pythons()[version],
+                      env={"SHAPE": "ssl_contexts"}, timeout=120) as child:
+        capture_ = capture(child.pid, request=RequestOptions(timeout=120), owners=Owners("census"))
+        truth = child.report()["truth"]
+    snap = capture_.snapshot
+    assert snap.heap.native_ssl_bytes == 0, snap.heap
     assert {t.type: t.count for t in snap.types}.get("ssl.SSLContext") == 60
     (finding,) = [f for f in snap.findings if f.kind == "native_state"]
     assert finding.count == 60 and finding.bytes == 0 and "--why ssl.SSLContext" in finding.summary, finding
     other = next(row.bytes for row in ledger(snap) if row.name == "other")
-    assert other > 0.8 * truth["bytes"], (other, truth)
-    assert capture_.why and {o.path for o in capture_.why} == {"__main__.CLIENTS[].ctx"}, capture_.why
+    assert other > 0.8 * (truth["bytes"] + truth["pool_bytes"]), (other, truth)
 
 
 # (Python, protobuf release: the newest, and older ones whose arenas are laid out otherwise)

@@ -101,6 +101,44 @@ def test_an_mmap_is_its_pages_in_ram_and_those_with_a_path_are_tallied() -> None
     assert sizes.native_extra(shared, kinds, bases, set())[0] == 0
 
 
+def test_ssl_contexts_are_sized_after_the_walk_as_ssls_own_c_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenSSL's contexts are listed while the walk goes (0 bytes each then) and sized after
+    it, every one at once: each what its SSL_CTX reaches first (~850 KB for a
+    create_default_context(): the system's certificates). The census (no end of walk) lists
+    none; a class of Python's under _ssl._SSLContext's name is no context; a scan over its
+    budget of memory or of time sizes none."""
+    import ssl
+    import types
+
+    if sizes._ssl_context() is None:
+        pytest.skip("no compiled walk, or no glibc heap here")
+    contexts = [ssl.create_default_context() for _ in range(3)]
+    native, bases = sizes.native_types(after_walk=True)
+    assert [sizes.native_extra(c, native, bases, set()) for c in contexts + contexts[:1]] == [(0, [])] * 4
+    sized = sizes.ssl_context_sizes(bases, 30.0, 64 << 20)
+    assert [c for c, _size in sized] == contexts  # (the one met twice: once)
+    assert all(500_000 <= size <= 2_000_000 for _c, size in sized), sized
+    assert sizes.ssl_native_bytes(bases) == sum(size for _c, size in sized)
+    assert bases["ssl_contexts"] == []
+    for budget, seconds in ((4096, 30.0), (64 << 20, 0.0)):
+        for c in contexts:
+            sizes.native_extra(c, native, bases, set())
+        assert sizes.ssl_context_sizes(bases, seconds, budget) == []
+    census_native, census_bases = sizes.native_types()
+    assert "ssl_context" not in census_bases and id(ssl.SSLContext) not in census_native
+
+    class _SSLContext:
+        __slots__ = ("ctx", "b")
+
+        def load_verify_locations(self) -> None:
+            pass
+
+    fake = types.ModuleType("_ssl")
+    fake._SSLContext = _SSLContext  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "_ssl", fake)
+    assert sizes._ssl_context() is None
+
+
 def test_a_hasher_is_sized_only_as_hashlibs_own_c_type(monkeypatch: pytest.MonkeyPatch) -> None:
     """_hashlib.HASH is read as a C layout (the digest context's pointer after the header):
     a class of Python's of the same basic size (two slots) under that name is not."""

@@ -78,6 +78,23 @@ def test_sqlites_bytes_its_connections_owners_hold_leave_its_row() -> None:
     assert finding.bytes == 80 * MB
 
 
+def test_ssl_contexts_sized_are_no_longer_called_unmeasured() -> None:
+    """Where the graph's walk sized OpenSSL's contexts (``heap.native_ssl_bytes``), the finding
+    leaves them out; unsized (the census's walk), it names them while "other" is big."""
+    from dataclasses import replace
+
+    from leakhound.analysis.detectors import native_state
+
+    heap = HeapStats(objects=1, bytes=100 * MB, census_seconds=1.0, max_pause_ms=1.0)
+    types = (TypeStat("ssl.SSLContext", 60, 60 * 144), TypeStat("_ssl._SSLSocket", 5, 5 * 300))
+    snap = make_snapshot(heap=heap, types=types)  # (its ledger's "other": 100 MB)
+    (finding,) = native_state.detect(snap)
+    assert finding.count == 65 and "60 ssl.SSLContext" in finding.summary, finding
+    sized = replace(snap, heap=replace(heap, native_bytes=50 * MB, native_ssl_bytes=50 * MB),
+                    types=(TypeStat("ssl.SSLContext", 60, 50 * MB), types[1]))
+    assert native_state.detect(sized) == []  # 5 sockets alone are a program's usual few
+
+
 def test_a_census_under_pause_budget_says_what_it_did_not_look_at() -> None:
     heap = HeapStats(objects=1_000_000, bytes=100 * MB, census_seconds=0.5, max_pause_ms=12.0,
                      unreached_examined=False, unreached_note="over the 50 ms pause budget")

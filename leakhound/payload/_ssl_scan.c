@@ -1,0 +1,651 @@
+/*
+ * OpenSSL's contexts, sized: what an ``ssl.SSLContext`` holds in OpenSSL's heap (its
+ * certificate store, its session cache, its ciphers: ~850 KB for a create_default_context(),
+ * which sys.getsizeof calls 144 bytes). OpenSSL keeps no count of it and its structures are
+ * opaque, so the context's memory is found as a conservative collector would find it: the
+ * glibc chunks its SSL_CTX reaches through words that start a chunk, then theirs.
+ *
+ * A word of a chunk may be stale (freed memory not cleared) and reach another context's
+ * store: one context scanned alone was once 4.2 MB and another 4 KB. So every context is
+ * scanned at once, breadth first, one depth at a time: a chunk is the nearest context's (the
+ * first met at the lowest depth). What OpenSSL's own globals reach (the library context, its
+ * providers and method stores, which every context uses) is no context's: it is marked
+ * first, from libssl's and libcrypto's writable data. A chunk over SSL_MAX_CHUNK is not
+ * followed (a context's are small: certificates, names, keys), nor a Python object met on the
+ * way (a callback's, the app data's).
+ *
+ * Every read goes through process_vm_readv on this process, a batch of pieces a call: a chunk
+ * freed by another thread meanwhile reads as what it held or nothing, never a fault. The scan
+ * runs with the GIL released (the caller's list keeps the contexts alive); its tables are
+ * mappings of its own (no malloc of the target's heap, none in a child forked meanwhile)
+ * within ``max_bytes``, and it gives up (None) past its chunk limit or its deadline.
+ *
+ * Measured (tests/integration/test_native_buffers.py, 3.10-3.13, OpenSSL 3.0): two groups of
+ * 40 and 20 contexts made apart are each within 2% of what freeing them returns; 130
+ * contexts (1.4M chunks) scan in ~2.7 s, ~1.3 MiB of tables.
+ */
+
+#define _GNU_SOURCE 1  /* mremap */
+#include "_walk.h"
+#include <sys/mman.h>
+#include <time.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <link.h>
+#include <pthread.h>
+
+#pragma GCC visibility push(hidden)
+
+#define SSL_MAX_CHUNK ((uint64_t)64 << 10)
+/* What OpenSSL's globals reach is followed through bigger chunks (its hash tables' buckets) */
+#define SSL_MAX_GLOBAL_CHUNK ((uint64_t)256 << 10)
+#define SSL_REGION_SHIFT 20                        /* a bitmap per MiB of the heap */
+#define SSL_REGION_BITS ((1 << SSL_REGION_SHIFT) >> 4)  /* a bit per 16 bytes */
+#define SSL_REGION_BYTES (SSL_REGION_BITS / 8)
+#define SSL_ROOT_READ 65536
+
+/* -- tables of their own: anonymous mappings, grown with mremap -------------------------- */
+
+typedef struct {
+    unsigned char *data;
+    size_t len;   /* mapped */
+} Mapping;
+
+/* ``m`` at least ``want`` bytes; *held counts the scan's mappings, at most ``budget`` (0: no
+ * limit). */
+static int
+mapping_grow(Mapping *m, size_t want, long long budget, long long *held)
+{
+    if (want <= m->len)
+        return 0;
+    size_t len = m->len ? m->len : 65536;
+    while (len < want)
+        len *= 2;
+    if (budget > 0 && *held + (long long)(len - m->len) > budget)
+        return -1;
+    void *p = m->data == NULL ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                              : mremap(m->data, m->len, len, MREMAP_MAYMOVE);
+    if (p == MAP_FAILED)
+        return -1;
+    if (m->data == NULL)
+        madvise(p, len, MADV_DONTFORK);  /* a child forked meanwhile gets none of it (mremap keeps it) */
+    *held += (long long)(len - m->len);
+    m->data = p;
+    m->len = len;
+    return 0;
+}
+
+static void
+mapping_free(Mapping *m, long long *held)
+{
+    *held -= (long long)m->len;
+    if (m->data != NULL)
+        munmap(m->data, m->len);
+    m->data = NULL;
+    m->len = 0;
+}
+
+/* The chunks seen: a bitmap per MiB of the heap that has one, found by its MiB in an open
+ * table (keys: the MiB + 1, 0 empty) of indexes into one mapping of bitmaps. */
+typedef struct {
+    Mapping keys, index, bits;
+    size_t mask, used, regions;
+    long long budget;
+    long long *held;
+} Seen;
+
+static size_t
+seen_hash(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 29) & mask;
+}
+
+static int
+seen_rehash(Seen *s, size_t cap)
+{
+    Mapping keys = {0}, index = {0};
+    if (mapping_grow(&keys, cap * 8, s->budget, s->held) < 0 || mapping_grow(&index, cap * 4, s->budget, s->held) < 0) {
+        mapping_free(&keys, s->held);
+        mapping_free(&index, s->held);
+        return -1;
+    }
+    uint64_t *ok = (uint64_t *)s->keys.data, *nk = (uint64_t *)keys.data;
+    uint32_t *oi = (uint32_t *)s->index.data, *ni = (uint32_t *)index.data;
+    for (size_t h = 0; ok != NULL && h <= s->mask; h++) {
+        if (ok[h] == 0)
+            continue;
+        size_t k = seen_hash(ok[h], cap - 1);
+        while (nk[k] != 0)
+            k = (k + 1) & (cap - 1);
+        nk[k] = ok[h];
+        ni[k] = oi[h];
+    }
+    mapping_free(&s->keys, s->held);
+    mapping_free(&s->index, s->held);
+    s->keys = keys;
+    s->index = index;
+    s->mask = cap - 1;
+    return 0;
+}
+
+/* The byte of ``chunk``'s bit (*bit its mask); NULL where its MiB has no bitmap and
+ * ``create`` is 0, or on failure (*failed set). */
+static unsigned char *
+seen_byte(Seen *s, uint64_t chunk, int create, unsigned char *bit, int *failed)
+{
+    uint64_t key = (chunk >> SSL_REGION_SHIFT) + 1;
+    uint32_t granule = (uint32_t)((chunk & ((1u << SSL_REGION_SHIFT) - 1)) >> 4);
+    *bit = (unsigned char)(1u << (granule & 7));
+    uint64_t *keys = (uint64_t *)s->keys.data;
+    size_t k = 0;
+    if (keys != NULL) {
+        for (k = seen_hash(key, s->mask); keys[k] != 0; k = (k + 1) & s->mask)
+            if (keys[k] == key)
+                return s->bits.data + (size_t)((uint32_t *)s->index.data)[k] * SSL_REGION_BYTES + (granule >> 3);
+    }
+    if (!create)
+        return NULL;
+    if (keys == NULL || (s->used + 1) * 2 > s->mask + 1) {
+        if (seen_rehash(s, keys == NULL ? 64 : (s->mask + 1) * 2) < 0) {
+            *failed = 1;
+            return NULL;
+        }
+        keys = (uint64_t *)s->keys.data;
+        for (k = seen_hash(key, s->mask); keys[k] != 0; k = (k + 1) & s->mask)
+            ;
+    }
+    if (s->regions >= UINT32_MAX || mapping_grow(&s->bits, (s->regions + 1) * SSL_REGION_BYTES, s->budget, s->held) < 0) {
+        *failed = 1;
+        return NULL;
+    }
+    keys[k] = key;
+    ((uint32_t *)s->index.data)[k] = (uint32_t)s->regions;
+    s->used++;
+    return s->bits.data + (s->regions++) * SSL_REGION_BYTES + (granule >> 3);  /* (a new mapping's zeros) */
+}
+
+static void
+seen_free(Seen *s)
+{
+    mapping_free(&s->keys, s->held);
+    mapping_free(&s->index, s->held);
+    mapping_free(&s->bits, s->held);
+}
+
+/* -- reads in batches ---------------------------------------------------------------------- */
+
+/* A read is a system call (~1 us): a context is ~11,000 chunks, each read, its type words' and
+ * its pointers' headers looked at. They are read a batch at a time instead: up to
+ * SSL_IOV pieces a call, each piece ok or not. */
+#define SSL_IOV 1024
+
+/* Piece k: ``len[k]`` bytes at ``from[k]`` into ``to[k]``; ok[k] 1 where it was read whole. */
+static void
+read_pieces(pid_t pid, size_t n, const uint64_t *from, const size_t *len, void *const *to, unsigned char *ok)
+{
+    struct iovec local[SSL_IOV], remote[SSL_IOV];
+    size_t k = 0;
+    while (k < n) {
+        size_t m = n - k < SSL_IOV ? n - k : SSL_IOV;
+        for (size_t j = 0; j < m; j++) {
+            local[j].iov_base = to[k + j];
+            local[j].iov_len = len[k + j];
+            remote[j].iov_base = (void *)(uintptr_t)from[k + j];
+            remote[j].iov_len = len[k + j];
+        }
+        ssize_t got = process_vm_readv(pid, local, m, remote, m, 0);
+        size_t j = k;
+        if (got > 0) {
+            size_t done = 0;
+            while (j < k + m && done + len[j] <= (size_t)got) {
+                ok[j] = 1;
+                done += len[j];
+                j++;
+            }
+        }
+        if (j < k + m)
+            ok[j++] = 0;  /* the piece the call stopped at: not read (the next call starts after it) */
+        k = j;
+    }
+}
+
+/* -- the scan ----------------------------------------------------------------------------- */
+
+/* A depth's chunks, a word each (100 contexts' widest depth is ~200,000 chunks): the chunk's
+ * address and size in 16-byte units (a chunk's address below 2**47, as the kernel maps a
+ * process's unless asked otherwise), or, its top bit set, the owner of the chunks after it
+ * (the context's index + 1; 0: OpenSSL's globals'), written where the owner changes. */
+#define ENTRY_OWNER ((uint64_t)1 << 63)
+#define ENTRY_ADDRESS_BITS 43
+#define ENTRY_MAX_CHUNK ((uint64_t)1 << 47)
+
+static inline uint64_t
+entry_of(uint64_t chunk, uint64_t size)
+{
+    return (chunk >> 4) | ((size >> 4) << ENTRY_ADDRESS_BITS);
+}
+
+/* Words that may start a chunk not seen yet, checked a batch at a time (scan_flush). */
+#define SSL_CANDIDATES 2048
+/* Chunks read a batch at a time: this many at most, of this many bytes in all. */
+#define SSL_BATCH_ITEMS 512  /* (their type words: 3 each, among the candidates' arrays) */
+#define SSL_BATCH_BYTES ((size_t)SSL_MAX_GLOBAL_CHUNK)  /* (the biggest chunk fits) */
+
+typedef struct {
+    pid_t pid;
+    const HeapRange *ranges;
+    Py_ssize_t nranges;
+    Seen seen;
+    Mapping next;          /* the next depth's entries (entry_of, owners) */
+    size_t nnext;
+    int64_t next_owner;    /* the owner its last entry is of (INT64_MIN: none yet) */
+    long long *totals;
+    long long chunks, max_chunks;
+    uint64_t type_type;    /* &PyType_Type: a chunk whose type word's type is it is an object */
+    double deadline;
+    int failed;            /* 1: out of budget, of chunks or of time */
+    /* candidates */
+    size_t ncand;
+    uint64_t cand[SSL_CANDIDATES];
+    int32_t cand_owner[SSL_CANDIDATES];
+    const HeapRange *cand_range[SSL_CANDIDATES];
+    uint64_t head[SSL_CANDIDATES][2], after[SSL_CANDIDATES], size[SSL_CANDIDATES];
+    uint64_t from[SSL_CANDIDATES];
+    size_t len[SSL_CANDIDATES];
+    void *to[SSL_CANDIDATES];
+    unsigned char ok[SSL_CANDIDATES];
+    /* a batch of chunks read */
+    uint64_t batch_chunk[SSL_BATCH_ITEMS], batch_size[SSL_BATCH_ITEMS];
+    int32_t batch_owner[SSL_BATCH_ITEMS];
+    uint64_t *words[SSL_BATCH_ITEMS];
+    size_t nwords[SSL_BATCH_ITEMS], bytes[SSL_BATCH_ITEMS];
+    uint64_t batch_from[SSL_BATCH_ITEMS];
+    unsigned char read_ok[SSL_BATCH_ITEMS], object[SSL_BATCH_ITEMS];
+} Scan;
+
+static double
+now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The candidates' headers read (the chunk's size word, then the next chunk's), and each that
+ * starts a live glibc arena chunk of SSL_MAX_CHUNK bytes at most, not seen yet, made its
+ * owner's (in the order met: the first at a depth wins), to be read at the next depth. */
+static void
+scan_flush(Scan *sc)
+{
+    size_t n = sc->ncand;
+    sc->ncand = 0;
+    for (size_t k = 0; k < n; k++) {
+        sc->from[k] = sc->cand[k] - 16;
+        sc->len[k] = 16;
+        sc->to[k] = sc->head[k];
+    }
+    read_pieces(sc->pid, n, sc->from, sc->len, sc->to, sc->ok);
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t chunk = sc->cand[k] - 16;
+        uint64_t size = sc->ok[k] ? glibc_arena_size((uintptr_t)chunk, sc->cand_range[k], sc->head[k][1]) : 0;
+        sc->size[k] = size <= (sc->cand_owner[k] < 0 ? SSL_MAX_GLOBAL_CHUNK : SSL_MAX_CHUNK) ? size : 0;
+        if (sc->size[k] == 0)
+            continue;
+        sc->from[m] = chunk + size + 8;
+        sc->len[m] = 8;
+        sc->to[m] = &sc->after[k];
+        m++;
+    }
+    read_pieces(sc->pid, m, sc->from, sc->len, sc->to, sc->ok);
+    size_t j = 0;
+    for (size_t k = 0; k < n && !sc->failed; k++) {
+        if (sc->size[k] == 0)
+            continue;
+        int next_ok = sc->ok[j++];
+        uint64_t chunk = sc->cand[k] - 16, size = sc->size[k];
+        if (!next_ok || !glibc_arena_next_ok((uintptr_t)chunk, size, sc->cand_range[k], sc->after[k]))
+            continue;
+        unsigned char bit;
+        unsigned char *byte = seen_byte(&sc->seen, chunk, 1, &bit, &sc->failed);
+        if (byte == NULL || (*byte & bit))
+            continue;  /* (met twice in this batch: the first's) */
+        int32_t owner = sc->cand_owner[k];
+        if (chunk >= ENTRY_MAX_CHUNK)
+            continue;
+        if (++sc->chunks > sc->max_chunks
+            || mapping_grow(&sc->next, (sc->nnext + 2) * sizeof(uint64_t), sc->seen.budget, sc->seen.held) < 0) {
+            sc->failed = 1;
+            return;
+        }
+        *byte |= bit;
+        uint64_t *entries = (uint64_t *)sc->next.data;
+        if (owner != sc->next_owner) {
+            entries[sc->nnext++] = ENTRY_OWNER | (uint64_t)(uint32_t)(owner + 1);
+            sc->next_owner = owner;
+        }
+        entries[sc->nnext++] = entry_of(chunk, size);
+        if (owner >= 0)
+            sc->totals[owner] += (long long)size;
+    }
+}
+
+/* The word ``p``, ``owner``'s: a candidate if it may start a chunk not seen yet (its header is
+ * read with the batch's). */
+static void
+scan_word(Scan *sc, uint64_t p, int32_t owner)
+{
+    if ((p & 15) != 0 || p < 4096 + 16)
+        return;
+    uint64_t chunk = p - 16;
+    const HeapRange *r = heap_range_of(sc->ranges, sc->nranges, (uintptr_t)chunk);
+    if (r == NULL)
+        return;
+    unsigned char bit;
+    unsigned char *byte = seen_byte(&sc->seen, chunk, 0, &bit, &sc->failed);
+    if (byte != NULL && (*byte & bit))
+        return;
+    sc->cand[sc->ncand] = p;
+    sc->cand_owner[sc->ncand] = owner;
+    sc->cand_range[sc->ncand] = r;
+    if (++sc->ncand == SSL_CANDIDATES)
+        scan_flush(sc);
+}
+
+/* Which of the ``n`` chunks read (their words at ``words[k]``, ``nwords[k]`` of them, ok[k]
+ * where read) are Python objects: object[k] 1 where its type word (after the object's header,
+ * a GC header, or 3.12+'s pre-header: words 1, 3, 5) is a type's or a metatype's. */
+static void
+scan_objects(Scan *sc, size_t n, uint64_t *const *words, const size_t *nwords, const unsigned char *read_ok,
+             unsigned char *object)
+{
+    static const int at[3] = {1, 3, 5};
+    uint64_t *meta = sc->after;   /* (the candidates' arrays are free between two flushes) */
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        object[k] = 0;
+        for (int a = 0; a < 3 && read_ok[k]; a++) {
+            uint64_t tp = (size_t)at[a] < nwords[k] ? words[k][at[a]] : 0;
+            if (tp < 4096 || (tp & 7) != 0 || m >= SSL_CANDIDATES)
+                continue;
+            sc->from[m] = tp + 8;
+            sc->len[m] = 8;
+            sc->to[m] = &meta[m];
+            sc->cand_owner[m] = (int32_t)k;
+            m++;
+        }
+    }
+    read_pieces(sc->pid, m, sc->from, sc->len, sc->to, sc->ok);
+    /* a metatype's type: read where the first was no type */
+    size_t q = 0;
+    uint64_t *metameta = sc->size;
+    for (size_t j = 0; j < m; j++) {
+        if (!sc->ok[j])
+            continue;
+        if (meta[j] == sc->type_type) {
+            object[sc->cand_owner[j]] = 1;
+            continue;
+        }
+        if (meta[j] < 4096 || (meta[j] & 7) != 0)
+            continue;
+        sc->cand[q] = (uint64_t)sc->cand_owner[j];
+        sc->from[q] = meta[j] + 8;
+        sc->len[q] = 8;
+        sc->to[q] = &metameta[q];
+        q++;
+    }
+    read_pieces(sc->pid, q, sc->from, sc->len, sc->to, sc->ok);
+    for (size_t j = 0; j < q; j++)
+        if (sc->ok[j] && metameta[j] == sc->type_type)
+            object[sc->cand[j]] = 1;
+}
+
+/* Every depth in turn until none is left: its chunks read a batch at a time, each one's words
+ * scanned for the next depth's. */
+static void
+scan_depths(Scan *sc, unsigned char *buffer)
+{
+    uint64_t **words = sc->words, *from = sc->batch_from;
+    size_t *nwords = sc->nwords, *bytes = sc->bytes;
+    unsigned char *read_ok = sc->read_ok, *object = sc->object;
+    Mapping level = {0};
+    while (sc->nnext > 0 && !sc->failed) {
+        /* this depth's entries out of ``next`` */
+        Mapping swap = level;
+        level = sc->next;
+        sc->next = swap;
+        size_t count = sc->nnext;
+        sc->nnext = 0;
+        sc->next_owner = INT64_MIN;
+        const uint64_t *entries = (const uint64_t *)level.data;
+        int32_t owner = -1;
+        size_t i = 0;
+        while (i < count && !sc->failed) {
+            if (now() > sc->deadline) {
+                sc->failed = 1;
+                break;
+            }
+            /* a batch: each chunk's bytes, its size less its header and with the next
+             * chunk's prev_size (this chunk's while it is in use) */
+            size_t b = 0, used = 0;
+            for (; i < count && b < SSL_BATCH_ITEMS; i++) {
+                uint64_t e = entries[i];
+                if (e & ENTRY_OWNER) {
+                    owner = (int32_t)(uint32_t)(e & 0xFFFFFFFFu) - 1;
+                    continue;
+                }
+                uint64_t size = ((e >> ENTRY_ADDRESS_BITS) & 0xFFFFF) << 4;
+                size_t len = (size - 8) & ~(size_t)7;
+                if (used + len > SSL_BATCH_BYTES)
+                    break;
+                sc->batch_chunk[b] = (e & (((uint64_t)1 << ENTRY_ADDRESS_BITS) - 1)) << 4;
+                sc->batch_size[b] = size;
+                sc->batch_owner[b] = owner;
+                words[b] = (uint64_t *)(buffer + used);
+                nwords[b] = len / 8;
+                bytes[b] = len;
+                from[b] = sc->batch_chunk[b] + 16;
+                used += len;
+                b++;
+            }
+            read_pieces(sc->pid, b, from, bytes, (void *const *)words, read_ok);
+            scan_objects(sc, b, words, nwords, read_ok, object);
+            for (size_t k = 0; k < b && !sc->failed; k++) {
+                if (!read_ok[k])
+                    continue;
+                if (object[k]) {
+                    if (sc->batch_owner[k] >= 0)
+                        sc->totals[sc->batch_owner[k]] -= (long long)sc->batch_size[k];
+                    continue;
+                }
+                for (size_t w = 0; w < nwords[k] && !sc->failed; w++)
+                    scan_word(sc, words[k][w], sc->batch_owner[k]);
+            }
+            if (sc->ncand > 0 && !sc->failed)
+                scan_flush(sc);
+        }
+    }
+    mapping_free(&level, sc->seen.held);
+}
+
+/* -- OpenSSL's globals ------------------------------------------------------------------- */
+
+#define SSL_MAX_ROOTS 32
+
+typedef struct {
+    const char *own;        /* _ssl's file, or NULL */
+    int found;              /* libssl or libcrypto met */
+    int n;
+    uint64_t at[SSL_MAX_ROOTS][2];
+    uint64_t own_at[SSL_MAX_ROOTS][2];
+    int nown;
+} Roots;
+
+static int
+roots_of_object(struct dl_phdr_info *info, size_t Py_UNUSED(size), void *arg)
+{
+    Roots *roots = arg;
+    const char *name = info->dlpi_name != NULL ? info->dlpi_name : "";
+    const char *base = strrchr(name, '/');
+    base = base != NULL ? base + 1 : name;
+    int openssl = strncmp(base, "libssl", 6) == 0 || strncmp(base, "libcrypto", 9) == 0;
+    int own = !openssl && roots->own != NULL && name[0] != 0 && strcmp(name, roots->own) == 0;
+    if (!openssl && !own)
+        return 0;
+    roots->found |= openssl;
+    for (int k = 0; k < info->dlpi_phnum; k++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[k];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W) || ph->p_memsz == 0)
+            continue;
+        uint64_t start = (uint64_t)(info->dlpi_addr + ph->p_vaddr), end = start + (uint64_t)ph->p_memsz;
+        if (openssl && roots->n < SSL_MAX_ROOTS) {
+            roots->at[roots->n][0] = start;
+            roots->at[roots->n++][1] = end;
+        }
+        else if (own && roots->nown < SSL_MAX_ROOTS) {
+            roots->own_at[roots->nown][0] = start;
+            roots->own_at[roots->nown++][1] = end;
+        }
+    }
+    return 0;
+}
+
+/* OpenSSL's writable data (.data and .bss, as the loader mapped them: the loaded objects'
+ * program headers): libssl's and libcrypto's, or where neither is loaded the one object
+ * OpenSSL is linked into (``own``: _ssl's file); 0 pairs where there is neither. */
+static int
+openssl_roots(const char *own, Roots *roots)
+{
+    memset(roots, 0, sizeof(*roots));
+    roots->own = own;
+    dl_iterate_phdr(roots_of_object, roots);
+    if (roots->found)
+        return roots->n;
+    memcpy(roots->at, roots->own_at, sizeof(roots->at));
+    roots->n = roots->nown;
+    return roots->n;
+}
+
+/* This thread's descriptor (glibc's struct pthread, where its thread-specific values are:
+ * OpenSSL's per-thread state, its random generators among them, which the first context
+ * made) as one more root, where there are any. */
+static void
+thread_root(Roots *roots)
+{
+    if (roots->n > 0 && roots->n < SSL_MAX_ROOTS) {
+        uint64_t self = (uint64_t)(uintptr_t)pthread_self();
+        roots->at[roots->n][0] = self;
+        roots->at[roots->n++][1] = self + 1536;  /* (specific_1stblock: within its first 1,300 bytes) */
+    }
+}
+
+PyDoc_STRVAR(ssl_context_bytes_doc,
+"ssl_context_bytes(contexts, cls, ranges, ssl_file, max_chunks, max_bytes, seconds) -> bytes or None\n\n"
+"The bytes of OpenSSL's heap each context's SSL_CTX reaches first, as int64s in their order\n"
+"(``contexts``: a list of _ssl._SSLContext objects, ``cls``; any other object: 0); ``ranges``:\n"
+"the heap's (sizes._heap_ranges). What libssl's and libcrypto's writable data reach (or, where\n"
+"neither is loaded, ``ssl_file``'s: _ssl's, OpenSSL linked in) is no context's; None where there\n"
+"is neither, past ``max_chunks`` chunks,\n"
+"``max_bytes`` of tables or ``seconds``. The scan runs with the GIL released; the list keeps\n"
+"the contexts (and their SSL_CTX) alive meanwhile. Runs no Python code.");
+
+static PyObject *
+ssl_context_bytes(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* (the bytes objects stay alive while the GIL is released: the call's arguments hold them) */
+    PyObject *list, *cls;
+    const char *ranges, *ssl_file;
+    Py_ssize_t nranges;
+    long long max_chunks, max_bytes;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "O!O!y#zLLd:ssl_context_bytes", &PyList_Type, &list, &PyType_Type, &cls, &ranges,
+                          &nranges, &ssl_file, &max_chunks, &max_bytes, &seconds))
+        return NULL;
+    Roots found;  /* (looked up with the GIL released: a thread in dlopen may wait for it) */
+    PyObject *out = NULL;
+    Py_ssize_t n = PyList_Size(list);
+    long long *totals = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(long long));
+    /* each context's SSL_CTX: the word after its object's header (PySSLContext, 3.10-3.13) */
+    uint64_t *ctx = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(uint64_t));
+    for (Py_ssize_t i = 0; ctx != NULL && i < n; i++) {
+        PyObject *obj = PyList_GetItem(list, i);
+        if (obj != NULL && PyObject_TypeCheck(obj, (PyTypeObject *)cls))
+            ctx[i] = *(const uint64_t *)((const char *)obj + sizeof(PyObject));
+    }
+    Mapping scan = {0}, buffer = {0};
+    Scan *sc = NULL;
+    int failed = 0;
+    long long held = 0;
+    if (totals == NULL || ctx == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* (its own tables within the budget too: over it, no scan) */
+    if (mapping_grow(&scan, sizeof(Scan), max_bytes, &held) < 0
+        || mapping_grow(&buffer, SSL_BATCH_BYTES + SSL_ROOT_READ, max_bytes, &held) < 0) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    sc = (Scan *)scan.data;  /* (a new mapping's zeros) */
+    sc->pid = getpid();
+    sc->ranges = (const HeapRange *)ranges;
+    sc->nranges = nranges / (Py_ssize_t)sizeof(HeapRange);
+    sc->totals = totals;
+    sc->max_chunks = max_chunks;
+    sc->type_type = (uint64_t)(uintptr_t)&PyType_Type;
+    sc->deadline = now() + seconds;
+    sc->seen.budget = max_bytes;
+    sc->seen.held = &held;
+    sc->next_owner = INT64_MIN;
+    Py_BEGIN_ALLOW_THREADS
+    if (openssl_roots(ssl_file, &found) == 0)
+        sc->failed = 1;
+    thread_root(&found);
+    /* OpenSSL's globals first: what they reach is no context's */
+    for (int k = 0; k < found.n && !sc->failed; k++) {
+        uint64_t at = found.at[k][0] & ~(uint64_t)7, end = found.at[k][1];
+        if (end < at || end - at > ((uint64_t)16 << 20))
+            continue;
+        for (; at + 8 <= end && !sc->failed; at += SSL_ROOT_READ) {
+            size_t len = end - at < SSL_ROOT_READ ? (size_t)(end - at) & ~(size_t)7 : SSL_ROOT_READ;
+            uint64_t *words = (uint64_t *)(buffer.data + SSL_BATCH_BYTES);
+            if (self_read(words, (uintptr_t)at, len) < 0)
+                continue;
+            for (size_t w = 0; w < len / 8 && !sc->failed; w++)
+                scan_word(sc, words[w], -1);
+        }
+    }
+    if (sc->ncand > 0 && !sc->failed)
+        scan_flush(sc);
+    scan_depths(sc, buffer.data);
+    /* then every context's SSL_CTX, the first depth of all */
+    for (Py_ssize_t i = 0; i < n && !sc->failed; i++)
+        scan_word(sc, ctx[i], (int32_t)i);
+    if (sc->ncand > 0 && !sc->failed)
+        scan_flush(sc);
+    scan_depths(sc, buffer.data);
+    failed = sc->failed;
+    mapping_free(&sc->next, &held);
+    seen_free(&sc->seen);
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        out = Py_None;
+        Py_INCREF(out);
+    }
+    else
+        out = PyBytes_FromStringAndSize((const char *)totals, n * (Py_ssize_t)sizeof(long long));
+done:
+    PyMem_Free(totals);
+    PyMem_Free(ctx);
+    mapping_free(&buffer, &held);
+    mapping_free(&scan, &held);
+    return out;
+}
+
+PyMethodDef ssl_scan_methods[] = {
+    {"ssl_context_bytes", ssl_context_bytes, METH_VARARGS, ssl_context_bytes_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+#pragma GCC visibility pop
