@@ -32,7 +32,7 @@ from .census_walk import ClaimWalk
 from .objects import LEAF_TYPE_IDS, type_name
 from .pacing import UNSPLIT_STEP_MARGIN, Clock, unsplit_step_fits
 from .roots import frame_locals_unreadable
-from .sizes import SIZE_MODEL, mapped_native_bytes, sqlite_native_bytes
+from .sizes import AFTER_WALK_BYTES, SIZE_MODEL, mapped_native_bytes, sqlite_native_bytes, ssl_native_bytes
 from .tracked import tracked_objects
 
 try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
@@ -126,7 +126,7 @@ class Census(object):
     reached)."""
 
     def __init__(self, *, exclude=(), timeout=60.0, progress=None, is_stdlib=None, compiled=True,
-                 max_pause_ms=None, cancelled=None, owners=True, reached=None):
+                 max_pause_ms=None, cancelled=None, owners=True, reached=None, memory_left=None):
         # The pause budget's duty cycle: at most half the budget of running between two
         # yields of the GIL (pacing.Clock), the rest left for one step and the switch to the
         # waiting thread.
@@ -156,6 +156,16 @@ class Census(object):
         # only splits what the graph did not reach, and counts only that (runner.py adds
         # the graph's own tallies).
         self._reached = reached
+        # () -> the bytes the request may still take in the target (None: no budget), for
+        # what is sized after the walk (_size_after_walk)
+        self._memory_left = memory_left
+
+    def _size_after_walk(self):
+        """OpenSSL's contexts the walk met, sized now (census_walk.size_after_walk), within
+        the request's time and memory left."""
+        left = self._memory_left() if self._memory_left is not None else None
+        budget = AFTER_WALK_BYTES if left is None else min(left, AFTER_WALK_BYTES)
+        self.walk.size_after_walk(self.clock.deadline - time.monotonic(), budget)
 
     def run(self):
         started = time.perf_counter()
@@ -205,6 +215,7 @@ class Census(object):
                 # No list to count: the walk's own count of containers stands in for it.
                 self.tracked = self._tracked_estimate()
                 _measured["tracked"] = self.tracked
+                self._size_after_walk()
                 self.seconds = time.perf_counter() - started
                 return
             if self.with_owners:
@@ -249,8 +260,9 @@ class Census(object):
             self.clock.check()
             del objects[-_RELEASE_PER_STEP:]
         self.clock.phase("release")
-        self.seconds = time.perf_counter() - started
         del objects
+        self._size_after_walk()
+        self.seconds = time.perf_counter() - started
 
     def _not_the_targets(self):
         """What a walk must not count: the caller's own objects, and this census."""
@@ -353,6 +365,7 @@ class Census(object):
             "native_bytes": walk.native_bytes,
             "native_mapped_bytes": mapped_native_bytes(walk._native_bases),
             "native_sqlite_bytes": sqlite_native_bytes(walk._native_bases),
+            "native_ssl_bytes": ssl_native_bytes(walk._native_bases),
             "notes": self._notes(),
             "types": [
                 {"type": type_name(types.keys[i]), "count": types.counts[i], "bytes": types.bytes[i]}

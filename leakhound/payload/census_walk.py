@@ -40,6 +40,7 @@ from .sizes import (
     object_block,
     object_sizeof,
     sizeof_is_builtin,
+    ssl_context_sizes,
 )
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -109,7 +110,12 @@ class ClaimWalk(object):
         # Looked up once per census (a second reset, after the sizing walk, keeps them): a
         # walk over every class, run under the duty cycle (hold: no deadline check in here).
         if self._native_kinds is None:
-            self._native_kinds, self._native_bases = native_types(self.clock.hold)
+            # (with OpenSSL's contexts, sized once the census is over: size_after_walk)
+            self._native_kinds, self._native_bases = native_types(self.clock.hold, after_walk=True)
+        met = self._native_bases.get("ssl_contexts")
+        if met is not None:
+            del met[:]
+        self._after_owners = []  # the owner each context listed in _native_bases was met for
         # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
         # instances: their attribute values added to their size), as _census_walk.c reads it
         self.native = native_codes(self._native_kinds, self.clock.hold)
@@ -127,8 +133,13 @@ class ClaimWalk(object):
                     self.owners.counts, self.owners.bytes, self.owner_items, self.types.counts,
                     self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes,
                     self.native, self._native_bases, self._native_seen, self._holder,
-                    self._sized_types, self._class_attrs, self.getsizeof, self.getsizeof.known):
+                    self._sized_types, self._class_attrs, self.getsizeof, self.getsizeof.known,
+                    self._after_owners):
             claimed.add(id(own))
+        # the native sizers' tallies (lists of one int) and the contexts they listed: ours too
+        for own in self._native_bases.values():
+            if type(own) is list:
+                claimed.add(id(own))
         if self._claim_args is not None:  # made by the first compiled claim
             claimed.add(id(self._claim_args))
 
@@ -242,7 +253,7 @@ class ClaimWalk(object):
         added_objects = 0
         while stack or found:
             if not stack:
-                objects, nbytes = self._claim_native(found, stack)
+                objects, nbytes = self._claim_native(found, stack, owner=owner)
                 added_objects += objects
                 added_bytes += nbytes
                 continue
@@ -314,7 +325,7 @@ class ClaimWalk(object):
                 self.progress("walk", self.total_objects + added_objects)
         self._credit(owner, added_objects, added_bytes)
 
-    def _claim_native(self, found, stack, compiled=False):
+    def _claim_native(self, found, stack, compiled=False, owner=0):
         """Add the native buffers of the objects in ``found`` (sizes.native_extra) to their
         types, and claim what they hold that gc does not show (a numpy view's base, an object
         array's elements, a code object's constants and names) as the walk would: marked,
@@ -331,6 +342,8 @@ class ClaimWalk(object):
         types = self.types
         added_objects = added_bytes = 0
         held = []  # type: list
+        after = self._native_bases.get("ssl_contexts")  # listed by native_extra, sized after
+        listed = len(after) if after is not None else 0
         done = 0
         while found:
             done += 1
@@ -338,6 +351,9 @@ class ClaimWalk(object):
                 self.clock.check()
             obj = found.pop()
             extra, refs = native_extra(obj, self._native_kinds, self._native_bases, self._native_seen)
+            if after is not None and len(after) > listed:
+                self._after_owners.extend([owner] * (len(after) - listed))
+                listed = len(after)
             if extra:
                 # (negative: of the object's own size, what is not in RAM; sizes._untouched_data)
                 types.bytes[types.slot(type(obj))] += extra
@@ -366,6 +382,28 @@ class ClaimWalk(object):
             stack.append(held)
         return added_objects, added_bytes
 
+    def size_after_walk(self, seconds, max_bytes):
+        """What the objects sized after the walk hold (OpenSSL's contexts: every one met, at
+        once, with the GIL released: sizes.ssl_context_sizes), added to their types, to the
+        owners they were met for and to the totals."""
+        met = self._native_bases.get("ssl_contexts")
+        if not met:
+            return
+        owner_of = {}  # type: dict
+        for obj, owner in zip(met, self._after_owners):  # noqa: B905 - 3.8+
+            owner_of.setdefault(id(obj), owner)
+        del self._after_owners[:]
+        if max_bytes <= 0:
+            del met[:]
+            return
+        sized = ssl_context_sizes(self._native_bases, seconds, max_bytes)
+        self.clock.yielded()  # (the scan ran with the GIL released)
+        for obj, size in sized:
+            self.types.bytes[self.types.slot(type(obj))] += size
+            self._credit(owner_of.get(id(obj), 0), 0, size)
+            self.native_bytes += size
+        del sized
+
     def _claim_compiled(self, owner, stack, found):
         """``claim_tree``'s loop in C, in short calls: between two, the interpreter can hand
         the GIL to the target's threads. Each call is one uninterruptible step. (Runs once per
@@ -390,7 +428,7 @@ class ClaimWalk(object):
         calls = 0
         while stack or pending or found:
             if not stack and not pending:
-                objects, nbytes = self._claim_native(found, stack, compiled=True)
+                objects, nbytes = self._claim_native(found, stack, compiled=True, owner=owner)
                 added_objects += objects
                 added_bytes += nbytes
                 continue

@@ -73,6 +73,7 @@ from .objects import (
 )
 from .pacing import Clock, unsplit_step_fits
 from .sizes import (
+    AFTER_WALK_BYTES,
     NATIVE_BUFFERS,
     SizeCache,
     class_from,
@@ -180,8 +181,11 @@ class Graph(object):
     young_at_start = None  # the ids in the young generations then (tracked.young_ids)
 
     def __init__(self, *, timeout=60.0, progress=None, is_stdlib=None, exclude=(),
-                 max_nodes=5000000, max_pause_ms=None, cancelled=None, max_bytes=0):
+                 max_nodes=5000000, max_pause_ms=None, cancelled=None, max_bytes=0, memory_left=None):
         self.max_bytes = max_bytes  # the walk's own memory in the target (0: no limit)
+        # () -> the bytes the request may still take in the target (None: no budget), for
+        # what is sized after the walk (_size_after_walk)
+        self.memory_left = memory_left
         # The duty cycle: at most half the pause budget of running between two yields. Every
         # look at the clock checks (the walk looks every _CHECK_EVERY steps or C call).
         self.clock = Clock(time.monotonic() + timeout, cancelled,
@@ -454,7 +458,10 @@ class Graph(object):
         if not self.native_bases.get("ssl_contexts"):
             return
         self.check()
-        left = min(self.max_bytes - self._payload_bytes() if self.max_bytes else _AFTER_WALK_BYTES, _AFTER_WALK_BYTES)
+        left = min(self.max_bytes - self._payload_bytes() if self.max_bytes else AFTER_WALK_BYTES, AFTER_WALK_BYTES)
+        request_left = self.memory_left() if self.memory_left is not None else None
+        if request_left is not None:
+            left = min(left, request_left)
         if left <= 0:
             del self.native_bases["ssl_contexts"][:]
             return
@@ -1032,10 +1039,6 @@ def kept_types():
     return tuple(found)
 
 
-# What sizing after the walk may hold in the target at most (the contexts' scan: ~1.2 MiB of
-# its own, and ~1 MB a million chunks seen), within what is left of the walk's budget
-_AFTER_WALK_BYTES = 64 << 20
-
 _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)
 
 
@@ -1056,17 +1059,18 @@ def census_lists_all(unreached, max_pause_ms):
 
 
 def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, cancelled, compiled=True, max_bytes=0,
-          spool_dir=None, reached=None):
+          spool_dir=None, reached=None, memory_left=None):
     """Walk the graph and return its result dict, or ``{"skipped": reason}`` when it is
     bigger than ``max_nodes`` or its walk would hold more than ``max_bytes`` in the target
     (``skipped_code`` says which). ``compiled``: the C walk where it loads;
     ``spool_dir``: the directory the result will be written to (the debugger path): the C
     walk writes its records to its ``graph.bin`` as it goes; ``reached``: a dict the C walk
     fills with what it reached, as the census's bitmap, when a census after it would list
-    every tracked object."""
+    every tracked object; ``memory_left``: () -> the bytes the request may still take in the
+    target, or None (what is sized after the walk stays within it)."""
     if not (compiled and _walk_module is not None):
         graph = Graph(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude, max_nodes=max_nodes,
-                      max_pause_ms=max_pause_ms, cancelled=cancelled, max_bytes=max_bytes)
+                      max_pause_ms=max_pause_ms, cancelled=cancelled, max_bytes=max_bytes, memory_left=memory_left)
         spool = None
     else:
         spool = None
@@ -1075,7 +1079,7 @@ def build(*, timeout, progress, is_stdlib, exclude, max_nodes, max_pause_ms, can
             spool = (path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         graph = CompiledGraph(timeout=timeout, progress=progress, is_stdlib=is_stdlib, exclude=exclude,
                               max_nodes=max_nodes, max_pause_ms=max_pause_ms, cancelled=cancelled,
-                              max_bytes=max_bytes, spool=spool, reached=reached)
+                              max_bytes=max_bytes, spool=spool, reached=reached, memory_left=memory_left)
     try:
         graph.run()
         out = graph.result()

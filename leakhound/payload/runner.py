@@ -166,6 +166,10 @@ class _Stop(object):
     def over_memory(self):
         return self.memory is not None and self.memory.limit is not None and self.memory.left() < 0
 
+    def memory_left(self):
+        """The bytes the request may still take in the target, or None: no budget."""
+        return self.memory.left() if self.memory is not None else None
+
     def __call__(self):
         if self.reason is not None:
             return True
@@ -263,6 +267,7 @@ def _snapshot(request, progress, stop, exchange=None):
             max_pause_ms=max_pause,
             cancelled=stop,
             owners=owners,
+            memory_left=stop.memory_left,
             **({"reached": reached} if reached is not None else {}),
         )
         started_at = time.time()  # when the named roots' walk began: the snapshot's time (diff rates)
@@ -617,7 +622,7 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
         out = graph.build(timeout=budget, progress=progress,
                            is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=cancelled, compiled=request.get("walker") != "python",
-                           spool_dir=spool_dir, reached=reached, max_bytes=max_bytes)
+                           spool_dir=spool_dir, reached=reached, max_bytes=max_bytes, memory_left=stop.memory_left)
         if out.get("skipped_code") == graph.SKIPPED_OVER_NODES:
             _last_graph["over_nodes"] = max(max_nodes, _last_graph["over_nodes"])
         elif out.get("skipped_code") == graph.SKIPPED_OVER_MEMORY_BUDGET and headroom_bound:

@@ -925,6 +925,10 @@ def ssl_native_bytes(bases):
 # OpenSSL's contexts' scan: at most this many chunks (100 contexts are ~1.1M), this long
 _SSL_MAX_CHUNKS = 8 << 20
 _SSL_MAX_SECONDS = 20.0
+# What sizing after the walk may hold in the target at most (the contexts' scan: ~0.5 MiB of
+# its own, and ~4 MB a million chunks seen: 130 contexts' took 5 MB), within what is left of
+# the request's memory budget
+AFTER_WALK_BYTES = 64 << 20
 
 
 def ssl_context_sizes(bases, seconds, max_bytes):

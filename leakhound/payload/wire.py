@@ -75,7 +75,7 @@ KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
 # graph keeps each a node (graph.kept_types: ``--why TYPE`` names who holds them), and
 # analysis/detectors/native_state.py says what each holds.
 # (hashlib's hashers and HMACs, _hashlib.HASH and HMAC, are sized: sizes.py evp_digest_bytes;
-# OpenSSL's contexts are where the graph's walk sized them: sizes.ssl_context_sizes,
+# OpenSSL's contexts are where the walk scanned OpenSSL's heap: sizes.ssl_context_sizes,
 # ``heap.native_ssl_bytes``.)
 OPAQUE_NATIVE_TYPES = ("ssl.SSLContext", "_ssl._SSLContext", "_ssl._SSLSocket", "sqlite3.Connection",
                        "pyexpat.xmlparser")

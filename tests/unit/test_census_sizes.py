@@ -104,7 +104,7 @@ def test_an_mmap_is_its_pages_in_ram_and_those_with_a_path_are_tallied() -> None
 def test_ssl_contexts_are_sized_after_the_walk_as_ssls_own_c_type(monkeypatch: pytest.MonkeyPatch) -> None:
     """OpenSSL's contexts are listed while the walk goes (0 bytes each then) and sized after
     it, every one at once: each what its SSL_CTX reaches first (~850 KB for a
-    create_default_context(): the system's certificates). The census (no end of walk) lists
+    create_default_context(): the system's certificates). A caller with no end of walk lists
     none; a class of Python's under _ssl._SSLContext's name is no context; a scan over its
     budget of memory or of time sizes none."""
     import ssl

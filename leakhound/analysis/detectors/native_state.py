@@ -8,9 +8,8 @@ graph keeps each a node) and "other" is big, this names them and how to find who
 It says no bytes for them (none were measured), but SQLite's: its own count of what every
 connection holds (``sqlite3_memory_used``, the ledger's "SQLite" row), within 5% of what
 closing them returns, less what the connections sized natively hold (payload/sizes.py: under
-their owners, ``heap.native_sqlite_bytes``). OpenSSL's contexts are sized where the object
-graph's walk scanned OpenSSL's heap for them (``heap.native_ssl_bytes``): then they are not
-named here.
+their owners, ``heap.native_sqlite_bytes``). OpenSSL's contexts are sized where the walk
+scanned OpenSSL's heap for them (``heap.native_ssl_bytes``): then they are not named here.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ HOLDS = {
     "sqlite3.Connection": "SQLite's connection: its page cache, schema and statements",
     "pyexpat.xmlparser": "expat's parser: its buffers",
 }
-# Sized where the graph's walk scanned OpenSSL's heap (payload/sizes.py ssl_context_sizes)
+# Sized where the walk scanned OpenSSL's heap (payload/sizes.py ssl_context_sizes)
 SSL_CONTEXT_TYPES = ("ssl.SSLContext", "_ssl._SSLContext")
 # "other" under this is an interpreter's and its libraries' own (a bare 3.11: ~10 MiB)
 MIN_OTHER_BYTES = 32 * MiB
