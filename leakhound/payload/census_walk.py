@@ -112,10 +112,9 @@ class ClaimWalk(object):
         if self._native_kinds is None:
             # (with OpenSSL's contexts, sized once the census is over: size_after_walk)
             self._native_kinds, self._native_bases = native_types(self.clock.hold, after_walk=True)
-        met = self._native_bases.get("ssl_contexts")
-        if met is not None:
-            del met[:]
-        self._after_owners = []  # the owner each context listed in _native_bases was met for
+        for listed in ("ssl_contexts", "ssl_owners"):  # (an earlier walk's: not this one's)
+            if listed in self._native_bases:
+                self._native_bases[listed].clear()
         # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
         # instances: their attribute values added to their size), as _census_walk.c reads it
         self.native = native_codes(self._native_kinds, self.clock.hold)
@@ -133,12 +132,11 @@ class ClaimWalk(object):
                     self.owners.counts, self.owners.bytes, self.owner_items, self.types.counts,
                     self.types.bytes, self.garbage_types.counts, self.garbage_types.bytes,
                     self.native, self._native_bases, self._native_seen, self._holder,
-                    self._sized_types, self._class_attrs, self.getsizeof, self.getsizeof.known,
-                    self._after_owners):
+                    self._sized_types, self._class_attrs, self.getsizeof, self.getsizeof.known):
             claimed.add(id(own))
         # the native sizers' tallies (lists of one int) and the contexts they listed: ours too
         for own in self._native_bases.values():
-            if type(own) is list:
+            if type(own) in (list, dict):
                 claimed.add(id(own))
         if self._claim_args is not None:  # made by the first compiled claim
             claimed.add(id(self._claim_args))
@@ -342,8 +340,9 @@ class ClaimWalk(object):
         types = self.types
         added_objects = added_bytes = 0
         held = []  # type: list
-        after = self._native_bases.get("ssl_contexts")  # listed by native_extra, sized after
-        listed = len(after) if after is not None else 0
+        walking = self._native_bases.get("ssl_owner")  # the owner a context listed is met for
+        if walking is not None:
+            walking[0] = owner
         done = 0
         while found:
             done += 1
@@ -351,9 +350,6 @@ class ClaimWalk(object):
                 self.clock.check()
             obj = found.pop()
             extra, refs = native_extra(obj, self._native_kinds, self._native_bases, self._native_seen)
-            if after is not None and len(after) > listed:
-                self._after_owners.extend([owner] * (len(after) - listed))
-                listed = len(after)
             if extra:
                 # (negative: of the object's own size, what is not in RAM; sizes._untouched_data)
                 types.bytes[types.slot(type(obj))] += extra
@@ -386,21 +382,13 @@ class ClaimWalk(object):
         """What the objects sized after the walk hold (OpenSSL's contexts: every one met, at
         once, with the GIL released: sizes.ssl_context_sizes), added to their types, to the
         owners they were met for and to the totals."""
-        met = self._native_bases.get("ssl_contexts")
-        if not met:
-            return
-        owner_of = {}  # type: dict
-        for obj, owner in zip(met, self._after_owners):  # noqa: B905 - 3.8+
-            owner_of.setdefault(id(obj), owner)
-        del self._after_owners[:]
-        if max_bytes <= 0:
-            del met[:]
+        if not self._native_bases.get("ssl_contexts"):
             return
         sized = ssl_context_sizes(self._native_bases, seconds, max_bytes)
         self.clock.yielded()  # (the scan ran with the GIL released)
-        for obj, size in sized:
+        for obj, owner, size in sized:
             self.types.bytes[self.types.slot(type(obj))] += size
-            self._credit(owner_of.get(id(obj), 0), 0, size)
+            self._credit(owner, 0, size)
             self.native_bytes += size
         del sized
 

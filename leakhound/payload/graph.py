@@ -268,7 +268,7 @@ class Graph(object):
             self.index[id(own)] = -1
         # the native sizers' tallies (lists of one int) and tables in their bases: ours too
         for own in self.native_bases.values():
-            if type(own) is list:
+            if type(own) in (list, dict):
                 self.index[id(own)] = -1
         for obj in exclude:
             self.index[id(obj)] = -1
@@ -462,12 +462,9 @@ class Graph(object):
         request_left = self.memory_left() if self.memory_left is not None else None
         if request_left is not None:
             left = min(left, request_left)
-        if left <= 0:
-            del self.native_bases["ssl_contexts"][:]
-            return
         sized = ssl_context_sizes(self.native_bases, self.clock.deadline - time.monotonic(), left)
         self.clock.yielded()  # (the scan ran with the GIL released)
-        for obj, size in sized:
+        for obj, _owner, size in sized:
             self._add_bytes(obj, size)
         del sized
         self.check()

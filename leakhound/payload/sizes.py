@@ -588,7 +588,13 @@ def native_types(tick=None, after_walk=False):
     ssl_context = _ssl_context() if after_walk else None
     if ssl_context is not None:
         found.append(("ssl_context", ssl_context))
-        bases["ssl_contexts"] = []  # the contexts the walk met, sized after it
+        # The contexts the walk met, sized after it (id -> context), the owner each was met for
+        # (the census's: id -> its owner slot), the owner walked now, and when to let go of
+        # those only this table holds (_prune_contexts)
+        bases["ssl_contexts"] = {}
+        bases["ssl_owners"] = {}
+        bases["ssl_owner"] = [0]
+        bases["ssl_prune_at"] = [0]
         bases["ssl"] = [0]  # native bytes of OpenSSL's contexts (ssl_native_bytes)
     for kind, base in found:
         bases[kind] = base
@@ -931,24 +937,41 @@ _SSL_MAX_SECONDS = 20.0
 AFTER_WALK_BYTES = 64 << 20
 
 
+# Below this many contexts listed, those the target let go of are looked for at each one
+# listed; past it, each time the table doubles
+_PRUNE_EVERY_FROM = 64
+
+
+def _prune_contexts(bases):
+    """Let go of the contexts listed that only the table holds now (the target dropped them
+    since the walk met them: a worker making a client per request would otherwise keep them
+    all, ~850 KB each, until the walk is over); they are freed here, as the target would have."""
+    met, owners = bases["ssl_contexts"], bases["ssl_owners"]
+    dead = [key for key in list(met) if sys.getrefcount(met[key]) <= 2]  # (the table's and the call's)
+    for key in dead:
+        del met[key]
+        owners.pop(key, None)
+    bases["ssl_prune_at"][0] = len(met) if len(met) < _PRUNE_EVERY_FROM else 2 * len(met)
+
+
 def ssl_context_sizes(bases, seconds, max_bytes):
-    """[(context, bytes)] of the OpenSSL contexts a walk met (native_extra listed them in
-    ``bases``), each what its SSL_CTX reaches first in OpenSSL's heap (_ssl_scan.c: all at
-    once, breadth first, none of what OpenSSL's globals reach); their tally goes to
-    ssl_native_bytes. Empty where none was met or the scan could not finish (``seconds``,
-    ``max_bytes`` of its tables: the contexts are then the 144 bytes sys.getsizeof says)."""
+    """[(context, the owner it was met for, bytes)] of the OpenSSL contexts a walk met and
+    the target still holds (native_extra listed them in ``bases``), each what its SSL_CTX
+    reaches first in OpenSSL's heap (_ssl_scan.c: all at once, breadth first, none of what
+    OpenSSL's globals reach); their tally goes to ssl_native_bytes. Empty where none was met
+    or the scan could not finish (``seconds``, ``max_bytes`` of its tables: the contexts are
+    then the 144 bytes sys.getsizeof says). The table is empty after."""
     met = bases.get("ssl_contexts")
     cls = bases.get("ssl_context")
     if not met or cls is None or _compiled_walk is None:
         return []
-    contexts = []  # type: list
-    seen = set()
-    for obj in met:
-        if id(obj) not in seen:
-            seen.add(id(obj))
-            contexts.append(obj)
-    del met[:]
-    if seconds <= 0:
+    _prune_contexts(bases)
+    contexts = list(met.values())
+    owners = [bases["ssl_owners"].get(id(obj), 0) for obj in contexts]
+    met.clear()
+    bases["ssl_owners"].clear()
+    bases["ssl_prune_at"][0] = 0
+    if seconds <= 0 or max_bytes <= 0:
         return []
     # (OpenSSL's globals, whose chunks are no context's: libssl's and libcrypto's data, or
     # _ssl's own where it has OpenSSL linked in)
@@ -963,8 +986,9 @@ def ssl_context_sizes(bases, seconds, max_bytes):
         return []
     sizes = array.array("q")
     sizes.frombytes(got)
-    out = [(obj, size) for obj, size in zip(contexts, sizes) if 0 < size <= MAX_OBJECT_BYTES]  # noqa: B905 - 3.8+
-    bases["ssl"][0] += sum(size for _obj, size in out)
+    out = [(obj, owner, size) for obj, owner, size in zip(contexts, owners, sizes)  # noqa: B905 - 3.8+
+           if 0 < size <= MAX_OBJECT_BYTES]
+    bases["ssl"][0] += sum(size for _obj, _owner, size in out)
     return out
 
 
@@ -1114,7 +1138,12 @@ def native_extra(obj, native, bases, seen_buffers):
             # OpenSSL's context (its certificate store: ~850 KB for create_default_context(),
             # 144 bytes by sys.getsizeof) is sized once the walk is over, every context's at
             # once (ssl_context_sizes): listed here
-            bases["ssl_contexts"].append(obj)
+            met = bases["ssl_contexts"]
+            if id(obj) not in met:
+                met[id(obj)] = obj
+                bases["ssl_owners"][id(obj)] = bases["ssl_owner"][0]
+                if len(met) > bases["ssl_prune_at"][0]:
+                    _prune_contexts(bases)
             return 0, []
         if kind in _HASHLIB_KINDS:
             # OpenSSL's digest context and the provider's state it owns (a sha256's ~210

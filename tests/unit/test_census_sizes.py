@@ -109,6 +109,7 @@ def test_ssl_contexts_are_sized_after_the_walk_as_ssls_own_c_type(monkeypatch: p
     budget of memory or of time sizes none."""
     import ssl
     import types
+    import weakref
 
     if sizes._ssl_context() is None:
         pytest.skip("no compiled walk, or no glibc heap here")
@@ -116,14 +117,21 @@ def test_ssl_contexts_are_sized_after_the_walk_as_ssls_own_c_type(monkeypatch: p
     native, bases = sizes.native_types(after_walk=True)
     assert [sizes.native_extra(c, native, bases, set()) for c in contexts + contexts[:1]] == [(0, [])] * 4
     sized = sizes.ssl_context_sizes(bases, 30.0, 64 << 20)
-    assert [c for c, _size in sized] == contexts  # (the one met twice: once)
-    assert all(500_000 <= size <= 2_000_000 for _c, size in sized), sized
-    assert sizes.ssl_native_bytes(bases) == sum(size for _c, size in sized)
-    assert bases["ssl_contexts"] == []
+    assert [c for c, _owner, _size in sized] == contexts  # (the one met twice: once)
+    assert all(500_000 <= size <= 2_000_000 for _c, _owner, size in sized), sized
+    assert sizes.ssl_native_bytes(bases) == sum(size for _c, _owner, size in sized)
+    assert bases["ssl_contexts"] == {} and bases["ssl_owners"] == {}
     for budget, seconds in ((4096, 30.0), (64 << 20, 0.0)):
         for c in contexts:
             sizes.native_extra(c, native, bases, set())
         assert sizes.ssl_context_sizes(bases, seconds, budget) == []
+    # a context the target lets go of while the walk goes is not kept alive by the table
+    dropped = ssl.create_default_context()
+    sizes.native_extra(dropped, native, bases, set())
+    gone = weakref.ref(dropped)
+    del dropped
+    sizes.native_extra(contexts[0], native, bases, set())
+    assert gone() is None and list(bases["ssl_contexts"].values()) == contexts[:1]
     census_native, census_bases = sizes.native_types()
     assert "ssl_context" not in census_bases and id(ssl.SSLContext) not in census_native
 
