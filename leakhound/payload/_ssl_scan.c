@@ -561,7 +561,13 @@ ssl_context_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!y#zLLd:ssl_context_bytes", &PyList_Type, &list, &PyType_Type, &cls, &ranges,
                           &nranges, &ssl_file, &max_chunks, &max_bytes, &seconds))
         return NULL;
-    Roots found;  /* (looked up with the GIL released: a thread in dlopen may wait for it) */
+    /* OpenSSL's data, looked up with the GIL held: the loader's write lock (dl_iterate_phdr
+     * holds it for the loop) is never held by a thread that waits for the GIL, and no
+     * os.fork() can copy it held meanwhile */
+    Roots found;
+    if (openssl_roots(ssl_file, &found) == 0)
+        Py_RETURN_NONE;  /* (what OpenSSL's globals reach would count as the contexts') */
+    thread_root(&found);
     PyObject *out = NULL;
     Py_ssize_t n = PyList_Size(list);
     long long *totals = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(long long));
@@ -599,9 +605,6 @@ ssl_context_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     sc->seen.held = &held;
     sc->next_owner = INT64_MIN;
     Py_BEGIN_ALLOW_THREADS
-    if (openssl_roots(ssl_file, &found) == 0)
-        sc->failed = 1;
-    thread_root(&found);
     /* OpenSSL's globals first: what they reach is no context's */
     for (int k = 0; k < found.n && !sc->failed; k++) {
         uint64_t at = found.at[k][0] & ~(uint64_t)7, end = found.at[k][1];

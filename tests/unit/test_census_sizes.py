@@ -132,6 +132,21 @@ def test_ssl_contexts_are_sized_after_the_walk_as_ssls_own_c_type(monkeypatch: p
     del dropped
     sizes.native_extra(contexts[0], native, bases, set())
     assert gone() is None and list(bases["ssl_contexts"].values()) == contexts[:1]
+    # an SSL_CTX pointer that is none (unmapped, inside a chunk, a Python object's own chunk)
+    # reads nothing, or nothing but what it is
+    import ctypes
+
+    sizes.ssl_context_sizes(bases, 0.0, 0)  # (the table emptied: contexts[0] listed above)
+    bogus_context = ssl.create_default_context()
+    word = ctypes.c_uint64.from_address(id(bogus_context) + 16)
+    saved, big = word.value, b"x" * 100_000
+    try:
+        for bogus in (0xDEAD0000, saved + 16, id(big)):
+            word.value = bogus
+            sizes.native_extra(bogus_context, native, bases, set())
+            assert sizes.ssl_context_sizes(bases, 30.0, 64 << 20) == []
+    finally:
+        word.value = saved
     census_native, census_bases = sizes.native_types()
     assert "ssl_context" not in census_bases and id(ssl.SSLContext) not in census_native
 
