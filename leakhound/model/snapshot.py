@@ -74,10 +74,10 @@ class HeapStats:
     # schemas and statements), which ArenaStats.sqlite_bytes counts too: the ledger takes them
     # out of its "SQLite" row.
     native_sqlite_bytes: int = 0
-    # Of ``native_bytes``: what OpenSSL's contexts hold in its heap (their certificate stores),
-    # sized after the walk (payload/sizes.py ssl_context_sizes); 0 where they were not (no such
-    # context, or a scan that could not finish): then they are the 144 bytes sys.getsizeof
-    # says, and the native_state finding names them.
+    # Of ``native_bytes``: what OpenSSL's contexts and connections hold in its heap (their
+    # certificate stores; sessions, peer certificates), sized after the walk (payload/sizes.py
+    # ssl_object_sizes); 0 where they were not (none met, or a scan that could not finish):
+    # then they are what sys.getsizeof says, and the native_state finding names them.
     native_ssl_bytes: int = 0
     # False when a pause budget ruled out listing every gc-tracked object: then objects no
     # named root reaches (held from C, cyclic garbage) were not looked for; the note says why.

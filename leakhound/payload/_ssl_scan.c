@@ -1,9 +1,12 @@
 /*
- * OpenSSL's contexts, sized: what an ``ssl.SSLContext`` holds in OpenSSL's heap (its
- * certificate store, its session cache, its ciphers: ~850 KB for a create_default_context(),
- * which sys.getsizeof calls 144 bytes). OpenSSL keeps no count of it and its structures are
- * opaque, so the context's memory is found as a conservative collector would find it: the
- * glibc chunks its SSL_CTX reaches through words that start a chunk, then theirs.
+ * OpenSSL's contexts and connections, sized: what an ``ssl.SSLContext`` holds in OpenSSL's
+ * heap (its certificate store, its session cache, its ciphers: ~850 KB for a
+ * create_default_context(), which sys.getsizeof calls 144 bytes), and an ``ssl.SSLSocket``'s
+ * connection (its SSL, session and the peer's certificates: ~18 KB idle). OpenSSL keeps no
+ * count of either and its structures are opaque, so their memory is found as a conservative
+ * collector would find it: the glibc chunks an SSL_CTX or SSL reaches through words that
+ * start a chunk, then theirs (a connection's SSL is taken only where it holds its context's
+ * SSL_CTX).
  *
  * A word of a chunk may be stale (freed memory not cleared) and reach another context's
  * store: one context scanned alone was once 4.2 MB and another 4 KB. So every context is
@@ -539,28 +542,52 @@ thread_root(Roots *roots)
     }
 }
 
-PyDoc_STRVAR(ssl_context_bytes_doc,
-"ssl_context_bytes(contexts, cls, ranges, ssl_file, max_chunks, max_bytes, seconds) -> bytes or None\n\n"
-"The bytes of OpenSSL's heap each context's SSL_CTX reaches first, as int64s in their order\n"
-"(``contexts``: a list of _ssl._SSLContext objects, ``cls``; any other object: 0); ``ranges``:\n"
-"the heap's (sizes._heap_ranges). What libssl's and libcrypto's writable data reach (or, where\n"
-"neither is loaded, ``ssl_file``'s: _ssl's, OpenSSL linked in) is no context's; None where there\n"
-"is neither, past ``max_chunks`` chunks,\n"
-"``max_bytes`` of tables or ``seconds``. The scan runs with the GIL released; the list keeps\n"
-"the contexts (and their SSL_CTX) alive meanwhile. Runs no Python code.");
+PyDoc_STRVAR(ssl_object_bytes_doc,
+"ssl_object_bytes(objects, context_type, socket_type, ranges, ssl_file, max_chunks, max_bytes,\n"
+"                 seconds) -> bytes or None\n\n"
+"The bytes of OpenSSL's heap each object's SSL_CTX (an _ssl._SSLContext, ``context_type``) or\n"
+"SSL (an _ssl._SSLSocket, ``socket_type`` or None: one whose SSL holds its context's SSL_CTX)\n"
+"reaches first, as int64s in their order (any other object: 0); ``ranges``: the heap's\n"
+"(sizes._heap_ranges). What libssl's and libcrypto's writable data reach (or, where neither\n"
+"is loaded, ``ssl_file``'s: _ssl's, OpenSSL linked in) is no object's; None where there is\n"
+"neither, past ``max_chunks`` chunks, ``max_bytes`` of tables or ``seconds``. The scan runs\n"
+"with the GIL released; the list keeps the objects (and their SSL_CTX and SSL) alive\n"
+"meanwhile. Runs no Python code.");
+
+/* Whether the SSL at ``ssl`` (a live glibc chunk of SSL_MAX_CHUNK bytes at most) holds
+ * ``ssl_ctx`` (its context's SSL_CTX: an SSL keeps it, OpenSSL 3.0's twice) among its words. */
+static int
+ssl_holds_its_context(Scan *sc, uint64_t ssl, uint64_t ssl_ctx, uint64_t *buffer)
+{
+    const HeapRange *r = (ssl & 15) == 0 && ssl > 16 ? heap_range_of(sc->ranges, sc->nranges, (uintptr_t)ssl - 16)
+                                                     : NULL;
+    int64_t offset;
+    uint64_t size = r != NULL ? glibc_chunk_header((uintptr_t)ssl - 16, r, &offset) : 0;
+    if (size == 0 || offset >= 0 || size > SSL_MAX_CHUNK || ssl_ctx == 0
+        || self_read(buffer, (uintptr_t)ssl, (size - 8) & ~(uint64_t)7) < 0)
+        return 0;
+    for (uint64_t w = 0; w < (size - 8) / 8; w++)
+        if (buffer[w] == ssl_ctx)
+            return 1;
+    return 0;
+}
 
 static PyObject *
-ssl_context_bytes(PyObject *Py_UNUSED(module), PyObject *args)
+ssl_object_bytes(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* (the bytes objects stay alive while the GIL is released: the call's arguments hold them) */
-    PyObject *list, *cls;
+    PyObject *list, *cls, *socket_cls;
     const char *ranges, *ssl_file;
     Py_ssize_t nranges;
     long long max_chunks, max_bytes;
     double seconds;
-    if (!PyArg_ParseTuple(args, "O!O!y#zLLd:ssl_context_bytes", &PyList_Type, &list, &PyType_Type, &cls, &ranges,
-                          &nranges, &ssl_file, &max_chunks, &max_bytes, &seconds))
+    if (!PyArg_ParseTuple(args, "O!O!Oy#zLLd:ssl_object_bytes", &PyList_Type, &list, &PyType_Type, &cls, &socket_cls,
+                          &ranges, &nranges, &ssl_file, &max_chunks, &max_bytes, &seconds))
         return NULL;
+    if (socket_cls != Py_None && !PyType_Check(socket_cls)) {
+        PyErr_SetString(PyExc_TypeError, "socket_type: a type or None");
+        return NULL;
+    }
     /* OpenSSL's data, looked up with the GIL held: the loader's write lock (dl_iterate_phdr
      * holds it for the loop) is never held by a thread that waits for the GIL, and no
      * os.fork() can copy it held meanwhile */
@@ -571,12 +598,23 @@ ssl_context_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     PyObject *out = NULL;
     Py_ssize_t n = PyList_Size(list);
     long long *totals = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(long long));
-    /* each context's SSL_CTX: the word after its object's header (PySSLContext, 3.10-3.13) */
-    uint64_t *ctx = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(uint64_t));
+    /* Each context's SSL_CTX: the word after its object's header (PySSLContext, 3.10-3.13).
+     * Each socket's SSL: the word after its socket's weak reference (PySSLSocket, 3.10-3.13),
+     * then its context (a strong reference), whose SSL_CTX the SSL must hold (checked with
+     * the GIL released: ssl_holds_its_context). */
+    uint64_t *ctx = PyMem_Calloc(n > 0 ? (size_t)n : 1, 2 * sizeof(uint64_t));
     for (Py_ssize_t i = 0; ctx != NULL && i < n; i++) {
         PyObject *obj = PyList_GetItem(list, i);
         if (obj != NULL && PyObject_TypeCheck(obj, (PyTypeObject *)cls))
-            ctx[i] = *(const uint64_t *)((const char *)obj + sizeof(PyObject));
+            ctx[2 * i] = *(const uint64_t *)((const char *)obj + sizeof(PyObject));
+        else if (obj != NULL && socket_cls != Py_None && PyObject_TypeCheck(obj, (PyTypeObject *)socket_cls)) {
+            const char *at = (const char *)obj + sizeof(PyObject) + sizeof(PyObject *);
+            PyObject *context = *(PyObject *const *)(at + sizeof(void *));
+            if (context != NULL && PyObject_TypeCheck(context, (PyTypeObject *)cls)) {
+                ctx[2 * i] = *(const uint64_t *)at;
+                ctx[2 * i + 1] = *(const uint64_t *)((const char *)context + sizeof(PyObject));
+            }
+        }
     }
     Mapping scan = {0}, buffer = {0};
     Scan *sc = NULL;
@@ -622,9 +660,10 @@ ssl_context_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     if (sc->ncand > 0 && !sc->failed)
         scan_flush(sc);
     scan_depths(sc, buffer.data);
-    /* then every context's SSL_CTX, the first depth of all */
+    /* then every context's SSL_CTX and socket's SSL, the first depth of all */
     for (Py_ssize_t i = 0; i < n && !sc->failed; i++)
-        scan_word(sc, ctx[i], (int32_t)i);
+        if (ctx[2 * i + 1] == 0 || ssl_holds_its_context(sc, ctx[2 * i], ctx[2 * i + 1], (uint64_t *)buffer.data))
+            scan_word(sc, ctx[2 * i], (int32_t)i);
     if (sc->ncand > 0 && !sc->failed)
         scan_flush(sc);
     scan_depths(sc, buffer.data);
@@ -647,7 +686,7 @@ done:
 }
 
 PyMethodDef ssl_scan_methods[] = {
-    {"ssl_context_bytes", ssl_context_bytes, METH_VARARGS, ssl_context_bytes_doc},
+    {"ssl_object_bytes", ssl_object_bytes, METH_VARARGS, ssl_object_bytes_doc},
     {NULL, NULL, 0, NULL},
 };
 

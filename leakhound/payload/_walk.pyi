@@ -72,9 +72,9 @@ def atexit_callbacks(ncallbacks: object, /) -> list[object] | None:
 def evp_digest_bytes(obj: object, type: type, basicsize: int, has_lock: bool, ranges: bytes, hmac: bool = ...,
                      /) -> int | None: ...
 
-def ssl_context_bytes(contexts: list[object], type: type, ranges: bytes, ssl_file: str | None, max_chunks: int,
-                      max_bytes: int, seconds: float, /) -> bytes | None:
-    """What each context's SSL_CTX reaches first in OpenSSL's heap (int64s), None if not done."""
+def ssl_object_bytes(objects: list[object], context_type: type, socket_type: type | None, ranges: bytes,
+                     ssl_file: str | None, max_chunks: int, max_bytes: int, seconds: float, /) -> bytes | None:
+    """What each context's SSL_CTX or socket's SSL reaches first in OpenSSL's heap (int64s), None if not done."""
 
 def stream_state_bytes(obj: object, type: type, basicsize: int, kind: int, ranges: bytes, /) -> tuple[int, int] | None:
     """(bytes of its C state, size of the input it keeps) of a compression stream object (1:

@@ -40,7 +40,7 @@ from .sizes import (
     object_block,
     object_sizeof,
     sizeof_is_builtin,
-    ssl_context_sizes,
+    ssl_object_sizes,
 )
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -112,7 +112,7 @@ class ClaimWalk(object):
         if self._native_kinds is None:
             # (with OpenSSL's contexts, sized once the census is over: size_after_walk)
             self._native_kinds, self._native_bases = native_types(self.clock.hold, after_walk=True)
-        for listed in ("ssl_contexts", "ssl_owners"):  # (an earlier walk's: not this one's)
+        for listed in ("ssl_objects", "ssl_owners"):  # (an earlier walk's: not this one's)
             if listed in self._native_bases:
                 self._native_bases[listed].clear()
         # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
@@ -380,11 +380,11 @@ class ClaimWalk(object):
 
     def size_after_walk(self, seconds, max_bytes):
         """What the objects sized after the walk hold (OpenSSL's contexts: every one met, at
-        once, with the GIL released: sizes.ssl_context_sizes), added to their types, to the
+        once, with the GIL released: sizes.ssl_object_sizes), added to their types, to the
         owners they were met for and to the totals."""
-        if not self._native_bases.get("ssl_contexts"):
+        if not self._native_bases.get("ssl_objects"):
             return
-        sized = ssl_context_sizes(self._native_bases, seconds, max_bytes)
+        sized = ssl_object_sizes(self._native_bases, seconds, max_bytes)
         self.clock.yielded()  # (the scan ran with the GIL released)
         for obj, owner, size in sized:
             self.types.bytes[self.types.slot(type(obj))] += size

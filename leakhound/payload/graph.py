@@ -84,8 +84,8 @@ from .sizes import (
     native_extra,
     native_types,
     sqlite_native_bytes,
-    ssl_context_sizes,
     ssl_native_bytes,
+    ssl_object_sizes,
 )
 from .tracked import young_estimate, young_ids, young_limit
 
@@ -455,14 +455,14 @@ class Graph(object):
         """What the objects sized after the walk hold (OpenSSL's contexts: every one met, at
         once, with the GIL released), added to their nodes and their types' tallies; within
         the walk's deadline and what is left of its memory budget."""
-        if not self.native_bases.get("ssl_contexts"):
+        if not self.native_bases.get("ssl_objects"):
             return
         self.check()
         left = min(self.max_bytes - self._payload_bytes() if self.max_bytes else AFTER_WALK_BYTES, AFTER_WALK_BYTES)
         request_left = self.memory_left() if self.memory_left is not None else None
         if request_left is not None:
             left = min(left, request_left)
-        sized = ssl_context_sizes(self.native_bases, self.clock.deadline - time.monotonic(), left)
+        sized = ssl_object_sizes(self.native_bases, self.clock.deadline - time.monotonic(), left)
         self.clock.yielded()  # (the scan ran with the GIL released)
         for obj, _owner, size in sized:
             self._add_bytes(obj, size)

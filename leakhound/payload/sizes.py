@@ -526,8 +526,8 @@ def _sqlite_connection():
 
 def _ssl_context():
     """_ssl._SSLContext, whose SSL_CTX (the word after its header, 3.10-3.13) _walk.c's
-    ssl_context_bytes reads, where the compiled walk has it (64-bit: glibc's chunks)."""
-    if sys.maxsize < 2 ** 32 or _compiled_walk is None or not hasattr(_compiled_walk, "ssl_context_bytes"):
+    ssl_object_bytes reads, where the compiled walk has it (64-bit: glibc's chunks)."""
+    if sys.maxsize < 2 ** 32 or _compiled_walk is None or not hasattr(_compiled_walk, "ssl_object_bytes"):
         return None
     if HEAP_BLOCKS is None or not HEAP_BLOCKS[2]:  # glibc's chunks, which OpenSSL's heap is read as
         return None
@@ -535,6 +535,16 @@ def _ssl_context():
     # a C type's methods (a class of Python's with a slot there is no context)
     if (cls is None or _basicsize(cls) < 24
             or type(class_dict(cls).get("load_verify_locations")).__name__ != "method_descriptor"):
+        return None
+    return cls
+
+
+def _ssl_socket():
+    """_ssl._SSLSocket, a C type whose SSL (after its socket's weak reference) and context
+    (after that) ssl_object_bytes reads, beside the contexts (_ssl_context)."""
+    cls = class_from("_ssl", "_SSLSocket") if _ssl_context() is not None else None
+    if (cls is None or _basicsize(cls) < 40
+            or type(class_dict(cls).get("do_handshake")).__name__ != "method_descriptor"):
         return None
     return cls
 
@@ -581,21 +591,25 @@ def native_types(tick=None, after_walk=False):
     of numpy, torch, mmap, Pillow, ctypes, cffi, pyarrow, zlib, bz2, lzma, io or protobuf's
     upb is loaded. (Flat dicts of ints, strs and classes: nothing in them is a gc-tracked
     object of the census's own.) ``after_walk``: with the kinds sized once the walk is over
-    (OpenSSL's contexts: ssl_context_sizes), whose objects native_extra lists meanwhile."""
+    (OpenSSL's contexts and connections: ssl_object_sizes), whose objects native_extra lists
+    meanwhile."""
     out = {}  # type: dict
     bases = {}  # type: dict
     found = _native_bases()
     ssl_context = _ssl_context() if after_walk else None
     if ssl_context is not None:
         found.append(("ssl_context", ssl_context))
-        # The contexts the walk met, sized after it (id -> context), the owner each was met for
-        # (the census's: id -> its owner slot), the owner walked now, and when to let go of
-        # those only this table holds (_prune_contexts)
-        bases["ssl_contexts"] = {}
+        ssl_socket = _ssl_socket()
+        if ssl_socket is not None:
+            found.append(("ssl_socket", ssl_socket))
+        # The contexts and connections the walk met, sized after it (id -> object), the owner
+        # each was met for (the census's: id -> its owner slot), the owner walked now, and
+        # when to let go of those only this table holds (_prune_contexts)
+        bases["ssl_objects"] = {}
         bases["ssl_owners"] = {}
         bases["ssl_owner"] = [0]
         bases["ssl_prune_at"] = [0]
-        bases["ssl"] = [0]  # native bytes of OpenSSL's contexts (ssl_native_bytes)
+        bases["ssl"] = [0]  # native bytes of OpenSSL's contexts and connections (ssl_native_bytes)
     for kind, base in found:
         bases[kind] = base
         if kind in _READ_THROUGH_ONLY:
@@ -923,7 +937,7 @@ def mapped_native_bytes(bases):
 
 def ssl_native_bytes(bases):
     """Of a walk's native bytes (``bases``: its native_types()'s), those of OpenSSL's contexts
-    (ssl_context_sizes): 0 where none was sized (none met, or no scan)."""
+    (ssl_object_sizes): 0 where none was sized (none met, or no scan)."""
     tally = (bases or {}).get("ssl")
     return tally[0] if tally is not None else 0
 
@@ -946,7 +960,7 @@ def _prune_contexts(bases):
     """Let go of the contexts listed that only the table holds now (the target dropped them
     since the walk met them: a worker making a client per request would otherwise keep them
     all, ~850 KB each, until the walk is over); they are freed here, as the target would have."""
-    met, owners = bases["ssl_contexts"], bases["ssl_owners"]
+    met, owners = bases["ssl_objects"], bases["ssl_owners"]
     dead = [key for key in list(met) if sys.getrefcount(met[key]) <= 2]  # (the table's and the call's)
     for key in dead:
         del met[key]
@@ -954,14 +968,14 @@ def _prune_contexts(bases):
     bases["ssl_prune_at"][0] = len(met) if len(met) < _PRUNE_EVERY_FROM else 2 * len(met)
 
 
-def ssl_context_sizes(bases, seconds, max_bytes):
-    """[(context, the owner it was met for, bytes)] of the OpenSSL contexts a walk met and
-    the target still holds (native_extra listed them in ``bases``), each what its SSL_CTX
-    reaches first in OpenSSL's heap (_ssl_scan.c: all at once, breadth first, none of what
-    OpenSSL's globals reach); their tally goes to ssl_native_bytes. Empty where none was met
-    or the scan could not finish (``seconds``, ``max_bytes`` of its tables: the contexts are
-    then the 144 bytes sys.getsizeof says). The table is empty after."""
-    met = bases.get("ssl_contexts")
+def ssl_object_sizes(bases, seconds, max_bytes):
+    """[(object, the owner it was met for, bytes)] of the OpenSSL contexts and connections a
+    walk met and the target still holds (native_extra listed them in ``bases``), each what
+    its SSL_CTX or SSL reaches first in OpenSSL's heap (_ssl_scan.c: all at once, breadth
+    first, none of what OpenSSL's globals reach); their tally goes to ssl_native_bytes. Empty
+    where none was met or the scan could not finish (``seconds``, ``max_bytes`` of its
+    tables: they are then what sys.getsizeof says). The table is empty after."""
+    met = bases.get("ssl_objects")
     cls = bases.get("ssl_context")
     if not met or cls is None or _compiled_walk is None:
         return []
@@ -977,9 +991,10 @@ def ssl_context_sizes(bases, seconds, max_bytes):
     # _ssl's own where it has OpenSSL linked in)
     ssl_file = module_file(sys.modules.get("_ssl"))
     try:
-        got = _compiled_walk.ssl_context_bytes(contexts, cls, bases.get("heap_ranges", b""),
-                                               ssl_file if type(ssl_file) is str else None, _SSL_MAX_CHUNKS,
-                                               max_bytes, min(seconds, _SSL_MAX_SECONDS))
+        # (the heap's ranges now: it may have grown since the walk began)
+        got = _compiled_walk.ssl_object_bytes(contexts, cls, bases.get("ssl_socket"), _heap_ranges(),
+                                              ssl_file if type(ssl_file) is str else None, _SSL_MAX_CHUNKS,
+                                              max_bytes, min(seconds, _SSL_MAX_SECONDS))
     except (ValueError, UnicodeError):  # a file name with a NUL or a lone surrogate
         return []
     if got is None:
@@ -1134,11 +1149,12 @@ def native_extra(obj, native, bases, seen_buffers):
                 return 0, []
             bases["sqlite"][0] += counted
             return counted, []
-        if kind == "ssl_context":
+        if kind in ("ssl_context", "ssl_socket"):
             # OpenSSL's context (its certificate store: ~850 KB for create_default_context(),
-            # 144 bytes by sys.getsizeof) is sized once the walk is over, every context's at
-            # once (ssl_context_sizes): listed here
-            met = bases["ssl_contexts"]
+            # 144 bytes by sys.getsizeof) and connection (~18 KB idle: its SSL, session, peer
+            # certificates) are sized once the walk is over, every one at once
+            # (ssl_object_sizes): listed here
+            met = bases["ssl_objects"]
             if id(obj) not in met:
                 met[id(obj)] = obj
                 bases["ssl_owners"][id(obj)] = bases["ssl_owner"][0]

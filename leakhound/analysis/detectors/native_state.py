@@ -8,8 +8,9 @@ graph keeps each a node) and "other" is big, this names them and how to find who
 It says no bytes for them (none were measured), but SQLite's: its own count of what every
 connection holds (``sqlite3_memory_used``, the ledger's "SQLite" row), within 5% of what
 closing them returns, less what the connections sized natively hold (payload/sizes.py: under
-their owners, ``heap.native_sqlite_bytes``). OpenSSL's contexts are sized where the walk
-scanned OpenSSL's heap for them (``heap.native_ssl_bytes``): then they are not named here.
+their owners, ``heap.native_sqlite_bytes``). OpenSSL's contexts and connections are sized
+where the walk scanned OpenSSL's heap for them (``heap.native_ssl_bytes``): then they are not
+named here.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ HOLDS = {
     "sqlite3.Connection": "SQLite's connection: its page cache, schema and statements",
     "pyexpat.xmlparser": "expat's parser: its buffers",
 }
-# Sized where the walk scanned OpenSSL's heap (payload/sizes.py ssl_context_sizes)
-SSL_CONTEXT_TYPES = ("ssl.SSLContext", "_ssl._SSLContext")
+# Sized where the walk scanned OpenSSL's heap (payload/sizes.py ssl_object_sizes)
+SSL_TYPES = ("ssl.SSLContext", "_ssl._SSLContext", "_ssl._SSLSocket")
 # "other" under this is an interpreter's and its libraries' own (a bare 3.11: ~10 MiB)
 MIN_OTHER_BYTES = 32 * MiB
 # Fewer objects of these types than this are a program's usual few (the real verifiers
@@ -39,7 +40,7 @@ MIN_OBJECTS = 10
 
 
 def detect(snapshot: Snapshot) -> list[Finding]:
-    sized = SSL_CONTEXT_TYPES if snapshot.heap.native_ssl_bytes > 0 else ()
+    sized = SSL_TYPES if snapshot.heap.native_ssl_bytes > 0 else ()
     found = [t for t in snapshot.types if t.type in OPAQUE_NATIVE_TYPES and t.type not in sized and t.count > 0]
     rows = {row.name: row.bytes for row in ledger(snapshot)}
     other = rows.get("other", 0)
