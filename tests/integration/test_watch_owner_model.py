@@ -3,7 +3,8 @@
 Each target measures its own truth (the deep size and item count of the list freeing which
 gives the bytes back, or the bytes of the cyclic garbage it made), and on main ``watch``
 named another owner for each: ``loggerDict`` for the logging handler's records,
-``client._event_hooks`` for the hook's recorder, ``<rss>`` for the cyclic garbage.
+``client._event_hooks`` for the hook's recorder, ``<rss>`` for the cyclic garbage. A cache of
+TLS clients grows in OpenSSL's heap, outside every Python size.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ _SHAPES = {
     "logging_handler_leak": ("records_items", "records_bytes",
                              "logging.Logger.manager.loggerDict['app.audit'].handlers[].records"),
     "client_hook_leak": ("responses_items", "responses_bytes", "__main__.RECORDER.responses"),
+    # (each client's bytes OpenSSL's, scanned after each sample's walk)
+    "tls_client_leak": ("clients_items", "clients_bytes", "__main__.CLIENTS"),
 }
 _PYTHONS = installed_pythons()
 _THIS = f"{sys.version_info[0]}.{sys.version_info[1]}"
