@@ -73,7 +73,8 @@ def evp_digest_bytes(obj: object, type: type, basicsize: int, has_lock: bool, ra
                      /) -> int | None: ...
 
 def ssl_object_bytes(objects: list[object], context_type: type, socket_type: type | None, ranges: bytes,
-                     ssl_file: str | None, max_chunks: int, max_bytes: int, seconds: float, /) -> bytes | None:
+                     ssl_file: str | None, small_max: int, max_chunks: int, max_bytes: int, seconds: float,
+                     /) -> bytes | None:
     """What each context's SSL_CTX or socket's SSL reaches first in OpenSSL's heap (int64s), None if not done."""
 
 def stream_state_bytes(obj: object, type: type, basicsize: int, kind: int, ranges: bytes, /) -> tuple[int, int] | None:
