@@ -165,7 +165,8 @@ class Census(object):
         the request's time and memory left."""
         left = self._memory_left() if self._memory_left is not None else None
         budget = AFTER_WALK_BYTES if left is None else min(left, AFTER_WALK_BYTES)
-        self.walk.size_after_walk(self.clock.deadline - time.monotonic(), budget)
+        # (half the time left at most: the census's result is still to be made)
+        self.walk.size_after_walk((self.clock.deadline - time.monotonic()) / 2, budget)
 
     def run(self):
         started = time.perf_counter()

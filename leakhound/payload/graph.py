@@ -462,7 +462,9 @@ class Graph(object):
         request_left = self.memory_left() if self.memory_left is not None else None
         if request_left is not None:
             left = min(left, request_left)
-        sized = ssl_object_sizes(self.native_bases, self.clock.deadline - time.monotonic(), left)
+        # (half the time left at most: a scan cut short sizes nothing, a walk past its deadline
+        # is lost whole)
+        sized = ssl_object_sizes(self.native_bases, (self.clock.deadline - time.monotonic()) / 2, left)
         self.clock.yielded()  # (the scan ran with the GIL released)
         for obj, _owner, size in sized:
             self._add_bytes(obj, size)
