@@ -937,12 +937,12 @@ def mapped_native_bytes(bases):
 
 def ssl_native_bytes(bases):
     """Of a walk's native bytes (``bases``: its native_types()'s), those of OpenSSL's contexts
-    (ssl_object_sizes): 0 where none was sized (none met, or no scan)."""
+    and connections (ssl_object_sizes): 0 where none was sized (none met, or no scan)."""
     tally = (bases or {}).get("ssl")
     return tally[0] if tally is not None else 0
 
 
-# OpenSSL's contexts' scan: at most this many chunks (1,000 contexts are ~11M: 8.6 s), this long
+# OpenSSL's scan: at most this many chunks (1,000 contexts are ~11M: 8.6 s), this long
 _SSL_MAX_CHUNKS = 32 << 20
 _SSL_MAX_SECONDS = 20.0
 # What sizing after the walk may hold in the target at most (the contexts' scan: ~0.5 MiB of
