@@ -391,7 +391,9 @@ def test_an_ssl_context_is_what_openssl_holds_for_it(tmp_path: Path, version: st
     assert not [f for f in snap.findings if f.kind == "native_state"], snap.findings
     other = sum(row.bytes for row in ledger(snap) if row.name == "other")  # (no row: none left)
     assert other < 0.1 * contexts, (other, truth)
-    assert capture_.why and "__main__.CLIENTS[].ctx" in {o.path for o in capture_.why}, capture_.why
+    # (the biggest few contexts, of either holder)
+    assert capture_.why and all(o.path == "__main__.CLIENTS[].ctx" or o.path.startswith("__main__.POOL['upstream-")
+                                for o in capture_.why), capture_.why
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl command to make the server's certificate")
