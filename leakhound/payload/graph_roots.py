@@ -21,13 +21,14 @@ from .objects import (
     LEAF_TYPE_IDS,
     SHARED_LEAF,
     ModuleType,
+    dict_columns,
     instance_dict,
     is_payload_name,
     own_class_dict,
     type_name,
 )
 from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
-from .roots import ATEXIT_OWNER, TIER_HELD
+from .roots import ATEXIT_OWNER, FINALIZE_OWNER, TIER_HELD
 from .tasks import c_future_class, context_variables, task_context
 from .tracked import among, made_after, tracked_objects
 
@@ -46,6 +47,13 @@ def add_roots(graph, stack):
     # worker's heap; its heartbeat thread waited 182 ms).
     check = graph.check
     check()
+    # weakref.finalize's registry is never walked as its class's attribute: its finalizers are
+    # one soft root (below), so that what they hold is theirs only where nothing else holds
+    # it (urllib3 2's pools: each one's connections held by the pool and by its finalizer's
+    # arguments were "<shared by __main__, weakref.finalize._registry>")
+    registry = roots.finalize_registry()
+    if registry is not None:
+        graph.own(registry)
     tiers = {}
     for module, name, kind, tier in roots.modules(graph.is_stdlib, check, tiers):
         m = graph.root(module, name, kind, tier, wall=True)
@@ -93,16 +101,28 @@ def add_roots(graph, stack):
     # atexit's callbacks, which the interpreter holds in C state: one group, as the objects of
     # a type held from C are (a list of the payload's at no size of its own: an owner of the
     # callbacks, not a root apiece), walked after every other named root but the threads'
-    parts = roots.atexit_callbacks(_walk_module)
+    _held_group(graph, stack, roots.atexit_callbacks(_walk_module), ATEXIT_OWNER)
+    # and weakref.finalize's live finalizers, keys and infos (a finalizer's referent is
+    # weakly held: what its arguments hold is the referent's to let go of)
+    # (its keys and values one moment's: no key's __hash__ or __eq__ runs)
+    columns = dict_columns(registry) if registry is not None else None
+    if columns is not None:
+        _held_group(graph, stack, columns[0] + columns[1], FINALIZE_OWNER)
+    columns = None
+    registry = None
+    graph.progress("graph", graph.node_count())
+
+
+def _held_group(graph, stack, parts, name):
+    """``parts`` (a list of the payload's) as one soft root named ``name``, at no size of its
+    own: an owner of what they hold that nothing else holds, not a root apiece."""
     tried = 0
     while parts and graph.known(parts) and tried < 8:
         parts = list(parts)  # (where an object of leakhound's was: never a node)
         tried += 1
-    a = graph.root(parts, ATEXIT_OWNER, "held", TIER_HELD, size=0) if parts and not graph.known(parts) else 0
+    a = graph.root(parts, name, "held", TIER_HELD, size=0) if parts and not graph.known(parts) else 0
     if a > 0:
         graph.push(stack, a, parts)
-    parts = None
-    graph.progress("graph", graph.node_count())
 
 
 def add_thread_roots(graph, stack):

@@ -133,6 +133,22 @@ def signal_handlers():
 
 # The owner atexit's callbacks are (atexit_callbacks), in the graph's and the census's owners
 ATEXIT_OWNER = "atexit.<callbacks>"
+# The owner of what only weakref.finalize's live finalizers hold (finalize_registry)
+FINALIZE_OWNER = "weakref.finalize._registry"
+
+
+def finalize_registry():
+    """weakref.finalize's registry of live finalizers (finalizer -> its info: the referent's
+    weak reference, the function and its arguments), read from the class's own dict; None
+    where there is none. What a finalizer holds it lets go of when its referent dies: the
+    object graph holds it as a soft root's (graph_roots.add_roots), not a module's."""
+    module = sys.modules.get("weakref")
+    d = instance_dict(module) if module is not None else None
+    cls = d.get("finalize") if type(d) is dict else None
+    if not issubclass(type(cls), type):
+        return None
+    registry = class_dict(cls).get("_registry")
+    return registry if type(registry) is dict else None
 
 
 def atexit_callbacks(walk_module):

@@ -1,7 +1,8 @@
 """Leaks as libraries and everyday code make them (fixtures/library_leaks.py): caught exceptions
 and their frames, an lru_cache, a mutable default, a WeakKeyDictionary whose values hold their
 keys, suspended generators, an undrained queue, a class-level registry, a threading.local,
-atexit callbacks' arguments (C state only), weakref.finalize's registry, the warnings registry.
+atexit callbacks' arguments (C state only), weakref.finalize's registry (what only it holds: a
+pool's connections its finalizer holds too are the pool's holder's), the warnings registry.
 Owner #1 is named by what holds the memory (C fields of functions, lru_cache wrappers and locals
 included; the objects of a type held from C together) with the bytes freeing it returns,
 measured by the target; watch names the same owner growing at the rate the target measures."""
@@ -24,7 +25,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 
 PYTHONS = installed_pythons()
 SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generators", "queue_backlog",
-          "class_registry", "thread_locals", "atexit_args", "finalizers", "warnings", "linked_list",
+          "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
+          "linked_list",
           "two_indexes", "signal_closure", "dynamic_classes", "stuck_tasks",
           "plugin_modules", "connection_threads", "metric_labels"]
 # Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
@@ -35,6 +37,7 @@ CASES += [(shape, v) for shape in ("lru_cache", "mutable_default", "thread_local
 # and a linked list, whose links are instances with a __dict__ of their own on 3.10 only
 CASES += [("linked_list", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("two_indexes", v) for v in ("3.10", "3.13")]
+CASES += [("pool_finalizers", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("signal_closure", v) for v in ("3.10", "3.13")]
 CASES += [("dynamic_classes", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("stuck_tasks", v) for v in ("3.10", "3.12", "3.13")]
