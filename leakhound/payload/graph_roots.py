@@ -105,22 +105,23 @@ def add_roots(graph, stack):
     # and weakref.finalize's live finalizers, keys and infos (a finalizer's referent is
     # weakly held: what its arguments hold is the referent's to let go of)
     # (its keys and values one moment's: no key's __hash__ or __eq__ runs)
+    # (the group at the registry's own size: the dict is walked no other way)
     columns = dict_columns(registry) if registry is not None else None
     if columns is not None:
-        _held_group(graph, stack, columns[0] + columns[1], FINALIZE_OWNER)
+        _held_group(graph, stack, columns[0] + columns[1], FINALIZE_OWNER, graph.size_of(registry))
     columns = None
     registry = None
     graph.progress("graph", graph.node_count())
 
 
-def _held_group(graph, stack, parts, name):
-    """``parts`` (a list of the payload's) as one soft root named ``name``, at no size of its
-    own: an owner of what they hold that nothing else holds, not a root apiece."""
+def _held_group(graph, stack, parts, name, size=0):
+    """``parts`` (a list of the payload's) as one soft root named ``name``, at ``size`` (0: no
+    size of its own): an owner of what they hold that nothing else holds, not a root apiece."""
     tried = 0
     while parts and graph.known(parts) and tried < 8:
         parts = list(parts)  # (where an object of leakhound's was: never a node)
         tried += 1
-    a = graph.root(parts, name, "held", TIER_HELD, size=0) if parts and not graph.known(parts) else 0
+    a = graph.root(parts, name, "held", TIER_HELD, size=size) if parts and not graph.known(parts) else 0
     if a > 0:
         graph.push(stack, a, parts)
 
