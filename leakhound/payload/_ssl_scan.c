@@ -272,7 +272,7 @@ typedef struct {
     void *page_to[SSL_PAGE_SLOTS];
     unsigned char page_ok[SSL_PAGE_SLOTS];
     /* a batch of chunks read */
-    uint64_t batch_chunk[SSL_BATCH_ITEMS], batch_size[SSL_BATCH_ITEMS];
+    uint64_t batch_size[SSL_BATCH_ITEMS];
     int32_t batch_owner[SSL_BATCH_ITEMS];
     uint64_t *words[SSL_BATCH_ITEMS];
     size_t nwords[SSL_BATCH_ITEMS], bytes[SSL_BATCH_ITEMS];
@@ -394,8 +394,6 @@ scan_flush(Scan *sc)
         if (byte == NULL || (*byte & bit))
             continue;  /* (met twice in this batch: the first's) */
         int32_t owner = sc->cand_owner[k];
-        if (chunk >= ENTRY_MAX_CHUNK)
-            continue;
         if (++sc->chunks > sc->max_chunks
             || mapping_grow(&sc->next, (sc->nnext + 2) * sizeof(uint64_t), sc->seen.budget, sc->seen.held) < 0) {
             sc->failed = 1;
@@ -418,7 +416,7 @@ scan_flush(Scan *sc)
 static void
 scan_word(Scan *sc, uint64_t p, int32_t owner)
 {
-    if ((p & 15) != 0 || p < 4096 + 16)
+    if ((p & 15) != 0 || p < 4096 + 16 || p - 16 >= ENTRY_MAX_CHUNK)  /* (an entry's address bits) */
         return;
     uint64_t chunk = p - 16;
     const HeapRange *r = heap_range_of(sc->ranges, sc->nranges, (uintptr_t)chunk);
@@ -521,13 +519,12 @@ scan_depths(Scan *sc, unsigned char *buffer)
                 size_t len = (size - 8) & ~(size_t)7;
                 if (used + len > SSL_BATCH_BYTES)
                     break;
-                sc->batch_chunk[b] = (e & (((uint64_t)1 << ENTRY_ADDRESS_BITS) - 1)) << 4;
                 sc->batch_size[b] = size;
                 sc->batch_owner[b] = owner;
                 words[b] = (uint64_t *)(buffer + used);
                 nwords[b] = len / 8;
                 bytes[b] = len;
-                from[b] = sc->batch_chunk[b] + 16;
+                from[b] = ((e & (((uint64_t)1 << ENTRY_ADDRESS_BITS) - 1)) << 4) + 16;  /* (the chunk's bytes) */
                 used += len;
                 b++;
             }

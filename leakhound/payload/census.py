@@ -32,7 +32,7 @@ from .census_walk import ClaimWalk
 from .objects import LEAF_TYPE_IDS, type_name
 from .pacing import UNSPLIT_STEP_MARGIN, Clock, unsplit_step_fits
 from .roots import frame_locals_unreadable
-from .sizes import AFTER_WALK_BYTES, SIZE_MODEL, mapped_native_bytes, sqlite_native_bytes, ssl_native_bytes
+from .sizes import SIZE_MODEL, after_walk_budget, mapped_native_bytes, sqlite_native_bytes, ssl_native_bytes
 from .tracked import tracked_objects
 
 try:  # the compiled inner walk (_census_walk.c): one stable-ABI build, _walk.abi3.so, for CPython 3.10+
@@ -163,10 +163,7 @@ class Census(object):
     def _size_after_walk(self):
         """OpenSSL's contexts the walk met, sized now (census_walk.size_after_walk), within
         the request's time and memory left."""
-        left = self._memory_left() if self._memory_left is not None else None
-        budget = AFTER_WALK_BYTES if left is None else min(left, AFTER_WALK_BYTES)
-        # (half the time left at most: the census's result is still to be made)
-        self.walk.size_after_walk((self.clock.deadline - time.monotonic()) / 2, budget)
+        self.walk.size_after_walk(self.clock.deadline, after_walk_budget(self._memory_left))
 
     def run(self):
         started = time.perf_counter()

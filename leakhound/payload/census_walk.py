@@ -378,13 +378,13 @@ class ClaimWalk(object):
             stack.append(held)
         return added_objects, added_bytes
 
-    def size_after_walk(self, seconds, max_bytes):
+    def size_after_walk(self, deadline, max_bytes):
         """What the objects sized after the walk hold (OpenSSL's contexts: every one met, at
         once, with the GIL released: sizes.ssl_object_sizes), added to their types, to the
         owners they were met for and to the totals."""
         if not self._native_bases.get("ssl_objects"):
             return
-        sized = ssl_object_sizes(self._native_bases, seconds, max_bytes)
+        sized = ssl_object_sizes(self._native_bases, deadline, max_bytes)
         self.clock.yielded()  # (the scan ran with the GIL released)
         for obj, owner, size in sized:
             self.types.bytes[self.types.slot(type(obj))] += size

@@ -73,9 +73,9 @@ from .objects import (
 )
 from .pacing import Clock, unsplit_step_fits
 from .sizes import (
-    AFTER_WALK_BYTES,
     NATIVE_BUFFERS,
     SizeCache,
+    after_walk_budget,
     class_from,
     for_compiled_walk,
     instance_values_bytes,
@@ -458,13 +458,10 @@ class Graph(object):
         if not self.native_bases.get("ssl_objects"):
             return
         self.check()
-        left = min(self.max_bytes - self._payload_bytes() if self.max_bytes else AFTER_WALK_BYTES, AFTER_WALK_BYTES)
-        request_left = self.memory_left() if self.memory_left is not None else None
-        if request_left is not None:
-            left = min(left, request_left)
-        # (half the time left at most: a scan cut short sizes nothing, a walk past its deadline
-        # is lost whole)
-        sized = ssl_object_sizes(self.native_bases, (self.clock.deadline - time.monotonic()) / 2, left)
+        # (within the walk's own budget too; half the time left at most: a scan cut short sizes
+        # nothing, a walk past its deadline is lost whole)
+        left = after_walk_budget(self.memory_left, self.max_bytes - self._payload_bytes() if self.max_bytes else None)
+        sized = ssl_object_sizes(self.native_bases, self.clock.deadline, left)
         self.clock.yielded()  # (the scan ran with the GIL released)
         for obj, _owner, size in sized:
             self._add_bytes(obj, size)

@@ -34,6 +34,7 @@ import array
 import bisect
 import gc
 import sys
+import time
 
 from .objects import (
     BASETYPE,
@@ -541,8 +542,8 @@ def _ssl_context():
 
 def _ssl_socket():
     """_ssl._SSLSocket, a C type whose SSL (after its socket's weak reference) and context
-    (after that) ssl_object_bytes reads, beside the contexts (_ssl_context)."""
-    cls = class_from("_ssl", "_SSLSocket") if _ssl_context() is not None else None
+    (after that) ssl_object_bytes reads, beside the contexts (where _ssl_context is one)."""
+    cls = class_from("_ssl", "_SSLSocket")
     if (cls is None or _basicsize(cls) < 40
             or type(class_dict(cls).get("do_handshake")).__name__ != "method_descriptor"):
         return None
@@ -625,7 +626,7 @@ def native_types(tick=None, after_walk=False):
     if "sqlite_connection" in bases:
         bases["sqlite"] = [0]  # native bytes SQLite counts for its connections (sqlite_native_bytes)
         bases["sqlite_file"] = module_file(sys.modules.get("_sqlite3"))
-    if any(kind in bases for kind in tuple(_STREAM_KINDS) + _HASHLIB_KINDS + ("ssl_context",)):
+    if any(kind in bases for kind in tuple(_STREAM_KINDS) + _HASHLIB_KINDS):
         bases["heap_ranges"] = _heap_ranges()
     if sys.version_info >= (3, 11):
         bases["instance"] = object
@@ -968,13 +969,22 @@ def _prune_contexts(bases):
     bases["ssl_prune_at"][0] = len(met) if len(met) < _PRUNE_EVERY_FROM else 2 * len(met)
 
 
-def ssl_object_sizes(bases, seconds, max_bytes):
+def after_walk_budget(memory_left, walk_left=None):
+    """The bytes sizing after the walk may hold in the target: AFTER_WALK_BYTES, within
+    ``memory_left()`` (what the request's budget leaves) and ``walk_left`` (what the walk's
+    own budget leaves), each None where there is none."""
+    left = memory_left() if memory_left is not None else None
+    return min([AFTER_WALK_BYTES] + [limit for limit in (left, walk_left) if limit is not None])
+
+
+def ssl_object_sizes(bases, deadline, max_bytes):
     """[(object, the owner it was met for, bytes)] of the OpenSSL contexts and connections a
     walk met and the target still holds (native_extra listed them in ``bases``), each what
     its SSL_CTX or SSL reaches first in OpenSSL's heap (_ssl_scan.c: all at once, breadth
     first, none of what OpenSSL's globals reach); their tally goes to ssl_native_bytes. Empty
-    where none was met or the scan could not finish (``seconds``, ``max_bytes`` of its
-    tables: they are then what sys.getsizeof says). The table is empty after."""
+    where none was met or the scan could not finish (half the time left before ``deadline``,
+    a time.monotonic(): the walk's result is still to be made; ``max_bytes`` of its tables:
+    they are then what sys.getsizeof says). The table is empty after."""
     met = bases.get("ssl_objects")
     cls = bases.get("ssl_context")
     if not met or cls is None or _compiled_walk is None:
@@ -985,6 +995,7 @@ def ssl_object_sizes(bases, seconds, max_bytes):
     met.clear()
     bases["ssl_owners"].clear()
     bases["ssl_prune_at"][0] = 0
+    seconds = (deadline - time.monotonic()) / 2
     if seconds <= 0 or max_bytes <= 0:
         return []
     # (OpenSSL's globals, whose chunks are no context's: libssl's and libcrypto's data, or
