@@ -36,6 +36,7 @@ from leakhound.model.growth import (
     Sample,
     Trend,
     enclosing_paths,
+    in_a_frame,
     named_binding,
     normalized_path,
 )
@@ -364,7 +365,9 @@ def analyse_growth(
                      "finished): their bytes are not followed, the dominator model's owners are",)
     model = followed[-1].owner_model if followed else ""
     reason = snapshot.heap.owner_model_reason if snapshot is not None and snapshot.heap.owner_model == model else ""
-    unresolved = sorted({p for s in ordered for p in s.unresolved})
+    # A thread's or task's local is held as long as its call runs: one not found again has
+    # ended (the frame returned, the name rebound), no sign the sample read the wrong thing.
+    unresolved = sorted({p for s in ordered for p in s.unresolved if not in_a_frame(p)})
     if unresolved:
         warnings += (f"cheap samples could not find again {len(unresolved)} owner(s) of the last census by their "
                      f"ids (left out of those samples, not counted as anything else): {', '.join(unresolved[:5])}",)

@@ -50,7 +50,13 @@ def named_binding(path: str) -> bool:
     (``app.state.history``, ``REGISTRY['x']``), no position in a collection, no task, thread
     or object held from C. What such a name holds is one owner whichever object it is now (a
     linked list's new head, a table rebuilt and rebound): what watch and diff follow."""
-    return not path.startswith(("<", "task:", "thread:")) and "[]" not in path and "<" not in path
+    return not path.startswith("<") and not in_a_frame(path) and "[]" not in path and "<" not in path
+
+
+def in_a_frame(path: str) -> bool:
+    """Whether ``path`` starts at a thread's frame or a task's coroutine: held only while
+    that call runs."""
+    return path.startswith(("task:", "thread:"))
 
 
 def enclosing_paths(path: str) -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from leakhound.cli import app
+from leakhound.model.growth import in_a_frame
 from tests.integration.test_named_roots import truth_once_built
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target, within
@@ -66,7 +67,9 @@ def test_watch_names_the_growing_root_as_inspect_does(shape: str, version: str, 
     assert owner["verdict"] == "growing"
     # Cheap samples found it again by its ids between the censuses, every one of them.
     assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 3, owner  # 4 seen under CI load
-    assert all(s["unresolved"] == [] for s in samples), [s["unresolved"] for s in samples]
+    # (an owner under a thread's frame may have ended by the next sample: a client being built
+    # when a census ran, in the cache by the next one; CI, 3.11)
+    assert all(in_a_frame(p) for s in samples for p in s["unresolved"]), [s["unresolved"] for s in samples]
     assert within(owner["items_per_min"], _per_min(before, after, "items"), 0.10), (owner, before, after)
     # (measured within 5% of the truth on 3.11-3.13; 20% leaves room for a loaded machine)
     assert within(owner["bytes_per_min"], _per_min(before, after, "owner_bytes"), 0.20), (owner, before, after)

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from leakhound.cli import app
+from leakhound.model.growth import in_a_frame
 from tests.pythons import installed_pythons
 from tests.utils import Child, spawn_target, within
 
@@ -106,7 +107,9 @@ def test_watch_names_the_growing_owner_inspect_names(tmp_path: Path, fixture: st
     # (at least 3, first, one between and last: a loaded CI machine took 4 in the 6 s window, on a
     # quiet one there are 13)
     assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 3
-    assert all(s["unresolved"] == [] for s in samples), [s["unresolved"] for s in samples]
+    # (an owner under a thread's frame may have ended by the next sample: a client being built
+    # when a census ran, in the cache by the next one; CI, 3.11)
+    assert all(in_a_frame(p) for s in samples for p in s["unresolved"]), [s["unresolved"] for s in samples]
     assert within(owner["items_per_min"], truth["items_per_min"], 0.10), (owner, truth)
     assert within(owner["bytes_per_min"], truth["bytes_per_min"], 0.25), (owner, truth)
     _growth_fits(samples, process, report["findings"])

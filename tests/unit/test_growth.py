@@ -321,3 +321,15 @@ def test_what_was_made_during_a_walk_is_no_growth_finding() -> None:
                       full=True, heap=2_000_000 * (1 + t)) for t in range(8)]
     report = analyse_growth(samples)
     assert [f.owner for f in report.findings] == ["m.HANDLER.records"]
+
+
+def test_an_owner_not_found_again_is_warned_about_unless_its_frame_ended() -> None:
+    from dataclasses import replace
+
+    samples = [_sample(t, {"m.CACHE": (1000 * (10 + t), 10 + t)}, full=t in (0, 5)) for t in range(6)]
+    # A client being built in a thread when the census ran is in the cache by the next sample.
+    ended = [replace(s, unresolved=("thread:tenants/load_default_certs.self",)) for s in samples]
+    assert not any("could not find again" in w for w in analyse_growth(ended).warnings)
+    lost = [replace(s, unresolved=("m.REGISTRY['a']",)) for s in samples]
+    (warning,) = [w for w in analyse_growth(lost).warnings if "could not find again" in w]
+    assert "1 owner(s)" in warning and "m.REGISTRY['a']" in warning
