@@ -1198,13 +1198,60 @@ static struct {
     sqlite_uri_parameter_fn uri_parameter;
 } sqlite_api;
 
-/* 1 unless every database of the connection is known to have a cache of its own: a file's
- * opened without ``cache=shared``, or the temporary one (the connection's alone). An
- * in-memory one has no file name to read that in (``file::memory:?cache=shared``'s neither):
- * not known. */
+/* Whether a btree of the connection is sharable (opened for a shared cache): 0 none, 1 one,
+ * -1 not known. Read as SQLite itself tells (btreeEnterAll: a btree that is not sharable
+ * takes no mutex and has its cache to itself) from its structs, whose first fields have kept
+ * their places since 3.22 (2018) and are checked against what the API says before any is
+ * trusted: ``sqlite3.mutex`` (word 3) is sqlite3_db_mutex's, ``aDb`` (word 4) holds ``nDb``
+ * (the int after it) entries of 32 bytes, each ``{name, Btree *, ...}`` whose name is
+ * sqlite3_db_name's own pointer (3.39+; "main" first before) and whose Btree starts
+ * ``{sqlite3 *db, BtShared *, u8 inTrans, u8 sharable}`` with this connection. Every word is
+ * read through self_read (a bad pointer is an error, never a fault). Called with the
+ * connection's mutex held: no database is attached or detached meanwhile. An in-memory
+ * database is told so too, which its file name cannot say. */
+static int
+sqlite_btrees_sharable(void *db)
+{
+    uintptr_t head[6];
+    int32_t count;
+    if (self_read(head, (uintptr_t)db, sizeof(head)) != 0 || (void *)head[3] != sqlite_api.db_mutex(db)
+        || head[4] == 0 || self_read(&count, (uintptr_t)db + 40, sizeof(count)) != 0
+        || count < 2 || count > SQLITE_MAX_ATTACHED_SEEN)
+        return -1;
+    for (int32_t i = 0; i < count; i++) {
+        uintptr_t entry[2];
+        if (self_read(entry, head[4] + 32u * (uintptr_t)i, sizeof(entry)) != 0 || entry[0] == 0)
+            return -1;
+        if (sqlite_api.db_name != NULL) {
+            if ((uintptr_t)sqlite_api.db_name(db, i) != entry[0])
+                return -1;
+        } else if (i == 0) {
+            char name[5];
+            if (self_read(name, entry[0], sizeof(name)) != 0 || memcmp(name, "main", 5) != 0)
+                return -1;
+        }
+        if (entry[1] == 0)
+            continue;  /* not opened (temp, until used) */
+        struct { uintptr_t db, shared; unsigned char in_trans, sharable; } btree;
+        if (self_read(&btree, entry[1], sizeof(btree)) != 0 || btree.db != (uintptr_t)db || btree.shared == 0
+            || btree.sharable > 1)
+            return -1;
+        if (btree.sharable)
+            return 1;
+    }
+    return 0;
+}
+
+/* 1 unless every database of the connection is known to have a cache of its own: none of its
+ * btrees sharable (sqlite_btrees_sharable) or, where that cannot be read, a file's opened
+ * without ``cache=shared``, or the temporary one (the connection's alone). An in-memory one
+ * has no file name to read that in (``file::memory:?cache=shared``'s neither): not known. */
 static int
 sqlite_shares_a_cache(void *db)
 {
+    int sharable = sqlite_btrees_sharable(db);
+    if (sharable >= 0)
+        return sharable;
     for (int i = 0; i < SQLITE_MAX_ATTACHED_SEEN; i++) {
         const char *name = sqlite_api.db_name != NULL ? sqlite_api.db_name(db, i) : (i == 0 ? "main" : i == 1 ? "temp" : NULL);
         if (name == NULL)

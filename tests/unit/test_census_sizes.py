@@ -201,3 +201,38 @@ def test_a_hasher_is_sized_only_as_hashlibs_own_c_type(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "_hashlib", fake)
     assert sizes._basicsize(HASH) == sizes._HASHLIB_BASICSIZE
     assert sizes._hashlib_classes() == []
+
+
+def test_an_in_memory_sqlite_database_is_read_unless_its_cache_is_shared(tmp_path: Any) -> None:
+    """Whether a connection's cache is its own is read from SQLite's btrees (their layout
+    checked against its API): a ``:memory:`` database's and a private file's are read, the
+    connections of a shared cache (in memory or of a file) are not."""
+    import sqlite3
+
+    cls = sizes._sqlite_connection()
+    if cls is None:
+        pytest.skip("no compiled walk or no _sqlite3 here")
+    walk = sizes._compiled_walk
+    module_file = getattr(sys.modules["_sqlite3"], "__file__", None)
+
+    def filled(db: sqlite3.Connection) -> sqlite3.Connection:
+        db.execute("create table t(k integer primary key, v)")
+        db.executemany("insert into t values (?, ?)", [(j, "x" * 100) for j in range(3000)])
+        db.commit()
+        return db
+
+    memory = filled(sqlite3.connect(":memory:"))
+    private = filled(sqlite3.connect(str(tmp_path / "private.db")))
+    shared = [sqlite3.connect("file:unit?mode=memory&cache=shared", uri=True) for _ in range(2)]
+    filled(shared[0])
+    shared_file = sqlite3.connect("file:%s?cache=shared" % (tmp_path / "shared.db"), uri=True)
+    try:
+        # ~3000 rows of ~110 bytes: ~350 KB of pages in its cache
+        assert 300_000 <= walk.sqlite_connection_bytes(memory, cls, module_file) <= 1_000_000
+        assert walk.sqlite_connection_bytes(private, cls, module_file) >= 300_000
+        assert [walk.sqlite_connection_bytes(db, cls, module_file) for db in (*shared, shared_file)] == [None] * 3
+        memory.close()
+        assert walk.sqlite_connection_bytes(memory, cls, module_file) is None
+    finally:
+        for db in (memory, private, *shared, shared_file):
+            db.close()
