@@ -1107,9 +1107,12 @@ atexit_callbacks(PyObject *module, PyObject *ncallbacks)
 /* SQLite's own count of the memory it holds (sqlite3_memory_used: every connection's page
  * cache, schema and statements, through its allocator), from the SQLite already loaded: the
  * system's libsqlite3 (CPython's _sqlite3 links it) or, where _sqlite3 has it built in, that
- * module's own (``module_file``). Nothing is loaded (RTLD_NOLOAD). Called with the GIL released
- * (it takes SQLite's memory mutex for a moment). -1 where there is none, or its count is off
- * (SQLITE_DEFAULT_MEMSTATUS=0 builds say 0). */
+ * module's own (``module_file``). Nothing is loaded (RTLD_NOLOAD). It takes SQLite's memory
+ * mutex for a moment, with the GIL held: a thread forking meanwhile (os.fork needs the GIL)
+ * would leave its child that mutex locked for good, and the child's first SQLite allocation
+ * waiting on it; SQLite holds it only inside an allocation, never calling Python, so the
+ * wait is short. -1 where there is none, or its count is off (SQLITE_DEFAULT_MEMSTATUS=0
+ * builds say 0). */
 typedef long long (*sqlite_used_fn)(void);
 
 PyDoc_STRVAR(sqlite_memory_used_doc,
@@ -1157,10 +1160,7 @@ sqlite_memory_used(PyObject *Py_UNUSED(module), PyObject *module_file)
     }
     if (used == NULL)
         return PyLong_FromLong(-1);
-    long long bytes;
-    Py_BEGIN_ALLOW_THREADS
-    bytes = used();
-    Py_END_ALLOW_THREADS
+    long long bytes = used();
     return PyLong_FromLongLong(bytes > 0 ? bytes : -1);
 }
 
@@ -1172,9 +1172,12 @@ sqlite_memory_used(PyObject *Py_UNUSED(module), PyObject *module_file)
  * and every database of it known to have a cache of its own (one opened with
  * ``cache=shared`` has btree mutexes other connections take too, which the counts take: an
  * in-memory database, whose name cannot say, is not read; before SQLite 3.39, which cannot
- * list the attached ones, main's and temp's are looked at). The GIL is released while the counts
- * run: a thread closing the connection waits for its mutex (3.11+ clear the object's pointer
- * before closing with the GIL released; 3.10 closes with the GIL held). */
+ * list the attached ones, main's and temp's are looked at). The GIL is held throughout: no
+ * thread closes the connection meanwhile (3.11+ clear the object's pointer under the GIL
+ * before closing with it released, 3.10 closes with it held), and none forks while SQLite's
+ * mutexes are held here (a child would inherit them locked, for good). Nothing waits long:
+ * the connection's mutex is only tried, a btree that is not sharable takes none, and the
+ * page cache's and allocator's are held by others only inside SQLite's own steps. */
 typedef int (*sqlite_db_status_fn)(void *, int, int *, int *, int);
 typedef void *(*sqlite_db_mutex_fn)(void *);
 typedef int (*sqlite_mutex_try_fn)(void *);
@@ -1314,7 +1317,6 @@ sqlite_connection_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     if (mutex == NULL || sqlite_api.mutex_try(mutex) != 0)
         Py_RETURN_NONE;
     long long total = -1;
-    Py_BEGIN_ALLOW_THREADS
     if (!sqlite_shares_a_cache(db)) {
         static const int ops[] = {SQLITE_DBSTATUS_CACHE_USED, SQLITE_DBSTATUS_SCHEMA_USED, SQLITE_DBSTATUS_STMT_USED};
         total = 0;
@@ -1327,7 +1329,6 @@ sqlite_connection_bytes(PyObject *Py_UNUSED(module), PyObject *args)
         }
     }
     sqlite_api.mutex_leave(mutex);
-    Py_END_ALLOW_THREADS
     if (total < 0)
         Py_RETURN_NONE;
     return PyLong_FromLongLong(total);

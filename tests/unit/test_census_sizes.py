@@ -236,3 +236,51 @@ def test_an_in_memory_sqlite_database_is_read_unless_its_cache_is_shared(tmp_pat
     finally:
         for db in (memory, private, *shared, shared_file):
             db.close()
+
+
+def test_children_forked_while_sqlite_is_read_use_sqlite() -> None:
+    """SQLite's mutexes are held only under the GIL (_walk.c): a child os.fork()ed while a
+    thread reads the counts over and over opens its own database, 100 times out of 100."""
+    import os
+    import sqlite3
+    import threading
+
+    cls = sizes._sqlite_connection()
+    if cls is None:
+        pytest.skip("no compiled walk or no _sqlite3 here")
+    walk = sizes._compiled_walk
+    module_file = getattr(sys.modules["_sqlite3"], "__file__", None)
+    db = sqlite3.connect(":memory:", check_same_thread=False)
+    db.execute("create table t(a)")
+    db.executemany("insert into t values (?)", [(j,) for j in range(1000)])
+    db.commit()
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            walk.sqlite_connection_bytes(db, cls, module_file)
+            walk.sqlite_memory_used(module_file)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    hung = 0
+    try:
+        for _ in range(100):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                child = sqlite3.connect(":memory:")
+                child.execute("create table u(b)")
+                os._exit(0)
+            deadline = time.monotonic() + 5
+            while os.waitpid(pid, os.WNOHANG)[0] == 0:
+                if time.monotonic() > deadline:
+                    hung += 1
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.002)
+    finally:
+        stop.set()
+        reader.join()
+        db.close()
+    assert hung == 0
