@@ -222,7 +222,8 @@ def test_an_in_memory_sqlite_database_is_read_unless_its_cache_is_shared(tmp_pat
         return db
 
     memory = filled(sqlite3.connect(":memory:"))
-    private = filled(sqlite3.connect(str(tmp_path / "private.db")))
+    memory.execute("attach database ':memory:' as aux")  # (a third database: its btree checked too)
+    private = filled(sqlite3.connect("file:%s" % (tmp_path / "private.db"), uri=True))
     shared = [sqlite3.connect("file:unit?mode=memory&cache=shared", uri=True) for _ in range(2)]
     filled(shared[0])
     shared_file = sqlite3.connect("file:%s?cache=shared" % (tmp_path / "shared.db"), uri=True)
@@ -231,6 +232,9 @@ def test_an_in_memory_sqlite_database_is_read_unless_its_cache_is_shared(tmp_pat
         assert 300_000 <= walk.sqlite_connection_bytes(memory, cls, module_file) <= 1_000_000
         assert walk.sqlite_connection_bytes(private, cls, module_file) >= 300_000
         assert [walk.sqlite_connection_bytes(db, cls, module_file) for db in (*shared, shared_file)] == [None] * 3
+        # one database of a shared cache attached to a private one: not read
+        private.execute("attach database 'file:unit?mode=memory&cache=shared' as aux")
+        assert walk.sqlite_connection_bytes(private, cls, module_file) is None
         memory.close()
         assert walk.sqlite_connection_bytes(memory, cls, module_file) is None
     finally:
