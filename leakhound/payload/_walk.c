@@ -1170,12 +1170,14 @@ sqlite_memory_used(PyObject *Py_UNUSED(module), PyObject *module_file)
  * taken with sqlite3_mutex_try (a connection another thread is using, inside a query with
  * the GIL released, is skipped; one without a mutex, of a library built without threads, too),
  * and every database of it known to have a cache of its own (one opened with
- * ``cache=shared`` has btree mutexes other connections take too, which the counts take: an
- * in-memory database, whose name cannot say, is not read; before SQLite 3.39, which cannot
- * list the attached ones, main's and temp's are looked at). The GIL is held throughout: no
- * thread closes the connection meanwhile (3.11+ clear the object's pointer under the GIL
- * before closing with it released, 3.10 closes with it held), and none forks while SQLite's
- * mutexes are held here (a child would inherit them locked, for good). Nothing waits long:
+ * ``cache=shared`` has btree mutexes other connections take too, which the counts take):
+ * none of its btrees sharable, read from SQLite's structs (sqlite_btrees_sharable), or where
+ * their layout is not the one checked, by its databases' file names (an in-memory database,
+ * whose name cannot say, is then not read; before SQLite 3.39, which cannot list the attached
+ * ones, main's and temp's are looked at). The GIL is held throughout: no thread closes the
+ * connection meanwhile (3.11+ clear the object's pointer under the GIL before closing with it
+ * released, 3.10 closes with it held), and no Python thread forks (os.fork needs the GIL)
+ * while SQLite's mutexes are held here (a child would inherit them locked, for good). Nothing waits long:
  * the connection's mutex is only tried, a btree that is not sharable takes none, and the
  * page cache's and allocator's are held by others only inside SQLite's own steps. */
 typedef int (*sqlite_db_status_fn)(void *, int, int *, int *, int);
@@ -1237,7 +1239,7 @@ sqlite_btrees_sharable(void *db)
             continue;  /* not opened (temp, until used) */
         struct { uintptr_t db, shared; unsigned char in_trans, sharable; } btree;
         if (self_read(&btree, entry[1], sizeof(btree)) != 0 || btree.db != (uintptr_t)db || btree.shared == 0
-            || btree.sharable > 1)
+            || btree.in_trans > 2 || btree.sharable > 1)  /* (TRANS_NONE, _READ, _WRITE; a flag) */
             return -1;
         if (btree.sharable)
             return 1;
