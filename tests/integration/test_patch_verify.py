@@ -152,10 +152,12 @@ def check_the_recipe(pid: int, truth: GroundTruth, window: int) -> dict[str, Any
     assert proof["summary"].startswith("registry growth stopped (finished rollouts held +"), proof["summary"]
     # RSS: leakhound's slope and the test's, each least squares over the same window of /proc
     # (leakhound's from fewer samples: within its own scatter), and what the verdict says of it.
+    # (4 standard errors: a churning worker's RSS moves in steps, not in a bell curve, and 9
+    # samples in 4 s were 3.1 of theirs off the test's 40 once, on a loaded CI machine)
     for window in (before, after):
         ours = truth.rss_per_min(window["started_at"], window["ended_at"])
         theirs, scatter = window["rss_bytes_per_min"], window["rss_stderr_bytes_per_min"]
-        assert abs(theirs - ours) <= max(0.5 * abs(ours), 3 * scatter, 10 * MiB), (theirs / MiB, ours / MiB,
+        assert abs(theirs - ours) <= max(0.5 * abs(ours), 4 * scatter, 10 * MiB), (theirs / MiB, ours / MiB,
                                                                                    scatter / MiB)
     if "RSS still grows" in proof["summary"]:
         assert truth.rss_per_min(after["started_at"], after["ended_at"]) > 0
