@@ -54,6 +54,12 @@ typedef struct {
     size_t len;   /* mapped */
 } Mapping;
 
+/* The most the last scan's tables used at once (ssl_scan_peak): leakhound's own memory in the
+ * target, said with its walk's: the bytes written (a mapping's pages are in RAM once written,
+ * and each grows to twice what it held), not the bytes mapped, which the budget counts. (One
+ * scan at a time: the payload runs one request.) */
+static long long scan_peak;
+
 /* ``m`` at least ``want`` bytes; *held counts the scan's mappings, at most ``budget`` (0: no
  * limit). */
 static int
@@ -255,6 +261,9 @@ typedef struct {
     uint64_t object_min;   /* no smaller chunk is an object's (pymalloc has those): not looked at */
     double deadline;
     int failed;            /* 1: out of budget, of chunks or of time */
+    long long fixed;       /* the scan's own buffers (this struct, the batch's, the pages') */
+    size_t next_written;   /* the most entries ``next``'s mapping has held (its pages in RAM) */
+    size_t level_written;  /* the same of the depth being read (scan_depths) */
     /* candidates */
     size_t ncand;
     uint64_t cand[SSL_CANDIDATES];
@@ -409,6 +418,15 @@ scan_flush(Scan *sc)
         if (owner >= 0)
             sc->totals[owner] += (long long)size;
     }
+    /* what the tables use now: the two depths' mappings as far as written, the bitmaps and
+     * their table */
+    if (sc->nnext > sc->next_written)
+        sc->next_written = sc->nnext;
+    long long used = sc->fixed + (long long)(sc->next_written + sc->level_written) * 8
+                     + (long long)sc->seen.regions * SSL_REGION_BYTES
+                     + (sc->seen.keys.data != NULL ? (long long)(sc->seen.mask + 1) * 12 : 0);
+    if (used > scan_peak)
+        scan_peak = used;
 }
 
 /* The word ``p``, ``owner``'s: a candidate if it may start a chunk not seen yet (its header is
@@ -495,7 +513,9 @@ scan_depths(Scan *sc, unsigned char *buffer)
         Mapping swap = level;
         level = sc->next;
         sc->next = swap;
-        size_t count = sc->nnext;
+        size_t count = sc->nnext, written = sc->level_written;
+        sc->level_written = sc->next_written;
+        sc->next_written = written;
         sc->nnext = 0;
         sc->next_owner = INT64_MIN;
         const uint64_t *entries = (const uint64_t *)level.data;
@@ -546,6 +566,7 @@ scan_depths(Scan *sc, unsigned char *buffer)
         }
     }
     mapping_free(&level, sc->seen.held);
+    sc->level_written = 0;
 }
 
 /* -- OpenSSL's globals ------------------------------------------------------------------- */
@@ -698,6 +719,7 @@ ssl_object_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     Scan *sc = NULL;
     int failed = 0;
     long long held = 0;
+    scan_peak = 0;
     if (totals == NULL || ctx == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -722,6 +744,8 @@ ssl_object_bytes(PyObject *Py_UNUSED(module), PyObject *args)
      * one, small_max + 16 bytes at least with its header (0: every object is malloc's) */
     sc->object_min = small_max > 0 ? (uint64_t)small_max + 16 : 0;
     sc->deadline = now() + seconds;
+    sc->fixed = held;  /* (its buffers, mapped above and used whole) */
+    scan_peak = held;
     sc->seen.budget = max_bytes;
     sc->seen.held = &held;
     sc->next_owner = INT64_MIN;
@@ -769,8 +793,19 @@ done:
     return out;
 }
 
+PyDoc_STRVAR(ssl_scan_peak_doc,
+"ssl_scan_peak() -> bytes\n\n"
+"The most the last ssl_object_bytes' tables held at once (0: none run).");
+
+static PyObject *
+ssl_scan_peak(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
+{
+    return PyLong_FromLongLong(scan_peak);
+}
+
 PyMethodDef ssl_scan_methods[] = {
     {"ssl_object_bytes", ssl_object_bytes, METH_VARARGS, ssl_object_bytes_doc},
+    {"ssl_scan_peak", ssl_scan_peak, METH_NOARGS, ssl_scan_peak_doc},
     {NULL, NULL, 0, NULL},
 };
 

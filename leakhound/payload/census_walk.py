@@ -386,6 +386,9 @@ class ClaimWalk(object):
             return
         sized = ssl_object_sizes(self._native_bases, deadline, max_bytes)
         self.clock.yielded()  # (the scan ran with the GIL released)
+        # (its tables beside the walk's own, at once: the payload's peak)
+        self.bookkeeping_bytes = max(self.bookkeeping_bytes,
+                                     self.own_bytes(None) + self._native_bases.get("ssl_scan_bytes", 0))
         for obj, owner, size in sized:
             self.types.bytes[self.types.slot(type(obj))] += size
             self._credit(owner, 0, size)

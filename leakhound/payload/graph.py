@@ -461,8 +461,11 @@ class Graph(object):
         # (within the walk's own budget too; half the time left at most: a scan cut short sizes
         # nothing, a walk past its deadline is lost whole)
         left = after_walk_budget(self.memory_left, self.max_bytes - self._payload_bytes() if self.max_bytes else None)
+        held = self._payload_bytes()
         sized = ssl_object_sizes(self.native_bases, self.clock.deadline, left)
         self.clock.yielded()  # (the scan ran with the GIL released)
+        # (the scan's tables beside the walk's, at once: the payload's peak, result())
+        self.after_walk_peak = held + self.native_bases.get("ssl_scan_bytes", 0)
         for obj, _owner, size in sized:
             self._add_bytes(obj, size)
         del sized
@@ -772,9 +775,11 @@ class Graph(object):
 
     node_keys = "id"  # how roots and edges name a node: its id here, its address in C
 
+    after_walk_peak = 0  # what the walk's and the scan after it held at once (_size_after_walk)
+
     def result(self):
         n = self.node_count()
-        payload_bytes = self._payload_bytes()
+        payload_bytes = max(self._payload_bytes(), self.after_walk_peak)
         self._release()
         self.type_keys = None
         binary = self._binary()

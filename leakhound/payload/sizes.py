@@ -984,7 +984,8 @@ def ssl_object_sizes(bases, deadline, max_bytes):
     first, none of what OpenSSL's globals reach); their tally goes to ssl_native_bytes. Empty
     where none was met or the scan could not finish (half the time left before ``deadline``,
     a time.monotonic(): the walk's result is still to be made; ``max_bytes`` of its tables:
-    they are then what sys.getsizeof says). The table is empty after."""
+    they are then what sys.getsizeof says). The table is empty after; ``bases["ssl_scan_bytes"]``
+    is what the scan's tables held at their most (0: no scan ran)."""
     met = bases.get("ssl_objects")
     cls = bases.get("ssl_context")
     if not met or cls is None or _compiled_walk is None:
@@ -1009,6 +1010,8 @@ def ssl_object_sizes(bases, deadline, max_bytes):
                                               max_bytes, min(seconds, _SSL_MAX_SECONDS))
     except (ValueError, UnicodeError):  # a file name with a NUL or a lone surrogate
         return []
+    # (its tables' most at once, leakhound's own memory in the target: said with the walk's)
+    bases["ssl_scan_bytes"] = _compiled_walk.ssl_scan_peak() if hasattr(_compiled_walk, "ssl_scan_peak") else 0
     if got is None:
         return []
     sizes = array.array("q")

@@ -122,6 +122,9 @@ def test_ssl_contexts_are_sized_after_the_walk_as_ssls_own_c_type(monkeypatch: p
     assert all(500_000 <= size <= 2_000_000 for _c, _owner, size in sized), sized
     assert sizes.ssl_native_bytes(bases) == sum(size for _c, _owner, size in sized)
     assert bases["ssl_objects"] == {} and bases["ssl_owners"] == {}
+    # what its tables used at their most, said with the walk's (its buffers ~1.4 MiB, then a
+    # word a chunk read and a bitmap per MiB: far less than the contexts' ~2.5 MB)
+    assert 1 << 20 <= bases["ssl_scan_bytes"] <= 4 << 20, bases["ssl_scan_bytes"]
     for budget, deadline in ((4096, time.monotonic() + 60.0), (64 << 20, time.monotonic())):
         for c in contexts:
             sizes.native_extra(c, native, bases, set())
