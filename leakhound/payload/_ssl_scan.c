@@ -795,7 +795,7 @@ done:
 
 PyDoc_STRVAR(ssl_scan_peak_doc,
 "ssl_scan_peak() -> bytes\n\n"
-"The most the last ssl_object_bytes' tables held at once (0: none run).");
+"The most the last ssl_object_bytes' tables used at once, as far as written (0: none run).");
 
 static PyObject *
 ssl_scan_peak(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))

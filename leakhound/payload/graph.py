@@ -460,8 +460,8 @@ class Graph(object):
         self.check()
         # (within the walk's own budget too; half the time left at most: a scan cut short sizes
         # nothing, a walk past its deadline is lost whole)
-        left = after_walk_budget(self.memory_left, self.max_bytes - self._payload_bytes() if self.max_bytes else None)
         held = self._payload_bytes()
+        left = after_walk_budget(self.memory_left, self.max_bytes - held if self.max_bytes else None)
         sized = ssl_object_sizes(self.native_bases, self.clock.deadline, left)
         self.clock.yielded()  # (the scan ran with the GIL released)
         # (the scan's tables beside the walk's, at once: the payload's peak, result())
