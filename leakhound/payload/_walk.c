@@ -1219,9 +1219,10 @@ sqlite_btrees_sharable(void *db)
 {
     uintptr_t head[6];
     int32_t count;
-    if (self_read(head, (uintptr_t)db, sizeof(head)) != 0 || (void *)head[3] != sqlite_api.db_mutex(db)
-        || head[4] == 0 || self_read(&count, (uintptr_t)db + 40, sizeof(count)) != 0
-        || count < 2 || count > SQLITE_MAX_ATTACHED_SEEN)
+    if (self_read(head, (uintptr_t)db, sizeof(head)) != 0)
+        return -1;
+    memcpy(&count, &head[5], sizeof(count));  /* (nDb: the int at byte 40) */
+    if ((void *)head[3] != sqlite_api.db_mutex(db) || head[4] == 0 || count < 2 || count > SQLITE_MAX_ATTACHED_SEEN)
         return -1;
     for (int32_t i = 0; i < count; i++) {
         uintptr_t entry[2];

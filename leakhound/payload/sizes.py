@@ -985,7 +985,7 @@ def ssl_object_sizes(bases, deadline, max_bytes):
     where none was met or the scan could not finish (half the time left before ``deadline``,
     a time.monotonic(): the walk's result is still to be made; ``max_bytes`` of its tables:
     they are then what sys.getsizeof says). The table is empty after; ``bases["ssl_scan_bytes"]``
-    is what the scan's tables held at their most (0: no scan ran)."""
+    is what the scan's tables used at their most (absent: no scan ran)."""
     met = bases.get("ssl_objects")
     cls = bases.get("ssl_context")
     if not met or cls is None or _compiled_walk is None:
