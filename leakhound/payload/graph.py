@@ -111,9 +111,10 @@ _FOLD_MIN_ENTRIES = 16
 # twin list (the same ints) comes later in the walk waits, ~55k a list on a 2 GB verifiers worker.
 _PENDING_LEAVES = 1 << 18
 # The nodes a pending leaf is met from, at most (a fourth makes it a node), and the groups of
-# leaves met from the same ones kept at most (_graph_walk.c's PENDING_OWNERS, LEAF_GROUPS_MAX).
+# leaves met from the same ones kept at most, forgotten all at once past that (_graph_walk.c's
+# PENDING_OWNERS, LEAF_GROUPS_MAX).
 _PENDING_OWNERS = 3
-_LEAF_GROUPS = 1 << 20
+_LEAF_GROUPS = 6144
 # getrefcount of a referent in the walk loop: its container, our list of referents (or the
 # items pair), the loop variable and getrefcount's argument.
 _ONLY_ONE_REFERENCE = 4
@@ -514,8 +515,9 @@ class Graph(object):
         self.lengths.append(0)
         for owner in key[0]:
             self.edge(owner, j, -1)
-        if len(self.leaf_groups) < _LEAF_GROUPS:
-            self.leaf_groups[key] = j
+        if len(self.leaf_groups) >= _LEAF_GROUPS:
+            self.leaf_groups.clear()  # full: the groups kept so far forgotten
+        self.leaf_groups[key] = j
         return 0
 
     def edge(self, i, j, label):

@@ -599,6 +599,31 @@ def test_leaves_two_nodes_share_are_one_node_for_the_pair(compiled: bool) -> Non
     assert tree.retained[list(g.ids).index(id(STEPS))] == truth
 
 
+@WALKS
+def test_more_leaf_groups_than_are_kept_give_the_same_owner(compiled: bool) -> None:
+    """Past LEAF_GROUPS_MAX (6,144) groups the table is cleared: 8,000 pairs of lists, each
+    pair's ints (a y held by both, an x held by both and by a list the walk leaves out, that
+    waits until the walk is over) one group of the pair. The y's make 8,000 groups as the walk
+    goes; the x's, settled at the end, find the groups still kept and make the others again:
+    one more node each, the same dominator, so STEPS retains what it alone holds."""
+    pairs = 8_000
+    xs = [9_000_000 + 2 * k for k in range(pairs)]
+    ys = [9_000_001 + 2 * k for k in range(pairs)]
+    steps = []
+    for x, y in zip(xs, ys, strict=True):
+        a, b = [x, y], [x, y]
+        steps.append({"a": a, "again": a, "b": b, "also": b})
+    STEPS["steps"] = steps
+    hidden = list(xs)
+    leaf_ids = {id(v) for v in xs} | {id(v) for v in ys}
+    del steps, xs, ys, a, b
+    g, truth = _walked_steps(compiled, (leaf_ids, hidden))
+    made = len(leaf_ids & set(g.ids))
+    assert pairs < made < 2 * pairs  # the y's groups, and the x's groups forgotten made again
+    tree = dominators.dominators(g)
+    assert tree.retained[list(g.ids).index(id(STEPS))] == truth
+
+
 _FOLD_MARKS = r"""
 import json, sys
 from leakhound.analysis import dominators
