@@ -729,7 +729,8 @@ typedef struct {
  * full, 0.6 MiB of the target's peak), up to LEAF_GROUPS_MAX. A group is only what spares a
  * node per leaf: when the table holds LEAF_GROUPS_MAX the groups kept are forgotten (the
  * table cleared) and the next leaf of one makes a node of it again, as the first did, with
- * the same edges, so the same dominator: one more node, nothing named otherwise. The walk
+ * the same edges, so the same dominator: one more node, the group's bytes in two (what
+ * dominates both still holds them all). The walk
  * meets a group's leaves together (from one owner's contents): on the real verifiers worker
  * (740k nodes) ~98k groups took 5.2 MiB of the target's peak at most; kept 6,144 at a time
  * (320 KiB), 300 more nodes. */
