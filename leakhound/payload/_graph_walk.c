@@ -722,6 +722,89 @@ typedef struct {
     int32_t type, left;
 } PendingLeaf;
 
+/* A PendingLeaf as the table keeps it, in 32 bytes, not 48 (the real verifiers worker's 25.6k
+ * leaves waiting at once took 3.1 MiB of slots): a word for the leaf and one for each node it
+ * was met from, each an address >> 4 (objects are 16-byte aligned, below 2**48) in its low
+ * PACKED_ADDRESS_BITS, and in the top bits of the leaf's word its references not met yet, of
+ * the first owner's its type id, of the others' the size (low bits, high bits). A leaf whose
+ * numbers do not fit (packed_fits) is a node of its own at once, as one met from a fourth
+ * node. The leaf's word is 0 in an empty slot. */
+#define PACKED_ADDRESS_BITS 44
+#define PACKED_ADDRESS ((((uint64_t)1) << PACKED_ADDRESS_BITS) - 1)
+#define PACKED_TOP_BITS (64 - PACKED_ADDRESS_BITS)
+#define PACKED_TOP_MAX ((((uint64_t)1) << PACKED_TOP_BITS) - 1)
+typedef struct {
+    uint64_t word[1 + PENDING_OWNERS];
+} PackedLeaf;
+
+static inline int
+packed_address_fits(uintptr_t address)
+{
+    return (address & 15) == 0 && ((uint64_t)address >> 4) <= PACKED_ADDRESS;
+}
+
+/* Whether a leaf's numbers fit a PackedLeaf. */
+static inline int
+packed_fits(uintptr_t address, uintptr_t owner, long long size, int32_t type, int32_t left)
+{
+    return address != 0 && packed_address_fits(address) && owner != 0 && packed_address_fits(owner)
+           && size >= 0 && (uint64_t)size <= (PACKED_TOP_MAX << PACKED_TOP_BITS | PACKED_TOP_MAX)
+           && type >= 0 && (uint64_t)type <= PACKED_TOP_MAX && left >= 0 && (uint64_t)left <= PACKED_TOP_MAX;
+}
+
+static inline uintptr_t
+packed_key(const PackedLeaf *p)
+{
+    return (uintptr_t)((p->word[0] & PACKED_ADDRESS) << 4);
+}
+
+static inline uintptr_t
+packed_owner(const PackedLeaf *p, int m)
+{
+    return (uintptr_t)((p->word[1 + m] & PACKED_ADDRESS) << 4);
+}
+
+static inline void
+packed_set_owner(PackedLeaf *p, int m, uintptr_t owner)
+{
+    p->word[1 + m] = (p->word[1 + m] & ~PACKED_ADDRESS) | ((uint64_t)owner >> 4);
+}
+
+static inline int32_t
+packed_left(const PackedLeaf *p)
+{
+    return (int32_t)(p->word[0] >> PACKED_ADDRESS_BITS);
+}
+
+static inline void
+packed_set_left(PackedLeaf *p, int32_t left)
+{
+    p->word[0] = (p->word[0] & PACKED_ADDRESS) | ((uint64_t)left << PACKED_ADDRESS_BITS);
+}
+
+static void
+packed_set(PackedLeaf *p, uintptr_t address, uintptr_t owner, long long size, int32_t type, int32_t left)
+{
+    uint64_t n = (uint64_t)size;
+    p->word[0] = ((uint64_t)address >> 4) | ((uint64_t)left << PACKED_ADDRESS_BITS);
+    p->word[1] = ((uint64_t)owner >> 4) | ((uint64_t)type << PACKED_ADDRESS_BITS);
+    p->word[2] = (n & PACKED_TOP_MAX) << PACKED_ADDRESS_BITS;
+    p->word[3] = (n >> PACKED_TOP_BITS) << PACKED_ADDRESS_BITS;
+}
+
+static PendingLeaf
+packed_unpack(const PackedLeaf *p)
+{
+    PendingLeaf q;
+    q.key = packed_key(p);
+    for (int m = 0; m < PENDING_OWNERS; m++)
+        q.owner[m] = packed_owner(p, m);
+    q.size = (long long)((p->word[2] >> PACKED_ADDRESS_BITS) | ((p->word[3] >> PACKED_ADDRESS_BITS) << PACKED_TOP_BITS));
+    q.type = (int32_t)(p->word[1] >> PACKED_ADDRESS_BITS);
+    q.left = packed_left(p);
+    return q;
+}
+
 /* The node of the leaves of one type met from the same two or three nodes (sorted, 0 after
  * the last): its first leaf's address. Open addressing, doubled when three quarters full (a
  * group is looked up once a leaf's references are all met, far less often than a pending
@@ -846,7 +929,7 @@ typedef struct {
      * entries of a registry name the same few objects (3.10's instance dicts their shared
      * keys: 3 edges an instance, all alike), one edge each is enough for the dominators. */
     uintptr_t seen_src[FOLD_EDGE_SLOTS], seen_dst[FOLD_EDGE_SLOTS];
-    PendingLeaf *pending;      /* pending_mask + 1 slots (twice the leaves it has room for), open
+    PackedLeaf *pending;       /* pending_mask + 1 slots (twice the leaves it has room for), open
                                 * addressing, made when needed */
     size_t pending_mask;
     Py_ssize_t npending;
@@ -1167,16 +1250,17 @@ graph_fold(GraphState *g, uintptr_t owner, long long size)
 }
 
 /* The pending leaf at ``address``, or NULL. */
-static PendingLeaf *
+static PackedLeaf *
 pending_find(GraphState *g, uintptr_t address)
 {
     if (g->pending == NULL || g->npending == 0)
         return NULL;
     size_t mask = g->pending_mask;
     for (size_t k = addr_hash(address, mask);; k = (k + 1) & mask) {
-        if (g->pending[k].key == address)
+        uintptr_t key = packed_key(&g->pending[k]);
+        if (key == address)
             return &g->pending[k];
-        if (g->pending[k].key == 0)
+        if (key == 0)
             return NULL;
     }
 }
@@ -1184,13 +1268,14 @@ pending_find(GraphState *g, uintptr_t address)
 /* The pending leaves of ``from`` (``from_mask``) moved into ``table`` (``mask``, all empty):
  * addresses and numbers only, no object read (pending_reserve runs it without the GIL). */
 static void
-pending_move(PendingLeaf *table, size_t mask, const PendingLeaf *from, size_t from_mask)
+pending_move(PackedLeaf *table, size_t mask, const PackedLeaf *from, size_t from_mask)
 {
     for (size_t j = 0; from != NULL && j <= from_mask; j++) {
-        if (from[j].key == 0)
+        uintptr_t key = packed_key(&from[j]);
+        if (key == 0)
             continue;
-        size_t k = addr_hash(from[j].key, mask);
-        while (table[k].key != 0)
+        size_t k = addr_hash(key, mask);
+        while (packed_key(&table[k]) != 0)
             k = (k + 1) & mask;
         table[k] = from[j];
     }
@@ -1202,12 +1287,12 @@ static int
 pending_grow_as(GraphState *g, size_t leaves, int nogil)
 {
     size_t mask = 2 * leaves - 1;
-    PendingLeaf *table = table_calloc(mask + 1, sizeof(PendingLeaf));
+    PackedLeaf *table = table_calloc(mask + 1, sizeof(PackedLeaf));
     if (table == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    PendingLeaf *from = g->pending;
+    PackedLeaf *from = g->pending;
     size_t from_mask = g->pending_mask;
     if (nogil) {
         Py_BEGIN_ALLOW_THREADS
@@ -1248,10 +1333,13 @@ pending_reserve(GraphState *g, Py_ssize_t limit)
     return pending_grow_as(g, 2 * room, 1) < 0 ? -1 : 1;
 }
 
-/* A new pending leaf: 1, or 0 when they are all taken (-1 on error). */
+/* A new pending leaf: 1, or 0 when they are all taken, 2 when its numbers do not fit the
+ * table (packed_fits: the caller makes it a node), -1 on error. */
 static int
 pending_add(GraphState *g, uintptr_t address, uintptr_t owner, long long size, int32_t type, int32_t left)
 {
+    if (!packed_fits(address, owner, size, type, left))
+        return 2;
     size_t room = g->pending == NULL ? 0 : (g->pending_mask + 1) / 2;
     if ((size_t)g->npending >= room) {
         if (room >= PENDING_LEAVES_MAX)
@@ -1261,43 +1349,36 @@ pending_add(GraphState *g, uintptr_t address, uintptr_t owner, long long size, i
     }
     size_t mask = g->pending_mask;
     size_t k = addr_hash(address, mask);
-    while (g->pending[k].key != 0)
+    while (packed_key(&g->pending[k]) != 0)
         k = (k + 1) & mask;
-    PendingLeaf *p = &g->pending[k];
-    p->key = address;
-    p->owner[0] = owner;
-    for (int m = 1; m < PENDING_OWNERS; m++)
-        p->owner[m] = 0;
-    p->size = size;
-    p->type = type;
-    p->left = left;
+    packed_set(&g->pending[k], address, owner, size, type, left);
     g->npending++;
     return 1;
 }
 
 /* ``p`` out of the table (backward-shift deletion: no tombstones). */
 static void
-pending_remove(GraphState *g, PendingLeaf *p)
+pending_remove(GraphState *g, PackedLeaf *p)
 {
     size_t mask = g->pending_mask;
     size_t hole = (size_t)(p - g->pending);
-    for (size_t k = (hole + 1) & mask; g->pending[k].key != 0; k = (k + 1) & mask) {
-        size_t home = addr_hash(g->pending[k].key, mask);
+    for (size_t k = (hole + 1) & mask; packed_key(&g->pending[k]) != 0; k = (k + 1) & mask) {
+        size_t home = addr_hash(packed_key(&g->pending[k]), mask);
         /* the entry at k may move into the hole if its home is not in (hole, k] */
         if (((k - home) & mask) >= ((k - hole) & mask)) {
             g->pending[hole] = g->pending[k];
             hole = k;
         }
     }
-    g->pending[hole].key = 0;
+    g->pending[hole].word[0] = 0;
     g->npending--;
 }
 
 /* A pending leaf met from a fourth node: a node, with an edge from each node it was met from. */
 static int
-pending_to_node(GraphState *g, PendingLeaf *p, PyObject *leaf)
+pending_to_node(GraphState *g, PackedLeaf *p, PyObject *leaf)
 {
-    PendingLeaf q = *p;
+    PendingLeaf q = packed_unpack(p);
     pending_remove(g, p);
     if (graph_mark(g, leaf) < 0 || graph_record(g, q.key, q.size, q.type, 0) < 0)
         return -1;
@@ -2142,18 +2223,23 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                     continue;  /* its bytes given already to the node it was first met from */
                 /* held a few times: its bytes are the node's it is met from, if every
                  * reference to it is (PendingLeaf) */
-                PendingLeaf *p = pending_find(g, address);
+                PackedLeaf *p = pending_find(g, address);
                 if (p != NULL) {
                     int m = 0;
-                    while (m < PENDING_OWNERS && p->owner[m] != 0 && p->owner[m] != i)
+                    while (m < PENDING_OWNERS && packed_owner(p, m) != 0 && packed_owner(p, m) != i)
                         m++;
-                    if (m < PENDING_OWNERS) {  /* a node it was met from, or one more */
-                        p->owner[m] = i;
-                        if (--p->left <= 0) {
-                            PendingLeaf q = *p;
+                    /* a node it was met from, or one more (whose address fits the table) */
+                    if (m < PENDING_OWNERS && packed_address_fits(i) && i != 0) {
+                        int32_t left = packed_left(p) - 1;
+                        packed_set_owner(p, m, i);
+                        if (left <= 0) {
+                            PendingLeaf q = packed_unpack(p);
                             pending_remove(g, p);
                             if (pending_resolve(g, q, i) < 0)
                                 return -1;
+                        }
+                        else {
+                            packed_set_left(p, left);
                         }
                         continue;
                     }
@@ -2171,16 +2257,25 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                     int added = pending_add(g, address, i, size, (int32_t)type_id, (int32_t)(count - GRAPH_ONLY_ONE));
                     if (added < 0 || graph_tally(g, type_id, 1, size) < 0)
                         return -1;
-                    sites_note(ref, i);  /* until its other references are met (pending_resolve) */
-                    if (!added) {
-                        /* none more can wait: its bytes are this node's (an upper bound on what
-                         * freeing it returns: a node each was past any graph budget, see
-                         * PENDING_LEAVES), counted once */
-                        if (nodebits_set(&g->counted, address) < 0)
+                    if (added == 2) {
+                        /* its numbers do not fit the table: a node of its own at once, as a leaf
+                         * met from a fourth node (its edge from this one made below) */
+                        if (graph_mark(g, ref) < 0 || graph_record(g, address, size, (int32_t)type_id, 0) < 0)
                             return -1;
-                        g->folded += size;
+                        found = FOUND_NODE;
                     }
-                    continue;
+                    else {
+                        sites_note(ref, i);  /* until its other references are met (pending_resolve) */
+                        if (!added) {
+                            /* none more can wait: its bytes are this node's (an upper bound on
+                             * what freeing it returns: a node each was past any graph budget,
+                             * see PENDING_LEAVES), counted once */
+                            if (nodebits_set(&g->counted, address) < 0)
+                                return -1;
+                            g->folded += size;
+                        }
+                        continue;
+                    }
                 }
             }
         }
@@ -2705,7 +2800,7 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     for (size_t k = 0; k < GRAPH_NCOLUMNS; k++)
         held += (long long)cols[k]->nspare * GBLOCK_ITEMS * cols[k]->itemsize;
     held += (long long)g->owners_cap * (long long)sizeof(uintptr_t);
-    held += g->pending != NULL ? (long long)(g->pending_mask + 1) * (long long)sizeof(PendingLeaf) : 0;
+    held += g->pending != NULL ? (long long)(g->pending_mask + 1) * (long long)sizeof(PackedLeaf) : 0;
     held += g->groups != NULL ? (long long)(g->groups_mask + 1) * (long long)sizeof(LeafGroup) : 0;
     held += (long long)g->ltext_cap + (long long)g->loff_cap * 4 + (g->lslots != NULL ? (long long)(g->lslots_mask + 1) * 4 : 0);
     return Py_BuildValue("nnnLLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g),
@@ -2891,9 +2986,9 @@ graph_settle(PyObject *Py_UNUSED(module), PyObject *capsule)
     if (left == NULL)
         return PyErr_NoMemory();
     for (size_t k = 0; k <= g->pending_mask; k++) {
-        if (g->pending[k].key != 0 && n < g->npending)
-            left[n++] = g->pending[k];
-        g->pending[k].key = 0;
+        if (packed_key(&g->pending[k]) != 0 && n < g->npending)
+            left[n++] = packed_unpack(&g->pending[k]);
+        g->pending[k].word[0] = 0;
     }
     g->npending = 0;
     qsort(left, (size_t)n, sizeof(PendingLeaf), pending_by_address);

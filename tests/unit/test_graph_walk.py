@@ -735,14 +735,15 @@ def test_the_walks_tables_go_back_to_the_kernel_when_it_is_done() -> None:
     """A table of 64 KiB or more (the pending leaves a registry's slices leave, the leaf
     groups) is a mapping of its own: freed or outgrown, its pages leave the target's RSS at
     once. From malloc the doubled tables' old copies and the tables themselves stayed in the
-    heap: RSS after the walk was 0.25 MiB over RSS at its end (two runs); now it is 0.47 MiB
+    heap: RSS after the walk was 0.25 MiB over RSS at its end (two runs); now it is 0.21 MiB
     under it (0.87 before the key labels were cached only once met again and the groups grew
-    at three quarters full: smaller tables)."""
+    at three quarters full, 0.47 before the pending leaves were packed in 32 bytes: smaller
+    tables)."""
     run = subprocess.run([sys.executable, "-c", _TABLES_BACK], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     got = json.loads(run.stdout)
     assert got["nodes"] > 1000 and got["held"] > 1 << 20, got
-    assert got["at_end"] - got["after"] >= 256 << 10, got
+    assert got["at_end"] - got["after"] >= 128 << 10, got
 
 
 @pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
