@@ -52,7 +52,7 @@ def test_a_page_without_the_section_is_left_alone(tmp_path: Path, capsys: pytest
 
 
 @pytest.mark.parametrize(("script", "name", "results"), [
-    ("scale", "scale", "scale-1m-50m-20261206.json"),
+    ("scale", "scale", "scale-1m-50m-20261206b.json"),
     ("html_report", "html-report", "html-report-2026-12-02.json"),
     ("verifiers_scale", "verifiers-scale", "verifiers-scale-20261205.json"),
     ("verifiers_scale", "verifiers-pause", "verifiers-scale-20261205.json"),
