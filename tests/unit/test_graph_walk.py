@@ -604,8 +604,9 @@ def test_more_leaf_groups_than_are_kept_give_the_same_owner(compiled: bool) -> N
     """Past LEAF_GROUPS_MAX (6,144) groups the table is cleared: 8,000 pairs of lists, each
     pair's ints (a y held by both, an x held by both and by a list the walk leaves out, that
     waits until the walk is over) one group of the pair. The y's make 8,000 groups as the walk
-    goes; the x's, settled at the end, find the groups still kept and make the others again:
-    one more node each, the same dominator, so STEPS retains what it alone holds."""
+    goes; the x's, settled at the end, find the groups still kept (none, if what the walk met
+    after the pairs took the table) and make the others again: one more node each, the same
+    dominator, so STEPS retains what it alone holds."""
     pairs = 8_000
     xs = [9_000_000 + 2 * k for k in range(pairs)]
     ys = [9_000_001 + 2 * k for k in range(pairs)]
