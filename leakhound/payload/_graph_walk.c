@@ -628,7 +628,7 @@ addrmap_put(AddrMap *m, uintptr_t address, long long wide, int32_t narrow, int h
     /* half full at most where most lookups miss (key_labels: a key not named yet), three
      * quarters where each is a hit (made: madebits tells first; 38,709 roots made on the
      * real verifiers worker, in 2.6 MiB of slots at half full, 1.3 MiB at most now) */
-    size_t full = m->keys == NULL ? 0 : (hits ? (m->mask + 1) / 4 * 3 : (m->mask + 1) / 2);
+    size_t full = hits ? (m->mask + 1) / 4 * 3 : (m->mask + 1) / 2;
     if (m->keys == NULL || (size_t)(m->used + 1) > full) {
         size_t cap = m->keys == NULL ? 1024 : (m->mask + 1) * 2;
         AddrMap bigger = {table_calloc(cap, sizeof(uintptr_t)), table_malloc(cap * sizeof(long long)),
@@ -737,17 +737,18 @@ typedef struct {
     uint64_t word[1 + PENDING_OWNERS];
 } PackedLeaf;
 
+/* An address the table can hold: not 0 (an empty slot's), 16-byte aligned, below 2**48. */
 static inline int
 packed_address_fits(uintptr_t address)
 {
-    return (address & 15) == 0 && ((uint64_t)address >> 4) <= PACKED_ADDRESS;
+    return address != 0 && (address & 15) == 0 && ((uint64_t)address >> 4) <= PACKED_ADDRESS;
 }
 
 /* Whether a leaf's numbers fit a PackedLeaf. */
 static inline int
 packed_fits(uintptr_t address, uintptr_t owner, long long size, int32_t type, int32_t left)
 {
-    return address != 0 && packed_address_fits(address) && owner != 0 && packed_address_fits(owner)
+    return packed_address_fits(address) && packed_address_fits(owner)
            && size >= 0 && (uint64_t)size <= (PACKED_TOP_MAX << PACKED_TOP_BITS | PACKED_TOP_MAX)
            && type >= 0 && (uint64_t)type <= PACKED_TOP_MAX && left >= 0 && (uint64_t)left <= PACKED_TOP_MAX;
 }
@@ -813,10 +814,9 @@ packed_unpack(const PackedLeaf *p)
  * node per leaf: when the table holds LEAF_GROUPS_MAX the groups kept are forgotten (the
  * table cleared) and the next leaf of one makes a node of it again, as the first did, with
  * the same edges, so the same dominator: one more node, the group's bytes in two (what
- * dominates both still holds them all). The walk
- * meets a group's leaves together (from one owner's contents): on the real verifiers worker
- * (740k nodes) ~98k groups took 5.2 MiB of the target's peak at most; kept 6,144 at a time
- * (320 KiB), 300 more nodes. */
+ * dominates both still holds them all). The walk meets a group's leaves together (from one
+ * owner's contents): on the real verifiers worker (740k nodes) ~98k groups took 5.2 MiB of
+ * the target's peak at most; kept 6,144 at a time (320 KiB), 300 more nodes. */
 #define LEAF_GROUPS 1024
 #define LEAF_GROUPS_MAX 6144
 typedef struct {
@@ -1433,7 +1433,7 @@ group_add(GraphState *g, const uintptr_t *owners, int32_t type, uintptr_t node)
         memset(g->groups, 0, slots * sizeof(LeafGroup));
         g->ngroups = 0;
     }
-    if ((size_t)(g->ngroups + 1) * 4 > slots * 3) {
+    else if ((size_t)(g->ngroups + 1) * 4 > slots * 3) {
         size_t want = slots == 0 ? 2 * LEAF_GROUPS : 2 * slots;
         LeafGroup *table = table_calloc(want, sizeof(LeafGroup));
         if (table == NULL) {
@@ -2229,7 +2229,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                     while (m < PENDING_OWNERS && packed_owner(p, m) != 0 && packed_owner(p, m) != i)
                         m++;
                     /* a node it was met from, or one more (whose address fits the table) */
-                    if (m < PENDING_OWNERS && packed_address_fits(i) && i != 0) {
+                    if (m < PENDING_OWNERS && packed_address_fits(i)) {
                         int32_t left = packed_left(p) - 1;
                         packed_set_owner(p, m, i);
                         if (left <= 0) {

@@ -20,6 +20,7 @@ import pytest
 
 from leakhound.analysis.detectors import analyse
 from leakhound.analysis.ledger import ledger
+from leakhound.attach.process import status_bytes
 from leakhound.core.capture import capture
 from leakhound.core.request import RequestOptions
 from leakhound.model import Snapshot
@@ -54,14 +55,6 @@ STANDARD = ("mmap", "ctypes", "stringio", "zlib", "compression", "locks", "hashe
 CASES = [(shape, version) for version in ("3.11", "3.12", "3.13") for shape in OWNERS if shape not in STANDARD
          if shape != "torch" or version == "3.11"]
 MMAP_VERSIONS = sorted(v for v in installed_pythons() if v in ("3.10", "3.11", "3.12", "3.13"))
-
-
-def _status_bytes(pid: int, field: str) -> int:
-    """/proc/PID/status's ``field`` (VmRSS, VmHWM) in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 def _check(tmp_path: Path, shape: str, python: str, owner_model: str = "census", path: str = "") -> Snapshot:
@@ -405,10 +398,10 @@ def test_an_ssl_context_is_what_openssl_holds_for_it(tmp_path: Path, version: st
     with spawn_target("native_buffers", tmp_path, python=installed_pythons()[version],
                       env={"SHAPE": "ssl_contexts"}, timeout=120) as child:
         Path(f"/proc/{child.pid}/clear_refs").write_text("5")  # its VmHWM back to its RSS
-        rss = _status_bytes(child.pid, "VmRSS")
+        rss = status_bytes(child.pid)["VmRSS"]
         capture_ = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10,
                            why="ssl.SSLContext")
-        grown = _status_bytes(child.pid, "VmHWM") - rss
+        grown = status_bytes(child.pid)["VmHWM"] - rss
         truth = child.report()["truth"]
     snap = capture_.snapshot
     said, loading = snap.heap.payload_peak_bytes, snap.cost.payload_load_bytes if snap.cost else 0
