@@ -276,7 +276,8 @@ class Census(object):
 
     def _split_unreached(self, objects):
         """Split what no named root reached: held from C, or cyclic garbage (census_unreached)."""
-        census_unreached.split_unreached(self.walk, objects, self.unreached)
+        census_unreached.split_unreached(self.walk, objects, self.unreached,
+                                         None if self.with_owners else census_roots.NAMED_ROOTS)
 
     def _sizing_walk(self):
         """Claim what the roots reach (census_roots.roots_list: every module, every class, the asyncio

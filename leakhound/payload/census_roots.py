@@ -75,6 +75,7 @@ _MISSING = object()
 # What the payload's own package holds (objects.is_payload_name): its functions and classes
 # are leakhound's, one owner, never the target's.
 PAYLOAD_OWNER = "<leakhound payload>"
+NAMED_ROOTS = "<named roots>"  # the one owner of the census without owners (walk_all)
 
 
 def walk_all(walk, objects, is_stdlib, exclude):
@@ -88,7 +89,7 @@ def walk_all(walk, objects, is_stdlib, exclude):
     what no root reached, or, without gc.get_objects()'s list, not counted (0.56% of
     the bytes on the real verifiers worker's heap)."""
     claim_own(walk, objects, exclude)
-    owner = walk.owner_slot("<named roots>", sys)
+    owner = walk.owner_slot(NAMED_ROOTS, sys)
     found = roots_list(walk, is_stdlib, with_locals=True)
     walk.claimed.add(id(found))
     walk.progress("roots", 0)

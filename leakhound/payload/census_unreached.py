@@ -16,7 +16,18 @@ try:
     from . import _walk as _walk_module
 except ImportError:  # pragma: no cover - the payload runs without its C helpers too
     _walk_module = None  # type: ignore[assignment]
-from .objects import INLINE_VALUES_DICTS, ModuleType, has_managed_dict, safe_referents, subclass_tree, type_name
+from .census_roots import PAYLOAD_OWNER
+from .objects import (
+    INLINE_VALUES_DICTS,
+    ModuleType,
+    has_managed_dict,
+    is_payload_name,
+    module_dict_name,
+    safe_referents,
+    subclass_tree,
+    subclasses_owner,
+    type_name,
+)
 
 if False:  # typing only; the payload imports nothing it does not need at run time
     from typing import Any  # noqa: F401
@@ -188,10 +199,29 @@ def cyclic_only(candidates, tick=None, counts=None):
     return [candidates[i] for i in range(len(candidates)) if not freed[i]]
 
 
-def split_unreached(walk, objects, report):
+_HELD = "<held from C: "
+
+
+def _held_name(obj):
+    """The owner of an object only C holds: ``<held from C: Type>``, but a class's registry of
+    its subclasses (``Class.<subclasses>``) and the import system's copy of the payload's
+    extension module's dict (``<leakhound payload>``): named roots' both."""
+    if type(obj) is dict:
+        name = module_dict_name(obj)
+        if name is not None and is_payload_name(name):
+            return PAYLOAD_OWNER
+        cls = subclasses_owner(obj)
+        if cls is not None:
+            return type_name(cls) + ".<subclasses>"
+    return _HELD + "%s>" % type_name(type(obj))
+
+
+def split_unreached(walk, objects, report, named_roots=None):
     """Claim what no named root reached in ``objects`` (gc.get_objects()'s list): held from
     outside the heap (owners ``<held from C: Type>``), or cyclic garbage; how many of each
-    it found go into ``report`` (the census's ``unreached``)."""
+    it found go into ``report`` (the census's ``unreached``). ``named_roots``: the one owner
+    of every named root (the census without owners), which a class's registry of its
+    subclasses is then claimed for."""
     claimed = walk.claimed
     regions = claimed.regions
     unreached = []
@@ -214,8 +244,14 @@ def split_unreached(walk, objects, report):
             tick()
         if id(obj) in claimed:
             continue
-        owner = walk.owner_slot("<held from C: %s>" % type_name(type(obj)), obj)
-        walk.owner_items[owner] = 0
+        name = _held_name(obj)
+        if named_roots is not None and not name.startswith(_HELD):
+            owner = walk.owner_slot(named_roots, sys)  # (a class's, or the payload's: named roots)
+        elif name.startswith("<"):
+            owner = walk.owner_slot(name, obj)
+            walk.owner_items[owner] = 0  # (a group: items are not one object's)
+        else:
+            owner = walk.owner_slot(name, obj)
         walk.claim_tree(owner, obj)
     garbage = []
     for n, obj in enumerate(unreached):

@@ -24,7 +24,9 @@ from .objects import (
     dict_columns,
     instance_dict,
     is_payload_name,
+    module_dict_name,
     own_class_dict,
+    subclasses_owner,
     type_name,
 )
 from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
@@ -124,6 +126,35 @@ def _held_group(graph, stack, parts, name, size=0):
     a = graph.root(parts, name, "held", TIER_HELD, size=size) if parts and not graph.known(parts) else 0
     if a > 0:
         graph.push(stack, a, parts)
+
+
+def _subclass_registries(graph, stack, held, new):
+    """The classes' registries of their subclasses among ``held`` (objects.subclasses_owner),
+    each its class's, by an edge ``<subclasses>``, and walked: what C holds for a class is the
+    class's, not ``<held from C: dict>``. And the copy of the payload's extension module's
+    dict the import system keeps (a single-phase module's ``m_copy``): leakhound's."""
+    label = -1
+    for n, obj in enumerate(held):
+        if n & 255 == 255:
+            graph.check()
+        if type(obj) is not dict or id(obj) in new or graph.known(obj):
+            continue
+        name = module_dict_name(obj)
+        if name is not None and is_payload_name(name):
+            graph.own(obj)
+            continue
+        cls = subclasses_owner(obj)
+        if cls is None or not graph.known(cls):
+            continue
+        c = graph.node(cls)
+        d = graph.node(obj) if c > 0 else -1
+        if d > 0:
+            if label < 0:
+                label = graph.label("a<subclasses>")
+            graph.edge(c, d, label)
+            graph.push(stack, d, obj)
+            graph.walk(stack)
+    cls = obj = name = None
 
 
 def add_thread_roots(graph, stack):
@@ -302,6 +333,7 @@ def held_from_c(graph, stack):
             del referrers[-_SLICE:]
         del referrers
     del unsure
+    _subclass_registries(graph, stack, held, new)
     # One root per name: the objects of a type held from C (or made during the walk) are one
     # group, a list of the payload's at no size of its own (an owner of many held objects is
     # the group: 450 lists an atexit.register() each holds were 450 roots of 88 KiB, none

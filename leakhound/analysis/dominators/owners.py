@@ -166,6 +166,15 @@ class OwnerFinder:
                 return True
         return False
 
+    def _members_type(self, v: int) -> str:
+        """The type of the objects a group held from C gathers (the group itself is a list of
+        the payload's: ``<held from C: dict>`` is dicts, its ``items`` how many)."""
+        if self._out is None or self._out_ids is None:
+            self._out, self._out_ids = _csr_edges(self.graph.nodes, self.graph.src)
+        for k in range(self._out[v], self._out[v + 1]):
+            return self.graph.type_of(self.graph.dst[self._out_ids[k]])
+        return self.graph.type_of(v)
+
     def _out_degree(self, v: int) -> int:
         if self._out is None:
             self._out, self._out_ids = _csr_edges(self.graph.nodes, self.graph.src)
@@ -617,7 +626,7 @@ class OwnerFinder:
         return DominatorOwner(
             node=v,
             path=path,
-            type=self.graph.type_of(v),
+            type=self._members_type(v) if v in self.held_groups else self.graph.type_of(v),
             retained_bytes=self.retained_of(v),
             retained_objects=self.dominated_objects(v),
             items=self.links.get(v) or self.graph.lengths[v] or len(self.children(v)),
