@@ -274,6 +274,21 @@ def canonical(text: str, raw: bytes) -> tuple[dict[int, Any], collections.Counte
 LEAVES = ("int", "str", "bytes", "float", "complex")
 
 
+def _leaf_bytes_by_owners(nodes: dict[int, Any], edges: collections.Counter[Any]
+                          ) -> tuple[collections.Counter[frozenset[int]], dict[int, frozenset[int]]]:
+    """The bytes of the leaves' nodes met from more than one node, per set of those nodes, and
+    each such leaf's set."""
+    sources: dict[int, set[int]] = collections.defaultdict(set)
+    for src, dst, _label in edges:
+        if nodes.get(dst, (0, ""))[1] in LEAVES:
+            sources[dst].add(src)
+    owners = {x: frozenset(s) for x, s in sources.items() if len(s) > 1}
+    total: collections.Counter[frozenset[int]] = collections.Counter()
+    for x, key in owners.items():
+        total[key] += nodes[x][0]
+    return total, owners
+
+
 def compare(name: str, a: Any, b: Any) -> list[str]:
     """Identical graphs, but for a few leaves near the refcount thresholds (a leaf held once is
     folded into its container, one held more than 64 times is shared by everyone): the
@@ -298,9 +313,18 @@ def compare(name: str, a: Any, b: Any) -> list[str]:
         for (src, dst, _label), n in side.items():
             # the leaf is a node on this side, its bytes folded into src on the other
             moved[src] += sign * n * nodes[dst][0]
+    # A leaf met from several nodes (a str two modules hold) is a node per group of leaves met
+    # from the same ones, and the groups are forgotten every LEAF_GROUPS_MAX (_graph_walk.c): a
+    # walk that made one group more or fewer before (a leaf near a refcount threshold) forgets
+    # them at another moment, and the group's bytes are split between other leaves' nodes, all
+    # under the same owners: compared as the bytes of the leaves' nodes per set of owners.
+    by_owners = _leaf_bytes_by_owners(an, ae), _leaf_bytes_by_owners(bn, be)
     for x in set(an) & set(bn):
         if an[x] != bn[x]:
             diff = bn[x][0] - an[x][0]
+            if an[x][1:] == bn[x][1:] and an[x][1] in LEAVES and by_owners[0][1].get(x) == by_owners[1][1].get(x) \
+                    and by_owners[0][0][by_owners[0][1][x]] == by_owners[1][0][by_owners[1][1][x]]:
+                continue
             # (3.10's code objects count their zombie frame, made when the code first runs:
             # a walker's own code can grow between two walks)
             if an[x][1:] != bn[x][1:] or diff not in (moved[x], 0) and not (odd and abs(diff) <= 256) and not (

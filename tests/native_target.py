@@ -1,6 +1,6 @@
 """Target venvs with numpy, pandas, Pillow (and torch on 3.11) for the native-buffer tests, with
-pandas and pyarrow for the Arrow ones, with protobuf for its messages, cffi for its buffers, and with uvloop for the
-idle-loop tests.
+pandas and pyarrow for the Arrow ones, with protobuf for its messages, cffi for its buffers, pydantic for its Rust
+core's validators, and with uvloop for the idle-loop tests.
 
 ``native_python(version)`` builds (once, under a lock) a venv for the pyenv CPython ``version``
 holding those packages and not leakhound, cached under ``~/.cache/leakhound/native-pyX.Y-venv``,
@@ -55,6 +55,12 @@ def protobuf_python(version: str, protobuf: str = "protobuf") -> str:
 def cffi_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with cffi alone, cached as ``cffi-pyX.Y-venv``."""
     return _venv_python(version, f"cffi-py{version}-venv", [(".complete", ("cffi",))])
+
+
+def pydantic_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with pydantic (and its Rust core,
+    pydantic-core), cached as ``pydantic-pyX.Y-venv``."""
+    return _venv_python(version, f"pydantic-py{version}-venv", [(".complete", ("pydantic",))])
 
 
 def uvloop_python(version: str) -> str:

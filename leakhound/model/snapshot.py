@@ -76,7 +76,7 @@ class HeapStats:
     native_sqlite_bytes: int = 0
     # Of ``native_bytes``: what OpenSSL's contexts and connections hold in its heap (their
     # certificate stores; sessions, peer certificates), sized after the walk (payload/sizes.py
-    # ssl_object_sizes); 0 where they were not (none met, or a scan that could not finish):
+    # scanned_object_sizes); 0 where they were not (none met, or a scan that could not finish):
     # then they are what sys.getsizeof says, and the native_state finding names them.
     native_ssl_bytes: int = 0
     # False when a pause budget ruled out listing every gc-tracked object: then objects no

@@ -3005,7 +3005,7 @@ graph_settle(PyObject *Py_UNUSED(module), PyObject *capsule)
 PyDoc_STRVAR(graph_add_bytes_doc,
 "graph_add_bytes(graph, address, type_id, bytes) -> bool\n\n"
 "``bytes`` more of the node at ``address`` (what a C library holds for it, measured after the walk:\n"
-"sizes.ssl_object_sizes), in its size and in its type's native bytes; False where it is no node.");
+"sizes.scanned_object_sizes), in its size and in its type's native bytes; False where it is no node.");
 
 static PyObject *
 graph_add_bytes(PyObject *Py_UNUSED(module), PyObject *args)

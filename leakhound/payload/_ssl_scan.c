@@ -269,11 +269,14 @@ typedef struct {
     uint64_t cand[SSL_CANDIDATES];
     int32_t cand_owner[SSL_CANDIDATES];
     const HeapRange *cand_range[SSL_CANDIDATES];
+    uint64_t cand_expect[SSL_CANDIDATES];  /* the chunk size it must have (0: any) */
+    int rust_tables;       /* 1: Rust's hash tables are looked for too (scan_rust_table) */
     uint64_t head[SSL_CANDIDATES][2], after[SSL_CANDIDATES], size[SSL_CANDIDATES];
     uint64_t from[SSL_CANDIDATES];
     size_t len[SSL_CANDIDATES];
     void *to[SSL_CANDIDATES];
     unsigned char ok[SSL_CANDIDATES];
+    unsigned char read_ok_meta[SSL_CANDIDATES], meta_ok[SSL_CANDIDATES];  /* (scan_objects') */
     /* the pages a batch of pieces is read from (read_paged) */
     unsigned char *pages;  /* SSL_PAGE_SLOTS pages */
     uint64_t page_list[SSL_PAGE_LIST], page_from[SSL_PAGE_SLOTS];
@@ -382,6 +385,8 @@ scan_flush(Scan *sc)
         uint64_t chunk = sc->cand[k] - 16;
         uint64_t size = sc->ok[k] ? glibc_arena_size((uintptr_t)chunk, sc->cand_range[k], sc->head[k][1]) : 0;
         sc->size[k] = size <= (sc->cand_owner[k] < 0 ? SSL_MAX_GLOBAL_CHUNK : SSL_MAX_CHUNK) ? size : 0;
+        if (sc->cand_expect[k] != 0 && size != sc->cand_expect[k])
+            sc->size[k] = 0;
         if (sc->size[k] == 0)
             continue;
         sc->from[m] = chunk + size + 8;
@@ -429,10 +434,10 @@ scan_flush(Scan *sc)
         scan_peak = used;
 }
 
-/* The word ``p``, ``owner``'s: a candidate if it may start a chunk not seen yet (its header is
- * read with the batch's). */
+/* ``p``, ``owner``'s: a candidate if it may start a chunk not seen yet (its header is read
+ * with the batch's) of ``expect`` bytes (0: any). */
 static void
-scan_word(Scan *sc, uint64_t p, int32_t owner)
+scan_candidate(Scan *sc, uint64_t p, int32_t owner, uint64_t expect)
 {
     if ((p & 15) != 0 || p < 4096 + 16 || p - 16 >= ENTRY_MAX_CHUNK)  /* (an entry's address bits) */
         return;
@@ -447,8 +452,74 @@ scan_word(Scan *sc, uint64_t p, int32_t owner)
     sc->cand[sc->ncand] = p;
     sc->cand_owner[sc->ncand] = owner;
     sc->cand_range[sc->ncand] = r;
+    sc->cand_expect[sc->ncand] = expect;
     if (++sc->ncand == SSL_CANDIDATES)
         scan_flush(sc);
+}
+
+/* The word ``p``, ``owner``'s: a candidate if it may start a chunk not seen yet. */
+static void
+scan_word(Scan *sc, uint64_t p, int32_t owner)
+{
+    scan_candidate(sc, p, owner, 0);
+}
+
+/* Rust's hash tables (hashbrown's, every HashMap and HashSet's) keep a pointer into their
+ * allocation, not to its start: (bucket_mask, ctrl, growth_left, items), ctrl past the
+ * buckets, each bucket_mask + 1 of them sizeof(T) bytes (then the control bytes: one a
+ * bucket, and 16). A model's serializer keeps its fields in one (pydantic-core): ~60% of
+ * its heap. Where four words (either of the first two orders) look like one, the allocation
+ * is looked for at ctrl less the buckets of each size of T that is a multiple of 8, up to
+ * RUST_TABLE_MAX_ITEM: a chunk must start there of exactly the size malloc gives that
+ * allocation. */
+#define RUST_TABLE_MAX_ITEM 1024
+#define RUST_TABLE_MAX_BUCKETS ((uint64_t)1 << 24)
+
+static void
+scan_rust_table(Scan *sc, uint64_t mask, uint64_t ctrl, uint64_t growth, uint64_t items, int32_t owner)
+{
+    if ((ctrl & 15) != 0 || ctrl < 4096 || mask < 3 || mask >= RUST_TABLE_MAX_BUCKETS || (mask & (mask + 1)) != 0)
+        return;
+    uint64_t buckets = mask + 1;
+    uint64_t capacity = mask < 8 ? mask : buckets / 8 * 7;
+    if (items > capacity || growth > capacity - items)
+        return;
+    for (uint64_t size = 8; size <= RUST_TABLE_MAX_ITEM && !sc->failed; size += 8) {
+        uint64_t offset = (buckets * size + 15) & ~(uint64_t)15;
+        if (offset >= ctrl)
+            break;
+        uint64_t chunk = (offset + buckets + 16 + 8 + 15) & ~(uint64_t)15;
+        scan_candidate(sc, ctrl - offset, owner, chunk < 32 ? 32 : chunk);
+    }
+}
+
+/* ``n`` words, ``owner``'s: each a candidate, and where the scan looks for them, Rust's hash
+ * tables among them. */
+static void
+scan_words(Scan *sc, const uint64_t *w, size_t n, int32_t owner)
+{
+    for (size_t j = 0; j < n && !sc->failed; j++) {
+        scan_word(sc, w[j], owner);
+        if (sc->rust_tables && j + 3 < n && w[j + 2] <= RUST_TABLE_MAX_BUCKETS && w[j + 3] <= RUST_TABLE_MAX_BUCKETS) {
+            if (w[j] < RUST_TABLE_MAX_BUCKETS)
+                scan_rust_table(sc, w[j], w[j + 1], w[j + 2], w[j + 3], owner);
+            else if (w[j + 1] < RUST_TABLE_MAX_BUCKETS)
+                scan_rust_table(sc, w[j + 1], w[j], w[j + 2], w[j + 3], owner);
+        }
+    }
+}
+
+/* A type's tp_flags: the 22nd word of PyTypeObject (3.8-3.13), checked against type's own
+ * (type_flags_known) before it is read in another's. */
+#define TYPE_FLAGS_OFFSET 168
+static int type_flags_known = -1;
+
+static void
+check_type_flags_offset(void)
+{
+    if (type_flags_known < 0)
+        type_flags_known = *(const unsigned long *)((const char *)&PyType_Type + TYPE_FLAGS_OFFSET)
+                           == PyType_GetFlags(&PyType_Type);
 }
 
 /* Which of the ``n`` chunks read (their words at ``words[k]``, ``nwords[k]`` of them, ok[k]
@@ -475,28 +546,38 @@ scan_objects(Scan *sc, size_t n, uint64_t *const *words, const size_t *nwords, c
         }
     }
     read_paged(sc, m, sc->from, sc->len, sc->to, sc->ok);
-    /* a metatype's type: read where the first was no type */
-    size_t q = 0;
-    uint64_t *metameta = sc->size;
-    for (size_t j = 0; j < m; j++) {
-        if (!sc->ok[j])
-            continue;
-        if (meta[j] == sc->type_type) {
+    /* a metatype's type and flags: read where the first was no type (a word that points at
+     * any other object, a str a Rust struct keeps, reaches ``type`` in two steps too: the
+     * second must be a metatype, a subclass of type), half a candidates' array at a time */
+    uint64_t *metameta = sc->size, *metaflags = sc->head[0];
+    unsigned char *looked = sc->read_ok_meta;
+    for (size_t j = 0; j < m; j++)
+        looked[j] = sc->ok[j] && meta[j] != sc->type_type && meta[j] >= 4096 && (meta[j] & 7) == 0;
+    for (size_t j = 0; j < m; j++)
+        if (sc->ok[j] && meta[j] == sc->type_type)
             object[sc->cand_owner[j]] = 1;
-            continue;
+    size_t start = 0;
+    while (start < m) {
+        size_t q = 0, j = start;
+        for (; j < m && 2 * q + 2 <= SSL_CANDIDATES; j++) {
+            if (!looked[j])
+                continue;
+            sc->cand[q] = (uint64_t)sc->cand_owner[j];
+            sc->from[2 * q] = meta[j] + 8;
+            sc->len[2 * q] = 8;
+            sc->to[2 * q] = &metameta[q];
+            sc->from[2 * q + 1] = meta[j] + TYPE_FLAGS_OFFSET;
+            sc->len[2 * q + 1] = 8;
+            sc->to[2 * q + 1] = &metaflags[q];
+            q++;
         }
-        if (meta[j] < 4096 || (meta[j] & 7) != 0)
-            continue;
-        sc->cand[q] = (uint64_t)sc->cand_owner[j];
-        sc->from[q] = meta[j] + 8;
-        sc->len[q] = 8;
-        sc->to[q] = &metameta[q];
-        q++;
+        start = j;
+        read_paged(sc, 2 * q, sc->from, sc->len, sc->to, sc->meta_ok);
+        for (size_t k = 0; k < q; k++)
+            if (sc->meta_ok[2 * k] && metameta[k] == sc->type_type
+                && (type_flags_known != 1 || (sc->meta_ok[2 * k + 1] && (metaflags[k] & Py_TPFLAGS_TYPE_SUBCLASS))))
+                object[sc->cand[k]] = 1;
     }
-    read_paged(sc, q, sc->from, sc->len, sc->to, sc->ok);
-    for (size_t j = 0; j < q; j++)
-        if (sc->ok[j] && metameta[j] == sc->type_type)
-            object[sc->cand[j]] = 1;
 }
 
 /* Every depth in turn until none is left: its chunks read a batch at a time, each one's words
@@ -558,8 +639,7 @@ scan_depths(Scan *sc, unsigned char *buffer)
                         sc->totals[sc->batch_owner[k]] -= (long long)sc->batch_size[k];
                     continue;
                 }
-                for (size_t w = 0; w < nwords[k] && !sc->failed; w++)
-                    scan_word(sc, words[k][w], sc->batch_owner[k]);
+                scan_words(sc, words[k], nwords[k], sc->batch_owner[k]);
             }
             if (sc->ncand > 0 && !sc->failed)
                 scan_flush(sc);
@@ -640,6 +720,76 @@ thread_root(Roots *roots)
     }
 }
 
+/* The scan's state in ``sc`` (a new mapping's zeros), its tables within ``max_bytes``
+ * (``held`` what its buffers use already, counted in *heldp from now on). */
+static void
+scan_init(Scan *sc, unsigned char *pages, const char *ranges, Py_ssize_t nranges, long long *totals,
+          Py_ssize_t small_max, long long max_chunks, long long max_bytes, double seconds, long long *heldp)
+{
+    sc->pages = pages;
+    sc->pid = getpid();
+    sc->ranges = (const HeapRange *)ranges;
+    sc->nranges = nranges / (Py_ssize_t)sizeof(HeapRange);
+    sc->totals = totals;
+    sc->max_chunks = max_chunks;
+    sc->type_type = (uint64_t)(uintptr_t)&PyType_Type;
+    /* an object of small_max bytes or fewer is pymalloc's: a chunk of malloc's holds a bigger
+     * one, small_max + 16 bytes at least with its header (0: every object is malloc's) */
+    sc->object_min = small_max > 0 ? (uint64_t)small_max + 16 : 0;
+    sc->deadline = now() + seconds;
+    sc->fixed = *heldp;  /* (its buffers, mapped before and used whole) */
+    scan_peak = *heldp;
+    sc->seen.budget = max_bytes;
+    sc->seen.held = heldp;
+    sc->next_owner = INT64_MIN;
+}
+
+/* The candidates left checked, then every depth from them. */
+static void
+scan_rest(Scan *sc, unsigned char *buffer)
+{
+    if (sc->ncand > 0 && !sc->failed)
+        scan_flush(sc);
+    scan_depths(sc, buffer);
+}
+
+/* The libraries' globals first (``found``'s writable data): what they reach is no object's.
+ * The GIL released. */
+static void
+scan_globals(Scan *sc, const Roots *found, unsigned char *buffer)
+{
+    for (int k = 0; k < found->n && !sc->failed; k++) {
+        uint64_t at = found->at[k][0] & ~(uint64_t)7, end = found->at[k][1];
+        if (end < at || end - at > ((uint64_t)16 << 20))
+            continue;
+        for (; at + 8 <= end && !sc->failed; at += SSL_ROOT_READ) {
+            size_t len = end - at < SSL_ROOT_READ ? (size_t)(end - at) & ~(size_t)7 : SSL_ROOT_READ;
+            uint64_t *words = (uint64_t *)(buffer + SSL_BATCH_BYTES);
+            if (self_read(words, (uintptr_t)at, len) < 0)
+                continue;
+            scan_words(sc, words, len / 8, -1);
+        }
+    }
+    scan_rest(sc, buffer);
+}
+
+/* The scan's tables of chunks freed (its buffers are the caller's). */
+static void
+scan_done(Scan *sc, long long *held)
+{
+    mapping_free(&sc->next, held);
+    seen_free(&sc->seen);
+}
+
+/* The objects' totals (``n`` int64s), or None where the scan failed. */
+static PyObject *
+totals_answer(int failed, const long long *totals, Py_ssize_t n)
+{
+    if (failed)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)totals, n * (Py_ssize_t)sizeof(long long));
+}
+
 PyDoc_STRVAR(ssl_object_bytes_doc,
 "ssl_object_bytes(objects, context_type, socket_type, ranges, ssl_file, small_max, max_chunks,\n"
 "                 max_bytes, seconds) -> bytes or None\n\n"
@@ -694,6 +844,7 @@ ssl_object_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     if (openssl_roots(ssl_file, &found) == 0)
         Py_RETURN_NONE;  /* (what OpenSSL's globals reach would count as the contexts') */
     thread_root(&found);
+    check_type_flags_offset();
     PyObject *out = NULL;
     Py_ssize_t n = PyList_Size(list);
     long long *totals = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(long long));
@@ -733,60 +884,128 @@ ssl_object_bytes(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     }
     sc = (Scan *)scan.data;  /* (a new mapping's zeros) */
-    sc->pages = pages.data;
-    sc->pid = getpid();
-    sc->ranges = (const HeapRange *)ranges;
-    sc->nranges = nranges / (Py_ssize_t)sizeof(HeapRange);
-    sc->totals = totals;
-    sc->max_chunks = max_chunks;
-    sc->type_type = (uint64_t)(uintptr_t)&PyType_Type;
-    /* an object of small_max bytes or fewer is pymalloc's: a chunk of malloc's holds a bigger
-     * one, small_max + 16 bytes at least with its header (0: every object is malloc's) */
-    sc->object_min = small_max > 0 ? (uint64_t)small_max + 16 : 0;
-    sc->deadline = now() + seconds;
-    sc->fixed = held;  /* (its buffers, mapped above and used whole) */
-    scan_peak = held;
-    sc->seen.budget = max_bytes;
-    sc->seen.held = &held;
-    sc->next_owner = INT64_MIN;
+    scan_init(sc, pages.data, ranges, nranges, totals, small_max, max_chunks, max_bytes, seconds, &held);
     Py_BEGIN_ALLOW_THREADS
     /* OpenSSL's globals first: what they reach is no context's */
-    for (int k = 0; k < found.n && !sc->failed; k++) {
-        uint64_t at = found.at[k][0] & ~(uint64_t)7, end = found.at[k][1];
-        if (end < at || end - at > ((uint64_t)16 << 20))
-            continue;
-        for (; at + 8 <= end && !sc->failed; at += SSL_ROOT_READ) {
-            size_t len = end - at < SSL_ROOT_READ ? (size_t)(end - at) & ~(size_t)7 : SSL_ROOT_READ;
-            uint64_t *words = (uint64_t *)(buffer.data + SSL_BATCH_BYTES);
-            if (self_read(words, (uintptr_t)at, len) < 0)
-                continue;
-            for (size_t w = 0; w < len / 8 && !sc->failed; w++)
-                scan_word(sc, words[w], -1);
-        }
-    }
-    if (sc->ncand > 0 && !sc->failed)
-        scan_flush(sc);
-    scan_depths(sc, buffer.data);
+    scan_globals(sc, &found, buffer.data);
     /* then every context's SSL_CTX and socket's SSL, the first depth of all */
     for (Py_ssize_t i = 0; i < n && !sc->failed; i++)
         if (ctx[2 * i + 1] == 0 || ssl_holds_its_context(sc, ctx[2 * i], ctx[2 * i + 1], (uint64_t *)buffer.data))
             scan_word(sc, ctx[2 * i], (int32_t)i);
-    if (sc->ncand > 0 && !sc->failed)
-        scan_flush(sc);
-    scan_depths(sc, buffer.data);
+    scan_rest(sc, buffer.data);
     failed = sc->failed;
-    mapping_free(&sc->next, &held);
-    seen_free(&sc->seen);
+    scan_done(sc, &held);
     Py_END_ALLOW_THREADS
-    if (failed) {
-        out = Py_None;
-        Py_INCREF(out);
-    }
-    else
-        out = PyBytes_FromStringAndSize((const char *)totals, n * (Py_ssize_t)sizeof(long long));
+    out = totals_answer(failed, totals, n);
 done:
     PyMem_Free(totals);
     PyMem_Free(ctx);
+    mapping_free(&buffer, &held);
+    mapping_free(&pages, &held);
+    mapping_free(&scan, &held);
+    return out;
+}
+
+/* -- C types whose state is behind their struct's pointers --------------------------------- */
+
+/* The writable data of the loaded object ``file`` (its globals), as roots_of_object does
+ * OpenSSL's: 0 pairs where it is not loaded. */
+static int
+file_roots(const char *file, Roots *roots)
+{
+    memset(roots, 0, sizeof(*roots));
+    roots->own = file;
+    dl_iterate_phdr(roots_of_object, roots);  /* (OpenSSL's, if loaded, are set aside) */
+    memcpy(roots->at, roots->own_at, sizeof(roots->at));
+    roots->n = roots->nown;
+    return roots->n;
+}
+
+PyDoc_STRVAR(struct_object_bytes_doc,
+"struct_object_bytes(objects, basicsizes, ranges, lib_file, small_max, max_chunks, max_bytes,\n"
+"                    seconds) -> bytes or None\n\n"
+"The bytes of the heap's glibc chunks each object's own struct reaches first (its words after\n"
+"its header, to its basicsize: ``basicsizes``, int64s, one an object), as int64s in their\n"
+"order: a C type that keeps its state behind pointers (pydantic-core's validators and\n"
+"serializers: Rust's boxes and vectors, which sys.getsizeof does not count). What\n"
+"``lib_file``'s writable data reach (its globals: caches every object uses) is no object's;\n"
+"None where it is not loaded, past ``max_chunks`` chunks, ``max_bytes`` of tables or\n"
+"``seconds``. ``ranges`` and ``small_max`` as ssl_object_bytes'. The structs are copied\n"
+"with the GIL held, then scanned with it released; runs no Python code.");
+
+static PyObject *
+struct_object_bytes(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *list;
+    const char *sizes, *ranges, *lib_file;
+    Py_ssize_t nsizes, nranges, small_max;
+    long long max_chunks, max_bytes;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "O!y#y#snLLd:struct_object_bytes", &PyList_Type, &list, &sizes, &nsizes, &ranges,
+                          &nranges, &lib_file, &small_max, &max_chunks, &max_bytes, &seconds))
+        return NULL;
+    Py_ssize_t n = PyList_Size(list);
+    if (nsizes != n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "basicsizes: one int64 an object");
+        return NULL;
+    }
+    Roots found;
+    if (file_roots(lib_file, &found) == 0)
+        Py_RETURN_NONE;  /* (what its globals reach would count as the objects') */
+    check_type_flags_offset();
+    PyObject *out = NULL;
+    long long *totals = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(long long));
+    size_t *first = PyMem_Calloc((size_t)n + 1, sizeof(size_t));  /* object i's words: [first[i], first[i + 1]) */
+    Mapping scan = {0}, buffer = {0}, pages = {0}, words = {0};
+    Scan *sc = NULL;
+    int failed = 0;
+    long long held = 0;
+    scan_peak = 0;
+    if (totals == NULL || first == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t size;
+        memcpy(&size, sizes + i * (Py_ssize_t)sizeof(int64_t), sizeof(size));
+        size_t count = size > (int64_t)sizeof(PyObject) && size <= ((int64_t)1 << 20)
+                           ? (size_t)(size - (int64_t)sizeof(PyObject)) / 8 : 0;
+        first[i + 1] = first[i] + count;
+    }
+    if (mapping_grow(&scan, sizeof(Scan), max_bytes, &held) < 0
+        || mapping_grow(&buffer, SSL_BATCH_BYTES + SSL_ROOT_READ, max_bytes, &held) < 0
+        || mapping_grow(&pages, SSL_PAGE_SLOTS * SSL_PAGE, max_bytes, &held) < 0
+        || mapping_grow(&words, (first[n] > 0 ? first[n] : 1) * 8, max_bytes, &held) < 0) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    /* each object's words, copied while the GIL keeps them as they are (the list keeps the
+     * objects alive after; what their pointers reach is read with process_vm_readv) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *obj = PyList_GetItem(list, i);
+        if (obj != NULL && first[i + 1] > first[i])
+            memcpy(words.data + first[i] * 8, (const char *)obj + sizeof(PyObject), (first[i + 1] - first[i]) * 8);
+    }
+    sc = (Scan *)scan.data;
+    scan_init(sc, pages.data, ranges, nranges, totals, small_max, max_chunks, max_bytes, seconds, &held);
+    sc->rust_tables = 1;
+    Py_BEGIN_ALLOW_THREADS
+    /* the library's globals first: what they reach is no object's */
+    scan_globals(sc, &found, buffer.data);
+    /* then every object's struct, the first depth of all */
+    const uint64_t *all = (const uint64_t *)words.data;
+    for (Py_ssize_t i = 0; i < n && !sc->failed; i++)
+        scan_words(sc, all + first[i], first[i + 1] - first[i], (int32_t)i);
+    scan_rest(sc, buffer.data);
+    failed = sc->failed;
+    scan_done(sc, &held);
+    Py_END_ALLOW_THREADS
+    out = totals_answer(failed, totals, n);
+done:
+    PyMem_Free(totals);
+    PyMem_Free(first);
+    mapping_free(&words, &held);
     mapping_free(&buffer, &held);
     mapping_free(&pages, &held);
     mapping_free(&scan, &held);
@@ -806,6 +1025,7 @@ ssl_scan_peak(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
 PyMethodDef ssl_scan_methods[] = {
     {"ssl_object_bytes", ssl_object_bytes, METH_VARARGS, ssl_object_bytes_doc},
     {"ssl_scan_peak", ssl_scan_peak, METH_NOARGS, ssl_scan_peak_doc},
+    {"struct_object_bytes", struct_object_bytes, METH_VARARGS, struct_object_bytes_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -78,7 +78,11 @@ def ssl_object_bytes(objects: list[object], context_type: type, socket_type: typ
     """What each context's SSL_CTX or socket's SSL reaches first in OpenSSL's heap (int64s), None if not done."""
 
 def ssl_scan_peak() -> int:
-    """The most the last ssl_object_bytes' tables used at once, as far as written."""
+    """The most the last ssl_object_bytes' (or struct_object_bytes') tables used at once, as far as written."""
+
+def struct_object_bytes(objects: list[object], basicsizes: bytes, ranges: bytes, lib_file: str, small_max: int,
+                        max_chunks: int, max_bytes: int, seconds: float, /) -> bytes | None:
+    """What each object's own struct reaches first in the heap (int64s), None if not done."""
 
 def stream_state_bytes(obj: object, type: type, basicsize: int, kind: int, ranges: bytes, /) -> tuple[int, int] | None:
     """(bytes of its C state, size of the input it keeps) of a compression stream object (1:

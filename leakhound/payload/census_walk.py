@@ -39,8 +39,8 @@ from .sizes import (
     native_types,
     object_block,
     object_sizeof,
+    scanned_object_sizes,
     sizeof_is_builtin,
-    ssl_object_sizes,
 )
 
 if False:  # typing only; the payload imports nothing it does not need at run time
@@ -112,7 +112,7 @@ class ClaimWalk(object):
         if self._native_kinds is None:
             # (with OpenSSL's contexts, sized once the census is over: size_after_walk)
             self._native_kinds, self._native_bases = native_types(self.clock.hold, after_walk=True)
-        for listed in ("ssl_objects", "ssl_owners"):  # (an earlier walk's: not this one's)
+        for listed in ("scanned_objects", "scanned_owners"):  # (an earlier walk's: not this one's)
             if listed in self._native_bases:
                 self._native_bases[listed].clear()
         # id(type) -> NATIVE_BUFFERS (handed back in ``found``) or NATIVE_VALUES (3.11+
@@ -340,7 +340,7 @@ class ClaimWalk(object):
         types = self.types
         added_objects = added_bytes = 0
         held = []  # type: list
-        walking = self._native_bases.get("ssl_owner")  # the owner a context listed is met for
+        walking = self._native_bases.get("scanned_owner")  # the owner a context listed is met for
         if walking is not None:
             walking[0] = owner
         done = 0
@@ -380,15 +380,15 @@ class ClaimWalk(object):
 
     def size_after_walk(self, deadline, max_bytes):
         """What the objects sized after the walk hold (OpenSSL's contexts: every one met, at
-        once, with the GIL released: sizes.ssl_object_sizes), added to their types, to the
+        once, with the GIL released: sizes.scanned_object_sizes), added to their types, to the
         owners they were met for and to the totals."""
-        if not self._native_bases.get("ssl_objects"):
+        if not self._native_bases.get("scanned_objects"):
             return
-        sized = ssl_object_sizes(self._native_bases, deadline, max_bytes)
+        sized = scanned_object_sizes(self._native_bases, deadline, max_bytes)
         self.clock.yielded()  # (the scan ran with the GIL released)
         # (its tables beside the walk's own, at once: the payload's peak)
         self.bookkeeping_bytes = max(self.bookkeeping_bytes,
-                                     self.own_bytes(None) + self._native_bases.get("ssl_scan_bytes", 0))
+                                     self.own_bytes(None) + self._native_bases.get("scan_bytes", 0))
         for obj, owner, size in sized:
             self.types.bytes[self.types.slot(type(obj))] += size
             self._credit(owner, 0, size)

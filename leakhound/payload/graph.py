@@ -83,9 +83,10 @@ from .sizes import (
     native_codes,
     native_extra,
     native_types,
+    scanned_object_sizes,
     sqlite_native_bytes,
     ssl_native_bytes,
-    ssl_object_sizes,
+    struct_classes,
 )
 from .tracked import young_estimate, young_ids, young_limit
 
@@ -456,17 +457,17 @@ class Graph(object):
         """What the objects sized after the walk hold (OpenSSL's contexts: every one met, at
         once, with the GIL released), added to their nodes and their types' tallies; within
         the walk's deadline and what is left of its memory budget."""
-        if not self.native_bases.get("ssl_objects"):
+        if not self.native_bases.get("scanned_objects"):
             return
         self.check()
         # (within the walk's own budget too; half the time left at most: a scan cut short sizes
         # nothing, a walk past its deadline is lost whole)
         held = self._payload_bytes()
         left = after_walk_budget(self.memory_left, self.max_bytes - held if self.max_bytes else None)
-        sized = ssl_object_sizes(self.native_bases, self.clock.deadline, left)
+        sized = scanned_object_sizes(self.native_bases, self.clock.deadline, left)
         self.clock.yielded()  # (the scan ran with the GIL released)
         # (the scan's tables beside the walk's, at once: the payload's peak, result())
-        self.after_walk_peak = held + self.native_bases.get("ssl_scan_bytes", 0)
+        self.after_walk_peak = held + self.native_bases.get("scan_bytes", 0)
         for obj, _owner, size in sized:
             self._add_bytes(obj, size)
         del sized
@@ -1032,12 +1033,17 @@ class CompiledGraph(Graph):
 
 def kept_types():
     """The classes of wire.OPAQUE_NATIVE_TYPES loaded in this process (read from their modules'
-    dicts, kept where the class's name is the one listed), a tuple."""
+    dicts, kept where the class's name is the one listed), and those whose objects are sized
+    after the walk from their structs (sizes.struct_classes: the bytes go to their nodes), a
+    tuple."""
     found = []
     for name in wire.OPAQUE_NATIVE_TYPES:
         module, _dot, qualname = name.rpartition(".")
         cls = class_from(module, qualname)
         if cls is not None and type_name(cls) == name and cls not in found:
+            found.append(cls)
+    for _kind, cls in struct_classes():
+        if cls not in found:
             found.append(cls)
     return tuple(found)
 

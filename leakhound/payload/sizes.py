@@ -550,6 +550,33 @@ def _ssl_socket():
     return cls
 
 
+# C types whose state is behind their struct's pointers in glibc's heap, which sys.getsizeof
+# does not count: (kind, module, class), each sized after the walk, every one met at once
+# (struct_object_bytes, from its struct's words): pydantic-core's validators and serializers
+# (Rust's boxes, vectors and hash tables: a 20-field model's pair ~5 KB).
+_STRUCT_CLASSES = (
+    ("pydantic_validator", "pydantic_core._pydantic_core", "SchemaValidator"),
+    ("pydantic_serializer", "pydantic_core._pydantic_core", "SchemaSerializer"),
+)
+_STRUCT_KINDS = frozenset(kind for kind, _module, _name in _STRUCT_CLASSES)
+
+
+def struct_classes():
+    """[(kind, class)] of _STRUCT_CLASSES loaded here from an extension module's file, where
+    the compiled walk reads glibc's chunks (64-bit)."""
+    if sys.maxsize < 2 ** 32 or _compiled_walk is None or not hasattr(_compiled_walk, "struct_object_bytes"):
+        return []
+    if HEAP_BLOCKS is None or not HEAP_BLOCKS[2]:
+        return []
+    out = []
+    for kind, module_name, name in _STRUCT_CLASSES:
+        cls = class_from(module_name, name)
+        path = module_file(sys.modules.get(module_name))
+        if cls is not None and type(path) is str and path.endswith(".so"):  # (PyO3's are heap types)
+            out.append((kind, cls))
+    return out
+
+
 _HASHLIB_BASICSIZE = 32
 _HASHLIB_KINDS = ("hashlib", "hashlib_xof", "hashlib_hmac")
 
@@ -592,24 +619,28 @@ def native_types(tick=None, after_walk=False):
     of numpy, torch, mmap, Pillow, ctypes, cffi, pyarrow, zlib, bz2, lzma, io or protobuf's
     upb is loaded. (Flat dicts of ints, strs and classes: nothing in them is a gc-tracked
     object of the census's own.) ``after_walk``: with the kinds sized once the walk is over
-    (OpenSSL's contexts and connections: ssl_object_sizes), whose objects native_extra lists
+    (OpenSSL's contexts and connections: scanned_object_sizes), whose objects native_extra lists
     meanwhile."""
     out = {}  # type: dict
     bases = {}  # type: dict
     found = _native_bases()
     ssl_context = _ssl_context() if after_walk else None
+    scanned = struct_classes() if after_walk else []
     if ssl_context is not None:
-        found.append(("ssl_context", ssl_context))
+        scanned.append(("ssl_context", ssl_context))
         ssl_socket = _ssl_socket()
         if ssl_socket is not None:
-            found.append(("ssl_socket", ssl_socket))
-        # The contexts and connections the walk met, sized after it (id -> object), the owner
-        # each was met for (the census's: id -> its owner slot), the owner walked now, and
-        # when to let go of those only this table holds (_prune_contexts)
-        bases["ssl_objects"] = {}
-        bases["ssl_owners"] = {}
-        bases["ssl_owner"] = [0]
-        bases["ssl_prune_at"] = [0]
+            scanned.append(("ssl_socket", ssl_socket))
+    if scanned:
+        found.extend(scanned)
+        # The objects the walk met that are sized after it (OpenSSL's contexts and
+        # connections, _STRUCT_CLASSES': id -> object), the owner each was met for (the
+        # census's: id -> its owner slot), the owner walked now, and when to let go of those
+        # only this table holds (_prune_scanned)
+        bases["scanned_objects"] = {}
+        bases["scanned_owners"] = {}
+        bases["scanned_owner"] = [0]
+        bases["scanned_prune_at"] = [0]
         bases["ssl"] = [0]  # native bytes of OpenSSL's contexts and connections (ssl_native_bytes)
     for kind, base in found:
         bases[kind] = base
@@ -938,7 +969,7 @@ def mapped_native_bytes(bases):
 
 def ssl_native_bytes(bases):
     """Of a walk's native bytes (``bases``: its native_types()'s), those of OpenSSL's contexts
-    and connections (ssl_object_sizes): 0 where none was sized (none met, or no scan)."""
+    and connections (scanned_object_sizes): 0 where none was sized (none met, or no scan)."""
     tally = (bases or {}).get("ssl")
     return tally[0] if tally is not None else 0
 
@@ -957,16 +988,16 @@ AFTER_WALK_BYTES = 64 << 20
 _PRUNE_EVERY_FROM = 64
 
 
-def _prune_contexts(bases):
+def _prune_scanned(bases):
     """Let go of the contexts listed that only the table holds now (the target dropped them
     since the walk met them: a worker making a client per request would otherwise keep them
     all, ~850 KB each, until the walk is over); they are freed here, as the target would have."""
-    met, owners = bases["ssl_objects"], bases["ssl_owners"]
+    met, owners = bases["scanned_objects"], bases["scanned_owners"]
     dead = [key for key in list(met) if sys.getrefcount(met[key]) <= 2]  # (the table's and the call's)
     for key in dead:
         del met[key]
         owners.pop(key, None)
-    bases["ssl_prune_at"][0] = len(met) if len(met) < _PRUNE_EVERY_FROM else 2 * len(met)
+    bases["scanned_prune_at"][0] = len(met) if len(met) < _PRUNE_EVERY_FROM else 2 * len(met)
 
 
 def after_walk_budget(memory_left, walk_left=None):
@@ -977,49 +1008,108 @@ def after_walk_budget(memory_left, walk_left=None):
     return min([AFTER_WALK_BYTES] + [limit for limit in (left, walk_left) if limit is not None])
 
 
-def ssl_object_sizes(bases, deadline, max_bytes):
-    """[(object, the owner it was met for, bytes)] of the OpenSSL contexts and connections a
-    walk met and the target still holds (native_extra listed them in ``bases``), each what
-    its SSL_CTX or SSL reaches first in OpenSSL's heap (_ssl_scan.c: all at once, breadth
-    first, none of what OpenSSL's globals reach); their tally goes to ssl_native_bytes. Empty
-    where none was met or the scan could not finish (half the time left before ``deadline``,
-    a time.monotonic(): the walk's result is still to be made; ``max_bytes`` of its tables:
-    they are then what sys.getsizeof says). The table is empty after; ``bases["ssl_scan_bytes"]``
-    is what the scan's tables used at their most (absent: no scan ran)."""
-    met = bases.get("ssl_objects")
-    cls = bases.get("ssl_context")
-    if not met or cls is None or _compiled_walk is None:
+def scanned_object_sizes(bases, deadline, max_bytes):
+    """[(object, the owner it was met for, bytes)] of the objects sized after the walk that a
+    walk met and the target still holds (native_extra listed them in ``bases``): OpenSSL's
+    contexts and connections, each what its SSL_CTX or SSL reaches first in OpenSSL's heap
+    (_ssl_scan.c ssl_object_bytes: all at once, breadth first, none of what OpenSSL's
+    globals reach; their tally goes to ssl_native_bytes), and _STRUCT_CLASSES' objects, each
+    what its struct reaches first (struct_object_bytes: none of what its module's globals
+    reach). Empty where none was met or a scan could not finish (half the time left before
+    ``deadline``, a time.monotonic(): the walk's result is still to be made; ``max_bytes`` of
+    its tables: they are then what sys.getsizeof says). The table is empty after;
+    ``bases["scan_bytes"]`` is what a scan's tables used at their most (absent: none ran)."""
+    met = bases.get("scanned_objects")
+    if not met or _compiled_walk is None:
         return []
-    _prune_contexts(bases)
-    contexts = list(met.values())
-    owners = [bases["ssl_owners"].get(id(obj), 0) for obj in contexts]
+    _prune_scanned(bases)
+    objects = list(met.values())
+    owner_of = bases["scanned_owners"]
     met.clear()
-    bases["ssl_owners"].clear()
-    bases["ssl_prune_at"][0] = 0
-    seconds = (deadline - time.monotonic()) / 2
-    if seconds <= 0 or max_bytes <= 0:
+    bases["scanned_prune_at"][0] = 0
+    ssl_classes = [c for c in (bases.get("ssl_context"), bases.get("ssl_socket")) if c is not None]
+    contexts, by_file = [], {}  # type: list, dict
+    for obj in objects:
+        if ssl_classes and any(isinstance_of(obj, c) for c in ssl_classes):
+            contexts.append(obj)
+            continue
+        for kind in _STRUCT_KINDS:
+            if bases.get(kind) is not None and type(obj) is bases[kind]:
+                module = sys.modules.get(type.__dict__["__module__"].__get__(type(obj), type))
+                path = module_file(module)
+                if type(path) is str:
+                    by_file.setdefault(path, []).append(obj)
+                break
+    owners = {id(obj): owner_of.get(id(obj), 0) for obj in objects}
+    owner_of.clear()
+    del objects
+    out = []
+    peak = None
+    if contexts and bases.get("ssl_context") is not None:
+        sized, peak = _ssl_sizes(bases, contexts, deadline, max_bytes)
+        bases["ssl"][0] += sum(size for _obj, size in sized)
+        out.extend(sized)
+    for path, group in by_file.items():
+        sized, used = _struct_sizes(group, path, deadline, max_bytes)
+        peak = used if peak is None else max(peak, used if used is not None else 0)
+        out.extend(sized)
+    if peak is not None:
+        # (its tables' most at once, leakhound's own memory in the target: said with the walk's)
+        bases["scan_bytes"] = peak
+    return [(obj, owners.get(id(obj), 0), size) for obj, size in out]
+
+
+def _scan_seconds(deadline):
+    """A scan's time: half what is left before ``deadline``, _SSL_MAX_SECONDS at most."""
+    return min((deadline - time.monotonic()) / 2, _SSL_MAX_SECONDS)
+
+
+def _scan_peak():
+    return _compiled_walk.ssl_scan_peak() if hasattr(_compiled_walk, "ssl_scan_peak") else 0
+
+
+def _sized(objects, got):
+    """[(object, bytes)] of a scan's answer (int64s, one an object; None: none)."""
+    if got is None:
         return []
+    sizes = array.array("q")
+    sizes.frombytes(got)
+    return [(obj, size) for obj, size in zip(objects, sizes) if 0 < size <= MAX_OBJECT_BYTES]  # noqa: B905 - 3.8+
+
+
+def _ssl_sizes(bases, contexts, deadline, max_bytes):
+    """([(context or connection, bytes)], the scan's peak or None: it did not run)."""
+    seconds = _scan_seconds(deadline)
+    if seconds <= 0 or max_bytes <= 0:
+        return [], None
     # (OpenSSL's globals, whose chunks are no context's: libssl's and libcrypto's data, or
     # _ssl's own where it has OpenSSL linked in)
     ssl_file = module_file(sys.modules.get("_ssl"))
     try:
         # (the heap's ranges now: it may have grown since the walk began)
-        got = _compiled_walk.ssl_object_bytes(contexts, cls, bases.get("ssl_socket"), _heap_ranges(),
+        got = _compiled_walk.ssl_object_bytes(contexts, bases["ssl_context"], bases.get("ssl_socket"), _heap_ranges(),
                                               ssl_file if type(ssl_file) is str else None,
                                               HEAP_BLOCKS[0] if HEAP_BLOCKS is not None else 0, _SSL_MAX_CHUNKS,
-                                              max_bytes, min(seconds, _SSL_MAX_SECONDS))
+                                              max_bytes, seconds)
     except (ValueError, UnicodeError):  # a file name with a NUL or a lone surrogate
-        return []
-    # (its tables' most at once, leakhound's own memory in the target: said with the walk's)
-    bases["ssl_scan_bytes"] = _compiled_walk.ssl_scan_peak() if hasattr(_compiled_walk, "ssl_scan_peak") else 0
-    if got is None:
-        return []
-    sizes = array.array("q")
-    sizes.frombytes(got)
-    out = [(obj, owner, size) for obj, owner, size in zip(contexts, owners, sizes)  # noqa: B905 - 3.8+
-           if 0 < size <= MAX_OBJECT_BYTES]
-    bases["ssl"][0] += sum(size for _obj, _owner, size in out)
-    return out
+        return [], None
+    return _sized(contexts, got), _scan_peak()
+
+
+def _struct_sizes(objects, path, deadline, max_bytes):
+    """([(object, bytes)], the scan's peak or None) of _STRUCT_CLASSES' objects of the
+    extension module at ``path`` (its globals' chunks are no object's)."""
+    seconds = _scan_seconds(deadline)
+    if seconds <= 0 or max_bytes <= 0:
+        return [], None
+    basicsizes = array.array("q", [_basicsize(type(obj)) for obj in objects])
+    try:
+        got = _compiled_walk.struct_object_bytes(objects, basicsizes.tobytes(), _heap_ranges(), path,
+                                                 HEAP_BLOCKS[0] if HEAP_BLOCKS is not None else 0, _SSL_MAX_CHUNKS,
+                                                 max_bytes, seconds)
+    except (ValueError, UnicodeError):
+        return [], None
+    return _sized(objects, got), _scan_peak()
 
 
 def sqlite_native_bytes(bases):
@@ -1164,17 +1254,17 @@ def native_extra(obj, native, bases, seen_buffers):
                 return 0, []
             bases["sqlite"][0] += counted
             return counted, []
-        if kind in ("ssl_context", "ssl_socket"):
+        if kind in ("ssl_context", "ssl_socket") or kind in _STRUCT_KINDS:
             # OpenSSL's context (its certificate store: ~850 KB for create_default_context(),
             # 144 bytes by sys.getsizeof) and connection (~18 KB idle: its SSL, session, peer
             # certificates) are sized once the walk is over, every one at once
-            # (ssl_object_sizes): listed here
-            met = bases["ssl_objects"]
+            # (scanned_object_sizes): listed here
+            met = bases["scanned_objects"]
             if id(obj) not in met:
                 met[id(obj)] = obj
-                bases["ssl_owners"][id(obj)] = bases["ssl_owner"][0]
-                if len(met) > bases["ssl_prune_at"][0]:
-                    _prune_contexts(bases)
+                bases["scanned_owners"][id(obj)] = bases["scanned_owner"][0]
+                if len(met) > bases["scanned_prune_at"][0]:
+                    _prune_scanned(bases)
             return 0, []
         if kind in _HASHLIB_KINDS:
             # OpenSSL's digest context and the provider's state it owns (a sha256's ~210

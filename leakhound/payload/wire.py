@@ -75,7 +75,7 @@ KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
 # graph keeps each a node (graph.kept_types: ``--why TYPE`` names who holds them), and
 # analysis/detectors/native_state.py says what each holds.
 # (hashlib's hashers and HMACs, _hashlib.HASH and HMAC, are sized: sizes.py evp_digest_bytes;
-# OpenSSL's contexts and connections are where the walk scanned OpenSSL's heap: sizes.ssl_object_sizes,
+# OpenSSL's contexts and connections are where the walk scanned OpenSSL's heap: sizes.scanned_object_sizes,
 # ``heap.native_ssl_bytes``.)
 OPAQUE_NATIVE_TYPES = ("ssl.SSLContext", "_ssl._SSLContext", "_ssl._SSLSocket", "sqlite3.Connection",
                        "pyexpat.xmlparser")
@@ -251,7 +251,7 @@ if TYPE_CHECKING:
         native_bytes: int
         native_mapped_bytes: int  # of native_bytes: on a file's or shared memory's pages (in "mapped files" too)
         native_sqlite_bytes: int  # of native_bytes: SQLite's for its connections (in sqlite3_memory_used too)
-        native_ssl_bytes: int  # of native_bytes: OpenSSL's for its contexts (sizes.ssl_object_sizes)
+        native_ssl_bytes: int  # of native_bytes: OpenSSL's for its contexts (sizes.scanned_object_sizes)
         notes: List[str]
         types: List[TypeRow]
         owners: List[OwnerRow]

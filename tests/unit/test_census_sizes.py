@@ -117,30 +117,30 @@ def test_ssl_contexts_are_sized_after_the_walk_as_ssls_own_c_type(monkeypatch: p
     contexts = [ssl.create_default_context() for _ in range(3)]
     native, bases = sizes.native_types(after_walk=True)
     assert [sizes.native_extra(c, native, bases, set()) for c in contexts + contexts[:1]] == [(0, [])] * 4
-    sized = sizes.ssl_object_sizes(bases, time.monotonic() + 60.0, 64 << 20)
+    sized = sizes.scanned_object_sizes(bases, time.monotonic() + 60.0, 64 << 20)
     assert [c for c, _owner, _size in sized] == contexts  # (the one met twice: once)
     assert all(500_000 <= size <= 2_000_000 for _c, _owner, size in sized), sized
     assert sizes.ssl_native_bytes(bases) == sum(size for _c, _owner, size in sized)
-    assert bases["ssl_objects"] == {} and bases["ssl_owners"] == {}
+    assert bases["scanned_objects"] == {} and bases["scanned_owners"] == {}
     # what its tables used at their most, said with the walk's (its buffers ~1.4 MiB, then a
     # word a chunk read and a bitmap per MiB: far less than the contexts' ~2.5 MB)
-    assert 1 << 20 <= bases["ssl_scan_bytes"] <= 4 << 20, bases["ssl_scan_bytes"]
+    assert 1 << 20 <= bases["scan_bytes"] <= 4 << 20, bases["scan_bytes"]
     for budget, deadline in ((4096, time.monotonic() + 60.0), (64 << 20, time.monotonic())):
         for c in contexts:
             sizes.native_extra(c, native, bases, set())
-        assert sizes.ssl_object_sizes(bases, deadline, budget) == []
+        assert sizes.scanned_object_sizes(bases, deadline, budget) == []
     # a context the target lets go of while the walk goes is not kept alive by the table
     dropped = ssl.create_default_context()
     sizes.native_extra(dropped, native, bases, set())
     gone = weakref.ref(dropped)
     del dropped
     sizes.native_extra(contexts[0], native, bases, set())
-    assert gone() is None and list(bases["ssl_objects"].values()) == contexts[:1]
+    assert gone() is None and list(bases["scanned_objects"].values()) == contexts[:1]
     # an SSL_CTX pointer that is none (unmapped, inside a chunk, a Python object's own chunk)
     # reads nothing, or nothing but what it is
     import ctypes
 
-    sizes.ssl_object_sizes(bases, time.monotonic(), 0)  # (the table emptied: contexts[0] listed above)
+    sizes.scanned_object_sizes(bases, time.monotonic(), 0)  # (the table emptied: contexts[0] listed above)
     bogus_context = ssl.create_default_context()
     word = ctypes.c_uint64.from_address(id(bogus_context) + 16)
     saved, big = word.value, b"x" * 100_000
@@ -148,7 +148,7 @@ def test_ssl_contexts_are_sized_after_the_walk_as_ssls_own_c_type(monkeypatch: p
         for bogus in (0xDEAD0000, saved + 16, id(big)):
             word.value = bogus
             sizes.native_extra(bogus_context, native, bases, set())
-            assert sizes.ssl_object_sizes(bases, time.monotonic() + 60.0, 64 << 20) == []
+            assert sizes.scanned_object_sizes(bases, time.monotonic() + 60.0, 64 << 20) == []
     finally:
         word.value = saved
     # a connection (an SSLObject over memory BIOs: an _ssl._SSLSocket all the same) is its SSL
@@ -158,14 +158,15 @@ def test_ssl_contexts_are_sized_after_the_walk_as_ssls_own_c_type(monkeypatch: p
         sslobj = connection._sslobj  # type: ignore[attr-defined]
         for obj in (contexts[1], sslobj):
             sizes.native_extra(obj, native, bases, set())
-        got = {id(obj): size for obj, _owner, size in sizes.ssl_object_sizes(bases, time.monotonic() + 60.0, 64 << 20)}
+        sized = sizes.scanned_object_sizes(bases, time.monotonic() + 60.0, 64 << 20)
+        got = {id(obj): size for obj, _owner, size in sized}
         assert 4_000 <= got.get(id(sslobj), 0) <= 100_000 and got.get(id(contexts[1]), 0) > 500_000, got
         ssl_word = ctypes.c_uint64.from_address(id(sslobj) + 24)
         saved_ssl = ssl_word.value
         try:
             ssl_word.value = id(big)
             sizes.native_extra(sslobj, native, bases, set())
-            assert sizes.ssl_object_sizes(bases, time.monotonic() + 60.0, 64 << 20) == []
+            assert sizes.scanned_object_sizes(bases, time.monotonic() + 60.0, 64 << 20) == []
         finally:
             ssl_word.value = saved_ssl
     census_native, census_bases = sizes.native_types()

@@ -29,7 +29,7 @@ HOLDS = {
     "sqlite3.Connection": "SQLite's connection: its page cache, schema and statements",
     "pyexpat.xmlparser": "expat's parser: its buffers",
 }
-# Sized where the walk scanned OpenSSL's heap (payload/sizes.py ssl_object_sizes)
+# Sized where the walk scanned OpenSSL's heap (payload/sizes.py scanned_object_sizes)
 SSL_TYPES = ("ssl.SSLContext", "_ssl._SSLContext", "_ssl._SSLSocket")
 # "other" under this is an interpreter's and its libraries' own (a bare 3.11: ~10 MiB)
 MIN_OTHER_BYTES = 32 * MiB
