@@ -1,6 +1,6 @@
 """Target venvs with numpy, pandas, Pillow (and torch on 3.11) for the native-buffer tests, with
 pandas and pyarrow for the Arrow ones, with protobuf for its messages, cffi for its buffers, pydantic for its Rust
-core's validators, and with uvloop for the idle-loop tests.
+core's validators, tiktoken and tokenizers for their encoders, and with uvloop for the idle-loop tests.
 
 ``native_python(version)`` builds (once, under a lock) a venv for the pyenv CPython ``version``
 holding those packages and not leakhound, cached under ``~/.cache/leakhound/native-pyX.Y-venv``,
@@ -61,6 +61,12 @@ def pydantic_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with pydantic (and its Rust core,
     pydantic-core), cached as ``pydantic-pyX.Y-venv``."""
     return _venv_python(version, f"pydantic-py{version}-venv", [(".complete", ("pydantic",))])
+
+
+def tokenizer_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with tiktoken and Hugging Face's tokenizers
+    (Rust both), cached as ``tokenizers-pyX.Y-venv``."""
+    return _venv_python(version, f"tokenizers-py{version}-venv", [(".complete", ("tiktoken", "tokenizers"))])
 
 
 def uvloop_python(version: str) -> str:

@@ -40,7 +40,13 @@ from leakhound.model.growth import (
     named_binding,
     normalized_path,
 )
-from leakhound.model.names import CODE_OWNER, MADE_DURING_WALK_PREFIX, NOT_ATTRIBUTED_PREFIX, PAYLOAD_OWNER
+from leakhound.model.names import (
+    CODE_OWNER,
+    MADE_DURING_WALK_PREFIX,
+    NOT_ATTRIBUTED_PREFIX,
+    PAYLOAD_OWNER,
+    SUBCLASSES_STEP,
+)
 from leakhound.model.units import fmt_bytes
 
 KIND = "growth"
@@ -524,8 +530,11 @@ def _may_leak(t: Trend) -> bool:
     """An owner a growth finding may name. The code owner grows with every import, and the
     payload's own is leakhound's: no leak anyone can fix in the worker. What was made during a
     walk is no owner: its bytes grow with the walk's length (a growing heap takes longer to
-    walk) while the target allocates."""
-    return t.name not in _NOT_LEAKS and not t.name.startswith(MADE_DURING_WALK_PREFIX)
+    walk) while the target allocates. A class's registry of its subclasses grows by a weakref
+    a class made, and shrinks as they die: whoever keeps the classes is the owner that grows
+    (a thousand classes a minute kept in a list grew ``object.<subclasses>`` too)."""
+    return (t.name not in _NOT_LEAKS and not t.name.startswith(MADE_DURING_WALK_PREFIX)
+            and not t.name.endswith(SUBCLASSES_STEP))
 
 
 def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:

@@ -46,7 +46,7 @@ from leakhound.errors import (
 )
 from leakhound.model import Owner, RequestCost, Snapshot
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded, sample_from_snapshot
-from leakhound.model.names import ROOTS_ALIKE, Method, OwnerModel, Owners
+from leakhound.model.names import ROOTS_ALIKE, SUBCLASSES_STEP, Method, OwnerModel, Owners
 from leakhound.payload import wire
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
@@ -62,7 +62,7 @@ _UNRESOLVABLE = ("<", "thread:")
 _NO_ROOT = "<"
 # A step along a C field no referent shows (a class's registry of its subclasses): the ids of
 # such a path cannot be walked either; full censuses alone count its owner.
-_C_FIELD_STEPS = (".<subclasses>",)
+_C_FIELD_STEPS = (SUBCLASSES_STEP,)
 # Owner types whose census item count is their C length, as a cheap sample reads it (the
 # graph's entries of these built-in containers). Any other owner's census count is not (an
 # OrderedDict's is its keys and values in the dominator tree, 2x its length): its length is

@@ -269,8 +269,11 @@ typedef struct {
     uint64_t cand[SSL_CANDIDATES];
     int32_t cand_owner[SSL_CANDIDATES];
     const HeapRange *cand_range[SSL_CANDIDATES];
-    uint64_t cand_expect[SSL_CANDIDATES];  /* the chunk size it must have (0: any) */
+    uint64_t cand_expect[SSL_CANDIDATES];  /* the allocation its chunk must be for (0: any) */
     int rust_tables;       /* 1: Rust's hash tables are looked for too (scan_rust_table) */
+    uint64_t max_chunk;    /* an object's chunk over this is not followed (SSL_MAX_CHUNK) */
+    int mmapped_ok;        /* 1: glibc's mmapped chunks too (a big table's) */
+    unsigned char cand_mmapped[SSL_CANDIDATES];
     uint64_t head[SSL_CANDIDATES][2], after[SSL_CANDIDATES], size[SSL_CANDIDATES];
     uint64_t from[SSL_CANDIDATES];
     size_t len[SSL_CANDIDATES];
@@ -366,6 +369,29 @@ read_paged(Scan *sc, size_t n, const uint64_t *from, const size_t *len, void *co
     }
 }
 
+/* The size of glibc's chunk for an allocation of ``bytes`` (malloc's request2size), or of
+ * the chunk it mmaps for it on its own (a page multiple, with its header). */
+static uint64_t
+chunk_size_of(uint64_t bytes, int mmapped)
+{
+    uint64_t size = (bytes + 8 + 15) & ~(uint64_t)15;
+    if (size < 32)
+        size = 32;
+    return mmapped ? (size + 8 + 4095) & ~(uint64_t)4095 : size;
+}
+
+/* Whether the chunk at ``chunk`` whose header is ``head`` (prev_size, size) is one glibc
+ * mmapped on its own (a big allocation's): its offset in its mapping in prev_size, its size a
+ * page multiple, inside ``r`` (an anonymous mapping), as glibc_chunk_header reads one. */
+static int
+scan_mmapped_chunk(uint64_t chunk, const HeapRange *r, const uint64_t *head)
+{
+    uint64_t at = head[0], size = head[1] & ~(uint64_t)7;
+    return (head[1] & 2) && (at & 15) == 0 && at < 65536 && chunk >= at && ((chunk - at) & 4095) == 0
+           && (size & 4095) == 0 && size != 0 && r != NULL && !r->main && chunk - at >= r->start
+           && chunk + size <= r->end;
+}
+
 /* The candidates' headers read (the chunk's size word, then the next chunk's), and each that
  * starts a live glibc arena chunk of SSL_MAX_CHUNK bytes at most, not seen yet, made its
  * owner's (in the order met: the first at a depth wins), to be read at the next depth. */
@@ -381,13 +407,17 @@ scan_flush(Scan *sc)
     }
     read_paged(sc, n, sc->from, sc->len, sc->to, sc->ok);
     size_t m = 0;
+    uint64_t most = sc->max_chunk > SSL_MAX_GLOBAL_CHUNK ? sc->max_chunk : SSL_MAX_GLOBAL_CHUNK;
     for (size_t k = 0; k < n; k++) {
         uint64_t chunk = sc->cand[k] - 16;
-        uint64_t size = sc->ok[k] ? glibc_arena_size((uintptr_t)chunk, sc->cand_range[k], sc->head[k][1]) : 0;
-        sc->size[k] = size <= (sc->cand_owner[k] < 0 ? SSL_MAX_GLOBAL_CHUNK : SSL_MAX_CHUNK) ? size : 0;
-        if (sc->cand_expect[k] != 0 && size != sc->cand_expect[k])
+        sc->cand_mmapped[k] = sc->ok[k] && sc->mmapped_ok && scan_mmapped_chunk(chunk, sc->cand_range[k], sc->head[k]);
+        uint64_t size = !sc->ok[k] ? 0
+                        : sc->cand_mmapped[k] ? sc->head[k][1] & ~(uint64_t)7
+                        : glibc_arena_size((uintptr_t)chunk, sc->cand_range[k], sc->head[k][1]);
+        sc->size[k] = size <= (sc->cand_owner[k] < 0 ? most : sc->max_chunk) ? size : 0;
+        if (sc->cand_expect[k] != 0 && size != chunk_size_of(sc->cand_expect[k], sc->cand_mmapped[k]))
             sc->size[k] = 0;
-        if (sc->size[k] == 0)
+        if (sc->size[k] == 0 || sc->cand_mmapped[k])
             continue;
         sc->from[m] = chunk + size + 8;
         sc->len[m] = 8;
@@ -399,10 +429,12 @@ scan_flush(Scan *sc)
     for (size_t k = 0; k < n && !sc->failed; k++) {
         if (sc->size[k] == 0)
             continue;
-        int next_ok = sc->ok[j++];
         uint64_t chunk = sc->cand[k] - 16, size = sc->size[k];
-        if (!next_ok || !glibc_arena_next_ok((uintptr_t)chunk, size, sc->cand_range[k], sc->after[k]))
-            continue;
+        if (!sc->cand_mmapped[k]) {
+            int next_ok = sc->ok[j++];
+            if (!next_ok || !glibc_arena_next_ok((uintptr_t)chunk, size, sc->cand_range[k], sc->after[k]))
+                continue;
+        }
         unsigned char bit;
         unsigned char *byte = seen_byte(&sc->seen, chunk, 1, &bit, &sc->failed);
         if (byte == NULL || (*byte & bit))
@@ -435,7 +467,7 @@ scan_flush(Scan *sc)
 }
 
 /* ``p``, ``owner``'s: a candidate if it may start a chunk not seen yet (its header is read
- * with the batch's) of ``expect`` bytes (0: any). */
+ * with the batch's), that of an allocation of ``expect`` bytes (0: any). */
 static void
 scan_candidate(Scan *sc, uint64_t p, int32_t owner, uint64_t expect)
 {
@@ -488,8 +520,7 @@ scan_rust_table(Scan *sc, uint64_t mask, uint64_t ctrl, uint64_t growth, uint64_
         uint64_t offset = (buckets * size + 15) & ~(uint64_t)15;
         if (offset >= ctrl)
             break;
-        uint64_t chunk = (offset + buckets + 16 + 8 + 15) & ~(uint64_t)15;
-        scan_candidate(sc, ctrl - offset, owner, chunk < 32 ? 32 : chunk);
+        scan_candidate(sc, ctrl - offset, owner, offset + buckets + 16);
     }
 }
 
@@ -580,6 +611,37 @@ scan_objects(Scan *sc, size_t n, uint64_t *const *words, const size_t *nwords, c
     }
 }
 
+/* The chunk of ``size`` bytes whose bytes start at ``at`` (over SSL_BATCH_BYTES), ``owner``'s:
+ * no Python object (its first words read as scan_objects reads a batch's), its words scanned
+ * a batch's bytes at a time (the last ones of an mmapped chunk's mapping left out). */
+static void
+scan_big_chunk(Scan *sc, uint64_t at, uint64_t size, int32_t owner, unsigned char *buffer)
+{
+    size_t total = (size - 16) & ~(size_t)7, done = 0;
+    while (done < total && !sc->failed) {
+        size_t len = total - done < SSL_BATCH_BYTES ? total - done : SSL_BATCH_BYTES;
+        uint64_t *words = (uint64_t *)buffer;
+        if (self_read(words, (uintptr_t)(at + done), len) < 0)
+            return;
+        if (done == 0) {
+            sc->batch_size[0] = size;
+            size_t n = len / 8;
+            unsigned char ok = 1, object = 0;
+            uint64_t *first[1] = {words};
+            scan_objects(sc, 1, first, &n, &ok, &object);
+            if (object) {
+                if (owner >= 0)
+                    sc->totals[owner] -= (long long)size;
+                return;
+            }
+        }
+        scan_words(sc, words, len / 8, owner);
+        if (sc->ncand > 0 && !sc->failed)
+            scan_flush(sc);
+        done += len;
+    }
+}
+
 /* Every depth in turn until none is left: its chunks read a batch at a time, each one's words
  * scanned for the next depth's. */
 static void
@@ -618,6 +680,15 @@ scan_depths(Scan *sc, unsigned char *buffer)
                 }
                 uint64_t size = ((e >> ENTRY_ADDRESS_BITS) & 0xFFFFF) << 4;
                 size_t len = (size - 8) & ~(size_t)7;
+                if (len > SSL_BATCH_BYTES) {
+                    /* a big chunk (a struct scan's: a Rust table of thousands of entries) is
+                     * read alone, a batch's bytes at a time */
+                    if (b > 0)
+                        break;
+                    scan_big_chunk(sc, ((e & (((uint64_t)1 << ENTRY_ADDRESS_BITS) - 1)) << 4) + 16, size, owner,
+                                   buffer);
+                    continue;
+                }
                 if (used + len > SSL_BATCH_BYTES)
                     break;
                 sc->batch_size[b] = size;
@@ -742,6 +813,7 @@ scan_init(Scan *sc, unsigned char *pages, const char *ranges, Py_ssize_t nranges
     sc->seen.budget = max_bytes;
     sc->seen.held = heldp;
     sc->next_owner = INT64_MIN;
+    sc->max_chunk = SSL_MAX_CHUNK;
 }
 
 /* The candidates left checked, then every depth from them. */
@@ -921,6 +993,10 @@ file_roots(const char *file, Roots *roots)
     return roots->n;
 }
 
+/* A struct scan's chunks: up to what an entry can say (16 MiB: a Rust table of ~500,000
+ * entries), mmapped ones too. */
+#define STRUCT_MAX_CHUNK ((uint64_t)0xFFFFF << 4)
+
 PyDoc_STRVAR(struct_object_bytes_doc,
 "struct_object_bytes(objects, basicsizes, ranges, lib_file, small_max, max_chunks, max_bytes,\n"
 "                    seconds) -> bytes or None\n\n"
@@ -990,14 +1066,19 @@ struct_object_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     sc = (Scan *)scan.data;
     scan_init(sc, pages.data, ranges, nranges, totals, small_max, max_chunks, max_bytes, seconds, &held);
     sc->rust_tables = 1;
+    sc->max_chunk = STRUCT_MAX_CHUNK;
+    sc->mmapped_ok = 1;
     Py_BEGIN_ALLOW_THREADS
-    /* the library's globals first: what they reach is no object's */
-    scan_globals(sc, &found, buffer.data);
-    /* then every object's struct, the first depth of all */
+    /* What every object's struct points at first (its boxes: a stale word among the library's
+     * globals took a tokenizer's whole model when the globals went first), then the library's
+     * globals, then every depth of both at once: what the globals reach besides is no
+     * object's. */
     const uint64_t *all = (const uint64_t *)words.data;
     for (Py_ssize_t i = 0; i < n && !sc->failed; i++)
         scan_words(sc, all + first[i], first[i + 1] - first[i], (int32_t)i);
-    scan_rest(sc, buffer.data);
+    if (sc->ncand > 0 && !sc->failed)
+        scan_flush(sc);
+    scan_globals(sc, &found, buffer.data);
     failed = sc->failed;
     scan_done(sc, &held);
     Py_END_ALLOW_THREADS

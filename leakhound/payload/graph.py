@@ -1042,7 +1042,7 @@ def kept_types():
         cls = class_from(module, qualname)
         if cls is not None and type_name(cls) == name and cls not in found:
             found.append(cls)
-    for _kind, cls in struct_classes():
+    for _kind, cls, _path in struct_classes():
         if cls not in found:
             found.append(cls)
     return tuple(found)

@@ -551,19 +551,24 @@ def _ssl_socket():
 
 
 # C types whose state is behind their struct's pointers in glibc's heap, which sys.getsizeof
-# does not count: (kind, module, class), each sized after the walk, every one met at once
-# (struct_object_bytes, from its struct's words): pydantic-core's validators and serializers
-# (Rust's boxes, vectors and hash tables: a 20-field model's pair ~5 KB).
+# does not count: (kind, extension module, class), each sized after the walk, every one met
+# at once (struct_object_bytes, from its struct's words; none of what its module's globals
+# reach): pydantic-core's validators and serializers (Rust's boxes, vectors and hash tables:
+# a 20-field model's pair ~5 KB), tiktoken's byte-pair encoders (its ranks' hash tables: ~7
+# MB an encoding of 20,000 tokens, 48 bytes to sys.getsizeof) and Hugging Face tokenizers'
+# tokenizers (their model's vocabulary: ~3 MB for 20,000 words).
 _STRUCT_CLASSES = (
     ("pydantic_validator", "pydantic_core._pydantic_core", "SchemaValidator"),
     ("pydantic_serializer", "pydantic_core._pydantic_core", "SchemaSerializer"),
+    ("tiktoken_bpe", "tiktoken._tiktoken", "CoreBPE"),
+    ("hf_tokenizer", "tokenizers.tokenizers", "Tokenizer"),
 )
 _STRUCT_KINDS = frozenset(kind for kind, _module, _name in _STRUCT_CLASSES)
 
 
 def struct_classes():
-    """[(kind, class)] of _STRUCT_CLASSES loaded here from an extension module's file, where
-    the compiled walk reads glibc's chunks (64-bit)."""
+    """[(kind, class, its extension module's file)] of _STRUCT_CLASSES loaded here, where the
+    compiled walk reads glibc's chunks (64-bit)."""
     if sys.maxsize < 2 ** 32 or _compiled_walk is None or not hasattr(_compiled_walk, "struct_object_bytes"):
         return []
     if HEAP_BLOCKS is None or not HEAP_BLOCKS[2]:
@@ -573,7 +578,7 @@ def struct_classes():
         cls = class_from(module_name, name)
         path = module_file(sys.modules.get(module_name))
         if cls is not None and type(path) is str and path.endswith(".so"):  # (PyO3's are heap types)
-            out.append((kind, cls))
+            out.append((kind, cls, path))
     return out
 
 
@@ -625,7 +630,8 @@ def native_types(tick=None, after_walk=False):
     bases = {}  # type: dict
     found = _native_bases()
     ssl_context = _ssl_context() if after_walk else None
-    scanned = struct_classes() if after_walk else []
+    structs = struct_classes() if after_walk else []
+    scanned = [(kind, cls) for kind, cls, _path in structs]
     if ssl_context is not None:
         scanned.append(("ssl_context", ssl_context))
         ssl_socket = _ssl_socket()
@@ -638,6 +644,7 @@ def native_types(tick=None, after_walk=False):
         # census's: id -> its owner slot), the owner walked now, and when to let go of those
         # only this table holds (_prune_scanned)
         bases["scanned_objects"] = {}
+        bases["struct_files"] = {kind: path for kind, _cls, path in structs}
         bases["scanned_owners"] = {}
         bases["scanned_owner"] = [0]
         bases["scanned_prune_at"] = [0]
@@ -1033,12 +1040,9 @@ def scanned_object_sizes(bases, deadline, max_bytes):
         if ssl_classes and any(isinstance_of(obj, c) for c in ssl_classes):
             contexts.append(obj)
             continue
-        for kind in _STRUCT_KINDS:
-            if bases.get(kind) is not None and type(obj) is bases[kind]:
-                module = sys.modules.get(type.__dict__["__module__"].__get__(type(obj), type))
-                path = module_file(module)
-                if type(path) is str:
-                    by_file.setdefault(path, []).append(obj)
+        for kind, path in bases.get("struct_files", {}).items():
+            if type(obj) is bases.get(kind):
+                by_file.setdefault(path, []).append(obj)
                 break
     owners = {id(obj): owner_of.get(id(obj), 0) for obj in objects}
     owner_of.clear()
