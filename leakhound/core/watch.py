@@ -60,9 +60,6 @@ MAX_SAMPLERS = 8
 # no named root (held from C, unreached, the payload's own): full censuses alone count them.
 _UNRESOLVABLE = ("<", "thread:")
 _NO_ROOT = "<"
-# A step along a C field no referent shows (a class's registry of its subclasses): the ids of
-# such a path cannot be walked either; full censuses alone count its owner.
-_C_FIELD_STEPS = (SUBCLASSES_STEP,)
 # Owner types whose census item count is their C length, as a cheap sample reads it (the
 # graph's entries of these built-in containers). Any other owner's census count is not (an
 # OrderedDict's is its keys and values in the dominator tree, 2x its length): its length is
@@ -244,7 +241,9 @@ def _threads_alike(path: str) -> bool:
 def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[str, object]]]:
     """The owners a cheap sample re-reads (ids for dominator owners, names for the census's)
     and how they are asked for."""
-    asked = [o for o in owners if not o.path.startswith(_NO_ROOT) and not any(s in o.path for s in _C_FIELD_STEPS) and (
+    # (a step along a C field no referent shows, a class's registry of its subclasses: its ids
+    # cannot be walked either; full censuses alone count its owner)
+    asked = [o for o in owners if not o.path.startswith(_NO_ROOT) and SUBCLASSES_STEP not in o.path and (
         o.path_ids or not o.path.startswith(_UNRESOLVABLE) or _threads_alike(o.path))][:SAMPLED_OWNERS]
     return asked, [{"ids": list(o.path_ids), "type": o.type, "path": o.path} for o in asked]
 

@@ -94,8 +94,8 @@ CODE_OWNER = "<modules and classes>"
 #: by both owner models; the payload spells it in ``payload/census_roots.py``.
 PAYLOAD_OWNER = "<leakhound payload>"
 #: The last step of a class's registry of its subclasses (``object.<subclasses>``: a C field of
-#: the class, shown by no traversal; the payload spells it in ``payload/graph_roots.py`` and
-#: ``payload/census_unreached.py``). It grows with the classes made, whoever keeps them.
+#: the class, shown by no traversal; the payload spells it in ``payload/objects.py``
+#: SUBCLASSES_LABEL). It grows with the classes made, whoever keeps them.
 SUBCLASSES_STEP = ".<subclasses>"
 #: The package the payload is loaded under in a target (``payload/boot.py``).
 PAYLOAD_PACKAGE = "_leakhound_payload"

@@ -19,13 +19,13 @@ except ImportError:  # pragma: no cover - the payload runs without its C helpers
 from .census_roots import PAYLOAD_OWNER
 from .objects import (
     INLINE_VALUES_DICTS,
+    OURS,
+    SUBCLASSES_LABEL,
     ModuleType,
+    c_holder,
     has_managed_dict,
-    is_payload_name,
-    module_dict_name,
     safe_referents,
     subclass_tree,
-    subclasses_owner,
     type_name,
 )
 
@@ -206,13 +206,11 @@ def _held_name(obj):
     """The owner of an object only C holds: ``<held from C: Type>``, but a class's registry of
     its subclasses (``Class.<subclasses>``) and the import system's copy of the payload's
     extension module's dict (``<leakhound payload>``): named roots' both."""
-    if type(obj) is dict:
-        name = module_dict_name(obj)
-        if name is not None and is_payload_name(name):
-            return PAYLOAD_OWNER
-        cls = subclasses_owner(obj)
-        if cls is not None:
-            return type_name(cls) + ".<subclasses>"
+    holder = c_holder(obj)
+    if holder is OURS:
+        return PAYLOAD_OWNER
+    if holder is not None:
+        return type_name(holder) + "." + SUBCLASSES_LABEL
     return _HELD + "%s>" % type_name(type(obj))
 
 

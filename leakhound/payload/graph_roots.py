@@ -19,14 +19,15 @@ from .census_unreached import referenced_from_outside, still_outside
 from .graph_wire import MAX_LABEL_CHARS
 from .objects import (
     LEAF_TYPE_IDS,
+    OURS,
     SHARED_LEAF,
+    SUBCLASSES_LABEL,
     ModuleType,
+    c_holder,
     dict_columns,
     instance_dict,
     is_payload_name,
-    module_dict_name,
     own_class_dict,
-    subclasses_owner,
     type_name,
 )
 from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
@@ -139,22 +140,21 @@ def _subclass_registries(graph, stack, held, new):
             graph.check()
         if type(obj) is not dict or id(obj) in new or graph.known(obj):
             continue
-        name = module_dict_name(obj)
-        if name is not None and is_payload_name(name):
+        cls = c_holder(obj)
+        if cls is OURS:
             graph.own(obj)
             continue
-        cls = subclasses_owner(obj)
         if cls is None or not graph.known(cls):
             continue
         c = graph.node(cls)
         d = graph.node(obj) if c > 0 else -1
         if d > 0:
             if label < 0:
-                label = graph.label("a<subclasses>")
+                label = graph.label("a" + SUBCLASSES_LABEL)
             graph.edge(c, d, label)
             graph.push(stack, d, obj)
             graph.walk(stack)
-    cls = obj = name = None
+    cls = obj = None
 
 
 def add_thread_roots(graph, stack):

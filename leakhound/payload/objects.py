@@ -248,6 +248,25 @@ def module_dict_name(d):
     return None
 
 
+# A class's registry of its subclasses is named under the class by this step (the CLI reads it
+# as model/names.py SUBCLASSES_STEP, with its dot).
+SUBCLASSES_LABEL = "<subclasses>"
+OURS = "ours"  # c_holder's answer for the payload's own
+
+
+def c_holder(obj):
+    """Whose an object only C holds is, where the payload can tell: OURS for the import
+    system's copy of the payload's extension module's dict (a single-phase module's
+    ``m_copy``), the class for a class's registry of its subclasses (subclasses_owner), else
+    None (held from C)."""
+    if type(obj) is not dict:
+        return None
+    name = module_dict_name(obj)
+    if name is not None and is_payload_name(name):
+        return OURS
+    return subclasses_owner(obj)
+
+
 def own_class_dict(klass, referents=None):
     """The dict a class keeps its attributes in (not a mappingproxy of it), or None. A class
     made in Python (a heap type) lists it among its referents; a static type (int, a C

@@ -1048,18 +1048,20 @@ def scanned_object_sizes(bases, deadline, max_bytes):
     owner_of.clear()
     del objects
     out = []
-    peak = None
-    if contexts and bases.get("ssl_context") is not None:
+    peaks = []  # (the scans run one after the other: their tables are never held at once)
+    if contexts:
         sized, peak = _ssl_sizes(bases, contexts, deadline, max_bytes)
         bases["ssl"][0] += sum(size for _obj, size in sized)
         out.extend(sized)
+        peaks.append(peak)
     for path, group in by_file.items():
-        sized, used = _struct_sizes(group, path, deadline, max_bytes)
-        peak = used if peak is None else max(peak, used if used is not None else 0)
+        sized, peak = _struct_sizes(group, path, deadline, max_bytes)
         out.extend(sized)
-    if peak is not None:
+        peaks.append(peak)
+    peaks = [peak for peak in peaks if peak is not None]
+    if peaks:
         # (its tables' most at once, leakhound's own memory in the target: said with the walk's)
-        bases["scan_bytes"] = peak
+        bases["scan_bytes"] = max(peaks)
     return [(obj, owners.get(id(obj), 0), size) for obj, size in out]
 
 

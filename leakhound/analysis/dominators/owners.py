@@ -155,13 +155,18 @@ class OwnerFinder:
             return self._out_degree(p) == 1
         return name not in _CONTAINERS and name not in _LEAVES
 
-    def _labelled(self, p: int, v: int, text: str) -> bool:
-        """Whether an edge from ``p`` to ``v`` carries the label ``text``."""
+    def _out_edges(self) -> tuple[Sequence[int], Sequence[int]]:
+        """The graph's edges by source (offsets, edge ids), made on first use."""
         if self._out is None or self._out_ids is None:
             self._out, self._out_ids = _csr_edges(self.graph.nodes, self.graph.src)
+        return self._out, self._out_ids
+
+    def _labelled(self, p: int, v: int, text: str) -> bool:
+        """Whether an edge from ``p`` to ``v`` carries the label ``text``."""
+        out, out_ids = self._out_edges()
         g = self.graph
-        for k in range(self._out[p], self._out[p + 1]):
-            e = self._out_ids[k]
+        for k in range(out[p], out[p + 1]):
+            e = out_ids[k]
             if g.dst[e] == v and g.lab[e] >= 0 and g.labels[g.lab[e]] == text:
                 return True
         return False
@@ -169,16 +174,14 @@ class OwnerFinder:
     def _members_type(self, v: int) -> str:
         """The type of the objects a group held from C gathers (the group itself is a list of
         the payload's: ``<held from C: dict>`` is dicts, its ``items`` how many)."""
-        if self._out is None or self._out_ids is None:
-            self._out, self._out_ids = _csr_edges(self.graph.nodes, self.graph.src)
-        for k in range(self._out[v], self._out[v + 1]):
-            return self.graph.type_of(self.graph.dst[self._out_ids[k]])
+        out, out_ids = self._out_edges()
+        for k in range(out[v], out[v + 1]):
+            return self.graph.type_of(self.graph.dst[out_ids[k]])
         return self.graph.type_of(v)
 
     def _out_degree(self, v: int) -> int:
-        if self._out is None:
-            self._out, self._out_ids = _csr_edges(self.graph.nodes, self.graph.src)
-        return self._out[v + 1] - self._out[v]
+        out, _out_ids = self._out_edges()
+        return out[v + 1] - out[v]
 
     def find(self, *, top: int = 20, min_bytes: int | None = None) -> list[int]:
         """The accumulation points, biggest first: from each big subtree, descend while one
