@@ -801,6 +801,7 @@ scan_init(Scan *sc, unsigned char *pages, const char *ranges, Py_ssize_t nranges
     sc->pid = getpid();
     sc->ranges = (const HeapRange *)ranges;
     sc->nranges = nranges / (Py_ssize_t)sizeof(HeapRange);
+    glibc_heaps_forget();
     sc->totals = totals;
     sc->max_chunks = max_chunks;
     sc->type_type = (uint64_t)(uintptr_t)&PyType_Type;

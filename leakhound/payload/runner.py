@@ -36,11 +36,12 @@ import time
 
 # The modules a request may need are imported here, at load, but for the fixes (patches: with
 # the ``inspect`` module it imports, ~1 MiB of a target's memory that no inspection needs),
-# imported by the first ``patch`` request. On the debugger path the package is loaded from
+# imported by the first ``patch`` request, and watch's cheap samples (sampling), by the first
+# ``sample`` request. On the debugger path the package is loaded from
 # the request's private directory, which is removed once it is answered: the next request
 # of the same payload version points the loaded package at its own directory (boot.py) before
 # it reuses it. (A payload kept for the fixes it applied, under another version, has them.)
-from . import arena, census, graph, pacing, probes, sampling, sites, sizes, transport, wire
+from . import arena, census, graph, pacing, probes, sites, sizes, transport, wire
 from .graph_wire import BINARY_FILE
 from .wire import PAYLOAD_VERSION
 
@@ -660,6 +661,8 @@ def _patch(request, progress, stop):
 
 
 def _sample(request, progress, stop):
+    from . import sampling  # noqa: PLC0415 - see the imports at the top
+
     return sampling.sample(request, progress)
 
 

@@ -68,3 +68,40 @@ def test_a_rust_table_is_found_by_its_four_words(buckets: int, item: int) -> Non
         assert first == with_table and second == _chunk(ctypes.addressof(other))
     finally:
         libc.free(table)
+
+
+def test_a_chunk_is_counted_only_inside_one_of_glibcs_heaps() -> None:
+    """A pair of words that reads as an arena chunk's header and the next one's, in an anonymous
+    mapping that is no glibc heap (pymalloc's arenas, a buffer: on a real worker a stale word of
+    a pydantic validator's reached a "chunk" of 7.5 MB there), is no chunk; a chunk of another
+    thread's arena (a heap of glibc's, its heap_info at its aligned start) is one."""
+    import mmap
+    import threading
+
+    holder = (ctypes.c_uint64 * 100)()
+    alone = _scan([holder])[0]
+    assert alone == _chunk(ctypes.addressof(holder))
+    region = mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # (as pymalloc maps its arenas)
+    try:
+        base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+        fake = base + 8192
+        # prev_size, size 64 KiB with NON_MAIN_ARENA | PREV_INUSE; the next one's: 32, its previous in use
+        ctypes.c_uint64.from_address(fake + 8).value = (64 << 10) | 5
+        ctypes.c_uint64.from_address(fake + (64 << 10) + 8).value = 32 | 1
+        holder[10] = fake + 16
+        assert _scan([holder])[0] == alone
+    finally:
+        holder[10] = 0
+        del base
+        region.close()
+    made: list[int] = []
+    thread = threading.Thread(target=lambda: made.append(libc.malloc(20000)))
+    thread.start()
+    thread.join()
+    try:
+        assert ctypes.c_uint64.from_address(made[0] - 8).value & 4, "not in an arena of the thread's own"
+        holder[10] = made[0]
+        assert _scan([holder])[0] == alone + _chunk(made[0])
+    finally:
+        holder[10] = 0
+        libc.free(made[0])
