@@ -105,3 +105,48 @@ def test_a_chunk_is_counted_only_inside_one_of_glibcs_heaps() -> None:
     finally:
         holder[10] = 0
         libc.free(made[0])
+
+
+def test_a_big_chunk_is_counted_only_where_the_chunks_after_it_read_as_chunks() -> None:
+    """A word that points into another chunk's data where two words read as a big chunk's
+    header and the next one's (stale pointers: on a real worker a validator's found 6.6 MB and
+    11.2 MB so) is no chunk unless the chunks after it read as chunks, its data does not start
+    with a chunk's header, and a free chunk before it says its size; a real one is one."""
+    holder = (ctypes.c_uint64 * 100)()
+    alone = _scan([holder])[0]
+    big = libc.malloc(100 << 10)  # (under the mmap threshold: a chunk of the main arena)
+    try:
+        ctypes.memset(big, 0, 100 << 10)
+        fake = big + 4096
+        ctypes.c_uint64.from_address(fake + 8).value = 70000 | 1  # (a multiple of 16, its previous in use)
+        ctypes.c_uint64.from_address(fake + 70000 + 8).value = 32 | 1  # the next "chunk"; after it, zeros
+        holder[10] = fake + 16
+        assert _scan([holder])[0] == alone
+
+        def chain(at: int) -> None:  # eight chunks of 32 bytes from ``at``, each's previous in use
+            for k in range(8):
+                ctypes.c_uint64.from_address(at + 32 * k + 8).value = 32 | 1
+
+        chain(fake + 70000)
+        assert _scan([holder])[0] == alone + 70000  # (what such a word cannot be told from)
+        # ... but where the "chunk"'s data starts with a chunk's header, and more after it, the
+        # word is 16 bytes short of that chunk (the data before it read as a size)
+        chain(fake + 16)
+        assert _scan([holder])[0] == alone
+        # the chunk before one whose "previous in use" bit is clear is free: prev_size is its
+        # size, its own header says so (an 11.2 MB "chunk" in a Rust table's buckets did not)
+        ctypes.memset(big, 0, 100 << 10)
+        other = big + 8192
+        ctypes.c_uint64.from_address(other).value = 0xA6000000000000
+        ctypes.c_uint64.from_address(other + 8).value = 70000
+        chain(other + 70000)
+        holder[10] = other + 16
+        assert _scan([holder])[0] == alone
+        ctypes.c_uint64.from_address(other).value = 64
+        ctypes.c_uint64.from_address(other - 64 + 8).value = 64 | 1
+        assert _scan([holder])[0] == alone + 70000
+        holder[10] = big
+        assert _scan([holder])[0] == alone + _chunk(big)
+    finally:
+        holder[10] = 0
+        libc.free(big)
