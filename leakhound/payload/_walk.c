@@ -649,18 +649,18 @@ glibc_chunk_header(uintptr_t chunk, const HeapRange *r, int64_t *offset)
  * three, and took it. (glibc's default: 2 * 4 MiB * sizeof(long); its hugetlb tunable makes
  * heaps of another size, whose chunks are then not counted: less, never another's.) */
 #define GLIBC_HEAP_MAX ((uint64_t)64 << 20)
-#define GLIBC_HEAP_SLOTS 64
+#define GLIBC_HEAP_SLOTS 1024  /* (a slot per aligned start, by its bits: 64 GiB without a clash) */
 
-/* The heaps looked at since glibc_heaps_forget: (start, bytes in use; 0: no heap). */
+/* The heaps looked at since glibc_heaps_forget: (start + 1, bytes in use; 0: no heap), in
+ * the slot of their start's bits; a start met again in a slot another took is read again. */
 static uint64_t heap_start[GLIBC_HEAP_SLOTS], heap_used[GLIBC_HEAP_SLOTS];
-static int heaps_known;
 
 /* Forget the heaps looked at (a heap may be freed, its address mapped again): called by each
  * function that is given the heap's ranges, before it reads a chunk. */
 void
 glibc_heaps_forget(void)
 {
-    heaps_known = 0;
+    memset(heap_start, 0, sizeof(heap_start));
 }
 
 /* The bytes in use of the glibc heap at ``start`` (its heap_info's), 0 if it is none: a size of
@@ -669,9 +669,9 @@ glibc_heaps_forget(void)
 static uint64_t
 glibc_heap_used(uint64_t start)
 {
-    for (int k = 0; k < heaps_known; k++)
-        if (heap_start[k] == start)
-            return heap_used[k];
+    size_t slot = (size_t)(start / GLIBC_HEAP_MAX) % GLIBC_HEAP_SLOTS;
+    if (heap_start[slot] == start + 1)
+        return heap_used[slot];
     uint64_t info[3];  /* ar_ptr, prev, size */
     uint64_t used = 0;
     if (self_read(info, (uintptr_t)start, sizeof(info)) == 0) {
@@ -680,10 +680,8 @@ glibc_heap_used(uint64_t start)
             && (info[1] & (GLIBC_HEAP_MAX - 1)) == 0 && (arena_at == 32 || arena_at == 48))
             used = info[2];
     }
-    if (heaps_known < GLIBC_HEAP_SLOTS) {
-        heap_start[heaps_known] = start;
-        heap_used[heaps_known++] = used;
-    }
+    heap_start[slot] = start + 1;
+    heap_used[slot] = used;
     return used;
 }
 
