@@ -69,6 +69,12 @@ def tokenizer_python(version: str) -> str:
     return _venv_python(version, f"tokenizers-py{version}-venv", [(".complete", ("tiktoken", "tokenizers"))])
 
 
+def lxml_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with lxml alone (libxml2 linked in), cached as
+    ``lxml-pyX.Y-venv``."""
+    return _venv_python(version, f"lxml-py{version}-venv", [(".complete", ("lxml",))])
+
+
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""

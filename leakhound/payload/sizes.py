@@ -555,13 +555,16 @@ def _ssl_socket():
 # at once (struct_object_bytes, from its struct's words; none of what its module's globals
 # reach): pydantic-core's validators and serializers (Rust's boxes, vectors and hash tables:
 # a 20-field model's pair ~5 KB), tiktoken's byte-pair encoders (its ranks' hash tables: ~7
-# MB an encoding of 20,000 tokens, 48 bytes to sys.getsizeof) and Hugging Face tokenizers'
-# tokenizers (their model's vocabulary: ~3 MB for 20,000 words).
+# MB an encoding of 20,000 tokens, 48 bytes to sys.getsizeof), Hugging Face tokenizers'
+# tokenizers (their model's vocabulary: ~3 MB for 20,000 words) and lxml's documents (the
+# libxml2 tree its elements are proxies of: ~0.55 MB an HTML page of 400 rows; libxml2 is
+# linked into lxml.etree, whose globals' chunks are none of theirs).
 _STRUCT_CLASSES = (
     ("pydantic_validator", "pydantic_core._pydantic_core", "SchemaValidator"),
     ("pydantic_serializer", "pydantic_core._pydantic_core", "SchemaSerializer"),
     ("tiktoken_bpe", "tiktoken._tiktoken", "CoreBPE"),
     ("hf_tokenizer", "tokenizers.tokenizers", "Tokenizer"),
+    ("lxml_document", "lxml.etree", "_Document"),
 )
 _STRUCT_KINDS = frozenset(kind for kind, _module, _name in _STRUCT_CLASSES)
 
