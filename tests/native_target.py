@@ -75,6 +75,12 @@ def lxml_python(version: str) -> str:
     return _venv_python(version, f"lxml-py{version}-venv", [(".complete", ("lxml",))])
 
 
+def zstd_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with zstandard alone (its C extension, libzstd
+    linked in), cached as ``zstd-pyX.Y-venv``."""
+    return _venv_python(version, f"zstd-py{version}-venv", [(".complete", ("zstandard",))])
+
+
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""

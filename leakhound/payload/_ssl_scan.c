@@ -273,6 +273,7 @@ typedef struct {
     int rust_tables;       /* 1: Rust's hash tables are looked for too (scan_rust_table) */
     uint64_t max_chunk;    /* an object's chunk over this is not followed (SSL_MAX_CHUNK) */
     int mmapped_ok;        /* 1: glibc's mmapped chunks too (a big table's) */
+    uint64_t max_counted;  /* an object's mmapped chunk over max_chunk, up to this: counted, not read */
     unsigned char cand_mmapped[SSL_CANDIDATES];
     uint64_t head[SSL_CANDIDATES][2], after[SSL_CANDIDATES], size[SSL_CANDIDATES];
     uint64_t from[SSL_CANDIDATES];
@@ -415,6 +416,8 @@ scan_flush(Scan *sc)
                         : sc->cand_mmapped[k] ? sc->head[k][1] & ~(uint64_t)7
                         : glibc_arena_size((uintptr_t)chunk, sc->cand_range[k], sc->head[k][1]);
         sc->size[k] = size <= (sc->cand_owner[k] < 0 ? most : sc->max_chunk) ? size : 0;
+        if (sc->size[k] == 0 && sc->cand_mmapped[k] && sc->cand_owner[k] >= 0 && size <= sc->max_counted)
+            sc->size[k] = size;  /* (counted below, its words not read: a compressor's window) */
         if (sc->cand_expect[k] != 0 && size != chunk_size_of(sc->cand_expect[k], sc->cand_mmapped[k]))
             sc->size[k] = 0;
         if (sc->size[k] == 0 || sc->cand_mmapped[k])
@@ -446,6 +449,10 @@ scan_flush(Scan *sc)
             return;
         }
         *byte |= bit;
+        if (size > sc->max_chunk) {  /* counted, not read (scan_flush's candidates above) */
+            sc->totals[owner] += (long long)size;
+            continue;
+        }
         uint64_t *entries = (uint64_t *)sc->next.data;
         if (owner != sc->next_owner) {
             entries[sc->nnext++] = ENTRY_OWNER | (uint64_t)(uint32_t)(owner + 1);
@@ -997,6 +1004,9 @@ file_roots(const char *file, Roots *roots)
 /* A struct scan's chunks: up to what an entry can say (16 MiB: a Rust table of ~500,000
  * entries), mmapped ones too. */
 #define STRUCT_MAX_CHUNK ((uint64_t)0xFFFFF << 4)
+/* ... and a bigger one glibc mmapped, counted but not read, up to 1 GiB: a zstd compressor's
+ * window and tables (~94 MB at level 19), which no object reached before. */
+#define STRUCT_MAX_COUNTED ((uint64_t)1 << 30)
 
 PyDoc_STRVAR(struct_object_bytes_doc,
 "struct_object_bytes(objects, basicsizes, ranges, lib_file, small_max, max_chunks, max_bytes,\n"
@@ -1069,6 +1079,7 @@ struct_object_bytes(PyObject *Py_UNUSED(module), PyObject *args)
     sc->rust_tables = 1;
     sc->max_chunk = STRUCT_MAX_CHUNK;
     sc->mmapped_ok = 1;
+    sc->max_counted = STRUCT_MAX_COUNTED;
     Py_BEGIN_ALLOW_THREADS
     /* What every object's struct points at first (its boxes: a stale word among the library's
      * globals took a tokenizer's whole model when the globals went first), then the library's
@@ -1104,7 +1115,35 @@ ssl_scan_peak(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
     return PyLong_FromLongLong(scan_peak);
 }
 
+PyDoc_STRVAR(held_object_doc,
+"held_object(obj, basicsize, offset, cls) -> object or None\n\n"
+"The object of exactly ``cls`` whose pointer ``obj`` (of ``basicsize`` bytes) keeps at\n"
+"``offset`` of its struct (a C type's reference its traversal does not show: a zstd\n"
+"stream's compressor), or None. The pointer and the header it points at are read through\n"
+"process_vm_readv (a layout that is not the expected one reads as no such object, never a\n"
+"fault); runs no Python code.");
+
+static PyObject *
+held_object(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *obj, *cls;
+    Py_ssize_t basicsize, offset;
+    if (!PyArg_ParseTuple(args, "OnnO!:held_object", &obj, &basicsize, &offset, &PyType_Type, &cls))
+        return NULL;
+    if (offset < 16 || offset + 8 > basicsize || (offset & 7) != 0)
+        Py_RETURN_NONE;
+    uintptr_t p;
+    uint64_t head[2];  /* ob_refcnt, ob_type */
+    if (self_read(&p, (uintptr_t)obj + (uintptr_t)offset, sizeof(p)) < 0 || p < 4096 || (p & 7) != 0
+        || self_read(head, p, sizeof(head)) < 0 || head[1] != (uint64_t)(uintptr_t)cls || (int64_t)head[0] <= 0)
+        Py_RETURN_NONE;
+    PyObject *held = (PyObject *)p;
+    Py_INCREF(held);
+    return held;
+}
+
 PyMethodDef ssl_scan_methods[] = {
+    {"held_object", held_object, METH_VARARGS, held_object_doc},
     {"ssl_object_bytes", ssl_object_bytes, METH_VARARGS, ssl_object_bytes_doc},
     {"ssl_scan_peak", ssl_scan_peak, METH_NOARGS, ssl_scan_peak_doc},
     {"struct_object_bytes", struct_object_bytes, METH_VARARGS, struct_object_bytes_doc},

@@ -84,6 +84,9 @@ def struct_object_bytes(objects: list[object], basicsizes: bytes, ranges: bytes,
                         max_chunks: int, max_bytes: int, seconds: float, /) -> bytes | None:
     """What each object's own struct reaches first in the heap (int64s), None if not done."""
 
+def held_object(obj: object, basicsize: int, offset: int, cls: type, /) -> object | None:
+    """The object of exactly ``cls`` whose pointer ``obj``'s struct keeps at ``offset``, or None."""
+
 def stream_state_bytes(obj: object, type: type, basicsize: int, kind: int, ranges: bytes, /) -> tuple[int, int] | None:
     """(bytes of its C state, size of the input it keeps) of a compression stream object (1:
     _lzma.LZMADecompressor, liblzma's count; 4: _lzma.LZMACompressor of the xz format, liblzma's

@@ -558,15 +558,33 @@ def _ssl_socket():
 # MB an encoding of 20,000 tokens, 48 bytes to sys.getsizeof), Hugging Face tokenizers'
 # tokenizers (their model's vocabulary: ~3 MB for 20,000 words) and lxml's documents (the
 # libxml2 tree its elements are proxies of: ~0.55 MB an HTML page of 400 rows; libxml2 is
-# linked into lxml.etree, whose globals' chunks are none of theirs).
+# linked into lxml.etree, whose globals' chunks are none of theirs) and zstandard's
+# compressors and decompressors (their windows and tables: ~3.8 MB at level 3, ~94 MB at 19).
 _STRUCT_CLASSES = (
     ("pydantic_validator", "pydantic_core._pydantic_core", "SchemaValidator"),
     ("pydantic_serializer", "pydantic_core._pydantic_core", "SchemaSerializer"),
     ("tiktoken_bpe", "tiktoken._tiktoken", "CoreBPE"),
     ("hf_tokenizer", "tokenizers.tokenizers", "Tokenizer"),
     ("lxml_document", "lxml.etree", "_Document"),
+    ("zstd_compressor", "zstandard.backend_c", "ZstdCompressor"),
+    ("zstd_decompressor", "zstandard.backend_c", "ZstdDecompressor"),
 )
-_STRUCT_KINDS = frozenset(kind for kind, _module, _name in _STRUCT_CLASSES)
+# C types that keep one of _STRUCT_CLASSES' objects in a field their traversal does not show
+# (none: zstandard's types have no GC support), so the walk never meets that object: (kind,
+# extension module, class, its basicsize, the field's offset, the kind of what it holds). The
+# object held is sized with the others (unless the walk met it), its bytes the holder's. A
+# zstd stream (compressobj(), stream_writer(), ...) keeps its compressor after its header:
+# python-zstandard 0.25's c-ext/python-zstandard.h.
+_STRUCT_HOLDERS = (
+    ("zstd_compressobj", "zstandard.backend_c", "ZstdCompressionObj", 56, 16, "zstd_compressor"),
+    ("zstd_compress_writer", "zstandard.backend_c", "ZstdCompressionWriter", 0, 16, "zstd_compressor"),
+    ("zstd_compress_reader", "zstandard.backend_c", "ZstdCompressionReader", 0, 16, "zstd_compressor"),
+    ("zstd_decompressobj", "zstandard.backend_c", "ZstdDecompressionObj", 0, 16, "zstd_decompressor"),
+    ("zstd_decompress_reader", "zstandard.backend_c", "ZstdDecompressionReader", 0, 16, "zstd_decompressor"),
+    ("zstd_decompress_writer", "zstandard.backend_c", "ZstdDecompressionWriter", 0, 16, "zstd_decompressor"),
+)
+_STRUCT_KINDS = frozenset([kind for kind, _module, _name in _STRUCT_CLASSES]
+                          + [holder[0] for holder in _STRUCT_HOLDERS])
 
 
 def struct_classes():
@@ -577,12 +595,50 @@ def struct_classes():
     if HEAP_BLOCKS is None or not HEAP_BLOCKS[2]:
         return []
     out = []
-    for kind, module_name, name in _STRUCT_CLASSES:
-        cls = class_from(module_name, name)
+    for kind, module_name, name in _STRUCT_CLASSES + tuple(holder[:3] for holder in _STRUCT_HOLDERS):
+        cls = class_from(module_name, name) or _unexported_class(module_name, name)
         path = module_file(sys.modules.get(module_name))
         if cls is not None and type(path) is str and path.endswith(".so"):  # (PyO3's are heap types)
             out.append((kind, cls, path))
     return out
+
+
+def _unexported_class(module_name, name):
+    """The C class ``module_name.name`` its module does not export (zstandard's stream types),
+    found among ``object``'s subclasses by its name and module, once the module is loaded."""
+    if module_name not in sys.modules:
+        return None
+    qualname, module = type.__dict__["__qualname__"], type.__dict__["__module__"]
+    for cls in type.__subclasses__(object):
+        if qualname.__get__(cls, type) != name:
+            continue
+        found = module.__get__(cls, type)  # (a heap type's is whatever its dict holds: a str compared only)
+        if type(found) is str and found == module_name:
+            return cls
+    return None
+
+
+def _held_by_holders(bases, objects, owners):
+    """{id(holder): (holder, the object of _STRUCT_CLASSES it keeps in a C field: _STRUCT_HOLDERS)} for
+    the holders among ``objects`` whose object the walk did not meet itself, each object
+    once (the first holder's); appended to ``objects`` and given its holder's owner in
+    ``owners``."""
+    met = set(map(id, objects))
+    held = {}
+    for obj in list(objects):
+        for kind, _module, _name, basicsize, offset, target in _STRUCT_HOLDERS:
+            cls, target_cls = bases.get(kind), bases.get(target)
+            if type(obj) is not cls or target_cls is None:
+                continue
+            size = _basicsize(cls)
+            one = _compiled_walk.held_object(obj, size, offset, target_cls) if basicsize in (0, size) else None
+            if one is not None and id(one) not in met:
+                met.add(id(one))
+                held[id(obj)] = (obj, one)
+                objects.append(one)
+                owners[id(one)] = owners.get(id(obj), 0)
+            break
+    return held
 
 
 _HASHLIB_BASICSIZE = 32
@@ -1037,6 +1093,9 @@ def scanned_object_sizes(bases, deadline, max_bytes):
     owner_of = bases["scanned_owners"]
     met.clear()
     bases["scanned_prune_at"][0] = 0
+    owners = {id(obj): owner_of.get(id(obj), 0) for obj in objects}
+    owner_of.clear()
+    held = _held_by_holders(bases, objects, owners)
     ssl_classes = [c for c in (bases.get("ssl_context"), bases.get("ssl_socket")) if c is not None]
     contexts, by_file = [], {}  # type: list, dict
     for obj in objects:
@@ -1047,8 +1106,6 @@ def scanned_object_sizes(bases, deadline, max_bytes):
             if type(obj) is bases.get(kind):
                 by_file.setdefault(path, []).append(obj)
                 break
-    owners = {id(obj): owner_of.get(id(obj), 0) for obj in objects}
-    owner_of.clear()
     del objects
     out = []
     peaks = []  # (the scans run one after the other: their tables are never held at once)
@@ -1065,6 +1122,13 @@ def scanned_object_sizes(bases, deadline, max_bytes):
     if peaks:
         # (its tables' most at once, leakhound's own memory in the target: said with the walk's)
         bases["scan_bytes"] = max(peaks)
+    if held:  # what a holder keeps is its holder's (one entry an object: the sizes summed)
+        holder_of = {id(one): holder for holder, one in held.values()}
+        summed = {}  # type: dict
+        for obj, size in out:
+            obj = holder_of.get(id(obj), obj)
+            summed[id(obj)] = (obj, summed.get(id(obj), (obj, 0))[1] + size)
+        out = list(summed.values())
     return [(obj, owners.get(id(obj), 0), size) for obj, size in out]
 
 

@@ -150,3 +150,22 @@ def test_a_big_chunk_is_counted_only_where_the_chunks_after_it_read_as_chunks() 
     finally:
         holder[10] = 0
         libc.free(big)
+
+
+def test_an_object_held_in_a_c_field_is_read_only_as_the_class_asked() -> None:
+    """held_object: the object a C struct points at (a zstd stream's compressor, which no
+    traversal shows), only of exactly the class asked, at an offset inside the struct after
+    its header; any other layout reads as None (through process_vm_readv: never a fault)."""
+
+    class Held:
+        pass
+
+    one = Held()
+    holder = (one, 7)  # (a tuple's first item is the word at offset 24)
+    assert walk.held_object(holder, 40, 24, Held) is one
+    assert walk.held_object(holder, 40, 24, int) is None  # another class
+    assert walk.held_object(holder, 40, 32, Held) is None  # the int's word: no Held there
+    assert walk.held_object(holder, 40, 8, type) is None  # the header: refused
+    assert walk.held_object(holder, 24, 24, Held) is None  # past the basicsize given
+    stray = (ctypes.c_uint64 * 4)(0, 0, 0, 0x10)  # (a word that points at no object: nothing read)
+    assert walk.held_object(stray, 48, 32, Held) is None
