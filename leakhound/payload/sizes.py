@@ -595,7 +595,7 @@ def struct_classes():
     if HEAP_BLOCKS is None or not HEAP_BLOCKS[2]:
         return []
     out = []
-    for kind, module_name, name in _STRUCT_CLASSES + tuple(holder[:3] for holder in _STRUCT_HOLDERS):
+    for kind, module_name, name in list(_STRUCT_CLASSES) + [holder[:3] for holder in _STRUCT_HOLDERS]:
         cls = class_from(module_name, name) or _unexported_class(module_name, name)
         path = module_file(sys.modules.get(module_name))
         if cls is not None and type(path) is str and path.endswith(".so"):  # (PyO3's are heap types)
