@@ -81,6 +81,12 @@ def zstd_python(version: str) -> str:
     return _venv_python(version, f"zstd-py{version}-venv", [(".complete", ("zstandard",))])
 
 
+def faiss_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with faiss-cpu and numpy (SWIG's proxies of C++
+    indexes), cached as ``faiss-pyX.Y-venv``."""
+    return _venv_python(version, f"faiss-py{version}-venv", [(".complete", ("faiss-cpu", "numpy"))])
+
+
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""

@@ -559,7 +559,8 @@ def _ssl_socket():
 # tokenizers (their model's vocabulary: ~3 MB for 20,000 words) and lxml's documents (the
 # libxml2 tree its elements are proxies of: ~0.55 MB an HTML page of 400 rows; libxml2 is
 # linked into lxml.etree, whose globals' chunks are none of theirs) and zstandard's
-# compressors and decompressors (their windows and tables: ~3.8 MB at level 3, ~94 MB at 19).
+# compressors and decompressors (their windows and tables: ~3.8 MB at level 3, ~94 MB at 19)
+# and SWIG's objects (a proxy's ``this``: faiss's indexes and their vectors; _swig_library).
 _STRUCT_CLASSES = (
     ("pydantic_validator", "pydantic_core._pydantic_core", "SchemaValidator"),
     ("pydantic_serializer", "pydantic_core._pydantic_core", "SchemaSerializer"),
@@ -568,6 +569,8 @@ _STRUCT_CLASSES = (
     ("lxml_document", "lxml.etree", "_Document"),
     ("zstd_compressor", "zstandard.backend_c", "ZstdCompressor"),
     ("zstd_decompressor", "zstandard.backend_c", "ZstdDecompressor"),
+    ("swig_object", "swig_runtime_data5", "SwigPyObject"),
+    ("swig_object", "swig_runtime_data4", "SwigPyObject"),
 )
 # C types that keep one of _STRUCT_CLASSES' objects in a field their traversal does not show
 # (none: zstandard's types have no GC support), so the walk never meets that object: (kind,
@@ -597,10 +600,31 @@ def struct_classes():
     out = []
     for kind, module_name, name in list(_STRUCT_CLASSES) + [holder[:3] for holder in _STRUCT_HOLDERS]:
         cls = class_from(module_name, name) or _unexported_class(module_name, name)
-        path = module_file(sys.modules.get(module_name))
+        if kind == "swig_object":
+            path = _swig_library() if cls is not None else None
+        else:
+            path = module_file(sys.modules.get(module_name))
         if cls is not None and type(path) is str and path.endswith(".so"):  # (PyO3's are heap types)
             out.append((kind, cls, path))
     return out
+
+
+def _swig_library():
+    """The file of the one SWIG extension module loaded (SWIG's proxies: a ``SwigPyObject``
+    whose pointer is the wrapped C++ object, faiss's indexes among them), known by its
+    ``*_swigregister`` functions; None where there is none or more than one (whose globals a
+    wrapped object's words reach would then not be known)."""
+    found = None
+    for module in list(sys.modules.values()):
+        path = module_file(module)
+        d = instance_dict(module) if type(path) is str and path.endswith(".so") else None
+        if d is None or path == found:
+            continue
+        if any(type(key) is str and key.endswith("_swigregister") for key in list(d)):
+            if found is not None:
+                return None
+            found = path
+    return found
 
 
 def _unexported_class(module_name, name):
