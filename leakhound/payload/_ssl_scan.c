@@ -416,7 +416,7 @@ scan_flush(Scan *sc)
                         : sc->cand_mmapped[k] ? sc->head[k][1] & ~(uint64_t)7
                         : glibc_arena_size((uintptr_t)chunk, sc->cand_range[k], sc->head[k][1]);
         sc->size[k] = size <= (sc->cand_owner[k] < 0 ? most : sc->max_chunk) ? size : 0;
-        if (sc->size[k] == 0 && sc->cand_mmapped[k] && sc->cand_owner[k] >= 0 && size <= sc->max_counted)
+        if (sc->size[k] == 0 && sc->cand_mmapped[k] && size <= sc->max_counted)
             sc->size[k] = size;  /* (counted below, its words not read: a compressor's window) */
         if (sc->cand_expect[k] != 0 && size != chunk_size_of(sc->cand_expect[k], sc->cand_mmapped[k]))
             sc->size[k] = 0;
@@ -449,8 +449,9 @@ scan_flush(Scan *sc)
             return;
         }
         *byte |= bit;
-        if (size > sc->max_chunk) {  /* counted, not read (scan_flush's candidates above) */
-            sc->totals[owner] += (long long)size;
+        if (size > sc->max_chunk) {  /* counted, not read (the globals': no object's) */
+            if (owner >= 0)
+                sc->totals[owner] += (long long)size;
             continue;
         }
         uint64_t *entries = (uint64_t *)sc->next.data;
