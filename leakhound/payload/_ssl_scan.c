@@ -381,18 +381,6 @@ chunk_size_of(uint64_t bytes, int mmapped)
     return mmapped ? (size + 8 + 4095) & ~(uint64_t)4095 : size;
 }
 
-/* Whether the chunk at ``chunk`` whose header is ``head`` (prev_size, size) is one glibc
- * mmapped on its own (a big allocation's): its offset in its mapping in prev_size, its size a
- * page multiple, inside ``r`` (an anonymous mapping), as glibc_chunk_header reads one. */
-static int
-scan_mmapped_chunk(uint64_t chunk, const HeapRange *r, const uint64_t *head)
-{
-    uint64_t at = head[0], size = head[1] & ~(uint64_t)7;
-    return (head[1] & 2) && (at & 15) == 0 && at < 65536 && chunk >= at && ((chunk - at) & 4095) == 0
-           && (size & 4095) == 0 && size != 0 && r != NULL && !r->main && chunk - at >= r->start
-           && chunk + size <= r->end;
-}
-
 /* The candidates' headers read (the chunk's size word, then the next chunk's), and each that
  * starts a live glibc arena chunk of SSL_MAX_CHUNK bytes at most, not seen yet, made its
  * owner's (in the order met: the first at a depth wins), to be read at the next depth. */
@@ -411,9 +399,9 @@ scan_flush(Scan *sc)
     uint64_t most = sc->max_chunk > SSL_MAX_GLOBAL_CHUNK ? sc->max_chunk : SSL_MAX_GLOBAL_CHUNK;
     for (size_t k = 0; k < n; k++) {
         uint64_t chunk = sc->cand[k] - 16;
-        sc->cand_mmapped[k] = sc->ok[k] && sc->mmapped_ok && scan_mmapped_chunk(chunk, sc->cand_range[k], sc->head[k]);
-        uint64_t size = !sc->ok[k] ? 0
-                        : sc->cand_mmapped[k] ? sc->head[k][1] & ~(uint64_t)7
+        uint64_t mmapped = sc->ok[k] && sc->mmapped_ok ? glibc_mmapped_size(chunk, sc->cand_range[k], sc->head[k]) : 0;
+        sc->cand_mmapped[k] = mmapped != 0;
+        uint64_t size = !sc->ok[k] ? 0 : mmapped ? mmapped
                         : glibc_arena_size((uintptr_t)chunk, sc->cand_range[k], sc->head[k][1]);
         sc->size[k] = size <= (sc->cand_owner[k] < 0 ? most : sc->max_chunk) ? size : 0;
         if (sc->size[k] == 0 && sc->cand_mmapped[k] && size <= sc->max_counted)
@@ -435,7 +423,7 @@ scan_flush(Scan *sc)
         uint64_t chunk = sc->cand[k] - 16, size = sc->size[k];
         if (!sc->cand_mmapped[k]) {
             int next_ok = sc->ok[j++];
-            if (!next_ok || !glibc_arena_next_ok((uintptr_t)chunk, size, sc->cand_range[k], sc->after[k]))
+            if (!next_ok || !glibc_arena_next_ok((uintptr_t)chunk, sc->head[k], size, sc->cand_range[k], sc->after[k]))
                 continue;
         }
         unsigned char bit;

@@ -623,20 +623,29 @@ glibc_chunk_header(uintptr_t chunk, const HeapRange *r, int64_t *offset)
     uint64_t head[2];
     if (self_read(head, chunk, 16) < 0)
         return 0;
-    uint64_t size = head[1] & ~(uint64_t)7, flags = head[1] & 7;
-    if (flags & 2) {  /* mmapped: prev_size is its offset in its mapping, the size a page multiple */
-        uint64_t at = head[0];
-        if ((at & 15) != 0 || at >= 65536 || chunk < at || ((chunk - at) & 4095) != 0 || (size & 4095) != 0
-            || size == 0 || (r != NULL && (r->main || chunk - at < r->start || chunk + size > r->end)))
-            return 0;
-        *offset = (int64_t)at;
+    if (head[1] & 2) {
+        uint64_t size = glibc_mmapped_size(chunk, r, head);
+        *offset = (int64_t)head[0];
         return size;
     }
-    size = glibc_arena_size(chunk, r, head[1]);
+    uint64_t size = glibc_arena_size(chunk, r, head[1]);
     uint64_t next;
-    if (size == 0 || self_read(&next, chunk + size + 8, 8) < 0 || !glibc_arena_next_ok(chunk, size, r, next))
+    if (size == 0 || self_read(&next, chunk + size + 8, 8) < 0 || !glibc_arena_next_ok(chunk, head, size, r, next))
         return 0;
     *offset = -1;
+    return size;
+}
+
+/* The size of the chunk at ``chunk`` whose header is ``head`` (prev_size, size) if glibc
+ * mmapped it on its own (a big allocation's): its offset in its mapping in prev_size, its size
+ * a page multiple, inside ``r`` (an anonymous mapping; NULL: none known); else 0. */
+uint64_t
+glibc_mmapped_size(uintptr_t chunk, const HeapRange *r, const uint64_t *head)
+{
+    uint64_t at = head[0], size = head[1] & ~(uint64_t)7;
+    if (!(head[1] & 2) || (at & 15) != 0 || at >= 65536 || chunk < at || ((chunk - at) & 4095) != 0
+        || (size & 4095) != 0 || size == 0 || (r != NULL && (r->main || chunk - at < r->start || chunk + size > r->end)))
+        return 0;
     return size;
 }
 
@@ -649,6 +658,7 @@ glibc_chunk_header(uintptr_t chunk, const HeapRange *r, int64_t *offset)
  * three, and took it. (glibc's default: 2 * 4 MiB * sizeof(long); its hugetlb tunable makes
  * heaps of another size, whose chunks are then not counted: less, never another's.) */
 #define GLIBC_HEAP_MAX ((uint64_t)64 << 20)
+#define GLIBC_HEAP_OF(chunk) ((uint64_t)(chunk) & ~(GLIBC_HEAP_MAX - 1))  /* its heap's start */
 #define GLIBC_HEAP_SLOTS 1024  /* (a slot per aligned start, by its bits: 64 GiB without a clash) */
 
 /* The heaps looked at since glibc_heaps_forget: (start + 1, bytes in use; 0: no heap), in
@@ -696,7 +706,7 @@ glibc_arena_size(uintptr_t chunk, const HeapRange *r, uint64_t word)
         || (r != NULL && ((!(flags & 4)) != (r->main != 0) || chunk + size + 16 > r->end)))
         return 0;
     if (flags & 4) {
-        uint64_t start = (uint64_t)chunk & ~(GLIBC_HEAP_MAX - 1);
+        uint64_t start = GLIBC_HEAP_OF(chunk);
         if (chunk < start + 32 || chunk + size + 16 > start + glibc_heap_used(start))
             return 0;
     }
@@ -728,33 +738,27 @@ glibc_chain_ok(uint64_t at, uint64_t word, uint64_t nonmain, uint64_t end)
     }
 }
 
-/* Whether ``next``, the size word after the arena chunk at ``chunk`` of ``size`` bytes, is a
- * chunk's whose previous one is in use, inside ``r`` (and after a big chunk, glibc_chain_ok). */
+/* Whether ``next``, the size word after the arena chunk at ``chunk`` of ``size`` bytes whose
+ * header is ``head`` (prev_size, size), is a chunk's whose previous one is in use, inside ``r``
+ * (and after a big chunk, glibc_chain_ok). */
 int
-glibc_arena_next_ok(uintptr_t chunk, uint64_t size, const HeapRange *r, uint64_t next)
+glibc_arena_next_ok(uintptr_t chunk, const uint64_t *head, uint64_t size, const HeapRange *r, uint64_t next)
 {
     uint64_t next_size = next & ~(uint64_t)7;
     if (!(next & 1) || next_size < 16 || (next_size & 15) != 0 || (r != NULL && chunk + size + next_size > r->end))
         return 0;
     if (size < GLIBC_CHAIN_MIN || r == NULL)
         return 1;
-    uint64_t end = r->end;
-    if (!r->main) {
-        uint64_t start = (uint64_t)chunk & ~(GLIBC_HEAP_MAX - 1);
-        end = start + glibc_heap_used(start);
-    }
+    uint64_t start = r->main ? r->start : GLIBC_HEAP_OF(chunk) + 32;
+    uint64_t end = r->main ? r->end : GLIBC_HEAP_OF(chunk) + glibc_heap_used(GLIBC_HEAP_OF(chunk));
     if (!glibc_chain_ok((uint64_t)chunk + size, next, !r->main, end))
         return 0;
-    uint64_t start = r->main ? r->start : ((uint64_t)chunk & ~(GLIBC_HEAP_MAX - 1)) + 32;
-    /* its header again: where the chunk before it is free (its "previous in use" bit clear),
-     * prev_size is that chunk's size, written at its start too, and the one before that is in
-     * use (glibc merges free neighbours; its fast bins' chunks count as in use). An 11.2 MB
-     * "chunk" so found in a Rust table's buckets had a prev_size of 0xa6000000000000. */
-    uint64_t head[2], prev[2];
-    if (self_read(head, chunk, sizeof(head)) < 0)
-        return 0;
+    /* where the chunk before it is free (its "previous in use" bit clear), prev_size is that
+     * chunk's size, written at its start too, and the one before that is in use (glibc merges
+     * free neighbours; its fast bins' chunks count as in use). An 11.2 MB "chunk" so found in
+     * a Rust table's buckets had a prev_size of 0xa6000000000000. */
     if (!(head[1] & 1)) {
-        uint64_t before = head[0];
+        uint64_t before = head[0], prev[2];
         if (before < 32 || (before & 15) != 0 || before > (uint64_t)chunk - start
             || self_read(prev, chunk - before, sizeof(prev)) < 0 || (prev[1] & ~(uint64_t)7) != before || !(prev[1] & 1))
             return 0;

@@ -182,7 +182,8 @@ const HeapRange *heap_range_of(const HeapRange *ranges, Py_ssize_t n, uintptr_t 
 uint64_t glibc_chunk_header(uintptr_t chunk, const HeapRange *r, int64_t *offset);
 uint64_t glibc_arena_size(uintptr_t chunk, const HeapRange *r, uint64_t word);
 void glibc_heaps_forget(void);
-int glibc_arena_next_ok(uintptr_t chunk, uint64_t size, const HeapRange *r, uint64_t next);
+int glibc_arena_next_ok(uintptr_t chunk, const uint64_t *head, uint64_t size, const HeapRange *r, uint64_t next);
+uint64_t glibc_mmapped_size(uintptr_t chunk, const HeapRange *r, const uint64_t *head);
 
 /* Containers with more entries than this are read in slices (is_big, read_slice). */
 #define BIG_CONTAINER 4096
