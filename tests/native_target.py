@@ -87,6 +87,12 @@ def faiss_python(version: str) -> str:
     return _venv_python(version, f"faiss-py{version}-venv", [(".complete", ("faiss-cpu", "numpy"))])
 
 
+def re2_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with google-re2 alone (pybind11's objects owning
+    C++ RE2s), cached as ``re2-pyX.Y-venv``."""
+    return _venv_python(version, f"re2-py{version}-venv", [(".complete", ("google-re2",))])
+
+
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""

@@ -1062,10 +1062,17 @@ enum { FOUND_NONE = 0, FOUND_NODE = 1, FOUND_OWN = 2 };
 
 /* Whether objects of ``tp`` are never folded (graph_keep_types). */
 static inline int
-graph_kept_type(const GraphState *g, const PyTypeObject *tp)
+graph_kept_type(const GraphState *g, PyTypeObject *tp)
 {
     for (int k = 0; k < g->nkept_types; k++)
         if (g->kept_types[k] == tp)
+            return 1;
+    /* A kept class with a metaclass of its own keeps its subclasses' objects too (pybind11's
+     * base, whose every class derives from it); a class of the built-in metaclass is none. */
+    if (g->nkept_types == 0 || Py_TYPE(tp) == &PyType_Type)
+        return 0;
+    for (int k = 0; k < g->nkept_types; k++)
+        if (Py_TYPE(g->kept_types[k]) != &PyType_Type && PyType_IsSubtype(tp, g->kept_types[k]))
             return 1;
     return 0;
 }

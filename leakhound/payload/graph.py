@@ -69,6 +69,7 @@ from .objects import (
     safe_referents,
     short_type_name,
     slot_members,
+    subclass_tree,
     type_name,
 )
 from .pacing import Clock, unsplit_step_fits
@@ -213,7 +214,9 @@ class Graph(object):
         # never folded: a node each, that ``--why TYPE`` names (their C library's memory is
         # no size's: wire.OPAQUE_NATIVE_TYPES, detectors/native_state.py)
         self.kept_types = kept_types()
-        self.kept_type_ids = frozenset(id(tp) for tp in self.kept_types)
+        # (a kept class with a metaclass of its own keeps its subclasses' objects too: pybind11's)
+        self.kept_type_ids = frozenset(id(tp) for kept in self.kept_types
+                                       for tp in (subclass_tree(kept) if type(kept) is not type else (kept,)))
         self.type_names = ["<root>"]
         # The leaves' types up front, in both walks: the compiled one counts every shared
         # leaf by type (no node), and would otherwise call _type_id for them mid-walk where
@@ -1043,7 +1046,7 @@ def kept_types():
         if cls is not None and type_name(cls) == name and cls not in found:
             found.append(cls)
     for _kind, cls, _path in struct_classes():
-        if cls not in found:
+        if cls not in found:  # (pybind11's bases: with their subclasses, _graph_walk.c's graph_kept_type)
             found.append(cls)
     return tuple(found)
 

@@ -55,6 +55,12 @@ def has_managed_dict(tp):
     return bool(_TYPE_FLAGS.__get__(tp, type) & _MANAGED_DICT_FLAG)
 
 
+def struct_word(obj, offset):
+    """The machine word at ``offset`` bytes into ``obj``'s struct (the caller knows its
+    layout), or None where no word can be read."""
+    return None if _word_at is None else _word_at(id(obj) + offset)
+
+
 def managed_dict_address(obj, tp):
     """The address of ``obj``'s made __dict__ (3.11-3.13, type ``tp``), or 0."""
     if _word_at is None or not has_managed_dict(tp):

@@ -47,6 +47,7 @@ from .objects import (
     managed_dict_address,
     module_file,
     short_type_name,
+    struct_word,
     subclass_tree,
     type_flags,
 )
@@ -586,18 +587,34 @@ _STRUCT_HOLDERS = (
     ("zstd_decompress_reader", "zstandard.backend_c", "ZstdDecompressionReader", 0, 16, "zstd_decompressor"),
     ("zstd_decompress_writer", "zstandard.backend_c", "ZstdDecompressionWriter", 0, 16, "zstd_decompressor"),
 )
+# pybind11's objects (onnxruntime's sessions, google-re2's compiled expressions, ...): every
+# class of a pybind11 extension derives from its ``pybind11_object`` (module
+# ``pybind11_builtins``, metaclass ``pybind11_type``; one per pybind11 ABI loaded), whose
+# instance has been these 56 bytes since pybind11 2.2: after its header, the C++ object's
+# pointer and its holder (a unique_ptr: that pointer again; a shared_ptr: its control block too),
+# the weak references, then flags whose first bit says the instance owns the object. One that
+# does not (a reference into another object, returned by ``reference_internal``) reaches
+# nothing of its own: its words are not read. An object is scanned with the library of the
+# first pybind11 class of its MRO (_pybind11_file).
+_PYBIND11_KIND = "pybind11_object"
+_PYBIND11_BASICSIZE = 56
+_PYBIND11_FLAGS_OFFSET = 48
+# torch's pybind11 objects (scripted modules, graphs) reach the storage its tensors count
+# (the tensor kind, by their data pointers): not scanned.
+_PYBIND11_SKIPPED = ("torch",)
 _STRUCT_KINDS = frozenset([kind for kind, _module, _name in _STRUCT_CLASSES]
-                          + [holder[0] for holder in _STRUCT_HOLDERS])
+                          + [holder[0] for holder in _STRUCT_HOLDERS] + [_PYBIND11_KIND])
 
 
 def struct_classes():
-    """[(kind, class, its extension module's file)] of _STRUCT_CLASSES loaded here, where the
-    compiled walk reads glibc's chunks (64-bit)."""
+    """[(kind, class, its extension module's file)] of _STRUCT_CLASSES loaded here, and
+    pybind11's bases (no file: each object's is its class's), where the compiled walk reads
+    glibc's chunks (64-bit)."""
     if sys.maxsize < 2 ** 32 or _compiled_walk is None or not hasattr(_compiled_walk, "struct_object_bytes"):
         return []
     if HEAP_BLOCKS is None or not HEAP_BLOCKS[2]:
         return []
-    out = []
+    out = []  # type: list
     for kind, module_name, name in list(_STRUCT_CLASSES) + [holder[:3] for holder in _STRUCT_HOLDERS]:
         cls = class_from(module_name, name) or _unexported_class(module_name, name)
         if kind == "swig_object":
@@ -606,7 +623,63 @@ def struct_classes():
             path = module_file(sys.modules.get(module_name))
         if cls is not None and type(path) is str and path.endswith(".so"):  # (PyO3's are heap types)
             out.append((kind, cls, path))
+    # (each object's library: _pybind11_file)
+    out.extend([(_PYBIND11_KIND, cls, None) for cls in _pybind11_bases()])
     return out
+
+
+def _class_named(cls, module_name, qualname):
+    """Whether class ``cls`` is ``module_name.qualname`` by its own dict (a str compared only)."""
+    module = type.__dict__["__module__"].__get__(cls, type)
+    return (type(module) is str and module == module_name
+            and type.__dict__["__qualname__"].__get__(cls, type) == qualname)
+
+
+def _is_pybind11_class(cls):
+    """Whether ``cls`` is a class pybind11 made (its metaclass pybind11's)."""
+    return _class_named(type(cls), "pybind11_builtins", "pybind11_type")
+
+
+def _pybind11_bases():
+    """Each ``pybind11_builtins.pybind11_object`` loaded (one per pybind11 ABI) whose instance
+    has the layout _PYBIND11_BASICSIZE says."""
+    return [cls for cls in type.__subclasses__(object)
+            if _class_named(cls, "pybind11_builtins", "pybind11_object") and _is_pybind11_class(cls)
+            and _basicsize(cls) == _PYBIND11_BASICSIZE]
+
+
+def _pybind11_file(tp, cache):
+    """The extension module file of the first pybind11 class in ``tp``'s MRO (a Python
+    subclass's is its base's): the library whose globals are no object's; None where that is
+    no loaded .so or one of _PYBIND11_SKIPPED's. ``cache``: id(type) -> file."""
+    key = id(tp)
+    if key in cache:
+        return cache[key]
+    found = None
+    module_of = type.__dict__["__module__"]
+    for cls in type.__dict__["__mro__"].__get__(tp, type):
+        name = module_of.__get__(cls, type)
+        if type(name) is not str or name == "pybind11_builtins" or not _is_pybind11_class(cls):
+            continue
+        while name and name not in sys.modules:  # (a submodule pybind11 made: its parent's file)
+            name = name.rpartition(".")[0]
+        path = module_file(sys.modules.get(name)) if name else None
+        if type(path) is str and path.endswith(".so") and name.partition(".")[0] not in _PYBIND11_SKIPPED:
+            found = path
+        break
+    cache[key] = found
+    return found
+
+
+def _struct_basicsize(obj, kind):
+    """The bytes of ``obj``'s struct whose words a struct scan reads: its type's basicsize; a
+    pybind11 object's instance (none: it does not own its C++ object)."""
+    if kind != _PYBIND11_KIND:
+        return _basicsize(type(obj))
+    flags = struct_word(obj, _PYBIND11_FLAGS_OFFSET)
+    if flags is None or not flags & 1:
+        return 0
+    return _PYBIND11_BASICSIZE
 
 
 def _swig_library():
@@ -727,7 +800,8 @@ def native_types(tick=None, after_walk=False):
         # census's: id -> its owner slot), the owner walked now, and when to let go of those
         # only this table holds (_prune_scanned)
         bases["scanned_objects"] = {}
-        bases["struct_files"] = {kind: path for kind, _cls, path in structs}
+        bases["struct_files"] = {kind: path for kind, _cls, path in structs if kind != _PYBIND11_KIND}
+        bases["pybind11_bases"] = tuple([cls for kind, cls, _path in structs if kind == _PYBIND11_KIND])
         bases["scanned_owners"] = {}
         bases["scanned_owner"] = [0]
         bases["scanned_prune_at"] = [0]
@@ -1122,13 +1196,21 @@ def scanned_object_sizes(bases, deadline, max_bytes):
     held = _held_by_holders(bases, objects, owners)
     ssl_classes = [c for c in (bases.get("ssl_context"), bases.get("ssl_socket")) if c is not None]
     contexts, by_file = [], {}  # type: list, dict
+    pybind11_files = {}  # type: dict
+    pybind11_bases = bases.get("pybind11_bases", ())
     for obj in objects:
         if ssl_classes and any(isinstance_of(obj, c) for c in ssl_classes):
             contexts.append(obj)
             continue
+        if pybind11_bases and any(isinstance_of(obj, base) for base in pybind11_bases):
+            kind = _PYBIND11_KIND
+            path = _pybind11_file(type(obj), pybind11_files)
+            if path is not None:
+                by_file.setdefault(path, []).append((obj, kind))
+            continue
         for kind, path in bases.get("struct_files", {}).items():
             if type(obj) is bases.get(kind):
-                by_file.setdefault(path, []).append(obj)
+                by_file.setdefault(path, []).append((obj, kind))
                 break
     del objects
     out = []
@@ -1193,13 +1275,15 @@ def _ssl_sizes(bases, contexts, deadline, max_bytes):
     return _sized(contexts, got), _scan_peak()
 
 
-def _struct_sizes(objects, path, deadline, max_bytes):
-    """([(object, bytes)], the scan's peak or None) of _STRUCT_CLASSES' objects of the
-    extension module at ``path`` (its globals' chunks are no object's)."""
+def _struct_sizes(group, path, deadline, max_bytes):
+    """([(object, bytes)], the scan's peak or None) of _STRUCT_CLASSES' objects (and
+    pybind11's) of the extension module at ``path`` (its globals' chunks are no object's);
+    ``group``: [(object, its kind)]."""
     seconds = _scan_seconds(deadline)
     if seconds <= 0 or max_bytes <= 0:
         return [], None
-    basicsizes = array.array("q", [_basicsize(type(obj)) for obj in objects])
+    objects = [obj for obj, _kind in group]
+    basicsizes = array.array("q", [_struct_basicsize(obj, kind) for obj, kind in group])
     try:
         got = _compiled_walk.struct_object_bytes(objects, basicsizes.tobytes(), _heap_ranges(), path,
                                                  HEAP_BLOCKS[0] if HEAP_BLOCKS is not None else 0, _SSL_MAX_CHUNKS,
