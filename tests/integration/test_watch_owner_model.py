@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from leakhound.cli import app
 from leakhound.model.growth import in_a_frame
+from tests.native_target import re2_python
 from tests.pythons import installed_pythons
 from tests.utils import Child, spawn_target, within
 
@@ -110,6 +111,22 @@ def test_watch_names_the_growing_owner_inspect_names(tmp_path: Path, fixture: st
     # (an owner under a thread's frame may have ended by the next sample: a client being built
     # when a census ran, in the cache by the next one; CI, 3.11)
     assert all(in_a_frame(p) for s in samples for p in s["unresolved"]), [s["unresolved"] for s in samples]
+    assert within(owner["items_per_min"], truth["items_per_min"], 0.10), (owner, truth)
+    assert within(owner["bytes_per_min"], truth["bytes_per_min"], 0.25), (owner, truth)
+    _growth_fits(samples, process, report["findings"])
+
+
+def test_watch_names_a_growing_cache_of_pybind11_objects(tmp_path: Path) -> None:
+    """A log router's filters kept per tenant (google-re2's expressions: pybind11's instances
+    of 56 bytes, their C++ RE2s in glibc's heap, ~0.3 MB each): each sample's walk sizes them
+    from their instances' words, as inspect's does, and the growth is theirs."""
+    with spawn_target("re2_filter_leak", tmp_path, python=re2_python(_THIS)) as child:
+        inspected, truth, process, samples, report = _watched_leak(child, "filters_items", "filters_bytes")
+    assert inspected == "__main__.FILTERS"
+    warnings = [f for f in report["findings"] if f["severity"] == "warning"]
+    assert [(f["kind"], f["owner"]) for f in warnings] == [("growth", inspected)], warnings
+    owner = next(t for t in process["owners"] if t["name"] == inspected)
+    assert owner["verdict"] == "growing"
     assert within(owner["items_per_min"], truth["items_per_min"], 0.10), (owner, truth)
     assert within(owner["bytes_per_min"], truth["bytes_per_min"], 0.25), (owner, truth)
     _growth_fits(samples, process, report["findings"])
