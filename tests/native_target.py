@@ -93,6 +93,12 @@ def re2_python(version: str) -> str:
     return _venv_python(version, f"re2-py{version}-venv", [(".complete", ("google-re2",))])
 
 
+def sentencepiece_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with sentencepiece alone (SWIG's proxies of C++
+    processors, protobuf linked in), cached as ``sentencepiece-pyX.Y-venv``."""
+    return _venv_python(version, f"sentencepiece-py{version}-venv", [(".complete", ("sentencepiece",))])
+
+
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""

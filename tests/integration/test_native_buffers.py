@@ -34,6 +34,7 @@ from tests.native_target import (
     protobuf_python,
     pydantic_python,
     re2_python,
+    sentencepiece_python,
     tokenizer_python,
     zstd_python,
 )
@@ -284,6 +285,17 @@ def test_re2_expressions_hold_their_programs(tmp_path: Path, version: str, owner
     before such a pointer took 23 MB of chunks no allocation had (1.34 of the truth) until a
     chunk inside one taken was none (_ssl_scan.c: covered)."""
     _check(tmp_path, "re2", re2_python(version), owner_model=owner_model, path="__main__.PATTERNS")
+
+
+@pytest.mark.parametrize("version", MMAP_VERSIONS)
+@pytest.mark.parametrize("owner_model", ["census", "dominator"])
+def test_sentencepiece_processors_hold_their_models(tmp_path: Path, version: str, owner_model: str) -> None:
+    """20 sentencepiece processors of a 4,000-piece model kept (a tokenizer loaded per request):
+    their models in C++'s heap behind SWIG's proxies, a protobuf message whose repeated fields
+    and strings are pointers tagged in their low bits: 0.13 of what freeing them returns before
+    (only the words that were plain pointers followed), within 10% now (_ssl_scan.c: scan_word)."""
+    _check(tmp_path, "sentencepiece", sentencepiece_python(version), owner_model=owner_model,
+           path="__main__.PROCESSORS")
 
 
 @pytest.mark.parametrize("version", ["3.11", "3.12"])
