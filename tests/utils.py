@@ -91,6 +91,9 @@ def spawn_target(
     another user; ``python_args`` before the script, e.g. ``-X dev``; its stderr to the file
     ``stderr``) and wait for its ready file."""
     ready = tmp_path / f"{fixture}.ready.json"
+    # (an earlier run's in the same directory would be taken for this one's: its target read
+    # while it still builds its heap)
+    ready.unlink(missing_ok=True)
     full_env = {**os.environ, **(env or {})}
     full_env.pop("LEAKHOUND_READY_FILE", None)
     err = open(stderr, "wb") if stderr is not None else None  # noqa: SIM115 - the child's, closed below
