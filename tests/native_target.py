@@ -99,6 +99,12 @@ def sentencepiece_python(version: str) -> str:
     return _venv_python(version, f"sentencepiece-py{version}-venv", [(".complete", ("sentencepiece",))])
 
 
+def grpc_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with grpcio alone (Cython's objects over grpc's
+    C core, linked in), cached as ``grpc-pyX.Y-venv``."""
+    return _venv_python(version, f"grpc-py{version}-venv", [(".complete", ("grpcio",))])
+
+
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""
