@@ -296,7 +296,10 @@ addr_hash(uintptr_t address, size_t mask)
  * ~80 MiB), so a region's block is first a small set of its granules (NB_SET_MAX at most, at
  * most half full: ~4 bytes a node) and becomes the bitmap (NB_BYTES) once it holds more: the
  * bitmaps alone were ~0.9 MiB of the target's memory on that heap, ~50 bytes a node. */
-#define GRAPH_KEPT_TYPES 16  /* graph_keep_types' types at most */
+/* graph_keep_types' types at most (graph.py's _MAX_KEPT_TYPES): 16 were too few for a worker
+ * with ssl, sqlite3, lxml, zstandard (8), grpc, pydantic-core and two pybind11 ABIs loaded,
+ * whose every inspection failed ("too many types"). */
+#define GRAPH_KEPT_TYPES 64
 #define NB_SHIFT 20
 #define NB_BYTES ((1 << NB_SHIFT) >> 7)
 /* The census's regions (_walk.c) have this layout too: graph_reached copies into them. */

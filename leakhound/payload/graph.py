@@ -214,9 +214,7 @@ class Graph(object):
         # never folded: a node each, that ``--why TYPE`` names (their C library's memory is
         # no size's: wire.OPAQUE_NATIVE_TYPES, detectors/native_state.py)
         self.kept_types = kept_types()
-        # (a kept class with a metaclass of its own keeps its subclasses' objects too: pybind11's)
-        self.kept_type_ids = frozenset(id(tp) for kept in self.kept_types
-                                       for tp in (subclass_tree(kept) if type(kept) is not type else (kept,)))
+        self.kept_type_ids = _kept_type_ids(self.kept_types)
         self.type_names = ["<root>"]
         # The leaves' types up front, in both walks: the compiled one counts every shared
         # leaf by type (no node), and would otherwise call _type_id for them mid-walk where
@@ -1034,21 +1032,38 @@ class CompiledGraph(Graph):
         pass
 
 
+# _graph_walk.c's GRAPH_KEPT_TYPES: graph_keep_types refuses more (16 were too few for a worker
+# with ssl, sqlite3, lxml, zstandard, grpc, pydantic-core and two pybind11 ABIs loaded: every
+# inspection failed)
+_MAX_KEPT_TYPES = 64
+
+
 def kept_types():
     """The classes of wire.OPAQUE_NATIVE_TYPES loaded in this process (read from their modules'
     dicts, kept where the class's name is the one listed), and those whose objects are sized
-    after the walk from their structs (sizes.struct_classes: the bytes go to their nodes), a
-    tuple."""
+    after the walk from their structs (sizes.struct_classes: the bytes go to their nodes;
+    pybind11's bases with their subclasses, _graph_walk.c's graph_kept_type); a tuple of
+    _MAX_KEPT_TYPES at most, each once."""
     found = []
+    seen = set()
+    classes = []
     for name in wire.OPAQUE_NATIVE_TYPES:
         module, _dot, qualname = name.rpartition(".")
         cls = class_from(module, qualname)
-        if cls is not None and type_name(cls) == name and cls not in found:
-            found.append(cls)
-    for _kind, cls, _path in struct_classes():
-        if cls not in found:  # (pybind11's bases: with their subclasses, _graph_walk.c's graph_kept_type)
+        if cls is not None and type_name(cls) == name:
+            classes.append(cls)
+    classes.extend([cls for _kind, cls, _path in struct_classes()])
+    for cls in classes:
+        if id(cls) not in seen and len(found) < _MAX_KEPT_TYPES:
+            seen.add(id(cls))
             found.append(cls)
     return tuple(found)
+
+
+def _kept_type_ids(kept):
+    """The ids of the classes whose objects the Python loop never folds: ``kept``'s, a kept
+    class with a metaclass of its own with its subclasses (pybind11's base)."""
+    return frozenset(id(tp) for cls in kept for tp in (subclass_tree(cls) if type(cls) is not type else (cls,)))
 
 
 _FRAME_LIKE_TYPES = (types.FrameType, types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)

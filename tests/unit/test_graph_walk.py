@@ -121,6 +121,23 @@ def test_a_walk_over_its_memory_budget_is_skipped_not_cut(compiled: bool) -> Non
     assert "over its memory budget of 1 MiB" in out["skipped"] and out["skipped_code"] == "graph_over_memory_budget"
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_process_with_many_kept_classes_is_walked(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker with ssl, sqlite3, lxml, zstandard (eight classes), grpc, pydantic-core and two
+    pybind11 ABIs loaded had 18 classes to keep as nodes: the C walk refused more than 16 and
+    every inspection failed ("graph_keep_types: too many types"). 80 such classes, some twice:
+    each kept once, up to the walk's limit, and the walk goes on."""
+    if compiled and graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    classes = [type(f"Kept{i}", (), {}) for i in range(80)]
+    monkeypatch.setattr(graph, "struct_classes", lambda: [("k", cls, "/x.so") for cls in classes + classes[:5]])
+    kept = graph.kept_types()
+    assert len(kept) == graph._MAX_KEPT_TYPES and len({id(cls) for cls in kept}) == len(kept)
+    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
+                      cancelled=None, compiled=compiled)
+    assert "skipped" not in out and out["nodes"] > 1000
+
+
 SPOOLED: dict[str, list[list[object]]] = {}
 
 
