@@ -645,7 +645,10 @@ def _is_pybind11_class(cls):
 
 def _pybind11_bases():
     """Each ``pybind11_builtins.pybind11_object`` loaded (one per pybind11 ABI) whose instance
-    has the layout _PYBIND11_BASICSIZE says."""
+    has the layout _PYBIND11_BASICSIZE says. (object's subclasses are thousands in a big
+    program: looked at only where pybind11's metaclass, one of type's few subclasses, is.)"""
+    if not any(_class_named(meta, "pybind11_builtins", "pybind11_type") for meta in type.__subclasses__(type)):
+        return []
     return [cls for cls in type.__subclasses__(object)
             if _class_named(cls, "pybind11_builtins", "pybind11_object") and _is_pybind11_class(cls)
             and _basicsize(cls) == _PYBIND11_BASICSIZE]
