@@ -632,7 +632,8 @@ def struct_classes():
 
 
 def _class_named(cls, module_name, qualname):
-    """Whether class ``cls`` is ``module_name.qualname`` by its own dict (a str compared only)."""
+    """Whether class ``cls`` is ``module_name.qualname`` by its own dict (a heap type's module
+    is whatever its dict holds: a str compared only)."""
     module = type.__dict__["__module__"].__get__(cls, type)
     return (type(module) is str and module == module_name
             and type.__dict__["__qualname__"].__get__(cls, type) == qualname)
@@ -721,12 +722,8 @@ def _unexported_class(module_name, name):
     found among ``object``'s subclasses by its name and module, once the module is loaded."""
     if module_name not in sys.modules:
         return None
-    qualname, module = type.__dict__["__qualname__"], type.__dict__["__module__"]
     for cls in type.__subclasses__(object):
-        if qualname.__get__(cls, type) != name:
-            continue
-        found = module.__get__(cls, type)  # (a heap type's is whatever its dict holds: a str compared only)
-        if type(found) is str and found == module_name:
+        if _class_named(cls, module_name, name):
             return cls
     return None
 
