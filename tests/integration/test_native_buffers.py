@@ -302,7 +302,7 @@ def test_sentencepiece_processors_hold_their_models(tmp_path: Path, version: str
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
 @pytest.mark.parametrize("owner_model", ["census", "dominator"])
 def test_grpc_channels_never_closed_hold_their_core_state(tmp_path: Path, version: str, owner_model: str) -> None:
-    """500 grpc channels made per request and never closed: ~4.4 MB of grpc's C core, behind
+    """1,000 grpc channels made per request and never closed: ~8.8 MB of grpc's C core, behind
     Cython's ``_ChannelState`` (96 bytes to sys.getsizeof): 0.36 of what freeing them returns
     before (their Python parts), within 10% now (sizes._STRUCT_CLASSES)."""
     _check(tmp_path, "grpc", grpc_python(version), owner_model=owner_model, path="__main__.CHANNELS")
