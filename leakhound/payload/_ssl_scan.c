@@ -271,7 +271,10 @@ entry_of(uint64_t chunk, uint64_t size)
  * a batch on more pages than this is read piece by piece. */
 #define SSL_PAGE 4096
 #define SSL_PAGE_SLOTS 256
-#define SSL_PAGE_LIST 4096
+/* The pages of a batch are found in a table of this many slots (a power of two, at most
+ * half full with SSL_PAGE_SLOTS pages): a sort of the batch's pages was ~10% of the scan's
+ * time on 650 pydantic validators' heaps. */
+#define SSL_PAGE_HASH 1024
 
 /* Words that may start a chunk not seen yet, checked a batch at a time (scan_flush). */
 #define SSL_CANDIDATES 2048
@@ -283,6 +286,7 @@ typedef struct {
     pid_t pid;
     const HeapRange *ranges;
     Py_ssize_t nranges;
+    const HeapRange *last_range;  /* the last one a candidate was in (scan_candidate) */
     Seen seen;
     /* The granules inside the arena chunks taken (after each one's header): a candidate whose
      * header would be there is an interior pointer into one (a DFA state's pointer to its own
@@ -320,7 +324,8 @@ typedef struct {
     unsigned char read_ok_meta[SSL_CANDIDATES], meta_ok[SSL_CANDIDATES];  /* (scan_objects') */
     /* the pages a batch of pieces is read from (read_paged) */
     unsigned char *pages;  /* SSL_PAGE_SLOTS pages */
-    uint64_t page_list[SSL_PAGE_LIST], page_from[SSL_PAGE_SLOTS];
+    uint64_t page_key[SSL_PAGE_HASH], page_from[SSL_PAGE_SLOTS];  /* (page + 1, 0: empty) */
+    uint16_t page_slot[SSL_PAGE_HASH];
     size_t page_len[SSL_PAGE_SLOTS];
     void *page_to[SSL_PAGE_SLOTS];
     unsigned char page_ok[SSL_PAGE_SLOTS];
@@ -341,43 +346,57 @@ now(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int
-page_order(const void *a, const void *b)
+/* The slot of page ``p`` in the batch's table (its page read into sc->pages at
+ * page_slot[slot] where page_key[slot] is p + 1; an empty slot where it is not there). */
+static inline size_t
+page_hash_slot(const Scan *sc, uint64_t p)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    size_t k = (size_t)((p * 0x9E3779B97F4A7C15ull) >> 54) & (SSL_PAGE_HASH - 1);
+    while (sc->page_key[k] != 0 && sc->page_key[k] != p + 1)
+        k = (k + 1) & (SSL_PAGE_HASH - 1);
+    return k;
 }
 
 /* read_pieces' pieces read as the pages they are on: each page once, in one call of up to
- * SSL_IOV pages (a page that cannot be read fails the pieces on it, as a piece would). */
+ * SSL_IOV pages (a page that cannot be read fails the pieces on it, as a piece would); piece
+ * by piece where they are on more than SSL_PAGE_SLOTS pages. */
 static void
 read_paged(Scan *sc, size_t n, const uint64_t *from, const size_t *len, void *const *to, unsigned char *ok)
 {
-    size_t m = 0, u = 0;
+    size_t u = 0;
+    memset(sc->page_key, 0, sizeof(sc->page_key));
     for (size_t k = 0; k < n; k++) {
         if (len[k] == 0)
             continue;
         for (uint64_t p = from[k] / SSL_PAGE; p <= (from[k] + len[k] - 1) / SSL_PAGE; p++) {
-            if (m == SSL_PAGE_LIST) {
+            /* (the bytes of the page the piece has: the page's span read grows to take them) */
+            uint64_t lo = p == from[k] / SSL_PAGE ? from[k] % SSL_PAGE : 0;
+            uint64_t hi = p == (from[k] + len[k] - 1) / SSL_PAGE ? (from[k] + len[k] - 1) % SSL_PAGE + 1 : SSL_PAGE;
+            size_t slot = page_hash_slot(sc, p);
+            if (sc->page_key[slot] != 0) {
+                size_t i = sc->page_slot[slot];
+                uint64_t at = sc->page_from[i] % SSL_PAGE, end = at + sc->page_len[i];
+                at = lo < at ? lo : at;
+                end = hi > end ? hi : end;
+                sc->page_from[i] = p * SSL_PAGE + at;
+                sc->page_len[i] = (size_t)(end - at);
+                sc->page_to[i] = sc->pages + i * SSL_PAGE + at;
+                continue;
+            }
+            if (u == SSL_PAGE_SLOTS) {
                 read_pieces(sc->pid, n, from, len, to, ok);
                 return;
             }
-            sc->page_list[m++] = p;
+            sc->page_key[slot] = p + 1;
+            sc->page_slot[slot] = (uint16_t)u;
+            sc->page_from[u] = p * SSL_PAGE + lo;
+            sc->page_len[u] = (size_t)(hi - lo);
+            sc->page_to[u] = sc->pages + u * SSL_PAGE + lo;
+            u++;
         }
     }
-    qsort(sc->page_list, m, sizeof(uint64_t), page_order);
-    for (size_t i = 0; i < m; i++)
-        if (u == 0 || sc->page_list[u - 1] != sc->page_list[i])
-            sc->page_list[u++] = sc->page_list[i];
-    if (u > SSL_PAGE_SLOTS) {
-        read_pieces(sc->pid, n, from, len, to, ok);
-        return;
-    }
-    for (size_t i = 0; i < u; i++) {
-        sc->page_from[i] = sc->page_list[i] * SSL_PAGE;
-        sc->page_len[i] = SSL_PAGE;
-        sc->page_to[i] = sc->pages + i * SSL_PAGE;
-    }
+    /* (each page's span only: a piece is mostly a chunk's 16-byte header, and copying whole
+     * pages was the kernel's most time in the scan) */
     read_pieces(sc->pid, u, sc->page_from, sc->page_len, sc->page_to, sc->page_ok);
     for (size_t k = 0; k < n; k++) {
         uint64_t at = from[k];
@@ -385,21 +404,14 @@ read_paged(Scan *sc, size_t n, const uint64_t *from, const size_t *len, void *co
         unsigned char *out = to[k];
         ok[k] = 1;
         while (left > 0) {
-            uint64_t p = at / SSL_PAGE;
-            size_t lo = 0, hi = u;
-            while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if (sc->page_list[mid] < p)
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            if (lo >= u || sc->page_list[lo] != p || !sc->page_ok[lo]) {
+            size_t slot = page_hash_slot(sc, at / SSL_PAGE);
+            size_t i = sc->page_slot[slot];
+            if (sc->page_key[slot] == 0 || !sc->page_ok[i]) {
                 ok[k] = 0;
                 break;
             }
             size_t offset = (size_t)(at % SSL_PAGE), take = SSL_PAGE - offset < left ? SSL_PAGE - offset : left;
-            memcpy(out, sc->pages + lo * SSL_PAGE + offset, take);
+            memcpy(out, sc->pages + i * SSL_PAGE + offset, take);
             out += take;
             at += take;
             left -= take;
@@ -531,9 +543,15 @@ scan_candidate(Scan *sc, uint64_t p, int32_t owner, uint64_t expect)
     if ((p & 15) != 0 || p < 4096 + 16 || p - 16 >= ENTRY_MAX_CHUNK)  /* (an entry's address bits) */
         return;
     uint64_t chunk = p - 16;
-    const HeapRange *r = heap_range_of(sc->ranges, sc->nranges, (uintptr_t)chunk);
-    if (r == NULL)
-        return;
+    /* (the range of the last word that was in one first: a chunk's words point near each
+     * other; a binary search over a worker's hundreds of ranges was ~4% of the scan's time) */
+    const HeapRange *r = sc->last_range;
+    if (r == NULL || chunk < r->start || chunk >= r->end) {
+        r = heap_range_of(sc->ranges, sc->nranges, (uintptr_t)chunk);
+        if (r == NULL)
+            return;
+        sc->last_range = r;
+    }
     unsigned char bit;
     unsigned char *byte = seen_byte(&sc->seen, chunk, 0, &bit, &sc->failed);
     if (byte != NULL && (*byte & bit))
