@@ -154,3 +154,23 @@ def test_a_target_gone_while_its_code_is_read_has_exited() -> None:
     elf = _Elf(text=b"\x90" * 32, base=0x1000, functions={})
     with pytest.raises(TargetExited, match="exited while leakhound read its code"):
         _checked_address(gone.pid, elf, 0, Symbol("Py_AddPendingCall", 0x1000, 16))  # type: ignore[arg-type]
+
+
+def test_a_target_that_exits_before_its_executable_is_read_has_exited() -> None:
+    # (a zombie: no mappings, no executable; the CI's target killed there got "cannot read
+    # process N's executable: permission denied", the answer for another user's process)
+    from leakhound.attach.ptrace.plan import plan
+    from leakhound.errors import TargetExited
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        for _ in range(500):  # (until it is a zombie: not reaped yet)
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        with pytest.raises(TargetExited, match="exited while leakhound was reading its mappings"):
+            plan(pid)
+    finally:
+        os.waitpid(pid, 0)

@@ -17,7 +17,7 @@ from typing import Any
 from leakhound.attach.elf import EM_X86_64, ElfError, ElfFile, Symbol
 from leakhound.attach.process import ignored_signals
 from leakhound.attach.ptrace import trampoline
-from leakhound.attach.ptrace.tracee import TRAPS, read_memory
+from leakhound.attach.ptrace.tracee import TRAPS, read_memory, thread_state
 from leakhound.errors import MethodUnavailable, MissingSymbols, PermissionDenied, TargetExited, TargetNotFound
 
 # What the injection calls in the target: Py_AddPendingCall(PyRun_SimpleString, code).
@@ -254,6 +254,10 @@ def plan(pid: int) -> Plan:
         exe = None
     python_path, libc_path = choose_objects(maps, exe)
     if python_path is None and exe is None:
+        # A process that exited between the two reads (a zombie has no mappings and no
+        # executable) is no permission problem: the CI once killed its target there.
+        if thread_state(pid) in ("Z", "X", "gone"):
+            raise TargetExited(f"process {pid} exited while leakhound was reading its mappings")
         raise PermissionDenied(f"cannot read process {pid}'s executable: permission denied")
     if python_path is None or libc_path is None:
         raise MethodUnavailable(f"process {pid}: cannot find its libpython/executable and libc mappings")
