@@ -105,6 +105,13 @@ def grpc_python(version: str) -> str:
     return _venv_python(version, f"grpc-py{version}-venv", [(".complete", ("grpcio",))])
 
 
+def mujoco_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with mujoco alone (pybind11's objects over
+    MuJoCo's models and simulation data), cached as ``mujoco-pyX.Y-venv``."""
+    # (wheels only: on 3.10 pip once backtracked to building numpy from source)
+    return _venv_python(version, f"mujoco-py{version}-venv", [(".complete", ("--only-binary=:all:", "mujoco"))])
+
+
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""

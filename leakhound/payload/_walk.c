@@ -1457,7 +1457,7 @@ sqlite_connection_bytes(PyObject *Py_UNUSED(module), PyObject *args)
 #define RESIDENT_MAX_PAGES ((uint64_t)1 << 22)
 #define RESIDENT_CHUNK 1024
 
-static long long
+long long
 count_resident(uintptr_t start, uint64_t length, long long *shared)
 {
     *shared = 0;

@@ -178,6 +178,9 @@ typedef struct {
 /* ``n`` bytes at ``from`` of this process into ``to`` through process_vm_readv (an address
  * unmapped meanwhile reads nothing: -1, no fault). */
 int self_read(void *to, uintptr_t from, size_t n);
+/* The bytes of [start, start + length) on pages in RAM (/proc/self/pagemap), -1 where it
+ * cannot be read; in *shared those on a file's or shared memory's pages. */
+long long count_resident(uintptr_t start, uint64_t length, long long *shared);
 const HeapRange *heap_range_of(const HeapRange *ranges, Py_ssize_t n, uintptr_t address);
 uint64_t glibc_chunk_header(uintptr_t chunk, const HeapRange *r, int64_t *offset);
 uint64_t glibc_arena_size(uintptr_t chunk, const HeapRange *r, uint64_t word);

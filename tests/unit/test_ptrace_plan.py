@@ -8,6 +8,7 @@ import ctypes
 import glob
 import os
 import sys
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -166,10 +167,12 @@ def test_a_target_that_exits_before_its_executable_is_read_has_exited() -> None:
     if pid == 0:
         os._exit(0)
     try:
-        for _ in range(500):  # (until it is a zombie: not reaped yet)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # (until it is a zombie: not reaped yet)
             with open(f"/proc/{pid}/stat") as fh:
                 if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
                     break
+            time.sleep(0.005)
         with pytest.raises(TargetExited, match="exited while leakhound was reading its mappings"):
             plan(pid)
     finally:
