@@ -684,14 +684,34 @@ def _pybind11_file(tp, cache):
 _SWIG_OWN_OFFSET = 32
 
 
-def _struct_basicsize(obj, kind):
+def _is_pybind11_enum(tp, cache):
+    """Whether ``tp`` is a ``py::enum_`` of pybind11's (its class dict has pybind11's
+    ``__entries``): its C++ object is an integer, reaching nothing. ``cache``: id(type) ->
+    answer."""
+    key = id(tp)
+    if key not in cache:
+        found = False
+        for cls in type.__dict__["__mro__"].__get__(tp, type):
+            if _is_pybind11_class(cls) and "__entries" in type.__dict__["__dict__"].__get__(cls, type):
+                found = True
+                break
+        cache[key] = found
+    return cache[key]
+
+
+def _struct_basicsize(obj, kind, enums):
     """The bytes of ``obj``'s struct whose words a struct scan reads: its type's basicsize;
     none where a pybind11 instance or a SWIG proxy does not own its C++ object (what it points
     at is its owner's: 10 IVF indexes kept with a list of their quantizers elsewhere gave that
-    list 0.28 of what freeing the indexes returns, the indexes 0.72)."""
+    list 0.28 of what freeing the indexes returns, the indexes 0.72), nor for a pybind11 enum's
+    value (an int in a chunk of 32 bytes whose stale words reached a MuJoCo MjData's 0.9 MB
+    arena at a lower depth than the MjData did: `mujoco._enums.mjtSensor.mjSENS_FRAMEPOS`
+    third on the first screen). ``enums``: _is_pybind11_enum's cache."""
     if kind == _PYBIND11_KIND:
         flags = struct_word(obj, _PYBIND11_FLAGS_OFFSET)
-        return _PYBIND11_BASICSIZE if flags is not None and flags & 1 else 0
+        if flags is None or not flags & 1 or _is_pybind11_enum(type(obj), enums):
+            return 0
+        return _PYBIND11_BASICSIZE
     size = _basicsize(type(obj))
     if kind == "swig_object":
         own = struct_word(obj, _SWIG_OWN_OFFSET) if size >= _SWIG_OWN_OFFSET + 8 else None
@@ -1296,7 +1316,8 @@ def _struct_sizes(group, path, deadline, max_bytes):
     if seconds <= 0 or max_bytes <= 0:
         return [], None
     objects = [obj for obj, _kind in group]
-    basicsizes = array.array("q", [_struct_basicsize(obj, kind) for obj, kind in group])
+    enums = {}  # type: dict
+    basicsizes = array.array("q", [_struct_basicsize(obj, kind, enums) for obj, kind in group])
     try:
         got = _compiled_walk.struct_object_bytes(objects, basicsizes.tobytes(), _heap_ranges(), path,
                                                  HEAP_BLOCKS[0] if HEAP_BLOCKS is not None else 0, _SSL_MAX_CHUNKS,

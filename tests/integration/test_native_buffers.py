@@ -321,6 +321,30 @@ def test_buffers_never_written_are_no_ones_rss(tmp_path: Path, version: str, own
     assert rows["native buffers"] < snap.process.rss_bytes, rows
 
 
+PYBIND11_ENUM = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import mujoco
+from leakhound.payload import sizes
+model = mujoco.MjModel.from_xml_string(
+    "<mujoco><worldbody><body><freejoint/><geom size='.1'/></body></worldbody></mujoco>")
+data = mujoco.MjData(model)
+enums = {}
+print(sizes._struct_basicsize(mujoco.mjtSensor.mjSENS_FRAMEPOS, sizes._PYBIND11_KIND, enums),
+      sizes._struct_basicsize(data, sizes._PYBIND11_KIND, enums))
+"""
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.13"])
+def test_a_pybind11_enums_value_reaches_nothing(version: str) -> None:
+    # (an enum's value is an int in a 32-byte chunk; its stale words once reached a MjData's
+    # arena at a lower depth than the MjData did, and an enum was owner #3 with 0.9 MB)
+    python = mujoco_python(version)
+    done = subprocess.run([python, "-c", PYBIND11_ENUM, str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "56"], done.stdout
+
+
 @pytest.mark.parametrize("version", MMAP_VERSIONS)
 @pytest.mark.parametrize("owner_model", ["census", "dominator"])
 def test_a_swig_proxy_that_owns_nothing_takes_nothing(tmp_path: Path, version: str, owner_model: str) -> None:
