@@ -112,6 +112,12 @@ def mujoco_python(version: str) -> str:
     return _venv_python(version, f"mujoco-py{version}-venv", [(".complete", ("--only-binary=:all:", "mujoco"))])
 
 
+def pygame_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with pygame alone (SDL's surfaces), cached as
+    ``pygame-pyX.Y-venv``."""
+    return _venv_python(version, f"pygame-py{version}-venv", [(".complete", ("--only-binary=:all:", "pygame"))])
+
+
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""

@@ -14,6 +14,8 @@ collector does not show, for an allowlist of types (and their subclasses) only:
   more: its pages in RAM), once per storage however many tensors view it;
 - ``mmap.mmap``: the pages of its mapping in RAM (its length where they cannot be read);
 - Pillow's ``ImagingCore`` (an ``Image``'s ``_im``/``im``): its pixel memory;
+- pygame's ``Surface``: its SDL surface's pixels (pitch x height), none for one whose pixels
+  are another's (a subsurface, ``pygame.image.frombuffer``: pygame's PREALLOC flag);
 - cffi's owning cdata (``ffi.new()``'s): the array or the pointed-to item it was allocated with;
 - protobuf's messages in upb (``google._upb._message``): the arena they and their repeated and
   map fields' containers hold (a referent), sized by its blocks (:func:`_upb_classes`);
@@ -792,6 +794,7 @@ def _native_bases():
         ("tensor", class_from("torch._C", "TensorBase") or class_from("torch._C", "_TensorBase")),
         ("mmap", class_from("mmap", "mmap")),
         ("imaging", _imaging_core()),
+        ("pygame_surface", class_from("pygame.surface", "Surface")),
         ("ctypes", _ctypes_data()),
         ("cffi", _cffi_owning()),
         ("arrow_tabular", class_from("pyarrow.lib", "_Tabular")),
@@ -1499,6 +1502,18 @@ def native_extra(obj, native, bases, seen_buffers):
         if kind == "upb_arena":
             got = _compiled_walk.upb_arena_bytes(obj)
             return (_blocks_bytes(*got) if got is not None else 0), []
+        if kind == "pygame_surface":
+            # its SDL surface's pixels (SDL_SIMDAlloc: pitch x height, aligned in a chunk a
+            # little bigger) and the surface struct; none for one whose pixels are another's
+            # (a subsurface's, pygame.image.frombuffer's: pygame's PREALLOC flag)
+            flags = _call(cls, "get_flags", obj)
+            if type(flags) is not int or flags & _PYGAME_PREALLOC:
+                return 0, []
+            pitch, height = _call(cls, "get_pitch", obj), _call(cls, "get_height", obj)
+            if type(pitch) is not int or type(height) is not int or pitch < 0 or height < 0:
+                return 0, []
+            total = _blocks_bytes(pitch * height + _SDL_SIMD_PADDING, 1) + _blocks_bytes(_SDL_SURFACE_BYTES, 1)
+            return (total if 0 <= total <= MAX_OBJECT_BYTES else 0), []
         if kind == "imaging":
             width, height = _call(cls, "size", obj)
             mode = _call(cls, "mode", obj)
@@ -1510,6 +1525,13 @@ def native_extra(obj, native, bases, seen_buffers):
         return 0, []
     return 0, []
 
+
+# pygame's surface flag for pixels the surface does not own (SDL_PREALLOC as pygame reports it)
+_PYGAME_PREALLOC = 0x01000000
+# SDL_SIMDAlloc's request beyond the pixels (its alignment, 64 at most, and the pointer it
+# keeps before them) and SDL2's SDL_Surface struct (96 bytes on 64-bit)
+_SDL_SIMD_PADDING = 64 + 8
+_SDL_SURFACE_BYTES = 96
 
 # HEAP_BLOCKS without pymalloc's small blocks: how malloc alone rounds a request
 _MALLOC_BLOCKS = None if HEAP_BLOCKS is None else (0, 1) + tuple(HEAP_BLOCKS[2:])

@@ -35,6 +35,7 @@ from tests.native_target import (
     native_python,
     protobuf_python,
     pydantic_python,
+    pygame_python,
     re2_python,
     sentencepiece_python,
     tokenizer_python,
@@ -319,6 +320,17 @@ def test_buffers_never_written_are_no_ones_rss(tmp_path: Path, version: str, own
     snap = _check(tmp_path, "mujoco", mujoco_python(version), owner_model=owner_model, path="__main__.DATAS")
     rows = {row.name: row.bytes for row in ledger(snap)}
     assert rows["native buffers"] < snap.process.rss_bytes, rows
+
+
+@pytest.mark.parametrize("version", MMAP_VERSIONS)
+@pytest.mark.parametrize("owner_model", ["census", "dominator"])
+def test_pygame_surfaces_hold_their_pixels(tmp_path: Path, version: str, owner_model: str) -> None:
+    """50 pygame Surfaces kept (a game env's frames, 1.2 MB of SDL's pixels each, 56 bytes to
+    sys.getsizeof): the list was in no owner listed; each surface its pitch x height now
+    (sizes.native_extra, pygame's own C methods), a subsurface none (its parent's pixels)."""
+    snap = _check(tmp_path, "pygame", pygame_python(version), owner_model=owner_model, path="__main__.FRAMES")
+    views = [o for o in snap.owners if o.path == "__main__.VIEWS"]
+    assert not views or views[0].retained_bytes < 1 << 20, [(o.path, o.retained_bytes) for o in views]
 
 
 PYBIND11_ENUM = r"""
