@@ -118,6 +118,13 @@ def pygame_python(version: str) -> str:
     return _venv_python(version, f"pygame-py{version}-venv", [(".complete", ("--only-binary=:all:", "pygame"))])
 
 
+def opencv_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with opencv-python-headless (and numpy), cached
+    as ``opencv-pyX.Y-venv``."""
+    return _venv_python(version, f"opencv-py{version}-venv",
+                        [(".complete", ("--only-binary=:all:", "opencv-python-headless"))])
+
+
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""

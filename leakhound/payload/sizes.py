@@ -577,6 +577,8 @@ _STRUCT_CLASSES = (
     ("grpc_channel", "grpc._cython.cygrpc", "_ChannelState"),
     ("swig_object", "swig_runtime_data5", "SwigPyObject"),
     ("swig_object", "swig_runtime_data4", "SwigPyObject"),
+    ("cv2_capture", "cv2", "VideoCapture"),
+    ("cv2_writer", "cv2", "VideoWriter"),
 )
 # C types that keep one of _STRUCT_CLASSES' objects in a field their traversal does not show
 # (none: zstandard's types have no GC support), so the walk never meets that object: (kind,
@@ -624,6 +626,8 @@ def struct_classes():
         cls = class_from(module_name, name) or _unexported_class(module_name, name)
         if kind == "swig_object":
             path = _swig_library() if cls is not None else None
+        elif kind.startswith("cv2_"):
+            path = _package_library(module_name) if cls is not None else None
         else:
             path = module_file(sys.modules.get(module_name))
         if cls is not None and type(path) is str and path.endswith(".so"):  # (PyO3's are heap types)
@@ -737,6 +741,22 @@ def _swig_library():
                 return None
             found = path
     return found
+
+
+def _package_library(name):
+    """The extension module file of package ``name`` that loaded it under its own name and
+    is in no entry of sys.modules (OpenCV's ``cv2/cv2.abi3.so``, whose classes the ``cv2``
+    package's ``__init__.py`` copies): the one mapped file in the package's directory named
+    ``name.*.so``; None where there is not exactly one."""
+    package = module_file(sys.modules.get(name))
+    if package is None or not package.endswith("__init__.py"):
+        return None
+    directory = package[:-len("__init__.py")].encode("utf-8", "surrogateescape")
+    prefix = directory + name.encode() + b"."
+    found = {path for _start, _end, _perms, path in _mappings()
+             if path is not None and path.startswith(prefix) and path.endswith(b".so")
+             and b"/" not in path[len(directory):]}
+    return found.pop().decode("utf-8", "surrogateescape") if len(found) == 1 else None
 
 
 def _unexported_class(module_name, name):
