@@ -842,7 +842,7 @@ scan_depths(Scan *sc, unsigned char *buffer)
                     continue;
                 if (object[k]) {
                     if (sc->batch_owner[k] >= 0)
-                        sc->totals[sc->batch_owner[k]] -= (long long)chunk_counted(from[k] - 16, sc->batch_size[k]);
+                        sc->totals[sc->batch_owner[k]] -= (long long)sc->batch_size[k];  /* (< CHUNK_RESIDENT_MIN) */
                     continue;
                 }
                 scan_words(sc, words[k], nwords[k], sc->batch_owner[k]);

@@ -626,10 +626,10 @@ def struct_classes():
         cls = class_from(module_name, name) or _unexported_class(module_name, name)
         if kind == "swig_object":
             path = _swig_library() if cls is not None else None
-        elif kind.startswith("cv2_"):
-            path = _package_library(module_name) if cls is not None else None
         else:
             path = module_file(sys.modules.get(module_name))
+            if cls is not None and type(path) is str and path.endswith("__init__.py"):
+                path = _package_library(module_name, path)  # (its classes copied into the package: OpenCV's)
         if cls is not None and type(path) is str and path.endswith(".so"):  # (PyO3's are heap types)
             out.append((kind, cls, path))
     # (each object's library: _pybind11_file)
@@ -743,15 +743,12 @@ def _swig_library():
     return found
 
 
-def _package_library(name):
-    """The extension module file of package ``name`` that loaded it under its own name and
-    is in no entry of sys.modules (OpenCV's ``cv2/cv2.abi3.so``, whose classes the ``cv2``
-    package's ``__init__.py`` copies): the one mapped file in the package's directory named
-    ``name.*.so``; None where there is not exactly one."""
-    package = module_file(sys.modules.get(name))
-    if package is None or not package.endswith("__init__.py"):
-        return None
-    directory = package[:-len("__init__.py")].encode("utf-8", "surrogateescape")
+def _package_library(name, init):
+    """The extension module file of package ``name`` (``init``: its ``__init__.py``) that the
+    package loaded under its own name and keeps in no entry of sys.modules (OpenCV's
+    ``cv2/cv2.abi3.so``, whose classes ``cv2/__init__.py`` copies): the one mapped file in the
+    package's directory named ``name.*.so``; None where there is not exactly one."""
+    directory = init[:-len("__init__.py")].encode("utf-8", "surrogateescape")
     prefix = directory + name.encode() + b"."
     found = {path for _start, _end, _perms, path in _mappings()
              if path is not None and path.startswith(prefix) and path.endswith(b".so")
