@@ -1031,16 +1031,27 @@ def _module_of(cls):
 _READ_THROUGH_ONLY = ("arrow_buffer",)
 # /proc/self/maps read at most (tens of thousands of mappings are ~2 MB)
 _MAPS_LIMIT = 16 << 20
+_MAPS_PIECE = 64 << 10
 
 
 def _mappings():
     """(start, end, permissions, path or None) of each of this process's mappings, from
     /proc/self/maps (the kernel's text, read once and bounded); none where it cannot be read."""
+    # In pieces: read(_MAPS_LIMIT) would allocate the whole limit first (16 MiB of the
+    # target's, in tracemalloc's count too), whatever the text's length.
+    pieces, got = [], 0
     try:
-        with open("/proc/self/maps", "rb") as fh:
-            text = fh.read(_MAPS_LIMIT)
+        with open("/proc/self/maps", "rb", buffering=0) as fh:
+            while got < _MAPS_LIMIT:
+                piece = fh.read(min(_MAPS_PIECE, _MAPS_LIMIT - got))
+                if not piece:
+                    break
+                pieces.append(piece)
+                got += len(piece)
     except OSError:
         return
+    text = b"".join(pieces)
+    pieces = None
     for line in text.split(b"\n"):
         fields = line.split(None, 5)
         if len(fields) < 5:
