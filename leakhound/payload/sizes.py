@@ -1051,7 +1051,7 @@ def _mappings():
     except OSError:
         return
     text = b"".join(pieces)
-    pieces = None
+    del pieces
     for line in text.split(b"\n"):
         fields = line.split(None, 5)
         if len(fields) < 5:
