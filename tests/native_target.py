@@ -118,6 +118,12 @@ def pygame_python(version: str) -> str:
     return _venv_python(version, f"pygame-py{version}-venv", [(".complete", ("--only-binary=:all:", "pygame"))])
 
 
+def box2d_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with pybox2d alone (SWIG 4's proxies over Box2D's
+    worlds), cached as ``box2d-pyX.Y-venv``."""
+    return _venv_python(version, f"box2d-py{version}-venv", [(".complete", ("--only-binary=:all:", "Box2D"))])
+
+
 def opencv_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with opencv-python-headless (and numpy), cached
     as ``opencv-pyX.Y-venv``."""

@@ -182,14 +182,30 @@ def subclass_tree(base=object, tick=None):
     return out
 
 
+_TYPE_MODULE = type.__dict__["__module__"]
+
+
+def class_module(tp):
+    """Class ``tp``'s module name, as type's own getter reads it (a heap type's: what its dict
+    holds), when it is a str; else None. Never raises: a heap type whose dict has no
+    ``__module__`` (pybox2d's SWIG classes) has the getter raise AttributeError, and an
+    inspection failed on it; a dict's value that is no str is the target's object, never
+    compared or formatted (its __eq__ or __str__ would run)."""
+    try:
+        name = _TYPE_MODULE.__get__(tp, type)
+    except AttributeError:
+        return None
+    return name if type(name) is str else None
+
+
 def type_name(tp):
     try:
         qual = type.__dict__["__qualname__"].__get__(tp, type)
-        mod = type.__dict__["__module__"].__get__(tp, type)
     except Exception:
         return "?"
-    if mod in ("builtins", None):
-        return qual
+    mod = class_module(tp)
+    if mod is None or mod == "builtins":
+        return qual  # (as the type's repr: a module it does not say is left out)
     return "%s.%s" % (mod, qual)
 
 

@@ -31,7 +31,7 @@ Standard library only; runs inside the target and reads it without running its c
 
 import sys
 
-from .objects import class_dict, dict_pairs, instance_dict, is_payload_name, subclass_tree, type_name
+from .objects import class_dict, class_module, dict_pairs, instance_dict, is_payload_name, subclass_tree, type_name
 from .tasks import await_chain, named_tasks
 
 TIER_MAIN, TIER_APP, TIER_THREAD, TIER_LIBRARY, TIER_STDLIB, TIER_HELD, TIER_OURS = range(7)
@@ -82,11 +82,8 @@ def classes(tiers=None, tick=None, named=True):
             tick()
         tier = TIER_STDLIB
         if tiers:
-            try:
-                owner_module = type.__dict__["__module__"].__get__(cls, type)
-            except Exception:
-                owner_module = None
-            if type(owner_module) is str:
+            owner_module = class_module(cls)
+            if owner_module is not None:
                 tier = tiers.get(owner_module, TIER_STDLIB)
         yield cls, type_name(cls) if named else None, "class", tier
 

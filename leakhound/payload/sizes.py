@@ -44,6 +44,7 @@ from .objects import (
     INLINE_VALUES_DICTS,
     builtin_iter,
     class_dict,
+    class_module,
     has_managed_dict,
     instance_dict,
     managed_dict_address,
@@ -344,7 +345,7 @@ def _upb_classes():
     for cls in type.__subclasses__(object):
         name = type.__dict__["__qualname__"].__get__(cls, type)
         if name in _UPB_CONTAINERS[2:] and found.get(name) is None \
-                and type.__dict__["__module__"].__get__(cls, type) == _UPB_MODULE:
+                and class_module(cls) == _UPB_MODULE:
             found[name] = cls
     arena, message = found.get("Arena"), found.get("Message")
     header = object_sizeof(object())
@@ -458,7 +459,7 @@ def _zlib_classes():
     found = {}
     for ref in gc.get_referents(module):
         if (type(ref) is type and not type_flags(ref) & BASETYPE
-                and type.__dict__["__module__"].__get__(ref, type) == "zlib"):
+                and class_module(ref) == "zlib"):
             found[short_type_name(ref)] = ref
     out = []
     for kind, (name, _code, basicsize) in _ZLIB_KINDS.items():
@@ -577,6 +578,9 @@ _STRUCT_CLASSES = (
     ("grpc_channel", "grpc._cython.cygrpc", "_ChannelState"),
     ("swig_object", "swig_runtime_data5", "SwigPyObject"),
     ("swig_object", "swig_runtime_data4", "SwigPyObject"),
+    # (SWIG 4.1 and later make it with PyType_FromSpec under a name of no module: its dict has
+    # no __module__, the class is of none: pybox2d's)
+    ("swig_object", None, "SwigPyObject"),
     ("cv2_capture", "cv2", "VideoCapture"),
     ("cv2_writer", "cv2", "VideoWriter"),
 )
@@ -623,7 +627,10 @@ def struct_classes():
         return []
     out = []  # type: list
     for kind, module_name, name in list(_STRUCT_CLASSES) + [holder[:3] for holder in _STRUCT_HOLDERS]:
-        cls = class_from(module_name, name) or _unexported_class(module_name, name)
+        if module_name is None:
+            cls = _unexported_class(None, name) if _swig_library() is not None else None
+        else:
+            cls = class_from(module_name, name) or _unexported_class(module_name, name)
         if kind == "swig_object":
             path = _swig_library() if cls is not None else None
         else:
@@ -640,8 +647,7 @@ def struct_classes():
 def _class_named(cls, module_name, qualname):
     """Whether class ``cls`` is ``module_name.qualname`` by its own dict (a heap type's module
     is whatever its dict holds: a str compared only)."""
-    module = type.__dict__["__module__"].__get__(cls, type)
-    return (type(module) is str and module == module_name
+    return (class_module(cls) == module_name
             and type.__dict__["__qualname__"].__get__(cls, type) == qualname)
 
 
@@ -669,10 +675,9 @@ def _pybind11_file(tp, cache):
     if key in cache:
         return cache[key]
     found = None
-    module_of = type.__dict__["__module__"]
     for cls in type.__dict__["__mro__"].__get__(tp, type):
-        name = module_of.__get__(cls, type)
-        if type(name) is not str or name == "pybind11_builtins" or not _is_pybind11_class(cls):
+        name = class_module(cls)
+        if name is None or name == "pybind11_builtins" or not _is_pybind11_class(cls):
             continue
         while name and name not in sys.modules:  # (a submodule pybind11 made: its parent's file)
             name = name.rpartition(".")[0]
@@ -758,8 +763,9 @@ def _package_library(name, init):
 
 def _unexported_class(module_name, name):
     """The C class ``module_name.name`` its module does not export (zstandard's stream types),
-    found among ``object``'s subclasses by its name and module, once the module is loaded."""
-    if module_name not in sys.modules:
+    found among ``object``'s subclasses by its name and module, once the module is loaded
+    (``module_name`` None: a heap type whose dict names no module)."""
+    if module_name is not None and module_name not in sys.modules:
         return None
     for cls in type.__subclasses__(object):
         if _class_named(cls, module_name, name):
@@ -998,7 +1004,7 @@ def _overrides_torch_function(tp):
     disabled = d.get("_disabled_torch_function_impl") if d is not None else None
     for klass in type.__dict__["__mro__"].__get__(tp, type):
         if type.__dict__["__qualname__"].__get__(klass, type) == "Tensor" and \
-                type.__dict__["__module__"].__get__(klass, type) == "torch":
+                class_module(klass) == "torch":
             return False
         impl = class_dict(klass).get("__torch_function__")
         if impl is not None:
@@ -1022,8 +1028,7 @@ def _call(cls, name, obj):
 
 
 def _module_of(cls):
-    name = type.__dict__["__module__"].__get__(cls, type)
-    return name if type(name) is str else ""
+    return class_module(cls) or ""
 
 
 # Allowlisted classes the sizers read others through, never sized themselves (an Arrow

@@ -5,6 +5,7 @@ tests/integration/test_native_buffers.py)."""
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -292,3 +293,42 @@ def test_children_forked_while_sqlite_is_read_use_sqlite() -> None:
         reader.join()
         db.close()
     assert hung == 0
+
+
+NO_MODULE_CHILD = r"""
+import ctypes, gc
+from leakhound.payload import census, graph, objects, roots, sizes
+
+class Swigish:  # as SWIG 4.1's SwigPyObject: a heap type whose dict has no __module__
+    pass
+ctypes.pythonapi.PyDict_DelItemString.argtypes = (ctypes.py_object, ctypes.c_char_p)
+ctypes.pythonapi.PyDict_DelItemString(gc.get_referents(Swigish.__dict__)[0], b"__module__")
+ctypes.pythonapi.PyType_Modified.argtypes = (ctypes.py_object,)
+ctypes.pythonapi.PyType_Modified(Swigish)
+try:
+    Swigish.__module__
+except AttributeError:
+    pass
+else:
+    raise SystemExit("the getter did not raise")
+KEEP = [Swigish() for _ in range(3)]
+import sys, types
+sys.modules["swig_runtime_data4"] = types.ModuleType("swig_runtime_data4")  # (as SWIG 4 registers it)
+print(objects.class_module(Swigish), objects.type_name(Swigish),
+      sizes._unexported_class("swig_runtime_data4", "SwigPyObject"),
+      sizes._unexported_class(None, "Swigish") is Swigish)
+graph.kept_types()
+list(roots.classes(named=False))
+out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
+                  cancelled=None)
+print("ok" if out.get("nodes") else out)
+"""
+
+
+def test_a_class_whose_dict_names_no_module_is_walked() -> None:
+    """SWIG 4.1 makes its ``SwigPyObject`` a heap type whose dict has no ``__module__``: type's
+    own getter raises AttributeError for it, and every inspection of a worker with pybox2d
+    loaded failed in the payload (kept_types). Its name is its qualname, as its repr says."""
+    run = subprocess.run([sys.executable, "-c", NO_MODULE_CHILD], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["None", "Swigish", "None", "True", "ok"], run.stdout
