@@ -633,10 +633,12 @@ def struct_classes():
             cls = class_from(module_name, name) or _unexported_class(module_name, name)
         if kind == "swig_object":
             path = _swig_library() if cls is not None else None
-        else:
+        elif module_name is not None:
             path = module_file(sys.modules.get(module_name))
             if cls is not None and type(path) is str and path.endswith("__init__.py"):
                 path = _package_library(module_name, path)  # (its classes copied into the package: OpenCV's)
+        else:
+            path = None
         if cls is not None and type(path) is str and path.endswith(".so"):  # (PyO3's are heap types)
             out.append((kind, cls, path))
     # (each object's library: _pybind11_file)
