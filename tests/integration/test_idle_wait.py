@@ -183,6 +183,29 @@ def test_a_main_thread_blocked_in_a_read_runs_the_bootstrap_in_it(tmp_path: Path
         _assert_registry_first(doc, ready["truth"])
 
 
+@pytest.mark.parametrize("version", list(_PYTHONS))
+def test_a_poll_the_kernel_restarts_runs_the_bootstrap_in_it_every_time(tmp_path: Path, version: str) -> None:
+    """A main thread in poll() with no timeout (pyzmq's recv(), select.poll): the first
+    inspection ran the bootstrap inside it, and every later one failed at the 10 s safe-point
+    wait. The kernel restarts an interrupted poll as restart_syscall (its restart block), which
+    was no call known to be a blocking wait. It is one when it restarts libc's poll()."""
+    sock = tmp_path / "idle.sock"
+    with spawn_target("idle_loop", tmp_path, python=_PYTHONS[version],
+                      env={"FIXTURE_IDLE": "poll", "FIXTURE_SOCKET": str(sock)}) as child:
+        ready = child.report(refresh=False)
+        assert _idle_wait(child.pid)[0] == 7, _idle_wait(child.pid)  # poll(fds, 1, -1)
+        for attempt in range(3):
+            doc, stderr, took = _inspect(child.pid)
+            assert "waits in poll (no timeout) for CPython, the GIL let go: the bootstrap ran there" in stderr, \
+                (attempt, stderr[-3000:])
+            assert took < 10.0, (attempt, took)
+            _assert_registry_first(doc, ready["truth"])
+            assert _idle_wait(child.pid)[0] == 219  # restart_syscall, restarting the poll
+        answer = _ask(sock, b"set")  # data comes: the poll returns it
+    assert answer["returned"] == 1, answer
+    assert_only_the_payload_stays(answer["modules"])
+
+
 def _traced(pid: int) -> bool:
     with open(f"/proc/{pid}/status") as fh:
         return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in fh)

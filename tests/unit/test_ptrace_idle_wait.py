@@ -233,3 +233,42 @@ def test_an_indirect_call_is_told_by_its_encoding(code: str, call: bool) -> None
     # call rax, call r11 (libffi's), call [rax+8], call [rsp], call [rsp+8], call [rsp+0xf0],
     # call [r10+0x10], call [rax], call [0x1000]; not jmp rax, jmp [rip+x], nops, a bare FF 15, syscall
     assert stop._indirect_call_ends(bytes.fromhex(code).rjust(7, b"\x90")) is call
+
+
+RESTART_BLOCK = (1 << 64) - 516  # -ERESTART_RESTARTBLOCK
+
+
+def test_a_restart_syscall_that_restarts_libcs_poll_is_that_poll() -> None:
+    """An interrupted poll(2) is restart_syscall(2) from then on (pyzmq's recv(), inspected
+    once, then never again): it is the poll where its syscall instruction is in libc's poll(),
+    or (glibc 2.41+: the syscall in a helper) a return address into poll() just after a call
+    is among the first words of its stack; a sleep's or a futex wait's restart never is."""
+    poll, poll_at = _code(b"\x90" * 64)
+    helper, helper_at = _code(b"\x90" * 32)  # glibc's other code (its cancellable syscall's helper)
+    after = poll_at + 16  # poll() calls the helper: the return address
+    ctypes.memmove(after - 5, b"\xe8" + _rel32(after, helper_at), 5)
+    plan = {**_plan(), **GIL, "poll_ranges": [[poll_at, poll_at + 64]],
+            "libc_code_ranges": [[helper_at, helper_at + 32], [poll_at, poll_at + 64]]}
+    lib = _stack(IN_LIBC, IN_ZMQ)  # (who called poll: pyzmq's libzmq)
+    regs = _regs(lib, nr=219, rax=RESTART_BLOCK)
+    regs.rdx, regs.rip = (-1) & 0xFFFFFFFF, poll_at + 30
+    assert stop.call_in_wait(os.getpid(), regs, plan) == "the main thread waits in poll (no timeout) for a C library"
+    regs.rdx = 50  # a short timeout poll was given: left to the queued bootstrap, as a poll's
+    assert stop.call_in_wait(os.getpid(), regs, plan) is None
+    regs.rdx = (-1) & 0xFFFFFFFF
+    # the syscall in glibc's helper, poll()'s return address on the stack
+    in_helper = _stack(7, after, IN_ZMQ)
+    regs = _regs(in_helper, nr=219, rax=RESTART_BLOCK)
+    regs.rdx, regs.rip = (-1) & 0xFFFFFFFF, helper_at + 4
+    assert stop.call_in_wait(os.getpid(), regs, plan) == "the main thread waits in poll (no timeout) for a C library"
+    # a word into poll() that no call instruction ends at (stale): not the poll's restart
+    stale = _stack(7, poll_at + 40, IN_ZMQ)
+    regs = _regs(stale, nr=219, rax=RESTART_BLOCK)
+    regs.rdx, regs.rip = (-1) & 0xFFFFFFFF, helper_at + 4
+    assert stop.call_in_wait(os.getpid(), regs, plan) is None
+    # a restart elsewhere (clock_nanosleep's, a timed futex wait's: the GIL's), and no poll known
+    regs = _regs(lib, nr=219, rax=RESTART_BLOCK)
+    regs.rip = IN_LIBC
+    assert stop.call_in_wait(os.getpid(), regs, plan) is None
+    regs.rip = poll_at + 30
+    assert stop.call_in_wait(os.getpid(), regs, {**plan, "poll_ranges": []}) is None

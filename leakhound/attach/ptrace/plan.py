@@ -89,6 +89,9 @@ class Plan:
     # The _multiprocessing extension's code (SEMLOCK_MODULE): a futex wait it made is a
     # SemLock's sem_wait (stop.call_in_wait).
     semlock_ranges: tuple[tuple[int, int], ...] = ()
+    # libc's poll(): a restart_syscall the main thread is in restarts a poll when the
+    # syscall instruction, or a return address on the stack, is in it (stop.call_in_wait).
+    poll_ranges: tuple[tuple[int, int], ...] = ()
     # PyGILState_Check, _Ensure, _Release (GIL_FUNCTIONS; 0: not exported): stop.call_in_wait.
     gil_check: int = 0
     gil_ensure: int = 0
@@ -305,6 +308,8 @@ def plan(pid: int) -> Plan:
                                if (f := python.functions.get(name)) is not None),
         semlock_ranges=tuple((m.start, m.end) for m in maps
                              if "x" in m.perms and SEMLOCK_MODULE.search(m.path.removesuffix(" (deleted)"))),
+        poll_ranges=tuple(sorted({(libc_bias + f.value, libc_bias + libc.end_of(f)) for name in ("poll", "__poll")
+                                  if (f := libc.functions.get(name)) is not None and f.value})),
         gil_check=gil.get("PyGILState_Check", 0),
         gil_ensure=gil.get("PyGILState_Ensure", 0),
         gil_release=gil.get("PyGILState_Release", 0),

@@ -225,6 +225,32 @@ _CALL_IN = {0: "read", 7: "poll", 23: "select", 34: "pause", 43: "accept", 45: "
             61: "wait4", 232: "epoll_wait", 247: "waitid", 270: "pselect6", 271: "ppoll", 281: "epoll_pwait",
             288: "accept4"}
 _SYS_POLL, _SYS_PSELECT6 = 7, 270
+# A poll(2) the kernel restarts after a stop or a signal is restart_syscall(2) from then on (its
+# restart block): pyzmq's recv() was inspected once, then never again (the safe-point wait).
+_SYS_RESTART = 219
+# How many words up the stack a return address into libc's poll() is looked for (glibc 2.41
+# and later make a cancellable call's syscall in a helper of their own, called from poll())
+_POLL_WORDS = 16
+
+
+def _restarts_poll(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> bool:
+    """Whether the restart_syscall the thread is in restarts a poll (a sleep's and a timed
+    futex wait's, the GIL's among them, are restarted so too: never taken for one): its
+    syscall instruction is in libc's poll(), or, the syscall made by libc's code elsewhere,
+    one of the first words of its stack is a return address into poll() (just after a call
+    instruction)."""
+    ranges = plan.get("poll_ranges") or ()
+    if not ranges:
+        return False
+    if _inside(regs.rip, ranges):
+        return True
+    if not _inside(regs.rip, plan.get("libc_code_ranges") or ()):
+        return False
+    try:
+        words = _stack_words(pid, regs.rsp, 8 * _POLL_WORDS)[:_POLL_WORDS]
+    except OSError:
+        return False
+    return any(_inside(word, ranges) and _call_destination(pid, word) is not None for word in words)
 
 
 def call_in_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str | None:
@@ -252,16 +278,19 @@ def call_in_wait(pid: int, regs: _t.Regs, plan: dict[str, Any]) -> str | None:
         # A SemLock.acquire (a pool's idle workers wait for the one reading the next task):
         # sem_wait with the GIL let go and no lock of anyone's held.
         return "the main thread waits for a multiprocessing lock (sem_wait)"
-    name = _CALL_IN.get(regs.orig_rax)
+    nr = regs.orig_rax
+    if nr == _SYS_RESTART and regs.rax in _INTERRUPTED and _restarts_poll(pid, regs, plan):
+        nr = _SYS_POLL  # (its arguments are still in their registers: the timeout poll was given)
+    name = _CALL_IN.get(nr)
     if name is None or regs.rax not in _INTERRUPTED or _t.temporary_mask(pid, regs):
         return None
     waits = ""
-    if regs.orig_rax in (_SYS_EPOLL_WAIT, _SYS_EPOLL_PWAIT, _SYS_POLL):
-        timeout = _int_ms(regs.r10 if regs.orig_rax != _SYS_POLL else regs.rdx)
+    if nr in (_SYS_EPOLL_WAIT, _SYS_EPOLL_PWAIT, _SYS_POLL):
+        timeout = _int_ms(regs.r10 if nr != _SYS_POLL else regs.rdx)
         if 0 <= timeout <= WAKE_AFTER_MS:
             return None
         waits = f" ({_waits(timeout)})"
-    if regs.orig_rax == _SYS_PSELECT6 and regs.rdi == 0:
+    if nr == _SYS_PSELECT6 and regs.rdi == 0:
         return None  # no descriptors: a sleep (time.sleep on 3.10)
     caller = _caller(pid, regs, plan)
     if caller not in ("select", "other") or (caller == "select" and name.startswith("epoll")):
