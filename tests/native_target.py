@@ -118,6 +118,12 @@ def pygame_python(version: str) -> str:
     return _venv_python(version, f"pygame-py{version}-venv", [(".complete", ("--only-binary=:all:", "pygame"))])
 
 
+def greenlet_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with greenlet alone (gevent's coroutines),
+    cached as ``greenlet-pyX.Y-venv``."""
+    return _venv_python(version, f"greenlet-py{version}-venv", [(".complete", ("--only-binary=:all:", "greenlet"))])
+
+
 def box2d_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with pybox2d alone (SWIG 4's proxies over Box2D's
     worlds), cached as ``box2d-pyX.Y-venv``."""

@@ -30,6 +30,7 @@ from tests.native_target import (
     box2d_python,
     cffi_python,
     faiss_python,
+    greenlet_python,
     grpc_python,
     lxml_python,
     mujoco_python,
@@ -322,6 +323,17 @@ def test_buffers_never_written_are_no_ones_rss(tmp_path: Path, version: str, own
     snap = _check(tmp_path, "mujoco", mujoco_python(version), owner_model=owner_model, path="__main__.DATAS")
     rows = {row.name: row.bytes for row in ledger(snap)}
     assert rows["native buffers"] < snap.process.rss_bytes, rows
+
+
+@pytest.mark.parametrize("version", MMAP_VERSIONS)
+@pytest.mark.parametrize("owner_model", ["census", "dominator"])
+def test_a_suspended_greenlets_variables_are_its_own(tmp_path: Path, version: str, owner_model: str) -> None:
+    """50 greenlets switched out mid-request (a gevent worker's pool), 1 MiB and 2,000 rows in
+    each one's frames' variables: greenlet's traversal shows no frame and a greenlet's frame
+    (3.11+) does not show its variables, so the pool's 50 MiB were in no owner (owner #1 was
+    the payload's own module). They are the greenlet's now (sizes.native_extra), read as a
+    running thread's frames are: the pool holds them."""
+    _check(tmp_path, "greenlets", greenlet_python(version), owner_model=owner_model, path="__main__.POOL")
 
 
 @pytest.mark.parametrize("version", MMAP_VERSIONS)

@@ -98,7 +98,7 @@ def test_plan_is_plain_json() -> None:
     assert plan.to_json() == {"pid": 7, "python_object": "/x", "add_pending_call": 1,
                               "run_simple_string": 2, "syscall_insn": 3, "pending_ranges": ((4, 5),),
                               "lock_parks": False, "wake_ranges": (), "other_code_ranges": (), "libc_code_ranges": (),
-                              "lock_wait_ranges": (), "semlock_ranges": (),
+                              "lock_wait_ranges": (), "semlock_ranges": (), "poll_ranges": (),
                               "gil_check": 0, "gil_ensure": 0, "gil_release": 0, "handback": {}, "trampoline": {}}
 
 
