@@ -118,6 +118,12 @@ def pygame_python(version: str) -> str:
     return _venv_python(version, f"pygame-py{version}-venv", [(".complete", ("--only-binary=:all:", "pygame"))])
 
 
+def numba_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with numba (and numpy, llvmlite), cached as
+    ``numba-pyX.Y-venv``."""
+    return _venv_python(version, f"numba-py{version}-venv", [(".complete", ("--only-binary=:all:", "numba"))])
+
+
 def greenlet_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with greenlet alone (gevent's coroutines),
     cached as ``greenlet-pyX.Y-venv``."""

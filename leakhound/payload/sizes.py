@@ -877,6 +877,10 @@ def native_types(tick=None, after_walk=False):
             continue
         for cls in subclass_tree(base):
             out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
+    if "ndarray" in bases:
+        bases["ndarray_owners"] = tuple([cls for cls in (
+            class_from("numba.core.runtime._nrt_python", "_MemInfo"),
+            class_from("polars._plr", "PySeries"), class_from("polars.polars", "PySeries")) if cls is not None])
     if "arrow_array" in bases or "tensor" in bases:
         bases["files"] = _file_backed_ranges()
     if "cffi" in bases:
@@ -1223,6 +1227,39 @@ def _untouched_data(ndarray, obj):
     return _in_ram(data[0], nbytes)[0] - nbytes
 
 
+def _frees_the_data(base, bases):
+    """Whether an ndarray's ``base`` is the object a library made to free the array's data with
+    (no buffer sized anywhere else): numba's NRT meminfo (what an ``@njit`` function returns),
+    polars' series (a zero-copy ``to_numpy()``), a capsule (pybind11's owner of the data
+    onnxruntime's outputs have; not DLPack's, whose data is another framework's tensor's).
+    Such an array was 112 bytes, its data in no owner (10 MiB each)."""
+    tp = type(base)
+    if any(tp is cls for cls in bases.get("ndarray_owners", ())):  # (by identity: no metaclass's __eq__)
+        return True
+    if type.__dict__["__qualname__"].__get__(tp, type) != "PyCapsule" or type_flags(tp) & HEAPTYPE:
+        return False
+    said = class_dict(tp)["__repr__"](base)  # the C slot: '<capsule object "NAME" at 0x...>'
+    return type(said) is str and '"dltensor"' not in said and '"used_dltensor"' not in said
+
+
+def _foreign_data(ndarray, obj, bases, seen_buffers):
+    """The bytes of an ndarray's data that its base frees (_frees_the_data): its ``nbytes``
+    those in RAM, once a buffer (arrays of one base share it)."""
+    nbytes = _call(ndarray, "nbytes", obj)
+    if type(nbytes) is not int or not 0 < nbytes <= MAX_OBJECT_BYTES:
+        return 0
+    interface = _call(ndarray, "__array_interface__", obj)
+    data = interface.get("data") if type(interface) is dict else None
+    if type(data) is not tuple or not data or type(data[0]) is not int or not data[0]:
+        return 0
+    if data[0] in seen_buffers:
+        return 0
+    seen_buffers.add(data[0])
+    size, shared = _in_ram(data[0], nbytes, bases.get("files"))
+    _tally_mapped(bases, min(shared, size))
+    return size
+
+
 def mapped_native_bytes(bases):
     """Of a walk's native bytes (``bases``: its native_types()'s), those on a file's or shared
     memory's pages (_tally_mapped)."""
@@ -1435,7 +1472,11 @@ def native_extra(obj, native, bases, seen_buffers):
                     refs.extend(flat)
                 else:
                     refs.append(flat)
-            return (_untouched_data(cls, obj) if base is None else 0), refs
+            if base is None:
+                return _untouched_data(cls, obj), refs
+            if _frees_the_data(base, bases):
+                return _foreign_data(cls, obj, bases, seen_buffers), refs
+            return 0, refs
         if kind == "greenlet":
             return 0, _greenlet_variables(cls, obj)
         if kind == "tensor":

@@ -35,6 +35,7 @@ from tests.native_target import (
     lxml_python,
     mujoco_python,
     native_python,
+    numba_python,
     opencv_python,
     protobuf_python,
     pydantic_python,
@@ -323,6 +324,16 @@ def test_buffers_never_written_are_no_ones_rss(tmp_path: Path, version: str, own
     snap = _check(tmp_path, "mujoco", mujoco_python(version), owner_model=owner_model, path="__main__.DATAS")
     rows = {row.name: row.bytes for row in ledger(snap)}
     assert rows["native buffers"] < snap.process.rss_bytes, rows
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.12"])
+@pytest.mark.parametrize("owner_model", ["census", "dominator"])
+def test_an_arrays_data_its_base_frees_is_the_arrays(tmp_path: Path, version: str, owner_model: str) -> None:
+    """20 ndarrays an @njit function returned: each one's base is numba's NRT meminfo, which
+    frees the data with it; the array was 112 bytes and its 4 MiB in no owner. An array whose
+    base is such an owner (numba's meminfo, polars' series, a capsule but DLPack's) counts
+    its data now (sizes._frees_the_data)."""
+    _check(tmp_path, "numba_arrays", numba_python(version), owner_model=owner_model, path="__main__.ARRAYS")
 
 
 @pytest.mark.parametrize("version", MMAP_VERSIONS)

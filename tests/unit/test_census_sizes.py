@@ -4,6 +4,7 @@ tests/integration/test_native_buffers.py)."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import subprocess
 import sys
@@ -332,3 +333,21 @@ def test_a_class_whose_dict_names_no_module_is_walked() -> None:
     run = subprocess.run([sys.executable, "-c", NO_MODULE_CHILD], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["None", "Swigish", "None", "True", "ok"], run.stdout
+
+
+def test_an_arrays_base_that_frees_its_data_is_told_by_its_type_and_a_capsules_name() -> None:
+    """pybind11 hands an ndarray its data with a capsule that frees it (onnxruntime's outputs);
+    DLPack's capsule is another framework's tensor's data (counted with that tensor): not."""
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+    owner, named, dlpack, used = new(1, None, None), new(1, b"owner", None), new(1, b"dltensor", None), \
+        new(1, b"used_dltensor", None)
+    assert sizes._frees_the_data(owner, {}) and sizes._frees_the_data(named, {})
+    assert not sizes._frees_the_data(dlpack, {}) and not sizes._frees_the_data(used, {})
+    assert not sizes._frees_the_data(b"bytes", {}) and not sizes._frees_the_data(bytearray(3), {})
+
+    class MemInfo:
+        pass
+
+    assert sizes._frees_the_data(MemInfo(), {"ndarray_owners": (MemInfo,)})
+    assert not sizes._frees_the_data(MemInfo(), {"ndarray_owners": ()})
