@@ -118,6 +118,12 @@ def pygame_python(version: str) -> str:
     return _venv_python(version, f"pygame-py{version}-venv", [(".complete", ("--only-binary=:all:", "pygame"))])
 
 
+def shapely_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with shapely 2 (GEOS's geometries, and numpy),
+    cached as ``shapely-pyX.Y-venv``."""
+    return _venv_python(version, f"shapely-py{version}-venv", [(".complete", ("--only-binary=:all:", "shapely"))])
+
+
 def numba_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with numba (and numpy, llvmlite), cached as
     ``numba-pyX.Y-venv``."""

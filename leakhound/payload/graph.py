@@ -75,6 +75,7 @@ from .objects import (
 from .pacing import Clock, unsplit_step_fits
 from .sizes import (
     NATIVE_BUFFERS,
+    STRUCT_SUBCLASSED,
     SizeCache,
     after_walk_budget,
     class_from,
@@ -1052,7 +1053,9 @@ def kept_types():
         cls = class_from(module, qualname)
         if cls is not None and type_name(cls) == name:
             classes.append(cls)
-    classes.extend([cls for _kind, cls, _path in struct_classes()])
+    for kind, cls, _path in struct_classes():
+        # (a kind whose objects are of the C class's Python subclasses: those classes too)
+        classes.extend(subclass_tree(cls) if kind in STRUCT_SUBCLASSED else [cls])
     for cls in classes:
         if id(cls) not in seen and len(found) < _MAX_KEPT_TYPES:
             seen.add(id(cls))

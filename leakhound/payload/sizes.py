@@ -584,9 +584,14 @@ _STRUCT_CLASSES = (
     # (SWIG 4.1 and later make it with PyType_FromSpec under a name of no module: its dict has
     # no __module__, the class is of none: pybox2d's)
     ("swig_object", None, "SwigPyObject"),
+    ("shapely_geometry", "shapely.lib", "Geometry"),
     ("cv2_capture", "cv2", "VideoCapture"),
     ("cv2_writer", "cv2", "VideoWriter"),
 )
+# _STRUCT_CLASSES' kinds whose objects are of Python subclasses of the C class (shapely's
+# Polygon, Point, ...: each a subclass of shapely.lib.Geometry, whose struct holds its GEOS
+# geometry's pointer); their struct is the C class's, the words after it a subclass's own.
+STRUCT_SUBCLASSED = ("shapely_geometry",)
 # C types that keep one of _STRUCT_CLASSES' objects in a field their traversal does not show
 # (none: zstandard's types have no GC support), so the walk never meets that object: (kind,
 # extension module, class, its basicsize, the field's offset, the kind of what it holds). The
@@ -729,6 +734,13 @@ def _struct_basicsize(obj, kind, enums):
             return 0
         return _PYBIND11_BASICSIZE
     size = _basicsize(type(obj))
+    if kind in STRUCT_SUBCLASSED:
+        # the C class's struct, the first static class of its MRO (a subclass's own words
+        # after it, its dict's and weak references' pointers, are Python objects')
+        for klass in type.__dict__["__mro__"].__get__(type(obj), type):
+            if not type_flags(klass) & HEAPTYPE:
+                return _basicsize(klass)
+        return 0
     if kind == "swig_object":
         own = struct_word(obj, _SWIG_OWN_OFFSET) if size >= _SWIG_OWN_OFFSET + 8 else None
         return size if own is not None and own & 0xFFFFFFFF else 0
@@ -1345,7 +1357,8 @@ def scanned_object_sizes(bases, deadline, max_bytes):
                 by_file.setdefault(path, []).append((obj, kind))
             continue
         for kind, path in bases.get("struct_files", {}).items():
-            if type(obj) is bases.get(kind):
+            cls = bases.get(kind)
+            if type(obj) is cls or (kind in STRUCT_SUBCLASSED and cls is not None and isinstance_of(obj, cls)):
                 by_file.setdefault(path, []).append((obj, kind))
                 break
     del objects
