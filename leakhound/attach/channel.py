@@ -22,6 +22,7 @@ import json
 import math
 import os
 import queue
+import re
 import sys
 import tempfile
 import threading
@@ -33,7 +34,7 @@ from typing import Any
 import leakhound.payload
 from leakhound.attach.bootstrap_page import HANDBACK_SIGNAL, handback_handler
 from leakhound.attach.deadline import Deadline
-from leakhound.attach.payload_bytecode import boot_bytecode, foreign_bytecode, payload_bytecode
+from leakhound.attach.payload_bytecode import BOOT_FILENAME, boot_bytecode, foreign_bytecode, payload_bytecode
 from leakhound.attach.private_dir import DIR_FLAGS, PrivateDir, UnsafeEntry, open_dir_in_root
 from leakhound.attach.process import alive, environ_of, same_filesystem_view
 from leakhound.errors import (
@@ -529,6 +530,21 @@ class PrivateChannel:
     @staticmethod
     def _blocked(pid: int, waited: float, blocked_hint: Callable[[], str] | None) -> TargetBlocked:
         where = blocked_hint() if blocked_hint else ""
+        if BOOT_FILENAME in where:
+            # The main thread is in the bootstrap (starting the payload's thread, or waiting
+            # for the GIL in it): it did reach a safe point; a thread that never lets the GIL
+            # go (one long C call: numba's nopython code without nogil) keeps the payload from
+            # running. Said as such: the safe point was not what to wait for.
+            holder = _GIL_HOLDER.search(where)
+            who = "another thread" if holder is None else f"thread {holder.group(1)}" + (
+                f' ("{holder.group(2)}")' if holder.group(2) else "")
+            return TargetBlocked(
+                f"process {pid} ran leakhound's bootstrap, but its payload could not start within "
+                f"{max(waited, 0.0):.0f}s: {who} holds the GIL; the threads are in:\n{where}",
+                hint="A thread that holds the GIL for seconds at a time (a long C call that never lets it go: "
+                     "numba's nopython code without nogil=True, a big C extension call) lets no other thread "
+                     "run, leakhound's payload included. Let that code release the GIL, or inspect while it "
+                     "is not running.")
         return TargetBlocked(
             f"process {pid}'s main thread did not reach a safe point within "
             f"{max(waited, 0.0):.0f}s" + (f"; it is in:\n{where}" if where else "")
@@ -555,6 +571,9 @@ class PrivateChannel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+# py-spy's line for the thread that holds the GIL: 'Thread 8910 (active+gil): "Thread-1 (hog)"'
+_GIL_HOLDER = re.compile(r'^Thread (\d+) \([^)]*\+gil\)(?:: "([^"\n]*)")?', re.M)
 
 def _number(value: Any, default: float) -> float:
     """A finite positive number from the request, else ``default``."""
