@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from leakhound.analysis.diff import SnapshotDiff
-from leakhound.model.growth import GrowthReport, TargetEnded, Trend, report_to_dict
+from leakhound.model.growth import GROWING, GrowthReport, TargetEnded, Trend, report_to_dict
 from leakhound.model.names import CODE_OWNER, PAYLOAD_OWNER
 from leakhound.model.snapshot import AllocationSite, SiteTracking
 from leakhound.model.units import fmt_bytes
@@ -96,23 +96,28 @@ class LiveView:
             self._live.update(Group(*(owners_table(r, top=self.top) for r in reports)))
             return
         for r in reports:
-            lead = next((t for t in r.owners if t.name not in _NOT_SHOWN), None)
-            owner = (
-                f" top owner {lead.name} {fmt_bytes(lead.last_bytes)} ({_rate(lead.bytes_per_min)}, {lead.verdict})"
-                if lead is not None
-                else ""
-            )
-            print(
-                f"leakhound: pid {r.pid} sample {r.samples}: RSS {fmt_bytes(r.rss.last_bytes)} "
-                f"({_rate(r.rss.bytes_per_min)}){owner}",
-                file=self.file,
-                flush=True,
-            )
+            print(plain_line(r), file=self.file, flush=True)
 
     def close(self) -> None:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+def plain_line(r: GrowthReport) -> str:
+    """A sample's line where stderr is no terminal (logs, CI): RSS and its rate, and the owner
+    growing most, or, where none grows, the largest one. The table's first row was said as
+    "top owner" whatever it was: a 140 KiB cache growing by the payload's first imports
+    (unknown) came before a 50 MiB list that did not grow."""
+    shown = [t for t in r.owners if t.name not in _NOT_SHOWN]
+    growing = [t for t in shown if t.verdict == GROWING]
+    lead = growing[0] if growing else max(shown, key=lambda t: t.last_bytes, default=None)
+    owner = ""
+    if lead is not None:
+        said = "growing most" if growing else "largest owner"
+        owner = f" {said} {lead.name} {fmt_bytes(lead.last_bytes)} ({_rate(lead.bytes_per_min)}, {lead.verdict})"
+    rss = f"RSS {fmt_bytes(r.rss.last_bytes)} ({_rate(r.rss.bytes_per_min)})"
+    return f"leakhound: pid {r.pid} sample {r.samples}: {rss}{owner}"
 
 
 def render_reports(reports: tuple[GrowthReport, ...], *, top: int = 10, file: TextIO | None = None,
