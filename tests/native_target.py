@@ -108,51 +108,55 @@ def grpc_python(version: str) -> str:
 def mujoco_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with mujoco alone (pybind11's objects over
     MuJoCo's models and simulation data), cached as ``mujoco-pyX.Y-venv``."""
-    # (wheels only: on 3.10 pip once backtracked to building numpy from source)
-    return _venv_python(version, f"mujoco-py{version}-venv", [(".complete", ("--only-binary=:all:", "mujoco"))])
+    return _wheels_venv(version, "mujoco", "mujoco")
 
 
 def pygame_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with pygame alone (SDL's surfaces), cached as
     ``pygame-pyX.Y-venv``."""
-    return _venv_python(version, f"pygame-py{version}-venv", [(".complete", ("--only-binary=:all:", "pygame"))])
+    return _wheels_venv(version, "pygame", "pygame")
 
 
 def shapely_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with shapely 2 (GEOS's geometries, and numpy),
     cached as ``shapely-pyX.Y-venv``."""
-    return _venv_python(version, f"shapely-py{version}-venv", [(".complete", ("--only-binary=:all:", "shapely"))])
+    return _wheels_venv(version, "shapely", "shapely")
 
 
 def numba_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with numba (and numpy, llvmlite), cached as
     ``numba-pyX.Y-venv``."""
-    return _venv_python(version, f"numba-py{version}-venv", [(".complete", ("--only-binary=:all:", "numba"))])
+    return _wheels_venv(version, "numba", "numba")
 
 
 def greenlet_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with greenlet alone (gevent's coroutines),
     cached as ``greenlet-pyX.Y-venv``."""
-    return _venv_python(version, f"greenlet-py{version}-venv", [(".complete", ("--only-binary=:all:", "greenlet"))])
+    return _wheels_venv(version, "greenlet", "greenlet")
 
 
 def box2d_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with pybox2d alone (SWIG 4's proxies over Box2D's
     worlds), cached as ``box2d-pyX.Y-venv``."""
-    return _venv_python(version, f"box2d-py{version}-venv", [(".complete", ("--only-binary=:all:", "Box2D"))])
+    return _wheels_venv(version, "box2d", "Box2D")
 
 
 def opencv_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with opencv-python-headless (and numpy), cached
     as ``opencv-pyX.Y-venv``."""
-    return _venv_python(version, f"opencv-py{version}-venv",
-                        [(".complete", ("--only-binary=:all:", "opencv-python-headless"))])
+    return _wheels_venv(version, "opencv", "opencv-python-headless")
 
 
 def uvloop_python(version: str) -> str:
     """A venv of the pyenv CPython ``version`` with uvloop alone (its libuv event loop), cached
     as ``uvloop-pyX.Y-venv``."""
     return _venv_python(version, f"uvloop-py{version}-venv", [(".complete", ("uvloop",))])
+
+
+def _wheels_venv(version: str, name: str, package: str) -> str:
+    """A venv of the pyenv CPython ``version`` with ``package`` from wheels only (no build from
+    source: on 3.10 pip once backtracked to building numpy), cached as ``NAME-pyX.Y-venv``."""
+    return _venv_python(version, f"{name}-py{version}-venv", [(".complete", ("--only-binary=:all:", package))])
 
 
 def _venv_python(version: str, name: str, steps: list[tuple[str, tuple[str, ...]]]) -> str:

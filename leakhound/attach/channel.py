@@ -575,6 +575,7 @@ class PrivateChannel:
 # py-spy's line for the thread that holds the GIL: 'Thread 8910 (active+gil): "Thread-1 (hog)"'
 _GIL_HOLDER = re.compile(r'^Thread (\d+) \([^)]*\+gil\)(?:: "([^"\n]*)")?', re.M)
 
+
 def _number(value: Any, default: float) -> float:
     """A finite positive number from the request, else ``default``."""
     try:

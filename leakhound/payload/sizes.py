@@ -37,6 +37,7 @@ import bisect
 import gc
 import sys
 import time
+import types
 
 from .objects import (
     BASETYPE,
@@ -62,8 +63,6 @@ MAX_OBJECT_BYTES = 1 << 48
 
 _METHOD_DESCRIPTOR = type(object.__sizeof__)
 _CODE_TYPE = type((lambda: 0).__code__)
-_FRAME_TYPE = type(sys._getframe())
-_FRAME_BACK = _FRAME_TYPE.__dict__["f_back"]
 # The code type's member descriptors for the objects a code object holds (3.10: the bytecode
 # and the names tuples are members too; 3.11+ keep those in one private tuple and byte
 # string, reached only through getters that build new objects: not read).
@@ -1052,11 +1051,11 @@ def _greenlet_variables(cls, obj):
     refs = []
     frame = _call(cls, "gr_frame", obj)
     for _depth in range(_MAX_GREENLET_FRAMES):
-        if type(frame) is not _FRAME_TYPE:
+        if type(frame) is not types.FrameType:
             break
         for _name, value in frame_locals(frame, _compiled_walk) or ():
             refs.append(value)
-        frame = _FRAME_BACK.__get__(frame, _FRAME_TYPE)
+        frame = frame.f_back  # (an exact frame: its own getset, as roots.thread_frames reads it)
     return refs
 
 
@@ -1232,11 +1231,18 @@ def _untouched_data(ndarray, obj):
     owndata = class_dict(type(flags)).get("owndata")
     if type(owndata).__name__ != "getset_descriptor" or owndata.__get__(flags, type(flags)) is not True:
         return 0
+    address = _data_address(ndarray, obj)
+    return _in_ram(address, nbytes)[0] - nbytes if address else 0
+
+
+def _data_address(ndarray, obj):
+    """The address of an ndarray's data (``__array_interface__``'s pointer, a getset of
+    ndarray's own), or 0 where it cannot be read."""
     interface = _call(ndarray, "__array_interface__", obj)
     data = interface.get("data") if type(interface) is dict else None
-    if type(data) is not tuple or not data or type(data[0]) is not int or not data[0]:
+    if type(data) is not tuple or not data or type(data[0]) is not int:
         return 0
-    return _in_ram(data[0], nbytes)[0] - nbytes
+    return data[0]
 
 
 def _frees_the_data(base, bases):
@@ -1260,14 +1266,11 @@ def _foreign_data(ndarray, obj, bases, seen_buffers):
     nbytes = _call(ndarray, "nbytes", obj)
     if type(nbytes) is not int or not 0 < nbytes <= MAX_OBJECT_BYTES:
         return 0
-    interface = _call(ndarray, "__array_interface__", obj)
-    data = interface.get("data") if type(interface) is dict else None
-    if type(data) is not tuple or not data or type(data[0]) is not int or not data[0]:
+    address = _data_address(ndarray, obj)
+    if not address or address in seen_buffers:
         return 0
-    if data[0] in seen_buffers:
-        return 0
-    seen_buffers.add(data[0])
-    size, shared = _in_ram(data[0], nbytes, bases.get("files"))
+    seen_buffers.add(address)
+    size, shared = _in_ram(address, nbytes, bases.get("files"))
     _tally_mapped(bases, min(shared, size))
     return size
 
