@@ -153,6 +153,12 @@ def uvloop_python(version: str) -> str:
     return _venv_python(version, f"uvloop-py{version}-venv", [(".complete", ("uvloop",))])
 
 
+def numpy1_python(version: str) -> str:
+    """A venv of the pyenv CPython ``version`` with numpy 1 (its last: 1.26), cached as
+    ``numpy1-pyX.Y-venv``."""
+    return _wheels_venv(version, "numpy1", "numpy<2")
+
+
 def _wheels_venv(version: str, name: str, package: str) -> str:
     """A venv of the pyenv CPython ``version`` with ``package`` from wheels only (no build from
     source: on 3.10 pip once backtracked to building numpy), cached as ``NAME-pyX.Y-venv``."""

@@ -791,7 +791,22 @@ addrmap_get(AddrMap *m, uintptr_t address, long long *wide, int32_t *narrow)
  * afterwards, graph_wire.name_paths.) */
 /* PHASE_DICT_ENTRIES: a big exact dict, each slice its entries' values and keys (a registry's
  * key and what its entry holds of the same leaf are met a few slices apart: PendingLeaf). */
-enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_ENTRIES };
+/* PHASE_ARRAY_ITEMS: a big exact ndarray of objects, each slice its elements read from its
+ * data (object_array_items). */
+enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_ENTRIES, PHASE_ARRAY_ITEMS };
+
+/* numpy's public structs (numpy/ndarraytypes.h: PyArrayObject_fields, PyArray_Descr), the
+ * same in numpy 1.x and 2.x on 64-bit: an array's data pointer, its number of dimensions,
+ * its dimensions, its dtype and its flags; a dtype's type number. */
+#define NPY_DATA_AT 16
+#define NPY_ND_AT 24
+#define NPY_DIMS_AT 32
+#define NPY_DESCR_AT 56
+#define NPY_FLAGS_AT 64
+#define NPY_TYPE_NUM_AT 28
+#define NPY_OBJECT_TYPE_NUM 17
+#define NPY_ANY_CONTIGUOUS 0x3  /* NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS */
+#define NPY_MAX_DIMS_READ 64
 
 /* The frame codes of the columns (graph_wire.py reads them; 4 and 5 are the Python loop's
  * edges by node id). */
@@ -986,6 +1001,7 @@ typedef struct {
     PyObject *frame_types;               /* tuple: frames, coroutines, generators */
     PyObject *native, *native_extra;     /* dict id(type) -> code; callable(obj) -> (bytes, hidden) */
     PyObject *too_big;                   /* the exception over max_nodes */
+    PyObject *ndarray_type, *dtype_type; /* numpy's, where it is loaded (graph_object_arrays) */
     /* Types never folded (graph_keep_types): a node each, that ``--why TYPE`` can name (their
      * objects hold a C library's memory no size counts: wire.OPAQUE_NATIVE_TYPES) */
     PyTypeObject *kept_types[GRAPH_KEPT_TYPES];
@@ -1066,6 +1082,8 @@ typedef struct {
     long long objects, bytes, native_bytes;
 } GraphState;
 
+static int object_array_items(GraphState *g, PyObject *obj, PyObject ***items, Py_ssize_t *count);
+
 #define GRAPH_COLUMNS(g) {&(g)->ids, &(g)->sizes, &(g)->types, &(g)->lengths, &(g)->lab, &(g)->src, &(g)->dst, \
                          &(g)->fold_owner, &(g)->fold_bytes}
 #define GRAPH_NCOLUMNS 9
@@ -1083,6 +1101,8 @@ graph_drop_helpers(GraphState *g)
     Py_CLEAR(g->native);
     Py_CLEAR(g->native_extra);
     Py_CLEAR(g->too_big);
+    Py_CLEAR(g->ndarray_type);
+    Py_CLEAR(g->dtype_type);
     while (g->nkept_types > 0)
         Py_CLEAR(g->kept_types[--g->nkept_types]);
     refs_free(&g->refs);
@@ -2133,9 +2153,14 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     }
     long long *size = &g->cur_size;
     PyObject *hidden = NULL;
+    PyObject **array_items;
+    Py_ssize_t array_count = 0;
+    /* a big array of objects: its elements read here (PHASE_ARRAY_ITEMS), not by the helper */
+    int array_sliced = code == 1 && object_array_items(g, obj, &array_items, &array_count)
+                       && array_count > BIG_CONTAINER;
     if (code == 1) {
         g->called++;
-        PyObject *got = PyObject_CallFunctionObjArgs(g->native_extra, obj, NULL);
+        PyObject *got = PyObject_CallFunctionObjArgs(g->native_extra, obj, array_sliced ? Py_True : Py_False, NULL);
         if (got == NULL) {
             Py_DECREF(tp);
             return -1;
@@ -2219,6 +2244,12 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
         }
     }
     Py_DECREF(tp);
+    if (!failed && array_sliced && g->phase == PHASE_NONE) {
+        g->phase = PHASE_ARRAY_ITEMS;
+        Py_INCREF(obj);
+        g->refs.cursor = obj;
+        g->refs.pos = 0;
+    }
     if (hidden != NULL) {
         if (!failed && PyList_Check(hidden)) {
             for (Py_ssize_t k = 0; k < PyList_Size(hidden) && !failed; k++)
@@ -2242,14 +2273,77 @@ small_int(PyObject *ref)
     return !overflow && v >= -5 && v <= 256;
 }
 
+/* Whether ``obj`` is an exact ndarray of objects, C- or Fortran-contiguous (its elements are
+ * then data[0:count], in one order or the other), read from its struct as it is now: its
+ * elements (a pointer each, NULL where none) in *items, their number in *count. numpy has no
+ * tp_traverse for them; sizes.native_extra listed them with ravel().tolist(), all in one
+ * step and two lists of a reference each (a pandas column of 3M objects: holds of 285-703 ms,
+ * and ~50 MB of the target's memory for a moment). Read here a slice at a time instead, as a
+ * big list (read_slice), every field read again at each slice: the target may have resized
+ * it meanwhile; an array that is no longer one is done. */
+static int
+object_array_items(GraphState *g, PyObject *obj, PyObject ***items, Py_ssize_t *count)
+{
+    if (g->ndarray_type == NULL || (PyObject *)Py_TYPE(obj) != g->ndarray_type)
+        return 0;
+    char *fields = (char *)obj;
+    int nd = *(int *)(fields + NPY_ND_AT);
+    const Py_ssize_t *dims = *(Py_ssize_t **)(fields + NPY_DIMS_AT);
+    PyObject *descr = *(PyObject **)(fields + NPY_DESCR_AT);
+    int flags = *(int *)(fields + NPY_FLAGS_AT);
+    char *data = *(char **)(fields + NPY_DATA_AT);
+    if (nd < 1 || nd > NPY_MAX_DIMS_READ || dims == NULL || descr == NULL || data == NULL
+        || ((uintptr_t)data & (sizeof(PyObject *) - 1)) || !(flags & NPY_ANY_CONTIGUOUS))
+        return 0;
+    if (!PyObject_TypeCheck(descr, (PyTypeObject *)g->dtype_type)
+        || *(int *)((char *)descr + NPY_TYPE_NUM_AT) != NPY_OBJECT_TYPE_NUM)
+        return 0;
+    Py_ssize_t n = 1;
+    for (int k = 0; k < nd; k++) {
+        Py_ssize_t d = dims[k];
+        if (d < 0)
+            return 0;
+        if (d == 0) {
+            n = 0;
+            break;
+        }
+        if (n > (PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(PyObject *)) / d)
+            return 0;
+        n *= d;
+    }
+    *items = (PyObject **)data;
+    *count = n;
+    return 1;
+}
+
+/* The next slice of the current object array's elements (from g->refs.pos) into g->refs:
+ * how many, 0 when it is done (or no longer an array of objects). */
+static Py_ssize_t
+array_items_slice(GraphState *g, Py_ssize_t want)
+{
+    PyObject **items;
+    Py_ssize_t count, got = 0;
+    if (!object_array_items(g, g->refs.cursor, &items, &count))
+        return 0;
+    while (got < want && g->refs.pos < count) {
+        PyObject *item = items[g->refs.pos++];
+        if (item == NULL)
+            continue;
+        if (refs_push(&g->refs, item) < 0)  /* a strong reference, before anything runs */
+            return -1;
+        got++;
+    }
+    return got;
+}
+
 /* The next slice of a big container into g->refs (emptied first): how many entries it went
  * through (in the labels pass, with nothing in g->refs), 0 when the container is done. */
 static Py_ssize_t
 graph_next_slice(GraphState *g, Py_ssize_t want)
 {
     refs_clear(&g->refs);
-    if (g->phase == PHASE_SLICES) {
-        Py_ssize_t got = read_slice(&g->refs, want);
+    if (g->phase == PHASE_SLICES || g->phase == PHASE_ARRAY_ITEMS) {
+        Py_ssize_t got = g->phase == PHASE_SLICES ? read_slice(&g->refs, want) : array_items_slice(g, want);
         g->entries += got > 0 ? got : 0;
         return got;
     }
@@ -2658,6 +2752,29 @@ graph_find_py(PyObject *Py_UNUSED(module), PyObject *args)
     return PyLong_FromUnsignedLongLong(address);
 }
 
+PyDoc_STRVAR(graph_object_arrays_doc,
+"graph_object_arrays(graph, ndarray, dtype): numpy's classes, where it is loaded: an exact ndarray\n"
+"of more than BIG_CONTAINER objects is read a slice at a time (native_extra is told so: its\n"
+"second argument), not listed whole by the helper");
+
+static PyObject *
+graph_object_arrays(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *capsule, *ndarray, *dtype;
+    if (!PyArg_ParseTuple(args, "OO!O!:graph_object_arrays", &capsule, &PyType_Type, &ndarray, &PyType_Type, &dtype))
+        return NULL;
+    GraphState *g = graph_of(capsule);
+    if (g == NULL)
+        return NULL;
+    Py_INCREF(ndarray);
+    Py_INCREF(dtype);
+    Py_CLEAR(g->ndarray_type);
+    Py_CLEAR(g->dtype_type);
+    g->ndarray_type = ndarray;
+    g->dtype_type = dtype;
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(graph_own_doc, "graph_own(graph, address): never a node (leakhound's own object)");
 
 static PyObject *
@@ -2886,7 +3003,7 @@ graph_pending_bytes(GraphState *g)
 
 PyDoc_STRVAR(graph_info_doc,
 "graph_info(graph) -> (nodes, edges, tracked, bytes held, bytes written out, bytes of frames left,\n"
-"                      objects folded into their collections)");
+"                      objects folded into their collections, labels)");
 
 static PyObject *
 graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
@@ -2913,8 +3030,8 @@ graph_info(PyObject *Py_UNUSED(module), PyObject *capsule)
     held += g->pending != NULL ? (long long)(g->pending_mask + 1) * (long long)sizeof(PackedLeaf) : 0;
     held += g->groups != NULL ? (long long)(g->groups_mask + 1) * (long long)sizeof(LeafGroup) : 0;
     held += (long long)g->ltext_cap + (long long)g->loff_cap * 4 + (g->lslots != NULL ? (long long)(g->lslots_mask + 1) * 4 : 0);
-    return Py_BuildValue("nnnLLLL", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g),
-                         g->folded_objects);
+    return Py_BuildValue("nnnLLLLn", g->nodes, g->src.len, g->tracked, held, g->spooled, graph_pending_bytes(g),
+                         g->folded_objects, g->nlabels);
 }
 
 PyDoc_STRVAR(graph_reached_doc,
@@ -3182,21 +3299,34 @@ graph_label(PyObject *Py_UNUSED(module), PyObject *args)
     return label == -2 ? NULL : PyLong_FromLong(label);
 }
 
-PyDoc_STRVAR(graph_labels_doc, "graph_labels(graph) -> every label's text, by label (valid after graph_close too)");
+PyDoc_STRVAR(graph_labels_doc,
+"graph_labels(graph[, start, stop]) -> the labels' texts, by label, from ``start`` to ``stop`` (all by\n"
+"default; valid after graph_close too). A slice at a time, the result is written without the whole\n"
+"list of str in the target at once (graph_wire.LabelTexts: ~7,500-10,000 labels, ~0.7 MiB as str).");
 
 static PyObject *
-graph_labels(PyObject *Py_UNUSED(module), PyObject *capsule)
+graph_labels(PyObject *Py_UNUSED(module), PyObject *args)
 {
+    PyObject *capsule;
+    Py_ssize_t start = 0, stop = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTuple(args, "O|nn:graph_labels", &capsule, &start, &stop))
+        return NULL;
     GraphState *g = (GraphState *)PyCapsule_GetPointer(capsule, GRAPH_NAME);
     if (g == NULL)
         return NULL;
-    PyObject *out = PyList_New(g->nlabels);
+    if (stop > g->nlabels)
+        stop = g->nlabels;
+    if (start < 0)
+        start = 0;
+    if (start > stop)
+        start = stop;
+    PyObject *out = PyList_New(stop - start);
     if (out == NULL)
         return NULL;
-    for (Py_ssize_t k = 0; k < g->nlabels; k++) {
+    for (Py_ssize_t k = start; k < stop; k++) {
         PyObject *text = PyUnicode_DecodeUTF8(g->ltext + g->loff[k], (Py_ssize_t)(g->loff[k + 1] - g->loff[k]),
                                               "surrogatepass");
-        if (text == NULL || PyList_SetItem(out, k, text) < 0) {  /* (steals text) */
+        if (text == NULL || PyList_SetItem(out, k - start, text) < 0) {  /* (steals text) */
             Py_DECREF(out);
             return NULL;
         }
@@ -3234,6 +3364,7 @@ PyMethodDef graph_walk_methods[] = {
     {"graph_node", graph_node, METH_VARARGS, graph_node_doc},
     {"graph_find", graph_find_py, METH_VARARGS, graph_find_doc},
     {"graph_own", graph_own, METH_VARARGS, graph_own_doc},
+    {"graph_object_arrays", graph_object_arrays, METH_VARARGS, graph_object_arrays_doc},
     {"graph_fold_marks", graph_fold_marks, METH_VARARGS, graph_fold_marks_doc},
     {"graph_keep_types", graph_keep_types, METH_VARARGS, graph_keep_types_doc},
     {"graph_edge", graph_edge, METH_VARARGS, graph_edge_doc},
@@ -3251,7 +3382,7 @@ PyMethodDef graph_walk_methods[] = {
     {"graph_settle", graph_settle, METH_O, graph_settle_doc},
     {"graph_unknown", graph_unknown, METH_VARARGS, graph_unknown_doc},
     {"graph_label", graph_label, METH_VARARGS, graph_label_doc},
-    {"graph_labels", graph_labels, METH_O, graph_labels_doc},
+    {"graph_labels", graph_labels, METH_VARARGS, graph_labels_doc},
     {NULL, NULL, 0, NULL},
 };
 #pragma GCC visibility pop

@@ -147,7 +147,7 @@ def graph_walk(graph: _Graph, stack: list[object], limit: int, /) -> int:
 def graph_reserve(graph: _Graph, limit: int, /) -> bool:
     """Between two walks: room now for what ``limit`` units may add (moved without the GIL)."""
 
-def graph_info(graph: _Graph, /) -> tuple[int, int, int, int, int, int, int]:
+def graph_info(graph: _Graph, /) -> tuple[int, int, int, int, int, int, int, int]:
     """(nodes, edges, tracked, bytes held, bytes written out, bytes of frames left, objects folded)."""
 
 def graph_tallies(graph: _Graph, /) -> tuple[bytes, bytes, int, int, int]:
@@ -182,8 +182,10 @@ def graph_unknown(graph: _Graph, objects: list[object], /) -> list[object]:
 
 def graph_label(graph: _Graph, text: str | None, max_labels: int = ..., max_key_labels: int = ..., /) -> int | None:
     """The label of ``text`` (made if new), or -1 when they are all taken; the limits, set first."""
-def graph_labels(graph: _Graph, /) -> list[str]:
-    """Every label's text, by label (after graph_close too)."""
+def graph_object_arrays(graph: _Graph, ndarray: type, dtype: type, /) -> None:
+    """numpy's classes: a big exact ndarray of objects is read a slice at a time."""
+def graph_labels(graph: _Graph, start: int = ..., stop: int = ..., /) -> list[str]:
+    """The labels' texts from ``start`` to ``stop`` (all by default), by label (after graph_close too)."""
 
 # -- the allocation-site tracker (_sites.c) -------------------------------------------------
 

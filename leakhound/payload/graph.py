@@ -49,6 +49,7 @@ from .graph_wire import (
     FRAME_LIKE_IDS,
     MAX_LABEL_CHARS,
     Binary,
+    LabelTexts,
     binary_pieces,
     frames,
     frames_bytes,
@@ -330,6 +331,9 @@ class Graph(object):
         return self.label("f" + self.labels[label]) if 0 <= label < len(self.labels) else -1
 
     def _label_texts(self):
+        return self.labels
+
+    def _labels(self):
         return self.labels
 
     def _type_id(self, tp):
@@ -795,7 +799,7 @@ class Graph(object):
             "edges": self._edges(),
             "node_keys": self.node_keys,
             "type_names": self.type_names,
-            "labels": self._label_texts(),
+            "labels": self._labels(),
             "roots": self.roots,
             "walker": self.walker,
             "graph_seconds": self.seconds,
@@ -862,6 +866,9 @@ class CompiledGraph(Graph):
             _walk_module.graph_own(self.store, own)
         for own in (self.slot_cache, self.frame_labels):
             _walk_module.graph_own(self.store, id(own))
+        ndarray, dtype = self.native_bases.get("ndarray"), class_from("numpy", "dtype")
+        if ndarray is not None and dtype is not None:
+            _walk_module.graph_object_arrays(self.store, ndarray, dtype)
         if spool is not None:
             _walk_module.graph_spool(self.store, spool[1])
         # The labels are the walk's (its own table, not self.labels): their limits
@@ -881,6 +888,11 @@ class CompiledGraph(Graph):
     def _label_texts(self):
         return _walk_module.graph_labels(self.store)
 
+    def _labels(self):
+        store = self.store
+        return LabelTexts(lambda start, stop: _walk_module.graph_labels(store, start, stop),
+                          _walk_module.graph_info(store)[7])
+
     def _slot_labels(self, tp):
         if id(tp) in _PLAIN_IDS:
             found = ()
@@ -895,8 +907,8 @@ class CompiledGraph(Graph):
         label = self.frame_labels[id(tp)] = self.label("t" + short_type_name(tp))
         return label
 
-    def _native_extra(self, obj):
-        extra, hidden = native_extra(obj, self.native_kinds, self.native_bases, self.native_seen)
+    def _native_extra(self, obj, elements_read=False):
+        extra, hidden = native_extra(obj, self.native_kinds, self.native_bases, self.native_seen, elements_read)
         return extra, list(hidden)
 
     # The building blocks, on the capsule.

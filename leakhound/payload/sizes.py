@@ -1458,12 +1458,14 @@ def isinstance_of(obj, cls):
     return cls in type.__dict__["__mro__"].__get__(type(obj), type)
 
 
-def native_extra(obj, native, bases, seen_buffers):
+def native_extra(obj, native, bases, seen_buffers, elements_read=False):
     """(bytes outside ``object_size(obj)`` (negative: of it, the bytes not in RAM, an ndarray's
     data never written), [objects obj holds that gc.get_referents(obj) does
     not list]) for an object whose type is in ``native`` (``native, bases = native_types()``);
     ``seen_buffers`` (a set of buffer addresses) makes a buffer shared by several objects
-    count once. (0, []) when the object cannot be read (closed, freed, an unexpected layout)."""
+    count once. (0, []) when the object cannot be read (closed, freed, an unexpected layout).
+    ``elements_read``: the caller reads the elements of this array of objects itself, a slice
+    at a time (the compiled graph walk: _graph_walk.c object_array_items); not listed here."""
     kind = native.get(id(type(obj)))
     cls = bases.get(kind) if kind is not None else None
     if cls is None:
@@ -1478,7 +1480,8 @@ def native_extra(obj, native, bases, seen_buffers):
                 refs.append(base)
             dtype = _call(cls, "dtype", obj)
             dtype_class = class_from("numpy", "dtype")
-            if (type(obj) is cls and dtype_class is not None and _call(dtype_class, "num", dtype) == _NPY_OBJECT
+            if (not elements_read and type(obj) is cls and dtype_class is not None
+                    and _call(dtype_class, "num", dtype) == _NPY_OBJECT
                     and _call(cls, "size", obj) <= _MAX_OBJECT_ELEMENTS):
                 # An object array's elements (numpy arrays have no tp_traverse): ravel (a
                 # view, or a copy holding the same references) and tolist, both C methods.

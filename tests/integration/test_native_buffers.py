@@ -10,6 +10,7 @@ them); torch only on 3.11 (the CPU wheel on this machine's disk).
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -36,6 +37,7 @@ from tests.native_target import (
     mujoco_python,
     native_python,
     numba_python,
+    numpy1_python,
     opencv_python,
     protobuf_python,
     pydantic_python,
@@ -56,6 +58,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 OWNERS = {
     "numpy_views": "__main__.VIEWS",
     "numpy_object": "__main__.ROWS",
+    "numpy_object_grid": "__main__.COLUMNS",
     "pillow": "__main__.IMAGES",
     "torch": "__main__.TENSORS",
     "pandas": "__main__.FRAME._mgr",
@@ -100,12 +103,51 @@ def test_native_buffers_belong_to_their_owner(tmp_path: Path, shape: str, versio
     _check(tmp_path, shape, native_python(version, torch=shape == "torch"))
 
 
-@pytest.mark.parametrize("shape", ["numpy_views", "numpy_object", "pillow", "torch", "mmap"])
+@pytest.mark.parametrize("shape", ["numpy_views", "numpy_object", "numpy_object_grid", "pillow", "torch", "mmap"])
 def test_native_buffers_belong_to_their_dominator_owner(tmp_path: Path, shape: str) -> None:
     # The object graph sizes nodes as the census does: without it a numpy view's base (held
     # by the view alone, not listed by gc) and a tensor's storage were in no owner's bytes.
     python = installed_pythons()["3.11"] if shape == "mmap" else native_python("3.11", torch=shape == "torch")
     _check(tmp_path, shape, python, owner_model="dominator")
+
+
+# numpy 2 on 3.10, 3.12, 3.13 (3.11's is above), numpy 1 on 3.11: the array's and the
+# dtype's structs are read by the walk (the fields it reads have the same offsets in both)
+@pytest.mark.parametrize("version", ["3.10", "3.11-numpy1", "3.12", "3.13"])
+def test_big_object_arrays_are_read_a_slice_at_a_time(tmp_path: Path, version: str) -> None:
+    """A pandas object column of millions of objects was listed whole (ravel().tolist(), one C
+    call) by the payload's helper, then every element pushed at once: one step of 285-703 ms
+    and two lists of a reference per element in the target at 3M rows. The compiled walk now
+    reads an exact, contiguous array of objects from its data a slice at a time, as a big
+    list; its owner is as before: the arrays, each element once (a strided view's elements
+    are its base's, listed as before)."""
+    python = numpy1_python("3.11") if version == "3.11-numpy1" else native_python(version)
+    _check(tmp_path, "numpy_object_grid", python, owner_model="dominator")
+    done = subprocess.run([python, "-c", SLICED, str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    listed, strs = json.loads(done.stdout)
+    assert listed <= 1 and strs >= 100000  # the helper lists a base at most; the walk reads the elements
+
+
+SLICED = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from leakhound.payload import graph
+listed = []
+real = graph.native_extra
+def spy(*args):
+    extra, hidden = real(*args)
+    listed.append(len(hidden))
+    return extra, hidden
+graph.native_extra = spy
+ROWS = np.array(["row-%d" % i for i in range(100000)], dtype=object)
+out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=None,
+                  cancelled=None, compiled=True)
+census = out["_census"]
+strs = sum(n for name, n in zip(census["names"], census["counts"]) if name == "str")
+print(json.dumps([max(listed), strs]))
+"""
 
 
 @pytest.mark.parametrize("version", MMAP_VERSIONS)

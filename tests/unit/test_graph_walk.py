@@ -828,6 +828,13 @@ def test_a_dict_key_gets_a_label_only_where_an_edge_can_carry_it(monkeypatch: py
     assert {"klh_label_list", "klh_label_file-\udcff", "klh_label_class"} <= labels
     assert not {"klh_label_module", "klh_label_none", "klh_label_true",
                 "klh_label_small_int"} & labels, sorted(x for x in labels if "lh_label" in x)
+    # The labels are read from the walk's table a slice at a time (graph_wire.LabelTexts), to
+    # the same JSON as the whole list's, surrogates and all.
+    texts = list(out["labels"])
+    assert len(texts) == len(out["labels"]) > 1000 and out["labels"][-1] == texts[-1]
+    assert out["labels"][5:9] == texts[5:9] and out["labels"] == texts
+    doc = {"graph": {k: v for k, v in out.items() if not k.startswith("_")}}
+    assert json.loads("".join(json_pieces(doc)))["graph"]["labels"] == texts
 
 
 @pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
@@ -937,8 +944,12 @@ def test_the_walks_tables_go_back_to_the_kernel_with_the_graph() -> None:
     """The columns' blocks (4-8 KiB) and small maps came from malloc, in the payload thread's
     own glibc arena, and what they had touched stayed in the target's RSS after the
     inspection (1.0 of 3.9 MiB on a 1M-object heap). They are the walk's pool's now: slabs
-    mapped for it, unmapped with the last table."""
-    run = subprocess.run([sys.executable, "-c", POOL_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    mapped for it, unmapped with the last table. The child runs on malloc alone
+    (PYTHONMALLOC=malloc): pymalloc's arenas are mappings of 1 MiB, which the count of
+    256 KiB mappings would take for slabs (one arena more or less after the walk, by chance)."""
+    env = {**os.environ, "PYTHONMALLOC": "malloc"}
+    run = subprocess.run([sys.executable, "-c", POOL_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     before, during, after, raw = (int(x) for x in run.stdout.split())
     assert raw > 40000 * 8
