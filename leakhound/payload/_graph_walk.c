@@ -791,8 +791,8 @@ addrmap_get(AddrMap *m, uintptr_t address, long long *wide, int32_t *narrow)
  * afterwards, graph_wire.name_paths.) */
 /* PHASE_DICT_ENTRIES: a big exact dict, each slice its entries' values and keys (a registry's
  * key and what its entry holds of the same leaf are met a few slices apart: PendingLeaf). */
-/* PHASE_ARRAY_ITEMS: a big exact ndarray of objects, each slice its elements read from its
- * data (object_array_items). */
+/* PHASE_ARRAY_ITEMS: an ndarray of objects, each slice its elements read from its data
+ * (object_array_items). */
 enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_ENTRIES, PHASE_ARRAY_ITEMS };
 
 /* numpy's public structs (numpy/ndarraytypes.h: PyArrayObject_fields, PyArray_Descr), the
@@ -801,11 +801,13 @@ enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_ENTRIES, PHASE_ARRAY_ITEMS };
 #define NPY_DATA_AT 16
 #define NPY_ND_AT 24
 #define NPY_DIMS_AT 32
+#define NPY_STRIDES_AT 40
 #define NPY_DESCR_AT 56
 #define NPY_FLAGS_AT 64
 #define NPY_TYPE_NUM_AT 28
 #define NPY_OBJECT_TYPE_NUM 17
 #define NPY_ANY_CONTIGUOUS 0x3  /* NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS */
+#define NPY_OWNDATA 0x4
 #define NPY_MAX_DIMS_READ 64
 
 /* The frame codes of the columns (graph_wire.py reads them; 4 and 5 are the Python loop's
@@ -1082,7 +1084,16 @@ typedef struct {
     long long objects, bytes, native_bytes;
 } GraphState;
 
-static int object_array_items(GraphState *g, PyObject *obj, PyObject ***items, Py_ssize_t *count);
+/* An ndarray of objects as its struct says now (object_array_items). */
+typedef struct {
+    char *data;
+    int nd;
+    int contiguous;
+    const Py_ssize_t *dims, *strides;
+    Py_ssize_t count;
+} ObjectArray;
+
+static int object_array_items(GraphState *g, PyObject *obj, ObjectArray *a);
 
 #define GRAPH_COLUMNS(g) {&(g)->ids, &(g)->sizes, &(g)->types, &(g)->lengths, &(g)->lab, &(g)->src, &(g)->dst, \
                          &(g)->fold_owner, &(g)->fold_bytes}
@@ -2153,11 +2164,9 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     }
     long long *size = &g->cur_size;
     PyObject *hidden = NULL;
-    PyObject **array_items;
-    Py_ssize_t array_count = 0;
-    /* a big array of objects: its elements read here (PHASE_ARRAY_ITEMS), not by the helper */
-    int array_sliced = code == 1 && object_array_items(g, obj, &array_items, &array_count)
-                       && array_count > BIG_CONTAINER;
+    ObjectArray array;
+    /* an array of objects: its elements read here (PHASE_ARRAY_ITEMS), not by the helper */
+    int array_sliced = code == 1 && object_array_items(g, obj, &array);
     if (code == 1) {
         g->called++;
         PyObject *got = PyObject_CallFunctionObjArgs(g->native_extra, obj, array_sliced ? Py_True : Py_False, NULL);
@@ -2273,27 +2282,33 @@ small_int(PyObject *ref)
     return !overflow && v >= -5 && v <= 256;
 }
 
-/* Whether ``obj`` is an exact ndarray of objects, C- or Fortran-contiguous (its elements are
- * then data[0:count], in one order or the other), read from its struct as it is now: its
- * elements (a pointer each, NULL where none) in *items, their number in *count. numpy has no
- * tp_traverse for them; sizes.native_extra listed them with ravel().tolist(), all in one
- * step and two lists of a reference each (a pandas column of 3M objects: holds of 285-703 ms,
- * and ~50 MB of the target's memory for a moment). Read here a slice at a time instead, as a
- * big list (read_slice), every field read again at each slice: the target may have resized
- * it meanwhile; an array that is no longer one is done. */
+/* Whether ``obj`` is an ndarray of objects (or of a subclass of ndarray) that owns its data,
+ * read from its struct as it is now: in *a its data, dimensions and strides, and its number of
+ * elements (a pointer each, NULL where none). A view's elements are its base's references,
+ * not its own (one reference each, in the base's data): read through the view too, an
+ * element held by the base alone looked held once by each, and was counted twice; the view
+ * holds its base (the helper lists it), whose elements are read. numpy has no tp_traverse for them; sizes.native_extra listed
+ * an exact array's with ravel().tolist() (a subclass's not at all: ravel() runs its
+ * __array_finalize__), all in one step and two lists of a reference per element (a pandas
+ * column of 3M objects: a stall of 166-703 ms and ~67 MB of the target's memory for a
+ * moment). Read here a slice at a time instead, as a big list (read_slice), every field read
+ * again at each slice: the target may have resized it meanwhile; an array that is no longer
+ * one is done. Strides that are no multiple of a pointer (as_strided) are left to the
+ * helper. Runs no code. */
 static int
-object_array_items(GraphState *g, PyObject *obj, PyObject ***items, Py_ssize_t *count)
+object_array_items(GraphState *g, PyObject *obj, ObjectArray *a)
 {
-    if (g->ndarray_type == NULL || (PyObject *)Py_TYPE(obj) != g->ndarray_type)
+    if (g->ndarray_type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)g->ndarray_type))
         return 0;
     char *fields = (char *)obj;
     int nd = *(int *)(fields + NPY_ND_AT);
     const Py_ssize_t *dims = *(Py_ssize_t **)(fields + NPY_DIMS_AT);
+    const Py_ssize_t *strides = *(Py_ssize_t **)(fields + NPY_STRIDES_AT);
     PyObject *descr = *(PyObject **)(fields + NPY_DESCR_AT);
     int flags = *(int *)(fields + NPY_FLAGS_AT);
     char *data = *(char **)(fields + NPY_DATA_AT);
-    if (nd < 1 || nd > NPY_MAX_DIMS_READ || dims == NULL || descr == NULL || data == NULL
-        || ((uintptr_t)data & (sizeof(PyObject *) - 1)) || !(flags & NPY_ANY_CONTIGUOUS))
+    if (nd < 1 || nd > NPY_MAX_DIMS_READ || dims == NULL || strides == NULL || descr == NULL || data == NULL
+        || ((uintptr_t)data & (sizeof(PyObject *) - 1)) || !(flags & NPY_OWNDATA))
         return 0;
     if (!PyObject_TypeCheck(descr, (PyTypeObject *)g->dtype_type)
         || *(int *)((char *)descr + NPY_TYPE_NUM_AT) != NPY_OBJECT_TYPE_NUM)
@@ -2301,32 +2316,47 @@ object_array_items(GraphState *g, PyObject *obj, PyObject ***items, Py_ssize_t *
     Py_ssize_t n = 1;
     for (int k = 0; k < nd; k++) {
         Py_ssize_t d = dims[k];
-        if (d < 0)
+        /* (a dimension of one: its stride is never used, and may be anything) */
+        if (d < 0 || (d > 1 && strides[k] % (Py_ssize_t)sizeof(PyObject *) != 0))
             return 0;
-        if (d == 0) {
+        if (d == 0)
             n = 0;
-            break;
+        else if (n > 0) {
+            if (n > (PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(PyObject *)) / d)
+                return 0;
+            n *= d;
         }
-        if (n > (PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(PyObject *)) / d)
-            return 0;
-        n *= d;
     }
-    *items = (PyObject **)data;
-    *count = n;
+    a->data = data;
+    a->nd = nd;
+    a->contiguous = (flags & NPY_ANY_CONTIGUOUS) != 0;
+    a->dims = dims;
+    a->strides = strides;
+    a->count = n;
     return 1;
 }
 
-/* The next slice of the current object array's elements (from g->refs.pos) into g->refs:
- * how many, 0 when it is done (or no longer an array of objects). */
+/* The next slice of the current object array's elements (from g->refs.pos, in C order over
+ * its dimensions; a contiguous one's in the order of its data) into g->refs: how many, 0
+ * when it is done (or no longer an array of objects). */
 static Py_ssize_t
 array_items_slice(GraphState *g, Py_ssize_t want)
 {
-    PyObject **items;
-    Py_ssize_t count, got = 0;
-    if (!object_array_items(g, g->refs.cursor, &items, &count))
+    ObjectArray a;
+    Py_ssize_t got = 0;
+    if (!object_array_items(g, g->refs.cursor, &a))
         return 0;
-    while (got < want && g->refs.pos < count) {
-        PyObject *item = items[g->refs.pos++];
+    while (got < want && g->refs.pos < a.count) {
+        Py_ssize_t pos = g->refs.pos++, offset = 0;
+        if (a.contiguous)
+            offset = pos * (Py_ssize_t)sizeof(PyObject *);
+        else {
+            for (int k = a.nd - 1; k >= 0; k--) {
+                offset += (pos % a.dims[k]) * a.strides[k];
+                pos /= a.dims[k];
+            }
+        }
+        PyObject *item = *(PyObject **)(a.data + offset);
         if (item == NULL)
             continue;
         if (refs_push(&g->refs, item) < 0)  /* a strong reference, before anything runs */

@@ -1480,12 +1480,15 @@ def native_extra(obj, native, bases, seen_buffers, elements_read=False):
                 refs.append(base)
             dtype = _call(cls, "dtype", obj)
             dtype_class = class_from("numpy", "dtype")
-            if (not elements_read and type(obj) is cls and dtype_class is not None
+            if (not elements_read and base is None and type(obj) is cls and dtype_class is not None
                     and _call(dtype_class, "num", dtype) == _NPY_OBJECT
                     and _call(cls, "size", obj) <= _MAX_OBJECT_ELEMENTS):
                 # An object array's elements (numpy arrays have no tp_traverse): ravel (a
                 # view, or a copy holding the same references) and tolist, both C methods.
-                # Exact ndarrays only: ravel() on a subclass runs its __array_finalize__.
+                # Exact ndarrays only: ravel() on a subclass runs its __array_finalize__. Not
+                # a view's: its elements are its base's references (one each, in the base's
+                # data), listed with the base; listed through the view too, one held by the
+                # base alone looked held once by each, and was counted twice by the graph.
                 flat = _call(cls, "tolist", _call(cls, "ravel", obj))
                 if type(flat) is list:
                     refs.extend(flat)
