@@ -522,7 +522,13 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
         if (PyList_SetSlice(stack, n - 1, n, NULL) < 0)
             goto error;
         work += 1;
-        if (is_big(container)) {
+        /* an array of objects that owns its data, natively sized: its elements read here, in
+         * slices (sizes.native_extra lists none of them: reads_elements) */
+        ObjectArray array;
+        long code = w->native != NULL && numpy_ndarray != NULL ? native_for(w, Py_TYPE(container)) : 0;
+        if (code < 0)
+            goto error;
+        if (is_big(container) || (code == 1 && object_array(container, &array))) {
             /* Read in slices, in place (read_slice). */
             Frame *f = frame_push(&p, n - 1);
             if (f == NULL)

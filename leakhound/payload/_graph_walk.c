@@ -791,24 +791,8 @@ addrmap_get(AddrMap *m, uintptr_t address, long long *wide, int32_t *narrow)
  * afterwards, graph_wire.name_paths.) */
 /* PHASE_DICT_ENTRIES: a big exact dict, each slice its entries' values and keys (a registry's
  * key and what its entry holds of the same leaf are met a few slices apart: PendingLeaf). */
-/* PHASE_ARRAY_ITEMS: an ndarray of objects, each slice its elements read from its data
- * (object_array_items). */
-enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_ENTRIES, PHASE_ARRAY_ITEMS };
+enum { PHASE_NONE, PHASE_SLICES, PHASE_DICT_ENTRIES };
 
-/* numpy's public structs (numpy/ndarraytypes.h: PyArrayObject_fields, PyArray_Descr), the
- * same in numpy 1.x and 2.x on 64-bit: an array's data pointer, its number of dimensions,
- * its dimensions, its dtype and its flags; a dtype's type number. */
-#define NPY_DATA_AT 16
-#define NPY_ND_AT 24
-#define NPY_DIMS_AT 32
-#define NPY_STRIDES_AT 40
-#define NPY_DESCR_AT 56
-#define NPY_FLAGS_AT 64
-#define NPY_TYPE_NUM_AT 28
-#define NPY_OBJECT_TYPE_NUM 17
-#define NPY_ANY_CONTIGUOUS 0x3  /* NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS */
-#define NPY_OWNDATA 0x4
-#define NPY_MAX_DIMS_READ 64
 
 /* The frame codes of the columns (graph_wire.py reads them; 4 and 5 are the Python loop's
  * edges by node id). */
@@ -1003,7 +987,6 @@ typedef struct {
     PyObject *frame_types;               /* tuple: frames, coroutines, generators */
     PyObject *native, *native_extra;     /* dict id(type) -> code; callable(obj) -> (bytes, hidden) */
     PyObject *too_big;                   /* the exception over max_nodes */
-    PyObject *ndarray_type, *dtype_type; /* numpy's, where it is loaded (graph_object_arrays) */
     /* Types never folded (graph_keep_types): a node each, that ``--why TYPE`` can name (their
      * objects hold a C library's memory no size counts: wire.OPAQUE_NATIVE_TYPES) */
     PyTypeObject *kept_types[GRAPH_KEPT_TYPES];
@@ -1084,17 +1067,6 @@ typedef struct {
     long long objects, bytes, native_bytes;
 } GraphState;
 
-/* An ndarray of objects as its struct says now (object_array_items). */
-typedef struct {
-    char *data;
-    int nd;
-    int contiguous;
-    const Py_ssize_t *dims, *strides;
-    Py_ssize_t count;
-} ObjectArray;
-
-static int object_array_items(GraphState *g, PyObject *obj, ObjectArray *a);
-
 #define GRAPH_COLUMNS(g) {&(g)->ids, &(g)->sizes, &(g)->types, &(g)->lengths, &(g)->lab, &(g)->src, &(g)->dst, \
                          &(g)->fold_owner, &(g)->fold_bytes}
 #define GRAPH_NCOLUMNS 9
@@ -1112,8 +1084,6 @@ graph_drop_helpers(GraphState *g)
     Py_CLEAR(g->native);
     Py_CLEAR(g->native_extra);
     Py_CLEAR(g->too_big);
-    Py_CLEAR(g->ndarray_type);
-    Py_CLEAR(g->dtype_type);
     while (g->nkept_types > 0)
         Py_CLEAR(g->kept_types[--g->nkept_types]);
     refs_free(&g->refs);
@@ -2165,8 +2135,8 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     long long *size = &g->cur_size;
     PyObject *hidden = NULL;
     ObjectArray array;
-    /* an array of objects: its elements read here (PHASE_ARRAY_ITEMS), not by the helper */
-    int array_sliced = code == 1 && object_array_items(g, obj, &array);
+    /* an array of objects: its elements read in slices (read_slice), not listed by the helper */
+    int array_sliced = code == 1 && object_array(obj, &array);
     if (code == 1) {
         g->called++;
         PyObject *got = PyObject_CallFunctionObjArgs(g->native_extra, obj, array_sliced ? Py_True : Py_False, NULL);
@@ -2254,7 +2224,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     }
     Py_DECREF(tp);
     if (!failed && array_sliced && g->phase == PHASE_NONE) {
-        g->phase = PHASE_ARRAY_ITEMS;
+        g->phase = PHASE_SLICES;
         Py_INCREF(obj);
         g->refs.cursor = obj;
         g->refs.pos = 0;
@@ -2282,98 +2252,14 @@ small_int(PyObject *ref)
     return !overflow && v >= -5 && v <= 256;
 }
 
-/* Whether ``obj`` is an ndarray of objects (or of a subclass of ndarray) that owns its data,
- * read from its struct as it is now: in *a its data, dimensions and strides, and its number of
- * elements (a pointer each, NULL where none). A view's elements are its base's references,
- * not its own (one reference each, in the base's data): read through the view too, an
- * element held by the base alone looked held once by each, and was counted twice; the view
- * holds its base (the helper lists it), whose elements are read. numpy has no tp_traverse for them; sizes.native_extra listed
- * an exact array's with ravel().tolist() (a subclass's not at all: ravel() runs its
- * __array_finalize__), all in one step and two lists of a reference per element (a pandas
- * column of 3M objects: a stall of 166-703 ms and ~67 MB of the target's memory for a
- * moment). Read here a slice at a time instead, as a big list (read_slice), every field read
- * again at each slice: the target may have resized it meanwhile; an array that is no longer
- * one is done. Strides that are no multiple of a pointer (as_strided) are left to the
- * helper. Runs no code. */
-static int
-object_array_items(GraphState *g, PyObject *obj, ObjectArray *a)
-{
-    if (g->ndarray_type == NULL || !PyObject_TypeCheck(obj, (PyTypeObject *)g->ndarray_type))
-        return 0;
-    char *fields = (char *)obj;
-    int nd = *(int *)(fields + NPY_ND_AT);
-    const Py_ssize_t *dims = *(Py_ssize_t **)(fields + NPY_DIMS_AT);
-    const Py_ssize_t *strides = *(Py_ssize_t **)(fields + NPY_STRIDES_AT);
-    PyObject *descr = *(PyObject **)(fields + NPY_DESCR_AT);
-    int flags = *(int *)(fields + NPY_FLAGS_AT);
-    char *data = *(char **)(fields + NPY_DATA_AT);
-    if (nd < 1 || nd > NPY_MAX_DIMS_READ || dims == NULL || strides == NULL || descr == NULL || data == NULL
-        || ((uintptr_t)data & (sizeof(PyObject *) - 1)) || !(flags & NPY_OWNDATA))
-        return 0;
-    if (!PyObject_TypeCheck(descr, (PyTypeObject *)g->dtype_type)
-        || *(int *)((char *)descr + NPY_TYPE_NUM_AT) != NPY_OBJECT_TYPE_NUM)
-        return 0;
-    Py_ssize_t n = 1;
-    for (int k = 0; k < nd; k++) {
-        Py_ssize_t d = dims[k];
-        /* (a dimension of one: its stride is never used, and may be anything) */
-        if (d < 0 || (d > 1 && strides[k] % (Py_ssize_t)sizeof(PyObject *) != 0))
-            return 0;
-        if (d == 0)
-            n = 0;
-        else if (n > 0) {
-            if (n > (PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(PyObject *)) / d)
-                return 0;
-            n *= d;
-        }
-    }
-    a->data = data;
-    a->nd = nd;
-    a->contiguous = (flags & NPY_ANY_CONTIGUOUS) != 0;
-    a->dims = dims;
-    a->strides = strides;
-    a->count = n;
-    return 1;
-}
-
-/* The next slice of the current object array's elements (from g->refs.pos, in C order over
- * its dimensions; a contiguous one's in the order of its data) into g->refs: how many, 0
- * when it is done (or no longer an array of objects). */
-static Py_ssize_t
-array_items_slice(GraphState *g, Py_ssize_t want)
-{
-    ObjectArray a;
-    Py_ssize_t got = 0;
-    if (!object_array_items(g, g->refs.cursor, &a))
-        return 0;
-    while (got < want && g->refs.pos < a.count) {
-        Py_ssize_t pos = g->refs.pos++, offset = 0;
-        if (a.contiguous)
-            offset = pos * (Py_ssize_t)sizeof(PyObject *);
-        else {
-            for (int k = a.nd - 1; k >= 0; k--) {
-                offset += (pos % a.dims[k]) * a.strides[k];
-                pos /= a.dims[k];
-            }
-        }
-        PyObject *item = *(PyObject **)(a.data + offset);
-        if (item == NULL)
-            continue;
-        if (refs_push(&g->refs, item) < 0)  /* a strong reference, before anything runs */
-            return -1;
-        got++;
-    }
-    return got;
-}
-
 /* The next slice of a big container into g->refs (emptied first): how many entries it went
  * through (in the labels pass, with nothing in g->refs), 0 when the container is done. */
 static Py_ssize_t
 graph_next_slice(GraphState *g, Py_ssize_t want)
 {
     refs_clear(&g->refs);
-    if (g->phase == PHASE_SLICES || g->phase == PHASE_ARRAY_ITEMS) {
-        Py_ssize_t got = g->phase == PHASE_SLICES ? read_slice(&g->refs, want) : array_items_slice(g, want);
+    if (g->phase == PHASE_SLICES) {
+        Py_ssize_t got = read_slice(&g->refs, want);
         g->entries += got > 0 ? got : 0;
         return got;
     }
@@ -2780,29 +2666,6 @@ graph_find_py(PyObject *Py_UNUSED(module), PyObject *args)
     if (found == FOUND_OWN)
         return PyLong_FromLong(-1);
     return PyLong_FromUnsignedLongLong(address);
-}
-
-PyDoc_STRVAR(graph_object_arrays_doc,
-"graph_object_arrays(graph, ndarray, dtype): numpy's classes, where it is loaded: an exact ndarray\n"
-"of more than BIG_CONTAINER objects is read a slice at a time (native_extra is told so: its\n"
-"second argument), not listed whole by the helper");
-
-static PyObject *
-graph_object_arrays(PyObject *Py_UNUSED(module), PyObject *args)
-{
-    PyObject *capsule, *ndarray, *dtype;
-    if (!PyArg_ParseTuple(args, "OO!O!:graph_object_arrays", &capsule, &PyType_Type, &ndarray, &PyType_Type, &dtype))
-        return NULL;
-    GraphState *g = graph_of(capsule);
-    if (g == NULL)
-        return NULL;
-    Py_INCREF(ndarray);
-    Py_INCREF(dtype);
-    Py_CLEAR(g->ndarray_type);
-    Py_CLEAR(g->dtype_type);
-    g->ndarray_type = ndarray;
-    g->dtype_type = dtype;
-    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(graph_own_doc, "graph_own(graph, address): never a node (leakhound's own object)");
@@ -3394,7 +3257,6 @@ PyMethodDef graph_walk_methods[] = {
     {"graph_node", graph_node, METH_VARARGS, graph_node_doc},
     {"graph_find", graph_find_py, METH_VARARGS, graph_find_doc},
     {"graph_own", graph_own, METH_VARARGS, graph_own_doc},
-    {"graph_object_arrays", graph_object_arrays, METH_VARARGS, graph_object_arrays_doc},
     {"graph_fold_marks", graph_fold_marks, METH_VARARGS, graph_fold_marks_doc},
     {"graph_keep_types", graph_keep_types, METH_VARARGS, graph_keep_types_doc},
     {"graph_edge", graph_edge, METH_VARARGS, graph_edge_doc},

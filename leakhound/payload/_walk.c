@@ -57,6 +57,7 @@ PyObject *code_members;       /* tuple of str */
  * SIZEOF_COUNTS_REFERENTS, set by sizeof_counts_referents): their types are sized by
  * object.__sizeof__, the referent counted once, on its own. NULL: none. */
 PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
+PyTypeObject *numpy_ndarray, *numpy_dtype;  /* strong references (numpy_types) */
 /* The allocators' rounding (sizes.HEAP_BLOCKS, set by heap_blocks): a request of at most
  * block_small_max bytes takes a multiple of block_small_align (pymalloc's size classes), a
  * bigger one block_big_overhead more, rounded up to block_big_align, at least block_big_min
@@ -121,6 +122,45 @@ sizeof_counts_referents(PyObject *module, PyObject *arg)
     sizeof_counts_refs = arg;
     Py_XDECREF(old);
     Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(numpy_types_doc,
+"numpy_types(ndarray, dtype) -> None\n\n"
+"numpy's ndarray and dtype classes (sizes.native_types, where numpy is loaded; None, None:\n"
+"none): from the next walk on, an array of objects that owns its data is read from its data\n"
+"a slice at a time, as a big list (object_array), its elements not listed by sizes.native_extra.");
+
+static PyObject *
+numpy_types(PyObject *module, PyObject *args)
+{
+    PyObject *ndarray, *dtype;
+    if (!PyArg_ParseTuple(args, "OO:numpy_types", &ndarray, &dtype))
+        return NULL;
+    if ((ndarray == Py_None) != (dtype == Py_None)
+        || (ndarray != Py_None && (!PyType_Check(ndarray) || !PyType_Check(dtype)))) {
+        PyErr_SetString(PyExc_TypeError, "numpy_types: two classes, or None and None");
+        return NULL;
+    }
+    PyTypeObject *old_ndarray = numpy_ndarray, *old_dtype = numpy_dtype;
+    numpy_ndarray = ndarray == Py_None ? NULL : (PyTypeObject *)ndarray;
+    numpy_dtype = dtype == Py_None ? NULL : (PyTypeObject *)dtype;
+    Py_XINCREF(numpy_ndarray);
+    Py_XINCREF(numpy_dtype);
+    Py_XDECREF(old_ndarray);
+    Py_XDECREF(old_dtype);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(reads_elements_doc,
+"reads_elements(obj) -> bool\n\n"
+"Whether the walks read ``obj``'s elements themselves, a slice at a time: an array of objects\n"
+"that owns its data (numpy_types). sizes.native_extra lists none of them then.");
+
+static PyObject *
+reads_elements(PyObject *module, PyObject *obj)
+{
+    ObjectArray a;
+    return PyBool_FromLong(object_array(obj, &a));
 }
 
 PyDoc_STRVAR(heap_blocks_doc,
@@ -1786,6 +1826,8 @@ static PyMethodDef walk_methods[] = {
     {"tracked_objects", tracked_objects, METH_VARARGS, tracked_objects_doc},
     {"count_references", count_references, METH_VARARGS, count_references_doc},
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
+    {"numpy_types", numpy_types, METH_VARARGS, numpy_types_doc},
+    {"reads_elements", reads_elements, METH_O, reads_elements_doc},
     {"heap_blocks", heap_blocks, METH_VARARGS, heap_blocks_doc},
     {"stringio_parts", stringio_parts, METH_VARARGS, stringio_parts_doc},
     {"zlib_state_blocks", zlib_state_blocks, METH_VARARGS, zlib_state_blocks_doc},

@@ -63,6 +63,9 @@ extern PyObject *code_members;       /* tuple of str */
  * SIZEOF_COUNTS_REFERENTS, set by sizeof_counts_referents): their types are sized by
  * object.__sizeof__, the referent counted once, on its own. NULL: none. */
 extern PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
+/* numpy's ndarray and dtype classes (set by numpy_types, where numpy is loaded; NULL: none):
+ * an array of objects that owns its data is read from it a slice at a time (object_array). */
+extern PyTypeObject *numpy_ndarray, *numpy_dtype;
 
 /* -- one call's state ------------------------------------------------------------------ */
 
@@ -159,6 +162,16 @@ heap_block(long long bytes)
     return bytes < block_big_min ? block_big_min : bytes;
 }
 int grow_tallies(long long **counts, long long **sizes, Py_ssize_t *len, Py_ssize_t slot, Py_ssize_t first);
+/* An ndarray of objects as its struct says now (object_array). */
+typedef struct {
+    char *data;
+    int nd;
+    int contiguous;
+    const Py_ssize_t *dims, *strides;
+    Py_ssize_t count;
+} ObjectArray;
+
+int object_array(PyObject *obj, ObjectArray *a);
 int is_big(PyObject *op);
 Py_ssize_t read_slice(Refs *r, Py_ssize_t want);
 int visit_referent(PyObject *op, void *arg);

@@ -182,8 +182,6 @@ def graph_unknown(graph: _Graph, objects: list[object], /) -> list[object]:
 
 def graph_label(graph: _Graph, text: str | None, max_labels: int = ..., max_key_labels: int = ..., /) -> int | None:
     """The label of ``text`` (made if new), or -1 when they are all taken; the limits, set first."""
-def graph_object_arrays(graph: _Graph, ndarray: type, dtype: type, /) -> None:
-    """numpy's classes: a big exact ndarray of objects is read a slice at a time."""
 def graph_labels(graph: _Graph, start: int = ..., stop: int = ..., /) -> list[str]:
     """The labels' texts from ``start`` to ``stop`` (all by default), by label (after graph_close too)."""
 
@@ -226,3 +224,9 @@ def unmap(address: int, size: int, /) -> bool:
 
 def word_at(address: int, /) -> int:
     """The machine word at ``address``."""
+
+def numpy_types(ndarray: type | None, dtype: type | None, /) -> None:
+    """numpy's classes: an array of objects that owns its data is read a slice at a time."""
+
+def reads_elements(obj: object, /) -> bool:
+    """Whether the walks read ``obj``'s elements themselves (an array of objects)."""

@@ -517,6 +517,106 @@ is_big(PyObject *op)
     return 0;
 }
 
+/* numpy's public structs (numpy/ndarraytypes.h: PyArrayObject_fields, PyArray_Descr), the
+ * same in numpy 1.x and 2.x on 64-bit: an array's data pointer, its number of dimensions,
+ * its dimensions, its dtype and its flags; a dtype's type number. */
+#define NPY_DATA_AT 16
+#define NPY_ND_AT 24
+#define NPY_DIMS_AT 32
+#define NPY_STRIDES_AT 40
+#define NPY_DESCR_AT 56
+#define NPY_FLAGS_AT 64
+#define NPY_TYPE_NUM_AT 28
+#define NPY_OBJECT_TYPE_NUM 17
+#define NPY_ANY_CONTIGUOUS 0x3  /* NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_F_CONTIGUOUS */
+#define NPY_OWNDATA 0x4
+#define NPY_MAX_DIMS_READ 64
+
+/* Whether ``obj`` is an ndarray of objects (or of a subclass of ndarray) that owns its data,
+ * read from its struct as it is now: in *a its data, dimensions and strides, and its number of
+ * elements (a pointer each, NULL where none). A view's elements are its base's references,
+ * not its own (one reference each, in the base's data): read through the view too, an
+ * element held by the base alone looked held once by each, and was counted twice; the view
+ * holds its base (the helper lists it), whose elements are read. numpy has no tp_traverse for them; sizes.native_extra listed
+ * an exact array's with ravel().tolist() (a subclass's not at all: ravel() runs its
+ * __array_finalize__), all in one step and two lists of a reference per element (a pandas
+ * column of 3M objects: a stall of 166-703 ms and ~67 MB of the target's memory for a
+ * moment). Read here a slice at a time instead, as a big list (read_slice), every field read
+ * again at each slice: the target may have resized it meanwhile; an array that is no longer
+ * one is done. Strides that are no multiple of a pointer (as_strided) are left to the
+ * helper. Runs no code. */
+int
+object_array(PyObject *obj, ObjectArray *a)
+{
+    if (numpy_ndarray == NULL || !PyObject_TypeCheck(obj, numpy_ndarray))
+        return 0;
+    char *fields = (char *)obj;
+    int nd = *(int *)(fields + NPY_ND_AT);
+    const Py_ssize_t *dims = *(Py_ssize_t **)(fields + NPY_DIMS_AT);
+    const Py_ssize_t *strides = *(Py_ssize_t **)(fields + NPY_STRIDES_AT);
+    PyObject *descr = *(PyObject **)(fields + NPY_DESCR_AT);
+    int flags = *(int *)(fields + NPY_FLAGS_AT);
+    char *data = *(char **)(fields + NPY_DATA_AT);
+    if (nd < 1 || nd > NPY_MAX_DIMS_READ || dims == NULL || strides == NULL || descr == NULL || data == NULL
+        || ((uintptr_t)data & (sizeof(PyObject *) - 1)) || !(flags & NPY_OWNDATA))
+        return 0;
+    if (numpy_dtype == NULL || !PyObject_TypeCheck(descr, numpy_dtype)
+        || *(int *)((char *)descr + NPY_TYPE_NUM_AT) != NPY_OBJECT_TYPE_NUM)
+        return 0;
+    Py_ssize_t n = 1;
+    for (int k = 0; k < nd; k++) {
+        Py_ssize_t d = dims[k];
+        /* (a dimension of one: its stride is never used, and may be anything) */
+        if (d < 0 || (d > 1 && strides[k] % (Py_ssize_t)sizeof(PyObject *) != 0))
+            return 0;
+        if (d == 0)
+            n = 0;
+        else if (n > 0) {
+            if (n > (PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(PyObject *)) / d)
+                return 0;
+            n *= d;
+        }
+    }
+    a->data = data;
+    a->nd = nd;
+    a->contiguous = (flags & NPY_ANY_CONTIGUOUS) != 0;
+    a->dims = dims;
+    a->strides = strides;
+    a->count = n;
+    return 1;
+}
+
+/* The next slice of the elements of r->cursor, an array of objects (from r->pos, in C order
+ * over its dimensions; a contiguous one's in the order of its data) into r: how many, 0 when
+ * it is done (or no longer an array of objects that owns its data). */
+static Py_ssize_t
+object_array_slice(Refs *r, Py_ssize_t want)
+{
+    ObjectArray a;
+    Py_ssize_t got = 0;
+    if (!object_array(r->cursor, &a))
+        return 0;
+    while (got < want && r->pos < a.count) {
+        Py_ssize_t pos = r->pos++, offset = 0;
+        if (a.contiguous)
+            offset = pos * (Py_ssize_t)sizeof(PyObject *);
+        else {
+            for (int k = a.nd - 1; k >= 0; k--) {
+                offset += (pos % a.dims[k]) * a.strides[k];
+                pos /= a.dims[k];
+            }
+        }
+        PyObject *item = *(PyObject **)(a.data + offset);
+        if (item == NULL)
+            continue;
+        if (refs_push(r, item) < 0)  /* a strong reference, before anything runs */
+            return -1;
+        got++;
+    }
+    return got;
+}
+
+
 /* Without _PySet_NextEntry: a set's tp_traverse, skipping the entries before ``pos`` and
  * stopping after ``want`` (each slice then costs the entries before it too). */
 typedef struct {
@@ -546,7 +646,8 @@ visit_set_slice(PyObject *op, void *arg)
 
 /* The next slice of r->cursor's referents (at most about ``want``) into r: a list's or
  * tuple's items, a dict's keys and values, a set's keys (what tp_traverse visits, plus a
- * dict's str keys, as referents_of). 0 when the container is done, -1 on error.
+ * dict's str keys, as referents_of), an array of objects' elements (object_array). 0 when
+ * the container is done, -1 on error.
  *
  * Bounds are read again at every step: code run while the previous slice was claimed may
  * have changed the container (PyDict_Next and _PySet_NextEntry check their position
@@ -558,6 +659,8 @@ read_slice(Refs *r, Py_ssize_t want)
     PyObject *c = r->cursor;
     PyTypeObject *tp = Py_TYPE(c);
     Py_ssize_t got = 0;
+    if (numpy_ndarray != NULL && PyObject_TypeCheck(c, numpy_ndarray))
+        return object_array_slice(r, want);
     if (tp == &PyList_Type || tp == &PyTuple_Type) {
         int list = tp == &PyList_Type;
         while (got < want) {

@@ -349,7 +349,10 @@ class ClaimWalk(object):
             if done & 255 == 0:
                 self.clock.check()
             obj = found.pop()
-            extra, refs = native_extra(obj, self._native_kinds, self._native_bases, self._native_seen)
+            # (an array of objects that owns its data: the compiled walk reads its elements)
+            extra, refs = native_extra(obj, self._native_kinds, self._native_bases, self._native_seen,
+                                       compiled and self.walk_module is not None
+                                       and self.walk_module.reads_elements(obj))
             if extra:
                 # (negative: of the object's own size, what is not in RAM; sizes._untouched_data)
                 types.bytes[types.slot(type(obj))] += extra

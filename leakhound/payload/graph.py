@@ -866,9 +866,6 @@ class CompiledGraph(Graph):
             _walk_module.graph_own(self.store, own)
         for own in (self.slot_cache, self.frame_labels):
             _walk_module.graph_own(self.store, id(own))
-        ndarray, dtype = self.native_bases.get("ndarray"), class_from("numpy", "dtype")
-        if ndarray is not None and dtype is not None:
-            _walk_module.graph_object_arrays(self.store, ndarray, dtype)
         if spool is not None:
             _walk_module.graph_spool(self.store, spool[1])
         # The labels are the walk's (its own table, not self.labels): their limits

@@ -888,6 +888,11 @@ def native_types(tick=None, after_walk=False):
             continue
         for cls in subclass_tree(base):
             out.setdefault(id(cls), kind)  # a class under two allowlisted bases: the first's
+    if _compiled_walk is not None:
+        # the walks read an array of objects' elements themselves (_walk.reads_elements)
+        dtype = class_from("numpy", "dtype") if "ndarray" in bases else None
+        _compiled_walk.numpy_types(bases["ndarray"] if dtype is not None else None, dtype)
+        dtype = None
     if "ndarray" in bases:
         bases["ndarray_owners"] = tuple([cls for cls in (
             class_from("numba.core.runtime._nrt_python", "_MemInfo"),
