@@ -987,6 +987,7 @@ typedef struct {
     PyObject *frame_types;               /* tuple: frames, coroutines, generators */
     PyObject *native, *native_extra;     /* dict id(type) -> code; callable(obj) -> (bytes, hidden) */
     PyObject *too_big;                   /* the exception over max_nodes */
+    PyObject *also_held;                 /* in g->refs: the next referent is held once more (dict_slice) */
     /* Types never folded (graph_keep_types): a node each, that ``--why TYPE`` can name (their
      * objects hold a C library's memory no size counts: wire.OPAQUE_NATIVE_TYPES) */
     PyTypeObject *kept_types[GRAPH_KEPT_TYPES];
@@ -1084,6 +1085,7 @@ graph_drop_helpers(GraphState *g)
     Py_CLEAR(g->native);
     Py_CLEAR(g->native_extra);
     Py_CLEAR(g->too_big);
+    Py_CLEAR(g->also_held);
     while (g->nkept_types > 0)
         Py_CLEAR(g->kept_types[--g->nkept_types]);
     refs_free(&g->refs);
@@ -2045,7 +2047,8 @@ no_edge_to(GraphState *g, PyObject *value)
 }
 
 /* Up to ``want`` entries of a dict from g->pos: their values (``what`` 0), keys (1) or both
- * (2, each value then its key) into g->refs; with ``label``, a value's first str key labels it
+ * (2, each value then its key; 3: an OrderedDict's, g->also_held before each key: see
+ * graph_referents) into g->refs; with ``label``, a value's first str key labels it
  * (g->names). 0 when done. */
 static Py_ssize_t
 dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
@@ -2055,7 +2058,8 @@ dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
     while (got < want && PyDict_Next(d, &g->pos, &key, &value)) {
         got++;
         /* Borrowed from the dict: held before anything runs. */
-        if (refs_push(&g->refs, what == 1 ? key : value) < 0 || (what == 2 && refs_push(&g->refs, key) < 0))
+        if (refs_push(&g->refs, what == 1 ? key : value) < 0 || (what == 3 && refs_push(&g->refs, g->also_held) < 0)
+            || (what >= 2 && refs_push(&g->refs, key) < 0))
             return -1;
         if (what == 0 && label && PyUnicode_CheckExact(key) && !no_edge_to(g, value)) {
             /* Only the address of the value is kept (as the Python loop's id()). */
@@ -2176,7 +2180,12 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     int failed = 0;
     if (flags & Py_TPFLAGS_DICT_SUBCLASS) {
         g->has_names = 1;
-        if ((PyObject *)tp == (PyObject *)&PyDict_Type && PyDict_Size(obj) > BIG_CONTAINER / 2) {
+        if (PyDict_Size(obj) > BIG_CONTAINER / 2) {
+            /* a subclass's own referents (a defaultdict's factory, an instance's __dict__ and
+             * slots, an OrderedDict's): those its traverse visits before the entries */
+            if ((PyObject *)tp != (PyObject *)&PyDict_Type && (flags & Py_TPFLAGS_HAVE_GC) && traverse != NULL
+                && (is_gc == NULL || is_gc(obj)))
+                failed = referents_before_entries(obj, traverse, &g->refs) < 0;
             g->phase = PHASE_DICT_ENTRIES;
         }
         else {
@@ -2263,7 +2272,17 @@ graph_next_slice(GraphState *g, Py_ssize_t want)
         g->entries += got > 0 ? got : 0;
         return got;
     }
-    Py_ssize_t got = dict_slice(g, g->cur, 2, 0, want);
+    /* An OrderedDict holds each key twice, in its table and in its list of nodes (its traverse
+     * visits both; a small one's are read so): the key is read once, its other reference
+     * said by g->also_held before it. Else its keys looked held by something the walk never
+     * meets, and waited (PendingLeaf) to the end of the walk: 2M of them, 16 MiB of table. */
+    int ordered = ordered_dict != NULL && PyObject_TypeCheck(g->cur, ordered_dict);
+    if (ordered && g->also_held == NULL) {
+        g->also_held = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);  /* an object() of our own */
+        if (g->also_held == NULL)
+            return -1;
+    }
+    Py_ssize_t got = dict_slice(g, g->cur, ordered ? 3 : 2, 0, want);
     if (got < 0)
         return -1;
     g->entries += got;
@@ -2313,14 +2332,25 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
      * big collection it holds stays a node, the owner the owners' search finds (its items
      * are what grows) */
     int small_tuple = !fold_any && owner == 0 && Py_TYPE(g->cur) == &PyTuple_Type;
+    /* a reference the current container holds to the next referent besides the one in r (an
+     * OrderedDict's key: dict_slice): met with it */
+    Py_ssize_t also_held = 0;
     for (Py_ssize_t k = start; k < stop; k++) {
         PyObject *ref = r->items[k];  /* owned by r */
+        if (ref == g->also_held && ref != NULL) {
+            also_held = 1;
+            if (k + 1 == stop && stop < r->len)
+                stop++;  /* with its referent */
+            continue;
+        }
+        Py_ssize_t refcnt = Py_REFCNT(ref) - also_held;
+        also_held = 0;
         PyTypeObject *rtp = Py_TYPE(ref);
         uintptr_t address = (uintptr_t)ref;
         int leaf = is_leaf(ref);
         int found = graph_find(g, address);
         if (leaf) {
-            Py_ssize_t count = Py_REFCNT(ref) + GRAPH_PY_EXTRA + (found == FOUND_NODE ? 1 : 0);
+            Py_ssize_t count = refcnt + GRAPH_PY_EXTRA + (found == FOUND_NODE ? 1 : 0);
             int shared = count > GRAPH_SHARED_LEAF || rtp == &PyBool_Type || ref == Py_None || small_int(ref);
             if (count <= GRAPH_ONLY_ONE || (shared && found == FOUND_NONE && !nodebits_test(&g->counted, address))) {
                 /* folded into its container, or a shared leaf met the first time: counted */
@@ -2402,7 +2432,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
         if (found == FOUND_NONE) {
             if (PyType_Check(ref) || rtp == &PyModule_Type)
                 continue;  /* classes and modules are roots of their own */
-            if (!leaf && fold_into && Py_REFCNT(ref) + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE && !graph_kept_type(g, rtp)
+            if (!leaf && fold_into && refcnt + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE && !graph_kept_type(g, rtp)
                 && (fold_any || (is_collection(rtp)
                                  && !(small_tuple && PyObject_Length(ref) > FOLD_MIN_ENTRIES)))) {
                 /* held by this collection alone: part of it (see STACK_NAMESPACE), no edge */

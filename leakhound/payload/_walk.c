@@ -57,7 +57,7 @@ PyObject *code_members;       /* tuple of str */
  * SIZEOF_COUNTS_REFERENTS, set by sizeof_counts_referents): their types are sized by
  * object.__sizeof__, the referent counted once, on its own. NULL: none. */
 PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
-PyTypeObject *numpy_ndarray, *numpy_dtype;  /* strong references (numpy_types) */
+PyTypeObject *numpy_ndarray, *numpy_dtype, *ordered_dict, *collections_deque;  /* strong references (known_types) */
 /* The allocators' rounding (sizes.HEAP_BLOCKS, set by heap_blocks): a request of at most
  * block_small_max bytes takes a multiple of block_small_align (pymalloc's size classes), a
  * bigger one block_big_overhead more, rounded up to block_big_align, at least block_big_min
@@ -124,43 +124,100 @@ sizeof_counts_referents(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(numpy_types_doc,
-"numpy_types(ndarray, dtype) -> None\n\n"
+PyDoc_STRVAR(known_types_doc,
+"known_types(ndarray, dtype[, ordered_dict, deque]) -> None\n\n"
 "numpy's ndarray and dtype classes (sizes.native_types, where numpy is loaded; None, None:\n"
 "none): from the next walk on, an array of objects that owns its data is read from its data\n"
-"a slice at a time, as a big list (object_array), its elements not listed by sizes.native_extra.");
+"a slice at a time, as a big list (object_array), its elements not listed by sizes.native_extra.\n"
+"``ordered_dict``: collections.OrderedDict, whose big ones' keys it holds twice; ``deque``:\n"
+"collections.deque, a big one read a slice at a time from its blocks (deque_at).");
 
 static PyObject *
-numpy_types(PyObject *module, PyObject *args)
+known_types(PyObject *module, PyObject *args)
 {
-    PyObject *ndarray, *dtype;
-    if (!PyArg_ParseTuple(args, "OO:numpy_types", &ndarray, &dtype))
+    PyObject *ndarray, *dtype, *odict = Py_None, *deque = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|OO:known_types", &ndarray, &dtype, &odict, &deque))
         return NULL;
     if ((ndarray == Py_None) != (dtype == Py_None)
-        || (ndarray != Py_None && (!PyType_Check(ndarray) || !PyType_Check(dtype)))) {
-        PyErr_SetString(PyExc_TypeError, "numpy_types: two classes, or None and None");
+        || (ndarray != Py_None && (!PyType_Check(ndarray) || !PyType_Check(dtype)))
+        || (odict != Py_None && !PyType_Check(odict)) || (deque != Py_None && !PyType_Check(deque))) {
+        PyErr_SetString(PyExc_TypeError, "known_types: two classes, or None and None (and classes or None)");
         return NULL;
     }
-    PyTypeObject *old_ndarray = numpy_ndarray, *old_dtype = numpy_dtype;
+    PyTypeObject *old[4] = {numpy_ndarray, numpy_dtype, ordered_dict, collections_deque};
     numpy_ndarray = ndarray == Py_None ? NULL : (PyTypeObject *)ndarray;
     numpy_dtype = dtype == Py_None ? NULL : (PyTypeObject *)dtype;
+    ordered_dict = odict == Py_None ? NULL : (PyTypeObject *)odict;
+    collections_deque = deque == Py_None ? NULL : (PyTypeObject *)deque;
     Py_XINCREF(numpy_ndarray);
     Py_XINCREF(numpy_dtype);
-    Py_XDECREF(old_ndarray);
-    Py_XDECREF(old_dtype);
+    Py_XINCREF(ordered_dict);
+    Py_XINCREF(collections_deque);
+    for (int k = 0; k < 4; k++)
+        Py_XDECREF(old[k]);
     Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(reads_elements_doc,
 "reads_elements(obj) -> bool\n\n"
 "Whether the walks read ``obj``'s elements themselves, a slice at a time: an array of objects\n"
-"that owns its data (numpy_types). sizes.native_extra lists none of them then.");
+"that owns its data (known_types). sizes.native_extra lists none of them then.");
 
 static PyObject *
 reads_elements(PyObject *module, PyObject *obj)
 {
     ObjectArray a;
     return PyBool_FromLong(object_array(obj, &a));
+}
+
+PyDoc_STRVAR(dict_entry_of_doc,
+"dict_entry_of(d, address) -> (key, value) or None\n\n"
+"The entry of the dict ``d`` (a subclass too: its table) whose value's id is ``address``: one\n"
+"pass over the table, no list made (graph_wire.step_label names a path through a registry of\n"
+"1.5M entries without its keys and values as two lists: 24 MB of the target's). Runs no code.");
+
+static PyObject *
+dict_entry_of(PyObject *module, PyObject *args)
+{
+    PyObject *d, *key, *value;
+    unsigned long long address;
+    if (!PyArg_ParseTuple(args, "OK:dict_entry_of", &d, &address))
+        return NULL;
+    if (!PyDict_Check(d))
+        Py_RETURN_NONE;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d, &pos, &key, &value)) {
+        if ((unsigned long long)(uintptr_t)value == address)
+            return PyTuple_Pack(2, key, value);
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(dict_own_referents_doc,
+"dict_own_referents(d) -> list\n\n"
+"What the dict ``d`` holds besides its entries (a subclass's __dict__, slots, a defaultdict's\n"
+"factory: referents_before_entries), without listing its entries.");
+
+static PyObject *
+dict_own_referents(PyObject *module, PyObject *d)
+{
+    if (!PyDict_Check(d) || PyDict_CheckExact(d))
+        return PyList_New(0);
+    PyTypeObject *tp = Py_TYPE(d);
+    traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+    Refs r = {0};
+    if (traverse != NULL && (PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC) && referents_before_entries(d, traverse, &r) < 0) {
+        refs_free(&r);
+        return NULL;
+    }
+    PyObject *out = PyList_New(r.len);
+    for (Py_ssize_t k = 0; out != NULL && k < r.len; k++) {
+        Py_INCREF(r.items[k]);
+        if (PyList_SetItem(out, k, r.items[k]) < 0)  /* (steals it) */
+            Py_CLEAR(out);
+    }
+    refs_free(&r);
+    return out;
 }
 
 PyDoc_STRVAR(heap_blocks_doc,
@@ -1826,7 +1883,9 @@ static PyMethodDef walk_methods[] = {
     {"tracked_objects", tracked_objects, METH_VARARGS, tracked_objects_doc},
     {"count_references", count_references, METH_VARARGS, count_references_doc},
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
-    {"numpy_types", numpy_types, METH_VARARGS, numpy_types_doc},
+    {"known_types", known_types, METH_VARARGS, known_types_doc},
+    {"dict_entry_of", dict_entry_of, METH_VARARGS, dict_entry_of_doc},
+    {"dict_own_referents", dict_own_referents, METH_O, dict_own_referents_doc},
     {"reads_elements", reads_elements, METH_O, reads_elements_doc},
     {"heap_blocks", heap_blocks, METH_VARARGS, heap_blocks_doc},
     {"stringio_parts", stringio_parts, METH_VARARGS, stringio_parts_doc},

@@ -63,9 +63,14 @@ extern PyObject *code_members;       /* tuple of str */
  * SIZEOF_COUNTS_REFERENTS, set by sizeof_counts_referents): their types are sized by
  * object.__sizeof__, the referent counted once, on its own. NULL: none. */
 extern PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
-/* numpy's ndarray and dtype classes (set by numpy_types, where numpy is loaded; NULL: none):
+/* numpy's ndarray and dtype classes (set by known_types, where numpy is loaded; NULL: none):
  * an array of objects that owns its data is read from it a slice at a time (object_array). */
 extern PyTypeObject *numpy_ndarray, *numpy_dtype;
+/* collections.OrderedDict (set by known_types too; NULL: none): a big one's keys are held
+ * twice by it, in its table and its list of nodes (_graph_walk.c graph_next_slice). */
+extern PyTypeObject *ordered_dict;
+/* collections.deque (known_types; NULL: none): a big exact one is read a slice at a time */
+extern PyTypeObject *collections_deque;
 
 /* -- one call's state ------------------------------------------------------------------ */
 
@@ -172,6 +177,15 @@ typedef struct {
 } ObjectArray;
 
 int object_array(PyObject *obj, ObjectArray *a);
+/* A deque's item as its struct says now (deque_at). */
+typedef struct {
+    Py_ssize_t size;
+    void *block;  /* NULL: past its end */
+    Py_ssize_t index;
+} DequeAt;
+
+int deque_at(PyObject *d, Py_ssize_t pos, DequeAt *at);
+int referents_before_entries(PyObject *d, traverseproc traverse, Refs *r);
 int is_big(PyObject *op);
 Py_ssize_t read_slice(Refs *r, Py_ssize_t want);
 int visit_referent(PyObject *op, void *arg);

@@ -510,11 +510,103 @@ is_big(PyObject *op)
         return PyList_Size(op) > BIG_CONTAINER;
     if (tp == &PyTuple_Type)
         return PyTuple_Size(op) > BIG_CONTAINER;
-    if (tp == &PyDict_Type)
+    if (PyDict_Check(op))  /* a subclass too (its own referents: referents_before_entries) */
         return PyDict_Size(op) > BIG_CONTAINER / 2;
     if (tp == &PySet_Type || tp == &PyFrozenSet_Type)
         return PySet_Size(op) > BIG_CONTAINER;
+    if (tp == collections_deque) {
+        DequeAt at;
+        return deque_at(op, 0, &at) && at.size > BIG_CONTAINER;
+    }
     return 0;
+}
+
+/* A deque's blocks (Modules/_collectionsmodule.c: ``block`` and ``dequeobject``, the same
+ * in 3.8-3.13): its items from data[leftindex] of its left block, BLOCKLEN a block, the
+ * blocks linked by rightlink. Its tp_traverse visits every item at once (a replay buffer of
+ * 2M transitions: a reference each in the walk's buffer, 16 MB of the target's memory, in
+ * one step); read here a slice at a time as a big list, from its left end again at each
+ * slice (a hop a block: a position is an item count, whatever the deque did meanwhile). */
+#define DEQUE_BLOCKLEN 64
+#define DEQUE_SIZE_AT 16
+#define DEQUE_LEFTBLOCK_AT 24
+#define DEQUE_RIGHTBLOCK_AT 32
+#define DEQUE_LEFTINDEX_AT 40
+#define DEQUE_RIGHTINDEX_AT 48
+
+typedef struct DequeBlock {
+    struct DequeBlock *leftlink;
+    PyObject *data[DEQUE_BLOCKLEN];
+    struct DequeBlock *rightlink;
+} DequeBlock;
+
+/* The exact deque ``d`` as its struct says now: its size, and the block and index of its item
+ * ``pos`` (at->block NULL past its end); 0 where its struct does not read as a deque's (its
+ * first and last items not what the deque's own item lookup gives). Runs no code. */
+int
+deque_at(PyObject *d, Py_ssize_t pos, DequeAt *at)
+{
+    char *fields = (char *)d;
+    Py_ssize_t size = *(Py_ssize_t *)(fields + DEQUE_SIZE_AT);
+    DequeBlock *left = *(DequeBlock **)(fields + DEQUE_LEFTBLOCK_AT);
+    DequeBlock *right = *(DequeBlock **)(fields + DEQUE_RIGHTBLOCK_AT);
+    Py_ssize_t leftindex = *(Py_ssize_t *)(fields + DEQUE_LEFTINDEX_AT);
+    Py_ssize_t rightindex = *(Py_ssize_t *)(fields + DEQUE_RIGHTINDEX_AT);
+    if (size < 1 || size != PyObject_Size(d) || left == NULL || right == NULL || leftindex < 0
+        || leftindex >= DEQUE_BLOCKLEN || rightindex < 0 || rightindex >= DEQUE_BLOCKLEN) {
+        PyErr_Clear();
+        return 0;
+    }
+    /* its ends as deque_item (C) reads them: the struct is the one read here */
+    PyObject *first = PySequence_GetItem(d, 0), *last = PySequence_GetItem(d, size - 1);
+    int same = first == left->data[leftindex] && last == right->data[rightindex];
+    Py_XDECREF(first);
+    Py_XDECREF(last);
+    PyErr_Clear();
+    if (!same)
+        return 0;
+    at->size = size;
+    at->block = NULL;
+    at->index = 0;
+    if (pos >= size)
+        return 1;
+    DequeBlock *b = left;
+    Py_ssize_t i = leftindex + pos;
+    while (i >= DEQUE_BLOCKLEN) {
+        b = b->rightlink;
+        i -= DEQUE_BLOCKLEN;
+        if (b == NULL)
+            return 0;
+    }
+    at->block = b;
+    at->index = i;
+    return 1;
+}
+
+/* The next slice of the exact deque r->cursor's items (from its r->pos-th) into r: how many,
+ * 0 when it is done (or no longer reads as a deque). */
+static Py_ssize_t
+deque_slice(Refs *r, Py_ssize_t want)
+{
+    DequeAt at;
+    Py_ssize_t got = 0;
+    if (!deque_at(r->cursor, r->pos, &at) || at.block == NULL)
+        return 0;
+    DequeBlock *b = (DequeBlock *)at.block;
+    Py_ssize_t i = at.index;
+    while (got < want && r->pos < at.size) {
+        if (refs_push(r, b->data[i]) < 0)  /* a strong reference, before anything runs */
+            return -1;
+        got++;
+        r->pos++;
+        if (++i == DEQUE_BLOCKLEN) {
+            b = b->rightlink;
+            i = 0;
+            if (b == NULL)
+                break;
+        }
+    }
+    return got;
 }
 
 /* numpy's public structs (numpy/ndarraytypes.h: PyArrayObject_fields, PyArray_Descr), the
@@ -617,6 +709,48 @@ object_array_slice(Refs *r, Py_ssize_t want)
 }
 
 
+/* A big dict subclass's own referents: what its tp_traverse visits before the first entry
+ * (its first key or value, in the order of the dict's table: the order dict's own traverse
+ * visits them in, which a subclass's traverse calls last, after its own fields: CPython's for
+ * Python subclasses, collections' defaultdict and OrderedDict). Its entries are read a slice
+ * at a time (the graph's PHASE_DICT_ENTRIES, the census's read_slice), as an exact dict's:
+ * read whole, with its traverse, a defaultdict of 2M entries was one step of 650 ms of the
+ * graph's walk (the target's event loop 900 ms late) and ~140 MB of the target's memory for a
+ * moment, and a reference per entry in the census's. */
+typedef struct {
+    Refs *r;
+    PyObject *first_key, *first_value;
+    int ordered;
+} BeforeEntries;
+
+static int
+visit_before_entries(PyObject *op, void *arg)
+{
+    BeforeEntries *b = (BeforeEntries *)arg;
+    if (op == NULL)
+        return 0;
+    if (op == b->first_key || op == b->first_value)
+        return 1;  /* the entries begin: stops the traversal */
+    /* An OrderedDict visits its keys before the table's entries, in its own order (not the
+     * table's, once one is moved): the first str, int, bytes or tuple is taken for its first
+     * key (looking it up in the dict could compare it with a key whose __eq__ is Python). */
+    PyTypeObject *tp = Py_TYPE(op);
+    if (b->ordered && (tp == &PyUnicode_Type || tp == &PyLong_Type || tp == &PyBytes_Type || tp == &PyTuple_Type))
+        return 1;
+    return refs_push(b->r, op);
+}
+
+int
+referents_before_entries(PyObject *d, traverseproc traverse, Refs *r)
+{
+    Py_ssize_t pos = 0;
+    BeforeEntries b = {r, NULL, NULL, ordered_dict != NULL && PyObject_TypeCheck(d, ordered_dict)};
+    if (!PyDict_Next(d, &pos, &b.first_key, &b.first_value))  /* borrowed: nothing runs before the traverse */
+        return 0;
+    int stopped = traverse(d, visit_before_entries, &b);
+    return stopped < 0 || PyErr_Occurred() ? -1 : 0;
+}
+
 /* Without _PySet_NextEntry: a set's tp_traverse, skipping the entries before ``pos`` and
  * stopping after ``want`` (each slice then costs the entries before it too). */
 typedef struct {
@@ -661,6 +795,8 @@ read_slice(Refs *r, Py_ssize_t want)
     Py_ssize_t got = 0;
     if (numpy_ndarray != NULL && PyObject_TypeCheck(c, numpy_ndarray))
         return object_array_slice(r, want);
+    if (tp == collections_deque)
+        return deque_slice(r, want);
     if (tp == &PyList_Type || tp == &PyTuple_Type) {
         int list = tp == &PyList_Type;
         while (got < want) {
@@ -677,8 +813,15 @@ read_slice(Refs *r, Py_ssize_t want)
             got++;
         }
     }
-    else if (tp == &PyDict_Type) {
+    else if (PyDict_Check(c)) {
         PyObject *key, *value;
+        if (r->pos == 0 && tp != &PyDict_Type) {
+            /* a subclass: first what it holds itself (a defaultdict's factory, its __dict__) */
+            traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+            if (traverse != NULL && (PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC)
+                && referents_before_entries(c, traverse, r) < 0)
+                return -1;
+        }
         while (got < want && PyDict_Next(c, &r->pos, &key, &value)) {
             /* Borrowed from the dict: pushed (a strong reference) before anything runs. */
             if (refs_push(r, key) < 0 || refs_push(r, value) < 0)

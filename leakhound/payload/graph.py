@@ -178,6 +178,43 @@ def _list_values(d):
     return list(dict.values(d))
 
 
+
+_CONTAINER_BASES = (dict, list, tuple, set, frozenset)
+
+
+def _before_entries(referents, first, ordered):
+    """What a dict subclass's traverse visits before its entries (``referents``, in its order;
+    ``first``: its first (key, value)), as _walk_objects.c referents_before_entries: up to its
+    first key or value, or (``ordered``: an OrderedDict, which visits its keys first in its
+    own order) the first str, int, bytes or tuple."""
+    out = []
+    for ref in referents:
+        rtp = type(ref)
+        if ref is first[0] or ref is first[1] or (ordered and (rtp is str or rtp is int or rtp is bytes
+                                                               or rtp is tuple)):
+            break
+        out.append(ref)
+    return out
+
+
+def _is_ordered_dict(tp):
+    ordered = class_from("collections", "OrderedDict")
+    return ordered is not None and any(cls is ordered for cls in type.__dict__["__mro__"].__get__(tp, type))
+
+
+def _container_subclass(tp):
+    """Whether ``tp`` is a subclass (not the class itself) of dict, list, tuple, set,
+    frozenset or deque: its MRO read, each class compared by identity (a metaclass's __eq__
+    never runs)."""
+    bases = _CONTAINER_BASES + (class_from("_collections", "deque"),)
+    mro = type.__dict__["__mro__"].__get__(tp, type)
+    if any(tp is base for base in bases):
+        return False
+    for cls in mro:
+        if any(cls is base for base in bases):
+            return True
+    return False
+
 class Graph(object):
     """One walk of the object graph. Call :meth:`run`, then :meth:`result`."""
 
@@ -218,6 +255,9 @@ class Graph(object):
         self.kept_types = kept_types()
         self.kept_type_ids = _kept_type_ids(self.kept_types)
         self.type_names = ["<root>"]
+        # the ids of the types that are subclasses of dict, list, tuple, set, frozenset or
+        # deque (a ``class Registry(dict)``): collections to the owners' search, no namespaces
+        self.container_types = []
         # The leaves' types up front, in both walks: the compiled one counts every shared
         # leaf by type (no node), and would otherwise call _type_id for them mid-walk where
         # the Python loop does not (the names it keeps are references to interned strings:
@@ -342,6 +382,8 @@ class Graph(object):
             t = self.type_index[id(tp)] = len(self.type_keys)
             self.type_keys.append(tp)
             self.type_names.append(type_name(tp))
+            if _container_subclass(tp):
+                self.container_types.append(t)
         return t
 
     def node(self, obj, size=None):
@@ -603,15 +645,22 @@ class Graph(object):
                 # A big dict's keys label nothing (ids and names of a registry or a cache, a
                 # label each; its entries are named by the target afterwards: name_paths). As
                 # _graph_walk.c, which reads a big exact dict in slices.
-                for k in range(len(keys) if len(keys) <= _BIG_DICT or tp is not dict else 0):
+                for k in range(len(keys) if len(keys) <= _BIG_DICT else 0):
                     key = keys[k]
                     if type(key) is str and not self._no_edge_to(refs[k]):
                         names.setdefault(id(refs[k]), label_of("k" + key[:MAX_LABEL_CHARS]))
                 entries = len(keys)
+                first = (keys[0], refs[0]) if keys and refs else None
                 refs.extend(keys)
                 key = keys = None
                 if tp is not dict:
-                    refs.extend(get_referents(obj))
+                    # a big one's own referents only, its entries read once (as the C walk's
+                    # slices: _walk_objects.c referents_before_entries)
+                    own = get_referents(obj)
+                    refs.extend(own if entries <= _BIG_DICT or first is None
+                                else _before_entries(own, first, _is_ordered_dict(tp)))
+                    own = None
+                first = None
             elif issubclass(tp, module_type):
                 refs = safe_referents(obj)
             else:
@@ -799,6 +848,7 @@ class Graph(object):
             "edges": self._edges(),
             "node_keys": self.node_keys,
             "type_names": self.type_names,
+            "container_types": self.container_types,
             "labels": self._labels(),
             "roots": self.roots,
             "walker": self.walker,

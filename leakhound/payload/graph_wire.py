@@ -96,17 +96,27 @@ def step_label(obj, address):
     named = _frame_variable(obj, address) if id(tp) in FRAME_LIKE_IDS else None
     if named is not None:
         return named
-    if issubclass(tp, dict):
-        # Two lists, one moment's, not dict.items() (dict_columns); a dict that never holds
-        # still is looked at below, unlabelled.
-        keys, values = dict_columns(obj) or ((), ())
-        for k in range(len(values)):
-            if id(values[k]) == address:
-                key, value = keys[k], values[k]
-                keys = values = None
-                return ("k" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
-        keys = values = None
-    refs = safe_referents(obj)
+    if issubclass(tp, dict) and _walk_module is not None:
+        # One pass over its table in C, no list made (two of a registry's size were, and
+        # then its referents a third), then what a subclass holds besides its entries.
+        entry = _walk_module.dict_entry_of(obj, address)
+        if entry is not None:
+            key, value = entry
+            entry = None
+            return ("k" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
+        refs = _walk_module.dict_own_referents(obj)
+    else:
+        if issubclass(tp, dict):
+            # Two lists, one moment's, not dict.items() (dict_columns); a dict that never
+            # holds still is looked at below, unlabelled.
+            keys, values = dict_columns(obj) or ((), ())
+            for k in range(len(values)):
+                if id(values[k]) == address:
+                    key, value = keys[k], values[k]
+                    keys = values = None
+                    return ("k" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
+            keys = values = None
+        refs = safe_referents(obj)
     nxt = None
     for ref in refs:
         if id(ref) == address:

@@ -891,7 +891,8 @@ def native_types(tick=None, after_walk=False):
     if _compiled_walk is not None:
         # the walks read an array of objects' elements themselves (_walk.reads_elements)
         dtype = class_from("numpy", "dtype") if "ndarray" in bases else None
-        _compiled_walk.numpy_types(bases["ndarray"] if dtype is not None else None, dtype)
+        _compiled_walk.known_types(bases["ndarray"] if dtype is not None else None, dtype,
+                                   class_from("collections", "OrderedDict"), class_from("_collections", "deque"))
         dtype = None
     if "ndarray" in bases:
         bases["ndarray_owners"] = tuple([cls for cls in (

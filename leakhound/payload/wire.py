@@ -272,6 +272,7 @@ if TYPE_CHECKING:
         edges: int
         node_keys: str
         type_names: List[str]
+        container_types: List[int]
         labels: List[str]
         roots: List[Any]  # node, label, kind, tier: four items a root
         walker: str

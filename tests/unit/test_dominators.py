@@ -4,6 +4,7 @@ finds on small graphs, and the .heapsnapshot writer read back by a strict reader
 from __future__ import annotations
 
 import array
+import collections
 import io
 import json
 import random
@@ -11,6 +12,7 @@ import random
 import pytest
 
 from leakhound.analysis import dominators as dom
+from leakhound.payload import graph as graph_payload
 from leakhound.render import heapsnapshot
 
 
@@ -135,6 +137,46 @@ def test_a_dominant_owner_does_not_hide_the_rest() -> None:
     found = dom.find_owners(graph, top=5)
     assert [(o.path, o.retained_bytes) for o in found.owners[:3]] == [
         ("__main__.LEAK", 8000 + 850_000), ("__main__.CACHE", 80_000), ("logging.HANDLERS", 50_000)]
+
+
+@pytest.mark.parametrize("container", [True, False])
+def test_a_dict_subclass_is_a_collection_not_a_namespace(container: bool) -> None:
+    """``class Registry(dict)`` holding 200 MB of entries (folded into its own size) and a 4 MB
+    attribute: the payload says its type is a dict subclass (``container_types``), and the
+    registry is the owner, not its attribute dict under the registry's name (which its entries
+    were in no owner of: issue 24's shapes, a wide dict subclass)."""
+    # 1 module __main__, 2 its dict, 3 WIDE (a Registry, its entries folded in), 4 its __dict__, 5 a bytes
+    types = ["<root>", "module", "dict", "__main__.Registry", "bytes"]
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
+    graph = make_graph(6, edges, [0, 72, 1000, 200_000_000, 104, 4_000_000], roots=[(1, "__main__", "module", 0)],
+                       labels=["d", "kWIDE", "anote"], lab=[-1, 0, 1, 0, 2], type_names=types,
+                       types=[0, 1, 2, 3, 2, 4])
+    if container:
+        graph.container_types = frozenset({3})
+    first = dom.find_owners(graph, top=5).owners[0]
+    if container:
+        assert (first.path, first.retained_bytes) == ("__main__.WIDE", 200_000_000 + 104 + 4_000_000)
+    else:  # (an instance: its parts are the owners, as before; its entries in none)
+        assert (first.path, first.retained_bytes) == ("__main__.WIDE.note", 4_000_000)
+
+
+def test_the_payload_says_which_types_are_collections() -> None:
+    class Registry(dict):  # type: ignore[type-arg]
+        pass
+
+    class Meta(type):
+        def __eq__(cls, other: object) -> bool:
+            raise AssertionError("a metaclass's __eq__ ran")
+
+        __hash__ = type.__hash__
+
+    class Odd(metaclass=Meta):
+        pass
+
+    assert graph_payload._container_subclass(Registry)
+    assert graph_payload._container_subclass(collections.OrderedDict)
+    assert graph_payload._container_subclass(collections.Counter)
+    assert not any(graph_payload._container_subclass(tp) for tp in (dict, list, collections.deque, Odd, int))
 
 
 def _chain_graph(links: int, kind: str, tail: int) -> dom.ObjectGraph:

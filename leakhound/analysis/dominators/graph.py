@@ -32,6 +32,9 @@ _FORMATS = ("leakhound.graph/1", "leakhound.graph/2", "leakhound.graph/3", "leak
 _FRAMED = ("leakhound.graph/4", GRAPH_FORMAT)
 _ARRAY_KEYS = ("sizes", "types", "ids", "lengths", "edge_src", "edge_dst", "edge_label")
 _ITEM_BYTES = {"q": 8, "i": 4}
+# the collections by type name (a subclass of one of the target's own: ObjectGraph.container_types)
+CONTAINER_TYPE_NAMES = frozenset({"list", "tuple", "set", "frozenset", "dict", "collections.deque",
+                                  "collections.OrderedDict", "collections.defaultdict", "collections.Counter"})
 # /4's frame codes (payload/graph_wire.py's FRAME_COLUMNS): key and typecode.
 FRAME_COLUMNS = (("ids", "q"), ("sizes", "q"), ("types", "i"), ("lengths", "i"), ("edge_src", "i"),
                  ("edge_dst", "i"), ("edge_label", "i"), ("edge_src_address", "q"), ("edge_dst_address", "q"),
@@ -85,6 +88,9 @@ class ObjectGraph:
     # (node, label, kind, tier) per root
     roots: list[tuple[int, str, str, int]]
     info: dict[str, Any] = field(default_factory=dict)
+    # type ids of subclasses of dict, list, tuple, set, frozenset, deque (the target's own
+    # classes: ``class Registry(dict)``): collections, as the built-ins are
+    container_types: frozenset[int] = frozenset()
 
     @property
     def edges(self) -> int:
@@ -92,6 +98,11 @@ class ObjectGraph:
 
     def type_of(self, node: int) -> str:
         return self.type_names[self.types[node]]
+
+    def is_container(self, node: int) -> bool:
+        """Whether ``node`` is a collection: a list, tuple, set, frozenset, dict, deque or an
+        instance of a subclass of one (entries, not named parts)."""
+        return self.type_of(node) in CONTAINER_TYPE_NAMES or self.types[node] in self.container_types
 
     def is_held_group(self, r: int) -> bool:
         """Whether root ``r`` (an index in ``roots``) groups the objects of one type held from C
@@ -331,6 +342,7 @@ def decode_graph(doc: dict[str, Any]) -> ObjectGraph:
             dst=arrays["edge_dst"],
             lab=arrays["edge_label"],
             type_names=[str(t) for t in doc["type_names"]],
+            container_types=frozenset(int(t) for t in doc.get("container_types", ())),
             labels=[str(t) for t in doc["labels"]],
             roots=roots,
             info={k: doc.get(k) for k in ("graph_seconds", "max_step_ms", "max_held_ms", "payload_peak_bytes",

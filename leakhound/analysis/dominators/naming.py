@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from leakhound.analysis.dominators.graph import ObjectGraph
+from leakhound.analysis.dominators.graph import CONTAINER_TYPE_NAMES, ObjectGraph
 from leakhound.analysis.dominators.passes import Paths
 
-_CONTAINERS = frozenset({"list", "tuple", "set", "frozenset", "dict", "collections.deque",
-                         "collections.OrderedDict", "collections.defaultdict", "collections.Counter"})
+_CONTAINERS = CONTAINER_TYPE_NAMES
 _TRANSPARENT_TYPES = frozenset({"coroutine", "generator", "async_generator", "frame"})
 
 

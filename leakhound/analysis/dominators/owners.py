@@ -146,14 +146,14 @@ class OwnerFinder:
             p = self.tree.idom[v]
             if p > 0 and p in self.root_kind:
                 return True
-            if p <= 0 or self.graph.type_of(p) in _CONTAINERS:
+            if p <= 0 or self.graph.is_container(p):
                 return False
             if self.graph.info.get("dict_labels"):
                 # 3.11+: the walk labelled the instance's own __dict__ "d" (an instance whose
                 # other attributes are all leaves has one edge, to an attribute's dict too)
                 return self._labelled(p, v, "d")
             return self._out_degree(p) == 1
-        return name not in _CONTAINERS and name not in _LEAVES
+        return not self.graph.is_container(v) and name not in _LEAVES
 
     def _out_edges(self) -> tuple[Sequence[int], Sequence[int]]:
         """The graph's edges by source (offsets, edge ids), made on first use."""
