@@ -34,6 +34,9 @@ from leakhound.model.growth import normalized_path
 # to it: the owner is further down (MAT's "accumulation point").
 DESCEND_SHARE = 0.8
 _LEAVES = frozenset({"str", "bytes", "bytearray", "int", "float", "complex", "array.array", "memoryview"})
+# Namespaces whose own bytes are a table of names, never what the program keeps (a module's
+# dict of 50k globals): not owners for those bytes (``find``).
+_NAMESPACE_OBJECTS = frozenset({"dict", "module", "type", "<root>"})
 # References looked at to find what a namespace's parts hold together (``_shared``): a bound
 # on the work, whatever the namespace (the super-root's children on a big heap).
 SHARED_WORK = 2_000_000
@@ -237,6 +240,13 @@ class OwnerFinder:
                 if not shared or self.retained_of(v) >= threshold:
                     found.append(v)
                 continue
+            if v != 0 and self.graph.sizes[v] >= threshold and self.graph.type_of(v) not in _NAMESPACE_OBJECTS:
+                # a namespace that holds much itself (what only it held, folded into it: a
+                # bounded lru_cache's results, 180 MB, which only its C list of links holds)
+                # is an owner too, of that and its small parts; its big parts are their own
+                self.less[v] = (sum(int(retained[c]) for c in big)
+                                + sum(self.shared[k].retained for k in shared))
+                found.append(v)
             stack.extend(big)
         found.sort(key=lambda v: -self.retained_of(v))
         return found[:top]
