@@ -629,11 +629,11 @@ deque_slice(Refs *r, Py_ssize_t want)
  * elements (a pointer each, NULL where none). A view's elements are its base's references,
  * not its own (one reference each, in the base's data): read through the view too, an
  * element held by the base alone looked held once by each, and was counted twice; the view
- * holds its base (the helper lists it), whose elements are read. numpy has no tp_traverse for them; sizes.native_extra listed
- * an exact array's with ravel().tolist() (a subclass's not at all: ravel() runs its
- * __array_finalize__), all in one step and two lists of a reference per element (a pandas
- * column of 3M objects: a stall of 166-703 ms and ~67 MB of the target's memory for a
- * moment). Read here a slice at a time instead, as a big list (read_slice), every field read
+ * holds its base (the helper lists it), whose elements are read. numpy has no tp_traverse
+ * for them; sizes.native_extra listed an exact array's with ravel().tolist() (a subclass's
+ * not at all: ravel() runs its __array_finalize__), all in one step and two lists of a
+ * reference per element (a pandas column of 3M objects: a stall of 166-703 ms and ~67 MB of
+ * the target's memory for a moment). Read here a slice at a time instead, as a big list (read_slice), every field read
  * again at each slice: the target may have resized it meanwhile; an array that is no longer
  * one is done. Strides that are no multiple of a pointer (as_strided) are left to the
  * helper. Runs no code. */

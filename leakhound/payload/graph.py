@@ -178,7 +178,6 @@ def _list_values(d):
     return list(dict.values(d))
 
 
-
 _CONTAINER_BASES = (dict, list, tuple, set, frozenset)
 
 
@@ -214,6 +213,7 @@ def _container_subclass(tp):
         if any(cls is base for base in bases):
             return True
     return False
+
 
 class Graph(object):
     """One walk of the object graph. Call :meth:`run`, then :meth:`result`."""

@@ -891,8 +891,11 @@ def native_types(tick=None, after_walk=False):
     if _compiled_walk is not None:
         # the walks read an array of objects' elements themselves (_walk.reads_elements)
         dtype = class_from("numpy", "dtype") if "ndarray" in bases else None
+        # (a deque's blocks are CPython's private struct, read as 3.8-3.13 lay it out)
+        deque = class_from("_collections", "deque") if sys.version_info[:2] <= (3, 13) else None
         _compiled_walk.known_types(bases["ndarray"] if dtype is not None else None, dtype,
-                                   class_from("collections", "OrderedDict"), class_from("_collections", "deque"))
+                                   class_from("collections", "OrderedDict"), deque)
+        deque = None
         dtype = None
     if "ndarray" in bases:
         bases["ndarray_owners"] = tuple([cls for cls in (

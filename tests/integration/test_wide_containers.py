@@ -109,9 +109,10 @@ def test_a_wide_dict_subclass_or_deque_is_read_a_slice_at_a_time(kind: str, vers
         assert done.returncode == 0 and doc is not None, done.stderr
         assert _alive(child, group)
         charged = group.peak - before
-        # the payload's fixed part and a quarter of a reference per entry (the marks of what
-        # was folded: a bit per 16 bytes of heap), not a reference each (12 MB more)
-        assert charged < 4 * MIB + truth["items"] * 2, (doc["cost"], charged)
+        # the payload's fixed part and half a reference per entry (the marks of what was
+        # folded, a bit per 16 bytes of heap; records not yet written out, more of them on a
+        # loaded machine), not a reference each and more (read whole: 15 MB at 1.5M items)
+        assert charged < 4 * MIB + truth["items"] * 4, (doc["cost"], charged)
         top = doc["owners"][0]
         assert doc["heap"]["owner_model"] == "dominator" and top["path"] == "__main__.WIDE", doc["owners"][:3]
         assert abs(top["retained_bytes"] / truth["bytes"] - 1) < 0.02, (top["retained_bytes"], truth)
