@@ -198,7 +198,8 @@ def _before_entries(referents, first, ordered):
 
 def _is_ordered_dict(tp):
     ordered = class_from("collections", "OrderedDict")
-    return ordered is not None and any(cls is ordered for cls in type.__dict__["__mro__"].__get__(tp, type))
+    mro = type.__dict__["__mro__"].__get__(tp, type)
+    return ordered is not None and type(mro) is tuple and any(cls is ordered for cls in mro)
 
 
 def _container_subclass(tp):
@@ -207,7 +208,7 @@ def _container_subclass(tp):
     never runs)."""
     bases = _CONTAINER_BASES + (class_from("_collections", "deque"),)
     mro = type.__dict__["__mro__"].__get__(tp, type)
-    if any(tp is base for base in bases):
+    if type(mro) is not tuple or any(tp is base for base in bases):  # (None: a class being made)
         return False
     for cls in mro:
         if any(cls is base for base in bases):
