@@ -2183,9 +2183,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
         if (PyDict_Size(obj) > BIG_CONTAINER / 2) {
             /* a subclass's own referents (a defaultdict's factory, an instance's __dict__ and
              * slots, an OrderedDict's): those its traverse visits before the entries */
-            if ((PyObject *)tp != (PyObject *)&PyDict_Type && (flags & Py_TPFLAGS_HAVE_GC) && traverse != NULL
-                && (is_gc == NULL || is_gc(obj)))
-                failed = referents_before_entries(obj, traverse, &g->refs) < 0;
+            failed = referents_before_entries(obj, &g->refs) < 0;
             g->phase = PHASE_DICT_ENTRIES;
         }
         else {

@@ -201,12 +201,10 @@ PyDoc_STRVAR(dict_own_referents_doc,
 static PyObject *
 dict_own_referents(PyObject *module, PyObject *d)
 {
-    if (!PyDict_Check(d) || PyDict_CheckExact(d))
+    if (!PyDict_Check(d))
         return PyList_New(0);
-    PyTypeObject *tp = Py_TYPE(d);
-    traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
     Refs r = {0};
-    if (traverse != NULL && (PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC) && referents_before_entries(d, traverse, &r) < 0) {
+    if (referents_before_entries(d, &r) < 0) {
         refs_free(&r);
         return NULL;
     }

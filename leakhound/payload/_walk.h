@@ -185,7 +185,7 @@ typedef struct {
 } DequeAt;
 
 int deque_at(PyObject *d, Py_ssize_t pos, DequeAt *at);
-int referents_before_entries(PyObject *d, traverseproc traverse, Refs *r);
+int referents_before_entries(PyObject *d, Refs *r);
 int is_big(PyObject *op);
 Py_ssize_t read_slice(Refs *r, Py_ssize_t want);
 int visit_referent(PyObject *op, void *arg);

@@ -633,10 +633,10 @@ deque_slice(Refs *r, Py_ssize_t want)
  * for them; sizes.native_extra listed an exact array's with ravel().tolist() (a subclass's
  * not at all: ravel() runs its __array_finalize__), all in one step and two lists of a
  * reference per element (a pandas column of 3M objects: a stall of 166-703 ms and ~67 MB of
- * the target's memory for a moment). Read here a slice at a time instead, as a big list (read_slice), every field read
- * again at each slice: the target may have resized it meanwhile; an array that is no longer
- * one is done. Strides that are no multiple of a pointer (as_strided) are left to the
- * helper. Runs no code. */
+ * the target's memory for a moment). Read here a slice at a time instead, as a big list
+ * (read_slice), every field read again at each slice: the target may have resized it
+ * meanwhile; an array that is no longer one is done. Strides that are no multiple of a
+ * pointer (as_strided) are left to the helper. Runs no code. */
 int
 object_array(PyObject *obj, ObjectArray *a)
 {
@@ -708,7 +708,6 @@ object_array_slice(Refs *r, Py_ssize_t want)
     return got;
 }
 
-
 /* A big dict subclass's own referents: what its tp_traverse visits before the first entry
  * (its first key or value, in the order of the dict's table: the order dict's own traverse
  * visits them in, which a subclass's traverse calls last, after its own fields: CPython's for
@@ -740,9 +739,18 @@ visit_before_entries(PyObject *op, void *arg)
     return refs_push(b->r, op);
 }
 
+/* Into r, what the dict subclass ``d`` holds besides its entries (none for an exact dict, or
+ * a subclass without a traverse or not tracked by the collector). -1 on error. */
 int
-referents_before_entries(PyObject *d, traverseproc traverse, Refs *r)
+referents_before_entries(PyObject *d, Refs *r)
 {
+    PyTypeObject *tp = Py_TYPE(d);
+    if (tp == &PyDict_Type || !(PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC))
+        return 0;
+    traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+    inquiry is_gc = (inquiry)PyType_GetSlot(tp, Py_tp_is_gc);
+    if (traverse == NULL || (is_gc != NULL && !is_gc(d)))
+        return PyErr_Occurred() ? -1 : 0;
     Py_ssize_t pos = 0;
     BeforeEntries b = {r, NULL, NULL, ordered_dict != NULL && PyObject_TypeCheck(d, ordered_dict)};
     if (!PyDict_Next(d, &pos, &b.first_key, &b.first_value))  /* borrowed: nothing runs before the traverse */
@@ -815,13 +823,9 @@ read_slice(Refs *r, Py_ssize_t want)
     }
     else if (PyDict_Check(c)) {
         PyObject *key, *value;
-        if (r->pos == 0 && tp != &PyDict_Type) {
-            /* a subclass: first what it holds itself (a defaultdict's factory, its __dict__) */
-            traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
-            if (traverse != NULL && (PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC)
-                && referents_before_entries(c, traverse, r) < 0)
-                return -1;
-        }
+        /* a subclass: first what it holds itself (a defaultdict's factory, its __dict__) */
+        if (r->pos == 0 && referents_before_entries(c, r) < 0)
+            return -1;
         while (got < want && PyDict_Next(c, &r->pos, &key, &value)) {
             /* Borrowed from the dict: pushed (a strong reference) before anything runs. */
             if (refs_push(r, key) < 0 || refs_push(r, value) < 0)

@@ -66,6 +66,7 @@ from .objects import (
     dict_columns,
     dict_descriptor,
     dict_via,
+    in_mro,
     managed_dict_address,
     safe_referents,
     short_type_name,
@@ -198,22 +199,14 @@ def _before_entries(referents, first, ordered):
 
 def _is_ordered_dict(tp):
     ordered = class_from("collections", "OrderedDict")
-    mro = type.__dict__["__mro__"].__get__(tp, type)
-    return ordered is not None and type(mro) is tuple and any(cls is ordered for cls in mro)
+    return ordered is not None and in_mro(tp, (ordered,))
 
 
 def _container_subclass(tp):
     """Whether ``tp`` is a subclass (not the class itself) of dict, list, tuple, set,
-    frozenset or deque: its MRO read, each class compared by identity (a metaclass's __eq__
-    never runs)."""
+    frozenset or deque (its MRO compared by identity: objects.in_mro)."""
     bases = _CONTAINER_BASES + (class_from("_collections", "deque"),)
-    mro = type.__dict__["__mro__"].__get__(tp, type)
-    if type(mro) is not tuple or any(tp is base for base in bases):  # (None: a class being made)
-        return False
-    for cls in mro:
-        if any(cls is base for base in bases):
-            return True
-    return False
+    return not any(tp is base for base in bases) and in_mro(tp, bases)
 
 
 class Graph(object):

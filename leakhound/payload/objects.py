@@ -313,6 +313,20 @@ def short_type_name(tp):
         return "?"
 
 
+def in_mro(tp, classes):
+    """Whether one of ``classes`` is in ``tp``'s MRO, each compared by identity (``in`` would
+    compare with ``==``: a metaclass's ``__eq__``, Python code of the target's, would run);
+    False while the class is being made (its ``__mro__`` still None)."""
+    mro = type.__dict__["__mro__"].__get__(tp, type)
+    if type(mro) is not tuple:
+        return False
+    for klass in mro:
+        for cls in classes:
+            if klass is cls:
+                return True
+    return False
+
+
 def dict_descriptor(tp):
     """The descriptor of the ``__dict__`` of ``tp``'s instances (the first in its MRO) when it
     is a built-in one; None when there is none, or it is written in Python (never run).

@@ -47,6 +47,7 @@ from .objects import (
     class_dict,
     class_module,
     has_managed_dict,
+    in_mro,
     instance_dict,
     managed_dict_address,
     module_file,
@@ -1463,8 +1464,9 @@ def sqlite_native_bytes(bases):
 
 
 def isinstance_of(obj, cls):
-    """Whether ``cls`` is in the MRO of obj's type (never the object's own ``__class__``)."""
-    return cls in type.__dict__["__mro__"].__get__(type(obj), type)
+    """Whether ``cls`` is in the MRO of obj's type (never the object's own ``__class__``; each
+    class compared by identity: objects.in_mro)."""
+    return in_mro(type(obj), (cls,))
 
 
 def native_extra(obj, native, bases, seen_buffers, elements_read=False):
