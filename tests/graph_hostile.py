@@ -211,6 +211,30 @@ def split_keys_problems(graph_: Any) -> list[str]:
     return []
 
 
+class Rows(list):
+    """A big list subclass (read a slice at a time after what it holds itself)."""
+
+
+class SlottedRows(list):
+    __slots__ = ("last", "first")
+
+
+class RowTuple(tuple):
+    pass
+
+
+class Tags(set):
+    pass
+
+
+class ManyFields(list):
+    """Its own referents too many to find its items after them: read whole."""
+
+
+def _lru_row(i: int) -> tuple[str, int]:
+    return (f"lru-{i}", i + 1_000_000)
+
+
 def build_heap() -> None:
     HEAP["odd"] = wh.odd_sizes()
     HEAP["lies"] = wh.class_lies()
@@ -224,6 +248,29 @@ def build_heap() -> None:
     HEAP["big_sub"] = collections.defaultdict(list, {f"c{i}": [i] for i in range(3000)})
     HEAP["big_list"] = [[i] for i in range(10000)] + ["shared-" * 3] * 100
     HEAP["big_set"] = frozenset(f"m{i}" for i in range(6000))
+    rows = Rows([i] for i in range(6000))
+    rows.note = ["a", "b"]
+    HEAP["big_rows"] = rows
+    slotted_rows = SlottedRows([i, i] for i in range(5000))
+    # (a slot holding one of its items too is named by that slot wherever the walk meets the
+    # item while the names are kept: the two walks keep them differently; unit-tested apart)
+    slotted_rows.last = [-1]
+    slotted_rows.first = ("first",)
+    HEAP["slotted_rows"] = slotted_rows
+    HEAP["row_tuple"] = RowTuple((f"t{i}", [i]) for i in range(5000))
+    tags = Tags(f"tag{i}" for i in range(6000))
+    tags.note = {"x": [1]}
+    HEAP["tags"] = tags
+    many = ManyFields([i] for i in range(5000))
+    for k in range(300):
+        setattr(many, f"f{k}", [k])
+    HEAP["many_fields"] = many
+    import functools
+
+    lru = functools.lru_cache(maxsize=8000)(_lru_row)
+    for i in range(7000):  # three references an entry: past what a traverse is read whole
+        lru(i)
+    HEAP["lru"] = lru
     HEAP["sub"] = SubDict(a=[1, 2], b="b" * 100, c=SubDict(d=(3,)))
     gens = [_gen(i) for i in range(5)]
     for g in gens:
@@ -304,10 +351,10 @@ def compare(name: str, a: Any, b: Any) -> list[str]:
     if bad or len(odd) > 5:
         problems.append(f"{name}: nodes in one graph only: {[(x, an.get(x), bn.get(x)) for x in list(odd)[:5]]}")
     extra = ae - be, be - ae
-    for side in extra:
+    for which, side in zip(("the Python loop's", "the compiled walk's"), extra, strict=True):
         for src, dst, _label in side:
             if dst not in odd and (an[dst][1] not in LEAVES or sum(side.values()) > 200):
-                problems.append(f"{name}: edge {src} -> {dst} ({an.get(dst)}) in one graph only")
+                problems.append(f"{name}: edge {src} -> {dst} {_label!r} ({an.get(dst)}) in {which} graph only")
     moved: collections.Counter[int] = collections.Counter()
     for side, sign, nodes in ((extra[0], 1, an), (extra[1], -1, bn)):
         for (src, dst, _label), n in side.items():

@@ -214,6 +214,18 @@ class WideDict(dict):  # type: ignore[type-arg]
     pass
 
 
+class WideSet(set):  # type: ignore[type-arg]
+    pass
+
+
+class WideTuple(tuple):  # type: ignore[type-arg]
+    pass
+
+
+def _cached_row(i: int) -> tuple[str, int]:
+    return (f"cached-{i}", i + 1_000_000)
+
+
 def wide() -> Any:
     # Containers wider than a slice of _census_walk.c (SLICE entries), walked a slice at a time with
     # what each slice pushed walked in between: big ones nested in big ones, shared entries
@@ -225,11 +237,25 @@ def wide() -> Any:
     outer: list[Any] = [(i,) for i in range(17000)] + inner + [inner, shared]
     keyed = WideDict({i * 1000003: [i] for i in range(9000)})
     keyed["str"] = shared
+    # a list, set or tuple subclass is read by its items after what it holds itself (its
+    # __dict__); an lru_cache's traverse (three references an entry) is too long to read whole
+    rows = WideList(([i], str(i)) for i in range(17000))
+    rows.note = [shared, "row note"]  # type: ignore[attr-defined]
+    tags = WideSet(f"tag-{i}" for i in range(17000))
+    tags.note = {"k": [1, 2]}  # type: ignore[attr-defined]
+    import functools
+
+    cached = functools.lru_cache(maxsize=9000)(_cached_row)
+    for i in range(8000):
+        cached(i)
     return {
         "outer": outer,
         "tuple": tuple(outer[:17000]),
         "deque": collections.deque([[i] for i in range(18000)]),
-        "subclass": WideList(([i], str(i)) for i in range(17000)),
+        "subclass": rows,
+        "set_subclass": tags,
+        "tuple_subclass": WideTuple((f"t{i}", [i]) for i in range(17000)),
+        "lru": cached,
         "keyed": keyed,
         "set": {frozenset((i, -i)) for i in range(17000)},
         "dict": {i: (i, shared) for i in range(17000)},

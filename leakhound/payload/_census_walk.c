@@ -528,7 +528,13 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
         long code = w->native != NULL && numpy_ndarray != NULL ? native_for(w, Py_TYPE(container)) : 0;
         if (code < 0)
             goto error;
-        if (is_big(container) || (code == 1 && object_array(container, &array))) {
+        int sliced = is_big(container) || (code == 1 && object_array(container, &array));
+        if (!sliced) {
+            sliced = referents_of(w, container, r);  /* 1: its traverse too long to read whole */
+            if (sliced < 0)
+                goto error;
+        }
+        if (sliced) {
             /* Read in slices, in place (read_slice). */
             Frame *f = frame_push(&p, n - 1);
             if (f == NULL)
@@ -537,8 +543,6 @@ claim(PyObject *Py_UNUSED(module), PyObject *args)
             container = NULL;
             continue;
         }
-        if (referents_of(w, container, r) < 0)
-            goto error;
         resumed = 0;
         if (r->len > SLICE) {
             /* Wide, and not a container read in place: its referents go to a frame, handed

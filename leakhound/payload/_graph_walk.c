@@ -2074,6 +2074,43 @@ dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
     return got;
 }
 
+/* ``obj`` (the current node) is read a slice at a time (read_slice), from its start. */
+static void
+graph_slices(GraphState *g, PyObject *obj)
+{
+    g->phase = PHASE_SLICES;
+    Py_INCREF(obj);
+    g->refs.cursor = obj;
+    g->refs.pos = 0;
+}
+
+/* The labels of what ``obj`` holds in its own fields (g->names, by address): its made
+ * __dict__ ("d", 3.11+'s managed dict) and its slots' values (slot_names). -1 on error. */
+static int
+own_names(GraphState *g, Walk *w, PyObject *obj, PyTypeObject *tp)
+{
+    if (g->managed_dicts && (PyType_GetFlags(tp) & MANAGED_DICT_FLAG)) {
+        uintptr_t d = (uintptr_t)((PyObject **)obj)[-3];  /* a dict, NULL, or 3.12's tagged values */
+        if (d != 0 && !(d & 1)) {
+            if (g->d_label == -2) {
+                g->d_label = label_of_text(g, "d", 1);
+                if (g->d_label == -2)
+                    return -1;
+            }
+            if (g->d_label >= 0) {
+                if (labelmap_setdefault(&g->names, d, (int32_t)g->d_label) < 0)
+                    return -1;
+                g->has_names = 1;
+            }
+        }
+    }
+    int has = slot_names(g, w, obj, tp);
+    if (has < 0)
+        return -1;
+    g->has_names = g->has_names || has > 0;
+    return 0;
+}
+
 /* Starts walking ``obj`` (a node): its record so far (size, type id), its referents into
  * g->refs, or the first of its slices. As the Python loop: a dict's values then its keys (a
  * big one a slice of both at a time; then, for a subclass, its tp_traverse), a module's dict,
@@ -2198,44 +2235,26 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
         }
     }
     else if (is_big(obj)) {
-        g->phase = PHASE_SLICES;
-        Py_INCREF(obj);
-        g->refs.cursor = obj;
-        g->refs.pos = 0;
+        graph_slices(g, obj);
+        /* a list, tuple or set subclass: what it holds itself comes first, named */
+        if (!is_collection(tp) && !g->tag)
+            failed = own_names(g, w, obj, tp) < 0;
     }
     else {
         Py_ssize_t before = g->refs.len;
-        failed = referents_of(w, obj, &g->refs) < 0;
-        if (!failed)
+        int got = referents_of(w, obj, &g->refs);
+        failed = got < 0;
+        if (got == 1)  /* its traverse too long to read whole: a slice at a time */
+            graph_slices(g, obj);
+        else if (!failed)
             drop_dict_values(w, &g->refs, before);  /* the walk reads the dict's entries */
         g->entries = g->refs.len;
-        if (!failed && !g->tag && g->managed_dicts && (PyType_GetFlags(tp) & MANAGED_DICT_FLAG)) {
-            uintptr_t d = (uintptr_t)((PyObject **)obj)[-3];  /* a dict, NULL, or 3.12's tagged values */
-            if (d != 0 && !(d & 1)) {
-                if (g->d_label == -2) {
-                    g->d_label = label_of_text(g, "d", 1);
-                    if (g->d_label == -2)
-                        failed = 1;
-                }
-                if (!failed && g->d_label >= 0) {
-                    failed = labelmap_setdefault(&g->names, d, (int32_t)g->d_label) < 0;
-                    g->has_names = 1;
-                }
-            }
-        }
-        if (!failed && !g->tag) {
-            int has = slot_names(g, w, obj, tp);
-            failed = has < 0;
-            g->has_names = g->has_names || has > 0;
-        }
+        if (!failed && !g->tag)
+            failed = own_names(g, w, obj, tp) < 0;
     }
     Py_DECREF(tp);
-    if (!failed && array_sliced && g->phase == PHASE_NONE) {
-        g->phase = PHASE_SLICES;
-        Py_INCREF(obj);
-        g->refs.cursor = obj;
-        g->refs.pos = 0;
-    }
+    if (!failed && array_sliced && g->phase == PHASE_NONE)
+        graph_slices(g, obj);
     if (hidden != NULL) {
         if (!failed && PyList_Check(hidden)) {
             for (Py_ssize_t k = 0; k < PyList_Size(hidden) && !failed; k++)

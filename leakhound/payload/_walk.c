@@ -58,6 +58,7 @@ PyObject *code_members;       /* tuple of str */
  * object.__sizeof__, the referent counted once, on its own. NULL: none. */
 PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
 PyTypeObject *numpy_ndarray, *numpy_dtype, *ordered_dict, *collections_deque;  /* strong references (known_types) */
+traverseproc class_traverse;
 /* The allocators' rounding (sizes.HEAP_BLOCKS, set by heap_blocks): a request of at most
  * block_small_max bytes takes a multiple of block_small_align (pymalloc's size classes), a
  * bigger one block_big_overhead more, rounded up to block_big_align, at least block_big_min
@@ -125,18 +126,30 @@ sizeof_counts_referents(PyObject *module, PyObject *arg)
 }
 
 PyDoc_STRVAR(known_types_doc,
-"known_types(ndarray, dtype[, ordered_dict, deque]) -> None\n\n"
+"known_types(ndarray, dtype[, ordered_dict, deque, heap_class]) -> None\n\n"
 "numpy's ndarray and dtype classes (sizes.native_types, where numpy is loaded; None, None:\n"
 "none): from the next walk on, an array of objects that owns its data is read from its data\n"
 "a slice at a time, as a big list (object_array), its elements not listed by sizes.native_extra.\n"
 "``ordered_dict``: collections.OrderedDict, whose big ones' keys it holds twice; ``deque``:\n"
-"collections.deque, a big one read a slice at a time from its blocks (deque_at).");
+"collections.deque, a big one read a slice at a time from its blocks (deque_at); ``heap_class``:\n"
+"a class statement's class, whose tp_traverse (subtype_traverse) tells a big list or tuple\n"
+"subclass read a slice at a time (sequence_subclass) from any other.");
 
 static PyObject *
 known_types(PyObject *module, PyObject *args)
 {
-    PyObject *ndarray, *dtype, *odict = Py_None, *deque = Py_None;
-    if (!PyArg_ParseTuple(args, "OO|OO:known_types", &ndarray, &dtype, &odict, &deque))
+    PyObject *ndarray, *dtype, *odict = Py_None, *deque = Py_None, *heap_class = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|OOO:known_types", &ndarray, &dtype, &odict, &deque, &heap_class))
+        return NULL;
+    if (heap_class != Py_None && (!PyType_Check(heap_class)
+                                  || !(PyType_GetFlags((PyTypeObject *)heap_class) & Py_TPFLAGS_HEAPTYPE))) {
+        PyErr_SetString(PyExc_TypeError, "known_types: heap_class is a class statement's class, or None");
+        return NULL;
+    }
+    /* a function of the interpreter's, kept as long as it runs: no reference needed */
+    class_traverse = heap_class == Py_None ? NULL
+                                           : (traverseproc)PyType_GetSlot((PyTypeObject *)heap_class, Py_tp_traverse);
+    if (PyErr_Occurred())
         return NULL;
     if ((ndarray == Py_None) != (dtype == Py_None)
         || (ndarray != Py_None && (!PyType_Check(ndarray) || !PyType_Check(dtype)))
@@ -216,6 +229,50 @@ dict_own_referents(PyObject *module, PyObject *d)
     }
     refs_free(&r);
     return out;
+}
+
+PyDoc_STRVAR(referent_with_id_doc,
+"referent_with_id(obj, address) -> object or None\n\n"
+"The object whose id is ``address`` among those ``obj``'s tp_traverse visits (what\n"
+"gc.get_referents(obj) lists), or None: one pass, no list made (an lru_cache of 2M entries'\n"
+"referents were a list of 6M, ~50 MB and ~100 ms, to name one step of a path through it).\n"
+"A module is never traversed (objects.safe_referents): None.");
+
+typedef struct {
+    uintptr_t address;
+    PyObject *found;  /* borrowed while the traverse runs */
+} WithId;
+
+static int
+visit_with_id(PyObject *op, void *arg)
+{
+    WithId *f = (WithId *)arg;
+    if (op == NULL || (uintptr_t)op != f->address)
+        return 0;
+    f->found = op;
+    return 1;  /* found: stops the traversal */
+}
+
+static PyObject *
+referent_with_id(PyObject *module, PyObject *args)
+{
+    PyObject *obj, *address;
+    if (!PyArg_ParseTuple(args, "OO!:referent_with_id", &obj, &PyLong_Type, &address))
+        return NULL;
+    WithId f = {(uintptr_t)PyLong_AsVoidPtr(address), NULL};
+    if (PyErr_Occurred())
+        return NULL;
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (PyModule_Check(obj) || !(PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC))
+        Py_RETURN_NONE;
+    traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+    inquiry is_gc = (inquiry)PyType_GetSlot(tp, Py_tp_is_gc);
+    if (traverse == NULL || (is_gc != NULL && !is_gc(obj)))
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    traverse(obj, visit_with_id, &f);
+    if (PyErr_Occurred())
+        return NULL;
+    return Py_NewRef(f.found != NULL ? f.found : Py_None);
 }
 
 PyDoc_STRVAR(heap_blocks_doc,
@@ -1884,6 +1941,7 @@ static PyMethodDef walk_methods[] = {
     {"known_types", known_types, METH_VARARGS, known_types_doc},
     {"dict_entry_of", dict_entry_of, METH_VARARGS, dict_entry_of_doc},
     {"dict_own_referents", dict_own_referents, METH_O, dict_own_referents_doc},
+    {"referent_with_id", referent_with_id, METH_VARARGS, referent_with_id_doc},
     {"reads_elements", reads_elements, METH_O, reads_elements_doc},
     {"heap_blocks", heap_blocks, METH_VARARGS, heap_blocks_doc},
     {"stringio_parts", stringio_parts, METH_VARARGS, stringio_parts_doc},

@@ -71,6 +71,11 @@ extern PyTypeObject *numpy_ndarray, *numpy_dtype;
 extern PyTypeObject *ordered_dict;
 /* collections.deque (known_types; NULL: none): a big exact one is read a slice at a time */
 extern PyTypeObject *collections_deque;
+/* The tp_traverse of a class statement's class (CPython's subtype_traverse: its slots, its
+ * __dict__ or attribute values, its type, then its nearest built-in base's traverse), taken
+ * from a class of the payload (known_types; NULL: none): a big list or tuple subclass with
+ * it is read a slice at a time (sequence_subclass). */
+extern traverseproc class_traverse;
 
 /* -- one call's state ------------------------------------------------------------------ */
 
@@ -88,6 +93,9 @@ typedef struct {
      * read_slice): ``cursor`` holds it, ``pos`` is where the next slice starts. */
     PyObject *cursor;
     Py_ssize_t pos;
+    /* referents_of stops an object's traverse once ``len`` reaches it (0: never): see
+     * TRAVERSE_WHOLE_MAX */
+    Py_ssize_t limit;
 } Refs;
 
 /* What this call knows about a type; ``tp`` is a strong reference. */
@@ -217,6 +225,15 @@ uint64_t glibc_mmapped_size(uintptr_t chunk, const HeapRange *r, const uint64_t 
 
 /* Containers with more entries than this are read in slices (is_big, read_slice). */
 #define BIG_CONTAINER 4096
+/* Any other object whose traverse visits more than this many referents (a bounded
+ * functools.lru_cache's wrapper: three for each entry, the result, the key and the link's
+ * type; a C extension's container) is read through its traverse a slice at a time
+ * (read_slice: each slice visits all the referents before it), at least TRAVERSE_SLICE
+ * referents a slice. Read whole, an lru_cache of 2M entries was a step of ~110 ms and ~100 MB
+ * of the target's memory. */
+#define TRAVERSE_WHOLE_MAX (4 * BIG_CONTAINER)
+#define TRAVERSE_SLICE (1 << 17)
+PyTypeObject *sequence_subclass(PyTypeObject *tp);
 
 static inline int
 is_leaf(PyObject *op)

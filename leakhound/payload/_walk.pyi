@@ -226,15 +226,19 @@ def word_at(address: int, /) -> int:
     """The machine word at ``address``."""
 
 def known_types(ndarray: type | None, dtype: type | None, ordered_dict: type | None = ...,
-                deque: type | None = ..., /) -> None:
+                deque: type | None = ..., heap_class: type | None = ..., /) -> None:
     """numpy's classes: an array of objects that owns its data is read a slice at a time; an
-    OrderedDict's keys are its twice."""
+    OrderedDict's keys are its twice; a class statement's class, whose traverse a big list or
+    tuple subclass read a slice at a time has."""
 
 def reads_elements(obj: object, /) -> bool:
     """Whether the walks read ``obj``'s elements themselves (an array of objects)."""
 
 def dict_entry_of(d: dict[object, object], address: int, /) -> tuple[object, object] | None:
     """The entry of ``d`` whose value's id is ``address``, or None."""
+
+def referent_with_id(obj: object, address: int, /) -> object | None:
+    """The object whose id is ``address`` among ``obj``'s referents (its traverse), or None."""
 
 def dict_own_referents(d: dict[object, object], /) -> list[object]:
     """What ``d`` holds besides its entries (a subclass's own), its entries not listed."""

@@ -502,6 +502,99 @@ grow_tallies(long long **counts, long long **sizes, Py_ssize_t *len, Py_ssize_t 
 /* BIG_CONTAINER (_walk.h): reading a bigger container whole (its tp_traverse, a reference to
  * each referent) would be one step as long as the container is big, and a buffer as big. */
 
+/* The built-in list, tuple, set or frozenset the class statement's class ``tp`` derives
+ * from, NULL for any other class: its tp_traverse, and each of its bases' down to that one,
+ * is a class statement's (class_traverse: CPython's subtype_traverse, which visits the
+ * object's slots, its __dict__ or attribute values and its type, then calls that base's
+ * traverse, which visits the items last). Runs no code. */
+PyTypeObject *
+sequence_subclass(PyTypeObject *tp)
+{
+    if (class_traverse == NULL)
+        return NULL;
+    for (int depth = 0; depth < 64; depth++) {
+        if (tp == &PyList_Type || tp == &PyTuple_Type || tp == &PySet_Type || tp == &PyFrozenSet_Type)
+            return depth > 0 ? tp : NULL;
+        if (!(PyType_GetFlags(tp) & Py_TPFLAGS_HEAPTYPE)
+            || (traverseproc)PyType_GetSlot(tp, Py_tp_traverse) != class_traverse)
+            return NULL;
+        tp = (PyTypeObject *)PyType_GetSlot(tp, Py_tp_base);  /* borrowed */
+        if (tp == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* What a big list, tuple or set subclass's traverse visits before its items
+ * (sequence_subclass): the items come last, a list's and a tuple's from the last one back
+ * (list_traverse, tupletraverse visit ob_item[n-1] first), a set's in its table's order (as
+ * _PySet_NextEntry reads them); they begin where the last ITEMS_MATCH objects visited are
+ * the first ITEMS_MATCH items in that order. Read whole, a list subclass of 2M rows was
+ * ~50 MB of the target's memory for a moment (a reference each in the walk's buffer, and
+ * its nodes at once on the walk's stack); read a slice at a time through its traverse, a set
+ * subclass's walk took 8.6 s (each slice visited all the entries before it). */
+#define BEFORE_ITEMS_MAX 256
+#define ITEMS_MATCH 8
+typedef struct {
+    PyObject *seen[BEFORE_ITEMS_MAX];  /* borrowed: nothing runs while they are looked at */
+    PyObject *expected[ITEMS_MATCH];
+    int n;
+} BeforeItems;
+
+static int
+visit_before_items(PyObject *op, void *arg)
+{
+    BeforeItems *b = (BeforeItems *)arg;
+    if (op == NULL)
+        return 0;
+    if (b->n == BEFORE_ITEMS_MAX)
+        return 2;  /* no items after that many: stops, not found */
+    b->seen[b->n++] = op;
+    if (b->n < ITEMS_MATCH)
+        return 0;
+    for (int j = 0; j < ITEMS_MATCH; j++) {
+        if (b->seen[b->n - ITEMS_MATCH + j] != b->expected[j])
+            return 0;
+    }
+    return 1;  /* the items begin: stops the traversal */
+}
+
+/* 1 and, in b->seen[:b->n - ITEMS_MATCH], the big list, tuple or set subclass ``seq``'s own
+ * referents; 0 where its traverse is not a class statement's down to the base's or its items
+ * were not found so (it is read whole then). Runs no code, sets no error. */
+static int
+before_items(PyObject *seq, BeforeItems *b)
+{
+    PyTypeObject *base = sequence_subclass(Py_TYPE(seq));
+    b->n = 0;
+    if (base == NULL)
+        return 0;
+    if (base == &PyList_Type || base == &PyTuple_Type) {
+        int list = base == &PyList_Type;
+        Py_ssize_t len = list ? PyList_Size(seq) : PyTuple_Size(seq);
+        if (len <= ITEMS_MATCH)
+            return 0;
+        for (int j = 0; j < ITEMS_MATCH; j++)
+            b->expected[j] = list ? PyList_GetItem(seq, len - 1 - j) : PyTuple_GetItem(seq, len - 1 - j);
+    }
+    else {
+        Py_ssize_t pos = 0;
+        Py_hash_t hash;
+        for (int j = 0; j < ITEMS_MATCH; j++) {
+            if (use_set_next == NULL || !use_set_next(seq, &pos, &b->expected[j], &hash))
+                return 0;
+        }
+    }
+    int stopped = class_traverse(seq, visit_before_items, b);
+    if (PyErr_Occurred()) {  /* none can be: the items looked at are in range */
+        PyErr_Clear();
+        return 0;
+    }
+    return stopped == 1;
+}
+
 int
 is_big(PyObject *op)
 {
@@ -514,6 +607,16 @@ is_big(PyObject *op)
         return PyDict_Size(op) > BIG_CONTAINER / 2;
     if (tp == &PySet_Type || tp == &PyFrozenSet_Type)
         return PySet_Size(op) > BIG_CONTAINER;
+    if (PyList_Check(op) || PyTuple_Check(op)) {  /* a subclass: its own referents first */
+        BeforeItems b;
+        return (PyList_Check(op) ? PyList_Size(op) : PyTuple_Size(op)) > BIG_CONTAINER && before_items(op, &b);
+    }
+    if (PyAnySet_Check(op)) {
+        /* a subclass: its own referents first; without _PySet_NextEntry, its traverse a
+         * slice at a time (read_slice), as an exact set's */
+        BeforeItems b;
+        return PySet_Size(op) > BIG_CONTAINER && (use_set_next == NULL || before_items(op, &b));
+    }
     if (tp == collections_deque) {
         DequeAt at;
         return deque_at(op, 0, &at) && at.size > BIG_CONTAINER;
@@ -786,6 +889,25 @@ visit_set_slice(PyObject *op, void *arg)
     return 0;
 }
 
+/* Whether the list, tuple or set ``c`` (r->cursor) is read by its items: an exact one, or a
+ * subclass whose own referents (its __dict__, its slots) were found (before_items; into r at
+ * its first slice). Else it is read through its traverse (a C subclass's). -1 on error. */
+static int
+read_by_items(PyObject *c, Refs *r)
+{
+    PyTypeObject *tp = Py_TYPE(c);
+    if (tp == &PyList_Type || tp == &PyTuple_Type || tp == &PySet_Type || tp == &PyFrozenSet_Type)
+        return 1;
+    BeforeItems b;
+    if (!before_items(c, &b))
+        return 0;
+    for (int k = 0; r->pos == 0 && k < b.n - ITEMS_MATCH; k++) {
+        if (refs_push(r, b.seen[k]) < 0)
+            return -1;
+    }
+    return 1;
+}
+
 /* The next slice of r->cursor's referents (at most about ``want``) into r: a list's or
  * tuple's items, a dict's keys and values, a set's keys (what tp_traverse visits, plus a
  * dict's str keys, as referents_of), an array of objects' elements (object_array). 0 when
@@ -805,8 +927,12 @@ read_slice(Refs *r, Py_ssize_t want)
         return object_array_slice(r, want);
     if (tp == collections_deque)
         return deque_slice(r, want);
-    if (tp == &PyList_Type || tp == &PyTuple_Type) {
-        int list = tp == &PyList_Type;
+    int by_items = PyList_Check(c) || PyTuple_Check(c) || (use_set_next != NULL && PyAnySet_Check(c))
+        ? read_by_items(c, r) : 0;
+    if (by_items < 0)
+        return -1;
+    if (by_items && (PyList_Check(c) || PyTuple_Check(c))) {
+        int list = PyList_Check(c);
         while (got < want) {
             if (r->pos >= (list ? PyList_Size(c) : PyTuple_Size(c)))
                 break;
@@ -833,7 +959,7 @@ read_slice(Refs *r, Py_ssize_t want)
             got += 2;
         }
     }
-    else if (use_set_next != NULL) {
+    else if (by_items) {  /* a set, with _PySet_NextEntry */
         PyObject *key;
         Py_hash_t hash;
         while (got < want && use_set_next(c, &r->pos, &key, &hash)) {
@@ -846,7 +972,9 @@ read_slice(Refs *r, Py_ssize_t want)
         traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
         if (traverse == NULL)
             return PyErr_Occurred() ? -1 : 0;
-        SetSlice s = {r, r->pos, want, 0};
+        /* an exact set without _PySet_NextEntry, or an object whose traverse is too long to
+         * read whole (referents_of): big slices, each visits all the referents before it */
+        SetSlice s = {r, r->pos, want < TRAVERSE_SLICE ? TRAVERSE_SLICE : want, 0};
         int stopped = traverse(c, visit_set_slice, &s);
         if (stopped < 0 || PyErr_Occurred())
             return -1;
@@ -859,9 +987,12 @@ read_slice(Refs *r, Py_ssize_t want)
 int
 visit_referent(PyObject *op, void *arg)
 {
+    Refs *r = (Refs *)arg;
     if (op == NULL)  /* a careless tp_traverse; Py_VISIT never passes NULL */
         return 0;
-    return refs_push((Refs *)arg, op);
+    if (r->limit > 0 && r->len >= r->limit)
+        return 1;  /* too many to read whole: stops the traversal (referents_of) */
+    return refs_push(r, op);
 }
 
 /* What a code object holds (its constants, names, line and exception tables, names and file
@@ -884,7 +1015,9 @@ code_referents(PyObject *code, Refs *r)
     return 0;
 }
 
-/* gc.get_referents(obj), plus a dict's keys (a code object's members), into r. -1 on error. */
+/* gc.get_referents(obj), plus a dict's keys (a code object's members), into r. -1 on error;
+ * 1, nothing added to r, where its traverse visits more than TRAVERSE_WHOLE_MAX referents (for
+ * read_slice to read a slice at a time: r->cursor). */
 int
 referents_of(Walk *w, PyObject *obj, Refs *r)
 {
@@ -908,7 +1041,18 @@ referents_of(Walk *w, PyObject *obj, Refs *r)
     Py_ssize_t before = r->len;
     if ((flags & Py_TPFLAGS_HAVE_GC) && traverse != NULL
         && (info->is_gc == NULL || info->is_gc(obj))) {
-        if (traverse(obj, visit_referent, r))
+        r->limit = before + TRAVERSE_WHOLE_MAX;
+        int stopped = traverse(obj, visit_referent, r);
+        r->limit = 0;
+        if (stopped == 1 && r->len >= before + TRAVERSE_WHOLE_MAX && !PyErr_Occurred()) {
+            /* too many: let go (nothing runs meanwhile that reads r) */
+            Py_ssize_t len = r->len;
+            r->len = before;
+            for (Py_ssize_t k = before; k < len; k++)
+                Py_DECREF(r->items[k]);
+            return 1;
+        }
+        if (stopped)
             return -1;
     }
     if (inline_values_dicts && (flags & MANAGED_DICT_FLAG)) {

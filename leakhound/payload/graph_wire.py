@@ -18,7 +18,16 @@ import sys
 import types
 
 from . import roots
-from .objects import class_dict, dict_columns, dict_pairs, instance_dict, safe_referents, short_type_name
+from .objects import (
+    INLINE_VALUES_DICTS,
+    add_made_dict,
+    class_dict,
+    dict_columns,
+    dict_pairs,
+    instance_dict,
+    safe_referents,
+    short_type_name,
+)
 from .roots import frame_locals
 from .tasks import c_future_class, context_variables, task_context
 
@@ -116,7 +125,13 @@ def step_label(obj, address):
                     keys = values = None
                     return ("k" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
             keys = values = None
-        refs = safe_referents(obj)
+        if _walk_module is not None and not issubclass(tp, (dict, _ModuleType)):
+            # one pass of its traverse in C, no list of its referents made (an lru_cache's:
+            # three an entry), then on 3.13 the __dict__ made from its inline values
+            nxt = _walk_module.referent_with_id(obj, address)
+            refs = [nxt] if nxt is not None else add_made_dict(obj, tp, []) if INLINE_VALUES_DICTS else []
+        else:
+            refs = safe_referents(obj)
     nxt = None
     for ref in refs:
         if id(ref) == address:

@@ -894,8 +894,9 @@ def native_types(tick=None, after_walk=False):
         dtype = class_from("numpy", "dtype") if "ndarray" in bases else None
         # (a deque's blocks are CPython's private struct, read as 3.8-3.13 lay it out)
         deque = class_from("_collections", "deque") if sys.version_info[:2] <= (3, 13) else None
+        # (SizeCache: a class statement's class, whose traverse a list subclass's shares)
         _compiled_walk.known_types(bases["ndarray"] if dtype is not None else None, dtype,
-                                   class_from("collections", "OrderedDict"), deque)
+                                   class_from("collections", "OrderedDict"), deque, SizeCache)
         deque = None
         dtype = None
     if "ndarray" in bases:

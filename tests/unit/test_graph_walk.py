@@ -569,6 +569,59 @@ def test_leaves_whose_other_holder_is_never_met_are_their_first_nodes(
     assert tree.retained[node] == truth
 
 
+class _SlottedRows(list):
+    __slots__ = ("last", "first", "extra")
+
+
+def _lru_row(i: int) -> tuple[str, int]:
+    return (f"row-{i}", i + 3_000_000)
+
+
+@WALKS
+def test_a_big_list_subclass_holds_its_items_and_its_own_fields(compiled: bool) -> None:
+    """A list subclass past the slices' threshold is read a slice at a time from its items,
+    after what its traverse visits before them (its slots): found where its last items begin,
+    however its slots repeat them (the slot ``last`` holds the item its traverse visits first)."""
+    rows = _SlottedRows([k + 7_000_000, k + 8_000_000] for k in range(20_000))
+    rows.last, rows.first = rows[-1], rows[0]
+    rows.extra = [2_000_000 + k for k in range(1_000)]  # only the slot holds it
+    extra = rows.extra
+    STEPS["rows"] = [rows]  # type: ignore[list-item]
+    truth = block_size(extra) + sum(block_size(x) for x in extra)
+    del rows
+    g, deep = _walked_steps(compiled, ())
+    tree = dominators.dominators(g)
+    node = list(g.ids).index(id(STEPS))
+    assert tree.retained[node] == deep + truth
+    del extra
+
+
+@WALKS
+def test_an_lru_cache_too_long_to_traverse_at_once_holds_what_it_caches(compiled: bool) -> None:
+    """A bounded lru_cache's traverse visits three references an entry (its links' results,
+    keys and type), past what is read whole: read through its traverse a slice at a time; it
+    still retains its cache, its links, keys and results."""
+    import functools
+    import gc
+
+    cached = functools.lru_cache(maxsize=10_000)(_lru_row)
+    for k in range(8_000):
+        cached(k + 5_000_000)
+    cache = [r for r in gc.get_referents(cached) if type(r) is dict and len(r) == 8_000][0]
+    truth = block_size(cached) + block_size(cached.__dict__) + block_size(cache) + sum(
+        block_size(key) + block_size(link) + block_size(row) + block_size(row[0]) + block_size(row[1])
+        for key, link in cache.items() for row in [cached(key)])
+    STEPS["lru"] = [cached]  # type: ignore[list-item]
+    holders = block_size(STEPS) + block_size(STEPS["lru"])
+    del cache, cached
+    g, _deep_bytes = _walked_steps(compiled, ())
+    tree = dominators.dominators(g)
+    node = list(g.ids).index(id(STEPS))
+    # (its __dict__'s values: the wrapped function and the names update_wrapper copied, all
+    # shared with the module but the function itself and its cache_parameters lambda)
+    assert 0 <= tree.retained[node] - holders - truth < 4096, (tree.retained[node] - holders, truth)
+
+
 @pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
 def test_the_pending_leaves_grow_between_steps_without_the_gil(monkeypatch: pytest.MonkeyPatch) -> None:
     """The table of leaves waiting for their other holders doubles between two steps, its
