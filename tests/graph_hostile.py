@@ -228,7 +228,9 @@ class Tags(set):
 
 
 class ManyFields(list):
-    """Its own referents too many to find its items after them: read whole."""
+    """Its own referents (its slots) too many to find its items after them: read whole."""
+
+    __slots__ = tuple(f"s{k}" for k in range(300))
 
 
 def _lru_row(i: int) -> tuple[str, int]:
@@ -263,7 +265,7 @@ def build_heap() -> None:
     HEAP["tags"] = tags
     many = ManyFields([i] for i in range(5000))
     for k in range(300):
-        setattr(many, f"f{k}", [k])
+        setattr(many, f"s{k}", [k])
     HEAP["many_fields"] = many
     import functools
 

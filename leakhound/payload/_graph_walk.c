@@ -2237,7 +2237,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     else if (is_big(obj)) {
         graph_slices(g, obj);
         /* a list, tuple or set subclass: what it holds itself comes first, named */
-        if (!is_collection(tp) && !g->tag)
+        if ((PyList_Check(obj) || PyTuple_Check(obj) || PyAnySet_Check(obj)) && !is_collection(tp) && !g->tag)
             failed = own_names(g, w, obj, tp) < 0;
     }
     else {
