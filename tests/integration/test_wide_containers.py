@@ -144,9 +144,10 @@ def test_a_wide_sequence_subclass_or_long_traverse_is_read_a_slice_at_a_time(kin
     # the payload's fixed part and a few bytes an entry (the walk's bitmaps), not a reference
     # an entry and more (read whole: ~45 MB at 1.5M rows, ~75 MB for the lru). The lru's keys,
     # met from the wrapper (its links' references) and from its cache at the end of its
-    # traverse, wait in the walk's table of leaves held twice meanwhile: 16 MiB at most (30 MB
-    # in all measured).
-    waiting = 16 * MIB + truth["items"] * 2 if kind == "lru" else 0
+    # traverse, wait in the walk's table of leaves held twice meanwhile: 16 MiB at most, and
+    # those past it are marked counted (a bitmap over their span): 30 MB in all measured, 34 MB
+    # under CI's load (records not yet read by the CLI).
+    waiting = 16 * MIB + truth["items"] * 4 if kind == "lru" else 0
     assert charged < 4 * MIB + waiting + truth["items"] * 6, (doc["cost"], charged)
     assert doc["heap"]["owner_model"] == "dominator", (doc["heap"]["owner_model_note"], doc["cost"])
     assert doc["owners"][0]["path"] == "__main__.WIDE", doc["owners"][:3]
