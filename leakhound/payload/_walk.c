@@ -132,7 +132,7 @@ PyDoc_STRVAR(known_types_doc,
 "a slice at a time, as a big list (object_array), its elements not listed by sizes.native_extra.\n"
 "``ordered_dict``: collections.OrderedDict, whose big ones' keys it holds twice; ``deque``:\n"
 "collections.deque, a big one read a slice at a time from its blocks (deque_at); ``heap_class``:\n"
-"a class statement's class, whose tp_traverse (subtype_traverse) tells a big list or tuple\n"
+"a class statement's class, whose tp_traverse (subtype_traverse) tells a big list, tuple or set\n"
 "subclass read a slice at a time (sequence_subclass) from any other.");
 
 static PyObject *
@@ -146,11 +146,6 @@ known_types(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "known_types: heap_class is a class statement's class, or None");
         return NULL;
     }
-    /* a function of the interpreter's, kept as long as it runs: no reference needed */
-    class_traverse = heap_class == Py_None ? NULL
-                                           : (traverseproc)PyType_GetSlot((PyTypeObject *)heap_class, Py_tp_traverse);
-    if (PyErr_Occurred())
-        return NULL;
     if ((ndarray == Py_None) != (dtype == Py_None)
         || (ndarray != Py_None && (!PyType_Check(ndarray) || !PyType_Check(dtype)))
         || (odict != Py_None && !PyType_Check(odict)) || (deque != Py_None && !PyType_Check(deque))) {
@@ -168,6 +163,11 @@ known_types(PyObject *module, PyObject *args)
     Py_XINCREF(collections_deque);
     for (int k = 0; k < 4; k++)
         Py_XDECREF(old[k]);
+    /* a function of the interpreter's, there as long as it runs: no reference needed */
+    class_traverse = heap_class == Py_None ? NULL
+                                           : (traverseproc)PyType_GetSlot((PyTypeObject *)heap_class, Py_tp_traverse);
+    if (PyErr_Occurred())
+        return NULL;
     Py_RETURN_NONE;
 }
 

@@ -73,8 +73,8 @@ extern PyTypeObject *ordered_dict;
 extern PyTypeObject *collections_deque;
 /* The tp_traverse of a class statement's class (CPython's subtype_traverse: its slots, its
  * __dict__ or attribute values, its type, then its nearest built-in base's traverse), taken
- * from a class of the payload (known_types; NULL: none): a big list or tuple subclass with
- * it is read a slice at a time (sequence_subclass). */
+ * from a class of the payload (known_types; NULL: none): a big list, tuple or set subclass
+ * with it is read a slice at a time (sequence_subclass). */
 extern traverseproc class_traverse;
 
 /* -- one call's state ------------------------------------------------------------------ */

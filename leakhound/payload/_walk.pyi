@@ -228,8 +228,8 @@ def word_at(address: int, /) -> int:
 def known_types(ndarray: type | None, dtype: type | None, ordered_dict: type | None = ...,
                 deque: type | None = ..., heap_class: type | None = ..., /) -> None:
     """numpy's classes: an array of objects that owns its data is read a slice at a time; an
-    OrderedDict's keys are its twice; a class statement's class, whose traverse a big list or
-    tuple subclass read a slice at a time has."""
+    OrderedDict's keys are its twice; a class statement's class, whose traverse a big list,
+    tuple or set subclass read a slice at a time has."""
 
 def reads_elements(obj: object, /) -> bool:
     """Whether the walks read ``obj``'s elements themselves (an array of objects)."""
