@@ -262,12 +262,8 @@ referent_with_id(PyObject *module, PyObject *args)
     WithId f = {(uintptr_t)PyLong_AsVoidPtr(address), NULL};
     if (PyErr_Occurred())
         return NULL;
-    PyTypeObject *tp = Py_TYPE(obj);
-    if (PyModule_Check(obj) || !(PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC))
-        Py_RETURN_NONE;
-    traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
-    inquiry is_gc = (inquiry)PyType_GetSlot(tp, Py_tp_is_gc);
-    if (traverse == NULL || (is_gc != NULL && !is_gc(obj)))
+    traverseproc traverse = PyModule_Check(obj) ? NULL : gc_traverse_of(obj);
+    if (traverse == NULL)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     traverse(obj, visit_with_id, &f);
     if (PyErr_Occurred())
@@ -505,14 +501,10 @@ count_references(PyObject *module, PyObject *args)
                 visit_count_key(dict, &c);
             continue;
         }
-        PyTypeObject *tp = Py_TYPE(obj);
-        if (!(PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC))
-            continue;
-        inquiry is_gc = (inquiry)PyType_GetSlot(tp, Py_tp_is_gc);
-        traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+        traverseproc traverse = gc_traverse_of(obj);
         if (PyErr_Occurred())
             PyErr_Clear();
-        if (traverse != NULL && (is_gc == NULL || is_gc(obj)))
+        if (traverse != NULL)
             traverse(obj, visit_count_key, &c);
     }
     out = PyList_New(n);

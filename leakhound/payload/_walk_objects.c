@@ -844,15 +844,24 @@ visit_before_entries(PyObject *op, void *arg)
 
 /* Into r, what the dict subclass ``d`` holds besides its entries (none for an exact dict, or
  * a subclass without a traverse or not tracked by the collector). -1 on error. */
+/* ``obj``'s tp_traverse where gc.get_referents would call it (its type has one and tracks
+ * it: Py_TPFLAGS_HAVE_GC and tp_is_gc), else NULL (an error set only on a failure). */
+traverseproc
+gc_traverse_of(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (!(PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC))
+        return NULL;
+    traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
+    inquiry is_gc = (inquiry)PyType_GetSlot(tp, Py_tp_is_gc);
+    return traverse == NULL || (is_gc != NULL && !is_gc(obj)) ? NULL : traverse;
+}
+
 int
 referents_before_entries(PyObject *d, Refs *r)
 {
-    PyTypeObject *tp = Py_TYPE(d);
-    if (tp == &PyDict_Type || !(PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC))
-        return 0;
-    traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
-    inquiry is_gc = (inquiry)PyType_GetSlot(tp, Py_tp_is_gc);
-    if (traverse == NULL || (is_gc != NULL && !is_gc(d)))
+    traverseproc traverse = Py_TYPE(d) == &PyDict_Type ? NULL : gc_traverse_of(d);
+    if (traverse == NULL)
         return PyErr_Occurred() ? -1 : 0;
     Py_ssize_t pos = 0;
     BeforeEntries b = {r, NULL, NULL, ordered_dict != NULL && PyObject_TypeCheck(d, ordered_dict)};

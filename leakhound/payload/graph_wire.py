@@ -125,7 +125,7 @@ def step_label(obj, address):
                     keys = values = None
                     return ("k" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
             keys = values = None
-        if _walk_module is not None and not issubclass(tp, (dict, _ModuleType)):
+        if _walk_module is not None and not issubclass(tp, _ModuleType):  # (a dict: above)
             # one pass of its traverse in C, no list of its referents made (an lru_cache's:
             # three an entry), then on 3.13 the __dict__ made from its inline values
             nxt = _walk_module.referent_with_id(obj, address)
