@@ -961,6 +961,42 @@ scan_rest(Scan *sc, unsigned char *buffer)
     scan_depths(sc, buffer);
 }
 
+/* A global's pointer into an arena chunk, past its start (a table's name or a blob's
+ * contents, 9 bytes in: sentencepiece's 2.3 MB chunk, which only its globals hold so): the
+ * chunk whose header is the nearest before it, within GLOBAL_INTERIOR_BACK bytes, that covers
+ * it, made a candidate of the globals'. Otherwise no one took it, and a stale word of an
+ * object's that once pointed at its start did, one run in ~150 on a loaded machine (10-14%
+ * more than freeing 20 processors returns). */
+#define GLOBAL_INTERIOR_BACK 512
+
+static void
+scan_global_interior(Scan *sc, uint64_t p)
+{
+    if (p < 4096 + 32 || p - 16 >= ENTRY_MAX_CHUNK)
+        return;
+    const HeapRange *r = heap_range_of(sc->ranges, sc->nranges, (uintptr_t)p);
+    if (r == NULL || p - r->start < 32)
+        return;
+    uint64_t top = (p - 17) & ~(uint64_t)15;  /* the nearest chunk start whose data starts before p */
+    uint64_t low = p - r->start > GLOBAL_INTERIOR_BACK ? p - GLOBAL_INTERIOR_BACK : r->start;
+    low = (low + 15) & ~(uint64_t)15;
+    if (top < low)
+        return;
+    uint64_t back[GLOBAL_INTERIOR_BACK / 8 + 2];
+    size_t len = (size_t)(top + 16 - low);
+    if (self_read(back, (uintptr_t)low, len) < 0)
+        return;
+    for (uint64_t chunk = top;; chunk -= 16) {
+        uint64_t size = glibc_arena_size((uintptr_t)chunk, r, back[(chunk - low) / 8 + 1]);
+        if (size != 0 && chunk + size > p) {
+            scan_candidate(sc, chunk + 16, -1, 0);
+            return;
+        }
+        if (chunk == low)
+            return;
+    }
+}
+
 /* The libraries' globals first (``found``'s writable data): what they reach is no object's.
  * The GIL released. */
 static void
@@ -976,6 +1012,8 @@ scan_globals(Scan *sc, const Roots *found, unsigned char *buffer)
             if (self_read(words, (uintptr_t)at, len) < 0)
                 continue;
             scan_words(sc, words, len / 8, -1);
+            for (size_t j = 0; j < len / 8 && !sc->failed; j++)
+                scan_global_interior(sc, words[j]);
         }
     }
     scan_rest(sc, buffer);

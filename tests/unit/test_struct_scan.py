@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import array
 import ctypes
+import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -229,3 +233,40 @@ def test_an_object_held_in_a_c_field_is_read_only_as_the_class_asked() -> None:
     assert walk.held_object(holder, 24, 24, Held) is None  # past the basicsize given
     stray = (ctypes.c_uint64 * 4)(0, 0, 0, 0x10)  # (a word that points at no object: nothing read)
     assert walk.held_object(stray, 48, 32, Held) is None
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or bool(os.environ.get("LEAKHOUND_NO_COMPILE")),
+                    reason="needs a C compiler to build the library")
+@pytest.mark.parametrize(("into", "found"), [(9, False), (200, False), (0, False), (None, True)])
+def test_a_chunk_a_library_global_points_into_is_no_objects(tmp_path: Path, into: int | None, found: bool) -> None:
+    """A library's global that points past the start of an arena chunk (sentencepiece keeps a
+    2.3 MB table so, 9 bytes in) holds that chunk: it is no object's, even where an object's
+    stale word points at its start (one run in ~150, loaded: 1.10-1.15 of what freeing 20
+    processors returns). A chunk nothing else holds is still the object's."""
+    (tmp_path / "lib.c").write_text("void *held_by_a_global;\n")
+    library = tmp_path / "libglobal.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "lib.c")], check=True)
+    lib = ctypes.CDLL(str(library))
+    held = ctypes.c_void_p.in_dll(lib, "held_by_a_global")
+    holder = (ctypes.c_uint64 * 100)()
+    import _ctypes
+
+    def scan() -> int:
+        basicsizes = array.array("q", [sizes._basicsize(type(holder))])
+        got = walk.struct_object_bytes([holder], basicsizes.tobytes(), sizes._heap_ranges(), str(library),
+                                       sizes.HEAP_BLOCKS[0], 1 << 20, 64 << 20, 30.0)
+        assert got is not None
+        return array.array("q", got)[0]
+
+    assert _ctypes  # (the holder's class)
+    alone = scan()
+    block = libc.malloc(4000)  # an arena chunk
+    try:
+        ctypes.memset(block, 0, 4000)
+        holder[10] = block  # the object's word (stale or not) at its start
+        held.value = block + into if into is not None else None
+        assert scan() == alone + (_chunk(block) if found else 0)
+    finally:
+        holder[10] = 0
+        held.value = None
+        libc.free(block)
