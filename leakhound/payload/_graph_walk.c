@@ -2046,10 +2046,20 @@ no_edge_to(GraphState *g, PyObject *value)
     return graph_find(g, (uintptr_t)value) != FOUND_NODE || nodebits_test(&g->walls, (uintptr_t)value);
 }
 
+/* g->also_held, made the first time (an object() of our own). -1 on error. */
+static int
+also_held_made(GraphState *g)
+{
+    if (g->also_held == NULL)
+        g->also_held = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    return g->also_held == NULL ? -1 : 0;
+}
+
 /* Up to ``want`` entries of a dict from g->pos: their values (``what`` 0), keys (1) or both
  * (2, each value then its key; 3: an OrderedDict's, g->also_held before each key: see
  * graph_referents) into g->refs; with ``label``, a value's first str key labels it
- * (g->names). 0 when done. */
+ * (g->names). An lru_cache's link (typed_traverse), held by its wrapper's list too, has
+ * g->also_held before it: held by the cache alone, it is part of it. 0 when done. */
 static Py_ssize_t
 dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
 {
@@ -2058,6 +2068,9 @@ dict_slice(GraphState *g, PyObject *d, int what, int label, Py_ssize_t want)
     while (got < want && PyDict_Next(d, &g->pos, &key, &value)) {
         got++;
         /* Borrowed from the dict: held before anything runs. */
+        int link = what != 1 && is_lru_link(value);
+        if (link && (also_held_made(g) < 0 || refs_push(&g->refs, g->also_held) < 0))
+            return -1;
         if (refs_push(&g->refs, what == 1 ? key : value) < 0 || (what == 3 && refs_push(&g->refs, g->also_held) < 0)
             || (what >= 2 && refs_push(&g->refs, key) < 0))
             return -1;
@@ -2224,8 +2237,9 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
             g->phase = PHASE_DICT_ENTRIES;
         }
         else {
-            failed = dict_slice(g, obj, 0, 1, PY_SSIZE_T_MAX) < 0;
-            g->entries = g->refs.len;
+            Py_ssize_t entries = dict_slice(g, obj, 0, 1, PY_SSIZE_T_MAX);
+            failed = entries < 0;
+            g->entries = entries > 0 ? entries : 0;  /* (not g->also_held's before an lru's links) */
             g->pos = 0;
             if (!failed)
                 failed = dict_slice(g, obj, 1, 0, PY_SSIZE_T_MAX) < 0;
@@ -2294,11 +2308,8 @@ graph_next_slice(GraphState *g, Py_ssize_t want)
      * said by g->also_held before it. Else its keys looked held by something the walk never
      * meets, and waited (PendingLeaf) to the end of the walk: 2M of them, 16 MiB of table. */
     int ordered = ordered_dict != NULL && PyObject_TypeCheck(g->cur, ordered_dict);
-    if (ordered && g->also_held == NULL) {
-        g->also_held = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);  /* an object() of our own */
-        if (g->also_held == NULL)
-            return -1;
-    }
+    if (ordered && also_held_made(g) < 0)
+        return -1;
     Py_ssize_t got = dict_slice(g, g->cur, ordered ? 3 : 2, 0, want);
     if (got < 0)
         return -1;
@@ -2345,6 +2356,8 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
     /* a dict held by what is no collection (an instance's __dict__, a frame's locals) names
      * that object's parts: its entries are not folded into it */
     uintptr_t child_owner = collection ? 0 : STACK_NAMESPACE;
+    /* (an lru_cache's cache is no namespace: its entries, its links, fold into it) */
+    PyObject *lru_cache = collection ? NULL : lru_cache_of(g->cur);
     /* a small tuple of its own (a function's defaults, a callback's arguments) never grows: a
      * big collection it holds stays a node, the owner the owners' search finds (its items
      * are what grows) */
@@ -2469,7 +2482,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                     || graph_tally(g, type_id, 1, size) < 0)
                     return -1;
             }
-            else if (graph_push(g, ref, PyDict_CheckExact(ref) ? child_owner : 0) < 0) {
+            else if (graph_push(g, ref, PyDict_CheckExact(ref) && ref != lru_cache ? child_owner : 0) < 0) {
                 return -1;  /* its record is made when it is walked (graph_finish) */
             }
         }

@@ -59,6 +59,7 @@ PyObject *code_members;       /* tuple of str */
 PyObject *sizeof_counts_refs;  /* tuple of method descriptors */
 PyTypeObject *numpy_ndarray, *numpy_dtype, *ordered_dict, *collections_deque;  /* strong references (known_types) */
 traverseproc class_traverse;
+PyTypeObject *lru_wrapper;  /* a strong reference (known_types) */
 /* The allocators' rounding (sizes.HEAP_BLOCKS, set by heap_blocks): a request of at most
  * block_small_max bytes takes a multiple of block_small_align (pymalloc's size classes), a
  * bigger one block_big_overhead more, rounded up to block_big_align, at least block_big_min
@@ -126,20 +127,22 @@ sizeof_counts_referents(PyObject *module, PyObject *arg)
 }
 
 PyDoc_STRVAR(known_types_doc,
-"known_types(ndarray, dtype[, ordered_dict, deque, heap_class]) -> None\n\n"
+"known_types(ndarray, dtype[, ordered_dict, deque, heap_class, lru_wrapper]) -> None\n\n"
 "numpy's ndarray and dtype classes (sizes.native_types, where numpy is loaded; None, None:\n"
 "none): from the next walk on, an array of objects that owns its data is read from its data\n"
 "a slice at a time, as a big list (object_array), its elements not listed by sizes.native_extra.\n"
 "``ordered_dict``: collections.OrderedDict, whose big ones' keys it holds twice; ``deque``:\n"
 "collections.deque, a big one read a slice at a time from its blocks (deque_at); ``heap_class``:\n"
 "a class statement's class, whose tp_traverse (subtype_traverse) tells a big list, tuple or set\n"
-"subclass read a slice at a time (sequence_subclass) from any other.");
+"subclass read a slice at a time (sequence_subclass) from any other; ``lru_wrapper``:\n"
+"functools._lru_cache_wrapper where its struct is 3.10-3.13's (152 bytes), whose links' keys and\n"
+"results are then their links' referents, not the wrapper's (typed_traverse).");
 
 static PyObject *
 known_types(PyObject *module, PyObject *args)
 {
-    PyObject *ndarray, *dtype, *odict = Py_None, *deque = Py_None, *heap_class = Py_None;
-    if (!PyArg_ParseTuple(args, "OO|OOO:known_types", &ndarray, &dtype, &odict, &deque, &heap_class))
+    PyObject *ndarray, *dtype, *odict = Py_None, *deque = Py_None, *heap_class = Py_None, *lru = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|OOOO:known_types", &ndarray, &dtype, &odict, &deque, &heap_class, &lru))
         return NULL;
     if (heap_class != Py_None && (!PyType_Check(heap_class)
                                   || !(PyType_GetFlags((PyTypeObject *)heap_class) & Py_TPFLAGS_HEAPTYPE))) {
@@ -148,20 +151,25 @@ known_types(PyObject *module, PyObject *args)
     }
     if ((ndarray == Py_None) != (dtype == Py_None)
         || (ndarray != Py_None && (!PyType_Check(ndarray) || !PyType_Check(dtype)))
-        || (odict != Py_None && !PyType_Check(odict)) || (deque != Py_None && !PyType_Check(deque))) {
+        || (odict != Py_None && !PyType_Check(odict)) || (deque != Py_None && !PyType_Check(deque))
+        || (lru != Py_None && !PyType_Check(lru))) {
         PyErr_SetString(PyExc_TypeError, "known_types: two classes, or None and None (and classes or None)");
         return NULL;
     }
-    PyTypeObject *old[4] = {numpy_ndarray, numpy_dtype, ordered_dict, collections_deque};
+    PyTypeObject *old[5] = {numpy_ndarray, numpy_dtype, ordered_dict, collections_deque, lru_wrapper};
     numpy_ndarray = ndarray == Py_None ? NULL : (PyTypeObject *)ndarray;
     numpy_dtype = dtype == Py_None ? NULL : (PyTypeObject *)dtype;
     ordered_dict = odict == Py_None ? NULL : (PyTypeObject *)odict;
     collections_deque = deque == Py_None ? NULL : (PyTypeObject *)deque;
+    lru_wrapper = lru == Py_None ? NULL : (PyTypeObject *)lru;
+    if (lru_wrapper != old[4])
+        lru_types_forget();
     Py_XINCREF(numpy_ndarray);
     Py_XINCREF(numpy_dtype);
     Py_XINCREF(ordered_dict);
     Py_XINCREF(collections_deque);
-    for (int k = 0; k < 4; k++)
+    Py_XINCREF(lru_wrapper);
+    for (int k = 0; k < 5; k++)
         Py_XDECREF(old[k]);
     /* a function of the interpreter's, there as long as it runs: no reference needed */
     class_traverse = heap_class == Py_None ? NULL
@@ -229,6 +237,55 @@ dict_own_referents(PyObject *module, PyObject *d)
     }
     refs_free(&r);
     return out;
+}
+
+PyDoc_STRVAR(typed_referents_doc,
+"typed_referents(obj) -> list or None\n\n"
+"What the compiled walks read as ``obj``'s referents in place of gc.get_referents(obj), for\n"
+"the objects they read from their fields (an lru_cache's wrapper: its fields without its\n"
+"links'; a link: its key, result and type); None for any other object. The Python loop's\n"
+"graph is then the compiled walk's (graph.py).");
+
+static int
+visit_append(PyObject *op, void *arg)
+{
+    return PyList_Append((PyObject *)arg, op);
+}
+
+static PyObject *
+typed_referents(PyObject *module, PyObject *obj)
+{
+    traverseproc typed = typed_traverse(obj);
+    if (typed == NULL)
+        return Py_NewRef(Py_None);
+    PyObject *out = PyList_New(0);
+    if (out != NULL && typed(obj, visit_append, out) != 0)
+        Py_CLEAR(out);
+    return out;
+}
+
+PyDoc_STRVAR(lru_cache_dict_doc,
+"lru_cache_dict(obj) -> dict or None\n\n"
+"The cache dict of ``obj`` where it is an lru_cache's wrapper the walks read from its fields\n"
+"(typed_referents), else None: no namespace, its entries fold into it.");
+
+static PyObject *
+lru_cache_dict(PyObject *module, PyObject *obj)
+{
+    PyObject *cache = lru_cache_of(obj);
+    return Py_NewRef(cache != NULL ? cache : Py_None);
+}
+
+PyDoc_STRVAR(lru_link_class_doc,
+"lru_link_class() -> type or None\n\n"
+"The class of an lru_cache's links, as the first wrapper the walks read showed it\n"
+"(typed_referents); None before one was read.");
+
+static PyObject *
+lru_link_class(PyObject *module, PyObject *Py_UNUSED(args))
+{
+    PyObject *tp = lru_link_class_seen();
+    return Py_NewRef(tp != NULL ? tp : Py_None);
 }
 
 PyDoc_STRVAR(referent_with_id_doc,
@@ -1934,6 +1991,9 @@ static PyMethodDef walk_methods[] = {
     {"dict_entry_of", dict_entry_of, METH_VARARGS, dict_entry_of_doc},
     {"dict_own_referents", dict_own_referents, METH_O, dict_own_referents_doc},
     {"referent_with_id", referent_with_id, METH_VARARGS, referent_with_id_doc},
+    {"typed_referents", typed_referents, METH_O, typed_referents_doc},
+    {"lru_link_class", lru_link_class, METH_NOARGS, lru_link_class_doc},
+    {"lru_cache_dict", lru_cache_dict, METH_O, lru_cache_dict_doc},
     {"reads_elements", reads_elements, METH_O, reads_elements_doc},
     {"heap_blocks", heap_blocks, METH_VARARGS, heap_blocks_doc},
     {"stringio_parts", stringio_parts, METH_VARARGS, stringio_parts_doc},

@@ -76,6 +76,14 @@ extern PyTypeObject *collections_deque;
  * from a class of the payload (known_types; NULL: none): a big list, tuple or set subclass
  * with it is read a slice at a time (sequence_subclass). */
 extern traverseproc class_traverse;
+/* functools' C lru_cache wrapper (known_types, where its struct is 3.10-3.13's; NULL: none):
+ * a bounded one's and its links' referents are read from their fields (typed_traverse). */
+extern PyTypeObject *lru_wrapper;
+traverseproc typed_traverse(PyObject *obj);
+void lru_types_forget(void);
+int is_lru_link(PyObject *obj);
+PyObject *lru_cache_of(PyObject *obj);  /* borrowed, or NULL */
+PyObject *lru_link_class_seen(void);  /* borrowed, or NULL */
 
 /* -- one call's state ------------------------------------------------------------------ */
 

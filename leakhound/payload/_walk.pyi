@@ -226,10 +226,12 @@ def word_at(address: int, /) -> int:
     """The machine word at ``address``."""
 
 def known_types(ndarray: type | None, dtype: type | None, ordered_dict: type | None = ...,
-                deque: type | None = ..., heap_class: type | None = ..., /) -> None:
+                deque: type | None = ..., heap_class: type | None = ..., lru_wrapper: type | None = ...,
+                /) -> None:
     """numpy's classes: an array of objects that owns its data is read a slice at a time; an
     OrderedDict's keys are its twice; a class statement's class, whose traverse a big list,
-    tuple or set subclass read a slice at a time has."""
+    tuple or set subclass read a slice at a time has; functools' C lru_cache wrapper (3.10-3.13),
+    whose links' keys and results are read as their links' referents."""
 
 def reads_elements(obj: object, /) -> bool:
     """Whether the walks read ``obj``'s elements themselves (an array of objects)."""
@@ -242,3 +244,13 @@ def referent_with_id(obj: object, address: int, /) -> object | None:
 
 def dict_own_referents(d: dict[object, object], /) -> list[object]:
     """What ``d`` holds besides its entries (a subclass's own), its entries not listed."""
+
+def typed_referents(obj: object, /) -> list[object] | None:
+    """The referents the compiled walks read in place of gc.get_referents(obj) (an lru_cache's
+    wrapper: its fields without its links'; a link: its key, result and type), or None."""
+
+def lru_link_class() -> type | None:
+    """The class of an lru_cache's links, once a wrapper was read (typed_referents)."""
+
+def lru_cache_dict(obj: object, /) -> dict[object, object] | None:
+    """The cache dict of an lru_cache's wrapper the walks read from its fields, or None."""

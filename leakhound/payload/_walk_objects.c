@@ -842,13 +842,150 @@ visit_before_entries(PyObject *op, void *arg)
     return refs_push(b->r, op);
 }
 
-/* Into r, what the dict subclass ``d`` holds besides its entries (none for an exact dict, or
- * a subclass without a traverse or not tracked by the collector). -1 on error. */
+/* -- functools.lru_cache, read from its fields --------------------------------------------
+ *
+ * A bounded lru_cache's wrapper keeps its entries in links (a doubly linked list through the
+ * wrapper's root, each link in its cache dict too) that the collector does not track: its
+ * traverse visits every link's key, result and type, three references an entry before its
+ * cache dict. 2M entries were a step of ~110 ms read whole, and read a slice at a time every
+ * slice went through the ones before it (10M: ~200 ms a slice). As CPython 3.10-3.13 lay
+ * them out (Modules/_functoolsmodule.c: lru_cache_object, lru_list_elem), the wrapper's
+ * referents are read from its fields (its type, its cache, function, kwd_mark, link type,
+ * cache_info type and __dict__: its traverse's, without the links') and a link's are its key,
+ * its result and its type: the entries are read from the cache dict a slice at a time, each
+ * through its link. (The link's other reference, the wrapper's list's, is said by the graph's
+ * walk: _graph_walk.c dict_slice.) */
+#define LRU_WRAPPER_BYTES 152
+#define LRU_CACHE 72
+#define LRU_FUNC 88
+#define LRU_KWD_MARK 112
+#define LRU_LINK_TYPE 120
+#define LRU_INFO_TYPE 128
+#define LRU_DICT 136
+#define LRU_LINK_BYTES 56
+#define LRU_LINK_KEY 40
+#define LRU_LINK_RESULT 48
+
+/* The links' type, as the first wrapper read showed it (compared by identity only, never
+ * read through: a wrapper's reference keeps it while one is read); forgotten when
+ * known_types is given another wrapper class. */
+static PyTypeObject *lru_link_type;
+
+void
+lru_types_forget(void)
+{
+    lru_link_type = NULL;
+}
+
+PyObject *
+lru_link_class_seen(void)
+{
+    return (PyObject *)lru_link_type;
+}
+
+static inline PyObject *
+field_at(PyObject *obj, size_t offset)
+{
+    PyObject *value;
+    memcpy(&value, (const char *)obj + offset, sizeof(value));
+    return value;
+}
+
+static int
+visit_fields(PyObject *obj, const size_t *offsets, int n, visitproc visit, void *arg)
+{
+    for (int k = 0; k < n; k++) {
+        PyObject *value = field_at(obj, offsets[k]);
+        if (value != NULL) {
+            int stopped = visit(value, arg);
+            if (stopped)
+                return stopped;
+        }
+    }
+    return 0;
+}
+
+static int
+lru_wrapper_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    static const size_t fields[] = {LRU_CACHE, LRU_FUNC, LRU_KWD_MARK, LRU_LINK_TYPE, LRU_INFO_TYPE, LRU_DICT};
+    int stopped = visit((PyObject *)Py_TYPE(self), arg);
+    return stopped ? stopped : visit_fields(self, fields, 6, visit, arg);
+}
+
+static int
+lru_link_traverse(PyObject *link, visitproc visit, void *arg)
+{
+    static const size_t fields[] = {LRU_LINK_KEY, LRU_LINK_RESULT};
+    int stopped = visit_fields(link, fields, 2, visit, arg);
+    return stopped ? stopped : visit((PyObject *)Py_TYPE(link), arg);
+}
+
+/* Whether ``t`` (a wrapper's link type field) is the links' type: functools' own, of 56
+ * bytes, untracked by the collector; learnt from the first wrapper, and the same for every
+ * other (another interpreter's wrappers are read through their traverse). */
+static int
+lru_link_type_ok(PyObject *t)
+{
+    if (t == NULL || Py_TYPE(t) != &PyType_Type)
+        return 0;
+    if (lru_link_type != NULL)
+        return (PyTypeObject *)t == lru_link_type;
+    if (PyType_GetFlags((PyTypeObject *)t) & Py_TPFLAGS_HAVE_GC)
+        return 0;
+    /* (type's own members: no code of the class's runs) */
+    PyObject *size = PyObject_GetAttrString(t, "__basicsize__");
+    PyObject *name = size != NULL ? PyObject_GetAttrString(t, "__name__") : NULL;
+    int ok = name != NULL && PyLong_Check(size) && PyLong_AsSsize_t(size) == LRU_LINK_BYTES
+             && PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "_lru_list_elem") == 0;
+    Py_XDECREF(size);
+    Py_XDECREF(name);
+    PyErr_Clear();
+    if (ok)
+        lru_link_type = (PyTypeObject *)t;
+    return ok;
+}
+
+/* The cache dict of ``obj`` where it is an lru_cache's wrapper read from its fields
+ * (borrowed), else NULL. */
+PyObject *
+lru_cache_of(PyObject *obj)
+{
+    return typed_traverse(obj) == lru_wrapper_traverse ? field_at(obj, LRU_CACHE) : NULL;
+}
+
+/* Whether ``obj`` is an lru_cache's link (of the type a wrapper read showed). */
+int
+is_lru_link(PyObject *obj)
+{
+    return lru_link_type != NULL && Py_TYPE(obj) == lru_link_type;
+}
+
+/* The traverse the walks use for ``obj`` in place of its type's: a wrapper's and a link's as
+ * above; NULL for any other object (its type's traverse). */
+traverseproc
+typed_traverse(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (is_lru_link(obj))
+        return lru_link_traverse;
+    if (lru_wrapper != NULL && tp == lru_wrapper) {
+        PyObject *cache = field_at(obj, LRU_CACHE);
+        if ((cache == NULL || PyDict_CheckExact(cache)) && lru_link_type_ok(field_at(obj, LRU_LINK_TYPE)))
+            return lru_wrapper_traverse;
+    }
+    return NULL;
+}
+
 /* ``obj``'s tp_traverse where gc.get_referents would call it (its type has one and tracks
- * it: Py_TPFLAGS_HAVE_GC and tp_is_gc), else NULL (an error set only on a failure). */
+ * it: Py_TPFLAGS_HAVE_GC and tp_is_gc), else NULL (an error set only on a failure); the
+ * walks' own for an lru_cache's wrapper and links (typed_traverse). */
 traverseproc
 gc_traverse_of(PyObject *obj)
 {
+    traverseproc typed = typed_traverse(obj);
+    if (typed != NULL)
+        return typed;
     PyTypeObject *tp = Py_TYPE(obj);
     if (!(PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC))
         return NULL;
@@ -857,6 +994,8 @@ gc_traverse_of(PyObject *obj)
     return traverse == NULL || (is_gc != NULL && !is_gc(obj)) ? NULL : traverse;
 }
 
+/* Into r, what the dict subclass ``d`` holds besides its entries (none for an exact dict, or
+ * a subclass without a traverse or not tracked by the collector). -1 on error. */
 int
 referents_before_entries(PyObject *d, Refs *r)
 {
@@ -1040,6 +1179,9 @@ referents_of(Walk *w, PyObject *obj, Refs *r)
         PyObject *dict = PyModule_GetDict(obj);  /* borrowed */
         return dict == NULL ? 0 : refs_push(r, dict);
     }
+    traverseproc typed = typed_traverse(obj);
+    if (typed != NULL)  /* an lru_cache's wrapper or link: its fields */
+        return typed(obj, visit_referent, r) != 0 ? -1 : 0;
     TypeInfo *info = type_info(w, Py_TYPE(obj));
     if (info == NULL)
         return -1;

@@ -83,6 +83,7 @@ from .sizes import (
     class_from,
     for_compiled_walk,
     instance_values_bytes,
+    lru_cache_wrapper,
     mapped_native_bytes,
     native_codes,
     native_extra,
@@ -606,6 +607,12 @@ class Graph(object):
         folds = self.folds
         fold_owner = self.fold_owner
         namespaces = self.namespaces
+        # an lru_cache's wrapper and links, read from their fields as the compiled walk reads
+        # them (_walk_objects.c typed_traverse): the links' keys and results are theirs, the
+        # links the cache's (each held by the wrapper's list too), the cache folded into it
+        typed = _walk_module.typed_referents if _walk_module is not None else None
+        lru_wrapper = lru_cache_wrapper() if typed is not None else None
+        lru_link = _walk_module.lru_link_class() if lru_wrapper is not None else None
         steps = 0
         while stack:
             i = stack.pop()
@@ -624,6 +631,10 @@ class Graph(object):
             # a small tuple of its own keeps a big collection it holds a node (_graph_walk.c)
             small_tuple = not fold_any and tp is tuple
             child_namespace = not collection
+            # (an lru_cache's cache is no namespace: its entries, its links, fold into it; its
+            # id only: a reference here would keep it from folding)
+            lru_cache = id(_walk_module.lru_cache_dict(obj)) if tp is lru_wrapper and lru_wrapper is not None else 0
+            links = None  # (a dict's: an lru cache's links are held by its wrapper's list too)
             t0 = perf_counter()
             names = None
             code = native.get(id(tp), 0) if native else 0
@@ -644,6 +655,7 @@ class Graph(object):
                     if type(key) is str and not self._no_edge_to(refs[k]):
                         names.setdefault(id(refs[k]), label_of("k" + key[:MAX_LABEL_CHARS]))
                 entries = len(keys)
+                links = lru_link
                 first = (keys[0], refs[0]) if keys and refs else None
                 refs.extend(keys)
                 key = keys = None
@@ -658,9 +670,13 @@ class Graph(object):
             elif issubclass(tp, module_type):
                 refs = safe_referents(obj)
             else:
-                refs = get_referents(obj)
-                if inline_dicts:
-                    add_made_dict(obj, tp, refs, True)  # the dict's entries are read below
+                refs = typed(obj) if typed is not None and (tp is lru_wrapper or tp is lru_link) else None
+                if refs is None:
+                    refs = get_referents(obj)
+                    if inline_dicts:
+                        add_made_dict(obj, tp, refs, True)  # the dict's entries are read below
+                elif lru_link is None:
+                    lru_link = _walk_module.lru_link_class()
             if code == NATIVE_BUFFERS:
                 extra, hidden = native_extra(obj, self.native_kinds, self.native_bases, self.native_seen)
                 sizes[i] += extra
@@ -749,7 +765,8 @@ class Graph(object):
                 if j is None:
                     if issubclass(rtp, type) or rtp is module_type:
                         continue  # classes and modules are roots of their own
-                    if (fold_into and rid not in leaf_ids and getrefcount(ref) <= only_one and rid not in kept_ids
+                    if (fold_into and rid not in leaf_ids and getrefcount(ref) - (rtp is links) <= only_one
+                            and rid not in kept_ids
                             and (fold_any or (rid in sized and not (small_tuple and len(ref) > _FOLD_MIN_ENTRIES)))):
                         index[id(ref)] = -2  # held by this collection alone: part of it, no edge
                         folds.append(ref)
@@ -767,7 +784,7 @@ class Graph(object):
                     lengths_append(0)
                     if rid not in leaf_ids:
                         stack.append(j)
-                        if child_namespace and rtp is dict:
+                        if child_namespace and rtp is dict and id(ref) != lru_cache:
                             namespaces.add(j)
                 elif j < 0 or (j in walls and (ref is tp or not issubclass(rtp, type))):
                     # (a class, met from what is not its instance, is held by it: an edge; a

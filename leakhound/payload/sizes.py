@@ -826,6 +826,15 @@ def _heap_ranges():
     return array.array("Q", [value for triple in ranges for value in triple]).tobytes()
 
 
+def lru_cache_wrapper():
+    """functools' C lru_cache wrapper where the walks read its fields (3.10-3.13, whose struct
+    is 152 bytes: not a debug or free-threaded build's), else None (read by its traverse)."""
+    cls = class_from("functools", "_lru_cache_wrapper")
+    if cls is None or not (3, 10) <= sys.version_info[:2] <= (3, 13) or _basicsize(cls) != 152:
+        return None
+    return cls
+
+
 def _native_bases():
     """(kind, allowlisted C class) for each one loaded in this process."""
     out = _zlib_classes() + _stream_classes() + _upb_classes() + _hashlib_classes()
@@ -896,7 +905,7 @@ def native_types(tick=None, after_walk=False):
         deque = class_from("_collections", "deque") if sys.version_info[:2] <= (3, 13) else None
         # (SizeCache: a class statement's class, whose traverse a list subclass's shares)
         _compiled_walk.known_types(bases["ndarray"] if dtype is not None else None, dtype,
-                                   class_from("collections", "OrderedDict"), deque, SizeCache)
+                                   class_from("collections", "OrderedDict"), deque, SizeCache, lru_cache_wrapper())
         deque = None
         dtype = None
     if "ndarray" in bases:

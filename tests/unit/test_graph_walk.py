@@ -599,8 +599,11 @@ def test_a_big_list_subclass_holds_its_items_and_its_own_fields(compiled: bool) 
 @WALKS
 def test_an_lru_cache_too_long_to_traverse_at_once_holds_what_it_caches(compiled: bool) -> None:
     """A bounded lru_cache's traverse visits three references an entry (its links' results,
-    keys and type), past what is read whole: read through its traverse a slice at a time; it
-    still retains its cache, its links, keys and results."""
+    keys and type), past what is read whole. The compiled walk reads the wrapper's fields and
+    each link's (_walk_objects.c typed_traverse), the entries from its cache a slice at a
+    time, and folds the links (held by the cache and the wrapper's list) into it: no node an
+    entry (a link, its key and result each were one). It still retains its cache, its links,
+    keys and results."""
     import functools
     import gc
 
@@ -611,6 +614,8 @@ def test_an_lru_cache_too_long_to_traverse_at_once_holds_what_it_caches(compiled
     truth = block_size(cached) + block_size(cached.__dict__) + block_size(cache) + sum(
         block_size(key) + block_size(link) + block_size(row) + block_size(row[0]) + block_size(row[1])
         for key, link in cache.items() for row in [cached(key)])
+    rows = {id(cached(k + 5_000_000)) for k in range(0, 8_000, 100)}
+    links = {id(link) for link in cache.values()}
     STEPS["lru"] = [cached]  # type: ignore[list-item]
     holders = block_size(STEPS) + block_size(STEPS["lru"])
     del cache, cached
@@ -620,6 +625,8 @@ def test_an_lru_cache_too_long_to_traverse_at_once_holds_what_it_caches(compiled
     # (its __dict__'s values: the wrapped function and the names update_wrapper copied, all
     # shared with the module but the function itself and its cache_parameters lambda)
     assert 0 <= tree.retained[node] - holders - truth < 4096, (tree.retained[node] - holders, truth)
+    if compiled:
+        assert not (rows | links) & set(g.ids)  # (its results and links: no nodes)
 
 
 @pytest.mark.skipif(graph._walk_module is None, reason="the C walk was not built here")
