@@ -313,6 +313,7 @@ typedef struct {
     uint64_t cand_expect[SSL_CANDIDATES];  /* the allocation its chunk must be for (0: any) */
     int rust_tables;       /* 1: Rust's hash tables are looked for too (scan_rust_table) */
     int tagged_pointers;   /* 1: words with flags in their low bits are pointers too (scan_word) */
+    long interior_reads;   /* the globals' pointers looked behind so far (scan_global_interior) */
     uint64_t max_chunk;    /* an object's chunk over this is not followed (SSL_MAX_CHUNK) */
     int mmapped_ok;        /* 1: glibc's mmapped chunks too (a big table's) */
     uint64_t max_counted;  /* an object's mmapped chunk over max_chunk, up to this: counted, not read */
@@ -968,15 +969,18 @@ scan_rest(Scan *sc, unsigned char *buffer)
  * object's that once pointed at its start did, one run in ~150 on a loaded machine (10-14%
  * more than freeing 20 processors returns). */
 #define GLOBAL_INTERIOR_BACK 512
+/* (a read each: a library with megabytes of globals pointing into the heap stops there) */
+#define GLOBAL_INTERIOR_MAX 65536
 
 static void
 scan_global_interior(Scan *sc, uint64_t p)
 {
-    if (p < 4096 + 32 || p - 16 >= ENTRY_MAX_CHUNK)
+    if (p < 4096 + 32 || p - 16 >= ENTRY_MAX_CHUNK || sc->interior_reads >= GLOBAL_INTERIOR_MAX)
         return;
     const HeapRange *r = heap_range_of(sc->ranges, sc->nranges, (uintptr_t)p);
     if (r == NULL || p - r->start < 32)
         return;
+    sc->interior_reads++;
     uint64_t top = (p - 17) & ~(uint64_t)15;  /* the nearest chunk start whose data starts before p */
     uint64_t low = p - r->start > GLOBAL_INTERIOR_BACK ? p - GLOBAL_INTERIOR_BACK : r->start;
     low = (low + 15) & ~(uint64_t)15;
