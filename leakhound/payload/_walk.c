@@ -291,9 +291,10 @@ lru_link_class(PyObject *module, PyObject *Py_UNUSED(args))
 PyDoc_STRVAR(referent_with_id_doc,
 "referent_with_id(obj, address) -> object or None\n\n"
 "The object whose id is ``address`` among those ``obj``'s tp_traverse visits (what\n"
-"gc.get_referents(obj) lists), or None: one pass, no list made (an lru_cache of 2M entries'\n"
-"referents were a list of 6M, ~50 MB and ~100 ms, to name one step of a path through it).\n"
-"A module is never traversed (objects.safe_referents): None.");
+"gc.get_referents(obj) lists; an lru_cache's wrapper and links: what the walks read,\n"
+"typed_referents), or None: one pass, no list made (a list of a big container's referents\n"
+"was ~50 MB and ~100 ms, to name one step of a path through it). A module is never\n"
+"traversed (objects.safe_referents): None.");
 
 typedef struct {
     uintptr_t address;
@@ -319,7 +320,7 @@ referent_with_id(PyObject *module, PyObject *args)
     WithId f = {(uintptr_t)PyLong_AsVoidPtr(address), NULL};
     if (PyErr_Occurred())
         return NULL;
-    traverseproc traverse = PyModule_Check(obj) ? NULL : gc_traverse_of(obj);
+    traverseproc traverse = PyModule_Check(obj) ? NULL : walk_traverse_of(obj);
     if (traverse == NULL)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     traverse(obj, visit_with_id, &f);

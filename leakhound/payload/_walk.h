@@ -202,6 +202,7 @@ typedef struct {
 
 int deque_at(PyObject *d, Py_ssize_t pos, DequeAt *at);
 traverseproc gc_traverse_of(PyObject *obj);
+traverseproc walk_traverse_of(PyObject *obj);
 int referents_before_entries(PyObject *d, Refs *r);
 int is_big(PyObject *op);
 Py_ssize_t read_slice(Refs *r, Py_ssize_t want);

@@ -978,20 +978,28 @@ typed_traverse(PyObject *obj)
 }
 
 /* ``obj``'s tp_traverse where gc.get_referents would call it (its type has one and tracks
- * it: Py_TPFLAGS_HAVE_GC and tp_is_gc), else NULL (an error set only on a failure); the
- * walks' own for an lru_cache's wrapper and links (typed_traverse). */
+ * it: Py_TPFLAGS_HAVE_GC and tp_is_gc), else NULL (an error set only on a failure). Every
+ * reference it holds: what counts references (census_unreached.still_outside) must see an
+ * lru_cache wrapper's references to its links' keys and results, which the walks read as
+ * the links' (walk_traverse_of). */
 traverseproc
 gc_traverse_of(PyObject *obj)
 {
-    traverseproc typed = typed_traverse(obj);
-    if (typed != NULL)
-        return typed;
     PyTypeObject *tp = Py_TYPE(obj);
     if (!(PyType_GetFlags(tp) & Py_TPFLAGS_HAVE_GC))
         return NULL;
     traverseproc traverse = (traverseproc)PyType_GetSlot(tp, Py_tp_traverse);
     inquiry is_gc = (inquiry)PyType_GetSlot(tp, Py_tp_is_gc);
     return traverse == NULL || (is_gc != NULL && !is_gc(obj)) ? NULL : traverse;
+}
+
+/* The traverse the walks read ``obj``'s referents through: typed_traverse's, else
+ * gc_traverse_of's. */
+traverseproc
+walk_traverse_of(PyObject *obj)
+{
+    traverseproc typed = typed_traverse(obj);
+    return typed != NULL ? typed : gc_traverse_of(obj);
 }
 
 /* Into r, what the dict subclass ``d`` holds besides its entries (none for an exact dict, or
