@@ -39,3 +39,23 @@ def test_big_containers_are_read_in_place() -> None:
     keys = sorted({id(target), id(big)})
     counts = census_unreached._walk_module.count_references([big, [target, target]], 0, 2, keys)
     assert dict(zip(keys, counts, strict=True)) == {id(target): 200_002, id(big): 0}
+
+
+def test_an_lru_caches_results_are_held_by_its_wrapper() -> None:
+    """The walks read a bounded lru_cache's results as its links' (untracked, never among the
+    referrers); counting references still sees the wrapper's real traverse: a result is held
+    by the heap, not from C, where the wrapper was not reached."""
+    import functools
+
+    from leakhound.payload import sizes
+
+    if getattr(census_unreached._walk_module, "count_references", None) is None:
+        pytest.skip("the C helpers were not built here")
+    sizes.native_types()  # (the walks' known classes: the wrapper read from its fields)
+    cached = functools.lru_cache(maxsize=100)(lambda i: [i] * 3)
+    results = [cached(k) for k in range(50)]
+    assert census_unreached._walk_module.typed_referents(cached) is not None or sizes.lru_cache_wrapper() is None
+    candidates = results[:10]
+    referrers = [cached]
+    found = census_unreached.still_outside(candidates, referrers, held=2)
+    assert found == []
