@@ -161,7 +161,7 @@ known_types(PyObject *module, PyObject *args)
     numpy_dtype = dtype == Py_None ? NULL : (PyTypeObject *)dtype;
     ordered_dict = odict == Py_None ? NULL : (PyTypeObject *)odict;
     collections_deque = deque == Py_None ? NULL : (PyTypeObject *)deque;
-    lru_wrapper = lru == Py_None ? NULL : (PyTypeObject *)lru;
+    lru_wrapper = lru == Py_None || !lru_wrapper_fits((PyTypeObject *)lru) ? NULL : (PyTypeObject *)lru;
     if (lru_wrapper != old[4])
         lru_types_forget();
     Py_XINCREF(numpy_ndarray);

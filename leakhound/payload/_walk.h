@@ -81,6 +81,7 @@ extern traverseproc class_traverse;
 extern PyTypeObject *lru_wrapper;
 traverseproc typed_traverse(PyObject *obj);
 void lru_types_forget(void);
+int lru_wrapper_fits(PyTypeObject *tp);
 int is_lru_link(PyObject *obj);
 PyObject *lru_cache_of(PyObject *obj);  /* borrowed, or NULL */
 PyObject *lru_link_class_seen(void);  /* borrowed, or NULL */

@@ -921,6 +921,18 @@ lru_link_traverse(PyObject *link, visitproc visit, void *arg)
     return stopped ? stopped : visit((PyObject *)Py_TYPE(link), arg);
 }
 
+/* Whether ``tp`` is laid out as the wrapper read here: 152 bytes (not a debug or free-threaded
+ * build's; known_types gives no other). */
+int
+lru_wrapper_fits(PyTypeObject *tp)
+{
+    PyObject *size = PyObject_GetAttrString((PyObject *)tp, "__basicsize__");  /* (type's own member) */
+    int fits = size != NULL && PyLong_Check(size) && PyLong_AsSsize_t(size) == LRU_WRAPPER_BYTES;
+    Py_XDECREF(size);
+    PyErr_Clear();
+    return fits;
+}
+
 /* Whether ``t`` (a wrapper's link type field) is the links' type: functools' own, of 56
  * bytes, untracked by the collector; learnt from the first wrapper, and the same for every
  * other (another interpreter's wrappers are read through their traverse). */
