@@ -1270,8 +1270,9 @@ graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
 static inline int
 is_collection(PyTypeObject *tp)
 {
+    /* (an exact deque too: a replay buffer's transitions, held by it alone, are its) */
     return tp == &PyList_Type || tp == &PyTuple_Type || tp == &PyDict_Type || tp == &PySet_Type
-        || tp == &PyFrozenSet_Type;
+        || tp == &PyFrozenSet_Type || (collections_deque != NULL && tp == collections_deque);
 }
 
 /* ``op`` on the walk's stack (a new reference), with its owner word. */
@@ -2531,6 +2532,7 @@ graph_finish(GraphState *g)
     int32_t entries = 0;
     /* a dict subclass (an OrderedDict, a defaultdict) too: its entries are its values */
     if (tp == &PyList_Type || tp == &PyTuple_Type || tp == &PySet_Type || tp == &PyFrozenSet_Type
+        || (collections_deque != NULL && tp == collections_deque)
         || (PyType_GetFlags(tp) & Py_TPFLAGS_DICT_SUBCLASS))
         entries = (int32_t)(g->entries > 0x7FFFFFFF ? 0x7FFFFFFF : g->entries);
     long long size = g->cur_size;

@@ -34,6 +34,7 @@ Shape of the graph:
 # (payload code, Python 3.8+ without annotations: locals are rebound to None to drop references)
 
 import array
+import collections
 import gc
 import os
 import sys
@@ -128,7 +129,10 @@ _ModuleType = type(sys)
 # Containers with neither an instance dict nor slots: no attribute names to look up.
 _PLAIN_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, bytearray, types.FunctionType,
                                          types.MethodType, types.CodeType, types.CellType))
-_SIZED_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, dict))
+# (an exact deque too where the compiled walk reads its blocks, as _graph_walk.c is_collection:
+# a replay buffer's transitions are its)
+_SIZED_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, dict)
+                       + ((collections.deque,) if sys.version_info[:2] <= (3, 13) else ()))
 _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 # Labels are mostly dict keys (attribute names come from slots; the owners' paths are named
 # by the target afterwards, name_paths): ~150 bytes each in the target with their index and
