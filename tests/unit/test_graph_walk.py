@@ -1015,3 +1015,22 @@ def test_the_walks_tables_go_back_to_the_kernel_with_the_graph() -> None:
     assert raw > 40000 * 8
     assert during > before  # the blocks of 40,000 nodes' records: in the pool's slabs
     assert after <= before
+
+
+@WALKS
+def test_a_deques_items_it_alone_holds_are_folded_into_it(compiled: bool) -> None:
+    """A replay buffer (an exact deque) holds its transitions alone: they are part of it, no
+    nodes (1.5M transitions were 1.54M nodes), and it retains them."""
+    import collections
+
+    buffer = collections.deque((f"transition-{k}", k + 9_000_000) for k in range(5_000))
+    rows = {id(t) for t in list(buffer)[::50]}
+    truth = block_size(buffer) + sum(block_size(t) + block_size(t[0]) + block_size(t[1]) for t in buffer)
+    STEPS["buffer"] = [buffer]  # type: ignore[list-item]
+    holders = block_size(STEPS) + block_size(STEPS["buffer"])
+    del buffer
+    g, _deep_bytes = _walked_steps(compiled, ())
+    tree = dominators.dominators(g)
+    node = list(g.ids).index(id(STEPS))
+    assert tree.retained[node] - holders == truth, (tree.retained[node] - holders, truth)
+    assert not rows & set(g.ids)
