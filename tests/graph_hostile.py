@@ -37,6 +37,7 @@ import zlib
 from typing import Any
 
 from leakhound.payload import graph
+from leakhound.payload import sizes as payload_sizes
 from leakhound.payload.graph_wire import binary_pieces, json_pieces
 from tests import walk_hostile as wh
 
@@ -472,6 +473,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.so:
         graph._walk_module = wh.load_walk(args.so)
+        # (the classes the payload's walks know, given to it as the payload gives its own module
+        # at each walk: sizes.native_types calls known_types on the module it imported)
+        imported = payload_sizes._compiled_walk
+        payload_sizes._compiled_walk = graph._walk_module
+        try:
+            payload_sizes.native_types()
+        finally:
+            payload_sizes._compiled_walk = imported
     if graph._walk_module is None:
         print("the C walk is not built here", file=sys.stderr)
         return 2
