@@ -77,6 +77,7 @@ from .objects import (
 )
 from .pacing import Clock, unsplit_step_fits
 from .sizes import (
+    DEQUE_BLOCKS_READ,
     NATIVE_BUFFERS,
     STRUCT_SUBCLASSED,
     SizeCache,
@@ -132,7 +133,7 @@ _PLAIN_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, bytearray,
 # (an exact deque too where the compiled walk reads its blocks, as _graph_walk.c is_collection:
 # a replay buffer's transitions are its)
 _SIZED_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, dict)
-                       + ((collections.deque,) if sys.version_info[:2] <= (3, 13) else ()))
+                       + ((collections.deque,) if DEQUE_BLOCKS_READ else ()))
 _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 # Labels are mostly dict keys (attribute names come from slots; the owners' paths are named
 # by the target afterwards, name_paths): ~150 bytes each in the target with their index and
@@ -637,7 +638,7 @@ class Graph(object):
             child_namespace = not collection
             # (an lru_cache's cache is no namespace: its entries, its links, fold into it; its
             # id only: a reference here would keep it from folding)
-            lru_cache = id(_walk_module.lru_cache_dict(obj)) if tp is lru_wrapper and lru_wrapper is not None else 0
+            lru_cache = id(_walk_module.lru_cache_dict(obj)) if tp is lru_wrapper else 0
             links = None  # (a dict's: an lru cache's links are held by its wrapper's list too)
             t0 = perf_counter()
             names = None

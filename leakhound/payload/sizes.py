@@ -826,6 +826,11 @@ def _heap_ranges():
     return array.array("Q", [value for triple in ranges for value in triple]).tobytes()
 
 
+# A deque's blocks are CPython's private struct, read as 3.8-3.13 lay it out (the compiled
+# walks: deque_at); where they are, the graph's walks take an exact deque for a collection.
+DEQUE_BLOCKS_READ = sys.version_info[:2] <= (3, 13)
+
+
 def lru_cache_wrapper():
     """functools' C lru_cache wrapper where the walks read its fields (3.10-3.13, whose struct
     is 152 bytes: not a debug or free-threaded build's), else None (read by its traverse)."""
@@ -901,8 +906,7 @@ def native_types(tick=None, after_walk=False):
     if _compiled_walk is not None:
         # the walks read an array of objects' elements themselves (_walk.reads_elements)
         dtype = class_from("numpy", "dtype") if "ndarray" in bases else None
-        # (a deque's blocks are CPython's private struct, read as 3.8-3.13 lay it out)
-        deque = class_from("_collections", "deque") if sys.version_info[:2] <= (3, 13) else None
+        deque = class_from("_collections", "deque") if DEQUE_BLOCKS_READ else None
         # (SizeCache: a class statement's class, whose traverse a list subclass's shares)
         _compiled_walk.known_types(bases["ndarray"] if dtype is not None else None, dtype,
                                    class_from("collections", "OrderedDict"), deque, SizeCache, lru_cache_wrapper())
