@@ -28,7 +28,7 @@ SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generat
           "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
           "linked_list",
           "two_indexes", "signal_closure", "dynamic_classes", "stuck_tasks",
-          "plugin_modules", "connection_threads", "metric_labels"]
+          "plugin_modules", "connection_threads", "metric_labels", "executor_backlog"]
 # Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
 # threading.local keys its dicts by the threads' dummies) and C state on the other versions.
 CASES = [(shape, "3.11") for shape in SHAPES]
@@ -45,6 +45,8 @@ CASES += [("plugin_modules", v) for v in ("3.10", "3.13")]
 CASES += [("connection_threads", v) for v in ("3.10", "3.12", "3.13")]
 # (3.10: a value's attribute names are met once per value's dict; 3.10-3.13: each lock's semaphore)
 CASES += [("metric_labels", v) for v in ("3.10", "3.12", "3.13")]
+# (3.13: the executor's SimpleQueue holds its jobs in a C ring buffer, no list between)
+CASES += [("executor_backlog", v) for v in ("3.12", "3.13")]
 
 
 @pytest.mark.parametrize(("shape", "version"), CASES)
@@ -79,7 +81,7 @@ def test_the_census_owners_name_what_the_interpreter_keeps_for_the_program(shape
 
 @pytest.mark.parametrize("shape", ["mutable_default", "lru_cache", "atexit_args", "linked_list", "two_indexes",
                                    "signal_closure", "dynamic_classes", "stuck_tasks",
-                                   "plugin_modules", "connection_threads", "metric_labels"])
+                                   "plugin_modules", "connection_threads", "metric_labels", "executor_backlog"])
 def test_watch_names_it_growing_at_the_targets_rate(shape: str, tmp_path: Path) -> None:
     """The owner inside a C field found again by its ids in every cheap sample, its items those
     of the collection that grows (a function's defaults tuple never does); the lists held from C

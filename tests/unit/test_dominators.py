@@ -162,6 +162,28 @@ def test_a_dict_subclass_is_a_collection_not_a_namespace(container: bool) -> Non
         assert owners[:2] == [("__main__.WIDE", 200_000_000), ("__main__.WIDE.note", 4_000_000)]
 
 
+@pytest.mark.parametrize("named", [False, True])
+def test_a_c_containers_alike_entries_are_its_not_parts_of_a_namespace(named: bool) -> None:
+    """A C object holding 6 alike items through its traverse (3.13's ``queue.SimpleQueue``
+    keeps its items in a ring buffer of its own: no list between) is their owner, as a
+    collection is: the items were 6 owners of their own, the queue none. Where its edges
+    carry names (an instance's attributes) it is a namespace still: each part an owner."""
+    # 1 module __main__, 2 its dict, 3 QUEUE (a SimpleQueue), 4..9 items, 10..15 a bytes each
+    types = ["<root>", "module", "dict", "_queue.SimpleQueue", "__main__.Job", "bytes"]
+    items = list(range(4, 10))
+    edges = [(0, 1), (1, 2), (2, 3)] + [(3, k) for k in items] + [(k, k + 6) for k in items]
+    labels = ["d", "kQUEUE"] + [f"apart{k}" for k in items] + ["abody"]
+    lab = [-1, 0, 1] + [2 + j if named else -1 for j in range(6)] + [len(labels) - 1] * 6
+    sizes = [0, 72, 1000, 96] + [56] * 6 + [1_000_000] * 6
+    graph = make_graph(16, edges, sizes, roots=[(1, "__main__", "module", 0)], labels=labels, lab=lab,
+                       type_names=types, types=[0, 1, 2, 3] + [4] * 6 + [5] * 6)
+    owners = [(o.path, o.retained_bytes) for o in dom.find_owners(graph, top=8).owners]
+    if named:
+        assert sorted(owners) == [(f"__main__.QUEUE.part{k}.body", 1_000_000) for k in items], owners
+    else:
+        assert owners == [("__main__.QUEUE", 96 + 6 * 1_000_056)], owners
+
+
 def test_the_payload_says_which_types_are_collections() -> None:
     class Registry(dict):  # type: ignore[type-arg]
         pass

@@ -158,6 +158,22 @@ class OwnerFinder:
             return self._out_degree(p) == 1
         return not self.graph.is_container(v) and name not in _LEAVES
 
+    def _unnamed_entries(self, v: int, big: list[int]) -> bool:
+        """Whether ``big`` (two or more children of ``v`` in the tree) are the entries of a C
+        container: all of one type, each held by an edge from ``v`` no name labels (its
+        tp_traverse's, not an attribute's). Python 3.13's ``queue.SimpleQueue`` holds its items
+        in a ring buffer of its own (3.12's in a list): 400 work items of a
+        ``ThreadPoolExecutor``'s queue were 400 owners of 100 KB, the queue none."""
+        if len(big) < 2 or v in self.root_kind:
+            return False
+        kind = self.graph.types[big[0]]
+        if any(self.graph.types[c] != kind for c in big):
+            return False
+        out, out_ids = self._out_edges()
+        g = self.graph
+        unnamed = {g.dst[e] for e in (out_ids[k] for k in range(out[v], out[v + 1])) if g.lab[e] < 0}
+        return all(c in unnamed for c in big)
+
     def _out_edges(self) -> tuple[Sequence[int], Sequence[int]]:
         """The graph's edges by source (offsets, edge ids), made on first use."""
         if self._out is None or self._out_ids is None:
@@ -227,7 +243,7 @@ class OwnerFinder:
                 if retained[c] < threshold:
                     break
                 big.append(c)
-            namespace = v == 0 or self._namespace(v)
+            namespace = v == 0 or (self._namespace(v) and not self._unnamed_entries(v, big))
             shared, taken = self._shared(v, threshold) if namespace else ([], set())
             if taken:
                 big = [c for c in big if c not in taken]
