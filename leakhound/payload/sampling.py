@@ -208,6 +208,23 @@ def alike_items(path, wanted_type):
     return count
 
 
+def _items(obj):
+    """A container's length (the C slot of a built-in), or a ``queue.SimpleQueue``'s items
+    (its own C ``qsize``: it has no length, and 3.13's keeps them in a ring buffer of its own,
+    an owner the full samples name itself); None for any other object."""
+    n = builtin_length(obj, _SAMPLED_SIZED)
+    if n is not None:
+        return n
+    module = sys.modules.get("_queue")  # (not loaded: no SimpleQueue exists)
+    simple = module.__dict__.get("SimpleQueue") if type(module) is _ModuleType else None
+    if type(simple) is type and issubclass(type(obj), simple):
+        try:
+            return simple.qsize(obj)  # type: ignore[attr-defined]
+        except Exception:
+            return None
+    return None
+
+
 def owner_items(owners):
     """``[{"ids": [...], "type": T, "path": P}, ...]`` -> one ``{"found": bool, "items": n}``
     each: found when the object at the end of its ids (else, with no ids, the object its path
@@ -240,7 +257,7 @@ def owner_items(owners):
         if obj is None or (type(wanted_type) is str and wanted_type and type_name(type(obj)) != wanted_type):
             out.append({"found": False, "items": None})
         else:
-            out.append({"found": True, "items": builtin_length(obj, _SAMPLED_SIZED)})
+            out.append({"found": True, "items": _items(obj)})
         obj = None
     roots = None
     return out
