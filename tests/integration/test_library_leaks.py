@@ -28,7 +28,7 @@ SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generat
           "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
           "linked_list",
           "two_indexes", "signal_closure", "dynamic_classes", "stuck_tasks",
-          "plugin_modules", "connection_threads", "metric_labels", "executor_backlog"]
+          "plugin_modules", "connection_threads", "metric_labels", "executor_backlog", "pickler_memo"]
 # Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
 # threading.local keys its dicts by the threads' dummies) and C state on the other versions.
 CASES = [(shape, "3.11") for shape in SHAPES]
@@ -47,6 +47,8 @@ CASES += [("connection_threads", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("metric_labels", v) for v in ("3.10", "3.12", "3.13")]
 # (3.13: the executor's SimpleQueue holds its jobs in a C ring buffer, no list between)
 CASES += [("executor_backlog", v) for v in ("3.12", "3.13")]
+# (3.11+: the Pickler's memo, a C table, is its traverse's; a record each, alike and unnamed)
+CASES += [("pickler_memo", v) for v in ("3.12", "3.13")]
 
 
 @pytest.mark.parametrize(("shape", "version"), CASES)
