@@ -166,11 +166,10 @@ class OwnerFinder:
         ``ThreadPoolExecutor``'s queue were 400 owners of 100 KB, the queue none."""
         if len(big) < 2 or v in self.root_kind:
             return False
-        kind = self.graph.types[big[0]]
-        if any(self.graph.types[c] != kind for c in big):
+        g = self.graph
+        if any(g.types[c] != g.types[big[0]] for c in big):
             return False
         out, out_ids = self._out_edges()
-        g = self.graph
         unnamed = {g.dst[e] for e in (out_ids[k] for k in range(out[v], out[v + 1])) if g.lab[e] < 0}
         return all(c in unnamed for c in big)
 
