@@ -1042,6 +1042,10 @@ typedef struct {
     size_t groups_mask;
     Py_ssize_t ngroups;
     int32_t seen_lab[FOLD_EDGE_SLOTS];
+    /* how many times that edge was made: twice at most, so that leakhound tells an object
+     * several entries hold together (400 views of one array in a dict: freeing one entry
+     * frees nothing) from one entry's own (analysis/dominators/owners.py ``_refers``) */
+    unsigned char seen_n[FOLD_EDGE_SLOTS];
     /* label id -> the label "f<label>" of an edge from a folded entry (-2: not asked yet) */
     int32_t *fold_labels;
     Py_ssize_t fold_labels_len;
@@ -2510,11 +2514,17 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                     return -1;
             }
             size_t h = addr_hash(address ^ (i * 0x9E3779B97F4A7C15ULL), FOLD_EDGE_SLOTS - 1);
-            if (g->seen_src[h] == i && g->seen_dst[h] == address && g->seen_lab[h] == (int32_t)label)
-                continue;  /* the same edge from the same collection: made already */
-            g->seen_src[h] = i;
-            g->seen_dst[h] = address;
-            g->seen_lab[h] = (int32_t)label;
+            if (g->seen_src[h] == i && g->seen_dst[h] == address && g->seen_lab[h] == (int32_t)label) {
+                if (g->seen_n[h] >= 2)
+                    continue;  /* the same edge from the same collection: made twice already */
+                g->seen_n[h] = 2;
+            }
+            else {
+                g->seen_src[h] = i;
+                g->seen_dst[h] = address;
+                g->seen_lab[h] = (int32_t)label;
+                g->seen_n[h] = 1;
+            }
         }
         if (graph_add_edge(g, i, address, (int32_t)label) < 0)
             return -1;

@@ -57,6 +57,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 # shape -> the owner's path
 OWNERS = {
     "numpy_views": "__main__.VIEWS",
+    "numpy_shared_base": "__main__.BATCHES",
     "numpy_object": "__main__.ROWS",
     "numpy_object_grid": "__main__.COLUMNS",
     "pillow": "__main__.IMAGES",
@@ -103,10 +104,13 @@ def test_native_buffers_belong_to_their_owner(tmp_path: Path, shape: str, versio
     _check(tmp_path, shape, native_python(version, torch=shape == "torch"))
 
 
-@pytest.mark.parametrize("shape", ["numpy_views", "numpy_object", "numpy_object_grid", "pillow", "torch", "mmap"])
+@pytest.mark.parametrize("shape", ["numpy_views", "numpy_shared_base", "numpy_object", "numpy_object_grid", "pillow",
+                                   "torch", "mmap"])
 def test_native_buffers_belong_to_their_dominator_owner(tmp_path: Path, shape: str) -> None:
     # The object graph sizes nodes as the census does: without it a numpy view's base (held
     # by the view alone, not listed by gc) and a tensor's storage were in no owner's bytes.
+    # numpy_shared_base: the dict's views fold into it, their base dominated by it; the owner
+    # was the base, named ``__main__.BATCHES[]`` as if one entry freed it.
     python = installed_pythons()["3.11"] if shape == "mmap" else native_python("3.11", torch=shape == "torch")
     _check(tmp_path, shape, python, owner_model="dominator")
 

@@ -725,3 +725,29 @@ def test_a_frame_reached_from_a_running_generator_is_still_soft() -> None:
     tree = dom.dominators(dom.soften(graph))
     assert tree.retained[1] == 100 + 200 + 10 * 1000  # the module keeps its registry
     assert tree.retained[3] == 50 + 500
+
+
+@pytest.mark.parametrize("folded", [False, True])
+def test_what_a_collections_entries_hold_together_is_the_collections(folded: bool) -> None:
+    """A dict of 6 numpy views of one 40 MB array: the array's dominator is the dict, which
+    does not hold it once as an entry would (through 6 views; folded into the dict, the views
+    leave it two edges of its own, _graph_walk.c ``seen_n``). The owner is the dict: the array,
+    named ``__main__.CACHE[]``, was listed as if one entry freed it. A dict holding one big
+    array as one entry still names the entry."""
+    # 1 module __main__, 2 its dict, 3 CACHE, 4..9 views (not folded), 10 the base array
+    types = ["<root>", "module", "dict", "numpy.ndarray"]
+    if folded:
+        edges = [(0, 1), (1, 2), (2, 3), (3, 10), (3, 10)]
+    else:
+        edges = [(0, 1), (1, 2), (2, 3)] + [(3, k) for k in range(4, 10)] + [(k, 10) for k in range(4, 10)]
+    lab = [-1, 0, 1] + [-1] * (len(edges) - 3)
+    sizes = [0, 72, 1000, 5000] + [112] * 6 + [40_000_000]
+    graph = make_graph(11, edges, sizes, roots=[(1, "__main__", "module", 0)], labels=["d", "kCACHE"], lab=lab,
+                       type_names=types, types=[0, 1, 2, 2] + [3] * 7)
+    owners = [(o.path, o.retained_bytes) for o in dom.find_owners(graph, top=4).owners]
+    views = 0 if folded else 6 * 112
+    assert owners == [("__main__.CACHE", 5000 + views + 40_000_000)], owners
+    one = make_graph(5, [(0, 1), (1, 2), (2, 3), (3, 4)], [0, 72, 1000, 5000, 40_000_000],
+                     roots=[(1, "__main__", "module", 0)], labels=["d", "kCACHE"], lab=[-1, 0, 1, -1],
+                     type_names=types, types=[0, 1, 2, 2, 3])
+    assert [o.path for o in dom.find_owners(one, top=4).owners] == ["__main__.CACHE[]"]

@@ -197,6 +197,21 @@ class OwnerFinder:
             return self.graph.type_of(self.graph.dst[out_ids[k]])
         return self.graph.type_of(v)
 
+    def _edges_to(self, v: int, c: int, most: int) -> int:
+        """How many edges go from ``v`` to ``c`` (counted up to ``most``). The descent takes
+        only a child ``v`` holds once: one ``v`` holds through several of its entries (400
+        views of one numpy array in a dict, each folded into the dict: the payload makes such
+        an edge twice, _graph_walk.c ``seen_n``) or not at all (held by several of its parts)
+        is no entry one could drop; the dict is what frees it. It was named ``CACHE[]``."""
+        out, out_ids = self._out_edges()
+        dst, n = self.graph.dst, 0
+        for k in range(out[v], out[v + 1]):
+            if dst[out_ids[k]] == c:
+                n += 1
+                if n >= most:
+                    break
+        return n
+
     def _out_degree(self, v: int) -> int:
         out, _out_ids = self._out_edges()
         return out[v + 1] - out[v]
@@ -219,7 +234,8 @@ class OwnerFinder:
             head = False
             while True:
                 kids = self.children(v)
-                if kids and retained[kids[0]] >= DESCEND_SHARE * retained[v] and retained[kids[0]] >= threshold:
+                if (kids and retained[kids[0]] >= DESCEND_SHARE * retained[v] and retained[kids[0]] >= threshold
+                        and (v == 0 or self._edges_to(v, kids[0], 2) == 1)):
                     links = self._chain(v, threshold)
                     if links and retained[links[-1]] < DESCEND_SHARE * retained[v]:
                         head = True  # a linked list: its head holds what its links hold
