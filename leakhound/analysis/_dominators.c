@@ -1045,7 +1045,10 @@ typedef struct {
     /* owners.py SHARED_MAX_PARTS (more parts hold it: the program's fabric, left out) and
      * SHARED_RESOLVE_DEPTH (how many times over a shared part stands for its own parts) */
     int max_parts, resolve_depth;
+    /* owners.py SHARED_MAX_KIN: a kid's parts that are kids held together themselves, looked at */
+    int max_kin;
     i32 *stamp, *part, *depth, *row;
+    signed char *own;  /* whether v holds the node itself (-1: not known yet) */
     unsigned char *is_root;
     /* the graph's columns, checked once (held: bytes objects, immutable) */
     PyObject *held[7];
@@ -1054,7 +1057,7 @@ typedef struct {
 } shared_memo;
 
 static void shared_memo_drop(shared_memo *st) {
-    free(st->stamp); free(st->part); free(st->depth); free(st->row); free(st->is_root);
+    free(st->stamp); free(st->part); free(st->depth); free(st->row); free(st->is_root); free(st->own);
     for (int k = 0; k < 7; k++)
         Py_XDECREF(st->held[k]);
     free(st);
@@ -1073,6 +1076,7 @@ static inline void memo_touch(shared_memo *st, i32 x) {
         st->part[x] = -2;
         st->depth[x] = -1;
         st->row[x] = -1;
+        st->own[x] = -1;
     }
 }
 
@@ -1104,18 +1108,18 @@ static i32 common_under(const i32 *idom, shared_memo *st, i32 a, i32 b) {
 }
 
 /* shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types, max_parts,
- * resolve_depth) -> the memo shared() keeps between calls over one graph of n nodes and m
+ * resolve_depth, max_kin) -> the memo shared() keeps between calls over one graph of n nodes and m
  * edges: its columns checked once (each a bytes object; ``roots``: int32 node ids, never a kid
  * held together), and owners.py's bounds. */
 static PyObject *shared_state(PyObject *self, PyObject *args) {
     Py_ssize_t n, m;
     PyObject *o[7], *roots_o;  /* idom, src, pred_off, pred_ids, retained, counts, types */
-    int max_parts, resolve_depth;
-    if (!PyArg_ParseTuple(args, "nnOOOOOOOOii", &n, &m, &o[0], &o[1], &o[2], &o[3], &roots_o, &o[4], &o[5], &o[6],
-                          &max_parts, &resolve_depth))
+    int max_parts, resolve_depth, max_kin;
+    if (!PyArg_ParseTuple(args, "nnOOOOOOOOiii", &n, &m, &o[0], &o[1], &o[2], &o[3], &roots_o, &o[4], &o[5], &o[6],
+                          &max_parts, &resolve_depth, &max_kin))
         return NULL;
     if (n < 1 || n >= INT32_MAX || m < 0 || m >= INT32_MAX || !PyBytes_Check(roots_o) || max_parts < 2
-            || resolve_depth < 0) {
+            || resolve_depth < 0 || max_kin < 0) {
         PyErr_SetString(PyExc_ValueError, "bad arguments");
         return NULL;
     }
@@ -1143,12 +1147,14 @@ static PyObject *shared_state(PyObject *self, PyObject *args) {
     st->m = m;
     st->max_parts = max_parts;
     st->resolve_depth = resolve_depth;
+    st->max_kin = max_kin;
     st->stamp = calloc((size_t)n, 4);  /* gen starts at 1: nothing current */
     st->part = malloc((size_t)n * 4);
     st->depth = malloc((size_t)n * 4);
     st->row = malloc((size_t)n * 4);
     st->is_root = calloc((size_t)n, 1);
-    if (!st->stamp || !st->part || !st->depth || !st->row || !st->is_root) {
+    st->own = malloc((size_t)n);
+    if (!st->stamp || !st->part || !st->depth || !st->row || !st->is_root || !st->own) {
         shared_memo_drop(st);
         return PyErr_NoMemory();
     }
@@ -1214,6 +1220,78 @@ static int add_part(i32 **out, i32 **anc, Py_ssize_t *cap, Py_ssize_t start, Py_
     return 0;
 }
 
+/* Whether v holds x itself (an edge from v to x): x is one of v's own parts. */
+static int holds_itself(shared_memo *st, i32 v, i32 x) {
+    memo_touch(st, x);
+    if (st->own[x] < 0) {
+        st->own[x] = 0;
+        for (i32 j = st->poff[x]; j < st->poff[x + 1]; j++)
+            if (st->src[st->pids[j]] == v) {
+                st->own[x] = 1;
+                break;
+            }
+    }
+    return st->own[x];
+}
+
+/* How many of parts[0, used) are no kid held together (no row of this call). */
+static Py_ssize_t plain_parts(shared_memo *st, const i32 *parts, Py_ssize_t used) {
+    Py_ssize_t plain = 0;
+    for (Py_ssize_t s = 0; s < used; s++) {
+        memo_touch(st, parts[s]);
+        plain += st->row[parts[s]] < 0;
+    }
+    return plain;
+}
+
+static i32 chain_find(i32 *up, i32 k) {
+    while (up[k] != k) {
+        up[k] = up[up[k]];
+        k = up[k];
+    }
+    return k;
+}
+
+/* The group whose parts are (tp, ta)[0, used), sorted here (ascending): found by its parts, its
+ * anchors merged, or made (appended to gp/ga, goff); its number, or -1 (no memory). */
+static i32 group_of_parts(i32 *tp, i32 *ta, Py_ssize_t used, i32 *slots, Py_ssize_t gslots, i32 **gp, i32 **ga,
+                          Py_ssize_t *gcap, Py_ssize_t *gused, i32 *goff, Py_ssize_t *ng, const i32 *idom,
+                          shared_memo *depth) {
+    for (Py_ssize_t a = 1; a < used; a++) {  /* an insertion sort (few) */
+        i32 kp = tp[a], ka = ta[a];
+        Py_ssize_t b = a;
+        for (; b > 0 && tp[b - 1] > kp; b--) {
+            tp[b] = tp[b - 1];
+            ta[b] = ta[b - 1];
+        }
+        tp[b] = kp;
+        ta[b] = ka;
+    }
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t s = 0; s < used; s++)
+        h = (h ^ (uint64_t)(uint32_t)tp[s]) * 1099511628211ULL;
+    Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(gslots - 1));
+    while (slots[slot] >= 0) {
+        i32 x = slots[slot];
+        if (goff[x + 1] - goff[x] == used && memcmp(*gp + goff[x], tp, (size_t)used * 4) == 0) {
+            for (Py_ssize_t s = 0; s < used; s++)
+                (*ga)[goff[x] + s] = common_under(idom, depth, (*ga)[goff[x] + s], ta[s]);
+            return x;
+        }
+        slot = (slot + 1) & (gslots - 1);
+    }
+    if (grow_pair(gp, ga, gcap, *gused, used))
+        return -1;
+    i32 g = (i32)(*ng)++;
+    slots[slot] = g;
+    goff[g] = (i32)*gused;
+    memcpy(*gp + *gused, tp, (size_t)used * 4);
+    memcpy(*ga + *gused, ta, (size_t)used * 4);
+    *gused += used;
+    goff[g + 1] = (i32)*gused;
+    return g;
+}
+
 /* shared(state, v, kids)
  *   -> (group of each kid, group offsets, parts, anchors, items, bytes, objects, type, first):
  * what v's parts hold together (owners.py ``_shared``). A kid of v (its child in the dominator
@@ -1250,7 +1328,8 @@ static PyObject *shared(PyObject *self, PyObject *args) {
     i32 *seen = calloc((size_t)(nk ? nk : 1), 4);  /* rows expanded for kid k: k + 1 */
     unsigned char *within = calloc((size_t)(nk ? nk : 1), 1);
     i32 *rp = NULL, *ra = NULL, *gp = NULL, *ga = NULL, *tmp_p = NULL, *tmp_a = NULL, *slots = NULL;
-    i32 *nxt_p = NULL, *nxt_a = NULL;
+    i32 *nxt_p = NULL, *nxt_a = NULL, *up = NULL;
+    unsigned char *open_ = NULL;
     Py_ssize_t rcap = 0, rused = 0, gcap = 0, gused = 0, tcap = 0, ncap = 0;
     i32 *goff = NULL, *gtype = NULL, *gfirst = NULL;
     int64_t *gitems = NULL, *gall = NULL, *gbytes = NULL, *gobjects = NULL;
@@ -1262,13 +1341,14 @@ static PyObject *shared(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     memo_touch(st, (i32)v);
     st->depth[v] = 0;
-    /* 1. each kid's parts, as its referrers give them */
+    /* 1. each kid's parts, as its referrers give them (those that are kids held together
+     * themselves, ``kin``: max_kin at most, counted against no bound) */
     for (Py_ssize_t k = 0; k < nk && !failed; k++) {
         i32 c = kids[k];
         roff[k] = (i32)rused;
         if (is_root[c] || idom[c] != v)
             continue;
-        Py_ssize_t start = rused;
+        Py_ssize_t start = rused, kin = 0;
         int keep = 1;
         for (i32 j = poff[c]; j < poff[c + 1] && keep && !failed; j++) {
             i32 p = src[pids[j]];
@@ -1292,8 +1372,18 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                 keep = 0;
                 break;
             }
+            if (q != c && !holds_itself(st, (i32)v, q)) {
+                int known = 0;
+                for (Py_ssize_t s2 = start; s2 < rused && !known; s2++)
+                    known = rp[s2] == q;
+                if (!known) {
+                    if (kin >= st->max_kin)
+                        continue;
+                    kin++;
+                }
+            }
             failed = add_part(&rp, &ra, &rcap, start, &rused, q, p, idom, depth) != 0;
-            if (rused - start > st->max_parts)
+            if (rused - start - kin > st->max_parts)
                 keep = 0;
         }
         if (!keep || rused - start < 2) {
@@ -1306,13 +1396,31 @@ static PyObject *shared(PyObject *self, PyObject *args) {
     }
     if (!failed)
         roff[nk] = (i32)rused;
+    /* kids held by one another are one structure (a chain: a document's elements, each held by
+     * its siblings, that two roots reach into): joined here, their parts those of the whole
+     * where SHARED_RESOLVE_DEPTH levels do not resolve one of them (2b) */
+    up = failed ? NULL : malloc((size_t)(nk ? nk : 1) * 4);
+    open_ = failed ? NULL : calloc((size_t)(nk ? nk : 1), 1);
+    failed = failed || !up || !open_;
+    for (Py_ssize_t k = 0; k < nk && !failed; k++)
+        up[k] = (i32)k;
+    for (Py_ssize_t k = 0; k < nk && !failed; k++)
+        for (i32 r = roff[k]; r < roff[k + 1]; r++) {
+            memo_touch(st, rp[r]);
+            i32 row = row_of[rp[r]];
+            if (row >= 0 && row != (i32)k) {
+                i32 ra_ = chain_find(up, (i32)k), rb_ = chain_find(up, row);
+                if (ra_ != rb_)
+                    up[ra_ > rb_ ? ra_ : rb_] = ra_ < rb_ ? ra_ : rb_;
+            }
+        }
     /* 2. parts that are shared kids themselves stand for their own parts; 3. kids grouped by
      * their parts (open addressing on the sorted parts) */
     gslots = 1024;
-    while (gslots < 2 * (nk + 1))
+    while (gslots < 4 * (nk + 1))
         gslots *= 2;
     slots = failed ? NULL : malloc((size_t)gslots * 4);
-    goff = failed ? NULL : malloc((size_t)(nk + 1) * 4);
+    goff = failed ? NULL : malloc((size_t)(2 * nk + 2) * 4);
     failed = failed || !slots || !goff;
     if (!failed) {
         memset(slots, 0xff, (size_t)gslots * 4);
@@ -1345,7 +1453,7 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                 for (i32 r = roff[row]; r < roff[row + 1] && !failed; r++)
                     failed = add_part(&nxt_p, &nxt_a, &ncap, 0, &next, rp[r], ra[r], idom, depth) != 0;
             }
-            if (next > st->max_parts) {
+            if (plain_parts(st, nxt_p, next) > st->max_parts) {
                 used = 0;  /* (left out, as above) */
                 break;
             }
@@ -1364,49 +1472,58 @@ static PyObject *shared(PyObject *self, PyObject *args) {
             Py_ssize_t cap_swap = tcap; tcap = ncap; ncap = cap_swap;
             used = next;
         }
+        for (Py_ssize_t s = 0; s < used && !failed; s++) {
+            memo_touch(st, tmp_p[s]);
+            i32 row = row_of[tmp_p[s]];
+            if (row >= 0 && row != (i32)k && seen[row] != (i32)k + 1) {
+                open_[k] = 1;  /* a kid left unresolved: a chain (2b) */
+                break;
+            }
+        }
         if (failed || used < 2)
             continue;
-        for (Py_ssize_t a = 1; a < used; a++) {  /* ascending: an insertion sort (few) */
-            i32 kp = tmp_p[a], ka = tmp_a[a];
-            Py_ssize_t b = a;
-            for (; b > 0 && tmp_p[b - 1] > kp; b--) {
-                tmp_p[b] = tmp_p[b - 1];
-                tmp_a[b] = tmp_a[b - 1];
-            }
-            tmp_p[b] = kp;
-            tmp_a[b] = ka;
-        }
-        uint64_t h = 1469598103934665603ULL;
-        for (Py_ssize_t s = 0; s < used; s++)
-            h = (h ^ (uint64_t)(uint32_t)tmp_p[s]) * 1099511628211ULL;
-        Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(gslots - 1));
-        i32 g = -1;
-        while (slots[slot] >= 0) {
-            i32 x = slots[slot];
-            if (goff[x + 1] - goff[x] == used && memcmp(gp + goff[x], tmp_p, (size_t)used * 4) == 0) {
-                g = x;
-                break;
-            }
-            slot = (slot + 1) & (gslots - 1);
-        }
+        i32 g = group_of_parts(tmp_p, tmp_a, used, slots, gslots, &gp, &ga, &gcap, &gused, goff, &ng, idom, depth);
         if (g < 0) {
-            if (grow_pair(&gp, &ga, &gcap, gused, used)) {
-                failed = 1;
-                break;
-            }
-            g = (i32)ng++;
-            slots[slot] = g;
-            goff[g] = (i32)gused;
-            memcpy(gp + gused, tmp_p, (size_t)used * 4);
-            memcpy(ga + gused, tmp_a, (size_t)used * 4);
-            gused += used;
-            goff[g + 1] = (i32)gused;
-        }
-        else {
-            for (Py_ssize_t s = 0; s < used; s++)
-                ga[goff[g] + s] = common_under(idom, depth, ga[goff[g] + s], tmp_a[s]);
+            failed = 1;
+            break;
         }
         gid[k] = g;
+    }
+    /* 2b. the chains: each kid of one in the group of the chain's parts (the parts of its kids'
+     * rows that are no kids held together), where there are two to SHARED_MAX_PARTS of them */
+    if (!failed) {
+        for (Py_ssize_t k = 0; k < nk; k++)
+            if (open_[k])
+                open_[chain_find(up, (i32)k)] |= 2;
+        for (Py_ssize_t h = 0; h < nk && !failed; h++) {
+            if (!(open_[h] & 2) || chain_find(up, (i32)h) != (i32)h)
+                continue;
+            Py_ssize_t used = 0;
+            for (Py_ssize_t k = h; k < nk && !failed && used <= st->max_parts; k++) {
+                if (roff[k + 1] == roff[k] || chain_find(up, (i32)k) != (i32)h)
+                    continue;
+                for (i32 r = roff[k]; r < roff[k + 1] && !failed; r++) {
+                    memo_touch(st, rp[r]);
+                    if (row_of[rp[r]] < 0)
+                        failed = add_part(&tmp_p, &tmp_a, &tcap, 0, &used, rp[r], ra[r], idom, depth) != 0;
+                }
+            }
+            i32 g = -1;
+            if (!failed && used >= 2 && used <= st->max_parts) {
+                g = group_of_parts(tmp_p, tmp_a, used, slots, gslots, &gp, &ga, &gcap, &gused, goff, &ng, idom,
+                                   depth);
+                failed = g < 0;
+            }
+            for (Py_ssize_t k = h; k < nk && !failed; k++) {
+                if (roff[k + 1] == roff[k] || chain_find(up, (i32)k) != (i32)h)
+                    continue;
+                gid[k] = g;
+                Py_ssize_t plain = 0;
+                for (i32 r = roff[k]; r < roff[k + 1]; r++)
+                    plain += row_of[rp[r]] < 0;
+                within[k] = plain < 2;
+            }
+        }
     }
     /* 4. each group's count, bytes, objects, biggest kid, and the type holding most bytes */
     gitems = failed ? NULL : calloc((size_t)(ng ? ng : 1), 8);
@@ -1470,7 +1587,7 @@ done:;
                             (const char *)gobjects, ng * 8, (const char *)gtype, ng * 4, (const char *)gfirst, ng * 4);
     free(roff); free(gid); free(seen); free(within); free(rp); free(ra); free(gp);
     free(ga); free(tmp_p); free(tmp_a); free(nxt_p); free(nxt_a); free(slots); free(goff); free(gitems); free(gall); free(gbytes); free(gobjects);
-    free(gtype); free(gfirst); free(shares);
+    free(gtype); free(gfirst); free(shares); free(up); free(open_);
     return out;
 }
 
@@ -1482,7 +1599,8 @@ static PyMethodDef methods[] = {
     {"soft", soft, METH_VARARGS, "soft(n, m, src, dst, lab, soft_roots) -> (src, dst, lab) without soft roots' edges into the rest"},
     {"csr", csr, METH_VARARGS, "csr(n, m, keys) -> (offsets, edge ids): edges grouped by key"},
     {"shared_state", shared_state, METH_VARARGS,
-     "shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types, max_parts, resolve_depth)"
+     "shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types, max_parts, resolve_depth,"
+     " max_kin)"
      " -> the memo shared() keeps"},
     {"shared", shared, METH_VARARGS,
      "shared(state, v, kids) -> groups: what v's parts "

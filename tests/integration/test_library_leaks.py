@@ -28,7 +28,8 @@ SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generat
           "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
           "linked_list",
           "two_indexes", "signal_closure", "dynamic_classes", "stuck_tasks",
-          "plugin_modules", "connection_threads", "metric_labels", "executor_backlog", "pickler_memo"]
+          "plugin_modules", "connection_threads", "metric_labels", "executor_backlog", "pickler_memo",
+          "dom_two_holders"]
 # Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
 # threading.local keys its dicts by the threads' dummies) and C state on the other versions.
 CASES = [(shape, "3.11") for shape in SHAPES]
@@ -49,6 +50,8 @@ CASES += [("metric_labels", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("executor_backlog", v) for v in ("3.12", "3.13")]
 # (3.11+: the Pickler's memo, a C table, is its traverse's; a record each, alike and unnamed)
 CASES += [("pickler_memo", v) for v in ("3.12", "3.13")]
+# (a chain of elements two roots reach into, each element held by its siblings: one owner)
+CASES += [("dom_two_holders", v) for v in ("3.10", "3.12", "3.13")]
 
 
 @pytest.mark.parametrize(("shape", "version"), CASES)
@@ -85,7 +88,7 @@ WATCHED = [(shape, "3.11") for shape in ("mutable_default", "lru_cache", "atexit
                                           "signal_closure", "dynamic_classes", "stuck_tasks", "plugin_modules",
                                           "connection_threads", "metric_labels", "executor_backlog")]
 # (3.13's SimpleQueue, no list between: its items read by its own C qsize in the cheap samples)
-WATCHED += [("executor_backlog", "3.13")]
+WATCHED += [("executor_backlog", "3.13"), ("dom_two_holders", "3.11")]
 
 
 @pytest.mark.parametrize(("shape", "version"), WATCHED)
@@ -113,7 +116,7 @@ def test_watch_names_it_growing_at_the_targets_rate(shape: str, version: str, tm
     assert [(f["kind"], f["owner"]) for f in warnings] in ([("growth", expected)], [("growth", expected), *also]), \
         warnings
     owner = next(t for t in process["owners"] if t["name"] == expected)
-    if shape in ("atexit_args", "linked_list", "two_indexes", "stuck_tasks"):
+    if shape in ("atexit_args", "linked_list", "two_indexes", "stuck_tasks", "dom_two_holders"):
         # found again in the full samples only (its group is remade each time; each entry put
         # in front is a new head, the same name; what two dicts hold together is no object, nor
         # tasks alike: counted again by their cheap samples, their items, but only once the full

@@ -751,3 +751,41 @@ def test_what_a_collections_entries_hold_together_is_the_collections(folded: boo
                      roots=[(1, "__main__", "module", 0)], labels=["d", "kCACHE"], lab=[-1, 0, 1, -1],
                      type_names=types, types=[0, 1, 2, 2, 3])
     assert [o.path for o in dom.find_owners(one, top=4).owners] == ["__main__.CACHE[]"]
+
+
+def _document_held_twice(elements: int) -> dom.ObjectGraph:
+    """A DOM document a global list (``__main__.DOCS``) and a running task's locals both hold:
+    its elements each linked to their siblings (minidom's ``previousSibling`` and
+    ``nextSibling``) and listed by their parent's list of children, the task's local the last
+    one. Beside them, ``STATIC``: a big table of the module's."""
+    types = ["<root>", "module", "dict", "list", "Document", "NodeList", "Element", "str", "task"]
+    # 1 module, 2 its dict, 3 DOCS, 4 the document, 5 the task, 6 its children, 7 STATIC;
+    # 8.. the elements, then their texts
+    first = 8
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (0, 5), (5, 4), (4, 6), (2, 7), (5, first + elements - 1)]
+    lab = [-1, 0, 1, -1, -1, 3, -1, 2, 4]
+    for k in range(elements):
+        e = first + k
+        edges += [(6, e), (e, first + elements + k), (e, 4)]
+        lab += [-1, -1, -1]
+        if k:
+            edges += [(e, e - 1), (e - 1, e)]
+            lab += [-1, -1]
+    sizes = [0, 72, 1000, 88, 64, 200, 96, 150_000] + [400] * elements + [600] * elements
+    type_of = [0, 1, 2, 3, 4, 8, 5, 7] + [6] * elements + [7] * elements
+    return make_graph(first + 2 * elements, edges, sizes,
+                      roots=[(1, "__main__", "module", 0), (5, "task:Task-1/main", "task", 0)],
+                      labels=["d", "kDOCS", "kSTATIC", "adoc", "ae"], lab=lab, type_names=types, types=type_of)
+
+
+@pytest.mark.usefixtures("both_passes")
+@pytest.mark.parametrize("elements", [100, 400])
+def test_a_chain_two_roots_reach_into_is_one_owner(elements: int) -> None:
+    """Each element is held by its parent's list and by its siblings, and the task's local
+    reaches the last: every element's dominator is the super-root, and past the few levels a
+    shared part is resolved (SHARED_RESOLVE_DEPTH) each was a group of its own, each under
+    the threshold: 10 MB of a document in no owner. The chain is one owner now, held by both."""
+    graph = _document_held_twice(elements)
+    owners = [(o.path, o.retained_bytes) for o in dom.find_owners(graph, top=5).owners]
+    held = 64 + 96 + elements * (400 + 600)
+    assert ("<shared by __main__.DOCS, task:Task-1/main>", held) in owners, owners

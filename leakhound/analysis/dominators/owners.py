@@ -52,6 +52,10 @@ SHARED_RESOLVE_DEPTH = 4
 # hold, a function imported everywhere) is the program's fabric, no owner's: left out (the C
 # pass is given it; the work per object, sets kept unsorted, grows with the square of its parts).
 SHARED_MAX_PARTS = 16
+# Of a kid's parts, those that are kids held together themselves (a document's elements, each
+# holding it as its owner document) count against no bound of parts: they stand for their own
+# parts; this many are looked at (a chain joins through each link's neighbours anyway).
+SHARED_MAX_KIN = 64
 # Root kinds whose roots are many alike (tasks running one coroutine, threads running one
 # function, modules named alike but for numbers): one owner together (``_alike_roots``).
 ALIKE_ROOT_KINDS = ("task", "thread", "module")
@@ -405,7 +409,8 @@ class OwnerFinder:
                 self._shared_state = compiled.shared_state(
                     graph.nodes, graph.edges, raw_of(tree.idom), raw_of(graph.src), raw_of(offsets),
                     raw_of(edge_ids), array.array("i", self.root_kind).tobytes(), raw_of(tree.retained),
-                    raw_of(counts), raw_of(graph.types), SHARED_MAX_PARTS, SHARED_RESOLVE_DEPTH)
+                    raw_of(counts), raw_of(graph.types), SHARED_MAX_PARTS, SHARED_RESOLVE_DEPTH,
+                    SHARED_MAX_KIN)
             found = compiled.shared(self._shared_state, v, raw_of(array.array("i", kids)))
             gid, goff, gp, ga = (ints(found[k], "i") for k in range(4))
             items, size, objects = (ints(found[k], "q") for k in range(4, 7))
@@ -466,34 +471,48 @@ class OwnerFinder:
             return found
 
         rows: dict[int, dict[int, int]] = {}  # kid -> its parts -> the common dominator of its referrers there
+        out, out_ids = self._out_edges()
+        own = {graph.dst[out_ids[k]] for k in range(out[v], out[v + 1])}  # v's parts: what it holds itself
         for c in kids:
             if self.shared_work <= 0:
                 break
             if c in self.root_kind or idom[c] != v:
                 continue
             held: dict[int, int] = {}
+            kin = 0  # parts that are kids held together themselves (SHARED_MAX_KIN at most)
             for k in range(offsets[c], offsets[c + 1]):
                 p = src[edge_ids[k]]
                 q = part(p) if p != v else -1  # (v itself: one of its own parts)
                 if q < 0:
                     held.clear()
                     break
+                if q not in held and q != c and q not in own:
+                    if kin >= SHARED_MAX_KIN:
+                        continue
+                    kin += 1
                 held[q] = common(held[q], p) if q in held else p
             self.shared_work -= offsets[c + 1] - offsets[c] + 1
-            if 2 <= len(held) <= SHARED_MAX_PARTS:
+            if 2 <= len(held) and len(held) - kin <= SHARED_MAX_PARTS:
                 rows[c] = held
-        group_of = [-1] * len(kids)
-        groups: dict[int, SharedGroup] = {}
-        by_parts: dict[tuple[int, ...], int] = {}
-        by_type: dict[int, dict[str, int]] = {}
-        every: dict[int, int] = {}
+        # kids held by one another (a chain: a DOM's siblings, a doubly linked list, held from
+        # two roots) are one structure: past SHARED_RESOLVE_DEPTH their parts are those of the
+        # whole chain (``_Chains``)
+        chain = _Chains(len(kids))
+        index_of = {c: k for k, c in enumerate(kids) if c in rows}
+        for k, c in enumerate(kids):
+            for q in rows.get(c, ()):
+                if q in index_of and q != c:
+                    chain.join(k, index_of[q])
+        final: dict[int, dict[int, int]] = {}
+        withins: set[int] = set()
         for k, c in enumerate(kids):
             if c not in rows:
                 continue
             held = dict(rows[c])
             # held by another kid held together and by fewer than two parts besides: a part of
             # that one (a session's name), no item of its own
-            within = any(q in rows for q in held) and sum(q not in rows for q in held) < 2
+            if any(q in rows for q in held) and sum(q not in rows for q in held) < 2:
+                withins.add(k)
             expanded = {c}  # (a part met again through a cycle is left out)
             for _level in range(SHARED_RESOLVE_DEPTH):
                 if not any(q in rows for q in held):
@@ -507,8 +526,30 @@ class OwnerFinder:
                     for q2, at2 in (rows[q].items() if q in rows else ((q, at),)):
                         resolved[q2] = common(resolved[q2], at2) if q2 in resolved else at2
                 held = resolved
-                if len(held) > SHARED_MAX_PARTS:
+                if sum(q not in rows for q in held) > SHARED_MAX_PARTS:
                     break
+            if (any(q in rows and q not in expanded for q in held)
+                    and sum(q not in rows for q in held) <= SHARED_MAX_PARTS):
+                chain.unfinished(k)
+            final[k] = held
+        for members in chain.chained():
+            held = {}
+            for k in members:
+                for q, at in rows[kids[k]].items():
+                    if q not in rows:
+                        held[q] = common(held[q], at) if q in held else at
+            for k in members:
+                final[k] = held
+        group_of = [-1] * len(kids)
+        groups: dict[int, SharedGroup] = {}
+        by_parts: dict[tuple[int, ...], int] = {}
+        by_type: dict[int, dict[str, int]] = {}
+        every: dict[int, int] = {}
+        for k, c in enumerate(kids):
+            if k not in final:
+                continue
+            held = final[k]
+            within = k in withins
             if not 2 <= len(held) <= SHARED_MAX_PARTS:
                 continue
             key = tuple(sorted(held))
@@ -804,3 +845,41 @@ def find_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, compil
     known (else by the graph's own labels)."""
     return name_owners(plan_owners(graph, top=top, retainers=retainers, compiled=compiled, tree=tree, why=why),
                        labels)
+
+
+class _Chains:
+    """Kids of a namespace held by one another, as sets (union-find over their indexes), and
+    which sets hold a kid whose parts ``SHARED_RESOLVE_DEPTH`` levels did not resolve: a chain
+    (a DOM document's elements, each held by its siblings and its parent's list of children)
+    that two roots reach into (a global list of documents, a running frame's last element).
+    Each element was a kid of the super-root of its own, under the threshold: 10 MB of a
+    document in no owner, and a growing one was "no Python owner grows" in ``watch``."""
+
+    def __init__(self, n: int) -> None:
+        self.up = list(range(n))
+        self.open: set[int] = set()
+
+    def find(self, k: int) -> int:
+        up = self.up
+        while up[k] != k:
+            up[k] = up[up[k]]
+            k = up[k]
+        return k
+
+    def join(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.up[max(ra, rb)] = min(ra, rb)
+
+    def unfinished(self, k: int) -> None:
+        self.open.add(k)
+
+    def chained(self) -> list[list[int]]:
+        """The sets holding an unfinished kid, each its members (the kids joined to it)."""
+        heads = {self.find(k) for k in self.open}
+        sets: dict[int, list[int]] = {}
+        for k in range(len(self.up)):
+            head = self.find(k)
+            if head in heads:
+                sets.setdefault(head, []).append(k)
+        return list(sets.values())
