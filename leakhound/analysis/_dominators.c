@@ -1046,7 +1046,7 @@ typedef struct {
      * SHARED_RESOLVE_DEPTH (how many times over a shared part stands for its own parts) */
     int max_parts, resolve_depth;
     /* owners.py SHARED_MAX_KIN: a kid's parts that are kids held together themselves, looked at */
-    int max_kin;
+    int max_kin, max_referrers;
     i32 *stamp, *part, *depth, *row;
     signed char *own;  /* whether v holds the node itself (-1: not known yet) */
     unsigned char *is_root;
@@ -1108,18 +1108,18 @@ static i32 common_under(const i32 *idom, shared_memo *st, i32 a, i32 b) {
 }
 
 /* shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types, max_parts,
- * resolve_depth, max_kin) -> the memo shared() keeps between calls over one graph of n nodes and m
+ * resolve_depth, max_kin, max_referrers) -> the memo shared() keeps between calls over one graph of n nodes and m
  * edges: its columns checked once (each a bytes object; ``roots``: int32 node ids, never a kid
  * held together), and owners.py's bounds. */
 static PyObject *shared_state(PyObject *self, PyObject *args) {
     Py_ssize_t n, m;
     PyObject *o[7], *roots_o;  /* idom, src, pred_off, pred_ids, retained, counts, types */
-    int max_parts, resolve_depth, max_kin;
-    if (!PyArg_ParseTuple(args, "nnOOOOOOOOiii", &n, &m, &o[0], &o[1], &o[2], &o[3], &roots_o, &o[4], &o[5], &o[6],
-                          &max_parts, &resolve_depth, &max_kin))
+    int max_parts, resolve_depth, max_kin, max_referrers;
+    if (!PyArg_ParseTuple(args, "nnOOOOOOOOiiii", &n, &m, &o[0], &o[1], &o[2], &o[3], &roots_o, &o[4], &o[5], &o[6],
+                          &max_parts, &resolve_depth, &max_kin, &max_referrers))
         return NULL;
     if (n < 1 || n >= INT32_MAX || m < 0 || m >= INT32_MAX || !PyBytes_Check(roots_o) || max_parts < 2
-            || resolve_depth < 0 || max_kin < 0) {
+            || resolve_depth < 0 || max_kin < 0 || max_referrers < 0) {
         PyErr_SetString(PyExc_ValueError, "bad arguments");
         return NULL;
     }
@@ -1148,6 +1148,7 @@ static PyObject *shared_state(PyObject *self, PyObject *args) {
     st->max_parts = max_parts;
     st->resolve_depth = resolve_depth;
     st->max_kin = max_kin;
+    st->max_referrers = max_referrers;
     st->stamp = calloc((size_t)n, 4);  /* gen starts at 1: nothing current */
     st->part = malloc((size_t)n * 4);
     st->depth = malloc((size_t)n * 4);
@@ -1368,7 +1369,7 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                 part[y] = q;  /* (each touched on the way up) */
             if (at >= 0 && part[at] == -2)
                 part[at] = q;
-            if (q < 0) {
+            if (q < 0 || (kin >= st->max_kin && j - poff[c] >= st->max_referrers)) {
                 keep = 0;
                 break;
             }
@@ -1600,7 +1601,7 @@ static PyMethodDef methods[] = {
     {"csr", csr, METH_VARARGS, "csr(n, m, keys) -> (offsets, edge ids): edges grouped by key"},
     {"shared_state", shared_state, METH_VARARGS,
      "shared_state(n, m, idom, src, pred_off, pred_ids, roots, retained, counts, types, max_parts, resolve_depth,"
-     " max_kin)"
+     " max_kin, max_referrers)"
      " -> the memo shared() keeps"},
     {"shared", shared, METH_VARARGS,
      "shared(state, v, kids) -> groups: what v's parts "

@@ -56,6 +56,9 @@ SHARED_MAX_PARTS = 16
 # holding it as its owner document) count against no bound of parts: they stand for their own
 # parts; this many are looked at (a chain joins through each link's neighbours anyway).
 SHARED_MAX_KIN = 64
+# A kid with that many such parts and more referrers than this (a document of 100,000 elements
+# each naming it its owner) is left out, as one held by too many parts: the work is bounded.
+SHARED_MAX_REFERRERS = 4096
 # Root kinds whose roots are many alike (tasks running one coroutine, threads running one
 # function, modules named alike but for numbers): one owner together (``_alike_roots``).
 ALIKE_ROOT_KINDS = ("task", "thread", "module")
@@ -410,7 +413,7 @@ class OwnerFinder:
                     graph.nodes, graph.edges, raw_of(tree.idom), raw_of(graph.src), raw_of(offsets),
                     raw_of(edge_ids), array.array("i", self.root_kind).tobytes(), raw_of(tree.retained),
                     raw_of(counts), raw_of(graph.types), SHARED_MAX_PARTS, SHARED_RESOLVE_DEPTH,
-                    SHARED_MAX_KIN)
+                    SHARED_MAX_KIN, SHARED_MAX_REFERRERS)
             found = compiled.shared(self._shared_state, v, raw_of(array.array("i", kids)))
             gid, goff, gp, ga = (ints(found[k], "i") for k in range(4))
             items, size, objects = (ints(found[k], "q") for k in range(4, 7))
@@ -483,7 +486,7 @@ class OwnerFinder:
             for k in range(offsets[c], offsets[c + 1]):
                 p = src[edge_ids[k]]
                 q = part(p) if p != v else -1  # (v itself: one of its own parts)
-                if q < 0:
+                if q < 0 or (kin >= SHARED_MAX_KIN and k - offsets[c] >= SHARED_MAX_REFERRERS):
                     held.clear()
                     break
                 if q not in held and q != c and q not in own:
