@@ -1515,7 +1515,7 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                                    depth);
                 failed = g < 0;
             }
-            for (Py_ssize_t k = h; k < nk && !failed; k++) {
+            for (Py_ssize_t k = h; k < nk && !failed && g >= 0; k++) {  /* (else as its levels gave) */
                 if (roff[k + 1] == roff[k] || chain_find(up, (i32)k) != (i32)h)
                     continue;
                 gid[k] = g;

@@ -541,8 +541,9 @@ class OwnerFinder:
                 for q, at in rows[kids[k]].items():
                     if q not in rows:
                         held[q] = common(held[q], at) if q in held else at
-            for k in members:
-                final[k] = held
+            if 2 <= len(held) <= SHARED_MAX_PARTS:  # (else each keeps what its levels gave)
+                for k in members:
+                    final[k] = held
         group_of = [-1] * len(kids)
         groups: dict[int, SharedGroup] = {}
         by_parts: dict[tuple[int, ...], int] = {}
