@@ -789,3 +789,15 @@ def test_a_chain_two_roots_reach_into_is_one_owner(elements: int) -> None:
     owners = [(o.path, o.retained_bytes) for o in dom.find_owners(graph, top=5).owners]
     held = 64 + 96 + elements * (400 + 600)
     assert ("<shared by __main__.DOCS, task:Task-1/main>", held) in owners, owners
+
+
+@pytest.mark.usefixtures("both_passes")
+def test_a_chain_whose_head_has_too_many_referrers_is_still_one_owner() -> None:
+    """5,000 elements each naming the document its owner: the document has more referrers than
+    the shared pass looks at (SHARED_MAX_REFERRERS) with as many parts held together, and is left
+    out of the chain, one of its parts (named by its path); the elements are still one owner."""
+    elements = 5000
+    graph = _document_held_twice(elements)
+    owners = {o.path: o.retained_bytes for o in dom.find_owners(graph, top=5).owners}
+    shared = {path: size for path, size in owners.items() if path.startswith("<shared by ")}
+    assert list(shared.values()) == [elements * (400 + 600)], owners
