@@ -1481,7 +1481,7 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                 break;
             }
         }
-        if (failed || used < 2)
+        if (failed || used < 2 || used > st->max_parts)  /* (kids unresolved among them: 2b) */
             continue;
         i32 g = group_of_parts(tmp_p, tmp_a, used, slots, gslots, &gp, &ga, &gcap, &gused, goff, &ng, idom, depth);
         if (g < 0) {
