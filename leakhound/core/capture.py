@@ -497,7 +497,7 @@ def _owner(o: dominators.DominatorOwner, graph: dominators.ObjectGraph | None = 
     object_id = int(graph.ids[o.node]) if graph is not None and o.node >= 0 and o.node not in groups else 0
     return Owner(path=o.path, type=o.type, items=o.items, retained_bytes=o.retained_bytes,
                  retained_objects=o.retained_objects, retainers=o.retainers,
-                 object_id=object_id, path_ids=o.path_ids)
+                 object_id=object_id, path_ids=o.path_ids, count_ids=o.count_ids, count_type=o.count_type)
 
 
 def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph, found: dominators.DominatorOwners,

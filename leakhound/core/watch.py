@@ -221,7 +221,7 @@ def _census_lengths(w: Watched, *, progress: Progress | None) -> dict[str, int]:
     read at once after it (one more request, only when there is such an owner)."""
     assert w.reference_snapshot is not None
     asked, owners_doc = _owner_request(w.reference_snapshot.owners)
-    if all(o.type in _LENGTH_IS_ITEMS for o in asked):
+    if all(_length_is_items(o) for o in asked):
         return {}
     try:
         _remote, sampled = _read_owners(w, owners_doc, len(asked), top_types=0, progress=progress)
@@ -229,7 +229,14 @@ def _census_lengths(w: Watched, *, progress: Progress | None) -> dict[str, int]:
         w.request.log(f"process {w.target.pid}: lengths after the census not read: {exc}")
         return {}
     return {o.path: items for o, (found, items) in zip(asked, sampled.owners, strict=True)
-            if found and items is not None and o.type not in _LENGTH_IS_ITEMS}
+            if found and items is not None and not _length_is_items(o)}
+
+
+def _length_is_items(owner: Owner) -> bool:
+    """Whether the length a cheap sample reads of ``owner`` is its census item count: a built-in
+    collection's, not a shared owner's (counted by one of its parts: its length is read after
+    each census, and that is its item count, see _census_lengths)."""
+    return owner.type in _LENGTH_IS_ITEMS and not owner.count_ids
 
 
 def _threads_alike(path: str) -> bool:
@@ -243,9 +250,12 @@ def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[st
     and how they are asked for."""
     # (a step along a C field no referent shows, a class's registry of its subclasses: its ids
     # cannot be walked either; full censuses alone count its owner)
-    asked = [o for o in owners if not o.path.startswith(_NO_ROOT) and SUBCLASSES_STEP not in o.path and (
-        o.path_ids or not o.path.startswith(_UNRESOLVABLE) or _threads_alike(o.path))][:SAMPLED_OWNERS]
-    return asked, [{"ids": list(o.path_ids), "type": o.type, "path": o.path} for o in asked]
+    # (a shared owner, ``<shared by A, B>``: counted by the length of its part that has its items)
+    asked = [o for o in owners if o.count_ids or (
+        not o.path.startswith(_NO_ROOT) and SUBCLASSES_STEP not in o.path
+        and (o.path_ids or not o.path.startswith(_UNRESOLVABLE) or _threads_alike(o.path)))][:SAMPLED_OWNERS]
+    return asked, [{"ids": list(o.count_ids), "type": o.count_type, "path": o.path} if o.count_ids else
+                   {"ids": list(o.path_ids), "type": o.type, "path": o.path} for o in asked]
 
 
 def _cheap(w: Watched, *, progress: Progress | None = None, max_pause_ms: float | None = None) -> Sample:
@@ -265,7 +275,7 @@ def _cheap(w: Watched, *, progress: Progress | None = None, max_pause_ms: float 
         taken_at=taken_at,
         rss_bytes=rss,
         owners=estimate_owners([_counted(o, w.census_lengths) for o in asked], [
-            answer if o.type in _LENGTH_IS_ITEMS or o.path in w.census_lengths else (answer[0], None)
+            answer if _length_is_items(o) or o.path in w.census_lengths else (answer[0], None)
             for o, answer in zip(asked, measured, strict=True)]),
         types=sampled.types,
         name=w.target.name,

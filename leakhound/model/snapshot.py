@@ -207,6 +207,11 @@ class Owner:
     # snapshots of one process match owners by (object_id, type) before their paths.
     object_id: int = 0
     path_ids: tuple[int, ...] = ()
+    # A shared owner (``<shared by A, B>``, no object, no path_ids): the ids along the path of
+    # one of its parts that is a collection of about its items (``BY_ID``, an LRU's ``map``) and
+    # that collection's type: what watch's cheap samples count it by (its length).
+    count_ids: tuple[int, ...] = ()
+    count_type: str = ""
     # With --sites: the stacks that allocated its bytes that survived the watch, biggest first.
     sites: tuple[AllocationSite, ...] = ()
 

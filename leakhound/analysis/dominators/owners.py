@@ -96,6 +96,10 @@ class DominatorOwner:
     retainers: tuple[str, ...] = ()
     # the target's ids along the preferred path, the root's first (what ``sample`` re-walks)
     path_ids: tuple[int, ...] = ()
+    # a shared owner's: the ids along the path of its part that counts it, and its type
+    # (``OwnerFinder.counter``)
+    count_ids: tuple[int, ...] = ()
+    count_type: str = ""
 
 
 
@@ -688,6 +692,25 @@ class OwnerFinder:
         group = self.shared[v]
         return [self.preferred(group.anchors.get(q, q)) for q in group.parts[:SHARED_NAMED]]
 
+    def counter(self, v: int, paths: Sequence[RetainerPath]) -> tuple[tuple[int, ...], str]:
+        """What counts shared owner ``v`` between censuses: of its named parts (``paths``, as
+        ``part_paths``), the biggest collection whose length is about its items (a half to
+        twice: ``BY_ID`` of the sessions two dicts hold, an LRU's ``map`` of its linked nodes),
+        as the ids along its path and its type; ((), "") where none is (a module, a task)."""
+        group, g = self.shared.get(v), self.graph
+        if group is None or not group.parts or group.items <= 0:
+            return (), ""
+        best, at = 0, -1
+        for i, q in enumerate(group.parts[:len(paths)]):
+            a = group.anchors.get(q, q)
+            n = int(g.lengths[a])
+            if (g.is_container(a) and not self._namespace(a) and group.items <= 2 * n <= 4 * group.items
+                    and n > best):
+                best, at = n, i
+        if at < 0:
+            return (), ""
+        return tuple(self.ids_of(paths[at])), g.type_of(group.anchors.get(group.parts[at], group.parts[at]))
+
     def shared_name(self, v: int, part_texts: Sequence[str]) -> str:
         """``<shared by A, B>``: its parts' paths (``part_paths``) in order of their names, so
         that the name stays the same while which part is bigger changes."""
@@ -832,7 +855,9 @@ def name_owners(plan: OwnerPlan, labels: Sequence[Any] | None = None) -> Dominat
         mine = texts[k:k + len(paths)]
         k += len(paths)
         if v < -1:  # no object: named by its parts, no path of ids to walk again
-            owners.append(finder.owner(v, finder.shared_name(v, mine)))
+            count_ids, count_type = finder.counter(v, paths)
+            owners.append(replace(finder.owner(v, finder.shared_name(v, mine)), count_ids=count_ids,
+                                  count_type=count_type))
             continue
         distinct = tuple(dict.fromkeys(mine))
         found = finder.owner(v, mine[0], distinct if len(paths) > 1 else ())
