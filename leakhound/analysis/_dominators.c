@@ -1496,13 +1496,21 @@ static PyObject *shared(PyObject *self, PyObject *args) {
         for (Py_ssize_t k = 0; k < nk; k++)
             if (open_[k])
                 open_[chain_find(up, (i32)k)] |= 2;
+        /* each chain's kids (each with a row: only those are joined) as a list from its head
+         * (``seen``, done with, holds the links): one pass, not one over every kid per chain */
+        memset(seen, 0, (size_t)(nk ? nk : 1) * 4);
+        for (Py_ssize_t k = nk - 1; k >= 0; k--) {
+            i32 h = chain_find(up, (i32)k);
+            if (roff[k + 1] == roff[k] || !(open_[h] & 2) || h == (i32)k)
+                continue;
+            seen[k] = seen[h] > 0 ? seen[h] : -1;  /* (seen[x] - 1: the next; -1: none) */
+            seen[h] = (i32)k + 1;
+        }
         for (Py_ssize_t h = 0; h < nk && !failed; h++) {
             if (!(open_[h] & 2) || chain_find(up, (i32)h) != (i32)h)
                 continue;
             Py_ssize_t used = 0;
-            for (Py_ssize_t k = h; k < nk && !failed && used <= st->max_parts; k++) {
-                if (roff[k + 1] == roff[k] || chain_find(up, (i32)k) != (i32)h)
-                    continue;
+            for (i32 k = (i32)h; k >= 0 && !failed && used <= st->max_parts; k = seen[k] > 0 ? seen[k] - 1 : -1) {
                 for (i32 r = roff[k]; r < roff[k + 1] && !failed; r++) {
                     memo_touch(st, rp[r]);
                     if (row_of[rp[r]] < 0)
@@ -1515,10 +1523,8 @@ static PyObject *shared(PyObject *self, PyObject *args) {
                                    depth);
                 failed = g < 0;
             }
-            for (Py_ssize_t k = h; k < nk && !failed && g >= 0; k++) {  /* (else as its levels gave) */
-                if (roff[k + 1] == roff[k] || chain_find(up, (i32)k) != (i32)h)
-                    continue;
-                gid[k] = g;
+            for (i32 k = (i32)h; k >= 0 && !failed && g >= 0; k = seen[k] > 0 ? seen[k] - 1 : -1) {
+                gid[k] = g;  /* (else each as its levels gave) */
                 Py_ssize_t plain = 0;
                 for (i32 r = roff[k]; r < roff[k + 1]; r++)
                     plain += row_of[rp[r]] < 0;

@@ -1044,7 +1044,7 @@ typedef struct {
     int32_t seen_lab[FOLD_EDGE_SLOTS];
     /* how many times that edge was made: twice at most, so that leakhound tells an object
      * several entries hold together (400 views of one array in a dict: freeing one entry
-     * frees nothing) from one entry's own (analysis/dominators/owners.py ``_refers``) */
+     * frees nothing) from one entry's own (analysis/dominators/owners.py ``_edges_to``) */
     unsigned char seen_n[FOLD_EDGE_SLOTS];
     /* label id -> the label "f<label>" of an edge from a folded entry (-2: not asked yet) */
     int32_t *fold_labels;

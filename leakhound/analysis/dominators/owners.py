@@ -700,16 +700,16 @@ class OwnerFinder:
         group, g = self.shared.get(v), self.graph
         if group is None or not group.parts or group.items <= 0:
             return (), ""
-        best, at = 0, -1
+        best, at, anchor = 0, -1, -1
         for i, q in enumerate(group.parts[:len(paths)]):
             a = group.anchors.get(q, q)
             n = int(g.lengths[a])
             if (g.is_container(a) and not self._namespace(a) and group.items <= 2 * n <= 4 * group.items
                     and n > best):
-                best, at = n, i
+                best, at, anchor = n, i, a
         if at < 0:
             return (), ""
-        return tuple(self.ids_of(paths[at])), g.type_of(group.anchors.get(group.parts[at], group.parts[at]))
+        return tuple(self.ids_of(paths[at])), g.type_of(anchor)
 
     def shared_name(self, v: int, part_texts: Sequence[str]) -> str:
         """``<shared by A, B>``: its parts' paths (``part_paths``) in order of their names, so
