@@ -39,7 +39,7 @@
  * pushed is walked (GRAPH_SUSPEND_AT).
  *
  * An entry a collection alone holds (any, or in a collection of at most FOLD_MIN_ENTRIES, a
- * collection; in such a tuple, a collection of at most FOLD_MIN_ENTRIES) is folded into it,
+ * collection of at most FOLD_MIN_ENTRIES) is folded into it,
  * with all it alone holds (see STACK_NAMESPACE): no node, its bytes a (collection's address,
  * bytes) record, its other referents edges from the collection labelled "f" and the entry's
  * own name for them.
@@ -1266,8 +1266,8 @@ graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
  * collection. A heap of registries of records is then a graph of its shared objects only
  * (a registry of 2.4M sessions: 7.2M nodes unfolded). */
 #define STACK_NAMESPACE ((uintptr_t)1)
-/* A collection of at most this many entries folds only the entries that are collections
- * themselves; the others stay nodes (the owners' search goes down into an entry that holds
+/* A collection of at most this many entries folds only the entries that are collections of
+ * at most this many themselves; the others stay nodes (the owners' search goes down into an entry that holds
  * most of its collection: a logger's one handler, and its records). */
 #define FOLD_MIN_ENTRIES 16
 
@@ -2363,10 +2363,10 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
     uintptr_t child_owner = collection ? 0 : STACK_NAMESPACE;
     /* (an lru_cache's cache is no namespace: its entries, its links, fold into it) */
     PyObject *lru_cache = collection ? NULL : lru_cache_of(g->cur);
-    /* a small tuple of its own (a function's defaults, a callback's arguments) never grows: a
-     * big collection it holds stays a node, the owner the owners' search finds (its items
-     * are what grows) */
-    int small_tuple = !fold_any && owner == 0 && Py_TYPE(g->cur) == &PyTuple_Type;
+    /* a small collection of its own (a function's defaults, a callback's arguments, a dict of
+     * a few named parts: {"events": deque()}) keeps a big collection it alone holds a node,
+     * the owner the owners' search finds (its items are what grows), not folded into it */
+    int small_node = !fold_any && owner == 0;
     /* a reference the current container holds to the next referent besides the one in r (an
      * OrderedDict's key: dict_slice): met with it */
     Py_ssize_t also_held = 0;
@@ -2469,7 +2469,7 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                 continue;  /* classes and modules are roots of their own */
             if (!leaf && fold_into && refcnt + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE && !graph_kept_type(g, rtp)
                 && (fold_any || (is_collection(rtp)
-                                 && !(small_tuple && PyObject_Length(ref) > FOLD_MIN_ENTRIES)))) {
+                                 && !(small_node && PyObject_Length(ref) > FOLD_MIN_ENTRIES)))) {
                 /* held by this collection alone: part of it (see STACK_NAMESPACE), no edge */
                 if (((g->fold_marks_until < 0 || g->tracked < g->fold_marks_until)
                      && nodebits_set(&g->marked, address) < 0) || graph_push(g, ref, fold_into) < 0)
@@ -2545,6 +2545,14 @@ graph_finish(GraphState *g)
         || (collections_deque != NULL && tp == collections_deque)
         || (PyType_GetFlags(tp) & Py_TPFLAGS_DICT_SUBCLASS))
         entries = (int32_t)(g->entries > 0x7FFFFFFF ? 0x7FFFFFFF : g->entries);
+    if (collections_deque != NULL && tp == collections_deque) {
+        /* its length, not its referents: 3.12+'s deque (a heap type) visits its type too */
+        Py_ssize_t n = PyObject_Length(c);  /* an exact built-in: no code runs */
+        if (n >= 0)
+            entries = (int32_t)(n > 0x7FFFFFFF ? 0x7FFFFFFF : n);
+        else
+            PyErr_Clear();
+    }
     long long size = g->cur_size;
     if (g->folded && size <= LLONG_MAX - g->folded)
         size += g->folded;

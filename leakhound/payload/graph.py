@@ -633,8 +633,9 @@ class Graph(object):
             collection = id(tp) in sized
             fold_into = i if folded_here or (collection and i not in namespaces) else 0
             fold_any = folded_here or (fold_into and len(obj) > _FOLD_MIN_ENTRIES)
-            # a small tuple of its own keeps a big collection it holds a node (_graph_walk.c)
-            small_tuple = not fold_any and tp is tuple
+            # a small collection of its own keeps a big collection it alone holds a node
+            # (_graph_walk.c)
+            small_node = not fold_any
             child_namespace = not collection
             # (an lru_cache's cache is no namespace: its entries, its links, fold into it; its
             # id only: a reference here would keep it from folding)
@@ -697,7 +698,9 @@ class Graph(object):
                     self.max_step = took
             if (collection or names is not None) and not folded_here:
                 # a dict subclass (an OrderedDict, a defaultdict) too: its entries are its values
-                lengths[i] = min(entries if names is not None else len(refs), 0x7FFFFFFF)
+                # (a deque its length: 3.12+'s, a heap type, visits its type too)
+                n = entries if names is not None else (len(obj) if tp is collections.deque else len(refs))
+                lengths[i] = min(n, 0x7FFFFFFF)
             tag = id(tp) in frame_like
             if names is None and not tag and id(tp) not in plain:
                 slots = self._slots_of(tp)
@@ -772,7 +775,7 @@ class Graph(object):
                         continue  # classes and modules are roots of their own
                     if (fold_into and rid not in leaf_ids and getrefcount(ref) - (rtp is links) <= only_one
                             and rid not in kept_ids
-                            and (fold_any or (rid in sized and not (small_tuple and len(ref) > _FOLD_MIN_ENTRIES)))):
+                            and (fold_any or (rid in sized and not (small_node and len(ref) > _FOLD_MIN_ENTRIES)))):
                         index[id(ref)] = -2  # held by this collection alone: part of it, no edge
                         folds.append(ref)
                         fold_owner.append(fold_into)

@@ -105,13 +105,15 @@ def add_roots(graph, stack):
     # a type held from C are (a list of the payload's at no size of its own: an owner of the
     # callbacks, not a root apiece), walked after every other named root but the threads'
     _held_group(graph, stack, roots.atexit_callbacks(_walk_module), ATEXIT_OWNER)
-    # and weakref.finalize's live finalizers, keys and infos (a finalizer's referent is
+    # and weakref.finalize's live finalizers (a finalizer's referent is
     # weakly held: what its arguments hold is the referent's to let go of)
     # (its keys and values one moment's: no key's __hash__ or __eq__ runs)
-    # (the group at the registry's own size: the dict is walked no other way)
+    # (the group at the registry's own size: the dict is walked no other way; its infos only,
+    # an entry an item: each info reaches its finalizer, the key, through its weakref's
+    # callback)
     columns = dict_columns(registry) if registry is not None else None
     if columns is not None:
-        _held_group(graph, stack, columns[0] + columns[1], FINALIZE_OWNER, graph.size_of(registry))
+        _held_group(graph, stack, columns[1], FINALIZE_OWNER, graph.size_of(registry))
     columns = None
     registry = None
     graph.progress("graph", graph.node_count())

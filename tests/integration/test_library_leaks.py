@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 PYTHONS = installed_pythons()
 SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generators", "queue_backlog",
           "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
-          "linked_list",
+          "linked_list", "named_parts",
           "two_indexes", "signal_closure", "dynamic_classes", "stuck_tasks",
           "plugin_modules", "connection_threads", "metric_labels", "executor_backlog", "pickler_memo",
           "dom_two_holders"]
@@ -37,6 +37,8 @@ CASES += [(shape, v) for shape in ("lru_cache", "mutable_default", "thread_local
           for v in ("3.10", "3.12", "3.13")]
 # and a linked list, whose links are instances with a __dict__ of their own on 3.10 only
 CASES += [("linked_list", v) for v in ("3.10", "3.12", "3.13")]
+CASES += [("named_parts", v) for v in ("3.10", "3.13")]
+CASES += [("finalizers", v) for v in ("3.12", "3.13")]
 CASES += [("two_indexes", v) for v in ("3.10", "3.13")]
 CASES += [("pool_finalizers", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("signal_closure", v) for v in ("3.10", "3.13")]
@@ -68,6 +70,33 @@ def test_owner_one_is_what_holds_it_with_what_freeing_it_returns(shape: str, ver
     first = doc["owners"][0]
     assert first["path"] == truth["expected_path"], [o["path"] for o in doc["owners"][:5]]
     assert within(first["retained_bytes"], truth["owner_bytes"]), (first["retained_bytes"], truth)
+    if shape in ITEMS_ARE_ENTRIES:
+        assert first["items"] == truth["items"], (first, truth)
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.12"])
+def test_a_registry_C_holds_is_one_owner_however_much_each_entry_holds(version: str, tmp_path: Path) -> None:
+    """weakref.finalize's registry (a collection C holds) with few finalizers, each over the
+    listing threshold (a 500th of the heap): one owner, not one per finalizer's arguments
+    (on 3.12, 400 finalizers of 100 KB were 400 owners and the registry none)."""
+    if version not in PYTHONS:
+        pytest.skip(f"no Python {version} here")
+    env = {"SHAPE": "finalizers", "FIXTURE_ITEMS": "60"}
+    with spawn_target("library_leaks", tmp_path, python=PYTHONS[version], env=env) as child:
+        truth = truth_once_built(child)
+        done = CliRunner().invoke(app, ["inspect", str(child.pid), "--json"])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.stdout)
+    first = doc["owners"][0]
+    assert first["retained_bytes"] > 20 * doc["heap"]["bytes"] // 500  # each entry is over the threshold
+    assert first["path"] == truth["expected_path"], [o["path"] for o in doc["owners"][:5]]
+    assert within(first["retained_bytes"], truth["owner_bytes"]), (first["retained_bytes"], truth)
+    assert first["items"] == truth["items"] == 60
+
+
+# Owners whose items are the culprit's entries as the target counts them (a finalizer each, not
+# its key and info; a deque's length, not its referents with 3.12+'s type among them).
+ITEMS_ARE_ENTRIES = {"finalizers", "named_parts", "queue_backlog", "exception_log"}
 
 
 @pytest.mark.parametrize("shape", ["atexit_args", "signal_closure"])
@@ -88,7 +117,7 @@ WATCHED = [(shape, "3.11") for shape in ("mutable_default", "lru_cache", "atexit
                                           "signal_closure", "dynamic_classes", "stuck_tasks", "plugin_modules",
                                           "connection_threads", "metric_labels", "executor_backlog")]
 # (3.13's SimpleQueue, no list between: its items read by its own C qsize in the cheap samples)
-WATCHED += [("executor_backlog", "3.13"), ("dom_two_holders", "3.11")]
+WATCHED += [("executor_backlog", "3.13"), ("dom_two_holders", "3.11"), ("named_parts", "3.11")]
 
 
 @pytest.mark.parametrize(("shape", "version"), WATCHED)

@@ -250,10 +250,12 @@ def test_a_chain_that_only_leads_to_a_big_table_is_descended() -> None:
     assert first.retained_bytes == 4000 + 2000 * 1000
 
 
-def _two_indexes(modules: int) -> dom.ObjectGraph:
+def _two_indexes(modules: int, odd_one: bool = False) -> dom.ObjectGraph:
     """1000 sessions (each 100 bytes and a 1000-byte str of its own) in two dicts, ``BY_ID``
     and ``BY_NAME``: globals of __main__ (``modules`` 1), or of two modules (2: ``a.BY_ID``,
-    ``b.BY_NAME``). Beside them ``SMALL``, a global of the first module holding 2000 bytes."""
+    ``b.BY_NAME``). Beside them ``SMALL``, a global of the first module holding 2000 bytes.
+    ``odd_one``: one session more, in both dicts and a global of the second module, ``MAIN``
+    (the main thread in ``threading._active`` and ``threading._main_thread``)."""
     types = ["<root>", "module", "dict", "__main__.Session", "str"]
     # 1 module, 2 its dict; 3 and 4 the second module and its dict (or unused); 5 BY_ID,
     # 6 BY_NAME, 7 SMALL; 8.. the sessions, then their strs
@@ -273,10 +275,16 @@ def _two_indexes(modules: int) -> dom.ObjectGraph:
     n = first + 2000
     type_of = [0, 1, 2, 1, 2, 2, 2, 4] + [3] * 1000 + [4] * 1000
     sizes = [0, 72, 1000, 72, 1000, 36_000, 36_000, 2000] + [100] * 1000 + [1000] * 1000
+    if odd_one:
+        edges += [(5, n), (6, n), (second + 1, n)]
+        lab += [-1, -1, 4]
+        type_of.append(3)
+        sizes.append(100)
+        n += 1
     roots = [(1, "__main__" if modules == 1 else "a", "module", 0)]
     if modules == 2:
         roots.append((second, "b", "module", 0))
-    return make_graph(n, edges, sizes, roots=roots, labels=["d", "kBY_ID", "kBY_NAME", "kSMALL"], lab=lab,
+    return make_graph(n, edges, sizes, roots=roots, labels=["d", "kBY_ID", "kBY_NAME", "kSMALL", "kMAIN"], lab=lab,
                       type_names=types, types=type_of)
 
 
@@ -298,6 +306,17 @@ def test_what_two_registries_both_hold_is_an_owner_named_by_both(modules: int, n
     assert sum(o.retained_bytes for o in found.owners) <= sum(graph.sizes)
     why = dom.find_owners(graph, top=5, why="<shared by").why
     assert [o.path for o in why] == [named]
+
+
+@pytest.mark.usefixtures("both_passes")
+def test_a_shared_owner_is_named_by_where_each_part_holds_most_of_it() -> None:
+    """One session more in both indexes is also ``b.MAIN`` (the main thread, in
+    ``threading._active`` and ``threading._main_thread`` beside 400 timers a list holds): the
+    part's anchor, the common dominator of every referrer under it, was ``b`` itself; it is
+    the index holding nearly all of the group (``_majority_anchors``)."""
+    found = dom.find_owners(_two_indexes(2, odd_one=True), top=5)
+    first = found.owners[0]
+    assert (first.path, first.items) == ("<shared by a.BY_ID, b.BY_NAME>", 1001)
 
 
 def test_what_groups_held_from_c_hold_together_is_held_from_c() -> None:

@@ -86,8 +86,12 @@ def test_the_arrays_travel_raw_and_read_back(compiled: bool, tmp_path: Path) -> 
     assert sum(1 for i in range(g.nodes) if g.ids[i] in held and g.lengths[i] == 2) == 1500
     alone = KEEP["graph_walk_test"][1500:]
     assert not {id(x) for x in alone} & set(g.ids)
-    whole = list(g.ids).index(id(KEEP))  # (the list is a collection: folded into KEEP too)
-    assert g.sizes[whole] == block_size(KEEP) + block_size(KEEP["graph_walk_test"]) + sum(
+    # (KEEP, a dict of one entry, keeps its big list a node: what the owners' search names)
+    ids = list(g.ids)
+    assert g.sizes[ids.index(id(KEEP))] == block_size(KEEP)
+    big = ids.index(id(KEEP["graph_walk_test"]))
+    assert g.lengths[big] == 3000
+    assert g.sizes[big] == block_size(KEEP["graph_walk_test"]) + sum(
         block_size(x) + block_size(x[1]) + (block_size(x[0]) if x[0] > 256 else 0) for x in alone)
     with pytest.raises(dominators.GraphError):
         dominators.decode_graph({**meta, "binary": raw[:-8]})

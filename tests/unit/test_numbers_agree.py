@@ -246,3 +246,16 @@ def test_a_watch_says_when_a_full_census_broke_the_pause_budget(monkeypatch: pyt
                       request=RequestOptions(method=Method.PTRACE, timeout=10.0))
     watch._full(w, top=10, max_pause_ms=50.0)
     assert w.warnings == [f"a full census: {snap.over_budget[0].text}"]
+
+
+def test_native_buffers_asked_for_but_not_resident_are_named_as_a_cause_of_the_overlap() -> None:
+    """400 zlib.compressobj(9) in a worker: 152 MiB asked for (what freeing them returns to the
+    allocator), ~100 MiB of it resident (a window is resident where written): the overlap row
+    names that cause beside the churn, only when native buffers are in the ledger."""
+    snap = _capture("churning_worker_counted_twice.json")
+    assert "never written" not in ledger(snap)[-1].note  # no native buffers in this capture
+    native = snap.process.rss_bytes
+    heap = replace(snap.heap, native_bytes=native, bytes=snap.heap.bytes + native)
+    last = ledger(replace(snap, heap=heap))[-1]
+    assert last.name == COUNTED_TWICE and last.bytes < 0
+    assert "freed by the worker while leakhound counted" in last.note and "never written (not resident)" in last.note

@@ -45,6 +45,13 @@ SHARED_NAMED = 3
 # A group of objects held together is an owner only where its bytes are spread: one object of
 # it holding this share or more, its big objects are looked at one by one.
 SHARED_SPREAD = 0.1
+# A part's anchor is the one referrer under it holding this share of what the part holds of
+# its group by bytes, where there is one (``_majority_anchors``), looked for among the first
+# ANCHOR_SAMPLE of the group's objects (biggest first) of the namespace's first ANCHOR_SCAN
+# children.
+ANCHOR_MAJORITY = 0.9
+ANCHOR_SAMPLE = 1024
+ANCHOR_SCAN = 200_000
 # How many times over a part that is itself held together stands for its own parts (the C
 # pass is given it).
 SHARED_RESOLVE_DEPTH = 4
@@ -149,9 +156,14 @@ class OwnerFinder:
         if v == 0:
             return True
         if v in self.root_kind:
+            if self.root_kind[v] != "held":
+                return True
             # a group of the objects of one type held from C is a collection of alike
-            # objects, each no part with a name
-            return v not in self.held_groups
+            # objects, each no part with a name; so is a collection C holds (weakref.finalize's
+            # registry: its finalizers and their infos, at the registry's size). 400 finalizers
+            # of 100 KB on 3.12 were 400 owners, each just over the listing threshold, the
+            # registry none.
+            return v not in self.held_groups and not self.graph.is_container(v)
         name = self.graph.type_of(v)
         if name == "dict":
             # A module's or class's dict, or an instance's attribute dict (the instance's only
@@ -337,7 +349,47 @@ class OwnerFinder:
                 break
             if group_of[k] in keys and group_of[k] not in apart:
                 taken.add(c)
+        if keys:
+            members: dict[int, list[int]] = {g: [] for g in keys}
+            open_ = len(members)
+            for k, c in enumerate(kids[:ANCHOR_SCAN]):
+                listed = members.get(group_of[k])
+                if listed is not None and len(listed) < ANCHOR_SAMPLE:
+                    listed.append(c)
+                    if len(listed) == ANCHOR_SAMPLE:
+                        open_ -= 1
+                        if not open_:
+                            break
+            for g, listed in members.items():
+                self._majority_anchors(groups[g], listed)
         return list(keys.values()), taken
+
+    def _majority_anchors(self, group: SharedGroup, members: list[int]) -> None:
+        """Each part's anchor moved down to the one collection under it that holds most of
+        ``members`` (some of the group's, biggest first) by their bytes (ANCHOR_MAJORITY), where
+        there is one: the anchor is the nearest common dominator of every referrer under the
+        part, and one member held elsewhere in it took the name up to the whole module (400
+        ``threading.Timer`` in a list, and the main thread in ``threading._active`` beside
+        them, were ``<shared by __main__, threading>``)."""
+        if not members:
+            return
+        retained, inside = self.tree.retained, set(members)
+        for q in group.parts:
+            a = group.anchors.get(q, q)
+            weight: dict[int, int] = {}
+            total = 0
+            for m in members:
+                w = int(retained[m])
+                for r in set(self.referrers(m)):
+                    if r not in inside and self._dominates(a, r):
+                        weight[r] = weight.get(r, 0) + w
+                        total += w
+            if weight:
+                best = max(weight, key=weight.__getitem__)
+                # (a collection: the registry inside the part; a running frame under its task
+                # names nothing more than the task)
+                if best != a and weight[best] >= ANCHOR_MAJORITY * total and self.graph.is_container(best):
+                    group.anchors[q] = best
 
     def _alike_roots(self, threshold: int) -> tuple[list[int], set[int]]:
         """Tasks running the same coroutine (the frames of threads named alike, named by the
