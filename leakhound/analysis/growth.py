@@ -39,6 +39,7 @@ from leakhound.model.growth import (
     in_a_frame,
     named_binding,
     normalized_path,
+    shared_parts,
 )
 from leakhound.model.names import (
     CODE_OWNER,
@@ -426,9 +427,19 @@ def _outer_owners(series: Sequence[_OwnerSeries]) -> list[str]:
     for k, mine in enumerate(paths):
         for p in mine:
             by_path.setdefault(p, []).append(k)
+    shared = [(j, [normalized_path(q) for p in entry.paths for q in shared_parts(p)]) for j, entry in enumerate(series)]
+    shared = [(j, parts) for j, parts in shared if parts]
     out = []
     for k, entry in enumerate(series):
-        best, best_len = "", 0
+        # a part of a shared owner (``A`` of ``<shared by A, B>``, or what lies inside A): its
+        # own bytes (mock's list of calls, its _Call tuples) grow with what the parts hold
+        # together, one leak (both are owners of one census: no overlap, by design)
+        best = next((series[j].paths[-1] for j, part_lists in shared
+                     if j != k and any(p == q or _inside(p, q) for p in paths[k] for q in part_lists)), "")
+        if best:
+            out.append(best)
+            continue
+        best_len = 0
         for p in paths[k]:
             for outer in enclosing_paths(p):
                 if len(outer) <= best_len:

@@ -59,6 +59,18 @@ def in_a_frame(path: str) -> bool:
     return path.startswith(("task:", "thread:"))
 
 
+SHARED_PREFIX = "<shared by "
+_MORE_PARTS = re.compile(r" and \d+ more$")
+
+
+def shared_parts(path: str) -> tuple[str, ...]:
+    """The parts a shared owner is named by (``<shared by A, B and 2 more>``: A, B); () for
+    any other owner."""
+    if not (path.startswith(SHARED_PREFIX) and path.endswith(">")):
+        return ()
+    return tuple(_MORE_PARTS.sub("", path[len(SHARED_PREFIX):-1]).split(", "))
+
+
 def enclosing_paths(path: str) -> list[str]:
     """The owner paths ``path`` extends (cut before each ``.`` or ``[``), longest first."""
     return [path[:i] for i in range(len(path) - 1, 0, -1) if path[i] in ".["]

@@ -2545,6 +2545,16 @@ graph_finish(GraphState *g)
         || (collections_deque != NULL && tp == collections_deque)
         || (PyType_GetFlags(tp) & Py_TPFLAGS_DICT_SUBCLASS))
         entries = (int32_t)(g->entries > 0x7FFFFFFF ? 0x7FFFFFFF : g->entries);
+    else if (PyList_Check(c) || PyTuple_Check(c) || PyAnySet_Check(c)) {
+        /* a list, tuple or set subclass (mock's _CallList): its length as the built-in has it
+         * (PyList_Size and the others read the object: no __len__ of the subclass runs), not
+         * its referents (its own attributes among them) */
+        Py_ssize_t n = PyList_Check(c) ? PyList_Size(c) : PyTuple_Check(c) ? PyTuple_Size(c) : PySet_Size(c);
+        if (n >= 0)
+            entries = (int32_t)(n > 0x7FFFFFFF ? 0x7FFFFFFF : n);
+        else
+            PyErr_Clear();
+    }
     if (collections_deque != NULL && tp == collections_deque) {
         /* its length, not its referents: 3.12+'s deque (a heap type) visits its type too */
         Py_ssize_t n = PyObject_Length(c);  /* an exact built-in: no code runs */

@@ -134,6 +134,7 @@ _PLAIN_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, bytearray,
 # a replay buffer's transitions are its)
 _SIZED_IDS = frozenset(id(tp) for tp in (list, tuple, set, frozenset, dict)
                        + ((collections.deque,) if DEQUE_BLOCKS_READ else ()))
+_SEQUENCE_BASES = (list, tuple, set, frozenset)
 _SINGLETON_IDS = frozenset(id(tp) for tp in (bool, type(None)))
 # Labels are mostly dict keys (attribute names come from slots; the owners' paths are named
 # by the target afterwards, name_paths): ~150 bytes each in the target with their index and
@@ -302,14 +303,16 @@ class Graph(object):
         self.dict_labels = CAN_READ_MANAGED_DICTS
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
         self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
+        self.sequence_bases = {}  # id(type) -> its built-in sequence base's index in _SEQUENCE_BASES, or -1
         self.unreached = {"examined": False, "estimated_pause_ms": None, "reason": "", "held": 0,
                           "garbage_objects": 0}  # type: wire.Unreached
         for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
                     self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
                     self.folds, self.fold_owner, self.namespaces, self.pending, self.given_leaves, self.leaf_groups,
                     self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
-                    self.unreached, self.native, self.native_kinds, self.native_bases, self.native_seen,
-                    self.size_of, self.size_of.known, self.clock, self.clock.__dict__, self.clock.phases):
+                    self.sequence_bases, self.unreached, self.native, self.native_kinds, self.native_bases,
+                    self.native_seen, self.size_of, self.size_of.known, self.clock, self.clock.__dict__,
+                    self.clock.phases):
             self.index[id(own)] = -1
         # the native sizers' tallies (lists of one int) and tables in their bases: ours too
         for own in self.native_bases.values():
@@ -583,6 +586,7 @@ class Graph(object):
         lengths = self.lengths
         lengths_append = lengths.append
         sized = _SIZED_IDS
+        sequence_bases = self.sequence_bases
         walls = self.walls
         src_append = self.src.append
         dst_append = self.dst.append
@@ -701,6 +705,15 @@ class Graph(object):
                 # (a deque its length: 3.12+'s, a heap type, visits its type too)
                 n = entries if names is not None else (len(obj) if tp is collections.deque else len(refs))
                 lengths[i] = min(n, 0x7FFFFFFF)
+            elif not folded_here:
+                # a list, tuple or set subclass (mock's _CallList): its length as the built-in
+                # has it (no __len__ of the subclass runs), not its referents (_graph_walk.c)
+                k = sequence_bases.get(id(tp))
+                if k is None:
+                    k = sequence_bases[id(tp)] = next(
+                        (n for n, b in enumerate(_SEQUENCE_BASES) if in_mro(tp, (b,))), -1)
+                if k >= 0:
+                    lengths[i] = min(_SEQUENCE_BASES[k].__len__(obj), 0x7FFFFFFF)
             tag = id(tp) in frame_like
             if names is None and not tag and id(tp) not in plain:
                 slots = self._slots_of(tp)

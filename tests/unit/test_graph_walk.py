@@ -101,8 +101,18 @@ KEEP_ORDERED = collections.OrderedDict((f"o{i}", [i, i]) for i in range(40))
 KEEP_DEFAULT = collections.defaultdict(list, {f"d{i}": [i] for i in range(30)})
 
 
+class CallList(list):  # (unittest.mock's _CallList: a list subclass with attributes of its own)
+    def __len__(self) -> int:
+        raise AssertionError("a subclass's __len__ ran in the walk")
+
+
+KEEP_CALLS = CallList([i, f"c{i}"] for i in range(25))
+KEEP_CALLS.note = ["x"] * 5  # type: ignore[attr-defined]
+KEEP_PAIRS = collections.deque([i, i] for i in range(35))
+
+
 @pytest.mark.parametrize("compiled", [True, False])
-def test_a_dict_subclass_has_as_many_entries_as_it_has_values(compiled: bool) -> None:
+def test_a_collection_subclass_has_as_many_entries_as_it_has_items(compiled: bool) -> None:
     """An OrderedDict's owner row said 2x its length: its keys and values were counted as its
     children when the walk gave dict subclasses no entry count."""
     if compiled and graph._walk_module is None:
@@ -113,6 +123,10 @@ def test_a_dict_subclass_has_as_many_entries_as_it_has_values(compiled: bool) ->
     ids = list(g.ids)
     assert g.lengths[ids.index(id(KEEP_ORDERED))] == 40
     assert g.lengths[ids.index(id(KEEP_DEFAULT))] == 30
+    # a list subclass its length (it said 0: the watch could not count mock's call lists), a
+    # deque its length (3.12+'s traverse visits its type too: one more)
+    assert g.lengths[ids.index(id(KEEP_CALLS))] == 25
+    assert g.lengths[ids.index(id(KEEP_PAIRS))] == 35
 
 
 @pytest.mark.parametrize("compiled", [True, False])

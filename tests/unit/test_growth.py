@@ -272,6 +272,24 @@ def test_owners_nested_in_one_another_are_one_finding_and_findings_fit_the_heap(
     assert all(f.details.get("scaled_to_fit") for f in report.findings)
 
 
+def test_the_parts_of_a_shared_owner_grow_with_it_one_finding() -> None:
+    """A Mock left in production records every call in two lists of its own: what both hold
+    together (the calls' arguments) is the shared owner; each list's own bytes (its _Call
+    tuples) grow too, a hundredth as fast. One finding, the shared owner (it was three)."""
+    shared = "<shared by m.CLIENT.send._mock_call_args_list, m.CLIENT.send._mock_mock_calls>"
+
+    def owners(t: int) -> list[tuple[str, int, int, int]]:
+        return [(shared, 1_000_000 * (10 + t), 10 + t, 0),
+                ("m.CLIENT.send._mock_call_args_list", 10_000 * (10 + t), 10 + t, 0x10),
+                ("m.CLIENT.send._mock_mock_calls", 10_000 * (10 + t), 10 + t, 0x20)]
+
+    samples = [_owned(t, owners(t), full=True, heap=10_000_000 + 1_020_000 * t) for t in range(12)]
+    report = analyse_growth(samples)
+    assert {t.name: t.within for t in report.owners if t.name != shared} == {
+        "m.CLIENT.send._mock_call_args_list": shared, "m.CLIENT.send._mock_mock_calls": shared}
+    assert [f.owner for f in report.findings] == [shared]
+
+
 def test_a_growing_owner_of_a_known_shape_carries_its_fix() -> None:
     from dataclasses import replace
 
