@@ -520,7 +520,7 @@ def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph, found: 
         max_hold_ms=round(max(snap.heap.max_hold_ms, walked.max_held_ms), 2),
         payload_peak_bytes=max(snap.heap.payload_peak_bytes, walked.payload_peak_bytes),
     )
-    groups = graph.held_groups()
+    groups = graph.stand_ins()
     return replace(snap, heap=heap, owners=_payload_grouped([_owner(o, graph, groups) for o in found.owners]))
 
 

@@ -389,9 +389,11 @@ class Graph(object):
                 self.container_types.append(t)
         return t
 
-    def node(self, obj, size=None):
+    def node(self, obj, size=None, as_type=None):
         """The node of ``obj``, added (not yet walked) if new, of ``size`` bytes (None: its
-        own); -1 for our own objects."""
+        own), of type ``as_type`` (None: its own; a group of the payload's standing for a
+        collection of the target's, weakref.finalize's registry: that collection's type);
+        -1 for our own objects."""
         i = self.index.get(id(obj))
         if i is not None:
             return i
@@ -400,13 +402,13 @@ class Graph(object):
             raise GraphTooBig("more than %d nodes" % self.max_nodes)
         self.nodes.append(obj)
         self.sizes.append(self.size_of(obj) if size is None else size)
-        self.types.append(self._type_id(type(obj)))
+        self.types.append(self._type_id(type(obj) if as_type is None else as_type))
         self.ids.append(id(obj))
         self.lengths.append(0)
         return i
 
-    def root(self, obj, label, kind, tier, wall=False, size=None):
-        i = self.node(obj, size)
+    def root(self, obj, label, kind, tier, wall=False, size=None, as_type=None):
+        i = self.node(obj, size, as_type)
         if i <= 0:
             return i
         roots = self.roots
@@ -992,12 +994,12 @@ class CompiledGraph(Graph):
 
     # The building blocks, on the capsule.
 
-    def node(self, obj, size=None):
+    def node(self, obj, size=None, as_type=None):
         i = _walk_module.graph_find(self.store, id(obj))
         if i is not None:
             return i
         return _walk_module.graph_node(self.store, obj, self.size_of(obj) if size is None else size,
-                                       self._type_id(type(obj)))
+                                       self._type_id(type(obj) if as_type is None else as_type))
 
     def edge(self, i, j, label):
         _walk_module.graph_edge(self.store, i, j, label)

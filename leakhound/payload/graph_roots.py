@@ -113,20 +113,23 @@ def add_roots(graph, stack):
     # callback)
     columns = dict_columns(registry) if registry is not None else None
     if columns is not None:
-        _held_group(graph, stack, columns[1], FINALIZE_OWNER, graph.size_of(registry))
+        _held_group(graph, stack, columns[1], FINALIZE_OWNER, graph.size_of(registry), type(registry))
     columns = None
     registry = None
     graph.progress("graph", graph.node_count())
 
 
-def _held_group(graph, stack, parts, name, size=0):
+def _held_group(graph, stack, parts, name, size=0, as_type=None):
     """``parts`` (a list of the payload's) as one soft root named ``name``, at ``size`` (0: no
-    size of its own): an owner of what they hold that nothing else holds, not a root apiece."""
+    size of its own), of type ``as_type`` (None: list; the registry's dict, which cheap samples
+    count by its name): an owner of what they hold that nothing else holds, not a root apiece."""
     tried = 0
     while parts and graph.known(parts) and tried < 8:
         parts = list(parts)  # (where an object of leakhound's was: never a node)
         tried += 1
-    a = graph.root(parts, name, "held", TIER_HELD, size=size) if parts and not graph.known(parts) else 0
+    a = 0
+    if parts and not graph.known(parts):
+        a = graph.root(parts, name, "held", TIER_HELD, size=size, as_type=as_type)
     if a > 0:
         graph.push(stack, a, parts)
 

@@ -117,7 +117,8 @@ WATCHED = [(shape, "3.11") for shape in ("mutable_default", "lru_cache", "atexit
                                           "signal_closure", "dynamic_classes", "stuck_tasks", "plugin_modules",
                                           "connection_threads", "metric_labels", "executor_backlog")]
 # (3.13's SimpleQueue, no list between: its items read by its own C qsize in the cheap samples)
-WATCHED += [("executor_backlog", "3.13"), ("dom_two_holders", "3.11"), ("named_parts", "3.11"), ("mock_calls", "3.11")]
+WATCHED += [("executor_backlog", "3.13"), ("dom_two_holders", "3.11"), ("named_parts", "3.11"), ("mock_calls", "3.11"),
+            ("finalizers", "3.12")]
 
 
 @pytest.mark.parametrize(("shape", "version"), WATCHED)

@@ -116,6 +116,14 @@ class ObjectGraph:
         """The nodes of the roots that are groups (``is_held_group``)."""
         return frozenset(self.roots[r][0] for r in range(len(self.roots)) if self.is_held_group(r))
 
+    def stand_ins(self) -> frozenset[int]:
+        """The nodes of the roots that are lists of the payload's, no object of the target: the
+        groups (``held_groups``) and what stands for a collection C holds, named by it
+        (``weakref.finalize._registry``: its infos, at the registry's size and type). Matched
+        by name from sample to sample, never by an id."""
+        return frozenset(node for node, label, kind, _tier in self.roots
+                         if kind == "held" and (self.sizes[node] == 0 or not label.startswith("<")))
+
 
 def _decode(chunks: Iterable[str], code: str, byteorder: str) -> array.array[int]:
     arr: array.array[int] = array.array(code)

@@ -120,6 +120,7 @@ class OwnerFinder:
         self._paths: Paths | None = None
         self.root_kind = {node: kind for node, _label, kind, _tier in graph.roots}
         self.held_groups = graph.held_groups()
+        self.stand_ins = graph.stand_ins()
         self._counts: Sequence[int] | None = counts
         self._pred: tuple[Sequence[int], Sequence[int]] | None = None
         self._out: Sequence[int] | None = None
@@ -913,7 +914,8 @@ def name_owners(plan: OwnerPlan, labels: Sequence[Any] | None = None) -> Dominat
             continue
         distinct = tuple(dict.fromkeys(mine))
         found = finder.owner(v, mine[0], distinct if len(paths) > 1 else ())
-        owners.append(replace(found, path_ids=tuple(finder.ids_of(paths[0]))))
+        # (a list of the payload's has no ids to walk again: found by its name)
+        owners.append(replace(found, path_ids=() if v in finder.stand_ins else tuple(finder.ids_of(paths[0]))))
     seconds = plan.analysis_seconds + time.perf_counter() - started
     return DominatorOwners(owners=owners[:len(plan.nodes)], tree=finder.tree, analysis_seconds=seconds,
                            named=named, why=owners[len(plan.nodes):])
