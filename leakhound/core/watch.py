@@ -46,7 +46,7 @@ from leakhound.errors import (
 )
 from leakhound.model import Owner, RequestCost, Snapshot
 from leakhound.model.growth import GrowthReport, Sample, TargetEnded, sample_from_snapshot
-from leakhound.model.names import ROOTS_ALIKE, SUBCLASSES_STEP, Method, OwnerModel, Owners
+from leakhound.model.names import ATEXIT_OWNER, ROOTS_ALIKE, SUBCLASSES_STEP, Method, OwnerModel, Owners
 from leakhound.payload import wire
 
 # Owners whose item counts a cheap sample re-reads (the biggest named ones of the last census).
@@ -236,7 +236,7 @@ def _length_is_items(owner: Owner) -> bool:
     """Whether the length a cheap sample reads of ``owner`` is its census item count: a built-in
     collection's, not a shared owner's (counted by one of its parts: its length is read after
     each census, and that is its item count, see _census_lengths)."""
-    return owner.type in _LENGTH_IS_ITEMS and not owner.count_ids
+    return owner.type in _LENGTH_IS_ITEMS and not owner.count_ids and owner.path != ATEXIT_OWNER
 
 
 def _threads_alike(path: str) -> bool:

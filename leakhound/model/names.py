@@ -176,6 +176,9 @@ MADE_DURING_WALK_PREFIX = "<made during the walk: "
 #: coroutine), ``thread:Thread-* (serve)/FUNC`` (the threads named so), ``plugin_*`` (the
 #: modules named so but for numbers); ``*`` stands for what was numbered. (The payload's cheap
 #: samples read the same grammar back: payload/sampling.py ``_ROOTS_ALIKE``.)
+# atexit's callbacks, one owner (payload/roots.py's ATEXIT_OWNER): no object of the target,
+# counted in cheap samples by atexit._ncallbacks() (payload/sampling.py atexit_items)
+ATEXIT_OWNER = "atexit.<callbacks>"
 ROOTS_ALIKE = re.compile(r"^(?:(?P<kind>task|thread):(?P<name>[^/]*\*[^/]*)/(?P<what>[^/ .\[<(]+)"
                          r"|(?P<modules>[\w.]*\*[\w.*]*))$")
 

@@ -38,8 +38,8 @@
  * carry no labels, in both loops: see PHASE_DICT_ENTRIES), and waits while what its slices
  * pushed is walked (GRAPH_SUSPEND_AT).
  *
- * An entry a collection alone holds (any, or in a collection of at most FOLD_MIN_ENTRIES, a
- * collection of at most FOLD_MIN_ENTRIES) is folded into it,
+ * An entry a collection of more than FOLD_MIN_ENTRIES entries alone holds (or one folded
+ * itself) is folded into it,
  * with all it alone holds (see STACK_NAMESPACE): no node, its bytes a (collection's address,
  * bytes) record, its other referents edges from the collection labelled "f" and the entry's
  * own name for them.
@@ -1266,9 +1266,12 @@ graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
  * collection. A heap of registries of records is then a graph of its shared objects only
  * (a registry of 2.4M sessions: 7.2M nodes unfolded). */
 #define STACK_NAMESPACE ((uintptr_t)1)
-/* A collection of at most this many entries folds only the entries that are collections of
- * at most this many themselves; the others stay nodes (the owners' search goes down into an entry that holds
- * most of its collection: a logger's one handler, and its records). */
+/* A collection of at most this many entries (and not folded itself) folds none of its entries:
+ * they stay nodes, the owners' search goes down into one that holds most of it (a logger's
+ * one handler, and its records; a dict of a few named parts, {"users": {...}}, and the
+ * part that grows: folded, the dict was the owner, its 1 item all the leak's growth). On
+ * a registry heap, a bench heap and the real verifiers worker folding collections into
+ * small ones saved 2-43 nodes of 36k-740k. */
 #define FOLD_MIN_ENTRIES 16
 
 static inline int
@@ -2355,18 +2358,14 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
     /* the node the edges come from, and the one entries held once are folded into (0: none) */
     uintptr_t i = owner > STACK_NAMESPACE ? owner : (uintptr_t)g->cur;
     uintptr_t fold_into = owner > STACK_NAMESPACE ? owner : (owner == 0 && collection ? i : 0);
-    /* every entry held alone, or (a collection of at most FOLD_MIN_ENTRIES) those that are
-     * collections themselves */
+    /* every entry held alone, where this collection is folded itself or has more than
+     * FOLD_MIN_ENTRIES entries (a small one folds none: see FOLD_MIN_ENTRIES) */
     int fold_any = owner > STACK_NAMESPACE || g->cur_foldable;
     /* a dict held by what is no collection (an instance's __dict__, a frame's locals) names
      * that object's parts: its entries are not folded into it */
     uintptr_t child_owner = collection ? 0 : STACK_NAMESPACE;
     /* (an lru_cache's cache is no namespace: its entries, its links, fold into it) */
     PyObject *lru_cache = collection ? NULL : lru_cache_of(g->cur);
-    /* a small collection of its own (a function's defaults, a callback's arguments, a dict of
-     * a few named parts: {"events": deque()}) keeps a big collection it alone holds a node,
-     * the owner the owners' search finds (its items are what grows), not folded into it */
-    int small_node = !fold_any && owner == 0;
     /* a reference the current container holds to the next referent besides the one in r (an
      * OrderedDict's key: dict_slice): met with it */
     Py_ssize_t also_held = 0;
@@ -2467,9 +2466,8 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
         if (found == FOUND_NONE) {
             if (PyType_Check(ref) || rtp == &PyModule_Type)
                 continue;  /* classes and modules are roots of their own */
-            if (!leaf && fold_into && refcnt + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE && !graph_kept_type(g, rtp)
-                && (fold_any || (is_collection(rtp)
-                                 && !(small_node && PyObject_Length(ref) > FOLD_MIN_ENTRIES)))) {
+            if (!leaf && fold_into && fold_any && refcnt + GRAPH_PY_EXTRA <= GRAPH_ONLY_ONE
+                && !graph_kept_type(g, rtp)) {
                 /* held by this collection alone: part of it (see STACK_NAMESPACE), no edge */
                 if (((g->fold_marks_until < 0 || g->tracked < g->fold_marks_until)
                      && nodebits_set(&g->marked, address) < 0) || graph_push(g, ref, fold_into) < 0)

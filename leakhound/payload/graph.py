@@ -110,9 +110,9 @@ __all__ = ["GRAPH_FORMAT", "CompiledGraph", "Graph", "GraphCancelled", "GraphOve
 
 GRAPH_FORMAT = wire.GRAPH_FORMAT
 
-# A collection of at most this many entries folds only the entries that are collections
-# themselves; the others stay nodes: the owners' search goes down into an entry that holds most
-# of its collection (a logger's one handler, and its records).
+# A collection of at most this many entries (not folded itself) folds none of its entries:
+# they stay nodes, the owners' search goes down into one that holds most of it (a logger's one
+# handler, and its records; a dict of a few named parts and the one that grows).
 # As _graph_walk.c's FOLD_MIN_ENTRIES.
 _FOLD_MIN_ENTRIES = 16
 # Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES_MAX): every leaf of a list whose
@@ -639,9 +639,6 @@ class Graph(object):
             collection = id(tp) in sized
             fold_into = i if folded_here or (collection and i not in namespaces) else 0
             fold_any = folded_here or (fold_into and len(obj) > _FOLD_MIN_ENTRIES)
-            # a small collection of its own keeps a big collection it alone holds a node
-            # (_graph_walk.c)
-            small_node = not fold_any
             child_namespace = not collection
             # (an lru_cache's cache is no namespace: its entries, its links, fold into it; its
             # id only: a reference here would keep it from folding)
@@ -788,9 +785,9 @@ class Graph(object):
                 if j is None:
                     if issubclass(rtp, type) or rtp is module_type:
                         continue  # classes and modules are roots of their own
-                    if (fold_into and rid not in leaf_ids and getrefcount(ref) - (rtp is links) <= only_one
-                            and rid not in kept_ids
-                            and (fold_any or (rid in sized and not (small_node and len(ref) > _FOLD_MIN_ENTRIES)))):
+                    # (a small collection folds none of its entries: _graph_walk.c FOLD_MIN_ENTRIES)
+                    if (fold_into and fold_any and rid not in leaf_ids
+                            and getrefcount(ref) - (rtp is links) <= only_one and rid not in kept_ids):
                         index[id(ref)] = -2  # held by this collection alone: part of it, no edge
                         folds.append(ref)
                         fold_owner.append(fold_into)

@@ -34,7 +34,7 @@ from .objects import (
     subclass_tree,
     type_name,
 )
-from .roots import signal_handlers, task_name, thread_name_of
+from .roots import ATEXIT_OWNER, signal_handlers, task_name, thread_name_of
 from .tasks import await_chain, live_tasks, named_tasks
 from .tracked import tracked_objects
 
@@ -208,6 +208,24 @@ def alike_items(path, wanted_type):
     return count
 
 
+def atexit_items(path):
+    """How many callbacks atexit keeps (``atexit._ncallbacks()``, its C function: no code of
+    the program runs) when ``path`` names their owner (ATEXIT_OWNER, a group of no object of
+    the target's: found by its name), else None. The watch reads it right after each census
+    too: the group's items (each callback's function, arguments) are counted in its unit."""
+    if path != ATEXIT_OWNER:
+        return None
+    module = sys.modules.get("atexit")
+    count = instance_dict(module).get("_ncallbacks") if type(module) is _ModuleType else None
+    if type(count).__name__ != "builtin_function_or_method":
+        return None
+    try:
+        n = count()  # type: ignore[misc]  # (a builtin function, checked above)
+    except Exception:
+        return None
+    return n if type(n) is int else None
+
+
 def _items(obj):
     """A container's length (the C slot of a built-in), or a ``queue.SimpleQueue``'s items
     (its own C ``qsize``: it has no length, and 3.13's keeps them in a ring buffer of its own,
@@ -250,6 +268,8 @@ def owner_items(owners):
                 obj = None
         elif type(path) is str:
             count = alike_items(path, wanted_type)
+            if count is None:
+                count = atexit_items(path)
             if count is not None:
                 out.append({"found": True, "items": count})
                 continue

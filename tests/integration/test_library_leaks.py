@@ -146,7 +146,7 @@ def test_watch_names_it_growing_at_the_targets_rate(shape: str, version: str, tm
     assert [(f["kind"], f["owner"]) for f in warnings] in ([("growth", expected)], [("growth", expected), *also]), \
         warnings
     owner = next(t for t in process["owners"] if t["name"] == expected)
-    if shape in ("atexit_args", "linked_list", "stuck_tasks", "dom_two_holders"):
+    if shape in ("linked_list", "stuck_tasks", "dom_two_holders"):
         # found again in the full samples only (its group is remade each time; each entry put
         # in front is a new head, the same name; tasks alike: counted again by their cheap
         # samples, their items, but only once the full sample after the first has named the

@@ -97,6 +97,30 @@ def test_the_arrays_travel_raw_and_read_back(compiled: bool, tmp_path: Path) -> 
         dominators.decode_graph({**meta, "binary": raw[:-8]})
 
 
+# A dict of a few named parts, one of them a small dict of shards (each a dict of 20 records).
+KEEP_NESTED = {"users": {shard: {f"u{shard}.{i}": [i] for i in range(20)} for shard in range(3)}, "name": "w"}
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_small_collection_folds_none_of_its_entries(compiled: bool) -> None:
+    """``KEEP_NESTED['users']`` (3 entries) and its shards are nodes: folded into the dict of
+    two named parts, the leak's owner was that dict, 1 item (``watch``: 0 items/min). A
+    shard has more than 16 entries: its records are folded into it."""
+    if compiled and graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
+                      cancelled=None, compiled=compiled)
+    g = dominators.decode_graph({**out, "binary": b"".join(binary_pieces({"result": {"graph": out}}))})
+    ids = list(g.ids)
+    users = KEEP_NESTED["users"]
+    assert isinstance(users, dict)
+    assert g.lengths[ids.index(id(users))] == 3
+    for shard in users.values():
+        k = ids.index(id(shard))
+        assert g.lengths[k] == 20 and g.sizes[k] > 20 * 56  # its records' lists folded in
+        assert not {id(v) for v in shard.values()} & set(ids)
+
+
 KEEP_ORDERED = collections.OrderedDict((f"o{i}", [i, i]) for i in range(40))
 KEEP_DEFAULT = collections.defaultdict(list, {f"d{i}": [i] for i in range(30)})
 
@@ -547,13 +571,15 @@ def _list_length(compiled: bool) -> int:
 
 @WALKS
 def test_leaves_two_lists_of_one_owner_share_are_folded_however_long_the_lists(compiled: bool) -> None:
-    """Each int is held by two lists, both folded into STEPS: every reference is met from that
-    node, so each is folded into it (no node), however many a list holds; STEPS retains what
-    it alone holds."""
+    """Each int is held by two lists, both folded into a trajectory's list of steps (17 of
+    them: more than a small collection, which folds none of its entries): every reference is
+    met from that node, so each is folded into it (no node), however many a list holds; STEPS
+    retains what it alone holds."""
     steps = []
     for r in range(6):
         ids = [1_000_000 + r * 100_000 + k for k in range(_list_length(compiled))]
         steps.append({"response": {"prompt_ids": ids}, "tokens": {"prompt_ids": list(ids)}})
+    steps += [{"response": {"prompt_ids": []}, "tokens": {"prompt_ids": []}} for _ in range(11)]
     STEPS["steps"] = steps
     leaf_ids = {id(x) for step in steps for x in step["tokens"]["prompt_ids"]}
     del steps, ids

@@ -233,3 +233,25 @@ def test_the_payload_reads_roots_alike_as_leakhound_names_them(path: str) -> Non
     ours, theirs = ROOTS_ALIKE.match(path), sampling._ROOTS_ALIKE.match(path)
     assert (ours is None) == (theirs is None)
     assert ours is None or ours.groupdict() == theirs.groupdict()
+
+
+def test_atexits_callbacks_are_counted_by_the_interpreters_count() -> None:
+    """``atexit.<callbacks>`` is a group of no object of the target: a cheap sample counts it
+    by ``atexit._ncallbacks()`` (a watch found it again in full censuses only)."""
+    import atexit
+
+    from leakhound.model.names import ATEXIT_OWNER
+    from leakhound.payload import roots
+
+    assert ATEXIT_OWNER == roots.ATEXIT_OWNER
+    before = atexit._ncallbacks()  # type: ignore[attr-defined]
+    callbacks = [lambda data=bytes(10): None for _ in range(3)]
+    for callback in callbacks:
+        atexit.register(callback)
+    try:
+        (counted,) = sampling.owner_items([{"ids": [], "type": "function", "path": ATEXIT_OWNER}])
+        assert counted == {"found": True, "items": before + 3}
+    finally:
+        for callback in callbacks:
+            atexit.unregister(callback)
+    assert sampling.atexit_items("atexit.other") is None
