@@ -97,6 +97,15 @@ def test_the_arrays_travel_raw_and_read_back(compiled: bool, tmp_path: Path) -> 
         dominators.decode_graph({**meta, "binary": raw[:-8]})
 
 
+def _this_process(compiled: bool) -> dominators.ObjectGraph:
+    """This process's graph, walked by the C walk (``compiled``) or the Python loop."""
+    if compiled and graph._walk_module is None:
+        pytest.skip("the C walk was not built here")
+    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
+                      cancelled=None, compiled=compiled)
+    return dominators.decode_graph({**out, "binary": b"".join(binary_pieces({"result": {"graph": out}}))})
+
+
 # A dict of a few named parts, one of them a small dict of shards (each a dict of 20 records).
 KEEP_NESTED = {"users": {shard: {f"u{shard}.{i}": [i] for i in range(20)} for shard in range(3)}, "name": "w"}
 
@@ -106,11 +115,7 @@ def test_a_small_collection_folds_none_of_its_entries(compiled: bool) -> None:
     """``KEEP_NESTED['users']`` (3 entries) and its shards are nodes: folded into the dict of
     two named parts, the leak's owner was that dict, 1 item (``watch``: 0 items/min). A
     shard has more than 16 entries: its records are folded into it."""
-    if compiled and graph._walk_module is None:
-        pytest.skip("the C walk was not built here")
-    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
-                      cancelled=None, compiled=compiled)
-    g = dominators.decode_graph({**out, "binary": b"".join(binary_pieces({"result": {"graph": out}}))})
+    g = _this_process(compiled)
     ids = list(g.ids)
     users = KEEP_NESTED["users"]
     assert isinstance(users, dict)
@@ -139,11 +144,7 @@ KEEP_PAIRS = collections.deque([i, i] for i in range(35))
 def test_a_collection_subclass_has_as_many_entries_as_it_has_items(compiled: bool) -> None:
     """An OrderedDict's owner row said 2x its length: its keys and values were counted as its
     children when the walk gave dict subclasses no entry count."""
-    if compiled and graph._walk_module is None:
-        pytest.skip("the C walk was not built here")
-    out = graph.build(timeout=60, progress=None, is_stdlib=None, exclude=(), max_nodes=5_000_000, max_pause_ms=1,
-                      cancelled=None, compiled=compiled)
-    g = dominators.decode_graph({**out, "binary": b"".join(binary_pieces({"result": {"graph": out}}))})
+    g = _this_process(compiled)
     ids = list(g.ids)
     assert g.lengths[ids.index(id(KEEP_ORDERED))] == 40
     assert g.lengths[ids.index(id(KEEP_DEFAULT))] == 30
