@@ -601,6 +601,11 @@ def growth_findings(report: GrowthReport) -> tuple[Finding, ...]:
                 f"({t.name[1:-1]}): the warnings say why and what would allow it"
             )
             severity = "warning"
+        elif t.verdict == GROWING and not t.last_items and not t.items_per_min:
+            # (an object with no items, a bytearray or an array a stream appends to: its bytes)
+            summary = (f"{t.name} ({t.type}) keeps growing: {_mb(rate)}/min over {_minutes(t.seconds)} "
+                       f"(now {_mb(size)}){capped}")
+            severity = "warning"
         elif t.verdict == GROWING:
             summary = (
                 f"{t.name} ({t.type}) keeps growing: {_mb(rate)}/min, "

@@ -152,6 +152,8 @@ class SampleOutcome:
     max_step_ms: float
     started_at: float | None  # the target's clock as the sample began
     types_skipped: str = ""  # why there are no type counts (their listing was over the pause budget)
+    # per owner asked, in order: its own size where it was asked for ("size") and found, else None
+    owner_bytes: tuple[int | None, ...] = ()
 
 
 def decode_sample(pid: int, answer: Mapping[str, Any], *, asked: int) -> SampleOutcome:
@@ -161,6 +163,7 @@ def decode_sample(pid: int, answer: Mapping[str, Any], *, asked: int) -> SampleO
     sample = cast("SampleAnswer", answer)
     try:
         owners = _owner_answers(sample.get("owners"), asked)
+        owner_bytes = _owner_sizes(sample.get("owners"))
         types = tuple(TypeStat(**t) for t in sample.get("types") or ())
         if not all(isinstance(t.type, str) and isinstance(t.count, int) and isinstance(t.bytes, int)
                    for t in types):
@@ -175,7 +178,7 @@ def decode_sample(pid: int, answer: Mapping[str, Any], *, asked: int) -> SampleO
         return SampleOutcome(owners=owners, types=types, allocator_in_use_bytes=in_use, finished_entries=finished,
                              max_step_ms=float(sample.get("max_step_ms", 0.0)),
                              started_at=_time(sample.get("started_at")),
-                             types_skipped=str(sample.get("types_skipped") or "")[:300])
+                             types_skipped=str(sample.get("types_skipped") or "")[:300], owner_bytes=owner_bytes)
     except (TypeError, ValueError, AttributeError) as exc:
         raise ProtocolViolation(f"process {pid} answered with a malformed sample "
                                 f"({type(exc).__name__}: {str(exc)[:120]})") from None
@@ -194,6 +197,17 @@ def _owner_answers(doc: object, asked: int) -> tuple[tuple[bool, int | None], ..
         if items is not None and (type(items) is not int or items < 0):
             raise TypeError("an owner's item count is not a count")
         out.append((owner["found"], items))
+    return tuple(out)
+
+
+def _owner_sizes(doc: object) -> tuple[int | None, ...]:
+    """Each owner's own size where the answer has one (``_owner_answers`` checked the rest)."""
+    out: list[int | None] = []
+    for owner in doc if isinstance(doc, list) else ():
+        size = owner.get("bytes") if isinstance(owner, dict) else None
+        if size is not None and (type(size) is not int or size < 0):
+            raise TypeError("an owner's size is not a byte count")
+        out.append(size)
     return tuple(out)
 
 

@@ -45,7 +45,7 @@ from leakhound.errors import (
     TracerStuck,
 )
 from leakhound.model import Owner, RequestCost, Snapshot
-from leakhound.model.growth import GrowthReport, Sample, TargetEnded, sample_from_snapshot
+from leakhound.model.growth import GrowthReport, OwnerSample, Sample, TargetEnded, sample_from_snapshot
 from leakhound.model.names import ATEXIT_OWNER, ROOTS_ALIKE, SUBCLASSES_STEP, Method, OwnerModel, Owners
 from leakhound.payload import wire
 
@@ -105,6 +105,8 @@ class Watched:
     reference_snapshot: Snapshot | None = None
     # owner path -> its length read right after the reference census (see _LENGTH_IS_ITEMS)
     census_lengths: dict[str, int] = field(default_factory=dict)
+    # owner path -> its own size read right after the reference census (see _sized)
+    census_sizes: dict[str, int] = field(default_factory=dict)
     # The reasons said of censuses whose owners were not attributed (names.NotAttributed)
     not_attributed: set[str] = field(default_factory=set)
     last_full_at: float = float("-inf")
@@ -152,7 +154,7 @@ def _full(w: Watched, *, top: int, max_pause_ms: float, progress: Progress | Non
     sample = dataclasses.replace(sample_from_snapshot(snapshot), rss_bytes=rss)
     if snapshot.heap.owner_model == "dominator" or w.reference is None or w.reference.owner_model != "dominator":
         w.reference_snapshot = snapshot
-        w.census_lengths = _census_lengths(w, progress=progress)
+        w.census_lengths, w.census_sizes = _census_lengths(w, progress=progress)
         sample = dataclasses.replace(sample, owners=tuple(
             dataclasses.replace(o, items=w.census_lengths[o.path]) if o.path in w.census_lengths else o
             for o in sample.owners))
@@ -216,20 +218,40 @@ def stop_site_tracker(target: Target, request: RequestOptions) -> None:
                     "deadline")
 
 
-def _census_lengths(w: Watched, *, progress: Progress | None) -> dict[str, int]:
+def _census_lengths(w: Watched, *, progress: Progress | None) -> tuple[dict[str, int], dict[str, int]]:
     """The lengths of the reference census's owners whose item count is not their length,
-    read at once after it (one more request, only when there is such an owner)."""
+    and the own sizes of those measured by it (``_sized``), read at once after it (one more
+    request, only when there is such an owner)."""
     assert w.reference_snapshot is not None
     asked, owners_doc = _owner_request(w.reference_snapshot.owners)
     if all(_length_is_items(o) for o in asked):
-        return {}
+        return {}, {}
     try:
         _remote, sampled = _read_owners(w, owners_doc, len(asked), top_types=0, progress=progress)
     except LeakhoundError as exc:  # those owners are left out of cheap samples until the next census
         w.request.log(f"process {w.target.pid}: lengths after the census not read: {exc}")
-        return {}
-    return {o.path: items for o, (found, items) in zip(asked, sampled.owners, strict=True)
-            if found and items is not None and not _length_is_items(o)}
+        return {}, {}
+    lengths = {o.path: items for o, (found, items) in zip(asked, sampled.owners, strict=True)
+               if found and items is not None and not _length_is_items(o)}
+    # (one with a length, a bytearray's, is counted by it: its own size is for those with none)
+    sizes = {o.path: size for o, (found, _items), size in zip(asked, sampled.owners, _sizes(sampled, asked),
+                                                              strict=True)
+             if found and size and _sized(o) and o.path not in lengths}
+    return lengths, sizes
+
+
+def _sizes(sampled: SampleOutcome, asked: list[Owner]) -> tuple[int | None, ...]:
+    return sampled.owner_bytes if len(sampled.owner_bytes) == len(asked) else (None,) * len(asked)
+
+
+def _sized(owner: Owner) -> bool:
+    """Whether cheap samples measure ``owner`` by its own size: one that retains only itself
+    and has no items (a bytearray or an array.array a stream's data is appended to, a numpy
+    array concatenated in place): its bytes, scaled from the census's by its size then and
+    now. Its bytes were measured by full censuses only ("2 are too few to tell" in a watch
+    of -d 120)."""
+    return (owner.items == 0 and owner.retained_objects == 1 and not owner.count_ids
+            and owner.type not in _LENGTH_IS_ITEMS)
 
 
 def _length_is_items(owner: Owner) -> bool:
@@ -255,7 +277,8 @@ def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[st
         not o.path.startswith(_NO_ROOT) and SUBCLASSES_STEP not in o.path
         and (o.path_ids or not o.path.startswith(_UNRESOLVABLE) or _threads_alike(o.path)))][:SAMPLED_OWNERS]
     return asked, [{"ids": list(o.count_ids), "type": o.count_type, "path": o.path} if o.count_ids else
-                   {"ids": list(o.path_ids), "type": o.type, "path": o.path} for o in asked]
+                   {"ids": list(o.path_ids), "type": o.type, "path": o.path, **({"size": True} if _sized(o) else {})}
+                   for o in asked]
 
 
 def _cheap(w: Watched, *, progress: Progress | None = None, max_pause_ms: float | None = None) -> Sample:
@@ -270,13 +293,19 @@ def _cheap(w: Watched, *, progress: Progress | None = None, max_pause_ms: float 
         w.request.log(f"process {w.target.pid}: no type counts in this sample: {sampled.types_skipped}")
     measured = sampled.owners
     taken_at = counted_at(sampled.started_at, taken_at)
+    counted = estimate_owners([_counted(o, w.census_lengths) for o in asked], [
+        answer if _length_is_items(o) or o.path in w.census_lengths else (answer[0], None)
+        for o, answer in zip(asked, measured, strict=True)])
+    sized = tuple(
+        OwnerSample(o.path, o.type, o.items, round(o.retained_bytes * size / w.census_sizes[o.path]), estimated=True,
+                    object_id=o.object_id)
+        for o, (found, _items), size in zip(asked, measured, _sizes(sampled, asked), strict=True)
+        if found and size is not None and _sized(o) and w.census_sizes.get(o.path) and o.path not in w.census_lengths)
     return Sample(
         pid=w.target.pid,
         taken_at=taken_at,
         rss_bytes=rss,
-        owners=estimate_owners([_counted(o, w.census_lengths) for o in asked], [
-            answer if _length_is_items(o) or o.path in w.census_lengths else (answer[0], None)
-            for o, answer in zip(asked, measured, strict=True)]),
+        owners=counted + sized,
         types=sampled.types,
         name=w.target.name,
         method=str(remote.method),

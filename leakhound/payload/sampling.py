@@ -35,6 +35,7 @@ from .objects import (
     type_name,
 )
 from .roots import ATEXIT_OWNER, signal_handlers, task_name, thread_name_of
+from .sizes import object_size
 from .tasks import await_chain, live_tasks, named_tasks
 from .tracked import tracked_objects
 
@@ -277,7 +278,12 @@ def owner_items(owners):
         if obj is None or (type(wanted_type) is str and wanted_type and type_name(type(obj)) != wanted_type):
             out.append({"found": False, "items": None})
         else:
-            out.append({"found": True, "items": _items(obj)})
+            found = {"found": True, "items": _items(obj)}
+            if owner.get("size") is True:
+                # an owner that retains only itself (a bytearray, an array, a numpy array):
+                # its own size, as the census sizes one object (no __sizeof__ in Python runs)
+                found["bytes"] = object_size(obj)
+            out.append(found)
         obj = None
     roots = None
     return out
@@ -307,9 +313,9 @@ def _type_counts(top):
 
 
 def sample(request, progress):
-    """``{"op": "sample", "owners": [{"ids", "type", "path"}...], "top_types": N, "allocator":
-    true, "registry": true}`` -> ``owners`` (one ``{"found", "items"}`` each, in order:
-    ``owner_items``), type counts; with ``allocator`` the allocators' in-use bytes
+    """``{"op": "sample", "owners": [{"ids", "type", "path"[, "size": true]}...], "top_types": N,
+    "allocator": true, "registry": true}`` -> ``owners`` (one ``{"found", "items"[, "bytes"]}``
+    each, in order: ``owner_items``), type counts; with ``allocator`` the allocators' in-use bytes
     (``arena.in_use_bytes``), with ``registry`` the trajectory registries' entries and finished
     entries (``probes.registry_counts``: nothing sized)."""
     started = time.perf_counter()

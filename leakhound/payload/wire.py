@@ -325,7 +325,7 @@ if TYPE_CHECKING:
 
     class SampleAnswer(Answer, total=False):
         started_at: float
-        owners: List[Dict[str, object]]  # {"found", "items"} each, in the order asked
+        owners: List[Dict[str, object]]  # {"found", "items"[, "bytes"]} each, in the order asked
         types: Optional[List[TypeRow]]
         types_skipped: Optional[str]  # why there are no type counts (the pause budget)
         allocator_in_use_bytes: Optional[int]

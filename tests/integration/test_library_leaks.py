@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 PYTHONS = installed_pythons()
 SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generators", "queue_backlog",
           "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
-          "linked_list", "named_parts", "mock_calls",
+          "linked_list", "named_parts", "mock_calls", "stream_buffer",
           "two_indexes", "signal_closure", "dynamic_classes", "stuck_tasks",
           "plugin_modules", "connection_threads", "metric_labels", "executor_backlog", "pickler_memo",
           "dom_two_holders"]
@@ -118,7 +118,7 @@ WATCHED = [(shape, "3.11") for shape in ("mutable_default", "lru_cache", "atexit
                                           "connection_threads", "metric_labels", "executor_backlog")]
 # (3.13's SimpleQueue, no list between: its items read by its own C qsize in the cheap samples)
 WATCHED += [("executor_backlog", "3.13"), ("dom_two_holders", "3.11"), ("named_parts", "3.11"), ("mock_calls", "3.11"),
-            ("finalizers", "3.12")]
+            ("finalizers", "3.12"), ("stream_buffer", "3.11")]
 
 
 @pytest.mark.parametrize(("shape", "version"), WATCHED)

@@ -241,7 +241,7 @@ def test_a_watch_says_when_a_full_census_broke_the_pause_budget(monkeypatch: pyt
     snap = _capture("churning_worker_pause_over_budget.json")
     monkeypatch.setattr(watch, "take_snapshot", lambda *_a, **_k: snap)
     monkeypatch.setattr(watch, "rss_bytes", lambda _pid: snap.process.rss_bytes)
-    monkeypatch.setattr(watch, "_census_lengths", lambda *_a, **_k: {})
+    monkeypatch.setattr(watch, "_census_lengths", lambda *_a, **_k: ({}, {}))
     w = watch.Watched(target=Target(pid=os.getpid(), uid=0, exe="python", version=(3, 11), name="w", cmdline=""),
                       request=RequestOptions(method=Method.PTRACE, timeout=10.0))
     watch._full(w, top=10, max_pause_ms=50.0)

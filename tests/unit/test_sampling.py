@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from leakhound.payload import census, sampling
+from leakhound.payload import census, sampling, wire
 
 
 class _Runtime:
@@ -255,3 +255,26 @@ def test_atexits_callbacks_are_counted_by_the_interpreters_count() -> None:
         for callback in callbacks:
             atexit.unregister(callback)
     assert sampling.atexit_items("atexit.other") is None
+
+
+def test_an_owner_asked_for_its_size_is_measured_by_it() -> None:
+    """An owner with no items that retains only itself (an array a stream appends to) is asked
+    for its own size: the census's size of one object (watch scales its bytes by it)."""
+    import array
+
+    from leakhound.core.decode import decode_sample
+    from leakhound.payload import sizes
+
+    buffer = array.array("B", bytes(100_000))
+    globals()["_SIZED_BUFFER"] = buffer  # (found by its path here: no ids)
+    try:
+        path = f"{__name__}._SIZED_BUFFER"
+        answer = sampling.owner_items([{"ids": [], "type": "array.array", "path": path, "size": True},
+                                       {"ids": [], "type": "array.array", "path": path}])
+        assert answer[0] == {"found": True, "items": None, "bytes": sizes.object_size(buffer)}
+        assert answer[0]["bytes"] > 100_000 and "bytes" not in answer[1]
+        decoded = decode_sample(1, {"owners": answer, "max_step_ms": 0.0, "payload_version": wire.PAYLOAD_VERSION},
+                                asked=2)
+        assert decoded.owner_bytes == (sizes.object_size(buffer), None)
+    finally:
+        del globals()["_SIZED_BUFFER"]
