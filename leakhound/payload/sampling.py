@@ -280,7 +280,7 @@ def owner_items(owners):
         else:
             found = {"found": True, "items": _items(obj)}
             if owner.get("size") is True:
-                # an owner that retains only itself (a bytearray, an array, a numpy array):
+                # an owner that retains only itself (an array.array, a 3.12+ StringIO):
                 # its own size, as the census sizes one object (no __sizeof__ in Python runs)
                 found["bytes"] = object_size(obj)
             out.append(found)
