@@ -162,8 +162,7 @@ def decode_sample(pid: int, answer: Mapping[str, Any], *, asked: int) -> SampleO
     check_version(pid, answer)
     sample = cast("SampleAnswer", answer)
     try:
-        owners = _owner_answers(sample.get("owners"), asked)
-        owner_bytes = _owner_sizes(sample.get("owners"))
+        owners, owner_bytes = _owner_answers(sample.get("owners"), asked)
         types = tuple(TypeStat(**t) for t in sample.get("types") or ())
         if not all(isinstance(t.type, str) and isinstance(t.count, int) and isinstance(t.bytes, int)
                    for t in types):
@@ -184,31 +183,25 @@ def decode_sample(pid: int, answer: Mapping[str, Any], *, asked: int) -> SampleO
                                 f"({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
-def _owner_answers(doc: object, asked: int) -> tuple[tuple[bool, int | None], ...]:
-    """(found, item count or None) per owner asked for, in order; TypeError unless the
-    answer has that shape."""
+def _owner_answers(doc: object, asked: int) -> tuple[tuple[tuple[bool, int | None], ...], tuple[int | None, ...]]:
+    """(found, item count or None) per owner asked for, in order, and its own size where the
+    answer has one (asked for with "size"), else None; TypeError unless the answer has that
+    shape."""
     if not isinstance(doc, list) or len(doc) != asked:
         raise TypeError("owners is not one answer per owner asked for")
     out: list[tuple[bool, int | None]] = []
+    sizes: list[int | None] = []
     for owner in doc:
         if not isinstance(owner, dict) or not isinstance(owner.get("found"), bool):
             raise TypeError("an owner's answer is not {found, items}")
-        items = owner.get("items")
+        items, size = owner.get("items"), owner.get("bytes")
         if items is not None and (type(items) is not int or items < 0):
             raise TypeError("an owner's item count is not a count")
-        out.append((owner["found"], items))
-    return tuple(out)
-
-
-def _owner_sizes(doc: object) -> tuple[int | None, ...]:
-    """Each owner's own size where the answer has one (``_owner_answers`` checked the rest)."""
-    out: list[int | None] = []
-    for owner in doc if isinstance(doc, list) else ():
-        size = owner.get("bytes") if isinstance(owner, dict) else None
         if size is not None and (type(size) is not int or size < 0):
             raise TypeError("an owner's size is not a byte count")
-        out.append(size)
-    return tuple(out)
+        out.append((owner["found"], items))
+        sizes.append(size)
+    return tuple(out), tuple(sizes)
 
 
 def decode_patch(pid: int, answer: Mapping[str, Any]) -> PatchAnswer:

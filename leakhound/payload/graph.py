@@ -64,6 +64,7 @@ from .objects import (
     MANAGED_DICTS,
     SHARED_LEAF,
     add_made_dict,
+    builtin_length,
     dict_columns,
     dict_descriptor,
     dict_via,
@@ -303,14 +304,13 @@ class Graph(object):
         self.dict_labels = CAN_READ_MANAGED_DICTS
         self.slot_names = {}  # id(type) -> ((name, descriptor), ...) of its member descriptors
         self.dict_descrs = {}  # id(type) -> its __dict__ descriptor or None
-        self.sequence_bases = {}  # id(type) -> its built-in sequence base's index in _SEQUENCE_BASES, or -1
         self.unreached = {"examined": False, "estimated_pause_ms": None, "reason": "", "held": 0,
                           "garbage_objects": 0}  # type: wire.Unreached
         for own in (self, self.__dict__, self.index, self.nodes, self.sizes, self.types, self.ids, self.lengths,
                     self.type_index, self.type_keys, self.type_names, self.src, self.dst, self.lab,
                     self.folds, self.fold_owner, self.namespaces, self.pending, self.given_leaves, self.leaf_groups,
                     self.label_index, self.labels, self.roots, self.walls, self.slot_names, self.dict_descrs,
-                    self.sequence_bases, self.unreached, self.native, self.native_kinds, self.native_bases,
+                    self.unreached, self.native, self.native_kinds, self.native_bases,
                     self.native_seen, self.size_of, self.size_of.known, self.clock, self.clock.__dict__,
                     self.clock.phases):
             self.index[id(own)] = -1
@@ -588,7 +588,6 @@ class Graph(object):
         lengths = self.lengths
         lengths_append = lengths.append
         sized = _SIZED_IDS
-        sequence_bases = self.sequence_bases
         walls = self.walls
         src_append = self.src.append
         dst_append = self.dst.append
@@ -707,12 +706,9 @@ class Graph(object):
             elif not folded_here:
                 # a list, tuple or set subclass (mock's _CallList): its length as the built-in
                 # has it (no __len__ of the subclass runs), not its referents (_graph_walk.c)
-                k = sequence_bases.get(id(tp))
-                if k is None:
-                    k = sequence_bases[id(tp)] = next(
-                        (n for n, b in enumerate(_SEQUENCE_BASES) if in_mro(tp, (b,))), -1)
-                if k >= 0:
-                    lengths[i] = min(_SEQUENCE_BASES[k].__len__(obj), 0x7FFFFFFF)
+                n = builtin_length(obj, _SEQUENCE_BASES)
+                if n is not None:
+                    lengths[i] = min(n, 0x7FFFFFFF)
             tag = id(tp) in frame_like
             if names is None and not tag and id(tp) not in plain:
                 slots = self._slots_of(tp)

@@ -148,6 +148,15 @@ def finalize_registry():
     return registry if type(registry) is dict else None
 
 
+def atexit_count():
+    """``atexit._ncallbacks``, the module's C function counting the callbacks it keeps, read
+    from the module's dict (no attribute hook of the program runs); None where atexit is not
+    loaded or that name is not a built-in function."""
+    module = sys.modules.get("atexit")
+    count = instance_dict(module).get("_ncallbacks") if type(module) is _ModuleType else None
+    return count if type(count).__name__ == "builtin_function_or_method" else None
+
+
 def atexit_callbacks(walk_module):
     """What the callbacks the atexit module keeps hold, read from the interpreter's state by
     the compiled walk (_walk.c ``atexit_callbacks``: no code of the program runs): each
@@ -155,9 +164,8 @@ def atexit_callbacks(walk_module):
     arguments where it has any, so that a callback registered per connection
     (``atexit.register(conn.close)`` or ``atexit.register(flush, buffer)``) is one item; []
     where there are none or they cannot be read. The list is the caller's (leakhound's own)."""
-    module = sys.modules.get("atexit")
-    count = instance_dict(module).get("_ncallbacks") if type(module) is _ModuleType else None
-    if type(count).__name__ != "builtin_function_or_method" or not hasattr(walk_module, "atexit_callbacks"):
+    count = atexit_count()
+    if count is None or not hasattr(walk_module, "atexit_callbacks"):
         return []
     flat = walk_module.atexit_callbacks(count) or []
     out = []

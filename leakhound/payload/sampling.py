@@ -34,7 +34,7 @@ from .objects import (
     subclass_tree,
     type_name,
 )
-from .roots import ATEXIT_OWNER, signal_handlers, task_name, thread_name_of
+from .roots import ATEXIT_OWNER, atexit_count, signal_handlers, task_name, thread_name_of
 from .sizes import object_size
 from .tasks import await_chain, live_tasks, named_tasks
 from .tracked import tracked_objects
@@ -214,14 +214,11 @@ def atexit_items(path):
     the program runs) when ``path`` names their owner (ATEXIT_OWNER, a group of no object of
     the target's: found by its name), else None. The watch reads it right after each census
     too: the group's items (each callback's function, arguments) are counted in its unit."""
-    if path != ATEXIT_OWNER:
-        return None
-    module = sys.modules.get("atexit")
-    count = instance_dict(module).get("_ncallbacks") if type(module) is _ModuleType else None
-    if type(count).__name__ != "builtin_function_or_method":
+    count = atexit_count() if path == ATEXIT_OWNER else None
+    if count is None:
         return None
     try:
-        n = count()  # type: ignore[misc]  # (a builtin function, checked above)
+        n = count()
     except Exception:
         return None
     return n if type(n) is int else None
