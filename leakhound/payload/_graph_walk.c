@@ -2538,29 +2538,23 @@ graph_finish(GraphState *g)
     PyObject *c = g->cur;
     PyTypeObject *tp = Py_TYPE(c);
     int32_t entries = 0;
-    /* a dict subclass (an OrderedDict, a defaultdict) too: its entries are its values */
-    if (tp == &PyList_Type || tp == &PyTuple_Type || tp == &PySet_Type || tp == &PyFrozenSet_Type
-        || (collections_deque != NULL && tp == collections_deque)
-        || (PyType_GetFlags(tp) & Py_TPFLAGS_DICT_SUBCLASS))
-        entries = (int32_t)(g->entries > 0x7FFFFFFF ? 0x7FFFFFFF : g->entries);
-    else if (PyList_Check(c) || PyTuple_Check(c) || PyAnySet_Check(c)) {
+    Py_ssize_t n = 0;
+    if (collections_deque != NULL && tp == collections_deque)
+        /* its length, not its referents: 3.12+'s deque (a heap type) visits its type too */
+        n = PyObject_Length(c);  /* an exact built-in: no code runs */
+    else if (tp == &PyList_Type || tp == &PyTuple_Type || tp == &PySet_Type || tp == &PyFrozenSet_Type
+             || (PyType_GetFlags(tp) & Py_TPFLAGS_DICT_SUBCLASS))
+        /* a dict subclass (an OrderedDict, a defaultdict) too: its entries are its values */
+        n = g->entries;
+    else if (PyList_Check(c) || PyTuple_Check(c) || PyAnySet_Check(c))
         /* a list, tuple or set subclass (mock's _CallList): its length as the built-in has it
          * (PyList_Size and the others read the object: no __len__ of the subclass runs), not
          * its referents (its own attributes among them) */
-        Py_ssize_t n = PyList_Check(c) ? PyList_Size(c) : PyTuple_Check(c) ? PyTuple_Size(c) : PySet_Size(c);
-        if (n >= 0)
-            entries = (int32_t)(n > 0x7FFFFFFF ? 0x7FFFFFFF : n);
-        else
-            PyErr_Clear();
-    }
-    if (collections_deque != NULL && tp == collections_deque) {
-        /* its length, not its referents: 3.12+'s deque (a heap type) visits its type too */
-        Py_ssize_t n = PyObject_Length(c);  /* an exact built-in: no code runs */
-        if (n >= 0)
-            entries = (int32_t)(n > 0x7FFFFFFF ? 0x7FFFFFFF : n);
-        else
-            PyErr_Clear();
-    }
+        n = PyList_Check(c) ? PyList_Size(c) : PyTuple_Check(c) ? PyTuple_Size(c) : PySet_Size(c);
+    if (n >= 0)
+        entries = (int32_t)(n > 0x7FFFFFFF ? 0x7FFFFFFF : n);
+    else
+        PyErr_Clear();
     long long size = g->cur_size;
     if (g->folded && size <= LLONG_MAX - g->folded)
         size += g->folded;
