@@ -204,10 +204,11 @@ def capture(
     if in_answer:
         early.abandon()
 
-        def names(paths: list[list[int]]) -> list[Any] | None:
+        def names(paths: list[list[int]], types: list[list[str]]) -> list[Any] | None:
             # The owners' paths walked again in the target, to name instance attributes there.
             left = request.timeout if deadline.follows_progress else max(5.0, deadline.limit_left())
-            named = ask(pid, {"op": wire.OP_NAMES, "paths": paths}, request=request.via(remote.method).within(left),
+            named = ask(pid, {"op": wire.OP_NAMES, "paths": paths, "types": types},
+                        request=request.via(remote.method).within(left),
                         target=target)
             return decode_names(pid, named.result)
 
@@ -297,7 +298,8 @@ def _unusable_graph(exc: Exception) -> ProtocolViolation:
     return ProtocolViolation(f"the object graph the target sent cannot be used: {exc}")
 
 
-def _owners_named_after(doc: dict[str, Any], names: Callable[[list[list[int]]], list[Any] | None], *, top: int,
+def _owners_named_after(doc: dict[str, Any], names: Callable[[list[list[int]], list[list[str]]], list[Any] | None],
+                        *, top: int,
                         retainers: int, why: str | None) -> tuple[dominators.ObjectGraph, dominators.DominatorOwners]:
     """The owners of a graph that came in the answer: planned, then named with what ``names``
     gets from the target for their paths (another request; None: the graph's own labels)."""
@@ -309,7 +311,7 @@ def _owners_named_after(doc: dict[str, Any], names: Callable[[list[list[int]]], 
     labels = None
     if plan.name_paths:
         try:
-            labels = names(plan.name_paths)
+            labels = names(plan.name_paths, plan.name_types)
         except Exception:  # names are a nicety: the graph's own labels stand in
             labels = None
     try:
@@ -381,6 +383,7 @@ class _EarlyOwners:
 
     def _run(self, doc: dict[str, Any], post: Post) -> None:
         paths: list[list[int]] = []
+        types: list[list[str]] = []
         # The target waits for the paths as long as these beats come (wire.names_working).
         beating = threading.Event()
         beats = threading.Thread(target=_beat, args=(post, beating), name="leakhound-names-beat", daemon=True)
@@ -389,7 +392,7 @@ class _EarlyOwners:
             try:
                 graph = dominators.soften(dominators.decode_graph(doc))
                 plan = dominators.plan_owners(graph, top=self.top, retainers=self.retainers, why=self.why)
-                paths = plan.name_paths
+                paths, types = plan.name_paths, plan.name_types
             except (ValueError, IndexError) as exc:  # GraphError is a ValueError
                 raise _unusable_graph(exc) from None
         except BaseException as exc:  # raised again on the caller's thread by finish()
@@ -398,7 +401,8 @@ class _EarlyOwners:
             beating.set()
             beats.join()  # its last beat must not land after the paths
             try:
-                post(wire.REPLY_NAMES, {"paths": paths})  # the target waits for it: never leave it waiting
+                # the target waits for it: never leave it waiting
+                post(wire.REPLY_NAMES, {"paths": paths, "types": types})
             except Exception:  # names are a nicety: the graph's own labels stand in
                 paths = []
             self.deadline.end_hold()  # the target's to answer from here on
@@ -497,7 +501,8 @@ def _owner(o: dominators.DominatorOwner, graph: dominators.ObjectGraph | None = 
     object_id = int(graph.ids[o.node]) if graph is not None and o.node >= 0 and o.node not in groups else 0
     return Owner(path=o.path, type=o.type, items=o.items, retained_bytes=o.retained_bytes,
                  retained_objects=o.retained_objects, retainers=o.retainers,
-                 object_id=object_id, path_ids=o.path_ids, count_ids=o.count_ids, count_type=o.count_type)
+                 object_id=object_id, path_ids=o.path_ids, path_steps=o.path_steps, count_ids=o.count_ids,
+                 count_type=o.count_type)
 
 
 def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph, found: dominators.DominatorOwners,

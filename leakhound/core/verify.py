@@ -121,7 +121,8 @@ class _Sampler:
         pid = self.target.pid
         taken_at = time.time()
         rss = rss_bytes(pid)  # from outside, before the request: the worker's, not the request's
-        owners_doc = [{"ids": list(t.owner.path_ids), "type": t.owner.type, "path": t.owner.path}
+        owners_doc = [{"ids": list(t.owner.path_ids), "steps": list(t.owner.path_steps), "type": t.owner.type,
+                       "path": t.owner.path}
                       for t in self.tracked]
         try:
             remote = ask(pid, {"op": wire.OP_SAMPLE, "owners": owners_doc, "top_types": 0, "allocator": True,

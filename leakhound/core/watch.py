@@ -278,7 +278,8 @@ def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[st
         not o.path.startswith(_NO_ROOT) and SUBCLASSES_STEP not in o.path
         and (o.path_ids or not o.path.startswith(_UNRESOLVABLE) or _threads_alike(o.path)))][:SAMPLED_OWNERS]
     return asked, [{"ids": list(o.count_ids), "type": o.count_type, "path": o.path} if o.count_ids else
-                   {"ids": list(o.path_ids), "type": o.type, "path": o.path, **({"size": True} if _sized(o) else {})}
+                   {"ids": list(o.path_ids), "steps": list(o.path_steps), "type": o.type, "path": o.path,
+                    **({"size": True} if _sized(o) else {})}
                    for o in asked]
 
 

@@ -207,6 +207,11 @@ class Owner:
     # snapshots of one process match owners by (object_id, type) before their paths.
     object_id: int = 0
     path_ids: tuple[int, ...] = ()
+    # The label of each step of ``path_ids`` after the root's, as the graph has it ("a" and an
+    # attribute, "k" and a str key, "" none): a step whose id no longer leads on is followed by
+    # its label in watch's samples (an attribute rebound as it grows: ``self.rows = self.rows +
+    # [row]``, ``buf = np.concatenate(...)``): the object there now is the owner.
+    path_steps: tuple[str, ...] = ()
     # A shared owner (``<shared by A, B>``, no object, no path_ids): the ids along the path of
     # one of its parts that is a collection of about its items (``BY_ID``, an LRU's ``map``) and
     # that collection's type: what watch's cheap samples count it by (its length).

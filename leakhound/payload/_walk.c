@@ -214,6 +214,28 @@ dict_entry_of(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(dict_value_of_doc,
+"dict_value_of(d, name) -> value or None\n\n"
+"The value of the dict ``d`` (a subclass too: its table) under the str key equal to ``name`` (a\n"
+"str), compared only with keys that are exact strs: one pass over the table, no hash or\n"
+"``__eq__`` of a key of the program's runs (sampling follows a rebound entry by its key).");
+
+static PyObject *
+dict_value_of(PyObject *module, PyObject *args)
+{
+    PyObject *d, *name, *key, *value;
+    if (!PyArg_ParseTuple(args, "OU:dict_value_of", &d, &name))
+        return NULL;
+    if (!PyDict_Check(d))
+        Py_RETURN_NONE;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d, &pos, &key, &value)) {
+        if (key == name || (PyUnicode_CheckExact(key) && PyUnicode_Compare(key, name) == 0))
+            return Py_NewRef(value);
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(dict_own_referents_doc,
 "dict_own_referents(d) -> list\n\n"
 "What the dict ``d`` holds besides its entries (a subclass's __dict__, slots, a defaultdict's\n"
@@ -1990,6 +2012,7 @@ static PyMethodDef walk_methods[] = {
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
     {"known_types", known_types, METH_VARARGS, known_types_doc},
     {"dict_entry_of", dict_entry_of, METH_VARARGS, dict_entry_of_doc},
+    {"dict_value_of", dict_value_of, METH_VARARGS, dict_value_of_doc},
     {"dict_own_referents", dict_own_referents, METH_O, dict_own_referents_doc},
     {"referent_with_id", referent_with_id, METH_VARARGS, referent_with_id_doc},
     {"typed_referents", typed_referents, METH_O, typed_referents_doc},

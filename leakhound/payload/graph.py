@@ -116,6 +116,7 @@ GRAPH_FORMAT = wire.GRAPH_FORMAT
 # handler, and its records; a dict of a few named parts and the one that grows).
 # As _graph_walk.c's FOLD_MIN_ENTRIES.
 _FOLD_MIN_ENTRIES = 16
+_BIG_LEAF_BYTES = 256 << 10  # a part of an instance or a namespace this big: a node (_graph_walk.c)
 # Leaves pending at once at most (_graph_walk.c's PENDING_LEAVES_MAX): every leaf of a list whose
 # twin list (the same ints) comes later in the walk waits, ~55k a list on a 2 GB verifiers worker.
 _PENDING_LEAVES = 1 << 18
@@ -736,8 +737,19 @@ class Graph(object):
                 if rid in leaf_ids:
                     count = getrefcount(ref)
                     if count <= only_one:
-                        folded += size_of(ref)
-                        continue
+                        size = size_of(ref)
+                        if size < _BIG_LEAF_BYTES or folded_here or (collection and i not in namespaces):
+                            folded += size
+                            continue
+                        # a big part of an instance or a namespace: a node (_graph_walk.c BIG_LEAF_BYTES)
+                        j = index[id(ref)] = len(nodes)
+                        if j > max_nodes:
+                            raise GraphTooBig("more than %d nodes" % max_nodes)
+                        nodes.append(ref)
+                        sizes.append(size)
+                        types.append(type_id(rtp))
+                        ids_append(id(ref))
+                        lengths_append(0)  # (its edge below, as any node's)
                     if count > SHARED_LEAF or rid in singleton_ids or (rtp is int and -5 <= ref <= 256):
                         continue  # None, True, small ints, interned names: shared by everyone
                     if id(ref) not in index:

@@ -27,6 +27,8 @@ from .objects import (
     instance_dict,
     safe_referents,
     short_type_name,
+    slot_values,
+    type_name,
 )
 from .roots import frame_locals
 from .tasks import c_future_class, context_variables, task_context
@@ -249,27 +251,52 @@ def folded_step_label(obj, address):
     return None, None
 
 
+def rebound_attribute(obj, wanted_type):
+    """("a" and the name, value) of the one attribute of the instance ``obj`` (its ``__dict__``
+    or ``__slots__``, read through built-in descriptors) whose value is of type ``wanted_type``
+    (a type's name, as objects.type_name); (None, None) when none or more than one is: the
+    attribute an object of that type was rebound in (``self.rows = self.rows + [row]``) while
+    the walk's paths waited to be named."""
+    tp = type(obj)
+    if type(wanted_type) is not str or issubclass(tp, (dict, list, tuple, set, frozenset, type, _ModuleType)):
+        return None, None
+    d = instance_dict(obj)
+    pairs = dict_pairs(d) if d is not None else slot_values(obj)
+    found = [(key, value) for key, value in pairs
+             if type(key) is str and type_name(type(value)) == wanted_type]
+    pairs = d = None
+    if len(found) != 1:
+        return None, None
+    return "a" + found[0][0][:MAX_LABEL_CHARS], found[0][1]
+
+
 def name_paths(request):
     """The labels along a few paths the CLI chose (``paths``: lists of ids, a root's first),
     walked again from the live roots by identity: an id is only compared with the ids of
-    objects found as referents, never turned into an object."""
+    objects found as referents, never turned into an object. A step from an instance whose id
+    it no longer holds is named by the one attribute holding an object of that step's type in
+    ``types`` (the graph's, one list a path), if one does (``rebound_attribute``)."""
     paths = request.get("paths")
     if type(paths) is not list:
         return {"labels": []}
+    types = request.get("types")
+    types = types if type(types) is list and len(types) == len(paths) else [None] * len(paths)
     roots = _root_objects()
     out = []
-    for path in paths[:_MAX_PATHS]:
+    for path, wanted in zip(paths[:_MAX_PATHS], types):  # noqa: B905 - 3.8+
         if type(path) is not list or not path or any(type(a) is not int for a in path):
             out.append(None)
             continue
         obj = roots.get(path[0])
         labels = []
-        for address in path[1:_MAX_PATH_STEPS]:
+        for k, address in enumerate(path[1:_MAX_PATH_STEPS]):
             if obj is None:
                 break
             label, nxt = step_label(obj, address)
             if label is None:
                 label, nxt = folded_step_label(obj, address)
+            if label is None and type(wanted) is list and k < len(wanted):
+                label, nxt = rebound_attribute(obj, wanted[k])
             obj = nxt
             if label is None:
                 break

@@ -39,6 +39,11 @@ from .sizes import object_size
 from .tasks import await_chain, live_tasks, named_tasks
 from .tracked import tracked_objects
 
+try:
+    from . import _walk as _walk_module  # type: ignore[attr-defined]
+except ImportError:  # (a target the compiled walk cannot load into: no step by label)
+    _walk_module = None
+
 # "task:NAME/CORO (FILE:LINE).<Type>.attr...": an owner the census found under a coroutine
 # of a task (census_roots.task_coroutines). The line is where the coroutine was paused then: it is
 # not used to find it again.
@@ -158,19 +163,42 @@ def _roots_among(wanted):
     return found
 
 
-def _by_ids(ids, roots):
+def _by_ids(ids, roots, steps=None):
     """The object at the end of ``ids`` (a root's id, then each step's), walked by identity:
-    an id is only compared with the ids of the referents found, never turned into an object;
-    None when a step no longer leads on."""
+    an id is only compared with the ids of the referents found, never turned into an object.
+    A step whose id no longer leads on is followed by its label in ``steps`` (the owner's
+    ``path_steps``) when it names an attribute or a str key: what is there now (an attribute
+    rebound as it grows, ``self.rows = self.rows + [row]``). None when neither leads on."""
     obj = roots.get(ids[0])
-    for address in ids[1:MAX_PATH_STEPS]:
+    for k, address in enumerate(ids[1:MAX_PATH_STEPS]):
         if obj is None:
             return None
         label, nxt = step_label(obj, address)
         if label is None:  # a step through an entry the graph folded into its collection
             label, nxt = folded_step_label(obj, address)
+        if nxt is None and type(steps) is list and k < len(steps):
+            nxt = by_label(obj, steps[k])
         obj = nxt
     return obj
+
+
+def by_label(obj, label):
+    """What ``obj`` holds now under a step's ``label``: an attribute ("a" and its name) or a
+    str key ("k" and the key) of a dict, a module's or instance's ``__dict__``, a class's
+    namespace or its ``__slots__``, read through built-in descriptors and the dict's own table
+    (no hash or ``__eq__`` of the program's runs); None for another label or nothing there."""
+    if type(label) is not str or len(label) < 2 or label[0] not in "ak" or _walk_module is None:
+        return None
+    name, tp = label[1:], type(obj)
+    if issubclass(tp, dict):
+        return _walk_module.dict_value_of(obj, name)
+    d = class_dict(obj) if issubclass(tp, type) else instance_dict(obj)
+    if d is not None:
+        return _walk_module.dict_value_of(d, name) if issubclass(type(d), dict) else None
+    for slot, value in slot_values(obj):
+        if slot == name:
+            return value
+    return None
 
 
 def alike_items(path, wanted_type):
@@ -242,11 +270,12 @@ def _items(obj):
 
 
 def owner_items(owners):
-    """``[{"ids": [...], "type": T, "path": P}, ...]`` -> one ``{"found": bool, "items": n}``
-    each: found when the object at the end of its ids (else, with no ids, the object its path
+    """``[{"ids": [...], "steps": [...], "type": T, "path": P}, ...]`` -> one ``{"found": bool,
+    "items": n}`` each: found when the object at the end of its ids (a step whose id no longer
+    leads on followed by its label in ``steps``, ``_by_ids``; with no ids, the object its path
     names) is of type T; ``items`` its container length, None for an object with no length.
-    An owner whose ids no longer lead to an object of its type is not found, even when its
-    path now names another object: that would be a different owner."""
+    Only where a step's attribute or key now holds another object of the owner's type is that
+    object the owner: whatever else its path string names now is a different owner."""
     wanted = set()
     for owner in owners:
         ids = owner.get("ids") if type(owner) is dict else None
@@ -261,9 +290,8 @@ def owner_items(owners):
         ids, path, wanted_type = owner.get("ids"), owner.get("path"), owner.get("type")
         obj = None
         if type(ids) is list and ids and all(type(a) is int for a in ids):
-            obj = _by_ids(ids, roots)
-            if obj is not None and id(obj) != ids[-1]:
-                obj = None
+            steps = owner.get("steps")
+            obj = _by_ids(ids, roots, steps if type(steps) is list else None)
         elif type(path) is str:
             count = alike_items(path, wanted_type)
             if count is None:

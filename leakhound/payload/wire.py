@@ -133,7 +133,7 @@ if TYPE_CHECKING:
 
     class SampleRequest(TypedDict, total=False):
         op: str
-        owners: List[Dict[str, object]]  # {"ids", "type", "path"} each
+        owners: List[Dict[str, object]]  # {"ids", "steps", "type", "path"} each
         top_types: int
         allocator: bool  # the allocator's bytes in use too
         registry: bool  # the verifiers registry's counts too

@@ -144,7 +144,7 @@ def test_a_failed_dominator_pass_leaves_the_target_waiting_for_nothing(tmp_path:
             with pytest.raises(ProtocolViolation, match="broken on purpose"):
                 capture(child.pid, request=RequestOptions(timeout=60))
         again = capture(child.pid, request=RequestOptions(timeout=60))  # refused with TargetBusy if the first still ran
-    assert posted[0] == ("names", {"paths": []})
+    assert posted[0] == ("names", {"paths": [], "types": []})
     assert again.snapshot.heap.owner_model == "dominator"
 
 

@@ -154,6 +154,35 @@ def test_a_collection_subclass_has_as_many_entries_as_it_has_items(compiled: boo
     assert g.lengths[ids.index(id(KEEP_PAIRS))] == 35
 
 
+class Connection:
+    def __init__(self) -> None:
+        self.peer = "10.0.0.7"
+        self.pending = bytes(300 << 10) + b"p"  # (a new object: no constant of the module's)
+        self.small = bytes(100 << 10) + b"s"
+
+
+KEEP_CONNECTION = Connection()
+KEEP_BIG_GLOBAL = "g" * (400 << 10) + "!"
+KEEP_BIG_ROWS = [bytes(300 << 10) + bytes([i]) for i in range(3)] + [[i] for i in range(20)]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_big_str_or_bytes_of_an_instance_or_namespace_is_a_node_of_its_own(compiled: bool) -> None:
+    """A buffer an instance grows (``self.pending += chunk``) was folded into the instance (its
+    owner the connection, or ``__main__`` for a global): a str or bytes of 256 KiB or more that
+    an instance or a namespace alone holds is a node, with its edge from its holder (named
+    ``.pending``); a smaller one stays its holder's, and a collection's big entries its own."""
+    g = _this_process(compiled)
+    ids = list(g.ids)
+    for big in (KEEP_CONNECTION.pending, KEEP_BIG_GLOBAL):
+        k = ids.index(id(big))
+        assert g.sizes[k] >= 300 << 10 and g.type_of(k) in ("bytes", "str")
+        assert any(g.dst[e] == k for e in range(len(g.dst)))  # an edge to it
+    assert id(KEEP_CONNECTION.small) not in ids
+    assert not {id(v) for v in KEEP_BIG_ROWS[:3]} & set(ids)
+    assert g.sizes[ids.index(id(KEEP_BIG_ROWS))] > 3 * (300 << 10)
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 def test_a_walk_over_its_memory_budget_is_skipped_not_cut(compiled: bool) -> None:
     if compiled and graph._walk_module is None:

@@ -108,6 +108,87 @@ def test_an_owner_is_found_again_by_the_ids_along_its_path_not_by_its_name() -> 
         del sys.modules[module.__name__]
 
 
+def test_an_owner_rebound_is_found_again_by_its_steps_label() -> None:
+    """``self.items = self.items + [x]``: a new list each time in the same attribute. A step
+    whose id no longer leads on is followed by its label (the owner's ``path_steps``): the
+    attribute or str key holds the owner now, if it is of the owner's type. No key's ``__eq__``
+    or hash runs, and a label that names no attribute or key leads nowhere."""
+    import types
+
+    class _Key:
+        armed = False
+
+        def __hash__(self) -> int:
+            assert not _Key.armed, "a key's hash ran"
+            return hash("rows")  # (as the key looked for: a lookup by hash would compare them)
+
+        def __eq__(self, other: object) -> bool:
+            assert not _Key.armed, "a key's __eq__ ran"
+            return self is other
+
+    class _Holder:
+        def __init__(self) -> None:
+            self.items = [1, 2, 3]
+
+    class _Slotted:
+        __slots__ = ("rows",)
+
+    module = types.ModuleType("leakhound_test_rebound_module")
+    module.HOLDER = _Holder()  # type: ignore[attr-defined]
+    module.TABLE = {_Key(): 1, "rows": (1,)}  # type: ignore[attr-defined]
+    module.SLOTTED = _Slotted()  # type: ignore[attr-defined]
+    module.SLOTTED.rows = b"x"  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        holder = module.HOLDER  # type: ignore[attr-defined]
+        ids = [id(module), id(vars(module)), id(holder), id(holder.items)]
+        owner = {"ids": ids, "steps": ["d", "kHOLDER", "aitems"], "type": "list", "path": "x"}
+        holder.items = holder.items + [4] * 47
+        assert sampling.owner_items([owner]) == [{"found": True, "items": 50}]
+        holder.items = {"now": "a dict"}  # another type there now: not the owner
+        assert sampling.owner_items([owner]) == [{"found": False, "items": None}]
+        table = module.TABLE  # type: ignore[attr-defined]
+        at_key = {"ids": [id(module), id(vars(module)), id(table), id(table["rows"])],
+                  "steps": ["d", "kTABLE", "krows"], "type": "tuple", "path": "x"}
+        table["rows"] = table["rows"] + (2, 3)
+        _Key.armed = True
+        assert sampling.owner_items([at_key]) == [{"found": True, "items": 3}]
+        _Key.armed = False
+        slotted = module.SLOTTED  # type: ignore[attr-defined]
+        in_slot = {"ids": [id(module), id(vars(module)), id(slotted), id(slotted.rows)],
+                   "steps": ["d", "kSLOTTED", "arows"], "type": "bytes", "path": "x"}
+        slotted.rows += b"yz"
+        assert sampling.owner_items([in_slot]) == [{"found": True, "items": 3}]
+        # a label that is no attribute or key ("" an entry, "t" a local's type): not followed
+        for label in ("", "tlist", "a", "amissing"):
+            holder.items = [0]
+            assert sampling.owner_items([{**owner, "steps": ["d", "kHOLDER", label]}]) == [
+                {"found": False, "items": None}]
+    finally:
+        del sys.modules[module.__name__]
+
+
+def test_a_step_rebound_before_it_was_named_is_named_by_the_one_attribute_of_its_type() -> None:
+    """The walk met a list an instance held; before the owners were named the instance
+    rebound the attribute (a new list): the step is named by the one attribute holding a list
+    now (the walk's node was that attribute's object), not left unnamed (``.<list>``, which a
+    sample can never follow); none when two attributes hold lists."""
+    from leakhound.payload import graph_wire
+
+    class _Holder:
+        def __init__(self) -> None:
+            self.rows: list[int] = []
+            self.name = "h"
+
+    holder = _Holder()
+    label, value = graph_wire.rebound_attribute(holder, "list")
+    assert (label, value is holder.rows) == ("arows", True)
+    assert graph_wire.rebound_attribute(holder, "dict") == (None, None)
+    holder.other = [1]  # type: ignore[attr-defined]
+    assert graph_wire.rebound_attribute(holder, "list") == (None, None)
+    assert graph_wire.rebound_attribute({"rows": []}, "list") == (None, None)  # a dict is no instance
+
+
 def type_name(tp: type) -> str:
     from leakhound.payload.objects import type_name as name
 

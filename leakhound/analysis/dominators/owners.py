@@ -103,6 +103,9 @@ class DominatorOwner:
     retainers: tuple[str, ...] = ()
     # the target's ids along the preferred path, the root's first (what ``sample`` re-walks)
     path_ids: tuple[int, ...] = ()
+    # the label of each step after the root (``OwnerFinder.steps_of``): what a sample follows
+    # where an id no longer leads on
+    path_steps: tuple[str, ...] = ()
     # a shared owner's: the ids along the path of its part that counts it, and its type
     # (``OwnerFinder.counter``)
     count_ids: tuple[int, ...] = ()
@@ -737,6 +740,15 @@ class OwnerFinder:
         graph = self.graph
         return [graph.ids[graph.roots[path.root][0]], *(graph.ids[graph.dst[e]] for e in path.edges)]
 
+    def steps_of(self, path: RetainerPath, names: list[str] | None = None) -> list[str]:
+        """The label of each of ``path``'s edges (the target's ``names`` where it gave one, else
+        the graph's): an attribute's ("a" and its name) or a str key's ("k" and the key) is how
+        a sample finds an owner rebound since (``sampling.owner_items``)."""
+        graph = self.graph
+        return [names[k] if names is not None and k < len(names) and names[k]
+                else graph.labels[graph.lab[e]] if graph.lab[e] >= 0 else ""
+                for k, e in enumerate(path.edges)]
+
     def render(self, path: RetainerPath, names: list[str] | None = None) -> str:
         return render_edges(self.graph, path, names)
 
@@ -855,6 +867,13 @@ class OwnerPlan:
     def name_paths(self) -> list[list[int]]:
         return [self.finder.ids_of(p) for p in self.paths]
 
+    @property
+    def name_types(self) -> list[list[str]]:
+        """The type of each step's object along each of ``name_paths`` (after the root): how the
+        target names a step whose object was rebound before it named it (graph_wire.name_paths)."""
+        g = self.finder.graph
+        return [[g.type_of(g.dst[e]) for e in p.edges] for p in self.paths]
+
 
 def plan_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, compiled: bool = True,
                 tree: DominatorTree | None = None, why: str | None = None) -> OwnerPlan:
@@ -905,7 +924,7 @@ def name_owners(plan: OwnerPlan, labels: Sequence[Any] | None = None) -> Dominat
     owners = []
     k = 0
     for v, paths in zip(plan.asked, plan.plans, strict=True):
-        mine = texts[k:k + len(paths)]
+        mine, first = texts[k:k + len(paths)], given[k] if paths else None
         k += len(paths)
         if v < -1:  # no object: named by its parts, no path of ids to walk again
             count_ids, count_type = finder.counter(v, paths)
@@ -915,7 +934,10 @@ def name_owners(plan: OwnerPlan, labels: Sequence[Any] | None = None) -> Dominat
         distinct = tuple(dict.fromkeys(mine))
         found = finder.owner(v, mine[0], distinct if len(paths) > 1 else ())
         # (a list of the payload's has no ids to walk again: found by its name)
-        owners.append(replace(found, path_ids=() if v in finder.stand_ins else tuple(finder.ids_of(paths[0]))))
+        stand_in = v in finder.stand_ins
+        owners.append(replace(found, path_ids=() if stand_in else tuple(finder.ids_of(paths[0])),
+                              path_steps=() if stand_in else tuple(
+                                  finder.steps_of(paths[0], first if isinstance(first, list) else None))))
     seconds = plan.analysis_seconds + time.perf_counter() - started
     return DominatorOwners(owners=owners[:len(plan.nodes)], tree=finder.tree, analysis_seconds=seconds,
                            named=named, why=owners[len(plan.nodes):])
