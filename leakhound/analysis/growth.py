@@ -36,6 +36,7 @@ from leakhound.model.growth import (
     Sample,
     Trend,
     enclosing_paths,
+    followed_by_steps,
     in_a_frame,
     named_binding,
     normalized_path,
@@ -87,7 +88,8 @@ def estimate_owners(
         if not found or items is None:
             continue
         size = round(owner.retained_bytes * items / owner.items) if owner.items > 0 else owner.retained_bytes
-        out.append(OwnerSample(owner.path, owner.type, items, size, estimated=True, object_id=owner.object_id))
+        out.append(OwnerSample(owner.path, owner.type, items, size, estimated=True, object_id=owner.object_id,
+                               by_steps=followed_by_steps(owner.path, owner.path_steps)))
     return tuple(out)
 
 
@@ -237,8 +239,9 @@ def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
     samples (another preferred path to the same object) is the same owner; two objects are
     never one owner (the lists of two short-lived tasks both named ``task:Task-*/fetch.<list>``
     are two owners), but where the same names from a module reach an object of the same type
-    (``named_binding``): the program rebound the name (a linked list's new head, ``HISTORY =
-    Entry(HISTORY, ...)``; ``CACHE = CACHE | {...}``), and what it holds is what grows."""
+    (``named_binding``, or steps the samples follow: ``OwnerSample.by_steps``): the program
+    rebound the name (a linked list's new head, ``HISTORY = Entry(HISTORY, ...)``; ``CACHE =
+    CACHE | {...}``; a DataFrame concatenated anew), and what it holds is what grows."""
     series: list[_OwnerSeries] = []
     by_object: dict[tuple[int, str], int] = {}
     by_path: dict[str, int] = {}
@@ -251,7 +254,8 @@ def _owner_series(samples: Sequence[Sample]) -> list[_OwnerSeries]:
                 k = by_path.get(norm)
                 if k is not None and (k in claimed or series[k].type != owner.type
                                       or (owner.object_id and series[k].object_id
-                                          and not (named_binding(owner.path) and series[k].paths[-1] == owner.path))):
+                                          and not ((named_binding(owner.path) or owner.by_steps)
+                                                   and series[k].paths[-1] == owner.path))):
                     k = None
             if k is None:
                 k = len(series)

@@ -45,7 +45,14 @@ from leakhound.errors import (
     TracerStuck,
 )
 from leakhound.model import Owner, RequestCost, Snapshot
-from leakhound.model.growth import GrowthReport, OwnerSample, Sample, TargetEnded, sample_from_snapshot
+from leakhound.model.growth import (
+    GrowthReport,
+    OwnerSample,
+    Sample,
+    TargetEnded,
+    followed_by_steps,
+    sample_from_snapshot,
+)
 from leakhound.model.names import ATEXIT_OWNER, ROOTS_ALIKE, SUBCLASSES_STEP, Method, OwnerModel, Owners
 from leakhound.payload import wire
 
@@ -300,7 +307,7 @@ def _cheap(w: Watched, *, progress: Progress | None = None, max_pause_ms: float 
         for o, answer in zip(asked, measured, strict=True)])
     sized = tuple(
         OwnerSample(o.path, o.type, o.items, round(o.retained_bytes * size / w.census_sizes[o.path]), estimated=True,
-                    object_id=o.object_id)
+                    object_id=o.object_id, by_steps=followed_by_steps(o.path, o.path_steps))
         for o, (found, _items), size in zip(asked, measured, _sizes(sampled, asked), strict=True)
         if found and size is not None and _sized(o) and w.census_sizes.get(o.path) and o.path not in w.census_lengths)
     return Sample(

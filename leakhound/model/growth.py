@@ -53,6 +53,16 @@ def named_binding(path: str) -> bool:
     return not path.startswith("<") and not in_a_frame(path) and "[]" not in path and "<" not in path
 
 
+def followed_by_steps(path: str, steps: tuple[str, ...]) -> bool:
+    """Whether watch's samples follow the owner named ``path`` by its ``steps``
+    (``Owner.path_steps``) whatever object each step holds now: from a module, each step an
+    attribute, a str key, an instance's ``__dict__`` or the one referent of a type (a C field:
+    ``EXTRA['df']._mgr.<tuple>[].<ndarray>``). Such a path is one owner whichever object it
+    names, as a ``named_binding``'s (a DataFrame concatenated anew)."""
+    return (bool(steps) and not path.startswith("<") and not in_a_frame(path)
+            and all(s == "d" or (len(s) > 1 and s[0] in "ak=") for s in steps))
+
+
 def in_a_frame(path: str) -> bool:
     """Whether ``path`` starts at a thread's frame or a task's coroutine: held only while
     that call runs."""
@@ -81,7 +91,8 @@ class OwnerSample:
     """One owner at one moment. ``estimated`` is True when ``bytes`` was scaled from the item
     count measured now and the bytes per item of the last full snapshot. ``object_id``: the
     owner object's id() in the target (dominator owners; 0: not known), what matches it
-    across samples whatever path it was named by."""
+    across samples whatever path it was named by. ``by_steps``: its path is followed whatever
+    object each step holds now (``followed_by_steps``): one owner however often rebound."""
 
     path: str
     type: str
@@ -89,6 +100,7 @@ class OwnerSample:
     bytes: int
     estimated: bool = False
     object_id: int = 0
+    by_steps: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,7 +224,8 @@ def sample_from_snapshot(snapshot: Snapshot) -> Sample:
         rss_bytes=snapshot.process.rss_bytes,
         heap_bytes=snapshot.heap.bytes,
         owners=tuple(
-            OwnerSample(path=o.path, type=o.type, items=o.items, bytes=o.retained_bytes, object_id=o.object_id)
+            OwnerSample(path=o.path, type=o.type, items=o.items, bytes=o.retained_bytes, object_id=o.object_id,
+                        by_steps=followed_by_steps(o.path, o.path_steps))
             for o in snapshot.owners
         ),
         types=snapshot.types,

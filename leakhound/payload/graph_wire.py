@@ -251,23 +251,33 @@ def folded_step_label(obj, address):
     return None, None
 
 
+_REBOUND_KEYS = 64  # a dict's str keys looked at for a rebound step, at most
+
+
 def rebound_attribute(obj, wanted_type):
-    """("a" and the name, value) of the one attribute of the instance ``obj`` (its ``__dict__``
-    or ``__slots__``, read through built-in descriptors) whose value is of type ``wanted_type``
-    (a type's name, as objects.type_name); (None, None) when none or more than one is: the
-    attribute an object of that type was rebound in (``self.rows = self.rows + [row]``) while
-    the walk's paths waited to be named."""
+    """(label, value) of the one attribute of the instance ``obj`` (its ``__dict__`` or
+    ``__slots__``, read through built-in descriptors; "a" and the name), or the one str key of
+    the dict ``obj`` of at most _REBOUND_KEYS entries (an instance's ``__dict__``, a dict of
+    named parts; "k" and the key), whose value is of type ``wanted_type`` (a type's name, as
+    objects.type_name); (None, None) when none or more than one is: where an object of that
+    type was rebound (``self.rows = self.rows + [row]``) while the walk's paths waited to be
+    named."""
     tp = type(obj)
-    if type(wanted_type) is not str or issubclass(tp, (dict, list, tuple, set, frozenset, type, _ModuleType)):
+    if type(wanted_type) is not str or issubclass(tp, (list, tuple, set, frozenset, type, _ModuleType)):
         return None, None
-    d = instance_dict(obj)
+    if issubclass(tp, dict):
+        prefix, d = "k", obj
+        if dict.__len__(obj) > _REBOUND_KEYS:
+            return None, None
+    else:
+        prefix, d = "a", instance_dict(obj)
     pairs = dict_pairs(d) if d is not None else slot_values(obj)
     found = [(key, value) for key, value in pairs
              if type(key) is str and type_name(type(value)) == wanted_type]
     pairs = d = None
     if len(found) != 1:
         return None, None
-    return "a" + found[0][0][:MAX_LABEL_CHARS], found[0][1]
+    return prefix + found[0][0][:MAX_LABEL_CHARS], found[0][1]
 
 
 def name_paths(request):

@@ -28,14 +28,16 @@ from .objects import (
     SIZED,
     builtin_length,
     class_dict,
+    dict_pairs,
     instance_dict,
+    safe_referents,
     short_type_name,
     slot_values,
     subclass_tree,
     type_name,
 )
 from .roots import ATEXIT_OWNER, atexit_count, signal_handlers, task_name, thread_name_of
-from .sizes import object_size
+from .sizes import hidden_referents, object_size
 from .tasks import await_chain, live_tasks, named_tasks
 from .tracked import tracked_objects
 
@@ -57,6 +59,9 @@ _ROOTS_ALIKE = re.compile(r"^(?:(?P<kind>task|thread):(?P<name>[^/]*\*[^/]*)/(?P
                           r"|(?P<modules>[\w.]*\*[\w.*]*))$")
 
 MAX_PATHS = 200
+# A step followed by its type ("=list") only from an object of at most this many referents
+# (its referents listed once; a registry's are not)
+MAX_TYPED_REFERENTS = 1024
 MAX_PATH_STEPS = 256
 _ModuleType = type(sys)
 # Containers whose length is an owner's item count (the graph's ``lengths``): read with the C
@@ -182,14 +187,50 @@ def _by_ids(ids, roots, steps=None):
     return obj
 
 
+def _one_of_type(obj, tp, wanted):
+    """The one referent of ``obj`` whose type is named ``wanted``; else the one value of its
+    ``__dict__`` (3.11+: attributes kept inline until a ``__dict__`` was made, then there) or
+    of what it holds outside its referents (an ndarray view's base: sizes.hidden_referents);
+    None when none or more than one is, or ``obj`` holds over MAX_TYPED_REFERENTS."""
+    n = builtin_length(obj, _SAMPLED_SIZED)
+    if n is not None and n > MAX_TYPED_REFERENTS:
+        return None
+    refs = safe_referents(obj)
+    if len(refs) > MAX_TYPED_REFERENTS:
+        return None
+    found = [r for r in refs if type_name(type(r)) == wanted]
+    if not found and n is None:
+        d = None if issubclass(tp, (type, _ModuleType)) else instance_dict(obj)
+        if d is None:
+            more = hidden_referents(obj)
+        else:
+            size = builtin_length(d, (dict,))
+            more = [v for _k, v in dict_pairs(d)] if size is not None and size <= MAX_TYPED_REFERENTS else []
+        found = [r for r in more if type_name(type(r)) == wanted]
+        more = d = None
+    refs = None
+    return found[0] if len(found) == 1 else None
+
+
 def by_label(obj, label):
     """What ``obj`` holds now under a step's ``label``: an attribute ("a" and its name) or a
     str key ("k" and the key) of a dict, a module's or instance's ``__dict__``, a class's
     namespace or its ``__slots__``, read through built-in descriptors and the dict's own table
-    (no hash or ``__eq__`` of the program's runs); None for another label or nothing there."""
-    if type(label) is not str or len(label) < 2 or label[0] not in "ak" or _walk_module is None:
+    (no hash or ``__eq__`` of the program's runs); an instance's ``__dict__`` ("d"); the one
+    referent of a type ("=" and its name: a C field, a DataFrame's blocks) of an object with
+    at most ``MAX_TYPED_REFERENTS``. None for another label, or nothing (or two) there."""
+    if type(label) is not str or _walk_module is None:
         return None
-    name, tp = label[1:], type(obj)
+    tp = type(obj)
+    if label == "d":
+        return None if issubclass(tp, (type, _ModuleType)) else instance_dict(obj)
+    if len(label) < 2:
+        return None
+    if label[0] == "=":
+        return _one_of_type(obj, tp, label[1:])
+    if label[0] not in "ak":
+        return None
+    name = label[1:]
     if issubclass(tp, dict):
         return _walk_module.dict_value_of(obj, name)
     d = class_dict(obj) if issubclass(tp, type) else instance_dict(obj)

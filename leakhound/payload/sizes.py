@@ -865,6 +865,17 @@ def _native_bases():
     return out
 
 
+def hidden_referents(obj):
+    """What ``obj`` holds that gc.get_referents(obj) does not list (an ndarray view's base, as
+    the walks read it: native_extra) when it is of exactly one of the allowlisted C classes;
+    [] for any other object (sampling follows a step through it by its type)."""
+    tp = type(obj)
+    for kind, cls in _native_bases():
+        if tp is cls:
+            return native_extra(obj, {id(tp): kind}, {kind: cls}, set())[1]
+    return []
+
+
 def native_types(tick=None, after_walk=False):
     """({id(type): kind}, {kind: the allowlisted C class}) for every class sized natively:
     the allowlist's C classes and their subclasses (from the subclass tree). Empty when none

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from leakhound.cli import app
 from tests.integration.test_named_roots import truth_once_built
 from tests.integration.test_watch_named_roots import _per_min
+from tests.native_target import native_python
 from tests.pythons import installed_pythons
 from tests.utils import spawn_target, within
 
@@ -122,6 +123,35 @@ WATCHED = [(shape, "3.11") for shape in ("mutable_default", "lru_cache", "atexit
 WATCHED += [("executor_backlog", "3.13"), ("dom_two_holders", "3.11"), ("named_parts", "3.11"), ("mock_calls", "3.11"),
             ("finalizers", "3.12"), ("stream_buffer", "3.11"), ("rebound_rows", "3.11"), ("rebound_rows", "3.13"),
             ("rebound_buffer", "3.11")]
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.13"])
+def test_a_frame_concatenated_anew_is_one_owner_growing(version: str, tmp_path: Path) -> None:
+    """A pandas DataFrame concatenated anew with each chunk (``STORE.frame = pd.concat(...)``):
+    each census and each cheap sample meets new objects all along the owner's path (the frame,
+    its manager, its blocks, its arrays), which C fields hold. The samples follow the path by
+    its attribute and the one referent of each type (an ndarray view's base read as the walk
+    reads it), and its bytes by the array's size: one owner, growing at the target's rate
+    (watch said no Python owner grew: "look at allocator fragmentation"). (A census may also
+    meet the next frame half built: ``thread:grower/_concat...arrs[]``, as big, held by the
+    concatenation's frame while it runs.)"""
+    python = native_python(version)
+    env = {"SHAPE": "rebound_frame", "FIXTURE_ITEMS": "120", "FIXTURE_GROW_RATE": "25"}
+    with spawn_target("library_leaks", tmp_path, python=python, env=env) as child:
+        before = truth_once_built(child)
+        watched = CliRunner().invoke(app, ["watch", str(child.pid), "-i", "1", "-d", "10", "--full-every", "5",
+                                           "--json"])
+        after = truth_once_built(child)
+    assert watched.exit_code == 0, watched.output
+    expected = before["expected_path"]
+    lines = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
+    samples, report = lines[:-1], lines[-1]
+    (process,) = report["processes"]
+    warnings = [(f["kind"], f["owner"]) for f in report["findings"] if f["severity"] == "warning"]
+    assert warnings == [("growth", expected)], warnings
+    owner = next(t for t in process["owners"] if t["name"] == expected)
+    assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 3, owner
+    assert within(owner["bytes_per_min"], _per_min(before, after, "owner_bytes"), 0.20), (owner, before, after)
 
 
 @pytest.mark.parametrize(("shape", "version"), WATCHED)

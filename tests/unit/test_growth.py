@@ -251,6 +251,31 @@ def test_a_name_rebound_to_a_new_object_is_one_series_a_position_or_task_is_not(
     assert len([o for o in report.owners if o.name.startswith("task:")]) == 4
 
 
+def test_a_path_the_samples_follow_by_its_steps_is_one_series_whatever_object_it_names() -> None:
+    """A DataFrame concatenated anew: its block's array is another object in every census, its
+    path through C fields (``.<tuple>[]``) no ``named_binding``. Where the samples follow it by
+    its steps (attributes, keys, one referent of a type: ``by_steps``), one owner; where they
+    do not, one per object, as before."""
+    from dataclasses import replace
+
+    from leakhound.model.growth import followed_by_steps
+
+    path = "m.STORE.frame._mgr.<tuple>[].<ndarray>.<ndarray>"
+    steps = ("d", "kSTORE", "aframe", "a_mgr", "=tuple", "=Block", "=numpy.ndarray", "=numpy.ndarray")
+    assert followed_by_steps(path, steps)
+    assert not followed_by_steps(path, (*steps[:-1], ""))  # a step with no label: not followed
+    assert not followed_by_steps("task:Task-1/run.rows", ("arows",))
+    assert not followed_by_steps("<held from C: list>", ("=list",))
+    for by_steps, series in ((True, 1), (False, 4)):
+        samples = [_owned(t, [(path, 1000 * (1000 + 100 * t), 0, 0x100 + t)], full=True,
+                          heap=2_000_000 + 100_000 * t) for t in range(0, 12, 3)]
+        samples = [replace(s, owners=tuple(replace(o, by_steps=by_steps) for o in s.owners)) for s in samples]
+        owners = [o for o in analyse_growth(samples).owners if o.name == path]
+        assert len(owners) == series, owners
+        if by_steps:
+            assert owners[0].points == 4 and owners[0].verdict == GROWING
+
+
 def test_owners_nested_in_one_another_are_one_finding_and_findings_fit_the_heap() -> None:
     # The census named the registry's runtime at first, its trajectories later: the same bytes
     # under two names, never owners in one census. One finding, the inner one (it grew by all).

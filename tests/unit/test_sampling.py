@@ -168,11 +168,49 @@ def test_an_owner_rebound_is_found_again_by_its_steps_label() -> None:
         del sys.modules[module.__name__]
 
 
+def test_a_step_through_a_c_field_is_followed_by_the_one_referent_of_its_type() -> None:
+    """A step no name labels (a C field: a partial's arguments, a DataFrame's blocks; an
+    ndarray view's base, which is no referent at all) is followed by its type ("=tuple"):
+    the one referent of that type, else the one value of that type in the object's
+    ``__dict__`` (3.11+ moves inline attributes there once it is made), else what the walks
+    read besides its referents (a view's base). Two of that type: not followed."""
+    import functools
+    import types
+
+    np = pytest.importorskip("numpy")
+    module = types.ModuleType("leakhound_test_typed_steps")
+    module.JOB = functools.partial(print, [1], [2])  # type: ignore[attr-defined]
+    module.VIEW = np.zeros(10).T[::2]  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        job = module.JOB  # type: ignore[attr-defined]
+        owner = {"ids": [id(module), id(vars(module)), id(job), id(job.args)],
+                 "steps": ["d", "kJOB", "=tuple"], "type": "tuple", "path": "x"}
+        job.__setstate__((print, ([1], [2], [3]), None, None))  # its args rebound (a C field)
+        assert sampling.owner_items([owner]) == [{"found": True, "items": 3}]
+        kept = job.args  # (alive, and its lists: no new object at their addresses)
+        twice = {"ids": [*owner["ids"][:3], id(kept), id(kept[0])], "steps": [*owner["steps"], "=list"],
+                 "type": "list", "path": "x"}
+        job.__setstate__((print, ([4, 4],), None, None))
+        assert sampling.owner_items([twice]) == [{"found": True, "items": 2}]
+        job.__setstate__((print, ([1], [2]), None, None))  # two lists: which one is not known
+        assert sampling.owner_items([twice]) == [{"found": False, "items": None}]
+        del kept
+        view = module.VIEW  # type: ignore[attr-defined]
+        base = {"ids": [id(module), id(vars(module)), id(view), id(view.base)],
+                "steps": ["d", "kVIEW", "=numpy.ndarray"], "type": "numpy.ndarray", "path": "x", "size": True}
+        module.VIEW = np.zeros(1000).T[::2]  # type: ignore[attr-defined]
+        found = sampling.owner_items([base])[0]
+        assert found["found"] and found["bytes"] >= 8000, found
+    finally:
+        del sys.modules[module.__name__]
+
+
 def test_a_step_rebound_before_it_was_named_is_named_by_the_one_attribute_of_its_type() -> None:
     """The walk met a list an instance held; before the owners were named the instance
-    rebound the attribute (a new list): the step is named by the one attribute holding a list
-    now (the walk's node was that attribute's object), not left unnamed (``.<list>``, which a
-    sample can never follow); none when two attributes hold lists."""
+    rebound the attribute (a new list): the step is named by the one attribute (or str key of
+    a small dict) holding a list now (the walk's node was that attribute's object), not left
+    unnamed (``.<list>``, which a sample can never follow); none when two hold lists."""
     from leakhound.payload import graph_wire
 
     class _Holder:
@@ -186,7 +224,11 @@ def test_a_step_rebound_before_it_was_named_is_named_by_the_one_attribute_of_its
     assert graph_wire.rebound_attribute(holder, "dict") == (None, None)
     holder.other = [1]  # type: ignore[attr-defined]
     assert graph_wire.rebound_attribute(holder, "list") == (None, None)
-    assert graph_wire.rebound_attribute({"rows": []}, "list") == (None, None)  # a dict is no instance
+    # a dict's str key (an instance's __dict__ once made, a dict of named parts), a small one's
+    parts = {"rows": [], "name": "n", 3: []}
+    assert graph_wire.rebound_attribute(parts, "list") == ("krows", parts["rows"])
+    assert graph_wire.rebound_attribute({f"k{i}": [] for i in range(65)}, "list") == (None, None)
+    assert graph_wire.rebound_attribute([[]], "list") == (None, None)
 
 
 def type_name(tp: type) -> str:

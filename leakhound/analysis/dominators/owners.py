@@ -742,12 +742,17 @@ class OwnerFinder:
 
     def steps_of(self, path: RetainerPath, names: list[str] | None = None) -> list[str]:
         """The label of each of ``path``'s edges (the target's ``names`` where it gave one, else
-        the graph's): an attribute's ("a" and its name) or a str key's ("k" and the key) is how
-        a sample finds an owner rebound since (``sampling.owner_items``)."""
+        the graph's; "=" and the type of the object it leads to where neither names it): an
+        attribute's ("a" and its name), a str key's ("k" and the key), an instance's dict ("d")
+        or a type ("=", the one referent of that type: a C field) is how a sample finds an
+        owner rebound since (``sampling.owner_items``)."""
         graph = self.graph
-        return [names[k] if names is not None and k < len(names) and names[k]
-                else graph.labels[graph.lab[e]] if graph.lab[e] >= 0 else ""
-                for k, e in enumerate(path.edges)]
+        steps = []
+        for k, e in enumerate(path.edges):
+            label = (names[k] if names is not None and k < len(names) and names[k]
+                     else graph.labels[graph.lab[e]] if graph.lab[e] >= 0 else "")
+            steps.append(label or "=" + graph.type_of(graph.dst[e]))
+        return steps
 
     def render(self, path: RetainerPath, names: list[str] | None = None) -> str:
         return render_edges(self.graph, path, names)
