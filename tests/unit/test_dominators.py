@@ -334,6 +334,16 @@ def test_what_groups_held_from_c_hold_together_is_held_from_c() -> None:
                        type_names=types, types=[0, 1, 2, 1, 2] + [3] * 200)
     first_owner = dom.find_owners(graph, top=5).owners[0]
     assert (first_owner.path, first_owner.retained_bytes) == ("<held from C: dict, function>", 200 * 1000)
+    # a list of its 200 items under a group held from C: no ids a sample can walk (its root
+    # was a list of the payload's), so nothing counts it between censuses (it was "not found
+    # again" in every sample of a watch of a numpy worker)
+    types[1] = "list"
+    graph = make_graph(n, edges, [0, 0, 0, 100, 100] + [1000] * 200,
+                       roots=[(1, "<held from C: list>", "held", 5), (2, "<held from C: function>", "held", 5)],
+                       type_names=types, types=[0, 1, 2, 1, 2] + [3] * 200)
+    graph.lengths[3] = 200
+    first_owner = dom.find_owners(graph, top=5).owners[0]
+    assert (first_owner.path, first_owner.count_ids) == ("<held from C: function, list>", ())
 
 
 @pytest.mark.usefixtures("both_passes")

@@ -774,8 +774,10 @@ class OwnerFinder:
         for i, q in enumerate(group.parts[:len(paths)]):
             a = group.anchors.get(q, q)
             n = int(g.lengths[a])
+            # (a part under a group held from C has no root a sample can find: its list was
+            # the payload's; counted by it, the owner was "not found again" in every sample)
             if (g.is_container(a) and not self._namespace(a) and group.items <= 2 * n <= 4 * group.items
-                    and n > best):
+                    and n > best and not (paths[i].root >= 0 and g.is_held_group(paths[i].root))):
                 best, at, anchor = n, i, a
         if at < 0:
             return (), ""
