@@ -9,7 +9,8 @@ shared leaves, cycles, deep nesting, non-str keys) plus what only the graph read
 classes (their labels), big dicts, lists and sets read in slices, generators and coroutines
 (their locals labelled by type), a metaclass whose ``__hash__`` must not run, dict subclasses,
 and what only the roots read (a thread's frame variables, pending tasks' context variables,
-finished tasks in a set, BytesIO buffers, StringIO characters: _walk.c stringio_parts under ASan).
+finished tasks in a set, BytesIO buffers, StringIO characters: _walk.c stringio_parts under ASan),
+and big strs and bytes (nodes of their own where an instance or a namespace holds them).
 The graphs must be identical: the same nodes (by address: size, type, entries), the same
 edges with the same labels, the same roots. Then a churn case: a thread mutates big shared
 containers while the C walk reads them (no comparison: it must not crash; run under
@@ -53,6 +54,10 @@ class Meta(type):
 class WithMeta(metaclass=Meta):
     def __init__(self, i: int) -> None:
         self.i = [i]
+
+
+class WithBuffer:
+    pass
 
 
 class Slotted:
@@ -281,6 +286,14 @@ def build_heap() -> None:
     HEAP["gens"] = gens
     coros = [_coro(i) for i in range(3)]
     HEAP["coros"] = coros
+    # big strs and bytes: an instance's and a namespace's are nodes of their own, a
+    # collection's and a C object's (a BytesIO's buffer, a referent on 3.12+) are folded
+    holder = WithBuffer()
+    holder.pending = bytes(300 << 10) + b"p"
+    HEAP["buffer_holder"] = holder
+    HEAP["big_text"] = "t" * (300 << 10) + "!"
+    HEAP["big_bytesio"] = io.BytesIO(bytes(300 << 10) + b"b")
+    HEAP["big_in_list"] = [bytes(300 << 10) + b"l"]
 
 
 RESULTS: list[Any] = []

@@ -1273,11 +1273,12 @@ graph_add_edge(GraphState *g, uintptr_t i, uintptr_t j, int32_t label)
  * a registry heap, a bench heap and the real verifiers worker folding collections into
  * small ones saved 2-43 nodes of 36k-740k. */
 #define FOLD_MIN_ENTRIES 16
-/* A str or bytes of at least this many bytes that an instance or a namespace (a module's
- * globals, an instance's __dict__) alone holds is a node of its own, not folded into its
- * holder: the owner is then ``__main__.CONN.buffer``, not ``__main__.CONN`` or ``__main__``
- * (a buffer grown by ``buf += chunk``, a log string concatenated, which watch finds again by
- * its attribute: it is a new object each time). A collection's leaves stay its own. */
+/* A str or bytes of at least this many bytes that an instance of a class statement's class or
+ * a namespace (a module's globals, an instance's __dict__) alone holds is a node of its own,
+ * not folded into its holder: the owner is then ``__main__.CONN.buffer``, not
+ * ``__main__.CONN`` or ``__main__`` (a buffer grown by ``buf += chunk``, a log string
+ * concatenated, which watch finds again by its attribute: it is a new object each time). A
+ * collection's leaves stay its own, as a C object's (an io.BytesIO's buffer: the BytesIO). */
 #define BIG_LEAF_BYTES ((long long)256 << 10)
 
 static inline int
@@ -2398,7 +2399,8 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                 Py_ssize_t type_id = leaf_type_and_size(w, ref, &size);
                 if (type_id < 0 || graph_tally(g, type_id, 1, size) < 0)
                     return -1;
-                if (!shared && size >= BIG_LEAF_BYTES && (owner == STACK_NAMESPACE || (owner == 0 && !collection))) {
+                if (!shared && size >= BIG_LEAF_BYTES
+                    && (owner == STACK_NAMESPACE || (owner == 0 && !collection && class_statement(Py_TYPE(g->cur))))) {
                     /* a big part of an instance or a namespace: a node (see BIG_LEAF_BYTES) */
                     if (graph_mark(g, ref) < 0 || graph_record(g, address, size, (int32_t)type_id, 0) < 0)
                         return -1;

@@ -214,6 +214,18 @@ dict_entry_of(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(class_statement_doc,
+"class_statement(tp) -> bool\n\n"
+"Whether the class ``tp`` is a class statement's (its traverse CPython's subtype_traverse, as\n"
+"known_types' heap_class has it), not a class of C code's (an io.BytesIO, an ndarray): whose\n"
+"instance's big str or bytes is a node of its own in the walks (_graph_walk.c BIG_LEAF_BYTES).");
+
+static PyObject *
+class_statement_of(PyObject *module, PyObject *tp)
+{
+    return PyBool_FromLong(PyType_Check(tp) && class_statement((PyTypeObject *)tp));
+}
+
 PyDoc_STRVAR(dict_value_of_doc,
 "dict_value_of(d, name) -> value or None\n\n"
 "The value of the dict ``d`` (a subclass too: its table) under the str key equal to ``name`` (a\n"
@@ -2013,6 +2025,7 @@ static PyMethodDef walk_methods[] = {
     {"known_types", known_types, METH_VARARGS, known_types_doc},
     {"dict_entry_of", dict_entry_of, METH_VARARGS, dict_entry_of_doc},
     {"dict_value_of", dict_value_of, METH_VARARGS, dict_value_of_doc},
+    {"class_statement", class_statement_of, METH_O, class_statement_doc},
     {"dict_own_referents", dict_own_referents, METH_O, dict_own_referents_doc},
     {"referent_with_id", referent_with_id, METH_VARARGS, referent_with_id_doc},
     {"typed_referents", typed_referents, METH_O, typed_referents_doc},

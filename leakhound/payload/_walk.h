@@ -76,6 +76,7 @@ extern PyTypeObject *collections_deque;
  * from a class of the payload (known_types; NULL: none): a big list, tuple or set subclass
  * with it is read a slice at a time (sequence_subclass). */
 extern traverseproc class_traverse;
+int class_statement(PyTypeObject *tp);
 /* functools' C lru_cache wrapper (known_types, where its struct is 3.10-3.13's; NULL: none):
  * a bounded one's and its links' referents are read from their fields (typed_traverse). */
 extern PyTypeObject *lru_wrapper;

@@ -242,6 +242,7 @@ def dict_entry_of(d: dict[object, object], address: int, /) -> tuple[object, obj
 def referent_with_id(obj: object, address: int, /) -> object | None:
     """The object whose id is ``address`` among ``obj``'s referents (its traverse), or None."""
 
+def class_statement(tp: type, /) -> bool: ...
 def dict_value_of(d: dict[object, object], name: str, /) -> object | None: ...
 def dict_own_referents(d: dict[object, object], /) -> list[object]:
     """What ``d`` holds besides its entries (a subclass's own), its entries not listed."""

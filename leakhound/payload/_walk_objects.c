@@ -502,6 +502,15 @@ grow_tallies(long long **counts, long long **sizes, Py_ssize_t *len, Py_ssize_t 
 /* BIG_CONTAINER (_walk.h): reading a bigger container whole (its tp_traverse, a reference to
  * each referent) would be one step as long as the container is big, and a buffer as big. */
 
+/* Whether ``tp`` is a class statement's class (its tp_traverse CPython's subtype_traverse:
+ * class_traverse), not a class of C code's (an io.BytesIO, an ndarray). Runs no code. */
+int
+class_statement(PyTypeObject *tp)
+{
+    return class_traverse != NULL && (PyType_GetFlags(tp) & Py_TPFLAGS_HEAPTYPE)
+        && (traverseproc)PyType_GetSlot(tp, Py_tp_traverse) == class_traverse;
+}
+
 /* The built-in list, tuple, set or frozenset the class statement's class ``tp`` derives
  * from, NULL for any other class: its tp_traverse, and each of its bases' down to that one,
  * is a class statement's (class_traverse: CPython's subtype_traverse, which visits the

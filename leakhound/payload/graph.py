@@ -59,6 +59,7 @@ from .graph_wire import (
 )
 from .objects import (
     CAN_READ_MANAGED_DICTS,
+    HEAPTYPE,
     INLINE_VALUES_DICTS,
     LEAF_TYPE_IDS,
     MANAGED_DICTS,
@@ -74,6 +75,7 @@ from .objects import (
     short_type_name,
     slot_members,
     subclass_tree,
+    type_flags,
     type_name,
 )
 from .pacing import Clock, unsplit_step_fits
@@ -610,6 +612,9 @@ class Graph(object):
         inline_dicts = INLINE_VALUES_DICTS  # (add_made_dict finds none where ctypes cannot read)
         type_labels = {}  # id(type) -> label of "t<Type>"
         frame_like = FRAME_LIKE_IDS
+        # (a C object's big str or bytes stays its own: an io.BytesIO's buffer)
+        class_statement = (_walk_module.class_statement if _walk_module is not None
+                           else lambda cls: bool(type_flags(cls) & HEAPTYPE))
         plain = _PLAIN_IDS
         singleton_ids = _SINGLETON_IDS
         native = self.native
@@ -738,7 +743,8 @@ class Graph(object):
                     count = getrefcount(ref)
                     if count <= only_one:
                         size = size_of(ref)
-                        if size < _BIG_LEAF_BYTES or folded_here or (collection and i not in namespaces):
+                        if size < _BIG_LEAF_BYTES or folded_here or not (
+                                i in namespaces or (not collection and class_statement(tp))):
                             folded += size
                             continue
                         # a big part of an instance or a namespace: a node (_graph_walk.c BIG_LEAF_BYTES)

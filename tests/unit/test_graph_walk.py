@@ -4,6 +4,7 @@ loop, on every CPython here, and under AddressSanitizer; and the graph's binary 
 from __future__ import annotations
 
 import collections
+import io
 import json
 import os
 import subprocess
@@ -163,6 +164,7 @@ class Connection:
 
 KEEP_CONNECTION = Connection()
 KEEP_BIG_GLOBAL = "g" * (400 << 10) + "!"
+KEEP_BYTESIO = io.BytesIO(bytes(300 << 10))  # (its buffer a referent on 3.12+: a C field)
 KEEP_BIG_ROWS = [bytes(300 << 10) + bytes([i]) for i in range(3)] + [[i] for i in range(20)]
 
 
@@ -171,7 +173,8 @@ def test_a_big_str_or_bytes_of_an_instance_or_namespace_is_a_node_of_its_own(com
     """A buffer an instance grows (``self.pending += chunk``) was folded into the instance (its
     owner the connection, or ``__main__`` for a global): a str or bytes of 256 KiB or more that
     an instance or a namespace alone holds is a node, with its edge from its holder (named
-    ``.pending``); a smaller one stays its holder's, and a collection's big entries its own."""
+    ``.pending``); a smaller one stays its holder's, a collection's big entries its own, and a
+    C object's (an io.BytesIO's buffer: owner ``EXTRA['log'].<bytes>`` on 3.12+ otherwise)."""
     g = _this_process(compiled)
     ids = list(g.ids)
     for big in (KEEP_CONNECTION.pending, KEEP_BIG_GLOBAL):
@@ -180,6 +183,10 @@ def test_a_big_str_or_bytes_of_an_instance_or_namespace_is_a_node_of_its_own(com
         assert any(g.dst[e] == k for e in range(len(g.dst)))  # an edge to it
     assert id(KEEP_CONNECTION.small) not in ids
     assert not {id(v) for v in KEEP_BIG_ROWS[:3]} & set(ids)
+    # a C object's big buffer is its own: the owner is the BytesIO, not its ``.<bytes>``
+    k = ids.index(id(KEEP_BYTESIO))
+    assert g.sizes[k] >= 300 << 10 and not any(g.type_of(g.dst[e]) == "bytes" for e in range(len(g.dst))
+                                               if g.src[e] == k)
     assert g.sizes[ids.index(id(KEEP_BIG_ROWS))] > 3 * (300 << 10)
 
 
