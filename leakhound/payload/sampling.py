@@ -294,12 +294,20 @@ def atexit_items(path):
 
 
 def _items(obj):
-    """A container's length (the C slot of a built-in), or a ``queue.SimpleQueue``'s items
-    (its own C ``qsize``: it has no length, and 3.13's keeps them in a ring buffer of its own,
-    an owner the full samples name itself); None for any other object."""
+    """A container's length (the C slot of a built-in), a ``queue.SimpleQueue``'s items (its
+    own C ``qsize``: it has no length, and 3.13's keeps them in a ring buffer of its own, an
+    owner the full samples name itself) or an ElementTree element's children (the C
+    ``Element``'s own length: a log kept as an XML tree); None for any other object."""
     n = builtin_length(obj, _SAMPLED_SIZED)
     if n is not None:
         return n
+    module = sys.modules.get("_elementtree")  # (not loaded: no C element exists)
+    element = module.__dict__.get("Element") if type(module) is _ModuleType else None
+    if type(element) is type and issubclass(type(obj), element):
+        try:
+            return class_dict(element)["__len__"](obj)
+        except Exception:
+            return None
     module = sys.modules.get("_queue")  # (not loaded: no SimpleQueue exists)
     simple = module.__dict__.get("SimpleQueue") if type(module) is _ModuleType else None
     if type(simple) is type and issubclass(type(obj), simple):

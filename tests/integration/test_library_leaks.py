@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ptrace_ok")]
 PYTHONS = installed_pythons()
 SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generators", "queue_backlog",
           "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
-          "linked_list", "named_parts", "mock_calls", "stream_buffer", "rebound_rows", "rebound_buffer",
+          "linked_list", "named_parts", "mock_calls", "stream_buffer", "rebound_rows", "rebound_buffer", "xml_log",
           "two_indexes", "signal_closure", "dynamic_classes", "stuck_tasks",
           "plugin_modules", "connection_threads", "metric_labels", "executor_backlog", "pickler_memo",
           "dom_two_holders"]
@@ -99,7 +99,7 @@ def test_a_registry_C_holds_is_one_owner_however_much_each_entry_holds(version: 
 
 # Owners whose items are the culprit's entries as the target counts them (a finalizer each, not
 # its key and info; a deque's length, not its referents with 3.12+'s type among them).
-ITEMS_ARE_ENTRIES = {"finalizers", "named_parts", "queue_backlog", "exception_log", "rebound_rows"}
+ITEMS_ARE_ENTRIES = {"finalizers", "named_parts", "queue_backlog", "exception_log", "rebound_rows", "xml_log"}
 
 
 @pytest.mark.parametrize("shape", ["atexit_args", "signal_closure"])
@@ -122,7 +122,7 @@ WATCHED = [(shape, "3.11") for shape in ("mutable_default", "lru_cache", "atexit
 # (3.13's SimpleQueue, no list between: its items read by its own C qsize in the cheap samples)
 WATCHED += [("executor_backlog", "3.13"), ("dom_two_holders", "3.11"), ("named_parts", "3.11"), ("mock_calls", "3.11"),
             ("finalizers", "3.12"), ("stream_buffer", "3.11"), ("rebound_rows", "3.11"), ("rebound_rows", "3.13"),
-            ("rebound_buffer", "3.11")]
+            ("rebound_buffer", "3.11"), ("xml_log", "3.11"), ("xml_log", "3.13")]
 
 
 @pytest.mark.parametrize("version", ["3.11", "3.13"])

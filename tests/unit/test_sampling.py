@@ -206,6 +206,30 @@ def test_a_step_through_a_c_field_is_followed_by_the_one_referent_of_its_type() 
         del sys.modules[module.__name__]
 
 
+def test_an_element_trees_children_are_its_items_read_by_its_c_length() -> None:
+    """A log kept as an XML tree (an ``Element`` each entry appended to) was measured by full
+    censuses only: its children are its items in every sample, read with the C element's own
+    length (a subclass's ``__len__`` never runs)."""
+    import types
+    import xml.etree.ElementTree as ET
+
+    class Log(ET.Element):
+        def __len__(self) -> int:
+            raise AssertionError("a subclass's __len__ ran")
+
+    module = types.ModuleType("leakhound_test_element_items")
+    module.LOG = Log("log")  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        log = module.LOG  # type: ignore[attr-defined]
+        for i in range(7):
+            ET.SubElement(log, "entry", id=str(i))
+        owner = {"ids": [id(module), id(vars(module)), id(log)], "type": type_name(Log), "path": "x"}
+        assert sampling.owner_items([owner]) == [{"found": True, "items": 7}]
+    finally:
+        del sys.modules[module.__name__]
+
+
 def test_a_step_rebound_before_it_was_named_is_named_by_the_one_attribute_of_its_type() -> None:
     """The walk met a list an instance held; before the owners were named the instance
     rebound the attribute (a new list): the step is named by the one attribute (or str key of
