@@ -283,9 +283,10 @@ def rebound_attribute(obj, wanted_type):
 def name_paths(request):
     """The labels along a few paths the CLI chose (``paths``: lists of ids, a root's first),
     walked again from the live roots by identity: an id is only compared with the ids of
-    objects found as referents, never turned into an object. A step from an instance whose id
-    it no longer holds is named by the one attribute holding an object of that step's type in
-    ``types`` (the graph's, one list a path), if one does (``rebound_attribute``)."""
+    objects found as referents, never turned into an object. A step from an instance (or a
+    small dict) whose id it no longer holds is named by the one attribute (str key) holding an
+    object of that step's type in ``types`` (the graph's, one list a path), if one does
+    (``rebound_attribute``)."""
     paths = request.get("paths")
     if type(paths) is not list:
         return {"labels": []}

@@ -172,8 +172,9 @@ def _by_ids(ids, roots, steps=None):
     """The object at the end of ``ids`` (a root's id, then each step's), walked by identity:
     an id is only compared with the ids of the referents found, never turned into an object.
     A step whose id no longer leads on is followed by its label in ``steps`` (the owner's
-    ``path_steps``) when it names an attribute or a str key: what is there now (an attribute
-    rebound as it grows, ``self.rows = self.rows + [row]``). None when neither leads on."""
+    ``path_steps``: ``by_label``): what is there now (an attribute rebound as it grows,
+    ``self.rows = self.rows + [row]``; a DataFrame's blocks concatenated anew). None when
+    neither leads on."""
     obj = roots.get(ids[0])
     for k, address in enumerate(ids[1:MAX_PATH_STEPS]):
         if obj is None:
