@@ -206,6 +206,32 @@ def test_a_step_through_a_c_field_is_followed_by_the_one_referent_of_its_type() 
         del sys.modules[module.__name__]
 
 
+def test_a_step_to_what_a_c_object_holds_outside_its_referents_is_followed_by_type() -> None:
+    """A 3.11 StringIO written to keeps the strs in a list of its C state (no referent: the
+    walk reads it, sizes.hidden_referents): its owner ``.<list>`` was "not found again" in
+    every sample (no id step reaches it); its step ``=list`` does."""
+    import io
+    import types
+
+    from leakhound.payload.sizes import hidden_referents
+
+    log = io.StringIO()
+    for i in range(9):
+        log.write(f"line {i}\n")
+    lists = [r for r in hidden_referents(log) if type(r) is list]
+    if len(lists) != 1:
+        pytest.skip("no accumulating StringIO here (3.12+ keeps one writer)")
+    module = types.ModuleType("leakhound_test_hidden_steps")
+    module.LOG = log  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        owner = {"ids": [id(module), id(vars(module)), id(log), id(lists[0])], "steps": ["d", "kLOG", "=list"],
+                 "type": "list", "path": "x"}
+        assert sampling.owner_items([owner]) == [{"found": True, "items": 9}]
+    finally:
+        del sys.modules[module.__name__]
+
+
 def test_an_element_trees_children_are_its_items_read_by_its_c_length() -> None:
     """A log kept as an XML tree (an ``Element`` each entry appended to) was measured by full
     censuses only: its children are its items in every sample, read with the C element's own
