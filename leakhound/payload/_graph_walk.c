@@ -2401,9 +2401,11 @@ graph_referents(GraphState *g, Walk *w, Py_ssize_t budget)
                     return -1;
                 if (!shared && size >= BIG_LEAF_BYTES
                     && (owner == STACK_NAMESPACE || (owner == 0 && !collection && class_statement(Py_TYPE(g->cur))))) {
-                    /* a big part of an instance or a namespace: a node (see BIG_LEAF_BYTES) */
+                    /* a big part of an instance or a namespace: a node (see BIG_LEAF_BYTES),
+                     * its allocation its own (--sites: it was its holder's) */
                     if (graph_mark(g, ref) < 0 || graph_record(g, address, size, (int32_t)type_id, 0) < 0)
                         return -1;
+                    sites_note(ref, address);
                     found = FOUND_NODE;
                 }
                 else if (!shared) {
