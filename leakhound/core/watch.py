@@ -254,10 +254,10 @@ def _sizes(sampled: SampleOutcome, asked: list[Owner]) -> tuple[int | None, ...]
 def _sized(owner: Owner) -> bool:
     """Whether cheap samples measure ``owner`` by its own size: one that retains only itself
     and has no items or length a sample reads (an array.array a stream's data is appended to,
-    a 3.12+ io.StringIO written to; a bytearray is counted by its length): its bytes, scaled from
-    the census's by its size then and now (an object rebound, a numpy array concatenated
-    anew, is found again by full censuses only: its ids change). Such bytes were measured by
-    full censuses alone ("2 are too few to tell" in a watch of -d 120)."""
+    a 3.12+ io.StringIO written to, a numpy array concatenated anew, found by its path's steps;
+    a bytearray is counted by its length): its bytes, scaled from the census's by its size
+    then and now. Such bytes were measured by full censuses alone ("2 are too few to tell" in
+    a watch of -d 120)."""
     return (owner.items == 0 and owner.retained_objects == 1 and not owner.count_ids
             and owner.type not in _LENGTH_IS_ITEMS)
 

@@ -233,13 +233,13 @@ def by_label(obj, label):
     name = label[1:]
     if issubclass(tp, dict):
         return _walk_module.dict_value_of(obj, name)
-    d = class_dict(obj) if issubclass(tp, type) else instance_dict(obj)
+    d = None if issubclass(tp, type) else instance_dict(obj)
     if d is not None:
-        return _walk_module.dict_value_of(d, name) if issubclass(type(d), dict) else None
-    for slot, value in slot_values(obj):
-        if slot == name:
-            return value
-    return None
+        return _walk_module.dict_value_of(d, name)
+    try:
+        return _child(obj, name)  # a class's namespace, an instance's slots: as resolve reads them
+    except (KeyError, TypeError):
+        return None
 
 
 def alike_items(path, wanted_type):

@@ -159,6 +159,12 @@ def test_an_owner_rebound_is_found_again_by_its_steps_label() -> None:
                    "steps": ["d", "kSLOTTED", "arows"], "type": "bytes", "path": "x"}
         slotted.rows += b"yz"
         assert sampling.owner_items([in_slot]) == [{"found": True, "items": 3}]
+        # a class's attribute (its namespace, read as resolve reads it)
+        registry = {"ids": [id(module), id(vars(module)), id(_Holder), 0], "steps": ["d", "k_Holder", "aseen"],
+                    "type": "list", "path": "x"}
+        module._Holder = _Holder  # type: ignore[attr-defined]
+        _Holder.seen = [1, 2]  # type: ignore[attr-defined]
+        assert sampling.owner_items([registry]) == [{"found": True, "items": 2}]
         # a label that is no attribute or key ("" an entry, "t" a local's type): not followed
         for label in ("", "tlist", "a", "amissing"):
             holder.items = [0]
