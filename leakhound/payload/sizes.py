@@ -11,7 +11,8 @@ collector does not show, for an allowlist of types (and their subclasses) only:
   array's ``__sizeof__`` already counts its data: of 1 MiB or more, less its pages not in RAM)
   and an object array's elements;
 - ``torch`` tensors (``torch._C.TensorBase``): the bytes of their CPU storage (of 1 MiB or
-  more: its pages in RAM), once per storage however many tensors view it;
+  more: its pages in RAM), once per storage however many tensors view it, and what their
+  autograd graph saved (``_autograd_held``) or a leaf's ``grad``;
 - ``mmap.mmap``: the pages of its mapping in RAM (its length where they cannot be read);
 - Pillow's ``ImagingCore`` (an ``Image``'s ``_im``/``im``): its pixel memory;
 - pygame's ``Surface``: its SDL surface's pixels (pitch x height), none for one whose pixels
@@ -931,6 +932,8 @@ def native_types(tick=None, after_walk=False):
         bases["files"] = _file_backed_ranges()
     if "cffi" in bases:
         bases["cffi_functions"] = _cffi_functions()
+    if "tensor" in bases:
+        bases["autograd"] = [_AUTOGRAD_WALK_NODES]  # autograd nodes _autograd_held may still read
     if "mmap" in bases or "tensor" in bases:
         bases["mapped"] = [0]  # native bytes on a file's or shared memory's pages (_tally_mapped)
     if "sqlite_connection" in bases:
@@ -1105,6 +1108,98 @@ def _call(cls, name, obj):
             kind == "cython_function_or_method" and _module_of(cls).startswith("pyarrow.")):
         return descr(obj)
     raise TypeError("%s.%s is not a C descriptor" % (cls.__name__, name))
+
+
+# The autograd graph behind a tensor (_autograd_held): its nodes read for one tensor at most,
+# and for all the tensors of one walk (~5 us a node: a graph of a deep model's forward
+# pass is a few thousand nodes, a loss summed over a training loop `total += loss` one
+# chain of all of theirs).
+_AUTOGRAD_TENSOR_NODES = 2048
+_AUTOGRAD_WALK_NODES = 100000
+
+
+def _autograd_held(cls, obj, bases):
+    """What a tensor's autograd graph keeps alive that no referent shows: the tensors its
+    backward nodes saved (C++ SavedVariables: a loss kept in a list keeps its forward pass's
+    activations, PyTorch's first memory FAQ), through ``grad_fn`` and ``next_functions``, and
+    a leaf's ``grad``. Those tensors' Python objects are held by C++ alone (torch keeps a
+    tensor's object alive while C++ holds the tensor): the walks listed them "held from C".
+
+    Read through C getters only: a node's class's getset descriptors (a Python property of a
+    custom Function's class is never called), ``_raw_saved_*`` (a SavedTensor) and its
+    pybind11 ``data``: the saved tensor, or what a saved-tensors pack hook made of it,
+    without running the unpack hook (activation checkpointing's unpack recomputes the
+    forward pass). [] where torch has no such API."""
+    try:
+        if _call(cls, "is_leaf", obj):
+            grad = _call(cls, "grad", obj)  # (a non-leaf's ``grad`` warns: Python code runs)
+            return [grad] if grad is not None else []
+        node = _call(cls, "grad_fn", obj)
+    except Exception:  # noqa: BLE001 - an unexpected tensor: nothing followed
+        return []
+    budget = bases.get("autograd")
+    if node is None or budget is None or budget[0] <= 0:
+        return []
+    saved_class = class_from("torch._C._autograd", "SavedTensor")
+    if saved_class is None:
+        return []
+    held, nodes, seen = [], [node], {id(node)}  # nodes: alive while their ids are in seen
+    k = 0
+    while k < len(nodes) and k < _AUTOGRAD_TENSOR_NODES and budget[0] > 0:
+        node = nodes[k]
+        k += 1
+        budget[0] -= 1
+        try:
+            getters = _node_getters(type(node))
+            for name, descr in getters:
+                value = descr.__get__(node, type(node))
+                if name == "next_functions":
+                    for pair in value if type(value) is tuple else ():
+                        nxt = pair[0] if type(pair) is tuple and len(pair) == 2 else None
+                        if nxt is not None and id(nxt) not in seen:
+                            seen.add(id(nxt))
+                            nodes.append(nxt)
+                    continue
+                if name == "variable":
+                    held.append(value)
+                    continue
+                for saved in value if type(value) in (list, tuple) else (value,):
+                    if type(saved) is saved_class:
+                        data = _saved_data(saved_class, saved)
+                        if data is not None:
+                            held.append(data)
+        except Exception:  # noqa: BLE001 - a node freed by backward(), an unexpected one
+            continue
+    return held
+
+
+def _node_getters(node_type):
+    """An autograd node class's C getters to read: ``next_functions``, every ``_raw_saved_*``
+    and AccumulateGrad's ``variable``, each the first of its name along the MRO, getset
+    descriptors only."""
+    found, getters = set(), []
+    for klass in type.__dict__["__mro__"].__get__(node_type, type):
+        for name, descr in class_dict(klass).items():
+            if type(name) is not str or name in found:
+                continue
+            if name in ("next_functions", "variable") or name.startswith("_raw_saved_"):
+                found.add(name)
+                if type(descr).__name__ == "getset_descriptor":
+                    getters.append((name, descr))
+    return getters
+
+
+def _saved_data(saved_class, saved):
+    """A SavedTensor's ``data`` (pybind11's property, its getter a C function): the saved
+    tensor, or the object a pack hook made of it (its unpack hook is not run); None where
+    the binding has no such property."""
+    data = class_dict(saved_class).get("data")
+    if type(data) is not property:
+        return None
+    getter = property.__dict__["fget"].__get__(data, property)
+    if type(getter).__name__ != "builtin_function_or_method":
+        return None
+    return getter(saved)
 
 
 def _module_of(cls):
@@ -1558,7 +1653,7 @@ def native_extra(obj, native, bases, seen_buffers, elements_read=False):
                 return 0, []
             size, shared = _in_ram(address, nbytes, bases.get("files"))
             _tally_mapped(bases, min(shared, size))
-            return size, []
+            return size, _autograd_held(cls, obj, bases)
         if kind == "instance":
             return instance_values_bytes(obj), []
         if kind == "code":

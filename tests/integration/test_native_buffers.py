@@ -115,6 +115,28 @@ def test_native_buffers_belong_to_their_dominator_owner(tmp_path: Path, shape: s
     _check(tmp_path, shape, python, owner_model="dominator")
 
 
+@pytest.mark.parametrize(("shape", "owner"), [("torch_losses", "__main__.LOSSES"), ("torch_total", "__main__.TOTAL"),
+                                            ("torch_hooked", "__main__.LOSSES")])
+def test_what_a_kept_loss_s_autograd_graph_saved_is_the_loss_s_owner_s(tmp_path: Path, shape: str, owner: str) -> None:
+    """Losses kept as tensors (not ``.item()``) keep their autograd graphs and the activations
+    the graphs saved: only C++ holds those tensors (SavedVariables), so 240 of them were one
+    owner ``<held from C: torch.Tensor>`` and the list of losses was none. They are followed
+    from each loss through ``grad_fn`` and ``next_functions``: the list (``torch_losses``),
+    the one tensor summing them (``torch_total``, whose small saved tensors no name labels:
+    an owner of them, not a namespace split into its one big child). Saved under
+    ``saved_tensors_hooks`` (activation checkpointing's), the unpack hook never runs: what
+    the pack hook kept is read as it is."""
+    with spawn_target("native_buffers", tmp_path, python=native_python("3.11", torch=True),
+                      env={"SHAPE": shape}, timeout=120) as child:
+        snap = capture(child.pid, request=RequestOptions(timeout=120), max_pause_ms=None, top=10).snapshot
+        truth = child.report()["truth"]
+    assert snap.heap.owner_model == "dominator"
+    top = snap.owners[0]
+    assert top.path == owner, [(o.path, o.retained_bytes) for o in snap.owners[:5]]
+    assert within(top.retained_bytes, truth["bytes"]), (top.retained_bytes, truth)
+    assert truth.get("unpacked", 0) == 0, truth
+
+
 # numpy 2 on 3.10, 3.12, 3.13 (3.11's is above), numpy 1 on 3.11: the array's and the
 # dtype's structs are read by the walk (the fields it reads have the same offsets in both)
 @pytest.mark.parametrize("version", ["3.10", "3.11-numpy1", "3.12", "3.13"])

@@ -184,6 +184,29 @@ def test_a_c_containers_alike_entries_are_its_not_parts_of_a_namespace(named: bo
         assert owners == [("__main__.QUEUE", 96 + 6 * 1_000_056)], owners
 
 
+@pytest.mark.parametrize("named", [False, True])
+def test_an_object_holding_most_in_small_unnamed_referents_is_their_owner(named: bool) -> None:
+    """A tensor summing 300 losses holds each step's saved activations through its autograd
+    graph (referents no name labels, each under the listing threshold) and one of them over
+    it: it was split as a namespace into that one, and the rest (110 MB) was in no owner.
+    It is an owner of its small referents now, the big one an owner of its own. An instance
+    whose small parts are attributes (named) is still a namespace of named parts."""
+    # 1 module __main__, 2 its dict, 3 TOTAL, 4 a big referent, 5..604 small referents
+    types = ["<root>", "module", "dict", "torch.Tensor"]
+    small = list(range(5, 605))
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4)] + [(3, k) for k in small]
+    labels = ["d", "kTOTAL", "abig"] + [f"apart{k}" for k in small]
+    lab = [-1, 0, 1, 2 if named else -1] + [3 + j if named else -1 for j in range(len(small))]
+    sizes = [0, 72, 1000, 96, 1_000_000] + [50_000] * len(small)
+    graph = make_graph(605, edges, sizes, roots=[(1, "__main__", "module", 0)], labels=labels, lab=lab,
+                       type_names=types, types=[0, 1, 2] + [3] * 602)
+    owners = [(o.path, o.retained_bytes) for o in dom.find_owners(graph, top=4).owners]
+    if named:
+        assert owners == [("__main__.TOTAL.big", 1_000_000)], owners
+    else:
+        assert owners == [("__main__.TOTAL", 96 + 600 * 50_000), ("__main__.TOTAL.<Tensor>", 1_000_000)], owners
+
+
 def test_the_payload_says_which_types_are_collections() -> None:
     class Registry(dict):  # type: ignore[type-arg]
         pass
