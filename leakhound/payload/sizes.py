@@ -1110,15 +1110,40 @@ def _call(cls, name, obj):
     raise TypeError("%s.%s is not a C descriptor" % (cls.__name__, name))
 
 
-# The autograd graph behind a tensor (_autograd_held): its nodes read for one tensor at most,
-# and for all the tensors of one walk (~5 us a node: a graph of a deep model's forward
-# pass is a few thousand nodes, a loss summed over a training loop `total += loss` one
-# chain of all of theirs).
+# The autograd graph behind a tensor (_autograd_held): its nodes read for one tensor at most
+# (~5 us a node: 10-15 ms for 2,048), and for all the tensors of one walk. A node read once
+# has a Python object from then on, which torch keeps as long as the node lives (the graph:
+# what the leak keeps): 300 kept losses of a 3-layer MLP, 2,400 objects, 122 KB; 20,000
+# nodes are at most ~3 MB of the target's, once (the next walks find them made).
 _AUTOGRAD_TENSOR_NODES = 2048
-_AUTOGRAD_WALK_NODES = 100000
+_AUTOGRAD_WALK_NODES = 20000
 
 
-def _autograd_held(cls, obj, bases):
+def _storage_bytes(cls, tensor, bases, seen_buffers):
+    """A CPU tensor's storage's bytes (its pages in RAM, of 1 MiB or more), once per storage
+    (``seen_buffers``: data addresses); 0 for one met already. untyped_storage(), nbytes(),
+    data_ptr() are C methods (TensorBase and StorageBase); untyped_storage() returns the
+    storage's one Python object."""
+    storage = _call(cls, "untyped_storage", tensor)
+    storage_base = None
+    for klass in type.__dict__["__mro__"].__get__(type(storage), type):
+        if type.__dict__["__qualname__"].__get__(klass, type) == "StorageBase":
+            storage_base = klass
+    if storage_base is None:
+        return 0
+    address = _call(storage_base, "data_ptr", storage)
+    if not address or address in seen_buffers:
+        return 0
+    seen_buffers.add(address)
+    nbytes = _call(storage_base, "nbytes", storage)
+    if not 0 <= nbytes <= MAX_OBJECT_BYTES:
+        return 0
+    size, shared = _in_ram(address, nbytes, bases.get("files"))
+    _tally_mapped(bases, min(shared, size))
+    return size
+
+
+def _autograd_held(cls, obj, bases, seen_buffers):
     """What a tensor's autograd graph keeps alive that no referent shows: the tensors its
     backward nodes saved (C++ SavedVariables: a loss kept in a list keeps its forward pass's
     activations, PyTorch's first memory FAQ), through ``grad_fn`` and ``next_functions``, and
@@ -1129,28 +1154,36 @@ def _autograd_held(cls, obj, bases):
     custom Function's class is never called), ``_raw_saved_*`` (a SavedTensor) and its
     pybind11 ``data``: the saved tensor, or what a saved-tensors pack hook made of it,
     without running the unpack hook (activation checkpointing's unpack recomputes the
-    forward pass). [] where torch has no such API."""
+    forward pass). -> (bytes, [objects held]): a getter that makes a new object at each call
+    (a saved output is a new tensor over the output's storage each time) hands no object to
+    the walks (gone once walked, its address could be another object's, read as the old
+    node's), its storage's bytes counted here instead, once (``seen_buffers``); (0, []) where
+    torch has no such API."""
     try:
         if _call(cls, "is_leaf", obj):
-            grad = _call(cls, "grad", obj)  # (a non-leaf's ``grad`` warns: Python code runs)
-            return [grad] if grad is not None else []
+            # (a non-leaf's ``grad`` warns: Python code runs)
+            return _kept(cls, _call(cls, "grad", obj), _call(cls, "grad", obj), bases, seen_buffers, [])
         node = _call(cls, "grad_fn", obj)
     except Exception:  # noqa: BLE001 - an unexpected tensor: nothing followed
-        return []
+        return 0, []
     budget = bases.get("autograd")
     if node is None or budget is None or budget[0] <= 0:
-        return []
+        return 0, []
     saved_class = class_from("torch._C._autograd", "SavedTensor")
     if saved_class is None:
-        return []
-    held, nodes, seen = [], [node], {id(node)}  # nodes: alive while their ids are in seen
-    k = 0
+        return 0, []
+    getters_of = bases.setdefault("autograd_getters", {})  # id(node class) -> its getters
+    held = []  # type: list
+    nodes, seen = [node], {id(node)}  # nodes: alive while their ids are in seen
+    extra, k = 0, 0
     while k < len(nodes) and k < _AUTOGRAD_TENSOR_NODES and budget[0] > 0:
         node = nodes[k]
         k += 1
         budget[0] -= 1
         try:
-            getters = _node_getters(type(node))
+            getters = getters_of.get(id(type(node)))
+            if getters is None:
+                getters = getters_of[id(type(node))] = _node_getters(type(node))
             for name, descr in getters:
                 value = descr.__get__(node, type(node))
                 if name == "next_functions":
@@ -1161,16 +1194,28 @@ def _autograd_held(cls, obj, bases):
                             nodes.append(nxt)
                     continue
                 if name == "variable":
-                    held.append(value)
+                    extra += _kept(cls, value, descr.__get__(node, type(node)), bases, seen_buffers, held)[0]
                     continue
                 for saved in value if type(value) in (list, tuple) else (value,):
                     if type(saved) is saved_class:
-                        data = _saved_data(saved_class, saved)
-                        if data is not None:
-                            held.append(data)
+                        extra += _kept(cls, _saved_data(saved_class, saved), _saved_data(saved_class, saved),
+                                       bases, seen_buffers, held)[0]
         except Exception:  # noqa: BLE001 - a node freed by backward(), an unexpected one
             continue
-    return held
+    return extra, held
+
+
+def _kept(cls, first, again, bases, seen_buffers, held):
+    """``first``, what a getter returned, appended to ``held`` if a second call returned it
+    (``again``) too; a new tensor each time is its storage's bytes instead. -> (bytes, held)"""
+    if first is None:
+        return 0, held
+    if again is first:
+        held.append(first)
+        return 0, held
+    if any(klass is cls for klass in type.__dict__["__mro__"].__get__(type(first), type)):
+        return _storage_bytes(cls, first, bases, seen_buffers), held
+    return 0, held
 
 
 def _node_getters(node_type):
@@ -1633,27 +1678,11 @@ def native_extra(obj, native, bases, seen_buffers, elements_read=False):
         if kind == "greenlet":
             return 0, _greenlet_variables(cls, obj)
         if kind == "tensor":
-            # untyped_storage(), nbytes(), data_ptr() are C methods (TensorBase and
-            # StorageBase); untyped_storage() returns the storage's one Python object.
             if _overrides_torch_function(type(obj)) or not _call(cls, "is_cpu", obj):
                 return 0, []
-            storage = _call(cls, "untyped_storage", obj)
-            storage_base = None
-            for klass in type.__dict__["__mro__"].__get__(type(storage), type):
-                if type.__dict__["__qualname__"].__get__(klass, type) == "StorageBase":
-                    storage_base = klass
-            if storage_base is None:
-                return 0, []
-            address = _call(storage_base, "data_ptr", storage)
-            if not address or address in seen_buffers:
-                return 0, []
-            seen_buffers.add(address)
-            nbytes = _call(storage_base, "nbytes", storage)
-            if not 0 <= nbytes <= MAX_OBJECT_BYTES:
-                return 0, []
-            size, shared = _in_ram(address, nbytes, bases.get("files"))
-            _tally_mapped(bases, min(shared, size))
-            return size, _autograd_held(cls, obj, bases)
+            size = _storage_bytes(cls, obj, bases, seen_buffers)
+            extra, held = _autograd_held(cls, obj, bases, seen_buffers)
+            return size + extra, held
         if kind == "instance":
             return instance_values_bytes(obj), []
         if kind == "code":
