@@ -231,8 +231,9 @@ def test_a_big_container_is_read_a_slice_per_call(monkeypatch: pytest.MonkeyPatc
     assert max(per_call) <= 2000 + 2 and len(per_call) >= entries // 2000
     # The C walk never holds a reference per entry at once (8 bytes each: 0.8-1.6 MB here).
     # Its own peak is 110-155 KB; tracemalloc also traces the process's other threads (under
-    # pytest-xdist its channel thread added ~90 KB in one run): half, not a quarter.
-    assert peak < entries * 8 // 2, peak
+    # pytest-xdist its channel thread added ~90 KB in one run, ~260 KB in another: 411 KB):
+    # three quarters, not a quarter.
+    assert peak < entries * 8 * 3 // 4, peak
 
 
 class _WideList(list):  # type: ignore[type-arg]
