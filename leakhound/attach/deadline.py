@@ -106,15 +106,18 @@ class Deadline:
         return self.stall is not None
 
     def progressed(self, phase: str = "") -> None:
-        """The request moved on (a message, records, an answer): the stall window starts again."""
+        """The request moved on (a message, records, an answer): the stall window starts again
+        (or where a known wait ends, ``waits_until``, if that is later)."""
         with self._lock:
-            self.last_progress = self.clock()
+            self.last_progress = max(self.last_progress, self.clock())
             if phase:
                 self.last_phase = phase
 
     def waits_until(self, seconds: float) -> None:
         """A wait whose end is known (the main thread's ``time.sleep``): the stall window
-        starts when it ends, ``seconds`` from now."""
+        starts when it ends, ``seconds`` from now, whatever progress is said meanwhile (the
+        injection's, a hold's end: a 100 s sleep was given up 45 s in, "did not reach a safe
+        point", the wait it had announced cut short)."""
         with self._lock:
             self.last_progress = max(self.last_progress, self.clock() + seconds)
 
@@ -127,7 +130,7 @@ class Deadline:
     def end_hold(self) -> None:
         with self._lock:
             self._held -= 1
-            self.last_progress = self.clock()
+            self.last_progress = max(self.last_progress, self.clock())
 
     @contextmanager
     def hold(self) -> Iterator[None]:

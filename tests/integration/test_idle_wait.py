@@ -65,10 +65,10 @@ def _idle_wait(pid: int) -> list[int]:
     return [int(fields[0])] + [int(f, 16) for f in fields[1:5]]
 
 
-def _inspect(pid: int) -> tuple[dict[str, Any], str, float]:
+def _inspect(pid: int, env: dict[str, str] | None = None) -> tuple[dict[str, Any], str, float]:
     """``inspect -v --json`` by ptrace, which must succeed: its document, its stderr, seconds."""
     began = time.monotonic()
-    done = run_cli("-v", "inspect", str(pid), "--json", "--method", "ptrace", timeout=120)
+    done = run_cli("-v", "inspect", str(pid), "--json", "--method", "ptrace", timeout=120, env=env)
     took = time.monotonic() - began
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout)), done.stderr, took
@@ -373,11 +373,12 @@ def test_the_gdb_fallback_wakes_a_worker_at_rest_by_the_same_rules(tmp_path: Pat
 @pytest.mark.parametrize("version", sorted({_THIS, "3.10"} & set(_PYTHONS)))
 def test_a_main_thread_in_time_sleep_is_waited_for_not_woken(tmp_path: Path, version: str) -> None:
     # time.sleep cannot be ended early: the bootstrap waits for it (past the 10 s it would
-    # wait for a safe point), the deadline's stall window with it. clock_nanosleep on 3.11+,
-    # pselect6 with no descriptors on 3.10.
+    # wait for a safe point), the deadline's stall window with it (here 5 s: the sleep is
+    # longer; the injection's progress restarted the window, and a 100 s sleep was given up
+    # at the default 45 s). clock_nanosleep on 3.11+, pselect6 with no descriptors on 3.10.
     env = {"FIXTURE_IDLE": "sleep", "FIXTURE_SLEEP": "13"}
     with spawn_target("idle_loop", tmp_path, python=_PYTHONS[version], env=env) as child:
-        doc, stderr, _took = _inspect(child.pid)
+        doc, stderr, _took = _inspect(child.pid, env={"LEAKHOUND_STALL_SECONDS": "5"})
         assert "the main thread sleeps in time.sleep for up to" in stderr, stderr[-3000:]
         assert "woken" not in stderr and "ran there" not in stderr
         truth = child.report(refresh=False)["truth"]

@@ -110,6 +110,17 @@ def test_a_known_wait_starts_the_stall_window_when_it_ends() -> None:
     assert not deadline.expired()
     clock.now += 1.0
     assert deadline.expired()
+    # progress said meanwhile (the injection's, a hold's end) does not cut the wait short
+    deadline = Deadline.following_progress(GIB, stall=30.0, clock=clock)
+    deadline.waits_until(40.0)
+    clock.now += 5.0
+    deadline.progressed("injected")
+    with deadline.hold():
+        clock.now += 1.0
+    clock.now += 63.0
+    assert not deadline.expired()
+    clock.now += 1.0
+    assert deadline.expired()
     fixed = Deadline.fixed(20.0, clock=clock)  # an explicit --timeout stays what it is
     fixed.waits_until(40.0)
     clock.now += 20.0
