@@ -244,6 +244,14 @@ def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:
         log(str(result["traceback"]))
     if result.get("kind") == wire.KIND_BUSY:
         raise TargetBusy(f"process {remote.target.pid}: {result.get('error')}")
+    if result.get("kind") == wire.KIND_NO_THREAD:
+        raise TargetBlocked(
+            f"process {remote.target.pid}'s main thread ran leakhound's bootstrap, but Python started no "
+            f"thread for its payload ({result.get('error')}): the main thread has run its script to the end "
+            "and waits for the process's other threads (threading._shutdown), when Python 3.12 starts "
+            "no new thread; nothing was left running",
+            hint="Start the worker with LEAKHOUND_AGENT=1 and use `--method agent` (its thread starts with the "
+                 "worker), or have the main thread wait for its threads with join() instead of ending.")
     if result.get("kind") == wire.KIND_UNSUPPORTED:
         raise UnsupportedPython(f"process {remote.target.pid}: {result.get('error')}")
     if result.get("kind") == wire.KIND_CANCELLED and result.get("reason") == "memory":

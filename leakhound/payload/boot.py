@@ -158,8 +158,24 @@ def _work(directory=LH_DIR):  # noqa: F821
 
 
 _main_done = threading.Event()
-threading.Thread(target=_work, name="leakhound-payload", daemon=True).start()
 try:
+    threading.Thread(target=_work, name="leakhound-payload", daemon=True).start()
+    _no_thread = None
+except RuntimeError as _exc:
+    # 3.12 starts no thread once the main thread has run its script to the end and waits
+    # for the others (threading._shutdown: "can't create new thread at interpreter
+    # shutdown"). Said at once, not as a safe point never reached.
+    _no_thread = str(_exc)
+try:
+    if _no_thread is not None:
+        import json as _json
+
+        _write(LH_DIR, "result.json", _json.dumps({"ok": False, "kind": "NoThread", "error": _no_thread}))  # noqa: F821
     _write(LH_DIR, "started.json", '{"main_thread_ms": %.3f}' % ((time.perf_counter() - _entered) * 1000.0))  # noqa: F821
 finally:
     _main_done.set()
+if _no_thread is not None:
+    # No payload thread to clear this dict (nothing left for the target's GC), nor to take
+    # the ptrace method's bootstrap pages back: raised, the bootstrap does (channel.py).
+    globals().clear()
+    raise RuntimeError("leakhound: no thread for the payload")

@@ -68,6 +68,7 @@ KIND_BUSY = "Busy"
 KIND_UNSUPPORTED = "Unsupported"  # boot.py: the interpreter is one the payload cannot read
 KIND_CANCELLED = "Cancelled"
 KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
+KIND_NO_THREAD = "NoThread"  # boot.py: the interpreter starts no new thread (3.12 at its shutdown)
 
 # Types whose objects hold a C library's memory that leakhound cannot size (no layout read, no
 # count the library keeps): their objects' bytes are what sys.getsizeof says, the library's are

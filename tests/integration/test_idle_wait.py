@@ -385,6 +385,29 @@ def test_a_main_thread_in_time_sleep_is_waited_for_not_woken(tmp_path: Path, ver
     _assert_registry_first(doc, truth)
 
 
+@pytest.mark.parametrize("version", sorted({"3.11", "3.12", "3.13"} & set(_PYTHONS)))
+def test_a_main_thread_waiting_for_the_others_at_its_end(tmp_path: Path, version: str) -> None:
+    """The main thread has run its script to the end and waits for a thread of its own
+    (threading._shutdown: a lock's futex wait, woken with EINTR; the bootstrap runs there).
+    3.12 starts no new thread then: said at once as such (it was "did not reach a safe
+    point" 10 s later), the worker unharmed; 3.11 and 3.13 are inspected."""
+    with spawn_target("idle_loop", tmp_path, python=_PYTHONS[version], env={"FIXTURE_IDLE": "shutdown"}) as child:
+        began = time.monotonic()
+        done = run_cli("inspect", str(child.pid), "--json", "--method", "ptrace", timeout=120)
+        took = time.monotonic() - began
+        alive = child.proc.poll() is None
+        truth = child.report(refresh=False)["truth"]
+    assert alive
+    if version == "3.12":
+        assert done.returncode == 6, done.stderr[-3000:]
+        assert "when Python 3.12 starts no new thread" in done.stderr, done.stderr[-3000:]
+        assert "LEAKHOUND_AGENT=1" in done.stderr
+        assert took < 8.0, took
+    else:
+        assert done.returncode == 0, done.stderr[-3000:]
+        _assert_registry_first(json.loads(done.stdout), truth)
+
+
 def test_a_sleep_past_the_requests_time_is_said_at_once(tmp_path: Path) -> None:
     env = {"FIXTURE_IDLE": "sleep", "FIXTURE_SLEEP": "3600"}
     with spawn_target("idle_loop", tmp_path, env=env) as child:
