@@ -252,6 +252,14 @@ def _checked(remote: RemoteResult, log: Callable[[str], None]) -> RemoteResult:
             "no new thread; nothing was left running",
             hint="Start the worker with LEAKHOUND_AGENT=1 and use `--method agent` (its thread starts with the "
                  "worker), or have the main thread wait for its threads with join() instead of ending.")
+    if result.get("kind") == wire.KIND_BOOT_FAILED:
+        raise RemoteError(
+            f"process {remote.target.pid} ran leakhound's bootstrap, but it failed there before the payload "
+            f"started ({result.get('error')}); nothing was left running",
+            hint="An import error: the worker's Python finds what the bootstrap imports (its standard library, "
+                 "its threading module) changed or gone since it started (an upgrade or a deploy replaced or "
+                 "removed its install): restart the worker, or start it with LEAKHOUND_AGENT=1 and use "
+                 "`--method agent`. Otherwise report it with this message.")
     if result.get("kind") == wire.KIND_UNSUPPORTED:
         raise UnsupportedPython(f"process {remote.target.pid}: {result.get('error')}")
     if result.get("kind") == wire.KIND_CANCELLED and result.get("reason") == "memory":

@@ -323,7 +323,8 @@ class PrivateChannel:
         (leakhound's CPython), else compiles boot.py: the parser's memory was
         ~0.5-1 MiB of the target's RSS at every inspection. It binds nothing in ``__main__``
         and swallows every error, so a late or failed run can never print into the target's
-        stderr or change its globals; it closes what it opens (an unclosed file is a
+        stderr or change its globals (an error in the process it is meant for is said in
+        result.json: ``KIND_BOOT_FAILED``); it closes what it opens (an unclosed file is a
         ResourceWarning in the target's stderr under ``-X dev`` or ``-W default``, an
         exception its unraisable hook sees under ``-W error``).
         """
@@ -346,6 +347,23 @@ class PrivateChannel:
             # (attach/bootstrap_page.py HANDBACK_SIGNAL): a one-shot handler on a spare signal
             # that raises it, and a thread that sends the main thread that signal once it left
             # the bootstrap's frames (a real signal: a blocking call returns EINTR).
+            # Any other error of this process's (a module the bootstrap imports gone from a
+            # standard library replaced or removed since the worker started) is said in
+            # result.json (atomically, never over one there: boot.py's own), in safe characters
+            # only (no json module: it may be what failed), instead of no start at all.
+            " if o and not isinstance(x,(KeyboardInterrupt,SystemExit,ChildProcessError)):\n"
+            "  try:\n"
+            "   import os as q\n"
+            "   e=(type(x).__name__+': '+str(x))[:400]\n"
+            "   e=''.join(c if c.isalnum() or c in ' .:;_-()/,=<>[]\\'' else '?' for c in e)\n"
+            "   if not q.path.lexists(D+'/result.json'):\n"
+            "    h=q.open(D+'/result.json.boot',q.O_WRONLY|q.O_CREAT|q.O_TRUNC|q.O_NOFOLLOW|q.O_CLOEXEC,0o600)\n"
+            f"    d='{{\"ok\": false, \"kind\": \"{wire.KIND_BOOT_FAILED}\", \"error\": \"'\n"
+            "    try:q.write(h,(d+e+'\"}').encode())\n"
+            "    finally:q.close(h)\n"
+            "    q.rename(D+'/result.json.boot',D+'/result.json')\n"
+            "  except BaseException:\n"
+            "   pass\n"
             " if isinstance(x,(KeyboardInterrupt,SystemExit)):\n"
             "  try:\n"
             "   import _signal as g,_thread as t,sys as s\n"

@@ -69,6 +69,7 @@ KIND_UNSUPPORTED = "Unsupported"  # boot.py: the interpreter is one the payload 
 KIND_CANCELLED = "Cancelled"
 KIND_FORBIDDEN = "Forbidden"  # the agent's peer is not allowed (agent.py)
 KIND_NO_THREAD = "NoThread"  # boot.py: the interpreter starts no new thread (3.12 at its shutdown)
+KIND_BOOT_FAILED = "BootFailed"  # attach/channel.py's bootstrap: an error before the payload ran
 
 # Types whose objects hold a C library's memory that leakhound cannot size (no layout read, no
 # count the library keeps): their objects' bytes are what sys.getsizeof says, the library's are

@@ -340,3 +340,18 @@ def test_a_phase_that_comes_round_again_is_not_said_twice() -> None:
 def test_commands_import_no_attach() -> None:
     for module in Path(__file__).resolve().parents[2].joinpath("leakhound", "commands").glob("*.py"):
         assert not re.search(r"^\s*(from|import) leakhound\.attach", module.read_text(), re.M), module
+
+
+def test_an_error_quoting_the_target_reaches_the_terminal_with_its_escapes_shown(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An error may quote what the target wrote (a payload's error text, a thread's name):
+    a terminal escape in it (an OSC sequence that retitles the terminal, colours) is printed
+    escaped, never as one; newlines and tabs stay."""
+    from leakhound.cli import fail
+    from leakhound.errors import RemoteError
+
+    exit_ = fail(RemoteError("payload failed: \x1b]0;owned\x07\x1b[31mred\nnext\tline", hint="see \x9b2J"))
+    err = capsys.readouterr().err
+    assert exit_.exit_code == RemoteError.EXIT_CODE
+    assert "\x1b" not in err and "\x07" not in err and "\x9b" not in err
+    assert "\\x1b]0;owned\\x07\\x1b[31mred\nnext\tline" in err and "hint: see \\x9b2J" in err

@@ -408,6 +408,24 @@ def test_a_main_thread_waiting_for_the_others_at_its_end(tmp_path: Path, version
         _assert_registry_first(json.loads(done.stdout), truth)
 
 
+def test_a_bootstrap_that_fails_in_the_target_is_said_with_its_error(tmp_path: Path) -> None:
+    """The bootstrap ran but raised before the payload's thread started (an import its
+    worker's standard library no longer answers, replaced or removed since the worker
+    started): its error is said at once (exit 8); it was "did not reach a safe point" 10 s
+    later, for a main thread that ran Python code five times a second."""
+    with spawn_target("idle_loop", tmp_path, env={"FIXTURE_IDLE": "no_threading"}) as child:
+        began = time.monotonic()
+        done = run_cli("inspect", str(child.pid), "--method", "ptrace", timeout=120)
+        took = time.monotonic() - began
+        alive = child.proc.poll() is None
+    assert alive
+    assert done.returncode == 8, done.stderr[-3000:]
+    said = "failed there before the payload started (ModuleNotFoundError: import of threading halted; None"
+    assert said in done.stderr, done.stderr[-3000:]
+    assert "safe point" not in done.stderr
+    assert took < 8.0, took
+
+
 def test_a_sleep_past_the_requests_time_is_said_at_once(tmp_path: Path) -> None:
     env = {"FIXTURE_IDLE": "sleep", "FIXTURE_SLEEP": "3600"}
     with spawn_target("idle_loop", tmp_path, env=env) as child:
