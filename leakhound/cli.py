@@ -113,17 +113,11 @@ def _root(
     render_console.set_width(width)
 
 
-def shown(text: str) -> str:
-    """``text`` with its control characters escaped (``\\x1b``): an error may quote what the
-    target wrote (a payload's error, a thread's name), and a terminal escape in it must not
-    reach the on-call engineer's terminal as one."""
-    return "".join(c if c in "\n\t" or c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-
-
 def fail(exc: LeakhoundError) -> typer.Exit:
-    print(f"leakhound: error: {shown(str(exc))}", file=sys.stderr)
+    # (what the target wrote may be quoted: its control characters escaped)
+    print(f"leakhound: error: {render_console.escaped(str(exc))}", file=sys.stderr)
     if exc.hint:
-        print(f"hint: {shown(exc.hint)}", file=sys.stderr)
+        print(f"hint: {render_console.escaped(exc.hint)}", file=sys.stderr)
     return typer.Exit(exc.EXIT_CODE)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from leakhound.render.console import escaped
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -57,7 +59,7 @@ class Reporter:
             return
         if not self._tty:
             if phase not in self._said:
-                print(f"leakhound: {phase}", file=self.file, flush=True)
+                print(f"leakhound: {escaped(phase)}", file=self.file, flush=True)
                 self._said.add(phase)
             self._phase = phase
             return
@@ -73,7 +75,7 @@ class Reporter:
         if self.quiet:
             return
         if not self._tty:
-            print(f"leakhound: {line}", file=self.file, flush=True)
+            print(f"leakhound: {escaped(line)}", file=self.file, flush=True)
             return
         from rich.markup import escape
 
@@ -106,4 +108,4 @@ class Reporter:
         if self._bar is not None:
             self._bar.console.print(line, markup=False, highlight=False)
         else:
-            print(line, file=self.file)
+            print(escaped(line), file=self.file)

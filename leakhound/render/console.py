@@ -55,16 +55,43 @@ class _UnpaddedLines:
         return getattr(self._file, name)
 
 
+def escaped(text: str) -> str:
+    """``text`` with its control characters escaped (``\\x1b``), newlines and tabs kept: what
+    the target named (a class, a thread, a dict key, a payload's error) reaches the on-call
+    engineer's terminal as text, never as an escape sequence (an OSC one retitles a terminal
+    or writes its clipboard)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c in "\n\t" or c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+_console_class: Any = None
+
+
+def _escaping_console() -> Any:
+    """rich's Console whose every str (a print's, a table cell's) has its control characters
+    escaped before rich reads its markup (rich's own styles are not in the text)."""
+    global _console_class
+    if _console_class is None:
+        from rich.console import Console  # noqa: PLC0415
+
+        class EscapingConsole(Console):
+            def render_str(self, text: str, **kwargs: Any) -> Any:
+                return super().render_str(escaped(text), **kwargs)
+
+        _console_class = EscapingConsole
+    return _console_class
+
+
 def console(file: TextIO | None = None) -> Console:
     # rich is imported when there is something to print: ``--width`` is set (cli.py) before
     # the attach, and rich's ~20 ms of imports need not come before it.
-    from rich.console import Console  # noqa: PLC0415
-
     out = file or sys.stdout
-    return Console(
-        file=out if _is_terminal(out) else _UnpaddedLines(out),  # type: ignore[arg-type]
+    made: Console = _escaping_console()(
+        file=out if _is_terminal(out) else _UnpaddedLines(out),
         width=output_width(out),
         no_color="NO_COLOR" in os.environ,
         highlight=False,
         soft_wrap=False,
     )
+    return made

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, TextIO
 
+from rich.markup import escape
+
 from leakhound.model.stacks import STACKS_SCHEMA, ThreadStack
 from leakhound.model.units import count
 from leakhound.render.console import console
@@ -20,7 +22,8 @@ def render_stacks(pid: int, threads: tuple[ThreadStack, ...], *, full_paths: boo
     con.print(f"[bold]pid {pid}[/bold]: {count(len(threads), 'Python thread')}")
     for t in threads:
         flags = ", ".join(f for f, on in (("active", t.active), ("holds the GIL", t.owns_gil)) if on)
-        con.print(f"\n[bold]thread {t.name or t.thread_id}[/bold] (tid {t.os_thread_id}){' ' + flags if flags else ''}")
+        name = escape(str(t.name or t.thread_id))
+        con.print(f"\n[bold]thread {name}[/bold] (tid {t.os_thread_id}){' ' + flags if flags else ''}")
         for f in t.frames:
             path = f.filename if full_paths or not f.short_filename else f.short_filename
             con.print(f"  {f.function} ({path}:{f.line})", markup=False)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TextIO
 
+from rich.markup import escape
 from rich.table import Table
 
 from leakhound.analysis.detectors.native_state import HOLDS
@@ -88,7 +89,8 @@ def render_snapshot(
     owners.add_column("items", justify="right")
     owners.add_column("retained", justify="right")
     for rank, owner in enumerate(shown, 1):
-        owners.add_row(str(rank), owner.path, owner.type, f"{owner.items:,}", fmt_bytes(owner.retained_bytes))
+        owners.add_row(str(rank), escape(owner.path), escape(owner.type), f"{owner.items:,}",
+                       fmt_bytes(owner.retained_bytes))
     con.print(owners)
     for name, meaning in _SPECIAL_NAMES:
         if any(o.path.startswith(name) for o in shown):
@@ -100,7 +102,7 @@ def render_snapshot(
     types.add_column("count", justify="right")
     types.add_column("bytes", justify="right")
     for stat in snapshot.types[:top]:
-        types.add_row(stat.type, f"{stat.count:,}", fmt_bytes(stat.bytes))
+        types.add_row(escape(stat.type), f"{stat.count:,}", fmt_bytes(stat.bytes))
     con.print(types)
     render_findings(snapshot.findings, pid=snapshot.pid, file=file)
 
@@ -226,7 +228,7 @@ def render_findings(findings: tuple[Finding, ...], *, pid: int, file: TextIO | N
             continue
         style = _SEVERITY_STYLE.get(f.severity, "")
         size = f"  {fmt_bytes(f.bytes)}" if f.bytes else ""
-        text = f"[bold]{f.kind}[/bold]{size}{'  [green]applied[/green]' if f.applied else ''}\n{f.summary}"
+        text = f"[bold]{f.kind}[/bold]{size}{'  [green]applied[/green]' if f.applied else ''}\n{escape(f.summary)}"
         if f.fix:
             text += f"\n[bold]fix:[/bold] leakhound patch {pid} --fix {f.fix}"
         elif f.applied and f.details.get("next_fix"):

@@ -18,7 +18,7 @@ from leakhound.model.growth import GROWING, GrowthReport, TargetEnded, Trend, re
 from leakhound.model.names import CODE_OWNER, PAYLOAD_OWNER
 from leakhound.model.snapshot import AllocationSite, SiteTracking
 from leakhound.model.units import fmt_bytes
-from leakhound.render.console import console
+from leakhound.render.console import console, escaped
 from leakhound.render.table import render_findings
 
 WATCH_SCHEMA = "leakhound.watch/1"
@@ -72,7 +72,7 @@ def owners_table(report: GrowthReport, *, top: int = 8) -> Group:
         # first name: the one an earlier inspect or sample showed.
         name = escape(t.name) + (f"\n[dim](was {escape(t.was[0])})[/dim]" if t.was else "")
         table.add_row(
-            name, t.type or "cycles", f"{t.last_items:,}", fmt_bytes(t.last_bytes),
+            name, escape(t.type or "cycles"), f"{t.last_items:,}", fmt_bytes(t.last_bytes),
             _signed(t.bytes_per_min), f"{t.items_per_min:+,.0f}", _verdict(t.verdict),
         )
     return Group(title, table)
@@ -96,7 +96,7 @@ class LiveView:
             self._live.update(Group(*(owners_table(r, top=self.top) for r in reports)))
             return
         for r in reports:
-            print(plain_line(r), file=self.file, flush=True)
+            print(escaped(plain_line(r)), file=self.file, flush=True)
 
     def close(self) -> None:
         if self._live is not None:
