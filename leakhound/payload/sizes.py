@@ -1213,9 +1213,11 @@ def _kept(cls, first, again, bases, seen_buffers, held):
     if again is first:
         held.append(first)
         return 0, held
-    if any(klass is cls for klass in type.__dict__["__mro__"].__get__(type(first), type)):
-        return _storage_bytes(cls, first, bases, seen_buffers), held
-    return 0, held
+    if not any(klass is cls for klass in type.__dict__["__mro__"].__get__(type(first), type)):
+        return 0, held
+    if _overrides_torch_function(type(first)) or not _call(cls, "is_cpu", first):
+        return 0, held  # (a GPU tensor's memory is no host memory)
+    return _storage_bytes(cls, first, bases, seen_buffers), held
 
 
 def _node_getters(node_type):
