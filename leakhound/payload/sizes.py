@@ -1119,6 +1119,12 @@ _AUTOGRAD_TENSOR_NODES = 2048
 _AUTOGRAD_WALK_NODES = 20000
 
 
+def _host_tensor(cls, tensor):
+    """Whether ``tensor`` is a CPU tensor whose class defines no ``__torch_function__`` of its
+    own (a GPU tensor's memory is no host memory)."""
+    return not _overrides_torch_function(type(tensor)) and _call(cls, "is_cpu", tensor)
+
+
 def _storage_bytes(cls, tensor, bases, seen_buffers):
     """A CPU tensor's storage's bytes (its pages in RAM, of 1 MiB or more), once per storage
     (``seen_buffers``: data addresses); 0 for one met already. untyped_storage(), nbytes(),
@@ -1159,21 +1165,21 @@ def _autograd_held(cls, obj, bases, seen_buffers):
     the walks (gone once walked, its address could be another object's, read as the old
     node's), its storage's bytes counted here instead, once (``seen_buffers``); (0, []) where
     torch has no such API."""
+    held = []  # type: list
+    budget = bases.get("autograd")
     try:
         if _call(cls, "is_leaf", obj):
             # (a non-leaf's ``grad`` warns: Python code runs)
-            return _kept(cls, _call(cls, "grad", obj), _call(cls, "grad", obj), bases, seen_buffers, [])
-        node = _call(cls, "grad_fn", obj)
+            return _kept(cls, _call(cls, "grad", obj), _call(cls, "grad", obj), bases, seen_buffers, held), held
+        # (no budget: no node is read, none made: ``grad_fn`` makes its node's object)
+        node = _call(cls, "grad_fn", obj) if budget is not None and budget[0] > 0 else None
     except Exception:  # noqa: BLE001 - an unexpected tensor: nothing followed
         return 0, []
-    budget = bases.get("autograd")
-    if node is None or budget is None or budget[0] <= 0:
-        return 0, []
-    saved_class = class_from("torch._C._autograd", "SavedTensor")
-    if saved_class is None:
+    saved_class = class_from("torch._C._autograd", "SavedTensor") if node is not None else None
+    saved_data = _saved_data_getter(saved_class) if saved_class is not None else None
+    if saved_data is None:
         return 0, []
     getters_of = bases.setdefault("autograd_getters", {})  # id(node class) -> its getters
-    held = []  # type: list
     nodes, seen = [node], {id(node)}  # nodes: alive while their ids are in seen
     extra, k = 0, 0
     while k < len(nodes) and k < _AUTOGRAD_TENSOR_NODES and budget[0] > 0:
@@ -1194,12 +1200,11 @@ def _autograd_held(cls, obj, bases, seen_buffers):
                             nodes.append(nxt)
                     continue
                 if name == "variable":
-                    extra += _kept(cls, value, descr.__get__(node, type(node)), bases, seen_buffers, held)[0]
+                    extra += _kept(cls, value, descr.__get__(node, type(node)), bases, seen_buffers, held)
                     continue
                 for saved in value if type(value) in (list, tuple) else (value,):
                     if type(saved) is saved_class:
-                        extra += _kept(cls, _saved_data(saved_class, saved), _saved_data(saved_class, saved),
-                                       bases, seen_buffers, held)[0]
+                        extra += _kept(cls, saved_data(saved), saved_data(saved), bases, seen_buffers, held)
         except Exception:  # noqa: BLE001 - a node freed by backward(), an unexpected one
             continue
     return extra, held
@@ -1207,17 +1212,16 @@ def _autograd_held(cls, obj, bases, seen_buffers):
 
 def _kept(cls, first, again, bases, seen_buffers, held):
     """``first``, what a getter returned, appended to ``held`` if a second call returned it
-    (``again``) too; a new tensor each time is its storage's bytes instead. -> (bytes, held)"""
+    (``again``) too; a new host tensor each time is its storage's bytes instead: -> those
+    bytes (0 for an object held)."""
     if first is None:
-        return 0, held
+        return 0
     if again is first:
         held.append(first)
-        return 0, held
+        return 0
     if not any(klass is cls for klass in type.__dict__["__mro__"].__get__(type(first), type)):
-        return 0, held
-    if _overrides_torch_function(type(first)) or not _call(cls, "is_cpu", first):
-        return 0, held  # (a GPU tensor's memory is no host memory)
-    return _storage_bytes(cls, first, bases, seen_buffers), held
+        return 0
+    return _storage_bytes(cls, first, bases, seen_buffers) if _host_tensor(cls, first) else 0
 
 
 def _node_getters(node_type):
@@ -1236,17 +1240,15 @@ def _node_getters(node_type):
     return getters
 
 
-def _saved_data(saved_class, saved):
-    """A SavedTensor's ``data`` (pybind11's property, its getter a C function): the saved
-    tensor, or the object a pack hook made of it (its unpack hook is not run); None where
-    the binding has no such property."""
+def _saved_data_getter(saved_class):
+    """The C getter of a SavedTensor's ``data`` (pybind11's property): applied to one, the
+    saved tensor, or the object a pack hook made of it (its unpack hook is not run); None
+    where the binding has no such property."""
     data = class_dict(saved_class).get("data")
     if type(data) is not property:
         return None
     getter = property.__dict__["fget"].__get__(data, property)
-    if type(getter).__name__ != "builtin_function_or_method":
-        return None
-    return getter(saved)
+    return getter if type(getter).__name__ == "builtin_function_or_method" else None
 
 
 def _module_of(cls):
@@ -1680,7 +1682,7 @@ def native_extra(obj, native, bases, seen_buffers, elements_read=False):
         if kind == "greenlet":
             return 0, _greenlet_variables(cls, obj)
         if kind == "tensor":
-            if _overrides_torch_function(type(obj)) or not _call(cls, "is_cpu", obj):
+            if not _host_tensor(cls, obj):
                 return 0, []
             size = _storage_bytes(cls, obj, bases, seen_buffers)
             extra, held = _autograd_held(cls, obj, bases, seen_buffers)

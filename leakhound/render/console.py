@@ -65,10 +65,10 @@ def escaped(text: str) -> str:
     return "".join(c if c in "\n\t" or c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
-_console_class: Any = None
+_console_class: type[Console] | None = None
 
 
-def _escaping_console() -> Any:
+def _escaping_console() -> type[Console]:
     """rich's Console whose every str (a print's, a table cell's) has its control characters
     escaped before rich reads its markup (rich's own styles are not in the text)."""
     global _console_class
@@ -87,11 +87,10 @@ def console(file: TextIO | None = None) -> Console:
     # rich is imported when there is something to print: ``--width`` is set (cli.py) before
     # the attach, and rich's ~20 ms of imports need not come before it.
     out = file or sys.stdout
-    made: Console = _escaping_console()(
-        file=out if _is_terminal(out) else _UnpaddedLines(out),
+    return _escaping_console()(
+        file=out if _is_terminal(out) else _UnpaddedLines(out),  # type: ignore[arg-type]
         width=output_width(out),
         no_color="NO_COLOR" in os.environ,
         highlight=False,
         soft_wrap=False,
     )
-    return made

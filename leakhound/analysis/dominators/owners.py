@@ -196,9 +196,14 @@ class OwnerFinder:
         g = self.graph
         if any(g.types[c] != g.types[big[0]] for c in big):
             return False
-        out, out_ids = self._out_edges()
-        unnamed = {g.dst[e] for e in (out_ids[k] for k in range(out[v], out[v + 1])) if g.lab[e] < 0}
+        unnamed = self._unlabelled(v)
         return all(c in unnamed for c in big)
+
+    def _unlabelled(self, v: int) -> set[int]:
+        """What ``v`` holds by edges no name labels (its tp_traverse's, not an attribute's)."""
+        out, out_ids = self._out_edges()
+        g = self.graph
+        return {g.dst[e] for e in (out_ids[k] for k in range(out[v], out[v + 1])) if g.lab[e] < 0}
 
     def _entries_bytes(self, v: int, big: list[int], threshold: int) -> int:
         """What ``v``'s children below ``threshold`` that it holds by edges no name labels
@@ -206,9 +211,7 @@ class OwnerFinder:
         retained = self.tree.retained
         if int(retained[v]) - sum(int(retained[c]) for c in big) < threshold:
             return 0
-        out, out_ids = self._out_edges()
-        g = self.graph
-        unnamed = {g.dst[e] for e in (out_ids[k] for k in range(out[v], out[v + 1])) if g.lab[e] < 0}
+        unnamed = self._unlabelled(v)
         taken = set(big)
         return sum(int(retained[c]) for c in self.children(v) if c in unnamed and c not in taken)
 
