@@ -16,7 +16,8 @@ edges with the same labels, the same roots. Then a churn case: a thread mutates 
 containers while the C walk reads them (no comparison: it must not crash; run under
 AddressSanitizer by tests/unit/test_graph_walk.py). Prints ``ok``; exits 1 on a difference.
 
-``--so`` loads another build of the extension (an ASan build); ``--quick`` runs one budget.
+``--so`` loads another build of the extension (an ASan build); ``--quick`` runs one budget;
+``--torch`` (torch installed) adds tensors and their autograd graphs (``build_torch``).
 """
 
 from __future__ import annotations
@@ -296,6 +297,43 @@ def build_heap() -> None:
     HEAP["big_in_list"] = [bytes(300 << 10) + b"l"]
 
 
+def build_torch() -> None:
+    """Losses kept as tensors (their autograd graphs: nodes of the walks, through ``grad_fn``
+    and ``next_functions``, the tensors they saved), one summing them, and a model's
+    parameters after a backward pass (a leaf's ``grad``)."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128),
+                                torch.nn.Linear(128, 1))
+    HEAP["torch_model"] = model
+    HEAP["torch_losses"] = [model(torch.randn(16, 64)).pow(2).mean() for _ in range(20)]
+    total = model(torch.randn(16, 64)).sum()
+    for _ in range(10):
+        total = total + model(torch.randn(16, 64)).sum()
+    HEAP["torch_total"] = total
+    trained = torch.nn.Linear(32, 8)
+    trained(torch.randn(4, 32)).sum().backward()
+    HEAP["torch_trained"] = trained
+    HEAP["torch_weight"] = trained.weight  # (held twice: a node, not folded into its module)
+
+
+def torch_problems(graph_: Any) -> list[str]:
+    """The autograd graphs walked: the losses' ``grad_fn`` edges, their nodes and the tensors
+    they saved, a trained parameter's ``grad``."""
+    nodes, edges, _roots = graph_
+    labels = collections.Counter(label for _src, _dst, label in edges)
+    kinds = collections.Counter(name for _size, name, _n in nodes.values())
+    backward = sum(n for name, n in kinds.items() if name.endswith("Backward0"))
+    problems = []
+    if labels["agrad_fn"] < 21 or labels["agrad"] < 1:
+        problems.append(f"torch: {labels['agrad_fn']} grad_fn and {labels['agrad']} grad edges")
+    if backward < 20 * 6 or kinds["AccumulateGrad"] < 4:
+        problems.append(f"torch: {backward} backward nodes, {kinds['AccumulateGrad']} AccumulateGrad")
+    return problems
+
+
 RESULTS: list[Any] = []
 
 
@@ -319,9 +357,10 @@ def canonical(text: str, raw: bytes) -> tuple[dict[int, Any], collections.Counte
 
     g = decode_graph({**json.loads(text)["graph"], "binary": raw})
     ids, names, labels = list(g.ids), g.type_names, g.labels
-    # a group of the payload's (atexit's callbacks: a new list each walk) by its name, not its id
+    # a group of the payload's (atexit's callbacks, weakref.finalize's live finalizers, which
+    # importing torch makes: a new list each walk) by its name, not its id
     for r in range(len(g.roots)):
-        if g.is_held_group(r):
+        if g.is_held_group(r) or (g.roots[r][2] == "held" and g.roots[r][1] == "weakref.finalize._registry"):
             ids[g.roots[r][0]] = -1 - r
     nodes = {ids[i]: (g.sizes[i], names[g.types[i]], g.lengths[i]) for i in range(g.nodes)}
     edges: collections.Counter[Any] = collections.Counter()
@@ -483,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--so", help="another build of _walk.abi3.so to load instead of the package's")
     parser.add_argument("--quick", action="store_true", help="one per-call budget (the default)")
+    parser.add_argument("--torch", action="store_true", help="with tensors and their autograd graphs (torch installed)")
     args = parser.parse_args(argv)
     if args.so:
         graph._walk_module = wh.load_walk(args.so)
@@ -499,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"Python {sys.version.split()[0]}, {graph._walk_module.__file__}", file=sys.stderr)
     build_heap()
+    if args.torch:
+        build_torch()
     if sys.version_info >= (3, 11):
         # (3.10: with asyncio imported, more of its small ints, which are not immortal there,
         # sit near the walks' reference thresholds than compare() lets differ)
@@ -520,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     problems += split_keys_problems(python)
     if sys.version_info >= (3, 11):
         problems += roots_problems(python)
+    if args.torch:
+        problems += torch_problems(python)
     for per_call, result in zip(budgets, RESULTS[1:], strict=True):
         problems += compare(f"per call {per_call or graph._WORK_PER_CALL}", python, canonical(*result))
     if wh.SIZEOF_CALLS[0]:

@@ -2139,6 +2139,32 @@ own_names(GraphState *g, Walk *w, PyObject *obj, PyTypeObject *tp)
     return 0;
 }
 
+/* The labels of a native object's hidden references (``names``: a str or None for each of
+ * ``hidden``, by position; the payload's own lists): a tensor's ``grad_fn``. -1 on error. */
+static int
+hidden_labels(GraphState *g, PyObject *hidden, PyObject *names)
+{
+    Py_ssize_t n = PyList_Size(hidden);
+    for (Py_ssize_t k = 0; k < n && k < PyList_Size(names); k++) {
+        PyObject *name = PyList_GetItem(names, k);
+        if (!PyUnicode_CheckExact(name))
+            continue;
+        Py_ssize_t len = 0;
+        const char *text = PyUnicode_AsUTF8AndSize(name, &len);
+        if (text == NULL)
+            return -1;
+        long label = label_of_text(g, text, (size_t)len);
+        if (label == -2)
+            return -1;
+        if (label >= 0) {
+            if (labelmap_setdefault(&g->names, (uintptr_t)PyList_GetItem(hidden, k), (int32_t)label) < 0)
+                return -1;
+            g->has_names = 1;
+        }
+    }
+    return 0;
+}
+
 /* Starts walking ``obj`` (a node): its record so far (size, type id), its referents into
  * g->refs, or the first of its slices. As the Python loop: a dict's values then its keys (a
  * big one a slice of both at a time; then, for a subclass, its tp_traverse), a module's dict,
@@ -2202,7 +2228,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
         return -1;
     }
     long long *size = &g->cur_size;
-    PyObject *hidden = NULL;
+    PyObject *hidden = NULL, *hidden_names = NULL;
     ObjectArray array;
     /* an array of objects: its elements read in slices (read_slice), not listed by the helper */
     int array_sliced = code == 1 && object_array(obj, &array);
@@ -2214,15 +2240,21 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
             return -1;
         }
         long long extra = 0;
-        if (PyTuple_Check(got) && PyTuple_Size(got) == 2) {
+        if (PyTuple_Check(got) && (PyTuple_Size(got) == 2 || PyTuple_Size(got) == 3)) {
             extra = PyLong_AsLongLong(PyTuple_GetItem(got, 0));
             hidden = PyTuple_GetItem(got, 1);
             Py_XINCREF(hidden);
+            if (PyTuple_Size(got) == 3) {
+                /* the labels of the hidden references, by position (a tensor's grad_fn) */
+                hidden_names = PyTuple_GetItem(got, 2);
+                Py_XINCREF(hidden_names);
+            }
         }
         Py_DECREF(got);
         if (extra == -1 && PyErr_Occurred()) {
             Py_DECREF(tp);
             Py_XDECREF(hidden);
+            Py_XDECREF(hidden_names);
             return -1;
         }
         if (extra > 0 && *size <= LLONG_MAX - extra) {
@@ -2240,6 +2272,7 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
     if (graph_tally(g, g->cur_type, made ? 0 : 1, made ? *size - base : *size) < 0) {
         Py_DECREF(tp);
         Py_XDECREF(hidden);
+        Py_XDECREF(hidden_names);
         return -1;
     }
     int failed = 0;
@@ -2288,9 +2321,12 @@ graph_begin(GraphState *g, Walk *w, PyObject *obj)
         if (!failed && PyList_Check(hidden)) {
             for (Py_ssize_t k = 0; k < PyList_Size(hidden) && !failed; k++)
                 failed = refs_push(&g->refs, PyList_GetItem(hidden, k)) < 0;
+            if (!failed && hidden_names != NULL && PyList_Check(hidden_names) && !g->tag)
+                failed = hidden_labels(g, hidden, hidden_names) < 0;
         }
         Py_DECREF(hidden);
     }
+    Py_XDECREF(hidden_names);
     return failed ? -1 : 0;
 }
 

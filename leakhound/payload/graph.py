@@ -83,6 +83,7 @@ from .sizes import (
     DEQUE_BLOCKS_READ,
     NATIVE_BUFFERS,
     STRUCT_SUBCLASSED,
+    HiddenNamed,
     SizeCache,
     after_walk_budget,
     class_from,
@@ -691,10 +692,15 @@ class Graph(object):
                         add_made_dict(obj, tp, refs, True)  # the dict's entries are read below
                 elif lru_link is None:
                     lru_link = _walk_module.lru_link_class()
+            hidden_names = None
             if code == NATIVE_BUFFERS:
                 extra, hidden = native_extra(obj, self.native_kinds, self.native_bases, self.native_seen)
                 sizes[i] += extra
                 refs.extend(hidden)
+                if type(hidden) is HiddenNamed:
+                    labels = hidden.labels
+                    hidden_names = {id(hidden[k]): label_of(labels[k]) for k in range(min(len(hidden), len(labels)))}
+                    labels = None
                 hidden = None
             elif code > NATIVE_BUFFERS:
                 sizes[i] += instance_values_bytes(obj)
@@ -735,6 +741,13 @@ class Graph(object):
                         names.setdefault(id(value), label_of("a" + name))
                     value = None
                 d = None
+            if hidden_names:
+                if names is None:
+                    names = hidden_names
+                else:
+                    for rid, label in hidden_names.items():
+                        names.setdefault(rid, label)
+            hidden_names = None
             folded = 0
             for ref in refs:
                 rtp = type(ref)
@@ -1001,6 +1014,8 @@ class CompiledGraph(Graph):
 
     def _native_extra(self, obj, elements_read=False):
         extra, hidden = native_extra(obj, self.native_kinds, self.native_bases, self.native_seen, elements_read)
+        if type(hidden) is HiddenNamed:
+            return extra, list(hidden), list(hidden.labels)  # (the C walk's: the edges' names)
         return extra, list(hidden)
 
     # The building blocks, on the capsule.

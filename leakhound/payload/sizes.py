@@ -12,7 +12,7 @@ collector does not show, for an allowlist of types (and their subclasses) only:
   and an object array's elements;
 - ``torch`` tensors (``torch._C.TensorBase``): the bytes of their CPU storage (of 1 MiB or
   more: its pages in RAM), once per storage however many tensors view it, and what their
-  autograd graph saved (``_autograd_held``) or a leaf's ``grad``;
+  autograd graph saved (its nodes: ``_autograd_root``, ``_autograd_next``) or a leaf's ``grad``;
 - ``mmap.mmap``: the pages of its mapping in RAM (its length where they cannot be read);
 - Pillow's ``ImagingCore`` (an ``Image``'s ``_im``/``im``): its pixel memory;
 - pygame's ``Surface``: its SDL surface's pixels (pitch x height), none for one whose pixels
@@ -841,9 +841,12 @@ def lru_cache_wrapper():
     return cls
 
 
-def _native_bases():
-    """(kind, allowlisted C class) for each one loaded in this process."""
+def _native_bases(autograd_nodes=False):
+    """(kind, allowlisted C class) for each one loaded in this process; ``autograd_nodes``:
+    with torch's autograd node classes (hundreds, each a kind's class of its own)."""
     out = _zlib_classes() + _stream_classes() + _upb_classes() + _hashlib_classes()
+    if autograd_nodes:
+        out.extend(("autograd_node", cls) for cls in _autograd_node_classes())
     for kind, cls in (
         ("ndarray", class_from("numpy", "ndarray")),
         ("tensor", class_from("torch._C", "TensorBase") or class_from("torch._C", "_TensorBase")),
@@ -887,7 +890,7 @@ def native_types(tick=None, after_walk=False):
     meanwhile."""
     out = {}  # type: dict
     bases = {}  # type: dict
-    found = _native_bases()
+    found = _native_bases(autograd_nodes=True)
     ssl_context = _ssl_context() if after_walk else None
     structs = struct_classes() if after_walk else []
     scanned = [(kind, cls) for kind, cls, _path in structs]
@@ -933,7 +936,7 @@ def native_types(tick=None, after_walk=False):
     if "cffi" in bases:
         bases["cffi_functions"] = _cffi_functions()
     if "tensor" in bases:
-        bases["autograd"] = [_AUTOGRAD_WALK_NODES]  # autograd nodes _autograd_held may still read
+        bases["autograd"] = [_AUTOGRAD_WALK_NODES]  # autograd nodes the walk may still read (_autograd_next)
     if "mmap" in bases or "tensor" in bases:
         bases["mapped"] = [0]  # native bytes on a file's or shared memory's pages (_tally_mapped)
     if "sqlite_connection" in bases:
@@ -1110,13 +1113,27 @@ def _call(cls, name, obj):
     raise TypeError("%s.%s is not a C descriptor" % (cls.__name__, name))
 
 
-# The autograd graph behind a tensor (_autograd_held): its nodes read for one tensor at most
-# (~5 us a node: 10-15 ms for 2,048), and for all the tensors of one walk. A node read once
-# has a Python object from then on, which torch keeps as long as the node lives (the graph:
-# what the leak keeps): 300 kept losses of a 3-layer MLP, 2,400 objects, 122 KB; 20,000
-# nodes are at most ~3 MB of the target's, once (the next walks find them made).
-_AUTOGRAD_TENSOR_NODES = 2048
+# The autograd graph behind a tensor: its nodes are nodes of the walks (native kind
+# "autograd_node": _autograd_next), each read once (~5 us). A node read has a Python object
+# from then on, which torch keeps as long as the node lives (the graph: what the leak keeps):
+# 300 kept losses of a 3-layer MLP, 2,400 objects, 122 KB. At most _AUTOGRAD_WALK_NODES are
+# listed a walk (~64 bytes each, ~1.3 MB of the target's at most, once: the next walks find
+# them made); past it, what the rest saved is held from C.
 _AUTOGRAD_WALK_NODES = 20000
+
+
+def _autograd_node_classes():
+    """torch's autograd node classes: the C++ nodes' (every class of ``torch._C._functions``,
+    AddmmBackward0 and its ~650 kin, AccumulateGrad) and custom Functions' (the subclass tree
+    of ``torch._C._FunctionBase``); none where torch is not loaded."""
+    torch_c = sys.modules.get("torch._C")
+    if torch_c is None:
+        return []
+    functions = instance_dict(torch_c).get("_functions")
+    found = [cls for cls in (instance_dict(functions) or {}).values() if issubclass(type(cls), type)] \
+        if type(functions) is type(sys) else []
+    base = class_from("torch._C", "_FunctionBase")
+    return found + ([base] if base is not None else [])
 
 
 def _host_tensor(cls, tensor):
@@ -1149,64 +1166,87 @@ def _storage_bytes(cls, tensor, bases, seen_buffers):
     return size
 
 
-def _autograd_held(cls, obj, bases, seen_buffers):
-    """What a tensor's autograd graph keeps alive that no referent shows: the tensors its
-    backward nodes saved (C++ SavedVariables: a loss kept in a list keeps its forward pass's
-    activations, PyTorch's first memory FAQ), through ``grad_fn`` and ``next_functions``, and
-    a leaf's ``grad``. Those tensors' Python objects are held by C++ alone (torch keeps a
-    tensor's object alive while C++ holds the tensor): the walks listed them "held from C".
+class HiddenNamed(list):
+    """A native object's hidden references whose edges have names (``labels``, by position:
+    "agrad_fn" is shown ``.grad_fn``), where native_extra returns its list."""
 
-    Read through C getters only: a node's class's getset descriptors (a Python property of a
-    custom Function's class is never called), ``_raw_saved_*`` (a SavedTensor) and its
-    pybind11 ``data``: the saved tensor, or what a saved-tensors pack hook made of it,
-    without running the unpack hook (activation checkpointing's unpack recomputes the
-    forward pass). -> (bytes, [objects held]): a getter that makes a new object at each call
-    (a saved output is a new tensor over the output's storage each time) hands no object to
-    the walks (gone once walked, its address could be another object's, read as the old
-    node's), its storage's bytes counted here instead, once (``seen_buffers``); (0, []) where
-    torch has no such API."""
+    __slots__ = ("labels",)
+
+    def __init__(self, held, label):
+        list.__init__(self, held)
+        self.labels = [label] * len(held)  # type: list
+
+
+def _autograd_root(cls, obj, bases, seen_buffers):
+    """What a tensor's autograd graph keeps alive that no referent shows, the first step: its
+    ``grad_fn`` (the node whose saved tensors, C++ SavedVariables, the walks then read:
+    _autograd_next), or a leaf's ``grad``. Those tensors' Python objects are held by C++
+    alone (torch keeps a tensor's object alive while C++ holds the tensor): the walks listed
+    them "held from C", and a loss kept in a list keeps its forward pass's activations
+    (PyTorch's first memory FAQ). -> (bytes, [objects held]) (see _kept)."""
     held = []  # type: list
     budget = bases.get("autograd")
     try:
         if _call(cls, "is_leaf", obj):
             # (a non-leaf's ``grad`` warns: Python code runs)
-            return _kept(cls, _call(cls, "grad", obj), _call(cls, "grad", obj), bases, seen_buffers, held), held
-        # (no budget: no node is read, none made: ``grad_fn`` makes its node's object)
-        node = _call(cls, "grad_fn", obj) if budget is not None and budget[0] > 0 else None
+            extra = _kept(cls, _call(cls, "grad", obj), _call(cls, "grad", obj), bases, seen_buffers, held)
+            return extra, HiddenNamed(held, "agrad")
+        if budget is None or budget[0] <= 0:
+            return 0, held  # (no budget: no node is read, none made: ``grad_fn`` makes its node's object)
+        node = _call(cls, "grad_fn", obj)
+        if node is not None:
+            held.append(node)
     except Exception:  # noqa: BLE001 - an unexpected tensor: nothing followed
         return 0, []
-    saved_class = class_from("torch._C._autograd", "SavedTensor") if node is not None else None
+    return 0, HiddenNamed(held, "agrad_fn")
+
+
+def _autograd_next(node, bases, seen_buffers):
+    """An autograd node's hidden referents: the nodes its ``next_functions`` lead to, the
+    tensors it saved and AccumulateGrad's ``variable``. Read through C getters only: the
+    node's class's getset descriptors (a Python property of a custom Function's class is
+    never called), ``_raw_saved_*`` (a SavedTensor) and its pybind11 ``data``: the saved
+    tensor, or what a saved-tensors pack hook made of it, without running the unpack hook
+    (activation checkpointing's unpack recomputes the forward pass). -> (bytes, [objects
+    held]): a getter that makes a new object at each call (a saved output is a new tensor
+    over the output's storage each time) hands no object to the walks (gone once walked,
+    its address could be another object's, read as the old node's), its storage's bytes
+    counted here instead, once (``seen_buffers``); (0, []) with no budget left (nothing
+    read, no node's object made) or where torch has no such API."""
+    held = []  # type: list
+    budget = bases.get("autograd")
+    cls = bases.get("tensor")
+    if budget is None or budget[0] <= 0 or cls is None:
+        return 0, held
+    budget[0] -= 1  # (the walks read a node once: its next nodes' objects made, then read)
+    saved_class = class_from("torch._C._autograd", "SavedTensor")
     saved_data = _saved_data_getter(saved_class) if saved_class is not None else None
     if saved_data is None:
-        return 0, []
+        return 0, held
     getters_of = bases.setdefault("autograd_getters", {})  # id(node class) -> its getters
-    nodes, seen = [node], {id(node)}  # nodes: alive while their ids are in seen
-    extra, k = 0, 0
-    while k < len(nodes) and k < _AUTOGRAD_TENSOR_NODES and budget[0] > 0:
-        node = nodes[k]
-        k += 1
-        budget[0] -= 1
-        try:
-            getters = getters_of.get(id(type(node)))
-            if getters is None:
-                getters = getters_of[id(type(node))] = _node_getters(type(node))
-            for name, descr in getters:
-                value = descr.__get__(node, type(node))
-                if name == "next_functions":
-                    for pair in value if type(value) is tuple else ():
-                        nxt = pair[0] if type(pair) is tuple and len(pair) == 2 else None
-                        if nxt is not None and id(nxt) not in seen:
-                            seen.add(id(nxt))
-                            nodes.append(nxt)
-                    continue
-                if name == "variable":
-                    extra += _kept(cls, value, descr.__get__(node, type(node)), bases, seen_buffers, held)
-                    continue
-                for saved in value if type(value) in (list, tuple) else (value,):
-                    if type(saved) is saved_class:
-                        extra += _kept(cls, saved_data(saved), saved_data(saved), bases, seen_buffers, held)
-        except Exception:  # noqa: BLE001 - a node freed by backward(), an unexpected one
-            continue
+    node_type = type(node)
+    extra = 0
+    try:
+        getters = getters_of.get(id(node_type))
+        if getters is None:
+            getters = getters_of[id(node_type)] = _node_getters(node_type)
+        for name, descr in getters:
+            if name == "next_functions":
+                value = descr.__get__(node, node_type)
+                for pair in value if type(value) is tuple else ():
+                    nxt = pair[0] if type(pair) is tuple and len(pair) == 2 else None
+                    if nxt is not None:
+                        held.append(nxt)
+                continue
+            value = descr.__get__(node, node_type)
+            if name == "variable":
+                extra += _kept(cls, value, descr.__get__(node, node_type), bases, seen_buffers, held)
+                continue
+            for saved in value if type(value) in (list, tuple) else (value,):
+                if type(saved) is saved_class:
+                    extra += _kept(cls, saved_data(saved), saved_data(saved), bases, seen_buffers, held)
+    except Exception:  # noqa: BLE001 - a node freed by backward(), an unexpected one
+        return extra, held
     return extra, held
 
 
@@ -1685,8 +1725,10 @@ def native_extra(obj, native, bases, seen_buffers, elements_read=False):
             if not _host_tensor(cls, obj):
                 return 0, []
             size = _storage_bytes(cls, obj, bases, seen_buffers)
-            extra, held = _autograd_held(cls, obj, bases, seen_buffers)
-            return size + extra, held
+            extra, held = _autograd_root(cls, obj, bases, seen_buffers)
+            return size + extra, held  # (named: HiddenNamed)
+        if kind == "autograd_node":
+            return _autograd_next(obj, bases, seen_buffers)
         if kind == "instance":
             return instance_values_bytes(obj), []
         if kind == "code":

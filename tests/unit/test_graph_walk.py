@@ -17,6 +17,7 @@ import pytest
 from leakhound.analysis import dominators
 from leakhound.payload import graph
 from leakhound.payload.graph_wire import BINARY_FILE, binary_pieces, json_pieces
+from tests.native_target import native_python
 from tests.pythons import installed_pythons
 from tests.unit.test_walk_versions import _asan_runtime, build_asan_walk
 from tests.utils import block_size
@@ -39,6 +40,17 @@ def test_the_compiled_graph_walk_matches_the_python_loop(version: str) -> None:
     run = _hostile(PYTHONS[version])
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert f"Python {version}." in run.stderr and "_walk.abi3.so" in run.stderr
+    assert run.stdout.strip().endswith("ok")
+
+
+@pytest.mark.integration  # ~25 s: torch's import, its graphs
+@pytest.mark.skipif(not WALK_SO.exists(), reason="the C walk was not built here")
+def test_the_compiled_graph_walk_matches_the_python_loop_on_autograd_graphs() -> None:
+    """Kept losses' autograd graphs are nodes of both walks (each node's next nodes and saved
+    tensors its hidden referents, a tensor's ``grad_fn`` and a leaf's ``grad`` named edges):
+    the same graph from both."""
+    run = _hostile(native_python("3.11", torch=True), "--torch", "--quick")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert run.stdout.strip().endswith("ok")
 
 
