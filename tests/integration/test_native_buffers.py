@@ -115,6 +115,15 @@ def test_native_buffers_belong_to_their_dominator_owner(tmp_path: Path, shape: s
     _check(tmp_path, shape, python, owner_model="dominator")
 
 
+@pytest.mark.parametrize(("shape", "path"), [("pandas", "__main__.FRAME._mgr.<tuple>"),
+                                           ("pandas_concat", "__main__.HISTORY._mgr.<tuple>")])
+def test_a_data_frame_s_blocks_are_one_owner(tmp_path: Path, shape: str, path: str) -> None:
+    """A DataFrame grown by ``pd.concat`` has a float block (82% of it) and a str block: the
+    dominator search went down into the float block and listed the str block apart, two
+    owners (10.3 and 2.3 MiB) and the frame none. Its blocks' tuple is one owner of both."""
+    _check(tmp_path, shape, native_python("3.11"), owner_model="dominator", path=path)
+
+
 @pytest.mark.parametrize(("shape", "owner"), [("torch_losses", "__main__.LOSSES"),
                                             ("torch_total", "__main__.TOTAL.grad_fn"),
                                             ("torch_hooked", "__main__.LOSSES"),

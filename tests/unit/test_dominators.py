@@ -207,6 +207,28 @@ def test_an_object_holding_most_in_small_unnamed_referents_is_their_owner(named:
         assert owners == [("__main__.TOTAL", 96 + 600 * 50_000), ("__main__.TOTAL.<Tensor>", 1_000_000)], owners
 
 
+@pytest.mark.parametrize(("second", "expected"), [
+    (2_300_000, [("__main__.HISTORY._mgr.<tuple>", 56 + 10_300_000 + 2_300_000)]),
+    (1_000, [("__main__.HISTORY._mgr.<tuple>[].<ndarray>", 10_300_000 - 56)])])
+def test_a_collection_holding_much_besides_its_biggest_entry_is_their_owner(second: int,
+                                                                            expected: list[tuple[str, int]]) -> None:
+    """A DataFrame grown by ``pd.concat``: its block manager's tuple of blocks, a float block
+    of 82% of the frame and a str block of 18%. The search went down into the float block
+    (past the 80% share) and listed the str block apart: two owners, the frame none. A
+    collection whose other entries hold as much as an owner is listed at is their owner; one
+    whose other entries are small is still a way to its biggest."""
+    # 1 module, 2 its dict, 3 HISTORY (a DataFrame), 4 _mgr, 5 the blocks tuple, 6/7 blocks, 8/9 arrays
+    types = ["<root>", "module", "dict", "pandas.DataFrame", "BlockManager", "tuple", "NumpyBlock", "numpy.ndarray"]
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (5, 7), (6, 8), (7, 9)]
+    labels = ["d", "kHISTORY", "a_mgr"]
+    lab = [-1, 0, 1, 2, -1, -1, -1, -1, -1]
+    sizes = [0, 72, 1000, 56, 56, 56, 56, 56, 10_300_000 - 56, second - 56]
+    graph = make_graph(10, edges, sizes, roots=[(1, "__main__", "module", 0)], labels=labels, lab=lab,
+                       type_names=types, types=[0, 1, 2, 3, 4, 5, 6, 6, 7, 7])
+    owners = [(o.path, o.retained_bytes) for o in dom.find_owners(graph, top=4).owners]
+    assert owners == expected, owners
+
+
 def test_the_payload_says_which_types_are_collections() -> None:
     class Registry(dict):  # type: ignore[type-arg]
         pass

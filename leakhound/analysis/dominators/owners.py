@@ -185,6 +185,14 @@ class OwnerFinder:
             return self._out_degree(p) == 1
         return not self.graph.is_container(v) and name not in _LEAVES
 
+    def _holds_more(self, v: int, c: int, threshold: int) -> bool:
+        """Whether collection ``v`` holds at least ``threshold`` more than its biggest entry
+        ``c``: it is the owner of both (a DataFrame's blocks after a concat, 82% floats and
+        18% strs, were two owners, the frame none)."""
+        if v == 0 or v in self.root_kind or not self.graph.is_container(v) or self._namespace(v):
+            return False
+        return int(self.tree.retained[v]) - int(self.tree.retained[c]) >= threshold
+
     def _unnamed_entries(self, v: int, big: list[int]) -> bool:
         """Whether ``big`` (two or more children of ``v`` in the tree) are the entries of a C
         container: all of one type, each held by an edge from ``v`` no name labels (its
@@ -277,7 +285,8 @@ class OwnerFinder:
             while True:
                 kids = self.children(v)
                 if (kids and retained[kids[0]] >= DESCEND_SHARE * retained[v] and retained[kids[0]] >= threshold
-                        and (v == 0 or self._edges_to(v, kids[0], 2) == 1)):
+                        and (v == 0 or self._edges_to(v, kids[0], 2) == 1)
+                        and not self._holds_more(v, kids[0], threshold)):
                     links = self._chain(v, threshold)
                     if links and retained[links[-1]] < DESCEND_SHARE * retained[v]:
                         head = True  # a linked list: its head holds what its links hold
