@@ -65,6 +65,15 @@ class Cancelled(Exception):
         self.phase = phase
 
 
+def _own_thread():
+    """This request's thread's ``threading.Thread`` (boot.py started it), as a 1-tuple, or ():
+    left out of the walks. Its ``_invoke_excepthook`` closure holds the ``sys.excepthook`` of
+    the moment it started: a chain of hooks, each wrapping the one it replaced, was named
+    ``threading._active[]._invoke_excepthook.__closure__[]`` through it."""
+    thread = threading._active.get(threading.get_ident())  # type: ignore[attr-defined]
+    return (thread,) if thread is not None else ()
+
+
 def _statm_fd():
     try:
         return os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -263,7 +272,7 @@ def _snapshot(request, progress, stop, exchange=None):
             timeout=max(1.0, stop.deadline - time.monotonic()),  # the request's time left
             progress=progress,
             is_stdlib=_is_stdlib,
-            exclude=exclude,
+            exclude=tuple(exclude) + _own_thread(),
             compiled=request.get("walker") != "python",
             max_pause_ms=max_pause,
             cancelled=stop,
@@ -621,7 +630,7 @@ def _graph_walked(request, progress, stop, heap, census_seconds, spool_dir, reac
 
     try:
         out = graph.build(timeout=budget, progress=progress,
-                           is_stdlib=_is_stdlib, exclude=(request, heap), max_nodes=max_nodes,
+                           is_stdlib=_is_stdlib, exclude=(request, heap) + _own_thread(), max_nodes=max_nodes,
                            max_pause_ms=max_pause, cancelled=cancelled, compiled=request.get("walker") != "python",
                            spool_dir=spool_dir, reached=reached, max_bytes=max_bytes, memory_left=stop.memory_left)
         if out.get("skipped_code") == graph.SKIPPED_OVER_NODES:

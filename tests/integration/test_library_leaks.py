@@ -29,7 +29,7 @@ SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generat
           "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
           "linked_list", "named_parts", "mock_calls", "stream_buffer", "rebound_rows", "rebound_buffer", "xml_log",
           "text_log",
-          "two_indexes", "signal_closure", "dynamic_classes", "stuck_tasks",
+          "two_indexes", "signal_closure", "hook_chain", "dynamic_classes", "stuck_tasks",
           "plugin_modules", "connection_threads", "metric_labels", "executor_backlog", "pickler_memo",
           "dom_two_holders"]
 # Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
@@ -47,6 +47,7 @@ CASES += [("finalizers", v) for v in ("3.12", "3.13")]
 CASES += [("two_indexes", v) for v in ("3.10", "3.13")]
 CASES += [("pool_finalizers", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("signal_closure", v) for v in ("3.10", "3.13")]
+CASES += [("hook_chain", v) for v in ("3.10", "3.13")]
 CASES += [("dynamic_classes", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("stuck_tasks", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("plugin_modules", v) for v in ("3.10", "3.13")]
@@ -120,7 +121,7 @@ def test_the_census_owners_name_what_the_interpreter_keeps_for_the_program(shape
 
 WATCHED = [(shape, "3.11") for shape in ("mutable_default", "lru_cache", "atexit_args", "linked_list", "two_indexes",
                                           "signal_closure", "dynamic_classes", "stuck_tasks", "plugin_modules",
-                                          "connection_threads", "metric_labels", "executor_backlog")]
+                                          "connection_threads", "metric_labels", "executor_backlog", "hook_chain")]
 # (3.13's SimpleQueue, no list between: its items read by its own C qsize in the cheap samples)
 WATCHED += [("executor_backlog", "3.13"), ("dom_two_holders", "3.11"), ("named_parts", "3.11"), ("mock_calls", "3.11"),
             ("finalizers", "3.12"), ("stream_buffer", "3.11"), ("rebound_rows", "3.11"), ("rebound_rows", "3.13"),
@@ -183,9 +184,10 @@ def test_watch_names_it_growing_at_the_targets_rate(shape: str, version: str, tm
     assert [(f["kind"], f["owner"]) for f in warnings] in ([("growth", expected)], [("growth", expected), *also]), \
         warnings
     owner = next(t for t in process["owners"] if t["name"] == expected)
-    if shape in ("linked_list", "stuck_tasks", "dom_two_holders"):
+    if shape in ("linked_list", "hook_chain", "stuck_tasks", "dom_two_holders"):
         # found again in the full samples only (its group is remade each time; each entry put
-        # in front is a new head, the same name; tasks alike: counted again by their cheap
+        # in front is a new head, the same name, as a hook wrapping the last one; tasks alike:
+        # counted again by their cheap
         # samples, their items, but only once the full sample after the first has named the
         # group; a document a module and a task hold together: no part of it is a collection
         # of its items). What two dicts hold together is counted by one of them (BY_ID's length).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import threading
 from typing import Any
 
@@ -89,3 +91,50 @@ def test_the_pause_budget_learns_this_machines_rate_from_the_last_full_census(
     second.run()
     assert second.unreached["rate"] == "measured"
     assert second.unreached["ns_per_object"] == round(rate, 1)
+
+
+def _hook_keeping_a_list() -> tuple[Any, int]:
+    kept = [bytes(300_000)]
+
+    def hook(kind: Any, value: Any, tb: Any, kept: list[bytes] = kept) -> None:
+        return None
+
+    return hook, id(kept)
+
+
+def test_the_request_s_own_thread_is_left_out_of_the_walks() -> None:
+    """A thread keeps the ``sys.excepthook`` of the moment it was made (its
+    ``_invoke_excepthook`` closure): leakhound's thread, made at each inspection, held a chain
+    of hooks each wrapping the one it replaced, and named it
+    ``threading._active[]._invoke_excepthook.__closure__[]``. The request's own thread is left
+    out of the walks (runner._own_thread)."""
+    from leakhound.analysis.dominators import decode_graph
+    from leakhound.payload import graph, runner
+    from leakhound.payload.graph_wire import binary_pieces, json_pieces
+
+    found: dict[str, bool] = {}
+    done = threading.Event()
+    hook, kept = _hook_keeping_a_list()
+
+    def walk() -> None:
+        try:
+            for name, exclude in (("with", ()), ("without", runner._own_thread())):
+                out = graph.build(timeout=120, progress=None, is_stdlib=lambda name: False, exclude=exclude,
+                                  max_nodes=5_000_000, max_pause_ms=None, cancelled=None)
+                text, raw = "".join(json_pieces({"graph": out})), b"".join(binary_pieces({"graph": out}))
+                ids = list(decode_graph({**json.loads(text)["graph"], "binary": raw}).ids)
+                # (left out, the hook is reached no other way: held from C, as C code's)
+                found[name] = kept in ids and id(threading.current_thread()) in ids
+        finally:
+            done.set()
+
+    before, sys.excepthook = sys.excepthook, hook
+    try:
+        thread = threading.Thread(target=walk)  # (its closure keeps ``hook``: nothing else, below)
+    finally:
+        sys.excepthook = before
+    hook = None
+    thread.start()
+    thread = None  # (as boot.py's: no frame holds the thread)
+    done.wait(120)
+    assert found == {"with": True, "without": False}, found

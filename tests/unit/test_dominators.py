@@ -286,6 +286,36 @@ def test_a_linked_list_is_owned_by_its_head(kind: str) -> None:
     assert first.retained_bytes == 5000 * (56 + 100) + 4000  # (and the last link's empty cache)
 
 
+@pytest.mark.usefixtures("both_passes")
+def test_a_chain_of_hooks_through_their_closures_is_owned_by_its_head() -> None:
+    """``sys.excepthook`` wrapped by each plugin reload: each hook a function whose closure (a
+    tuple of cells) holds the hook it replaced and its state. The descent went down the chain
+    function by function (a link reaches the next through its closure's tuple and cell, not
+    an attribute dict) and the hooks were in no owner listed. Its head holds them."""
+    links = 2000
+    types = ["<root>", "module", "dict", "function", "tuple", "cell", "bytes"]
+    # 1 module sys, 2 its dict; per link k: function, closure tuple, cell (next), cell (state), state
+    edges, lab, type_of, sizes = [(0, 1), (1, 2)], [-1, 0], [0, 1, 2], [0, 72, 1000]
+    first = 3
+    for k in range(links):
+        f = first + 5 * k
+        edges += [(f, f + 1), (f + 1, f + 2), (f + 1, f + 3), (f + 3, f + 4)]
+        lab += [-1, -1, -1, -1]
+        if k + 1 < links:
+            edges.append((f + 2, f + 5))
+            lab.append(-1)
+        type_of += [3, 4, 5, 5, 6]
+        sizes += [144, 56, 40, 40, 1000]
+    edges.append((2, first))
+    lab.append(1)
+    graph = make_graph(first + 5 * links, edges, sizes, roots=[(1, "sys", "module", 0)],
+                       labels=["d", "kexcepthook"], lab=lab, type_names=types, types=type_of)
+    found = dom.find_owners(graph, top=5)
+    first_owner = found.owners[0]
+    assert (first_owner.path, first_owner.type, first_owner.items) == ("sys.excepthook", "function", links)
+    assert first_owner.retained_bytes == links * (144 + 56 + 40 + 40 + 1000)
+
+
 def test_a_chain_that_only_leads_to_a_big_table_is_descended() -> None:
     """Wrappers of wrappers (middleware holding the next app) whose last one holds a big cache:
     the links hold little, the chain is a way to the owner, not the owner."""

@@ -33,6 +33,9 @@ from leakhound.model.growth import normalized_path
 # Where one child holds this share of its parent's retained bytes, the parent is only a way
 # to it: the owner is further down (MAT's "accumulation point").
 DESCEND_SHARE = 0.8
+# What a link of a chain reaches the next through: an instance's attribute dict, a function's
+# __defaults__ tuple or __closure__ tuple and cell
+_LINK_HOPS = frozenset({"dict", "tuple", "cell"})
 _LEAVES = frozenset({"str", "bytes", "bytearray", "int", "float", "complex", "array.array", "memoryview"})
 # Namespaces whose own bytes are a table of names, never what the program keeps (a module's
 # dict of 50k globals): not owners for those bytes (``find``).
@@ -676,9 +679,11 @@ class OwnerFinder:
     def _next_link(self, v: int, kind: str, threshold: int) -> int:
         """The node after ``v`` in a chain of ``kind`` (each link holding the next as most of
         what it retains: a linked list's ``next``, a cons list's tail), through the link's
-        attribute dict where it has one; -1 where the chain ends."""
+        attribute dict where it has one, or a function's defaults or closure (a hook wrapping
+        the one it replaced: ``sys.excepthook`` re-installed by each plugin reload); -1 where
+        the chain ends."""
         retained = self.tree.retained
-        for _hop in range(2):
+        for _hop in range(3):
             kids = self.children(v)
             if not kids or retained[kids[0]] < DESCEND_SHARE * retained[v] or retained[kids[0]] < threshold:
                 return -1
@@ -686,7 +691,7 @@ class OwnerFinder:
             name = self.graph.type_of(c)
             if name == kind:
                 return c
-            if name != "dict" or kind in _CONTAINERS:
+            if kind in _CONTAINERS or name not in _LINK_HOPS:
                 return -1
             v = c  # an instance's __dict__ (3.10's, or one made real): its attribute is the link
         return -1
@@ -716,9 +721,13 @@ class OwnerFinder:
         kind, n, type_of = self.graph.type_of(v), 0, self.graph.type_of
         while True:
             nxt = next((c for c in self.children(v) if type_of(c) == kind), -1)
-            if nxt < 0 and kind not in _CONTAINERS:  # through the link's attribute dict
-                nxt = next((c for d in self.children(v) if type_of(d) == "dict"
-                            for c in self.children(d) if type_of(c) == kind), -1)
+            if nxt < 0 and kind not in _CONTAINERS:  # through the link's attribute dict, closure, defaults
+                hops = [d for d in self.children(v) if type_of(d) in _LINK_HOPS]
+                for _hop in range(2):
+                    nxt = next((c for d in hops for c in self.children(d) if type_of(c) == kind), -1)
+                    if nxt >= 0:
+                        break
+                    hops = [c for d in hops for c in self.children(d) if type_of(c) in _LINK_HOPS]
             if nxt < 0:
                 return n
             v, n = nxt, n + 1
