@@ -602,6 +602,18 @@ def test_names_from_the_target_replace_the_graphs_labels() -> None:
     assert dom.find_owners(graph, top=1, retainers=1).owners[0].path == unnamed.owners[0].path
 
 
+def test_why_finds_an_owner_by_the_name_the_target_gave_it() -> None:
+    """A global of a big program whose module's keys the walk could not label (past its label
+    budget: torch's modules) is ``__main__[]...`` until the target names it: ``--why`` matched
+    the graph's own paths only, and ``--why TOTAL`` said "no owner path or type of that name"
+    of the first owner listed. It is matched again by the names the target gave."""
+    graph = callbacks_graph()
+    plan = dom.plan_owners(graph, top=1, retainers=1, why="rows_renamed")
+    assert plan.asked == plan.nodes  # (no path of the graph's own has that name)
+    found = dom.name_owners(plan, [["d", "kAPP", "d", "arows_renamed"][: len(p) - 1] for p in plan.name_paths])
+    assert [o.path for o in found.why] == ["__main__.APP.rows_renamed"]
+
+
 def read_heapsnapshot(text: str) -> dict[str, object]:
     """A strict reader of the V8 format: every field where the meta says, edges grouped by
     node, indices in range; returns node names, sizes and adjacency."""

@@ -902,6 +902,7 @@ class OwnerPlan:
     asked: list[int]  # the owners, then the objects ``--why`` asks about
     plans: list[list[RetainerPath]]  # each asked node's paths, its preferred one first
     analysis_seconds: float
+    why: str | None = None  # ``--why``'s query: matched again once the owners are named
 
     @property
     def paths(self) -> list[RetainerPath]:
@@ -952,7 +953,7 @@ def plan_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, compil
     plans += [finder.part_paths(v) if v < -1 else finder.retainer_paths(v, limit=max(retainers, 5))
               for v in asked[len(nodes):]]
     return OwnerPlan(finder=finder, nodes=nodes, asked=asked, plans=plans,
-                     analysis_seconds=time.perf_counter() - started)
+                     analysis_seconds=time.perf_counter() - started, why=why)
 
 
 def name_owners(plan: OwnerPlan, labels: Sequence[Any] | None = None) -> DominatorOwners:
@@ -983,8 +984,16 @@ def name_owners(plan: OwnerPlan, labels: Sequence[Any] | None = None) -> Dominat
                               path_steps=() if stand_in else tuple(
                                   finder.steps_of(paths[0], first if isinstance(first, list) else None))))
     seconds = plan.analysis_seconds + time.perf_counter() - started
+    why = owners[len(plan.nodes):]
+    if plan.why and not why:
+        # An owner the graph's own labels could not name as asked (a global of a big program,
+        # its module's keys past the walk's label budget: ``__main__[].grad_fn`` until the
+        # target named it ``__main__.TOTAL.grad_fn``), matched by the name it was given.
+        listed = [o for o in owners[:len(plan.nodes)] if o.path == plan.why] or [
+            o for o in owners[:len(plan.nodes)] if plan.why in o.path]
+        why = listed[:1]
     return DominatorOwners(owners=owners[:len(plan.nodes)], tree=finder.tree, analysis_seconds=seconds,
-                           named=named, why=owners[len(plan.nodes):])
+                           named=named, why=why)
 
 
 def find_owners(graph: ObjectGraph, *, top: int = 20, retainers: int = 3, compiled: bool = True,
