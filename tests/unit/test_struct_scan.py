@@ -176,6 +176,21 @@ def test_a_big_chunk_is_counted_only_where_the_chunks_after_it_read_as_chunks() 
         libc.free(big)
 
 
+def _unclaimed(size: int, holder: ctypes.Array[ctypes.c_uint64], alone: int, tried: list[int]) -> int:
+    """A zeroed malloc block of ``size`` that ``holder``'s word 10 makes its own: not one a
+    global of _ctypes's extension points into (a stale pointer from an earlier test's block at
+    that address, in a long pytest worker: the chunk is the globals' then, and a test of
+    another rule saw none). The ones tried and so held are in ``tried``, to free."""
+    for _ in range(16):
+        block = libc.malloc(size)
+        ctypes.memset(block, 0, size)
+        holder[10] = block
+        if _scan([holder])[0] == alone + _chunk(block):
+            return block
+        tried.append(block)
+    raise AssertionError("every block tried is held by a global")
+
+
 def test_a_pointer_into_a_chunk_taken_is_no_chunk_of_its_own() -> None:
     """A chunk's word that points into its own data (a DFA state's pointer to its instructions:
     google-re2's), where the bytes before it read as a small chunk's header and the next one's,
@@ -185,9 +200,9 @@ def test_a_pointer_into_a_chunk_taken_is_no_chunk_of_its_own() -> None:
     start before anything points into it, as re2's do.)"""
     holder = (ctypes.c_uint64 * 100)()
     alone = _scan([holder])[0]
-    block = libc.malloc(912)
+    tried: list[int] = []
+    block = _unclaimed(912, holder, alone, tried)
     try:
-        ctypes.memset(block, 0, 912)
         inner = block + 256
         ctypes.c_uint64.from_address(inner + 8).value = 48 | 1  # a "chunk" of 48 bytes, its previous in use
         ctypes.c_uint64.from_address(inner + 48 + 8).value = 32 | 1  # and the "next" one's header
@@ -196,7 +211,8 @@ def test_a_pointer_into_a_chunk_taken_is_no_chunk_of_its_own() -> None:
         assert _scan([holder])[0] == alone + _chunk(block)
     finally:
         holder[10] = 0
-        libc.free(block)
+        for taken in (block, *tried):
+            libc.free(taken)
 
 
 @pytest.mark.parametrize(("tag", "found"), [(0, True), (1, True), (2, True), (3, True), (8, False), (9, False)])
