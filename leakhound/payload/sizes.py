@@ -1219,8 +1219,12 @@ def _autograd_next(node, bases, seen_buffers):
     if budget is None or budget[0] <= 0 or cls is None:
         return 0, held
     budget[0] -= 1  # (the walks read a node once: its next nodes' objects made, then read)
-    saved_class = class_from("torch._C._autograd", "SavedTensor")
-    saved_data = _saved_data_getter(saved_class) if saved_class is not None else None
+    saved = bases.get("autograd_saved")  # (SavedTensor, its data getter): looked up once a walk
+    if saved is None:
+        saved_class = class_from("torch._C._autograd", "SavedTensor")
+        getter = _saved_data_getter(saved_class) if saved_class is not None else None
+        saved = bases["autograd_saved"] = (saved_class, getter)
+    saved_class, saved_data = saved
     if saved_data is None:
         return 0, held
     getters_of = bases.setdefault("autograd_getters", {})  # id(node class) -> its getters

@@ -989,9 +989,9 @@ def name_owners(plan: OwnerPlan, labels: Sequence[Any] | None = None) -> Dominat
         # An owner the graph's own labels could not name as asked (a global of a big program,
         # its module's keys past the walk's label budget: ``__main__[].grad_fn`` until the
         # target named it ``__main__.TOTAL.grad_fn``), matched by the name it was given.
-        listed = [o for o in owners[:len(plan.nodes)] if o.path == plan.why] or [
-            o for o in owners[:len(plan.nodes)] if plan.why in o.path]
-        why = listed[:1]
+        listed = owners[:len(plan.nodes)]
+        asked = why_nodes(finder, plan.nodes, [o.path for o in listed], plan.why, [])
+        why = [o for o, v in zip(listed, plan.nodes, strict=True) if v in asked]
     return DominatorOwners(owners=owners[:len(plan.nodes)], tree=finder.tree, analysis_seconds=seconds,
                            named=named, why=why)
 
