@@ -182,10 +182,37 @@ def _by_ids(ids, roots, steps=None):
         label, nxt = step_label(obj, address)
         if label is None:  # a step through an entry the graph folded into its collection
             label, nxt = folded_step_label(obj, address)
-        if nxt is None and type(steps) is list and k < len(steps):
-            nxt = by_label(obj, steps[k])
+        step = steps[k] if type(steps) is list and k < len(steps) else None
+        if nxt is not None and not _step_agrees(label, nxt, step):
+            nxt = None
+        if nxt is None and step is not None:
+            nxt = by_label(obj, step)
         obj = nxt
     return obj
+
+
+def _step_agrees(label, nxt, step):
+    """Whether ``nxt``, the referent found by the census's id under ``label``, is what its step
+    named: the id of an object since freed may be another's now (its address reused: a
+    DataFrame concatenated anew, the new one's ``_flags`` where the old one itself or its
+    ``_mgr`` was, and the sample went on from the flags and found nothing: 1-4 samples of 11
+    in a watch), under another attribute or key, through an entry folded into a collection
+    where the step was not (or the other way), or of another type than a step by type
+    (``=``) names."""
+    if type(step) is not str or len(step) < 2:
+        return True
+    if step[0] == "=":
+        return type_name(type(nxt)) == step[1:]
+    if type(label) is not str:
+        return True
+    if (step[0] == "f") != (label[:1] == "f"):
+        return False
+    if step[0] == "f":
+        step, label = step[1:], label[1:]
+    if len(step) > 1 and step[0] in "ak" and len(label) > 1 and label[0] in "ak":
+        n = min(len(step), len(label))  # (either may be cut: MAX_LABEL_CHARS)
+        return label[1:n] == step[1:n]
+    return True
 
 
 def _one_of_type(obj, tp, wanted):

@@ -174,6 +174,48 @@ def test_an_owner_rebound_is_found_again_by_its_steps_label() -> None:
         del sys.modules[module.__name__]
 
 
+def test_an_id_now_another_object_s_is_not_followed_past_its_step() -> None:
+    """An owner's ids are its path's objects at the census; one freed since may have left its
+    address to another object the step's parent now holds (a DataFrame concatenated anew: the
+    new frame at the old one's address, its ``_flags`` where the old ``_mgr`` was). That
+    referent is under another attribute, or of another type than a step by type names: the
+    step is followed by its label instead (the sample went on from the flags and found
+    nothing: 1-4 samples of 11 in a watch of a growing DataFrame)."""
+    import types
+
+    class _Manager:
+        def __init__(self, rows: list[int]) -> None:
+            self.blocks = (rows,)
+
+    class _Flags:
+        pass
+
+    class _Frame:
+        def __init__(self, rows: list[int]) -> None:
+            self._flags = _Flags()
+            self._mgr = _Manager(rows)
+
+    module = types.ModuleType("leakhound_test_reused_ids")
+    module.FRAME = _Frame([1, 2, 3])  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        frame = module.FRAME  # type: ignore[attr-defined]
+        steps = ["d", "kFRAME", "a_mgr", "=tuple", "=list"]
+        # the manager's address is the flags' now; the blocks' a list's, the rows' a tuple's
+        reused = {"ids": [id(module), id(vars(module)), id(frame), id(frame._flags), id(frame._mgr.blocks[0]),
+                          id(frame._mgr.blocks)], "steps": steps, "type": "list", "path": "x"}
+        assert sampling.owner_items([reused]) == [{"found": True, "items": 3}]
+        right = {**reused, "ids": [*reused["ids"][:3], id(frame._mgr), id(frame._mgr.blocks),
+                                   id(frame._mgr.blocks[0])]}
+        assert sampling.owner_items([right]) == [{"found": True, "items": 3}]
+        # the frame's own address the flags' now: found through the frame, an entry of the
+        # module's dict (a step through a folded entry), where the step was the key itself
+        folded = {**right, "ids": [*right["ids"][:2], id(frame._flags), *right["ids"][3:]]}
+        assert sampling.owner_items([folded]) == [{"found": True, "items": 3}]
+    finally:
+        del sys.modules[module.__name__]
+
+
 def test_a_step_through_a_c_field_is_followed_by_the_one_referent_of_its_type() -> None:
     """A step no name labels (a C field: a partial's arguments, a DataFrame's blocks; an
     ndarray view's base, which is no referent at all) is followed by its type ("=tuple"):
