@@ -502,7 +502,7 @@ def _owner(o: dominators.DominatorOwner, graph: dominators.ObjectGraph | None = 
     return Owner(path=o.path, type=o.type, items=o.items, retained_bytes=o.retained_bytes,
                  retained_objects=o.retained_objects, retainers=o.retainers,
                  object_id=object_id, path_ids=o.path_ids, path_steps=o.path_steps, count_ids=o.count_ids,
-                 count_type=o.count_type)
+                 count_type=o.count_type, chain=o.chain, chain_end=o.chain_end)
 
 
 def with_dominator_owners(snap: Snapshot, graph: dominators.ObjectGraph, found: dominators.DominatorOwners,

@@ -265,8 +265,9 @@ def _sized(owner: Owner) -> bool:
 def _length_is_items(owner: Owner) -> bool:
     """Whether the length a cheap sample reads of ``owner`` is its census item count: a built-in
     collection's, not a shared owner's (counted by one of its parts: its length is read after
-    each census, and that is its item count, see _census_lengths)."""
-    return owner.type in _LENGTH_IS_ITEMS and not owner.count_ids and owner.path != ATEXIT_OWNER
+    each census, and that is its item count, see _census_lengths); a chain's head's links,
+    counted by the sample as the census counts them."""
+    return (owner.type in _LENGTH_IS_ITEMS or owner.chain) and not owner.count_ids and owner.path != ATEXIT_OWNER
 
 
 def _threads_alike(path: str) -> bool:
@@ -286,7 +287,8 @@ def _owner_request(owners: tuple[Owner, ...]) -> tuple[list[Owner], list[dict[st
         and (o.path_ids or not o.path.startswith(_UNRESOLVABLE) or _threads_alike(o.path)))][:SAMPLED_OWNERS]
     return asked, [{"ids": list(o.count_ids), "type": o.count_type, "path": o.path} if o.count_ids else
                    {"ids": list(o.path_ids), "steps": list(o.path_steps), "type": o.type, "path": o.path,
-                    **({"size": True} if _sized(o) else {})}
+                    **({"size": True} if _sized(o) else {}),
+                    **({"chain": True, "chain_end": o.chain_end} if o.chain else {})}
                    for o in asked]
 
 

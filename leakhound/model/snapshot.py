@@ -217,6 +217,12 @@ class Owner:
     # that collection's type: what watch's cheap samples count it by (its length).
     count_ids: tuple[int, ...] = ()
     count_type: str = ""
+    # The head of a chain of links of its own type (a linked list, hooks each wrapping the one
+    # it replaced): its items are its links, which watch's cheap samples count link by link.
+    chain: bool = False
+    # Its id of the link after its last, which others hold too (0: none): where they stop
+    # counting (a thread keeps the ``sys.excepthook`` it was made with, and the hooks it wraps).
+    chain_end: int = 0
     # With --sites: the stacks that allocated its bytes that survived the watch, biggest first.
     sites: tuple[AllocationSite, ...] = ()
 

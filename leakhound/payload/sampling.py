@@ -21,6 +21,7 @@ import re
 import sys
 import threading
 import time
+import types
 
 from . import arena, census, probes, wire  # noqa: F401 - wire: its types, in type comments
 from .graph_wire import folded_step_label, step_label
@@ -320,6 +321,74 @@ def atexit_items(path):
     return n if type(n) is int else None
 
 
+_FunctionType = types.FunctionType
+_FUNCTION_CODE = _FunctionType.__dict__["__code__"]
+# (getset descriptors: they return the C fields, run no code)
+_FUNCTION_HOLDS = [_FunctionType.__dict__[name] for name in ("__defaults__", "__closure__", "__kwdefaults__")]
+_CellType = type((lambda x: lambda: x)(0).__closure__[0])  # type: ignore[index]
+_CELL_CONTENTS = _CellType.__dict__["cell_contents"]
+# How long a sample counts one chain's links (holding the GIL) before it says it cannot
+CHAIN_SECONDS = 0.02
+
+
+def _link_after(obj, tp):
+    """The link after ``obj`` in a chain of ``tp`` (``_chain_items``): the one object of that
+    type (a function of the same code) that ``obj`` holds, directly, through its ``__dict__``,
+    or, a function, in its defaults or closure cells; None where there is none (the chain's
+    end), False where there are several (a doubly linked list: not counted)."""
+    held = []  # type: list
+    if tp is _FunctionType:
+        code = _FUNCTION_CODE.__get__(obj, tp)
+        for descr in _FUNCTION_HOLDS:
+            fields = descr.__get__(obj, tp)
+            if type(fields) is dict:
+                held.extend(v for _k, v in dict_pairs(fields))
+            elif type(fields) is tuple:
+                for value in fields:
+                    if type(value) is _CellType:
+                        try:
+                            value = _CELL_CONTENTS.__get__(value, _CellType)
+                        except ValueError:  # (an empty cell)
+                            continue
+                    held.append(value)
+        held = [h for h in held if type(h) is tp and _FUNCTION_CODE.__get__(h, tp) is code]
+    else:
+        held = safe_referents(obj)
+        d = None if issubclass(tp, (type, _ModuleType)) else instance_dict(obj)
+        if d is not None and builtin_length(d, (dict,)) is not None and any(r is d for r in held):
+            held.extend(v for _k, v in dict_pairs(d))  # (3.10's, or one made: its attributes)
+        d = None
+    found = []  # type: list
+    for h in held:
+        if type(h) is tp and h is not obj and not any(f is h for f in found):
+            found.append(h)
+    held = None
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else False
+
+
+def _chain_items(obj, end=0):
+    """The links of the chain ``obj`` heads, itself the first (a chain owner's items, as the
+    census counts them: analysis/dominators/owners.py ``_chain``), going from each link to the
+    next (``_link_after``) up to the one whose id is ``end`` (others hold it and those after
+    it: not the owner's); None where that is not one way, or takes over CHAIN_SECONDS (a
+    cycle, a list too long to count in a sample: its full censuses count it)."""
+    tp = type(obj)
+    n = 1
+    deadline = time.perf_counter() + CHAIN_SECONDS
+    while True:
+        nxt = _link_after(obj, tp)
+        if nxt is None or (end and id(nxt) == end):
+            return n
+        if nxt is False:
+            return None
+        obj = nxt
+        n += 1
+        if n % 64 == 0 and time.perf_counter() > deadline:
+            return None
+
+
 def _items(obj):
     """A container's length (the C slot of a built-in), a ``queue.SimpleQueue``'s items (its
     own C ``qsize``: it has no length, and 3.13's keeps them in a ring buffer of its own, an
@@ -349,7 +418,9 @@ def owner_items(owners):
     """``[{"ids": [...], "steps": [...], "type": T, "path": P}, ...]`` -> one ``{"found": bool,
     "items": n}`` each: found when the object at the end of its ids (a step whose id no longer
     leads on followed by its label in ``steps``, ``_by_ids``; with no ids, the object its path
-    names) is of type T; ``items`` its container length, None for an object with no length.
+    names) is of type T; ``items`` its container length, None for an object with no length
+    (with ``"chain": true``, the links of the chain it heads up to the id ``chain_end``:
+    ``_chain_items``).
     Only where a step's attribute or key now holds another object of the owner's type is that
     object the owner: whatever else its path string names now is a different owner."""
     wanted = set()
@@ -379,7 +450,9 @@ def owner_items(owners):
         if obj is None or (type(wanted_type) is str and wanted_type and type_name(type(obj)) != wanted_type):
             out.append({"found": False, "items": None})
         else:
-            found = {"found": True, "items": _items(obj)}
+            end = owner.get("chain_end")
+            found = {"found": True, "items": _chain_items(obj, end if type(end) is int else 0)
+                     if owner.get("chain") is True else _items(obj)}
             if owner.get("size") is True:
                 # an owner that retains only itself (an array.array, a 3.12+ StringIO):
                 # its own size, as the census sizes one object (no __sizeof__ in Python runs)

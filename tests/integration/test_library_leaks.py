@@ -184,13 +184,13 @@ def test_watch_names_it_growing_at_the_targets_rate(shape: str, version: str, tm
     assert [(f["kind"], f["owner"]) for f in warnings] in ([("growth", expected)], [("growth", expected), *also]), \
         warnings
     owner = next(t for t in process["owners"] if t["name"] == expected)
-    if shape in ("linked_list", "hook_chain", "stuck_tasks", "dom_two_holders"):
-        # found again in the full samples only (its group is remade each time; each entry put
-        # in front is a new head, the same name, as a hook wrapping the last one; tasks alike:
-        # counted again by their cheap
+    if shape in ("stuck_tasks", "dom_two_holders"):
+        # found again in the full samples only (tasks alike: counted again by their cheap
         # samples, their items, but only once the full sample after the first has named the
         # group; a document a module and a task hold together: no part of it is a collection
-        # of its items). What two dicts hold together is counted by one of them (BY_ID's length).
+        # of its items). What two dicts hold together is counted by one of them (BY_ID's length);
+        # a chain (a linked list, each entry put in front a new head of the same name; hooks
+        # each wrapping the last) by its links, link by link.
         assert owner["points"] >= 2, owner
     else:
         assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 3, owner  # 4 seen under CI load

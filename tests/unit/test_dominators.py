@@ -314,6 +314,16 @@ def test_a_chain_of_hooks_through_their_closures_is_owned_by_its_head() -> None:
     first_owner = found.owners[0]
     assert (first_owner.path, first_owner.type, first_owner.items) == ("sys.excepthook", "function", links)
     assert first_owner.retained_bytes == links * (144 + 56 + 40 + 40 + 1000)
+    assert first_owner.chain and first_owner.chain_end == 0  # (a chain it holds to its end)
+    # A thread made meanwhile keeps the hook of its making (threading's _invoke_excepthook):
+    # the head owns the hooks wrapped since, and watch's samples count its links up to that one.
+    kept = first + 5 * 1500
+    shared = make_graph(first + 5 * links + 1, [*edges, (0, first + 5 * links), (first + 5 * links, kept)],
+                        [*sizes, 64], roots=[(1, "sys", "module", 0), (first + 5 * links, "threading", "module", 0)],
+                        labels=["d", "kexcepthook"], lab=[*lab, -1, -1], type_names=types, types=[*type_of, 1])
+    head = next(o for o in dom.find_owners(shared, top=5).owners if o.path == "sys.excepthook")
+    assert (head.items, head.chain, head.chain_end) == (1500, True, kept)
+    assert head.retained_bytes == 1500 * (144 + 56 + 40 + 40 + 1000)
 
 
 def test_a_chain_that_only_leads_to_a_big_table_is_descended() -> None:

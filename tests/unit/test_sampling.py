@@ -216,6 +216,63 @@ def test_an_id_now_another_object_s_is_not_followed_past_its_step() -> None:
         del sys.modules[module.__name__]
 
 
+def test_a_chain_s_links_are_counted_link_by_link_up_to_the_one_others_hold() -> None:
+    """A chain owner (a linked list's head, a hook wrapping the one it replaced) has no length:
+    a sample counts its links, each the one object of its type (a function of its code) the
+    last holds, directly, in its ``__dict__``, or in its defaults or closure cells, up to the
+    link whose id the census gave (a thread keeps the hook of its making, and those after
+    it). Two ways on (a doubly linked list) or a cycle: not counted (None)."""
+    import types
+
+    from leakhound.payload.objects import type_name
+
+    class _Node:
+        def __init__(self, nxt: Any) -> None:
+            self.nxt = nxt
+            self.payload = b"x" * 10
+
+    def wrap(previous: Any) -> Any:
+        state = [1]
+
+        def hook(*args: Any) -> Any:
+            return previous(*args) if state else None
+
+        return hook
+
+    module = types.ModuleType("leakhound_test_chains")
+    head = None
+    for _ in range(50):
+        head = _Node(head)
+    module.HEAD = head  # type: ignore[attr-defined]
+    hook: Any = print
+    hooks = []
+    for _ in range(40):
+        hook = wrap(hook)
+        hooks.append(hook)
+    module.HOOK = hook  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        def count(path: str, kind: str, end: int = 0) -> Any:
+            return sampling.owner_items([{"path": f"{module.__name__}.{path}", "type": kind, "chain": True,
+                                          "chain_end": end}])[0]["items"]
+
+        assert count("HEAD", type_name(_Node)) == 50
+        assert count("HOOK", "function") == 40
+        assert count("HOOK", "function", id(hooks[9])) == 30  # (the 10th hook and those it wraps: others')
+        back = head.nxt
+        back.prev = head  # type: ignore[attr-defined]  # two of its type
+        assert count("HEAD", type_name(_Node)) is None
+        del back.prev  # type: ignore[attr-defined]
+        last = head
+        while last.nxt is not None:
+            last = last.nxt
+        last.nxt = head  # a cycle
+        assert count("HEAD", type_name(_Node)) is None
+        last.nxt = None
+    finally:
+        del sys.modules[module.__name__]
+
+
 def test_a_step_through_a_c_field_is_followed_by_the_one_referent_of_its_type() -> None:
     """A step no name labels (a C field: a partial's arguments, a DataFrame's blocks; an
     ndarray view's base, which is no referent at all) is followed by its type ("=tuple"):

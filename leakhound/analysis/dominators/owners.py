@@ -113,6 +113,11 @@ class DominatorOwner:
     # (``OwnerFinder.counter``)
     count_ids: tuple[int, ...] = ()
     count_type: str = ""
+    # the head of a chain of links (``OwnerFinder._chain``: a linked list, hooks each wrapping
+    # the last): its items its links, which a sample counts by going from link to link
+    chain: bool = False
+    # its id in the target of the link after its last, which others hold too (0: none)
+    chain_end: int = 0
 
 
 
@@ -133,6 +138,8 @@ class OwnerFinder:
         self._out_ids: Sequence[int] | None = None
         # a linked list's head (see ``_chain``) -> its links: its items
         self.links: dict[int, int] = {}
+        # a linked list's head -> the link after its last, which others hold too (-1: none)
+        self.chain_end: dict[int, int] = {}
         # owners no single object is (``_shared``): by a number below -1 in place of a node
         self.shared: dict[int, SharedGroup] = {}
         self.less: dict[int, int] = {}  # a namespace -> the bytes of the shared owners listed from it
@@ -293,7 +300,9 @@ class OwnerFinder:
                     links = self._chain(v, threshold)
                     if links and retained[links[-1]] < DESCEND_SHARE * retained[v]:
                         head = True  # a linked list: its head holds what its links hold
-                        self.links[v] = 1 + len(links) + self._tail_links(links[-1])
+                        tail, last = self._tail_links(links[-1])
+                        self.links[v] = 1 + len(links) + tail
+                        self.chain_end[v] = self._link_beyond(last, self._hop_types(v, links[0]))
                         break
                     for link in (v, *links[:-1]):
                         for c in self.children(link)[1:]:  # biggest first (tree_csr)
@@ -715,9 +724,9 @@ class OwnerFinder:
             at = self._next_link(at, kind, threshold)
         return links
 
-    def _tail_links(self, v: int) -> int:
+    def _tail_links(self, v: int) -> tuple[int, int]:
         """The links after ``v`` that retain too little for ``_chain`` to follow (the list's
-        last few): counted as items all the same."""
+        last few): counted as items all the same; and the last link."""
         kind, n, type_of = self.graph.type_of(v), 0, self.graph.type_of
         while True:
             nxt = next((c for c in self.children(v) if type_of(c) == kind), -1)
@@ -729,8 +738,31 @@ class OwnerFinder:
                         break
                     hops = [c for d in hops for c in self.children(d) if type_of(c) in _LINK_HOPS]
             if nxt < 0:
-                return n
+                return n, v
             v, n = nxt, n + 1
+
+    def _hop_types(self, head: int, first: int) -> list[str]:
+        """The types of what is between a chain's head and its first link (its dominators up
+        to the head: ``["tuple", "cell"]`` for a closure's, ``[]`` a link held directly)."""
+        idom, types = self.tree.idom, list[str]()
+        at = int(idom[first])
+        while at >= 0 and at != head and len(types) < 3:
+            types.append(self.graph.type_of(at))
+            at = int(idom[at])
+        return types[::-1]
+
+    def _link_beyond(self, last: int, hops: list[str]) -> int:
+        """The link a chain's last link holds and does not own (others hold it too: the
+        ``sys.excepthook`` a thread kept in its ``_invoke_excepthook`` when it was made, and
+        with it the hooks that hook wrapped), reached as each link reaches the next (through
+        ``hops``' types): where a sample stops counting the chain's links. -1 where none is."""
+        out, out_ids = self._out_edges()
+        dst, type_of, kind = self.graph.dst, self.graph.type_of, self.graph.type_of(last)
+        frontier = [last]
+        for want in [*hops, kind]:
+            frontier = [d for u in frontier for d in (dst[out_ids[k]] for k in range(out[u], out[u + 1]))
+                        if type_of(d) == want][:64]
+        return frontier[0] if frontier else -1
 
     def dominated_objects(self, v: int) -> int:
         if self._counts is None:
@@ -852,6 +884,8 @@ class OwnerFinder:
             retained_objects=self.dominated_objects(v),
             items=self.links.get(v) or self.graph.lengths[v] or len(self.children(v)),
             retainers=retainers,
+            chain=v in self.links,
+            chain_end=int(self.graph.ids[self.chain_end[v]]) if self.chain_end.get(v, -1) >= 0 else 0,
         )
 
 
