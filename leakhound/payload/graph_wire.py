@@ -252,13 +252,16 @@ def folded_step_label(obj, address):
 
 
 _REBOUND_KEYS = 64  # a dict's str keys looked at for a rebound step, at most
+# a module's globals looked at for a rebound step, at most (a training loop's ``TOTAL = TOTAL +
+# loss`` among a big script's globals: named ``__main__[].grad_fn``)
+_REBOUND_GLOBALS = 4096
 
 
-def rebound_attribute(obj, wanted_type):
+def rebound_attribute(obj, wanted_type, keys=_REBOUND_KEYS):
     """(label, value) of the one attribute of the instance ``obj`` (its ``__dict__`` or
     ``__slots__``, read through built-in descriptors; "a" and the name), or the one str key of
-    the dict ``obj`` of at most _REBOUND_KEYS entries (an instance's ``__dict__``, a dict of
-    named parts; "k" and the key), whose value is of type ``wanted_type`` (a type's name, as
+    the dict ``obj`` of at most ``keys`` entries (an instance's ``__dict__``, a dict of named
+    parts, a module's globals; "k" and the key), whose value is of type ``wanted_type`` (a type's name, as
     objects.type_name); (None, None) when none or more than one is: where an object of that
     type was rebound (``self.rows = self.rows + [row]``) while the walk's paths waited to be
     named."""
@@ -267,7 +270,7 @@ def rebound_attribute(obj, wanted_type):
         return None, None
     if issubclass(tp, dict):
         prefix, d = "k", obj
-        if dict.__len__(obj) > _REBOUND_KEYS:
+        if dict.__len__(obj) > keys:
             return None, None
     else:
         prefix, d = "a", instance_dict(obj)
@@ -284,9 +287,9 @@ def name_paths(request):
     """The labels along a few paths the CLI chose (``paths``: lists of ids, a root's first),
     walked again from the live roots by identity: an id is only compared with the ids of
     objects found as referents, never turned into an object. A step from an instance (or a
-    small dict) whose id it no longer holds is named by the one attribute (str key) holding an
-    object of that step's type in ``types`` (the graph's, one list a path), if one does
-    (``rebound_attribute``)."""
+    small dict, or a module's globals) whose id it no longer holds is named by the one attribute
+    (str key) holding an object of that step's type in ``types`` (the graph's, one list a
+    path), if one does (``rebound_attribute``)."""
     paths = request.get("paths")
     if type(paths) is not list:
         return {"labels": []}
@@ -300,6 +303,7 @@ def name_paths(request):
             continue
         obj = roots.get(path[0])
         labels = []
+        globals_ = False  # (obj is a module's dict)
         for k, address in enumerate(path[1:_MAX_PATH_STEPS]):
             if obj is None:
                 break
@@ -307,7 +311,8 @@ def name_paths(request):
             if label is None:
                 label, nxt = folded_step_label(obj, address)
             if label is None and type(wanted) is list and k < len(wanted):
-                label, nxt = rebound_attribute(obj, wanted[k])
+                label, nxt = rebound_attribute(obj, wanted[k], _REBOUND_GLOBALS if globals_ else _REBOUND_KEYS)
+            globals_ = label == "d" and issubclass(type(obj), _ModuleType)
             obj = nxt
             if label is None:
                 break

@@ -38,7 +38,7 @@ from .objects import (
     type_name,
 )
 from .roots import ATEXIT_OWNER, atexit_count, signal_handlers, task_name, thread_name_of
-from .sizes import hidden_referents, object_size
+from .sizes import autograd_next_nodes, autograd_step, hidden_referents, object_size
 from .tasks import await_chain, live_tasks, named_tasks
 from .tracked import tracked_objects
 
@@ -258,6 +258,9 @@ def by_label(obj, label):
         return _one_of_type(obj, tp, label[1:])
     if label[0] not in "ak":
         return None
+    named = autograd_step(obj, label)  # (a tensor's autograd graph: no referent, no attribute)
+    if named is not None:
+        return named
     name = label[1:]
     if issubclass(tp, dict):
         return _walk_module.dict_value_of(obj, name)
@@ -331,28 +334,35 @@ _CELL_CONTENTS = _CellType.__dict__["cell_contents"]
 CHAIN_SECONDS = 0.02
 
 
-def _link_after(obj, tp):
+def _function_held(obj, tp):
+    """What the function ``obj`` holds in its defaults and closure cells, of its own code."""
+    held = []  # type: list
+    code = _FUNCTION_CODE.__get__(obj, tp)
+    for descr in _FUNCTION_HOLDS:
+        fields = descr.__get__(obj, tp)
+        if type(fields) is dict:
+            held.extend(v for _k, v in dict_pairs(fields))
+        elif type(fields) is tuple:
+            for value in fields:
+                if type(value) is _CellType:
+                    try:
+                        value = _CELL_CONTENTS.__get__(value, _CellType)
+                    except ValueError:  # (an empty cell)
+                        continue
+                held.append(value)
+    return [h for h in held if type(h) is tp and _FUNCTION_CODE.__get__(h, tp) is code]
+
+
+def _link_after(obj, tp, memo):
     """The link after ``obj`` in a chain of ``tp`` (``_chain_items``): the one object of that
     type (a function of the same code) that ``obj`` holds, directly, through its ``__dict__``,
-    or, a function, in its defaults or closure cells; None where there is none (the chain's
-    end), False where there are several (a doubly linked list: not counted)."""
-    held = []  # type: list
-    if tp is _FunctionType:
-        code = _FUNCTION_CODE.__get__(obj, tp)
-        for descr in _FUNCTION_HOLDS:
-            fields = descr.__get__(obj, tp)
-            if type(fields) is dict:
-                held.extend(v for _k, v in dict_pairs(fields))
-            elif type(fields) is tuple:
-                for value in fields:
-                    if type(value) is _CellType:
-                        try:
-                            value = _CELL_CONTENTS.__get__(value, _CellType)
-                        except ValueError:  # (an empty cell)
-                            continue
-                    held.append(value)
-        held = [h for h in held if type(h) is tp and _FUNCTION_CODE.__get__(h, tp) is code]
-    else:
+    or, a function, in its defaults or closure cells, or, an autograd node, among the nodes
+    after it (a summed loss's graph: ``total = total + loss``); None where there is none (the
+    chain's end), False where there are several (a doubly linked list: not counted)."""
+    held = autograd_next_nodes(obj, memo)
+    if held is None and tp is _FunctionType:
+        held = _function_held(obj, tp)
+    elif held is None:
         held = safe_referents(obj)
         d = None if issubclass(tp, (type, _ModuleType)) else instance_dict(obj)
         if d is not None and builtin_length(d, (dict,)) is not None and any(r is d for r in held):
@@ -377,8 +387,9 @@ def _chain_items(obj, end=0):
     tp = type(obj)
     n = 1
     deadline = time.perf_counter() + CHAIN_SECONDS
+    memo = {}  # type: dict
     while True:
-        nxt = _link_after(obj, tp)
+        nxt = _link_after(obj, tp, memo)
         if nxt is None or (end and id(nxt) == end):
             return n
         if nxt is False:

@@ -1136,6 +1136,48 @@ def _autograd_node_classes():
     return found + ([base] if base is not None else [])
 
 
+def autograd_step(obj, label):
+    """What a tensor's autograd edge named ``label`` leads to now, as the walks read it
+    (_autograd_root): "agrad_fn" its ``grad_fn`` node (a non-leaf's), "agrad" its ``grad`` (a
+    leaf's); None for any other object or label. A watch's sample follows an owner's path
+    through it (``TOTAL.grad_fn``: a summed loss's graph)."""
+    if label not in ("agrad_fn", "agrad"):
+        return None
+    cls = class_from("torch._C", "TensorBase") or class_from("torch._C", "_TensorBase")
+    if cls is None or not any(klass is cls for klass in type.__dict__["__mro__"].__get__(type(obj), type)):
+        return None
+    try:
+        leaf = _call(cls, "is_leaf", obj)
+        if label == "agrad":
+            return _call(cls, "grad", obj) if leaf else None  # (a non-leaf's ``grad`` warns)
+        return None if leaf else _call(cls, "grad_fn", obj)
+    except Exception:  # noqa: BLE001 - an unexpected tensor
+        return None
+
+
+def autograd_next_nodes(node, memo):
+    """The nodes an autograd node's ``next_functions`` lead to (its C getter), or None where
+    ``node`` is of none of torch's autograd node classes. ``memo``: a dict kept for one
+    request (the classes, each class's getter)."""
+    classes = memo.get("classes")
+    if classes is None:
+        classes = memo["classes"] = {id(cls) for cls in _autograd_node_classes()}
+    tp = type(node)
+    if id(tp) not in classes:
+        return None
+    getter = memo.get(id(tp))
+    if getter is None:
+        getter = memo[id(tp)] = next((descr for name, descr in _node_getters(tp) if name == "next_functions"), False)
+    if getter is False:
+        return None
+    try:
+        value = getter.__get__(node, tp)
+    except Exception:  # noqa: BLE001 - a node freed by backward()
+        return None
+    return [pair[0] for pair in (value if type(value) is tuple else ())
+            if type(pair) is tuple and len(pair) == 2 and pair[0] is not None]
+
+
 def _host_tensor(cls, tensor):
     """Whether ``tensor`` is a CPU tensor whose class defines no ``__torch_function__`` of its
     own (a GPU tensor's memory is no host memory)."""

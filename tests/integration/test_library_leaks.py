@@ -159,6 +159,36 @@ def test_a_frame_concatenated_anew_is_one_owner_growing(version: str, tmp_path: 
     assert within(owner["bytes_per_min"], _per_min(before, after, "owner_bytes"), 0.20), (owner, before, after)
 
 
+def test_a_summed_loss_is_one_owner_growing_counted_by_its_links(tmp_path: Path) -> None:
+    """A training loop summing its losses as tensors (``TOTAL = TOTAL + loss``): each step's
+    graph and saved activations kept, chained through each addition's autograd node. The
+    owner, ``TOTAL.grad_fn``, is the chain's head, with what freeing TOTAL returns; it has no
+    length, and was measured by full censuses alone (a 40 s watch: 2 points, "unknown", and
+    the growth said to be RSS's): each sample now counts its links from node to node through
+    ``next_functions``, as the walks read them."""
+    python = native_python("3.11", torch=True)
+    env = {"SHAPE": "summed_loss", "FIXTURE_ITEMS": "40", "FIXTURE_GROW_RATE": "10"}
+    with spawn_target("library_leaks", tmp_path, python=python, env=env, timeout=120) as child:
+        before = truth_once_built(child)
+        done = CliRunner().invoke(app, ["inspect", str(child.pid), "--json"])
+        watched = CliRunner().invoke(app, ["watch", str(child.pid), "-i", "1", "-d", "10", "--full-every", "5",
+                                           "--json"])
+        after = truth_once_built(child)
+    assert done.exit_code == 0, done.output
+    first = json.loads(done.stdout)["owners"][0]
+    assert first["path"] == before["expected_path"] == "__main__.TOTAL.grad_fn", first["path"]
+    assert watched.exit_code == 0, watched.output
+    lines = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
+    samples, report = lines[:-1], lines[-1]
+    (process,) = report["processes"]
+    warnings = [(f["kind"], f["owner"]) for f in report["findings"] if f["severity"] == "warning"]
+    assert warnings == [("growth", before["expected_path"])], warnings
+    owner = next(t for t in process["owners"] if t["name"] == before["expected_path"])
+    assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 3, owner
+    assert within(owner["items_per_min"], _per_min(before, after, "items"), 0.10), (owner, before, after)
+    assert within(owner["bytes_per_min"], _per_min(before, after, "owner_bytes"), 0.20), (owner, before, after)
+
+
 @pytest.mark.parametrize(("shape", "version"), WATCHED)
 def test_watch_names_it_growing_at_the_targets_rate(shape: str, version: str, tmp_path: Path) -> None:
     """The owner inside a C field found again by its ids in every cheap sample, its items those

@@ -384,6 +384,24 @@ def test_a_step_rebound_before_it_was_named_is_named_by_the_one_attribute_of_its
     assert graph_wire.rebound_attribute(parts, "list") == ("krows", parts["rows"])
     assert graph_wire.rebound_attribute({f"k{i}": [] for i in range(65)}, "list") == (None, None)
     assert graph_wire.rebound_attribute([[]], "list") == (None, None)
+    # a module's globals, however many (``TOTAL = TOTAL + loss`` in a big script: a module of
+    # 200 globals was named ``__main__[].grad_fn``), through name_paths: the dict's a module's
+    import types
+
+    module = types.ModuleType("leakhound_test_rebound_global")
+    for i in range(200):
+        setattr(module, f"G{i}", i)
+    module.TOTAL = _Holder()  # type: ignore[attr-defined]
+    old = module.TOTAL  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        path = [id(module), id(vars(module)), id(old)]
+        module.TOTAL = _Holder()  # type: ignore[attr-defined]  # rebound since the walk
+        wanted = ["dict", type_name(_Holder)]
+        assert graph_wire.name_paths({"paths": [path], "types": [wanted]})["labels"] == [["d", "kTOTAL"]]
+        assert graph_wire.rebound_attribute(vars(module), type_name(_Holder)) == (None, None)  # (no module's)
+    finally:
+        del sys.modules[module.__name__]
 
 
 def type_name(tp: type) -> str:
