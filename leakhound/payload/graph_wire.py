@@ -31,6 +31,7 @@ from .objects import (
     type_name,
 )
 from .roots import frame_locals
+from .sizes import HiddenNamed, hidden_referents
 from .tasks import c_future_class, context_variables, task_context
 
 try:  # running frames' variables are read through the compiled walk's module (3.11+)
@@ -154,6 +155,13 @@ def step_label(obj, address):
             for key, value in dict_pairs(d):
                 if id(value) == address:
                     return ("a" + key[:MAX_LABEL_CHARS] if type(key) is str else ""), value
+        # What the walks read besides its referents (a code object's constants, an ndarray
+        # view's base): the graph's edge, labelled where the walk names it (a leaf's ``grad``).
+        hidden = hidden_referents(obj)
+        for k in range(len(hidden)):
+            if id(hidden[k]) == address:
+                label = hidden.labels[k] if type(hidden) is HiddenNamed and k < len(hidden.labels) else ""
+                return label, hidden[k]
         return None, None
     if id(tp) in FRAME_LIKE_IDS:
         return "t" + short_type_name(type(nxt)), nxt

@@ -235,6 +235,8 @@ def _one_of_type(obj, tp, wanted):
         found = [r for r in more if type_name(type(r)) == wanted]
         if not found:  # (a 3.11 StringIO's accumulated strs: a list in its C state)
             found = [r for r in hidden_referents(obj) if type_name(type(r)) == wanted]
+        if not found:  # (an autograd node's next nodes, as the walks read them)
+            found = [r for r in autograd_next_nodes(obj, {}) or () if type_name(type(r)) == wanted]
         more = d = None
     refs = None
     return found[0] if len(found) == 1 else None

@@ -273,6 +273,29 @@ def test_a_chain_s_links_are_counted_link_by_link_up_to_the_one_others_hold() ->
         del sys.modules[module.__name__]
 
 
+def test_a_step_through_what_the_walks_read_besides_referents_is_followed_by_its_id() -> None:
+    """A code object has no referents for gc (3.11+), and its constants are one tuple of
+    several: a step from it to its ``co_consts`` (the walks read it: a lambda table, 300 KB,
+    under ``torch.overrides.get_testing_overrides``) is found by its id among what the walks
+    read besides referents, as is an ndarray view's base; it was "not found again" in every
+    sample of a torch worker's watch."""
+    import types
+
+    def table() -> Any:
+        return ("a constant", (1, 2, 3))
+
+    module = types.ModuleType("leakhound_test_hidden_steps")
+    module.TABLE = table  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        code = table.__code__
+        owner = {"ids": [id(module), id(vars(module)), id(table), id(code), id(code.co_consts)],
+                 "steps": ["d", "kTABLE", "=code", "=tuple"], "type": "tuple", "path": "x"}
+        assert sampling.owner_items([owner]) == [{"found": True, "items": len(code.co_consts)}]
+    finally:
+        del sys.modules[module.__name__]
+
+
 def test_a_step_through_a_c_field_is_followed_by_the_one_referent_of_its_type() -> None:
     """A step no name labels (a C field: a partial's arguments, a DataFrame's blocks; an
     ndarray view's base, which is no referent at all) is followed by its type ("=tuple"):
