@@ -222,6 +222,10 @@ def test_watch_names_it_growing_at_the_targets_rate(shape: str, version: str, tm
         # a chain (a linked list, each entry put in front a new head of the same name; hooks
         # each wrapping the last) by its links, link by link.
         assert owner["points"] >= 2, owner
+    elif shape == "hook_chain":
+        # (a census that meets the chain while 25 wraps a second replace its head may name it
+        # shared by the objects made during the walk: 1 full sample of 11, 1 run in 9 under load)
+        assert owner["points"] >= len([s for s in samples if s["method"] != "rss"]) - 1 >= 3, owner
     else:
         assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 3, owner  # 4 seen under CI load
     assert within(owner["items_per_min"], _per_min(before, after, "items"), 0.10), (owner, before, after)
