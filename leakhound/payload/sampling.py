@@ -330,7 +330,7 @@ _FunctionType = types.FunctionType
 _FUNCTION_CODE = _FunctionType.__dict__["__code__"]
 # (getset descriptors: they return the C fields, run no code)
 _FUNCTION_HOLDS = [_FunctionType.__dict__[name] for name in ("__defaults__", "__closure__", "__kwdefaults__")]
-_CellType = type((lambda x: lambda: x)(0).__closure__[0])  # type: ignore[index]
+_CellType = types.CellType
 _CELL_CONTENTS = _CellType.__dict__["cell_contents"]
 # How long a sample counts one chain's links (holding the GIL) before it says it cannot
 CHAIN_SECONDS = 0.02

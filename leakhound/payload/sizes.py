@@ -1146,13 +1146,13 @@ def autograd_step(obj, label):
     cls = class_from("torch._C", "TensorBase") or class_from("torch._C", "_TensorBase")
     if cls is None or not any(klass is cls for klass in type.__dict__["__mro__"].__get__(type(obj), type)):
         return None
-    try:
-        leaf = _call(cls, "is_leaf", obj)
-        if label == "agrad":
-            return _call(cls, "grad", obj) if leaf else None  # (a non-leaf's ``grad`` warns)
-        return None if leaf else _call(cls, "grad_fn", obj)
-    except Exception:  # noqa: BLE001 - an unexpected tensor
+    held = _autograd_root(cls, obj, {"autograd": [1]}, set())[1]  # (one node's object at most)
+    if type(held) is not HiddenNamed:
         return None
+    for k in range(len(held)):
+        if held.labels[k] == label:
+            return held[k]
+    return None
 
 
 def autograd_next_nodes(node, memo):
@@ -1171,9 +1171,13 @@ def autograd_next_nodes(node, memo):
     if getter is False:
         return None
     try:
-        value = getter.__get__(node, tp)
+        return _next_nodes(getter.__get__(node, tp))
     except Exception:  # noqa: BLE001 - a node freed by backward()
         return None
+
+
+def _next_nodes(value):
+    """The nodes of an autograd node's ``next_functions``: (node or None, input index) pairs."""
     return [pair[0] for pair in (value if type(value) is tuple else ())
             if type(pair) is tuple and len(pair) == 2 and pair[0] is not None]
 
@@ -1278,11 +1282,7 @@ def _autograd_next(node, bases, seen_buffers):
             getters = getters_of[id(node_type)] = _node_getters(node_type)
         for name, descr in getters:
             if name == "next_functions":
-                value = descr.__get__(node, node_type)
-                for pair in value if type(value) is tuple else ():
-                    nxt = pair[0] if type(pair) is tuple and len(pair) == 2 else None
-                    if nxt is not None:
-                        held.append(nxt)
+                held.extend(_next_nodes(descr.__get__(node, node_type)))
                 continue
             value = descr.__get__(node, node_type)
             if name == "variable":
