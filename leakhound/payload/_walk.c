@@ -533,19 +533,48 @@ PyDoc_STRVAR(count_references_doc,
 "count_references(objects, start, stop, keys) -> list\n\n"
 "How many times objects[start:stop] (a list) reference each of ``keys`` (a sorted list of\n"
 "addresses): their referents (a module's: its dict, never its tp_traverse, as\n"
-"objects.safe_referents) looked up in place, a binary search each; nothing is allocated\n"
-"and no Python code runs while the objects are read.");
+"objects.safe_referents) looked up in place, a binary search each, and through a tuple or\n"
+"frozenset one of them alone holds (tracked_objects leaves those out: a function's closure,\n"
+"whose cells it holds); nothing is allocated and no Python code runs while the objects are\n"
+"read.");
 
 typedef struct {
     const unsigned long long *keys;
     Py_ssize_t nkeys;
     long long *counts;
+    int depth;  /* held-once tuples and frozensets gone through to get here */
 } KeyCounts;
+
+/* How deep count_references goes through tuples and frozensets held once (a tuple in a tuple:
+ * a closure's cell's contents are not, they are tracked and listed). */
+#define HELD_ONCE_DEPTH 4
+
+/* Whether ``op``, met as a referent, is a tuple or frozenset its referrer alone holds, with a
+ * traverse: left out of tracked_objects' lists (built_by_someone, our list's reference not
+ * counted here), so what it references is referenced from its referrer for the counts. */
+static traverseproc
+held_once_traverse(PyObject *op)
+{
+    if (op == NULL || Py_REFCNT(op) != 1 || !(PyTuple_Check(op) || PyFrozenSet_Check(op)))
+        return NULL;
+    traverseproc traverse = gc_traverse_of(op);
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    return traverse;
+}
 
 static int
 visit_count_key(PyObject *op, void *arg)
 {
     KeyCounts *c = (KeyCounts *)arg;
+    if (c->depth < HELD_ONCE_DEPTH) {
+        traverseproc traverse = held_once_traverse(op);
+        if (traverse != NULL) {
+            c->depth++;
+            traverse(op, visit_count_key, c);
+            c->depth--;
+        }
+    }
     unsigned long long address = (unsigned long long)(uintptr_t)op;
     Py_ssize_t lo = 0, hi = c->nkeys;
     while (lo < hi) {
@@ -584,7 +613,7 @@ count_references(PyObject *module, PyObject *args)
             goto done;
         }
     }
-    KeyCounts c = {addresses, n, counts};
+    KeyCounts c = {addresses, n, counts, 0};
     for (Py_ssize_t i = start < 0 ? 0 : start; i < stop && i < PyList_Size(objects); i++) {
         PyObject *obj = PyList_GetItem(objects, i);  /* borrowed: the list holds it */
         if (PyModule_Check(obj)) {
@@ -610,6 +639,53 @@ count_references(PyObject *module, PyObject *args)
 done:
     PyMem_Free(addresses);
     PyMem_Free(counts);
+    return out;
+}
+
+PyDoc_STRVAR(held_once_referents_doc,
+"held_once_referents(refs) -> list\n\n"
+"The referents of the tuples and frozensets in ``refs`` (gc.get_referents' list) that one\n"
+"referrer alone holds besides the list (a function's closure: tracked_objects leaves such\n"
+"objects out, so what they reference looks referenced from outside its list), and of those\n"
+"among them alike, a few levels deep, as count_references goes through them.");
+
+static PyObject *
+held_once_referents(PyObject *module, PyObject *refs)
+{
+    if (!PyList_Check(refs)) {
+        PyErr_SetString(PyExc_TypeError, "held_once_referents: a list");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    /* Level by level: ``refs``, then what the last level added to ``out`` (its reference there
+     * stands for the one ``refs`` had: the same count, 2, marks one held once). */
+    PyObject *level = refs;
+    Py_ssize_t from = 0;
+    for (int depth = 0; depth < HELD_ONCE_DEPTH; depth++) {
+        Py_ssize_t end = PyList_Size(level);
+        Py_ssize_t before = PyList_Size(out);
+        for (Py_ssize_t i = from; i < end; i++) {
+            PyObject *op = PyList_GetItem(level, i);  /* borrowed */
+            if (Py_REFCNT(op) != 2 || !(PyTuple_Check(op) || PyFrozenSet_Check(op)))
+                continue;
+            traverseproc traverse = gc_traverse_of(op);
+            if (traverse == NULL) {
+                if (PyErr_Occurred())
+                    PyErr_Clear();
+                continue;
+            }
+            if (traverse(op, visit_append, out) != 0 || PyErr_Occurred()) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        if (PyList_Size(out) == before)
+            break;
+        level = out;
+        from = before;
+    }
     return out;
 }
 
@@ -2021,6 +2097,7 @@ static PyMethodDef walk_methods[] = {
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
     {"tracked_objects", tracked_objects, METH_VARARGS, tracked_objects_doc},
     {"count_references", count_references, METH_VARARGS, count_references_doc},
+    {"held_once_referents", held_once_referents, METH_O, held_once_referents_doc},
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
     {"known_types", known_types, METH_VARARGS, known_types_doc},
     {"dict_entry_of", dict_entry_of, METH_VARARGS, dict_entry_of_doc},

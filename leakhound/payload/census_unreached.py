@@ -55,9 +55,12 @@ def _internal_counts(members, index, tick=None, size=None):
     ``size``, the positions of another list that long, referenced by ``members``). The
     referents of 256 members at a time in one gc.get_referents call, looked up in ``index``
     8192 at a time with map/filter (C loops: the Python loop runs for the hits only), the
-    clock ticked after each slice; a module's referents are its dict (objects.safe_referents)."""
+    clock ticked after each slice; a module's referents are its dict (objects.safe_referents);
+    what a tuple or frozenset a member alone holds references counts as the member's (C's
+    held_once_referents, as count_references)."""
     internal = [0] * (len(members) if size is None else size)
     get = index.get
+    through = getattr(_walk_module, "held_once_referents", None)
     modules = _module_type_ids()
     for start in range(0, len(members), _CHUNK):
         chunk = members[start:start + _CHUNK]  # type: Any
@@ -72,6 +75,10 @@ def _internal_counts(members, index, tick=None, size=None):
                 refs.extend(safe_referents(obj))
             obj = None
         chunk = types = None
+        if through is not None:
+            # (a closure's tuple, held once, is in no list of tracked_objects': its cells
+            # referenced from outside the members, held from C, unless counted through it)
+            refs.extend(through(refs))
         for at in range(0, len(refs), _TICK_WORK * 2):
             for i in filter(_NOT_NONE, map(get, map(id, refs[at:at + _TICK_WORK * 2]))):
                 internal[i] += 1
