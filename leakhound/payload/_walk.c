@@ -546,17 +546,27 @@ typedef struct {
 } KeyCounts;
 
 /* How deep count_references goes through tuples and frozensets held once (a tuple in a tuple:
- * a closure's cell's contents are not, they are tracked and listed). */
+ * a closure's cell's contents are not, they are tracked and listed), and how big one may be
+ * (a bigger one's referents are not looked at: what it references looks held from C, as before
+ * this pass; held_once_referents would list them all at once in the target). */
 #define HELD_ONCE_DEPTH 4
+#define HELD_ONCE_MAX_ITEMS 4096
 
-/* Whether ``op``, met as a referent, is a tuple or frozenset its referrer alone holds, with a
- * traverse: left out of tracked_objects' lists (built_by_someone, our list's reference not
- * counted here), so what it references is referenced from its referrer for the counts. */
+/* The traverse of ``op`` if it is a tuple or frozenset of at most HELD_ONCE_MAX_ITEMS that
+ * ``count`` references hold (its referrer's, and those of the lists we hold it in): one its
+ * referrer alone holds, left out of tracked_objects' lists (built_by_someone), so what it
+ * references is referenced from its referrer for the counts. */
 static traverseproc
-held_once_traverse(PyObject *op)
+held_once_traverse(PyObject *op, Py_ssize_t count)
 {
-    if (op == NULL || Py_REFCNT(op) != 1 || !(PyTuple_Check(op) || PyFrozenSet_Check(op)))
+    if (op == NULL || Py_REFCNT(op) != count)
         return NULL;
+    Py_ssize_t n = PyTuple_Check(op) ? PyTuple_Size(op) : PyFrozenSet_Check(op) ? PySet_Size(op) : -1;
+    if (n < 0 || n > HELD_ONCE_MAX_ITEMS) {
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        return NULL;
+    }
     traverseproc traverse = gc_traverse_of(op);
     if (PyErr_Occurred())
         PyErr_Clear();
@@ -568,7 +578,7 @@ visit_count_key(PyObject *op, void *arg)
 {
     KeyCounts *c = (KeyCounts *)arg;
     if (c->depth < HELD_ONCE_DEPTH) {
-        traverseproc traverse = held_once_traverse(op);
+        traverseproc traverse = held_once_traverse(op, 1);
         if (traverse != NULL) {
             c->depth++;
             traverse(op, visit_count_key, c);
@@ -643,48 +653,40 @@ done:
 }
 
 PyDoc_STRVAR(held_once_referents_doc,
-"held_once_referents(refs) -> list\n\n"
-"The referents of the tuples and frozensets in ``refs`` (gc.get_referents' list) that one\n"
-"referrer alone holds besides the list (a function's closure: tracked_objects leaves such\n"
-"objects out, so what they reference looks referenced from outside its list), and of those\n"
-"among them alike, a few levels deep, as count_references goes through them.");
+"held_once_referents(refs, start, stop) -> list\n\n"
+"The referents of the tuples and frozensets in refs[start:stop] (gc.get_referents' list)\n"
+"that one referrer alone holds besides ``refs`` (a function's closure: tracked_objects leaves\n"
+"such objects out, so what they reference looks referenced from outside its list), and of\n"
+"those among them alike, a few levels deep, as count_references goes through them.");
 
 static PyObject *
-held_once_referents(PyObject *module, PyObject *refs)
+held_once_referents(PyObject *module, PyObject *args)
 {
-    if (!PyList_Check(refs)) {
-        PyErr_SetString(PyExc_TypeError, "held_once_referents: a list");
+    PyObject *refs;
+    Py_ssize_t start, stop;
+    if (!PyArg_ParseTuple(args, "O!nn", &PyList_Type, &refs, &start, &stop))
         return NULL;
-    }
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
-    /* Level by level: ``refs``, then what the last level added to ``out`` (its reference there
-     * stands for the one ``refs`` had: the same count, 2, marks one held once). */
+    /* Level by level: refs[start:stop], then what the last level added to ``out`` (its
+     * reference there stands for the one ``refs`` had: the same count, 2, marks one held
+     * once). */
     PyObject *level = refs;
-    Py_ssize_t from = 0;
-    for (int depth = 0; depth < HELD_ONCE_DEPTH; depth++) {
-        Py_ssize_t end = PyList_Size(level);
+    Py_ssize_t from = start < 0 ? 0 : start;
+    Py_ssize_t end = stop < PyList_Size(refs) ? stop : PyList_Size(refs);
+    for (int depth = 0; depth < HELD_ONCE_DEPTH && from < end; depth++) {
         Py_ssize_t before = PyList_Size(out);
         for (Py_ssize_t i = from; i < end; i++) {
-            PyObject *op = PyList_GetItem(level, i);  /* borrowed */
-            if (Py_REFCNT(op) != 2 || !(PyTuple_Check(op) || PyFrozenSet_Check(op)))
-                continue;
-            traverseproc traverse = gc_traverse_of(op);
-            if (traverse == NULL) {
-                if (PyErr_Occurred())
-                    PyErr_Clear();
-                continue;
-            }
-            if (traverse(op, visit_append, out) != 0 || PyErr_Occurred()) {
+            traverseproc traverse = held_once_traverse(PyList_GetItem(level, i), 2);  /* (borrowed) */
+            if (traverse != NULL && (traverse(PyList_GetItem(level, i), visit_append, out) != 0 || PyErr_Occurred())) {
                 Py_DECREF(out);
                 return NULL;
             }
         }
-        if (PyList_Size(out) == before)
-            break;
         level = out;
         from = before;
+        end = PyList_Size(out);
     }
     return out;
 }
@@ -2097,7 +2099,7 @@ static PyMethodDef walk_methods[] = {
     {"frame_locals", frame_locals, METH_VARARGS, frame_locals_doc},
     {"tracked_objects", tracked_objects, METH_VARARGS, tracked_objects_doc},
     {"count_references", count_references, METH_VARARGS, count_references_doc},
-    {"held_once_referents", held_once_referents, METH_O, held_once_referents_doc},
+    {"held_once_referents", held_once_referents, METH_VARARGS, held_once_referents_doc},
     {"sizeof_counts_referents", sizeof_counts_referents, METH_O, sizeof_counts_referents_doc},
     {"known_types", known_types, METH_VARARGS, known_types_doc},
     {"dict_entry_of", dict_entry_of, METH_VARARGS, dict_entry_of_doc},

@@ -44,8 +44,8 @@ def tracked_objects(
 def count_references(objects: list[object], start: int, stop: int, keys: list[int], /) -> list[int]:
     """How many times objects[start:stop] reference each of ``keys`` (sorted addresses)."""
 
-def held_once_referents(refs: list[object], /) -> list[object]:
-    """The referents of the tuples and frozensets in ``refs`` one referrer alone holds."""
+def held_once_referents(refs: list[object], start: int, stop: int, /) -> list[object]:
+    """The referents of the tuples and frozensets in refs[start:stop] one referrer alone holds."""
 
 def frame_locals(
     frame: object, frame_type: type, code: object, nlocals: int, f_frame_offset: int, code_offset: int,

@@ -75,13 +75,14 @@ def _internal_counts(members, index, tick=None, size=None):
                 refs.extend(safe_referents(obj))
             obj = None
         chunk = types = None
-        if through is not None:
-            # (a closure's tuple, held once, is in no list of tracked_objects': its cells
-            # referenced from outside the members, held from C, unless counted through it)
-            refs.extend(through(refs))
         for at in range(0, len(refs), _TICK_WORK * 2):
             for i in filter(_NOT_NONE, map(get, map(id, refs[at:at + _TICK_WORK * 2]))):
                 internal[i] += 1
+            if through is not None:
+                # (a closure's tuple, held once, is in no list of tracked_objects': its cells
+                # referenced from outside the members, held from C, unless counted through it)
+                for i in filter(_NOT_NONE, map(get, map(id, through(refs, at, at + _TICK_WORK * 2)))):
+                    internal[i] += 1
             if tick is not None:
                 tick()
         refs = None
