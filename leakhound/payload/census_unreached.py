@@ -24,6 +24,7 @@ from .objects import (
     ModuleType,
     c_holder,
     has_managed_dict,
+    held_what,
     safe_referents,
     subclass_tree,
     type_name,
@@ -219,7 +220,7 @@ def _held_name(obj):
         return PAYLOAD_OWNER
     if holder is not None:
         return type_name(holder) + "." + SUBCLASSES_LABEL
-    return _HELD + "%s>" % type_name(type(obj))
+    return _HELD + "%s>" % held_what(obj)
 
 
 def split_unreached(walk, objects, report, named_roots=None):
@@ -387,7 +388,7 @@ def confirm_garbage(walk, candidates, pause=0.01, counts=None):
                 stack.append(ref)
     for obj in alive:
         if id(obj) not in walk.claimed:
-            owner = walk.owner_slot("<held from C: %s>" % type_name(type(obj)), obj)
+            owner = walk.owner_slot("<held from C: %s>" % held_what(obj), obj)
             walk.owner_items[owner] = 0
             walk.claim_tree(owner, obj)
     obj = None

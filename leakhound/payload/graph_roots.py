@@ -25,10 +25,10 @@ from .objects import (
     ModuleType,
     c_holder,
     dict_columns,
+    held_what,
     instance_dict,
     is_payload_name,
     own_class_dict,
-    type_name,
 )
 from .pacing import UNSPLIT_STEP_MARGIN, unsplit_step_fits
 from .roots import ATEXIT_OWNER, FINALIZE_OWNER, TIER_HELD
@@ -350,7 +350,7 @@ def held_from_c(graph, stack):
         if graph.known(obj):
             continue
         form = "<made during the walk: %s>" if id(obj) in new else "<held from C: %s>"
-        name = form % type_name(type(obj))
+        name = form % held_what(obj)
         members = groups.get(name)
         if members is None:
             groups[name] = [obj]

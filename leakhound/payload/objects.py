@@ -209,6 +209,34 @@ def type_name(tp):
     return "%s.%s" % (mod, qual)
 
 
+_FunctionType = type(type_name)
+_FUNCTION_QUALNAME = _FunctionType.__dict__["__qualname__"]
+_FUNCTION_MODULE = _FunctionType.__dict__["__module__"]
+_HELD_WHAT_MAX = 160  # characters of a function's name in a root's name
+
+
+def held_what(obj):
+    """What an object held from C (or made during the walk) is called in its root's name: its
+    type's name, and a function's own (``function pkg.mod.make.<locals>.hook``: which of the
+    program's functions C keeps, a profiler ``sys.setprofile`` installed, a database's user
+    function), read through the function type's descriptors (its ``__module__`` only when it
+    is a str)."""
+    tp = type(obj)
+    name = type_name(tp)
+    if tp is not _FunctionType:
+        return name
+    try:
+        qual = _FUNCTION_QUALNAME.__get__(obj, tp)
+        mod = _FUNCTION_MODULE.__get__(obj, tp)
+    except Exception:
+        return name
+    if type(qual) is not str:
+        return name
+    if type(mod) is str:
+        qual = mod + "." + qual
+    return name + " " + qual[:_HELD_WHAT_MAX]
+
+
 def class_dict(klass):
     return type.__dict__["__dict__"].__get__(klass, type)
 
