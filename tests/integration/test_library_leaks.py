@@ -29,7 +29,7 @@ SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generat
           "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
           "linked_list", "named_parts", "mock_calls", "stream_buffer", "rebound_rows", "rebound_buffer", "xml_log",
           "text_log",
-          "two_indexes", "signal_closure", "profile_closure", "hook_chain", "dynamic_classes", "stuck_tasks",
+          "two_indexes", "signal_closure", "profile_closure", "sqlite_udf", "hook_chain", "dynamic_classes", "stuck_tasks",
           "plugin_modules", "connection_threads", "metric_labels", "executor_backlog", "pickler_memo",
           "dom_two_holders"]
 # Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
@@ -48,6 +48,7 @@ CASES += [("two_indexes", v) for v in ("3.10", "3.13")]
 CASES += [("pool_finalizers", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("signal_closure", v) for v in ("3.10", "3.13")]
 CASES += [("profile_closure", v) for v in ("3.10", "3.12", "3.13")]
+CASES += [("sqlite_udf", v) for v in ("3.10", "3.13")]
 CASES += [("hook_chain", v) for v in ("3.10", "3.13")]
 CASES += [("dynamic_classes", v) for v in ("3.10", "3.12", "3.13")]
 CASES += [("stuck_tasks", v) for v in ("3.10", "3.12", "3.13")]
