@@ -28,8 +28,8 @@ PYTHONS = installed_pythons()
 SHAPES = ["exception_log", "lru_cache", "mutable_default", "weak_keys", "generators", "queue_backlog",
           "class_registry", "thread_locals", "atexit_args", "finalizers", "pool_finalizers", "warnings",
           "linked_list", "named_parts", "mock_calls", "stream_buffer", "rebound_rows", "rebound_buffer", "xml_log",
-          "text_log",
-          "two_indexes", "signal_closure", "profile_closure", "sqlite_udf", "hook_chain", "dynamic_classes", "stuck_tasks",
+          "text_log", "profile_closure", "sqlite_udf",
+          "two_indexes", "signal_closure", "hook_chain", "dynamic_classes", "stuck_tasks",
           "plugin_modules", "connection_threads", "metric_labels", "executor_backlog", "pickler_memo",
           "dom_two_holders"]
 # Every shape on 3.11; the C fields (whose layout and referents change by version: 3.13's
