@@ -226,11 +226,12 @@ def test_watch_names_it_growing_at_the_targets_rate(shape: str, version: str, tm
         assert owner["points"] >= 2, owner
     elif shape == "hook_chain":
         # (a census that meets the chain while 25 wraps a second replace its head may name it
-        # made during the walk: 1 full sample of 11, 1 run in 9 under load. A new link's
-        # closure tuple can take the address of a tuple the walk had met and that was freed
-        # since, and an address met is read as the object met there: the walk goes no further
-        # down the chain than that link, and the rest is reached from what was made meanwhile)
-        assert owner["points"] >= len([s for s in samples if s["method"] != "rss"]) - 1 >= 3, owner
+        # made during the walk, ~1 run in 9 under load: a new link's closure tuple can take the
+        # address of a tuple the walk had met and that was freed since, and an address met is
+        # read as the object met there: the walk goes no further down the chain than that
+        # link, and the rest is reached from what was made meanwhile. The cheap samples after
+        # it re-read that census's owners: one cycle of --full-every, 5 of 11 points, missed)
+        assert owner["points"] >= len([s for s in samples if s["method"] != "rss"]) - 5 >= 3, owner
     else:
         assert owner["points"] == len([s for s in samples if s["method"] != "rss"]) >= 3, owner  # 4 seen under CI load
     assert within(owner["items_per_min"], _per_min(before, after, "items"), 0.10), (owner, before, after)
