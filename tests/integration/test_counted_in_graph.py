@@ -70,10 +70,14 @@ def test_after_the_graph_the_census_splits_only_what_it_did_not_reach(tmp_path: 
     assert graph.heap.unreached_examined and census.heap.unreached_examined
     nodes = {t.type: t for t in graph.cyclic_garbage.types}["__main__.Node"]
     assert nodes.count == truth["garbage_objects"] * 2 // 3
-    assert graph.cyclic_garbage.objects == census.cyclic_garbage.objects
-    assert graph.cyclic_garbage.bytes == census.cyclic_garbage.bytes
-    assert ({(t.type, t.count, t.bytes) for t in graph.cyclic_garbage.types}
-            == {(t.type, t.count, t.bytes) for t in census.cyclic_garbage.types})
+    # The fixture's garbage to the object; besides it, what the target's 5 ms heartbeat has in
+    # flight as each snapshot is taken (an asyncio Future, its callback's bound method, a timer's
+    # float: CI once had a Future more in the census's, 6,034 objects to 6,033)
+    own = ("__main__.Node", "str")
+    assert ({(t.type, t.count, t.bytes) for t in graph.cyclic_garbage.types if t.type in own}
+            == {(t.type, t.count, t.bytes) for t in census.cyclic_garbage.types if t.type in own})
+    assert abs(graph.cyclic_garbage.objects - census.cyclic_garbage.objects) <= 4
+    assert abs(graph.cyclic_garbage.bytes - census.cyclic_garbage.bytes) <= 4 * 512
     # the garbage is in the heap's totals and types too, as the census counts it
     types = {t.type: t for t in graph.types}
     assert types["__main__.Node"].count == {t.type: t for t in census.types}["__main__.Node"].count
