@@ -456,11 +456,21 @@ PyDoc_STRVAR(tracked_objects_doc,
 "``counts`` and ``kinds`` (dicts, optional): what is left out, counted by id(type) into\n"
 "``counts`` and its type recorded in ``kinds`` (a census of types still counts it).");
 
+/* Whether ``obj`` is a tuple or frozenset ``count`` references hold: with our list's
+ * reference, one more (2) is one its builder may still be filling (tracked_objects leaves it
+ * out) or one its referrer alone holds (count_references and held_once_referents go through
+ * it: what it references is its referrer's). */
+static int
+held_once(PyObject *obj, Py_ssize_t count)
+{
+    return (PyTuple_Check(obj) || PyFrozenSet_Check(obj)) && Py_REFCNT(obj) == count;
+}
+
 static int
 built_by_someone(PyObject *obj)
 {
     /* Our list's reference and one more: the builder's, if it is being built. */
-    return (PyTuple_Check(obj) || PyFrozenSet_Check(obj)) && Py_REFCNT(obj) == 2;
+    return held_once(obj, 2);
 }
 
 /* One more of ``obj``'s type in counts[id(type)], kinds[id(type)] = type. Allocates ints
@@ -559,9 +569,9 @@ typedef struct {
 static traverseproc
 held_once_traverse(PyObject *op, Py_ssize_t count)
 {
-    if (op == NULL || Py_REFCNT(op) != count)
+    if (op == NULL || !held_once(op, count))
         return NULL;
-    Py_ssize_t n = PyTuple_Check(op) ? PyTuple_Size(op) : PyFrozenSet_Check(op) ? PySet_Size(op) : -1;
+    Py_ssize_t n = PyTuple_Check(op) ? PyTuple_Size(op) : PySet_Size(op);
     if (n < 0 || n > HELD_ONCE_MAX_ITEMS) {
         if (PyErr_Occurred())
             PyErr_Clear();
@@ -678,8 +688,9 @@ held_once_referents(PyObject *module, PyObject *args)
     for (int depth = 0; depth < HELD_ONCE_DEPTH && from < end; depth++) {
         Py_ssize_t before = PyList_Size(out);
         for (Py_ssize_t i = from; i < end; i++) {
-            traverseproc traverse = held_once_traverse(PyList_GetItem(level, i), 2);  /* (borrowed) */
-            if (traverse != NULL && (traverse(PyList_GetItem(level, i), visit_append, out) != 0 || PyErr_Occurred())) {
+            PyObject *op = PyList_GetItem(level, i);  /* borrowed: the list holds it */
+            traverseproc traverse = held_once_traverse(op, 2);
+            if (traverse != NULL && (traverse(op, visit_append, out) != 0 || PyErr_Occurred())) {
                 Py_DECREF(out);
                 return NULL;
             }

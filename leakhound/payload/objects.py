@@ -7,6 +7,7 @@ Used by the census (``census*.py``) and by any payload operation that walks the 
 import _weakref
 import gc
 import sys
+import types
 from _operator import is_ as _is
 
 # Builtin containers whose length is read with the C slot, never a user ``__len__``.
@@ -209,7 +210,7 @@ def type_name(tp):
     return "%s.%s" % (mod, qual)
 
 
-_FunctionType = type(type_name)
+_FunctionType = types.FunctionType
 _FUNCTION_QUALNAME = _FunctionType.__dict__["__qualname__"]
 _FUNCTION_MODULE = _FunctionType.__dict__["__module__"]
 _HELD_WHAT_MAX = 160  # characters of a function's name in a root's name
