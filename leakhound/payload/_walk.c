@@ -569,7 +569,9 @@ typedef struct {
 static traverseproc
 held_once_traverse(PyObject *op, Py_ssize_t count)
 {
-    if (op == NULL || !held_once(op, count))
+    /* (an untracked one holds untracked objects only: never a member or a key; a tuple of a
+     * C-held list of rows of ints was a list of all its ints in the target) */
+    if (op == NULL || !held_once(op, count) || !PyObject_GC_IsTracked(op))
         return NULL;
     Py_ssize_t n = PyTuple_Check(op) ? PyTuple_Size(op) : PySet_Size(op);
     if (n < 0 || n > HELD_ONCE_MAX_ITEMS) {
